@@ -263,6 +263,9 @@ func TestIndexReleasesMemory(t *testing.T) {
 	if c := cap(x.heap); c > 2048 {
 		t.Fatalf("heap capacity %d kept after draining to %d entries", c, x.Len())
 	}
+	if n := len(x.pages); n > 512 {
+		t.Fatalf("%d id pages kept for %d entries", n, x.Len())
+	}
 	x.Reset()
 	if x.Len() != 0 {
 		t.Fatal("Reset left entries")
@@ -270,5 +273,63 @@ func TestIndexReleasesMemory(t *testing.T) {
 	x.Push(5, 5)
 	if id, _, ok := x.Peek(); !ok || id != 5 {
 		t.Fatal("index unusable after Reset")
+	}
+}
+
+func TestIndexSparseRemovalCompacts(t *testing.T) {
+	// DESIGN: the index "frees its memory" as messages die. Removing all
+	// but one id in every page, in random order, must keep every survivor
+	// and its deadline, and give most pages back.
+	rng := rand.New(rand.NewSource(11))
+	const n = 64 * 1024
+	var x Index
+	for _, id := range rng.Perm(n) {
+		x.Push(uint64(id), int64(id%97))
+	}
+	for _, id := range rng.Perm(n) {
+		if id%pageSize != 0 && id%3 != 0 {
+			x.Remove(uint64(id))
+		}
+	}
+	want := map[uint64]int64{}
+	for id := 0; id < n; id++ {
+		if id%pageSize == 0 || id%3 == 0 {
+			want[uint64(id)] = int64(id % 97)
+		}
+	}
+	if x.Len() != len(want) {
+		t.Fatalf("Len %d, want %d", x.Len(), len(want))
+	}
+	for id, d := range want {
+		if got, ok := x.Get(id); !ok || got != d {
+			t.Fatalf("Get(%d) = %d, %v; want %d", id, got, ok, d)
+		}
+	}
+	if live := n / pageSize; len(x.pages) > 2*live || len(x.free) > live {
+		t.Fatalf("%d pages (%d free) for %d live pages", len(x.pages), len(x.free), live)
+	}
+	// Now leave one id per page: the arena shrinks again.
+	for id := range want {
+		if id%pageSize != 0 {
+			x.Remove(id)
+			delete(want, id)
+		}
+	}
+	if len(x.pages) > 2*len(want) {
+		t.Fatalf("%d pages for %d ids, one per page", len(x.pages), len(want))
+	}
+	prev := pair{}
+	got := drain(&x, 1<<40)
+	for i, p := range got {
+		if want[p.id] != p.deadline {
+			t.Fatalf("popped %v, want deadline %d", p, want[p.id])
+		}
+		if i > 0 && (p.deadline < prev.deadline || p.deadline == prev.deadline && p.id <= prev.id) {
+			t.Fatalf("out of order: %v after %v", p, prev)
+		}
+		prev = p
+	}
+	if len(got) != len(want) {
+		t.Fatalf("popped %d, want %d", len(got), len(want))
 	}
 }
