@@ -1,0 +1,62 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// AMQP reply codes a command Result carries.
+const (
+	codeAccessRefused      = 403
+	codeNotFound           = 404
+	codeResourceLocked     = 405
+	codePreconditionFailed = 406
+)
+
+// resultError turns a command Result with a non-zero code into a gRPC
+// status carrying the AMQP reply text; nil for success.
+func resultError(r *proto.Result) error {
+	if r.GetCode() == 0 {
+		return nil
+	}
+	return status.Error(codeForResult(r.GetCode()), fmt.Sprintf("%d %s", r.GetCode(), r.GetText()))
+}
+
+// codeForResult maps an AMQP reply code to a gRPC code.
+func codeForResult(c uint32) codes.Code {
+	switch c {
+	case codeNotFound:
+		return codes.NotFound
+	case codePreconditionFailed, codeResourceLocked:
+		return codes.FailedPrecondition
+	case codeAccessRefused:
+		return codes.PermissionDenied
+	default:
+		return codes.Unknown
+	}
+}
+
+// nodeError turns an error of the node (not a command result) into a gRPC
+// status: a status passes through, a context error keeps its meaning, and
+// anything else gets code c.
+func nodeError(err error, c codes.Code, what string) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "%s: %v", what, err)
+	case errors.Is(err, context.Canceled):
+		return status.Errorf(codes.Canceled, "%s: %v", what, err)
+	}
+	return status.Errorf(c, "%s: %v", what, err)
+}
