@@ -34,7 +34,7 @@ func wantCode(t *testing.T, err error, c codes.Code, substr string) {
 	}
 }
 
-func i64(v int64) *int64    { return &v }
+func i64(v int64) *int64   { return &v }
 func str(v string) *string { return &v }
 
 func TestAdmin_Reads(t *testing.T) {
