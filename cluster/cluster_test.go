@@ -1,0 +1,161 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+func tick() *proto.Command { return &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}} }
+
+func vhostPut(name string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: name}}}
+}
+
+func queueDeclare(vhost, name string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: vhost, Name: name, Durable: true}}}
+}
+
+func publish(vhost, rk string, body string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{
+		Vhost: vhost, RoutingKey: rk, Body: []byte(body), Properties: &proto.Properties{},
+	}}}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mustSubmit submits cmds on n and checks the results' shape: one result
+// per command, all carrying the same log index, applied locally already.
+func mustSubmit(t testing.TB, n *cluster.Node, cmds ...*proto.Command) []*proto.Result {
+	t.Helper()
+	res, err := n.SubmitBatch(ctxT(t, 10*time.Second), cmds)
+	if err != nil {
+		t.Fatalf("submit on %s: %v", n.NodeID(), err)
+	}
+	checkResults(t, n, cmds, res)
+	return res
+}
+
+func checkResults(t testing.TB, n *cluster.Node, cmds []*proto.Command, res []*proto.Result) {
+	t.Helper()
+	if len(res) != len(cmds) {
+		t.Fatalf("%d results for %d commands", len(res), len(cmds))
+	}
+	idx := res[0].GetIndex()
+	if idx == 0 {
+		t.Fatalf("result without a log index: %v", res[0])
+	}
+	for _, r := range res {
+		if r.GetIndex() != idx {
+			t.Fatalf("one batch, two indexes: %d and %d", idx, r.GetIndex())
+		}
+	}
+	if got := n.AppliedIndex(); got < idx {
+		t.Fatalf("%s returned index %d before applying it (applied %d)", n.NodeID(), idx, got)
+	}
+}
+
+func logClock(n *cluster.Node) int64 {
+	var c int64
+	n.View(func(m *fsm.Machine) { c = m.Clock() })
+	return c
+}
+
+func TestCluster_BootstrapExpectFormsOneCluster(t *testing.T) {
+	c := clustertest.New(t, 3)
+	l := c.WaitForLeader(clustertest.Timeout)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			voters, leaders := 0, 0
+			for _, m := range n.Members() {
+				if m.Suffrage == "voter" {
+					voters++
+				}
+				if m.Leader {
+					leaders++
+				}
+				if m.Health != cluster.HealthAlive {
+					return fmt.Errorf("%s sees %s as %q", n.NodeID(), m.ID, m.Health)
+				}
+				if m.RaftAddr == "" || m.GRPCAddr == "" || m.AMQPAddr == "" {
+					return fmt.Errorf("%s sees %s without addresses: %+v", n.NodeID(), m.ID, m)
+				}
+			}
+			if voters != 3 || leaders != 1 {
+				return fmt.Errorf("%s sees %d voters and %d leaders", n.NodeID(), voters, leaders)
+			}
+		}
+		return nil
+	})
+	term := l.Stats().Term
+	for _, n := range c.Live() {
+		if s := n.Stats(); s.Term != term || s.LeaderID != l.NodeID() {
+			t.Fatalf("%s: term %d leader %q, want term %d leader %s", n.NodeID(), s.Term, s.LeaderID, term, l.NodeID())
+		}
+	}
+	// The first leader proposed the defaults: something was applied
+	// everywhere, at the same index.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			if n.AppliedIndex() == 0 {
+				return fmt.Errorf("%s applied nothing", n.NodeID())
+			}
+		}
+		return nil
+	})
+	c.AssertSameDigest(t)
+}
+
+func TestCluster_SubmitOnAnyNode(t *testing.T) {
+	c := clustertest.New(t, 3)
+	c.WaitForLeader(clustertest.Timeout)
+	var last uint64
+	for round := range 3 {
+		for _, n := range c.Live() {
+			before := logClock(n)
+			cmds := []*proto.Command{
+				tick(),
+				vhostPut(fmt.Sprintf("v%d", round)),
+				queueDeclare("/", fmt.Sprintf("q-%s-%d", n.NodeID(), round)),
+				publish("/", "q", "hello"),
+			}
+			res := mustSubmit(t, n, cmds...)
+			if idx := res[0].GetIndex(); idx <= last {
+				t.Fatalf("index went from %d to %d", last, idx)
+			} else {
+				last = idx
+			}
+			if after := logClock(n); after < before {
+				t.Fatalf("%s: log clock went back from %d to %d", n.NodeID(), before, after)
+			}
+		}
+	}
+	// Concurrent single submissions from every node.
+	errs := make(chan error, 60)
+	for i := range 60 {
+		n := c.Live()[i%3]
+		go func() {
+			res, err := n.Submit(ctxT(t, 10*time.Second), tick())
+			if err == nil && n.AppliedIndex() < res.GetIndex() {
+				err = fmt.Errorf("returned before applying %d", res.GetIndex())
+			}
+			errs <- err
+		}()
+	}
+	for range 60 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.AssertSameDigest(t)
+}

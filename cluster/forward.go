@@ -1,0 +1,339 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/raftmq/raftmq/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+)
+
+// forwarder sends a follower's commands to the leader over ONE long-lived
+// bidirectional gRPC stream (a session per leader). Requests are batched
+// (whatever is queued goes out as one request, hence one log entry) and
+// pipelined (many requests in flight).
+type forwarder struct {
+	n  *Node
+	mu sync.Mutex
+	s  *fwdSession
+}
+
+func newForwarder(n *Node) *forwarder { return &forwarder{n: n} }
+
+// session returns the live session to the leader, opening one if needed;
+// a session to a former leader is retired.
+func (f *forwarder) session(t leaderTarget) *fwdSession {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.s; s != nil && s.leaderID == t.id && s.addr == t.addr && !s.isDead() {
+		return s
+	}
+	if f.s != nil {
+		f.s.retire()
+	}
+	f.s = newSession(f.n, t)
+	return f.s
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.s != nil {
+		f.s.retire()
+		f.s.shutdown(ErrClosed)
+	}
+}
+
+// submit forwards p to the leader and waits for the answer.
+func (f *forwarder) submit(ctx context.Context, t leaderTarget, p *pending) ([]*proto.Result, uint64, error) {
+	s := f.session(t)
+	select {
+	case s.sendQ <- p:
+	case <-s.done:
+		p.finish(nil, 0, notAppendedf(ErrNotLeader, "session to %s closed", t.id))
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	select {
+	case <-p.done:
+	case <-s.done:
+		// Whatever was sent was answered or failed before done closed;
+		// a request still queued was never sent.
+		p.finish(nil, 0, notAppendedf(ErrNotLeader, "session to %s closed", t.id))
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	return p.res, p.index, p.err
+}
+
+// fwdSession is one stream to one leader.
+type fwdSession struct {
+	n        *Node
+	leaderID string
+	addr     string
+	sendQ    chan *pending
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{} // closed once every request is resolved
+
+	mu       sync.Mutex
+	inflight map[uint64][]*pending
+	nextID   uint64
+	dead     bool
+	stale    bool
+}
+
+func newSession(n *Node, t leaderTarget) *fwdSession {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &fwdSession{
+		n:        n,
+		leaderID: t.id,
+		addr:     t.addr,
+		sendQ:    make(chan *pending, 4096),
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		inflight: map[uint64][]*pending{},
+	}
+	go s.run()
+	return s
+}
+
+func (s *fwdSession) isDead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dead || s.stale
+}
+
+// retire stops new sends; requests in flight still get their answers, then
+// the stream closes.
+func (s *fwdSession) retire() {
+	s.mu.Lock()
+	s.stale = true
+	idle := len(s.inflight) == 0
+	s.mu.Unlock()
+	if idle {
+		s.cancel()
+	}
+}
+
+// shutdown fails what is in flight (its outcome is unknown) and ends the
+// session; queued requests are failed as never sent by their submitters.
+func (s *fwdSession) shutdown(cause error) {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return
+	}
+	s.dead = true
+	in := s.inflight
+	s.inflight = nil
+	s.mu.Unlock()
+	s.cancel()
+	for _, batch := range in {
+		for _, p := range batch {
+			p.finish(nil, 0, fmt.Errorf("%w: forwarding to %s: %v", ErrOutcomeUnknown, s.leaderID, cause))
+		}
+	}
+	close(s.done)
+}
+
+func (s *fwdSession) run() {
+	links := s.n.cfg.Links
+	conn, err := grpc.NewClient(s.addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return links.dial(ctx, addr, 5*time.Second)
+		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+	)
+	if err != nil {
+		s.shutdown(err)
+		return
+	}
+	defer conn.Close()
+	stream, err := proto.NewInternalClient(conn).Forward(s.ctx)
+	if err != nil {
+		s.shutdown(err)
+		return
+	}
+	go s.recvLoop(stream)
+	for {
+		var first *pending
+		select {
+		case first = <-s.sendQ:
+		case <-s.ctx.Done():
+			s.shutdown(context.Cause(s.ctx))
+			return
+		}
+		batch := []*pending{first}
+		count, size := len(first.cmds), first.size
+	fill:
+		for count < s.n.cfg.MaxBatchCommands && size < s.n.cfg.MaxBatchBytes {
+			select {
+			case p := <-s.sendQ:
+				batch = append(batch, p)
+				count += len(p.cmds)
+				size += p.size
+			default:
+				break fill
+			}
+		}
+		s.mu.Lock()
+		if s.dead || s.stale {
+			s.mu.Unlock()
+			for _, p := range batch {
+				p.finish(nil, 0, notAppendedf(ErrNotLeader, "leader changed from %s", s.leaderID))
+			}
+			continue
+		}
+		s.nextID++
+		id := s.nextID
+		s.inflight[id] = batch
+		s.mu.Unlock()
+		cmds := make([]*proto.Command, 0, count)
+		for _, p := range batch {
+			cmds = append(cmds, p.cmds...)
+		}
+		if err := stream.Send(&proto.ForwardRequest{Id: id, Commands: cmds}); err != nil {
+			s.shutdown(err)
+			return
+		}
+	}
+}
+
+func (s *fwdSession) recvLoop(stream grpc.BidiStreamingClient[proto.ForwardRequest, proto.ForwardResponse]) {
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			s.shutdown(err)
+			return
+		}
+		s.mu.Lock()
+		batch, ok := s.inflight[resp.GetId()]
+		delete(s.inflight, resp.GetId())
+		idle := s.stale && len(s.inflight) == 0
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		s.resolve(batch, resp)
+		if idle {
+			s.cancel()
+		}
+	}
+}
+
+func (s *fwdSession) resolve(batch []*pending, resp *proto.ForwardResponse) {
+	var err error
+	switch resp.GetError() {
+	case proto.ForwardError_FORWARD_ERROR_NONE:
+	case proto.ForwardError_FORWARD_ERROR_NOT_LEADER:
+		err = notAppendedf(ErrNotLeader, "%s: %s", s.leaderID, resp.GetErrorText())
+	case proto.ForwardError_FORWARD_ERROR_OUTCOME_UNKNOWN:
+		err = fmt.Errorf("%w: %s: %s", ErrOutcomeUnknown, s.leaderID, resp.GetErrorText())
+	case proto.ForwardError_FORWARD_ERROR_CLOSED:
+		err = notAppendedf(ErrNotLeader, "%s is closing: %s", s.leaderID, resp.GetErrorText())
+	default:
+		err = fmt.Errorf("cluster: forwarded to %s: %s", s.leaderID, resp.GetErrorText())
+	}
+	if err != nil {
+		for _, p := range batch {
+			p.finish(nil, 0, err)
+		}
+		return
+	}
+	want := 0
+	for _, p := range batch {
+		want += len(p.cmds)
+	}
+	res := resp.GetResults()
+	if len(res) != want {
+		err := fmt.Errorf("cluster: %s answered %d results for %d commands", s.leaderID, len(res), want)
+		for _, p := range batch {
+			p.finish(nil, resp.GetIndex(), err)
+		}
+		return
+	}
+	off := 0
+	for _, p := range batch {
+		p.finish(res[off:off+len(p.cmds):off+len(p.cmds)], resp.GetIndex(), nil)
+		off += len(p.cmds)
+	}
+}
+
+// forwardServer is the leader's side of Internal.Forward.
+type forwardServer struct {
+	proto.UnimplementedInternalServer
+	n *Node
+}
+
+// Forward implements proto.InternalServer: each request becomes one pending
+// request of the local group commit; answers go back as they complete.
+func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
+	ctx := stream.Context()
+	out := make(chan *proto.ForwardResponse, 4096)
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case r := <-out:
+				if err := stream.Send(r); err != nil {
+					sendErr <- err
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+		id := req.GetId()
+		p := newPending(req.GetCommands())
+		p.done = nil
+		p.cb = func(res []*proto.Result, index uint64, err error) {
+			r := forwardResponse(id, res, index, err, fs.n)
+			select {
+			case out <- r:
+			case <-ctx.Done():
+			}
+		}
+		fs.n.enqueue(p)
+	}
+}
+
+func forwardResponse(id uint64, res []*proto.Result, index uint64, err error, n *Node) *proto.ForwardResponse {
+	r := &proto.ForwardResponse{Id: id, Results: res, Index: index}
+	if err == nil {
+		return r
+	}
+	r.Results = nil
+	r.ErrorText = err.Error()
+	switch {
+	case isRetryable(err) && errors.Is(err, ErrClosed):
+		r.Error = proto.ForwardError_FORWARD_ERROR_CLOSED
+	case isRetryable(err):
+		r.Error = proto.ForwardError_FORWARD_ERROR_NOT_LEADER
+		r.LeaderId, _ = n.Leader()
+	case errors.Is(err, ErrOutcomeUnknown):
+		r.Error = proto.ForwardError_FORWARD_ERROR_OUTCOME_UNKNOWN
+	default:
+		r.Error = proto.ForwardError_FORWARD_ERROR_FAILED
+	}
+	return r
+}

@@ -1,0 +1,171 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+	gproto "google.golang.org/protobuf/proto"
+)
+
+// envelopeVersion is the only Envelope format this node writes and reads.
+const envelopeVersion = 1
+
+// fsmAdapter is the raft.FSM (and raft.BatchingFSM) of a node: it decodes
+// each entry as a proto.Envelope and applies it to the node's Machine under
+// the node's state lock. It holds no state of its own.
+type fsmAdapter struct {
+	n *Node
+}
+
+var _ raft.BatchingFSM = (*fsmAdapter)(nil)
+
+// decodeEntry decodes a log entry. A replica that cannot read the log must
+// stop rather than diverge, so an undecodable entry panics.
+func decodeEntry(l *raft.Log) *proto.Envelope {
+	env := &proto.Envelope{}
+	if err := gproto.Unmarshal(l.Data, env); err != nil {
+		panic(fmt.Sprintf("cluster: log entry %d is not an Envelope: %v", l.Index, err))
+	}
+	if env.GetVersion() != envelopeVersion {
+		panic(fmt.Sprintf("cluster: log entry %d has envelope version %d, this node reads %d",
+			l.Index, env.GetVersion(), envelopeVersion))
+	}
+	return env
+}
+
+// Apply implements raft.FSM.
+func (a *fsmAdapter) Apply(l *raft.Log) any {
+	return a.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM: it applies a run of committed
+// entries under one acquisition of the state lock.
+func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	envs := make([]*proto.Envelope, len(logs))
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			envs[i] = decodeEntry(l)
+		}
+	}
+	n := a.n
+	sink := localSink{node: n.cfg.NodeID, next: n.cfg.Effects}
+	var last uint64
+	n.stateMu.Lock()
+	for i, l := range logs {
+		last = l.Index
+		if envs[i] == nil {
+			continue
+		}
+		out[i] = n.machine.Apply(fsm.Entry{Index: l.Index, Envelope: envs[i]}, sink)
+	}
+	n.stateMu.Unlock()
+	n.applied.advance(last)
+	return out
+}
+
+// Snapshot implements raft.FSM.
+func (a *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
+	a.n.stateMu.Lock()
+	w, err := a.n.machine.Snapshot()
+	a.n.stateMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: snapshot: %w", err)
+	}
+	return fsmSnapshot{w}, nil
+}
+
+// Restore implements raft.FSM: it builds a fresh Machine from the snapshot
+// and swaps it in.
+func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	m := fsm.New()
+	if err := m.Restore(rc); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	a.n.stateMu.Lock()
+	a.n.machine = m
+	idx := m.AppliedIndex()
+	a.n.stateMu.Unlock()
+	a.n.applied.advance(idx)
+	return nil
+}
+
+type fsmSnapshot struct{ w io.WriterTo }
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.w.WriteTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("cluster: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s fsmSnapshot) Release() {}
+
+// localSink passes on only the effects addressed to this node.
+type localSink struct {
+	node string
+	next fsm.Sink
+}
+
+func (s localSink) Deliver(d *fsm.Delivery) {
+	if s.next != nil && d.Consumer.GetChannel().GetNode() == s.node {
+		s.next.Deliver(d)
+	}
+}
+
+func (s localSink) ConsumerCancelled(c *proto.ConsumerRef) {
+	if s.next != nil && c.GetChannel().GetNode() == s.node {
+		s.next.ConsumerCancelled(c)
+	}
+}
+
+// appliedIndex tracks the highest log index the local state machine has
+// applied and wakes whoever waits for it.
+type appliedIndex struct {
+	mu    sync.Mutex
+	index uint64
+	ch    chan struct{} // closed and replaced on every advance
+}
+
+func newAppliedIndex() *appliedIndex { return &appliedIndex{ch: make(chan struct{})} }
+
+func (a *appliedIndex) advance(i uint64) {
+	a.mu.Lock()
+	if i > a.index {
+		a.index = i
+	}
+	close(a.ch)
+	a.ch = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// load returns the applied index and a channel closed at the next advance.
+func (a *appliedIndex) load() (uint64, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.index, a.ch
+}
+
+// wait blocks until the applied index reaches i.
+func (a *appliedIndex) wait(ctx context.Context, closing <-chan struct{}, i uint64) error {
+	for {
+		cur, ch := a.load()
+		if cur >= i {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-closing:
+			return ErrClosed
+		}
+	}
+}

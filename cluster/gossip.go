@@ -1,0 +1,356 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/proto"
+	gproto "google.golang.org/protobuf/proto"
+)
+
+// metaVersion is the NodeMeta format this node gossips.
+const metaVersion = 1
+
+// Member health as memberlist sees it.
+const (
+	HealthAlive   = "alive"
+	HealthSuspect = "suspect"
+	HealthDead    = "dead"
+	HealthLeft    = "left"
+)
+
+type member struct {
+	meta   *proto.NodeMeta
+	health string
+	since  time.Time // when health last changed
+}
+
+// memberTable is this node's view of the gossip members, fed by memberlist
+// events (memberlist itself forgets dead members).
+type memberTable struct {
+	mu sync.Mutex
+	m  map[string]*member
+}
+
+func newMemberTable() *memberTable { return &memberTable{m: map[string]*member{}} }
+
+func (t *memberTable) get(id string) (member, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m, ok := t.m[id]
+	if !ok {
+		return member{}, false
+	}
+	return *m, true
+}
+
+func (t *memberTable) all() map[string]member {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]member, len(t.m))
+	for id, m := range t.m {
+		out[id] = *m
+	}
+	return out
+}
+
+func (t *memberTable) set(n *memberlist.Node, health string) {
+	meta := &proto.NodeMeta{}
+	if err := gproto.Unmarshal(n.Meta, meta); err != nil || meta.GetId() == "" {
+		meta = &proto.NodeMeta{Id: n.Name}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old, ok := t.m[n.Name]
+	if ok && old.health == health {
+		old.meta = meta
+		return
+	}
+	t.m[n.Name] = &member{meta: meta, health: health, since: time.Now()}
+}
+
+// gossipDelegate gives memberlist this node's metadata and feeds its events
+// into the member table.
+type gossipDelegate struct{ n *Node }
+
+func (d gossipDelegate) NodeMeta(limit int) []byte {
+	b, _ := gproto.Marshal(d.n.localMeta())
+	if len(b) > limit {
+		d.n.log.Error("node metadata exceeds the gossip limit", "size", len(b), "limit", limit)
+		return nil
+	}
+	return b
+}
+func (gossipDelegate) NotifyMsg([]byte)                {}
+func (gossipDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (gossipDelegate) LocalState(bool) []byte          { return nil }
+func (gossipDelegate) MergeRemoteState([]byte, bool)   {}
+
+func (d gossipDelegate) NotifyJoin(m *memberlist.Node) {
+	d.n.members.set(m, HealthAlive)
+	d.n.changed.signal()
+}
+
+func (d gossipDelegate) NotifyLeave(m *memberlist.Node) {
+	h := HealthDead
+	if m.State == memberlist.StateLeft {
+		h = HealthLeft
+	}
+	d.n.members.set(m, h)
+	d.n.changed.signal()
+}
+
+func (d gossipDelegate) NotifyUpdate(m *memberlist.Node) {
+	d.n.members.set(m, HealthAlive)
+	d.n.changed.signal()
+}
+
+func (n *Node) localMeta() *proto.NodeMeta {
+	return &proto.NodeMeta{
+		Version:  metaVersion,
+		Id:       n.cfg.NodeID,
+		RaftAddr: n.advert,
+		GrpcAddr: n.cfg.GRPCAddr,
+		AmqpAddr: n.cfg.AMQPAddr,
+		HasState: n.hasState.Load(),
+	}
+}
+
+func (n *Node) startGossip() error {
+	host, portS, err := net.SplitHostPort(n.cfg.GossipAddr)
+	if err != nil {
+		return fmt.Errorf("cluster: gossip address %q: %w", n.cfg.GossipAddr, err)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return fmt.Errorf("cluster: gossip port %q: %w", portS, err)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	glog := newStdLogger(n.log.With("component", "memberlist"))
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{host},
+		BindPort:  port,
+		Logger:    glog,
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: gossip listen: %w", err)
+	}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = n.cfg.NodeID
+	mc.BindAddr = host
+	mc.BindPort = nt.GetAutoBindPort()
+	if n.cfg.GossipAdvertise != "" {
+		ah, ap, err := net.SplitHostPort(n.cfg.GossipAdvertise)
+		if err != nil {
+			_ = nt.Shutdown()
+			return fmt.Errorf("cluster: gossip advertise %q: %w", n.cfg.GossipAdvertise, err)
+		}
+		mc.AdvertiseAddr = ah
+		mc.AdvertisePort, _ = strconv.Atoi(ap)
+	}
+	mc.Transport = &gossipTransport{Transport: nt, links: n.cfg.Links}
+	mc.Logger = glog
+	d := gossipDelegate{n: n}
+	mc.Delegate = d
+	mc.Events = d
+	if n.cfg.Gossip != nil {
+		n.cfg.Gossip(mc)
+	}
+	list, err := memberlist.Create(mc)
+	if err != nil {
+		_ = nt.Shutdown()
+		return fmt.Errorf("cluster: start gossip: %w", err)
+	}
+	n.list = list
+	return nil
+}
+
+// gossipTransport routes memberlist's traffic through Links.
+type gossipTransport struct {
+	memberlist.Transport
+	links *Links
+}
+
+func (t *gossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if !t.links.Allowed(addr) {
+		return time.Now(), nil // dropped on the floor, like a lost packet
+	}
+	return t.Transport.WriteTo(b, addr)
+}
+
+func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if !t.links.Allowed(addr) {
+		return nil, errLinkDown
+	}
+	c, err := t.Transport.DialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return t.links.track(c, addr)
+}
+
+// joinLoop joins the seeds, retrying until one answers.
+func (n *Node) joinLoop(seeds []string) {
+	defer n.wg.Done()
+	for {
+		k, err := n.list.Join(seeds)
+		if k > 0 {
+			n.log.Info("joined the cluster", "seeds_answered", k)
+			return
+		}
+		n.log.Debug("join failed, retrying", "err", err)
+		t := time.NewTimer(n.cfg.JoinRetryInterval)
+		select {
+		case <-t.C:
+		case <-n.closing:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// setHasState records that this node belongs to a cluster and gossips it.
+func (n *Node) setHasState() {
+	if n.hasState.Swap(true) {
+		return
+	}
+	if n.list != nil {
+		if err := n.list.UpdateNode(time.Second); err != nil {
+			n.log.Debug("gossip update", "err", err)
+		}
+	}
+}
+
+// housekeeping runs on every node: it notices that the node got a raft
+// configuration, bootstraps the cluster when BootstrapExpect members see
+// each other, and re-joins the seeds when the node finds itself alone.
+func (n *Node) housekeeping() {
+	defer n.wg.Done()
+	tick := time.NewTicker(min(n.cfg.ReconcileInterval, time.Second))
+	defer tick.Stop()
+	for {
+		wait := n.changed.wait()
+		n.checkState()
+		if !n.hasState.Load() && n.cfg.BootstrapExpect > 1 {
+			n.maybeBootstrap()
+		}
+		if n.list.NumMembers() == 1 && len(n.cfg.Join) > 0 {
+			if k, _ := n.list.Join(n.cfg.Join); k > 0 {
+				n.log.Info("re-joined the cluster")
+			}
+		}
+		select {
+		case <-wait:
+		case <-tick.C:
+		case <-n.closing:
+			return
+		}
+	}
+}
+
+// checkState sets hasState once the node has a raft configuration.
+func (n *Node) checkState() {
+	if n.hasState.Load() {
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() == nil && len(f.Configuration().Servers) > 0 {
+		n.setHasState()
+	}
+}
+
+// maybeBootstrap bootstraps the cluster when BootstrapExpect members are
+// alive, none of them belongs to a cluster yet, and this node has the
+// lowest id: exactly one node bootstraps, with every member a voter.
+func (n *Node) maybeBootstrap() {
+	var ids []string
+	servers := map[string]string{}
+	for _, m := range n.list.Members() {
+		meta := &proto.NodeMeta{}
+		if err := gproto.Unmarshal(m.Meta, meta); err != nil || meta.GetRaftAddr() == "" {
+			continue
+		}
+		if meta.GetHasState() && meta.GetId() != n.cfg.NodeID {
+			return // a cluster exists: its leader adds us
+		}
+		ids = append(ids, meta.GetId())
+		servers[meta.GetId()] = meta.GetRaftAddr()
+	}
+	if len(ids) < n.cfg.BootstrapExpect {
+		return
+	}
+	sort.Strings(ids)
+	if ids[0] != n.cfg.NodeID {
+		return
+	}
+	cfg := make([]raft.Server, 0, len(ids))
+	for _, id := range ids {
+		cfg = append(cfg, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(servers[id])})
+	}
+	if err := n.bootstrap(cfg); err != nil {
+		n.log.Error("bootstrap failed", "err", err)
+	}
+}
+
+// MemberInfo describes one member of the cluster.
+type MemberInfo struct {
+	ID       string
+	RaftAddr string
+	GRPCAddr string
+	AMQPAddr string
+	// Health is alive, suspect, dead or left as memberlist sees it ("" when
+	// the node is in the raft configuration but was never seen).
+	Health string
+	// Suffrage is voter, nonvoter or "" when not in the raft configuration.
+	Suffrage string
+	Leader   bool
+}
+
+// Members lists the gossip members and the raft configuration's servers,
+// sorted by id.
+func (n *Node) Members() []MemberInfo {
+	byID := map[string]*MemberInfo{}
+	for id, m := range n.members.all() {
+		byID[id] = &MemberInfo{ID: id, RaftAddr: m.meta.GetRaftAddr(), GRPCAddr: m.meta.GetGrpcAddr(),
+			AMQPAddr: m.meta.GetAmqpAddr(), Health: m.health}
+	}
+	if n.list != nil {
+		for _, ln := range n.list.Members() {
+			if mi, ok := byID[ln.Name]; ok && ln.State == memberlist.StateSuspect {
+				mi.Health = HealthSuspect
+			}
+		}
+	}
+	self := n.localMeta()
+	byID[self.Id] = &MemberInfo{ID: self.Id, RaftAddr: self.RaftAddr, GRPCAddr: self.GrpcAddr, AMQPAddr: self.AmqpAddr, Health: HealthAlive}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			mi, ok := byID[string(s.ID)]
+			if !ok {
+				mi = &MemberInfo{ID: string(s.ID), RaftAddr: string(s.Address)}
+				byID[string(s.ID)] = mi
+			}
+			if s.Suffrage == raft.Voter {
+				mi.Suffrage = "voter"
+			} else {
+				mi.Suffrage = "nonvoter"
+			}
+		}
+	}
+	leaderID, _ := n.Leader()
+	out := make([]MemberInfo, 0, len(byID))
+	for _, mi := range byID {
+		mi.Leader = mi.ID == leaderID
+		out = append(out, *mi)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

@@ -1,0 +1,337 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// leaderTerm is one stretch of leadership of this node. Its loops run
+// until ctx is cancelled, when leadership is lost.
+type leaderTerm struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// monitorLeadership follows raft's leadership notifications: on gaining
+// leadership it starts leaderLoop, on losing it cancels the loop's context
+// and waits for it to stop.
+func (n *Node) monitorLeadership() {
+	defer n.wg.Done()
+	var cur *leaderTerm
+	stop := func() {
+		if cur == nil {
+			return
+		}
+		n.lead.Store(nil)
+		cur.cancel()
+		<-cur.done
+		cur = nil
+		n.changed.signal()
+	}
+	for {
+		select {
+		case isLeader := <-n.notifyCh:
+			if isLeader && cur == nil {
+				ctx, cancel := context.WithCancel(context.Background())
+				cur = &leaderTerm{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+				go n.leaderLoop(cur)
+			} else if !isLeader {
+				stop()
+			}
+		case <-n.closing:
+			stop()
+			return
+		}
+	}
+}
+
+// leaderLoop runs one term of leadership: barrier, then establish (stamp
+// floor, readiness, defaults), then the leader-only loops, whose only
+// output is proposed commands.
+func (n *Node) leaderLoop(lt *leaderTerm) {
+	defer close(lt.done)
+	n.log.Info("gained leadership")
+	defer n.log.Info("lost leadership")
+	for {
+		err := n.raft.Barrier(n.cfg.LeaderWait).Error()
+		if err == nil {
+			break
+		}
+		n.log.Warn("barrier failed", "err", err)
+		if !sleepCtx(lt.ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+	// Everything committed before this term is applied: the log clock is the
+	// latest stamp any earlier leader gave, so ours continue from there.
+	var clock int64
+	n.View(func(m *fsm.Machine) { clock = m.Clock() })
+	n.stamp.raise(clock)
+	n.lead.Store(lt)
+	n.changed.signal()
+
+	var wg sync.WaitGroup
+	for _, loop := range []func(context.Context){n.initDefaults, n.expiryLoop, n.leaseLoop, n.reconcileLoop} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			loop(lt.ctx)
+		}()
+	}
+	wg.Wait()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// initialized reports whether the defaults were ever proposed. It uses the
+// state machine's Initialized when it has one; otherwise any applied
+// command means a leader came before.
+func initialized(m *fsm.Machine) bool {
+	if i, ok := any(m).(interface{ Initialized() bool }); ok {
+		return i.Initialized()
+	}
+	return m.AppliedIndex() > 0
+}
+
+// defaultCommands are the first entry of a new cluster: the "/" vhost, the
+// default user (an administrator) and its permissions on "/".
+func (n *Node) defaultCommands() ([]*proto.Command, error) {
+	salt := make([]byte, fsm.PasswordSaltLen)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, err
+	}
+	u := n.cfg.DefaultUser
+	return []*proto.Command{
+		{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/", Description: "Default virtual host"}}},
+		{Cmd: &proto.Command_UserPut{UserPut: &proto.UserPut{
+			Name:          u,
+			PasswordHash:  fsm.HashPassword(salt, n.cfg.DefaultPassword),
+			HashAlgorithm: fsm.PasswordHashAlgorithm,
+			Tags:          []string{"administrator"},
+		}}},
+		{Cmd: &proto.Command_PermissionSet{PermissionSet: &proto.PermissionSet{
+			User: u, Vhost: "/", Configure: ".*", Write: ".*", Read: ".*",
+		}}},
+	}, nil
+}
+
+// initDefaults proposes the defaults in one entry if the state machine was
+// never initialised.
+func (n *Node) initDefaults(ctx context.Context) {
+	for {
+		var done bool
+		n.View(func(m *fsm.Machine) { done = initialized(m) })
+		if done {
+			return
+		}
+		cmds, err := n.defaultCommands()
+		if err == nil {
+			_, err = n.SubmitBatch(ctx, cmds)
+		}
+		if err == nil {
+			n.log.Info("created the default vhost and user", "user", n.cfg.DefaultUser)
+			return
+		}
+		n.log.Warn("proposing the defaults failed", "err", err)
+		if !sleepCtx(ctx, 200*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// dueLoop is the shape of the expiry and lease schedulers: sleep on the
+// Clock until next() falls due, then propose(now), where now is the least
+// stamp the entry can get; wake early after every apply (a new, earlier
+// deadline may have appeared). If a proposal leaves the same deadline due
+// (the state machine disagreed), back off before proposing again.
+func (n *Node) dueLoop(ctx context.Context, what string,
+	next func(m *fsm.Machine) (int64, bool), propose func(ctx context.Context, now int64) (bool, error)) {
+	lastProposed := int64(-1 << 63)
+	backoff := time.Duration(0)
+	retry := false // the backoff ran out: propose even if it looks stuck
+	for {
+		_, applied := n.applied.load()
+		var at int64
+		var ok bool
+		n.View(func(m *fsm.Machine) { at, ok = next(m) })
+		var timer Timer
+		if ok {
+			now := n.stamp.peek()
+			switch {
+			case at <= now && at <= lastProposed && !retry:
+				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+				n.log.Debug("due work still due after its proposal", "what", what, "deadline", at, "backoff", backoff)
+				t := n.cfg.Clock.NewTimer(backoff)
+				select {
+				case <-t.C():
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+				retry = true
+				continue
+			case at <= now:
+				retry = false
+				proposed, err := propose(ctx, now)
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					n.log.Warn("proposal failed", "what", what, "err", err)
+					if !sleepCtx(ctx, 100*time.Millisecond) {
+						return
+					}
+					continue
+				}
+				if proposed {
+					if at > lastProposed {
+						backoff = 0
+					}
+					lastProposed = now
+					continue
+				}
+				timer = n.cfg.Clock.NewTimer(50 * time.Millisecond)
+			default:
+				timer = n.cfg.Clock.NewTimer(time.Duration(at-now) * time.Millisecond)
+			}
+		}
+		var fire <-chan time.Time
+		if timer != nil {
+			fire = timer.C()
+		}
+		select {
+		case <-fire:
+		case <-applied:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// expiryLoop proposes ONE Expire naming every queue with a message due.
+func (n *Node) expiryLoop(ctx context.Context) {
+	n.dueLoop(ctx, "expire", (*fsm.Machine).NextDeadline, func(ctx context.Context, now int64) (bool, error) {
+		var due []*proto.QueueRef
+		n.View(func(m *fsm.Machine) { due = m.DueExpiries(now) })
+		if len(due) == 0 {
+			return false, nil
+		}
+		res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Expire{Expire: &proto.Expire{Queues: due}}})
+		if err == nil && res.GetCode() != 0 {
+			n.log.Warn("expire refused", "code", res.GetCode(), "text", res.GetText())
+		}
+		return err == nil, err
+	})
+}
+
+// leaseLoop proposes ExpireQueue for each queue whose x-expires lease is
+// due, in one entry.
+func (n *Node) leaseLoop(ctx context.Context) {
+	n.dueLoop(ctx, "expire-queue", (*fsm.Machine).NextLeaseDue, func(ctx context.Context, now int64) (bool, error) {
+		var due []*proto.QueueRef
+		n.View(func(m *fsm.Machine) { due = m.DueLeases(now) })
+		if len(due) == 0 {
+			return false, nil
+		}
+		cmds := make([]*proto.Command, len(due))
+		for i, q := range due {
+			cmds[i] = &proto.Command{Cmd: &proto.Command_ExpireQueue{ExpireQueue: &proto.ExpireQueue{Queue: q}}}
+		}
+		_, err := n.SubmitBatch(ctx, cmds)
+		return err == nil, err
+	})
+}
+
+// reconcileLoop keeps the raft configuration in line with the members:
+// alive members become voters, members that left are removed, and members
+// dead for longer than NodeDownAfter (or gone) are declared down once.
+func (n *Node) reconcileLoop(ctx context.Context) {
+	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/2+time.Millisecond))
+	defer tick.Stop()
+	downed := map[string]bool{}
+	for {
+		wait := n.changed.wait()
+		n.reconcile(ctx, downed)
+		select {
+		case <-wait:
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return
+	}
+	inConfig := map[string]raft.Server{}
+	for _, s := range f.Configuration().Servers {
+		inConfig[string(s.ID)] = s
+	}
+	for id, m := range n.members.all() {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		srv, in := inConfig[id]
+		switch m.health {
+		case HealthAlive:
+			delete(downed, id)
+			addr := m.meta.GetRaftAddr()
+			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
+				continue
+			}
+			n.log.Info("adding voter", "id", id, "addr", addr)
+			if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait).Error(); err != nil {
+				n.log.Warn("add voter failed", "id", id, "err", err)
+			}
+		case HealthLeft:
+			if in {
+				n.log.Info("removing a member that left", "id", id)
+				if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait).Error(); err != nil {
+					n.log.Warn("remove server failed", "id", id, "err", err)
+				}
+			}
+			n.proposeNodeDown(ctx, id, downed)
+		case HealthDead:
+			if time.Since(m.since) >= n.cfg.NodeDownAfter {
+				n.proposeNodeDown(ctx, id, downed)
+			}
+		}
+	}
+}
+
+func (n *Node) proposeNodeDown(ctx context.Context, id string, downed map[string]bool) {
+	if downed[id] {
+		return
+	}
+	res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: id}}})
+	if err != nil {
+		n.log.Warn("node-down proposal failed", "id", id, "err", err)
+		return
+	}
+	downed[id] = true
+	n.log.Info("declared node down", "id", id, "index", res.GetIndex())
+}

@@ -1,0 +1,669 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+	"google.golang.org/grpc"
+)
+
+// Config is what a node is started with. Addresses are host:port.
+type Config struct {
+	// NodeID is the node's id, unique in the cluster and stable across
+	// restarts (it is the raft server id and the memberlist name).
+	NodeID string
+	// DataDir holds raft.db (log and stable store) and the snapshots.
+	DataDir string
+	// RaftAddr is the raft transport listen address; RaftAdvertise the
+	// address peers dial (default: RaftAddr, or the first private IP when
+	// RaftAddr has no host).
+	RaftAddr      string
+	RaftAdvertise string
+	// GRPCAddr and AMQPAddr are the gRPC and AMQP addresses advertised to
+	// peers (the caller serves them).
+	GRPCAddr string
+	AMQPAddr string
+	// GossipAddr is the memberlist listen address (TCP and UDP);
+	// GossipAdvertise the address peers use (default: derived by memberlist).
+	GossipAddr      string
+	GossipAdvertise string
+	// Join lists gossip addresses of nodes to join; the node retries until
+	// one answers.
+	Join []string
+	// BootstrapExpect is the number of nodes that must see each other before
+	// the cluster bootstraps (default 1: a lone node bootstraps at once).
+	BootstrapExpect int
+	// GRPCServer receives the internal Forward service; the caller serves it
+	// (after Start returns).
+	GRPCServer *grpc.Server
+	// Effects receives the effects addressed to this node (deliveries to its
+	// consumers, cancellations of its consumers). It is called under the
+	// state lock, in log order: it must not block for long nor call back
+	// into the node.
+	Effects fsm.Sink
+	// Clock stamps the log and drives the leader's schedulers (default: the
+	// wall clock).
+	Clock Clock
+	// Logger receives the node's logs (default: slog.Default()).
+	Logger *slog.Logger
+	// DefaultUser and DefaultPassword are the user the first leader creates
+	// in a new cluster (default guest/guest).
+	DefaultUser     string
+	DefaultPassword string
+
+	// Timing knobs; zero values mean production defaults.
+
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune raft
+	// (defaults 1 s, 1 s, 500 ms).
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout is how long raft waits before replicating an idle
+	// commit index (default 5 ms).
+	CommitTimeout time.Duration
+	// SnapshotThreshold, SnapshotInterval and TrailingLogs tune raft
+	// snapshots (defaults 8192 entries, 30 s, 10240 entries).
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	// NodeDownAfter is how long a member stays dead before the leader
+	// proposes NodeDown for it (default 5 s).
+	NodeDownAfter time.Duration
+	// ReconcileInterval is how often the leader reconciles members with the
+	// raft configuration, besides member events (default 5 s).
+	ReconcileInterval time.Duration
+	// JoinRetryInterval is the pause between join attempts (default 1 s).
+	JoinRetryInterval time.Duration
+	// LeaderWait bounds how long Submit waits for a leader when its context
+	// has no deadline (default 10 s).
+	LeaderWait time.Duration
+	// Gossip adjusts the memberlist configuration (tests tighten timings).
+	Gossip func(*memberlist.Config)
+	// Links cuts links for fault-injection tests (nil: no faults).
+	Links *Links
+	// MaxBatchCommands and MaxBatchBytes bound one log entry built by group
+	// commit (defaults 1024 commands, 1 MiB; a larger single request still
+	// goes alone into one entry).
+	MaxBatchCommands int
+	MaxBatchBytes    int
+}
+
+func (c *Config) setDefaults() error {
+	if c.NodeID == "" {
+		return errors.New("cluster: NodeID is required")
+	}
+	if c.DataDir == "" {
+		return errors.New("cluster: DataDir is required")
+	}
+	if c.RaftAddr == "" {
+		return errors.New("cluster: RaftAddr is required")
+	}
+	if c.GossipAddr == "" {
+		return errors.New("cluster: GossipAddr is required")
+	}
+	if c.BootstrapExpect <= 0 {
+		c.BootstrapExpect = 1
+	}
+	if c.Clock == nil {
+		c.Clock = RealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.DefaultUser == "" {
+		c.DefaultUser = "guest"
+	}
+	if c.DefaultPassword == "" {
+		c.DefaultPassword = "guest"
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatTimeout, time.Second)
+	def(&c.ElectionTimeout, time.Second)
+	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
+	def(&c.CommitTimeout, 5*time.Millisecond)
+	def(&c.SnapshotInterval, 30*time.Second)
+	def(&c.NodeDownAfter, 5*time.Second)
+	def(&c.ReconcileInterval, 5*time.Second)
+	def(&c.JoinRetryInterval, time.Second)
+	def(&c.LeaderWait, 10*time.Second)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.MaxBatchCommands <= 0 {
+		c.MaxBatchCommands = 1024
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 1 << 20
+	}
+	return nil
+}
+
+// Node is one raftmq cluster member: a raft replica of the state machine,
+// a memberlist member, and the path by which commands reach the leader.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	stamp  *stamper
+	raft   *raft.Raft
+	store  *raftboltdb.BoltStore
+	trans  *raft.NetworkTransport
+	list   *memberlist.Memberlist
+	fwd    *forwarder
+	advert string // advertised raft address
+
+	// stateMu serialises Apply with every read of machine.
+	stateMu sync.Mutex
+	machine *fsm.Machine
+	applied *appliedIndex
+
+	lead    atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
+	changed *broadcast                 // leader, readiness or membership changed
+
+	members  *memberTable
+	hasState atomic.Bool
+
+	applyQ    chan *pending
+	completeQ chan inflightEntry
+	sem       chan struct{}
+
+	notifyCh chan bool
+	closing  chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// Start opens the node's storage, starts raft, memberlist and the
+// forwarding service, and returns at once: joining, bootstrapping and
+// elections go on in the background.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
+		stamp:     &stamper{clock: cfg.Clock},
+		machine:   fsm.New(),
+		applied:   newAppliedIndex(),
+		changed:   newBroadcast(),
+		members:   newMemberTable(),
+		applyQ:    make(chan *pending, 4096),
+		completeQ: make(chan inflightEntry, maxInflight),
+		sem:       make(chan struct{}, maxInflight),
+		notifyCh:  make(chan bool, 16),
+		closing:   make(chan struct{}),
+	}
+	n.fwd = newForwarder(n)
+	if err := n.startRaft(); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	if cfg.GRPCServer != nil {
+		proto.RegisterInternalServer(cfg.GRPCServer, &forwardServer{n: n})
+	}
+	if err := n.startGossip(); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	if !n.hasState.Load() && cfg.BootstrapExpect == 1 {
+		if err := n.bootstrap([]raft.Server{{ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(n.advert)}}); err != nil {
+			_ = n.Close()
+			return nil, err
+		}
+	}
+	n.wg.Add(4)
+	go n.runBatcher()
+	go n.runCompleter()
+	go n.monitorLeadership()
+	go n.housekeeping()
+	if len(cfg.Join) > 0 {
+		n.wg.Add(1)
+		go n.joinLoop(cfg.Join)
+	}
+	_ = ctx
+	return n, nil
+}
+
+func (n *Node) startRaft() error {
+	cfg := &n.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("cluster: data dir: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("cluster: open raft.db: %w", err)
+	}
+	n.store = store
+	hlog := newHCLogger(n.log.With("component", "raft"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
+	if err != nil {
+		return fmt.Errorf("cluster: snapshot store: %w", err)
+	}
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		return fmt.Errorf("cluster: log cache: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.RaftAddr)
+	if err != nil {
+		return fmt.Errorf("cluster: raft listen: %w", err)
+	}
+	n.advert, err = advertiseAddr(cfg.RaftAdvertise, ln.Addr().String())
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  layer,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  hlog,
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hlog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NotifyCh = n.notifyCh
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("cluster: raft config: %w", err)
+	}
+	has, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	n.hasState.Store(has)
+	r, err := raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("cluster: start raft: %w", err)
+	}
+	n.raft = r
+	obs := make(chan raft.Observation, 16)
+	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	}))
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			select {
+			case <-obs:
+				n.changed.signal()
+			case <-n.closing:
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// advertiseAddr picks the address peers dial: the explicit one, else the
+// listener's, with an unspecified host replaced by a private IP.
+func advertiseAddr(explicit, listen string) (string, error) {
+	if explicit != "" {
+		return explicit, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("cluster: address %q: %w", listen, err)
+	}
+	ip := net.ParseIP(host)
+	if ip != nil && !ip.IsUnspecified() {
+		return listen, nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+				return net.JoinHostPort(ipn.IP.String(), port), nil
+			}
+		}
+	}
+	return net.JoinHostPort("127.0.0.1", port), nil
+}
+
+// bootstrap writes the first raft configuration.
+func (n *Node) bootstrap(servers []raft.Server) error {
+	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("cluster: bootstrap: %w", err)
+	}
+	n.log.Info("bootstrapped the cluster", "voters", len(servers))
+	n.setHasState()
+	return nil
+}
+
+// NodeID is this node's id.
+func (n *Node) NodeID() string { return n.cfg.NodeID }
+
+// RaftAddr is the raft address peers dial.
+func (n *Node) RaftAddr() string { return n.advert }
+
+// IsLeader reports whether this node is the leader and ready to accept
+// commands (its first barrier has passed).
+func (n *Node) IsLeader() bool { return n.lead.Load() != nil }
+
+// Leader returns the id and raft address of the leader this node knows of
+// (empty when none).
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// View runs fn with the state machine under the state lock. fn must only
+// read, and must not keep m or anything it returns beyond the call.
+func (n *Node) View(fn func(m *fsm.Machine)) {
+	n.stateMu.Lock()
+	defer n.stateMu.Unlock()
+	fn(n.machine)
+}
+
+// ConsistentView runs fn like View after making sure this node is the
+// leader and has applied everything committed before the call (a raft
+// barrier). On a follower it returns ErrNotLeader.
+func (n *Node) ConsistentView(ctx context.Context, fn func(m *fsm.Machine)) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if err := n.Barrier(ctx); err != nil {
+		return err
+	}
+	n.View(fn)
+	return nil
+}
+
+// Barrier waits until every entry committed before the call is applied
+// here. It runs on the leader only.
+func (n *Node) Barrier(ctx context.Context) error {
+	timeout := n.cfg.LeaderWait
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if err := n.raft.Barrier(timeout).Error(); err != nil {
+		return mapRaftError(err)
+	}
+	return nil
+}
+
+// AppliedIndex is the highest log index the local state machine has
+// applied.
+func (n *Node) AppliedIndex() uint64 {
+	i, _ := n.applied.load()
+	return i
+}
+
+// WaitApplied blocks until the local state machine has applied index.
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	return n.applied.wait(ctx, n.closing, index)
+}
+
+// Stats is a summary of the node's raft state.
+type Stats struct {
+	State             string
+	Term              uint64
+	CommitIndex       uint64
+	AppliedIndex      uint64 // raft's applied index
+	FSMIndex          uint64 // the state machine's applied index
+	LastLogIndex      uint64
+	LastSnapshotIndex uint64
+	LastContact       string
+	LeaderID          string
+	LeaderAddr        string
+	// ClockMs is the state machine's log clock.
+	ClockMs int64
+}
+
+// Stats returns the node's raft state, term and indexes.
+func (n *Node) Stats() Stats {
+	m := n.raft.Stats()
+	u := func(k string) uint64 {
+		v, _ := strconv.ParseUint(m[k], 10, 64)
+		return v
+	}
+	s := Stats{
+		State:             m["state"],
+		Term:              u("term"),
+		CommitIndex:       u("commit_index"),
+		AppliedIndex:      u("applied_index"),
+		LastLogIndex:      u("last_log_index"),
+		LastSnapshotIndex: u("last_snapshot_index"),
+		LastContact:       m["last_contact"],
+		FSMIndex:          n.AppliedIndex(),
+	}
+	s.LeaderID, s.LeaderAddr = n.Leader()
+	n.View(func(m *fsm.Machine) { s.ClockMs = m.Clock() })
+	return s
+}
+
+// TransferLeadership hands leadership to the node id (empty: the most
+// up-to-date follower) and waits for the transfer. It runs on the leader.
+func (n *Node) TransferLeadership(id string) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		srv, ok := n.server(id)
+		if !ok {
+			return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
+		}
+		f = n.raft.LeadershipTransferToServer(srv.ID, srv.Address)
+	}
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("cluster: transfer leadership: %w", mapRaftError(err))
+	}
+	return nil
+}
+
+// RemoveNode removes the node id from the raft configuration. It runs on
+// the leader.
+func (n *Node) RemoveNode(id string) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if _, ok := n.server(id); !ok {
+		return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait).Error(); err != nil {
+		return fmt.Errorf("cluster: remove %s: %w", id, mapRaftError(err))
+	}
+	return nil
+}
+
+// server finds id in the latest raft configuration.
+func (n *Node) server(id string) (raft.Server, bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return raft.Server{}, false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return s, true
+		}
+	}
+	return raft.Server{}, false
+}
+
+// Leave leaves the cluster gracefully: the leader first hands over its
+// leadership, then the node announces its departure through memberlist (the
+// leader removes it from the raft configuration), waits until it is out of
+// the configuration (bounded) and closes.
+func (n *Node) Leave() error {
+	if n.raft.State() == raft.Leader && n.voters() > 1 {
+		if err := n.TransferLeadership(""); err != nil {
+			n.log.Warn("leave: leadership transfer failed", "err", err)
+		}
+	}
+	if n.list != nil {
+		if err := n.list.Leave(n.cfg.LeaderWait); err != nil {
+			n.log.Warn("leave: gossip leave failed", "err", err)
+		}
+	}
+	if n.voters() > 1 {
+		deadline := time.Now().Add(n.cfg.LeaderWait)
+		for time.Now().Before(deadline) {
+			if _, in := n.server(n.cfg.NodeID); !in {
+				break
+			}
+			_, ch := n.applied.load()
+			select {
+			case <-ch:
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return n.Close()
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}
+
+// Close stops the node without leaving the cluster (peers see it fail).
+func (n *Node) Close() error {
+	n.closeMu.Lock()
+	if n.closed {
+		n.closeMu.Unlock()
+		return nil
+	}
+	n.closed = true
+	close(n.closing)
+	n.closeMu.Unlock()
+	n.fwd.close()
+	var err error
+	if n.raft != nil {
+		err = n.raft.Shutdown().Error()
+	}
+	n.wg.Wait()
+	n.cleanup()
+	return err
+}
+
+// cleanup releases what Start opened.
+func (n *Node) cleanup() {
+	if n.list != nil {
+		_ = n.list.Shutdown()
+	}
+	if n.raft != nil && !n.closed {
+		_ = n.raft.Shutdown().Error()
+	}
+	if n.trans != nil {
+		_ = n.trans.Close()
+	}
+	if n.store != nil {
+		_ = n.store.Close()
+	}
+}
+
+// streamLayer is the raft TCP transport's network, routed through Links.
+type streamLayer struct {
+	ln     net.Listener
+	advert string
+	links  *Links
+}
+
+func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
+func (s *streamLayer) Close() error              { return s.ln.Close() }
+func (s *streamLayer) Addr() net.Addr            { return advertAddr(s.advert) }
+func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return s.links.dial(context.Background(), string(addr), timeout)
+}
+
+type advertAddr string
+
+func (a advertAddr) Network() string { return "tcp" }
+func (a advertAddr) String() string  { return string(a) }
+
+// broadcast wakes every waiter at each signal.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) signal() {
+	b.mu.Lock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// LogEntries calls fn for each command entry still in the local raft log
+// (entries compacted into a snapshot are gone), in index order, until fn
+// returns false. It is meant for diagnostics and tests.
+func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error {
+	first, err := n.store.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := n.store.LastIndex()
+	if err != nil {
+		return err
+	}
+	for i := first; i <= last && i > 0; i++ {
+		var l raft.Log
+		if err := n.store.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				continue
+			}
+			return err
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if !fn(l.Index, decodeEntry(&l)) {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/proto"
+	gproto "google.golang.org/protobuf/proto"
+)
+
+// maxInflight bounds the log entries the leader has handed to raft and not
+// yet seen committed (the group-commit pipeline depth).
+const maxInflight = 128
+
+// pending is one request waiting for its results: commands a local caller
+// submitted, or one forwarded request. Its commands always travel in one
+// log entry.
+type pending struct {
+	cmds []*proto.Command
+	size int
+	once sync.Once
+	done chan struct{}
+	cb   func(res []*proto.Result, index uint64, err error)
+
+	res   []*proto.Result
+	index uint64
+	err   error
+}
+
+func newPending(cmds []*proto.Command) *pending {
+	size := 0
+	for _, c := range cmds {
+		size += gproto.Size(c)
+	}
+	return &pending{cmds: cmds, size: size, done: make(chan struct{})}
+}
+
+// finish records the outcome once; later calls are ignored.
+func (p *pending) finish(res []*proto.Result, index uint64, err error) {
+	p.once.Do(func() {
+		p.res, p.index, p.err = res, index, err
+		if p.cb != nil {
+			p.cb(res, index, err)
+		}
+		if p.done != nil {
+			close(p.done)
+		}
+	})
+}
+
+type inflightEntry struct {
+	f     raft.ApplyFuture
+	batch []*pending
+}
+
+// Submit proposes one command and returns its result once the command has
+// committed AND this node's state machine has applied it (so the effects for
+// local consumers have been emitted and the caller reads its own write).
+// On a follower the command is forwarded to the leader. Commands that never
+// reached a leader are sent again while a leader is awaited; an error never
+// hides a commit, and ErrOutcomeUnknown means the outcome is unknown.
+func (n *Node) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
+	res, err := n.SubmitBatch(ctx, []*proto.Command{cmd})
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// SubmitBatch is Submit for several commands: they go into ONE log entry,
+// in order, and the results come back in the same order.
+func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	if !hasDeadline {
+		deadline = time.Now().Add(n.cfg.LeaderWait)
+	}
+	for {
+		if n.isClosed() {
+			return nil, ErrClosed
+		}
+		res, index, err := n.route(ctx, deadline, cmds)
+		if err == nil {
+			if len(res) != len(cmds) {
+				return nil, fmt.Errorf("cluster: %d results for %d commands", len(res), len(cmds))
+			}
+			if err := n.applied.wait(ctx, n.closing, index); err != nil {
+				return nil, fmt.Errorf("cluster: committed at %d, not yet applied here: %w", index, err)
+			}
+			return res, nil
+		}
+		if !isRetryable(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return nil, err
+		}
+		// Nothing reached the log: wait for a leader change and try again.
+		wait := n.changed.wait()
+		t := time.NewTimer(min(50*time.Millisecond, time.Until(deadline)))
+		select {
+		case <-wait:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-n.closing:
+		}
+		t.Stop()
+	}
+}
+
+// route sends the commands once: into the local group commit on a ready
+// leader, over the forwarding stream otherwise.
+func (n *Node) route(ctx context.Context, deadline time.Time, cmds []*proto.Command) ([]*proto.Result, uint64, error) {
+	target, err := n.waitLeader(ctx, deadline)
+	if err != nil {
+		return nil, 0, err
+	}
+	p := newPending(cmds)
+	if target.self {
+		n.enqueue(p)
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+		return p.res, p.index, p.err
+	}
+	return n.fwd.submit(ctx, target, p)
+}
+
+type leaderTarget struct {
+	self     bool
+	id, addr string // the leader's id and gRPC address
+}
+
+// waitLeader returns where commands go now, waiting for a leader (and its
+// gRPC address) until the deadline.
+func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (leaderTarget, error) {
+	for {
+		wait := n.changed.wait()
+		if n.lead.Load() != nil {
+			return leaderTarget{self: true}, nil
+		}
+		if n.raft.State() != raft.Leader {
+			_, id := n.raft.LeaderWithID()
+			if id != "" && string(id) != n.cfg.NodeID {
+				if m, ok := n.members.get(string(id)); ok && m.meta.GetGrpcAddr() != "" {
+					return leaderTarget{id: string(id), addr: m.meta.GetGrpcAddr()}, nil
+				}
+			}
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return leaderTarget{}, ErrNoLeader
+		}
+		t := time.NewTimer(min(left, 100*time.Millisecond))
+		select {
+		case <-wait:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return leaderTarget{}, ctx.Err()
+		case <-n.closing:
+			t.Stop()
+			return leaderTarget{}, ErrClosed
+		}
+		t.Stop()
+	}
+}
+
+// enqueue hands p to the leader's group commit.
+func (n *Node) enqueue(p *pending) {
+	if n.lead.Load() == nil {
+		p.finish(nil, 0, notAppended(ErrNotLeader))
+		return
+	}
+	select {
+	case n.applyQ <- p:
+	case <-n.closing:
+		p.finish(nil, 0, notAppended(ErrClosed))
+	}
+}
+
+func (n *Node) isClosed() bool {
+	select {
+	case <-n.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// runBatcher is the group commit: it drains the queue of pending requests
+// into one Envelope (bounded in commands and bytes), stamps it and hands it
+// to raft without waiting for earlier entries to commit.
+func (n *Node) runBatcher() {
+	defer n.wg.Done()
+	defer close(n.completeQ)
+	for {
+		var first *pending
+		select {
+		case first = <-n.applyQ:
+		case <-n.closing:
+			n.drainApplyQ()
+			return
+		}
+		batch := []*pending{first}
+		count, size := len(first.cmds), first.size
+	fill:
+		for count < n.cfg.MaxBatchCommands && size < n.cfg.MaxBatchBytes {
+			select {
+			case p := <-n.applyQ:
+				if count+len(p.cmds) > n.cfg.MaxBatchCommands || size+p.size > n.cfg.MaxBatchBytes {
+					n.proposeBatch(batch, count)
+					batch, count, size = nil, 0, 0
+				}
+				batch = append(batch, p)
+				count += len(p.cmds)
+				size += p.size
+			default:
+				break fill
+			}
+		}
+		n.proposeBatch(batch, count)
+	}
+}
+
+func (n *Node) drainApplyQ() {
+	for {
+		select {
+		case p := <-n.applyQ:
+			p.finish(nil, 0, notAppended(ErrClosed))
+		default:
+			return
+		}
+	}
+}
+
+func (n *Node) proposeBatch(batch []*pending, count int) {
+	if len(batch) == 0 {
+		return
+	}
+	select {
+	case n.sem <- struct{}{}:
+	case <-n.closing:
+		for _, p := range batch {
+			p.finish(nil, 0, notAppended(ErrClosed))
+		}
+		return
+	}
+	if n.lead.Load() == nil {
+		<-n.sem
+		for _, p := range batch {
+			p.finish(nil, 0, notAppended(ErrNotLeader))
+		}
+		return
+	}
+	cmds := make([]*proto.Command, 0, count)
+	for _, p := range batch {
+		cmds = append(cmds, p.cmds...)
+	}
+	env := &proto.Envelope{Version: envelopeVersion, StampMs: n.stamp.next(), Commands: cmds}
+	data, err := gproto.Marshal(env)
+	if err != nil {
+		<-n.sem
+		for _, p := range batch {
+			p.finish(nil, 0, notAppended(fmt.Errorf("cluster: encode entry: %w", err)))
+		}
+		return
+	}
+	f := n.raft.Apply(data, 0)
+	n.completeQ <- inflightEntry{f: f, batch: batch}
+}
+
+// runCompleter waits for each proposed entry in log order and hands every
+// request its results.
+func (n *Node) runCompleter() {
+	defer n.wg.Done()
+	for it := range n.completeQ {
+		err := it.f.Error()
+		<-n.sem
+		if err != nil {
+			err = mapRaftError(err)
+			for _, p := range it.batch {
+				p.finish(nil, 0, err)
+			}
+			continue
+		}
+		idx := it.f.Index()
+		results, ok := it.f.Response().([]*proto.Result)
+		want := 0
+		for _, p := range it.batch {
+			want += len(p.cmds)
+		}
+		if !ok || len(results) != want {
+			err := fmt.Errorf("cluster: entry %d: state machine returned %d results for %d commands", idx, len(results), want)
+			for _, p := range it.batch {
+				p.finish(nil, idx, err)
+			}
+			continue
+		}
+		off := 0
+		for _, p := range it.batch {
+			p.finish(results[off:off+len(p.cmds):off+len(p.cmds)], idx, nil)
+			off += len(p.cmds)
+		}
+	}
+}
+
+// mapRaftError turns raft's errors into this package's: failures where
+// nothing was appended become retryable, lost leadership after the append
+// becomes ErrOutcomeUnknown.
+func mapRaftError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return notAppendedf(ErrNotLeader, "%v", err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return notAppendedf(ErrNoLeader, "%v", err)
+	}
+	return err
+}
