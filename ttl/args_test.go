@@ -3,6 +3,8 @@ package ttl
 import (
 	"errors"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -191,4 +193,34 @@ func TestPolicyValues(t *testing.T) {
 		}
 		refusal(t, err, c.err)
 	}
+}
+
+// FuzzParseExpiration checks ParseExpiration against strconv: a string is
+// accepted exactly when it is an optionally signed run of ASCII digits whose
+// value is within 0..MaxTTL (seeds/000: "the broker will (only) accept the
+// string representation of the number" and "The same constraints as for
+// x-message-ttl apply"), and a refusal is always a 406.
+func FuzzParseExpiration(f *testing.F) {
+	for _, s := range []string{"0", "1000", "-1", "1.5", "abc", "", "+7", "-0", "4294967295", "4294967296", "00000000000000000001", " 1", "1 ", "٣"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseExpiration(s)
+		digits := strings.TrimLeft(s, "+-")
+		wellFormed := len(s)-len(digits) <= 1 && digits != "" && strings.Trim(digits, "0123456789") == ""
+		want, perr := strconv.ParseInt(strings.TrimPrefix(s, "+"), 10, 64)
+		ok := wellFormed && perr == nil && want >= 0 && want <= MaxTTL
+		if ok != (err == nil) {
+			t.Fatalf("ParseExpiration(%q) = %d, %v; want accepted %v", s, got, err, ok)
+		}
+		if ok && got != want {
+			t.Fatalf("ParseExpiration(%q) = %d, want %d", s, got, want)
+		}
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != 406 || !strings.HasPrefix(e.Text, "PRECONDITION_FAILED - invalid expiration '"+s+"': ") {
+				t.Fatalf("ParseExpiration(%q) refusal %#v", s, err)
+			}
+		}
+	})
 }
