@@ -181,7 +181,7 @@ func (c *fakeConns) List() []*proto.ConnectionInfo {
 	defer c.mu.Unlock()
 	out := make([]*proto.ConnectionInfo, 0, len(c.list))
 	for _, x := range c.list {
-		out = append(out, &proto.ConnectionInfo{Node: x.Node, Id: x.Id, Peer: x.Peer, User: x.User, Vhost: x.Vhost})
+		out = append(out, &proto.ConnectionInfo{Node: x.Node, Id: x.Id, Peer: x.Peer, User: x.User, Vhost: x.Vhost, Channels: x.Channels})
 	}
 	return out
 }

@@ -1,0 +1,75 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HTTPOptions configure NewHTTPHandler.
+type HTTPOptions struct {
+	// Node is the local node (required).
+	Node Node
+	// Metrics is served on /metrics; nil serves no /metrics.
+	Metrics *Metrics
+	// Pprof serves net/http/pprof under /debug/pprof/.
+	Pprof bool
+}
+
+// NewHTTPHandler serves /metrics, /healthz (200 while the process runs),
+// /readyz (200 once the node is a member of a cluster with a known leader
+// and has applied the leader's defaults, 503 with the reason otherwise) and,
+// when enabled, /debug/pprof/.
+func NewHTTPHandler(o HTTPOptions) http.Handler {
+	mux := http.NewServeMux()
+	if o.Metrics != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(o.Metrics.Registry(), promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if reason := notReady(o.Node); reason != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintln(w, reason)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ready")
+	})
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// notReady returns why the node is not ready, "" when it is.
+func notReady(n Node) string {
+	self := n.NodeID()
+	member := false
+	for _, m := range n.Members() {
+		if m.GetId() == self && m.GetSuffrage() != "" {
+			member = true
+			break
+		}
+	}
+	if !member {
+		return "not a member of the raft configuration"
+	}
+	if id, _ := n.Leader(); id == "" {
+		return "no leader is known"
+	}
+	initialized := false
+	n.View(func(s State) { initialized = s.Initialized() })
+	if !initialized {
+		return "the leader's defaults are not applied yet"
+	}
+	return ""
+}

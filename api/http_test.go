@@ -1,0 +1,185 @@
+package api
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// scrape fetches /metrics and returns each sample by its series text
+// (name{labels}).
+func scrape(t *testing.T, h http.Handler) map[string]float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(rec.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad sample %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func wantSample(t *testing.T, got map[string]float64, series string, v float64) {
+	t.Helper()
+	g, ok := got[series]
+	if !ok {
+		t.Fatalf("series %s missing", series)
+	}
+	if g != v {
+		t.Fatalf("%s = %v, want %v", series, g, v)
+	}
+}
+
+type statsBox struct {
+	mu sync.Mutex
+	s  StateStats
+}
+
+func (b *statsBox) get() StateStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.s
+}
+
+func TestMetrics_SeriesMove(t *testing.T) {
+	n := newFakeNode("n1")
+	n.stats = RaftStats{State: "Follower", Term: 2, CommitIndex: 10, AppliedIndex: 9, LastLogIndex: 11, LogSizeBytes: 4096}
+	n.members = []*proto.NodeStatus{{Id: "n1", Health: "alive", Suffrage: "voter"}, {Id: "n2", Health: "suspect"}}
+	n.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "a", Ready: 5, Unacked: 1, Consumers: 2}, {Vhost: "/", Name: "b"}, {Vhost: "/", Name: "c"}}
+	n.state.clock = 5000
+	conns := &fakeConns{list: []*proto.ConnectionInfo{{Id: "c1", Channels: 3}}}
+	box := &statsBox{s: StateStats{Published: 10, Delivered: 4, Acked: 3, Expired: 2, DeadLettered: 1, Dropped: 1, Ready: 5, Unacked: 1, Overdue: 0, Consumers: 2, Queues: 3}}
+	m := NewMetrics(MetricsOptions{Node: n, Conns: conns, Stats: box.get, PerQueue: true, MaxQueues: 2})
+	h := NewHTTPHandler(HTTPOptions{Node: n, Metrics: m})
+
+	got := scrape(t, h)
+	wantSample(t, got, `raftmq_raft_state{state="Follower"}`, 1)
+	wantSample(t, got, `raftmq_raft_state{state="Leader"}`, 0)
+	wantSample(t, got, "raftmq_raft_term", 2)
+	wantSample(t, got, "raftmq_raft_commit_index", 10)
+	wantSample(t, got, "raftmq_raft_applied_index", 9)
+	wantSample(t, got, "raftmq_raft_last_log_index", 11)
+	wantSample(t, got, "raftmq_raft_log_size_bytes", 4096)
+	wantSample(t, got, `raftmq_cluster_members{health="alive"}`, 1)
+	wantSample(t, got, `raftmq_cluster_members{health="suspect"}`, 1)
+	wantSample(t, got, "raftmq_log_clock_seconds", 5)
+	wantSample(t, got, "raftmq_messages_published_total", 10)
+	wantSample(t, got, "raftmq_messages_expired_total", 2)
+	wantSample(t, got, "raftmq_messages_dead_lettered_total", 1)
+	wantSample(t, got, "raftmq_messages_ready", 5)
+	wantSample(t, got, "raftmq_messages_overdue", 0)
+	wantSample(t, got, "raftmq_consumers", 2)
+	wantSample(t, got, "raftmq_connections", 1)
+	wantSample(t, got, "raftmq_channels", 3)
+	wantSample(t, got, `raftmq_queue_messages_ready{queue="a",vhost="/"}`, 5)
+	wantSample(t, got, `raftmq_queue_consumers{queue="a",vhost="/"}`, 2)
+	if _, ok := got[`raftmq_queue_messages_ready{queue="c",vhost="/"}`]; ok {
+		t.Fatal("per-queue series exceed MaxQueues")
+	}
+	wantSample(t, got, "raftmq_apply_duration_seconds_count", 0)
+
+	// Everything moves with the node.
+	box.mu.Lock()
+	box.s.Published, box.s.Expired, box.s.Overdue = 25, 7, 3
+	box.mu.Unlock()
+	n.mu.Lock()
+	n.stats.State, n.stats.Term, n.stats.CommitIndex = "Leader", 3, 20
+	n.mu.Unlock()
+	n.update(func(s *fakeState) { s.queues[0].Ready = 9 })
+	conns.mu.Lock()
+	conns.list = append(conns.list, &proto.ConnectionInfo{Id: "c2", Channels: 1})
+	conns.mu.Unlock()
+	m.ObserveApply(3 * time.Millisecond)
+	m.ObserveApply(5 * time.Millisecond)
+
+	got = scrape(t, h)
+	wantSample(t, got, `raftmq_raft_state{state="Leader"}`, 1)
+	wantSample(t, got, `raftmq_raft_state{state="Follower"}`, 0)
+	wantSample(t, got, "raftmq_raft_term", 3)
+	wantSample(t, got, "raftmq_raft_commit_index", 20)
+	wantSample(t, got, "raftmq_messages_published_total", 25)
+	wantSample(t, got, "raftmq_messages_expired_total", 7)
+	wantSample(t, got, "raftmq_messages_overdue", 3)
+	wantSample(t, got, "raftmq_connections", 2)
+	wantSample(t, got, "raftmq_channels", 4)
+	wantSample(t, got, `raftmq_queue_messages_ready{queue="a",vhost="/"}`, 9)
+	wantSample(t, got, "raftmq_apply_duration_seconds_count", 2)
+}
+
+func TestMetrics_NoPerQueueByDefault(t *testing.T) {
+	n := newFakeNode("n1")
+	n.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "a", Ready: 5}}
+	got := scrape(t, NewHTTPHandler(HTTPOptions{Node: n, Metrics: NewMetrics(MetricsOptions{Node: n})}))
+	for k := range got {
+		if strings.HasPrefix(k, "raftmq_queue_") {
+			t.Fatalf("per-queue series %s without the option", k)
+		}
+	}
+	wantSample(t, got, "raftmq_connections", 0)
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	b, _ := io.ReadAll(rec.Body)
+	return rec.Code, string(b)
+}
+
+func TestHTTP_ReadyzFlips(t *testing.T) {
+	n := newFakeNode("n1")
+	n.leaderID = ""
+	n.state.initialized = false
+	h := NewHTTPHandler(HTTPOptions{Node: n})
+
+	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz %d", code)
+	}
+	step := func(want int, reason string) {
+		t.Helper()
+		code, body := get(t, h, "/readyz")
+		if code != want || !strings.Contains(body, reason) {
+			t.Fatalf("/readyz = %d %q, want %d %q", code, body, want, reason)
+		}
+	}
+	step(http.StatusServiceUnavailable, "not a member")
+	n.mu.Lock()
+	n.members = []*proto.NodeStatus{{Id: "n1", Suffrage: "voter", Health: "alive"}}
+	n.mu.Unlock()
+	step(http.StatusServiceUnavailable, "no leader")
+	n.setLeader("n2")
+	step(http.StatusServiceUnavailable, "defaults")
+	n.update(func(s *fakeState) { s.initialized = true })
+	step(http.StatusOK, "ready")
+	n.setLeader("")
+	step(http.StatusServiceUnavailable, "no leader")
+
+	if code, _ := get(t, h, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("pprof served without the option: %d", code)
+	}
+	hp := NewHTTPHandler(HTTPOptions{Node: n, Pprof: true})
+	if code, body := get(t, hp, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Fatalf("pprof: %d", code)
+	}
+}
