@@ -150,6 +150,10 @@ func TestParseExpiration(t *testing.T) {
 		{`seeds/000: "(only) accept the string representation of the number."`, "1e3", 0, pre + "1e3': {leftover_string,\"e3\"}"},
 		{`seeds/000: "(only) accept the string representation of the number."`, "5\"x", 0, pre + "5\"x': {leftover_string,\"\\\"x\"}"},
 		{`seeds/000: "(only) accept the string representation of the number."`, "5\x01", 0, pre + "5\x01': {leftover_string,[1]}"},
+		{`seeds/000: "(only) accept the string representation of the number."`, "5\n\t", 0, pre + "5\n\t': {leftover_string,\"\\n\\t\"}"},
+		{`seeds/000: "(only) accept the string representation of the number."`, "5\\", 0, pre + "5\\': {leftover_string,\"\\\\\"}"},
+		{`seeds/000: "(only) accept the string representation of the number."`, "5\xe9", 0, pre + "5\xe9': {leftover_string,\"\xe9\"}"},
+		{`seeds/000: "(only) accept the string representation of the number."`, "5\x80a", 0, pre + "5\x80a': {leftover_string,[128,97]}"},
 	}
 	for _, c := range cases {
 		t.Run(c.in, func(t *testing.T) {

@@ -36,14 +36,15 @@ func argError(key, vhost, queue, detail string) *Error {
 	return precondition("invalid arg '" + key + "' for " + queueResource(vhost, queue) + ": " + detail)
 }
 
-// erlangList renders a byte string the way Erlang's ~tp prints a list of
-// bytes: a double-quoted string when every byte is printable, otherwise a
-// list of integers.
+// erlangList renders a byte string the way Erlang's ~p prints a list of
+// bytes (latin1 printable range): a double-quoted string when every byte is
+// printable, otherwise a list of integers. Erlang breaks a term longer than
+// a line over several lines; this does not.
 func erlangList(s string) string {
 	printable := true
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if (c < 32 || c > 126) && !strings.ContainsRune("\n\r\t\v\b\f\x1b", rune(c)) {
+		if (c < 32 || c > 126 && c < 160) && !strings.ContainsRune("\n\r\t\v\b\f\x1b", rune(c)) {
 			printable = false
 			break
 		}
