@@ -43,68 +43,70 @@ type Death struct {
 // entries while collapsing duplicates (a fold that prepends); their order is
 // kept here, as RabbitMQ's dead-lettering guide describes and 3.13+ does.
 func RecordDeath(deaths []Death, d Death) []Death {
-	out := make([]Death, 0, len(deaths)+1)
-	out = append(out, Death{}) // the front slot, filled below
-	var front *Death
+	out := make([]Death, 1, len(deaths)+1) // out[0]: the front, set below
+	d.Count = 1
+	out[0] = d
 	dup := duplicates(deaths)
-	for i := range deaths {
-		e := deaths[i]
-		if dup != nil && dup[i] == 0 {
-			continue // a later duplicate: collapsed into the first
-		}
-		if e.Count < 1 {
-			e.Count = 1
-			if dup != nil {
+	for i, e := range deaths {
+		if dup != nil {
+			if dup[i] == 0 {
+				continue // a later duplicate: collapsed into the first
+			}
+			if e.Count < 1 {
 				e.Count = int64(dup[i])
 			}
 		}
+		if e.Count < 1 {
+			e.Count = 1
+		}
 		if e.Queue == d.Queue && e.Reason == d.Reason {
-			front = &e
+			e.Count++
+			out[0] = e
 			continue
 		}
 		out = append(out, e)
 	}
-	if front != nil {
-		out[0] = *front
-		out[0].Count++
-		out[0].RoutingKeys = cloneStrings(front.RoutingKeys)
-	} else {
-		d.Count = 1
-		d.RoutingKeys = cloneStrings(d.RoutingKeys)
-		out[0] = d
-	}
-	for i := 1; i < len(out); i++ {
+	for i := range out {
 		out[i].RoutingKeys = cloneStrings(out[i].RoutingKeys)
 	}
 	return out
 }
 
-type deathKey struct{ queue, reason string }
-
 // duplicates returns nil when every (queue, reason) of deaths is distinct.
 // Otherwise it returns, per index, the number of entries sharing that
 // entry's key when it is the first of them, and 0 for the later ones.
 func duplicates(deaths []Death) []int {
-	if len(deaths) < 2 {
-		return nil
-	}
-	first := make(map[deathKey]int, len(deaths))
 	var out []int
-	for i := range deaths {
-		k := deathKey{deaths[i].Queue, deaths[i].Reason}
-		j, seen := first[k]
-		if !seen {
-			first[k] = i
-			continue
-		}
+	mark := func(first, later int) {
 		if out == nil {
 			out = make([]int, len(deaths))
 			for n := range out {
 				out[n] = 1
 			}
 		}
-		out[j]++
-		out[i] = 0
+		out[first]++
+		out[later] = 0
+	}
+	if len(deaths) <= 16 { // the usual case: a few entries, no allocation
+		for i := 1; i < len(deaths); i++ {
+			for j := range i {
+				if deaths[j].Queue == deaths[i].Queue && deaths[j].Reason == deaths[i].Reason {
+					mark(j, i) // j is the first entry with this key
+					break
+				}
+			}
+		}
+		return out
+	}
+	type key struct{ queue, reason string }
+	first := make(map[key]int, len(deaths))
+	for i := range deaths {
+		k := key{deaths[i].Queue, deaths[i].Reason}
+		if j, seen := first[k]; seen {
+			mark(j, i)
+		} else {
+			first[k] = i
+		}
 	}
 	return out
 }

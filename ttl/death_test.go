@@ -2,6 +2,7 @@ package ttl
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -167,5 +168,29 @@ func TestCycleAfterRecordDeath(t *testing.T) {
 	}
 	if Cycle(exp, "other") {
 		t.Error("a queue the message never died in counted as a cycle")
+	}
+}
+
+func TestRecordDeathLongList(t *testing.T) {
+	// dlxPair and dlxMerge on a list longer than the allocation-free path
+	// handles: 20 queues, with later duplicates of q3 and q7 (no counts).
+	var in []Death
+	for i := range 20 {
+		in = append(in, death("q"+strconv.Itoa(i), ReasonExpired, 0, int64(100-i)))
+	}
+	in = append(in, death("q3", ReasonExpired, 0, 1), death("q7", ReasonExpired, 0, 1))
+	got := RecordDeath(in, death("q7", ReasonExpired, 0, 500))
+	want := []Death{death("q7", ReasonExpired, 3, 93)}
+	for i := range 20 {
+		switch i {
+		case 7:
+		case 3:
+			want = append(want, death("q3", ReasonExpired, 2, 97))
+		default:
+			want = append(want, death("q"+strconv.Itoa(i), ReasonExpired, 1, int64(100-i)))
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s\n got %+v\nwant %+v", dlxMerge, got, want)
 	}
 }
