@@ -123,6 +123,10 @@ func impurities(fset *token.FileSet, f *ast.File) []string {
 		}
 	}
 	var out []string
+	if timeName == "." {
+		// time.Now would read as a bare Now: refuse the dot import itself.
+		out = append(out, fset.Position(f.Package).String()+": dot import of time")
+	}
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.GoStmt:
@@ -169,6 +173,13 @@ func g(now int64) time.Duration { var x struct{ Now int }; _ = x.Now; return tim
 	}
 	if got := impurities(fset, fc); len(got) != 0 {
 		t.Fatalf("flagged a clean sample: %v", got)
+	}
+	fd, err := parser.ParseFile(fset, "dot.go", "package p\nimport . \"time\"\nvar _ = Now", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := impurities(fset, fd); len(got) != 1 {
+		t.Fatalf("dot import of time: flagged %v", got)
 	}
 	for _, p := range []string{"net", "net/http", "os/exec", "math/rand", "math/rand/v2", "crypto/rand", "log", "syscall",
 		"github.com/hashicorp/raft", "github.com/hashicorp/raft-boltdb/v2", "github.com/hashicorp/memberlist"} {
