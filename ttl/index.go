@@ -17,7 +17,7 @@ package ttl
 // page).
 //
 // The zero Index is empty and ready to use. An Index is not safe for
-// concurrent use.
+// concurrent use, and must not be copied once used (a copy shares storage).
 type Index struct {
 	heap  []entry
 	dir   map[uint64]uint32 // id>>pageBits -> arena index of its page
