@@ -382,6 +382,131 @@ func (m *ConnectionCloseOk) AppendTo(b []byte) []byte {
 func (m *ConnectionCloseOk) decode(d *decoder) {
 }
 
+// ConnectionBlocked is the connection.blocked method.
+type ConnectionBlocked struct {
+	Reason string
+}
+
+// ClassID implements Method.
+func (*ConnectionBlocked) ClassID() uint16 { return 10 }
+
+// MethodID implements Method.
+func (*ConnectionBlocked) MethodID() uint16 { return 60 }
+
+// Name implements Method.
+func (*ConnectionBlocked) Name() string { return "connection.blocked" }
+
+// Sync implements Method.
+func (*ConnectionBlocked) Sync() bool { return false }
+
+// HasContent implements Method.
+func (*ConnectionBlocked) HasContent() bool { return false }
+
+// AppendTo implements Method.
+func (m *ConnectionBlocked) AppendTo(b []byte) []byte {
+	b = appendShort(b, 10)
+	b = appendShort(b, 60)
+	b = appendShortstr(b, m.Reason)
+	return b
+}
+
+func (m *ConnectionBlocked) decode(d *decoder) {
+	m.Reason = d.shortstr()
+}
+
+// ConnectionUnblocked is the connection.unblocked method.
+type ConnectionUnblocked struct {
+}
+
+// ClassID implements Method.
+func (*ConnectionUnblocked) ClassID() uint16 { return 10 }
+
+// MethodID implements Method.
+func (*ConnectionUnblocked) MethodID() uint16 { return 61 }
+
+// Name implements Method.
+func (*ConnectionUnblocked) Name() string { return "connection.unblocked" }
+
+// Sync implements Method.
+func (*ConnectionUnblocked) Sync() bool { return false }
+
+// HasContent implements Method.
+func (*ConnectionUnblocked) HasContent() bool { return false }
+
+// AppendTo implements Method.
+func (m *ConnectionUnblocked) AppendTo(b []byte) []byte {
+	b = appendShort(b, 10)
+	b = appendShort(b, 61)
+	return b
+}
+
+func (m *ConnectionUnblocked) decode(d *decoder) {
+}
+
+// ConnectionUpdateSecret is the connection.update-secret method.
+type ConnectionUpdateSecret struct {
+	NewSecret string
+	Reason    string
+}
+
+// ClassID implements Method.
+func (*ConnectionUpdateSecret) ClassID() uint16 { return 10 }
+
+// MethodID implements Method.
+func (*ConnectionUpdateSecret) MethodID() uint16 { return 70 }
+
+// Name implements Method.
+func (*ConnectionUpdateSecret) Name() string { return "connection.update-secret" }
+
+// Sync implements Method.
+func (*ConnectionUpdateSecret) Sync() bool { return true }
+
+// HasContent implements Method.
+func (*ConnectionUpdateSecret) HasContent() bool { return false }
+
+// AppendTo implements Method.
+func (m *ConnectionUpdateSecret) AppendTo(b []byte) []byte {
+	b = appendShort(b, 10)
+	b = appendShort(b, 70)
+	b = appendLongstr(b, m.NewSecret)
+	b = appendShortstr(b, m.Reason)
+	return b
+}
+
+func (m *ConnectionUpdateSecret) decode(d *decoder) {
+	m.NewSecret = d.longstr()
+	m.Reason = d.shortstr()
+}
+
+// ConnectionUpdateSecretOk is the connection.update-secret-ok method.
+type ConnectionUpdateSecretOk struct {
+}
+
+// ClassID implements Method.
+func (*ConnectionUpdateSecretOk) ClassID() uint16 { return 10 }
+
+// MethodID implements Method.
+func (*ConnectionUpdateSecretOk) MethodID() uint16 { return 71 }
+
+// Name implements Method.
+func (*ConnectionUpdateSecretOk) Name() string { return "connection.update-secret-ok" }
+
+// Sync implements Method.
+func (*ConnectionUpdateSecretOk) Sync() bool { return true }
+
+// HasContent implements Method.
+func (*ConnectionUpdateSecretOk) HasContent() bool { return false }
+
+// AppendTo implements Method.
+func (m *ConnectionUpdateSecretOk) AppendTo(b []byte) []byte {
+	b = appendShort(b, 10)
+	b = appendShort(b, 71)
+	return b
+}
+
+func (m *ConnectionUpdateSecretOk) decode(d *decoder) {
+}
+
 // ChannelOpen is the channel.open method.
 type ChannelOpen struct {
 	Reserved1 string // reserved
@@ -2387,6 +2512,14 @@ func newMethod(classID, methodID uint16) Method {
 		return &ConnectionClose{}
 	case 10<<16 | 51:
 		return &ConnectionCloseOk{}
+	case 10<<16 | 60:
+		return &ConnectionBlocked{}
+	case 10<<16 | 61:
+		return &ConnectionUnblocked{}
+	case 10<<16 | 70:
+		return &ConnectionUpdateSecret{}
+	case 10<<16 | 71:
+		return &ConnectionUpdateSecretOk{}
 	case 20<<16 | 10:
 		return &ChannelOpen{}
 	case 20<<16 | 11:

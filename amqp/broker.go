@@ -1,0 +1,24 @@
+package amqp
+
+import (
+	"context"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Broker is what the AMQP server needs from the node it runs on.
+type Broker interface {
+	// NodeID names this node in channel, connection and consumer references.
+	NodeID() string
+	// Submit proposes one command through the replicated log and returns its
+	// result once it committed and this node applied it (so every effect of
+	// that entry for this node was already handed to the server's Sink).
+	Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error)
+	// SubmitBatch proposes several commands as one unit (one log entry where
+	// possible) and returns one result per command.
+	SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error)
+	// Authenticate checks a user's password and returns the user's tags.
+	Authenticate(user, password string) (tags []string, ok bool)
+	// VhostExists reports whether a vhost exists in the applied state.
+	VhostExists(name string) bool
+}

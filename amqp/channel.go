@@ -1,0 +1,351 @@
+package amqp
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// item is one complete inbound method, with its content when it has one.
+type item struct {
+	m     wire.Method
+	props *wire.Properties
+	body  []byte
+}
+
+// maxBatch bounds how many queued publishes or acknowledgements one
+// SubmitBatch carries.
+const maxBatch = 256
+
+// channel is one AMQP channel. The connection's reader assembles content
+// and hands complete methods to the channel's worker goroutine (run), which
+// processes them in order and may block on the broker without stalling the
+// connection's other channels or its heartbeats.
+type channel struct {
+	c    *conn
+	id   uint16
+	in   chan item
+	quit chan struct{}
+	done chan struct{}
+
+	stopOnce sync.Once
+	closing  atomic.Bool // channel.close sent, waiting for close-ok
+
+	// Reader only: content being assembled.
+	content *item
+	header  *wire.ContentHeader
+
+	// mu orders deliveries against consume-ok: deliveries for a consumer
+	// whose consume-ok is not written yet wait in starting.
+	mu        sync.Mutex
+	starting  map[string][]*fsm.Delivery
+	consumers map[string]bool
+
+	// Worker only.
+	prefetch    uint16
+	confirm     bool
+	publishSeq  uint64
+	ackedUpTo   uint64
+	consumerSeq uint64
+}
+
+func newChannel(c *conn, id uint16) *channel {
+	return &channel{
+		c:         c,
+		id:        id,
+		in:        make(chan item, maxBatch),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+		starting:  map[string][]*fsm.Delivery{},
+		consumers: map[string]bool{},
+	}
+}
+
+func (ch *channel) ref() *proto.ChannelRef {
+	return &proto.ChannelRef{Node: ch.c.srv.broker.NodeID(), Connection: ch.c.id, Channel: uint32(ch.id)}
+}
+
+// stop ends the worker without telling the broker (the connection is gone
+// and ConnectionClosed covers every channel).
+func (ch *channel) stop() {
+	ch.stopOnce.Do(func() { close(ch.quit) })
+}
+
+// fail closes the channel with a soft error: channel.close is sent and
+// everything but channel.close and close-ok is ignored until close-ok.
+func (ch *channel) fail(e *wire.Error) {
+	if ch.closing.CompareAndSwap(false, true) {
+		ch.c.log.Info("closing channel", "channel", ch.id, "code", e.Code, "text", e.Text, "class", e.ClassID, "method", e.MethodID)
+		ch.c.send(ch.id, e.Close())
+	}
+}
+
+// push hands a complete method to the worker.
+func (ch *channel) push(it item) {
+	select {
+	case ch.in <- it:
+	case <-ch.done:
+	case <-ch.quit:
+	}
+}
+
+// handleFrame runs in the connection's reader: it assembles content and
+// passes complete methods on. A returned error closes the channel (soft)
+// or the connection (hard).
+func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
+	if ch.closing.Load() {
+		ch.content, ch.header = nil, nil
+		if f.Type != wire.FrameMethod {
+			return nil
+		}
+		m, err := wire.DecodeMethod(f.Payload)
+		if err != nil {
+			e, _ := wire.AsError(err)
+			return e
+		}
+		switch m.(type) {
+		case *wire.ChannelClose:
+			ch.push(item{m: m})
+		case *wire.ChannelCloseOk:
+			// The client may reuse the number right away: wait until the
+			// broker recorded the close and the number is free, so a new
+			// channel's commands follow the old one's ChannelClosed.
+			ch.push(item{m: m})
+			select {
+			case <-ch.done:
+			case <-ch.quit:
+			}
+		}
+		return nil
+	}
+	switch f.Type {
+	case wire.FrameMethod:
+		if ch.content != nil {
+			return wire.ConnError(wire.UnexpectedFrame, ch.content.m.ClassID(), ch.content.m.MethodID(),
+				"expected content header for class 60, got non content header frame instead")
+		}
+		m, err := wire.DecodeMethod(f.Payload)
+		if err != nil {
+			e, _ := wire.AsError(err)
+			return e
+		}
+		switch m := m.(type) {
+		case *wire.ChannelOpen:
+			return wire.ConnError(wire.ChannelError, 20, 10, "second 'channel.open' seen")
+		case *wire.BasicPublish:
+			ch.content = &item{m: m}
+			return nil
+		}
+		if m.HasContent() || m.ClassID() == wire.ClassConnection {
+			return wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not allowed here", m.Name())
+		}
+		ch.push(item{m: m})
+	case wire.FrameHeader:
+		if ch.content == nil || ch.header != nil {
+			return wire.ConnError(wire.UnexpectedFrame, 0, 0, "unexpected content header frame on channel %d", ch.id)
+		}
+		h, err := wire.DecodeContentHeader(f.Payload)
+		if err != nil {
+			e, _ := wire.AsError(err)
+			return e
+		}
+		if max := ch.c.srv.cfg.MaxMessageSize; h.BodySize > max {
+			ch.content = nil
+			return wire.ChanError(wire.PreconditionFailed, 60, 40, "message size %d is larger than configured max size %d", h.BodySize, max)
+		}
+		ch.header = h
+		ch.content.props = &h.Properties
+		if h.BodySize == 0 {
+			ch.complete()
+		}
+	case wire.FrameBody:
+		if ch.header == nil {
+			return wire.ConnError(wire.UnexpectedFrame, 0, 0, "unexpected content body frame on channel %d", ch.id)
+		}
+		if uint64(len(ch.content.body))+uint64(len(f.Payload)) > ch.header.BodySize {
+			return wire.ConnError(wire.FrameError, 60, 40, "content body is larger than the %d bytes its header announced", ch.header.BodySize)
+		}
+		if ch.content.body == nil {
+			// Sized by what arrived, never by the untrusted announced size
+			// alone.
+			ch.content.body = make([]byte, 0, min(ch.header.BodySize, uint64(16*len(f.Payload))))
+		}
+		ch.content.body = append(ch.content.body, f.Payload...)
+		if uint64(len(ch.content.body)) == ch.header.BodySize {
+			ch.complete()
+		}
+	}
+	return nil
+}
+
+func (ch *channel) complete() {
+	it := *ch.content
+	if it.body == nil {
+		it.body = []byte{}
+	}
+	ch.content, ch.header = nil, nil
+	ch.push(it)
+}
+
+// run is the channel's worker.
+func (ch *channel) run() {
+	defer close(ch.done)
+	batch := make([]item, 0, maxBatch)
+	for {
+		var it item
+		select {
+		case it = <-ch.in:
+		case <-ch.quit:
+			return
+		}
+		batch = append(batch[:0], it)
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case it := <-ch.in:
+				batch = append(batch, it)
+			default:
+				break drain
+			}
+		}
+		if ch.process(batch) {
+			return
+		}
+	}
+}
+
+// process handles a run of queued methods; it reports whether the channel
+// ended.
+func (ch *channel) process(batch []item) bool {
+	for i := 0; i < len(batch); {
+		it := batch[i]
+		if ch.closing.Load() {
+			switch it.m.(type) {
+			case *wire.ChannelClose:
+				ch.finish(true)
+				return true
+			case *wire.ChannelCloseOk:
+				ch.finish(false)
+				return true
+			}
+			i++
+			continue
+		}
+		// Runs of publishes and of acknowledgements go to the log together.
+		j := i + 1
+		if kind := batchKind(it.m); kind != 0 {
+			for j < len(batch) && batchKind(batch[j].m) == kind {
+				j++
+			}
+			ch.handleRun(kind, batch[i:j])
+			i = j
+			continue
+		}
+		if ch.handle(it) {
+			return true
+		}
+		i = j
+	}
+	return false
+}
+
+// handle processes one method; it reports whether the channel ended.
+func (ch *channel) handle(it item) bool {
+	switch m := it.m.(type) {
+	case *wire.ChannelClose:
+		ch.c.log.Debug("client closed channel", "channel", ch.id, "code", m.ReplyCode, "text", m.ReplyText)
+		ch.finish(true)
+		return true
+	case *wire.ChannelCloseOk:
+		ch.c.fail(wire.ConnError(wire.ChannelError, 20, 41, "unexpected channel.close-ok on channel %d", ch.id))
+		return false
+	case *wire.ChannelFlow:
+		if !m.Active {
+			ch.c.fail(wire.ConnError(wire.NotImplemented, 20, 20, "active=false"))
+			return false
+		}
+		ch.c.send(ch.id, &wire.ChannelFlowOk{Active: true})
+		return false
+	case *wire.ChannelFlowOk:
+		return false
+	}
+	if e := ch.handleMethod(it); e != nil {
+		ch.raise(e)
+	}
+	return false
+}
+
+// raise reports an error from a method handler.
+func (ch *channel) raise(e *wire.Error) {
+	if e.Hard {
+		ch.c.fail(e)
+	} else {
+		ch.fail(e)
+	}
+}
+
+// finish ends the channel: the broker cancels its consumers and requeues
+// its unacknowledged messages, the number is freed, and close-ok is sent
+// when the client asked for the close.
+func (ch *channel) finish(reply bool) {
+	ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
+	res, err := ch.c.srv.broker.Submit(ctx, &proto.Command{Cmd: &proto.Command_ChannelClosed{
+		ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
+	}})
+	cancel()
+	if err != nil {
+		ch.c.log.Warn("cannot record channel close", "channel", ch.id, "err", err)
+	} else if res.GetCode() != 0 {
+		ch.c.log.Warn("channel close refused", "channel", ch.id, "code", res.GetCode(), "text", res.GetText())
+	}
+	ch.c.removeChannel(ch)
+	if reply {
+		ch.c.send(ch.id, &wire.ChannelCloseOk{})
+	}
+	ch.stop()
+}
+
+// deliver writes basic.deliver, or holds it until consume-ok went out.
+func (ch *channel) deliver(d *fsm.Delivery) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	tag := d.Consumer.GetTag()
+	if pending, ok := ch.starting[tag]; ok {
+		ch.starting[tag] = append(pending, d)
+		return
+	}
+	ch.writeDelivery(d)
+}
+
+// writeDelivery queues one delivery. Locks: ch.mu held.
+func (ch *channel) writeDelivery(d *fsm.Delivery) {
+	props := propertiesFromProto(d.Properties)
+	ch.c.sendContent(ch.id, &wire.BasicDeliver{
+		ConsumerTag: d.Consumer.GetTag(),
+		DeliveryTag: d.DeliveryTag,
+		Redelivered: d.Redelivered,
+		Exchange:    d.Exchange,
+		RoutingKey:  d.RoutingKey,
+	}, &props, d.Body)
+}
+
+// consumerCancelled sends basic.cancel for a consumer the broker cancelled.
+func (ch *channel) consumerCancelled(tag string) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	_, active := ch.consumers[tag]
+	_, starting := ch.starting[tag]
+	if !active && !starting {
+		return
+	}
+	delete(ch.consumers, tag)
+	delete(ch.starting, tag)
+	if capability(ch.c.caps, "consumer_cancel_notify") {
+		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
+	}
+}

@@ -1,0 +1,651 @@
+package amqp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// conn is one client connection: a reader goroutine (serve) that decodes
+// frames and dispatches them, and a writer goroutine that drains out.
+type conn struct {
+	srv *Server
+	id  string
+	nc  net.Conn
+	r   *bufio.Reader
+	log *slog.Logger
+	out *outQueue
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Negotiated at tune-ok; read-only afterwards.
+	channelMax uint16
+	frameMax   uint32
+	heartbeat  atomic.Int64 // time.Duration
+	vhost      string
+	user       string
+	caps       wire.Table
+
+	opened    atomic.Bool // connection.open-ok sent
+	closing   atomic.Bool // connection.close sent, waiting for close-ok
+	wroteAny  atomic.Bool // a frame was written since the last heartbeat tick
+	closeOnce sync.Once
+	downOnce  sync.Once
+	writerEnd chan struct{}
+
+	mu       sync.Mutex
+	channels map[uint16]*channel
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		srv:        s,
+		id:         s.newConnID(),
+		nc:         nc,
+		r:          bufio.NewReaderSize(nc, 64<<10),
+		out:        newOutQueue(),
+		ctx:        ctx,
+		cancel:     cancel,
+		channelMax: s.cfg.ChannelMax,
+		frameMax:   s.cfg.FrameMax,
+		writerEnd:  make(chan struct{}),
+		channels:   map[uint16]*channel{},
+	}
+	c.log = s.log.With("conn", c.id, "peer", nc.RemoteAddr().String())
+	return c
+}
+
+func (c *conn) ref() *proto.ConnectionRef {
+	return &proto.ConnectionRef{Node: c.srv.broker.NodeID(), Connection: c.id}
+}
+
+// serve runs the connection until it ends.
+func (c *conn) serve() {
+	go c.writer()
+	err := c.handshake()
+	if err == nil {
+		err = c.readLoop()
+	}
+	c.end(err)
+}
+
+// end tears the connection down once: channels stop, the broker learns the
+// connection is gone, queued frames are flushed and the socket closes.
+func (c *conn) end(err error) {
+	c.downOnce.Do(func() {
+		switch {
+		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			c.log.Debug("connection closed")
+		default:
+			c.log.Info("connection closed", "err", err)
+		}
+		c.mu.Lock()
+		chans := make([]*channel, 0, len(c.channels))
+		for _, ch := range c.channels {
+			chans = append(chans, ch)
+		}
+		c.channels = map[uint16]*channel{}
+		c.mu.Unlock()
+		for _, ch := range chans {
+			ch.stop()
+		}
+		c.cancel()
+		c.out.close()
+		select {
+		case <-c.writerEnd:
+		case <-time.After(c.srv.cfg.CloseTimeout):
+		}
+		_ = c.nc.Close()
+		if c.opened.Load() {
+			c.submitConnectionClosed()
+		}
+		c.srv.removeConn(c)
+	})
+}
+
+func (c *conn) submitConnectionClosed() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := c.srv.broker.Submit(ctx, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
+		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
+	}})
+	if err != nil {
+		c.log.Warn("cannot record connection close", "err", err)
+	} else if res.GetCode() != 0 {
+		c.log.Warn("connection close refused", "code", res.GetCode(), "text", res.GetText())
+	}
+}
+
+// writer writes queued frames and sends heartbeats when idle.
+func (c *conn) writer() {
+	defer close(c.writerEnd)
+	w := bufio.NewWriterSize(c.nc, 64<<10)
+	var spare []byte
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	hb := time.Duration(0)
+	for {
+		if hb != c.heartbeatInterval() {
+			hb = c.heartbeatInterval()
+			if ticker != nil {
+				ticker.Stop()
+			}
+			if hb > 0 {
+				ticker = time.NewTicker(hb / 2)
+				tick = ticker.C
+			}
+		}
+		select {
+		case <-c.out.signal:
+		case <-tick:
+			if !c.wroteAny.Swap(false) {
+				c.out.append(wire.AppendHeartbeat)
+			}
+			continue
+		}
+		b, closed := c.out.take(spare)
+		if len(b) > 0 {
+			c.wroteAny.Store(true)
+			if hb > 0 {
+				_ = c.nc.SetWriteDeadline(time.Now().Add(4 * hb))
+			}
+			if _, err := w.Write(b); err != nil {
+				c.abort(err)
+				return
+			}
+			if err := w.Flush(); err != nil {
+				c.abort(err)
+				return
+			}
+		}
+		spare = b
+		if closed {
+			// Drain anything appended between take and close.
+			if b, _ := c.out.take(nil); len(b) > 0 {
+				_, _ = w.Write(b)
+				_ = w.Flush()
+			}
+			return
+		}
+	}
+}
+
+// abort closes the socket after a write failure; the reader then ends.
+func (c *conn) abort(err error) {
+	c.log.Debug("write failed", "err", err)
+	c.out.close()
+	_ = c.nc.Close()
+}
+
+func (c *conn) heartbeatInterval() time.Duration {
+	return time.Duration(c.heartbeat.Load())
+}
+
+func (c *conn) setHeartbeat(d time.Duration) {
+	c.heartbeat.Store(int64(d))
+	select {
+	case c.out.signal <- struct{}{}:
+	default:
+	}
+}
+
+// send queues one method frame.
+func (c *conn) send(channel uint16, m wire.Method) {
+	c.out.append(func(b []byte) []byte { return wire.AppendMethodFrame(b, channel, m) })
+}
+
+// sendContent queues a content method with its header and body frames.
+func (c *conn) sendContent(channel uint16, m wire.Method, props *wire.Properties, body []byte) {
+	c.out.append(func(b []byte) []byte { return wire.AppendContent(b, channel, m, props, body, c.frameMax) })
+}
+
+// fail sends connection.close for a hard error and waits (in the reader)
+// for close-ok; the socket closes after CloseTimeout at the latest.
+func (c *conn) fail(e *wire.Error) {
+	c.closeOnce.Do(func() {
+		c.closing.Store(true)
+		c.log.Info("closing connection", "code", e.Code, "text", e.Text, "class", e.ClassID, "method", e.MethodID)
+		c.send(0, e.Close())
+		time.AfterFunc(c.srv.cfg.CloseTimeout, func() { c.end(errors.New("no connection.close-ok in time")) })
+	})
+}
+
+// readFrame reads one frame with the read deadline heartbeats imply.
+func (c *conn) readFrame(timeout time.Duration) (wire.Frame, error) {
+	if timeout > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
+	} else {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	return wire.ReadFrame(c.r, c.frameMax)
+}
+
+// handshake runs protocol header, start, tune and open.
+func (c *conn) handshake() error {
+	deadline := time.Now().Add(c.srv.cfg.HandshakeTimeout)
+	_ = c.nc.SetReadDeadline(deadline)
+	var hdr [8]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+		// A peer that sent a few bytes of something else gets the header.
+		if !errors.Is(err, io.EOF) {
+			c.out.append(func(b []byte) []byte { return append(b, wire.ProtocolHeader...) })
+		}
+		return fmt.Errorf("protocol header: %w", err)
+	}
+	if !bytes.Equal(hdr[:], wire.ProtocolHeader) {
+		// spec: the server MUST respond with the protocol header it
+		// supports and close the socket.
+		c.out.append(func(b []byte) []byte { return append(b, wire.ProtocolHeader...) })
+		return fmt.Errorf("unsupported protocol header %q", hdr[:])
+	}
+	c.send(0, &wire.ConnectionStart{
+		VersionMajor:     wire.ProtocolMajor,
+		VersionMinor:     wire.ProtocolMinor,
+		ServerProperties: serverProperties(),
+		Mechanisms:       "PLAIN AMQPLAIN",
+		Locales:          "en_US",
+	})
+	m, err := c.handshakeMethod(deadline)
+	if err != nil {
+		return err
+	}
+	startOk, ok := m.(*wire.ConnectionStartOk)
+	if !ok {
+		return c.handshakeFail(wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.start-ok, got %s", m.Name()))
+	}
+	if v, ok := startOk.ClientProperties.Get("capabilities"); ok {
+		c.caps, _ = v.(wire.Table)
+	}
+	user, pass, err := credentials(startOk.Mechanism, startOk.Response)
+	if err != nil {
+		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "%v", err))
+	}
+	if user == "guest" && !isLoopback(c.nc.RemoteAddr()) {
+		c.log.Warn("guest refused from a remote address", "user", user)
+		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. User 'guest' can only connect via localhost", startOk.Mechanism))
+	}
+	if _, ok := c.srv.broker.Authenticate(user, pass); !ok {
+		c.log.Warn("authentication failed", "user", user, "mechanism", startOk.Mechanism)
+		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. For details see the broker logfile.", startOk.Mechanism))
+	}
+	c.user = user
+	c.log = c.log.With("user", user)
+
+	cfg := c.srv.cfg
+	c.send(0, &wire.ConnectionTune{ChannelMax: cfg.ChannelMax, FrameMax: cfg.FrameMax, Heartbeat: uint16(cfg.Heartbeat / time.Second)})
+	m, err = c.handshakeMethod(deadline)
+	if err != nil {
+		return err
+	}
+	tuneOk, ok := m.(*wire.ConnectionTuneOk)
+	if !ok {
+		return c.handshakeFail(wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.tune-ok, got %s", m.Name()))
+	}
+	if tuneOk.ChannelMax != 0 && tuneOk.ChannelMax < c.channelMax {
+		c.channelMax = tuneOk.ChannelMax
+	}
+	switch fm := tuneOk.FrameMax; {
+	case fm == 0:
+	case fm < wire.FrameMinSize:
+		return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 31, "frame_max=%d < %d min size", fm, wire.FrameMinSize))
+	case fm > cfg.FrameMax:
+		return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 31, "frame_max=%d > %d max size", fm, cfg.FrameMax))
+	default:
+		c.frameMax = fm
+	}
+	// The client's value wins (0 disables heartbeats), as in RabbitMQ.
+	c.setHeartbeat(time.Duration(tuneOk.Heartbeat) * time.Second)
+
+	m, err = c.handshakeMethod(deadline)
+	if err != nil {
+		return err
+	}
+	open, ok := m.(*wire.ConnectionOpen)
+	if !ok {
+		return c.handshakeFail(wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.open, got %s", m.Name()))
+	}
+	if !c.srv.broker.VhostExists(open.VirtualHost) {
+		return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 40, "vhost %s not found", open.VirtualHost))
+	}
+	c.vhost = open.VirtualHost
+	c.opened.Store(true)
+	c.send(0, &wire.ConnectionOpenOk{})
+	c.log = c.log.With("vhost", c.vhost)
+	c.log.Debug("connection open", "channel_max", c.channelMax, "frame_max", c.frameMax, "heartbeat", c.heartbeatInterval())
+	c.srv.mu.Lock()
+	blocked, reason := c.srv.isBlocked, c.srv.blocked
+	c.srv.mu.Unlock()
+	if blocked {
+		c.sendBlocked(true, reason)
+	}
+	return nil
+}
+
+// handshakeMethod reads the next method on channel 0 (heartbeats are
+// skipped).
+func (c *conn) handshakeMethod(deadline time.Time) (wire.Method, error) {
+	for {
+		_ = c.nc.SetReadDeadline(deadline)
+		f, err := wire.ReadFrame(c.r, c.frameMax)
+		if err != nil {
+			if e, ok := wire.AsError(err); ok {
+				return nil, c.handshakeFail(e)
+			}
+			return nil, err
+		}
+		switch {
+		case f.Type == wire.FrameHeartbeat:
+			continue
+		case f.Type != wire.FrameMethod || f.Channel != 0:
+			return nil, c.handshakeFail(wire.ConnError(wire.UnexpectedFrame, 0, 0, "expected a method frame on channel 0 during the handshake, got %v", f))
+		}
+		m, err := wire.DecodeMethod(f.Payload)
+		if err != nil {
+			e, _ := wire.AsError(err)
+			return nil, c.handshakeFail(e)
+		}
+		if _, ok := m.(*wire.ConnectionClose); ok {
+			c.send(0, &wire.ConnectionCloseOk{})
+			return nil, io.EOF
+		}
+		return m, nil
+	}
+}
+
+// handshakeFail sends connection.close and waits briefly for close-ok.
+func (c *conn) handshakeFail(e *wire.Error) error {
+	c.closeOnce.Do(func() {
+		c.closing.Store(true)
+		c.send(0, e.Close())
+	})
+	deadline := time.Now().Add(c.srv.cfg.CloseTimeout)
+	for {
+		_ = c.nc.SetReadDeadline(deadline)
+		f, err := wire.ReadFrame(c.r, c.frameMax)
+		if err != nil {
+			break
+		}
+		if f.Type == wire.FrameMethod && f.Channel == 0 {
+			if m, err := wire.DecodeMethod(f.Payload); err == nil {
+				if _, ok := m.(*wire.ConnectionCloseOk); ok {
+					break
+				}
+			}
+		}
+	}
+	return e
+}
+
+// readLoop reads frames until the connection ends.
+func (c *conn) readLoop() error {
+	for {
+		timeout := time.Duration(0)
+		if hb := c.heartbeatInterval(); hb > 0 {
+			// A peer silent for two intervals is gone.
+			timeout = 2 * hb
+		}
+		f, err := c.readFrame(timeout)
+		if err != nil {
+			if e, ok := wire.AsError(err); ok {
+				// The stream is out of step: frames can no longer be parsed.
+				c.fail(e)
+				return c.drainUntilCloseOk()
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return fmt.Errorf("missed heartbeats from client, timeout: %v", timeout)
+			}
+			return err
+		}
+		if done, err := c.handleFrame(f); done {
+			return err
+		}
+	}
+}
+
+// closeOkFrame is connection.close-ok on channel 0, byte for byte.
+var closeOkFrame = wire.AppendMethodFrame(nil, 0, &wire.ConnectionCloseOk{})
+
+// drainUntilCloseOk discards input after a framing error until the peer
+// sends connection.close-ok, closes, or CloseTimeout passes. Reading the
+// rest avoids resetting the socket under the peer before it read our
+// connection.close.
+func (c *conn) drainUntilCloseOk() error {
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.CloseTimeout))
+	var window []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.r.Read(buf)
+		window = append(window, buf[:n]...)
+		if bytes.Contains(window, closeOkFrame) {
+			return nil
+		}
+		if len(window) > len(closeOkFrame) {
+			window = append(window[:0], window[len(window)-len(closeOkFrame):]...)
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+// handleFrame dispatches one frame; done reports the end of the connection.
+func (c *conn) handleFrame(f wire.Frame) (done bool, err error) {
+	if f.Type == wire.FrameHeartbeat {
+		return false, nil
+	}
+	if c.closing.Load() {
+		// spec: after sending connection.close, discard all but
+		// connection.close and connection.close-ok.
+		if f.Type == wire.FrameMethod && f.Channel == 0 {
+			m, err := wire.DecodeMethod(f.Payload)
+			if err == nil {
+				switch m.(type) {
+				case *wire.ConnectionCloseOk:
+					return true, nil
+				case *wire.ConnectionClose:
+					c.send(0, &wire.ConnectionCloseOk{})
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	}
+	if f.Channel == 0 {
+		if f.Type != wire.FrameMethod {
+			c.fail(wire.ConnError(wire.UnexpectedFrame, 0, 0, "content frame on channel 0"))
+			return false, nil
+		}
+		m, err := wire.DecodeMethod(f.Payload)
+		if err != nil {
+			e, _ := wire.AsError(err)
+			c.fail(e)
+			return false, nil
+		}
+		return c.handleConnectionMethod(m)
+	}
+	if f.Channel > c.channelMax {
+		c.fail(wire.ConnError(wire.ChannelError, 0, 0, "channel %d is above channel_max %d", f.Channel, c.channelMax))
+		return false, nil
+	}
+	ch := c.channel(f.Channel)
+	if ch == nil {
+		if f.Type != wire.FrameMethod {
+			c.fail(wire.ConnError(wire.ChannelError, 0, 0, "expected 'channel.open' on channel %d", f.Channel))
+			return false, nil
+		}
+		m, err := wire.DecodeMethod(f.Payload)
+		if err != nil {
+			e, _ := wire.AsError(err)
+			c.fail(e)
+			return false, nil
+		}
+		if _, ok := m.(*wire.ChannelOpen); !ok {
+			c.fail(wire.ConnError(wire.ChannelError, m.ClassID(), m.MethodID(), "expected 'channel.open' on channel %d", f.Channel))
+			return false, nil
+		}
+		c.openChannel(f.Channel)
+		return false, nil
+	}
+	if e := ch.handleFrame(f); e != nil {
+		if e.Hard {
+			c.fail(e)
+		} else {
+			ch.fail(e)
+		}
+	}
+	return false, nil
+}
+
+func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
+	switch m := m.(type) {
+	case *wire.ConnectionClose:
+		c.log.Debug("client closed the connection", "code", m.ReplyCode, "text", m.ReplyText)
+		c.closing.Store(true)
+		c.send(0, &wire.ConnectionCloseOk{})
+		return true, nil
+	case *wire.ConnectionCloseOk:
+		c.fail(wire.ConnError(wire.ChannelError, 10, 51, "unexpected connection.close-ok"))
+	case *wire.ConnectionBlocked, *wire.ConnectionUnblocked:
+		c.fail(wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "%s is sent by the server", m.Name()))
+	default:
+		c.fail(wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "unexpected %s on channel 0", m.Name()))
+	}
+	return false, nil
+}
+
+func (c *conn) channel(id uint16) *channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.channels[id]
+}
+
+func (c *conn) openChannel(id uint16) {
+	ch := newChannel(c, id)
+	c.mu.Lock()
+	c.channels[id] = ch
+	c.mu.Unlock()
+	go ch.run()
+	c.send(id, &wire.ChannelOpenOk{})
+}
+
+// removeChannel forgets a channel so its number may be reused; callers
+// send channel.close-ok only after this.
+func (c *conn) removeChannel(ch *channel) {
+	c.mu.Lock()
+	if c.channels[ch.id] == ch {
+		delete(c.channels, ch.id)
+	}
+	c.mu.Unlock()
+}
+
+// sendBlocked sends connection.blocked/unblocked to a client that
+// announced the capability.
+func (c *conn) sendBlocked(blocked bool, reason string) {
+	if !c.opened.Load() || !capability(c.caps, "connection.blocked") {
+		return
+	}
+	if blocked {
+		c.send(0, &wire.ConnectionBlocked{Reason: reason})
+	} else {
+		c.send(0, &wire.ConnectionUnblocked{})
+	}
+}
+
+func capability(caps wire.Table, name string) bool {
+	v, ok := caps.Get(name)
+	b, _ := v.(bool)
+	return ok && b
+}
+
+func serverProperties() wire.Table {
+	host, _ := os.Hostname()
+	return wire.Table{
+		{Key: "capabilities", Value: wire.Table{
+			{Key: "publisher_confirms", Value: true},
+			{Key: "exchange_exchange_bindings", Value: true},
+			{Key: "basic.nack", Value: true},
+			{Key: "consumer_cancel_notify", Value: true},
+			{Key: "connection.blocked", Value: true},
+			{Key: "authentication_failure_close", Value: true},
+			{Key: "per_consumer_qos", Value: true},
+			{Key: "direct_reply_to", Value: false},
+		}},
+		{Key: "cluster_name", Value: "raftmq@" + host},
+		{Key: "copyright", Value: "raftmq authors"},
+		{Key: "information", Value: "Licensed under the MIT License"},
+		{Key: "platform", Value: "Go " + runtime.Version()},
+		{Key: "product", Value: "raftmq"},
+		{Key: "version", Value: Version},
+	}
+}
+
+// credentials extracts user and password from a PLAIN or AMQPLAIN
+// response.
+func credentials(mechanism, response string) (user, pass string, err error) {
+	switch mechanism {
+	case "PLAIN":
+		// authzid NUL authcid NUL password
+		parts := strings.Split(response, "\x00")
+		if len(parts) != 3 {
+			return "", "", errors.New("malformed PLAIN response")
+		}
+		return parts[1], parts[2], nil
+	case "AMQPLAIN":
+		// A field table without its length prefix.
+		p := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(response)), uint32(len(response)))
+		p = append(p, response...)
+		t, _, err := wire.ReadTable(p)
+		if err != nil {
+			return "", "", fmt.Errorf("malformed AMQPLAIN response: %w", err)
+		}
+		l, _ := t.Get("LOGIN")
+		pw, _ := t.Get("PASSWORD")
+		ls, ok1 := l.(string)
+		ps, ok2 := pw.(string)
+		if !ok1 || !ok2 {
+			return "", "", errors.New("AMQPLAIN response without LOGIN and PASSWORD")
+		}
+		return ls, ps, nil
+	}
+	return "", "", fmt.Errorf("unsupported authentication mechanism %q", mechanism)
+}
+
+func isLoopback(a net.Addr) bool {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	case nil:
+		return false
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

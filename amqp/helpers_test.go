@@ -1,0 +1,247 @@
+package amqp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// fakeBroker records commands and answers them with scripted results.
+type fakeBroker struct {
+	mu      sync.Mutex
+	cmds    []*proto.Command
+	batches [][]*proto.Command
+	// answer returns the result of one command; nil means success.
+	answer func(cmd *proto.Command) *proto.Result
+	// onSubmit runs after a command was recorded, before Submit returns
+	// (the node applies the entry, and effects reach the Sink, then).
+	onSubmit func(cmd *proto.Command)
+	users    map[string]string
+	vhosts   map[string]bool
+}
+
+func newFakeBroker() *fakeBroker {
+	return &fakeBroker{
+		users:  map[string]string{"guest": "guest", "alice": "secret"},
+		vhosts: map[string]bool{"/": true, "other": true},
+	}
+}
+
+func (b *fakeBroker) NodeID() string { return "node-a" }
+
+func (b *fakeBroker) result(cmd *proto.Command) *proto.Result {
+	b.mu.Lock()
+	b.cmds = append(b.cmds, cmd)
+	answer, hook := b.answer, b.onSubmit
+	b.mu.Unlock()
+	if hook != nil {
+		hook(cmd)
+	}
+	if answer != nil {
+		if r := answer(cmd); r != nil {
+			return r
+		}
+	}
+	return &proto.Result{}
+}
+
+func (b *fakeBroker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return b.result(cmd), nil
+}
+
+func (b *fakeBroker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.batches = append(b.batches, cmds)
+	b.mu.Unlock()
+	out := make([]*proto.Result, len(cmds))
+	for i, c := range cmds {
+		out[i] = b.result(c)
+	}
+	return out, nil
+}
+
+func (b *fakeBroker) Authenticate(user, password string) ([]string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, ok := b.users[user]
+	return nil, ok && p == password
+}
+
+func (b *fakeBroker) VhostExists(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.vhosts[name]
+}
+
+// commands returns the recorded commands of one kind.
+func commandsOf[T any](b *fakeBroker, get func(*proto.Command) T) []T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []T
+	var zero T
+	for _, c := range b.cmds {
+		if v := get(c); any(v) != any(zero) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type testServer struct {
+	srv    *Server
+	broker *fakeBroker
+	addr   string
+	url    string
+}
+
+func startServer(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.CloseTimeout == 0 {
+		cfg.CloseTimeout = time.Second
+	}
+	b := newFakeBroker()
+	srv := NewServer(cfg, b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		if err := <-served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	addr := ln.Addr().String()
+	return &testServer{srv: srv, broker: b, addr: addr, url: "amqp://guest:guest@" + addr + "/"}
+}
+
+// rawClient speaks AMQP frame by frame.
+type rawClient struct {
+	t  *testing.T
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	return &rawClient{t: t, nc: nc, r: bufio.NewReader(nc)}
+}
+
+func (c *rawClient) write(p []byte) {
+	c.t.Helper()
+	if _, err := c.nc.Write(p); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+func (c *rawClient) send(channel uint16, m wire.Method) {
+	c.t.Helper()
+	c.write(wire.AppendMethodFrame(nil, channel, m))
+}
+
+// next reads the next non-heartbeat frame.
+func (c *rawClient) next() (wire.Frame, error) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		f, err := wire.ReadFrame(c.r, 1<<20)
+		if err != nil || f.Type != wire.FrameHeartbeat {
+			return f, err
+		}
+	}
+}
+
+func (c *rawClient) method() wire.Method {
+	c.t.Helper()
+	f, err := c.next()
+	if err != nil {
+		c.t.Fatalf("read: %v", err)
+	}
+	if f.Type != wire.FrameMethod {
+		c.t.Fatalf("got %v, want a method frame", f)
+	}
+	m, err := wire.DecodeMethod(f.Payload)
+	if err != nil {
+		c.t.Fatalf("decode: %v", err)
+	}
+	return m
+}
+
+// handshake opens the connection with the given heartbeat (seconds) and
+// frame-max.
+func (c *rawClient) handshake(heartbeat uint16, frameMax uint32) {
+	c.t.Helper()
+	c.write(wire.ProtocolHeader)
+	if _, ok := c.method().(*wire.ConnectionStart); !ok {
+		c.t.Fatal("no connection.start")
+	}
+	c.send(0, &wire.ConnectionStartOk{Mechanism: "PLAIN", Response: "\x00guest\x00guest", Locale: "en_US"})
+	tune, ok := c.method().(*wire.ConnectionTune)
+	if !ok {
+		c.t.Fatal("no connection.tune")
+	}
+	c.send(0, &wire.ConnectionTuneOk{ChannelMax: tune.ChannelMax, FrameMax: frameMax, Heartbeat: heartbeat})
+	c.send(0, &wire.ConnectionOpen{VirtualHost: "/"})
+	if _, ok := c.method().(*wire.ConnectionOpenOk); !ok {
+		c.t.Fatal("no connection.open-ok")
+	}
+}
+
+// expectClosed reads until the server closes the socket.
+func (c *rawClient) expectClosed() {
+	c.t.Helper()
+	_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c.r); err != nil {
+		c.t.Fatalf("socket not closed by the server: %v", err)
+	}
+}
+
+// expectConnectionClose reads connection.close with code, answers
+// close-ok and waits for the socket to close.
+func (c *rawClient) expectConnectionClose(code uint16) *wire.ConnectionClose {
+	c.t.Helper()
+	m := c.method()
+	cl, ok := m.(*wire.ConnectionClose)
+	if !ok || cl.ReplyCode != code {
+		c.t.Fatalf("got %#v, want connection.close %d", m, code)
+	}
+	c.send(0, &wire.ConnectionCloseOk{})
+	c.expectClosed()
+	return cl
+}
