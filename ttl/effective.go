@@ -24,7 +24,7 @@ func Some(v int64) Opt { return Opt{V: v, Set: true} }
 // and as the per-message expiration is weighed against the queue's TTL.
 // It returns None when no value is set. The order of vals does not matter.
 func Effective(vals ...Opt) Opt {
-	out := None
+	out := Opt{}
 	for _, v := range vals {
 		if v.Set && (!out.Set || v.V < out.V) {
 			out = v
