@@ -17,12 +17,14 @@ import (
 // metaVersion is the NodeMeta format this node gossips.
 const metaVersion = 1
 
-// Member health as memberlist sees it.
+// Member health as this node sees it through memberlist.
 const (
-	HealthAlive   = "alive"
-	HealthSuspect = "suspect"
-	HealthDead    = "dead"
-	HealthLeft    = "left"
+	// HealthAlive is a member that answers.
+	HealthAlive = "alive"
+	// HealthDead is a member memberlist declared dead (it may come back).
+	HealthDead = "dead"
+	// HealthLeft is a member that announced it is leaving, or left.
+	HealthLeft = "left"
 )
 
 type member struct {
@@ -68,6 +70,11 @@ func (t *memberTable) set(n *memberlist.Node, health string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old, ok := t.m[n.Name]
+	// memberlist does not say whether a member left or died: a member that
+	// announced it is leaving has left.
+	if meta.GetLeaving() || (health == HealthDead && ok && old.meta.GetLeaving()) {
+		health = HealthLeft
+	}
 	if ok && old.health == health {
 		old.meta = meta
 		return
@@ -98,11 +105,7 @@ func (d gossipDelegate) NotifyJoin(m *memberlist.Node) {
 }
 
 func (d gossipDelegate) NotifyLeave(m *memberlist.Node) {
-	h := HealthDead
-	if m.State == memberlist.StateLeft {
-		h = HealthLeft
-	}
-	d.n.members.set(m, h)
+	d.n.members.set(m, HealthDead)
 	d.n.changed.signal()
 }
 
@@ -119,6 +122,7 @@ func (n *Node) localMeta() *proto.NodeMeta {
 		GrpcAddr: n.cfg.GRPCAddr,
 		AmqpAddr: n.cfg.AMQPAddr,
 		HasState: n.hasState.Load(),
+		Leaving:  n.leaving.Load(),
 	}
 }
 
@@ -306,8 +310,8 @@ type MemberInfo struct {
 	RaftAddr string
 	GRPCAddr string
 	AMQPAddr string
-	// Health is alive, suspect, dead or left as memberlist sees it ("" when
-	// the node is in the raft configuration but was never seen).
+	// Health is alive, dead or left ("" when the node is in the raft
+	// configuration but was never seen through gossip).
 	Health string
 	// Suffrage is voter, nonvoter or "" when not in the raft configuration.
 	Suffrage string
@@ -321,13 +325,6 @@ func (n *Node) Members() []MemberInfo {
 	for id, m := range n.members.all() {
 		byID[id] = &MemberInfo{ID: id, RaftAddr: m.meta.GetRaftAddr(), GRPCAddr: m.meta.GetGrpcAddr(),
 			AMQPAddr: m.meta.GetAmqpAddr(), Health: m.health}
-	}
-	if n.list != nil {
-		for _, ln := range n.list.Members() {
-			if mi, ok := byID[ln.Name]; ok && ln.State == memberlist.StateSuspect {
-				mi.Health = HealthSuspect
-			}
-		}
 	}
 	self := n.localMeta()
 	byID[self.Id] = &MemberInfo{ID: self.Id, RaftAddr: self.RaftAddr, GRPCAddr: self.GrpcAddr, AMQPAddr: self.AmqpAddr, Health: HealthAlive}

@@ -182,6 +182,7 @@ type Node struct {
 
 	members  *memberTable
 	hasState atomic.Bool
+	leaving  atomic.Bool
 
 	applyQ    chan *pending
 	completeQ chan inflightEntry
@@ -518,18 +519,20 @@ func (n *Node) server(id string) (raft.Server, bool) {
 }
 
 // Leave leaves the cluster gracefully: the leader first hands over its
-// leadership, then the node announces its departure through memberlist (the
-// leader removes it from the raft configuration), waits until it is out of
-// the configuration (bounded) and closes.
+// leadership; the node then announces through gossip that it is leaving,
+// the leader removes it from the raft configuration (and declares it down),
+// and once it is out of the configuration (or after LeaderWait) it leaves
+// the gossip and closes.
 func (n *Node) Leave() error {
+	n.leaving.Store(true)
 	if n.raft.State() == raft.Leader && n.voters() > 1 {
 		if err := n.TransferLeadership(""); err != nil {
 			n.log.Warn("leave: leadership transfer failed", "err", err)
 		}
 	}
 	if n.list != nil {
-		if err := n.list.Leave(n.cfg.LeaderWait); err != nil {
-			n.log.Warn("leave: gossip leave failed", "err", err)
+		if err := n.list.UpdateNode(n.cfg.LeaderWait); err != nil {
+			n.log.Warn("leave: gossip update failed", "err", err)
 		}
 	}
 	if n.voters() > 1 {
@@ -539,10 +542,17 @@ func (n *Node) Leave() error {
 				break
 			}
 			_, ch := n.applied.load()
+			t := time.NewTimer(50 * time.Millisecond)
 			select {
 			case <-ch:
-			case <-time.After(50 * time.Millisecond):
+			case <-t.C:
 			}
+			t.Stop()
+		}
+	}
+	if n.list != nil {
+		if err := n.list.Leave(n.cfg.LeaderWait); err != nil {
+			n.log.Warn("leave: gossip leave failed", "err", err)
 		}
 	}
 	return n.Close()

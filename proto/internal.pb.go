@@ -237,7 +237,10 @@ type NodeMeta struct {
 	GrpcAddr string                 `protobuf:"bytes,4,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
 	AmqpAddr string                 `protobuf:"bytes,5,opt,name=amqp_addr,json=amqpAddr,proto3" json:"amqp_addr,omitempty"`
 	// The node has a raft configuration on disk (it belongs to a cluster).
-	HasState      bool `protobuf:"varint,6,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
+	HasState bool `protobuf:"varint,6,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
+	// The node is leaving the cluster gracefully (set before it leaves the
+	// raft configuration and the gossip).
+	Leaving       bool `protobuf:"varint,7,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -314,6 +317,13 @@ func (x *NodeMeta) GetHasState() bool {
 	return false
 }
 
+func (x *NodeMeta) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
 var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
@@ -329,14 +339,15 @@ const file_internal_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\x0e2\x17.raftmq.v1.ForwardErrorR\x05error\x12\x1d\n" +
 	"\n" +
 	"error_text\x18\x05 \x01(\tR\terrorText\x12\x1b\n" +
-	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\xa8\x01\n" +
+	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\xc2\x01\n" +
 	"\bNodeMeta\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x03 \x01(\tR\braftAddr\x12\x1b\n" +
 	"\tgrpc_addr\x18\x04 \x01(\tR\bgrpcAddr\x12\x1b\n" +
 	"\tamqp_addr\x18\x05 \x01(\tR\bamqpAddr\x12\x1b\n" +
-	"\thas_state\x18\x06 \x01(\bR\bhasState*\x9b\x01\n" +
+	"\thas_state\x18\x06 \x01(\bR\bhasState\x12\x18\n" +
+	"\aleaving\x18\a \x01(\bR\aleaving*\x9b\x01\n" +
 	"\fForwardError\x12\x16\n" +
 	"\x12FORWARD_ERROR_NONE\x10\x00\x12\x1c\n" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +

@@ -1,0 +1,209 @@
+package cluster_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/proto"
+)
+
+func TestCluster_KillLeaderElectsAnother(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.WaitForLeader(clustertest.Timeout)
+	mustSubmit(t, old, tick())
+	oldID := old.NodeID()
+	c.Kill(c.Index(oldID))
+
+	l := c.WaitForLeader(clustertest.Timeout)
+	if l.NodeID() == oldID {
+		t.Fatalf("the killed node %s is still the leader", oldID)
+	}
+	for _, n := range c.Live() {
+		mustSubmit(t, n, tick(), vhostPut("after-failover"))
+	}
+	c.Restart(c.Index(oldID))
+	c.WaitForLeader(clustertest.Timeout)
+	mustSubmit(t, c.Nodes[c.Index(oldID)].Node(), tick())
+	c.AssertSameDigest(t)
+}
+
+func TestCluster_RestartCatchesUpFromSnapshotAndLog(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithSnapshotThreshold(32))
+	l := c.WaitForLeader(clustertest.Timeout)
+	victim := c.Followers()[0]
+	vi := c.Index(victim.NodeID())
+	mustSubmit(t, victim, tick())
+	c.Kill(vi)
+
+	var last uint64
+	for i := range 200 {
+		res := mustSubmit(t, l, tick(), vhostPut(fmt.Sprintf("v%d", i%7)))
+		last = res[0].GetIndex()
+	}
+	// The leader compacts its log, so the restarted node needs the snapshot.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if s := l.Stats(); s.LastSnapshotIndex < 64 {
+			return fmt.Errorf("leader snapshot at %d", s.LastSnapshotIndex)
+		}
+		return nil
+	})
+	c.Restart(vi)
+	c.WaitApplied(last)
+	res := mustSubmit(t, c.Nodes[vi].Node(), tick())
+	c.WaitApplied(res[0].GetIndex())
+	c.AssertSameDigest(t)
+	if s := c.Nodes[vi].Node().Stats(); s.LastSnapshotIndex == 0 {
+		t.Fatalf("restarted node caught up without a snapshot: %+v", s)
+	}
+
+	// A restart of a node that has its own snapshot and log resumes from both.
+	before := c.Nodes[vi].Node().AppliedIndex()
+	c.Kill(vi)
+	c.Restart(vi)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if got := c.Nodes[vi].Node().AppliedIndex(); got < before {
+			return fmt.Errorf("restarted node applied %d, had %d", got, before)
+		}
+		return nil
+	})
+	c.AssertSameDigest(t)
+}
+
+func TestCluster_PartitionedMinorityCannotCommit(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.WaitForLeader(clustertest.Timeout)
+	mustSubmit(t, old, tick())
+	c.Partition(old.NodeID())
+
+	// The old leader, alone, cannot commit: it must not report success.
+	_, err := old.Submit(ctxT(t, 2*time.Second), vhostPut("minority"))
+	if err == nil {
+		t.Fatal("a partitioned minority committed a command")
+	}
+	// The majority elects a new leader and keeps working.
+	var majority []*cluster.Node
+	for _, n := range c.Live() {
+		if n != old {
+			majority = append(majority, n)
+		}
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range majority {
+			if n.IsLeader() {
+				return nil
+			}
+		}
+		return errors.New("no leader in the majority")
+	})
+	var last uint64
+	for _, n := range majority {
+		last = mustSubmit(t, n, tick(), vhostPut("majority"))[0].GetIndex()
+	}
+	// A follower cut off alone cannot commit either.
+	if old.IsLeader() {
+		t.Fatal("the partitioned old leader still believes it leads")
+	}
+
+	c.Heal()
+	c.WaitForLeader(clustertest.Timeout)
+	c.WaitApplied(last)
+	mustSubmit(t, old, tick())
+	c.AssertSameDigest(t)
+}
+
+func TestCluster_RandomWorkloadWithFailover(t *testing.T) {
+	c := clustertest.New(t, 3)
+	c.WaitForLeader(clustertest.Timeout)
+	var (
+		mu        sync.Mutex
+		committed = map[uint64]int{} // index -> commands reported committed in it
+		unknown   int
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				live := c.Live()
+				if len(live) == 0 {
+					continue
+				}
+				n := live[rng.IntN(len(live))]
+				var cmds []*proto.Command
+				for range 1 + rng.IntN(4) {
+					switch rng.IntN(4) {
+					case 0:
+						cmds = append(cmds, tick())
+					case 1:
+						cmds = append(cmds, vhostPut(fmt.Sprintf("v%d", rng.IntN(5))))
+					case 2:
+						cmds = append(cmds, queueDeclare("/", fmt.Sprintf("q%d", rng.IntN(5))))
+					default:
+						cmds = append(cmds, publish("/", fmt.Sprintf("q%d", rng.IntN(5)), "x"))
+					}
+				}
+				res, err := n.SubmitBatch(ctxT(t, 5*time.Second), cmds)
+				mu.Lock()
+				if err == nil {
+					committed[res[0].GetIndex()] += len(cmds)
+				} else {
+					unknown++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	waitCommitted := func(k int) {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(committed) < k {
+				return fmt.Errorf("%d entries committed", len(committed))
+			}
+			return nil
+		})
+	}
+	waitCommitted(50)
+	l := c.Leader()
+	li := c.Index(l.NodeID())
+	c.Kill(li)
+	c.WaitForLeader(clustertest.Timeout)
+	waitCommitted(150)
+	c.Restart(li)
+	waitCommitted(250)
+	close(stop)
+	wg.Wait()
+	c.AssertSameDigest(t)
+
+	// Every reported commit is in the log of every node, with as many
+	// commands as reported (several callers may share one entry).
+	for _, n := range c.Live() {
+		inLog := map[uint64]int{}
+		if err := n.LogEntries(func(i uint64, env *proto.Envelope) bool {
+			inLog[i] = len(env.GetCommands())
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for idx, k := range committed {
+			if inLog[idx] < k {
+				t.Fatalf("%s: entry %d has %d commands, %d were reported committed in it", n.NodeID(), idx, inLog[idx], k)
+			}
+		}
+	}
+	t.Logf("%d entries committed, %d submissions failed around the failover", len(committed), unknown)
+}

@@ -1,0 +1,171 @@
+package cluster_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+var t0 = time.UnixMilli(1_800_000_000_000)
+
+// stamps returns the stamps of n's log entries in index order.
+func stamps(t testing.TB, n *cluster.Node) (idx []uint64, st []int64) {
+	t.Helper()
+	if err := n.LogEntries(func(i uint64, env *proto.Envelope) bool {
+		idx = append(idx, i)
+		st = append(st, env.GetStampMs())
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return idx, st
+}
+
+func assertMonotonicLog(t testing.TB, n *cluster.Node) {
+	t.Helper()
+	idx, st := stamps(t, n)
+	for i := 1; i < len(st); i++ {
+		if st[i] < st[i-1] {
+			t.Fatalf("%s: log time goes back from %d (entry %d) to %d (entry %d)", n.NodeID(), st[i-1], idx[i-1], st[i], idx[i])
+		}
+	}
+}
+
+func TestCluster_LogTimeNeverGoesBackWhenNewLeaderIsBehind(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0))
+	l := c.WaitForLeader(clustertest.Timeout)
+	// The leader's clock runs an hour ahead of the others.
+	ahead := t0.Add(time.Hour)
+	c.Nodes[c.Index(l.NodeID())].Clock.Set(ahead)
+	res := mustSubmit(t, l, tick())
+	if got := logClock(l); got != ahead.UnixMilli() {
+		t.Fatalf("log clock %d after a tick stamped at %d", got, ahead.UnixMilli())
+	}
+	c.WaitApplied(res[0].GetIndex())
+
+	// Hand leadership to a node whose clock is an hour behind.
+	f := c.Followers()[0]
+	if err := l.TransferLeadership(f.NodeID()); err != nil {
+		t.Fatal(err)
+	}
+	nl := c.WaitForLeader(clustertest.Timeout)
+	if nl.NodeID() != f.NodeID() {
+		t.Fatalf("leadership went to %s, asked for %s", nl.NodeID(), f.NodeID())
+	}
+	for _, n := range c.Live() {
+		mustSubmit(t, n, tick(), vhostPut("x"))
+	}
+	// The new leader's clock moves, but stays behind: stamps hold.
+	c.Nodes[c.Index(f.NodeID())].Clock.Advance(time.Minute)
+	last := mustSubmit(t, nl, tick())
+	c.WaitApplied(last[0].GetIndex())
+	for _, n := range c.Live() {
+		assertMonotonicLog(t, n)
+		_, st := stamps(t, n)
+		if got := st[len(st)-1]; got < ahead.UnixMilli() {
+			t.Fatalf("%s: last stamp %d is behind the earlier leader's %d", n.NodeID(), got, ahead.UnixMilli())
+		}
+	}
+	// Once the new leader's clock passes the old one, time moves again.
+	c.Nodes[c.Index(f.NodeID())].Clock.Set(ahead.Add(time.Second))
+	mustSubmit(t, nl, tick())
+	if got := logClock(nl); got != ahead.Add(time.Second).UnixMilli() {
+		t.Fatalf("log clock %d, want %d", got, ahead.Add(time.Second).UnixMilli())
+	}
+	c.AssertSameDigest(t)
+}
+
+func TestCluster_DefaultsInOneEntry(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.DefaultUser, cfg.DefaultPassword = "admin", "s3cret"
+	}))
+	l := c.WaitForLeader(clustertest.Timeout)
+	var found *proto.Envelope
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		found = nil
+		_ = l.LogEntries(func(_ uint64, env *proto.Envelope) bool {
+			for _, cmd := range env.GetCommands() {
+				if cmd.GetUserPut() != nil {
+					found = env
+					return false
+				}
+			}
+			return true
+		})
+		if found == nil {
+			return fmt.Errorf("no UserPut in the log")
+		}
+		return nil
+	})
+	cmds := found.GetCommands()
+	if len(cmds) != 3 || cmds[0].GetVhostPut().GetName() != "/" || cmds[2].GetPermissionSet().GetUser() != "admin" {
+		t.Fatalf("defaults entry: %v", cmds)
+	}
+	u := cmds[1].GetUserPut()
+	if u.GetName() != "admin" || u.GetHashAlgorithm() != fsm.PasswordHashAlgorithm ||
+		!fsm.CheckPassword(u.GetPasswordHash(), fsm.PasswordSaltLen, "s3cret") ||
+		len(u.GetTags()) != 1 || u.GetTags()[0] != "administrator" {
+		t.Fatalf("default user: %v", u)
+	}
+	p := cmds[2].GetPermissionSet()
+	if p.GetVhost() != "/" || p.GetConfigure() != ".*" || p.GetWrite() != ".*" || p.GetRead() != ".*" {
+		t.Fatalf("default permissions: %v", p)
+	}
+}
+
+func TestCluster_DeadNodeDeclaredDown(t *testing.T) {
+	c := clustertest.New(t, 3)
+	c.WaitForLeader(clustertest.Timeout)
+	victim := c.Followers()[0].NodeID()
+	c.Kill(c.Index(victim))
+	l := c.WaitForLeader(clustertest.Timeout)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		down := false
+		_ = l.LogEntries(func(_ uint64, env *proto.Envelope) bool {
+			for _, cmd := range env.GetCommands() {
+				if cmd.GetNodeDown().GetNode() == victim {
+					down = true
+				}
+			}
+			return !down
+		})
+		if !down {
+			return fmt.Errorf("no NodeDown{%s} in the log", victim)
+		}
+		return nil
+	})
+	for _, m := range l.Members() {
+		if m.ID == victim && m.Health != cluster.HealthDead {
+			t.Fatalf("%s is %q, want dead", victim, m.Health)
+		}
+	}
+}
+
+func TestCluster_LeaveRemovesTheNode(t *testing.T) {
+	c := clustertest.New(t, 3)
+	l := c.WaitForLeader(clustertest.Timeout)
+	// The leader leaves: it hands over leadership first.
+	id := l.NodeID()
+	if err := l.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	c.Kill(c.Index(id))
+	nl := c.WaitForLeader(clustertest.Timeout)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, m := range nl.Members() {
+			if m.ID == id && m.Suffrage != "" {
+				return fmt.Errorf("%s still a %s", id, m.Suffrage)
+			}
+		}
+		return nil
+	})
+	// Two voters remain: both needed, both working.
+	for _, n := range c.Live() {
+		mustSubmit(t, n, tick())
+	}
+}
