@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	protobuf "google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// column is one selectable column of a listing.
+type column[T any] struct {
+	name string
+	get  func(T) any
+}
+
+// listing prints items with the columns named in args (defaults when
+// none), as an aligned table or, with --json, as a JSON array of objects.
+func listing[T any](c *call, items []T, cols []column[T], defaults []string) error {
+	names := c.args
+	if len(names) == 0 {
+		names = defaults
+	}
+	byName := make(map[string]column[T], len(cols))
+	for _, col := range cols {
+		byName[col.name] = col
+	}
+	sel := make([]column[T], 0, len(names))
+	for _, n := range names {
+		col, ok := byName[n]
+		if !ok {
+			known := make([]string, len(cols))
+			for i, col := range cols {
+				known[i] = col.name
+			}
+			return usagef("unknown column %q (columns: %s)", n, strings.Join(known, " "))
+		}
+		sel = append(sel, col)
+	}
+	if c.o.json {
+		rows := make([]map[string]any, 0, len(items))
+		for _, it := range items {
+			row := make(map[string]any, len(sel))
+			for _, col := range sel {
+				row[col.name] = col.get(it)
+			}
+			rows = append(rows, row)
+		}
+		return writeJSON(c.out, rows)
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	cells := make([]string, len(sel))
+	for i, col := range sel {
+		cells[i] = col.name
+	}
+	fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	for _, it := range items {
+		for i, col := range sel {
+			cells[i] = cell(col.get(it))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	return tw.Flush()
+}
+
+// cell formats one value for a table.
+func cell(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case nil:
+		return ""
+	case map[string]any, []any, []string:
+		b, _ := json.Marshal(x)
+		return string(b)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// writeJSON writes v as one indented JSON document.
+func writeJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// writeProtoJSON writes a message as one JSON document with stable
+// formatting (protojson output is re-indented).
+func writeProtoJSON(w io.Writer, m protobuf.Message) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	return writeJSON(w, v)
+}
+
+// tableValue converts an AMQP field table to a JSON-friendly map.
+func tableValue(t *proto.Table) map[string]any {
+	out := make(map[string]any, len(t.GetFields()))
+	for _, f := range t.GetFields() {
+		out[f.GetKey()] = fieldValue(f.GetValue())
+	}
+	return out
+}
+
+func fieldValue(v *proto.Value) any {
+	switch k := v.GetKind().(type) {
+	case *proto.Value_Bool:
+		return k.Bool
+	case *proto.Value_Int8:
+		return k.Int8
+	case *proto.Value_Uint8:
+		return k.Uint8
+	case *proto.Value_Int16:
+		return k.Int16
+	case *proto.Value_Uint16:
+		return k.Uint16
+	case *proto.Value_Int32:
+		return k.Int32
+	case *proto.Value_Uint32:
+		return k.Uint32
+	case *proto.Value_Int64:
+		return k.Int64
+	case *proto.Value_Float32:
+		return k.Float32
+	case *proto.Value_Float64:
+		return k.Float64
+	case *proto.Value_Decimal:
+		return float64(k.Decimal.GetValue()) / math.Pow10(int(k.Decimal.GetScale()))
+	case *proto.Value_LongString:
+		return string(k.LongString)
+	case *proto.Value_ShortString:
+		return k.ShortString
+	case *proto.Value_ByteArray:
+		return base64.StdEncoding.EncodeToString(k.ByteArray)
+	case *proto.Value_Timestamp:
+		return k.Timestamp
+	case *proto.Value_Table:
+		return tableValue(k.Table)
+	case *proto.Value_Array:
+		out := make([]any, 0, len(k.Array.GetValues()))
+		for _, x := range k.Array.GetValues() {
+			out = append(out, fieldValue(x))
+		}
+		return out
+	default:
+		return nil
+	}
+}
+
+// definitionValue is a policy definition with RabbitMQ's key names.
+func definitionValue(d *proto.PolicyDefinition) map[string]any {
+	out := map[string]any{}
+	if d.MessageTtl != nil {
+		out["message-ttl"] = d.GetMessageTtl()
+	}
+	if d.Expires != nil {
+		out["expires"] = d.GetExpires()
+	}
+	if d.DeadLetterExchange != nil {
+		out["dead-letter-exchange"] = d.GetDeadLetterExchange()
+	}
+	if d.DeadLetterRoutingKey != nil {
+		out["dead-letter-routing-key"] = d.GetDeadLetterRoutingKey()
+	}
+	if d.MaxLength != nil {
+		out["max-length"] = d.GetMaxLength()
+	}
+	if d.MaxLengthBytes != nil {
+		out["max-length-bytes"] = d.GetMaxLengthBytes()
+	}
+	if d.Overflow != nil {
+		out["overflow"] = d.GetOverflow()
+	}
+	return out
+}
+
+// policyJSON is the DEFINITION argument of set_policy.
+type policyJSON struct {
+	MessageTTL           *int64  `json:"message-ttl"`
+	Expires              *int64  `json:"expires"`
+	DeadLetterExchange   *string `json:"dead-letter-exchange"`
+	DeadLetterRoutingKey *string `json:"dead-letter-routing-key"`
+	MaxLength            *int64  `json:"max-length"`
+	MaxLengthBytes       *int64  `json:"max-length-bytes"`
+	Overflow             *string `json:"overflow"`
+}
+
+// parseDefinition reads a policy definition; unknown keys are an error.
+func parseDefinition(s string) (*proto.PolicyDefinition, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	var p policyJSON
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("policy definition %s: %v", s, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("policy definition %s: trailing data", s)
+	}
+	return &proto.PolicyDefinition{
+		MessageTtl: p.MessageTTL, Expires: p.Expires,
+		DeadLetterExchange: p.DeadLetterExchange, DeadLetterRoutingKey: p.DeadLetterRoutingKey,
+		MaxLength: p.MaxLength, MaxLengthBytes: p.MaxLengthBytes, Overflow: p.Overflow,
+	}, nil
+}
