@@ -8,12 +8,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// HTTPOptions configure NewHTTPHandler.
-type HTTPOptions struct {
+// HTTPDeps configure NewHTTPHandler.
+type HTTPDeps struct {
 	// Node is the local node (required).
 	Node Node
-	// Metrics is served on /metrics; nil serves no /metrics.
+	// Metrics is served on /metrics; nil builds one from Node, Conns,
+	// Stats, PerQueue and MaxQueues (use NewMetrics directly to keep its
+	// ObserveApply hook).
 	Metrics *Metrics
+	// Conns, Stats, PerQueue and MaxQueues are as in MetricsOptions.
+	Conns     Connections
+	Stats     func() StateStats
+	PerQueue  bool
+	MaxQueues int
 	// Pprof serves net/http/pprof under /debug/pprof/.
 	Pprof bool
 }
@@ -22,11 +29,13 @@ type HTTPOptions struct {
 // /readyz (200 once the node is a member of a cluster with a known leader
 // and has applied the leader's defaults, 503 with the reason otherwise) and,
 // when enabled, /debug/pprof/.
-func NewHTTPHandler(o HTTPOptions) http.Handler {
+func NewHTTPHandler(o HTTPDeps) http.Handler {
 	mux := http.NewServeMux()
-	if o.Metrics != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(o.Metrics.Registry(), promhttp.HandlerOpts{}))
+	m := o.Metrics
+	if m == nil {
+		m = NewMetrics(MetricsOptions{Node: o.Node, Conns: o.Conns, Stats: o.Stats, PerQueue: o.PerQueue, MaxQueues: o.MaxQueues})
 	}
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintln(w, "ok")

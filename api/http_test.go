@@ -71,7 +71,7 @@ func TestMetrics_SeriesMove(t *testing.T) {
 	conns := &fakeConns{list: []*proto.ConnectionInfo{{Id: "c1", Channels: 3}}}
 	box := &statsBox{s: StateStats{Published: 10, Delivered: 4, Acked: 3, Expired: 2, DeadLettered: 1, Dropped: 1, Ready: 5, Unacked: 1, Overdue: 0, Consumers: 2, Queues: 3}}
 	m := NewMetrics(MetricsOptions{Node: n, Conns: conns, Stats: box.get, PerQueue: true, MaxQueues: 2})
-	h := NewHTTPHandler(HTTPOptions{Node: n, Metrics: m})
+	h := NewHTTPHandler(HTTPDeps{Node: n, Metrics: m})
 
 	got := scrape(t, h)
 	wantSample(t, got, `raftmq_raft_state{state="Follower"}`, 1)
@@ -130,7 +130,7 @@ func TestMetrics_SeriesMove(t *testing.T) {
 func TestMetrics_NoPerQueueByDefault(t *testing.T) {
 	n := newFakeNode("n1")
 	n.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "a", Ready: 5}}
-	got := scrape(t, NewHTTPHandler(HTTPOptions{Node: n, Metrics: NewMetrics(MetricsOptions{Node: n})}))
+	got := scrape(t, NewHTTPHandler(HTTPDeps{Node: n, Metrics: NewMetrics(MetricsOptions{Node: n})}))
 	for k := range got {
 		if strings.HasPrefix(k, "raftmq_queue_") {
 			t.Fatalf("per-queue series %s without the option", k)
@@ -151,7 +151,7 @@ func TestHTTP_ReadyzFlips(t *testing.T) {
 	n := newFakeNode("n1")
 	n.leaderID = ""
 	n.state.initialized = false
-	h := NewHTTPHandler(HTTPOptions{Node: n})
+	h := NewHTTPHandler(HTTPDeps{Node: n})
 
 	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d", code)
@@ -178,7 +178,7 @@ func TestHTTP_ReadyzFlips(t *testing.T) {
 	if code, _ := get(t, h, "/debug/pprof/"); code != http.StatusNotFound {
 		t.Fatalf("pprof served without the option: %d", code)
 	}
-	hp := NewHTTPHandler(HTTPOptions{Node: n, Pprof: true})
+	hp := NewHTTPHandler(HTTPDeps{Node: n, Pprof: true})
 	if code, body := get(t, hp, "/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Fatalf("pprof: %d", code)
 	}
