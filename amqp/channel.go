@@ -47,11 +47,11 @@ type channel struct {
 	consumers map[string]bool
 
 	// Worker only.
-	prefetch    uint16
-	confirm     bool
-	publishSeq  uint64
-	ackedUpTo   uint64
-	consumerSeq uint64
+	prefetch       uint16 // basic.qos global=false
+	prefetchGlobal uint16 // basic.qos global=true
+	confirm        bool
+	publishSeq     uint64 // last publish sequence number in confirm mode
+	lastQueue      string // the queue this channel declared last
 }
 
 func newChannel(c *conn, id uint16) *channel {

@@ -1,16 +1,598 @@
 package amqp
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"strings"
+
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/proto"
 )
 
-// batchKind groups methods that go to the log together: 0 for none.
-func batchKind(wire.Method) int { return 0 }
+// Kinds of methods the worker sends to the log together.
+const (
+	kindNone = iota
+	kindPublish
+	kindAck
+)
 
-// handleRun processes a run of methods of one batch kind.
-func (ch *channel) handleRun(kind int, run []item) {}
+// batchKind groups methods that go to the log together.
+func batchKind(m wire.Method) int {
+	switch m.(type) {
+	case *wire.BasicPublish:
+		return kindPublish
+	case *wire.BasicAck, *wire.BasicNack, *wire.BasicReject:
+		return kindAck
+	}
+	return kindNone
+}
+
+// handleRun processes a run of publishes or acknowledgements.
+func (ch *channel) handleRun(kind int, run []item) {
+	var e *wire.Error
+	switch kind {
+	case kindPublish:
+		e = ch.handlePublishes(run)
+	case kindAck:
+		e = ch.handleAcks(run)
+	}
+	if e != nil {
+		ch.raise(e)
+	}
+}
 
 // handleMethod processes one class method on the channel's worker.
 func (ch *channel) handleMethod(it item) *wire.Error {
-	return wire.ConnError(wire.NotImplemented, it.m.ClassID(), it.m.MethodID(), "%s is not implemented yet", it.m.Name())
+	switch m := it.m.(type) {
+	case *wire.ExchangeDeclare:
+		return ch.handleExchangeDeclare(m)
+	case *wire.ExchangeDelete:
+		return ch.handleExchangeDelete(m)
+	case *wire.ExchangeBind:
+		return ch.handleExchangeBind(m)
+	case *wire.ExchangeUnbind:
+		return ch.handleExchangeUnbind(m)
+	case *wire.QueueDeclare:
+		return ch.handleQueueDeclare(m)
+	case *wire.QueueBind:
+		return ch.handleQueueBind(m)
+	case *wire.QueueUnbind:
+		return ch.handleQueueUnbind(m)
+	case *wire.QueuePurge:
+		return ch.handleQueuePurge(m)
+	case *wire.QueueDelete:
+		return ch.handleQueueDelete(m)
+	case *wire.BasicQos:
+		return ch.handleQos(m)
+	case *wire.BasicConsume:
+		return ch.handleConsume(m)
+	case *wire.BasicCancel:
+		return ch.handleCancel(m)
+	case *wire.BasicGet:
+		return ch.handleGet(m)
+	case *wire.BasicRecover:
+		return ch.handleRecover(m, m.Requeue, true)
+	case *wire.BasicRecoverAsync:
+		return ch.handleRecover(m, m.Requeue, false)
+	case *wire.ConfirmSelect:
+		ch.confirm = true
+		if !m.Nowait {
+			ch.c.send(ch.id, &wire.ConfirmSelectOk{})
+		}
+		return nil
+	case *wire.TxSelect, *wire.TxCommit, *wire.TxRollback:
+		// Transactions are not implemented; RabbitMQ clients expect a clean
+		// refusal rather than a silent success.
+		return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "%s is not implemented", m.Name())
+	}
+	m := it.m
+	return wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not a client method", m.Name())
+}
+
+// submit sends one command and turns a refusal into the exception for m.
+func (ch *channel) submit(m wire.Method, cmd *proto.Command) (*proto.Result, *wire.Error) {
+	res, err := ch.c.srv.broker.Submit(ch.c.ctx, cmd)
+	if err != nil {
+		return nil, ch.submitError(m, err)
+	}
+	if res.GetCode() != 0 {
+		return res, resultError(m, res)
+	}
+	return res, nil
+}
+
+func (ch *channel) submitError(m wire.Method, err error) *wire.Error {
+	if ch.c.ctx.Err() != nil {
+		// The connection is going away; nobody is left to tell.
+		return nil
+	}
+	ch.c.log.Warn("command failed", "channel", ch.id, "method", m.Name(), "err", err)
+	return wire.ConnError(wire.InternalError, m.ClassID(), m.MethodID(), "%s could not be committed: %v", m.Name(), err)
+}
+
+// resultError converts a refused command's result into an AMQP exception:
+// a channel exception, or a connection exception for a hard reply code.
+func resultError(m wire.Method, r *proto.Result) *wire.Error {
+	code := uint16(r.GetCode())
+	text := r.GetText()
+	if name := wire.ReplyText(code); name != "" && !strings.HasPrefix(text, name) {
+		text = name + " - " + text
+	}
+	return &wire.Error{Code: code, ClassID: m.ClassID(), MethodID: m.MethodID(), Text: text, Hard: wire.IsHardError(code)}
+}
+
+func (ch *channel) vhost() string { return ch.c.vhost }
+
+// queueName applies the rule that an empty queue name means the queue
+// this channel declared last.
+func (ch *channel) queueName(m wire.Method, name string) (string, *wire.Error) {
+	if name != "" {
+		return name, nil
+	}
+	if ch.lastQueue == "" {
+		// spec: if the client did not previously declare a queue, and the
+		// queue name in this method is empty, the server MUST raise a
+		// connection exception with reply code 530 (not allowed).
+		return "", wire.ConnError(wire.NotAllowed, m.ClassID(), m.MethodID(), "no previously declared queue")
+	}
+	return ch.lastQueue, nil
+}
+
+func randomName(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func tableArg(m wire.Method, t wire.Table) (*proto.Table, *wire.Error) {
+	pt, err := tableToProto(t)
+	if err != nil {
+		return nil, wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid arguments: %v", err)
+	}
+	return pt, nil
+}
+
+// ---- exchange ----
+
+func (ch *channel) handleExchangeDeclare(m *wire.ExchangeDeclare) *wire.Error {
+	args, e := tableArg(m, m.Arguments)
+	if e != nil {
+		return e
+	}
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{
+		Vhost: ch.vhost(), Name: m.Exchange, Type: m.Type, Passive: m.Passive, Durable: m.Durable,
+		AutoDelete: m.AutoDelete, Internal: m.Internal, Arguments: args,
+	}}}); e != nil {
+		return e
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.ExchangeDeclareOk{})
+	}
+	return nil
+}
+
+func (ch *channel) handleExchangeDelete(m *wire.ExchangeDelete) *wire.Error {
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{
+		Vhost: ch.vhost(), Name: m.Exchange, IfUnused: m.IfUnused,
+	}}}); e != nil {
+		return e
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.ExchangeDeleteOk{})
+	}
+	return nil
+}
+
+func (ch *channel) handleExchangeBind(m *wire.ExchangeBind) *wire.Error {
+	args, e := tableArg(m, m.Arguments)
+	if e != nil {
+		return e
+	}
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{
+		Vhost: ch.vhost(), Source: m.Source, Destination: m.Destination, DestinationIsExchange: true,
+		RoutingKey: m.RoutingKey, Arguments: args, Connection: ch.c.ref(),
+	}}}); e != nil {
+		return e
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.ExchangeBindOk{})
+	}
+	return nil
+}
+
+func (ch *channel) handleExchangeUnbind(m *wire.ExchangeUnbind) *wire.Error {
+	args, e := tableArg(m, m.Arguments)
+	if e != nil {
+		return e
+	}
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Unbind{Unbind: &proto.Unbind{
+		Vhost: ch.vhost(), Source: m.Source, Destination: m.Destination, DestinationIsExchange: true,
+		RoutingKey: m.RoutingKey, Arguments: args, Connection: ch.c.ref(),
+	}}}); e != nil {
+		return e
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.ExchangeUnbindOk{})
+	}
+	return nil
+}
+
+// ---- queue ----
+
+func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
+	args, e := tableArg(m, m.Arguments)
+	if e != nil {
+		return e
+	}
+	name := m.Queue
+	if name == "" && !m.Passive {
+		// Server-named queues are named on this node, so the name is in
+		// the log and every replica agrees on it.
+		name = randomName("amq.gen-")
+	} else if name == "" {
+		var e *wire.Error
+		if name, e = ch.queueName(m, ""); e != nil {
+			return e
+		}
+	}
+	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
+		Vhost: ch.vhost(), Name: name, Passive: m.Passive, Durable: m.Durable, Exclusive: m.Exclusive,
+		AutoDelete: m.AutoDelete, Arguments: args, Connection: ch.c.ref(),
+	}}})
+	if e != nil {
+		return e
+	}
+	if res.GetQueue() != "" {
+		name = res.GetQueue()
+	}
+	ch.lastQueue = name
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.QueueDeclareOk{Queue: name, MessageCount: res.GetMessageCount(), ConsumerCount: res.GetConsumerCount()})
+	}
+	return nil
+}
+
+func (ch *channel) handleQueueBind(m *wire.QueueBind) *wire.Error {
+	q, e := ch.queueName(m, m.Queue)
+	if e != nil {
+		return e
+	}
+	args, e := tableArg(m, m.Arguments)
+	if e != nil {
+		return e
+	}
+	rk := m.RoutingKey
+	if m.Queue == "" && rk == "" {
+		// spec: an empty queue name and routing key bind with the last
+		// declared queue's name as the key.
+		rk = q
+	}
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{
+		Vhost: ch.vhost(), Source: m.Exchange, Destination: q, RoutingKey: rk, Arguments: args, Connection: ch.c.ref(),
+	}}}); e != nil {
+		return e
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.QueueBindOk{})
+	}
+	return nil
+}
+
+func (ch *channel) handleQueueUnbind(m *wire.QueueUnbind) *wire.Error {
+	q, e := ch.queueName(m, m.Queue)
+	if e != nil {
+		return e
+	}
+	args, e := tableArg(m, m.Arguments)
+	if e != nil {
+		return e
+	}
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Unbind{Unbind: &proto.Unbind{
+		Vhost: ch.vhost(), Source: m.Exchange, Destination: q, RoutingKey: m.RoutingKey, Arguments: args, Connection: ch.c.ref(),
+	}}}); e != nil {
+		return e
+	}
+	ch.c.send(ch.id, &wire.QueueUnbindOk{})
+	return nil
+}
+
+func (ch *channel) handleQueuePurge(m *wire.QueuePurge) *wire.Error {
+	q, e := ch.queueName(m, m.Queue)
+	if e != nil {
+		return e
+	}
+	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_QueuePurge{QueuePurge: &proto.QueuePurge{
+		Vhost: ch.vhost(), Name: q, Connection: ch.c.ref(),
+	}}})
+	if e != nil {
+		return e
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.QueuePurgeOk{MessageCount: res.GetMessageCount()})
+	}
+	return nil
+}
+
+func (ch *channel) handleQueueDelete(m *wire.QueueDelete) *wire.Error {
+	q, e := ch.queueName(m, m.Queue)
+	if e != nil {
+		return e
+	}
+	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{
+		Vhost: ch.vhost(), Name: q, IfUnused: m.IfUnused, IfEmpty: m.IfEmpty, Connection: ch.c.ref(),
+	}}})
+	if e != nil {
+		return e
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.QueueDeleteOk{MessageCount: res.GetMessageCount()})
+	}
+	return nil
+}
+
+// ---- basic ----
+
+// handleQos records the prefetch for consumers created later on this
+// channel. global=false (RabbitMQ 3.3+: per consumer) sets the limit each
+// new consumer gets. global=true (RabbitMQ: shared by the channel) has no
+// channel-wide credit in the log model; it is applied to each new consumer
+// that has no per-consumer limit, which bounds every consumer by it.
+func (ch *channel) handleQos(m *wire.BasicQos) *wire.Error {
+	if m.PrefetchSize != 0 {
+		return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "prefetch_size!=0 (%d)", m.PrefetchSize)
+	}
+	if m.Global {
+		ch.prefetchGlobal = m.PrefetchCount
+	} else {
+		ch.prefetch = m.PrefetchCount
+	}
+	ch.c.send(ch.id, &wire.BasicQosOk{})
+	return nil
+}
+
+func (ch *channel) consumerPrefetch() uint32 {
+	if ch.prefetch != 0 {
+		return uint32(ch.prefetch)
+	}
+	return uint32(ch.prefetchGlobal)
+}
+
+func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
+	q, e := ch.queueName(m, m.Queue)
+	if e != nil {
+		return e
+	}
+	args, e := tableArg(m, m.Arguments)
+	if e != nil {
+		return e
+	}
+	tag := m.ConsumerTag
+	if tag == "" {
+		tag = randomName("amq.ctag-")
+	}
+	ch.mu.Lock()
+	_, active := ch.consumers[tag]
+	_, starting := ch.starting[tag]
+	if active || starting {
+		ch.mu.Unlock()
+		return wire.ConnError(wire.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)
+	}
+	// Deliveries the log assigns before consume-ok is written wait here.
+	ch.starting[tag] = nil
+	ch.mu.Unlock()
+
+	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
+		Vhost: ch.vhost(), Queue: q,
+		Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: tag},
+		NoAck:    m.NoAck, Exclusive: m.Exclusive, Prefetch: ch.consumerPrefetch(), Arguments: args,
+	}}})
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	pending, stillStarting := ch.starting[tag]
+	delete(ch.starting, tag)
+	if e != nil {
+		return e
+	}
+	if res.GetConsumerTag() != "" && res.GetConsumerTag() != tag {
+		ch.c.log.Warn("consumer tag changed by the broker", "sent", tag, "got", res.GetConsumerTag())
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.BasicConsumeOk{ConsumerTag: tag})
+	}
+	if !stillStarting {
+		// Cancelled by the broker before consume-ok: tell the client now.
+		if capability(ch.c.caps, "consumer_cancel_notify") {
+			ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
+		}
+		return nil
+	}
+	ch.consumers[tag] = true
+	for _, d := range pending {
+		ch.writeDelivery(d)
+	}
+	return nil
+}
+
+func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{
+		Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: m.ConsumerTag},
+	}}}); e != nil {
+		return e
+	}
+	ch.mu.Lock()
+	delete(ch.consumers, m.ConsumerTag)
+	ch.mu.Unlock()
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.BasicCancelOk{ConsumerTag: m.ConsumerTag})
+	}
+	return nil
+}
+
+func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
+	q, e := ch.queueName(m, m.Queue)
+	if e != nil {
+		return e
+	}
+	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{
+		Vhost: ch.vhost(), Queue: q, NoAck: m.NoAck, Channel: ch.ref(),
+	}}})
+	if e != nil {
+		return e
+	}
+	g := res.GetGet()
+	if g == nil {
+		ch.c.send(ch.id, &wire.BasicGetEmpty{})
+		return nil
+	}
+	props := propertiesFromProto(g.GetProperties())
+	ch.c.sendContent(ch.id, &wire.BasicGetOk{
+		DeliveryTag: g.GetDeliveryTag(), Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
+		RoutingKey: g.GetRoutingKey(), MessageCount: g.GetMessageCount(),
+	}, &props, g.GetBody())
+	return nil
+}
+
+// handleRecover requeues every unacknowledged delivery of the channel
+// (requeue=false is treated like requeue=true: the log has no per-consumer
+// redelivery).
+func (ch *channel) handleRecover(m wire.Method, _ bool, reply bool) *wire.Error {
+	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{
+		Channel: ch.ref(), All: true,
+	}}}); e != nil {
+		return e
+	}
+	if reply {
+		ch.c.send(ch.id, &wire.BasicRecoverOk{})
+	}
+	return nil
+}
+
+// handleAcks sends a run of basic.ack, basic.nack and basic.reject to the
+// log as one batch.
+func (ch *channel) handleAcks(run []item) *wire.Error {
+	cmds := make([]*proto.Command, len(run))
+	ref := ch.ref()
+	for i, it := range run {
+		switch m := it.m.(type) {
+		case *wire.BasicAck:
+			cmds[i] = &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, DeliveryTag: m.DeliveryTag, Multiple: m.Multiple}}}
+		case *wire.BasicNack:
+			cmds[i] = settleNegative(ref, m.DeliveryTag, m.Multiple, m.Requeue)
+		case *wire.BasicReject:
+			cmds[i] = settleNegative(ref, m.DeliveryTag, false, m.Requeue)
+		}
+	}
+	results, err := ch.submitBatch(cmds)
+	if err != nil {
+		return ch.submitError(run[0].m, err)
+	}
+	for i, r := range results {
+		if r.GetCode() != 0 {
+			return resultError(run[i].m, r)
+		}
+	}
+	return nil
+}
+
+func settleNegative(ref *proto.ChannelRef, tag uint64, multiple, requeue bool) *proto.Command {
+	if requeue {
+		return &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ref, DeliveryTag: tag, Multiple: multiple}}}
+	}
+	return &proto.Command{Cmd: &proto.Command_Discard{Discard: &proto.Discard{Channel: ref, DeliveryTag: tag, Multiple: multiple}}}
+}
+
+func (ch *channel) submitBatch(cmds []*proto.Command) ([]*proto.Result, error) {
+	if len(cmds) == 1 {
+		r, err := ch.c.srv.broker.Submit(ch.c.ctx, cmds[0])
+		if err != nil {
+			return nil, err
+		}
+		return []*proto.Result{r}, nil
+	}
+	return ch.c.srv.broker.SubmitBatch(ch.c.ctx, cmds)
+}
+
+// handlePublishes sends a run of basic.publish to the log as one batch,
+// then answers each in order: basic.return for an unroutable mandatory
+// message, then its confirm when the channel is in confirm mode.
+func (ch *channel) handlePublishes(run []item) *wire.Error {
+	cmds := make([]*proto.Command, 0, len(run))
+	ref := ch.ref()
+	for _, it := range run {
+		m := it.m.(*wire.BasicPublish)
+		if m.Immediate {
+			// RabbitMQ refuses immediate=true the same way.
+			if len(cmds) > 0 {
+				if e := ch.publishBatch(run[:len(cmds)], cmds); e != nil {
+					return e
+				}
+			}
+			return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "immediate=true")
+		}
+		props, err := propertiesToProto(it.props)
+		if err != nil {
+			return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid properties: %v", err)
+		}
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{
+			Vhost: ch.vhost(), Exchange: m.Exchange, RoutingKey: m.RoutingKey, Mandatory: m.Mandatory,
+			Properties: props, Body: it.body, Channel: ref,
+		}}})
+	}
+	return ch.publishBatch(run, cmds)
+}
+
+func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
+	first := ch.publishSeq + 1
+	if ch.confirm {
+		ch.publishSeq += uint64(len(cmds))
+	}
+	results, err := ch.submitBatch(cmds)
+	if err != nil {
+		if ch.confirm && ch.c.ctx.Err() == nil {
+			// Not committed as far as we know: the publisher must resend.
+			ch.c.log.Warn("publish failed", "channel", ch.id, "err", err)
+			ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: ch.publishSeq, Multiple: true})
+			return nil
+		}
+		return ch.submitError(run[0].m, err)
+	}
+	var (
+		ackFrom uint64 // first sequence of the pending run of acks
+		ackTo   uint64
+	)
+	flushAcks := func() {
+		if ackTo != 0 {
+			ch.c.send(ch.id, &wire.BasicAck{DeliveryTag: ackTo, Multiple: ackTo > ackFrom})
+			ackFrom, ackTo = 0, 0
+		}
+	}
+	for i, r := range results {
+		m := run[i].m.(*wire.BasicPublish)
+		seq := first + uint64(i)
+		if r.GetCode() != 0 {
+			flushAcks()
+			return resultError(m, r)
+		}
+		if m.Mandatory && !r.GetRouted() {
+			ch.c.sendContent(ch.id, &wire.BasicReturn{
+				ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
+			}, run[i].props, run[i].body)
+		}
+		if !ch.confirm {
+			continue
+		}
+		if r.GetRejected() {
+			flushAcks()
+			ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: seq})
+			continue
+		}
+		// Consecutive acks coalesce into one with multiple set; every
+		// earlier sequence was already confirmed, in order.
+		if ackTo == 0 {
+			ackFrom = seq
+		}
+		ackTo = seq
+	}
+	flushAcks()
+	return nil
 }

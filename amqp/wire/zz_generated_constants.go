@@ -30,6 +30,8 @@ const (
 	ReplySuccess = 200
 	// ContentTooLarge is the specification constant content-too-large (soft-error).
 	ContentTooLarge = 311
+	// NoRoute is the specification constant no-route (soft-error).
+	NoRoute = 312
 	// NoConsumers is the specification constant no-consumers (soft-error).
 	NoConsumers = 313
 	// ConnectionForced is the specification constant connection-forced (hard-error).
@@ -90,6 +92,8 @@ func ReplyText(code uint16) string {
 		return "REPLY_SUCCESS"
 	case ContentTooLarge:
 		return "CONTENT_TOO_LARGE"
+	case NoRoute:
+		return "NO_ROUTE"
 	case NoConsumers:
 		return "NO_CONSUMERS"
 	case ConnectionForced:

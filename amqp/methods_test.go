@@ -1,0 +1,508 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+func (b *fakeBroker) script(answer func(*proto.Command) *proto.Result, hook func(*proto.Command)) {
+	b.mu.Lock()
+	b.answer, b.onSubmit = answer, hook
+	b.mu.Unlock()
+}
+
+func openChannel(t *testing.T, ts *testServer) (*amqp091.Connection, *amqp091.Channel) {
+	t.Helper()
+	c := dial(t, ts)
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ch
+}
+
+func mustClosedWith(t *testing.T, closed <-chan *amqp091.Error, code int) *amqp091.Error {
+	t.Helper()
+	select {
+	case err := <-closed:
+		if err == nil || err.Code != code {
+			t.Fatalf("closed with %v, want %d", err, code)
+		}
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("not closed, want %d", code)
+	}
+	return nil
+}
+
+func TestMethods_Topology(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.script(func(c *proto.Command) *proto.Result {
+		switch {
+		case c.GetQueueDeclare() != nil:
+			return &proto.Result{MessageCount: 3, ConsumerCount: 1}
+		case c.GetQueuePurge() != nil:
+			return &proto.Result{MessageCount: 7}
+		case c.GetQueueDelete() != nil:
+			return &proto.Result{MessageCount: 2}
+		}
+		return nil
+	}, nil)
+	_, ch := openChannel(t, ts)
+	if err := ch.ExchangeDeclare("logs", "topic", true, false, false, false, amqp091.Table{"alternate-exchange": "ae"}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, false, true, false, amqp091.Table{"x-message-ttl": int32(5000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(q.Name, "amq.gen-") || len(q.Name) != len("amq.gen-")+22 || q.Messages != 3 || q.Consumers != 1 {
+		t.Fatalf("declare-ok = %+v", q)
+	}
+	if err := ch.QueueBind(q.Name, "a.*", "logs", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeBind("dst", "k", "logs", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeUnbind("dst", "k", "logs", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueUnbind(q.Name, "a.*", "logs", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ch.QueuePurge(q.Name, false); err != nil || n != 7 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	if n, err := ch.QueueDelete(q.Name, true, true, false); err != nil || n != 2 {
+		t.Fatalf("delete: %d %v", n, err)
+	}
+	if err := ch.ExchangeDelete("logs", true, false); err != nil {
+		t.Fatal(err)
+	}
+
+	ed := commandsOf(ts.broker, (*proto.Command).GetExchangeDeclare)
+	if len(ed) != 1 || ed[0].Vhost != "/" || ed[0].Name != "logs" || ed[0].Type != "topic" || !ed[0].Durable ||
+		ed[0].Arguments.GetFields()[0].GetValue().GetLongString() == nil {
+		t.Fatalf("exchange declare = %v", ed)
+	}
+	qd := commandsOf(ts.broker, (*proto.Command).GetQueueDeclare)
+	if len(qd) != 1 || qd[0].Name != q.Name || !qd[0].Exclusive || qd[0].Connection.GetNode() != "node-a" ||
+		qd[0].Arguments.GetFields()[0].GetValue().GetInt32() != 5000 {
+		t.Fatalf("queue declare = %v", qd)
+	}
+	binds := commandsOf(ts.broker, (*proto.Command).GetBind)
+	if len(binds) != 2 || binds[0].Source != "logs" || binds[0].Destination != q.Name || binds[0].DestinationIsExchange ||
+		binds[0].RoutingKey != "a.*" || !binds[1].DestinationIsExchange || binds[1].Destination != "dst" {
+		t.Fatalf("binds = %v", binds)
+	}
+	if u := commandsOf(ts.broker, (*proto.Command).GetUnbind); len(u) != 2 {
+		t.Fatalf("unbinds = %v", u)
+	}
+	del := commandsOf(ts.broker, (*proto.Command).GetQueueDelete)
+	if len(del) != 1 || !del[0].IfUnused || !del[0].IfEmpty {
+		t.Fatalf("queue delete = %v", del)
+	}
+	if xd := commandsOf(ts.broker, (*proto.Command).GetExchangeDelete); len(xd) != 1 || !xd[0].IfUnused {
+		t.Fatalf("exchange delete = %v", xd)
+	}
+}
+
+func TestMethods_ResultCodeClosesChannel(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.script(func(c *proto.Command) *proto.Result {
+		if c.GetQueueDeclare() != nil {
+			return &proto.Result{Code: 404, Text: "NOT_FOUND - no queue 'missing' in vhost '/'"}
+		}
+		if c.GetExchangeDeclare() != nil {
+			return &proto.Result{Code: 406, Text: "inequivalent arg 'type' for exchange 'x'"}
+		}
+		return nil
+	}, nil)
+	c, ch := openChannel(t, ts)
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	_, err := ch.QueueDeclarePassive("missing", false, false, false, false, nil)
+	var ae *amqp091.Error
+	if !errors.As(err, &ae) || ae.Code != 404 || ae.Reason != "NOT_FOUND - no queue 'missing' in vhost '/'" {
+		t.Fatalf("passive declare: %v", err)
+	}
+	mustClosedWith(t, closed, 404)
+	// The connection survives a channel exception.
+	ch2, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ch2.ExchangeDeclare("x", "fanout", false, false, false, false, nil)
+	if !errors.As(err, &ae) || ae.Code != 406 || ae.Reason != "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x'" {
+		t.Fatalf("exchange declare: %v", err)
+	}
+	if c.IsClosed() {
+		t.Fatal("a channel error closed the connection")
+	}
+}
+
+func TestMethods_PublishConfirmsAndReturns(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.script(func(c *proto.Command) *proto.Result {
+		p := c.GetPublish()
+		if p == nil {
+			return nil
+		}
+		switch p.RoutingKey {
+		case "nowhere":
+			return &proto.Result{Routed: false}
+		case "full":
+			return &proto.Result{Routed: true, Rejected: true}
+		}
+		return &proto.Result{Routed: true}
+	}, nil)
+	_, ch := openChannel(t, ts)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 100))
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 10))
+	ctx := context.Background()
+	keys := []string{"q", "nowhere", "q", "full", "q"}
+	for _, k := range keys {
+		err := ch.PublishWithContext(ctx, "", k, true, false, amqp091.Publishing{
+			ContentType: "text/plain", Headers: amqp091.Table{"n": int16(3)}, Body: []byte("body-" + k),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []amqp091.Confirmation
+	for len(got) < len(keys) {
+		select {
+		case c := <-confirms:
+			got = append(got, c)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d confirms of %d", len(got), len(keys))
+		}
+	}
+	for i, c := range got {
+		if c.DeliveryTag != uint64(i+1) || c.Ack != (keys[i] != "full") {
+			t.Fatalf("confirm %d = %+v", i, c)
+		}
+	}
+	select {
+	case r := <-returns:
+		if r.ReplyCode != 312 || r.ReplyText != "NO_ROUTE" || r.RoutingKey != "nowhere" || string(r.Body) != "body-nowhere" || r.ContentType != "text/plain" {
+			t.Fatalf("return = %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no basic.return")
+	}
+	pubs := commandsOf(ts.broker, (*proto.Command).GetPublish)
+	if len(pubs) != len(keys) {
+		t.Fatalf("%d publishes", len(pubs))
+	}
+	p := pubs[0]
+	if p.Vhost != "/" || p.Exchange != "" || !p.Mandatory || string(p.Body) != "body-q" || p.Properties.GetContentType() != "text/plain" ||
+		p.Properties.GetHeaders().GetFields()[0].GetValue().GetInt16() != 3 || p.Channel.GetChannel() != 1 {
+		t.Fatalf("publish = %v", p)
+	}
+}
+
+// The return must precede the confirm of the same message, and consecutive
+// acks coalesce.
+func TestMethods_ReturnBeforeConfirmOnTheWire(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.script(func(c *proto.Command) *proto.Result {
+		if p := c.GetPublish(); p != nil {
+			return &proto.Result{Routed: p.RoutingKey != "nowhere"}
+		}
+		return nil
+	}, nil)
+	rc := dialRaw(t, ts.addr)
+	rc.handshake(0, 0)
+	rc.send(1, &wire.ChannelOpen{})
+	rc.method()
+	rc.send(1, &wire.ConfirmSelect{})
+	if m := rc.method(); m.Name() != "confirm.select-ok" {
+		t.Fatalf("got %s", m.Name())
+	}
+	var burst []byte
+	for _, k := range []string{"a", "b", "c", "nowhere"} {
+		burst = wire.AppendContent(burst, 1, &wire.BasicPublish{RoutingKey: k, Mandatory: true}, nil, []byte("x"), 4096)
+	}
+	rc.write(burst)
+	var seen []string
+	var lastAck uint64
+	for lastAck < 4 {
+		m := rc.method()
+		switch m := m.(type) {
+		case *wire.BasicAck:
+			seen = append(seen, "ack")
+			if m.DeliveryTag <= lastAck {
+				t.Fatalf("ack %d after %d", m.DeliveryTag, lastAck)
+			}
+			lastAck = m.DeliveryTag
+		case *wire.BasicReturn:
+			seen = append(seen, "return")
+			if lastAck >= 4 {
+				t.Fatal("return after its confirm")
+			}
+			for i := 0; i < 2; i++ { // header and body
+				if _, err := rc.next(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			t.Fatalf("unexpected %s", m.Name())
+		}
+	}
+	if seen[len(seen)-1] != "ack" || !strings.Contains(strings.Join(seen, ","), "return") {
+		t.Fatalf("sequence %v", seen)
+	}
+	if len(seen) > 4 {
+		t.Fatalf("acks were not coalesced: %v", seen)
+	}
+}
+
+func TestMethods_ImmediateIsRefused(t *testing.T) {
+	ts := startServer(t, Config{})
+	c, ch := openChannel(t, ts)
+	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
+	_ = ch.PublishWithContext(context.Background(), "", "q", false, true, amqp091.Publishing{Body: []byte("x")})
+	e := mustClosedWith(t, closed, 540)
+	if e.Reason != "NOT_IMPLEMENTED - immediate=true" {
+		t.Fatalf("reason %q", e.Reason)
+	}
+}
+
+func TestMethods_TxIsRefused(t *testing.T) {
+	ts := startServer(t, Config{})
+	c, ch := openChannel(t, ts)
+	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
+	_ = ch.Tx()
+	mustClosedWith(t, closed, 540)
+}
+
+func TestMethods_ConsumeOkPrecedesDeliveries(t *testing.T) {
+	ts := startServer(t, Config{})
+	// The node applies the Consume entry and the FSM assigns two ready
+	// messages at once: the deliveries reach the Sink before Submit
+	// returns, that is before consume-ok could be written.
+	ts.broker.script(nil, func(c *proto.Command) {
+		if cons := c.GetConsume(); cons != nil {
+			for i := 1; i <= 2; i++ {
+				ts.srv.Deliver(&fsm.Delivery{
+					Consumer: cons.Consumer, DeliveryTag: uint64(i), Exchange: "", RoutingKey: cons.Queue,
+					Properties: &proto.Properties{ContentType: ptr("text/plain")}, Body: []byte{byte('0' + i)},
+				})
+			}
+		}
+	})
+	_, ch := openChannel(t, ts)
+	if err := ch.Qos(10, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume("work", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []amqp091.Delivery
+	for len(got) < 2 {
+		select {
+		case d := <-deliveries:
+			got = append(got, d)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d deliveries of 2", len(got))
+		}
+	}
+	if got[0].DeliveryTag != 1 || string(got[1].Body) != "2" || got[0].ContentType != "text/plain" {
+		t.Fatalf("deliveries %+v", got)
+	}
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)
+	if len(cons) != 1 || cons[0].Prefetch != 10 || cons[0].Queue != "work" || cons[0].Consumer.GetTag() != got[0].ConsumerTag {
+		t.Fatalf("consume = %v", cons)
+	}
+	// Acks of one channel go to the log together.
+	if err := got[0].Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := got[1].Nack(true, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "settle and requeue", func() bool {
+		return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 1 && len(commandsOf(ts.broker, (*proto.Command).GetRequeue)) == 1
+	})
+	s := commandsOf(ts.broker, (*proto.Command).GetSettle)[0]
+	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
+	if s.DeliveryTag != 1 || s.Multiple || r.DeliveryTag != 2 || !r.Multiple || s.Channel.GetChannel() != 1 {
+		t.Fatalf("settle %v requeue %v", s, r)
+	}
+	if err := ch.Reject(3, false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "discard", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetDiscard)) == 1 })
+	if err := ch.Cancel(got[0].ConsumerTag, false); err != nil {
+		t.Fatal(err)
+	}
+	if c := commandsOf(ts.broker, (*proto.Command).GetCancel); len(c) != 1 || c[0].Consumer.GetTag() != got[0].ConsumerTag {
+		t.Fatalf("cancel = %v", c)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestMethods_AcksAreBatched(t *testing.T) {
+	ts := startServer(t, Config{})
+	release := make(chan struct{})
+	ts.broker.script(nil, func(c *proto.Command) {
+		// Hold the first acknowledgement so the following ones queue up.
+		if s := c.GetSettle(); s != nil && s.DeliveryTag == 1 {
+			<-release
+		}
+	})
+	rc := dialRaw(t, ts.addr)
+	rc.handshake(0, 0)
+	rc.send(1, &wire.ChannelOpen{})
+	rc.method()
+	rc.send(1, &wire.BasicAck{DeliveryTag: 1})
+	eventually(t, 5*time.Second, "first ack", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 1 })
+	var burst []byte
+	for i := 2; i <= 50; i++ {
+		burst = wire.AppendMethodFrame(burst, 1, &wire.BasicAck{DeliveryTag: uint64(i)})
+	}
+	rc.write(burst)
+	// Wait until the reader handed them all to the channel.
+	ch := ts.srv.lookupFirst().channel(1)
+	eventually(t, 5*time.Second, "acks queued", func() bool { return len(ch.in) == 49 })
+	close(release)
+	eventually(t, 5*time.Second, "all acks", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 50 })
+	ts.broker.mu.Lock()
+	batches := len(ts.broker.batches)
+	size := len(ts.broker.batches[0])
+	ts.broker.mu.Unlock()
+	if batches != 1 || size != 49 {
+		t.Fatalf("%d batches (first of %d), want one of 49", batches, size)
+	}
+}
+
+func (s *Server) lookupFirst() *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		return c
+	}
+	return nil
+}
+
+func TestMethods_Get(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.script(func(c *proto.Command) *proto.Result {
+		if g := c.GetGet(); g != nil && g.Queue == "full" {
+			return &proto.Result{Get: &proto.GetOk{DeliveryTag: 9, Redelivered: true, Exchange: "ex", RoutingKey: "rk", MessageCount: 4,
+				Properties: &proto.Properties{MessageId: ptr("m-1")}, Body: []byte("payload")}}
+		}
+		return nil
+	}, nil)
+	_, ch := openChannel(t, ts)
+	d, ok, err := ch.Get("full", false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	if d.DeliveryTag != 9 || !d.Redelivered || d.Exchange != "ex" || d.RoutingKey != "rk" || d.MessageCount != 4 || d.MessageId != "m-1" || string(d.Body) != "payload" {
+		t.Fatalf("get-ok = %+v", d)
+	}
+	_, ok, err = ch.Get("empty", true)
+	if err != nil || ok {
+		t.Fatalf("get-empty: %v %v", ok, err)
+	}
+	gets := commandsOf(ts.broker, (*proto.Command).GetGet)
+	if len(gets) != 2 || gets[0].NoAck || !gets[1].NoAck || gets[0].Channel.GetChannel() != 1 {
+		t.Fatalf("gets = %v", gets)
+	}
+}
+
+func TestMethods_ServerCancelsConsumer(t *testing.T) {
+	ts := startServer(t, Config{})
+	_, ch := openChannel(t, ts)
+	cancels := ch.NotifyCancel(make(chan string, 1))
+	if _, err := ch.Consume("q", "my-tag", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)
+	if len(cons) != 1 || !cons[0].NoAck {
+		t.Fatalf("consume = %v", cons)
+	}
+	ts.srv.ConsumerCancelled(cons[0].Consumer)
+	select {
+	case tag := <-cancels:
+		if tag != "my-tag" {
+			t.Fatalf("cancelled %q", tag)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no basic.cancel")
+	}
+}
+
+func TestMethods_ConsumerTagReuse(t *testing.T) {
+	ts := startServer(t, Config{})
+	c, ch := openChannel(t, ts)
+	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
+	if _, err := ch.Consume("q", "t", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = ch.Consume("q", "t", false, false, false, false, nil)
+	mustClosedWith(t, closed, 530)
+}
+
+func TestMethods_RecoverAndClose(t *testing.T) {
+	ts := startServer(t, Config{})
+	c, ch := openChannel(t, ts)
+	if err := ch.Recover(true); err != nil {
+		t.Fatal(err)
+	}
+	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)
+	if len(r) != 1 || !r[0].All {
+		t.Fatalf("requeue = %v", r)
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if cc := commandsOf(ts.broker, channelClosed); len(cc) != 1 || cc[0].Channel.GetChannel() != 1 {
+		t.Fatalf("channel closed = %v", cc)
+	}
+	_ = c.Close()
+	eventually(t, 5*time.Second, "ConnectionClosed", func() bool { return len(commandsOf(ts.broker, connectionClosed)) == 1 })
+}
+
+func TestMethods_LastDeclaredQueue(t *testing.T) {
+	ts := startServer(t, Config{})
+	rc := dialRaw(t, ts.addr)
+	rc.handshake(0, 0)
+	rc.send(1, &wire.ChannelOpen{})
+	rc.method()
+	rc.send(1, &wire.QueueDeclare{Queue: "named"})
+	rc.method()
+	rc.send(1, &wire.QueueBind{Exchange: "amq.direct"})
+	if m := rc.method(); m.Name() != "queue.bind-ok" {
+		t.Fatalf("got %s", m.Name())
+	}
+	b := commandsOf(ts.broker, (*proto.Command).GetBind)
+	if len(b) != 1 || b[0].Destination != "named" || b[0].RoutingKey != "named" {
+		t.Fatalf("bind = %v", b)
+	}
+	// A server-named consumer tag.
+	rc.send(1, &wire.BasicConsume{Queue: "named"})
+	if ok, _ := rc.method().(*wire.BasicConsumeOk); ok == nil || !strings.HasPrefix(ok.ConsumerTag, "amq.ctag-") {
+		t.Fatalf("consume-ok = %#v", ok)
+	}
+	// Without a declared queue an empty name is a connection error.
+	rc.send(2, &wire.ChannelOpen{})
+	rc.method()
+	rc.send(2, &wire.BasicGet{})
+	rc.expectConnectionClose(wire.NotAllowed)
+}
