@@ -436,3 +436,78 @@ func TestAdmin_LeadershipAndMembership(t *testing.T) {
 	_, err = l.client.TransferLeadership(ctx, &proto.TransferLeadershipRequest{NodeId: "n9"})
 	wantCode(t, err, codes.NotFound, "n9")
 }
+
+// consistentNode is a fakeNode that reads through ConsistentView, counting
+// the calls.
+type consistentNode struct {
+	*fakeNode
+	consistent int
+}
+
+func (c *consistentNode) ConsistentView(_ context.Context, fn func(State)) error {
+	c.mu.Lock()
+	c.consistent++
+	c.mu.Unlock()
+	c.View(fn)
+	return nil
+}
+
+func TestAdmin_LeaderUsesConsistentView(t *testing.T) {
+	cn := &consistentNode{fakeNode: newFakeNode("n1")}
+	cn.state.users = []*proto.UserInfo{{Name: "guest"}}
+	client := serveAdmin(t, cn)
+	ctx := ctxT(t)
+	if _, err := client.ListUsers(ctx, &proto.ListRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if cn.consistent != 0 {
+		t.Fatal("a local read went through ConsistentView")
+	}
+	us, err := client.ListUsers(ctx, &proto.ListRequest{Consistent: true})
+	if err != nil || len(us.GetUsers()) != 1 {
+		t.Fatalf("consistent ListUsers %v %v", us, err)
+	}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.consistent != 1 {
+		t.Fatalf("ConsistentView called %d times", cn.consistent)
+	}
+}
+
+// plainState is a State that cannot return password hashes: its
+// UserPasswordHash (no arguments) hides the embedded one, so it does not
+// implement UserCredentials.
+type plainState struct{ *fakeState }
+
+func (plainState) UserPasswordHash() {}
+
+type plainNode struct{ *fakeNode }
+
+func (p plainNode) View(fn func(State)) {
+	p.fakeNode.View(func(s State) { fn(plainState{s.(*fakeState)}) })
+}
+
+func TestAdmin_SetUserTagsNeedsCredentials(t *testing.T) {
+	n := newFakeNode("n1")
+	n.state.users = []*proto.UserInfo{{Name: "bob"}}
+	n.state.hashes = map[string][]byte{"bob": []byte("h")}
+	client := serveAdmin(t, plainNode{n})
+	_, err := client.SetUserTags(ctxT(t), &proto.SetUserTagsRequest{Name: "bob", Tags: []string{"x"}})
+	wantCode(t, err, codes.Unimplemented, "tags")
+	if n.submittedCount() != 0 {
+		t.Fatal("a user without its hash reached the log")
+	}
+}
+
+func TestAdmin_NoAMQPServer(t *testing.T) {
+	client := serveAdmin(t, newFakeNode("n1"))
+	ctx := ctxT(t)
+	r, err := client.ListConnections(ctx, &proto.ListConnectionsRequest{})
+	if err != nil || len(r.GetConnections()) != 0 {
+		t.Fatalf("ListConnections %v %v", r, err)
+	}
+	_, err = client.CloseConnection(ctx, &proto.CloseConnectionRequest{Id: "c1"})
+	wantCode(t, err, codes.NotFound, "c1")
+	_, err = client.CloseConnection(ctx, &proto.CloseConnectionRequest{})
+	wantCode(t, err, codes.InvalidArgument, "connection id")
+}

@@ -14,22 +14,31 @@ func FromCluster(n *cluster.Node) Node { return clusterNode{n} }
 // clusterNode is a *cluster.Node seen as a Node (and a ConsistentViewer).
 type clusterNode struct{ n *cluster.Node }
 
-func (c clusterNode) NodeID() string            { return c.n.NodeID() }
-func (c clusterNode) IsLeader() bool            { return c.n.IsLeader() }
+// NodeID implements Node.
+func (c clusterNode) NodeID() string { return c.n.NodeID() }
+
+// IsLeader implements Node.
+func (c clusterNode) IsLeader() bool { return c.n.IsLeader() }
+
+// Leader implements Node.
 func (c clusterNode) Leader() (id, addr string) { return c.n.Leader() }
 
+// Submit implements Node.
 func (c clusterNode) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
 	return c.n.Submit(ctx, cmd)
 }
 
+// View implements Node.
 func (c clusterNode) View(fn func(State)) {
 	c.n.View(func(m *fsm.Machine) { fn(machineState(m)) })
 }
 
+// ConsistentView implements ConsistentViewer.
 func (c clusterNode) ConsistentView(ctx context.Context, fn func(State)) error {
 	return c.n.ConsistentView(ctx, func(m *fsm.Machine) { fn(machineState(m)) })
 }
 
+// RaftStats implements Node.
 func (c clusterNode) RaftStats() RaftStats {
 	s := c.n.Stats()
 	return RaftStats{
@@ -41,6 +50,7 @@ func (c clusterNode) RaftStats() RaftStats {
 	}
 }
 
+// Members implements Node.
 func (c clusterNode) Members() []*proto.NodeStatus {
 	ms := c.n.Members()
 	out := make([]*proto.NodeStatus, 0, len(ms))
@@ -53,10 +63,12 @@ func (c clusterNode) Members() []*proto.NodeStatus {
 	return out
 }
 
+// TransferLeadership implements Node; the node waits for the transfer.
 func (c clusterNode) TransferLeadership(_ context.Context, id string) error {
 	return c.n.TransferLeadership(id)
 }
 
+// RemoveNode implements Node.
 func (c clusterNode) RemoveNode(_ context.Context, id string) error {
 	return c.n.RemoveNode(id)
 }
