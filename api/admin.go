@@ -34,6 +34,7 @@ type AdminServer struct {
 	node        Node
 	conns       Connections
 	peers       Peers
+	ownPool     *PeerPool // the pool NewAdminServer made, closed by Close
 	peerTimeout time.Duration
 	log         *slog.Logger
 }
@@ -49,7 +50,8 @@ func NewAdminServer(d Deps) *AdminServer {
 		log:         d.Logger,
 	}
 	if s.peers == nil {
-		s.peers = NewPeerPool()
+		s.ownPool = NewPeerPool()
+		s.peers = s.ownPool
 	}
 	if s.peerTimeout <= 0 {
 		s.peerTimeout = 2 * time.Second
@@ -59,6 +61,15 @@ func NewAdminServer(d Deps) *AdminServer {
 	}
 	s.log = s.log.With("component", "api")
 	return s
+}
+
+// Close closes the connections to peers the server opened itself (not
+// those of a Peers given in Deps).
+func (s *AdminServer) Close() error {
+	if s.ownPool == nil {
+		return nil
+	}
+	return s.ownPool.Close()
 }
 
 // ---- plumbing ----

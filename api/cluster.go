@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"reflect"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
@@ -174,4 +175,54 @@ func (r machineReads) Initialized() bool {
 		return x.Initialized()
 	}
 	return r.m.AppliedIndex() > 0
+}
+
+// ClusterStats reads the state machine's counters for the metrics: it calls
+// the machine's Stats method under the node's lock and copies each numeric
+// field whose name matches a StateStats field (Published, Delivered, Acked,
+// Expired, DeadLettered, Dropped, Ready, Unacked, Overdue, Consumers,
+// Queues, ReadyBytes, LeaseDueQueues). Fields the machine does not report
+// stay 0.
+func ClusterStats(n *cluster.Node) func() StateStats {
+	return func() StateStats {
+		var out StateStats
+		n.View(func(m *fsm.Machine) { out = copyStats(m) })
+		return out
+	}
+}
+
+// copyStats copies the same-named numeric fields of m.Stats() into a
+// StateStats.
+func copyStats(m any) StateStats {
+	var out StateStats
+	meth := reflect.ValueOf(m).MethodByName("Stats")
+	if !meth.IsValid() || meth.Type().NumIn() != 0 || meth.Type().NumOut() != 1 {
+		return out
+	}
+	src := meth.Call(nil)[0]
+	if src.Kind() == reflect.Pointer {
+		if src.IsNil() {
+			return out
+		}
+		src = src.Elem()
+	}
+	if src.Kind() != reflect.Struct {
+		return out
+	}
+	dst := reflect.ValueOf(&out).Elem()
+	for i := range dst.NumField() {
+		f := src.FieldByName(dst.Type().Field(i).Name)
+		if !f.IsValid() {
+			continue
+		}
+		switch f.Kind() {
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			dst.Field(i).SetUint(f.Uint())
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			if v := f.Int(); v > 0 {
+				dst.Field(i).SetUint(uint64(v))
+			}
+		}
+	}
+	return out
 }

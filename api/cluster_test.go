@@ -52,7 +52,7 @@ func TestFromCluster_SingleNode(t *testing.T) {
 	}
 
 	// Readiness follows the node: the leader's defaults get applied.
-	h := NewHTTPHandler(HTTPDeps{Node: node})
+	h := NewHTTPHandler(HTTPDeps{Node: node, Stats: ClusterStats(cn)})
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		if code, body := get(t, h, "/readyz"); code != http.StatusOK {
 			return fmt.Errorf("/readyz %d %s", code, body)
@@ -61,6 +61,9 @@ func TestFromCluster_SingleNode(t *testing.T) {
 	})
 	got := scrape(t, h)
 	wantSample(t, got, `raftmq_raft_state{state="Leader"}`, 1)
+	if _, ok := got["raftmq_messages_published_total"]; !ok {
+		t.Fatal("no message counters")
+	}
 	if got["raftmq_raft_applied_index"] < 1 {
 		t.Fatalf("applied index %v", got["raftmq_raft_applied_index"])
 	}
@@ -78,5 +81,31 @@ func TestFromCluster_SingleNode(t *testing.T) {
 
 	if _, err := client.ListQueues(ctx, &proto.ListQueuesRequest{Consistent: true}); err != nil {
 		t.Fatalf("consistent read on the leader: %v", err)
+	}
+}
+
+type machineWithStats struct{}
+
+type someStats struct {
+	Published    uint64
+	Expired      int64
+	DeadLettered uint32
+	Overdue      int
+	Unrelated    string
+	Ready        int64
+}
+
+func (machineWithStats) Stats() someStats {
+	return someStats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1, Unrelated: "x", Ready: -1}
+}
+
+func TestCopyStats(t *testing.T) {
+	got := copyStats(machineWithStats{})
+	want := StateStats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1}
+	if got != want {
+		t.Fatalf("copyStats %+v, want %+v", got, want)
+	}
+	if got := copyStats(struct{}{}); got != (StateStats{}) {
+		t.Fatalf("copyStats without Stats %+v", got)
 	}
 }
