@@ -67,7 +67,7 @@ func newChannel(c *conn, id uint16) *channel {
 }
 
 func (ch *channel) ref() *proto.ChannelRef {
-	return &proto.ChannelRef{Node: ch.c.srv.broker.NodeID(), Connection: ch.c.id, Channel: uint32(ch.id)}
+	return &proto.ChannelRef{Node: ch.c.srv.node().NodeID(), Connection: ch.c.id, Channel: uint32(ch.id)}
 }
 
 // stop ends the worker without telling the broker (the connection is gone
@@ -154,7 +154,7 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 			e, _ := wire.AsError(err)
 			return e
 		}
-		if max := ch.c.srv.cfg.MaxMessageSize; h.BodySize > max {
+		if max := uint64(ch.c.srv.cfg.MaxMessageSize); h.BodySize > max {
 			ch.content = nil
 			return wire.ChanError(wire.PreconditionFailed, 60, 40, "message size %d is larger than configured max size %d", h.BodySize, max)
 		}
@@ -294,7 +294,7 @@ func (ch *channel) raise(e *wire.Error) {
 // when the client asked for the close.
 func (ch *channel) finish(reply bool) {
 	ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
-	res, err := ch.c.srv.broker.Submit(ctx, &proto.Command{Cmd: &proto.Command_ChannelClosed{
+	res, err := ch.c.srv.node().Submit(ctx, &proto.Command{Cmd: &proto.Command_ChannelClosed{
 		ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
 	}})
 	cancel()

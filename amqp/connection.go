@@ -42,6 +42,11 @@ type conn struct {
 	user       string
 	caps       wire.Table
 
+	// Set at accept and during the handshake; read-only after open.
+	connectedAt   time.Time
+	clientProduct string
+	clientVersion string
+
 	opened    atomic.Bool // connection.open-ok sent
 	closing   atomic.Bool // connection.close sent, waiting for close-ok
 	wroteAny  atomic.Bool // a frame was written since the last heartbeat tick
@@ -56,24 +61,25 @@ type conn struct {
 func (s *Server) newConn(nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
-		srv:        s,
-		id:         s.newConnID(),
-		nc:         nc,
-		r:          bufio.NewReaderSize(nc, 64<<10),
-		out:        newOutQueue(),
-		ctx:        ctx,
-		cancel:     cancel,
-		channelMax: s.cfg.ChannelMax,
-		frameMax:   s.cfg.FrameMax,
-		writerEnd:  make(chan struct{}),
-		channels:   map[uint16]*channel{},
+		srv:         s,
+		id:          s.newConnID(),
+		nc:          nc,
+		r:           bufio.NewReaderSize(nc, 64<<10),
+		out:         newOutQueue(),
+		ctx:         ctx,
+		cancel:      cancel,
+		channelMax:  s.cfg.ChannelMax,
+		frameMax:    s.cfg.FrameMax,
+		writerEnd:   make(chan struct{}),
+		channels:    map[uint16]*channel{},
+		connectedAt: time.Now(),
 	}
 	c.log = s.log.With("conn", c.id, "peer", nc.RemoteAddr().String())
 	return c
 }
 
 func (c *conn) ref() *proto.ConnectionRef {
-	return &proto.ConnectionRef{Node: c.srv.broker.NodeID(), Connection: c.id}
+	return &proto.ConnectionRef{Node: c.srv.node().NodeID(), Connection: c.id}
 }
 
 // serve runs the connection until it ends.
@@ -123,7 +129,7 @@ func (c *conn) end(err error) {
 func (c *conn) submitConnectionClosed() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := c.srv.broker.Submit(ctx, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
+	res, err := c.srv.node().Submit(ctx, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
 		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
 	}})
 	if err != nil {
@@ -278,6 +284,12 @@ func (c *conn) handshake() error {
 	if v, ok := startOk.ClientProperties.Get("capabilities"); ok {
 		c.caps, _ = v.(wire.Table)
 	}
+	if v, ok := startOk.ClientProperties.Get("product"); ok {
+		c.clientProduct, _ = v.(string)
+	}
+	if v, ok := startOk.ClientProperties.Get("version"); ok {
+		c.clientVersion, _ = v.(string)
+	}
 	user, pass, err := credentials(startOk.Mechanism, startOk.Response)
 	if err != nil {
 		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "%v", err))
@@ -286,7 +298,7 @@ func (c *conn) handshake() error {
 		c.log.Warn("guest refused from a remote address", "user", user)
 		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. User 'guest' can only connect via localhost", startOk.Mechanism))
 	}
-	if _, ok := c.srv.broker.Authenticate(user, pass); !ok {
+	if _, ok := c.srv.node().Authenticate(user, pass); !ok {
 		c.log.Warn("authentication failed", "user", user, "mechanism", startOk.Mechanism)
 		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. For details see the broker logfile.", startOk.Mechanism))
 	}
@@ -326,7 +338,7 @@ func (c *conn) handshake() error {
 	if !ok {
 		return c.handshakeFail(wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.open, got %s", m.Name()))
 	}
-	if !c.srv.broker.VhostExists(open.VirtualHost) {
+	if !c.srv.node().VhostExists(open.VirtualHost) {
 		return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 40, "vhost %s not found", open.VirtualHost))
 	}
 	c.vhost = open.VirtualHost

@@ -130,7 +130,8 @@ func startServer(t *testing.T, cfg Config) *testServer {
 		cfg.CloseTimeout = time.Second
 	}
 	b := newFakeBroker()
-	srv := NewServer(cfg, b)
+	srv := NewServer(cfg)
+	srv.SetBroker(b)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -91,7 +91,7 @@ func (ch *channel) handleMethod(it item) *wire.Error {
 
 // submit sends one command and turns a refusal into the exception for m.
 func (ch *channel) submit(m wire.Method, cmd *proto.Command) (*proto.Result, *wire.Error) {
-	res, err := ch.c.srv.broker.Submit(ch.c.ctx, cmd)
+	res, err := ch.c.srv.node().Submit(ch.c.ctx, cmd)
 	if err != nil {
 		return nil, ch.submitError(m, err)
 	}
@@ -503,13 +503,13 @@ func settleNegative(ref *proto.ChannelRef, tag uint64, multiple, requeue bool) *
 
 func (ch *channel) submitBatch(cmds []*proto.Command) ([]*proto.Result, error) {
 	if len(cmds) == 1 {
-		r, err := ch.c.srv.broker.Submit(ch.c.ctx, cmds[0])
+		r, err := ch.c.srv.node().Submit(ch.c.ctx, cmds[0])
 		if err != nil {
 			return nil, err
 		}
 		return []*proto.Result{r}, nil
 	}
-	return ch.c.srv.broker.SubmitBatch(ch.c.ctx, cmds)
+	return ch.c.srv.node().SubmitBatch(ch.c.ctx, cmds)
 }
 
 // handlePublishes sends a run of basic.publish to the log as one batch,

@@ -28,8 +28,13 @@ const (
 // Version is the server version announced in connection.start.
 const Version = "0.1.0"
 
-// ErrServerClosed is returned by Serve after Close.
-var ErrServerClosed = errors.New("amqp: server closed")
+// Errors of Serve.
+var (
+	// ErrServerClosed is returned by Serve after Close.
+	ErrServerClosed = errors.New("amqp: server closed")
+	// ErrNoBroker is returned by Serve before SetBroker.
+	ErrNoBroker = errors.New("amqp: no broker set")
+)
 
 // Config tunes a Server. Zero fields take their defaults.
 type Config struct {
@@ -41,8 +46,9 @@ type Config struct {
 	// (0 from the client disables heartbeats, as in RabbitMQ). A negative
 	// value proposes no heartbeats.
 	Heartbeat time.Duration
-	// MaxMessageSize is the largest message body accepted from a publisher.
-	MaxMessageSize uint64
+	// MaxMessageSize is the largest message body accepted from a publisher,
+	// in bytes.
+	MaxMessageSize int
 	// HandshakeTimeout bounds the time from accept to connection.open.
 	HandshakeTimeout time.Duration
 	// CloseTimeout is how long the server waits for close-ok after sending
@@ -68,7 +74,7 @@ func (c *Config) fill() {
 	if c.Heartbeat < 0 {
 		c.Heartbeat = 0
 	}
-	if c.MaxMessageSize == 0 {
+	if c.MaxMessageSize <= 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize
 	}
 	if c.HandshakeTimeout <= 0 {
@@ -86,7 +92,7 @@ func (c *Config) fill() {
 // fsm.Sink for the effects addressed to this node.
 type Server struct {
 	cfg    Config
-	broker Broker
+	broker atomic.Pointer[brokerBox]
 	log    *slog.Logger
 	prefix string
 	nextID atomic.Uint64
@@ -102,8 +108,13 @@ type Server struct {
 
 var _ fsm.Sink = (*Server)(nil)
 
-// NewServer returns a server for broker.
-func NewServer(cfg Config, broker Broker) *Server {
+// brokerBox lets the broker be set after the server was built: the node
+// needs the server (its Sink) before the server can have the node.
+type brokerBox struct{ Broker }
+
+// NewServer returns a server; it serves clients once SetBroker named the
+// node it works for.
+func NewServer(cfg Config) *Server {
 	cfg.fill()
 	var p [6]byte
 	if _, err := rand.Read(p[:]); err != nil {
@@ -116,7 +127,6 @@ func NewServer(cfg Config, broker Broker) *Server {
 	}
 	return &Server{
 		cfg:       cfg,
-		broker:    broker,
 		log:       cfg.Logger.With("component", "amqp"),
 		prefix:    hex.EncodeToString(p[:]),
 		listeners: map[net.Listener]struct{}{},
@@ -124,9 +134,25 @@ func NewServer(cfg Config, broker Broker) *Server {
 	}
 }
 
+// SetBroker names the node the server works for. Call it before Serve.
+func (s *Server) SetBroker(b Broker) {
+	s.broker.Store(&brokerBox{b})
+}
+
+// node returns the broker, or nil before SetBroker.
+func (s *Server) node() Broker {
+	if b := s.broker.Load(); b != nil {
+		return b.Broker
+	}
+	return nil
+}
+
 // Serve accepts connections on ln until ln fails or Close is called; it
-// returns ErrServerClosed after Close.
+// returns ErrServerClosed after Close and ErrNoBroker before SetBroker.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.node() == nil {
+		return ErrNoBroker
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -283,7 +309,8 @@ func (s *Server) ConsumerCancelled(ref *proto.ConsumerRef) {
 }
 
 func (s *Server) channelOf(ref *proto.ChannelRef) *channel {
-	if ref == nil || ref.GetNode() != s.broker.NodeID() || ref.GetChannel() > 0xffff {
+	b := s.node()
+	if ref == nil || b == nil || ref.GetNode() != b.NodeID() || ref.GetChannel() > 0xffff {
 		return nil
 	}
 	c := s.lookup(ref.GetConnection())

@@ -94,8 +94,8 @@ func TestServer_HundredChannels(t *testing.T) {
 }
 
 func TestServer_ConnectionIDsAreUnique(t *testing.T) {
-	a := NewServer(Config{}, newFakeBroker())
-	b := NewServer(Config{}, newFakeBroker())
+	a := NewServer(Config{})
+	b := NewServer(Config{})
 	if a.newConnID() == b.newConnID() {
 		t.Fatal("two servers (a restart) produced the same connection id")
 	}
@@ -390,5 +390,46 @@ func TestServer_BlockedNotifications(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no connection.unblocked")
+	}
+}
+
+func TestServer_ListAndCloseConnection(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := dial(t, ts)
+	if _, err := c.Channel(); err != nil {
+		t.Fatal(err)
+	}
+	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
+	list := ts.srv.Connections().List()
+	if len(list) != 1 {
+		t.Fatalf("%d connections listed", len(list))
+	}
+	info := list[0]
+	if info.Node != "node-a" || info.User != "guest" || info.Vhost != "/" || info.Channels != 1 ||
+		info.ClientProduct == "" || info.FrameMax != DefaultFrameMax || info.ConnectedAtMs == 0 {
+		t.Fatalf("info = %v", info)
+	}
+	if ts.srv.Connections().Close("nope", "x") {
+		t.Fatal("closed an unknown connection")
+	}
+	if !ts.srv.Connections().Close(info.Id, "maintenance") {
+		t.Fatal("connection not found")
+	}
+	e := mustClosedWith(t, closed, wire.ConnectionForced)
+	if e.Reason != "CONNECTION_FORCED - maintenance" {
+		t.Fatalf("reason %q", e.Reason)
+	}
+	eventually(t, 5*time.Second, "no connections", func() bool { return len(ts.srv.List()) == 0 })
+}
+
+func TestServer_ServeNeedsBroker(t *testing.T) {
+	s := NewServer(Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := s.Serve(ln); !errors.Is(err, ErrNoBroker) {
+		t.Fatalf("Serve = %v", err)
 	}
 }
