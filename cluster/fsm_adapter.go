@@ -62,7 +62,13 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 		if envs[i] == nil {
 			continue
 		}
-		out[i] = n.machine.Apply(fsm.Entry{Index: l.Index, Envelope: envs[i]}, sink)
+		res := n.machine.Apply(fsm.Entry{Index: l.Index, Envelope: envs[i]}, sink)
+		for _, r := range res {
+			if r != nil && r.Index == 0 {
+				r.Index = l.Index
+			}
+		}
+		out[i] = res
 	}
 	n.stateMu.Unlock()
 	n.applied.advance(last)

@@ -12,10 +12,6 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 )
 
-// maxInflight bounds the log entries the leader has handed to raft and not
-// yet seen committed (the group-commit pipeline depth).
-const maxInflight = 128
-
 // pending is one request waiting for its results: commands a local caller
 // submitted, or one forwarded request. Its commands always travel in one
 // log entry.

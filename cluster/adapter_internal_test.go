@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+	gproto "google.golang.org/protobuf/proto"
+)
+
+func discardLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 1}))
+}
+
+func testAdapter() (*fsmAdapter, *Node) {
+	n := &Node{cfg: Config{NodeID: "me"}, machine: fsm.New(), applied: newAppliedIndex()}
+	return &fsmAdapter{n: n}, n
+}
+
+func entry(t *testing.T, index uint64, env *proto.Envelope) *raft.Log {
+	t.Helper()
+	b, err := gproto.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &raft.Log{Index: index, Type: raft.LogCommand, Data: b}
+}
+
+func TestFSMAdapter_ApplyBatchAndSnapshot(t *testing.T) {
+	a, n := testAdapter()
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	logs := []*raft.Log{
+		entry(t, 3, &proto.Envelope{Version: 1, StampMs: 100, Commands: []*proto.Command{tick, tick}}),
+		{Index: 4, Type: raft.LogConfiguration},
+		entry(t, 5, &proto.Envelope{Version: 1, StampMs: 90, Commands: []*proto.Command{tick}}),
+	}
+	out := a.ApplyBatch(logs)
+	if len(out) != 3 || out[1] != nil {
+		t.Fatalf("responses %v", out)
+	}
+	if r := out[0].([]*proto.Result); len(r) != 2 || r[0].GetIndex() != 3 {
+		t.Fatalf("results of entry 3: %v", r)
+	}
+	if got := n.AppliedIndex(); got != 5 {
+		t.Fatalf("applied %d, want 5", got)
+	}
+	if n.machine.Clock() != 100 {
+		t.Fatalf("clock %d: log time must not go back", n.machine.Clock())
+	}
+
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := snap.Persist(&memSink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	b, nb := testAdapter()
+	if err := b.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if nb.machine.Digest() != n.machine.Digest() || nb.AppliedIndex() != 5 {
+		t.Fatalf("restored state differs (applied %d)", nb.AppliedIndex())
+	}
+}
+
+func TestFSMAdapter_UndecodableEntryPanics(t *testing.T) {
+	for name, l := range map[string]*raft.Log{
+		"garbage":     {Index: 1, Type: raft.LogCommand, Data: []byte{0xff, 0xff, 0xff}},
+		"new version": entry(t, 1, &proto.Envelope{Version: 2}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, _ := testAdapter()
+			defer func() {
+				if recover() == nil {
+					t.Fatal("applying an unreadable entry did not stop the replica")
+				}
+			}()
+			a.Apply(l)
+		})
+	}
+}
+
+type recSink struct{ delivered, cancelled []string }
+
+func (s *recSink) Deliver(d *fsm.Delivery) { s.delivered = append(s.delivered, d.Consumer.GetTag()) }
+func (s *recSink) ConsumerCancelled(c *proto.ConsumerRef) {
+	s.cancelled = append(s.cancelled, c.GetTag())
+}
+
+func TestLocalSink_KeepsOnlyThisNodesEffects(t *testing.T) {
+	rec := &recSink{}
+	s := localSink{node: "me", next: rec}
+	ref := func(node, tag string) *proto.ConsumerRef {
+		return &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: node}, Tag: tag}
+	}
+	s.Deliver(&fsm.Delivery{Consumer: ref("me", "a")})
+	s.Deliver(&fsm.Delivery{Consumer: ref("other", "b")})
+	s.ConsumerCancelled(ref("other", "c"))
+	s.ConsumerCancelled(ref("me", "d"))
+	if len(rec.delivered) != 1 || rec.delivered[0] != "a" || len(rec.cancelled) != 1 || rec.cancelled[0] != "d" {
+		t.Fatalf("delivered %v cancelled %v", rec.delivered, rec.cancelled)
+	}
+}
+
+type memSink struct{ *bytes.Buffer }
+
+func (memSink) ID() string    { return "mem" }
+func (memSink) Cancel() error { return nil }
+func (memSink) Close() error  { return nil }

@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// startSingle starts a lone node on loopback.
+func startSingle(t *testing.T) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), Config{
+		NodeID:             "solo",
+		DataDir:            t.TempDir(),
+		RaftAddr:           "127.0.0.1:0",
+		GossipAddr:         "127.0.0.1:0",
+		HeartbeatTimeout:   100 * time.Millisecond,
+		ElectionTimeout:    100 * time.Millisecond,
+		LeaderLeaseTimeout: 50 * time.Millisecond,
+		Logger:             discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("a lone node did not become leader")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return n
+}
+
+func TestDueLoop_WakesEarlyAndBacksOff(t *testing.T) {
+	n := startSingle(t)
+	var (
+		mu       sync.Mutex
+		deadline = time.Now().Add(time.Hour).UnixMilli()
+		nows     []int64
+		clearDue = true // a proposal removes the due work
+	)
+	next := func(*fsm.Machine) (int64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return deadline, true
+	}
+	propose := func(ctx context.Context, now int64) (bool, error) {
+		mu.Lock()
+		nows = append(nows, now)
+		if clearDue {
+			deadline = now + int64(time.Hour/time.Millisecond)
+		}
+		mu.Unlock()
+		_, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
+		return true, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.dueLoop(ctx, "test", next, propose)
+	}()
+	defer func() { cancel(); <-done }()
+	proposals := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(nows)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		dl := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(dl) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+
+	// The loop sleeps toward a deadline an hour away. An earlier deadline
+	// appears, and an apply wakes the loop: it proposes on time.
+	mu.Lock()
+	want := time.Now().Add(40 * time.Millisecond).UnixMilli()
+	deadline = want
+	mu.Unlock()
+	if _, err := n.Submit(context.Background(), &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the early deadline", func() bool { return proposals() == 1 })
+	mu.Lock()
+	got := nows[0]
+	mu.Unlock()
+	if got < want {
+		t.Fatalf("proposed at %d, before the deadline %d", got, want)
+	}
+	if late := got - want; late > 1000 {
+		t.Fatalf("proposed %d ms after the deadline", late)
+	}
+
+	// Work that stays due after its proposal is retried with backoff, not
+	// in a busy loop.
+	mu.Lock()
+	clearDue = false
+	deadline = time.Now().UnixMilli()
+	mu.Unlock()
+	if _, err := n.Submit(context.Background(), &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a retry", func() bool { return proposals() >= 3 })
+	start, k0 := time.Now(), proposals()
+	waitFor("more retries", func() bool { return proposals() >= k0+2 })
+	if el := time.Since(start); el < 100*time.Millisecond {
+		t.Fatalf("2 retries in %v: no backoff", el)
+	}
+}
+
+func TestStamper_NeverGoesBack(t *testing.T) {
+	clk := &manualClock{}
+	s := &stamper{clock: clk}
+	clk.set(1000)
+	if got := s.next(); got != 1000 {
+		t.Fatalf("first stamp %d", got)
+	}
+	clk.set(900) // the wall clock steps back
+	if got := s.next(); got != 1000 {
+		t.Fatalf("stamp went back to %d", got)
+	}
+	s.raise(5000) // a new leader starts from the log clock
+	clk.set(2000)
+	if got := s.peek(); got != 5000 {
+		t.Fatalf("peek %d after raise", got)
+	}
+	if got := s.next(); got != 5000 {
+		t.Fatalf("stamp %d below the raised floor", got)
+	}
+	clk.set(6000)
+	if got := s.next(); got != 6000 {
+		t.Fatalf("stamp %d, want the clock again", got)
+	}
+}
+
+type manualClock struct{ ms atomic.Int64 }
+
+func (c *manualClock) set(ms int64)                   { c.ms.Store(ms) }
+func (c *manualClock) Now() time.Time                 { return time.UnixMilli(c.ms.Load()) }
+func (c *manualClock) NewTimer(d time.Duration) Timer { return RealClock().NewTimer(d) }
