@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	protobuf "google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -134,25 +135,33 @@ func onLeader[Req, Resp any](ctx context.Context, s *AdminServer, req Req,
 }
 
 // read serves a read from the local state, or, when consistent, from the
-// leader's state.
-func read[Req, Resp any](ctx context.Context, s *AdminServer, consistent bool, req Req,
+// leader's state. The response is copied under the node's lock, so nothing
+// in it aliases the state machine once the lock is released.
+func read[Req any, Resp protobuf.Message](ctx context.Context, s *AdminServer, consistent bool, req Req,
 	call func(proto.AdminClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
 	local func(State) Resp) (Resp, error) {
+	copied := func(st State) Resp {
+		r := local(st)
+		if !r.ProtoReflect().IsValid() {
+			return r
+		}
+		return protobuf.Clone(r).(Resp)
+	}
 	if !consistent {
 		var out Resp
-		s.node.View(func(st State) { out = local(st) })
+		s.node.View(func(st State) { out = copied(st) })
 		return out, nil
 	}
 	return onLeader(ctx, s, req, call, func() (Resp, error) {
 		var out Resp
 		if cv, ok := s.node.(ConsistentViewer); ok {
-			err := cv.ConsistentView(ctx, func(st State) { out = local(st) })
+			err := cv.ConsistentView(ctx, func(st State) { out = copied(st) })
 			if err != nil {
 				return out, nodeError(err, codes.Unavailable, "consistent read")
 			}
 			return out, nil
 		}
-		s.node.View(func(st State) { out = local(st) })
+		s.node.View(func(st State) { out = copied(st) })
 		return out, nil
 	})
 }
@@ -482,7 +491,7 @@ func (s *AdminServer) user(name string) (*proto.UserInfo, bool) {
 	s.node.View(func(st State) {
 		for _, x := range st.Users() {
 			if x.GetName() == name {
-				u = x
+				u = protobuf.Clone(x).(*proto.UserInfo)
 				return
 			}
 		}
