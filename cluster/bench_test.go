@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
-	"github.com/raftmq/raftmq/proto"
 )
 
 // benchCluster is a 3-node cluster with production raft timings except
@@ -128,6 +127,3 @@ func reportLags(b *testing.B, lags []time.Duration) {
 	b.ReportMetric(us(lags[len(lags)/2]), "lag-p50-µs")
 	b.ReportMetric(us(lags[len(lags)*99/100]), "lag-p99-µs")
 }
-
-var _ = cluster.ErrClosed
-var _ = proto.Envelope{}
