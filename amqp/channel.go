@@ -52,6 +52,9 @@ type channel struct {
 	confirm        bool
 	publishSeq     uint64 // last publish sequence number in confirm mode
 	lastQueue      string // the queue this channel declared last
+	// stateful is set once the channel submitted a Consume or a Get: only
+	// then does the log hold consumers or unacknowledged deliveries of it.
+	stateful bool
 }
 
 func newChannel(c *conn, id uint16) *channel {
@@ -292,16 +295,21 @@ func (ch *channel) raise(e *wire.Error) {
 // finish ends the channel: the broker cancels its consumers and requeues
 // its unacknowledged messages, the number is freed, and close-ok is sent
 // when the client asked for the close.
+//
+// A channel that never consumed nor got a message has nothing in the log
+// to clean up, so its close costs no log entry.
 func (ch *channel) finish(reply bool) {
-	ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
-	res, err := ch.c.srv.node().Submit(ctx, &proto.Command{Cmd: &proto.Command_ChannelClosed{
-		ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
-	}})
-	cancel()
-	if err != nil {
-		ch.c.log.Warn("cannot record channel close", "channel", ch.id, "err", err)
-	} else if res.GetCode() != 0 {
-		ch.c.log.Warn("channel close refused", "channel", ch.id, "code", res.GetCode(), "text", res.GetText())
+	if ch.stateful {
+		ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
+		res, err := ch.c.srv.node().Submit(ctx, &proto.Command{Cmd: &proto.Command_ChannelClosed{
+			ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
+		}})
+		cancel()
+		if err != nil {
+			ch.c.log.Warn("cannot record channel close", "channel", ch.id, "err", err)
+		} else if res.GetCode() != 0 {
+			ch.c.log.Warn("channel close refused", "channel", ch.id, "code", res.GetCode(), "text", res.GetText())
+		}
 	}
 	ch.c.removeChannel(ch)
 	if reply {

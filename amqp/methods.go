@@ -381,6 +381,7 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	ch.starting[tag] = nil
 	ch.mu.Unlock()
 
+	ch.stateful = true
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
 		Vhost: ch.vhost(), Queue: q,
 		Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: tag},
@@ -433,6 +434,7 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 	if e != nil {
 		return e
 	}
+	ch.stateful = true
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{
 		Vhost: ch.vhost(), Queue: q, NoAck: m.NoAck, Channel: ch.ref(),
 	}}})

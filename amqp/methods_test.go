@@ -462,6 +462,13 @@ func TestMethods_ConsumerTagReuse(t *testing.T) {
 func TestMethods_RecoverAndClose(t *testing.T) {
 	ts := startServer(t, Config{})
 	c, ch := openChannel(t, ts)
+	ch2, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Consume("q", "c1", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
 	if err := ch.Recover(true); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +479,16 @@ func TestMethods_RecoverAndClose(t *testing.T) {
 	if err := ch.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if cc := commandsOf(ts.broker, channelClosed); len(cc) != 1 || cc[0].Channel.GetChannel() != 1 {
+	if cc := commandsOf(ts.broker, channelClosed); len(cc) != 1 || cc[0].Channel.GetChannel() != 1 || cc[0].Channel.GetNode() != "node-a" {
+		t.Fatalf("channel closed = %v", cc)
+	}
+	if _, _, err := ch2.Get("q", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if cc := commandsOf(ts.broker, channelClosed); len(cc) != 2 || cc[1].Channel.GetChannel() != 2 {
 		t.Fatalf("channel closed = %v", cc)
 	}
 	_ = c.Close()

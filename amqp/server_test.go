@@ -72,20 +72,9 @@ func TestServer_HundredChannels(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("close connection: %v", err)
 	}
-	closed := commandsOf(ts.broker, channelClosed)
-	if len(closed) != 100 {
-		t.Fatalf("%d ChannelClosed commands, want 100", len(closed))
-	}
-	seen := map[uint32]bool{}
-	for _, cc := range closed {
-		ref := cc.GetChannel()
-		if ref.GetNode() != "node-a" || ref.GetConnection() == "" {
-			t.Fatalf("bad channel ref %v", ref)
-		}
-		seen[ref.GetChannel()] = true
-	}
-	if len(seen) != 100 {
-		t.Fatalf("%d distinct channel numbers closed", len(seen))
+	// Channels that never consumed nor got a message cost no log entry.
+	if closed := commandsOf(ts.broker, channelClosed); len(closed) != 0 {
+		t.Fatalf("%d ChannelClosed commands for bare channels", len(closed))
 	}
 	eventually(t, 5*time.Second, "ConnectionClosed", func() bool {
 		return len(commandsOf(ts.broker, connectionClosed)) == 1
