@@ -118,12 +118,32 @@ func (c *conn) end(err error) {
 		case <-c.writerEnd:
 		case <-time.After(c.srv.cfg.CloseTimeout):
 		}
-		_ = c.nc.Close()
+		c.lingerClose()
 		if c.opened.Load() {
 			c.submitConnectionClosed()
 		}
 		c.srv.removeConn(c)
 	})
+}
+
+// lingerClose half-closes the socket and reads what the peer still sends
+// (briefly) before closing it: closing with unread input resets the
+// connection, and the peer could lose our last frames (a connection.close,
+// or the protocol header) before reading them.
+func (c *conn) lingerClose() {
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+		_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, 4096)
+		for total := 0; total < 1<<20; {
+			n, err := c.nc.Read(buf)
+			total += n
+			if err != nil {
+				break
+			}
+		}
+	}
+	_ = c.nc.Close()
 }
 
 func (c *conn) submitConnectionClosed() {
