@@ -1,4 +1,18 @@
 // Package amqp speaks AMQP 0-9-1 to clients: the wire codec (generated from
-// the specification) and the connection and channel server, which turns each
-// state-changing method into a log command and performs deliveries.
+// the specification, package wire) and the connection and channel server,
+// which turns each state-changing method into a log command and performs
+// the deliveries the state machine assigns to this node.
+//
+// A node wires it up like this:
+//
+//	srv := amqp.NewServer(amqp.Config{MaxMessageSize: 128 << 20, Logger: logger})
+//	// srv is the fsm.Sink of the node's state machine.
+//	node := startNode(..., srv)
+//	srv.SetBroker(node) // node implements amqp.Broker
+//	go srv.Serve(listener)
+//	...
+//	srv.Close()
+//
+// Admin services list and close connections through srv.Connections().
+// DESIGN.md explains the choices.
 package amqp
