@@ -159,3 +159,24 @@ func TestCluster_SubmitOnAnyNode(t *testing.T) {
 	}
 	c.AssertSameDigest(t)
 }
+
+func TestCluster_ForwardsLargeMessages(t *testing.T) {
+	// Large entries are slow to write under the race detector: relax raft.
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+	}))
+	c.WaitForLeader(clustertest.Timeout)
+	big := string(make([]byte, 5<<20)) // above gRPC's 4 MiB default
+	f := c.Followers()[0]
+	res := mustSubmit(t, f, publish("/", "q", big), tick())
+	var size int
+	_ = f.LogEntries(func(i uint64, env *proto.Envelope) bool {
+		if i == res[0].GetIndex() {
+			size = len(env.GetCommands()[0].GetPublish().GetBody())
+		}
+		return true
+	})
+	if size != len(big) {
+		t.Fatalf("entry %d carries a body of %d bytes, want %d", res[0].GetIndex(), size, len(big))
+	}
+}

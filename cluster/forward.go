@@ -14,6 +14,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
+// MaxForwardMessage is the largest forwarding message a node sends or
+// accepts; a node's gRPC server should allow as much (grpc.MaxRecvMsgSize).
+const MaxForwardMessage = 1 << 30
+
 // forwarder sends a follower's commands to the leader over ONE long-lived
 // bidirectional gRPC stream (a session per leader). Requests are batched
 // (whatever is queued goes out as one request, hence one log entry) and
@@ -152,6 +156,7 @@ func (s *fwdSession) run() {
 			return links.dial(ctx, addr, 5*time.Second)
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxForwardMessage), grpc.MaxCallRecvMsgSize(MaxForwardMessage)),
 	)
 	if err != nil {
 		s.shutdown(err)

@@ -138,7 +138,7 @@ func (n *Node) startGossip() error {
 	if host == "" {
 		host = "0.0.0.0"
 	}
-	glog := newStdLogger(n.log.With("component", "memberlist"))
+	glog := newStdLogger(n.log.With("subsystem", "memberlist"))
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{host},
 		BindPort:  port,
@@ -201,16 +201,25 @@ func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.C
 	return t.links.track(c, addr)
 }
 
-// joinLoop joins the seeds, retrying until one answers.
+// joinLoop joins the seeds, retrying until one answers, and joins them
+// again whenever this node finds itself alone (after a long partition
+// memberlist forgets the members it declared dead).
 func (n *Node) joinLoop(seeds []string) {
 	defer n.wg.Done()
+	joined := false
 	for {
-		k, err := n.list.Join(seeds)
-		if k > 0 {
-			n.log.Info("joined the cluster", "seeds_answered", k)
-			return
+		if n.list.NumMembers() <= 1 {
+			k, err := n.list.Join(seeds)
+			switch {
+			case k > 0 && !joined:
+				n.log.Info("joined the cluster", "seeds_answered", k)
+			case k > 0:
+				n.log.Info("re-joined the cluster", "seeds_answered", k)
+			default:
+				n.log.Debug("join failed, retrying", "err", err)
+			}
+			joined = joined || k > 0
 		}
-		n.log.Debug("join failed, retrying", "err", err)
 		t := time.NewTimer(n.cfg.JoinRetryInterval)
 		select {
 		case <-t.C:
@@ -234,8 +243,8 @@ func (n *Node) setHasState() {
 }
 
 // housekeeping runs on every node: it notices that the node got a raft
-// configuration, bootstraps the cluster when BootstrapExpect members see
-// each other, and re-joins the seeds when the node finds itself alone.
+// configuration and bootstraps the cluster when BootstrapExpect members see
+// each other.
 func (n *Node) housekeeping() {
 	defer n.wg.Done()
 	tick := time.NewTicker(min(n.cfg.ReconcileInterval, time.Second))
@@ -245,11 +254,6 @@ func (n *Node) housekeeping() {
 		n.checkState()
 		if !n.hasState.Load() && n.cfg.BootstrapExpect > 1 {
 			n.maybeBootstrap()
-		}
-		if n.list.NumMembers() == 1 && len(n.cfg.Join) > 0 {
-			if k, _ := n.list.Join(n.cfg.Join); k > 0 {
-				n.log.Info("re-joined the cluster")
-			}
 		}
 		select {
 		case <-wait:
@@ -277,16 +281,21 @@ func (n *Node) checkState() {
 func (n *Node) maybeBootstrap() {
 	var ids []string
 	servers := map[string]string{}
-	for _, m := range n.list.Members() {
-		meta := &proto.NodeMeta{}
-		if err := gproto.Unmarshal(m.Meta, meta); err != nil || meta.GetRaftAddr() == "" {
+	// The member table, not memberlist.Members(): memberlist replaces the
+	// metadata of the nodes it hands out without a lock.
+	for id, m := range n.members.all() {
+		if m.health != HealthAlive || m.meta.GetRaftAddr() == "" {
 			continue
 		}
-		if meta.GetHasState() && meta.GetId() != n.cfg.NodeID {
+		if m.meta.GetHasState() && id != n.cfg.NodeID {
 			return // a cluster exists: its leader adds us
 		}
-		ids = append(ids, meta.GetId())
-		servers[meta.GetId()] = meta.GetRaftAddr()
+		ids = append(ids, id)
+		servers[id] = m.meta.GetRaftAddr()
+	}
+	if _, ok := servers[n.cfg.NodeID]; !ok {
+		ids = append(ids, n.cfg.NodeID)
+		servers[n.cfg.NodeID] = n.advert
 	}
 	if len(ids) < n.cfg.BootstrapExpect {
 		return

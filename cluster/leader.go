@@ -60,7 +60,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	n.log.Info("gained leadership")
 	defer n.log.Info("lost leadership")
 	for {
-		err := n.raft.Barrier(n.cfg.LeaderWait).Error()
+		err := n.await(lt.ctx, n.raft.Barrier(n.cfg.LeaderWait))
 		if err == nil {
 			break
 		}
@@ -304,13 +304,13 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 				continue
 			}
 			n.log.Info("adding voter", "id", id, "addr", addr)
-			if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait).Error(); err != nil {
+			if err := n.await(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
 				n.log.Warn("add voter failed", "id", id, "err", err)
 			}
 		case HealthLeft:
 			if in {
 				n.log.Info("removing a member that left", "id", id)
-				if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait).Error(); err != nil {
+				if err := n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 					n.log.Warn("remove server failed", "id", id, "err", err)
 				}
 			}

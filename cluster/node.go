@@ -48,7 +48,9 @@ type Config struct {
 	// the cluster bootstraps (default 1: a lone node bootstraps at once).
 	BootstrapExpect int
 	// GRPCServer receives the internal Forward service; the caller serves it
-	// (after Start returns).
+	// (after Start returns). Forwarded requests carry whole messages: the
+	// server must accept messages as large as the largest publish
+	// (grpc.MaxRecvMsgSize and grpc.MaxSendMsgSize).
 	GRPCServer *grpc.Server
 	// Effects receives the effects addressed to this node (deliveries to its
 	// consumers, cancellations of its consumers). It is called under the
@@ -205,14 +207,17 @@ type Node struct {
 
 // Start opens the node's storage, starts raft, memberlist and the
 // forwarding service, and returns at once: joining, bootstrapping and
-// elections go on in the background.
+// elections go on in the background. ctx bounds the start-up only.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	n := &Node{
 		cfg:       cfg,
-		log:       cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
+		log:       cfg.Logger.With("node", cfg.NodeID),
 		stamp:     &stamper{clock: cfg.Clock},
 		machine:   fsm.New(),
 		applied:   newAppliedIndex(),
@@ -229,9 +234,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		_ = n.Close()
 		return nil, err
 	}
-	if cfg.GRPCServer != nil {
-		proto.RegisterInternalServer(cfg.GRPCServer, &forwardServer{n: n})
-	}
 	if err := n.startGossip(); err != nil {
 		_ = n.Close()
 		return nil, err
@@ -242,6 +244,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	// Last, so that a failed start leaves the server untouched.
+	if cfg.GRPCServer != nil {
+		proto.RegisterInternalServer(cfg.GRPCServer, &forwardServer{n: n})
+	}
 	n.wg.Add(4)
 	go n.runBatcher()
 	go n.runCompleter()
@@ -251,7 +257,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.wg.Add(1)
 		go n.joinLoop(cfg.Join)
 	}
-	_ = ctx
 	return n, nil
 }
 
@@ -265,7 +270,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("cluster: open raft.db: %w", err)
 	}
 	n.store = store
-	hlog := newHCLogger(n.log.With("component", "raft"))
+	hlog := newHCLogger(n.log.With("subsystem", "raft"))
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store: %w", err)
@@ -364,13 +369,35 @@ func advertiseAddr(explicit, listen string) (string, error) {
 
 // bootstrap writes the first raft configuration.
 func (n *Node) bootstrap(servers []raft.Server) error {
-	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	err := n.await(context.Background(), n.raft.BootstrapCluster(raft.Configuration{Servers: servers}))
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("cluster: bootstrap: %w", err)
 	}
 	n.log.Info("bootstrapped the cluster", "voters", len(servers))
 	n.setHasState()
 	return nil
+}
+
+// await waits for a raft future, giving up when ctx ends or the node
+// closes: raft leaves some futures unanswered when it shuts down (entries
+// committed but not yet applied, barriers), so no goroutine of the node may
+// wait on one unconditionally.
+func (n *Node) await(ctx context.Context, f raft.Future) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.closing:
+		select {
+		case err := <-errc:
+			return err
+		default:
+			return fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown)
+		}
+	}
 }
 
 // NodeID is this node's id.
@@ -419,7 +446,7 @@ func (n *Node) Barrier(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	if err := n.raft.Barrier(timeout).Error(); err != nil {
+	if err := n.await(ctx, n.raft.Barrier(timeout)); err != nil {
 		return mapRaftError(err)
 	}
 	return nil
@@ -491,7 +518,7 @@ func (n *Node) TransferLeadership(id string) error {
 		}
 		f = n.raft.LeadershipTransferToServer(srv.ID, srv.Address)
 	}
-	if err := f.Error(); err != nil {
+	if err := n.await(context.Background(), f); err != nil {
 		return fmt.Errorf("cluster: transfer leadership: %w", mapRaftError(err))
 	}
 	return nil
@@ -506,7 +533,7 @@ func (n *Node) RemoveNode(id string) error {
 	if _, ok := n.server(id); !ok {
 		return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait).Error(); err != nil {
+	if err := n.await(context.Background(), n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 		return fmt.Errorf("cluster: remove %s: %w", id, mapRaftError(err))
 	}
 	return nil
@@ -594,6 +621,9 @@ func (n *Node) Close() error {
 	var err error
 	if n.raft != nil {
 		err = n.raft.Shutdown().Error()
+	}
+	if n.list != nil {
+		_ = n.list.Shutdown() // ends a join in progress
 	}
 	n.wg.Wait()
 	n.cleanup()

@@ -121,6 +121,8 @@ func (n *Node) route(ctx context.Context, deadline time.Time, cmds []*proto.Comm
 		case <-p.done:
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
+		case <-n.closing:
+			p.finish(nil, 0, fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown))
 		}
 		return p.res, p.index, p.err
 	}
@@ -276,7 +278,7 @@ func (n *Node) proposeBatch(batch []*pending, count int) {
 func (n *Node) runCompleter() {
 	defer n.wg.Done()
 	for it := range n.completeQ {
-		err := it.f.Error()
+		err := n.await(context.Background(), it.f)
 		<-n.sem
 		if err != nil {
 			err = mapRaftError(err)

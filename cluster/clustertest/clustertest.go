@@ -211,11 +211,12 @@ func (c *Cluster) start(i int) {
 	if err != nil {
 		c.t.Fatalf("%s: grpc listen: %v", nd.ID, err)
 	}
-	srv := grpc.NewServer()
-	cfg := nd.Config
-	cfg.GRPCServer = srv
+	var srv *grpc.Server
 	var node *cluster.Node
 	for {
+		srv = grpc.NewServer(grpc.MaxRecvMsgSize(cluster.MaxForwardMessage), grpc.MaxSendMsgSize(cluster.MaxForwardMessage))
+		cfg := nd.Config
+		cfg.GRPCServer = srv
 		node, err = cluster.Start(context.Background(), cfg)
 		if err == nil || time.Now().After(deadline) {
 			break
