@@ -74,6 +74,13 @@ func logClock(n *cluster.Node) int64 {
 func TestCluster_BootstrapExpectFormsOneCluster(t *testing.T) {
 	c := clustertest.New(t, 3)
 	l := c.WaitForLeader(clustertest.Timeout)
+	for _, n := range c.Live() {
+		select {
+		case <-n.Ready():
+		default:
+			t.Fatalf("new node %s is not ready", n.NodeID())
+		}
+	}
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		for _, n := range c.Live() {
 			voters, leaders := 0, 0

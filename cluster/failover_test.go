@@ -28,8 +28,25 @@ func TestCluster_KillLeaderElectsAnother(t *testing.T) {
 		mustSubmit(t, n, tick(), vhostPut("after-failover"))
 	}
 	c.Restart(c.Index(oldID))
+	back := c.Nodes[c.Index(oldID)].Node()
+	select {
+	case <-back.Ready():
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("the restarted node never became ready")
+	}
+	// Its previous run was declared down before it became ready.
+	found := false
+	_ = back.LogEntries(func(i uint64, env *proto.Envelope) bool {
+		for _, cmd := range env.GetCommands() {
+			found = found || cmd.GetNodeDown().GetNode() == oldID
+		}
+		return true
+	})
+	if !found {
+		t.Fatalf("no NodeDown{%s} in the log after its restart", oldID)
+	}
 	c.WaitForLeader(clustertest.Timeout)
-	mustSubmit(t, c.Nodes[c.Index(oldID)].Node(), tick())
+	mustSubmit(t, back, tick())
 	c.AssertSameDigest(t)
 }
 

@@ -199,6 +199,8 @@ type Node struct {
 	sem       chan struct{}
 
 	notifyCh chan bool
+	ready    chan struct{} // closed once a restarted node's past is cleared
+	restart  bool          // the node started with raft state on disk
 	closing  chan struct{}
 	closeMu  sync.Mutex
 	closed   bool
@@ -227,6 +229,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		completeQ: make(chan inflightEntry, cfg.MaxInflightEntries),
 		sem:       make(chan struct{}, cfg.MaxInflightEntries),
 		notifyCh:  make(chan bool, 16),
+		ready:     make(chan struct{}),
 		closing:   make(chan struct{}),
 	}
 	n.fwd = newForwarder(n)
@@ -256,6 +259,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if len(cfg.Join) > 0 {
 		n.wg.Add(1)
 		go n.joinLoop(cfg.Join)
+	}
+	if n.restart {
+		n.wg.Add(1)
+		go n.clearPastIncarnation()
+	} else {
+		close(n.ready)
 	}
 	return n, nil
 }
@@ -317,6 +326,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("cluster: read raft state: %w", err)
 	}
 	n.hasState.Store(has)
+	n.restart = has
 	r, err := raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("cluster: start raft: %w", err)
@@ -396,6 +406,44 @@ func (n *Node) await(ctx context.Context, f raft.Future) error {
 			return err
 		default:
 			return fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown)
+		}
+	}
+}
+
+// Ready is closed once the node may serve clients. A node that restarts
+// with state on disk first proposes NodeDown for itself, so the consumers,
+// unacked deliveries and exclusive queues of its previous run are released
+// before its new connections register; a new node is ready at once. The
+// AMQP listener should wait for it.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// clearPastIncarnation proposes NodeDown{self} until it commits, then
+// closes ready.
+func (n *Node) clearPastIncarnation() {
+	defer n.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	cmd := &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: n.cfg.NodeID}}}
+	for {
+		res, err := n.Submit(ctx, cmd)
+		if err == nil {
+			n.log.Info("released the previous run's consumers", "index", res.GetIndex())
+			close(n.ready)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Debug("releasing the previous run: waiting for a leader", "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return
 		}
 	}
 }
