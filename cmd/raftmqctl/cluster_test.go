@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -21,6 +22,15 @@ func startClusterAdmin(t *testing.T) string {
 	t.Helper()
 	c := clustertest.New(t, 1)
 	node := api.FromCluster(c.WaitForLeader(clustertest.Timeout))
+	// Wait for the leader's defaults (the default vhost) to be applied.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		ready := false
+		node.View(func(s api.State) { ready = s.Initialized() })
+		if !ready {
+			return errors.New("defaults not applied yet")
+		}
+		return nil
+	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
