@@ -103,6 +103,7 @@ func TestCluster_PartitionedMinorityCannotCommit(t *testing.T) {
 	if err == nil {
 		t.Fatal("a partitioned minority committed a command")
 	}
+	t.Logf("cut-off leader: %v", err)
 	// The majority elects a new leader and keeps working.
 	var majority []*cluster.Node
 	for _, n := range c.Live() {
@@ -122,7 +123,6 @@ func TestCluster_PartitionedMinorityCannotCommit(t *testing.T) {
 	for _, n := range majority {
 		last = mustSubmit(t, n, tick(), vhostPut("majority"))[0].GetIndex()
 	}
-	// A follower cut off alone cannot commit either.
 	if old.IsLeader() {
 		t.Fatal("the partitioned old leader still believes it leads")
 	}
@@ -131,6 +131,20 @@ func TestCluster_PartitionedMinorityCannotCommit(t *testing.T) {
 	c.WaitForLeader(clustertest.Timeout)
 	c.WaitApplied(last)
 	mustSubmit(t, old, tick())
+	c.AssertSameDigest(t)
+
+	// A follower cut off alone cannot commit either, and catches up after.
+	f := c.Followers()[0]
+	c.Partition(f.NodeID())
+	if _, err := f.Submit(ctxT(t, 1500*time.Millisecond), vhostPut("cut-off")); err == nil {
+		t.Fatal("a partitioned follower committed a command")
+	} else {
+		t.Logf("cut-off follower: %v", err)
+	}
+	last = mustSubmit(t, c.Leader(), tick())[0].GetIndex()
+	c.Heal()
+	c.WaitApplied(last)
+	mustSubmit(t, f, tick())
 	c.AssertSameDigest(t)
 }
 

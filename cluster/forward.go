@@ -45,6 +45,16 @@ func (f *forwarder) session(t leaderTarget) *fwdSession {
 	return f.s
 }
 
+// retire retires the current session (this node became the leader).
+func (f *forwarder) retire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.s != nil {
+		f.s.retire()
+		f.s = nil
+	}
+}
+
 func (f *forwarder) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

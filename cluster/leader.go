@@ -74,6 +74,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	var clock int64
 	n.View(func(m *fsm.Machine) { clock = m.Clock() })
 	n.stamp.raise(clock)
+	n.fwd.retire()
 	n.lead.Store(lt)
 	n.changed.signal()
 
