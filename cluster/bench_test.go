@@ -27,7 +27,7 @@ func benchCluster(b *testing.B, opts ...clustertest.Option) *clustertest.Cluster
 func BenchmarkSubmit(b *testing.B) {
 	body := string(make([]byte, 1024))
 	for _, via := range []string{"leader", "follower"} {
-		for _, callers := range []int{1, 16} {
+		for _, callers := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("via=%s/callers=%d", via, callers), func(b *testing.B) {
 				c := benchCluster(b, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
 					if v := os.Getenv("RAFTMQ_BENCH_INFLIGHT"); v != "" {

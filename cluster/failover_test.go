@@ -153,7 +153,7 @@ func TestCluster_RandomWorkloadWithFailover(t *testing.T) {
 	c.WaitForLeader(clustertest.Timeout)
 	var (
 		mu        sync.Mutex
-		committed = map[uint64]int{} // index -> commands reported committed in it
+		committed = map[uint64][]string{} // index -> markers of the batches reported committed in it
 		unknown   int
 	)
 	stop := make(chan struct{})
@@ -174,8 +174,10 @@ func TestCluster_RandomWorkloadWithFailover(t *testing.T) {
 					continue
 				}
 				n := live[rng.IntN(len(live))]
-				var cmds []*proto.Command
-				for range 1 + rng.IntN(4) {
+				// A unique marker names the batch in the log.
+				marker := fmt.Sprintf("w%d-%d", w, rng.Uint64())
+				cmds := []*proto.Command{vhostPut(marker)}
+				for range rng.IntN(4) {
 					switch rng.IntN(4) {
 					case 0:
 						cmds = append(cmds, tick())
@@ -190,7 +192,7 @@ func TestCluster_RandomWorkloadWithFailover(t *testing.T) {
 				res, err := n.SubmitBatch(ctxT(t, 5*time.Second), cmds)
 				mu.Lock()
 				if err == nil {
-					committed[res[0].GetIndex()] += len(cmds)
+					committed[res[0].GetIndex()] = append(committed[res[0].GetIndex()], marker)
 				} else {
 					unknown++
 				}
@@ -220,19 +222,26 @@ func TestCluster_RandomWorkloadWithFailover(t *testing.T) {
 	wg.Wait()
 	c.AssertSameDigest(t)
 
-	// Every reported commit is in the log of every node, with as many
-	// commands as reported (several callers may share one entry).
+	// Every batch reported committed is in the log of every node, in the
+	// entry its results named (several batches may share one entry).
 	for _, n := range c.Live() {
-		inLog := map[uint64]int{}
+		inLog := map[uint64]map[string]bool{}
 		if err := n.LogEntries(func(i uint64, env *proto.Envelope) bool {
-			inLog[i] = len(env.GetCommands())
+			inLog[i] = map[string]bool{}
+			for _, cmd := range env.GetCommands() {
+				if v := cmd.GetVhostPut(); v != nil {
+					inLog[i][v.GetName()] = true
+				}
+			}
 			return true
 		}); err != nil {
 			t.Fatal(err)
 		}
-		for idx, k := range committed {
-			if inLog[idx] < k {
-				t.Fatalf("%s: entry %d has %d commands, %d were reported committed in it", n.NodeID(), idx, inLog[idx], k)
+		for idx, markers := range committed {
+			for _, m := range markers {
+				if !inLog[idx][m] {
+					t.Fatalf("%s: batch %s was reported committed at %d, which does not hold it", n.NodeID(), m, idx)
+				}
 			}
 		}
 	}
