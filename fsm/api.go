@@ -93,3 +93,7 @@ func (m *Machine) Restore(r io.Reader) error { return m.restore(r) }
 // Digest hashes the canonical encoding of the state: equal digests mean
 // byte-identical replicas.
 func (m *Machine) Digest() [32]byte { return m.digest() }
+
+// Initialized reports whether any VhostPut or UserPut was applied: the first
+// leader proposes the defaults (vhost "/", user guest) only when it is false.
+func (m *Machine) Initialized() bool { return m.initialized }

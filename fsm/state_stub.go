@@ -12,8 +12,9 @@ import (
 // state is a placeholder until the broker state lands: it only tracks the
 // clock and the applied index.
 type state struct {
-	clock int64
-	index uint64
+	clock       int64
+	index       uint64
+	initialized bool
 }
 
 func (s *state) init() {}
@@ -23,6 +24,11 @@ func (s *state) apply(e Entry, _ Sink) []*proto.Result {
 		s.clock = e.Envelope.GetStampMs()
 	}
 	s.index = e.Index
+	for _, c := range e.Envelope.GetCommands() {
+		if c.GetVhostPut() != nil || c.GetUserPut() != nil {
+			s.initialized = true
+		}
+	}
 	out := make([]*proto.Result, len(e.Envelope.GetCommands()))
 	for i := range out {
 		out[i] = &proto.Result{Code: 540, Text: "NOT_IMPLEMENTED", Index: e.Index}
