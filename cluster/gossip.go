@@ -174,6 +174,8 @@ func (n *Node) startGossip() error {
 		return fmt.Errorf("cluster: start gossip: %w", err)
 	}
 	n.list = list
+	// Read once now: memberlist updates its local node without a lock later.
+	n.gossipAddr = list.LocalNode().Address()
 	return nil
 }
 

@@ -182,6 +182,8 @@ type Node struct {
 	fwd    *forwarder
 	advert string // advertised raft address
 
+	gossipAddr string // advertised gossip address
+
 	// stateMu serialises Apply with every read of machine.
 	stateMu sync.Mutex
 	machine *fsm.Machine
@@ -327,7 +329,7 @@ func (n *Node) startRaft() error {
 	}
 	n.hasState.Store(has)
 	n.restart = has
-	r, err := raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, snaps, n.trans)
+	r, err := raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, snaps, noPipeline{n.trans})
 	if err != nil {
 		return fmt.Errorf("cluster: start raft: %w", err)
 	}
@@ -453,6 +455,10 @@ func (n *Node) NodeID() string { return n.cfg.NodeID }
 
 // RaftAddr is the raft address peers dial.
 func (n *Node) RaftAddr() string { return n.advert }
+
+// GossipAddr is the gossip address peers join (useful when GossipAddr asked
+// for port 0).
+func (n *Node) GossipAddr() string { return n.gossipAddr }
 
 // IsLeader reports whether this node is the leader and ready to accept
 // commands (its first barrier has passed).
@@ -688,10 +694,23 @@ func (n *Node) cleanup() {
 	}
 	if n.trans != nil {
 		_ = n.trans.Close()
+		n.trans.CloseStreams()
 	}
 	if n.store != nil {
 		_ = n.store.Close()
 	}
+}
+
+// noPipeline is the raft transport without pipelined replication. In
+// hashicorp/raft v1.7.3 a deposed leader's pipelined replication can block
+// for ever (its response decoder stops on a stale term while requests are
+// in flight), and then Shutdown never returns. Without the pipeline a
+// follower gets one batch (up to MaxAppendEntries entries) per round trip.
+type noPipeline struct{ *raft.NetworkTransport }
+
+// AppendEntriesPipeline implements raft.Transport: not supported.
+func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // streamLayer is the raft TCP transport's network, routed through Links.
@@ -699,11 +718,61 @@ type streamLayer struct {
 	ln     net.Listener
 	advert string
 	links  *Links
+
+	mu       sync.Mutex
+	accepted map[net.Conn]struct{}
+	closed   bool
 }
 
-func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
-func (s *streamLayer) Close() error              { return s.ln.Close() }
-func (s *streamLayer) Addr() net.Addr            { return advertAddr(s.advert) }
+// Accept implements net.Listener; it keeps the connections so that Close
+// can drop them (raft's transport leaves accepted connections open).
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	if s.accepted == nil {
+		s.accepted = map[net.Conn]struct{}{}
+	}
+	ac := &acceptedConn{Conn: c, layer: s}
+	s.accepted[ac] = struct{}{}
+	return ac, nil
+}
+
+// acceptedConn leaves its stream layer's set when closed.
+type acceptedConn struct {
+	net.Conn
+	layer *streamLayer
+}
+
+func (c *acceptedConn) Close() error {
+	c.layer.mu.Lock()
+	delete(c.layer.accepted, c)
+	c.layer.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// Close implements net.Listener and closes every accepted connection.
+func (s *streamLayer) Close() error {
+	err := s.ln.Close()
+	s.mu.Lock()
+	s.closed = true
+	conns := s.accepted
+	s.accepted = nil
+	s.mu.Unlock()
+	for c := range conns {
+		_ = c.(*acceptedConn).Conn.Close()
+	}
+	return err
+}
+
+func (s *streamLayer) Addr() net.Addr { return advertAddr(s.advert) }
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	return s.links.dial(context.Background(), string(addr), timeout)
 }

@@ -94,22 +94,21 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	c := &Cluster{t: t}
 	logger := testLogger()
-	gossip := make([]string, n)
 	for i := range n {
 		id := fmt.Sprintf("node%d", i)
-		raftAddr, grpcAddr, gossipAddr := freeTCP(t), freeTCP(t), freeGossip(t)
-		gossip[i] = gossipAddr
-		nd := &Node{ID: id, Links: cluster.NewLinks(), addrs: []string{raftAddr, grpcAddr, gossipAddr}}
+		nd := &Node{ID: id, Links: cluster.NewLinks()}
 		if o.fakeClock != nil {
 			nd.Clock = NewFakeClock(*o.fakeClock)
 		}
+		// Raft and gossip listen on port 0 at first; the ports they get are
+		// kept for restarts. Picking free ports in advance races with other
+		// tests running at the same time.
 		nd.Config = cluster.Config{
 			NodeID:             id,
 			DataDir:            t.TempDir(),
-			RaftAddr:           raftAddr,
-			GRPCAddr:           grpcAddr,
+			RaftAddr:           "127.0.0.1:0",
 			AMQPAddr:           "127.0.0.1:" + strconv.Itoa(5672+i),
-			GossipAddr:         gossipAddr,
+			GossipAddr:         "127.0.0.1:0",
 			BootstrapExpect:    o.expect,
 			Logger:             logger.With("test_node", id),
 			Links:              nd.Links,
@@ -129,18 +128,26 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 		c.Nodes = append(c.Nodes, nd)
 	}
 	for i, nd := range c.Nodes {
-		for j := range n {
-			if j != i {
-				nd.Config.Join = append(nd.Config.Join, gossip[j])
-			}
-		}
 		for _, f := range o.tweak {
 			f(i, &nd.Config)
 		}
 	}
 	t.Cleanup(c.Close)
 	for i := range c.Nodes {
+		// Each node joins the ones started before it; gossip does the rest.
+		for j := range i {
+			c.Nodes[i].Config.Join = append(c.Nodes[i].Config.Join, c.Nodes[j].Config.GossipAddr)
+		}
 		c.start(i)
+	}
+	// From now on every node knows every address (for restarts).
+	for i, nd := range c.Nodes {
+		nd.Config.Join = nil
+		for j, other := range c.Nodes {
+			if j != i {
+				nd.Config.Join = append(nd.Config.Join, other.Config.GossipAddr)
+			}
+		}
 	}
 	return c
 }
@@ -163,36 +170,6 @@ func tightGossip(c *memberlist.Config) {
 	c.DeadNodeReclaimTime = time.Millisecond
 }
 
-func freeTCP(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// freeGossip finds a port free for both TCP and UDP.
-func freeGossip(t testing.TB) string {
-	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		addr := ln.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return addr
-		}
-	}
-	t.Fatal("no port free for TCP and UDP")
-	return ""
-}
-
 // start starts node i with its configuration (after a kill: same data dir
 // and addresses).
 func (c *Cluster) start(i int) {
@@ -201,6 +178,9 @@ func (c *Cluster) start(i int) {
 	var lis net.Listener
 	var err error
 	deadline := time.Now().Add(5 * time.Second)
+	if nd.Config.GRPCAddr == "" {
+		nd.Config.GRPCAddr = "127.0.0.1:0"
+	}
 	for {
 		lis, err = net.Listen("tcp", nd.Config.GRPCAddr)
 		if err == nil || time.Now().After(deadline) {
@@ -211,6 +191,7 @@ func (c *Cluster) start(i int) {
 	if err != nil {
 		c.t.Fatalf("%s: grpc listen: %v", nd.ID, err)
 	}
+	nd.Config.GRPCAddr = lis.Addr().String()
 	var srv *grpc.Server
 	var node *cluster.Node
 	for {
@@ -228,8 +209,11 @@ func (c *Cluster) start(i int) {
 		c.t.Fatalf("%s: start: %v", nd.ID, err)
 	}
 	go func() { _ = srv.Serve(lis) }()
+	nd.Config.RaftAddr = node.RaftAddr()
+	nd.Config.GossipAddr = node.GossipAddr()
 	nd.mu.Lock()
 	nd.node, nd.grpcSrv = node, srv
+	nd.addrs = []string{nd.Config.RaftAddr, nd.Config.GRPCAddr, nd.Config.GossipAddr}
 	nd.mu.Unlock()
 }
 
@@ -352,7 +336,9 @@ func (c *Cluster) Partition(ids ...string) {
 		var block []string
 		for _, b := range c.Nodes {
 			if in[a.ID] != in[b.ID] {
+				b.mu.Lock()
 				block = append(block, b.addrs...)
+				b.mu.Unlock()
 			}
 		}
 		a.Links.Block(block...)
