@@ -170,10 +170,10 @@ func TestCluster_SubmitOnAnyNode(t *testing.T) {
 func TestCluster_ForwardsLargeMessages(t *testing.T) {
 	// Large entries are slow to write under the race detector: relax raft.
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, time.Second
 	}))
 	c.WaitForLeader(clustertest.Timeout)
-	big := string(make([]byte, 5<<20)) // above gRPC's 4 MiB default
+	big := string(make([]byte, 4<<20+1024)) // above gRPC's 4 MiB default
 	f := c.Followers()[0]
 	res := mustSubmit(t, f, publish("/", "q", big), tick())
 	var size int
