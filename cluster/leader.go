@@ -100,16 +100,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// initialized reports whether the defaults were ever proposed. It uses the
-// state machine's Initialized when it has one; otherwise any applied
-// command means a leader came before.
-func initialized(m *fsm.Machine) bool {
-	if i, ok := any(m).(interface{ Initialized() bool }); ok {
-		return i.Initialized()
-	}
-	return m.AppliedIndex() > 0
-}
-
 // defaultCommands are the first entry of a new cluster: the "/" vhost, the
 // default user (an administrator) and its permissions on "/".
 func (n *Node) defaultCommands() ([]*proto.Command, error) {
@@ -137,7 +127,7 @@ func (n *Node) defaultCommands() ([]*proto.Command, error) {
 func (n *Node) initDefaults(ctx context.Context) {
 	for {
 		var done bool
-		n.View(func(m *fsm.Machine) { done = initialized(m) })
+		n.View(func(m *fsm.Machine) { done = m.Initialized() })
 		if done {
 			return
 		}
