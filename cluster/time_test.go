@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -167,5 +168,56 @@ func TestCluster_LeaveRemovesTheNode(t *testing.T) {
 	// Two voters remain: both needed, both working.
 	for _, n := range c.Live() {
 		mustSubmit(t, n, tick())
+	}
+}
+
+func TestCluster_AdminOperations(t *testing.T) {
+	c := clustertest.New(t, 3)
+	l := c.WaitForLeader(clustertest.Timeout)
+	f := c.Followers()[0]
+
+	// Leader-only operations refuse on a follower.
+	if err := f.TransferLeadership(""); !errors.Is(err, cluster.ErrNotLeader) {
+		t.Fatalf("transfer on a follower: %v", err)
+	}
+	if err := f.RemoveNode(l.NodeID()); !errors.Is(err, cluster.ErrNotLeader) {
+		t.Fatalf("remove on a follower: %v", err)
+	}
+	if err := f.ConsistentView(ctxT(t, time.Second), func(*fsm.Machine) {}); !errors.Is(err, cluster.ErrNotLeader) {
+		t.Fatalf("consistent view on a follower: %v", err)
+	}
+	// A consistent view on the leader sees every committed write.
+	res := mustSubmit(t, f, tick())
+	var applied uint64
+	if err := l.ConsistentView(ctxT(t, 5*time.Second), func(m *fsm.Machine) { applied = m.AppliedIndex() }); err != nil {
+		t.Fatal(err)
+	}
+	if applied < res[0].GetIndex() {
+		t.Fatalf("consistent view at %d, a write committed at %d", applied, res[0].GetIndex())
+	}
+
+	// Transfer to whichever follower is most up to date.
+	if err := l.TransferLeadership(""); err != nil {
+		t.Fatal(err)
+	}
+	nl := c.WaitForLeader(clustertest.Timeout)
+	if nl.NodeID() == l.NodeID() {
+		t.Fatal("leadership did not move")
+	}
+	// Remove the old leader from the configuration.
+	if err := nl.RemoveNode(l.NodeID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := nl.RemoveNode("nobody"); err == nil {
+		t.Fatal("removing an unknown node succeeded")
+	}
+	for _, m := range nl.Members() {
+		if m.ID == l.NodeID() && m.Suffrage != "" {
+			t.Fatalf("%s is still a %s", m.ID, m.Suffrage)
+		}
+	}
+	st := nl.Stats()
+	if st.State != "Leader" || st.LeaderID != nl.NodeID() || st.CommitIndex == 0 || st.LastLogIndex < st.CommitIndex || st.FSMIndex == 0 {
+		t.Fatalf("leader stats: %+v", st)
 	}
 }
