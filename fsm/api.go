@@ -2,8 +2,13 @@ package fsm
 
 import (
 	"io"
+	"slices"
+	"strings"
+
+	pb "google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 )
 
 // Entry is one committed log entry as the state machine sees it. The stamp
@@ -97,3 +102,209 @@ func (m *Machine) Digest() [32]byte { return m.digest() }
 // Initialized reports whether any VhostPut or UserPut was applied: the first
 // leader proposes the defaults (vhost "/", user guest) only when it is false.
 func (m *Machine) Initialized() bool { return m.initialized }
+
+// VhostExists reports whether the vhost exists.
+func (m *Machine) VhostExists(name string) bool { _, ok := m.vhosts[name]; return ok }
+
+// User returns a user's password hash and tags.
+func (m *Machine) User(name string) (hash []byte, tags []string, ok bool) {
+	u, ok := m.users[name]
+	if !ok {
+		return nil, nil, false
+	}
+	return slices.Clone(u.hash), slices.Clone(u.tags), true
+}
+
+// Permission returns a user's permission patterns on a vhost.
+func (m *Machine) Permission(user, vhost string) (configure, write, read string, ok bool) {
+	p, ok := m.perms[user+"\x00"+vhost]
+	if !ok {
+		return "", "", "", false
+	}
+	return p.GetConfigure(), p.GetWrite(), p.GetRead(), true
+}
+
+func (m *Machine) vhostsOf(name string) []*vhost {
+	var out []*vhost
+	for _, k := range sortedKeys(m.vhosts) {
+		if name == "" || k == name {
+			out = append(out, m.vhosts[k])
+		}
+	}
+	return out
+}
+
+// Queues lists the queues of a vhost ("" = all), sorted by vhost and name.
+func (m *Machine) Queues(vhost string) []*proto.QueueInfo {
+	var out []*proto.QueueInfo
+	for _, v := range m.vhostsOf(vhost) {
+		for _, k := range sortedKeys(v.queues) {
+			out = append(out, m.queueInfo(v.queues[k]))
+		}
+	}
+	return out
+}
+
+// Queue describes one queue.
+func (m *Machine) Queue(vhost, name string) (*proto.QueueInfo, bool) {
+	v, ok := m.vhosts[vhost]
+	if !ok {
+		return nil, false
+	}
+	q, ok := v.queues[name]
+	if !ok {
+		return nil, false
+	}
+	return m.queueInfo(q), true
+}
+
+func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {
+	qi := &proto.QueueInfo{Vhost: q.vhost, Name: q.name, Durable: q.durable, Exclusive: q.exclusive, AutoDelete: q.autoDelete,
+		Arguments: cloneTable(q.args), Ready: uint64(q.q.Len()), Unacked: uint64(q.unacked), Consumers: uint32(len(q.consumers)),
+		ReadyBytes: uint64(q.q.Bytes()), EffectiveMessageTtl: -1, EffectiveExpires: -1}
+	if q.policy != nil {
+		qi.Policy = q.policy.def.GetName()
+	}
+	if q.opPolicy != nil {
+		qi.OperatorPolicy = q.opPolicy.def.GetName()
+	}
+	if d, ok := q.q.EarliestDeadline(); ok {
+		qi.EarliestDeadlineMs = d
+	}
+	if t := q.queueTTL(); t.Set {
+		qi.EffectiveMessageTtl = t.V
+	}
+	if e := q.expires(); e.Set {
+		qi.EffectiveExpires = e.V
+	}
+	qi.EffectiveDeadLetterExchange, _ = q.dlx()
+	if d, ok := q.leaseDue(); ok {
+		qi.LeaseDueMs = d
+	}
+	if q.owner != "" {
+		qi.OwnerConnection = strings.ReplaceAll(strings.TrimSuffix(q.owner, "\x00"), "\x00", "/")
+	}
+	return qi
+}
+
+// Exchanges lists the exchanges of a vhost ("" = all), sorted.
+func (m *Machine) Exchanges(vhost string) []*proto.ExchangeInfo {
+	var out []*proto.ExchangeInfo
+	for _, v := range m.vhostsOf(vhost) {
+		for _, k := range sortedKeys(v.exchanges) {
+			x := v.exchanges[k]
+			xi := &proto.ExchangeInfo{Vhost: v.name, Name: x.name, Type: x.typ, Durable: x.durable, AutoDelete: x.autoDelete, Internal: x.intern,
+				Arguments: cloneTable(x.args)}
+			if p := best(v.policies, x.name, "exchanges"); p != nil {
+				xi.Policy = p.def.GetName()
+			}
+			out = append(out, xi)
+		}
+	}
+	return out
+}
+
+// Bindings lists the bindings of a vhost ("" = all), by source exchange.
+func (m *Machine) Bindings(vhost string) []*proto.BindingInfo {
+	var out []*proto.BindingInfo
+	for _, v := range m.vhostsOf(vhost) {
+		for _, k := range sortedKeys(v.exchanges) {
+			for _, b := range v.exchanges[k].bindings {
+				kind := "queue"
+				if b.toExchange {
+					kind = "exchange"
+				}
+				out = append(out, &proto.BindingInfo{Vhost: v.name, Source: k, Destination: b.dest, DestinationKind: kind,
+					RoutingKey: b.key, Arguments: cloneTable(b.args)})
+			}
+		}
+	}
+	return out
+}
+
+// Consumers lists the consumers of a vhost ("" = all), by queue.
+func (m *Machine) Consumers(vhost string) []*proto.ConsumerInfo {
+	var out []*proto.ConsumerInfo
+	for _, v := range m.vhostsOf(vhost) {
+		for _, k := range sortedKeys(v.queues) {
+			for _, c := range v.queues[k].consumers {
+				out = append(out, &proto.ConsumerInfo{Vhost: v.name, Queue: k, Consumer: pb.Clone(c.ref).(*proto.ConsumerRef),
+					NoAck: c.noAck, Exclusive: c.exclusive, Prefetch: c.prefetch, Unacked: uint64(c.unacked), Arguments: cloneTable(c.args)})
+			}
+		}
+	}
+	return out
+}
+
+// Policies lists the user (or operator) policies of a vhost ("" = all).
+func (m *Machine) Policies(vhost string, operator bool) []*proto.PolicyInfo {
+	var out []*proto.PolicyInfo
+	for _, v := range m.vhostsOf(vhost) {
+		ps := v.policies
+		if operator {
+			ps = v.operator
+		}
+		for _, k := range sortedKeys(ps) {
+			d := ps[k].def
+			out = append(out, &proto.PolicyInfo{Vhost: v.name, Name: d.GetName(), Pattern: d.GetPattern(), ApplyTo: d.GetApplyTo(),
+				Priority: d.GetPriority(), Definition: pb.Clone(d.GetDefinition()).(*proto.PolicyDefinition), Operator: operator})
+		}
+	}
+	return out
+}
+
+// Users lists the users, sorted by name.
+func (m *Machine) Users() []*proto.UserInfo {
+	var out []*proto.UserInfo
+	for _, k := range sortedKeys(m.users) {
+		out = append(out, &proto.UserInfo{Name: k, Tags: slices.Clone(m.users[k].tags)})
+	}
+	return out
+}
+
+// Permissions lists the permissions, sorted by user and vhost.
+func (m *Machine) Permissions() []*proto.PermissionInfo {
+	var out []*proto.PermissionInfo
+	for _, k := range sortedKeys(m.perms) {
+		out = append(out, pb.Clone(m.perms[k]).(*proto.PermissionInfo))
+	}
+	return out
+}
+
+// Vhosts lists the vhosts, sorted by name.
+func (m *Machine) Vhosts() []*proto.VhostInfo {
+	var out []*proto.VhostInfo
+	for _, k := range sortedKeys(m.vhosts) {
+		out = append(out, &proto.VhostInfo{Name: k, Description: m.vhosts[k].desc})
+	}
+	return out
+}
+
+// Stats returns the cumulative counters and the current totals (queues,
+// ready and unacked messages, consumers, overdue messages).
+func (m *Machine) Stats() Stats {
+	st := m.stats
+	st.Queues, st.Ready, st.ReadyBytes, st.Unacked, st.Consumers, st.Overdue = 0, 0, 0, 0, 0, 0
+	for _, v := range m.vhosts {
+		for _, q := range v.queues {
+			st.Queues++
+			st.Ready += uint64(q.q.Len())
+			st.ReadyBytes += uint64(q.q.Bytes())
+			st.Unacked += uint64(q.unacked)
+			st.Consumers += uint64(len(q.consumers))
+			q.q.Each(func(msg *queue.Message) {
+				if msg.Deadline <= m.clock {
+					st.Overdue++
+				}
+			})
+		}
+	}
+	return st
+}
+
+func cloneTable(t *proto.Table) *proto.Table {
+	if t == nil {
+		return nil
+	}
+	return pb.Clone(t).(*proto.Table)
+}

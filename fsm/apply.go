@@ -1,0 +1,97 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+func (s *state) apply(e Entry, sink Sink) []*proto.Result {
+	if sink == nil {
+		sink = DiscardSink{}
+	}
+	s.sink = sink
+	defer func() { s.sink = nil }()
+	if st := e.Envelope.GetStampMs(); st > s.clock {
+		s.clock = st
+	}
+	s.index = e.Index
+	out := make([]*proto.Result, len(e.Envelope.GetCommands()))
+	for i, c := range e.Envelope.GetCommands() {
+		r := s.applyOne(c)
+		if r == nil {
+			r = &proto.Result{}
+		}
+		r.Index = e.Index
+		out[i] = r
+	}
+	return out
+}
+
+// applyOne is the only dispatch over the Command oneof.
+func (s *state) applyOne(c *proto.Command) *proto.Result {
+	switch x := c.GetCmd().(type) {
+	case *proto.Command_VhostPut:
+		return s.applyVhostPut(x.VhostPut)
+	case *proto.Command_VhostDelete:
+		return s.applyVhostDelete(x.VhostDelete)
+	case *proto.Command_UserPut:
+		return s.applyUserPut(x.UserPut)
+	case *proto.Command_UserDelete:
+		return s.applyUserDelete(x.UserDelete)
+	case *proto.Command_PermissionSet:
+		return s.applyPermissionSet(x.PermissionSet)
+	case *proto.Command_PermissionClear:
+		return s.applyPermissionClear(x.PermissionClear)
+	case *proto.Command_ExchangeDeclare:
+		return s.applyExchangeDeclare(x.ExchangeDeclare)
+	case *proto.Command_ExchangeDelete:
+		return s.applyExchangeDelete(x.ExchangeDelete)
+	case *proto.Command_QueueDeclare:
+		return s.applyQueueDeclare(x.QueueDeclare)
+	case *proto.Command_QueueDelete:
+		return s.applyQueueDelete(x.QueueDelete)
+	case *proto.Command_QueuePurge:
+		return s.applyQueuePurge(x.QueuePurge)
+	case *proto.Command_Bind:
+		return s.applyBind(x.Bind)
+	case *proto.Command_Unbind:
+		return s.applyUnbind(x.Unbind)
+	case *proto.Command_Publish:
+		return s.applyPublish(x.Publish)
+	case *proto.Command_Get:
+		return s.applyGet(x.Get)
+	case *proto.Command_Consume:
+		return s.applyConsume(x.Consume)
+	case *proto.Command_Cancel:
+		return s.applyCancel(x.Cancel)
+	case *proto.Command_Settle:
+		return s.applySettle(x.Settle)
+	case *proto.Command_Requeue:
+		return s.applyRequeue(x.Requeue)
+	case *proto.Command_Discard:
+		return s.applyDiscard(x.Discard)
+	case *proto.Command_ChannelClosed:
+		return s.applyChannelClosed(x.ChannelClosed)
+	case *proto.Command_ConnectionClosed:
+		return s.applyConnectionClosed(x.ConnectionClosed)
+	case *proto.Command_NodeDown:
+		return s.applyNodeDown(x.NodeDown)
+	case *proto.Command_Expire:
+		return s.applyExpire(x.Expire)
+	case *proto.Command_ExpireQueue:
+		return s.applyExpireQueue(x.ExpireQueue)
+	case *proto.Command_Tick:
+		return &proto.Result{}
+	case *proto.Command_PolicySet:
+		return s.applyPolicySet(x.PolicySet)
+	case *proto.Command_PolicyClear:
+		return s.applyPolicyClear(x.PolicyClear)
+	default:
+		if c.GetIgnorable() {
+			return &proto.Result{}
+		}
+		// A replica must not diverge: an entry it cannot decode stops it.
+		panic(fmt.Sprintf("fsm: unknown command %T", x))
+	}
+}

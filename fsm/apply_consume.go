@@ -1,0 +1,119 @@
+package fsm
+
+import (
+	"strconv"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+func (s *state) applyConsume(c *proto.Consume) *proto.Result {
+	ref := c.GetConsumer().GetChannel()
+	q, r := s.lookupQueue(c.GetVhost(), c.GetQueue(), &proto.ConnectionRef{Node: ref.GetNode(), Connection: ref.GetConnection()})
+	if r != nil {
+		return r
+	}
+	ch := s.channel(ref)
+	tag := c.GetConsumer().GetTag()
+	if tag == "" {
+		tag = "amq.ctag-" + strconv.FormatUint(s.index, 36) + "-" + strconv.FormatUint(ch.nextTag, 36) + "-" + strconv.Itoa(len(ch.consumers))
+	}
+	for _, x := range ch.consumers {
+		if x.ref.GetTag() == tag {
+			return refused(530, "NOT_ALLOWED - attempt to reuse consumer tag '"+tag+"'")
+		}
+	}
+	for _, x := range q.consumers {
+		if x.exclusive || (c.GetExclusive() && len(q.consumers) > 0) {
+			return refused(403, "ACCESS_REFUSED - "+rs("queue", q.name, q.vhost)+" in exclusive use")
+		}
+	}
+	cs := &consumer{ref: &proto.ConsumerRef{Channel: ch.ref, Tag: tag}, q: q, ch: ch, noAck: c.GetNoAck(),
+		exclusive: c.GetExclusive(), prefetch: c.GetPrefetch(), args: c.GetArguments()}
+	q.consumers = append(q.consumers, cs)
+	ch.consumers = append(ch.consumers, cs)
+	q.hadConsumer = true
+	q.lastUsed = s.clock
+	s.dispatch(q, nil)
+	return &proto.Result{ConsumerTag: tag}
+}
+
+func (s *state) applyCancel(c *proto.Cancel) *proto.Result {
+	ch, ok := s.channels[chanKey(c.GetConsumer().GetChannel())]
+	if !ok {
+		return &proto.Result{ConsumerTag: c.GetConsumer().GetTag()}
+	}
+	for _, x := range ch.consumers {
+		if x.ref.GetTag() == c.GetConsumer().GetTag() {
+			s.removeConsumer(x)
+			break
+		}
+	}
+	return &proto.Result{ConsumerTag: c.GetConsumer().GetTag()}
+}
+
+// removeConsumer detaches a consumer; its unacked deliveries stay on the
+// channel. An auto-delete queue goes with its last consumer.
+func (s *state) removeConsumer(c *consumer) {
+	q := c.q
+	c.gone = true
+	c.ch.consumers = deleteFunc(c.ch.consumers, func(x *consumer) bool { return x == c })
+	q.consumers = deleteFunc(q.consumers, func(x *consumer) bool { return x == c })
+	if q.rr >= len(q.consumers) {
+		q.rr = 0
+	}
+	q.lastUsed = s.clock
+	if q.autoDelete && q.hadConsumer && len(q.consumers) == 0 && !q.deleted {
+		s.deleteQueue(q, true)
+	}
+}
+
+func (s *state) applyChannelClosed(c *proto.ChannelClosed) *proto.Result {
+	if ch, ok := s.channels[chanKey(c.GetChannel())]; ok {
+		s.closeChannel(ch, false)
+	}
+	return &proto.Result{}
+}
+
+func (s *state) closeChannel(ch *channel, notify bool) {
+	for len(ch.consumers) > 0 {
+		c := ch.consumers[0]
+		if notify {
+			s.sink.ConsumerCancelled(c.ref)
+		}
+		s.removeConsumer(c)
+	}
+	s.requeue(ch, ch.unacked)
+	ch.unacked = nil
+	delete(s.channels, ch.key)
+}
+
+func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {
+	s.closeConnections(connRefKey(c.GetConnection()), false)
+	return &proto.Result{}
+}
+
+func (s *state) applyNodeDown(c *proto.NodeDown) *proto.Result {
+	s.closeConnections(c.GetNode()+"\x00", true)
+	return &proto.Result{}
+}
+
+// closeConnections closes every channel whose key starts with prefix and
+// deletes the exclusive queues such connections own.
+func (s *state) closeConnections(prefix string, notify bool) {
+	for _, k := range sortedKeys(s.channels) {
+		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+			if ch, ok := s.channels[k]; ok {
+				s.closeChannel(ch, notify)
+			}
+		}
+	}
+	for _, vk := range sortedKeys(s.vhosts) {
+		v := s.vhosts[vk]
+		for _, qk := range sortedKeys(v.queues) {
+			q, ok := v.queues[qk]
+			if ok && q.exclusive && len(q.owner) >= len(prefix) && q.owner[:len(prefix)] == prefix {
+				s.deleteQueue(q, notify)
+			}
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package fsm
+
+import (
+	"strings"
+
+	pb "google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+func validType(t string) bool {
+	switch t {
+	case "direct", "fanout", "topic", "headers":
+		return true
+	}
+	return false
+}
+
+func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
+	v, ok := s.vhosts[c.GetVhost()]
+	if !ok {
+		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+	}
+	x, ok := v.exchanges[c.GetName()]
+	if c.GetPassive() {
+		if !ok {
+			return notFound("exchange", c.GetName(), c.GetVhost())
+		}
+		return &proto.Result{}
+	}
+	if !validType(c.GetType()) {
+		return refused(503, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
+	}
+	if ok {
+		if x.typ != c.GetType() {
+			return refused(406, "PRECONDITION_FAILED - inequivalent arg 'type' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+c.GetType()+"' but current is '"+x.typ+"'")
+		}
+		if x.durable != c.GetDurable() {
+			return refused(406, "PRECONDITION_FAILED - inequivalent arg 'durable' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(c.GetDurable())+"' but current is '"+boolText(x.durable)+"'")
+		}
+		return &proto.Result{}
+	}
+	if strings.HasPrefix(c.GetName(), "amq.") || c.GetName() == "" {
+		return refused(403, "ACCESS_REFUSED - exchange name '"+c.GetName()+"' contains reserved prefix 'amq.*'")
+	}
+	v.exchanges[c.GetName()] = &exchange{name: c.GetName(), typ: c.GetType(), durable: c.GetDurable(),
+		autoDelete: c.GetAutoDelete(), intern: c.GetInternal(), args: c.GetArguments()}
+	return &proto.Result{}
+}
+
+func boolText(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func (s *state) applyExchangeDelete(c *proto.ExchangeDelete) *proto.Result {
+	v, ok := s.vhosts[c.GetVhost()]
+	if !ok {
+		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+	}
+	if c.GetName() == "" {
+		return refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+	}
+	if strings.HasPrefix(c.GetName(), "amq.") {
+		return refused(403, "ACCESS_REFUSED - deletion of system "+rs("exchange", c.GetName(), c.GetVhost())+" refused")
+	}
+	x, ok := v.exchanges[c.GetName()]
+	if !ok {
+		return &proto.Result{}
+	}
+	if c.GetIfUnused() && (len(x.bindings) > 0 || s.isDestination(v, x.name)) {
+		return refused(406, "PRECONDITION_FAILED - "+rs("exchange", c.GetName(), c.GetVhost())+" in use")
+	}
+	s.deleteExchange(v, x)
+	return &proto.Result{}
+}
+
+func (s *state) isDestination(v *vhost, name string) bool {
+	for _, k := range sortedKeys(v.exchanges) {
+		for _, b := range v.exchanges[k].bindings {
+			if b.toExchange && b.dest == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *state) deleteExchange(v *vhost, x *exchange) {
+	delete(v.exchanges, x.name)
+	s.removeBindingsTo(v, x.name, true)
+}
+
+// removeBindingsTo drops every binding whose destination is name, then
+// deletes auto-delete exchanges left without bindings.
+func (s *state) removeBindingsTo(v *vhost, name string, toExchange bool) {
+	var emptied []*exchange
+	for _, k := range sortedKeys(v.exchanges) {
+		x := v.exchanges[k]
+		n := len(x.bindings)
+		x.bindings = deleteFunc(x.bindings, func(b *binding) bool { return b.dest == name && b.toExchange == toExchange })
+		if n > 0 && len(x.bindings) == 0 && x.autoDelete {
+			emptied = append(emptied, x)
+		}
+	}
+	for _, x := range emptied {
+		if _, ok := v.exchanges[x.name]; ok {
+			s.deleteExchange(v, x)
+		}
+	}
+}
+
+func deleteFunc[T any](s []T, del func(T) bool) []T {
+	w := 0
+	for _, e := range s {
+		if !del(e) {
+			s[w] = e
+			w++
+		}
+	}
+	clear(s[w:])
+	return s[:w]
+}
+
+func bindTarget(v *vhost, c interface {
+	GetVhost() string
+	GetSource() string
+	GetDestination() string
+	GetDestinationIsExchange() bool
+	GetConnection() *proto.ConnectionRef
+}) (*exchange, *proto.Result) {
+	if c.GetSource() == "" {
+		return nil, refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+	}
+	x, ok := v.exchanges[c.GetSource()]
+	if !ok {
+		return nil, notFound("exchange", c.GetSource(), c.GetVhost())
+	}
+	if c.GetDestinationIsExchange() {
+		if c.GetDestination() == "" {
+			return nil, refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		}
+		if _, ok := v.exchanges[c.GetDestination()]; !ok {
+			return nil, notFound("exchange", c.GetDestination(), c.GetVhost())
+		}
+		return x, nil
+	}
+	q, ok := v.queues[c.GetDestination()]
+	if !ok {
+		return nil, notFound("queue", c.GetDestination(), c.GetVhost())
+	}
+	if q.exclusive && q.owner != connRefKey(c.GetConnection()) {
+		return nil, locked(q.name, q.vhost)
+	}
+	return x, nil
+}
+
+func connRefKey(c *proto.ConnectionRef) string { return connKey(c.GetNode(), c.GetConnection()) }
+
+func (s *state) applyBind(c *proto.Bind) *proto.Result {
+	v, ok := s.vhosts[c.GetVhost()]
+	if !ok {
+		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+	}
+	x, r := bindTarget(v, c)
+	if r != nil {
+		return r
+	}
+	for _, b := range x.bindings {
+		if b.dest == c.GetDestination() && b.toExchange == c.GetDestinationIsExchange() && b.key == c.GetRoutingKey() && pb.Equal(b.args, c.GetArguments()) {
+			return &proto.Result{}
+		}
+	}
+	x.bindings = append(x.bindings, &binding{dest: c.GetDestination(), toExchange: c.GetDestinationIsExchange(), key: c.GetRoutingKey(), args: c.GetArguments()})
+	return &proto.Result{}
+}
+
+func (s *state) applyUnbind(c *proto.Unbind) *proto.Result {
+	v, ok := s.vhosts[c.GetVhost()]
+	if !ok {
+		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+	}
+	x, r := bindTarget(v, c)
+	if r != nil {
+		return r
+	}
+	n := len(x.bindings)
+	x.bindings = deleteFunc(x.bindings, func(b *binding) bool {
+		return b.dest == c.GetDestination() && b.toExchange == c.GetDestinationIsExchange() && b.key == c.GetRoutingKey() && pb.Equal(b.args, c.GetArguments())
+	})
+	if n > 0 && len(x.bindings) == 0 && x.autoDelete {
+		s.deleteExchange(v, x)
+	}
+	return &proto.Result{}
+}
+
+// route returns the queues a message published to x with keys reaches,
+// each at most once, in a deterministic order.
+func (s *state) route(v *vhost, x *exchange, keys []string, headers *proto.Table) []*queueState {
+	s.mark++
+	var out []*queueState
+	s.routeInto(v, x, keys, headers, &out)
+	return out
+}
+
+func (s *state) routeInto(v *vhost, x *exchange, keys []string, headers *proto.Table, out *[]*queueState) {
+	if x.mark == s.mark {
+		return
+	}
+	x.mark = s.mark
+	n := len(*out)
+	if x.name == "" {
+		for _, k := range keys {
+			if q, ok := v.queues[k]; ok && q.mark != s.mark {
+				q.mark = s.mark
+				*out = append(*out, q)
+			}
+		}
+		return
+	}
+	for _, b := range x.bindings {
+		if !matches(x.typ, b, keys, headers) {
+			continue
+		}
+		if b.toExchange {
+			if d, ok := v.exchanges[b.dest]; ok {
+				s.routeInto(v, d, keys, headers, out)
+			}
+			continue
+		}
+		if q, ok := v.queues[b.dest]; ok && q.mark != s.mark {
+			q.mark = s.mark
+			*out = append(*out, q)
+		}
+	}
+	if len(*out) == n {
+		if av, ok := tableGet(x.args, "alternate-exchange"); ok {
+			if name, ok := valueString(av); ok {
+				if ae, ok := v.exchanges[name]; ok {
+					s.routeInto(v, ae, keys, headers, out)
+				}
+			}
+		}
+	}
+}
+
+func matches(typ string, b *binding, keys []string, headers *proto.Table) bool {
+	switch typ {
+	case "fanout":
+		return true
+	case "direct":
+		for _, k := range keys {
+			if k == b.key {
+				return true
+			}
+		}
+	case "topic":
+		for _, k := range keys {
+			if topicMatch(strings.Split(b.key, "."), strings.Split(k, ".")) {
+				return true
+			}
+		}
+	case "headers":
+		return headersMatch(b.args, headers)
+	}
+	return false
+}
+
+func topicMatch(p, w []string) bool {
+	if len(p) == 0 {
+		return len(w) == 0
+	}
+	switch p[0] {
+	case "#":
+		for i := 0; i <= len(w); i++ {
+			if topicMatch(p[1:], w[i:]) {
+				return true
+			}
+		}
+		return false
+	case "*":
+		return len(w) > 0 && topicMatch(p[1:], w[1:])
+	default:
+		return len(w) > 0 && w[0] == p[0] && topicMatch(p[1:], w[1:])
+	}
+}
+
+func headersMatch(args, headers *proto.Table) bool {
+	mode := "all"
+	if v, ok := tableGet(args, "x-match"); ok {
+		if m, ok := valueString(v); ok {
+			mode = m
+		}
+	}
+	any := strings.HasPrefix(mode, "any")
+	withX := strings.HasSuffix(mode, "-with-x")
+	seen := 0
+	for _, f := range args.GetFields() {
+		if f.GetKey() == "x-match" || (!withX && strings.HasPrefix(f.GetKey(), "x-")) {
+			continue
+		}
+		seen++
+		h, ok := tableGet(headers, f.GetKey())
+		hit := ok && (f.GetValue().GetKind() == nil || isVoid(f.GetValue()) || pb.Equal(h, f.GetValue()))
+		if any && hit {
+			return true
+		}
+		if !any && !hit {
+			return false
+		}
+	}
+	return !any || seen == 0 && false
+}
+
+func isVoid(v *proto.Value) bool {
+	_, ok := v.GetKind().(*proto.Value_Void)
+	return ok
+}

@@ -1,0 +1,43 @@
+package fsm
+
+import (
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/ttl"
+)
+
+// applyExpire kills, in deadline order, every ready message of the named
+// queues whose deadline is <= now.
+func (s *state) applyExpire(c *proto.Expire) *proto.Result {
+	for _, ref := range c.GetQueues() {
+		v, ok := s.vhosts[ref.GetVhost()]
+		if !ok {
+			continue
+		}
+		q, ok := v.queues[ref.GetName()]
+		if !ok {
+			continue
+		}
+		for _, m := range q.q.PopExpired(s.clock) {
+			s.kill(q, m, ttl.ReasonExpired)
+		}
+	}
+	return &proto.Result{}
+}
+
+// applyExpireQueue deletes a queue whose lease is due and that has no
+// consumers; its messages are not dead-lettered.
+func (s *state) applyExpireQueue(c *proto.ExpireQueue) *proto.Result {
+	v, ok := s.vhosts[c.GetQueue().GetVhost()]
+	if !ok {
+		return &proto.Result{}
+	}
+	q, ok := v.queues[c.GetQueue().GetName()]
+	if !ok {
+		return &proto.Result{}
+	}
+	if due, ok := q.leaseDue(); ok && due <= s.clock {
+		s.deleteQueue(q, true)
+		return &proto.Result{Queue: q.name}
+	}
+	return &proto.Result{}
+}

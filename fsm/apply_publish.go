@@ -1,0 +1,244 @@
+package fsm
+
+import (
+	pb "google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
+	"github.com/raftmq/raftmq/ttl"
+)
+
+func headerKeys(h *proto.Table, key string) []string {
+	v, ok := tableGet(h, key)
+	if !ok {
+		return nil
+	}
+	if sv, ok := valueString(v); ok {
+		return []string{sv}
+	}
+	var out []string
+	for _, e := range v.GetArray().GetValues() {
+		if sv, ok := valueString(e); ok {
+			out = append(out, sv)
+		}
+	}
+	return out
+}
+
+func withoutHeader(p *proto.Properties, key string) *proto.Properties {
+	if _, ok := tableGet(p.GetHeaders(), key); !ok {
+		return p
+	}
+	c := pb.Clone(p).(*proto.Properties)
+	c.Headers.Fields = deleteFunc(c.Headers.Fields, func(f *proto.Field) bool { return f.GetKey() == key })
+	return c
+}
+
+func (s *state) applyPublish(c *proto.Publish) *proto.Result {
+	v, ok := s.vhosts[c.GetVhost()]
+	if !ok {
+		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+	}
+	x, ok := v.exchanges[c.GetExchange()]
+	if !ok {
+		return notFound("exchange", c.GetExchange(), c.GetVhost())
+	}
+	if x.intern {
+		return refused(403, "ACCESS_REFUSED - cannot publish to internal "+rs("exchange", x.name, c.GetVhost()))
+	}
+	msgTTL := int64(-1)
+	if c.GetProperties() != nil && c.GetProperties().Expiration != nil {
+		n, err := ttl.ParseExpiration(c.GetProperties().GetExpiration())
+		if err != nil {
+			return ttlRefusal(err)
+		}
+		msgTTL = n
+	}
+	props := c.GetProperties()
+	keys := []string{c.GetRoutingKey()}
+	keys = append(keys, headerKeys(props.GetHeaders(), "CC")...)
+	keys = append(keys, headerKeys(props.GetHeaders(), "BCC")...)
+	props = withoutHeader(props, "BCC")
+	s.stats.Published++
+	targets := s.route(v, x, keys, props.GetHeaders())
+	res := &proto.Result{Routed: len(targets) > 0}
+	for _, q := range targets {
+		m := &queue.Message{Exchange: c.GetExchange(), RoutingKey: c.GetRoutingKey(), Properties: props,
+			Body: c.GetBody(), Enqueued: s.clock, MsgTTL: msgTTL}
+		if q.overflow() != "drop-head" && q.overLimit(1, m.Size()) {
+			res.Rejected = true
+			s.stats.Dropped++
+			if q.overflow() == "reject-publish-dlx" {
+				s.deadLetter(q, m, ttl.ReasonMaxLen)
+			}
+			continue
+		}
+		s.stats.Routed++
+		s.enqueue(q, m, true)
+	}
+	return res
+}
+
+func (s *state) applyGet(c *proto.Get) *proto.Result {
+	q, r := s.lookupQueue(c.GetVhost(), c.GetQueue(), &proto.ConnectionRef{Node: c.GetChannel().GetNode(), Connection: c.GetChannel().GetConnection()})
+	if r != nil {
+		return r
+	}
+	q.lastUsed = s.clock
+	for {
+		m := q.q.PopFront()
+		if m == nil {
+			return &proto.Result{}
+		}
+		if m.Deadline <= s.clock {
+			s.kill(q, m, ttl.ReasonExpired)
+			continue
+		}
+		ch := s.channel(c.GetChannel())
+		ch.nextTag++
+		s.stats.Delivered++
+		if c.GetNoAck() {
+			s.stats.Acked++
+		} else {
+			ch.unacked = append(ch.unacked, &pending{tag: ch.nextTag, q: q, m: m})
+			q.unacked++
+		}
+		return &proto.Result{Get: &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,
+			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()), Properties: m.Properties, Body: m.Body}}
+	}
+}
+
+func (s *state) channel(ref *proto.ChannelRef) *channel {
+	k := chanKey(ref)
+	ch, ok := s.channels[k]
+	if !ok {
+		ch = &channel{key: k, ref: &proto.ChannelRef{Node: ref.GetNode(), Connection: ref.GetConnection(), Channel: ref.GetChannel()}}
+		s.channels[k] = ch
+	}
+	return ch
+}
+
+// deadLetter routes a message that died in q through q's dead-letter
+// exchange; without one (or with a missing one) the message is dropped.
+func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
+	dlx, ok := q.dlx()
+	if !ok {
+		return
+	}
+	v := s.vhosts[q.vhost]
+	x, ok := v.exchanges[dlx]
+	if !ok {
+		return
+	}
+	old := m.Properties
+	deaths := readDeaths(old.GetHeaders())
+	keys := append([]string{m.RoutingKey}, headerKeys(old.GetHeaders(), "CC")...)
+	d := ttl.Death{Queue: q.name, Reason: reason, Exchange: m.Exchange, RoutingKeys: keys, TimeSec: s.clock / 1000,
+		OriginalExpiration: old.GetExpiration()}
+	deaths = ttl.RecordDeath(deaths, d)
+	props := &proto.Properties{}
+	if old != nil {
+		props = pb.Clone(old).(*proto.Properties)
+	}
+	props.Expiration = nil
+	if props.Headers == nil {
+		props.Headers = &proto.Table{}
+	}
+	setHeader(props.Headers, "x-death", deathsValue(deaths))
+	if _, ok := tableGet(props.Headers, "x-first-death-reason"); !ok {
+		setHeader(props.Headers, "x-first-death-reason", longstr(reason))
+		setHeader(props.Headers, "x-first-death-queue", longstr(q.name))
+		setHeader(props.Headers, "x-first-death-exchange", longstr(m.Exchange))
+	}
+	rk := keys
+	if k, ok := q.dlrk(); ok {
+		rk = []string{k}
+	}
+	targets := s.route(v, x, rk, props.GetHeaders())
+	for _, t := range targets {
+		if ttl.Cycle(deaths, t.name) {
+			continue
+		}
+		nm := &queue.Message{Exchange: dlx, RoutingKey: rk[0], Properties: props, Body: m.Body, Enqueued: s.clock, MsgTTL: -1}
+		if t.overflow() != "drop-head" && t.overLimit(1, nm.Size()) {
+			s.stats.Dropped++
+			continue
+		}
+		s.stats.DeadLettered++
+		s.enqueue(t, nm, false)
+	}
+}
+
+func setHeader(t *proto.Table, key string, v *proto.Value) {
+	for _, f := range t.Fields {
+		if f.GetKey() == key {
+			f.Value = v
+			return
+		}
+	}
+	t.Fields = append(t.Fields, &proto.Field{Key: key, Value: v})
+}
+
+func readDeaths(h *proto.Table) []ttl.Death {
+	v, ok := tableGet(h, "x-death")
+	if !ok {
+		return nil
+	}
+	var out []ttl.Death
+	for _, e := range v.GetArray().GetValues() {
+		t := e.GetTable()
+		if t == nil {
+			continue
+		}
+		var d ttl.Death
+		for _, f := range t.GetFields() {
+			fv := f.GetValue()
+			switch f.GetKey() {
+			case "count":
+				if n, ok := valueAny(fv).(int64); ok {
+					d.Count = n
+				}
+			case "reason":
+				d.Reason, _ = valueString(fv)
+			case "queue":
+				d.Queue, _ = valueString(fv)
+			case "exchange":
+				d.Exchange, _ = valueString(fv)
+			case "original-expiration":
+				d.OriginalExpiration, _ = valueString(fv)
+			case "time":
+				d.TimeSec = fv.GetTimestamp()
+			case "routing-keys":
+				for _, k := range fv.GetArray().GetValues() {
+					if sv, ok := valueString(k); ok {
+						d.RoutingKeys = append(d.RoutingKeys, sv)
+					}
+				}
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func deathsValue(ds []ttl.Death) *proto.Value {
+	arr := &proto.Array{}
+	for _, d := range ds {
+		keys := &proto.Array{}
+		for _, k := range d.RoutingKeys {
+			keys.Values = append(keys.Values, longstr(k))
+		}
+		t := &proto.Table{}
+		t.Fields = append(t.Fields, &proto.Field{Key: "count", Value: &proto.Value{Kind: &proto.Value_Int64{Int64: d.Count}}})
+		t.Fields = append(t.Fields, &proto.Field{Key: "exchange", Value: longstr(d.Exchange)})
+		if d.OriginalExpiration != "" {
+			t.Fields = append(t.Fields, &proto.Field{Key: "original-expiration", Value: longstr(d.OriginalExpiration)})
+		}
+		t.Fields = append(t.Fields, &proto.Field{Key: "queue", Value: longstr(d.Queue)})
+		t.Fields = append(t.Fields, &proto.Field{Key: "reason", Value: longstr(d.Reason)})
+		t.Fields = append(t.Fields, &proto.Field{Key: "routing-keys", Value: &proto.Value{Kind: &proto.Value_Array{Array: keys}}})
+		t.Fields = append(t.Fields, &proto.Field{Key: "time", Value: &proto.Value{Kind: &proto.Value_Timestamp{Timestamp: d.TimeSec}}})
+		arr.Values = append(arr.Values, &proto.Value{Kind: &proto.Value_Table{Table: t}})
+	}
+	return &proto.Value{Kind: &proto.Value_Array{Array: arr}}
+}

@@ -1,0 +1,314 @@
+package fsm
+
+import (
+	"strconv"
+	"strings"
+
+	pb "google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
+	"github.com/raftmq/raftmq/ttl"
+)
+
+// parseQueueArgs validates the declare arguments into q.
+func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
+	for _, f := range args.GetFields() {
+		v := f.GetValue()
+		switch f.GetKey() {
+		case ttl.ArgMessageTTL:
+			n, err := ttl.MessageTTLArg(valueAny(v), q.vhost, q.name)
+			if err != nil {
+				return ttlRefusal(err)
+			}
+			q.argTTL = ttl.Some(n)
+		case ttl.ArgExpires:
+			n, err := ttl.ExpiresArg(valueAny(v), q.vhost, q.name)
+			if err != nil {
+				return ttlRefusal(err)
+			}
+			q.argExpires = ttl.Some(n)
+		case "x-max-length", "x-max-length-bytes":
+			n, ok := valueAny(v).(int64)
+			if !ok || n < 0 {
+				return refused(406, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
+			}
+			if f.GetKey() == "x-max-length" {
+				q.argMaxLen = ttl.Some(n)
+			} else {
+				q.argMaxBytes = ttl.Some(n)
+			}
+		case "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow":
+			sv, ok := valueString(v)
+			if !ok {
+				return refused(406, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
+			}
+			switch f.GetKey() {
+			case "x-dead-letter-exchange":
+				q.argDLX = &sv
+			case "x-dead-letter-routing-key":
+				q.argDLRK = &sv
+			default:
+				if sv != "drop-head" && sv != "reject-publish" && sv != "reject-publish-dlx" {
+					return refused(406, "PRECONDITION_FAILED - invalid arg 'x-overflow' for "+rs("queue", q.name, q.vhost))
+				}
+				q.argOverflow = sv
+			}
+		}
+	}
+	return nil
+}
+
+func ttlRefusal(err error) *proto.Result {
+	if e, ok := err.(*ttl.Error); ok {
+		return refused(uint32(e.Code), e.Text)
+	}
+	return refused(406, "PRECONDITION_FAILED - "+err.Error())
+}
+
+var equivalenceKeys = []string{"x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow"}
+
+func describe(v *proto.Value, ok bool) string {
+	if !ok {
+		return "none"
+	}
+	switch x := valueAny(v).(type) {
+	case int64:
+		return "the value '" + strconv.FormatInt(x, 10) + "' of type 'signedint'"
+	case string:
+		return "the value '" + x + "' of type 'longstr'"
+	}
+	return "the value of another type"
+}
+
+func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
+	v, ok := s.vhosts[c.GetVhost()]
+	if !ok {
+		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+	}
+	name := c.GetName()
+	if name == "" && !c.GetPassive() {
+		name = "amq.gen-" + strconv.FormatUint(s.index, 36) + "-" + strconv.Itoa(len(v.queues))
+		for v.queues[name] != nil {
+			name += "x"
+		}
+	}
+	owner := connRefKey(c.GetConnection())
+	if q, ok := v.queues[name]; ok {
+		if q.exclusive && q.owner != owner {
+			return locked(name, c.GetVhost())
+		}
+		if !c.GetPassive() {
+			if q.durable != c.GetDurable() {
+				return refused(406, "PRECONDITION_FAILED - inequivalent arg 'durable' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetDurable())+"' but current is '"+boolText(q.durable)+"'")
+			}
+			for _, k := range equivalenceKeys {
+				a, aok := tableGet(c.GetArguments(), k)
+				b, bok := tableGet(q.args, k)
+				if aok != bok || (aok && !pb.Equal(a, b) && valueAny(a) != valueAny(b)) {
+					return refused(406, "PRECONDITION_FAILED - inequivalent arg '"+k+"' for "+rs("queue", name, c.GetVhost())+": received "+describe(a, aok)+" but current is "+describe(b, bok))
+				}
+			}
+		}
+		q.lastUsed = s.clock
+		return &proto.Result{Queue: name, MessageCount: uint32(q.q.Len()), ConsumerCount: uint32(len(q.consumers))}
+	}
+	if c.GetPassive() {
+		return notFound("queue", name, c.GetVhost())
+	}
+	if strings.HasPrefix(name, "amq.") && c.GetName() != "" {
+		return refused(403, "ACCESS_REFUSED - queue name '"+name+"' contains reserved prefix 'amq.*'")
+	}
+	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
+		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock}
+	if c.GetExclusive() {
+		q.owner = owner
+	}
+	if r := parseQueueArgs(q, c.GetArguments()); r != nil {
+		return r
+	}
+	v.queues[name] = q
+	s.stats.Queues++
+	q.policy, q.opPolicy = matchPolicies(v, name, "queues")
+	return &proto.Result{Queue: name}
+}
+
+func (s *state) lookupQueue(vh, name string, conn *proto.ConnectionRef) (*queueState, *proto.Result) {
+	v, ok := s.vhosts[vh]
+	if !ok {
+		return nil, refused(404, "NOT_FOUND - no vhost '"+vh+"'")
+	}
+	q, ok := v.queues[name]
+	if !ok {
+		return nil, notFound("queue", name, vh)
+	}
+	if conn != nil && q.exclusive && q.owner != connRefKey(conn) {
+		return nil, locked(name, vh)
+	}
+	return q, nil
+}
+
+func (s *state) applyQueueDelete(c *proto.QueueDelete) *proto.Result {
+	q, r := s.lookupQueue(c.GetVhost(), c.GetName(), c.GetConnection())
+	if r != nil {
+		if r.Code == 404 {
+			return &proto.Result{Queue: c.GetName()}
+		}
+		return r
+	}
+	if c.GetIfUnused() && len(q.consumers) > 0 {
+		return refused(406, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" in use")
+	}
+	if c.GetIfEmpty() && q.q.Len() > 0 {
+		return refused(406, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" not empty")
+	}
+	n := q.q.Len()
+	s.deleteQueue(q, true)
+	return &proto.Result{Queue: c.GetName(), MessageCount: uint32(n)}
+}
+
+func (s *state) applyQueuePurge(c *proto.QueuePurge) *proto.Result {
+	q, r := s.lookupQueue(c.GetVhost(), c.GetName(), c.GetConnection())
+	if r != nil {
+		return r
+	}
+	n := q.q.Purge()
+	s.stats.Purged += uint64(n)
+	return &proto.Result{Queue: q.name, MessageCount: uint32(n)}
+}
+
+// deleteQueue removes q: its consumers are told (notify), its ready
+// messages dropped, its unacked deliveries orphaned (acks become no-ops).
+func (s *state) deleteQueue(q *queueState, notify bool) {
+	v := s.vhosts[q.vhost]
+	for _, c := range q.consumers {
+		c.gone = true
+		c.ch.consumers = deleteFunc(c.ch.consumers, func(x *consumer) bool { return x == c })
+		if notify {
+			s.sink.ConsumerCancelled(c.ref)
+		}
+	}
+	q.consumers = nil
+	s.stats.Purged += uint64(q.q.Purge())
+	q.deleted = true
+	delete(v.queues, q.name)
+	s.stats.Queues--
+	s.removeBindingsTo(v, q.name, false)
+}
+
+// enqueue adds m to q (deadline from the queue's effective TTL), enforces
+// the length limits and dispatches. fresh marks a just-published message
+// that a consumer may still take at TTL 0.
+func (s *state) enqueue(q *queueState, m *queue.Message, fresh bool) {
+	m.Seq = q.q.NextSeq()
+	m.Deadline = deadlineOf(q, m)
+	q.q.PushBack(m)
+	s.enforceLimits(q)
+	var f *queue.Message
+	if fresh {
+		f = m
+	}
+	s.dispatch(q, f)
+	if fresh && m.Deadline <= s.clock && inReady(m, q) {
+		q.q.Remove(m)
+		s.kill(q, m, ttl.ReasonExpired)
+	}
+}
+
+func inReady(m *queue.Message, q *queueState) bool {
+	found := false
+	q.q.Each(func(x *queue.Message) {
+		if x == m {
+			found = true
+		}
+	})
+	return found
+}
+
+func deadlineOf(q *queueState, m *queue.Message) int64 {
+	o := q.queueTTL()
+	if m.MsgTTL >= 0 {
+		o = ttl.Effective(o, ttl.Some(m.MsgTTL))
+	}
+	return ttl.DeadlineOf(m.Enqueued, o)
+}
+
+// overLimit reports whether adding extra messages of extraBytes would pass
+// the queue's limits.
+func (q *queueState) overLimit(extra int, extraBytes int64) bool {
+	if ml := q.maxLen(); ml.Set && int64(q.q.Len()+extra) > ml.V {
+		return true
+	}
+	if mb := q.maxBytes(); mb.Set && q.q.Bytes()+extraBytes > mb.V {
+		return true
+	}
+	return false
+}
+
+func (s *state) enforceLimits(q *queueState) {
+	if q.overflow() != "drop-head" {
+		return
+	}
+	for q.q.Len() > 0 && q.overLimit(0, 0) {
+		m := q.q.PopFront()
+		s.stats.Dropped++
+		s.deadLetter(q, m, ttl.ReasonMaxLen)
+	}
+}
+
+// kill ends a message that died in q: dead-lettered where configured.
+func (s *state) kill(q *queueState, m *queue.Message, reason string) {
+	if reason == ttl.ReasonExpired {
+		s.stats.Expired++
+	}
+	s.deadLetter(q, m, reason)
+}
+
+// dispatch hands ready messages to consumers with credit, round-robin, and
+// kills overdue messages met at the head.
+func (s *state) dispatch(q *queueState, fresh *queue.Message) {
+	for len(q.consumers) > 0 {
+		m := q.q.Peek()
+		if m == nil {
+			return
+		}
+		if m.Deadline <= s.clock && m != fresh {
+			q.q.PopFront()
+			s.kill(q, m, ttl.ReasonExpired)
+			continue
+		}
+		c := q.nextConsumer()
+		if c == nil {
+			return
+		}
+		q.q.PopFront()
+		s.deliver(q, c, m)
+	}
+}
+
+func (q *queueState) nextConsumer() *consumer {
+	n := len(q.consumers)
+	for i := 0; i < n; i++ {
+		c := q.consumers[(q.rr+i)%n]
+		if c.noAck || c.prefetch == 0 || c.unacked < c.prefetch {
+			q.rr = (q.rr + i + 1) % n
+			return c
+		}
+	}
+	return nil
+}
+
+func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
+	c.ch.nextTag++
+	tag := c.ch.nextTag
+	s.stats.Delivered++
+	if c.noAck {
+		s.stats.Acked++
+	} else {
+		c.ch.unacked = append(c.ch.unacked, &pending{tag: tag, q: q, m: m, c: c})
+		c.unacked++
+		q.unacked++
+	}
+	s.sink.Deliver(&Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
+		RoutingKey: m.RoutingKey, Properties: m.Properties, Body: m.Body})
+}

@@ -1,0 +1,390 @@
+package fsm
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io"
+	"regexp"
+
+	pb "google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
+)
+
+// Snapshot format: magic, format version, last index, clock, then records
+// in a fixed order (counters, users, permissions, vhosts with exchanges,
+// policies and queues, channels). Every map is written in sorted key order.
+const (
+	snapMagic   = "RMQS"
+	snapVersion = 1
+)
+
+type enc struct{ b []byte }
+
+func (e *enc) u(v uint64)  { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) i(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) s(v string)  { e.u(uint64(len(v))); e.b = append(e.b, v...) }
+func (e *enc) by(v []byte) { e.u(uint64(len(v))); e.b = append(e.b, v...) }
+func (e *enc) bo(v bool) {
+	if v {
+		e.b = append(e.b, 1)
+	} else {
+		e.b = append(e.b, 0)
+	}
+}
+func (e *enc) msg(m pb.Message) {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		e.bo(false)
+		return
+	}
+	e.bo(true)
+	b, _ := pb.MarshalOptions{Deterministic: true}.Marshal(m)
+	e.by(b)
+}
+
+func (s *state) encode() []byte {
+	e := &enc{b: make([]byte, 0, 4096)}
+	e.b = append(e.b, snapMagic...)
+	e.u(snapVersion)
+	e.u(s.index)
+	e.i(s.clock)
+	e.bo(s.initialized)
+	st := s.stats
+	for _, v := range []uint64{st.Published, st.Routed, st.Delivered, st.Acked, st.Requeued, st.Expired, st.DeadLettered, st.Dropped, st.Rejected, st.Purged} {
+		e.u(v)
+	}
+	e.u(uint64(len(s.users)))
+	for _, k := range sortedKeys(s.users) {
+		u := s.users[k]
+		e.s(u.name)
+		e.by(u.hash)
+		e.s(u.alg)
+		e.u(uint64(len(u.tags)))
+		for _, t := range u.tags {
+			e.s(t)
+		}
+	}
+	e.u(uint64(len(s.perms)))
+	for _, k := range sortedKeys(s.perms) {
+		e.msg(s.perms[k])
+	}
+	e.u(uint64(len(s.vhosts)))
+	for _, vk := range sortedKeys(s.vhosts) {
+		v := s.vhosts[vk]
+		e.s(v.name)
+		e.s(v.desc)
+		e.u(uint64(len(v.exchanges)))
+		for _, xk := range sortedKeys(v.exchanges) {
+			x := v.exchanges[xk]
+			e.s(x.name)
+			e.s(x.typ)
+			e.bo(x.durable)
+			e.bo(x.autoDelete)
+			e.bo(x.intern)
+			e.msg(x.args)
+			e.u(uint64(len(x.bindings)))
+			for _, b := range x.bindings {
+				e.s(b.dest)
+				e.bo(b.toExchange)
+				e.s(b.key)
+				e.msg(b.args)
+			}
+		}
+		for _, ps := range []map[string]*policy{v.policies, v.operator} {
+			e.u(uint64(len(ps)))
+			for _, k := range sortedKeys(ps) {
+				e.msg(ps[k].def)
+			}
+		}
+		e.u(uint64(len(v.queues)))
+		for _, qk := range sortedKeys(v.queues) {
+			q := v.queues[qk]
+			e.s(q.name)
+			e.bo(q.durable)
+			e.bo(q.exclusive)
+			e.bo(q.autoDelete)
+			e.s(q.owner)
+			e.msg(q.args)
+			e.bo(q.hadConsumer)
+			e.i(q.lastUsed)
+			e.u(uint64(q.rr))
+			e.u(q.q.Seq())
+			e.u(uint64(q.q.Len()))
+			q.q.Each(func(m *queue.Message) { encMessage(e, m) })
+			e.u(uint64(len(q.consumers)))
+			for _, c := range q.consumers {
+				e.msg(c.ref)
+				e.bo(c.noAck)
+				e.bo(c.exclusive)
+				e.u(uint64(c.prefetch))
+				e.msg(c.args)
+			}
+		}
+	}
+	e.u(uint64(len(s.channels)))
+	for _, ck := range sortedKeys(s.channels) {
+		ch := s.channels[ck]
+		e.msg(ch.ref)
+		e.u(ch.nextTag)
+		e.u(uint64(len(ch.consumers)))
+		for _, c := range ch.consumers {
+			e.s(c.q.vhost)
+			e.s(c.q.name)
+			e.s(c.ref.GetTag())
+		}
+		e.u(uint64(len(ch.unacked)))
+		for _, p := range ch.unacked {
+			e.u(p.tag)
+			e.s(p.q.vhost)
+			e.s(p.q.name)
+			e.bo(p.q.deleted)
+			live := p.c != nil && !p.c.gone
+			e.bo(live)
+			if live {
+				e.s(p.c.ref.GetTag())
+			}
+			encMessage(e, p.m)
+		}
+	}
+	return e.b
+}
+
+func encMessage(e *enc, m *queue.Message) {
+	e.s(m.Exchange)
+	e.s(m.RoutingKey)
+	e.msg(m.Properties)
+	e.by(m.Body)
+	e.i(m.Enqueued)
+	e.i(m.Deadline)
+	e.i(m.MsgTTL)
+	e.u(m.Seq)
+	e.bo(m.Redelivered)
+}
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+var errCorrupt = errors.New("fsm: corrupt snapshot")
+
+func (d *dec) fail() {
+	if d.err == nil {
+		d.err = errCorrupt
+	}
+	d.b = nil
+}
+func (d *dec) u() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+func (d *dec) n() int {
+	v := d.u()
+	if v > uint64(len(d.b)) {
+		d.fail()
+		return 0
+	}
+	return int(v)
+}
+func (d *dec) i() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+func (d *dec) by() []byte {
+	n := d.n()
+	if d.err != nil {
+		return nil
+	}
+	v := bytes.Clone(d.b[:n])
+	d.b = d.b[n:]
+	return v
+}
+func (d *dec) s() string { return string(d.by()) }
+func (d *dec) bo() bool {
+	if len(d.b) == 0 {
+		d.fail()
+		return false
+	}
+	v := d.b[0] == 1
+	d.b = d.b[1:]
+	return v
+}
+func (d *dec) msg(m pb.Message) bool {
+	if !d.bo() {
+		return false
+	}
+	if err := pb.Unmarshal(d.by(), m); err != nil && d.err == nil {
+		d.err = err
+	}
+	return true
+}
+func (d *dec) table() *proto.Table {
+	t := &proto.Table{}
+	if !d.msg(t) {
+		return nil
+	}
+	return t
+}
+
+func decMessage(d *dec) *queue.Message {
+	m := &queue.Message{Exchange: d.s(), RoutingKey: d.s()}
+	p := &proto.Properties{}
+	if d.msg(p) {
+		m.Properties = p
+	}
+	m.Body = d.by()
+	m.Enqueued = d.i()
+	m.Deadline = d.i()
+	m.MsgTTL = d.i()
+	m.Seq = d.u()
+	m.Redelivered = d.bo()
+	return m
+}
+
+func (s *state) snapshot() (io.WriterTo, error) { return bytes.NewReader(s.encode()), nil }
+
+func (s *state) digest() [32]byte { return sha256.Sum256(s.encode()) }
+
+func (s *state) restore(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	n, err := decodeState(b)
+	if err != nil {
+		return err
+	}
+	*s = *n
+	return nil
+}
+
+func decodeState(b []byte) (*state, error) {
+	if len(b) < len(snapMagic) || string(b[:len(snapMagic)]) != snapMagic {
+		return nil, errCorrupt
+	}
+	d := &dec{b: b[len(snapMagic):]}
+	if v := d.u(); v != snapVersion {
+		return nil, errors.New("fsm: unsupported snapshot version")
+	}
+	s := &state{}
+	s.init()
+	s.index = d.u()
+	s.clock = d.i()
+	s.initialized = d.bo()
+	st := &s.stats
+	for _, p := range []*uint64{&st.Published, &st.Routed, &st.Delivered, &st.Acked, &st.Requeued, &st.Expired, &st.DeadLettered, &st.Dropped, &st.Rejected, &st.Purged} {
+		*p = d.u()
+	}
+	for n := d.n(); n > 0 && d.err == nil; n-- {
+		u := &user{name: d.s(), hash: d.by(), alg: d.s()}
+		for t := d.n(); t > 0 && d.err == nil; t-- {
+			u.tags = append(u.tags, d.s())
+		}
+		s.users[u.name] = u
+	}
+	for n := d.n(); n > 0 && d.err == nil; n-- {
+		p := &proto.PermissionInfo{}
+		d.msg(p)
+		s.perms[p.GetUser()+"\x00"+p.GetVhost()] = p
+	}
+	consumers := map[string]*consumer{} // channel key \x00 tag
+	for n := d.n(); n > 0 && d.err == nil; n-- {
+		v := newVhost(d.s(), d.s())
+		for xn := d.n(); xn > 0 && d.err == nil; xn-- {
+			x := &exchange{name: d.s(), typ: d.s(), durable: d.bo(), autoDelete: d.bo(), intern: d.bo(), args: d.table()}
+			for bn := d.n(); bn > 0 && d.err == nil; bn-- {
+				x.bindings = append(x.bindings, &binding{dest: d.s(), toExchange: d.bo(), key: d.s(), args: d.table()})
+			}
+			v.exchanges[x.name] = x
+		}
+		for _, ps := range []map[string]*policy{v.policies, v.operator} {
+			for pn := d.n(); pn > 0 && d.err == nil; pn-- {
+				def := &proto.PolicySet{}
+				d.msg(def)
+				re, err := regexp.Compile(def.GetPattern())
+				if err != nil {
+					return nil, err
+				}
+				ps[def.GetName()] = &policy{def: def, re: re}
+			}
+		}
+		s.vhosts[v.name] = v
+		for qn := d.n(); qn > 0 && d.err == nil; qn-- {
+			q := &queueState{vhost: v.name, name: d.s(), durable: d.bo(), exclusive: d.bo(), autoDelete: d.bo(), owner: d.s(), args: d.table()}
+			q.hadConsumer = d.bo()
+			q.lastUsed = d.i()
+			q.rr = int(d.u())
+			q.q.SetSeq(d.u())
+			if r := parseQueueArgs(q, q.args); r != nil {
+				return nil, errCorrupt
+			}
+			q.policy, q.opPolicy = matchPolicies(v, q.name, "queues")
+			for mn := d.n(); mn > 0 && d.err == nil; mn-- {
+				q.q.PushBack(decMessage(d))
+			}
+			for cn := d.n(); cn > 0 && d.err == nil; cn-- {
+				ref := &proto.ConsumerRef{}
+				d.msg(ref)
+				c := &consumer{ref: ref, q: q, ch: s.channel(ref.GetChannel()), noAck: d.bo(), exclusive: d.bo(), prefetch: uint32(d.u()), args: d.table()}
+				c.ref.Channel = c.ch.ref
+				q.consumers = append(q.consumers, c)
+				consumers[c.ch.key+"\x00"+ref.GetTag()] = c
+			}
+			v.queues[q.name] = q
+			s.stats.Queues++
+		}
+	}
+	for n := d.n(); n > 0 && d.err == nil; n-- {
+		ref := &proto.ChannelRef{}
+		d.msg(ref)
+		ch := s.channel(ref)
+		ch.nextTag = d.u()
+		for cn := d.n(); cn > 0 && d.err == nil; cn-- {
+			_, _ = d.s(), d.s()
+			c, ok := consumers[ch.key+"\x00"+d.s()]
+			if !ok {
+				return nil, errCorrupt
+			}
+			ch.consumers = append(ch.consumers, c)
+		}
+		for un := d.n(); un > 0 && d.err == nil; un-- {
+			p := &pending{tag: d.u()}
+			vh, qn, deleted := d.s(), d.s(), d.bo()
+			if v, ok := s.vhosts[vh]; ok && !deleted {
+				p.q = v.queues[qn]
+			}
+			if p.q == nil {
+				p.q = &queueState{vhost: vh, name: qn, deleted: true}
+			}
+			if d.bo() {
+				p.c = consumers[ch.key+"\x00"+d.s()]
+				if p.c != nil {
+					p.c.unacked++
+				}
+			}
+			p.m = decMessage(d)
+			p.q.unacked++
+			ch.unacked = append(ch.unacked, p)
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, errCorrupt
+	}
+	return s, nil
+}

@@ -1,0 +1,52 @@
+// Package fsmtest drives a state machine in tests: it builds entries with
+// increasing indexes and records the effects.
+package fsmtest
+
+import (
+	"testing"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Recorder is a Sink that keeps every effect in order.
+type Recorder struct {
+	Deliveries []*fsm.Delivery
+	Cancelled  []*proto.ConsumerRef
+}
+
+// Deliver implements fsm.Sink.
+func (r *Recorder) Deliver(d *fsm.Delivery) { r.Deliveries = append(r.Deliveries, d) }
+
+// ConsumerCancelled implements fsm.Sink.
+func (r *Recorder) ConsumerCancelled(c *proto.ConsumerRef) { r.Cancelled = append(r.Cancelled, c) }
+
+// New returns a machine with the defaults applied at stamp 1: vhost "/"
+// and user guest.
+func New(t testing.TB) *fsm.Machine {
+	t.Helper()
+	m := fsm.New()
+	Apply(t, m, 1,
+		&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		&proto.Command{Cmd: &proto.Command_UserPut{UserPut: &proto.UserPut{Name: "guest", Tags: []string{"administrator"}}}})
+	return m
+}
+
+// Apply applies one entry holding cmds at stamp (the next index) and
+// returns the results and the recorded effects.
+func Apply(t testing.TB, m *fsm.Machine, stamp int64, cmds ...*proto.Command) ([]*proto.Result, *Recorder) {
+	t.Helper()
+	r := &Recorder{}
+	res := m.Apply(fsm.Entry{Index: m.AppliedIndex() + 1, Envelope: &proto.Envelope{Version: 1, StampMs: stamp, Commands: cmds}}, r)
+	if len(res) != len(cmds) {
+		t.Fatalf("Apply: %d results for %d commands", len(res), len(cmds))
+	}
+	return res, r
+}
+
+// One applies a single command and returns its result and the effects.
+func One(t testing.TB, m *fsm.Machine, stamp int64, c *proto.Command) (*proto.Result, *Recorder) {
+	t.Helper()
+	res, r := Apply(t, m, stamp, c)
+	return res[0], r
+}

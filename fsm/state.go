@@ -1,0 +1,344 @@
+package fsm
+
+import (
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
+	"github.com/raftmq/raftmq/ttl"
+)
+
+// Stats are cumulative counters and current totals of the state machine.
+type Stats struct {
+	Published    uint64 // publish commands accepted
+	Routed       uint64 // queue copies enqueued by publishes
+	Delivered    uint64 // deliveries to consumers and basic.get results
+	Acked        uint64 // settled (incl. no-ack deliveries)
+	Requeued     uint64
+	Expired      uint64 // copies that died of TTL
+	DeadLettered uint64 // copies re-published through a dead-letter exchange
+	Dropped      uint64 // copies dropped by max-length or a rejection without DLX
+	Rejected     uint64 // copies discarded by clients
+	Purged       uint64 // copies removed by purge or queue deletion
+	Queues       uint64
+	Ready        uint64
+	ReadyBytes   uint64
+	Unacked      uint64
+	Consumers    uint64
+	Overdue      uint64
+}
+
+type state struct {
+	clock       int64
+	index       uint64
+	initialized bool
+	vhosts      map[string]*vhost
+	users       map[string]*user
+	perms       map[string]*proto.PermissionInfo // user \x00 vhost
+	channels    map[string]*channel
+	stats       Stats
+	mark        uint64 // routing generation, not part of the state
+	sink        Sink
+}
+
+type user struct {
+	name string
+	hash []byte
+	alg  string
+	tags []string
+}
+
+type vhost struct {
+	name, desc string
+	exchanges  map[string]*exchange
+	queues     map[string]*queueState
+	policies   map[string]*policy
+	operator   map[string]*policy
+}
+
+type policy struct {
+	def *proto.PolicySet
+	re  *regexp.Regexp
+}
+
+type exchange struct {
+	name, typ                   string
+	durable, autoDelete, intern bool
+	args                        *proto.Table
+	bindings                    []*binding
+	mark                        uint64
+}
+
+type binding struct {
+	dest       string
+	toExchange bool
+	key        string
+	args       *proto.Table
+}
+
+type queueState struct {
+	vhost, name                    string
+	durable, exclusive, autoDelete bool
+	owner                          string
+	args                           *proto.Table
+	q                              queue.Queue
+	consumers                      []*consumer
+	rr                             int
+	hadConsumer                    bool
+	lastUsed                       int64
+	unacked                        int
+	deleted                        bool
+	mark                           uint64
+	policy, opPolicy               *policy
+	// parsed arguments
+	argTTL, argExpires, argMaxLen, argMaxBytes ttl.Opt
+	argDLX, argDLRK                            *string
+	argOverflow                                string
+}
+
+type consumer struct {
+	ref       *proto.ConsumerRef
+	q         *queueState
+	ch        *channel
+	noAck     bool
+	exclusive bool
+	prefetch  uint32
+	unacked   uint32
+	args      *proto.Table
+	gone      bool
+}
+
+type channel struct {
+	key       string
+	ref       *proto.ChannelRef
+	nextTag   uint64
+	unacked   []*pending // ascending tags
+	consumers []*consumer
+}
+
+type pending struct {
+	tag uint64
+	q   *queueState
+	m   *queue.Message
+	c   *consumer
+}
+
+func (s *state) init() {
+	s.vhosts = map[string]*vhost{}
+	s.users = map[string]*user{}
+	s.perms = map[string]*proto.PermissionInfo{}
+	s.channels = map[string]*channel{}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func chanKey(c *proto.ChannelRef) string {
+	return c.GetNode() + "\x00" + c.GetConnection() + "\x00" + strconv.FormatUint(uint64(c.GetChannel())+1e10, 10)
+}
+
+func connKey(node, conn string) string { return node + "\x00" + conn + "\x00" }
+
+func rs(kind, name, vh string) string { return kind + " '" + name + "' in vhost '" + vh + "'" }
+
+func refused(code uint32, text string) *proto.Result { return &proto.Result{Code: code, Text: text} }
+
+func notFound(kind, name, vh string) *proto.Result {
+	return refused(404, "NOT_FOUND - no "+kind+" '"+name+"' in vhost '"+vh+"'")
+}
+
+func locked(name, vh string) *proto.Result {
+	return refused(405, "RESOURCE_LOCKED - cannot obtain exclusive access to locked "+rs("queue", name, vh)+". It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.")
+}
+
+// queueTTL is the effective queue message TTL (argument, policy, operator).
+func (q *queueState) queueTTL() ttl.Opt {
+	return ttl.Effective(q.argTTL, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MessageTtl }),
+		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.MessageTtl }))
+}
+
+func (q *queueState) expires() ttl.Opt {
+	return ttl.Effective(q.argExpires, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.Expires }),
+		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.Expires }))
+}
+
+func (q *queueState) maxLen() ttl.Opt {
+	return ttl.Effective(q.argMaxLen, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLength }),
+		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLength }))
+}
+
+func (q *queueState) maxBytes() ttl.Opt {
+	return ttl.Effective(q.argMaxBytes, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLengthBytes }),
+		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLengthBytes }))
+}
+
+func polOpt(p *policy, f func(*proto.PolicyDefinition) *int64) ttl.Opt {
+	if p == nil || p.def.GetDefinition() == nil {
+		return ttl.Opt{}
+	}
+	if v := f(p.def.GetDefinition()); v != nil {
+		return ttl.Some(*v)
+	}
+	return ttl.Opt{}
+}
+
+func (q *queueState) dlx() (string, bool) {
+	if q.argDLX != nil {
+		return *q.argDLX, true
+	}
+	if q.policy != nil && q.policy.def.GetDefinition().DeadLetterExchange != nil {
+		return q.policy.def.GetDefinition().GetDeadLetterExchange(), true
+	}
+	return "", false
+}
+
+func (q *queueState) dlrk() (string, bool) {
+	if q.argDLRK != nil {
+		return *q.argDLRK, true
+	}
+	if q.policy != nil && q.policy.def.GetDefinition().DeadLetterRoutingKey != nil {
+		return q.policy.def.GetDefinition().GetDeadLetterRoutingKey(), true
+	}
+	return "", false
+}
+
+func (q *queueState) overflow() string {
+	if q.argOverflow != "" {
+		return q.argOverflow
+	}
+	if q.policy != nil && q.policy.def.GetDefinition().Overflow != nil {
+		return q.policy.def.GetDefinition().GetOverflow()
+	}
+	return "drop-head"
+}
+
+func (q *queueState) leaseDue() (int64, bool) {
+	e := q.expires()
+	if !e.Set || len(q.consumers) > 0 {
+		return 0, false
+	}
+	return ttl.LeaseDue(q.lastUsed, e.V), true
+}
+
+func (s *state) nextDeadline() (int64, bool) {
+	best, ok := int64(0), false
+	for _, vk := range sortedKeys(s.vhosts) {
+		for _, q := range s.vhosts[vk].queues {
+			if d, has := q.q.EarliestDeadline(); has && (!ok || d < best) {
+				best, ok = d, true
+			}
+		}
+	}
+	return best, ok
+}
+
+func (s *state) dueExpiries(now int64) []*proto.QueueRef {
+	var out []*proto.QueueRef
+	for _, vk := range sortedKeys(s.vhosts) {
+		v := s.vhosts[vk]
+		for _, qk := range sortedKeys(v.queues) {
+			if d, has := v.queues[qk].q.EarliestDeadline(); has && d <= now {
+				out = append(out, &proto.QueueRef{Vhost: vk, Name: qk})
+			}
+		}
+	}
+	return out
+}
+
+func (s *state) nextLeaseDue() (int64, bool) {
+	best, ok := int64(0), false
+	for _, v := range s.vhosts {
+		for _, q := range v.queues {
+			if d, has := q.leaseDue(); has && (!ok || d < best) {
+				best, ok = d, true
+			}
+		}
+	}
+	return best, ok
+}
+
+func (s *state) dueLeases(now int64) []*proto.QueueRef {
+	var out []*proto.QueueRef
+	for _, vk := range sortedKeys(s.vhosts) {
+		v := s.vhosts[vk]
+		for _, qk := range sortedKeys(v.queues) {
+			if d, has := v.queues[qk].leaseDue(); has && d <= now {
+				out = append(out, &proto.QueueRef{Vhost: vk, Name: qk})
+			}
+		}
+	}
+	return out
+}
+
+// valueAny converts an AMQP field value to the Go value the ttl rules take.
+func valueAny(v *proto.Value) any {
+	switch k := v.GetKind().(type) {
+	case *proto.Value_Bool:
+		return k.Bool
+	case *proto.Value_Int8:
+		return int64(k.Int8)
+	case *proto.Value_Uint8:
+		return int64(k.Uint8)
+	case *proto.Value_Int16:
+		return int64(k.Int16)
+	case *proto.Value_Uint16:
+		return int64(k.Uint16)
+	case *proto.Value_Int32:
+		return int64(k.Int32)
+	case *proto.Value_Uint32:
+		return int64(k.Uint32)
+	case *proto.Value_Int64:
+		return k.Int64
+	case *proto.Value_Float32:
+		return float64(k.Float32)
+	case *proto.Value_Float64:
+		return k.Float64
+	case *proto.Value_Decimal:
+		return ttl.Unsupported("decimal")
+	case *proto.Value_LongString:
+		return string(k.LongString)
+	case *proto.Value_ShortString:
+		return k.ShortString
+	case *proto.Value_ByteArray:
+		return k.ByteArray
+	case *proto.Value_Timestamp:
+		return ttl.Unsupported("timestamp")
+	case *proto.Value_Table:
+		return ttl.Unsupported("table")
+	case *proto.Value_Array:
+		return ttl.Unsupported("array")
+	default:
+		return nil
+	}
+}
+
+func tableGet(t *proto.Table, key string) (*proto.Value, bool) {
+	for _, f := range t.GetFields() {
+		if f.GetKey() == key {
+			return f.GetValue(), true
+		}
+	}
+	return nil, false
+}
+
+func valueString(v *proto.Value) (string, bool) {
+	switch k := v.GetKind().(type) {
+	case *proto.Value_LongString:
+		return string(k.LongString), true
+	case *proto.Value_ShortString:
+		return k.ShortString, true
+	}
+	return "", false
+}
+
+func longstr(s string) *proto.Value {
+	return &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(s)}}
+}
