@@ -141,9 +141,9 @@ func TestRouting(t *testing.T) {
 		t.Fatalf("%d bindings, duplicate bind not a no-op?", n)
 	}
 	fsmtest.Apply(t, m, 3,
-		publish("t", "x.y", "1", nil),     // a (once despite two paths), b
-		publish("t", "x", "2", nil),       // b (# matches zero words), a via fanout
-		publish("t", "x.y.z", "3", nil),   // b, a via fanout
+		publish("t", "x.y", "1", nil),       // a (once despite two paths), b
+		publish("t", "x", "2", nil),         // b (# matches zero words), a via fanout
+		publish("t", "x.y.z", "3", nil),     // b, a via fanout
 		publish("withae", "none", "4", nil), // c via alternate exchange
 		publish("hd", "", "5", &proto.Properties{Headers: table("k", str("v"))}),
 		publish("", "q", "6", &proto.Properties{Headers: table("CC", str("b"), "BCC", str("c"))}),
