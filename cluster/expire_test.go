@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 )
 
 // The tests in this file need the real state machine (queues, messages,
-// deadlines); while fsm answers 540 NOT_IMPLEMENTED they skip.
+// deadlines, consumers); while fsm answers 540 NOT_IMPLEMENTED they skip.
 
 func int32Arg(key string, v int32) *proto.Field {
 	return &proto.Field{Key: key, Value: &proto.Value{Kind: &proto.Value_Int32{Int32: v}}}
@@ -223,5 +224,71 @@ func TestCluster_QueueLeaseScheduler(t *testing.T) {
 		}
 		return nil
 	})
+	c.AssertSameDigest(t)
+}
+
+// recorder is an fsm.Sink that records the deliveries it is given.
+type recorder struct {
+	mu        sync.Mutex
+	delivered []*fsm.Delivery
+	cancelled []*proto.ConsumerRef
+}
+
+func (r *recorder) Deliver(d *fsm.Delivery) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.delivered = append(r.delivered, d)
+}
+
+func (r *recorder) ConsumerCancelled(c *proto.ConsumerRef) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancelled = append(r.cancelled, c)
+}
+
+func (r *recorder) deliveries() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.delivered)
+}
+
+func TestCluster_EffectsReachOnlyTheConsumersNodeBeforeSubmitReturns(t *testing.T) {
+	sinks := []*recorder{{}, {}, {}}
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		cfg.Effects = sinks[i]
+	}))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitDefaults(t, c, l)
+	f := c.Followers()[0]
+	fi := c.Index(f.NodeID())
+	requireFSM(t, mustSubmit(t, l, declareWithArgs("fx")))
+	consumer := &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: f.NodeID(), Connection: "conn-1", Channel: 1}, Tag: "ctag"}
+	requireFSM(t, mustSubmit(t, f, &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
+		Vhost: "/", Queue: "fx", Consumer: consumer, NoAck: true,
+	}}}))
+	// Published through another node: once the consumer's node returns from
+	// its own Submit of a later command, the delivery has been made there.
+	requireFSM(t, mustSubmit(t, l, publishTo("fx", "hello")))
+	mustSubmit(t, f, tick())
+	if got := sinks[fi].deliveries(); got != 1 {
+		t.Fatalf("consumer's node got %d deliveries, want 1", got)
+	}
+	sinks[fi].mu.Lock()
+	d := sinks[fi].delivered[0]
+	sinks[fi].mu.Unlock()
+	if d.Consumer.GetTag() != "ctag" || string(d.Body) != "hello" {
+		t.Fatalf("delivery %+v", d)
+	}
+	for i, s := range sinks {
+		if i != fi && s.deliveries() != 0 {
+			t.Fatalf("node%d performed a delivery for a consumer on %s", i, f.NodeID())
+		}
+	}
+	// A publish submitted on the consumer's node itself is delivered before
+	// its Submit returns.
+	requireFSM(t, mustSubmit(t, f, publishTo("fx", "again")))
+	if got := sinks[fi].deliveries(); got != 2 {
+		t.Fatalf("consumer's node got %d deliveries after its own publish, want 2", got)
+	}
 	c.AssertSameDigest(t)
 }
