@@ -37,7 +37,7 @@ func requireFSM(t *testing.T, res []*proto.Result) {
 	t.Helper()
 	for _, r := range res {
 		if r.GetCode() == 540 {
-			t.Skip("fsm answers 540 NOT_IMPLEMENTED: expiry needs the real state machine")
+			t.Skip("fsm answers 540 NOT_IMPLEMENTED: this test needs the real state machine")
 		}
 		if r.GetCode() != 0 {
 			t.Fatalf("command refused: %d %s", r.GetCode(), r.GetText())
