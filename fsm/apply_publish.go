@@ -67,7 +67,7 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 			Body: c.GetBody(), Enqueued: s.clock, MsgTTL: msgTTL}
 		if q.overflow() != "drop-head" && q.overLimit(1, m.Size()) {
 			res.Rejected = true
-			s.stats.Dropped++
+			s.stats.Refused++
 			if q.overflow() == "reject-publish-dlx" {
 				s.deadLetter(q, m, ttl.ReasonMaxLen)
 			}
@@ -161,7 +161,7 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 		}
 		nm := &queue.Message{Exchange: dlx, RoutingKey: rk[0], Properties: props, Body: m.Body, Enqueued: s.clock, MsgTTL: -1}
 		if t.overflow() != "drop-head" && t.overLimit(1, nm.Size()) {
-			s.stats.Dropped++
+			s.stats.Refused++
 			continue
 		}
 		s.stats.DeadLettered++

@@ -282,6 +282,9 @@ func (s *state) dispatch(q *queueState, fresh *queue.Message) {
 			return
 		}
 		q.q.PopFront()
+		if deliverHook != nil {
+			deliverHook(s.clock, m, m == fresh)
+		}
 		s.deliver(q, c, m)
 	}
 }
@@ -312,3 +315,6 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 	s.sink.Deliver(&Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
 		RoutingKey: m.RoutingKey, Properties: m.Properties, Body: m.Body})
 }
+
+// deliverHook lets tests observe every assignment to a consumer.
+var deliverHook func(now int64, m *queue.Message, fresh bool)

@@ -53,7 +53,7 @@ func (s *state) encode() []byte {
 	e.i(s.clock)
 	e.bo(s.initialized)
 	st := s.stats
-	for _, v := range []uint64{st.Published, st.Routed, st.Delivered, st.Acked, st.Requeued, st.Expired, st.DeadLettered, st.Dropped, st.Rejected, st.Purged} {
+	for _, v := range []uint64{st.Published, st.Routed, st.Delivered, st.Acked, st.Requeued, st.Expired, st.DeadLettered, st.Dropped, st.Rejected, st.Purged, st.Refused} {
 		e.u(v)
 	}
 	e.u(uint64(len(s.users)))
@@ -285,7 +285,7 @@ func decodeState(b []byte) (*state, error) {
 	s.clock = d.i()
 	s.initialized = d.bo()
 	st := &s.stats
-	for _, p := range []*uint64{&st.Published, &st.Routed, &st.Delivered, &st.Acked, &st.Requeued, &st.Expired, &st.DeadLettered, &st.Dropped, &st.Rejected, &st.Purged} {
+	for _, p := range []*uint64{&st.Published, &st.Routed, &st.Delivered, &st.Acked, &st.Requeued, &st.Expired, &st.DeadLettered, &st.Dropped, &st.Rejected, &st.Purged, &st.Refused} {
 		*p = d.u()
 	}
 	for n := d.n(); n > 0 && d.err == nil; n-- {

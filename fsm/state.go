@@ -19,7 +19,8 @@ type Stats struct {
 	Requeued     uint64
 	Expired      uint64 // copies that died of TTL
 	DeadLettered uint64 // copies re-published through a dead-letter exchange
-	Dropped      uint64 // copies dropped by max-length or a rejection without DLX
+	Dropped      uint64 // queued copies dropped by max-length (dead-lettered where configured)
+	Refused      uint64 // copies a reject-publish queue refused
 	Rejected     uint64 // copies discarded by clients
 	Purged       uint64 // copies removed by purge or queue deletion
 	Queues       uint64
