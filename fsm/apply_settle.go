@@ -30,10 +30,16 @@ func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool) ([]*
 		return nil, nil, unknown
 	}
 	var out []*pending
-	if multiple {
+	switch {
+	case multiple:
 		out = append(out, ch.unacked[:i+1]...)
-		ch.unacked = append(ch.unacked[:0:0], ch.unacked[i+1:]...)
-	} else {
+		clear(ch.unacked[:i+1])
+		ch.unacked = ch.unacked[i+1:]
+	case i == 0:
+		out = []*pending{ch.unacked[0]}
+		ch.unacked[0] = nil
+		ch.unacked = ch.unacked[1:]
+	default:
 		out = []*pending{ch.unacked[i]}
 		ch.unacked = append(ch.unacked[:i], ch.unacked[i+1:]...)
 	}

@@ -1,0 +1,96 @@
+package fsm_test
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/fsm/fsmtest"
+	"github.com/raftmq/raftmq/proto"
+)
+
+func entry(m *fsm.Machine, stamp int64, cmds ...*proto.Command) fsm.Entry {
+	return fsm.Entry{Index: m.AppliedIndex() + 1, Envelope: &proto.Envelope{StampMs: stamp, Commands: cmds}}
+}
+
+func BenchmarkApplyPublish(b *testing.B) {
+	m := fsmtest.New(b)
+	fsmtest.One(b, m, 2, declare("q", nil))
+	body := make([]byte, 1024)
+	cmd := &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: body, Channel: ch1}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.Apply(entry(m, 3, cmd), fsm.DiscardSink{})
+	}
+}
+
+func BenchmarkApplySettle(b *testing.B) {
+	m := fsmtest.New(b)
+	fsmtest.One(b, m, 2, declare("q", nil))
+	fsmtest.One(b, m, 2, consume("q", "c", ch1, 0))
+	pub := &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: make([]byte, 64), Channel: ch1}}}
+	for i := 0; i < b.N; i++ {
+		m.Apply(entry(m, 3, pub), fsm.DiscardSink{})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.Apply(entry(m, 3, settle(ch1, uint64(i+1), false)), fsm.DiscardSink{})
+	}
+}
+
+func BenchmarkExpireMillion(b *testing.B) {
+	const n = 1_000_000
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		m := fsmtest.New(b)
+		fsmtest.One(b, m, 2, declare("q", table("x-message-ttl", i64(60000))))
+		body := make([]byte, 16)
+		exps := []string{"100", "5000", "20000"}
+		batch := make([]*proto.Command, 0, 1000)
+		for j := 0; j < n; j++ {
+			var props *proto.Properties
+			if j%4 != 0 {
+				props = &proto.Properties{Expiration: &exps[j%3]}
+			}
+			batch = append(batch, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: body, Properties: props}}})
+			if len(batch) == cap(batch) {
+				m.Apply(entry(m, 3, batch...), fsm.DiscardSink{})
+				batch = batch[:0]
+			}
+		}
+		b.StartTimer()
+		m.Apply(entry(m, 100000, expire("q")), fsm.DiscardSink{})
+		b.StopTimer()
+		if qi, _ := m.Queue("/", "q"); qi.GetReady() != 0 {
+			b.Fatalf("%d left", qi.GetReady())
+		}
+	}
+}
+
+// BenchmarkQueuedMessageMemory reports the heap bytes one queued 1 KiB
+// message costs, body included.
+func BenchmarkQueuedMessageMemory(b *testing.B) {
+	const n = 20000
+	for i := 0; i < b.N; i++ {
+		m := fsmtest.New(b)
+		fsmtest.One(b, m, 2, declare("q", nil))
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for j := 0; j < n; j += 100 {
+			cmds := make([]*proto.Command, 100)
+			for k := range cmds {
+				cmds[k] = &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: make([]byte, 1024),
+					Properties: &proto.Properties{MessageId: ptr("id-" + strconv.Itoa(j+k))}}}}
+			}
+			m.Apply(entry(m, 3, cmds...), fsm.DiscardSink{})
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/msg")
+		runtime.KeepAlive(m)
+	}
+}
