@@ -115,6 +115,15 @@ func (m *Machine) User(name string) (hash []byte, tags []string, ok bool) {
 	return slices.Clone(u.hash), slices.Clone(u.tags), true
 }
 
+// UserPasswordHash returns a user's stored password hash and its algorithm.
+func (m *Machine) UserPasswordHash(name string) (hash []byte, algorithm string, ok bool) {
+	u, ok := m.users[name]
+	if !ok {
+		return nil, "", false
+	}
+	return slices.Clone(u.hash), u.alg, true
+}
+
 // Permission returns a user's permission patterns on a vhost.
 func (m *Machine) Permission(user, vhost string) (configure, write, read string, ok bool) {
 	p, ok := m.perms[user+"\x00"+vhost]
@@ -284,7 +293,7 @@ func (m *Machine) Vhosts() []*proto.VhostInfo {
 // ready and unacked messages, consumers, overdue messages).
 func (m *Machine) Stats() Stats {
 	st := m.stats
-	st.Queues, st.Ready, st.ReadyBytes, st.Unacked, st.Consumers, st.Overdue = 0, 0, 0, 0, 0, 0
+	st.Queues, st.Ready, st.ReadyBytes, st.Unacked, st.Consumers, st.Overdue, st.LeaseDueQueues = 0, 0, 0, 0, 0, 0, 0
 	for _, v := range m.vhosts {
 		for _, q := range v.queues {
 			st.Queues++
@@ -292,6 +301,9 @@ func (m *Machine) Stats() Stats {
 			st.ReadyBytes += uint64(q.q.Bytes())
 			st.Unacked += uint64(q.unacked)
 			st.Consumers += uint64(len(q.consumers))
+			if d, ok := q.leaseDue(); ok && d <= m.clock {
+				st.LeaseDueQueues++
+			}
 			q.q.Each(func(msg *queue.Message) {
 				if msg.Deadline <= m.clock {
 					st.Overdue++

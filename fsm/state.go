@@ -28,7 +28,9 @@ type Stats struct {
 	ReadyBytes   uint64
 	Unacked      uint64
 	Consumers    uint64
-	Overdue      uint64
+	Overdue      uint64 // queued messages whose deadline is <= the clock
+	// LeaseDueQueues counts queues whose x-expires lease is due.
+	LeaseDueQueues uint64
 }
 
 type state struct {
