@@ -32,7 +32,9 @@ type Delivery struct {
 }
 
 // Sink receives the effects of applying an entry. Effects never feed back
-// into state: a Sink must not call into the Machine.
+// into state: a Sink must not call into the Machine. Every replica emits the
+// effects for every consumer; a node performs those of its own channels
+// (Consumer.Channel.Node) and ignores the rest.
 type Sink interface {
 	// Deliver hands a message to a consumer (basic.deliver).
 	Deliver(d *Delivery)

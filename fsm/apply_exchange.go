@@ -311,7 +311,7 @@ func headersMatch(args, headers *proto.Table) bool {
 			return false
 		}
 	}
-	return !any || seen == 0 && false
+	return !any
 }
 
 func isVoid(v *proto.Value) bool {

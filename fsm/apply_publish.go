@@ -165,7 +165,7 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 			continue
 		}
 		s.stats.DeadLettered++
-		s.enqueue(t, nm, false)
+		s.enqueue(t, nm, true)
 	}
 }
 

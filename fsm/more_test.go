@@ -1,0 +1,82 @@
+package fsm_test
+
+import (
+	"testing"
+
+	"github.com/raftmq/raftmq/fsm/fsmtest"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// RabbitMQ classic queues put requeued messages back at the head in tag
+// order, ahead of messages that were never delivered.
+func TestRequeueOrder(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", nil))
+	for _, b := range []string{"a", "b", "c", "d"} {
+		fsmtest.One(t, m, 2, publish("", "q", b, nil))
+	}
+	fsmtest.Apply(t, m, 3, get("q", false), get("q", false), get("q", false))
+	fsmtest.One(t, m, 4, requeue(ch1, 0, true))
+	var got string
+	for i := 0; i < 4; i++ {
+		r, _ := fsmtest.One(t, m, 5, get("q", true))
+		got += string(r.GetGet().GetBody())
+	}
+	if got != "abcd" {
+		t.Fatalf("order after requeue %q", got)
+	}
+}
+
+func TestTopology(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.Apply(t, m, 2, declare("q", nil), exchangeDeclare("h", "headers", nil), exchangeDeclare("e", "direct", nil),
+		bind("h", "q", "", false, table("x-match", str("all"), "a", str("1"), "b", str("2"))), bind("e", "q", "k", false, nil))
+	if r, _ := fsmtest.One(t, m, 3, publish("h", "", "x", &proto.Properties{Headers: table("a", str("1"))})); r.GetRouted() {
+		t.Fatal("x-match all routed with one header of two")
+	}
+	if r, _ := fsmtest.One(t, m, 3, publish("h", "", "x", &proto.Properties{Headers: table("a", str("1"), "b", str("2"))})); !r.GetRouted() {
+		t.Fatal("x-match all not routed")
+	}
+	if r, _ := fsmtest.One(t, m, 4, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{Vhost: "/", Name: "e", IfUnused: true}}}); r.GetCode() != 406 {
+		t.Fatalf("if-unused delete of a bound exchange: %v", r)
+	}
+	if r, _ := fsmtest.One(t, m, 4, &proto.Command{Cmd: &proto.Command_Unbind{Unbind: &proto.Unbind{Vhost: "/", Source: "e", Destination: "q", RoutingKey: "missing"}}}); r.GetCode() != 0 {
+		t.Fatalf("unbind of a missing binding: %v", r)
+	}
+	if r, _ := fsmtest.One(t, m, 4, &proto.Command{Cmd: &proto.Command_QueuePurge{QueuePurge: &proto.QueuePurge{Vhost: "/", Name: "q"}}}); r.GetMessageCount() != 1 {
+		t.Fatalf("purge: %v", r)
+	}
+	fsmtest.One(t, m, 5, consume("q", "c", ch1, 0))
+	r, rec := fsmtest.One(t, m, 6, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "q"}}})
+	if r.GetCode() != 0 || len(rec.Cancelled) != 1 || len(m.Bindings("/")) != 0 {
+		t.Fatalf("delete under a consumer: %v, %d cancels, %d bindings", r, len(rec.Cancelled), len(m.Bindings("/")))
+	}
+	if r, _ := fsmtest.One(t, m, 7, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{Vhost: "/", Name: "amq.direct"}}}); r.GetCode() != 403 {
+		t.Fatalf("delete of a system exchange: %v", r)
+	}
+}
+
+// seeds/000: "Expired messages ... will be dead-lettered": Expire at T kills
+// every due message wherever it sits, in deadline order.
+func TestExpireDeadlineOrder(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.Apply(t, m, 1000, declare("dl", nil),
+		declare("q", table("x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl"))))
+	fsmtest.Apply(t, m, 1000,
+		publish("", "q", "keep", nil),
+		publish("", "q", "late", expiring("300")),
+		publish("", "q", "early", expiring("100")),
+		publish("", "q", "mid", expiring("200")))
+	fsmtest.One(t, m, 1300, expire("q"))
+	var got string
+	for i := 0; i < 3; i++ {
+		r, _ := fsmtest.One(t, m, 1301, get("dl", true))
+		got += string(r.GetGet().GetBody()) + " "
+		if e := r.GetGet().GetProperties().Expiration; e != nil {
+			t.Fatal("expiration kept on a dead-lettered message")
+		}
+	}
+	if got != "early mid late " || ready(t, m, "q") != 1 {
+		t.Fatalf("dead-letter order %q, %d left", got, ready(t, m, "q"))
+	}
+}
