@@ -57,14 +57,15 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	props := c.GetProperties()
 	keys := []string{c.GetRoutingKey()}
 	keys = append(keys, headerKeys(props.GetHeaders(), "CC")...)
-	keys = append(keys, headerKeys(props.GetHeaders(), "BCC")...)
+	bcc := headerKeys(props.GetHeaders(), "BCC")
+	keys = append(keys, bcc...)
 	props = withoutHeader(props, "BCC")
 	s.stats.Published++
 	targets := s.route(v, x, keys, props.GetHeaders())
 	res := &proto.Result{Routed: len(targets) > 0}
 	for _, q := range targets {
 		m := &queue.Message{Exchange: c.GetExchange(), RoutingKey: c.GetRoutingKey(), Properties: props,
-			Body: c.GetBody(), Enqueued: s.clock, MsgTTL: msgTTL}
+			Body: c.GetBody(), BCC: bcc, Enqueued: s.clock, MsgTTL: msgTTL}
 		if q.overflow() != "drop-head" && q.overLimit(1, m.Size()) {
 			res.Rejected = true
 			s.stats.Refused++
@@ -133,6 +134,7 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	old := m.Properties
 	deaths := readDeaths(old.GetHeaders())
 	keys := append([]string{m.RoutingKey}, headerKeys(old.GetHeaders(), "CC")...)
+	keys = append(keys, m.BCC...)
 	d := ttl.Death{Queue: q.name, Reason: reason, Exchange: m.Exchange, RoutingKeys: keys, TimeSec: s.clock / 1000,
 		OriginalExpiration: old.GetExpiration()}
 	deaths = ttl.RecordDeath(deaths, d)

@@ -102,6 +102,9 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			if q.durable != c.GetDurable() {
 				return refused(406, "PRECONDITION_FAILED - inequivalent arg 'durable' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetDurable())+"' but current is '"+boolText(q.durable)+"'")
 			}
+			if q.autoDelete != c.GetAutoDelete() {
+				return refused(406, "PRECONDITION_FAILED - inequivalent arg 'auto_delete' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetAutoDelete())+"' but current is '"+boolText(q.autoDelete)+"'")
+			}
 			for _, k := range equivalenceKeys {
 				a, aok := tableGet(c.GetArguments(), k)
 				b, bok := tableGet(q.args, k)

@@ -157,6 +157,10 @@ func encMessage(e *enc, m *queue.Message) {
 	e.s(m.RoutingKey)
 	e.msg(m.Properties)
 	e.by(m.Body)
+	e.u(uint64(len(m.BCC)))
+	for _, k := range m.BCC {
+		e.s(k)
+	}
 	e.i(m.Enqueued)
 	e.i(m.Deadline)
 	e.i(m.MsgTTL)
@@ -246,6 +250,9 @@ func decMessage(d *dec) *queue.Message {
 		m.Properties = p
 	}
 	m.Body = d.by()
+	for n := d.n(); n > 0 && d.err == nil; n-- {
+		m.BCC = append(m.BCC, d.s())
+	}
 	m.Enqueued = d.i()
 	m.Deadline = d.i()
 	m.MsgTTL = d.i()

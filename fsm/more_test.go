@@ -80,3 +80,50 @@ func TestExpireDeadlineOrder(t *testing.T) {
 		t.Fatalf("dead-letter order %q, %d left", got, ready(t, m, "q"))
 	}
 }
+
+// x-death records the original routing keys (CC and BCC included) and the
+// original expiration; the dead-lettered copy keeps CC but never BCC.
+func TestDeathRecord(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.Apply(t, m, 5000, declare("dl", nil), declare("q", table("x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl"))))
+	props := expiring("100")
+	props.Headers = table("CC", str("nowhere"), "BCC", str("hidden"))
+	fsmtest.One(t, m, 5000, publish("", "q", "x", props))
+	fsmtest.One(t, m, 6000, expire("q"))
+	r, _ := fsmtest.One(t, m, 6000, get("dl", true))
+	d := deathOf(t, r.GetGet().GetProperties())
+	var keys []string
+	for _, v := range d["routing-keys"].GetArray().GetValues() {
+		keys = append(keys, string(v.GetLongString()))
+	}
+	if len(keys) != 3 || keys[0] != "q" || keys[1] != "nowhere" || keys[2] != "hidden" {
+		t.Fatalf("routing-keys %v", keys)
+	}
+	if string(d["original-expiration"].GetLongString()) != "100" || d["time"].GetTimestamp() != 6 {
+		t.Fatalf("x-death %v", d)
+	}
+	if _, ok := tableLookup(r.GetGet().GetProperties().GetHeaders(), "BCC"); ok {
+		t.Fatal("BCC kept")
+	}
+	if r.GetGet().GetRoutingKey() != "dl" || r.GetGet().GetExchange() != "" {
+		t.Fatalf("dead-lettered routing %q %q", r.GetGet().GetExchange(), r.GetGet().GetRoutingKey())
+	}
+}
+
+// seeds/000: "The value of the x-expires argument or expires policy
+// describes the expiration period in milliseconds." The lower of argument
+// and policy wins and a policy change moves the lease at once.
+func TestPolicyExpiresMovesLease(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 1000, declare("q", table("x-expires", i64(100000))))
+	fsmtest.One(t, m, 1000, policySet("e", "^q$", 0, false, &proto.PolicyDefinition{Expires: ptr(int64(500))}))
+	if d, ok := m.NextLeaseDue(); !ok || d != 1500 {
+		t.Fatalf("lease %d %v", d, ok)
+	}
+	if r, _ := fsmtest.One(t, m, 1000, policySet("bad", ".*", 0, false, &proto.PolicyDefinition{Expires: ptr(int64(0))})); r.GetCode() != 406 {
+		t.Fatalf("expires 0 policy: %v", r)
+	}
+	if len(m.Policies("/", false)) != 1 {
+		t.Fatal("refused policy stored")
+	}
+}

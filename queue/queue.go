@@ -14,9 +14,10 @@ type Message struct {
 	RoutingKey  string
 	Properties  *proto.Properties
 	Body        []byte
-	Enqueued    int64 // log stamp of the enqueue (ms)
-	Deadline    int64 // in this queue; ttl.NoDeadline when none
-	MsgTTL      int64 // per-message expiration (ms), -1 when none
+	BCC         []string // BCC routing keys (removed from the properties), for dead-lettering
+	Enqueued    int64    // log stamp of the enqueue (ms)
+	Deadline    int64    // in this queue; ttl.NoDeadline when none
+	MsgTTL      int64    // per-message expiration (ms), -1 when none
 	Seq         uint64
 	Redelivered bool
 	slot        int32 // position in the slab, -1 when not ready
