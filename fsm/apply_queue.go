@@ -212,20 +212,10 @@ func (s *state) enqueue(q *queueState, m *queue.Message, fresh bool) {
 		f = m
 	}
 	s.dispatch(q, f)
-	if fresh && m.Deadline <= s.clock && inReady(m, q) {
+	if fresh && m.Deadline <= s.clock && m.Queued() {
 		q.q.Remove(m)
 		s.kill(q, m, ttl.ReasonExpired)
 	}
-}
-
-func inReady(m *queue.Message, q *queueState) bool {
-	found := false
-	q.q.Each(func(x *queue.Message) {
-		if x == m {
-			found = true
-		}
-	})
-	return found
 }
 
 func deadlineOf(q *queueState, m *queue.Message) int64 {

@@ -23,6 +23,9 @@ type Message struct {
 	slot        int32 // position in the slab, -1 when not ready
 }
 
+// Queued reports whether a message that was pushed is still ready.
+func (m *Message) Queued() bool { return m.slot >= 0 }
+
 // Size is the byte size counted by x-max-length-bytes (the body).
 func (m *Message) Size() int64 { return int64(len(m.Body)) }
 
@@ -149,7 +152,7 @@ func (q *Queue) PopFront() *Message {
 
 // remove takes m out of the ready list wherever it sits.
 func (q *Queue) remove(m *Message) {
-	for i := q.head; i < len(q.ready); i++ {
+	for i := len(q.ready) - 1; i >= q.head; i-- {
 		if q.ready[i] == m {
 			q.ready[i] = nil
 			break
