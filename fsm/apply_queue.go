@@ -68,17 +68,75 @@ func ttlRefusal(err error) *proto.Result {
 
 var equivalenceKeys = []string{"x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow"}
 
+// argEqual compares two argument values: integers by value whatever their
+// width, strings by text, anything else structurally.
+func argEqual(a, b *proto.Value) bool {
+	if pb.Equal(a, b) {
+		return true
+	}
+	x, xok := valueAny(a).(int64)
+	y, yok := valueAny(b).(int64)
+	if xok && yok {
+		return x == y
+	}
+	xs, xok := valueString(a)
+	ys, yok := valueString(b)
+	return xok && yok && xs == ys
+}
+
 func describe(v *proto.Value, ok bool) string {
 	if !ok {
 		return "none"
 	}
+	text := "?"
 	switch x := valueAny(v).(type) {
 	case int64:
-		return "the value '" + strconv.FormatInt(x, 10) + "' of type 'signedint'"
+		text = strconv.FormatInt(x, 10)
 	case string:
-		return "the value '" + x + "' of type 'longstr'"
+		text = x
+	case bool:
+		text = boolText(x)
 	}
-	return "the value of another type"
+	return "the value '" + text + "' of type '" + typeName(v) + "'"
+}
+
+// typeName is RabbitMQ's name of an AMQP field type.
+func typeName(v *proto.Value) string {
+	switch v.GetKind().(type) {
+	case *proto.Value_Bool:
+		return "bool"
+	case *proto.Value_Int8:
+		return "byte"
+	case *proto.Value_Uint8:
+		return "unsignedbyte"
+	case *proto.Value_Int16:
+		return "short"
+	case *proto.Value_Uint16:
+		return "unsignedshort"
+	case *proto.Value_Int32:
+		return "signedint"
+	case *proto.Value_Uint32:
+		return "unsignedint"
+	case *proto.Value_Int64:
+		return "long"
+	case *proto.Value_Float32:
+		return "float"
+	case *proto.Value_Float64:
+		return "double"
+	case *proto.Value_Decimal:
+		return "decimal"
+	case *proto.Value_LongString, *proto.Value_ShortString:
+		return "longstr"
+	case *proto.Value_ByteArray:
+		return "binary"
+	case *proto.Value_Timestamp:
+		return "timestamp"
+	case *proto.Value_Table:
+		return "table"
+	case *proto.Value_Array:
+		return "array"
+	}
+	return "void"
 }
 
 func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
@@ -108,7 +166,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			for _, k := range equivalenceKeys {
 				a, aok := tableGet(c.GetArguments(), k)
 				b, bok := tableGet(q.args, k)
-				if aok != bok || (aok && !pb.Equal(a, b) && valueAny(a) != valueAny(b)) {
+				if aok != bok || (aok && !argEqual(a, b)) {
 					return refused(406, "PRECONDITION_FAILED - inequivalent arg '"+k+"' for "+rs("queue", name, c.GetVhost())+": received "+describe(a, aok)+" but current is "+describe(b, bok))
 				}
 			}

@@ -84,7 +84,7 @@ func TestRefusals(t *testing.T) {
 		text string
 	}{
 		{"passive missing", &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "nope", Passive: true}}}, 404, "no queue 'nope' in vhost '/'"},
-		{"inequivalent ttl", declare("q", table("x-message-ttl", i64(2000))), 406, "inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/'"},
+		{"inequivalent ttl", declare("q", table("x-message-ttl", i64(2000))), 406, "inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received the value '2000' of type 'long' but current is the value '1000' of type 'long'"},
 		{"locked", &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "ex", Connection: other}}}, 405, "cannot obtain exclusive access to locked queue 'ex' in vhost '/'"},
 		{"reserved", declare("amq.q", nil), 403, "reserved prefix 'amq.*'"},
 		{"bad type", exchangeDeclare("e", "bogus", nil), 503, "invalid exchange type 'bogus'"},
