@@ -28,6 +28,9 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 		}
 		return &proto.Result{}
 	}
+	if c.GetName() == "" {
+		return refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+	}
 	if !validType(c.GetType()) {
 		return refused(503, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
 	}
