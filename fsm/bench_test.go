@@ -43,6 +43,7 @@ func BenchmarkApplySettle(b *testing.B) {
 
 func BenchmarkExpireMillion(b *testing.B) {
 	const n = 1_000_000
+	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		m := fsmtest.New(b)

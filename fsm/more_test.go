@@ -56,8 +56,9 @@ func TestTopology(t *testing.T) {
 	}
 }
 
-// seeds/000: "Expired messages ... will be dead-lettered": Expire at T kills
-// every due message wherever it sits, in deadline order.
+// seeds/001: "Expired messages (both from message TTL and queue overflow)
+// can be dead-lettered if a dead letter exchange is configured." Expire at T
+// kills every due message wherever it sits, in deadline order.
 func TestExpireDeadlineOrder(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1000, declare("dl", nil),
