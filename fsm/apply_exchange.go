@@ -38,8 +38,13 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 		if x.typ != c.GetType() {
 			return refused(406, "PRECONDITION_FAILED - inequivalent arg 'type' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+c.GetType()+"' but current is '"+x.typ+"'")
 		}
-		if x.durable != c.GetDurable() {
-			return refused(406, "PRECONDITION_FAILED - inequivalent arg 'durable' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(c.GetDurable())+"' but current is '"+boolText(x.durable)+"'")
+		for _, f := range []struct {
+			name      string
+			got, have bool
+		}{{"durable", c.GetDurable(), x.durable}, {"auto_delete", c.GetAutoDelete(), x.autoDelete}, {"internal", c.GetInternal(), x.intern}} {
+			if f.got != f.have {
+				return refused(406, "PRECONDITION_FAILED - inequivalent arg '"+f.name+"' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(f.got)+"' but current is '"+boolText(f.have)+"'")
+			}
 		}
 		return &proto.Result{}
 	}

@@ -156,6 +156,9 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 		if q.exclusive && q.owner != owner {
 			return locked(name, c.GetVhost())
 		}
+		if !c.GetPassive() && q.exclusive != c.GetExclusive() {
+			return locked(name, c.GetVhost())
+		}
 		if !c.GetPassive() {
 			if q.durable != c.GetDurable() {
 				return refused(406, "PRECONDITION_FAILED - inequivalent arg 'durable' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetDurable())+"' but current is '"+boolText(q.durable)+"'")
