@@ -128,3 +128,61 @@ func TestPolicyExpiresMovesLease(t *testing.T) {
 		t.Fatal("refused policy stored")
 	}
 }
+
+func TestConnectionClosed(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.Apply(t, m, 2, declare("shared", nil),
+		&proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "mine", Exclusive: true, Connection: conn1}}},
+		publish("", "shared", "a", nil), publish("", "shared", "b", nil))
+	_, rec := fsmtest.One(t, m, 3, consume("shared", "c", ch1, 0))
+	if len(rec.Deliveries) != 2 {
+		t.Fatal("no deliveries")
+	}
+	ch1b := &proto.ChannelRef{Node: "n1", Connection: "c1", Channel: 2}
+	fsmtest.One(t, m, 3, consume("shared", "c", ch1b, 0))
+	_, rec = fsmtest.One(t, m, 4, &proto.Command{Cmd: &proto.Command_ConnectionClosed{ConnectionClosed: &proto.ConnectionClosed{Connection: conn1}}})
+	if _, ok := m.Queue("/", "mine"); ok {
+		t.Fatal("exclusive queue survived its connection")
+	}
+	qi, _ := m.Queue("/", "shared")
+	if qi.GetReady() != 2 || qi.GetConsumers() != 0 || qi.GetUnacked() != 0 || len(rec.Cancelled) != 0 {
+		t.Fatalf("after connection close: %v, %d cancels", qi, len(rec.Cancelled))
+	}
+}
+
+func TestOverflowModes(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      *proto.Table
+		rejected  bool
+		ready, dl uint64
+	}{
+		{"drop-head bytes", table("x-max-length-bytes", i64(4), "x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl")), false, 2, 1},
+		{"reject-publish", table("x-max-length", i64(2), "x-overflow", str("reject-publish"), "x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl")), true, 2, 0},
+		{"reject-publish-dlx", table("x-max-length", i64(2), "x-overflow", str("reject-publish-dlx"), "x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl")), true, 2, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := fsmtest.New(t)
+			fsmtest.Apply(t, m, 2, declare("dl", nil), declare("q", c.args))
+			fsmtest.Apply(t, m, 3, publish("", "q", "aa", nil), publish("", "q", "bb", nil))
+			r, _ := fsmtest.One(t, m, 4, publish("", "q", "cc", nil))
+			if r.GetRejected() != c.rejected || ready(t, m, "q") != c.ready || ready(t, m, "dl") != c.dl {
+				t.Fatalf("rejected %v ready %d dl %d", r.GetRejected(), ready(t, m, "q"), ready(t, m, "dl"))
+			}
+		})
+	}
+}
+
+func TestAutoDeleteExchange(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.Apply(t, m, 2, declare("q", nil),
+		&proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "ad", Type: "fanout", AutoDelete: true}}},
+		bind("ad", "q", "", false, nil))
+	fsmtest.One(t, m, 3, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "q"}}})
+	for _, x := range m.Exchanges("/") {
+		if x.GetName() == "ad" {
+			t.Fatal("auto-delete exchange kept after its last binding went")
+		}
+	}
+}
