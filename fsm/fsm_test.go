@@ -11,7 +11,7 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
-func TestEveryCommandHandled(t *testing.T) {
+func TestMachine_EveryCommandHandled(t *testing.T) {
 	oneof := (&proto.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("cmd")
 	fields := oneof.Fields()
 	for i := 0; i < fields.Len(); i++ {
@@ -33,7 +33,7 @@ func TestEveryCommandHandled(t *testing.T) {
 	}
 }
 
-func TestUnknownCommand(t *testing.T) {
+func TestMachine_UnknownCommand(t *testing.T) {
 	m := fsmtest.New(t)
 	res, _ := fsmtest.Apply(t, m, 5, &proto.Command{Ignorable: true})
 	if res[0].GetCode() != 0 || res[0].GetIndex() != m.AppliedIndex() {
@@ -47,7 +47,7 @@ func TestUnknownCommand(t *testing.T) {
 	fsmtest.Apply(t, m, 6, &proto.Command{})
 }
 
-func TestInitializedAndReads(t *testing.T) {
+func TestMachine_InitializedAndReads(t *testing.T) {
 	m := fsm.New()
 	if m.Initialized() {
 		t.Fatal("fresh machine initialized")
@@ -72,7 +72,7 @@ func TestInitializedAndReads(t *testing.T) {
 	roundTrip(t, m)
 }
 
-func TestRefusals(t *testing.T) {
+func TestMachine_Refusals(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 2, declare("q", table("x-message-ttl", i64(1000))))
 	other := &proto.ConnectionRef{Node: "n2", Connection: "c9"}
@@ -118,7 +118,7 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestRouting(t *testing.T) {
+func TestMachine_Routing(t *testing.T) {
 	m := fsmtest.New(t)
 	for _, q := range []string{"a", "b", "c", "h"} {
 		fsmtest.One(t, m, 2, declare(q, nil))
@@ -179,7 +179,7 @@ func tableLookup(t *proto.Table, k string) (*proto.Value, bool) {
 	return nil, false
 }
 
-func TestConsumeSettleRequeue(t *testing.T) {
+func TestMachine_ConsumeSettleRequeue(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 2, declare("q", nil))
 	for i := 0; i < 4; i++ {
@@ -220,7 +220,7 @@ func TestConsumeSettleRequeue(t *testing.T) {
 	}
 }
 
-func TestAutoDeleteAndExclusive(t *testing.T) {
+func TestMachine_AutoDeleteAndExclusive(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 2,
 		&proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "ad", AutoDelete: true, Connection: conn1}}},

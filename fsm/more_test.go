@@ -9,7 +9,7 @@ import (
 
 // RabbitMQ classic queues put requeued messages back at the head in tag
 // order, ahead of messages that were never delivered.
-func TestRequeueOrder(t *testing.T) {
+func TestMachine_RequeueOrder(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 2, declare("q", nil))
 	for _, b := range []string{"a", "b", "c", "d"} {
@@ -27,7 +27,7 @@ func TestRequeueOrder(t *testing.T) {
 	}
 }
 
-func TestTopology(t *testing.T) {
+func TestMachine_Topology(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 2, declare("q", nil), exchangeDeclare("h", "headers", nil), exchangeDeclare("e", "direct", nil),
 		bind("h", "q", "", false, table("x-match", str("all"), "a", str("1"), "b", str("2"))), bind("e", "q", "k", false, nil))
@@ -59,7 +59,7 @@ func TestTopology(t *testing.T) {
 // seeds/001: "Expired messages (both from message TTL and queue overflow)
 // can be dead-lettered if a dead letter exchange is configured." Expire at T
 // kills every due message wherever it sits, in deadline order.
-func TestExpireDeadlineOrder(t *testing.T) {
+func TestMachine_ExpireDeadlineOrder(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1000, declare("dl", nil),
 		declare("q", table("x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl"))))
@@ -84,7 +84,7 @@ func TestExpireDeadlineOrder(t *testing.T) {
 
 // x-death records the original routing keys (CC and BCC included) and the
 // original expiration; the dead-lettered copy keeps CC but never BCC.
-func TestDeathRecord(t *testing.T) {
+func TestMachine_DeathRecord(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 5000, declare("dl", nil), declare("q", table("x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl"))))
 	props := expiring("100")
@@ -114,7 +114,7 @@ func TestDeathRecord(t *testing.T) {
 // seeds/000: "The value of the x-expires argument or expires policy
 // describes the expiration period in milliseconds." The lower of argument
 // and policy wins and a policy change moves the lease at once.
-func TestPolicyExpiresMovesLease(t *testing.T) {
+func TestMachine_PolicyExpiresMovesLease(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 1000, declare("q", table("x-expires", i64(100000))))
 	fsmtest.One(t, m, 1000, policySet("e", "^q$", 0, false, &proto.PolicyDefinition{Expires: ptr(int64(500))}))
@@ -129,7 +129,7 @@ func TestPolicyExpiresMovesLease(t *testing.T) {
 	}
 }
 
-func TestConnectionClosed(t *testing.T) {
+func TestMachine_ConnectionClosed(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 2, declare("shared", nil),
 		&proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "mine", Exclusive: true, Connection: conn1}}},
@@ -150,7 +150,7 @@ func TestConnectionClosed(t *testing.T) {
 	}
 }
 
-func TestOverflowModes(t *testing.T) {
+func TestMachine_OverflowModes(t *testing.T) {
 	cases := []struct {
 		name      string
 		args      *proto.Table
@@ -174,7 +174,7 @@ func TestOverflowModes(t *testing.T) {
 	}
 }
 
-func TestAutoDeleteExchange(t *testing.T) {
+func TestMachine_AutoDeleteExchange(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 2, declare("q", nil),
 		&proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "ad", Type: "fanout", AutoDelete: true}}},

@@ -108,7 +108,7 @@ func checkConservation(t *testing.T, m *Machine) {
 	}
 }
 
-func TestPropertyRandomSequences(t *testing.T) {
+func TestMachine_PropertyRandomSequences(t *testing.T) {
 	var now int64
 	deliverHook = func(clock int64, msg *queue.Message, fresh bool) {
 		if msg.Deadline <= clock && !(fresh && msg.Deadline == clock) {

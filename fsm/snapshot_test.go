@@ -12,7 +12,7 @@ import (
 
 // Every entity survives a snapshot round trip, and the restored machine
 // goes on exactly like the original.
-func TestSnapshotEntitiesAndContinuation(t *testing.T) {
+func TestMachine_SnapshotEntitiesAndContinuation(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1000,
 		&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "other", Description: "d"}}},

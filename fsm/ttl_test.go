@@ -22,7 +22,7 @@ func deathOf(t *testing.T, p *proto.Properties) map[string]*proto.Value {
 
 // seeds/000: "The server guarantees that dead messages will not be included
 // in any basic.get-ok or basic.deliver methods."
-func TestDeadMessageNeverReturned(t *testing.T) {
+func TestMachine_DeadMessageNeverReturned(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 1000, declare("q", table("x-message-ttl", i64(100))))
 	fsmtest.One(t, m, 1000, publish("", "q", "x", nil))
@@ -41,7 +41,7 @@ func TestDeadMessageNeverReturned(t *testing.T) {
 
 // seeds/000: "When both a per-queue and a per-message TTL are specified, the
 // lower value between the two will be chosen."
-func TestLowerOfQueueAndMessageTTL(t *testing.T) {
+func TestMachine_LowerOfQueueAndMessageTTL(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 1000, declare("q", table("x-message-ttl", i64(500))))
 	fsmtest.Apply(t, m, 1000, publish("", "q", "long", expiring("5000")), publish("", "q", "short", expiring("100")))
@@ -66,7 +66,7 @@ func TestLowerOfQueueAndMessageTTL(t *testing.T) {
 // reaching a queue unless they can be delivered to a consumer immediately.
 // ... no basic.returns are issued, and if a dead letter exchange is set then
 // messages will be dead-lettered."
-func TestTTLZero(t *testing.T) {
+func TestMachine_TTLZero(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1000,
 		declare("dl", nil),
@@ -97,7 +97,7 @@ func TestTTLZero(t *testing.T) {
 // seeds/000: "The original expiry time of a message is preserved if it is
 // requeued (for example due to the use of an AMQP method that features a
 // requeue parameter, or due to a channel closure)."
-func TestRequeueKeepsDeadline(t *testing.T) {
+func TestMachine_RequeueKeepsDeadline(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1000, declare("dl", nil),
 		declare("q", table("x-message-ttl", i64(1000), "x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl"))))
@@ -122,7 +122,7 @@ func TestRequeueKeepsDeadline(t *testing.T) {
 // automatically deleted. Unused means the queue has no consumers, the queue
 // has not been redeclared, and basic.get has not been invoked for a duration
 // of at least the expiration period."
-func TestQueueLease(t *testing.T) {
+func TestMachine_QueueLease(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 1000, declare("q", table("x-expires", i64(1000))))
 	if d, ok := m.NextLeaseDue(); !ok || d != 2000 {
@@ -152,7 +152,7 @@ func TestQueueLease(t *testing.T) {
 // argument to queue.declare, or by setting the message-ttl policy."
 // The lower of argument and policy wins, operator policies cap, and a policy
 // change recomputes the deadlines of queued messages.
-func TestPolicyTTLRetroactive(t *testing.T) {
+func TestMachine_PolicyTTLRetroactive(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 1000, declare("q", table("x-message-ttl", i64(10000))))
 	fsmtest.One(t, m, 1000, publish("", "q", "x", nil))
@@ -175,7 +175,7 @@ func TestPolicyTTLRetroactive(t *testing.T) {
 	roundTrip(t, m)
 }
 
-func TestMaxLength(t *testing.T) {
+func TestMachine_MaxLength(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1000, declare("dl", nil),
 		declare("drop", table("x-max-length", i64(2), "x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dl"))),
@@ -202,7 +202,7 @@ func TestMaxLength(t *testing.T) {
 
 // Dead-lettering cycles: a message that expires back into its own queue is
 // dropped; a rejected one is not.
-func TestDeadLetterCycle(t *testing.T) {
+func TestMachine_DeadLetterCycle(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 1000, declare("q", table("x-message-ttl", i64(10), "x-dead-letter-exchange", str(""))))
 	fsmtest.One(t, m, 1000, publish("", "q", "x", nil))

@@ -16,7 +16,7 @@ func bodies(q *Queue) string {
 	return s
 }
 
-func TestQueueFIFOAndRequeue(t *testing.T) {
+func TestQueue_FIFOAndRequeue(t *testing.T) {
 	var q Queue
 	for _, b := range []string{"a", "b", "c"} {
 		q.PushBack(msg(&q, ttl.NoDeadline, b))
@@ -34,7 +34,7 @@ func TestQueueFIFOAndRequeue(t *testing.T) {
 	}
 }
 
-func TestQueuePopExpired(t *testing.T) {
+func TestQueue_PopExpired(t *testing.T) {
 	var q Queue
 	q.PushBack(msg(&q, ttl.NoDeadline, "k"))
 	q.PushBack(msg(&q, 300, "3"))
@@ -59,7 +59,7 @@ func TestQueuePopExpired(t *testing.T) {
 	}
 }
 
-func TestQueueRemoveAnywhere(t *testing.T) {
+func TestQueue_RemoveAnywhere(t *testing.T) {
 	var q Queue
 	ms := make([]*Message, 5)
 	for i := range ms {
