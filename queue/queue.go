@@ -1,7 +1,8 @@
 package queue
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/ttl"
@@ -197,11 +198,13 @@ func (q *Queue) PopExpired(now int64) []*Message {
 	clear(live[w:])
 	q.ready = live[:w]
 	q.head = 0
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Deadline != out[j].Deadline {
-			return out[i].Deadline < out[j].Deadline
+	// The index pops in (deadline, slot) order; slots are not replica
+	// state, so order equal deadlines by sequence.
+	slices.SortFunc(out, func(a, b *Message) int {
+		if c := cmp.Compare(a.Deadline, b.Deadline); c != 0 {
+			return c
 		}
-		return out[i].Seq < out[j].Seq
+		return cmp.Compare(a.Seq, b.Seq)
 	})
 	return out
 }
