@@ -18,6 +18,25 @@ import (
 // accepts; a node's gRPC server should allow as much (grpc.MaxRecvMsgSize).
 const MaxForwardMessage = 1 << 30
 
+// forwardKeepalive is how often a follower pings the leader on its
+// forwarding stream, so a dead leader is noticed without traffic.
+const forwardKeepalive = 10 * time.Second
+
+// ServerOptions are the gRPC server options a node's gRPC server needs:
+// message sizes for forwarded publishes, and a keepalive policy that lets
+// followers ping at forwardKeepalive (gRPC's default policy answers such
+// pings with GOAWAY "too_many_pings", which breaks the forwarding stream).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxForwardMessage),
+		grpc.MaxSendMsgSize(MaxForwardMessage),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             forwardKeepalive / 2,
+			PermitWithoutStream: true,
+		}),
+	}
+}
+
 // forwarder sends a follower's commands to the leader over ONE long-lived
 // bidirectional gRPC stream (a session per leader). Requests are batched
 // (whatever is queued goes out as one request, hence one log entry) and
@@ -165,7 +184,7 @@ func (s *fwdSession) run() {
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return links.dial(ctx, addr, 5*time.Second)
 		}),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: forwardKeepalive, Timeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxForwardMessage), grpc.MaxCallRecvMsgSize(MaxForwardMessage)),
 	)
 	if err != nil {

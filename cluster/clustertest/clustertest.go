@@ -195,7 +195,7 @@ func (c *Cluster) start(i int) {
 	var srv *grpc.Server
 	var node *cluster.Node
 	for {
-		srv = grpc.NewServer(grpc.MaxRecvMsgSize(cluster.MaxForwardMessage), grpc.MaxSendMsgSize(cluster.MaxForwardMessage))
+		srv = grpc.NewServer(cluster.ServerOptions()...)
 		cfg := nd.Config
 		cfg.GRPCServer = srv
 		node, err = cluster.Start(context.Background(), cfg)

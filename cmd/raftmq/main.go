@@ -1,12 +1,166 @@
-// Command raftmq runs one raftmq node.
+// Command raftmq runs one raftmq node: an AMQP 0-9-1 broker whose state
+// lives in a Raft log shared with the other nodes of its cluster.
+//
+// With no flags it runs a single-node cluster with its data in
+// ./raftmq-data. Every flag is also an environment variable RAFTMQ_<NAME>.
+// `raftmq probe URL` checks a health endpoint (for container health checks).
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/raftmq/raftmq/amqp"
+	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/proto"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "raftmq: the node is not wired yet")
-	os.Exit(1)
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+func run(args []string, env func(string) string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "probe" {
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: raftmq probe URL")
+			return 2
+		}
+		return probe(args[1], stderr)
+	}
+	cfg, err := parseConfig(args, env, stderr)
+	if err != nil {
+		if errors.Is(err, errHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "raftmq: %v\n", err)
+		return 2
+	}
+	logger := newLogger(cfg.LogLevel, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, logger); err != nil {
+		logger.Error("raftmq stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// serve runs a node until ctx is done. Listeners are opened first so that a
+// taken port fails at once with a clear message.
+func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	amqpLn, err := net.Listen("tcp", cfg.AMQPAddr)
+	if err != nil {
+		return fmt.Errorf("AMQP listener: %w", err)
+	}
+	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
+	}
+	httpLn, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	host, err := advertiseHost(cfg.Advertise, cfg.RaftAddr)
+	if err != nil {
+		return err
+	}
+
+	grpcSrv := grpc.NewServer(cluster.ServerOptions()...)
+	amqpSrv := amqp.NewServer(amqp.Config{
+		MaxMessageSize: cfg.MaxMessageSize,
+		Logger:         logger,
+	})
+	node, err := cluster.Start(ctx, cluster.Config{
+		NodeID:          cfg.NodeID,
+		DataDir:         cfg.DataDir,
+		RaftAddr:        cfg.RaftAddr,
+		RaftAdvertise:   advertise(host, cfg.RaftAddr),
+		GRPCAddr:        advertise(host, grpcLn.Addr().String()),
+		AMQPAddr:        advertise(host, amqpLn.Addr().String()),
+		GossipAddr:      cfg.GossipAddr,
+		GossipAdvertise: advertise(host, cfg.GossipAddr),
+		Join:            cfg.Join,
+		BootstrapExpect: cfg.BootstrapExpect,
+		GRPCServer:      grpcSrv,
+		Effects:         amqpSrv,
+		DefaultUser:     cfg.DefaultUser,
+		DefaultPassword: cfg.DefaultPassword,
+		NodeDownAfter:   cfg.NodeDownAfter,
+		Logger:          logger.With("component", "cluster"),
+	})
+	if err != nil {
+		return fmt.Errorf("start node: %w", err)
+	}
+	apiNode := api.FromCluster(node)
+	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: api.ClusterStats(node)})
+	amqpSrv.SetBroker(&broker{node: node, metrics: metrics})
+
+	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Logger: logger.With("component", "api")})
+	defer admin.Close()
+	proto.RegisterAdminServer(grpcSrv, admin)
+	httpSrv := &http.Server{
+		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+
+	errc := make(chan error, 3)
+	go func() { errc <- grpcSrv.Serve(grpcLn) }()
+	go func() { errc <- httpSrv.Serve(httpLn) }()
+	// AMQP clients are served once the node knows a leader and has the
+	// cluster's defaults (users, vhosts) applied.
+	go func() {
+		select {
+		case <-node.Ready():
+			errc <- amqpSrv.Serve(amqpLn)
+		case <-ctx.Done():
+		}
+	}()
+	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpLn.Addr().String(),
+		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
+		"http", httpLn.Addr().String(), "data", cfg.DataDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case runErr = <-errc:
+	}
+	// Clients first, so no new command starts; then the node (it stays a
+	// member of the cluster: a stop is not a leave, so a rolling restart
+	// keeps every voter), then the rest.
+	amqpSrv.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = httpSrv.Shutdown(shutdownCtx)
+	if err := node.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	grpcSrv.Stop()
+	if errors.Is(runErr, http.ErrServerClosed) || errors.Is(runErr, grpc.ErrServerStopped) || errors.Is(runErr, net.ErrClosed) {
+		runErr = nil
+	}
+	return runErr
 }

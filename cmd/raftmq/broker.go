@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// broker adapts a cluster node to what the AMQP server needs: commands go
+// through the log, credentials and vhosts are read from the applied state.
+type broker struct {
+	node    *cluster.Node
+	metrics *api.Metrics
+}
+
+func (b *broker) NodeID() string { return b.node.NodeID() }
+
+func (b *broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
+	start := time.Now()
+	defer func() { b.metrics.ObserveApply(time.Since(start)) }()
+	return b.node.Submit(ctx, cmd)
+}
+
+func (b *broker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	start := time.Now()
+	defer func() { b.metrics.ObserveApply(time.Since(start)) }()
+	return b.node.SubmitBatch(ctx, cmds)
+}
+
+func (b *broker) Authenticate(user, password string) (tags []string, ok bool) {
+	var hash []byte
+	b.node.View(func(m *fsm.Machine) {
+		hash, tags, ok = m.User(user)
+	})
+	if !ok || !fsm.CheckPassword(hash, fsm.PasswordSaltLen, password) {
+		return nil, false
+	}
+	return tags, true
+}
+
+func (b *broker) VhostExists(name string) (ok bool) {
+	b.node.View(func(m *fsm.Machine) { ok = m.VhostExists(name) })
+	return ok
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"io"
+	"reflect"
+	"testing"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfig_DefaultsRunASingleNode(t *testing.T) {
+	c, err := parseConfig(nil, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != "raftmq-data" || c.AMQPAddr != ":5672" || c.GRPCAddr != ":5680" ||
+		c.RaftAddr != ":5681" || c.GossipAddr != ":7946" || c.HTTPAddr != ":15692" ||
+		c.BootstrapExpect != 1 || len(c.Join) != 0 || c.NodeID == "" {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestConfig_EnvironmentAndFlags(t *testing.T) {
+	env := envMap(map[string]string{
+		"RAFTMQ_NODE_ID":          "n-env",
+		"RAFTMQ_JOIN":             "a:7946, b:7946",
+		"RAFTMQ_BOOTSTRAP_EXPECT": "3",
+		"RAFTMQ_ADVERTISE_HOST":   "10.0.0.5",
+	})
+	c, err := parseConfig([]string{"--node-id", "n-flag"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeID != "n-flag" {
+		t.Fatalf("a flag must win over the environment: node id %q", c.NodeID)
+	}
+	if !reflect.DeepEqual(c.Join, []string{"a:7946", "b:7946"}) || c.BootstrapExpect != 3 || c.Advertise != "10.0.0.5" {
+		t.Fatalf("environment not applied: %+v", c)
+	}
+}
+
+func TestConfig_BadValuesAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{args: []string{"--bootstrap-expect", "0"}},
+		{env: map[string]string{"RAFTMQ_BOOTSTRAP_EXPECT": "three"}},
+		{args: []string{"--max-message-size", "0"}},
+		{args: []string{"stray"}},
+	} {
+		if _, err := parseConfig(tc.args, envMap(tc.env), io.Discard); err == nil {
+			t.Errorf("args %v env %v: accepted", tc.args, tc.env)
+		}
+	}
+}
+
+func TestAdvertise(t *testing.T) {
+	for _, tc := range []struct{ host, addr, want string }{
+		{"10.0.0.5", ":5681", "10.0.0.5:5681"},
+		{"10.0.0.5", "0.0.0.0:5681", "10.0.0.5:5681"},
+		{"10.0.0.5", "127.0.0.1:5681", "127.0.0.1:5681"},
+	} {
+		if got := advertise(tc.host, tc.addr); got != tc.want {
+			t.Errorf("advertise(%q, %q) = %q, want %q", tc.host, tc.addr, got, tc.want)
+		}
+	}
+	if h, err := advertiseHost("", "127.0.0.2:5681"); err != nil || h != "127.0.0.2" {
+		t.Errorf("advertiseHost from the raft address = %q, %v", h, err)
+	}
+	if h, _ := advertiseHost("", ":5681"); h == "" {
+		t.Error("advertiseHost with no host gave nothing")
+	}
+}

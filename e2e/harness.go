@@ -1,0 +1,286 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Node is one raftmq process of a test cluster.
+type Node struct {
+	ID         string
+	AMQPAddr   string
+	GRPCAddr   string
+	RaftAddr   string
+	GossipAddr string
+	HTTPAddr   string
+	DataDir    string
+	LogPath    string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// AMQPURL is the node's AMQP URL for the default guest user.
+func (n *Node) AMQPURL() string { return "amqp://guest:guest@" + n.AMQPAddr + "/" }
+
+// Running reports whether the process is alive.
+func (n *Node) Running() bool {
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Cluster is a set of raftmq processes on loopback started by a test.
+type Cluster struct {
+	t     testing.TB
+	bin   string
+	join  string
+	Nodes []*Node
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Binary builds cmd/raftmq once per test binary and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "raftmq-e2e-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "raftmq")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/raftmq")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/raftmq: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the raftmq module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// StartCluster starts n raftmq processes that form one cluster
+// (--bootstrap-expect n, each joining the first node's gossip address) and
+// waits until every node accepts AMQP connections.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, bin: Binary(t)}
+	base := t.TempDir()
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("n%d", i+1)
+		node := &Node{
+			ID:         id,
+			AMQPAddr:   FreeAddr(t),
+			GRPCAddr:   FreeAddr(t),
+			RaftAddr:   FreeAddr(t),
+			GossipAddr: FreeAddr(t),
+			HTTPAddr:   FreeAddr(t),
+			DataDir:    filepath.Join(base, id),
+			LogPath:    filepath.Join(base, id+".log"),
+		}
+		c.Nodes = append(c.Nodes, node)
+	}
+	c.join = c.Nodes[0].GossipAddr
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	t.Cleanup(func() {
+		for i, node := range c.Nodes {
+			if node.Running() {
+				c.Stop(i)
+			}
+		}
+		if t.Failed() {
+			c.DumpLogs()
+		}
+	})
+	for i := range c.Nodes {
+		c.WaitReady(i, 60*time.Second)
+	}
+	return c
+}
+
+// Start (re)starts node i with its data directory kept.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	args := []string{
+		"--node-id", n.ID,
+		"--data-dir", n.DataDir,
+		"--amqp-addr", n.AMQPAddr,
+		"--grpc-addr", n.GRPCAddr,
+		"--raft-addr", n.RaftAddr,
+		"--gossip-addr", n.GossipAddr,
+		"--http-addr", n.HTTPAddr,
+		"--bootstrap-expect", fmt.Sprint(len(c.Nodes)),
+	}
+	if len(c.Nodes) > 1 {
+		args = append(args, "--join", c.join)
+	}
+	cmd := exec.Command(c.bin, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		c.t.Fatalf("start %s: %v", n.ID, err)
+	}
+	n.cmd = cmd
+	n.done = make(chan struct{})
+	go func(done chan struct{}) {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}(n.done)
+}
+
+// Kill sends SIGKILL to node i and waits for it to exit.
+func (c *Cluster) Kill(i int) { c.signal(i, syscall.SIGKILL) }
+
+// Stop sends SIGTERM to node i and waits for it to exit (SIGKILL after 20 s).
+func (c *Cluster) Stop(i int) { c.signal(i, syscall.SIGTERM) }
+
+func (c *Cluster) signal(i int, sig syscall.Signal) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	if !n.Running() {
+		return
+	}
+	_ = n.cmd.Process.Signal(sig)
+	select {
+	case <-n.done:
+	case <-time.After(20 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	}
+}
+
+// WaitReady waits until node i accepts AMQP connections and, when it serves
+// HTTP, answers /readyz with 200.
+func (c *Cluster) WaitReady(i int, timeout time.Duration) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	err := Eventually(timeout, func() error {
+		if !n.Running() {
+			return fmt.Errorf("%s exited", n.ID)
+		}
+		conn, err := net.DialTimeout("tcp", n.AMQPAddr, time.Second)
+		if err != nil {
+			return err
+		}
+		conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTPAddr+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			// No HTTP endpoint (yet): AMQP accepting is readiness.
+			var opErr *net.OpError
+			if errors.As(err, &opErr) {
+				return nil
+			}
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s /readyz: %s", n.ID, resp.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		c.DumpLogs()
+		c.t.Fatalf("node %s not ready: %v", n.ID, err)
+	}
+}
+
+// DumpLogs writes the tail of every node's log to the test log.
+func (c *Cluster) DumpLogs() {
+	for _, n := range c.Nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			continue
+		}
+		if len(b) > 8192 {
+			b = b[len(b)-8192:]
+		}
+		c.t.Logf("---- %s log (tail) ----\n%s", n.ID, bytes.TrimSpace(b))
+	}
+}
+
+// Eventually polls cond until it returns nil or timeout passes, and returns
+// the last error.
+func Eventually(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	wait := 10 * time.Millisecond
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		if wait < 200*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
