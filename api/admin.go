@@ -550,26 +550,17 @@ func (s *AdminServer) ChangePassword(ctx context.Context, req *proto.ChangePassw
 }
 
 // SetUserTags implements proto.AdminServer. It rewrites the user with its
-// stored password hash, which the state must expose (UserCredentials).
+// stored password hash.
 func (s *AdminServer) SetUserTags(ctx context.Context, req *proto.SetUserTagsRequest) (*proto.SetUserTagsResponse, error) {
 	var (
 		hash      []byte
 		algorithm string
 		found     bool
-		supported bool
 	)
 	s.node.View(func(st State) {
-		uc, ok := st.(UserCredentials)
-		if !ok {
-			return
-		}
-		supported = true
-		hash, algorithm, found = uc.UserPasswordHash(req.GetName())
+		hash, algorithm, found = st.UserPasswordHash(req.GetName())
 		hash = append([]byte(nil), hash...)
 	})
-	if !supported {
-		return nil, status.Error(codes.Unimplemented, "this node's state cannot rewrite a user's tags")
-	}
 	if !found {
 		return nil, status.Errorf(codes.NotFound, "no user '%s'", req.GetName())
 	}

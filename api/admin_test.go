@@ -474,28 +474,13 @@ func TestAdmin_LeaderUsesConsistentView(t *testing.T) {
 	}
 }
 
-// plainState is a State that cannot return password hashes: its
-// UserPasswordHash (no arguments) hides the embedded one, so it does not
-// implement UserCredentials.
-type plainState struct{ *fakeState }
-
-func (plainState) UserPasswordHash() {}
-
-type plainNode struct{ *fakeNode }
-
-func (p plainNode) View(fn func(State)) {
-	p.fakeNode.View(func(s State) { fn(plainState{s.(*fakeState)}) })
-}
-
-func TestAdmin_SetUserTagsNeedsCredentials(t *testing.T) {
+func TestAdmin_SetUserTagsUnknownUser(t *testing.T) {
 	n := newFakeNode("n1")
-	n.state.users = []*proto.UserInfo{{Name: "bob"}}
-	n.state.hashes = map[string][]byte{"bob": []byte("h")}
-	client := serveAdmin(t, plainNode{n})
-	_, err := client.SetUserTags(ctxT(t), &proto.SetUserTagsRequest{Name: "bob", Tags: []string{"x"}})
-	wantCode(t, err, codes.Unimplemented, "tags")
+	client := serveAdmin(t, n)
+	_, err := client.SetUserTags(ctxT(t), &proto.SetUserTagsRequest{Name: "nobody", Tags: []string{"x"}})
+	wantCode(t, err, codes.NotFound, "nobody")
 	if n.submittedCount() != 0 {
-		t.Fatal("a user without its hash reached the log")
+		t.Fatal("an unknown user reached the log")
 	}
 }
 

@@ -84,28 +84,10 @@ func TestFromCluster_SingleNode(t *testing.T) {
 	}
 }
 
-type machineWithStats struct{}
-
-type someStats struct {
-	Published    uint64
-	Expired      int64
-	DeadLettered uint32
-	Overdue      int
-	Unrelated    string
-	Ready        int64
-}
-
-func (machineWithStats) Stats() someStats {
-	return someStats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1, Unrelated: "x", Ready: -1}
-}
-
-func TestCopyStats(t *testing.T) {
-	got := copyStats(machineWithStats{})
-	want := StateStats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1}
+func TestFromFSMStats(t *testing.T) {
+	got := fromFSMStats(fsm.Stats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1, Dropped: 1, Refused: 2, Rejected: 4, Ready: 5})
+	want := StateStats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1, Dropped: 7, Ready: 5}
 	if got != want {
-		t.Fatalf("copyStats %+v, want %+v", got, want)
-	}
-	if got := copyStats(struct{}{}); got != (StateStats{}) {
-		t.Fatalf("copyStats without Stats %+v", got)
+		t.Fatalf("fromFSMStats %+v, want %+v", got, want)
 	}
 }

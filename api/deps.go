@@ -73,6 +73,7 @@ type State interface {
 	// Initialized reports whether the leader's defaults (the default vhost
 	// and user) have been applied.
 	Initialized() bool
+	UserCredentials
 }
 
 // UserCredentials is implemented by a State that can return a user's stored

@@ -12,7 +12,6 @@ import (
 
 	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/cluster/clustertest"
-	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -75,9 +74,6 @@ func TestRun_AgainstSingleNodeCluster(t *testing.T) {
 		t.Fatalf("invalid policy: exit %d %s", code, errs)
 	}
 
-	if _, ok := any((*fsm.Machine)(nil)).(api.State); !ok {
-		t.Skip("the state machine does not serve the admin reads yet")
-	}
 	if code, _, errs = ctl(t, addr, "set_policy", "ttl", "^q$", `{"message-ttl":1000}`, "--apply-to", "queues"); code != exitOK {
 		t.Fatalf("set_policy exit %d: %s", code, errs)
 	}
