@@ -72,7 +72,7 @@ func NewMetrics(o MetricsOptions) *Metrics {
 		acked:        d("messages_acked_total", "Messages acknowledged."),
 		expired:      d("messages_expired_total", "Messages whose TTL ran out."),
 		deadLettered: d("messages_dead_lettered_total", "Messages dead-lettered."),
-		dropped:      d("messages_dropped_total", "Messages dropped (expired or overflowed without a dead-letter exchange, or unroutable)."),
+		dropped:      d("messages_dropped_total", "Messages dropped by max-length overflow, refused by reject-publish queues, or rejected by clients without requeue."),
 		ready:        d("messages_ready", "Messages ready for delivery, all queues."),
 		unacked:      d("messages_unacked", "Messages delivered and not yet acknowledged, all queues."),
 		readyBytes:   d("messages_ready_bytes", "Body bytes of ready messages, all queues."),

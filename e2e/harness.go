@@ -56,38 +56,48 @@ type Cluster struct {
 	Nodes []*Node
 }
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
+// built caches the binaries a test binary built, by package.
+var built sync.Map // package path -> *buildResult
+
+type buildResult struct {
+	once sync.Once
+	path string
+	err  error
+}
 
 // Binary builds cmd/raftmq once per test binary and returns its path.
-func Binary(t testing.TB) string {
+func Binary(t testing.TB) string { return buildCmd(t, "raftmq") }
+
+// CtlBinary builds cmd/raftmqctl once per test binary and returns its path.
+func CtlBinary(t testing.TB) string { return buildCmd(t, "raftmqctl") }
+
+func buildCmd(t testing.TB, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	v, _ := built.LoadOrStore(name, &buildResult{})
+	r := v.(*buildResult)
+	r.once.Do(func() {
 		root, err := moduleRoot()
 		if err != nil {
-			buildErr = err
+			r.err = err
 			return
 		}
 		dir, err := os.MkdirTemp("", "raftmq-e2e-bin")
 		if err != nil {
-			buildErr = err
+			r.err = err
 			return
 		}
-		buildPath = filepath.Join(dir, "raftmq")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/raftmq")
+		r.path = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", r.path, "./cmd/"+name)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/raftmq: %v\n%s", err, out)
+			r.err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	return buildPath
+	return r.path
 }
 
 func moduleRoot() (string, error) {
