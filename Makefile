@@ -15,3 +15,15 @@ ci:
 
 clean:
 	rm -rf bin
+
+# The image is built FROM scratch around a static binary: no registry needed.
+.PHONY: image cluster-up cluster-down
+image:
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o deploy/raftmq ./cmd/raftmq
+	docker build -t raftmq:dev -f deploy/Dockerfile deploy
+
+cluster-up: image
+	docker compose -f deploy/docker-compose.yml up -d --wait
+
+cluster-down:
+	docker compose -f deploy/docker-compose.yml down -v
