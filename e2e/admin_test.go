@@ -157,6 +157,9 @@ func TestAdmin_EveryVerbThroughAFollower(t *testing.T) {
 	f := follower(t, c)
 	ch := channel(t, dial(t, c.Nodes[0]))
 	mustDeclare(t, ch, "adm-q", amqp.Table{"x-message-ttl": int32(60000)})
+	if err := ch.QueueBind("adm-q", "adm-key", "amq.direct", false, nil); err != nil {
+		t.Fatal(err)
+	}
 	publishConfirmed(t, ch, "", "adm-q", []amqp.Publishing{{Body: []byte("1")}, {Body: []byte("2")}})
 	cons := channel(t, dial(t, c.Nodes[2]))
 	if _, err := cons.Consume("adm-q", "ctag-1", false, false, false, false, nil); err != nil {
@@ -171,6 +174,7 @@ func TestAdmin_EveryVerbThroughAFollower(t *testing.T) {
 		{[]string{"cluster_status"}, []string{"n1", "n2", "n3", "voter"}},
 		{[]string{"--consistent", "list_queues", "name", "messages", "consumers"}, []string{"adm-q"}},
 		{[]string{"list_exchanges"}, []string{"amq.topic"}},
+		{[]string{"--consistent", "list_bindings"}, []string{"amq.direct", "adm-q", "adm-key"}},
 		{[]string{"--consistent", "list_consumers"}, []string{"ctag-1"}},
 		{[]string{"list_connections"}, []string{"n1", "n3"}},
 		{[]string{"add_vhost", "v2"}, nil},
@@ -221,6 +225,31 @@ func TestAdmin_EveryVerbThroughAFollower(t *testing.T) {
 		t.Fatalf("adm-q still listed:\n%s", out)
 	}
 
+	// close_connection reaches the node a connection lives on, wherever
+	// it is asked.
+	victim := dial(t, c.Nodes[2])
+	closed := victim.NotifyClose(make(chan *amqp.Error, 1))
+	var conns []struct {
+		Node string `json:"node"`
+		ID   string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(ctl(t, f, "--json", "list_connections", "node", "id")), &conns); err != nil {
+		t.Fatal(err)
+	}
+	for _, cn := range conns {
+		if cn.Node == c.Nodes[2].ID {
+			ctl(t, c.Nodes[0], "close_connection", cn.Node, cn.ID, "test")
+		}
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.ConnectionForced {
+			t.Fatalf("closed with %v, want 320 CONNECTION_FORCED", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("close_connection did not close the client's connection")
+	}
+
 	// Leadership moves on request, and every node agrees on the state.
 	ctl(t, f, "transfer_leadership", f.ID)
 	err := Eventually(20*time.Second, func() error {
@@ -234,6 +263,42 @@ func TestAdmin_EveryVerbThroughAFollower(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSameDigest(t, c)
+
+	// A stopped node is forgotten on request; the rest go on.
+	gone := c.Nodes[2]
+	if gone.ID == f.ID {
+		gone = c.Nodes[1]
+	}
+	for i, n := range c.Nodes {
+		if n == gone {
+			c.Stop(i)
+		}
+	}
+	ctl(t, f, "forget_cluster_node", gone.ID)
+	var st struct {
+		Nodes []struct {
+			ID       string `json:"id"`
+			Suffrage string `json:"suffrage"`
+		} `json:"nodes"`
+	}
+	out := ctl(t, f, "--json", "cluster_status")
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	voters := 0
+	for _, n := range st.Nodes {
+		if n.Suffrage == "voter" {
+			voters++
+			if n.ID == gone.ID {
+				t.Fatalf("%s still a voter after forget_cluster_node:\n%s", gone.ID, out)
+			}
+		}
+	}
+	if voters != 2 {
+		t.Fatalf("%d voters after forgetting one of three:\n%s", voters, out)
+	}
+	ch2 := channel(t, dial(t, f))
+	mustDeclare(t, ch2, "after-forget", nil)
 }
 
 // assertSameDigest waits until every node reports the same digest at the
