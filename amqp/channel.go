@@ -50,6 +50,8 @@ type channel struct {
 	prefetch       uint16 // basic.qos global=false
 	prefetchGlobal uint16 // basic.qos global=true
 	confirm        bool
+	tx             bool   // tx.select: publishes and acks wait for tx.commit
+	txItems        []item // the current transaction's publishes and acks
 	publishSeq     uint64 // last publish sequence number in confirm mode
 	lastQueue      string // the queue this channel declared last
 	// stateful is set once the channel submitted a Consume or a Get: only
@@ -230,8 +232,11 @@ func (ch *channel) process(batch []item) bool {
 		if ch.closing.Load() {
 			switch it.m.(type) {
 			case *wire.ChannelClose:
-				ch.finish(true)
-				return true
+				// Both sides closed at once. Like RabbitMQ, answer the
+				// client's close and keep waiting for the close-ok of
+				// ours: the number stays taken until it arrives, so that
+				// close-ok is not taken for a frame on a closed channel.
+				ch.c.send(ch.id, &wire.ChannelCloseOk{})
 			case *wire.ChannelCloseOk:
 				ch.finish(false)
 				return true

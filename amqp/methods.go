@@ -30,10 +30,12 @@ func batchKind(m wire.Method) int {
 // handleRun processes a run of publishes or acknowledgements.
 func (ch *channel) handleRun(kind int, run []item) {
 	var e *wire.Error
-	switch kind {
-	case kindPublish:
+	switch {
+	case ch.tx:
+		e = ch.bufferTx(run)
+	case kind == kindPublish:
 		e = ch.handlePublishes(run)
-	case kindAck:
+	case kind == kindAck:
 		e = ch.handleAcks(run)
 	}
 	if e != nil {
@@ -75,15 +77,20 @@ func (ch *channel) handleMethod(it item) *wire.Error {
 	case *wire.BasicRecoverAsync:
 		return ch.handleRecover(m, m.Requeue, false)
 	case *wire.ConfirmSelect:
+		if ch.tx {
+			return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "cannot switch from tx to confirm mode")
+		}
 		ch.confirm = true
 		if !m.Nowait {
 			ch.c.send(ch.id, &wire.ConfirmSelectOk{})
 		}
 		return nil
-	case *wire.TxSelect, *wire.TxCommit, *wire.TxRollback:
-		// Transactions are not implemented; RabbitMQ clients expect a clean
-		// refusal rather than a silent success.
-		return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "%s is not implemented", m.Name())
+	case *wire.TxSelect:
+		return ch.handleTxSelect(m)
+	case *wire.TxCommit:
+		return ch.handleTxCommit(m)
+	case *wire.TxRollback:
+		return ch.handleTxRollback(m)
 	}
 	m := it.m
 	return wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not a client method", m.Name())
@@ -475,14 +482,7 @@ func (ch *channel) handleAcks(run []item) *wire.Error {
 	cmds := make([]*proto.Command, len(run))
 	ref := ch.ref()
 	for i, it := range run {
-		switch m := it.m.(type) {
-		case *wire.BasicAck:
-			cmds[i] = &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, DeliveryTag: m.DeliveryTag, Multiple: m.Multiple}}}
-		case *wire.BasicNack:
-			cmds[i] = settleNegative(ref, m.DeliveryTag, m.Multiple, m.Requeue)
-		case *wire.BasicReject:
-			cmds[i] = settleNegative(ref, m.DeliveryTag, false, m.Requeue)
-		}
+		cmds[i] = settleCommand(ref, it.m)
 	}
 	results, err := ch.submitBatch(cmds)
 	if err != nil {
@@ -492,6 +492,20 @@ func (ch *channel) handleAcks(run []item) *wire.Error {
 		if r.GetCode() != 0 {
 			return resultError(run[i].m, r)
 		}
+	}
+	return nil
+}
+
+// settleCommand is the log command of a basic.ack, basic.nack or
+// basic.reject.
+func settleCommand(ref *proto.ChannelRef, m wire.Method) *proto.Command {
+	switch m := m.(type) {
+	case *wire.BasicAck:
+		return &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, DeliveryTag: m.DeliveryTag, Multiple: m.Multiple}}}
+	case *wire.BasicNack:
+		return settleNegative(ref, m.DeliveryTag, m.Multiple, m.Requeue)
+	case *wire.BasicReject:
+		return settleNegative(ref, m.DeliveryTag, false, m.Requeue)
 	}
 	return nil
 }
@@ -531,16 +545,36 @@ func (ch *channel) handlePublishes(run []item) *wire.Error {
 			}
 			return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "immediate=true")
 		}
-		props, err := propertiesToProto(it.props)
-		if err != nil {
-			return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid properties: %v", err)
+		cmd, e := ch.publishCommand(ref, it)
+		if e != nil {
+			return e
 		}
-		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{
-			Vhost: ch.vhost(), Exchange: m.Exchange, RoutingKey: m.RoutingKey, Mandatory: m.Mandatory,
-			Properties: props, Body: it.body, Channel: ref,
-		}}})
+		cmds = append(cmds, cmd)
 	}
 	return ch.publishBatch(run, cmds)
+}
+
+// publishCommand is the log command of one basic.publish.
+func (ch *channel) publishCommand(ref *proto.ChannelRef, it item) (*proto.Command, *wire.Error) {
+	m := it.m.(*wire.BasicPublish)
+	props, err := propertiesToProto(it.props)
+	if err != nil {
+		return nil, wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid properties: %v", err)
+	}
+	return &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{
+		Vhost: ch.vhost(), Exchange: m.Exchange, RoutingKey: m.RoutingKey, Mandatory: m.Mandatory,
+		Properties: props, Body: it.body, Channel: ref,
+	}}}, nil
+}
+
+// returnUnroutable sends basic.return for a mandatory publish the log
+// routed nowhere.
+func (ch *channel) returnUnroutable(it item, r *proto.Result) {
+	if m := it.m.(*wire.BasicPublish); m.Mandatory && !r.GetRouted() {
+		ch.c.sendContent(ch.id, &wire.BasicReturn{
+			ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
+		}, it.props, it.body)
+	}
 }
 
 func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
@@ -575,11 +609,7 @@ func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
 			flushAcks()
 			return resultError(m, r)
 		}
-		if m.Mandatory && !r.GetRouted() {
-			ch.c.sendContent(ch.id, &wire.BasicReturn{
-				ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
-			}, run[i].props, run[i].body)
-		}
+		ch.returnUnroutable(run[i], r)
 		if !ch.confirm {
 			continue
 		}

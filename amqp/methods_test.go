@@ -280,14 +280,6 @@ func TestMethods_ImmediateIsRefused(t *testing.T) {
 	}
 }
 
-func TestMethods_TxIsRefused(t *testing.T) {
-	ts := startServer(t, Config{})
-	c, ch := openChannel(t, ts)
-	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
-	_ = ch.Tx()
-	mustClosedWith(t, closed, 540)
-}
-
 func TestMethods_ConsumeOkPrecedesDeliveries(t *testing.T) {
 	ts := startServer(t, Config{})
 	// The node applies the Consume entry and the FSM assigns two ready

@@ -1,0 +1,98 @@
+package amqp
+
+import (
+	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// maxTxBatch bounds how many methods of one transaction go to the log in
+// one SubmitBatch (one log entry). A larger transaction is committed in
+// several entries, in order.
+const maxTxBatch = 4096
+
+// Transactions (the tx class). After tx.select the channel keeps its
+// basic.publish, basic.ack, basic.nack and basic.reject in memory;
+// tx.commit sends them to the log in order, as one entry where the
+// transaction fits maxTxBatch, answers each (basic.return for an
+// unroutable mandatory message) and then sends commit-ok; tx.rollback
+// forgets them, so rolled-back acknowledgements leave their deliveries
+// unacknowledged, as in RabbitMQ. A channel that closes forgets its
+// uncommitted work the same way. Unlike RabbitMQ, an acknowledgement of an
+// unknown delivery tag is refused at commit rather than when it arrives:
+// the log, not the channel, knows the channel's deliveries.
+
+func (ch *channel) handleTxSelect(m *wire.TxSelect) *wire.Error {
+	if ch.confirm {
+		return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "cannot switch from confirm to tx mode")
+	}
+	ch.tx = true
+	ch.c.send(ch.id, &wire.TxSelectOk{})
+	return nil
+}
+
+// bufferTx keeps a run of publishes or acknowledgements for tx.commit.
+func (ch *channel) bufferTx(run []item) *wire.Error {
+	for _, it := range run {
+		if p, ok := it.m.(*wire.BasicPublish); ok && p.Immediate {
+			return wire.ConnError(wire.NotImplemented, p.ClassID(), p.MethodID(), "immediate=true")
+		}
+		ch.txItems = append(ch.txItems, it)
+	}
+	return nil
+}
+
+func (ch *channel) handleTxCommit(m *wire.TxCommit) *wire.Error {
+	if !ch.tx {
+		return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "channel is not transactional")
+	}
+	items := ch.txItems
+	ch.txItems = nil
+	ref := ch.ref()
+	for len(items) > 0 {
+		n := min(len(items), maxTxBatch)
+		if e := ch.commitTx(ref, items[:n]); e != nil {
+			return e
+		}
+		items = items[n:]
+	}
+	ch.c.send(ch.id, &wire.TxCommitOk{})
+	return nil
+}
+
+// commitTx sends part of a transaction to the log and answers it.
+func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
+	cmds := make([]*proto.Command, len(items))
+	for i, it := range items {
+		if _, ok := it.m.(*wire.BasicPublish); ok {
+			cmd, e := ch.publishCommand(ref, it)
+			if e != nil {
+				return e
+			}
+			cmds[i] = cmd
+		} else {
+			cmds[i] = settleCommand(ref, it.m)
+		}
+	}
+	results, err := ch.submitBatch(cmds)
+	if err != nil {
+		return ch.submitError(items[0].m, err)
+	}
+	for i, r := range results {
+		if r.GetCode() != 0 {
+			return resultError(items[i].m, r)
+		}
+		if _, ok := items[i].m.(*wire.BasicPublish); ok {
+			ch.returnUnroutable(items[i], r)
+		}
+	}
+	return nil
+}
+
+func (ch *channel) handleTxRollback(m *wire.TxRollback) *wire.Error {
+	if !ch.tx {
+		return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "channel is not transactional")
+	}
+	ch.txItems = nil
+	ch.c.send(ch.id, &wire.TxRollbackOk{})
+	return nil
+}
