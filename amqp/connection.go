@@ -47,12 +47,13 @@ type conn struct {
 	clientProduct string
 	clientVersion string
 
-	opened    atomic.Bool // connection.open-ok sent
-	closing   atomic.Bool // connection.close sent, waiting for close-ok
-	wroteAny  atomic.Bool // a frame was written since the last heartbeat tick
-	closeOnce sync.Once
-	downOnce  sync.Once
-	writerEnd chan struct{}
+	opened     atomic.Bool // connection.open-ok sent
+	closing    atomic.Bool // connection.close sent, waiting for close-ok
+	wroteAny   atomic.Bool // a frame was written since the last heartbeat tick
+	closeOnce  sync.Once
+	downOnce   sync.Once
+	recordOnce sync.Once // ConnectionClosed submitted
+	writerEnd  chan struct{}
 
 	mu       sync.Mutex
 	channels map[uint16]*channel
@@ -102,16 +103,7 @@ func (c *conn) end(err error) {
 		default:
 			c.log.Info("connection closed", "err", err)
 		}
-		c.mu.Lock()
-		chans := make([]*channel, 0, len(c.channels))
-		for _, ch := range c.channels {
-			chans = append(chans, ch)
-		}
-		c.channels = map[uint16]*channel{}
-		c.mu.Unlock()
-		for _, ch := range chans {
-			ch.stop()
-		}
+		c.stopChannels()
 		c.cancel()
 		c.out.close()
 		select {
@@ -119,11 +111,34 @@ func (c *conn) end(err error) {
 		case <-time.After(c.srv.cfg.CloseTimeout):
 		}
 		c.lingerClose()
-		if c.opened.Load() {
-			c.submitConnectionClosed()
-		}
+		c.recordClosed()
 		c.srv.removeConn(c)
 	})
+}
+
+// stopChannels stops every channel's worker and forgets the channels; it
+// returns the stopped channels.
+func (c *conn) stopChannels() []*channel {
+	c.mu.Lock()
+	chans := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chans = append(chans, ch)
+	}
+	c.channels = map[uint16]*channel{}
+	c.mu.Unlock()
+	for _, ch := range chans {
+		ch.stop()
+	}
+	return chans
+}
+
+// recordClosed submits ConnectionClosed once, for an opened connection:
+// the broker cancels its consumers, requeues its unacknowledged messages
+// and deletes its exclusive queues.
+func (c *conn) recordClosed() {
+	if c.opened.Load() {
+		c.recordOnce.Do(c.submitConnectionClosed)
+	}
 }
 
 // lingerClose half-closes the socket and reads what the peer still sends
@@ -556,6 +571,21 @@ func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
 	case *wire.ConnectionClose:
 		c.log.Debug("client closed the connection", "code", m.ReplyCode, "text", m.ReplyText)
 		c.closing.Store(true)
+		// Like RabbitMQ, clean up before close-ok: once the client has
+		// it, the connection's unacknowledged messages are back in their
+		// queues and its exclusive queues are gone, so its next
+		// connection sees them that way. The workers finish the method
+		// in hand first (within CloseTimeout), so none of their commands
+		// follows ConnectionClosed in the log.
+		wait, cancel := context.WithTimeout(context.Background(), c.srv.cfg.CloseTimeout)
+		defer cancel()
+		for _, ch := range c.stopChannels() {
+			select {
+			case <-ch.done:
+			case <-wait.Done():
+			}
+		}
+		c.recordClosed()
 		c.send(0, &wire.ConnectionCloseOk{})
 		return true, nil
 	case *wire.ConnectionCloseOk:

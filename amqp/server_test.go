@@ -422,3 +422,51 @@ func TestServer_ServeNeedsBroker(t *testing.T) {
 		t.Fatalf("Serve = %v", err)
 	}
 }
+
+// A client's connection.close is answered only after ConnectionClosed
+// committed (RabbitMQ cleans up before close-ok too): the client's next
+// connection finds its unacknowledged messages requeued. A Get in flight
+// on a channel is finished first, so it precedes ConnectionClosed in the
+// log.
+func TestServer_ConnectionClosedBeforeCloseOk(t *testing.T) {
+	ts := startServer(t, Config{})
+	getStarted := make(chan struct{})
+	release := make(chan struct{})
+	ts.broker.script(nil, func(c *proto.Command) {
+		if c.GetGet() != nil {
+			close(getStarted)
+			<-release
+		}
+	})
+	c := dial(t, ts)
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _, _ = ch.Get("q", false) }()
+	<-getStarted
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	// The close waits for the Get in hand.
+	eventually(t, 5*time.Second, "connection.close read", func() bool {
+		ts.srv.mu.Lock()
+		defer ts.srv.mu.Unlock()
+		for _, cn := range ts.srv.conns {
+			return cn.closing.Load()
+		}
+		return false
+	})
+	if n := len(commandsOf(ts.broker, connectionClosed)); n != 0 {
+		t.Fatalf("ConnectionClosed submitted while a Get was in hand")
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	ts.broker.mu.Lock()
+	cmds := ts.broker.cmds
+	ts.broker.mu.Unlock()
+	if len(cmds) != 2 || cmds[0].GetGet() == nil || cmds[1].GetConnectionClosed() == nil {
+		t.Fatalf("commands at close-ok: %v, want Get then ConnectionClosed", cmds)
+	}
+}
