@@ -461,10 +461,13 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 	return nil
 }
 
-// handleRecover requeues every unacknowledged delivery of the channel
-// (requeue=false is treated like requeue=true: the log has no per-consumer
-// redelivery).
-func (ch *channel) handleRecover(m wire.Method, _ bool, reply bool) *wire.Error {
+// handleRecover requeues every unacknowledged delivery of the channel.
+// requeue=false (redeliver to the same consumer) is refused with 540
+// NOT_IMPLEMENTED, as RabbitMQ refuses it.
+func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.Error {
+	if !requeue {
+		return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "requeue=false")
+	}
 	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{
 		Channel: ch.ref(), All: true,
 	}}}); e != nil {

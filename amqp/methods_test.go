@@ -514,3 +514,18 @@ func TestMethods_LastDeclaredQueue(t *testing.T) {
 	rc.send(2, &wire.BasicGet{})
 	rc.expectConnectionClose(wire.NotAllowed)
 }
+
+// RabbitMQ refuses basic.recover with requeue=false as not implemented, a
+// connection exception.
+func TestMethods_RecoverWithoutRequeueIsRefused(t *testing.T) {
+	ts := startServer(t, Config{})
+	c, ch := openChannel(t, ts)
+	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
+	_ = ch.Recover(false)
+	if e := mustClosedWith(t, closed, 540); e.Reason != "NOT_IMPLEMENTED - requeue=false" {
+		t.Fatalf("reason %q", e.Reason)
+	}
+	if r := commandsOf(ts.broker, (*proto.Command).GetRequeue); len(r) != 0 {
+		t.Fatalf("requeue submitted: %v", r)
+	}
+}
