@@ -1,0 +1,440 @@
+// Command raftmq-perf is a load generator for AMQP 0-9-1 brokers, in the
+// spirit of RabbitMQ's PerfTest: publishers and consumers spread over node
+// URLs, confirms with an in-flight window, prefetch and acks, rates and
+// latency percentiles, and an expiry mode that measures how late messages
+// with a TTL are dead-lettered. Nothing in it is specific to raftmq, so the
+// same run can be pointed at RabbitMQ.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the flags of one run.
+type options struct {
+	URIs       []string
+	Producers  int
+	Consumers  int
+	Size       int
+	Persistent bool
+	Confirm    int
+	Prefetch   int
+	AutoAck    bool
+	Rate       float64
+	Duration   time.Duration
+	Count      int
+	Queue      string
+	QueueArgs  amqp.Table
+	Expiration string
+	Mode       string
+	TTL        time.Duration
+	HeadTTL    time.Duration
+	Interval   time.Duration
+}
+
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("raftmq-perf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	uris := fs.String("uri", "amqp://guest:guest@localhost:5672/", "comma-separated broker URLs; clients are spread over them round-robin")
+	fs.IntVar(&o.Producers, "producers", 1, "publishing connections")
+	fs.IntVar(&o.Consumers, "consumers", 1, "consuming connections")
+	fs.IntVar(&o.Size, "size", 1024, "message body size in bytes (at least 16)")
+	fs.BoolVar(&o.Persistent, "persistent", true, "publish with delivery mode 2")
+	fs.IntVar(&o.Confirm, "confirm", 256, "publisher confirms with this many messages in flight per producer (0: no confirms)")
+	fs.IntVar(&o.Prefetch, "prefetch", 100, "consumer prefetch (basic.qos)")
+	fs.BoolVar(&o.AutoAck, "autoack", false, "consume with no-ack")
+	fs.Float64Var(&o.Rate, "rate", 0, "messages per second per producer (0: as fast as possible)")
+	fs.DurationVar(&o.Duration, "duration", 25*time.Second, "how long producers publish")
+	fs.IntVar(&o.Count, "count", 0, "messages per producer (0: until -duration)")
+	fs.StringVar(&o.Queue, "queue", "perf", "queue name")
+	qargs := fs.String("queue-args", "", `queue arguments as JSON, e.g. {"x-message-ttl":2000,"x-max-length":100000}`)
+	fs.StringVar(&o.Expiration, "expiration", "", "per-message expiration (ms, as a string)")
+	fs.StringVar(&o.Mode, "mode", "throughput", "throughput, or expiry: publish -count messages with -ttl into a dead-lettered queue and measure how late they die")
+	fs.DurationVar(&o.TTL, "ttl", 2*time.Second, "expiry mode: the messages' TTL")
+	fs.DurationVar(&o.HeadTTL, "head-ttl", 0, "expiry mode: first publish one message with this TTL, so the others sit behind it")
+	fs.DurationVar(&o.Interval, "interval", time.Second, "how often a progress line is printed")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	for _, u := range strings.Split(*uris, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			o.URIs = append(o.URIs, u)
+		}
+	}
+	if len(o.URIs) == 0 {
+		return nil, errors.New("-uri names no broker")
+	}
+	if *qargs != "" {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(*qargs), &m); err != nil {
+			return nil, fmt.Errorf("-queue-args: %w", err)
+		}
+		o.QueueArgs = amqp.Table{}
+		for k, v := range m {
+			if f, ok := v.(float64); ok && f == float64(int64(f)) {
+				v = int64(f) // JSON numbers are integers on the wire, as PerfTest sends them
+			}
+			o.QueueArgs[k] = v
+		}
+	}
+	switch {
+	case o.Size < 16:
+		return nil, fmt.Errorf("-size must be at least 16 (the body carries timestamps), got %d", o.Size)
+	case o.Producers < 0 || o.Consumers < 0 || o.Confirm < 0 || o.Prefetch < 0 || o.Count < 0 || o.Rate < 0:
+		return nil, errors.New("counts and rates must not be negative")
+	case o.Mode != "throughput" && o.Mode != "expiry":
+		return nil, fmt.Errorf("-mode must be throughput or expiry, got %q", o.Mode)
+	case o.Mode == "expiry" && o.Count == 0:
+		o.Count = 10000
+	}
+	return o, nil
+}
+
+// counters are the run's totals, updated by every client.
+type counters struct {
+	published, confirmed, nacked, consumed, returned atomic.Int64
+}
+
+// report is the final JSON line.
+type report struct {
+	Mode             string   `json:"mode"`
+	Seconds          float64  `json:"seconds"`
+	Published        int64    `json:"published"`
+	Confirmed        int64    `json:"confirmed"`
+	Nacked           int64    `json:"nacked"`
+	Consumed         int64    `json:"consumed"`
+	PublishRate      float64  `json:"published_per_s"`
+	ConfirmRate      float64  `json:"confirmed_per_s"`
+	ConsumeRate      float64  `json:"consumed_per_s"`
+	ConfirmLatency   summary  `json:"confirm_latency"`
+	EndToEndLatency  summary  `json:"end_to_end_latency"`
+	DeathLateness    *summary `json:"death_lateness,omitempty"`
+	DeadLettered     int64    `json:"dead_lettered,omitempty"`
+	DeadLetteredLost int64    `json:"dead_lettered_missing,omitempty"`
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "raftmq-perf: %v\n", err)
+		return 2
+	}
+	rep, err := execute(ctx, o, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "raftmq-perf: %v\n", err)
+		return 1
+	}
+	printReport(stdout, rep)
+	return 0
+}
+
+// execute runs the load described by o and returns the final report;
+// progress lines go to out.
+func execute(ctx context.Context, o *options, out io.Writer) (*report, error) {
+	if o.Mode == "expiry" {
+		return runExpiry(ctx, o, out)
+	}
+	setup, err := amqp.Dial(o.URIs[0])
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer setup.Close()
+	sch, err := setup.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sch.QueueDeclare(o.Queue, true, false, false, false, o.QueueArgs); err != nil {
+		return nil, fmt.Errorf("declare %s: %w", o.Queue, err)
+	}
+
+	var c counters
+	confirmLat, e2eLat := newLatencies(1<<20), newLatencies(1<<20)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, o.Producers+o.Consumers)
+	var consumersWG, producersWG sync.WaitGroup
+	consCtx, stopConsumers := context.WithCancel(ctx)
+	defer stopConsumers()
+	for i := 0; i < o.Consumers; i++ {
+		consumersWG.Add(1)
+		ready := make(chan struct{})
+		go func(uri string) {
+			defer consumersWG.Done()
+			if err := consume(consCtx, uri, o, &c, e2eLat, ready); err != nil && consCtx.Err() == nil {
+				errc <- fmt.Errorf("consumer: %w", err)
+			}
+		}(o.URIs[(i+1)%len(o.URIs)])
+		select {
+		case <-ready:
+		case err := <-errc:
+			return nil, err
+		}
+	}
+	start := time.Now()
+	pubCtx, stopPublishing := context.WithTimeout(runCtx, o.Duration)
+	defer stopPublishing()
+	for i := 0; i < o.Producers; i++ {
+		producersWG.Add(1)
+		go func(uri string) {
+			defer producersWG.Done()
+			if err := produce(pubCtx, uri, o, &c, confirmLat); err != nil && pubCtx.Err() == nil {
+				errc <- fmt.Errorf("producer: %w", err)
+			}
+		}(o.URIs[i%len(o.URIs)])
+	}
+	pubDone := make(chan struct{})
+	go func() { producersWG.Wait(); close(pubDone) }()
+
+	tick := time.NewTicker(o.Interval)
+	defer tick.Stop()
+	var last [3]int64
+	lastT := start
+	printProgress := func(now time.Time) {
+		cur := [3]int64{c.published.Load(), c.confirmed.Load(), c.consumed.Load()}
+		dt := now.Sub(lastT).Seconds()
+		fmt.Fprintf(out, "%6.1fs  published %8.0f/s  confirmed %8.0f/s  consumed %8.0f/s\n", now.Sub(start).Seconds(),
+			float64(cur[0]-last[0])/dt, float64(cur[1]-last[1])/dt, float64(cur[2]-last[2])/dt)
+		last, lastT = cur, now
+	}
+	var runErr error
+loop:
+	for {
+		select {
+		case now := <-tick.C:
+			printProgress(now)
+		case <-pubDone:
+			break loop
+		case runErr = <-errc:
+			cancel()
+			break loop
+		}
+	}
+	pubEnd := time.Now()
+	// Let consumers drain what was confirmed, for at most 10 s.
+	drain := time.NewTimer(10 * time.Second)
+	defer drain.Stop()
+	for o.Consumers > 0 && runErr == nil && c.consumed.Load() < c.confirmed.Load()+unconfirmed(o, &c) {
+		select {
+		case <-drain.C:
+			fmt.Fprintf(out, "consumers did not drain within 10 s: %d of %d\n", c.consumed.Load(), c.published.Load())
+			goto done
+		case runErr = <-errc:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+done:
+	stopConsumers()
+	consumersWG.Wait()
+	if runErr != nil {
+		return nil, runErr
+	}
+	secs := pubEnd.Sub(start).Seconds()
+	return &report{
+		Mode: o.Mode, Seconds: secs,
+		Published: c.published.Load(), Confirmed: c.confirmed.Load(), Nacked: c.nacked.Load(), Consumed: c.consumed.Load(),
+		PublishRate: float64(c.published.Load()) / secs, ConfirmRate: float64(c.confirmed.Load()) / secs,
+		ConsumeRate:    float64(c.consumed.Load()) / secs,
+		ConfirmLatency: confirmLat.summary(), EndToEndLatency: e2eLat.summary(),
+	}, nil
+}
+
+// unconfirmed is what consumers may still get beyond the confirmed count:
+// without confirms every published message.
+func unconfirmed(o *options, c *counters) int64 {
+	if o.Confirm == 0 {
+		return c.published.Load()
+	}
+	return 0
+}
+
+// stampBody writes the send time (unix ns) at the start of body.
+func stampBody(body []byte, t time.Time) { binary.BigEndian.PutUint64(body, uint64(t.UnixNano())) }
+
+func bodyTime(body []byte) (time.Time, bool) {
+	if len(body) < 8 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(body))), true
+}
+
+func produce(ctx context.Context, uri string, o *options, c *counters, confirmLat *latencies) error {
+	conn, err := amqp.Dial(uri)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	mode := amqp.Transient
+	if o.Persistent {
+		mode = amqp.Persistent
+	}
+	var (
+		inflight chan struct{}
+		sent     sync.Map // seq -> time.Time
+		confDone = make(chan struct{})
+	)
+	if o.Confirm > 0 {
+		if err := ch.Confirm(false); err != nil {
+			return err
+		}
+		inflight = make(chan struct{}, o.Confirm)
+		confirms := ch.NotifyPublish(make(chan amqp.Confirmation, o.Confirm))
+		go func() {
+			defer close(confDone)
+			for cf := range confirms {
+				if t, ok := sent.LoadAndDelete(cf.DeliveryTag); ok {
+					confirmLat.add(time.Since(t.(time.Time)))
+				}
+				if cf.Ack {
+					c.confirmed.Add(1)
+				} else {
+					c.nacked.Add(1)
+				}
+				<-inflight
+			}
+		}()
+	} else {
+		close(confDone)
+	}
+	// Pacing follows a schedule (message n is due at start + n/rate), so a
+	// late wake-up is caught up on instead of lowering the rate, as a
+	// ticker that drops ticks would.
+	var interval time.Duration
+	if o.Rate > 0 {
+		interval = time.Duration(float64(time.Second) / o.Rate)
+	}
+	paceStart := time.Now()
+	body := make([]byte, o.Size)
+	for n := 0; o.Count == 0 || n < o.Count; n++ {
+		if interval > 0 {
+			if wait := time.Until(paceStart.Add(time.Duration(n) * interval)); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+				}
+			}
+		}
+		if inflight != nil {
+			select {
+			case inflight <- struct{}{}:
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		now := time.Now()
+		stampBody(body, now)
+		seq := ch.GetNextPublishSeqNo()
+		if inflight != nil {
+			sent.Store(seq, now)
+		}
+		if err := ch.PublishWithContext(ctx, "", o.Queue, false, false, amqp.Publishing{
+			DeliveryMode: mode, Body: body, Expiration: o.Expiration,
+		}); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+		c.published.Add(1)
+	}
+	// Wait for the outstanding confirms (bounded), then close.
+	if inflight != nil {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(inflight) > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	err = ch.Close()
+	<-confDone
+	if err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+func consume(ctx context.Context, uri string, o *options, c *counters, e2eLat *latencies, ready chan<- struct{}) error {
+	conn, err := amqp.Dial(uri)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Qos(o.Prefetch, 0, false); err != nil {
+		return err
+	}
+	ds, err := ch.Consume(o.Queue, "", o.AutoAck, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	close(ready)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-ds:
+			if !ok {
+				return errors.New("delivery channel closed")
+			}
+			if t, ok := bodyTime(d.Body); ok {
+				e2eLat.add(time.Since(t))
+			}
+			c.consumed.Add(1)
+			if !o.AutoAck {
+				if err := d.Ack(false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+func printReport(w io.Writer, r *report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nmetric\tcount\trate/s\tp50 ms\tp95 ms\tp99 ms\tmax ms")
+	fmt.Fprintf(tw, "published\t%d\t%.0f\t\t\t\t\n", r.Published, r.PublishRate)
+	fmt.Fprintf(tw, "confirmed\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.Confirmed, r.ConfirmRate,
+		r.ConfirmLatency.P50, r.ConfirmLatency.P95, r.ConfirmLatency.P99, r.ConfirmLatency.Max)
+	fmt.Fprintf(tw, "consumed\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.Consumed, r.ConsumeRate,
+		r.EndToEndLatency.P50, r.EndToEndLatency.P95, r.EndToEndLatency.P99, r.EndToEndLatency.Max)
+	if r.DeathLateness != nil {
+		l := r.DeathLateness
+		fmt.Fprintf(tw, "death lateness\t%d\t\t%.2f\t%.2f\t%.2f\t%.2f\n", r.DeadLettered, l.P50, l.P95, l.P99, l.Max)
+	}
+	tw.Flush()
+	b, _ := json.Marshal(r)
+	fmt.Fprintf(w, "%s\n", b)
+}

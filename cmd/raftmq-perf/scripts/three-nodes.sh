@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Starts three raftmq nodes on loopback for load runs and prints their AMQP
+# URLs; `three-nodes.sh stop` stops them. Data goes to ${DIR:-/tmp/raftmq-perf}.
+#   cmd/raftmq-perf/scripts/three-nodes.sh
+#   go run ./cmd/raftmq-perf -uri "$(cmd/raftmq-perf/scripts/three-nodes.sh urls)"
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+dir=${DIR:-/tmp/raftmq-perf}
+urls="amqp://guest:guest@127.0.0.1:25672/,amqp://guest:guest@127.0.0.1:25673/,amqp://guest:guest@127.0.0.1:25674/"
+case "${1:-start}" in
+  urls) echo "$urls"; exit 0 ;;
+  stop)
+    for i in 1 2 3; do [ -f "$dir/n$i.pid" ] && kill "$(cat "$dir/n$i.pid")" 2>/dev/null || true; done
+    exit 0 ;;
+esac
+rm -rf "$dir" && mkdir -p "$dir"
+CGO_ENABLED=0 go build -o "$dir/raftmq" ./cmd/raftmq
+for i in 1 2 3; do
+  "$dir/raftmq" --node-id "n$i" --data-dir "$dir/n$i" --bootstrap-expect 3 --join 127.0.0.1:27941 \
+    --amqp-addr "127.0.0.1:2567$((i + 1))" --grpc-addr "127.0.0.1:2568$i" --raft-addr "127.0.0.1:2569$i" \
+    --gossip-addr "127.0.0.1:2794$i" --http-addr "127.0.0.1:2569$((i + 4))" --pprof >"$dir/n$i.log" 2>&1 &
+  echo $! >"$dir/n$i.pid"
+done
+for i in 1 2 3; do
+  for _ in $(seq 1 150); do
+    if "$dir/raftmq" probe "http://127.0.0.1:2569$((i + 4))/readyz" 2>/dev/null; then break; fi
+    sleep 0.2
+  done
+done
+echo "$urls"
