@@ -21,4 +21,7 @@ type Broker interface {
 	Authenticate(user, password string) (tags []string, ok bool)
 	// VhostExists reports whether a vhost exists in the applied state.
 	VhostExists(name string) bool
+	// Permission returns a user's configure, write and read patterns in a
+	// vhost; ok is false when the user has no access to it.
+	Permission(user, vhost string) (configure, write, read string, ok bool)
 }

@@ -40,6 +40,7 @@ type conn struct {
 	heartbeat  atomic.Int64 // time.Duration
 	vhost      string
 	user       string
+	perms      permissions
 	caps       wire.Table
 
 	// Set at accept and during the handshake; read-only after open.
@@ -375,6 +376,9 @@ func (c *conn) handshake() error {
 	}
 	if !c.srv.node().VhostExists(open.VirtualHost) {
 		return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 40, "vhost %s not found", open.VirtualHost))
+	}
+	if _, _, _, ok := c.srv.node().Permission(c.user, open.VirtualHost); !ok {
+		return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 40, "access to vhost '%s' refused for user '%s'", open.VirtualHost, c.user))
 	}
 	c.vhost = open.VirtualHost
 	c.opened.Store(true)

@@ -27,6 +27,11 @@ type fakeBroker struct {
 	onSubmit func(cmd *proto.Command)
 	users    map[string]string
 	vhosts   map[string]bool
+	// perms holds configure, write and read patterns by user; a user not
+	// in it may do everything.
+	perms map[string][3]string
+	// denied lists {user, vhost} pairs without any permission.
+	denied map[[2]string]bool
 }
 
 func newFakeBroker() *fakeBroker {
@@ -80,6 +85,20 @@ func (b *fakeBroker) Authenticate(user, password string) ([]string, bool) {
 	defer b.mu.Unlock()
 	p, ok := b.users[user]
 	return nil, ok && p == password
+}
+
+// Permission grants every user everything in an existing vhost unless
+// perms names the user, as raftmq's default user has.
+func (b *fakeBroker) Permission(user, vhost string) (configure, write, read string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.vhosts[vhost] || b.denied[[2]string{user, vhost}] {
+		return "", "", "", false
+	}
+	if p, found := b.perms[user]; found {
+		return p[0], p[1], p[2], true
+	}
+	return ".*", ".*", ".*", true
 }
 
 func (b *fakeBroker) VhostExists(name string) bool {

@@ -162,6 +162,11 @@ func tableArg(m wire.Method, t wire.Table) (*proto.Table, *wire.Error) {
 // ---- exchange ----
 
 func (ch *channel) handleExchangeDeclare(m *wire.ExchangeDeclare) *wire.Error {
+	if !m.Passive {
+		if e := ch.authorize(m, accessConfigure, "exchange", m.Exchange); e != nil {
+			return e
+		}
+	}
 	args, e := tableArg(m, m.Arguments)
 	if e != nil {
 		return e
@@ -179,6 +184,9 @@ func (ch *channel) handleExchangeDeclare(m *wire.ExchangeDeclare) *wire.Error {
 }
 
 func (ch *channel) handleExchangeDelete(m *wire.ExchangeDelete) *wire.Error {
+	if e := ch.authorize(m, accessConfigure, "exchange", m.Exchange); e != nil {
+		return e
+	}
 	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{
 		Vhost: ch.vhost(), Name: m.Exchange, IfUnused: m.IfUnused,
 	}}}); e != nil {
@@ -191,6 +199,12 @@ func (ch *channel) handleExchangeDelete(m *wire.ExchangeDelete) *wire.Error {
 }
 
 func (ch *channel) handleExchangeBind(m *wire.ExchangeBind) *wire.Error {
+	if e := ch.authorize(m, accessWrite, "exchange", m.Destination); e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessRead, "exchange", m.Source); e != nil {
+		return e
+	}
 	args, e := tableArg(m, m.Arguments)
 	if e != nil {
 		return e
@@ -208,6 +222,12 @@ func (ch *channel) handleExchangeBind(m *wire.ExchangeBind) *wire.Error {
 }
 
 func (ch *channel) handleExchangeUnbind(m *wire.ExchangeUnbind) *wire.Error {
+	if e := ch.authorize(m, accessWrite, "exchange", m.Destination); e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessRead, "exchange", m.Source); e != nil {
+		return e
+	}
 	args, e := tableArg(m, m.Arguments)
 	if e != nil {
 		return e
@@ -242,6 +262,11 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 			return e
 		}
 	}
+	if !m.Passive {
+		if e := ch.authorize(m, accessConfigure, "queue", name); e != nil {
+			return e
+		}
+	}
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
 		Vhost: ch.vhost(), Name: name, Passive: m.Passive, Durable: m.Durable, Exclusive: m.Exclusive,
 		AutoDelete: m.AutoDelete, Arguments: args, Connection: ch.c.ref(),
@@ -262,6 +287,12 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 func (ch *channel) handleQueueBind(m *wire.QueueBind) *wire.Error {
 	q, e := ch.queueName(m, m.Queue)
 	if e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessWrite, "queue", q); e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessRead, "exchange", m.Exchange); e != nil {
 		return e
 	}
 	args, e := tableArg(m, m.Arguments)
@@ -290,6 +321,12 @@ func (ch *channel) handleQueueUnbind(m *wire.QueueUnbind) *wire.Error {
 	if e != nil {
 		return e
 	}
+	if e := ch.authorize(m, accessWrite, "queue", q); e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessRead, "exchange", m.Exchange); e != nil {
+		return e
+	}
 	args, e := tableArg(m, m.Arguments)
 	if e != nil {
 		return e
@@ -308,6 +345,9 @@ func (ch *channel) handleQueuePurge(m *wire.QueuePurge) *wire.Error {
 	if e != nil {
 		return e
 	}
+	if e := ch.authorize(m, accessRead, "queue", q); e != nil {
+		return e
+	}
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_QueuePurge{QueuePurge: &proto.QueuePurge{
 		Vhost: ch.vhost(), Name: q, Connection: ch.c.ref(),
 	}}})
@@ -323,6 +363,9 @@ func (ch *channel) handleQueuePurge(m *wire.QueuePurge) *wire.Error {
 func (ch *channel) handleQueueDelete(m *wire.QueueDelete) *wire.Error {
 	q, e := ch.queueName(m, m.Queue)
 	if e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessConfigure, "queue", q); e != nil {
 		return e
 	}
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{
@@ -367,6 +410,9 @@ func (ch *channel) consumerPrefetch() uint32 {
 func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	q, e := ch.queueName(m, m.Queue)
 	if e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessRead, "queue", q); e != nil {
 		return e
 	}
 	args, e := tableArg(m, m.Arguments)
@@ -439,6 +485,9 @@ func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
 func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 	q, e := ch.queueName(m, m.Queue)
 	if e != nil {
+		return e
+	}
+	if e := ch.authorize(m, accessRead, "queue", q); e != nil {
 		return e
 	}
 	ch.stateful = true
@@ -560,6 +609,9 @@ func (ch *channel) handlePublishes(run []item) *wire.Error {
 // publishCommand is the log command of one basic.publish.
 func (ch *channel) publishCommand(ref *proto.ChannelRef, it item) (*proto.Command, *wire.Error) {
 	m := it.m.(*wire.BasicPublish)
+	if e := ch.authorize(m, accessWrite, "exchange", m.Exchange); e != nil {
+		return nil, e
+	}
 	props, err := propertiesToProto(it.props)
 	if err != nil {
 		return nil, wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid properties: %v", err)

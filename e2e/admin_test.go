@@ -400,3 +400,50 @@ func TestMetrics_MoveUnderLoad(t *testing.T) {
 		t.Fatalf("published moved by %v, want at least 60", got)
 	}
 }
+
+func TestAccess_PermissionsAndPasswordsAcrossNodes(t *testing.T) {
+	skipShort(t)
+	c := StartCluster(t, 3)
+	f := follower(t, c)
+	ctl(t, f, "add_user", "bob", "b0b")
+	ctl(t, f, "set_permissions", "bob", ".*", "^$", ".*") // configure and read, no write
+	url := func(n *Node, pass string) string { return "amqp://bob:" + pass + "@" + n.AMQPAddr + "/" }
+
+	_, err := amqp.Dial(url(c.Nodes[2], "wrong"))
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+		t.Fatalf("wrong password: %v, want 403 ACCESS_REFUSED", err)
+	}
+	var conn *amqp.Connection
+	if err := Eventually(10*time.Second, func() error { // the user reaches every node's state
+		cn, err := amqp.Dial(url(c.Nodes[2], "b0b"))
+		conn = cn
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.PublishWithContext(context.Background(), "amq.direct", "k", false, false, amqp.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.AccessRefused {
+			t.Fatalf("publish without write permission closed the channel with %v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish without write permission was not refused")
+	}
+	ch2, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("the connection did not survive the channel error: %v", err)
+	}
+	if _, err := ch2.QueueDeclare("bob-q", false, false, false, false, nil); err != nil {
+		t.Fatalf("declare with configure permission: %v", err)
+	}
+}

@@ -46,3 +46,8 @@ func (b *broker) VhostExists(name string) (ok bool) {
 	b.node.View(func(m *fsm.Machine) { ok = m.VhostExists(name) })
 	return ok
 }
+
+func (b *broker) Permission(user, vhost string) (configure, write, read string, ok bool) {
+	b.node.View(func(m *fsm.Machine) { configure, write, read, ok = m.Permission(user, vhost) })
+	return configure, write, read, ok
+}

@@ -1,0 +1,69 @@
+package amqp
+
+import (
+	"regexp"
+	"sync"
+
+	"github.com/raftmq/raftmq/amqp/wire"
+)
+
+// access is one of RabbitMQ's three permission kinds.
+type access int
+
+const (
+	accessConfigure access = iota
+	accessWrite
+	accessRead
+)
+
+var accessNames = [...]string{"configure", "write", "read"}
+
+// permissions caches a user's compiled permission regexps in one vhost. The
+// strings are read from the applied state on every check, so a change made
+// through the log applies to open connections at once; they are compiled
+// again only when they change.
+type permissions struct {
+	mu  sync.Mutex
+	src [3]string
+	re  [3]*regexp.Regexp
+}
+
+// match reports whether name matches the pattern of kind a, given the
+// current pattern strings (RabbitMQ anchors nothing: the regexp is matched
+// as written, and an empty pattern matches nothing).
+func (p *permissions) match(current [3]string, a access, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.re[a] == nil || p.src[a] != current[a] {
+		p.src[a] = current[a]
+		if current[a] == "" {
+			p.re[a] = nil
+			return false
+		}
+		re, err := regexp.Compile(current[a])
+		if err != nil {
+			p.re[a] = nil
+			return false
+		}
+		p.re[a] = re
+	}
+	return p.re[a].MatchString(name)
+}
+
+// authorize checks that the connection's user may perform access a on the
+// resource kind ("queue" or "exchange") named name in the connection's
+// vhost, and returns RabbitMQ's channel error 403 ACCESS_REFUSED otherwise.
+// The default exchange is checked under the name amq.default, as in
+// RabbitMQ.
+func (ch *channel) authorize(m wire.Method, a access, kind, name string) *wire.Error {
+	c := ch.c
+	conf, write, read, ok := c.srv.node().Permission(c.user, c.vhost)
+	if kind == "exchange" && name == "" {
+		name = "amq.default"
+	}
+	if ok && c.perms.match([3]string{conf, write, read}, a, name) {
+		return nil
+	}
+	return wire.ChanError(wire.AccessRefused, m.ClassID(), m.MethodID(),
+		"access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, c.vhost, c.user)
+}

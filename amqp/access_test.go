@@ -1,0 +1,96 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+func TestAccess_PublishWithoutWritePermissionIsRefused(t *testing.T) {
+	ts := startServer(t, Config{})
+	// alice may configure and read anything, and write only to queues and
+	// exchanges whose names start with "ok-".
+	ts.broker.mu.Lock()
+	ts.broker.perms = map[string][3]string{"alice": {".*", "^ok-", ".*"}}
+	ts.broker.mu.Unlock()
+	conn, err := amqp091.Dial("amqp://alice:secret@" + ts.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	if err := ch.PublishWithContext(context.Background(), "logs", "k", false, false, amqp091.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	e := <-closed
+	if e == nil || e.Code != amqp091.AccessRefused {
+		t.Fatalf("channel closed with %v, want 403 ACCESS_REFUSED", e)
+	}
+	if n := len(commandsOf(ts.broker, (*proto.Command).GetPublish)); n != 0 {
+		t.Fatalf("%d refused publishes reached the log", n)
+	}
+	// The connection stays up, and allowed resources still work.
+	ch2, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("connection closed by a channel error: %v", err)
+	}
+	if err := ch2.PublishWithContext(context.Background(), "ok-logs", "k", false, false, amqp091.Publishing{Body: []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch2.QueueDeclare("ok-q", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Binding needs write on the queue: "audit" is not writable.
+	err = ch2.QueueBind("audit", "k", "ok-logs", false, nil)
+	var ae *amqp091.Error
+	if !errors.As(err, &ae) || ae.Code != amqp091.AccessRefused {
+		t.Fatalf("bind to a queue without write permission: %v", err)
+	}
+	if n := len(commandsOf(ts.broker, (*proto.Command).GetPublish)); n != 1 {
+		t.Fatalf("%d publishes in the log, want the allowed one", n)
+	}
+}
+
+func TestAccess_VhostWithoutPermissionsIsRefused(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.mu.Lock()
+	ts.broker.vhosts["other"] = true
+	ts.broker.vhosts["closed"] = true
+	ts.broker.denied = map[[2]string]bool{{"guest", "closed"}: true}
+	ts.broker.mu.Unlock()
+	// RabbitMQ: "access to vhost 'closed' refused for user 'guest'".
+	_, err := amqp091.Dial("amqp://guest:guest@" + ts.addr + "/closed")
+	var ae *amqp091.Error
+	if !errors.As(err, &ae) || ae.Code != amqp091.NotAllowed {
+		t.Fatalf("open of a vhost without access: %v, want 530 NOT_ALLOWED", err)
+	}
+	conn, err := amqp091.Dial("amqp://guest:guest@" + ts.addr + "/other")
+	if err != nil {
+		t.Fatalf("open of a permitted vhost: %v", err)
+	}
+	conn.Close()
+}
+
+func TestPermissions_MatchAndRecompile(t *testing.T) {
+	var p permissions
+	if !p.match([3]string{".*", "^a", ""}, accessWrite, "abc") || p.match([3]string{".*", "^a", ""}, accessWrite, "xa") {
+		t.Fatal("write pattern ^a")
+	}
+	if p.match([3]string{".*", "^a", ""}, accessRead, "anything") {
+		t.Fatal("an empty pattern must match nothing")
+	}
+	if !p.match([3]string{".*", "^x", ""}, accessWrite, "xa") {
+		t.Fatal("a changed pattern was not recompiled")
+	}
+	if p.match([3]string{".*", "(", ""}, accessWrite, "(") {
+		t.Fatal("an invalid pattern must match nothing")
+	}
+}
