@@ -125,29 +125,10 @@ func FreeAddr(t testing.TB) string {
 
 // StartCluster starts n raftmq processes that form one cluster
 // (--bootstrap-expect n, each joining the first node's gossip address) and
-// waits until every node accepts AMQP connections.
+// waits until every node answers /readyz with 200.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: Binary(t)}
-	base := t.TempDir()
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("n%d", i+1)
-		node := &Node{
-			ID:         id,
-			AMQPAddr:   FreeAddr(t),
-			GRPCAddr:   FreeAddr(t),
-			RaftAddr:   FreeAddr(t),
-			GossipAddr: FreeAddr(t),
-			HTTPAddr:   FreeAddr(t),
-			DataDir:    filepath.Join(base, id),
-			LogPath:    filepath.Join(base, id+".log"),
-		}
-		c.Nodes = append(c.Nodes, node)
-	}
-	c.join = c.Nodes[0].GossipAddr
-	for i := range c.Nodes {
-		c.Start(i)
-	}
 	t.Cleanup(func() {
 		for i, node := range c.Nodes {
 			if node.Running() {
@@ -158,10 +139,71 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			c.DumpLogs()
 		}
 	})
-	for i := range c.Nodes {
-		c.WaitReady(i, 60*time.Second)
+	// Ports are picked free and released before the nodes bind them, so a
+	// parallel test can take one in between: a node that exits because its
+	// address is in use makes the whole cluster start again on new ports.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		c.place(t, n)
+		for i := range c.Nodes {
+			c.Start(i)
+		}
+		err := c.waitAllReady(60 * time.Second)
+		if err == nil {
+			return c
+		}
+		if attempt == attempts || !c.portTaken() {
+			c.DumpLogs()
+			t.Fatalf("cluster not ready: %v", err)
+		}
+		t.Logf("attempt %d: a port was taken by another process (%v); starting again on new ports", attempt, err)
+		for i, node := range c.Nodes {
+			if node.Running() {
+				c.Kill(i)
+			}
+		}
 	}
-	return c
+}
+
+// place gives the cluster n fresh nodes with new addresses and folders.
+func (c *Cluster) place(t testing.TB, n int) {
+	base := t.TempDir()
+	c.Nodes = nil
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("n%d", i+1)
+		c.Nodes = append(c.Nodes, &Node{
+			ID:         id,
+			AMQPAddr:   FreeAddr(t),
+			GRPCAddr:   FreeAddr(t),
+			RaftAddr:   FreeAddr(t),
+			GossipAddr: FreeAddr(t),
+			HTTPAddr:   FreeAddr(t),
+			DataDir:    filepath.Join(base, id),
+			LogPath:    filepath.Join(base, id+".log"),
+		})
+	}
+	c.join = c.Nodes[0].GossipAddr
+}
+
+// portTaken reports whether a node's log says one of its addresses was in
+// use.
+func (c *Cluster) portTaken() bool {
+	for _, n := range c.Nodes {
+		if b, err := os.ReadFile(n.LogPath); err == nil && bytes.Contains(b, []byte("address already in use")) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitAllReady waits for every node; it gives up at once when one exits.
+func (c *Cluster) waitAllReady(timeout time.Duration) error {
+	for i := range c.Nodes {
+		if err := c.waitReady(i, timeout); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Start (re)starts node i with its data directory kept.
@@ -227,26 +269,26 @@ func (c *Cluster) signal(i int, sig syscall.Signal) {
 // HTTP, answers /readyz with 200.
 func (c *Cluster) WaitReady(i int, timeout time.Duration) {
 	c.t.Helper()
+	if err := c.waitReady(i, timeout); err != nil {
+		c.DumpLogs()
+		c.t.Fatalf("node %s not ready: %v", c.Nodes[i].ID, err)
+	}
+}
+
+// errExited stops waiting for a node whose process is gone.
+var errExited = errors.New("process exited")
+
+func (c *Cluster) waitReady(i int, timeout time.Duration) error {
 	n := c.Nodes[i]
 	err := Eventually(timeout, func() error {
 		if !n.Running() {
-			return fmt.Errorf("%s exited", n.ID)
+			return errExited
 		}
-		conn, err := net.DialTimeout("tcp", n.AMQPAddr, time.Second)
-		if err != nil {
-			return err
-		}
-		conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTPAddr+"/readyz", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			// No HTTP endpoint (yet): AMQP accepting is readiness.
-			var opErr *net.OpError
-			if errors.As(err, &opErr) {
-				return nil
-			}
 			return err
 		}
 		resp.Body.Close()
@@ -254,11 +296,11 @@ func (c *Cluster) WaitReady(i int, timeout time.Duration) {
 			return fmt.Errorf("%s /readyz: %s", n.ID, resp.Status)
 		}
 		return nil
-	})
+	}, errExited)
 	if err != nil {
-		c.DumpLogs()
-		c.t.Fatalf("node %s not ready: %v", n.ID, err)
+		return fmt.Errorf("%s: %w", n.ID, err)
 	}
+	return nil
 }
 
 // DumpLogs writes the tail of every node's log to the test log.
@@ -276,14 +318,20 @@ func (c *Cluster) DumpLogs() {
 }
 
 // Eventually polls cond until it returns nil or timeout passes, and returns
-// the last error.
-func Eventually(timeout time.Duration, cond func() error) error {
+// the last error. It stops at once when cond returns one of the fatal
+// errors (compared with errors.Is).
+func Eventually(timeout time.Duration, cond func() error, fatal ...error) error {
 	deadline := time.Now().Add(timeout)
 	wait := 10 * time.Millisecond
 	for {
 		err := cond()
 		if err == nil {
 			return nil
+		}
+		for _, f := range fatal {
+			if errors.Is(err, f) {
+				return err
+			}
 		}
 		if time.Now().After(deadline) {
 			return err
