@@ -67,3 +67,12 @@ func (ch *channel) authorize(m wire.Method, a access, kind, name string) *wire.E
 	return wire.ChanError(wire.AccessRefused, m.ClassID(), m.MethodID(),
 		"access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, c.vhost, c.user)
 }
+
+// authorizeBind checks a bind or unbind: write on the destination (a queue
+// or an exchange) and read on the source exchange.
+func (ch *channel) authorizeBind(m wire.Method, destKind, dest, source string) *wire.Error {
+	if e := ch.authorize(m, accessWrite, destKind, dest); e != nil {
+		return e
+	}
+	return ch.authorize(m, accessRead, "exchange", source)
+}

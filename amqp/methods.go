@@ -199,10 +199,7 @@ func (ch *channel) handleExchangeDelete(m *wire.ExchangeDelete) *wire.Error {
 }
 
 func (ch *channel) handleExchangeBind(m *wire.ExchangeBind) *wire.Error {
-	if e := ch.authorize(m, accessWrite, "exchange", m.Destination); e != nil {
-		return e
-	}
-	if e := ch.authorize(m, accessRead, "exchange", m.Source); e != nil {
+	if e := ch.authorizeBind(m, "exchange", m.Destination, m.Source); e != nil {
 		return e
 	}
 	args, e := tableArg(m, m.Arguments)
@@ -222,10 +219,7 @@ func (ch *channel) handleExchangeBind(m *wire.ExchangeBind) *wire.Error {
 }
 
 func (ch *channel) handleExchangeUnbind(m *wire.ExchangeUnbind) *wire.Error {
-	if e := ch.authorize(m, accessWrite, "exchange", m.Destination); e != nil {
-		return e
-	}
-	if e := ch.authorize(m, accessRead, "exchange", m.Source); e != nil {
+	if e := ch.authorizeBind(m, "exchange", m.Destination, m.Source); e != nil {
 		return e
 	}
 	args, e := tableArg(m, m.Arguments)
@@ -289,10 +283,7 @@ func (ch *channel) handleQueueBind(m *wire.QueueBind) *wire.Error {
 	if e != nil {
 		return e
 	}
-	if e := ch.authorize(m, accessWrite, "queue", q); e != nil {
-		return e
-	}
-	if e := ch.authorize(m, accessRead, "exchange", m.Exchange); e != nil {
+	if e := ch.authorizeBind(m, "queue", q, m.Exchange); e != nil {
 		return e
 	}
 	args, e := tableArg(m, m.Arguments)
@@ -321,10 +312,7 @@ func (ch *channel) handleQueueUnbind(m *wire.QueueUnbind) *wire.Error {
 	if e != nil {
 		return e
 	}
-	if e := ch.authorize(m, accessWrite, "queue", q); e != nil {
-		return e
-	}
-	if e := ch.authorize(m, accessRead, "exchange", m.Exchange); e != nil {
+	if e := ch.authorizeBind(m, "queue", q, m.Exchange); e != nil {
 		return e
 	}
 	args, e := tableArg(m, m.Arguments)
