@@ -22,8 +22,11 @@ image:
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o deploy/raftmq ./cmd/raftmq
 	docker build -t raftmq:dev -f deploy/Dockerfile deploy
 
+# docker compose (v2 plugin) where it exists, else docker-compose (v1).
+COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
 cluster-up: image
-	docker compose -f deploy/docker-compose.yml up -d --wait
+	$(COMPOSE) -f deploy/docker-compose.yml up -d
 
 cluster-down:
-	docker compose -f deploy/docker-compose.yml down -v
+	$(COMPOSE) -f deploy/docker-compose.yml down -v
