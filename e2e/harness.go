@@ -27,6 +27,11 @@ type Node struct {
 	HTTPAddr   string
 	DataDir    string
 	LogPath    string
+	// ExtraArgs are appended to the node's command line and Env to its
+	// environment on every Start (set them from a Setup hook, or before a
+	// restart).
+	ExtraArgs []string
+	Env       []string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -128,6 +133,13 @@ func FreeAddr(t testing.TB) string {
 // waits until every node answers /readyz with 200.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, n, nil)
+}
+
+// StartClusterWith is StartCluster with setup called for each node after
+// its addresses are chosen and before it starts (to set ExtraArgs or Env).
+func StartClusterWith(t testing.TB, n int, setup func(i int, node *Node)) *Cluster {
+	t.Helper()
 	c := &Cluster{t: t, bin: Binary(t)}
 	t.Cleanup(func() {
 		for i, node := range c.Nodes {
@@ -146,6 +158,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for attempt := 1; ; attempt++ {
 		c.place(t, n)
 		for i := range c.Nodes {
+			if setup != nil {
+				setup(i, c.Nodes[i])
+			}
 			c.Start(i)
 		}
 		err := c.waitAllReady(60 * time.Second)
@@ -227,7 +242,9 @@ func (c *Cluster) Start(i int) {
 	if len(c.Nodes) > 1 {
 		args = append(args, "--join", c.join)
 	}
+	args = append(args, n.ExtraArgs...)
 	cmd := exec.Command(c.bin, args...)
+	cmd.Env = append(os.Environ(), n.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
