@@ -1,0 +1,383 @@
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raftmq/raftmq/e2e"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// The cluster's first user, set through the compose file's variables.
+const (
+	user     = "fault"
+	password = "fault-pass"
+	image    = "raftmq:e2e-fault"
+)
+
+// dockerReady reports why docker cannot run the suite ("" when it can).
+func dockerReady() string {
+	if _, err := exec.LookPath("docker"); err != nil {
+		return "no docker command"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		return fmt.Sprintf("no docker engine answers (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	if len(composeCommand()) == 0 {
+		return "neither 'docker compose' nor docker-compose is installed"
+	}
+	return ""
+}
+
+// composeCommand is the compose tool: the docker plugin where it exists,
+// else the standalone docker-compose.
+var composeCommand = sync.OnceValue(func() []string {
+	if exec.Command("docker", "compose", "version").Run() == nil {
+		return []string{"docker", "compose"}
+	}
+	if _, err := exec.LookPath("docker-compose"); err == nil {
+		return []string{"docker-compose"}
+	}
+	return nil
+})
+
+// buildImage builds cmd/raftmq statically and the deploy/Dockerfile image
+// around it, once per test binary.
+var buildImage = sync.OnceValues(func() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "raftmq-fault-image")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "raftmq"), "./cmd/raftmq")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	img := exec.Command("docker", "build", "-q", "-t", image, "-f", filepath.Join(root, "deploy", "Dockerfile"), dir)
+	if out, err := img.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("docker build: %v\n%s", err, out)
+	}
+	return root, nil
+})
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the raftmq module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// node is one container of the compose cluster.
+type node struct {
+	id        string // raft id, the compose service name
+	container string // container id
+	ip        string
+}
+
+func (n *node) amqpURL() string {
+	return fmt.Sprintf("amqp://%s:%s@%s/", user, password, net.JoinHostPort(n.ip, "5672"))
+}
+
+// cluster is deploy/docker-compose.yml brought up under its own project
+// name, network and host ports.
+type cluster struct {
+	t       *testing.T
+	project string
+	args    []string // compose command with -p and -f
+	env     []string
+	network string
+	nodes   []*node
+}
+
+// startCluster brings up the compose cluster and waits until every node is
+// ready. The restart policy is turned off so that a killed node stays down
+// until the scenario starts it.
+func startCluster(t *testing.T, name string) *cluster {
+	t.Helper()
+	root, err := buildImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	override := filepath.Join(t.TempDir(), "override.yml")
+	var o strings.Builder
+	o.WriteString("services:\n")
+	for i := 1; i <= 3; i++ {
+		fmt.Fprintf(&o, "  raftmq%d:\n    restart: \"no\"\n", i)
+	}
+	if err := os.WriteFile(override, []byte(o.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, project: fmt.Sprintf("raftmqfault%d%s", os.Getpid(), name)}
+	c.args = append(composeCommand(), "-p", c.project,
+		"-f", filepath.Join(root, "deploy", "docker-compose.yml"), "-f", override)
+	c.network = c.project + "_raftmq"
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dumpLogs()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, c.args[0], append(c.args[1:], "down", "-v", "--remove-orphans", "-t", "2")...)
+		cmd.Env = c.env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Logf("compose down: %v\n%s", err, out)
+		}
+	})
+
+	// A /24 of its own, moved when the engine says it overlaps another.
+	var up error
+	for attempt := 0; attempt < 5; attempt++ {
+		subnet := fmt.Sprintf("172.30.%d", 100+rand.IntN(150))
+		c.env = append(os.Environ(), "RAFTMQ_IMAGE="+image, "RAFTMQ_SUBNET="+subnet,
+			"RAFTMQ_USER="+user, "RAFTMQ_PASSWORD="+password)
+		for i := 1; i <= 3; i++ {
+			for _, p := range []string{"AMQP", "GRPC", "HTTP"} {
+				_, port, _ := net.SplitHostPort(e2e.FreeAddr(t))
+				c.env = append(c.env, fmt.Sprintf("RAFTMQ%d_%s_PORT=%s", i, p, port))
+			}
+		}
+		var out string
+		out, up = c.compose("up", "-d")
+		if up == nil {
+			break
+		}
+		if !strings.Contains(out, "overlap") && !strings.Contains(out, "address already in use") {
+			t.Fatalf("compose up: %v\n%s", up, out)
+		}
+		c.compose("down", "-v", "--remove-orphans", "-t", "1")
+	}
+	if up != nil {
+		t.Fatalf("compose up: %v", up)
+	}
+	for i := 1; i <= 3; i++ {
+		svc := fmt.Sprintf("raftmq%d", i)
+		out, err := c.compose("ps", "-q", svc)
+		if err != nil || strings.TrimSpace(out) == "" {
+			t.Fatalf("compose ps %s: %v %s", svc, err, out)
+		}
+		id := strings.TrimSpace(out)
+		ip := c.docker("inspect", "-f", `{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}`, id)
+		c.nodes = append(c.nodes, &node{id: svc, container: id, ip: strings.TrimSpace(ip)})
+	}
+	for i := range c.nodes {
+		c.waitReady(i)
+	}
+	c.waitMembers()
+	return c
+}
+
+func (c *cluster) compose(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.args[0], append(c.args[1:], args...)...)
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// docker runs a docker command that must succeed.
+func (c *cluster) docker(args ...string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// kill sends SIGKILL to node i's process (kill -9).
+func (c *cluster) kill(i int) { c.docker("kill", "-s", "KILL", c.nodes[i].container) }
+
+// stop stops node i with SIGTERM, as an operator would.
+func (c *cluster) stop(i int) { c.docker("stop", "-t", "20", c.nodes[i].container) }
+
+// start starts node i again and waits until it is ready.
+func (c *cluster) start(i int) {
+	c.docker("start", c.nodes[i].container)
+	c.waitReady(i)
+}
+
+// cut disconnects node i from the cluster's network; heal puts it back
+// at its address.
+func (c *cluster) cut(i int) {
+	c.docker("network", "disconnect", "-f", c.network, c.nodes[i].container)
+}
+func (c *cluster) heal(i int) {
+	c.docker("network", "connect", "--ip", c.nodes[i].ip, c.network, c.nodes[i].container)
+}
+
+// stopAll and startAll stop and start the whole cluster.
+func (c *cluster) stopAll() {
+	if out, err := c.compose("stop", "-t", "20"); err != nil {
+		c.t.Fatalf("compose stop: %v\n%s", err, out)
+	}
+}
+
+func (c *cluster) startAll() {
+	if out, err := c.compose("start"); err != nil {
+		c.t.Fatalf("compose start: %v\n%s", err, out)
+	}
+	for i := range c.nodes {
+		c.waitReady(i)
+	}
+}
+
+// waitReady waits until node i answers /readyz with 200.
+func (c *cluster) waitReady(i int) {
+	c.t.Helper()
+	n := c.nodes[i]
+	err := e2e.Eventually(90*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(n.ip, "15692")+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("%s not ready: %v", n.id, err)
+	}
+}
+
+// admin dials node i's admin API.
+func (c *cluster) admin(i int) (proto.AdminClient, func()) {
+	cc, err := grpc.NewClient(net.JoinHostPort(c.nodes[i].ip, "5680"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return proto.NewAdminClient(cc), func() { cc.Close() }
+}
+
+// status asks node i for the cluster's status.
+func (c *cluster) status(i int) (*proto.ClusterStatusResponse, error) {
+	a, done := c.admin(i)
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return a.ClusterStatus(ctx, &proto.ClusterStatusRequest{})
+}
+
+// waitMembers waits until every node sees one leader and all three
+// members alive.
+func (c *cluster) waitMembers() {
+	c.t.Helper()
+	err := e2e.Eventually(60*time.Second, func() error {
+		var leader string
+		for i := range c.nodes {
+			st, err := c.status(i)
+			if err != nil {
+				return err
+			}
+			if st.LeaderId == "" || (leader != "" && st.LeaderId != leader) {
+				return fmt.Errorf("%s sees leader %q, another sees %q", c.nodes[i].id, st.LeaderId, leader)
+			}
+			leader = st.LeaderId
+			for _, m := range st.Nodes {
+				if m.Health != "alive" {
+					return fmt.Errorf("%s sees %s %s", c.nodes[i].id, m.Id, m.Health)
+				}
+			}
+			if len(st.Nodes) != len(c.nodes) {
+				return fmt.Errorf("%s sees %d members", c.nodes[i].id, len(st.Nodes))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("cluster not whole: %v", err)
+	}
+}
+
+// leader returns the index of the current leader.
+func (c *cluster) leader() int {
+	c.t.Helper()
+	var idx = -1
+	err := e2e.Eventually(30*time.Second, func() error {
+		for i := range c.nodes {
+			st, err := c.status(i)
+			if err != nil || st.LeaderId == "" {
+				continue
+			}
+			for j, n := range c.nodes {
+				if n.id == st.LeaderId {
+					idx = j
+					return nil
+				}
+			}
+		}
+		return errors.New("no node names a leader")
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return idx
+}
+
+// digestsAgree waits until the three nodes report the same state digest at
+// the same applied index.
+func (c *cluster) digestsAgree(timeout time.Duration) error {
+	return e2e.Eventually(timeout, func() error {
+		var first *proto.DigestResponse
+		for i := range c.nodes {
+			a, done := c.admin(i)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			d, err := a.Digest(ctx, &proto.DigestRequest{})
+			cancel()
+			done()
+			if err != nil {
+				return err
+			}
+			if first == nil {
+				first = d
+				continue
+			}
+			if d.AppliedIndex != first.AppliedIndex || d.Digest != first.Digest {
+				return fmt.Errorf("%s: index %d digest %.12s; %s: index %d digest %.12s",
+					first.NodeId, first.AppliedIndex, first.Digest, d.NodeId, d.AppliedIndex, d.Digest)
+			}
+		}
+		return nil
+	})
+}
+
+func (c *cluster) dumpLogs() {
+	for _, n := range c.nodes {
+		out, _ := exec.Command("docker", "logs", "--tail", "60", n.container).CombinedOutput()
+		c.t.Logf("---- %s (%s) log tail ----\n%s", n.id, n.ip, out)
+	}
+}

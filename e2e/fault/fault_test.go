@@ -1,0 +1,200 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/e2e"
+)
+
+// scenario is one fault: inject runs it and returns once the cluster is
+// whole again.
+type scenario struct {
+	name   string
+	inject func(t *testing.T, c *cluster)
+}
+
+// How long a cut-off node stays cut off: past the node-down delay (5 s by
+// default), so its consumers are cancelled and their messages requeued.
+const cutFor = 8 * time.Second
+
+var scenarios = []scenario{
+	{"kill-leader", func(t *testing.T, c *cluster) {
+		l := c.leader()
+		c.kill(l)
+		time.Sleep(cutFor) // the node stays dead for a fixed spell: the fault itself
+		c.start(l)
+	}},
+	{"kill-follower", func(t *testing.T, c *cluster) {
+		f := (c.leader() + 1) % len(c.nodes)
+		c.kill(f)
+		time.Sleep(cutFor)
+		c.start(f)
+	}},
+	{"partition-leader", func(t *testing.T, c *cluster) {
+		l := c.leader()
+		c.cut(l)
+		time.Sleep(cutFor)
+		c.heal(l)
+	}},
+	{"partition-follower", func(t *testing.T, c *cluster) {
+		f := (c.leader() + 1) % len(c.nodes)
+		c.cut(f)
+		time.Sleep(cutFor)
+		c.heal(f)
+	}},
+	{"rolling-restart", func(t *testing.T, c *cluster) {
+		for i := range c.nodes {
+			c.stop(i)
+			c.start(i)
+			c.waitMembers()
+		}
+	}},
+	{"restart-cluster", func(t *testing.T, c *cluster) {
+		c.stopAll()
+		c.startAll()
+	}},
+}
+
+// Tolerances the checker applies, and why.
+const (
+	// A delivery reaches its client after the deadline was decided in log
+	// time: apply on the consumer's node, a trip over the bridge, a loaded
+	// two-core machine running three nodes and the race-enabled test.
+	deliveryGrace = time.Second
+	// An unused x-expires queue is deleted by the leader's lease scheduler;
+	// when its lease runs out during the fault, the new leader (elected, or
+	// the cluster started again) deletes it as soon as it takes over.
+	leaseGrace = 3 * time.Second
+	idleLease  = 3 * time.Second
+	// With no fault on, the scheduler deletes an unused queue within
+	// milliseconds of its lease; the watcher polls every 100 ms through a
+	// fresh connection.
+	quietLeaseGrace = 1500 * time.Millisecond
+)
+
+var (
+	reportMu sync.Mutex
+	reports  []report
+)
+
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault suite: skipped with -short")
+	}
+	if why := dockerReady(); why != "" {
+		t.Skipf("fault suite needs docker: %s", why)
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) { run(t, sc) })
+	}
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	var b strings.Builder
+	writeTable(&b, reports)
+	t.Logf("fault suite:\n%s", b.String())
+	if path := os.Getenv("RAFTMQ_FAULT_REPORT"); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fmt.Fprintf(f, "%s\n", b.String())
+	}
+}
+
+func run(t *testing.T, sc scenario) {
+	c := startCluster(t, strings.ReplaceAll(sc.name, "-", ""))
+	c.declareTopology()
+	c.declareLease(usedLease, usedLeaseTTL)
+	watch, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	idle1 := leaseResult{name: "idle-before", expires: idleLease, allowed: quietLeaseGrace}
+	idle1.declared = c.declareLease("fault.lease.idle1", idleLease)
+	idle1Gone := c.watchLease(watch, "fault.lease.idle1")
+
+	w := c.startWorkload()
+	if err := e2e.Eventually(30*time.Second, func() error {
+		if n := w.rec.confirmedCount(); n < 200 {
+			return fmt.Errorf("%d confirmed", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("workload does not start: %v", err)
+	}
+	// The first idle queue's lease runs out before the fault.
+	select {
+	case idle1.gone = <-idle1Gone:
+	case <-time.After(idleLease + 2*leaseGrace):
+	}
+
+	// The second idle queue's lease runs out while the fault is on.
+	idle2 := leaseResult{name: "idle-during", expires: idleLease}
+	idle2.declared = c.declareLease("fault.lease.idle2", idleLease)
+	idle2Gone := c.watchLease(watch, "fault.lease.idle2")
+	faultAt := time.Now()
+	sc.inject(t, c)
+	healedAt := time.Now()
+	// A lease that ran out while no leader could act is deleted once one
+	// can: allow the fault's length on top of the grace.
+	idle2.allowed = leaseGrace + healedAt.Sub(idle2.declared)
+
+	// Let the workload run on the whole cluster again, then stop
+	// publishing and wait for the consumers to drain every queue.
+	c.waitMembers()
+	pause(context.Background(), 5*time.Second)
+	w.stopPublishing()
+	publishEnd := time.Now()
+	// The getters stopped with the publishers: the used queue must be
+	// there now (its lease runs out usedLeaseTTL later).
+	used := leaseResult{name: "used", used: true, expires: usedLeaseTTL}
+	if e, ok := c.exists(0, usedLease); ok && !e {
+		used.gone = time.Now()
+	} else if !ok {
+		t.Errorf("cannot ask whether %s exists", usedLease)
+	}
+	if err := e2e.Eventually(90*time.Second, func() error {
+		if n := w.rec.missing(); n > 0 {
+			return fmt.Errorf("%d confirmed messages not yet received", n)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("drain: %v", err)
+	}
+	w.stopConsuming()
+
+	waitGone := func(ch <-chan time.Time) time.Time {
+		select {
+		case at := <-ch:
+			return at
+		case <-time.After(leaseGrace + idleLease):
+			return time.Time{}
+		}
+	}
+	idle2.gone = waitGone(idle2Gone)
+	stopWatch()
+
+	if err := c.digestsAgree(60 * time.Second); err != nil {
+		t.Errorf("state digests differ: %v", err)
+	}
+
+	rep, bad := w.rec.check(sc.name, limits{deliveryGrace: deliveryGrace}, faultAt, publishEnd)
+	rep.leases = []leaseResult{idle1, idle2, used}
+	for _, l := range rep.leases {
+		bad = append(bad, l.violations()...)
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+	var tbl strings.Builder
+	writeTable(&tbl, []report{rep})
+	t.Logf("fault %s injected at +0, healed after %v:\n%s", sc.name, healedAt.Sub(faultAt).Round(time.Millisecond), tbl.String())
+	reportMu.Lock()
+	reports = append(reports, rep)
+	reportMu.Unlock()
+}

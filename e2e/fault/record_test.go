@@ -1,0 +1,293 @@
+package fault
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// noTTL marks a message published without an expiration.
+const noTTL = time.Duration(-1)
+
+// sent is one published message as its publisher saw it.
+type sent struct {
+	id string
+	// queue is where the message was routed: workQueue or delayQueue.
+	queue string
+	// ttl is the message's effective TTL in queue (the lower of its
+	// expiration and the queue's x-message-ttl), or noTTL.
+	ttl time.Duration
+	// at is when the publish was written; confirmed when the broker's ack
+	// arrived (zero if it never did, or a nack did).
+	at        time.Time
+	confirmed time.Time
+}
+
+func (s *sent) ttlText() string {
+	if s.ttl == noTTL {
+		return "no ttl"
+	}
+	return "ttl " + s.ttl.String()
+}
+
+// delivery is one message a consumer received.
+type delivery struct {
+	id          string
+	queue       string
+	redelivered bool
+	at          time.Time
+	// reason is the first x-death reason of a dead-lettered message.
+	reason string
+}
+
+// recorder collects what the workload's clients saw.
+type recorder struct {
+	mu         sync.Mutex
+	sent       map[string]*sent
+	deliveries []delivery
+	confirms   []time.Time
+}
+
+func newRecorder() *recorder { return &recorder{sent: map[string]*sent{}} }
+
+func (r *recorder) published(s *sent) {
+	r.mu.Lock()
+	r.sent[s.id] = s
+	r.mu.Unlock()
+}
+
+func (r *recorder) confirmed(id string, at time.Time) {
+	r.mu.Lock()
+	if s := r.sent[id]; s != nil {
+		s.confirmed = at
+		r.confirms = append(r.confirms, at)
+	}
+	r.mu.Unlock()
+}
+
+func (r *recorder) delivered(d delivery) {
+	r.mu.Lock()
+	r.deliveries = append(r.deliveries, d)
+	r.mu.Unlock()
+}
+
+// confirmedCount is how many publishes have been confirmed so far.
+func (r *recorder) confirmedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.confirms)
+}
+
+// missing returns how many confirmed messages no consumer has received yet
+// (from their queue, or dead-lettered).
+func (r *recorder) missing() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := make(map[string]bool, len(r.deliveries))
+	for _, d := range r.deliveries {
+		seen[d.id] = true
+	}
+	n := 0
+	for id, s := range r.sent {
+		if !s.confirmed.IsZero() && !seen[id] {
+			n++
+		}
+	}
+	return n
+}
+
+// limits are what a scenario's checker tolerates.
+type limits struct {
+	// deliveryGrace is how long after its deadline a delivery may reach a
+	// client: the deadline is decided in log time, the client's clock reads
+	// it after apply on the consumer's node and a trip over the network.
+	deliveryGrace time.Duration
+}
+
+// report is one scenario's outcome, a row of the printed table.
+type report struct {
+	scenario      string
+	published     int
+	confirmed     int
+	consumed      int // confirmed messages received from their own queue
+	deadLettered  int // confirmed messages received through the dead-letter exchange
+	lost          int // confirmed, never received
+	duplicated    int // deliveries beyond the first of a message in a queue
+	unflaggedDups int // of those, how many lacked the redelivered flag
+	late          int // deliveries after deadline + grace
+	wrongReason   int // dead letters whose x-death reason is not "expired"
+	maxPause      time.Duration
+	latenessP99   time.Duration // dead-letter receipt minus deadline
+	leases        []leaseResult
+}
+
+// leaseResult is what happened to one x-expires queue.
+type leaseResult struct {
+	name string
+	// used: a client kept doing basic.get on it; it must outlive the test.
+	used bool
+	// declared is when queue.declare was sent, expires its x-expires.
+	declared time.Time
+	expires  time.Duration
+	// gone is when a passive declare first found it missing (zero: never).
+	gone time.Time
+	// allowed is the lateness tolerated for this queue.
+	allowed time.Duration
+}
+
+// violations lists what is wrong with a lease's fate.
+func (l leaseResult) violations() []string {
+	switch {
+	case l.used && !l.gone.IsZero():
+		return []string{fmt.Sprintf("queue %s was in use but was deleted after %v", l.name, l.gone.Sub(l.declared))}
+	case l.used:
+		return nil
+	case l.gone.IsZero():
+		return []string{fmt.Sprintf("unused queue %s (x-expires %v) was never deleted", l.name, l.expires)}
+	case l.gone.Before(l.declared.Add(l.expires)):
+		return []string{fmt.Sprintf("unused queue %s (x-expires %v) was deleted early, after %v", l.name, l.expires, l.gone.Sub(l.declared))}
+	case l.gone.After(l.declared.Add(l.expires + l.allowed)):
+		return []string{fmt.Sprintf("unused queue %s (x-expires %v) was deleted %v late (allowed %v)", l.name, l.expires, l.gone.Sub(l.declared.Add(l.expires)), l.allowed)}
+	}
+	return nil
+}
+
+// check reads the records against the rules and returns the scenario's row
+// and every violation found. pauseFrom starts the window in which the
+// longest stretch without a confirm is measured (the fault's start).
+func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Time) (report, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := report{scenario: scenario, published: len(r.sent)}
+	var bad []string
+
+	type seenKey struct{ id, queue string }
+	seen := map[seenKey]int{}
+	received := map[string]string{} // id -> "own" or "dead"
+	var lateness []time.Duration
+	for _, d := range r.deliveries {
+		s := r.sent[d.id]
+		if s == nil {
+			bad = append(bad, fmt.Sprintf("delivery of %q, which was never published", d.id))
+			continue
+		}
+		k := seenKey{d.id, d.queue}
+		seen[k]++
+		if seen[k] > 1 {
+			rep.duplicated++
+			if !d.redelivered {
+				rep.unflaggedDups++
+				bad = append(bad, fmt.Sprintf("%s delivered again from %s without the redelivered flag", d.id, d.queue))
+			}
+		}
+		if d.queue == deadQueue {
+			if d.reason != "expired" {
+				rep.wrongReason++
+				bad = append(bad, fmt.Sprintf("%s dead-lettered with reason %q, want expired", d.id, d.reason))
+			}
+			if seen[k] == 1 && s.ttl != noTTL {
+				lateness = append(lateness, d.at.Sub(s.at.Add(s.ttl)))
+			}
+			if received[d.id] == "" {
+				received[d.id] = "dead"
+			}
+			continue
+		}
+		received[d.id] = "own"
+		// The deadline is the log stamp of the publish plus the TTL, and
+		// the stamp is no later than the confirm.
+		if s.ttl != noTTL && !s.confirmed.IsZero() && d.at.After(s.confirmed.Add(s.ttl+lim.deliveryGrace)) {
+			rep.late++
+			bad = append(bad, fmt.Sprintf("%s (%s) delivered %v after it was confirmed", d.id, s.ttlText(), d.at.Sub(s.confirmed)))
+		}
+	}
+	ids := make([]string, 0, len(r.sent))
+	for id := range r.sent {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := r.sent[id]
+		if s.confirmed.IsZero() {
+			continue
+		}
+		rep.confirmed++
+		switch received[id] {
+		case "own":
+			rep.consumed++
+		case "dead":
+			rep.deadLettered++
+		default:
+			rep.lost++
+			if rep.lost <= 20 {
+				bad = append(bad, fmt.Sprintf("confirmed message %s (to %s, %s) was lost", id, s.queue, s.ttlText()))
+			}
+		}
+	}
+	if rep.lost > 20 {
+		bad = append(bad, fmt.Sprintf("... %d confirmed messages lost in all", rep.lost))
+	}
+	rep.latenessP99 = percentile(lateness, 0.99)
+	rep.maxPause = longestGap(r.confirms, pauseFrom, pauseTo)
+	return rep, bad
+}
+
+// percentile returns the q-quantile of ds (0 when empty).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s)-1) + 0.5)
+	return s[i]
+}
+
+// longestGap is the longest stretch of [from, to] with no time in ts.
+func longestGap(ts []time.Time, from, to time.Time) time.Duration {
+	s := slices.Clone(ts)
+	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
+	prev, longest := from, time.Duration(0)
+	for _, t := range s {
+		if t.Before(from) {
+			continue
+		}
+		if t.After(to) {
+			break
+		}
+		if g := t.Sub(prev); g > longest {
+			longest = g
+		}
+		prev = t
+	}
+	if g := to.Sub(prev); g > longest {
+		longest = g
+	}
+	return longest
+}
+
+// writeTable prints reports as a table.
+func writeTable(w io.Writer, reps []report) {
+	fmt.Fprintf(w, "%-20s %9s %9s %9s %9s %5s %5s %5s %12s %14s %s\n",
+		"scenario", "published", "confirmed", "consumed", "dead-lttr", "lost", "dups", "late", "max-pause", "death-late-p99", "x-expires")
+	for _, r := range reps {
+		var ls []string
+		for _, l := range r.leases {
+			switch {
+			case l.used && l.gone.IsZero():
+				ls = append(ls, l.name+" kept")
+			case l.gone.IsZero():
+				ls = append(ls, l.name+" never deleted")
+			default:
+				ls = append(ls, fmt.Sprintf("%s +%v", l.name, l.gone.Sub(l.declared.Add(l.expires)).Round(time.Millisecond)))
+			}
+		}
+		fmt.Fprintf(w, "%-20s %9d %9d %9d %9d %5d %5d %5d %12v %14v %s\n",
+			r.scenario, r.published, r.confirmed, r.consumed, r.deadLettered, r.lost, r.duplicated, r.late,
+			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), strings.Join(ls, ", "))
+	}
+}

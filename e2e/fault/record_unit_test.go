@@ -1,0 +1,107 @@
+package fault
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests run without docker: they show the checker catches what the
+// suite is there to catch.
+
+func recorded(t0 time.Time) *recorder {
+	r := newRecorder()
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	r.published(&sent{id: "a", queue: workQueue, ttl: noTTL, at: ms(0)})
+	r.confirmed("a", ms(5))
+	r.published(&sent{id: "b", queue: workQueue, ttl: 100 * time.Millisecond, at: ms(10)})
+	r.confirmed("b", ms(15))
+	r.published(&sent{id: "c", queue: delayQueue, ttl: time.Second, at: ms(20)})
+	r.confirmed("c", ms(25))
+	r.published(&sent{id: "u", queue: workQueue, ttl: noTTL, at: ms(30)}) // never confirmed
+	r.delivered(delivery{id: "a", queue: workQueue, at: ms(6)})
+	r.delivered(delivery{id: "b", queue: workQueue, at: ms(16)})
+	r.delivered(delivery{id: "c", queue: deadQueue, at: ms(1030), reason: "expired"})
+	return r
+}
+
+func TestCheck_CleanRun(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := recorded(t0)
+	rep, bad := r.check("clean", limits{deliveryGrace: 50 * time.Millisecond}, t0, t0.Add(40*time.Millisecond))
+	if len(bad) != 0 {
+		t.Fatalf("violations in a clean run: %v", bad)
+	}
+	if rep.published != 4 || rep.confirmed != 3 || rep.consumed != 2 || rep.deadLettered != 1 || rep.lost != 0 {
+		t.Fatalf("report = %+v", rep)
+	}
+	if rep.latenessP99 != 10*time.Millisecond {
+		t.Fatalf("lateness p99 = %v, want 10ms (received 1030ms, sent 20ms + 1s ttl)", rep.latenessP99)
+	}
+	if rep.maxPause != 15*time.Millisecond {
+		t.Fatalf("max pause = %v, want 15ms (last confirm at 25ms, window ends at 40ms)", rep.maxPause)
+	}
+}
+
+func TestCheck_FindsLossLatenessAndUnflaggedDuplicates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := recorded(t0)
+	r.published(&sent{id: "lost", queue: workQueue, ttl: noTTL, at: t0})
+	r.confirmed("lost", t0.Add(time.Millisecond))
+	r.published(&sent{id: "late", queue: workQueue, ttl: 100 * time.Millisecond, at: t0})
+	r.confirmed("late", t0.Add(time.Millisecond))
+	r.delivered(delivery{id: "late", queue: workQueue, at: t0.Add(500 * time.Millisecond)})
+	r.delivered(delivery{id: "a", queue: workQueue, at: t0.Add(time.Second)})                         // duplicate, unflagged
+	r.delivered(delivery{id: "b", queue: workQueue, redelivered: true, at: t0.Add(time.Millisecond)}) // duplicate, flagged
+	r.delivered(delivery{id: "ghost", queue: workQueue, at: t0})
+	r.delivered(delivery{id: "c", queue: deadQueue, at: t0.Add(2 * time.Second), reason: "rejected", redelivered: true})
+
+	rep, bad := r.check("faulty", limits{deliveryGrace: 50 * time.Millisecond}, t0, t0.Add(time.Second))
+	if rep.lost != 1 || rep.late != 1 || rep.duplicated != 3 || rep.unflaggedDups != 1 || rep.wrongReason != 1 {
+		t.Fatalf("report = %+v", rep)
+	}
+	want := []string{"message lost (to fault.work, no ttl) was lost", "late (ttl 100ms) delivered", "a delivered again", "never published", `reason "rejected"`}
+	all := strings.Join(bad, "\n")
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("violations lack %q:\n%s", w, all)
+		}
+	}
+}
+
+func TestLeaseResult_Violations(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	base := leaseResult{name: "q", declared: t0, expires: 3 * time.Second, allowed: time.Second}
+	cases := []struct {
+		name string
+		mod  func(*leaseResult)
+		want string
+	}{
+		{"on time", func(l *leaseResult) { l.gone = t0.Add(3500 * time.Millisecond) }, ""},
+		{"early", func(l *leaseResult) { l.gone = t0.Add(2 * time.Second) }, "early"},
+		{"late", func(l *leaseResult) { l.gone = t0.Add(5 * time.Second) }, "late"},
+		{"never", func(l *leaseResult) {}, "never deleted"},
+		{"used and kept", func(l *leaseResult) { l.used = true }, ""},
+		{"used but deleted", func(l *leaseResult) { l.used, l.gone = true, t0.Add(4*time.Second) }, "in use"},
+	}
+	for _, c := range cases {
+		l := base
+		c.mod(&l)
+		got := strings.Join(l.violations(), "; ")
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: violations %q, want one with %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestLongestGap(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	got := longestGap([]time.Time{at(50), at(10), at(400), at(450), at(2000)}, at(0), at(1000))
+	if got != 550*time.Millisecond {
+		t.Fatalf("longest gap = %v, want 550ms (the last confirm at 450ms to the window end)", got)
+	}
+	if got := longestGap(nil, at(0), at(1000)); got != time.Second {
+		t.Fatalf("longest gap with no confirms = %v, want the whole window", got)
+	}
+}

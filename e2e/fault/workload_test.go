@@ -1,0 +1,369 @@
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/raftmq/raftmq/e2e"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// The topology every scenario runs on.
+const (
+	workQueue  = "fault.work"  // consumed on every node; messages of mixed TTLs
+	delayQueue = "fault.delay" // x-message-ttl, never consumed: every message dies
+	deadQueue  = "fault.dead"  // what the dead-letter exchange routes to
+	dlx        = "fault.dlx"
+	delayTTL   = time.Second
+
+	// usedLeaseTTL is the x-expires of the queue the workload keeps using.
+	usedLeaseTTL = 10 * time.Second
+	usedLease    = "fault.lease.used"
+)
+
+// Workload settings: a paced publisher per node, a window of unconfirmed
+// publishes, how long a publisher waits for a confirm before it gives up on
+// its node and dials the next one.
+const (
+	publishEvery   = 4 * time.Millisecond
+	confirmWindow  = 32
+	confirmTimeout = 5 * time.Second
+	prefetch       = 50
+)
+
+// workload drives one scenario's clients.
+type workload struct {
+	t     *testing.T
+	c     *cluster
+	rec   *recorder
+	pubs  sync.WaitGroup // publishers and getters
+	cons  sync.WaitGroup // consumers
+	stopP context.CancelFunc
+	stopC context.CancelFunc
+	pctx  context.Context
+	cctx  context.Context
+}
+
+// dial connects to node i with a bounded handshake.
+func dial(n *node) (*amqp.Connection, error) {
+	return amqp.DialConfig(n.amqpURL(), amqp.Config{
+		Heartbeat: 2 * time.Second,
+		Dial:      amqp.DefaultDial(3 * time.Second),
+	})
+}
+
+// withChannel runs f on a fresh channel of a connection to any node that
+// answers, trying each in turn until timeout.
+func (c *cluster) withChannel(timeout time.Duration, f func(*amqp.Channel) error) error {
+	i := 0
+	return e2e.Eventually(timeout, func() error {
+		n := c.nodes[i%len(c.nodes)]
+		i++
+		conn, err := dial(n)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		return f(ch)
+	})
+}
+
+// declareTopology declares the exchanges and queues of the workload.
+func (c *cluster) declareTopology() {
+	c.t.Helper()
+	err := c.withChannel(30*time.Second, func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare(dlx, "fanout", true, false, false, false, nil); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare(deadQueue, true, false, false, false, nil); err != nil {
+			return err
+		}
+		if err := ch.QueueBind(deadQueue, "", dlx, false, nil); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare(workQueue, true, false, false, false, amqp.Table{"x-dead-letter-exchange": dlx}); err != nil {
+			return err
+		}
+		_, err := ch.QueueDeclare(delayQueue, true, false, false, false, amqp.Table{
+			"x-dead-letter-exchange": dlx, "x-message-ttl": int32(delayTTL / time.Millisecond)})
+		return err
+	})
+	if err != nil {
+		c.t.Fatalf("declare topology: %v", err)
+	}
+}
+
+// declareLease declares an x-expires queue and returns when the declare was
+// sent.
+func (c *cluster) declareLease(name string, expires time.Duration) time.Time {
+	c.t.Helper()
+	var at time.Time
+	err := c.withChannel(30*time.Second, func(ch *amqp.Channel) error {
+		at = time.Now()
+		_, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-expires": int32(expires / time.Millisecond)})
+		return err
+	})
+	if err != nil {
+		c.t.Fatalf("declare %s: %v", name, err)
+	}
+	return at
+}
+
+// exists reports whether queue exists in node i's state, through the
+// admin API; ok is false when the node could not answer. It does not use a
+// passive queue.declare: like a redeclare, that renews an x-expires lease.
+func (c *cluster) exists(i int, queue string) (exists, ok bool) {
+	a, done := c.admin(i)
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	qs, err := a.ListQueues(ctx, &proto.ListQueuesRequest{Vhost: "/"})
+	if err != nil {
+		return false, false
+	}
+	for _, q := range qs.Queues {
+		if q.Name == queue {
+			return true, true
+		}
+	}
+	return false, true
+}
+
+// watchLease polls queue until it is gone, through whichever node answers,
+// and returns when it was first found missing (zero if not before ctx).
+func (c *cluster) watchLease(ctx context.Context, queue string) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	go func() {
+		defer close(out)
+		for i := 0; ; i++ {
+			if e, ok := c.exists(i%len(c.nodes), queue); ok && !e {
+				out <- time.Now()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return out
+}
+
+// startWorkload starts a publisher, a consumer of workQueue, a consumer of
+// deadQueue and a getter of the used lease queue on each node.
+func (c *cluster) startWorkload() *workload {
+	w := &workload{t: c.t, c: c, rec: newRecorder()}
+	w.pctx, w.stopP = context.WithCancel(context.Background())
+	w.cctx, w.stopC = context.WithCancel(context.Background())
+	c.t.Cleanup(func() { w.stopP(); w.stopC(); w.pubs.Wait(); w.cons.Wait() })
+	for i := range c.nodes {
+		w.cons.Add(2)
+		go w.consume(i, workQueue)
+		go w.consume(i, deadQueue)
+	}
+	for i := range c.nodes {
+		w.pubs.Add(2)
+		go w.publish(i)
+		go w.get(i, usedLease)
+	}
+	return w
+}
+
+// stopPublishing stops the publishers and getters and waits for them.
+func (w *workload) stopPublishing() {
+	w.stopP()
+	w.pubs.Wait()
+}
+
+// stopConsuming stops the consumers and waits for them.
+func (w *workload) stopConsuming() {
+	w.stopC()
+	w.cons.Wait()
+}
+
+// pause waits d or until publishing stops.
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// publish runs publisher p, starting on node p and moving to the next node
+// whenever its connection fails or a confirm takes too long.
+func (w *workload) publish(p int) {
+	defer w.pubs.Done()
+	seq := 0
+	for attempt := p; w.pctx.Err() == nil; attempt++ {
+		if err := w.publishOn(p, w.c.nodes[attempt%len(w.c.nodes)], &seq); err != nil && w.pctx.Err() == nil {
+			pause(w.pctx, 200*time.Millisecond)
+		}
+	}
+}
+
+func (w *workload) publishOn(p int, n *node, seq *int) error {
+	conn, err := dial(n)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, confirmWindow))
+	var pending []string // ids by delivery tag, from tag next-len(pending)
+	tick := time.NewTicker(publishEvery)
+	defer tick.Stop()
+	lastProgress := time.Now()
+	for {
+		var ticks <-chan time.Time
+		if len(pending) < confirmWindow && w.pctx.Err() == nil {
+			ticks = tick.C
+		}
+		if w.pctx.Err() != nil && len(pending) == 0 {
+			return nil
+		}
+		select {
+		case cf, ok := <-confirms:
+			if !ok {
+				return errors.New("channel closed")
+			}
+			id := pending[0]
+			pending = pending[1:]
+			if cf.Ack {
+				w.rec.confirmed(id, time.Now())
+			}
+			lastProgress = time.Now()
+		case <-ticks:
+			*seq++
+			s, msg := message(p, *seq)
+			s.at = time.Now()
+			w.rec.published(s)
+			ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+			err := ch.PublishWithContext(ctx, "", s.queue, false, false, msg)
+			cancel()
+			if err != nil {
+				return err
+			}
+			pending = append(pending, s.id)
+		case <-time.After(time.Until(lastProgress.Add(confirmTimeout))):
+			if len(pending) > 0 {
+				return fmt.Errorf("no confirm for %v", confirmTimeout)
+			}
+			lastProgress = time.Now()
+		}
+	}
+}
+
+// message is publisher p's message number seq: the mix of TTLs the suite
+// runs on.
+func message(p, seq int) (*sent, amqp.Publishing) {
+	s := &sent{id: fmt.Sprintf("p%d-%d", p, seq), queue: workQueue, ttl: noTTL}
+	msg := amqp.Publishing{MessageId: s.id, DeliveryMode: amqp.Persistent, Body: []byte(s.id)}
+	expire := func(d time.Duration) {
+		msg.Expiration = strconv.FormatInt(int64(d/time.Millisecond), 10)
+		s.ttl = d
+	}
+	switch seq % 8 {
+	case 2:
+		expire(0)
+	case 3:
+		expire(300 * time.Millisecond)
+	case 4:
+		expire(20 * time.Second)
+	case 5, 6:
+		s.queue, s.ttl = delayQueue, delayTTL
+	case 7:
+		s.queue = delayQueue
+		expire(500 * time.Millisecond)
+	}
+	return s, msg
+}
+
+// consume runs a consumer of queue, starting on node i and moving on when
+// its connection fails or the broker cancels it.
+func (w *workload) consume(i int, queue string) {
+	defer w.cons.Done()
+	for attempt := i; w.cctx.Err() == nil; attempt++ {
+		if err := w.consumeOn(w.c.nodes[attempt%len(w.c.nodes)], queue); err != nil && w.cctx.Err() == nil {
+			pause(w.cctx, 200*time.Millisecond)
+		}
+	}
+}
+
+func (w *workload) consumeOn(n *node, queue string) error {
+	conn, err := dial(n)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return err
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-w.cctx.Done():
+			return nil
+		case d, ok := <-ds:
+			if !ok {
+				return errors.New("deliveries closed")
+			}
+			w.rec.delivered(delivery{id: d.MessageId, queue: queue, redelivered: d.Redelivered, at: time.Now(), reason: deathReason(d.Headers)})
+			_ = d.Ack(false)
+		}
+	}
+}
+
+// deathReason is the reason of the newest x-death entry.
+func deathReason(h amqp.Table) string {
+	deaths, _ := h["x-death"].([]any)
+	if len(deaths) == 0 {
+		return ""
+	}
+	t, _ := deaths[0].(amqp.Table)
+	r, _ := t["reason"].(string)
+	return r
+}
+
+// get keeps queue in use with a basic.get every half second through node
+// i (moving on when it fails), so its x-expires lease never runs out.
+func (w *workload) get(i int, queue string) {
+	defer w.pubs.Done()
+	for attempt := i; w.pctx.Err() == nil; attempt++ {
+		conn, err := dial(w.c.nodes[attempt%len(w.c.nodes)])
+		if err != nil {
+			pause(w.pctx, 200*time.Millisecond)
+			continue
+		}
+		ch, err := conn.Channel()
+		for err == nil && w.pctx.Err() == nil {
+			_, _, err = ch.Get(queue, true)
+			pause(w.pctx, 500*time.Millisecond)
+		}
+		conn.Close()
+	}
+}
