@@ -292,3 +292,51 @@ func TestCluster_EffectsReachOnlyTheConsumersNodeBeforeSubmitReturns(t *testing.
 	}
 	c.AssertSameDigest(t)
 }
+
+// A whole-cluster restart restarts x-expires leases (the time the cluster
+// was down does not count); a failover does not.
+func TestCluster_LeasesRestartAfterWholeClusterRestart(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitDefaults(t, c, l)
+	requireFSM(t, mustSubmit(t, l, declareWithArgs("lease-q", int32Arg("x-expires", 5000))))
+	isRestart := func(cmd *proto.Command) bool { return cmd.GetRestartLeases() != nil }
+
+	// Failover: the new leader keeps the leases as they are.
+	c.Kill(c.Index(string(l.NodeID())))
+	l = c.WaitForLeader(clustertest.Timeout)
+	c.WaitApplied(mustSubmit(t, l, tick())[0].GetIndex())
+	if got := findCommands(t, l, isRestart); len(got) != 0 {
+		t.Fatalf("a failover restarted the leases: %v", got)
+	}
+
+	// The whole cluster down for a minute, far past the lease.
+	for i := range c.Nodes {
+		c.Kill(i)
+	}
+	c.AdvanceClock(time.Minute)
+	for i := range c.Nodes {
+		c.Restart(i)
+	}
+	l = c.WaitForLeader(clustertest.Timeout)
+	var restartedAt int64
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		got := findCommands(t, l, isRestart)
+		if len(got) != 1 {
+			return fmt.Errorf("%d RestartLeases in the log, want 1", len(got))
+		}
+		restartedAt = got[0].stamp
+		c.WaitApplied(got[0].index)
+		return nil
+	})
+	var due int64
+	var ok, exists bool
+	l.View(func(m *fsm.Machine) {
+		due, ok = m.NextLeaseDue()
+		_, exists = m.Queue("/", "lease-q")
+	})
+	if !exists || !ok || due != restartedAt+5000 {
+		t.Fatalf("after the restart: queue exists %v, lease due %d (ok %v), want %d", exists, due, ok, restartedAt+5000)
+	}
+	c.AssertSameDigest(t)
+}

@@ -123,6 +123,7 @@ func (n *Node) localMeta() *proto.NodeMeta {
 		AmqpAddr: n.cfg.AMQPAddr,
 		HasState: n.hasState.Load(),
 		Leaving:  n.leaving.Load(),
+		BootMs:   n.bootMs,
 	}
 }
 

@@ -74,9 +74,14 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	var clock int64
 	n.View(func(m *fsm.Machine) { clock = m.Clock() })
 	n.stamp.raise(clock)
+	// Decided before this term stamps anything: were we all down?
+	wasDown := n.clusterWasDown(clock)
 	n.fwd.retire()
 	n.lead.Store(lt)
 	n.changed.signal()
+	if wasDown {
+		n.restartLeases(lt.ctx)
+	}
 
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){n.initDefaults, n.expiryLoop, n.leaseLoop, n.reconcileLoop} {
@@ -87,6 +92,51 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 		}()
 	}
 	wg.Wait()
+}
+
+// clusterWasDown reports whether a quorum of the voters started after the
+// last entry was stamped at clock: then no quorum ran in between, and the
+// cluster was down. A failover keeps a quorum running and leaves leases
+// alone; a whole-cluster restart restarts them.
+func (n *Node) clusterWasDown(clock int64) bool {
+	if clock == 0 {
+		return false
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	members := n.members.all()
+	voters, fresh := 0, 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		boot := members[string(s.ID)].meta.GetBootMs()
+		if string(s.ID) == n.cfg.NodeID {
+			boot = n.bootMs
+		}
+		if boot > clock {
+			fresh++
+		}
+	}
+	return voters > 0 && fresh > voters/2
+}
+
+// restartLeases proposes RestartLeases until it commits or the term ends.
+func (n *Node) restartLeases(ctx context.Context) {
+	for {
+		res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_RestartLeases{RestartLeases: &proto.RestartLeases{}}})
+		if err == nil {
+			n.log.Info("the cluster was down: x-expires leases restart", "index", res.GetIndex())
+			return
+		}
+		n.log.Warn("restarting leases failed", "err", err)
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -203,6 +203,7 @@ type Node struct {
 	notifyCh chan bool
 	ready    chan struct{} // closed once a restarted node's past is cleared
 	restart  bool          // the node started with raft state on disk
+	bootMs   int64         // when this run started (unix ms), gossiped
 	closing  chan struct{}
 	closeMu  sync.Mutex
 	closed   bool
@@ -233,6 +234,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		notifyCh:  make(chan bool, 16),
 		ready:     make(chan struct{}),
 		closing:   make(chan struct{}),
+		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
 	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {

@@ -83,6 +83,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyExpireQueue(x.ExpireQueue)
 	case *proto.Command_Tick:
 		return &proto.Result{}
+	case *proto.Command_RestartLeases:
+		return s.applyRestartLeases()
 	case *proto.Command_PolicySet:
 		return s.applyPolicySet(x.PolicySet)
 	case *proto.Command_PolicyClear:

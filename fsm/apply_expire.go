@@ -41,3 +41,14 @@ func (s *state) applyExpireQueue(c *proto.ExpireQueue) *proto.Result {
 	}
 	return &proto.Result{}
 }
+
+// applyRestartLeases restarts every queue's lease at the entry's stamp: the
+// cluster was down, and a lease only runs while it is up.
+func (s *state) applyRestartLeases() *proto.Result {
+	for _, v := range s.vhosts {
+		for _, q := range v.queues {
+			q.lastUsed = max(q.lastUsed, s.clock)
+		}
+	}
+	return &proto.Result{}
+}

@@ -148,6 +148,26 @@ func TestMachine_QueueLease(t *testing.T) {
 	}
 }
 
+// seeds/000: "Leases of durable queues restart when the server restarts."
+// RestartLeases, proposed after the whole cluster was down, restarts every
+// lease at its stamp; a queue whose lease ran out while the cluster was
+// down lives for its whole period again.
+func TestMachine_RestartLeases(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 1000, declare("a", table("x-expires", i64(1000))))
+	fsmtest.One(t, m, 1000, declare("b", table("x-expires", i64(5000))))
+	fsmtest.One(t, m, 9000, &proto.Command{Cmd: &proto.Command_RestartLeases{RestartLeases: &proto.RestartLeases{}}})
+	if d, ok := m.NextLeaseDue(); !ok || d != 10000 {
+		t.Fatalf("next lease due %d, %v; want 10000 (restarted at 9000 with 1000)", d, ok)
+	}
+	if due := m.DueLeases(9999); len(due) != 0 {
+		t.Fatalf("leases due before their restarted period: %v", due)
+	}
+	if due := m.DueLeases(14000); len(due) != 2 {
+		t.Fatalf("leases due at 14000: %v, want both", due)
+	}
+}
+
 // seeds/000: "TTL can be set for a given queue by setting the x-message-ttl
 // argument to queue.declare, or by setting the message-ttl policy."
 // The lower of argument and policy wins, operator policies cap, and a policy

@@ -123,6 +123,7 @@ type Command struct {
 	//	*Command_Expire
 	//	*Command_ExpireQueue
 	//	*Command_Tick
+	//	*Command_RestartLeases
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -408,6 +409,15 @@ func (x *Command) GetTick() *Tick {
 	return nil
 }
 
+func (x *Command) GetRestartLeases() *RestartLeases {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RestartLeases); ok {
+			return x.RestartLeases
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPolicySet() *PolicySet {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PolicySet); ok {
@@ -534,6 +544,10 @@ type Command_Tick struct {
 	Tick *Tick `protobuf:"bytes,42,opt,name=tick,proto3,oneof"`
 }
 
+type Command_RestartLeases struct {
+	RestartLeases *RestartLeases `protobuf:"bytes,43,opt,name=restart_leases,json=restartLeases,proto3,oneof"`
+}
+
 type Command_PolicySet struct {
 	PolicySet *PolicySet `protobuf:"bytes,50,opt,name=policy_set,json=policySet,proto3,oneof"`
 }
@@ -593,6 +607,8 @@ func (*Command_Expire) isCommand_Cmd() {}
 func (*Command_ExpireQueue) isCommand_Cmd() {}
 
 func (*Command_Tick) isCommand_Cmd() {}
+
+func (*Command_RestartLeases) isCommand_Cmd() {}
 
 func (*Command_PolicySet) isCommand_Cmd() {}
 
@@ -3182,6 +3198,47 @@ func (*Tick) Descriptor() ([]byte, []int) {
 	return file_command_proto_rawDescGZIP(), []int{37}
 }
 
+// RestartLeases restarts every queue's x-expires lease at the entry's
+// stamp, as if each queue had just been used. A leader proposes it when
+// the cluster was down (a quorum of voters started after the last entry):
+// like RabbitMQ's durable queues, whose leases restart with the server,
+// a queue does not die of the time the whole cluster was stopped.
+type RestartLeases struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestartLeases) Reset() {
+	*x = RestartLeases{}
+	mi := &file_command_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartLeases) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartLeases) ProtoMessage() {}
+
+func (x *RestartLeases) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
+func (*RestartLeases) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{38}
+}
+
 type PolicyDefinition struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	MessageTtl           *int64                 `protobuf:"varint,1,opt,name=message_ttl,json=messageTtl,proto3,oneof" json:"message_ttl,omitempty"`
@@ -3197,7 +3254,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3266,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3279,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{38}
+	return file_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3291,7 +3348,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3360,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3373,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -3379,7 +3436,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3448,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3461,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -3455,7 +3512,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3524,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3537,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -3568,7 +3625,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3637,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3650,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -3653,7 +3710,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xb6\f\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xf9\f\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -3684,7 +3741,8 @@ const file_command_proto_rawDesc = "" +
 	"\tnode_down\x18' \x01(\v2\x13.raftmq.v1.NodeDownH\x00R\bnodeDown\x12+\n" +
 	"\x06expire\x18( \x01(\v2\x11.raftmq.v1.ExpireH\x00R\x06expire\x12;\n" +
 	"\fexpire_queue\x18) \x01(\v2\x16.raftmq.v1.ExpireQueueH\x00R\vexpireQueue\x12%\n" +
-	"\x04tick\x18* \x01(\v2\x0f.raftmq.v1.TickH\x00R\x04tick\x125\n" +
+	"\x04tick\x18* \x01(\v2\x0f.raftmq.v1.TickH\x00R\x04tick\x12A\n" +
+	"\x0erestart_leases\x18+ \x01(\v2\x18.raftmq.v1.RestartLeasesH\x00R\rrestartLeases\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
 	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClearB\x05\n" +
@@ -3913,7 +3971,8 @@ const file_command_proto_rawDesc = "" +
 	"\x06queues\x18\x01 \x03(\v2\x13.raftmq.v1.QueueRefR\x06queues\"8\n" +
 	"\vExpireQueue\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftmq.v1.QueueRefR\x05queue\"\x06\n" +
-	"\x04Tick\"\xc0\x03\n" +
+	"\x04Tick\"\x0f\n" +
+	"\rRestartLeases\"\xc0\x03\n" +
 	"\x10PolicyDefinition\x12$\n" +
 	"\vmessage_ttl\x18\x01 \x01(\x03H\x00R\n" +
 	"messageTtl\x88\x01\x01\x12\x1d\n" +
@@ -3982,7 +4041,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4022,11 +4081,12 @@ var file_command_proto_goTypes = []any{
 	(*Expire)(nil),           // 35: raftmq.v1.Expire
 	(*ExpireQueue)(nil),      // 36: raftmq.v1.ExpireQueue
 	(*Tick)(nil),             // 37: raftmq.v1.Tick
-	(*PolicyDefinition)(nil), // 38: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 39: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 40: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 41: raftmq.v1.Result
-	(*GetOk)(nil),            // 42: raftmq.v1.GetOk
+	(*RestartLeases)(nil),    // 38: raftmq.v1.RestartLeases
+	(*PolicyDefinition)(nil), // 39: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 40: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 41: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 42: raftmq.v1.Result
+	(*GetOk)(nil),            // 43: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -4056,46 +4116,47 @@ var file_command_proto_depIdxs = []int32{
 	35, // 24: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
 	36, // 25: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
 	37, // 26: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	39, // 27: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	40, // 28: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 29: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 30: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 31: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 32: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 33: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 34: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 35: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 36: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	6,  // 37: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 38: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 39: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 40: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 41: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 42: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 43: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 44: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 45: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 46: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 47: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 48: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 49: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 50: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 51: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 52: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 53: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 54: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 55: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 56: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 57: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	5,  // 58: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	38, // 59: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	42, // 60: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 61: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	38, // 27: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	40, // 28: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	41, // 29: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	3,  // 30: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 31: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 32: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 33: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 34: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 35: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 36: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 37: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	6,  // 38: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 39: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 40: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 41: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 42: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 43: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 44: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 45: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 46: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 47: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 48: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 49: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 50: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 51: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 52: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 53: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 54: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 55: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 56: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 57: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 58: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	5,  // 59: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	39, // 60: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	43, // 61: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 62: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4130,6 +4191,7 @@ func file_command_proto_init() {
 		(*Command_Expire)(nil),
 		(*Command_ExpireQueue)(nil),
 		(*Command_Tick)(nil),
+		(*Command_RestartLeases)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
 	}
@@ -4154,14 +4216,14 @@ func file_command_proto_init() {
 		(*Value_Void)(nil),
 	}
 	file_command_proto_msgTypes[11].OneofWrappers = []any{}
-	file_command_proto_msgTypes[38].OneofWrappers = []any{}
+	file_command_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -240,7 +240,9 @@ type NodeMeta struct {
 	HasState bool `protobuf:"varint,6,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
 	// The node is leaving the cluster gracefully (set before it leaves the
 	// raft configuration and the gossip).
-	Leaving       bool `protobuf:"varint,7,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,7,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// When this run of the node started (unix ms, the node's clock).
+	BootMs        int64 `protobuf:"varint,8,opt,name=boot_ms,json=bootMs,proto3" json:"boot_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +326,13 @@ func (x *NodeMeta) GetLeaving() bool {
 	return false
 }
 
+func (x *NodeMeta) GetBootMs() int64 {
+	if x != nil {
+		return x.BootMs
+	}
+	return 0
+}
+
 var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
@@ -339,7 +348,7 @@ const file_internal_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\x0e2\x17.raftmq.v1.ForwardErrorR\x05error\x12\x1d\n" +
 	"\n" +
 	"error_text\x18\x05 \x01(\tR\terrorText\x12\x1b\n" +
-	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\xc2\x01\n" +
+	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\xdb\x01\n" +
 	"\bNodeMeta\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
@@ -347,7 +356,8 @@ const file_internal_proto_rawDesc = "" +
 	"\tgrpc_addr\x18\x04 \x01(\tR\bgrpcAddr\x12\x1b\n" +
 	"\tamqp_addr\x18\x05 \x01(\tR\bamqpAddr\x12\x1b\n" +
 	"\thas_state\x18\x06 \x01(\bR\bhasState\x12\x18\n" +
-	"\aleaving\x18\a \x01(\bR\aleaving*\x9b\x01\n" +
+	"\aleaving\x18\a \x01(\bR\aleaving\x12\x17\n" +
+	"\aboot_ms\x18\b \x01(\x03R\x06bootMs*\x9b\x01\n" +
 	"\fForwardError\x12\x16\n" +
 	"\x12FORWARD_ERROR_NONE\x10\x00\x12\x1c\n" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
