@@ -1,11 +1,15 @@
 # Convenience targets; CI runs .ci/run.
-.PHONY: build test generate ci clean
+.PHONY: build test fault generate ci clean
 
 build:
 	CGO_ENABLED=0 go build -o bin/ ./cmd/...
 
 test:
-	go test -race ./...
+	go test -race -timeout 30m ./...
+
+# The docker fault-injection suite alone, with its tables.
+fault:
+	go test -count=1 -v -run TestFaults -timeout 30m ./e2e/fault/
 
 generate:
 	go generate ./...
