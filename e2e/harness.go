@@ -81,7 +81,7 @@ func buildCmd(t testing.TB, name string) string {
 	v, _ := built.LoadOrStore(name, &buildResult{})
 	r := v.(*buildResult)
 	r.once.Do(func() {
-		root, err := moduleRoot()
+		root, err := ModuleRoot()
 		if err != nil {
 			r.err = err
 			return
@@ -105,7 +105,8 @@ func buildCmd(t testing.TB, name string) string {
 	return r.path
 }
 
-func moduleRoot() (string, error) {
+// ModuleRoot is the folder of the raftmq module the tests run in.
+func ModuleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)

@@ -60,7 +60,7 @@ var composeCommand = sync.OnceValue(func() []string {
 // buildImage builds cmd/raftmq statically and the deploy/Dockerfile image
 // around it, once per test binary.
 var buildImage = sync.OnceValues(func() (string, error) {
-	root, err := moduleRoot()
+	root, err := e2e.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -81,18 +81,6 @@ var buildImage = sync.OnceValues(func() (string, error) {
 	}
 	return root, nil
 })
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", err
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside the raftmq module")
-	}
-	return filepath.Dir(mod), nil
-}
 
 // node is one container of the compose cluster.
 type node struct {

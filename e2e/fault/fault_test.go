@@ -23,31 +23,26 @@ type scenario struct {
 // default), so its consumers are cancelled and their messages requeued.
 const cutFor = 8 * time.Second
 
+// outage takes one node down with down, keeps it down for cutFor (the
+// fault itself, a fixed spell, not a wait for a condition), then brings it
+// back with up.
+func outage(leader bool, down, up func(c *cluster, i int)) func(t *testing.T, c *cluster) {
+	return func(t *testing.T, c *cluster) {
+		i := c.leader()
+		if !leader {
+			i = (i + 1) % len(c.nodes)
+		}
+		down(c, i)
+		time.Sleep(cutFor)
+		up(c, i)
+	}
+}
+
 var scenarios = []scenario{
-	{"kill-leader", func(t *testing.T, c *cluster) {
-		l := c.leader()
-		c.kill(l)
-		time.Sleep(cutFor) // the node stays dead for a fixed spell: the fault itself
-		c.start(l)
-	}},
-	{"kill-follower", func(t *testing.T, c *cluster) {
-		f := (c.leader() + 1) % len(c.nodes)
-		c.kill(f)
-		time.Sleep(cutFor)
-		c.start(f)
-	}},
-	{"partition-leader", func(t *testing.T, c *cluster) {
-		l := c.leader()
-		c.cut(l)
-		time.Sleep(cutFor)
-		c.heal(l)
-	}},
-	{"partition-follower", func(t *testing.T, c *cluster) {
-		f := (c.leader() + 1) % len(c.nodes)
-		c.cut(f)
-		time.Sleep(cutFor)
-		c.heal(f)
-	}},
+	{"kill-leader", outage(true, (*cluster).kill, (*cluster).start)},
+	{"kill-follower", outage(false, (*cluster).kill, (*cluster).start)},
+	{"partition-leader", outage(true, (*cluster).cut, (*cluster).heal)},
+	{"partition-follower", outage(false, (*cluster).cut, (*cluster).heal)},
 	{"rolling-restart", func(t *testing.T, c *cluster) {
 		for i := range c.nodes {
 			c.stop(i)

@@ -59,22 +59,32 @@ func dial(n *node) (*amqp.Connection, error) {
 	})
 }
 
+// open connects to n and opens a channel; closing the connection closes
+// both.
+func open(n *node) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := dial(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, ch, nil
+}
+
 // withChannel runs f on a fresh channel of a connection to any node that
 // answers, trying each in turn until timeout.
 func (c *cluster) withChannel(timeout time.Duration, f func(*amqp.Channel) error) error {
 	i := 0
 	return e2e.Eventually(timeout, func() error {
-		n := c.nodes[i%len(c.nodes)]
+		conn, ch, err := open(c.nodes[i%len(c.nodes)])
 		i++
-		conn, err := dial(n)
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return err
-		}
 		return f(ch)
 	})
 }
@@ -214,15 +224,11 @@ func (w *workload) publish(p int) {
 }
 
 func (w *workload) publishOn(p int, n *node, seq *int) error {
-	conn, err := dial(n)
+	conn, ch, err := open(n)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
 	if err := ch.Confirm(false); err != nil {
 		return err
 	}
@@ -308,15 +314,11 @@ func (w *workload) consume(i int, queue string) {
 }
 
 func (w *workload) consumeOn(n *node, queue string) error {
-	conn, err := dial(n)
+	conn, ch, err := open(n)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return err
 	}
@@ -354,12 +356,11 @@ func deathReason(h amqp.Table) string {
 func (w *workload) get(i int, queue string) {
 	defer w.pubs.Done()
 	for attempt := i; w.pctx.Err() == nil; attempt++ {
-		conn, err := dial(w.c.nodes[attempt%len(w.c.nodes)])
+		conn, ch, err := open(w.c.nodes[attempt%len(w.c.nodes)])
 		if err != nil {
 			pause(w.pctx, 200*time.Millisecond)
 			continue
 		}
-		ch, err := conn.Channel()
 		for err == nil && w.pctx.Err() == nil {
 			_, _, err = ch.Get(queue, true)
 			pause(w.pctx, 500*time.Millisecond)
