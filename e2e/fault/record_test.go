@@ -42,6 +42,8 @@ type delivery struct {
 	at          time.Time
 	// reason is the first x-death reason of a dead-lettered message.
 	reason string
+	// node is the node the consumer was connected to.
+	node string
 }
 
 // recorder collects what the workload's clients saw.
@@ -202,7 +204,7 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 		// the stamp is no later than the confirm.
 		if s.ttl != noTTL && !s.confirmed.IsZero() && d.at.After(s.confirmed.Add(s.ttl+lim.deliveryGrace)) {
 			rep.late++
-			bad = append(bad, fmt.Sprintf("%s (%s) delivered %v after it was confirmed", d.id, s.ttlText(), d.at.Sub(s.confirmed)))
+			bad = append(bad, fmt.Sprintf("%s (%s) delivered by %s %v after it was confirmed (redelivered %v)", d.id, s.ttlText(), d.node, d.at.Sub(s.confirmed), d.redelivered))
 		}
 	}
 	ids := make([]string, 0, len(r.sent))

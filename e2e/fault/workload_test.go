@@ -326,6 +326,16 @@ func (w *workload) consumeOn(n *node, queue string) error {
 	if err != nil {
 		return err
 	}
+	// Acks go out from their own goroutine: an ack's write can block on a
+	// node that has stopped reading, and the receive time of the next
+	// deliveries must not wait for it.
+	acks := make(chan amqp.Delivery, prefetch)
+	defer close(acks)
+	go func() {
+		for d := range acks {
+			_ = d.Ack(false)
+		}
+	}()
 	for {
 		select {
 		case <-w.cctx.Done():
@@ -334,8 +344,8 @@ func (w *workload) consumeOn(n *node, queue string) error {
 			if !ok {
 				return errors.New("deliveries closed")
 			}
-			w.rec.delivered(delivery{id: d.MessageId, queue: queue, redelivered: d.Redelivered, at: time.Now(), reason: deathReason(d.Headers)})
-			_ = d.Ack(false)
+			w.rec.delivered(delivery{id: d.MessageId, queue: queue, redelivered: d.Redelivered, at: time.Now(), reason: deathReason(d.Headers), node: n.id})
+			acks <- d
 		}
 	}
 }
