@@ -165,6 +165,18 @@ func (n *Node) startGossip() error {
 	d := gossipDelegate{n: n}
 	mc.Delegate = d
 	mc.Events = d
+	if len(n.cfg.GossipKeys) > 0 {
+		kr, err := memberlist.NewKeyring(n.cfg.GossipKeys, n.cfg.GossipKeys[0])
+		if err != nil {
+			_ = nt.Shutdown()
+			return fmt.Errorf("cluster: gossip keyring: %w", err)
+		}
+		mc.Keyring = kr
+		// Refuse plain packets and streams, and send none: a node without
+		// the key neither joins nor hears the members.
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
 	if n.cfg.Gossip != nil {
 		n.cfg.Gossip(mc)
 	}
