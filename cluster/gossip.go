@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -313,6 +315,23 @@ func (n *Node) maybeBootstrap() {
 	}
 	if len(ids) < n.cfg.BootstrapExpect {
 		return
+	}
+	if n.cfg.TLS != nil {
+		// Only members whose raft address answers with a certificate naming
+		// them count, so a node of another CA is not made a voter.
+		ids = slices.DeleteFunc(ids, func(id string) bool {
+			if id == n.cfg.NodeID {
+				return false
+			}
+			if err := n.verifyPeer(context.Background(), id, servers[id]); err != nil {
+				n.log.Warn("bootstrap: leaving out a member that fails the TLS check", "id", id, "err", err)
+				return true
+			}
+			return false
+		})
+		if len(ids) < n.cfg.BootstrapExpect {
+			return
+		}
 	}
 	sort.Strings(ids)
 	if ids[0] != n.cfg.NodeID {

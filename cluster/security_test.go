@@ -3,13 +3,21 @@ package cluster_test
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/proto"
 )
 
 func gossipKey(t *testing.T) []byte {
@@ -191,4 +199,99 @@ func TestParseGossipKeys(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
+}
+
+// TestSecurity_OnlyMembersReachRaftAndForwarding dials a node's raft port
+// and forwarding service with certificates of the cluster CA that name no
+// member (an operator's, say): both refuse them, while a member's
+// certificate is accepted by the same checks.
+func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
+	ca := clustertest.NewCA(t, "raftmq test CA")
+	c := secureCluster(t, ca, gossipKey(t))
+	l := c.Leader()
+	ops := ca.TLS(t, "ops")
+
+	// Raft: the handshake is refused once the node sees the certificate
+	// (with TLS 1.3 that is on the first read).
+	raftTalk := func(sec *cluster.TLS) error {
+		conn, err := tls.Dial("tcp", l.RaftAddr(), sec.ClientConfig())
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write([]byte{0xff}); err != nil { // no RPC type: the node hangs up
+			return err
+		}
+		_, err = conn.Read(make([]byte, 1))
+		return err
+	}
+	if err := raftTalk(ops); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("raft with an operator's certificate: %v, want a refused certificate", err)
+	}
+	// A member's certificate gets through the handshake (the byte sent is
+	// no raft RPC, so the node then drops the connection: EOF, not a TLS
+	// alert).
+	if err := raftTalk(ca.TLS(t, "node1")); err == nil || strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("raft with node1's certificate: %v, want the handshake to pass", err)
+	}
+
+	// Forwarding.
+	forward := func(sec *cluster.TLS) error {
+		cc, err := grpc.NewClient(c.Nodes[c.Index(l.NodeID())].Config.GRPCAddr,
+			grpc.WithTransportCredentials(credentials.NewTLS(sec.ClientConfig())))
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		stream, err := proto.NewInternalClient(cc).Forward(ctxT(t, 10*time.Second))
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&proto.ForwardRequest{Id: 1, Commands: []*proto.Command{tick()}}); err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}
+	if err := forward(ops); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("forwarding with an operator's certificate: %v, want PermissionDenied", err)
+	}
+	other := c.Nodes[(c.Index(l.NodeID())+1)%3].ID
+	if err := forward(ca.TLS(t, other)); err != nil {
+		t.Fatalf("forwarding with %s's certificate: %v", other, err)
+	}
+}
+
+// TestSecurity_BootstrapLeavesOutForeignCertificates starts four nodes that
+// bootstrap once three see each other; node0, the lowest id, has a
+// certificate of another CA. The others leave it out and bootstrap
+// without it (node0, unable to verify anyone, bootstraps nothing).
+func TestSecurity_BootstrapLeavesOutForeignCertificates(t *testing.T) {
+	ca := clustertest.NewCA(t, "raftmq test CA")
+	foreign := clustertest.NewCA(t, "another CA")
+	c := clustertest.New(t, 4, clustertest.WithBootstrapExpect(3), clustertest.WithTLS(t, ca),
+		clustertest.WithGossipKeys(gossipKey(t)),
+		clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+			if i == 0 {
+				cfg.TLS = foreign.TLS(t, cfg.NodeID)
+			}
+		}))
+	want := []string{"node1", "node2", "node3"}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, nd := range c.Nodes[1:] {
+			n := nd.Node()
+			if v := voters(n); fmt.Sprint(v) != fmt.Sprint(want) {
+				return fmt.Errorf("%s sees voters %v", n.NodeID(), v)
+			}
+			if id, _ := n.Leader(); id == "" || id == "node0" {
+				return fmt.Errorf("%s sees leader %q", n.NodeID(), id)
+			}
+		}
+		return nil
+	})
+	if v := voters(c.Nodes[0].Node()); len(v) != 0 {
+		t.Fatalf("node0 has a raft configuration: %v", v)
+	}
+	mustSubmit(t, c.Nodes[1].Node(), tick())
 }
