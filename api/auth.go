@@ -158,7 +158,7 @@ func (a *Auth) Check(ctx context.Context, fullMethod string) error {
 	}
 	user, password, ok := credentialsOf(ctx)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "the admin API needs a username and password from this address")
+		return status.Error(codes.Unauthenticated, "the admin API needs the username and password of an administrator from this address (--admin-auth)")
 	}
 	tags, ok := authenticate(node, user, password)
 	if !ok {
