@@ -202,6 +202,9 @@ type Node struct {
 
 	gossipAddr string // advertised gossip address
 
+	verifyMu     sync.Mutex
+	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
+
 	// stateMu serialises Apply with every read of machine.
 	stateMu sync.Mutex
 	machine *fsm.Machine

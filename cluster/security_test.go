@@ -106,6 +106,21 @@ func TestSecurity_ClusterWithTLSAndGossipKey(t *testing.T) {
 	mustSubmit(t, out.Node(), tick())
 }
 
+// stillWorks checks that the three nodes still commit through a follower.
+// On a loaded machine a leader can lose its lease now and then; a tick is
+// harmless to repeat, so an unknown outcome is retried.
+func stillWorks(t *testing.T, c *clustertest.Cluster) {
+	t.Helper()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		fs := c.Followers()
+		if len(fs) == 0 || c.Leader() == nil {
+			return errors.New("no leader")
+		}
+		_, err := fs[0].Submit(ctxT(t, 5*time.Second), tick())
+		return err
+	})
+}
+
 // assertKeptOut watches the window: the outsider never becomes a voter, the
 // configuration keeps the three servers, and, when gossipToo, no node even
 // sees it through gossip.
@@ -155,8 +170,7 @@ func TestSecurity_WrongGossipKeyCannotJoin(t *testing.T) {
 	})
 	t.Run("wrong key", func(t *testing.T) { assertKeptOut(t, c, wrong, true) })
 	t.Run("no key", func(t *testing.T) { assertKeptOut(t, c, none, true) })
-	// The cluster still works.
-	mustSubmit(t, c.Followers()[0], tick())
+	stillWorks(t, c)
 }
 
 func TestSecurity_ForeignCertificateCannotJoin(t *testing.T) {
@@ -186,7 +200,7 @@ func TestSecurity_ForeignCertificateCannotJoin(t *testing.T) {
 	t.Run("other CA", func(t *testing.T) { assertKeptOut(t, c, otherCA, false) })
 	t.Run("misnamed", func(t *testing.T) { assertKeptOut(t, c, misnamed, false) })
 	t.Run("plain", func(t *testing.T) { assertKeptOut(t, c, plain, false) })
-	mustSubmit(t, c.Followers()[0], tick())
+	stillWorks(t, c)
 }
 
 func TestParseGossipKeys(t *testing.T) {

@@ -306,11 +306,49 @@ func (n *Node) dialTLS(ctx context.Context, addr string, timeout time.Duration) 
 
 // verifyPeer checks, before the leader adds a member as a voter, that the
 // member's raft address answers with a certificate of the cluster CA naming
-// the member. Without TLS there is nothing to check.
+// the member. Without TLS there is nothing to check. A member that failed
+// is not dialled again for verifyRetry: a misconfigured node must not cost
+// the leader a handshake at every reconcile and member event.
 func (n *Node) verifyPeer(ctx context.Context, id, addr string) error {
 	if n.cfg.TLS == nil {
 		return nil
 	}
+	key := id + "@" + addr
+	n.verifyMu.Lock()
+	f, failed := n.verifyFailed[key]
+	n.verifyMu.Unlock()
+	if failed && time.Since(f.at) < verifyRetry {
+		return f.err
+	}
+	err := n.dialVerify(ctx, id, addr)
+	n.verifyMu.Lock()
+	defer n.verifyMu.Unlock()
+	if err == nil {
+		delete(n.verifyFailed, key)
+		return nil
+	}
+	if n.verifyFailed == nil {
+		n.verifyFailed = map[string]verifyFailure{}
+	}
+	for k, f := range n.verifyFailed {
+		if time.Since(f.at) >= verifyRetry {
+			delete(n.verifyFailed, k)
+		}
+	}
+	n.verifyFailed[key] = verifyFailure{at: time.Now(), err: err}
+	return err
+}
+
+// verifyRetry is how long a member whose certificate failed the check is
+// not checked again.
+const verifyRetry = 2 * time.Second
+
+type verifyFailure struct {
+	at  time.Time
+	err error
+}
+
+func (n *Node) dialVerify(ctx context.Context, id, addr string) error {
 	c, err := n.dialTLS(ctx, addr, 2*time.Second)
 	if err != nil {
 		return err
