@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -205,4 +206,52 @@ func TestParseAuthMode(t *testing.T) {
 	if _, err := ParseAuthMode("sometimes"); err == nil {
 		t.Error("sometimes accepted")
 	}
+}
+
+// startAuthNode is startNode with the checks of mode on the server; its
+// client sends creds (nil: none).
+func startAuthNode(t *testing.T, node *fakeNode, mode AuthMode, creds *BasicCredentials) *testNode {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := NewPeerPool()
+	t.Cleanup(func() { _ = pool.Close() })
+	auth := NewAuth(mode, node)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))
+	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node, Peers: pool}))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if creds != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(*creds))
+	}
+	cc, err := grpc.NewClient(lis.Addr().String(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return &testNode{node: node, addr: lis.Addr().String(), client: proto.NewAdminClient(cc)}
+}
+
+// TestAuth_CallerCredentialsFollowForwardedCalls: a follower forwarding a
+// consistent read to the leader passes the caller's credentials on, so a
+// leader that asks for them (no node certificates here) serves it.
+func TestAuth_CallerCredentialsFollowForwardedCalls(t *testing.T) {
+	leader := authNode()
+	leader.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "on-leader"}}
+	follower := authNode()
+	follower.id = "n2"
+	follower.leaderID = "n1"
+	l := startAuthNode(t, leader, AuthAlways, nil)
+	f := startAuthNode(t, follower, AuthAlways, &BasicCredentials{"watcher", "pw-watcher"})
+	setMembers(l, f)
+	qs, err := f.client.ListQueues(ctxT(t), &proto.ListQueuesRequest{Consistent: true})
+	if err != nil || len(qs.GetQueues()) != 1 || qs.GetQueues()[0].GetName() != "on-leader" {
+		t.Fatalf("consistent read through the follower: %v %v", qs, err)
+	}
+	// The follower checks the caller first: monitoring may not list users.
+	_, err = f.client.ListUsers(ctxT(t), &proto.ListRequest{Consistent: true})
+	wantCode(t, err, codes.PermissionDenied, "watcher")
 }
