@@ -131,7 +131,7 @@ func onLeader[Req, Resp any](ctx context.Context, s *AdminServer, req Req,
 	if err != nil {
 		return zero, err
 	}
-	return call(c, metadata.AppendToOutgoingContext(ctx, forwardedKey, s.node.NodeID()), req)
+	return call(c, metadata.AppendToOutgoingContext(withCallerCredentials(ctx), forwardedKey, s.node.NodeID()), req)
 }
 
 // read serves a read from the local state, or, when consistent, from the
@@ -365,7 +365,7 @@ func (s *AdminServer) ListConnections(ctx context.Context, req *proto.ListConnec
 		wg.Add(1)
 		go func(id string, c proto.AdminClient) {
 			defer wg.Done()
-			pctx, cancel := context.WithTimeout(ctx, s.peerTimeout)
+			pctx, cancel := context.WithTimeout(withCallerCredentials(ctx), s.peerTimeout)
 			defer cancel()
 			r, err := c.ListConnections(pctx, &proto.ListConnectionsRequest{Local: true})
 			if err != nil {
@@ -427,7 +427,7 @@ func (s *AdminServer) CloseConnection(ctx context.Context, req *proto.CloseConne
 	if err != nil {
 		return nil, nodeError(err, codes.Unavailable, "dial "+node)
 	}
-	return c.CloseConnection(ctx, req)
+	return c.CloseConnection(withCallerCredentials(ctx), req)
 }
 
 // ---- policies ----

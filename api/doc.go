@@ -11,4 +11,9 @@
 // FailedPrecondition, others Unknown). Reads come from the local state, or
 // from the leader when the request asks for a consistent read: a follower
 // forwards the same call to the leader's Admin service, once.
+//
+// Auth (auth.go) guards the Admin service as gRPC interceptors: beyond
+// loopback (or always) a caller needs an administrator's username and
+// password, except other nodes, which present a certificate naming a member
+// (see docs/security-cluster.md).
 package api

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -10,8 +11,11 @@ import (
 
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 )
 
 // MaxForwardMessage is the largest forwarding message a node sends or
@@ -22,11 +26,8 @@ const MaxForwardMessage = 1 << 30
 // forwarding stream, so a dead leader is noticed without traffic.
 const forwardKeepalive = 10 * time.Second
 
-// ServerOptions are the gRPC server options a node's gRPC server needs:
-// message sizes for forwarded publishes, and a keepalive policy that lets
-// followers ping at forwardKeepalive (gRPC's default policy answers such
-// pings with GOAWAY "too_many_pings", which breaks the forwarding stream).
-func ServerOptions() []grpc.ServerOption {
+// baseServerOptions are ServerOptions without credentials.
+func baseServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxForwardMessage),
 		grpc.MaxSendMsgSize(MaxForwardMessage),
@@ -179,8 +180,15 @@ func (s *fwdSession) shutdown(cause error) {
 
 func (s *fwdSession) run() {
 	links := s.n.cfg.Links
+	creds := insecure.NewCredentials()
+	if sec := s.n.cfg.TLS; sec != nil {
+		// The leader's certificate must name the leader.
+		creds = credentials.NewTLS(sec.clientConfig(func(c *x509.Certificate) error {
+			return s.n.checkPeerCert(c, s.leaderID)
+		}))
+	}
 	conn, err := grpc.NewClient(s.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return links.dial(ctx, addr, 5*time.Second)
 		}),
@@ -312,6 +320,17 @@ type forwardServer struct {
 // request of the local group commit; answers go back as they complete.
 func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
 	ctx := stream.Context()
+	if fs.n.cfg.TLS != nil {
+		// The gRPC server also admits administrators' certificates of the
+		// cluster CA: only a member's certificate may forward commands.
+		c := PeerCertificate(ctx)
+		if c == nil {
+			return status.Error(codes.Unauthenticated, "forwarding needs a node certificate")
+		}
+		if err := fs.n.checkPeerCert(c, ""); err != nil {
+			return status.Error(codes.PermissionDenied, err.Error())
+		}
+	}
 	out := make(chan *proto.ForwardResponse, 4096)
 	sendErr := make(chan error, 1)
 	go func() {

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -166,6 +168,18 @@ func (n *Node) startGossip() error {
 	d := gossipDelegate{n: n}
 	mc.Delegate = d
 	mc.Events = d
+	if len(n.cfg.GossipKeys) > 0 {
+		kr, err := memberlist.NewKeyring(n.cfg.GossipKeys, n.cfg.GossipKeys[0])
+		if err != nil {
+			_ = nt.Shutdown()
+			return fmt.Errorf("cluster: gossip keyring: %w", err)
+		}
+		mc.Keyring = kr
+		// Refuse plain packets and streams, and send none: a node without
+		// the key neither joins nor hears the members.
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
 	if n.cfg.Gossip != nil {
 		n.cfg.Gossip(mc)
 	}
@@ -302,6 +316,23 @@ func (n *Node) maybeBootstrap() {
 	}
 	if len(ids) < n.cfg.BootstrapExpect {
 		return
+	}
+	if n.cfg.TLS != nil {
+		// Only members whose raft address answers with a certificate naming
+		// them count, so a node of another CA is not made a voter.
+		ids = slices.DeleteFunc(ids, func(id string) bool {
+			if id == n.cfg.NodeID {
+				return false
+			}
+			if err := n.verifyPeer(context.Background(), id, servers[id]); err != nil {
+				n.log.Warn("bootstrap: leaving out a member that fails the TLS check", "id", id, "err", err)
+				return true
+			}
+			return false
+		})
+		if len(ids) < n.cfg.BootstrapExpect {
+			return
+		}
 	}
 	sort.Strings(ids)
 	if ids[0] != n.cfg.NodeID {

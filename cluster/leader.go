@@ -344,6 +344,10 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
 				continue
 			}
+			if err := n.verifyPeer(ctx, id, addr); err != nil {
+				n.log.Warn("not adding a member whose raft address fails the TLS check", "id", id, "addr", addr, "err", err)
+				continue
+			}
 			n.log.Info("adding voter", "id", id, "addr", addr)
 			if err := n.await(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
 				n.log.Warn("add voter failed", "id", id, "err", err)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,6 +99,15 @@ type Config struct {
 	Gossip func(*memberlist.Config)
 	// Links cuts links for fault-injection tests (nil: no faults).
 	Links *Links
+	// TLS, when set, secures the links between nodes with mutual TLS: the
+	// raft transport and the forwarding client. The caller's gRPC server
+	// must use the same TLS (ServerOptions(tls)). Nil: plain TCP.
+	TLS *TLS
+	// GossipKeys, when set, encrypt and authenticate gossip with
+	// memberlist's keyring (AES-GCM; 16, 24 or 32 bytes each): the first
+	// key encrypts, every key decrypts, and a packet no key opens is
+	// dropped, so a node without a key cannot join. Nil: plain gossip.
+	GossipKeys [][]byte
 	// MaxBatchCommands and MaxBatchBytes bound one log entry built by group
 	// commit (defaults 1024 commands, 1 MiB; a larger single request still
 	// goes alone into one entry).
@@ -166,23 +176,34 @@ func (c *Config) setDefaults() error {
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 1 << 20
 	}
+	for _, k := range c.GossipKeys {
+		if err := checkGossipKey(k); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // Node is one raftmq cluster member: a raft replica of the state machine,
 // a memberlist member, and the path by which commands reach the leader.
 type Node struct {
-	cfg    Config
-	log    *slog.Logger
-	stamp  *stamper
-	raft   *raft.Raft
-	store  *raftboltdb.BoltStore
-	trans  *raft.NetworkTransport
-	list   *memberlist.Memberlist
-	fwd    *forwarder
-	advert string // advertised raft address
+	cfg   Config
+	log   *slog.Logger
+	stamp *stamper
+	raft  *raft.Raft
+	// raftRef is raft for the transport's handshakes, which may run before
+	// startRaft has set the raft field.
+	raftRef atomic.Pointer[raft.Raft]
+	store   *raftboltdb.BoltStore
+	trans   *raft.NetworkTransport
+	list    *memberlist.Memberlist
+	fwd     *forwarder
+	advert  string // advertised raft address
 
 	gossipAddr string // advertised gossip address
+
+	verifyMu     sync.Mutex
+	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
 
 	// stateMu serialises Apply with every read of machine.
 	stateMu sync.Mutex
@@ -302,6 +323,10 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links}
+	if cfg.TLS != nil {
+		layer.tls = n.tlsServerConfig()
+		layer.dial = n.dialTLS
+	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
@@ -336,6 +361,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("cluster: start raft: %w", err)
 	}
 	n.raft = r
+	n.raftRef.Store(r)
 	obs := make(chan raft.Observation, 16)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -716,10 +742,15 @@ func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft
 }
 
 // streamLayer is the raft TCP transport's network, routed through Links.
+// With tls set, accepted connections are TLS servers (the handshake runs on
+// the connection's first read, in raft's handler, not in Accept) and dial
+// dials TLS.
 type streamLayer struct {
 	ln     net.Listener
 	advert string
 	links  *Links
+	tls    *tls.Config
+	dial   func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
 
 	mu       sync.Mutex
 	accepted map[net.Conn]struct{}
@@ -741,6 +772,9 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	}
 	if s.accepted == nil {
 		s.accepted = map[net.Conn]struct{}{}
+	}
+	if s.tls != nil {
+		c = tls.Server(c, s.tls)
 	}
 	ac := &acceptedConn{Conn: c, layer: s}
 	s.accepted[ac] = struct{}{}
@@ -776,6 +810,9 @@ func (s *streamLayer) Close() error {
 
 func (s *streamLayer) Addr() net.Addr { return advertAddr(s.advert) }
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.dial != nil {
+		return s.dial(context.Background(), string(addr), timeout)
+	}
 	return s.links.dial(context.Background(), string(addr), timeout)
 }
 

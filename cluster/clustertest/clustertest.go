@@ -80,8 +80,59 @@ func (n *Node) Node() *cluster.Node {
 
 // Cluster is a set of in-process nodes.
 type Cluster struct {
-	t     testing.TB
-	Nodes []*Node
+	t      testing.TB
+	logger *slog.Logger
+	Nodes  []*Node
+}
+
+// newNode is the configuration of a test node on loopback.
+func (c *Cluster) newNode(id string, i, expect int) *Node {
+	nd := &Node{ID: id, Links: cluster.NewLinks()}
+	// Raft and gossip listen on port 0 at first; the ports they get are
+	// kept for restarts. Picking free ports in advance races with other
+	// tests running at the same time.
+	nd.Config = cluster.Config{
+		NodeID:             id,
+		DataDir:            c.t.TempDir(),
+		RaftAddr:           "127.0.0.1:0",
+		AMQPAddr:           "127.0.0.1:" + strconv.Itoa(5672+i),
+		GossipAddr:         "127.0.0.1:0",
+		BootstrapExpect:    expect,
+		Logger:             c.logger.With("test_node", id),
+		Links:              nd.Links,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond,
+		CommitTimeout:      2 * time.Millisecond,
+		NodeDownAfter:      time.Second,
+		ReconcileInterval:  200 * time.Millisecond,
+		JoinRetryInterval:  100 * time.Millisecond,
+		LeaderWait:         5 * time.Second,
+		Gossip:             tightGossip,
+	}
+	return nd
+}
+
+// StartOutsider starts a node that joins the cluster's gossip addresses but
+// is not one of c.Nodes (helpers such as WaitForLeader ignore it): a node
+// that should, or should not, get in. tweak adjusts its configuration
+// (after the defaults, which copy node 0's gossip keys but no TLS: a
+// certificate must name the node). It is stopped at the end of the test.
+func (c *Cluster) StartOutsider(id string, tweak func(*cluster.Config)) *Node {
+	c.t.Helper()
+	// It expects more nodes than it can ever see alone, so it never
+	// bootstraps a cluster of its own: it can only be added.
+	nd := c.newNode(id, len(c.Nodes), len(c.Nodes)+1)
+	nd.Config.GossipKeys = c.Nodes[0].Config.GossipKeys
+	for _, other := range c.Nodes {
+		nd.Config.Join = append(nd.Config.Join, other.Config.GossipAddr)
+	}
+	if tweak != nil {
+		tweak(&nd.Config)
+	}
+	c.startNode(nd)
+	c.t.Cleanup(func() { stopNode(nd) })
+	return nd
 }
 
 // New starts n nodes on loopback that bootstrap together and registers
@@ -92,37 +143,11 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	for _, f := range opts {
 		f(o)
 	}
-	c := &Cluster{t: t}
-	logger := testLogger()
+	c := &Cluster{t: t, logger: testLogger()}
 	for i := range n {
-		id := fmt.Sprintf("node%d", i)
-		nd := &Node{ID: id, Links: cluster.NewLinks()}
+		nd := c.newNode(fmt.Sprintf("node%d", i), i, o.expect)
 		if o.fakeClock != nil {
 			nd.Clock = NewFakeClock(*o.fakeClock)
-		}
-		// Raft and gossip listen on port 0 at first; the ports they get are
-		// kept for restarts. Picking free ports in advance races with other
-		// tests running at the same time.
-		nd.Config = cluster.Config{
-			NodeID:             id,
-			DataDir:            t.TempDir(),
-			RaftAddr:           "127.0.0.1:0",
-			AMQPAddr:           "127.0.0.1:" + strconv.Itoa(5672+i),
-			GossipAddr:         "127.0.0.1:0",
-			BootstrapExpect:    o.expect,
-			Logger:             logger.With("test_node", id),
-			Links:              nd.Links,
-			HeartbeatTimeout:   300 * time.Millisecond,
-			ElectionTimeout:    300 * time.Millisecond,
-			LeaderLeaseTimeout: 150 * time.Millisecond,
-			CommitTimeout:      2 * time.Millisecond,
-			NodeDownAfter:      time.Second,
-			ReconcileInterval:  200 * time.Millisecond,
-			JoinRetryInterval:  100 * time.Millisecond,
-			LeaderWait:         5 * time.Second,
-			Gossip:             tightGossip,
-		}
-		if nd.Clock != nil {
 			nd.Config.Clock = nd.Clock
 		}
 		c.Nodes = append(c.Nodes, nd)
@@ -138,7 +163,7 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 		for j := range i {
 			c.Nodes[i].Config.Join = append(c.Nodes[i].Config.Join, c.Nodes[j].Config.GossipAddr)
 		}
-		c.start(i)
+		c.startNode(c.Nodes[i])
 	}
 	// From now on every node knows every address (for restarts).
 	for i, nd := range c.Nodes {
@@ -174,7 +199,11 @@ func tightGossip(c *memberlist.Config) {
 // and addresses).
 func (c *Cluster) start(i int) {
 	c.t.Helper()
-	nd := c.Nodes[i]
+	c.startNode(c.Nodes[i])
+}
+
+func (c *Cluster) startNode(nd *Node) {
+	c.t.Helper()
 	var lis net.Listener
 	var err error
 	deadline := time.Now().Add(5 * time.Second)
@@ -195,7 +224,7 @@ func (c *Cluster) start(i int) {
 	var srv *grpc.Server
 	var node *cluster.Node
 	for {
-		srv = grpc.NewServer(cluster.ServerOptions()...)
+		srv = grpc.NewServer(cluster.ServerOptions(nd.Config.TLS)...)
 		cfg := nd.Config
 		cfg.GRPCServer = srv
 		node, err = cluster.Start(context.Background(), cfg)
@@ -220,7 +249,10 @@ func (c *Cluster) start(i int) {
 // Kill stops node i abruptly: no leave, no goodbye.
 func (c *Cluster) Kill(i int) {
 	c.t.Helper()
-	nd := c.Nodes[i]
+	stopNode(c.Nodes[i])
+}
+
+func stopNode(nd *Node) {
 	nd.mu.Lock()
 	node, srv := nd.node, nd.grpcSrv
 	nd.node, nd.grpcSrv = nil, nil

@@ -29,6 +29,7 @@ type config struct {
 	LogLevel        string
 	Pprof           bool
 	NodeDownAfter   time.Duration
+	Cluster         clusterSecurity
 }
 
 // parseConfig reads flags from args and falls back to the environment (env
@@ -54,6 +55,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 5*time.Second, "how long a dead member stays dead before its consumers are cancelled")
+	c.Cluster.flags(fs)
 
 	// The environment first, so that flags given on the command line win.
 	var envErr error
@@ -88,6 +90,9 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	}
 	if c.BootstrapExpect < 1 {
 		return nil, fmt.Errorf("--bootstrap-expect must be at least 1, got %d", c.BootstrapExpect)
+	}
+	if err := c.Cluster.check(); err != nil {
+		return nil, err
 	}
 	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
 		return nil, fmt.Errorf("--max-message-size must be between 1 and %d, got %d", 512<<20, c.MaxMessageSize)

@@ -88,7 +88,12 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		return err
 	}
 
-	grpcSrv := grpc.NewServer(cluster.ServerOptions()...)
+	sec, err := cfg.Cluster.load()
+	if err != nil {
+		return err
+	}
+	sec.warn(logger, grpcLn.Addr())
+	grpcSrv := grpc.NewServer(sec.serverOptions()...)
 	amqpSrv := amqp.NewServer(amqp.Config{
 		MaxMessageSize: cfg.MaxMessageSize,
 		Logger:         logger,
@@ -109,6 +114,8 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		DefaultUser:     cfg.DefaultUser,
 		DefaultPassword: cfg.DefaultPassword,
 		NodeDownAfter:   cfg.NodeDownAfter,
+		TLS:             sec.tls,
+		GossipKeys:      sec.keys,
 		Logger:          logger.With("component", "cluster"),
 	})
 	if err != nil {
@@ -118,7 +125,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: api.ClusterStats(node)})
 	amqpSrv.SetBroker(&broker{node: node, metrics: metrics})
 
-	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Logger: logger.With("component", "api")})
+	sec.auth.SetNode(apiNode)
+	peers := sec.peers()
+	defer peers.Close()
+	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api")})
 	defer admin.Close()
 	proto.RegisterAdminServer(grpcSrv, admin)
 	httpSrv := &http.Server{

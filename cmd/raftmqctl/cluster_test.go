@@ -44,7 +44,7 @@ func startClusterAdmin(t *testing.T) string {
 func ctl(t *testing.T, addr string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(append([]string{"--node", addr}, args...), &out, &errb, dialNode)
+	code := runWith(append([]string{"--node", addr}, args...), &out, &errb, dialNode)
 	return code, out.String(), errb.String()
 }
 

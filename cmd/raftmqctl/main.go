@@ -3,6 +3,11 @@
 //
 //	raftmqctl [--node host:port] [-p vhost] [--json] [--consistent] [--timeout d] VERB [ARGS...]
 //
+// Beyond loopback a node asks for an administrator's --username and
+// --password (or RAFTMQ_USERNAME, RAFTMQ_PASSWORD); a node with cluster TLS
+// needs --tls-ca, --tls-cert and --tls-key (a client certificate of the
+// cluster CA).
+//
 // Exit codes: 0 success, 1 the call failed, 2 usage error, 69 the node
 // cannot be reached.
 package main
@@ -20,9 +25,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -38,13 +45,32 @@ const (
 const defaultNode = "localhost:5680"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, dialNode))
+	os.Exit(runWith(os.Args[1:], os.Stdout, os.Stderr, dialNode))
+}
+
+// dialSecurity is how raftmqctl authenticates to a node: a user's
+// credentials and TLS files (all optional).
+type dialSecurity struct {
+	username, password     string
+	tlsCA, tlsCert, tlsKey string
 }
 
 // dialNode returns an Admin client of the node at addr. The connection is
 // established by the first call.
-func dialNode(addr string) (proto.AdminClient, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func dialNode(addr string, sec dialSecurity) (proto.AdminClient, error) {
+	creds := insecure.NewCredentials()
+	if sec.tlsCA != "" || sec.tlsCert != "" || sec.tlsKey != "" {
+		c, err := api.ClientTLS(sec.tlsCA, sec.tlsCert, sec.tlsKey)
+		if err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(c)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if sec.username != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(api.BasicCredentials{Username: sec.username, Password: sec.password}))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +91,8 @@ type options struct {
 	ifEmpty     bool
 	description string
 	local       bool
+
+	sec dialSecurity
 }
 
 // usageError is a mistake in the command line: exit code 2.
@@ -95,6 +123,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.ifEmpty, "if-empty", false, "delete_queue: only if the queue is empty")
 	fs.StringVar(&o.description, "description", "", "add_vhost: description")
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
+	fs.StringVar(&o.sec.username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
+	fs.StringVar(&o.sec.password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
+	fs.StringVar(&o.sec.tlsCA, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA: connect with TLS (env RAFTMQ_TLS_CA)")
+	fs.StringVar(&o.sec.tlsCert, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM client certificate signed by the cluster CA (env RAFTMQ_TLS_CERT)")
+	fs.StringVar(&o.sec.tlsKey, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM key of --tls-cert (env RAFTMQ_TLS_KEY)")
 	return fs
 }
 
@@ -118,9 +151,14 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// run is the whole command: it parses args, calls the node dialled with
-// dial and returns the exit code.
+// run is runWith for a dial that needs no security settings.
 func run(args []string, stdout, stderr io.Writer, dial func(addr string) (proto.AdminClient, error)) int {
+	return runWith(args, stdout, stderr, func(addr string, _ dialSecurity) (proto.AdminClient, error) { return dial(addr) })
+}
+
+// runWith is the whole command: it parses args, calls the node dialled with
+// dial and returns the exit code.
+func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec dialSecurity) (proto.AdminClient, error)) int {
 	var o options
 	fs := newFlagSet(&o)
 	pos, err := parseArgs(fs, args)
@@ -151,7 +189,7 @@ func run(args []string, stdout, stderr io.Writer, dial func(addr string) (proto.
 		fmt.Fprintf(stderr, "raftmqctl: %v\n", err)
 		return exitUsage
 	}
-	client, err := dial(o.node)
+	client, err := dial(o.node, o.sec)
 	if err != nil {
 		fmt.Fprintf(stderr, "raftmqctl: cannot reach %s: %v\n", o.node, err)
 		return exitUnavailable
@@ -190,6 +228,7 @@ func unreachable(err error) bool {
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: raftmqctl [--node host:port] [-p vhost] [--json] [--consistent] [--timeout d] VERB [ARGS...]")
+	fmt.Fprintln(w, "       [--username u --password p] [--tls-ca ca.pem --tls-cert c.pem --tls-key c.key]")
 	fmt.Fprintln(w, "\nverbs:")
 	names := make([]string, 0, len(verbs))
 	for n := range verbs {

@@ -242,7 +242,7 @@ func TestRun_NodeSelection(t *testing.T) {
 		t.Fatalf("dial failure exit %d", code)
 	}
 	errb.Reset()
-	code = run([]string{"--node", "127.0.0.1:1", "--timeout", "5s", "digest"}, &out, &errb, dialNode)
+	code = runWith([]string{"--node", "127.0.0.1:1", "--timeout", "5s", "digest"}, &out, &errb, dialNode)
 	if code != exitUnavailable || !strings.Contains(errb.String(), "cannot reach 127.0.0.1:1") {
 		t.Fatalf("refused connection: exit %d, %s", code, errb.String())
 	}

@@ -1,0 +1,313 @@
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/fsm"
+)
+
+// AuthMode says when the Admin service asks for a user's credentials.
+type AuthMode int
+
+const (
+	// AuthAuto asks every caller except those connecting from a loopback
+	// address (the node's own host, as rabbitmqctl trusts local access) and
+	// other nodes of the cluster (identified by their certificates).
+	AuthAuto AuthMode = iota
+	// AuthAlways asks every caller except other nodes of the cluster.
+	AuthAlways
+	// AuthNever asks nobody (the service is as open as its listener).
+	AuthNever
+)
+
+// ParseAuthMode reads auto, always or never.
+func ParseAuthMode(s string) (AuthMode, error) {
+	switch s {
+	case "auto", "":
+		return AuthAuto, nil
+	case "always":
+		return AuthAlways, nil
+	case "never":
+		return AuthNever, nil
+	}
+	return 0, fmt.Errorf("admin auth must be auto, always or never, not %q", s)
+}
+
+func (m AuthMode) String() string {
+	switch m {
+	case AuthAlways:
+		return "always"
+	case AuthNever:
+		return "never"
+	}
+	return "auto"
+}
+
+// Metadata keys of a call's credentials: "authorization" carries
+// "Basic base64(username:password)", as HTTP basic authentication does.
+const authorizationKey = "authorization"
+
+// adminPrefix is the full method prefix of the Admin service; other
+// services on the server (the internal forwarding service authenticates
+// its callers by their node certificates itself) are not checked here.
+const adminPrefix = "/raftmq.v1.Admin/"
+
+// monitoringMethods are the Admin methods a user tagged monitoring may call:
+// reads of the cluster, queues, exchanges, bindings, consumers,
+// connections, policies and vhosts, as RabbitMQ's monitoring tag allows.
+// Users and permissions, and every write, need administrator.
+var monitoringMethods = map[string]bool{
+	"ClusterStatus":   true,
+	"ListQueues":      true,
+	"GetQueue":        true,
+	"ListExchanges":   true,
+	"ListBindings":    true,
+	"ListConsumers":   true,
+	"ListConnections": true,
+	"ListPolicies":    true,
+	"ListVhosts":      true,
+	"Digest":          true,
+}
+
+// Auth checks who calls the Admin service. Callers are let through when
+//   - the mode is never;
+//   - the caller presented a certificate verified by the gRPC server's TLS
+//     (the cluster CA) that names a member of the cluster: another node,
+//     forwarding a call or gathering connections;
+//   - the mode is auto and the caller's address is loopback;
+//   - otherwise the call carries the username and password of a user
+//     tagged administrator (monitoring suffices for the reads listed in
+//     monitoringMethods). A missing or wrong password is Unauthenticated; a
+//     user without the tag is PermissionDenied.
+type Auth struct {
+	mode AuthMode
+	node atomic.Pointer[Node]
+}
+
+// NewAuth returns the checks of mode against node's users and members.
+// node may be nil when the gRPC server must exist before the node does:
+// SetNode gives it later, and calls before that are Unavailable.
+func NewAuth(mode AuthMode, node Node) *Auth {
+	a := &Auth{mode: mode}
+	if node != nil {
+		a.SetNode(node)
+	}
+	return a
+}
+
+// SetNode sets the node whose users and members the checks use.
+func (a *Auth) SetNode(n Node) { a.node.Store(&n) }
+
+// Mode is the mode the checks apply.
+func (a *Auth) Mode() AuthMode { return a.mode }
+
+// UnaryInterceptor checks unary calls.
+func (a *Auth) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := a.Check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+// StreamInterceptor checks streaming calls.
+func (a *Auth) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := a.Check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+}
+
+// Check decides one call of fullMethod (nil: go ahead).
+func (a *Auth) Check(ctx context.Context, fullMethod string) error {
+	method, ok := strings.CutPrefix(fullMethod, adminPrefix)
+	if !ok || a.mode == AuthNever {
+		return nil
+	}
+	np := a.node.Load()
+	if np == nil {
+		return status.Error(codes.Unavailable, "the node is starting")
+	}
+	node := *np
+	if fromMember(ctx, node) {
+		return nil
+	}
+	if a.mode == AuthAuto && fromLoopback(ctx) {
+		return nil
+	}
+	user, password, ok := credentialsOf(ctx)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "the admin API needs the username and password of an administrator from this address (--admin-auth)")
+	}
+	tags, ok := authenticate(node, user, password)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "invalid username or password")
+	}
+	if slices.Contains(tags, "administrator") || (monitoringMethods[method] && slices.Contains(tags, "monitoring")) {
+		return nil
+	}
+	if monitoringMethods[method] {
+		return status.Errorf(codes.PermissionDenied, "user %q is tagged neither administrator nor monitoring", user)
+	}
+	return status.Errorf(codes.PermissionDenied, "user %q is not tagged administrator", user)
+}
+
+// authenticate checks a password against the user's stored hash with the
+// state machine's check (the one AMQP logins use) and returns the tags.
+func authenticate(node Node, user, password string) (tags []string, ok bool) {
+	var hash []byte
+	node.View(func(s State) {
+		hash, _, ok = s.UserPasswordHash(user)
+		if !ok {
+			return
+		}
+		for _, u := range s.Users() {
+			if u.GetName() == user {
+				tags = slices.Clone(u.GetTags())
+			}
+		}
+	})
+	if !ok || !fsm.CheckPassword(hash, fsm.PasswordSaltLen, password) {
+		return nil, false
+	}
+	return tags, true
+}
+
+// fromMember reports whether the caller's verified certificate names a
+// member of the cluster.
+func fromMember(ctx context.Context, node Node) bool {
+	c := cluster.PeerCertificate(ctx)
+	if c == nil {
+		return false
+	}
+	names := cluster.CertNames(c)
+	for _, m := range node.Members() {
+		if slices.Contains(names, m.GetId()) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromLoopback reports whether the call's peer address is a loopback IP.
+func fromLoopback(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return false
+	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// credentialsOf reads the call's basic credentials.
+func credentialsOf(ctx context.Context) (user, password string, ok bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get(authorizationKey) {
+		enc, found := strings.CutPrefix(v, "Basic ")
+		if !found {
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(enc)
+		if err != nil {
+			continue
+		}
+		user, password, ok = strings.Cut(string(raw), ":")
+		if ok {
+			return user, password, true
+		}
+	}
+	return "", "", false
+}
+
+// withCallerCredentials passes the incoming call's credentials on to a call
+// this node makes to another node for it, so that the other node checks
+// the same user (a node certificate, when the cluster has one, lets it
+// through anyway).
+func withCallerCredentials(ctx context.Context) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(authorizationKey); len(v) > 0 {
+		return metadata.AppendToOutgoingContext(ctx, authorizationKey, v[0])
+	}
+	return ctx
+}
+
+// BasicCredentials are per-call credentials carrying a username and
+// password for the Admin service. They may travel without TLS (loopback);
+// beyond loopback, use TLS so the password is not sent in clear.
+type BasicCredentials struct {
+	Username, Password string
+}
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (b BasicCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	tok := base64.StdEncoding.EncodeToString([]byte(b.Username + ":" + b.Password))
+	return map[string]string{authorizationKey: "Basic " + tok}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials.
+func (BasicCredentials) RequireTransportSecurity() bool { return false }
+
+var _ credentials.PerRPCCredentials = BasicCredentials{}
+
+// ClientTLS is the TLS configuration of an admin client (raftmqctl): it
+// verifies the node's certificate against the CA in caFile, not its host
+// name (nodes are often reached by IP address; see cluster.TLS), and
+// presents the client certificate in certFile and keyFile when given (a
+// node with cluster TLS requires one signed by the cluster CA).
+func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, errors.New("TLS needs the cluster CA certificate (--tls-ca)")
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s: no PEM certificate found", caFile)
+	}
+	c := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // the chain is verified below, without the host name
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			_, err := cluster.VerifyChain(pool, cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
+			return err
+		},
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("a client certificate needs its key, and a key its certificate (--tls-cert, --tls-key)")
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
+}

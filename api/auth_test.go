@@ -1,0 +1,257 @@
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// authNode is a node with three users: root (administrator), watcher
+// (monitoring) and joe (no tags), each with password "pw-<name>", and the
+// members n1 and n2.
+func authNode() *fakeNode {
+	n := newFakeNode("n1")
+	n.update(func(s *fakeState) {
+		s.hashes = map[string][]byte{}
+		for name, tags := range map[string][]string{"root": {"administrator"}, "watcher": {"monitoring"}, "joe": nil} {
+			s.users = append(s.users, &proto.UserInfo{Name: name, Tags: tags})
+			s.hashes[name] = fsm.HashPassword([]byte{1, 2, 3, 4}, "pw-"+name)
+		}
+	})
+	n.members = []*proto.NodeStatus{{Id: "n1"}, {Id: "n2"}}
+	return n
+}
+
+var (
+	remoteAddr   = &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 40000}
+	loopbackAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
+)
+
+// callCtx is the server-side context of a call from addr with the given
+// credentials ("" user: none) and, when cert is not nil, a verified TLS
+// client certificate.
+func callCtx(addr net.Addr, user, password string, cert *x509.Certificate) context.Context {
+	p := &peer.Peer{Addr: addr}
+	if cert != nil {
+		p.AuthInfo = credentials.TLSInfo{State: tls.ConnectionState{
+			PeerCertificates: []*x509.Certificate{cert},
+			VerifiedChains:   [][]*x509.Certificate{{cert}},
+		}}
+	}
+	ctx := peer.NewContext(context.Background(), p)
+	if user != "" {
+		tok := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Basic "+tok))
+	}
+	return ctx
+}
+
+// leafNamed is a certificate of ca naming name.
+func leafNamed(t *testing.T, ca *clustertest.CA, name string) *x509.Certificate {
+	t.Helper()
+	leaf, err := x509.ParseCertificate(ca.TLS(t, name).Certificate.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+func TestAuth_Check(t *testing.T) {
+	n := authNode()
+	ca := clustertest.NewCA(t, "test CA")
+	const (
+		write = "/raftmq.v1.Admin/AddUser"
+		read  = "/raftmq.v1.Admin/ListQueues"
+		users = "/raftmq.v1.Admin/ListUsers"
+	)
+	nodeCert := leafNamed(t, ca, "n2")
+	opsCert := leafNamed(t, ca, "ops")
+	for _, tc := range []struct {
+		name   string
+		mode   AuthMode
+		method string
+		ctx    context.Context
+		want   codes.Code
+	}{
+		{"auto: loopback needs nothing", AuthAuto, write, callCtx(loopbackAddr, "", "", nil), codes.OK},
+		{"auto: remote without credentials", AuthAuto, write, callCtx(remoteAddr, "", "", nil), codes.Unauthenticated},
+		{"auto: remote administrator", AuthAuto, write, callCtx(remoteAddr, "root", "pw-root", nil), codes.OK},
+		{"auto: wrong password", AuthAuto, write, callCtx(remoteAddr, "root", "pw-joe", nil), codes.Unauthenticated},
+		{"auto: unknown user", AuthAuto, read, callCtx(remoteAddr, "nobody", "pw-nobody", nil), codes.Unauthenticated},
+		{"auto: no tags", AuthAuto, read, callCtx(remoteAddr, "joe", "pw-joe", nil), codes.PermissionDenied},
+		{"auto: no tags writing", AuthAuto, write, callCtx(remoteAddr, "joe", "pw-joe", nil), codes.PermissionDenied},
+		{"monitoring reads queues", AuthAuto, read, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.OK},
+		{"monitoring does not write", AuthAuto, write, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
+		{"monitoring does not list users", AuthAuto, users, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
+		{"always: loopback needs credentials", AuthAlways, write, callCtx(loopbackAddr, "", "", nil), codes.Unauthenticated},
+		{"always: loopback administrator", AuthAlways, write, callCtx(loopbackAddr, "root", "pw-root", nil), codes.OK},
+		{"never: remote without credentials", AuthNever, write, callCtx(remoteAddr, "", "", nil), codes.OK},
+		{"a member's certificate", AuthAlways, write, callCtx(remoteAddr, "", "", nodeCert), codes.OK},
+		{"a certificate naming no member", AuthAlways, write, callCtx(remoteAddr, "", "", opsCert), codes.Unauthenticated},
+		{"a certificate naming no member, with credentials", AuthAlways, write, callCtx(remoteAddr, "root", "pw-root", opsCert), codes.OK},
+		{"internal service is not checked here", AuthAlways, "/raftmq.v1.Internal/Forward", callCtx(remoteAddr, "", "", nil), codes.OK},
+	} {
+		err := NewAuth(tc.mode, n).Check(tc.ctx, tc.method)
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if err := NewAuth(AuthAuto, nil).Check(callCtx(remoteAddr, "root", "pw-root", nil), write); status.Code(err) != codes.Unavailable {
+		t.Errorf("before SetNode: %v", err)
+	}
+}
+
+func TestAuth_Interceptors(t *testing.T) {
+	a := NewAuth(AuthAlways, authNode())
+	called := false
+	_, err := a.UnaryInterceptor()(callCtx(remoteAddr, "", "", nil), nil,
+		&grpc.UnaryServerInfo{FullMethod: "/raftmq.v1.Admin/Digest"},
+		func(context.Context, any) (any, error) { called = true; return nil, nil })
+	if status.Code(err) != codes.Unauthenticated || called {
+		t.Fatalf("unary without credentials: err %v, handler called %v", err, called)
+	}
+	err = a.StreamInterceptor()(nil, fakeStream{ctx: callCtx(remoteAddr, "joe", "pw-joe", nil)},
+		&grpc.StreamServerInfo{FullMethod: "/raftmq.v1.Admin/Digest"},
+		func(any, grpc.ServerStream) error { called = true; return nil })
+	if status.Code(err) != codes.PermissionDenied || called {
+		t.Fatalf("stream of a user without tags: err %v, handler called %v", err, called)
+	}
+	err = a.StreamInterceptor()(nil, fakeStream{ctx: callCtx(remoteAddr, "root", "pw-root", nil)},
+		&grpc.StreamServerInfo{FullMethod: "/raftmq.v1.Admin/Digest"},
+		func(any, grpc.ServerStream) error { called = true; return nil })
+	if err != nil || !called {
+		t.Fatalf("stream of an administrator: err %v, handler called %v", err, called)
+	}
+}
+
+type fakeStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (f fakeStream) Context() context.Context { return f.ctx }
+
+// TestAuth_OverMutualTLS serves the Admin service with the cluster's TLS
+// and the checks in mode always, and calls it with an administrator's
+// client certificate (no node name) and BasicCredentials, with a node's
+// certificate, and with a certificate of another CA.
+func TestAuth_OverMutualTLS(t *testing.T) {
+	ca := clustertest.NewCA(t, "test CA")
+	node := authNode()
+	auth := NewAuth(AuthAlways, node)
+	srv := grpc.NewServer(append(cluster.ServerOptions(ca.TLS(t, "n1")),
+		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(auth.StreamInterceptor()))...)
+	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node}))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	dial := func(sec *cluster.TLS, creds *BasicCredentials) proto.AdminClient {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(sec.ClientConfig()))}
+		if creds != nil {
+			opts = append(opts, grpc.WithPerRPCCredentials(*creds))
+		}
+		cc, err := grpc.NewClient(lis.Addr().String(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		return proto.NewAdminClient(cc)
+	}
+	ctx := ctxT(t)
+	ops := ca.TLS(t, "ops")
+	_, err = dial(ops, nil).Digest(ctx, &proto.DigestRequest{})
+	wantCode(t, err, codes.Unauthenticated, "username")
+	_, err = dial(ops, &BasicCredentials{"joe", "pw-joe"}).Digest(ctx, &proto.DigestRequest{})
+	wantCode(t, err, codes.PermissionDenied, "joe")
+	if _, err := dial(ops, &BasicCredentials{"root", "pw-root"}).Digest(ctx, &proto.DigestRequest{}); err != nil {
+		t.Fatalf("administrator: %v", err)
+	}
+	if _, err := dial(ca.TLS(t, "n2"), nil).Digest(ctx, &proto.DigestRequest{}); err != nil {
+		t.Fatalf("a member's certificate: %v", err)
+	}
+	other := clustertest.NewCA(t, "another CA")
+	_, err = dial(other.TLS(t, "n2"), &BasicCredentials{"root", "pw-root"}).Digest(ctx, &proto.DigestRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a certificate of another CA: %v, want the handshake to fail", err)
+	}
+}
+
+func TestParseAuthMode(t *testing.T) {
+	for s, want := range map[string]AuthMode{"auto": AuthAuto, "always": AuthAlways, "never": AuthNever} {
+		if got, err := ParseAuthMode(s); err != nil || got != want || got.String() != s {
+			t.Errorf("%q: %v %v", s, got, err)
+		}
+	}
+	if _, err := ParseAuthMode("sometimes"); err == nil {
+		t.Error("sometimes accepted")
+	}
+}
+
+// startAuthNode is startNode with the checks of mode on the server; its
+// client sends creds (nil: none).
+func startAuthNode(t *testing.T, node *fakeNode, mode AuthMode, creds *BasicCredentials) *testNode {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := NewPeerPool()
+	t.Cleanup(func() { _ = pool.Close() })
+	auth := NewAuth(mode, node)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))
+	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node, Peers: pool}))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if creds != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(*creds))
+	}
+	cc, err := grpc.NewClient(lis.Addr().String(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return &testNode{node: node, addr: lis.Addr().String(), client: proto.NewAdminClient(cc)}
+}
+
+// TestAuth_CallerCredentialsFollowForwardedCalls: a follower forwarding a
+// consistent read to the leader passes the caller's credentials on, so a
+// leader that asks for them (no node certificates here) serves it.
+func TestAuth_CallerCredentialsFollowForwardedCalls(t *testing.T) {
+	leader := authNode()
+	leader.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "on-leader"}}
+	follower := authNode()
+	follower.id = "n2"
+	follower.leaderID = "n1"
+	l := startAuthNode(t, leader, AuthAlways, nil)
+	f := startAuthNode(t, follower, AuthAlways, &BasicCredentials{"watcher", "pw-watcher"})
+	setMembers(l, f)
+	qs, err := f.client.ListQueues(ctxT(t), &proto.ListQueuesRequest{Consistent: true})
+	if err != nil || len(qs.GetQueues()) != 1 || qs.GetQueues()[0].GetName() != "on-leader" {
+		t.Fatalf("consistent read through the follower: %v %v", qs, err)
+	}
+	// The follower checks the caller first: monitoring may not list users.
+	_, err = f.client.ListUsers(ctxT(t), &proto.ListRequest{Consistent: true})
+	wantCode(t, err, codes.PermissionDenied, "watcher")
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// TestRun_TLSAndCredentials serves a single-node cluster's Admin service
+// with cluster TLS and admin auth always (so loopback is not trusted) and
+// drives raftmqctl's --tls-* and --username/--password flags against it.
+func TestRun_TLSAndCredentials(t *testing.T) {
+	ca := clustertest.NewCA(t, "test CA")
+	c := clustertest.New(t, 1, clustertest.WithTLS(t, ca))
+	node := api.FromCluster(c.WaitForLeader(clustertest.Timeout))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		ready := false
+		node.View(func(s api.State) { ready = s.Initialized() })
+		if !ready {
+			return errors.New("defaults not applied yet")
+		}
+		return nil
+	})
+	auth := api.NewAuth(api.AuthAlways, node)
+	srv := grpc.NewServer(append(cluster.ServerOptions(c.Nodes[0].Config.TLS),
+		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))...)
+	proto.RegisterAdminServer(srv, api.NewAdminServer(api.Deps{Node: node}))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := lis.Addr().String()
+
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cert, key := ca.Issue(t, "operator")
+	tlsArgs := []string{"--tls-ca", write("ca.pem", ca.PEM), "--tls-cert", write("op.pem", cert), "--tls-key", write("op.key", key)}
+
+	// The default user guest/guest is an administrator.
+	code, out, errs := ctl(t, addr, append(tlsArgs, "--username", "guest", "--password", "guest", "list_vhosts")...)
+	if code != exitOK || !strings.Contains(out, "/") {
+		t.Fatalf("administrator over TLS: exit %d, out %q, err %q", code, out, errs)
+	}
+	code, _, errs = ctl(t, addr, append(tlsArgs, "list_vhosts")...)
+	if code != exitFailed || !strings.Contains(errs, "Unauthenticated") {
+		t.Fatalf("no credentials: exit %d, err %q", code, errs)
+	}
+	code, _, errs = ctl(t, addr, append(tlsArgs, "--username", "guest", "--password", "nope", "list_vhosts")...)
+	if code != exitFailed || !strings.Contains(errs, "Unauthenticated") {
+		t.Fatalf("wrong password: exit %d, err %q", code, errs)
+	}
+	// Without a client certificate the TLS handshake fails.
+	code, _, errs = ctl(t, addr, "--tls-ca", tlsArgs[1], "--username", "guest", "--password", "guest", "list_vhosts")
+	if code == exitOK {
+		t.Fatalf("no client certificate: exit %d, err %q", code, errs)
+	}
+	// Without TLS at all neither.
+	code, _, errs = ctl(t, addr, "--username", "guest", "--password", "guest", "list_vhosts")
+	if code == exitOK {
+		t.Fatalf("plain connection to a TLS port: exit %d, err %q", code, errs)
+	}
+	// Half a key pair is a usage mistake caught when dialling.
+	code, _, _ = ctl(t, addr, "--tls-ca", tlsArgs[1], "--tls-cert", tlsArgs[3], "list_vhosts")
+	if code != exitUnavailable {
+		t.Fatalf("certificate without key: exit %d", code)
+	}
+}
