@@ -260,6 +260,9 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 		if e := ch.authorize(m, accessConfigure, "queue", name); e != nil {
 			return e
 		}
+		if e := ch.checkQueueLimit(m, name); e != nil {
+			return e
+		}
 	}
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
 		Vhost: ch.vhost(), Name: name, Passive: m.Passive, Durable: m.Durable, Exclusive: m.Exclusive,
@@ -276,6 +279,25 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 		ch.c.send(ch.id, &wire.QueueDeclareOk{Queue: name, MessageCount: res.GetMessageCount(), ConsumerCount: res.GetConsumerCount()})
 	}
 	return nil
+}
+
+// checkQueueLimit refuses a new queue when the vhost already holds
+// MaxQueuesPerVhost queues, with RabbitMQ's error for its max-queues vhost
+// limit. A redeclare of an existing queue is not refused. The check reads
+// this node's applied state before the declare is submitted, so it is
+// approximate: declares racing on several channels or nodes can each see
+// room for one more queue and together pass the limit by a few.
+func (ch *channel) checkQueueLimit(m *wire.QueueDeclare, name string) *wire.Error {
+	limit := ch.c.srv.cfg.MaxQueuesPerVhost
+	if limit <= 0 {
+		return nil
+	}
+	n, exists := ch.c.srv.node().QueueCount(ch.vhost(), name)
+	if exists || n < limit {
+		return nil
+	}
+	return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(),
+		"cannot declare queue '%s': queue limit in vhost '%s' (%d) is reached", name, ch.vhost(), limit)
 }
 
 func (ch *channel) handleQueueBind(m *wire.QueueBind) *wire.Error {
