@@ -246,21 +246,27 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 		return e
 	}
 	name := m.Queue
+	// authName is the name the configure permission is checked against.
+	authName := name
 	if name == "" && !m.Passive {
-		// Server-named queues are named on this node, so the name is in
-		// the log and every replica agrees on it.
-		name = randomName("amq.gen-")
+		// Server-named queues are named by the state machine when it
+		// applies the declare (it refuses amq.* names from clients), so
+		// every replica agrees on the name. The permission is checked
+		// against a name of the same amq.gen- form, which is what a
+		// permission pattern sees in RabbitMQ.
+		authName = randomName("amq.gen-")
 	} else if name == "" {
 		var e *wire.Error
 		if name, e = ch.queueName(m, ""); e != nil {
 			return e
 		}
+		authName = name
 	}
 	if !m.Passive {
-		if e := ch.authorize(m, accessConfigure, "queue", name); e != nil {
+		if e := ch.authorize(m, accessConfigure, "queue", authName); e != nil {
 			return e
 		}
-		if e := ch.checkQueueLimit(m, name); e != nil {
+		if e := ch.checkQueueLimit(m, authName); e != nil {
 			return e
 		}
 	}
