@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,6 +209,8 @@ func latency(t *testing.T, ch *amqp.Channel, q string, deliveries <-chan amqp.De
 	return samples[len(samples)/2]
 }
 
+var errNeverDropped = errors.New("the node never dropped the client that does not read")
+
 func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T) {
 	skipShort(t)
 	c := StartClusterWith(t, 1, func(_ int, n *Node) {
@@ -225,7 +228,7 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const samples = 41
+	const samples = 101
 	latency(t, probe, q.Name, deliveries, 10) // warm up
 	unloaded := latency(t, probe, q.Name, deliveries, samples)
 	t.Logf("unloaded median publish-to-consume latency: %v", unloaded)
@@ -263,6 +266,9 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 		t.Fatalf("opening %d connections at once: %v", conns, err)
 	}
 
+	withConns := latency(t, probe, q.Name, deliveries, samples)
+	t.Logf("median with %d connections open: %v", conns, withConns)
+
 	// A client that publishes to a queue it consumes with no-ack and never
 	// reads a byte: its deliveries back up into the node.
 	deaf := dialDeaf(t, node.AMQPAddr)
@@ -270,31 +276,37 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 	if _, err := deaf.Write(deafClientPreamble(deafQueue)); err != nil {
 		t.Fatal(err)
 	}
+	// It publishes 64 KiB every 40 ms (a steady load, not a flood of the
+	// log) for at most 60 s, and counts what the node accepted.
+	var written atomic.Int64
 	deafDone := make(chan error, 1)
 	go func() {
 		msg := deafPublish(deafQueue, make([]byte, 64<<10))
+		tick := time.NewTicker(40 * time.Millisecond)
+		defer tick.Stop()
 		deadline := time.Now().Add(60 * time.Second)
-		for i := 0; i < 4096 && time.Now().Before(deadline); i++ {
+		for i := 0; i < 3000 && time.Now().Before(deadline); i++ {
 			_ = deaf.SetWriteDeadline(time.Now().Add(20 * time.Second))
-			if _, err := deaf.Write(msg); err != nil {
+			n, err := deaf.Write(msg)
+			written.Add(int64(n))
+			if err != nil {
 				deafDone <- err
 				return
 			}
+			<-tick.C
 		}
-		deafDone <- errors.New("the deaf client was never dropped")
+		deafDone <- errNeverDropped
 	}()
-	// Its queue exists once the node has read its preamble: from then on
-	// the load is on.
-	if err := Eventually(20*time.Second, func() error {
-		ch, err := probeConn.Channel()
-		if err != nil {
-			return err
+	// Once more has been sent to it than the socket buffers hold, its
+	// deliveries wait in the node: measure from then on, while it still
+	// publishes.
+	if err := Eventually(30*time.Second, func() error {
+		if n := written.Load(); n < 2<<20 {
+			return fmt.Errorf("the deaf client wrote %d bytes", n)
 		}
-		defer ch.Close()
-		_, err = ch.QueueDeclarePassive(deafQueue, false, false, true, false, nil)
-		return err
+		return nil
 	}); err != nil {
-		t.Fatalf("the deaf client's queue: %v", err)
+		t.Fatal(err)
 	}
 
 	loaded := latency(t, probe, q.Name, deliveries, samples)
@@ -304,8 +316,9 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 	// holding its deliveries without limit.
 	select {
 	case err := <-deafDone:
+		t.Logf("the deaf client was dropped after writing %d bytes: %v", written.Load(), err)
 		var ne net.Error
-		if err == nil || (errors.As(err, &ne) && ne.Timeout()) || err.Error() == "the deaf client was never dropped" {
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, errNeverDropped) {
 			t.Fatalf("deaf client: %v, want the node to close its connection", err)
 		}
 	case <-time.After(90 * time.Second):
