@@ -68,6 +68,9 @@ type conn struct {
 	// readBlocked is set while the reader waits for publishers to be
 	// unblocked (memory alarm).
 	readBlocked atomic.Bool
+	// writeSince is when the writer's current chunk write started (unix
+	// nanoseconds), 0 while it is not writing.
+	writeSince atomic.Int64
 
 	mu       sync.Mutex
 	channels map[uint16]*channel
@@ -89,9 +92,20 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		channels:    map[uint16]*channel{},
 		connectedAt: time.Now(),
 	}
-	c.out = newOutQueue(s.cfg.MaxBufferedBytes, c.overflow)
+	c.out = newOutQueue(s.cfg.MaxBufferedBytes, c.stalled, c.overflow)
 	c.log = s.log.With("conn", c.id, "peer", nc.RemoteAddr().String())
 	return c
+}
+
+// stallTime is how long a write may take nothing before the connection's
+// buffer bound counts it as stalled.
+const stallTime = time.Second
+
+// stalled reports whether the socket has taken nothing of the current
+// write for stallTime.
+func (c *conn) stalled() bool {
+	since := c.writeSince.Load()
+	return since != 0 && time.Since(time.Unix(0, since)) >= stallTime
 }
 
 // overflow drops a connection whose outgoing buffer passed
@@ -121,6 +135,7 @@ func (c *conn) serve() {
 			// Not a TLS client (plain AMQP on the TLS port) or a refused
 			// certificate: nothing of AMQP was said, close the socket.
 			c.log.Info("TLS handshake failed", "err", err)
+			c.cancel()
 			_ = c.nc.Close()
 			c.srv.removeConn(c)
 			close(c.writerEnd)
@@ -279,15 +294,20 @@ const writeChunk = 256 << 10
 // write writes b and flushes; a chunk the socket does not take within
 // WriteTimeout fails the write.
 func (c *conn) write(w *bufio.Writer, b []byte) error {
+	defer c.writeSince.Store(0)
 	for len(b) > 0 {
 		n := min(len(b), writeChunk)
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+		now := time.Now()
+		c.writeSince.Store(now.UnixNano())
+		_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
 		if _, err := w.Write(b[:n]); err != nil {
 			return err
 		}
 		b = b[n:]
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	now := time.Now()
+	c.writeSince.Store(now.UnixNano())
+	_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
 	return w.Flush()
 }
 

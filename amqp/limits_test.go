@@ -229,27 +229,43 @@ func TestFlow_WriteTimeoutDropsAStalledClient(t *testing.T) {
 
 func TestFlow_OutQueueBound(t *testing.T) {
 	overflows := make(chan struct{}, 2)
-	q := newOutQueue(10, func() { overflows <- struct{}{} })
+	stalled := false
+	q := newOutQueue(10, func() bool { return stalled }, func() { overflows <- struct{}{} })
 	fill := func(n int) func([]byte) []byte {
 		return func(b []byte) []byte { return append(b, make([]byte, n)...) }
 	}
-	if !q.append(fill(8)) || !q.append(fill(8)) {
-		t.Fatal("appends under the bound refused")
+	// Over the soft bound while the socket takes bytes: a burst is fine.
+	if !q.append(fill(8)) || !q.append(fill(8)) || !q.append(fill(8)) {
+		t.Fatal("appends over the soft bound refused while the socket is not stalled")
 	}
+	stalled = true
 	if q.append(fill(1)) {
-		t.Fatal("append over the bound accepted")
+		t.Fatal("append over the soft bound accepted while the socket is stalled")
 	}
 	<-overflows
 	if !q.overflowed() || q.append(fill(1)) {
 		t.Fatal("queue still open after overflowing")
 	}
-	if b, closed := q.take(nil); len(b) != 16 || !closed {
+	if b, closed := q.take(nil); len(b) != 24 || !closed {
 		t.Fatalf("take = %d bytes, closed %v", len(b), closed)
 	}
 	select {
 	case <-overflows:
 		t.Fatal("overflow ran twice")
 	default:
+	}
+
+	// The hard bound holds even when the socket takes bytes.
+	stalled = false
+	q = newOutQueue(10, func() bool { return stalled }, func() { overflows <- struct{}{} })
+	for q.append(fill(7)) {
+		if n := q.pending(); n > hardLimitFactor*10+7 {
+			t.Fatalf("%d bytes queued past the hard bound", n)
+		}
+	}
+	<-overflows
+	if n := q.pending(); n < hardLimitFactor*10 {
+		t.Fatalf("overflowed at %d bytes, under the hard bound", n)
 	}
 }
 
@@ -326,4 +342,38 @@ func TestBlocked_ClosingABlockedPublisherEnds(t *testing.T) {
 		t.Fatal("no such connection")
 	}
 	eventually(t, 10*time.Second, "the blocked connection to end", func() bool { return ts.srv.lookup(id) == nil })
+}
+
+func TestFlow_BacklogBurstToAReadingConsumerIsDelivered(t *testing.T) {
+	ts := startServer(t, Config{MaxBufferedBytes: 1 << 20})
+	q := &miniQueue{srv: ts.srv}
+	ts.broker.script(q.answer, nil)
+	c, ch := openChannel(t, ts)
+	deliveries, err := ch.Consume("q", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	ref := q.consumer
+	q.mu.Unlock()
+	// A backlog handed at once to a consumer without prefetch: four times
+	// the soft bound, under the hard one.
+	const n, size = 64, 64 << 10
+	body := make([]byte, size)
+	for i := 1; i <= n; i++ {
+		ts.srv.Deliver(&fsm.Delivery{Consumer: ref, DeliveryTag: uint64(i), RoutingKey: "q", Body: body})
+	}
+	for i := 1; i <= n; i++ {
+		select {
+		case d := <-deliveries:
+			if d.DeliveryTag != uint64(i) || len(d.Body) != size {
+				t.Fatalf("delivery %d: tag %d, %d bytes", i, d.DeliveryTag, len(d.Body))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("received %d of %d", i-1, n)
+		}
+	}
+	if c.IsClosed() {
+		t.Fatal("a reading consumer was dropped for a burst")
+	}
 }

@@ -4,27 +4,47 @@ import (
 	"sync"
 )
 
+// hardLimitFactor sets the hard bound of an outQueue against its soft one.
+const hardLimitFactor = 8
+
 // outQueue is a connection's bounded write queue: producers append encoded
 // frames and never block on the socket; the writer goroutine takes
 // everything queued at once. Producers include the state machine's effect
 // sink (deliveries), which runs under the node's state lock and must never
-// wait for a client, so a full queue does not make anyone wait: once more
-// than limit bytes are waiting for the writer, the queue closes and
-// overflow runs (once, on its own goroutine) to drop the connection. A
-// client that stops reading therefore costs at most limit bytes plus one
-// message, and delays nobody else.
+// wait for a client, so a full queue does not make anyone wait: it closes
+// and overflow runs (once, on its own goroutine) to drop the connection.
+//
+// The queue is full when more than limit bytes wait for the writer while
+// the socket is stalled (stalled reports it: the writer's current write
+// has taken nothing for a while), or when more than hardLimitFactor*limit
+// bytes wait in any case. A client that stops reading therefore costs at
+// most the hard bound plus one message, and delays nobody else; a client
+// that reads gets a burst (a backlog handed to a consumer without
+// prefetch) of up to the hard bound.
 type outQueue struct {
 	mu       sync.Mutex
 	buf      []byte
 	closed   bool
 	over     bool
-	limit    int    // 0: no bound
-	overflow func() // called once when the bound is passed
+	limit    int         // soft bound; 0: no bound
+	stalled  func() bool // whether the socket takes nothing at the moment
+	overflow func()      // called once when a bound is passed
 	signal   chan struct{}
 }
 
-func newOutQueue(limit int, overflow func()) *outQueue {
-	return &outQueue{signal: make(chan struct{}, 1), limit: limit, overflow: overflow}
+func newOutQueue(limit int, stalled func() bool, overflow func()) *outQueue {
+	return &outQueue{signal: make(chan struct{}, 1), limit: limit, stalled: stalled, overflow: overflow}
+}
+
+// full reports whether the queue is over its bound. Locks: q.mu held.
+func (q *outQueue) full() bool {
+	switch n := len(q.buf); {
+	case q.limit <= 0 || n < q.limit:
+		return false
+	case n >= hardLimitFactor*q.limit:
+		return true
+	}
+	return q.stalled != nil && q.stalled()
 }
 
 // append runs fill under the queue lock so frames of one call stay
@@ -35,8 +55,8 @@ func (q *outQueue) append(fill func([]byte) []byte) bool {
 		q.mu.Unlock()
 		return false
 	}
-	if q.limit > 0 && len(q.buf) >= q.limit {
-		// The writer has not taken limit bytes: the peer is not reading.
+	if q.full() {
+		// The writer cannot hand the bytes to the peer: it is not reading.
 		q.closed, q.over = true, true
 		q.mu.Unlock()
 		q.wake()

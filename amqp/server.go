@@ -69,8 +69,9 @@ type Config struct {
 	// PRECONDITION_FAILED, as RabbitMQ's max-queues vhost limit.
 	MaxQueuesPerVhost int
 	// MaxBufferedBytes bounds a connection's outgoing buffer (frames queued
-	// and not yet written to the socket). A connection whose client reads
-	// too slowly to keep its buffer under the bound is closed: the state
+	// and not yet written to the socket). A connection is closed when its
+	// buffer holds more than this while its socket has taken nothing for
+	// a second, or more than 8 times this in any case: the state
 	// machine's effects never wait for a client.
 	MaxBufferedBytes int
 	// WriteTimeout closes a connection whose socket accepted nothing for
