@@ -336,3 +336,88 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 		}
 	}
 }
+
+func TestSecurity_LimitsFromFlags(t *testing.T) {
+	skipShort(t)
+	c := StartClusterWith(t, 1, func(_ int, n *Node) {
+		n.ExtraArgs = []string{"--max-connections", "3", "--channel-max", "4", "--frame-max", "8192",
+			"--max-queues-per-vhost", "2", "--max-message-size", "1000"}
+	})
+	node := c.Nodes[0]
+	first := dial(t, node)
+	if first.Config.ChannelMax != 4 || first.Config.FrameSize != 8192 {
+		t.Fatalf("negotiated channel_max %d, frame_max %d; want 4 and 8192", first.Config.ChannelMax, first.Config.FrameSize)
+	}
+	dial(t, node)
+	third := dial(t, node)
+	_, err := amqp.Dial(node.AMQPURL())
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.NotAllowed {
+		t.Fatalf("fourth connection: %v, want 530 NOT_ALLOWED", err)
+	}
+	if err := third.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The slot frees once the node has closed the connection.
+	fourth := dial(t, node)
+
+	ch := channel(t, fourth)
+	mustDeclare(t, ch, "lim-1", nil)
+	mustDeclare(t, ch, "lim-2", nil)
+	mustDeclare(t, ch, "lim-1", nil) // a redeclare is not a new queue
+	_, err = ch.QueueDeclare("lim-3", true, false, false, false, nil)
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		t.Fatalf("third queue: %v, want 406 PRECONDITION_FAILED", err)
+	}
+
+	ch = channel(t, fourth)
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.PublishWithContext(context.Background(), "", "lim-1", false, false, amqp.Publishing{Body: make([]byte, 1001)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.PreconditionFailed {
+			t.Fatalf("message over --max-message-size closed the channel with %v, want 406", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("message over --max-message-size was not refused")
+	}
+	if fourth.IsClosed() {
+		t.Fatal("the connection closed; only the channel should")
+	}
+}
+
+func TestSecurity_MemoryAlarmBlocksPublishers(t *testing.T) {
+	skipShort(t)
+	// A one-byte high-water mark: the alarm is raised at the first check.
+	c := StartClusterWith(t, 1, func(_ int, n *Node) {
+		n.ExtraArgs = []string{"--vm-memory-high-watermark", "1"}
+	})
+	// A client that announced the connection.blocked capability is told
+	// right after connection.open-ok.
+	nc := dialDeaf(t, c.Nodes[0].AMQPAddr)
+	if _, err := nc.Write(blockedCapableOpen()); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var got [][2]uint16
+	for {
+		class, id, err := readMethod(nc)
+		if err != nil {
+			t.Fatalf("after methods %v: %v", got, err)
+		}
+		got = append(got, [2]uint16{class, id})
+		if class == 10 && id == 60 { // connection.blocked
+			break
+		}
+		if len(got) > 4 {
+			t.Fatalf("methods %v, want connection.blocked after open-ok", got)
+		}
+	}
+	if !slices.Equal(got, [][2]uint16{{10, 10}, {10, 30}, {10, 41}, {10, 60}}) {
+		t.Fatalf("methods %v, want start, tune, open-ok, blocked", got)
+	}
+	// A connection that does not publish keeps working.
+	mustDeclare(t, channel(t, dial(t, c.Nodes[0])), "still-declarable", nil)
+}

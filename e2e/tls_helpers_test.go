@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -158,6 +159,43 @@ func method(class, id uint16, args ...byte) []byte {
 	p := binary.BigEndian.AppendUint16(nil, class)
 	p = binary.BigEndian.AppendUint16(p, id)
 	return append(p, args...)
+}
+
+// blockedCapableOpen is a client's side of the handshake as guest, with
+// client properties announcing the connection.blocked capability.
+func blockedCapableOpen() []byte {
+	b := []byte("AMQP\x00\x00\x09\x01")
+	inner := append(shortstr(nil, "connection.blocked"), 't', 1)
+	props := append(shortstr(nil, "capabilities"), 'F')
+	props = append(binary.BigEndian.AppendUint32(props, uint32(len(inner))), inner...)
+	a := append(binary.BigEndian.AppendUint32(nil, uint32(len(props))), props...)
+	a = shortstr(a, "PLAIN")
+	a = longstr(a, "\x00guest\x00guest")
+	a = shortstr(a, "en_US")
+	b = frame(b, 1, 0, method(10, 11, a...))
+	a = binary.BigEndian.AppendUint16(nil, 0)
+	a = binary.BigEndian.AppendUint32(a, 0)
+	a = binary.BigEndian.AppendUint16(a, 0)
+	b = frame(b, 1, 0, method(10, 31, a...))
+	return frame(b, 1, 0, method(10, 40, append(shortstr(shortstr(nil, "/"), ""), 0)...))
+}
+
+// readMethod reads frames until a method frame and returns its class and
+// method ids.
+func readMethod(nc net.Conn) (class, id uint16, err error) {
+	for {
+		var hdr [7]byte
+		if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+			return 0, 0, err
+		}
+		payload := make([]byte, int(binary.BigEndian.Uint32(hdr[3:]))+1)
+		if _, err := io.ReadFull(nc, payload); err != nil {
+			return 0, 0, err
+		}
+		if hdr[0] == 1 && len(payload) >= 5 {
+			return binary.BigEndian.Uint16(payload), binary.BigEndian.Uint16(payload[2:]), nil
+		}
+	}
 }
 
 // deafClientPreamble opens a connection as guest, channel 1, declares the
