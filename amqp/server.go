@@ -322,13 +322,6 @@ func (s *Server) Unblock() {
 	}
 }
 
-// Blocked reports whether publishers are blocked, and why.
-func (s *Server) Blocked() (reason string, blocked bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.blocked, s.isBlocked
-}
-
 // blockGate returns a channel closed when publishers are unblocked, or nil
 // when they are not blocked.
 func (s *Server) blockGate() <-chan struct{} {
