@@ -21,7 +21,6 @@ func (c *conn) tlsHandshake(tc *tls.Conn) error {
 	}
 	_ = tc.SetDeadline(time.Time{})
 	st := tc.ConnectionState()
-	c.tls = true
 	// VerifiedChains is only set when the certificate chained to the
 	// configured client CA (tls-verify optional or required).
 	if len(st.VerifiedChains) > 0 && len(st.PeerCertificates) > 0 {

@@ -52,7 +52,6 @@ type conn struct {
 	// certVerified is set when the client presented one (EXTERNAL).
 	certUser     string
 	certVerified bool
-	tls          bool
 
 	opened     atomic.Bool // connection.open-ok sent
 	closing    atomic.Bool // connection.close sent, waiting for close-ok
@@ -92,7 +91,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		channels:    map[uint16]*channel{},
 		connectedAt: time.Now(),
 	}
-	c.out = newOutQueue(s.cfg.MaxBufferedBytes, c.stalled, c.overflow)
+	c.out = newOutQueue(s.cfg.MaxBufferedBytes, hardLimit(s.cfg.MaxBufferedBytes, s.cfg.MaxMessageSize), c.stalled, c.overflow)
 	c.log = s.log.With("conn", c.id, "peer", nc.RemoteAddr().String())
 	return c
 }

@@ -193,7 +193,8 @@ func flood(ts *testServer, ref *proto.ConsumerRef, size, max int) int {
 }
 
 func TestFlow_ClientThatNeverReadsIsDroppedWithoutBlockingTheSink(t *testing.T) {
-	ts := startServer(t, Config{MaxBufferedBytes: 1 << 20, WriteTimeout: time.Hour})
+	// Hard bound: 8 MiB.
+	ts := startServer(t, Config{MaxBufferedBytes: 1 << 20, MaxMessageSize: 64 << 10, WriteTimeout: time.Hour})
 	q := &miniQueue{srv: ts.srv}
 	ts.broker.script(q.answer, nil)
 	_, ref := consumeRaw(t, ts, q)
@@ -230,7 +231,7 @@ func TestFlow_WriteTimeoutDropsAStalledClient(t *testing.T) {
 func TestFlow_OutQueueBound(t *testing.T) {
 	overflows := make(chan struct{}, 2)
 	stalled := false
-	q := newOutQueue(10, func() bool { return stalled }, func() { overflows <- struct{}{} })
+	q := newOutQueue(10, 80, func() bool { return stalled }, func() { overflows <- struct{}{} })
 	fill := func(n int) func([]byte) []byte {
 		return func(b []byte) []byte { return append(b, make([]byte, n)...) }
 	}
@@ -257,14 +258,14 @@ func TestFlow_OutQueueBound(t *testing.T) {
 
 	// The hard bound holds even when the socket takes bytes.
 	stalled = false
-	q = newOutQueue(10, func() bool { return stalled }, func() { overflows <- struct{}{} })
+	q = newOutQueue(10, 80, func() bool { return stalled }, func() { overflows <- struct{}{} })
 	for q.append(fill(7)) {
-		if n := q.pending(); n > hardLimitFactor*10+7 {
+		if n := q.pending(); n > 80+7 {
 			t.Fatalf("%d bytes queued past the hard bound", n)
 		}
 	}
 	<-overflows
-	if n := q.pending(); n < hardLimitFactor*10 {
+	if n := q.pending(); n < 80 {
 		t.Fatalf("overflowed at %d bytes, under the hard bound", n)
 	}
 }
@@ -375,5 +376,14 @@ func TestFlow_BacklogBurstToAReadingConsumerIsDelivered(t *testing.T) {
 	}
 	if c.IsClosed() {
 		t.Fatal("a reading consumer was dropped for a burst")
+	}
+}
+
+func TestFlow_HardBoundHoldsTwoLargestMessages(t *testing.T) {
+	if got := hardLimit(1<<20, 1<<10); got != 8<<20 {
+		t.Fatalf("hardLimit = %d, want 8 times the soft bound", got)
+	}
+	if got := hardLimit(1<<20, 128<<20); got != 256<<20 {
+		t.Fatalf("hardLimit = %d, want two of the largest messages", got)
 	}
 }

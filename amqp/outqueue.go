@@ -7,6 +7,12 @@ import (
 // hardLimitFactor sets the hard bound of an outQueue against its soft one.
 const hardLimitFactor = 8
 
+// hardLimit is the hard bound for a soft bound and a largest message: 8
+// times the soft bound, and room for two of the largest messages.
+func hardLimit(soft, maxMessage int) int {
+	return max(hardLimitFactor*soft, 2*maxMessage)
+}
+
 // outQueue is a connection's bounded write queue: producers append encoded
 // frames and never block on the socket; the writer goroutine takes
 // everything queued at once. Producers include the state machine's effect
@@ -16,8 +22,8 @@ const hardLimitFactor = 8
 //
 // The queue is full when more than limit bytes wait for the writer while
 // the socket is stalled (stalled reports it: the writer's current write
-// has taken nothing for a while), or when more than hardLimitFactor*limit
-// bytes wait in any case. A client that stops reading therefore costs at
+// has taken nothing for a while), or when more than hard bytes wait in any
+// case. A client that stops reading therefore costs at
 // most the hard bound plus one message, and delays nobody else; a client
 // that reads gets a burst (a backlog handed to a consumer without
 // prefetch) of up to the hard bound.
@@ -27,13 +33,14 @@ type outQueue struct {
 	closed   bool
 	over     bool
 	limit    int         // soft bound; 0: no bound
+	hard     int         // hard bound, at least limit
 	stalled  func() bool // whether the socket takes nothing at the moment
 	overflow func()      // called once when a bound is passed
 	signal   chan struct{}
 }
 
-func newOutQueue(limit int, stalled func() bool, overflow func()) *outQueue {
-	return &outQueue{signal: make(chan struct{}, 1), limit: limit, stalled: stalled, overflow: overflow}
+func newOutQueue(limit, hard int, stalled func() bool, overflow func()) *outQueue {
+	return &outQueue{signal: make(chan struct{}, 1), limit: limit, hard: max(hard, limit), stalled: stalled, overflow: overflow}
 }
 
 // full reports whether the queue is over its bound. Locks: q.mu held.
@@ -41,7 +48,7 @@ func (q *outQueue) full() bool {
 	switch n := len(q.buf); {
 	case q.limit <= 0 || n < q.limit:
 		return false
-	case n >= hardLimitFactor*q.limit:
+	case n >= q.hard:
 		return true
 	}
 	return q.stalled != nil && q.stalled()

@@ -71,8 +71,9 @@ type Config struct {
 	// MaxBufferedBytes bounds a connection's outgoing buffer (frames queued
 	// and not yet written to the socket). A connection is closed when its
 	// buffer holds more than this while its socket has taken nothing for
-	// a second, or more than 8 times this in any case: the state
-	// machine's effects never wait for a client.
+	// a second, or in any case more than 8 times this or two messages of
+	// MaxMessageSize, whichever is more: the state machine's effects never
+	// wait for a client.
 	MaxBufferedBytes int
 	// WriteTimeout closes a connection whose socket accepted nothing for
 	// this long while the server had frames to write.
