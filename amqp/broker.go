@@ -19,6 +19,12 @@ type Broker interface {
 	SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error)
 	// Authenticate checks a user's password and returns the user's tags.
 	Authenticate(user, password string) (tags []string, ok bool)
+	// UserExists reports whether a user exists in the applied state (the
+	// EXTERNAL mechanism authenticates by certificate, not password).
+	UserExists(name string) bool
+	// QueueCount returns the number of queues of a vhost in the applied
+	// state and whether the queue name is one of them.
+	QueueCount(vhost, name string) (count int, exists bool)
 	// VhostExists reports whether a vhost exists in the applied state.
 	VhostExists(name string) bool
 	// Permission returns a user's configure, write and read patterns in a

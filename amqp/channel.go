@@ -143,6 +143,9 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		case *wire.ChannelOpen:
 			return wire.ConnError(wire.ChannelError, 20, 10, "second 'channel.open' seen")
 		case *wire.BasicPublish:
+			// While publishers are blocked (memory alarm) the reader of a
+			// publishing connection stops here.
+			ch.c.waitWhileBlocked()
 			ch.content = &item{m: m}
 			return nil
 		}

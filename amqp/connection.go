@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -47,6 +48,10 @@ type conn struct {
 	connectedAt   time.Time
 	clientProduct string
 	clientVersion string
+	// certUser is the subject CN of the client's verified TLS certificate;
+	// certVerified is set when the client presented one (EXTERNAL).
+	certUser     string
+	certVerified bool
 
 	opened     atomic.Bool // connection.open-ok sent
 	closing    atomic.Bool // connection.close sent, waiting for close-ok
@@ -55,6 +60,16 @@ type conn struct {
 	downOnce   sync.Once
 	recordOnce sync.Once // ConnectionClosed submitted
 	writerEnd  chan struct{}
+	// failed is closed when the server sends connection.close or the
+	// socket fails: a reader waiting for publishers to be unblocked stops.
+	failed     chan struct{}
+	failedOnce sync.Once
+	// readBlocked is set while the reader waits for publishers to be
+	// unblocked (memory alarm).
+	readBlocked atomic.Bool
+	// writeSince is when the writer's current chunk write started (unix
+	// nanoseconds), 0 while it is not writing.
+	writeSince atomic.Int64
 
 	mu       sync.Mutex
 	channels map[uint16]*channel
@@ -67,17 +82,45 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		id:          s.newConnID(),
 		nc:          nc,
 		r:           bufio.NewReaderSize(nc, 64<<10),
-		out:         newOutQueue(),
 		ctx:         ctx,
 		cancel:      cancel,
 		channelMax:  s.cfg.ChannelMax,
 		frameMax:    s.cfg.FrameMax,
 		writerEnd:   make(chan struct{}),
+		failed:      make(chan struct{}),
 		channels:    map[uint16]*channel{},
 		connectedAt: time.Now(),
 	}
+	c.out = newOutQueue(s.cfg.MaxBufferedBytes, hardLimit(s.cfg.MaxBufferedBytes, s.cfg.MaxMessageSize), c.stalled, c.overflow)
 	c.log = s.log.With("conn", c.id, "peer", nc.RemoteAddr().String())
 	return c
+}
+
+// stallTime is how long a write may take nothing before the connection's
+// buffer bound counts it as stalled.
+const stallTime = time.Second
+
+// stalled reports whether the socket has taken nothing of the current
+// write for stallTime.
+func (c *conn) stalled() bool {
+	since := c.writeSince.Load()
+	return since != 0 && time.Since(time.Unix(0, since)) >= stallTime
+}
+
+// overflow drops a connection whose outgoing buffer passed
+// MaxBufferedBytes: its client does not read what it is sent. Nothing can
+// be said to it (it reads nothing), so the socket is closed; the reader
+// then ends the connection and the broker requeues its unacknowledged
+// messages.
+func (c *conn) overflow() {
+	c.log.Warn("closing connection: the client does not read what it is sent",
+		"buffered_bytes_limit", c.srv.cfg.MaxBufferedBytes)
+	c.markFailed()
+	_ = c.nc.Close()
+}
+
+func (c *conn) markFailed() {
+	c.failedOnce.Do(func() { close(c.failed) })
 }
 
 func (c *conn) ref() *proto.ConnectionRef {
@@ -86,6 +129,18 @@ func (c *conn) ref() *proto.ConnectionRef {
 
 // serve runs the connection until it ends.
 func (c *conn) serve() {
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := c.tlsHandshake(tc); err != nil {
+			// Not a TLS client (plain AMQP on the TLS port) or a refused
+			// certificate: nothing of AMQP was said, close the socket.
+			c.log.Info("TLS handshake failed", "err", err)
+			c.cancel()
+			_ = c.nc.Close()
+			c.srv.removeConn(c)
+			close(c.writerEnd)
+			return
+		}
+	}
 	go c.writer()
 	err := c.handshake()
 	if err == nil {
@@ -106,6 +161,7 @@ func (c *conn) end(err error) {
 		}
 		c.stopChannels()
 		c.cancel()
+		c.markFailed()
 		c.out.close()
 		select {
 		case <-c.writerEnd:
@@ -113,6 +169,9 @@ func (c *conn) end(err error) {
 		}
 		c.lingerClose()
 		c.recordClosed()
+		if c.opened.Load() {
+			c.srv.openConns.Add(-1)
+		}
 		c.srv.removeConn(c)
 	})
 }
@@ -210,14 +269,7 @@ func (c *conn) writer() {
 		b, closed := c.out.take(spare)
 		if len(b) > 0 {
 			c.wroteAny.Store(true)
-			if hb > 0 {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(4 * hb))
-			}
-			if _, err := w.Write(b); err != nil {
-				c.abort(err)
-				return
-			}
-			if err := w.Flush(); err != nil {
+			if err := c.write(w, b); err != nil {
 				c.abort(err)
 				return
 			}
@@ -226,18 +278,48 @@ func (c *conn) writer() {
 		if closed {
 			// Drain anything appended between take and close.
 			if b, _ := c.out.take(nil); len(b) > 0 {
-				_, _ = w.Write(b)
-				_ = w.Flush()
+				_ = c.write(w, b)
 			}
 			return
 		}
 	}
 }
 
+// writeChunk is how much the writer hands the socket under one write
+// deadline: WriteTimeout bounds a stall, not the time a large message
+// takes to send.
+const writeChunk = 256 << 10
+
+// write writes b and flushes; a chunk the socket does not take within
+// WriteTimeout fails the write.
+func (c *conn) write(w *bufio.Writer, b []byte) error {
+	defer c.writeSince.Store(0)
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		now := time.Now()
+		c.writeSince.Store(now.UnixNano())
+		_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
+		if _, err := w.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	now := time.Now()
+	c.writeSince.Store(now.UnixNano())
+	_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
+	return w.Flush()
+}
+
 // abort closes the socket after a write failure; the reader then ends.
 func (c *conn) abort(err error) {
-	c.log.Debug("write failed", "err", err)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		c.log.Warn("closing connection: the client read nothing for the write timeout", "timeout", c.srv.cfg.WriteTimeout)
+	} else {
+		c.log.Debug("write failed", "err", err)
+	}
 	c.out.close()
+	c.markFailed()
 	_ = c.nc.Close()
 }
 
@@ -268,6 +350,7 @@ func (c *conn) sendContent(channel uint16, m wire.Method, props *wire.Properties
 func (c *conn) fail(e *wire.Error) {
 	c.closeOnce.Do(func() {
 		c.closing.Store(true)
+		c.markFailed()
 		c.log.Info("closing connection", "code", e.Code, "text", e.Text, "class", e.ClassID, "method", e.MethodID)
 		c.send(0, e.Close())
 		time.AfterFunc(c.srv.cfg.CloseTimeout, func() { c.end(errors.New("no connection.close-ok in time")) })
@@ -306,7 +389,7 @@ func (c *conn) handshake() error {
 		VersionMajor:     wire.ProtocolMajor,
 		VersionMinor:     wire.ProtocolMinor,
 		ServerProperties: serverProperties(),
-		Mechanisms:       "PLAIN AMQPLAIN",
+		Mechanisms:       c.mechanisms(),
 		Locales:          "en_US",
 	})
 	m, err := c.handshakeMethod(deadline)
@@ -326,17 +409,9 @@ func (c *conn) handshake() error {
 	if v, ok := startOk.ClientProperties.Get("version"); ok {
 		c.clientVersion, _ = v.(string)
 	}
-	user, pass, err := credentials(startOk.Mechanism, startOk.Response)
-	if err != nil {
-		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "%v", err))
-	}
-	if user == "guest" && !isLoopback(c.nc.RemoteAddr()) {
-		c.log.Warn("guest refused from a remote address", "user", user)
-		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. User 'guest' can only connect via localhost", startOk.Mechanism))
-	}
-	if _, ok := c.srv.node().Authenticate(user, pass); !ok {
-		c.log.Warn("authentication failed", "user", user, "mechanism", startOk.Mechanism)
-		return c.handshakeFail(wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. For details see the broker logfile.", startOk.Mechanism))
+	user, e := c.authenticate(startOk.Mechanism, startOk.Response)
+	if e != nil {
+		return c.handshakeFail(e)
 	}
 	c.user = user
 	c.log = c.log.With("user", user)
@@ -379,6 +454,20 @@ func (c *conn) handshake() error {
 	}
 	if _, _, _, ok := c.srv.node().Permission(c.user, open.VirtualHost); !ok {
 		return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 40, "access to vhost '%s' refused for user '%s'", open.VirtualHost, c.user))
+	}
+	// RabbitMQ checks its node connection limit (connection_max) at
+	// connection.open too, and refuses with connection.close 530
+	// NOT_ALLOWED rather than by closing the socket after the header: the
+	// client learns why. Sockets still in the handshake do not count; the
+	// handshake timeout bounds how long they last.
+	if max := c.srv.cfg.MaxConnections; max > 0 {
+		if n := c.srv.openConns.Add(1); n > int64(max) {
+			c.srv.openConns.Add(-1)
+			c.log.Warn("connection refused: node connection limit reached", "limit", max)
+			return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 40, "connection refused: node connection limit (%d) is reached", max))
+		}
+	} else {
+		c.srv.openConns.Add(1)
 	}
 	c.vhost = open.VirtualHost
 	c.opened.Store(true)
@@ -538,7 +627,8 @@ func (c *conn) handleFrame(f wire.Frame) (done bool, err error) {
 		return c.handleConnectionMethod(m)
 	}
 	if f.Channel > c.channelMax {
-		c.fail(wire.ConnError(wire.ChannelError, 0, 0, "channel %d is above channel_max %d", f.Channel, c.channelMax))
+		// Like RabbitMQ's channel_max: a connection error 530.
+		c.fail(wire.ConnError(wire.NotAllowed, 0, 0, "channel %d is above the negotiated channel_max (%d)", f.Channel, c.channelMax))
 		return false, nil
 	}
 	ch := c.channel(f.Channel)
@@ -600,6 +690,27 @@ func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
 		c.fail(wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "unexpected %s on channel 0", m.Name()))
 	}
 	return false, nil
+}
+
+// waitWhileBlocked holds the reader while publishers are blocked (memory
+// alarm): a publishing connection stops being read, so its client's
+// socket fills and it slows down, while its heartbeats still go out. It
+// returns when publishers are unblocked or the connection is failing.
+func (c *conn) waitWhileBlocked() {
+	for {
+		gate := c.srv.blockGate()
+		if gate == nil {
+			return
+		}
+		c.readBlocked.Store(true)
+		select {
+		case <-gate:
+		case <-c.failed:
+			c.readBlocked.Store(false)
+			return
+		}
+		c.readBlocked.Store(false)
+	}
 }
 
 func (c *conn) channel(id uint16) *channel {

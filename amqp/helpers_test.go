@@ -32,6 +32,8 @@ type fakeBroker struct {
 	perms map[string][3]string
 	// denied lists {user, vhost} pairs without any permission.
 	denied map[[2]string]bool
+	// queues holds the {vhost, name} of queues QueueCount reports.
+	queues map[[2]string]bool
 }
 
 func newFakeBroker() *fakeBroker {
@@ -99,6 +101,27 @@ func (b *fakeBroker) Permission(user, vhost string) (configure, write, read stri
 		return p[0], p[1], p[2], true
 	}
 	return ".*", ".*", ".*", true
+}
+
+func (b *fakeBroker) UserExists(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.users[name]
+	return ok
+}
+
+// QueueCount counts the queues named in queues (tests fill it).
+func (b *fakeBroker) QueueCount(vhost, name string) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, exists := 0, false
+	for q := range b.queues {
+		if q[0] == vhost {
+			n++
+			exists = exists || q[1] == name
+		}
+	}
+	return n, exists
 }
 
 func (b *fakeBroker) VhostExists(name string) bool {

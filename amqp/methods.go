@@ -246,18 +246,27 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 		return e
 	}
 	name := m.Queue
+	// authName is the name the configure permission is checked against.
+	authName := name
 	if name == "" && !m.Passive {
-		// Server-named queues are named on this node, so the name is in
-		// the log and every replica agrees on it.
-		name = randomName("amq.gen-")
+		// Server-named queues are named by the state machine when it
+		// applies the declare (it refuses amq.* names from clients), so
+		// every replica agrees on the name. The permission is checked
+		// against a name of the same amq.gen- form, which is what a
+		// permission pattern sees in RabbitMQ.
+		authName = randomName("amq.gen-")
 	} else if name == "" {
 		var e *wire.Error
 		if name, e = ch.queueName(m, ""); e != nil {
 			return e
 		}
+		authName = name
 	}
 	if !m.Passive {
-		if e := ch.authorize(m, accessConfigure, "queue", name); e != nil {
+		if e := ch.authorize(m, accessConfigure, "queue", authName); e != nil {
+			return e
+		}
+		if e := ch.checkQueueLimit(m, authName); e != nil {
 			return e
 		}
 	}
@@ -276,6 +285,25 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 		ch.c.send(ch.id, &wire.QueueDeclareOk{Queue: name, MessageCount: res.GetMessageCount(), ConsumerCount: res.GetConsumerCount()})
 	}
 	return nil
+}
+
+// checkQueueLimit refuses a new queue when the vhost already holds
+// MaxQueuesPerVhost queues, with RabbitMQ's error for its max-queues vhost
+// limit. A redeclare of an existing queue is not refused. The check reads
+// this node's applied state before the declare is submitted, so it is
+// approximate: declares racing on several channels or nodes can each see
+// room for one more queue and together pass the limit by a few.
+func (ch *channel) checkQueueLimit(m *wire.QueueDeclare, name string) *wire.Error {
+	limit := ch.c.srv.cfg.MaxQueuesPerVhost
+	if limit <= 0 {
+		return nil
+	}
+	n, exists := ch.c.srv.node().QueueCount(ch.vhost(), name)
+	if exists || n < limit {
+		return nil
+	}
+	return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(),
+		"cannot declare queue '%s': queue limit in vhost '%s' (%d) is reached", name, ch.vhost(), limit)
 }
 
 func (ch *channel) handleQueueBind(m *wire.QueueBind) *wire.Error {

@@ -23,6 +23,12 @@ const (
 	DefaultMaxMessageSize   = 128 << 20
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultCloseTimeout     = 3 * time.Second
+	// DefaultWriteTimeout is RabbitMQ's default TCP send timeout (15 s):
+	// a write that makes no progress for this long closes the connection.
+	DefaultWriteTimeout = 15 * time.Second
+	// DefaultMaxBufferedBytes bounds what one connection may have queued
+	// for the socket and not yet written.
+	DefaultMaxBufferedBytes = 16 << 20
 )
 
 // Version is the server version announced in connection.start.
@@ -54,6 +60,24 @@ type Config struct {
 	// CloseTimeout is how long the server waits for close-ok after sending
 	// connection.close.
 	CloseTimeout time.Duration
+	// MaxConnections caps the open client connections of this node; 0
+	// means no cap. A connection over the cap is refused at
+	// connection.open with 530 NOT_ALLOWED, as RabbitMQ's connection_max.
+	MaxConnections int
+	// MaxQueuesPerVhost caps the number of queues in each vhost; 0 means
+	// no cap. Declaring a new queue over it is refused with 406
+	// PRECONDITION_FAILED, as RabbitMQ's max-queues vhost limit.
+	MaxQueuesPerVhost int
+	// MaxBufferedBytes bounds a connection's outgoing buffer (frames queued
+	// and not yet written to the socket). A connection is closed when its
+	// buffer holds more than this while its socket has taken nothing for
+	// a second, or in any case more than 8 times this or two messages of
+	// MaxMessageSize, whichever is more: the state machine's effects never
+	// wait for a client.
+	MaxBufferedBytes int
+	// WriteTimeout closes a connection whose socket accepted nothing for
+	// this long while the server had frames to write.
+	WriteTimeout time.Duration
 	// Logger receives structured logs; component=amqp is added.
 	Logger *slog.Logger
 }
@@ -83,6 +107,12 @@ func (c *Config) fill() {
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = DefaultCloseTimeout
 	}
+	if c.MaxBufferedBytes <= 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -103,7 +133,11 @@ type Server struct {
 	closed    bool
 	blocked   string // reason while blocked, "" otherwise
 	isBlocked bool
+	unblocked chan struct{} // closed by Unblock; readers of publishing connections wait on it
 	wg        sync.WaitGroup
+
+	// openConns counts connections past connection.open (MaxConnections).
+	openConns atomic.Int64
 }
 
 var _ fsm.Sink = (*Server)(nil)
@@ -248,28 +282,56 @@ func (s *Server) lookup(id string) *conn {
 	return s.conns[id]
 }
 
-// Block sends connection.blocked with reason to every client that
-// announced the connection.blocked capability, and to those that connect
-// later, until Unblock.
+// Block stops reading from publishing connections (a connection's reader
+// waits when the next method it reads is a basic.publish) and sends
+// connection.blocked with reason to every client that announced the
+// connection.blocked capability, and to those that connect later, until
+// Unblock. Connections that do not publish (consumers) keep working, as
+// in RabbitMQ's resource alarms. Blocking a blocked server does nothing.
 func (s *Server) Block(reason string) {
 	s.mu.Lock()
+	if s.isBlocked {
+		s.mu.Unlock()
+		return
+	}
 	s.isBlocked, s.blocked = true, reason
+	s.unblocked = make(chan struct{})
 	conns := s.snapshotConns()
 	s.mu.Unlock()
+	s.log.Warn("blocking publishers", "reason", reason)
 	for _, c := range conns {
 		c.sendBlocked(true, reason)
 	}
 }
 
-// Unblock sends connection.unblocked to the clients Block notified.
+// Unblock lets publishing connections read again and sends
+// connection.unblocked to the clients Block notified.
 func (s *Server) Unblock() {
 	s.mu.Lock()
+	if !s.isBlocked {
+		s.mu.Unlock()
+		return
+	}
 	s.isBlocked, s.blocked = false, ""
+	close(s.unblocked)
+	s.unblocked = nil
 	conns := s.snapshotConns()
 	s.mu.Unlock()
+	s.log.Info("publishers unblocked")
 	for _, c := range conns {
 		c.sendBlocked(false, "")
 	}
+}
+
+// blockGate returns a channel closed when publishers are unblocked, or nil
+// when they are not blocked.
+func (s *Server) blockGate() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.isBlocked {
+		return nil
+	}
+	return s.unblocked
 }
 
 func (s *Server) snapshotConns() []*conn {

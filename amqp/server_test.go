@@ -219,7 +219,7 @@ func TestServer_BadFrames(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
 		rc.handshake(0, 0)
 		rc.send(DefaultChannelMax+1, &wire.ChannelOpen{})
-		rc.expectConnectionClose(wire.ChannelError)
+		rc.expectConnectionClose(wire.NotAllowed)
 	})
 	t.Run("unknown method", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)

@@ -51,3 +51,22 @@ func (b *broker) Permission(user, vhost string) (configure, write, read string, 
 	b.node.View(func(m *fsm.Machine) { configure, write, read, ok = m.Permission(user, vhost) })
 	return configure, write, read, ok
 }
+
+func (b *broker) UserExists(name string) (ok bool) {
+	b.node.View(func(m *fsm.Machine) { _, _, ok = m.User(name) })
+	return ok
+}
+
+// QueueCount counts a vhost's queues in the applied state; it walks them,
+// and runs only when a queue limit is set.
+func (b *broker) QueueCount(vhost, name string) (count int, exists bool) {
+	if vhost == "" {
+		// Queues("") lists every vhost's queues.
+		return 0, false
+	}
+	b.node.View(func(m *fsm.Machine) {
+		count = len(m.Queues(vhost))
+		_, exists = m.Queue(vhost, name)
+	})
+	return count, exists
+}

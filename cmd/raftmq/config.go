@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/raftmq/raftmq/amqp"
 )
 
 // config is what a node is started with. Every flag is also an environment
@@ -30,6 +32,32 @@ type config struct {
 	Pprof           bool
 	NodeDownAfter   time.Duration
 	Cluster         clusterSecurity
+
+	// TLS is the AMQPS listener and its certificates.
+	TLS tlsConfig
+	// Limits bound what clients may use.
+	Limits limitsConfig
+}
+
+// tlsConfig configures the AMQPS listener. Certificate, key and CA are
+// read again on SIGHUP.
+type tlsConfig struct {
+	AMQPSAddr string // listens only when Cert is set
+	Cert      string // PEM certificate chain file
+	Key       string // PEM private key file
+	CA        string // PEM file of the CAs client certificates must chain to
+	Verify    string // none, optional or required
+}
+
+// limitsConfig caps clients' use of the node.
+type limitsConfig struct {
+	MaxConnections        int
+	ChannelMax            int
+	FrameMax              int
+	MaxQueuesPerVhost     int
+	MaxConnectionBuffer   int
+	WriteTimeout          time.Duration
+	VMMemoryHighWatermark int64 // bytes of Go heap; 0: 40% of the system's memory
 }
 
 // parseConfig reads flags from args and falls back to the environment (env
@@ -56,6 +84,22 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 5*time.Second, "how long a dead member stays dead before its consumers are cancelled")
 	c.Cluster.flags(fs)
+
+	// AMQPS (TLS for clients).
+	fs.StringVar(&c.TLS.AMQPSAddr, "amqps-addr", ":5671", "AMQP 0-9-1 over TLS listen address (listens only when --tls-cert is set)")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "PEM certificate (chain) file of the AMQPS listener; reloaded on SIGHUP")
+	fs.StringVar(&c.TLS.Key, "tls-key", "", "PEM private key file of --tls-cert; reloaded on SIGHUP")
+	fs.StringVar(&c.TLS.CA, "tls-ca", "", "PEM file of the CAs that sign client certificates; reloaded on SIGHUP")
+	fs.StringVar(&c.TLS.Verify, "tls-verify", "", "client certificates: none, optional (verified when given) or required (default: optional with --tls-ca, none without)")
+
+	// Client limits.
+	fs.IntVar(&c.Limits.MaxConnections, "max-connections", 0, "most client connections open on this node; 0 means no limit")
+	fs.IntVar(&c.Limits.ChannelMax, "channel-max", amqp.DefaultChannelMax, "most channels per connection, negotiated in connection.tune (1-65535)")
+	fs.IntVar(&c.Limits.FrameMax, "frame-max", amqp.DefaultFrameMax, "largest frame accepted, in bytes, negotiated in connection.tune")
+	fs.IntVar(&c.Limits.MaxQueuesPerVhost, "max-queues-per-vhost", 0, "most queues in each vhost; 0 means no limit")
+	fs.IntVar(&c.Limits.MaxConnectionBuffer, "max-connection-buffer", amqp.DefaultMaxBufferedBytes, "bytes a connection may have waiting to be written before it is closed as not reading")
+	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", amqp.DefaultWriteTimeout, "a connection whose socket takes nothing for this long is closed")
+	fs.Int64Var(&c.Limits.VMMemoryHighWatermark, "vm-memory-high-watermark", 0, "Go heap bytes above which publishers are blocked; 0 means 40% of the system's (or cgroup's) memory")
 
 	// The environment first, so that flags given on the command line win.
 	var envErr error
@@ -97,7 +141,58 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
 		return nil, fmt.Errorf("--max-message-size must be between 1 and %d, got %d", 512<<20, c.MaxMessageSize)
 	}
+	if err := c.TLS.check(); err != nil {
+		return nil, err
+	}
+	if err := c.Limits.check(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// check validates the AMQPS settings and fills in the verify default.
+func (t *tlsConfig) check() error {
+	if t.Verify == "" {
+		t.Verify = "none"
+		if t.CA != "" {
+			t.Verify = "optional"
+		}
+	}
+	switch t.Verify {
+	case "none", "optional", "required":
+	default:
+		return fmt.Errorf("--tls-verify must be none, optional or required, got %q", t.Verify)
+	}
+	switch {
+	case t.Cert == "" && (t.Key != "" || t.CA != ""):
+		return fmt.Errorf("--tls-key and --tls-ca need --tls-cert")
+	case t.Cert != "" && t.Key == "":
+		return fmt.Errorf("--tls-cert needs --tls-key")
+	case t.Verify != "none" && t.CA == "":
+		return fmt.Errorf("--tls-verify %s needs --tls-ca", t.Verify)
+	}
+	return nil
+}
+
+// check validates the limits.
+func (l *limitsConfig) check() error {
+	switch {
+	case l.MaxConnections < 0:
+		return fmt.Errorf("--max-connections must not be negative, got %d", l.MaxConnections)
+	case l.ChannelMax < 1 || l.ChannelMax > 65535:
+		return fmt.Errorf("--channel-max must be between 1 and 65535, got %d", l.ChannelMax)
+	case l.FrameMax < 4096 || l.FrameMax > 128<<20:
+		return fmt.Errorf("--frame-max must be between 4096 and %d, got %d", 128<<20, l.FrameMax)
+	case l.MaxQueuesPerVhost < 0:
+		return fmt.Errorf("--max-queues-per-vhost must not be negative, got %d", l.MaxQueuesPerVhost)
+	case l.MaxConnectionBuffer < 64<<10:
+		return fmt.Errorf("--max-connection-buffer must be at least %d, got %d", 64<<10, l.MaxConnectionBuffer)
+	case l.WriteTimeout <= 0:
+		return fmt.Errorf("--write-timeout must be positive, got %v", l.WriteTimeout)
+	case l.VMMemoryHighWatermark < 0:
+		return fmt.Errorf("--vm-memory-high-watermark must not be negative, got %d", l.VMMemoryHighWatermark)
+	}
+	return nil
 }
 
 // errHelp is returned when -h or --help was asked for (usage was printed).

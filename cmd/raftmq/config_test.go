@@ -50,10 +50,51 @@ func TestConfig_BadValuesAreRefused(t *testing.T) {
 		{env: map[string]string{"RAFTMQ_BOOTSTRAP_EXPECT": "three"}},
 		{args: []string{"--max-message-size", "0"}},
 		{args: []string{"stray"}},
+		{args: []string{"--tls-cert", "c.pem"}},
+		{args: []string{"--tls-key", "k.pem"}},
+		{args: []string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-verify", "required"}},
+		{args: []string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem", "--tls-verify", "sometimes"}},
+		{args: []string{"--channel-max", "0"}},
+		{args: []string{"--channel-max", "65536"}},
+		{args: []string{"--frame-max", "4095"}},
+		{args: []string{"--max-connections", "-1"}},
+		{args: []string{"--max-queues-per-vhost", "-1"}},
+		{args: []string{"--max-connection-buffer", "1024"}},
+		{args: []string{"--write-timeout", "0s"}},
+		{env: map[string]string{"RAFTMQ_VM_MEMORY_HIGH_WATERMARK": "-5"}},
 	} {
 		if _, err := parseConfig(tc.args, envMap(tc.env), io.Discard); err == nil {
 			t.Errorf("args %v env %v: accepted", tc.args, tc.env)
 		}
+	}
+}
+
+func TestConfig_TLSAndLimits(t *testing.T) {
+	c, err := parseConfig(nil, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TLS.AMQPSAddr != ":5671" || c.TLS.Cert != "" || c.TLS.Verify != "none" ||
+		c.Limits.ChannelMax != 2047 || c.Limits.FrameMax != 131072 || c.Limits.MaxConnections != 0 ||
+		c.Limits.MaxQueuesPerVhost != 0 || c.Limits.VMMemoryHighWatermark != 0 {
+		t.Fatalf("defaults = %+v %+v", c.TLS, c.Limits)
+	}
+	env := envMap(map[string]string{
+		"RAFTMQ_TLS_CERT":                 "c.pem",
+		"RAFTMQ_TLS_KEY":                  "k.pem",
+		"RAFTMQ_TLS_CA":                   "ca.pem",
+		"RAFTMQ_MAX_CONNECTIONS":          "100",
+		"RAFTMQ_MAX_QUEUES_PER_VHOST":     "10",
+		"RAFTMQ_VM_MEMORY_HIGH_WATERMARK": "1000000",
+	})
+	c, err = parseConfig([]string{"--amqps-addr", "127.0.0.1:5671", "--channel-max", "16", "--frame-max", "8192"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TLS.Cert != "c.pem" || c.TLS.Key != "k.pem" || c.TLS.CA != "ca.pem" || c.TLS.Verify != "optional" ||
+		c.TLS.AMQPSAddr != "127.0.0.1:5671" || c.Limits.MaxConnections != 100 || c.Limits.MaxQueuesPerVhost != 10 ||
+		c.Limits.ChannelMax != 16 || c.Limits.FrameMax != 8192 || c.Limits.VMMemoryHighWatermark != 1000000 {
+		t.Fatalf("parsed %+v %+v", c.TLS, c.Limits)
 	}
 }
 

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +69,10 @@ func newLogger(level string, w io.Writer) *slog.Logger {
 // serve runs a node until ctx is done. Listeners are opened first so that a
 // taken port fails at once with a clear message.
 func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
+	// SIGHUP reloads certificates; it never stops the node.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -83,6 +88,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	amqpsLn, certs, err := listenAMQPS(cfg.TLS)
+	if err != nil {
+		return err
+	}
 	host, err := advertiseHost(cfg.Advertise, cfg.RaftAddr)
 	if err != nil {
 		return err
@@ -95,8 +104,14 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	sec.warn(logger, grpcLn.Addr())
 	grpcSrv := grpc.NewServer(sec.serverOptions()...)
 	amqpSrv := amqp.NewServer(amqp.Config{
-		MaxMessageSize: cfg.MaxMessageSize,
-		Logger:         logger,
+		MaxMessageSize:    cfg.MaxMessageSize,
+		ChannelMax:        uint16(cfg.Limits.ChannelMax),
+		FrameMax:          uint32(cfg.Limits.FrameMax),
+		MaxConnections:    cfg.Limits.MaxConnections,
+		MaxQueuesPerVhost: cfg.Limits.MaxQueuesPerVhost,
+		MaxBufferedBytes:  cfg.Limits.MaxConnectionBuffer,
+		WriteTimeout:      cfg.Limits.WriteTimeout,
+		Logger:            logger,
 	})
 	node, err := cluster.Start(ctx, cluster.Config{
 		NodeID:          cfg.NodeID,
@@ -136,7 +151,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- grpcSrv.Serve(grpcLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
 	// AMQP clients are served once the node knows a leader and has the
@@ -148,9 +163,29 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		case <-ctx.Done():
 		}
 	}()
-	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpLn.Addr().String(),
+	if amqpsLn != nil {
+		go func() {
+			select {
+			case <-node.Ready():
+				errc <- amqpSrv.Serve(amqpsLn)
+			case <-ctx.Done():
+				_ = amqpsLn.Close()
+			}
+		}()
+	}
+	go reloadCertificates(ctx, logger, hup, certs)
+	watermark := cfg.Limits.VMMemoryHighWatermark
+	if watermark == 0 {
+		watermark = defaultMemoryWatermark()
+	}
+	go amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil).Run(ctx, memoryCheckInterval)
+	amqpsAddr := ""
+	if amqpsLn != nil {
+		amqpsAddr = amqpsLn.Addr().String()
+	}
+	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpLn.Addr().String(), "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
-		"http", httpLn.Addr().String(), "data", cfg.DataDir)
+		"http", httpLn.Addr().String(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark)
 
 	var runErr error
 	select {
@@ -173,4 +208,51 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		runErr = nil
 	}
 	return runErr
+}
+
+// memoryCheckInterval is how often the Go heap is compared with the
+// memory high-water mark.
+const memoryCheckInterval = time.Second
+
+// listenAMQPS opens the AMQPS listener when a certificate is configured;
+// it returns nils otherwise.
+func listenAMQPS(cfg tlsConfig) (net.Listener, *certReloader, error) {
+	if cfg.Cert == "" {
+		return nil, nil, nil
+	}
+	certs, err := newCertReloader(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.AMQPSAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("AMQPS listener: %w", err)
+	}
+	return tls.NewListener(ln, certs.ServerConfig()), certs, nil
+}
+
+// reloadCertificates reads the AMQPS certificate, key and CA again on each
+// SIGHUP; new handshakes use them, open connections are left alone. A
+// reload that fails keeps the previous files' configuration.
+func reloadCertificates(ctx context.Context, logger *slog.Logger, hup <-chan os.Signal, certs *certReloader) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if certs == nil {
+			logger.Info("SIGHUP: no TLS certificate configured, nothing to reload")
+			continue
+		}
+		if err := certs.Reload(); err != nil {
+			logger.Error("SIGHUP: TLS reload failed, keeping the previous certificate", "err", err)
+			continue
+		}
+		attrs := []any{"cert", certs.cfg.Cert}
+		if leaf := certs.Leaf(); leaf != nil {
+			attrs = append(attrs, "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter)
+		}
+		logger.Info("SIGHUP: TLS certificate reloaded", attrs...)
+	}
 }
