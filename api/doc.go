@@ -15,5 +15,5 @@
 // Auth (auth.go) guards the Admin service as gRPC interceptors: beyond
 // loopback (or always) a caller needs an administrator's username and
 // password, except other nodes, which present a certificate naming a member
-// (see docs/security-cluster.md).
+// (see docs/security.md).
 package api

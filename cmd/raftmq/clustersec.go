@@ -14,7 +14,7 @@ import (
 )
 
 // clusterSecurity are the settings that protect the links between nodes and
-// the admin API (see docs/security-cluster.md).
+// the admin API (see docs/security.md).
 type clusterSecurity struct {
 	TLSCert   string
 	TLSKey    string
