@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/e2e"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -262,9 +263,12 @@ func (c *cluster) waitReady(i int) {
 	}
 }
 
-// admin dials node i's admin API.
+// admin dials node i's admin API as the cluster's first user (an
+// administrator): the test is not on the nodes' loopback.
 func (c *cluster) admin(i int) (proto.AdminClient, func()) {
-	cc, err := grpc.NewClient(net.JoinHostPort(c.nodes[i].ip, "5680"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(net.JoinHostPort(c.nodes[i].ip, "5680"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(api.BasicCredentials{Username: user, Password: password}))
 	if err != nil {
 		c.t.Fatal(err)
 	}
