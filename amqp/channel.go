@@ -9,6 +9,7 @@ import (
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/ttl"
 )
 
 // item is one complete inbound method, with its content when it has one.
@@ -45,6 +46,10 @@ type channel struct {
 	mu        sync.Mutex
 	starting  map[string][]*fsm.Delivery
 	consumers map[string]bool
+	// overdue holds the tags of deliveries withheld because they arrived
+	// past their deadline; overdueKick wakes the worker to requeue them.
+	overdue     []uint64
+	overdueKick chan struct{}
 
 	// Worker only.
 	prefetch       uint16 // basic.qos global=false
@@ -61,13 +66,14 @@ type channel struct {
 
 func newChannel(c *conn, id uint16) *channel {
 	return &channel{
-		c:         c,
-		id:        id,
-		in:        make(chan item, maxBatch),
-		quit:      make(chan struct{}),
-		done:      make(chan struct{}),
-		starting:  map[string][]*fsm.Delivery{},
-		consumers: map[string]bool{},
+		c:           c,
+		id:          id,
+		in:          make(chan item, maxBatch),
+		quit:        make(chan struct{}),
+		done:        make(chan struct{}),
+		starting:    map[string][]*fsm.Delivery{},
+		consumers:   map[string]bool{},
+		overdueKick: make(chan struct{}, 1),
 	}
 }
 
@@ -208,6 +214,9 @@ func (ch *channel) run() {
 		var it item
 		select {
 		case it = <-ch.in:
+		case <-ch.overdueKick:
+			ch.requeueOverdue()
+			continue
 		case <-ch.quit:
 			return
 		}
@@ -221,6 +230,9 @@ func (ch *channel) run() {
 				break drain
 			}
 		}
+		// Withheld deliveries go back before the client's acks that
+		// follow them: a multiple ack must not settle a tag it never saw.
+		ch.requeueOverdue()
 		if ch.process(batch) {
 			return
 		}
@@ -330,12 +342,59 @@ func (ch *channel) finish(reply bool) {
 func (ch *channel) deliver(d *fsm.Delivery) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	if overdue(d, time.Now()) {
+		ch.overdue = append(ch.overdue, d.DeliveryTag)
+		select {
+		case ch.overdueKick <- struct{}{}:
+		default:
+		}
+		return
+	}
 	tag := d.Consumer.GetTag()
 	if pending, ok := ch.starting[tag]; ok {
 		ch.starting[tag] = append(pending, d)
 		return
 	}
 	ch.writeDelivery(d)
+}
+
+// overdueGrace is how far past its deadline, by this node's clock, a
+// delivery may still be written. The deadline is in log time (the leader's
+// clock): the grace absorbs a follower's ordinary apply lag and clock skew
+// between nodes, so a message with TTL 0 handed to a consumer on a follower
+// still reaches it.
+const overdueGrace = 250 * time.Millisecond
+
+// overdue reports whether d reached this node so long after its deadline
+// (a node catching up on the log applies old assignments) that writing it
+// would hand the client a message that is already dead. A no-ack delivery
+// is settled already, so it is written whatever its age.
+func overdue(d *fsm.Delivery, now time.Time) bool {
+	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline &&
+		now.UnixMilli() > d.Deadline+overdueGrace.Milliseconds()
+}
+
+// requeueOverdue hands withheld deliveries back to the log: requeued past
+// their deadline, they die there (dead-lettered as expired) as if they had
+// never left the queue. Worker only.
+func (ch *channel) requeueOverdue() {
+	ch.mu.Lock()
+	tags := ch.overdue
+	ch.overdue = nil
+	ch.mu.Unlock()
+	if len(tags) == 0 {
+		return
+	}
+	ref := ch.ref()
+	cmds := make([]*proto.Command, len(tags))
+	for i, tag := range tags {
+		cmds[i] = settleNegative(ref, tag, false, true)
+	}
+	if _, err := ch.submitBatch(cmds); err != nil && ch.c.ctx.Err() == nil {
+		// The channel's close or the node-down of this node requeues them.
+		ch.c.log.Warn("cannot requeue overdue deliveries", "channel", ch.id, "count", len(tags), "err", err)
+	}
+	ch.c.log.Debug("requeued deliveries that arrived past their deadline", "channel", ch.id, "count", len(tags))
 }
 
 // writeDelivery queues one delivery. Locks: ch.mu held.

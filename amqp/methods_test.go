@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/ttl"
 )
 
 func (b *fakeBroker) script(answer func(*proto.Command) *proto.Result, hook func(*proto.Command)) {
@@ -528,5 +530,54 @@ func TestMethods_RecoverWithoutRequeueIsRefused(t *testing.T) {
 	}
 	if r := commandsOf(ts.broker, (*proto.Command).GetRequeue); len(r) != 0 {
 		t.Fatalf("requeue submitted: %v", r)
+	}
+}
+
+// A node that applies an assignment long after the message's deadline (it
+// was catching up on the log) does not hand the client a dead message: it
+// requeues it unseen, and the log kills it. Deliveries in time, and no-ack
+// deliveries (settled already), are written.
+func TestMethods_OverdueDeliveryIsRequeuedUnseen(t *testing.T) {
+	ts := startServer(t, Config{})
+	var consumer *proto.ConsumerRef
+	ts.broker.script(nil, func(c *proto.Command) {
+		if cons := c.GetConsume(); cons != nil {
+			consumer = cons.Consumer
+		}
+	})
+	_, ch := openChannel(t, ts)
+	deliveries, err := ch.Consume("work", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	late := now - 5000
+	for i, d := range []*fsm.Delivery{
+		{DeliveryTag: 1, Deadline: late},
+		{DeliveryTag: 2, Deadline: now + 60000},
+		{DeliveryTag: 3, Deadline: late, NoAck: true},
+		{DeliveryTag: 4, Deadline: ttl.NoDeadline},
+	} {
+		d.Consumer, d.RoutingKey, d.Body = consumer, "work", []byte{byte('1' + i)}
+		ts.srv.Deliver(d)
+	}
+	var tags []uint64
+	for len(tags) < 3 {
+		select {
+		case d := <-deliveries:
+			tags = append(tags, d.DeliveryTag)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("deliveries %v, want 2, 3, 4", tags)
+		}
+	}
+	if !slices.Equal(tags, []uint64{2, 3, 4}) {
+		t.Fatalf("delivered tags %v, want 2, 3, 4 (1 was overdue)", tags)
+	}
+	eventually(t, 5*time.Second, "requeue of the overdue delivery", func() bool {
+		return len(commandsOf(ts.broker, (*proto.Command).GetRequeue)) == 1
+	})
+	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
+	if r.DeliveryTag != 1 || r.Multiple || r.Channel.GetChannel() != 1 {
+		t.Fatalf("requeue %v, want tag 1 alone on channel 1", r)
 	}
 }

@@ -29,6 +29,14 @@ type Delivery struct {
 	RoutingKey  string
 	Properties  *proto.Properties
 	Body        []byte
+	// Deadline is when the message dies in its queue (unix ms, log time;
+	// ttl.NoDeadline for none). It was assigned before then; a node that
+	// applies the assignment much later may hand it back unseen (requeue),
+	// so that it dies instead of reaching the client after its deadline.
+	Deadline int64
+	// NoAck is set when the consumer acknowledges nothing: the message was
+	// settled as it was assigned and cannot be handed back.
+	NoAck bool
 }
 
 // Sink receives the effects of applying an entry. Effects never feed back

@@ -367,7 +367,7 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 		q.unacked++
 	}
 	s.sink.Deliver(&Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-		RoutingKey: m.RoutingKey, Properties: m.Properties, Body: m.Body})
+		RoutingKey: m.RoutingKey, Properties: m.Properties, Body: m.Body, Deadline: m.Deadline, NoAck: c.noAck})
 }
 
 // deliverHook lets tests observe every assignment to a consumer.

@@ -130,15 +130,17 @@ func (c *cluster) declareLease(name string, expires time.Duration) time.Time {
 	return at
 }
 
-// exists reports whether queue exists in node i's state, through the
-// admin API; ok is false when the node could not answer. It does not use a
-// passive queue.declare: like a redeclare, that renews an x-expires lease.
+// exists reports whether queue exists, by a consistent read (the leader's
+// state, after a barrier) through node i's admin API: a node that has just
+// restarted may not have applied the declare yet. ok is false when no
+// answer came. It does not use a passive queue.declare: like a redeclare,
+// that renews an x-expires lease.
 func (c *cluster) exists(i int, queue string) (exists, ok bool) {
 	a, done := c.admin(i)
 	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	qs, err := a.ListQueues(ctx, &proto.ListQueuesRequest{Vhost: "/"})
+	qs, err := a.ListQueues(ctx, &proto.ListQueuesRequest{Vhost: "/", Consistent: true})
 	if err != nil {
 		return false, false
 	}
