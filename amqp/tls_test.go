@@ -1,87 +1,22 @@
 package amqp
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/testpki"
 )
-
-// testCA is a throwaway certificate authority.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "raftmq test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue signs a certificate for cn: a server certificate for 127.0.0.1
-// when server is set, a client certificate otherwise.
-func (ca *testCA) issue(t *testing.T, cn string, server bool) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // startTLSServer serves AMQP over TLS with client certificates verified
 // against ca when given.
-func startTLSServer(t *testing.T, ca *testCA, auth tls.ClientAuthType) (*testServer, string) {
+func startTLSServer(t *testing.T, ca *testpki.CA, auth tls.ClientAuthType) (*testServer, string) {
 	t.Helper()
 	b := newFakeBroker()
 	srv := NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CloseTimeout: time.Second, HandshakeTimeout: 2 * time.Second})
@@ -92,8 +27,8 @@ func startTLSServer(t *testing.T, ca *testCA, auth tls.ClientAuthType) (*testSer
 	}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{ca.issue(t, "127.0.0.1", true)},
-		ClientCAs:    ca.pool,
+		Certificates: []tls.Certificate{ca.Issue(t, testpki.Server, "127.0.0.1", "127.0.0.1")},
+		ClientCAs:    ca.Pool(),
 		ClientAuth:   auth,
 	}
 	served := make(chan error, 1)
@@ -108,12 +43,12 @@ func startTLSServer(t *testing.T, ca *testCA, auth tls.ClientAuthType) (*testSer
 	return &testServer{srv: srv, broker: b, addr: addr, url: "amqp://guest:guest@" + addr + "/"}, "amqps://" + addr + "/"
 }
 
-func clientTLS(ca *testCA, certs ...tls.Certificate) *tls.Config {
-	return &tls.Config{RootCAs: ca.pool, Certificates: certs, MinVersion: tls.VersionTLS12}
+func clientTLS(ca *testpki.CA, certs ...tls.Certificate) *tls.Config {
+	return &tls.Config{RootCAs: ca.Pool(), Certificates: certs, MinVersion: tls.VersionTLS12}
 }
 
 func TestTLS_PlainAndExternal(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testpki.New(t, "raftmq test CA")
 	ts, amqps := startTLSServer(t, ca, tls.VerifyClientCertIfGiven)
 
 	// PLAIN over TLS without a client certificate: EXTERNAL is not offered.
@@ -128,7 +63,7 @@ func TestTLS_PlainAndExternal(t *testing.T) {
 	}
 
 	// EXTERNAL with a certificate whose CN is an existing user.
-	c, err = amqp091.DialTLS_ExternalAuth(amqps, clientTLS(ca, ca.issue(t, "alice", false)))
+	c, err = amqp091.DialTLS_ExternalAuth(amqps, clientTLS(ca, ca.Issue(t, testpki.Client, "alice")))
 	if err != nil {
 		t.Fatalf("EXTERNAL as alice: %v", err)
 	}
@@ -138,21 +73,21 @@ func TestTLS_PlainAndExternal(t *testing.T) {
 	_ = c.Close()
 
 	// A certificate for a user that does not exist: 403, like a bad password.
-	_, err = amqp091.DialTLS_ExternalAuth(amqps, clientTLS(ca, ca.issue(t, "mallory", false)))
+	_, err = amqp091.DialTLS_ExternalAuth(amqps, clientTLS(ca, ca.Issue(t, testpki.Client, "mallory")))
 	var ae *amqp091.Error
 	if !errors.As(err, &ae) || ae.Code != wire.AccessRefused {
 		t.Fatalf("EXTERNAL as an unknown user: %v, want 403", err)
 	}
 
 	// A certificate from another CA is refused in the TLS handshake.
-	other := newTestCA(t)
-	if _, err := amqp091.DialTLS_ExternalAuth(amqps, clientTLS(ca, other.issue(t, "alice", false))); err == nil {
+	other := testpki.New(t, "raftmq test CA")
+	if _, err := amqp091.DialTLS_ExternalAuth(amqps, clientTLS(ca, other.Issue(t, testpki.Client, "alice"))); err == nil {
 		t.Fatal("a certificate from an unknown CA was accepted")
 	}
 }
 
 func TestTLS_PlainAMQPOnTheTLSPortFailsAndTheServerStaysUp(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testpki.New(t, "raftmq test CA")
 	ts, _ := startTLSServer(t, ca, tls.NoClientCert)
 	if c, err := amqp091.Dial(ts.url); err == nil {
 		_ = c.Close()
@@ -176,7 +111,7 @@ func TestTLS_PlainAMQPOnTheTLSPortFailsAndTheServerStaysUp(t *testing.T) {
 	}
 	_ = c.Close()
 	// EXTERNAL is never offered without client certificate verification.
-	if _, err := amqp091.DialTLS_ExternalAuth("amqps://"+ts.addr+"/", clientTLS(ca, ca.issue(t, "alice", false))); !errors.Is(err, amqp091.ErrSASL) {
+	if _, err := amqp091.DialTLS_ExternalAuth("amqps://"+ts.addr+"/", clientTLS(ca, ca.Issue(t, testpki.Client, "alice"))); !errors.Is(err, amqp091.ErrSASL) {
 		t.Fatalf("EXTERNAL with verification off: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/testpki"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -63,9 +64,9 @@ func callCtx(addr net.Addr, user, password string, cert *x509.Certificate) conte
 }
 
 // leafNamed is a certificate of ca naming name.
-func leafNamed(t *testing.T, ca *clustertest.CA, name string) *x509.Certificate {
+func leafNamed(t *testing.T, ca *testpki.CA, name string) *x509.Certificate {
 	t.Helper()
-	leaf, err := x509.ParseCertificate(ca.TLS(t, name).Certificate.Certificate[0])
+	leaf, err := x509.ParseCertificate(clustertest.NodeTLS(t, ca, name).Certificate.Certificate[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func leafNamed(t *testing.T, ca *clustertest.CA, name string) *x509.Certificate 
 
 func TestAuth_Check(t *testing.T) {
 	n := authNode()
-	ca := clustertest.NewCA(t, "test CA")
+	ca := testpki.New(t, "test CA")
 	const (
 		write = "/raftmq.v1.Admin/AddUser"
 		read  = "/raftmq.v1.Admin/ListQueues"
@@ -152,10 +153,10 @@ func (f fakeStream) Context() context.Context { return f.ctx }
 // client certificate (no node name) and BasicCredentials, with a node's
 // certificate, and with a certificate of another CA.
 func TestAuth_OverMutualTLS(t *testing.T) {
-	ca := clustertest.NewCA(t, "test CA")
+	ca := testpki.New(t, "test CA")
 	node := authNode()
 	auth := NewAuth(AuthAlways, node)
-	srv := grpc.NewServer(append(cluster.ServerOptions(ca.TLS(t, "n1")),
+	srv := grpc.NewServer(append(cluster.ServerOptions(clustertest.NodeTLS(t, ca, "n1")),
 		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(auth.StreamInterceptor()))...)
 	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node}))
@@ -179,7 +180,7 @@ func TestAuth_OverMutualTLS(t *testing.T) {
 		return proto.NewAdminClient(cc)
 	}
 	ctx := ctxT(t)
-	ops := ca.TLS(t, "ops")
+	ops := clustertest.NodeTLS(t, ca, "ops")
 	_, err = dial(ops, nil).Digest(ctx, &proto.DigestRequest{})
 	wantCode(t, err, codes.Unauthenticated, "username")
 	_, err = dial(ops, &BasicCredentials{"joe", "pw-joe"}).Digest(ctx, &proto.DigestRequest{})
@@ -187,11 +188,11 @@ func TestAuth_OverMutualTLS(t *testing.T) {
 	if _, err := dial(ops, &BasicCredentials{"root", "pw-root"}).Digest(ctx, &proto.DigestRequest{}); err != nil {
 		t.Fatalf("administrator: %v", err)
 	}
-	if _, err := dial(ca.TLS(t, "n2"), nil).Digest(ctx, &proto.DigestRequest{}); err != nil {
+	if _, err := dial(clustertest.NodeTLS(t, ca, "n2"), nil).Digest(ctx, &proto.DigestRequest{}); err != nil {
 		t.Fatalf("a member's certificate: %v", err)
 	}
-	other := clustertest.NewCA(t, "another CA")
-	_, err = dial(other.TLS(t, "n2"), &BasicCredentials{"root", "pw-root"}).Digest(ctx, &proto.DigestRequest{})
+	other := testpki.New(t, "another CA")
+	_, err = dial(clustertest.NodeTLS(t, other, "n2"), &BasicCredentials{"root", "pw-root"}).Digest(ctx, &proto.DigestRequest{})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a certificate of another CA: %v, want the handshake to fail", err)
 	}

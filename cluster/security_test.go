@@ -17,6 +17,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/internal/testpki"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -31,7 +32,7 @@ func gossipKey(t *testing.T) []byte {
 
 // secureCluster is a 3-node cluster with mutual TLS from ca and gossip
 // encrypted with key, with a leader.
-func secureCluster(t *testing.T, ca *clustertest.CA, key []byte) *clustertest.Cluster {
+func secureCluster(t *testing.T, ca *testpki.CA, key []byte) *clustertest.Cluster {
 	t.Helper()
 	c := clustertest.New(t, 3, clustertest.WithTLS(t, ca), clustertest.WithGossipKeys(key))
 	c.WaitForLeader(clustertest.Timeout)
@@ -81,7 +82,7 @@ func never(t *testing.T, window time.Duration, bad func() error) {
 }
 
 func TestSecurity_ClusterWithTLSAndGossipKey(t *testing.T) {
-	ca := clustertest.NewCA(t, "raftmq test CA")
+	ca := testpki.New(t, "raftmq test CA")
 	c := secureCluster(t, ca, gossipKey(t))
 	// Forwarding runs over TLS: a follower's submission reaches the log.
 	f := c.Followers()[0]
@@ -89,7 +90,7 @@ func TestSecurity_ClusterWithTLSAndGossipKey(t *testing.T) {
 	c.AssertSameDigest(t)
 
 	// A node with the key and a certificate of the CA naming it gets in.
-	out := c.StartOutsider("node9", func(cfg *cluster.Config) { cfg.TLS = ca.TLS(t, cfg.NodeID) })
+	out := c.StartOutsider("node9", func(cfg *cluster.Config) { cfg.TLS = clustertest.NodeTLS(t, ca, cfg.NodeID) })
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		l := c.Leader()
 		if l == nil {
@@ -152,7 +153,7 @@ func assertKeptOut(t *testing.T, c *clustertest.Cluster, out *clustertest.Node, 
 }
 
 func TestSecurity_WrongGossipKeyCannotJoin(t *testing.T) {
-	ca := clustertest.NewCA(t, "raftmq test CA")
+	ca := testpki.New(t, "raftmq test CA")
 	key := gossipKey(t)
 	c := secureCluster(t, ca, key)
 	other := gossipKey(t)
@@ -162,11 +163,11 @@ func TestSecurity_WrongGossipKeyCannotJoin(t *testing.T) {
 	// Their certificates are good: only the key keeps them out.
 	wrong := c.StartOutsider("node-wrong-key", func(cfg *cluster.Config) {
 		cfg.GossipKeys = [][]byte{other}
-		cfg.TLS = ca.TLS(t, cfg.NodeID)
+		cfg.TLS = clustertest.NodeTLS(t, ca, cfg.NodeID)
 	})
 	none := c.StartOutsider("node-no-key", func(cfg *cluster.Config) {
 		cfg.GossipKeys = nil
-		cfg.TLS = ca.TLS(t, cfg.NodeID)
+		cfg.TLS = clustertest.NodeTLS(t, ca, cfg.NodeID)
 	})
 	t.Run("wrong key", func(t *testing.T) { assertKeptOut(t, c, wrong, true) })
 	t.Run("no key", func(t *testing.T) { assertKeptOut(t, c, none, true) })
@@ -174,14 +175,14 @@ func TestSecurity_WrongGossipKeyCannotJoin(t *testing.T) {
 }
 
 func TestSecurity_ForeignCertificateCannotJoin(t *testing.T) {
-	ca := clustertest.NewCA(t, "raftmq test CA")
+	ca := testpki.New(t, "raftmq test CA")
 	c := secureCluster(t, ca, gossipKey(t))
-	foreign := clustertest.NewCA(t, "another CA")
+	foreign := testpki.New(t, "another CA")
 	// The gossip key lets these nodes into gossip; raft is what they must
 	// not reach.
-	otherCA := c.StartOutsider("node-other-ca", func(cfg *cluster.Config) { cfg.TLS = foreign.TLS(t, cfg.NodeID) })
+	otherCA := c.StartOutsider("node-other-ca", func(cfg *cluster.Config) { cfg.TLS = clustertest.NodeTLS(t, foreign, cfg.NodeID) })
 	// A certificate of the right CA naming another node does not do either.
-	misnamed := c.StartOutsider("node-misnamed", func(cfg *cluster.Config) { cfg.TLS = ca.TLS(t, "somebody-else") })
+	misnamed := c.StartOutsider("node-misnamed", func(cfg *cluster.Config) { cfg.TLS = clustertest.NodeTLS(t, ca, "somebody-else") })
 	plain := c.StartOutsider("node-plain", func(cfg *cluster.Config) { cfg.TLS = nil })
 	// They are gossip members (the window below would pass vacuously if
 	// they never got that far).
@@ -220,10 +221,10 @@ func TestParseGossipKeys(t *testing.T) {
 // member (an operator's, say): both refuse them, while a member's
 // certificate is accepted by the same checks.
 func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
-	ca := clustertest.NewCA(t, "raftmq test CA")
+	ca := testpki.New(t, "raftmq test CA")
 	c := secureCluster(t, ca, gossipKey(t))
 	l := c.Leader()
-	ops := ca.TLS(t, "ops")
+	ops := clustertest.NodeTLS(t, ca, "ops")
 
 	// Raft: the handshake is refused once the node sees the certificate
 	// (with TLS 1.3 that is on the first read).
@@ -246,7 +247,7 @@ func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
 	// A member's certificate gets through the handshake (the byte sent is
 	// no raft RPC, so the node then drops the connection: EOF, not a TLS
 	// alert).
-	if err := raftTalk(ca.TLS(t, "node1")); err == nil || strings.Contains(err.Error(), "certificate") {
+	if err := raftTalk(clustertest.NodeTLS(t, ca, "node1")); err == nil || strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("raft with node1's certificate: %v, want the handshake to pass", err)
 	}
 
@@ -272,7 +273,7 @@ func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
 		t.Fatalf("forwarding with an operator's certificate: %v, want PermissionDenied", err)
 	}
 	other := c.Nodes[(c.Index(l.NodeID())+1)%3].ID
-	if err := forward(ca.TLS(t, other)); err != nil {
+	if err := forward(clustertest.NodeTLS(t, ca, other)); err != nil {
 		t.Fatalf("forwarding with %s's certificate: %v", other, err)
 	}
 }
@@ -282,13 +283,13 @@ func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
 // certificate of another CA. The others leave it out and bootstrap
 // without it (node0, unable to verify anyone, bootstraps nothing).
 func TestSecurity_BootstrapLeavesOutForeignCertificates(t *testing.T) {
-	ca := clustertest.NewCA(t, "raftmq test CA")
-	foreign := clustertest.NewCA(t, "another CA")
+	ca := testpki.New(t, "raftmq test CA")
+	foreign := testpki.New(t, "another CA")
 	c := clustertest.New(t, 4, clustertest.WithBootstrapExpect(3), clustertest.WithTLS(t, ca),
 		clustertest.WithGossipKeys(gossipKey(t)),
 		clustertest.WithConfig(func(i int, cfg *cluster.Config) {
 			if i == 0 {
-				cfg.TLS = foreign.TLS(t, cfg.NodeID)
+				cfg.TLS = clustertest.NodeTLS(t, foreign, cfg.NodeID)
 			}
 		}))
 	want := []string{"node1", "node2", "node3"}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/raftmq/raftmq/internal/testpki"
 )
 
 func clusterGossipKey(t *testing.T) string {
@@ -91,14 +93,14 @@ func addClusterNode(t *testing.T, c *Cluster, id string) *Node {
 // must get in (so the watch over the first two could have seen a join).
 func TestClusterSecurity_MutualTLSAndGossipKey(t *testing.T) {
 	skipShort(t)
-	ca := newClusterCA(t, "raftmq e2e CA")
+	ca := testpki.New(t, "raftmq e2e CA")
 	key := clusterGossipKey(t)
 	secure := func(n *Node) {
-		n.ExtraArgs = append(ca.nodeArgs(t, n.ID), "--admin-auth", "always")
+		n.ExtraArgs = append(nodeTLSArgs(t, ca, n.ID), "--admin-auth", "always")
 		n.Env = []string{"RAFTMQ_GOSSIP_KEY=" + key}
 	}
 	c := StartClusterWith(t, 3, func(_ int, n *Node) { secure(n) })
-	ctlTLS := ca.ctlArgs(t)
+	ctlTLS := ctlTLSArgs(t, ca)
 	admin := append(slices.Clone(ctlTLS), "--username", "guest", "--password", "guest")
 
 	// The cluster forms: three voters and a leader, as the leader says.
@@ -177,7 +179,7 @@ func TestClusterSecurity_MutualTLSAndGossipKey(t *testing.T) {
 	c.Start(len(c.Nodes) - 1)
 	otherCA := addClusterNode(t, c, "n5")
 	secure(otherCA)
-	otherCA.ExtraArgs = append(newClusterCA(t, "another CA").nodeArgs(t, otherCA.ID), "--admin-auth", "always")
+	otherCA.ExtraArgs = append(nodeTLSArgs(t, testpki.New(t, "another CA"), otherCA.ID), "--admin-auth", "always")
 	c.Start(len(c.Nodes) - 1)
 
 	// Watched for 10 s: with memberlist's LAN timings (a join is a TCP

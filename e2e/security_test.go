@@ -14,19 +14,21 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/raftmq/raftmq/internal/testpki"
 )
 
 // startTLSNode starts one node that also serves AMQPS with a certificate
 // from pki; it returns the node, its AMQPS address and the files the node
 // reads its certificate from.
-func startTLSNode(t *testing.T, pki *testPKI, extra ...string) (*Cluster, string, serverFiles) {
+func startTLSNode(t *testing.T, pki *testpki.CA, extra ...string) (*Cluster, string, testpki.Files) {
 	t.Helper()
 	var amqps string
-	var files serverFiles
+	var files testpki.Files
 	c := StartClusterWith(t, 1, func(_ int, n *Node) {
 		amqps = FreeAddr(t)
-		files, _ = pki.writeServerFiles(t, t.TempDir())
-		n.ExtraArgs = append(files.args(amqps), extra...)
+		files, _ = writeServerFiles(t, pki, t.TempDir())
+		n.ExtraArgs = append(amqpsArgs(files, amqps), extra...)
 	})
 	return c, amqps, files
 }
@@ -73,9 +75,9 @@ func roundTrip(t *testing.T, conn *amqp.Connection, body string) {
 
 func TestSecurity_AMQPSPublishConsumeAndPlainRefused(t *testing.T) {
 	skipShort(t)
-	pki := newTestPKI(t)
+	pki := testpki.New(t, "raftmq e2e CA")
 	c, amqps, _ := startTLSNode(t, pki)
-	conn := dialTLS(t, "amqps://guest:guest@"+amqps+"/", pki.clientTLS(), false)
+	conn := dialTLS(t, "amqps://guest:guest@"+amqps+"/", clientTLS(pki), false)
 	if !conn.ConnectionState().HandshakeComplete || conn.ConnectionState().Version < tls.VersionTLS12 {
 		t.Fatalf("TLS state %+v", conn.ConnectionState())
 	}
@@ -87,10 +89,10 @@ func TestSecurity_AMQPSPublishConsumeAndPlainRefused(t *testing.T) {
 		_ = pc.Close()
 		t.Fatal("plain AMQP connected on the AMQPS port")
 	}
-	roundTrip(t, dialTLS(t, "amqps://guest:guest@"+amqps+"/", pki.clientTLS(), false), "TLS after a plain client")
+	roundTrip(t, dialTLS(t, "amqps://guest:guest@"+amqps+"/", clientTLS(pki), false), "TLS after a plain client")
 	roundTrip(t, dial(t, c.Nodes[0]), "plain port still plain")
 	// TLS below 1.2 is refused.
-	old := pki.clientTLS()
+	old := clientTLS(pki)
 	old.MinVersion, old.MaxVersion = tls.VersionTLS10, tls.VersionTLS11
 	if tc, err := tls.Dial("tcp", amqps, old); err == nil {
 		tc.Close()
@@ -100,13 +102,13 @@ func TestSecurity_AMQPSPublishConsumeAndPlainRefused(t *testing.T) {
 
 func TestSecurity_ExternalAuthWithAClientCertificate(t *testing.T) {
 	skipShort(t)
-	pki := newTestPKI(t)
+	pki := testpki.New(t, "raftmq e2e CA")
 	c, amqps, _ := startTLSNode(t, pki)
 	ctl(t, c.Nodes[0], "add_user", "carol", "an-unused-password")
 	ctl(t, c.Nodes[0], "set_permissions", "carol", ".*", ".*", ".*")
 	url := "amqps://" + amqps + "/"
 
-	conn := dialTLS(t, url, pki.clientTLS(pki.issue(t, "carol", false)), true)
+	conn := dialTLS(t, url, clientTLS(pki, pki.Issue(t, testpki.Client, "carol")), true)
 	roundTrip(t, conn, "as carol")
 	out := ctl(t, c.Nodes[0], "list_connections", "user")
 	if !slices.Contains(strings.Fields(out), "carol") {
@@ -114,28 +116,28 @@ func TestSecurity_ExternalAuthWithAClientCertificate(t *testing.T) {
 	}
 
 	// A certificate for a user that does not exist: 403 like a bad password.
-	_, err := amqp.DialTLS_ExternalAuth(url, pki.clientTLS(pki.issue(t, "nobody", false)))
+	_, err := amqp.DialTLS_ExternalAuth(url, clientTLS(pki, pki.Issue(t, testpki.Client, "nobody")))
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
 		t.Fatalf("EXTERNAL as an unknown user: %v, want 403 ACCESS_REFUSED", err)
 	}
 	// Without a client certificate EXTERNAL is not offered at all.
-	if _, err := amqp.DialTLS_ExternalAuth(url, pki.clientTLS()); !errors.Is(err, amqp.ErrSASL) {
+	if _, err := amqp.DialTLS_ExternalAuth(url, clientTLS(pki)); !errors.Is(err, amqp.ErrSASL) {
 		t.Fatalf("EXTERNAL without a certificate: %v, want no common mechanism", err)
 	}
 	// A certificate from another CA fails the TLS handshake.
-	stranger := newTestPKI(t)
-	if _, err := amqp.DialTLS_ExternalAuth(url, pki.clientTLS(stranger.issue(t, "carol", false))); err == nil {
+	stranger := testpki.New(t, "raftmq e2e CA")
+	if _, err := amqp.DialTLS_ExternalAuth(url, clientTLS(pki, stranger.Issue(t, testpki.Client, "carol"))); err == nil {
 		t.Fatal("a certificate from an unknown CA was accepted")
 	}
 	// PLAIN still works on the same port.
-	roundTrip(t, dialTLS(t, "amqps://carol:an-unused-password@"+amqps+"/", pki.clientTLS(), false), "PLAIN over TLS")
+	roundTrip(t, dialTLS(t, "amqps://carol:an-unused-password@"+amqps+"/", clientTLS(pki), false), "PLAIN over TLS")
 }
 
 // serverSerial is the serial of the certificate the AMQPS port presents
 // to a new handshake.
-func serverSerial(pki *testPKI, addr string) (string, error) {
-	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, pki.clientTLS())
+func serverSerial(pki *testpki.CA, addr string) (string, error) {
+	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, clientTLS(pki))
 	if err != nil {
 		return "", err
 	}
@@ -145,22 +147,22 @@ func serverSerial(pki *testPKI, addr string) (string, error) {
 
 func TestSecurity_CertificateReloadOnSIGHUP(t *testing.T) {
 	skipShort(t)
-	pki := newTestPKI(t)
+	pki := testpki.New(t, "raftmq e2e CA")
 	var amqps string
-	var files serverFiles
+	var files testpki.Files
 	var first tls.Certificate
 	dir := t.TempDir()
 	c := StartClusterWith(t, 1, func(_ int, n *Node) {
 		amqps = FreeAddr(t)
-		files, first = pki.writeServerFiles(t, dir)
-		n.ExtraArgs = files.args(amqps)
+		files, first = writeServerFiles(t, pki, dir)
+		n.ExtraArgs = amqpsArgs(files, amqps)
 	})
-	before := dialTLS(t, "amqps://guest:guest@"+amqps+"/", pki.clientTLS(), false)
+	before := dialTLS(t, "amqps://guest:guest@"+amqps+"/", clientTLS(pki), false)
 	if got, err := serverSerial(pki, amqps); err != nil || got != first.Leaf.SerialNumber.String() {
 		t.Fatalf("serial %s (%v), want the first certificate's %s", got, err, first.Leaf.SerialNumber)
 	}
 
-	_, second := pki.writeServerFiles(t, dir)
+	_, second := writeServerFiles(t, pki, dir)
 	c.Nodes[0].hup(t)
 	want := second.Leaf.SerialNumber.String()
 	if err := Eventually(20*time.Second, func() error {
@@ -181,7 +183,7 @@ func TestSecurity_CertificateReloadOnSIGHUP(t *testing.T) {
 	// The connection made before the reload is still served, and new ones
 	// work with the new certificate.
 	roundTrip(t, before, "made before the reload")
-	roundTrip(t, dialTLS(t, "amqps://guest:guest@"+amqps+"/", pki.clientTLS(), false), "made after the reload")
+	roundTrip(t, dialTLS(t, "amqps://guest:guest@"+amqps+"/", clientTLS(pki), false), "made after the reload")
 }
 
 // latency measures n publish-to-consume round trips of one message on ch

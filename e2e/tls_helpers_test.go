@@ -1,131 +1,56 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/raftmq/raftmq/internal/testpki"
 )
 
-// testPKI is a throwaway certificate authority made for one test.
-type testPKI struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestPKI(t *testing.T) *testPKI {
+// writeServerFiles writes a fresh server certificate for 127.0.0.1 from
+// ca, its key and ca into dir (replacing what is there) and returns the
+// files and the certificate.
+func writeServerFiles(t *testing.T, ca *testpki.CA, dir string) (testpki.Files, tls.Certificate) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "raftmq e2e CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testPKI{cert: cert, key: key, pool: pool}
+	c := ca.Issue(t, testpki.Server, "127.0.0.1", "127.0.0.1")
+	return ca.WriteFiles(t, dir, "server", c), c
 }
 
-// issue signs a certificate with subject CN cn: for the server at
-// 127.0.0.1 when server is set, for a client otherwise.
-func (p *testPKI) issue(t *testing.T, cn string, server bool) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-}
-
-// serverFiles is where a node finds its TLS certificate, key and client CA.
-type serverFiles struct{ Cert, Key, CA string }
-
-// writeServerFiles writes the CA and a fresh server certificate and key
-// into dir (replacing what is there) and returns the cert.
-func (p *testPKI) writeServerFiles(t *testing.T, dir string) (serverFiles, tls.Certificate) {
-	t.Helper()
-	f := serverFiles{Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server.key"), CA: filepath.Join(dir, "ca.pem")}
-	c := p.issue(t, "127.0.0.1", true)
-	kder, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(path, typ string, der []byte) {
-		// Write then rename, so a reload never reads half a file.
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(f.CA, "CERTIFICATE", p.cert.Raw)
-	write(f.Key, "PRIVATE KEY", kder)
-	write(f.Cert, "CERTIFICATE", c.Certificate[0])
-	return f, c
-}
-
-// args are the node flags that serve AMQPS on addr with these files.
-func (f serverFiles) args(addr string) []string {
+// amqpsArgs are the node flags that serve AMQPS on addr with the files f.
+func amqpsArgs(f testpki.Files, addr string) []string {
 	return []string{"--amqps-addr", addr, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA, "--tls-verify", "optional"}
 }
 
-// clientTLS trusts the PKI and presents certs.
-func (p *testPKI) clientTLS(certs ...tls.Certificate) *tls.Config {
-	return &tls.Config{RootCAs: p.pool, Certificates: certs, MinVersion: tls.VersionTLS12}
+// clientTLS trusts ca and presents certs.
+func clientTLS(ca *testpki.CA, certs ...tls.Certificate) *tls.Config {
+	return &tls.Config{RootCAs: ca.Pool(), Certificates: certs, MinVersion: tls.VersionTLS12}
+}
+
+// clusterFiles writes a certificate from ca for client and server use
+// naming name (Common Name and DNS name, and valid for loopback).
+func clusterFiles(t *testing.T, ca *testpki.CA, name string) testpki.Files {
+	t.Helper()
+	return ca.WriteFiles(t, t.TempDir(), name, ca.Issue(t, testpki.Server|testpki.Client, name, name, "127.0.0.1"))
+}
+
+// nodeTLSArgs are the raftmq flags that give a node a certificate from ca
+// naming id.
+func nodeTLSArgs(t *testing.T, ca *testpki.CA, id string) []string {
+	t.Helper()
+	f := clusterFiles(t, ca, id)
+	return []string{"--cluster-tls-cert", f.Cert, "--cluster-tls-key", f.Key, "--cluster-tls-ca", f.CA}
+}
+
+// ctlTLSArgs are the raftmqctl flags of an operator's client certificate
+// from ca.
+func ctlTLSArgs(t *testing.T, ca *testpki.CA) []string {
+	t.Helper()
+	f := clusterFiles(t, ca, "e2e-operator")
+	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
 }
 
 // hup sends SIGHUP to a node's process.

@@ -1,57 +1,19 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/raftmq/raftmq/internal/testpki"
 )
 
-// writeCert writes a self-signed certificate for 127.0.0.1 with subject
-// cn and its key as PEM files in dir; it returns their paths.
-func writeCert(t *testing.T, dir, cn string) (certFile, keyFile string) {
+// writeCert writes a certificate for 127.0.0.1 with subject cn, signed by
+// ca, as dir/server.pem and its key as dir/server.key, and ca as dir/ca.pem.
+func writeCert(t *testing.T, ca *testpki.CA, dir, cn string) testpki.Files {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
+	return ca.WriteFiles(t, dir, "server", ca.Issue(t, testpki.Server|testpki.Client, cn, "127.0.0.1"))
 }
 
 // handshakeSubject connects to addr over TLS and returns the subject CN
@@ -68,8 +30,9 @@ func handshakeSubject(t *testing.T, addr string) string {
 
 func TestCertReloader_NewHandshakesGetTheReloadedCertificate(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile := writeCert(t, dir, "first")
-	r, err := newCertReloader(tlsConfig{Cert: certFile, Key: keyFile, Verify: "none"})
+	ca := testpki.New(t, "test CA")
+	f := writeCert(t, ca, dir, "first")
+	r, err := newCertReloader(tlsConfig{Cert: f.Cert, Key: f.Key, Verify: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +63,7 @@ func TestCertReloader_NewHandshakesGetTheReloadedCertificate(t *testing.T) {
 	if got := handshakeSubject(t, ln.Addr().String()); got != "first" {
 		t.Fatalf("subject %q, want first", got)
 	}
-	writeCert(t, dir, "second")
+	writeCert(t, ca, dir, "second")
 	if got := handshakeSubject(t, ln.Addr().String()); got != "first" {
 		t.Fatalf("subject %q before the reload, want first", got)
 	}
@@ -114,7 +77,7 @@ func TestCertReloader_NewHandshakesGetTheReloadedCertificate(t *testing.T) {
 		t.Fatalf("connection made before the reload: %v", err)
 	}
 	// A broken file keeps the previous certificate.
-	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
+	if err := os.WriteFile(f.Key, []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Reload(); err == nil {
@@ -126,9 +89,8 @@ func TestCertReloader_NewHandshakesGetTheReloadedCertificate(t *testing.T) {
 }
 
 func TestCertReloader_TLS12Minimum(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := writeCert(t, dir, "n1")
-	r, err := newCertReloader(tlsConfig{Cert: certFile, Key: keyFile, Verify: "none"})
+	f := writeCert(t, testpki.New(t, "test CA"), t.TempDir(), "n1")
+	r, err := newCertReloader(tlsConfig{Cert: f.Cert, Key: f.Key, Verify: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,14 +114,13 @@ func TestCertReloader_TLS12Minimum(t *testing.T) {
 }
 
 func TestCertReloader_VerifyModesAndCA(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := writeCert(t, dir, "ca")
+	f := writeCert(t, testpki.New(t, "test CA"), t.TempDir(), "n1")
 	for verify, want := range map[string]tls.ClientAuthType{
 		"none":     tls.NoClientCert,
 		"optional": tls.VerifyClientCertIfGiven,
 		"required": tls.RequireAndVerifyClientCert,
 	} {
-		c, err := loadTLS(tlsConfig{Cert: certFile, Key: keyFile, CA: certFile, Verify: verify})
+		c, err := loadTLS(tlsConfig{Cert: f.Cert, Key: f.Key, CA: f.CA, Verify: verify})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +128,7 @@ func TestCertReloader_VerifyModesAndCA(t *testing.T) {
 			t.Errorf("verify %s: client auth %v, CAs %v", verify, c.ClientAuth, c.ClientCAs)
 		}
 	}
-	if _, err := loadTLS(tlsConfig{Cert: certFile, Key: keyFile, CA: keyFile, Verify: "required"}); err == nil {
+	if _, err := loadTLS(tlsConfig{Cert: f.Cert, Key: f.Key, CA: f.Key, Verify: "required"}); err == nil {
 		t.Error("a CA file without certificates was accepted")
 	}
 }

@@ -2,12 +2,10 @@ package main
 
 import (
 	"io"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/raftmq/raftmq/api"
-	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/internal/testpki"
 )
 
 func TestConfig_ClusterSecurity(t *testing.T) {
@@ -47,18 +45,10 @@ func TestConfig_ClusterSecurity(t *testing.T) {
 }
 
 func TestClusterSecurity_Load(t *testing.T) {
-	dir := t.TempDir()
-	ca := clustertest.NewCA(t, "test CA")
-	cert, key := ca.Issue(t, "n1")
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	ca := testpki.New(t, "test CA")
+	f := ca.WriteFiles(t, t.TempDir(), "n1", ca.Issue(t, testpki.Server|testpki.Client, "n1", "n1", "127.0.0.1"))
 	s := clusterSecurity{
-		TLSCert: write("n1.pem", cert), TLSKey: write("n1.key", key), TLSCA: write("ca.pem", ca.PEM),
+		TLSCert: f.Cert, TLSKey: f.Key, TLSCA: f.CA,
 		GossipKey: "MDEyMzQ1Njc4OWFiY2RlZg==", AdminAuth: "never",
 	}
 	sec, err := s.load()

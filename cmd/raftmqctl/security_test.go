@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/internal/testpki"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -20,7 +19,7 @@ import (
 // with cluster TLS and admin auth always (so loopback is not trusted) and
 // drives raftmqctl's --tls-* and --username/--password flags against it.
 func TestRun_TLSAndCredentials(t *testing.T) {
-	ca := clustertest.NewCA(t, "test CA")
+	ca := testpki.New(t, "test CA")
 	c := clustertest.New(t, 1, clustertest.WithTLS(t, ca))
 	node := api.FromCluster(c.WaitForLeader(clustertest.Timeout))
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
@@ -43,16 +42,8 @@ func TestRun_TLSAndCredentials(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	addr := lis.Addr().String()
 
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cert, key := ca.Issue(t, "operator")
-	tlsArgs := []string{"--tls-ca", write("ca.pem", ca.PEM), "--tls-cert", write("op.pem", cert), "--tls-key", write("op.key", key)}
+	op := ca.WriteFiles(t, t.TempDir(), "op", ca.Issue(t, testpki.Server|testpki.Client, "operator", "operator", "127.0.0.1"))
+	tlsArgs := []string{"--tls-ca", op.CA, "--tls-cert", op.Cert, "--tls-key", op.Key}
 
 	// The default user guest/guest is an administrator.
 	code, out, errs := ctl(t, addr, append(tlsArgs, "--username", "guest", "--password", "guest", "list_vhosts")...)
