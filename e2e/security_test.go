@@ -211,6 +211,20 @@ func latency(t *testing.T, ch *amqp.Channel, q string, deliveries <-chan amqp.De
 	return samples[len(samples)/2]
 }
 
+// steadyLatency is the lowest median of several short windows of probes.
+// The machine is shared (other test packages, containers): a burst of
+// outside work inflates a window or two, while a slow node inflates them
+// all, so the least median measures the node and not its neighbours.
+func steadyLatency(t *testing.T, ch *amqp.Channel, q string, deliveries <-chan amqp.Delivery) time.Duration {
+	t.Helper()
+	const windows, samples = 5, 41
+	best := time.Duration(1<<63 - 1)
+	for range windows {
+		best = min(best, latency(t, ch, q, deliveries, samples))
+	}
+	return best
+}
+
 var errNeverDropped = errors.New("the node never dropped the client that does not read")
 
 func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T) {
@@ -230,9 +244,8 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const samples = 101
 	latency(t, probe, q.Name, deliveries, 10) // warm up
-	unloaded := latency(t, probe, q.Name, deliveries, samples)
+	unloaded := steadyLatency(t, probe, q.Name, deliveries)
 	t.Logf("unloaded median publish-to-consume latency: %v", unloaded)
 
 	// 1,000 connections opened at once, kept open.
@@ -268,7 +281,7 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 		t.Fatalf("opening %d connections at once: %v", conns, err)
 	}
 
-	withConns := latency(t, probe, q.Name, deliveries, samples)
+	withConns := steadyLatency(t, probe, q.Name, deliveries)
 	t.Logf("median with %d connections open: %v", conns, withConns)
 
 	// A client that publishes to a queue it consumes with no-ack and never
@@ -311,7 +324,7 @@ func TestSecurity_ThousandConnectionsAndADeafClientDoNotSlowOthers(t *testing.T)
 		t.Fatal(err)
 	}
 
-	loaded := latency(t, probe, q.Name, deliveries, samples)
+	loaded := steadyLatency(t, probe, q.Name, deliveries)
 	t.Logf("loaded median publish-to-consume latency (%d connections and a deaf client): %v", conns, loaded)
 
 	// The node dropped the deaf client (its buffer bound), rather than
