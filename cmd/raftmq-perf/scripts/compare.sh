@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs the performance targets of docs/performance.md against three raftmq
+# nodes, then against three RabbitMQ nodes with quorum queues, one system at
+# a time on the same machine, and prints each run's JSON line.
+#   cmd/raftmq-perf/scripts/compare.sh [raftmq|rabbitmq]... > results.jsonl
+# DURATION (default 25s) sets the length of the throughput runs.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+scripts=cmd/raftmq-perf/scripts
+duration=${DURATION:-25s}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+go build -o "$out/raftmq-perf" ./cmd/raftmq-perf
+
+# run SYSTEM NAME ARGS...: one raftmq-perf run, its JSON line tagged.
+run() {
+  local system=$1 name=$2
+  shift 2
+  "$out/raftmq-perf" -interval 5s "$@" >"$out/run.txt" 2>&1 || { cat "$out/run.txt" >&2; return 1; }
+  printf '{"system":"%s","run":"%s","result":%s}\n' "$system" "$name" "$(grep '^{' "$out/run.txt" | tail -1)"
+}
+
+# up SYSTEM: a fresh cluster (no backlog left by the run before), its URLs.
+up() {
+  if [ "$1" = raftmq ]; then "$scripts/three-nodes.sh"; else "$scripts/rabbitmq-three-nodes.sh"; fi
+}
+down() {
+  if [ "$1" = raftmq ]; then "$scripts/three-nodes.sh" stop; else "$scripts/rabbitmq-three-nodes.sh" stop; fi
+  sleep 2
+}
+
+systems=("$@")
+[ ${#systems[@]} -gt 0 ] || systems=(raftmq rabbitmq)
+for s in "${systems[@]}"; do
+  case $s in
+    raftmq) args=() ;;
+    rabbitmq) args=(-queue-args '{"x-queue-type":"quorum"}') ;;
+    *) echo "unknown system $s" >&2; exit 2 ;;
+  esac
+  while read -r name extra; do
+    uri=$(up "$s" </dev/null)
+    # shellcheck disable=SC2086 # extra holds several flags
+    run "$s" "$name" -uri "$uri" -size 1024 -persistent -confirm 256 -prefetch 100 "${args[@]}" $extra </dev/null
+    down "$s" </dev/null
+  done <<RUNS
+one-publisher -producers 1 -consumers 1 -duration $duration -queue c1
+four-publishers -producers 4 -consumers 1 -duration $duration -queue c4
+paced-1000 -producers 1 -consumers 1 -rate 1000 -duration $duration -queue cp
+expiry-100k -mode expiry -count 100000 -ttl 2s -queue ce
+expiry-100k-head -mode expiry -count 100000 -ttl 2s -head-ttl 10s -queue ch
+RUNS
+done
