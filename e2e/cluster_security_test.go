@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -65,24 +64,6 @@ func clusterStatusOf(t *testing.T, n *Node, sec []string) (clusterStatus, error)
 		return st, fmt.Errorf("cluster_status on %s: exit %d: %s", n.ID, code, errOut)
 	}
 	return st, json.Unmarshal([]byte(out), &st)
-}
-
-// addClusterNode appends a node with fresh addresses to c (not started).
-func addClusterNode(t *testing.T, c *Cluster, id string) *Node {
-	t.Helper()
-	dir := t.TempDir()
-	n := &Node{
-		ID:         id,
-		AMQPAddr:   FreeAddr(t),
-		GRPCAddr:   FreeAddr(t),
-		RaftAddr:   FreeAddr(t),
-		GossipAddr: FreeAddr(t),
-		HTTPAddr:   FreeAddr(t),
-		DataDir:    filepath.Join(dir, id),
-		LogPath:    filepath.Join(dir, id+".log"),
-	}
-	c.Nodes = append(c.Nodes, n)
-	return n
 }
 
 // TestClusterSecurity_MutualTLSAndGossipKey runs three nodes with mutual TLS
@@ -173,11 +154,11 @@ func TestClusterSecurity_MutualTLSAndGossipKey(t *testing.T) {
 
 	// A node with a wrong gossip key (and a good certificate) and one with
 	// the key and a certificate of another CA.
-	wrongKey := addClusterNode(t, c, "n4")
+	wrongKey := c.AddNode("n4")
 	secure(wrongKey)
 	wrongKey.Env = []string{"RAFTMQ_GOSSIP_KEY=" + clusterGossipKey(t)}
 	c.Start(len(c.Nodes) - 1)
-	otherCA := addClusterNode(t, c, "n5")
+	otherCA := c.AddNode("n5")
 	secure(otherCA)
 	otherCA.ExtraArgs = append(nodeTLSArgs(t, testpki.New(t, "another CA"), otherCA.ID), "--admin-auth", "always")
 	c.Start(len(c.Nodes) - 1)
@@ -220,7 +201,7 @@ func TestClusterSecurity_MutualTLSAndGossipKey(t *testing.T) {
 	}
 
 	// A well-configured node gets in.
-	good := addClusterNode(t, c, "n6")
+	good := c.AddNode("n6")
 	secure(good)
 	c.Start(len(c.Nodes) - 1)
 	err = Eventually(30*time.Second, func() error {

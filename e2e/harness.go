@@ -186,19 +186,30 @@ func (c *Cluster) place(t testing.TB, n int) {
 	base := t.TempDir()
 	c.Nodes = nil
 	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("n%d", i+1)
-		c.Nodes = append(c.Nodes, &Node{
-			ID:         id,
-			AMQPAddr:   FreeAddr(t),
-			GRPCAddr:   FreeAddr(t),
-			RaftAddr:   FreeAddr(t),
-			GossipAddr: FreeAddr(t),
-			HTTPAddr:   FreeAddr(t),
-			DataDir:    filepath.Join(base, id),
-			LogPath:    filepath.Join(base, id+".log"),
-		})
+		c.Nodes = append(c.Nodes, newNode(t, base, fmt.Sprintf("n%d", i+1)))
 	}
 	c.join = c.Nodes[0].GossipAddr
+}
+
+// AddNode appends a node with fresh addresses and folder to the cluster,
+// not started: Start(len(c.Nodes)-1) starts it, joining the first node.
+func (c *Cluster) AddNode(id string) *Node {
+	n := newNode(c.t, c.t.TempDir(), id)
+	c.Nodes = append(c.Nodes, n)
+	return n
+}
+
+func newNode(t testing.TB, dir, id string) *Node {
+	return &Node{
+		ID:         id,
+		AMQPAddr:   FreeAddr(t),
+		GRPCAddr:   FreeAddr(t),
+		RaftAddr:   FreeAddr(t),
+		GossipAddr: FreeAddr(t),
+		HTTPAddr:   FreeAddr(t),
+		DataDir:    filepath.Join(dir, id),
+		LogPath:    filepath.Join(dir, id+".log"),
+	}
 }
 
 // portTaken reports whether a node's log says one of its addresses was in
