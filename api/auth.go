@@ -96,10 +96,13 @@ var monitoringMethods = map[string]bool{
 //   - otherwise the call carries the username and password of a user
 //     tagged administrator (monitoring suffices for the reads listed in
 //     monitoringMethods). A missing or wrong password is Unauthenticated; a
-//     user without the tag is PermissionDenied.
+//     user without the tag is PermissionDenied. Beyond loopback those
+//     credentials are taken only over TLS (a password must not cross the
+//     network in clear) unless AllowPlaintext was called.
 type Auth struct {
-	mode AuthMode
-	node atomic.Pointer[Node]
+	mode      AuthMode
+	plaintext bool
+	node      atomic.Pointer[Node]
 }
 
 // NewAuth returns the checks of mode against node's users and members.
@@ -110,6 +113,14 @@ func NewAuth(mode AuthMode, node Node) *Auth {
 	if node != nil {
 		a.SetNode(node)
 	}
+	return a
+}
+
+// AllowPlaintext lets callers beyond loopback send their credentials over
+// a connection without TLS (a cluster without --cluster-tls-* on a network
+// the operator trusts, such as the compose example's private one).
+func (a *Auth) AllowPlaintext() *Auth {
+	a.plaintext = true
 	return a
 }
 
@@ -153,8 +164,12 @@ func (a *Auth) Check(ctx context.Context, fullMethod string) error {
 	if fromMember(ctx, node) {
 		return nil
 	}
-	if a.mode == AuthAuto && fromLoopback(ctx) {
+	loopback := fromLoopback(ctx)
+	if a.mode == AuthAuto && loopback {
 		return nil
+	}
+	if !loopback && !a.plaintext && !overTLS(ctx) {
+		return status.Error(codes.Unauthenticated, "the admin API takes credentials from beyond loopback over TLS only: configure --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, or allow plain connections with --admin-plaintext")
 	}
 	user, password, ok := credentialsOf(ctx)
 	if !ok {
@@ -222,6 +237,16 @@ func fromLoopback(ctx context.Context) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// overTLS reports whether the call came over a TLS connection.
+func overTLS(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	_, isTLS := p.AuthInfo.(credentials.TLSInfo)
+	return isTLS
 }
 
 // credentialsOf reads the call's basic credentials.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"net"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -108,9 +109,38 @@ func TestAuth_Check(t *testing.T) {
 		{"a certificate naming no member, with credentials", AuthAlways, write, callCtx(remoteAddr, "root", "pw-root", opsCert), codes.OK},
 		{"internal service is not checked here", AuthAlways, "/raftmq.v1.Internal/Forward", callCtx(remoteAddr, "", "", nil), codes.OK},
 	} {
-		err := NewAuth(tc.mode, n).Check(tc.ctx, tc.method)
+		err := NewAuth(tc.mode, n).AllowPlaintext().Check(tc.ctx, tc.method)
 		if got := status.Code(err); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// Without AllowPlaintext, credentials from beyond loopback count only
+	// over TLS; loopback and members are unaffected.
+	tlsCtx := func(addr net.Addr, user, password string) context.Context {
+		ctx := callCtx(addr, user, password, nil)
+		p, _ := peer.FromContext(ctx)
+		p.AuthInfo = credentials.TLSInfo{}
+		return ctx
+	}
+	for _, tc := range []struct {
+		name string
+		mode AuthMode
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"remote administrator in clear", AuthAuto, callCtx(remoteAddr, "root", "pw-root", nil), codes.Unauthenticated},
+		{"remote administrator over TLS", AuthAuto, tlsCtx(remoteAddr, "root", "pw-root"), codes.OK},
+		{"remote without credentials over TLS", AuthAuto, tlsCtx(remoteAddr, "", ""), codes.Unauthenticated},
+		{"always: loopback administrator in clear", AuthAlways, callCtx(loopbackAddr, "root", "pw-root", nil), codes.OK},
+		{"auto: loopback in clear", AuthAuto, callCtx(loopbackAddr, "", "", nil), codes.OK},
+		{"a member's certificate", AuthAlways, callCtx(remoteAddr, "", "", nodeCert), codes.OK},
+	} {
+		err := NewAuth(tc.mode, n).Check(tc.ctx, write)
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("TLS required, %s: %v, want %v", tc.name, err, tc.want)
+		}
+		if tc.name == "remote administrator in clear" && !strings.Contains(status.Convert(err).Message(), "--admin-plaintext") {
+			t.Errorf("refusal does not say how to fix it: %v", err)
 		}
 	}
 	if err := NewAuth(AuthAuto, nil).Check(callCtx(remoteAddr, "root", "pw-root", nil), write); status.Code(err) != codes.Unavailable {
@@ -119,7 +149,7 @@ func TestAuth_Check(t *testing.T) {
 }
 
 func TestAuth_Interceptors(t *testing.T) {
-	a := NewAuth(AuthAlways, authNode())
+	a := NewAuth(AuthAlways, authNode()).AllowPlaintext()
 	called := false
 	_, err := a.UnaryInterceptor()(callCtx(remoteAddr, "", "", nil), nil,
 		&grpc.UnaryServerInfo{FullMethod: "/raftmq.v1.Admin/Digest"},

@@ -21,6 +21,9 @@ type clusterSecurity struct {
 	TLSCA     string
 	GossipKey string
 	AdminAuth string
+	// AdminPlaintext lets admin credentials from beyond loopback arrive
+	// without TLS.
+	AdminPlaintext bool
 }
 
 func (s *clusterSecurity) flags(fs *flag.FlagSet) {
@@ -29,6 +32,7 @@ func (s *clusterSecurity) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.TLSCA, "cluster-tls-ca", "", "PEM certificate of the cluster CA that signs node and admin client certificates")
 	fs.StringVar(&s.GossipKey, "gossip-key", "", "base64 key of 16, 24 or 32 bytes encrypting gossip (comma-separated: the first encrypts, all decrypt)")
 	fs.StringVar(&s.AdminAuth, "admin-auth", "auto", "admin API credentials: auto (required beyond loopback), always or never")
+	fs.BoolVar(&s.AdminPlaintext, "admin-plaintext", false, "accept admin credentials from beyond loopback without TLS (only on a network you trust)")
 }
 
 // check validates the settings without reading files.
@@ -53,9 +57,10 @@ func (s *clusterSecurity) check() error {
 
 // security is clusterSecurity loaded: what the node and its servers use.
 type security struct {
-	tls  *cluster.TLS // nil: no TLS
-	keys [][]byte     // nil: plain gossip
-	auth *api.Auth
+	tls       *cluster.TLS // nil: no TLS
+	keys      [][]byte     // nil: plain gossip
+	auth      *api.Auth
+	plaintext bool // admin credentials accepted without TLS
 }
 
 func (s *clusterSecurity) load() (*security, error) {
@@ -76,6 +81,10 @@ func (s *clusterSecurity) load() (*security, error) {
 		return nil, err
 	}
 	out.auth = api.NewAuth(mode, nil)
+	if s.AdminPlaintext {
+		out.auth.AllowPlaintext()
+		out.plaintext = true
+	}
 	return out, nil
 }
 
@@ -104,8 +113,10 @@ func (s *security) warn(logger *slog.Logger, grpcAddr net.Addr) {
 	switch {
 	case s.auth.Mode() == api.AuthNever && beyond:
 		logger.Warn("the admin API asks for no credentials and listens beyond loopback (--admin-auth never)", "grpc", grpcAddr.String())
-	case s.tls == nil && beyond:
+	case s.tls == nil && beyond && s.plaintext:
 		logger.Warn("the gRPC port has no TLS: admin passwords and forwarded messages travel in clear (set --cluster-tls-*)", "grpc", grpcAddr.String())
+	case s.tls == nil && beyond:
+		logger.Warn("the gRPC port has no TLS: forwarded messages travel in clear, and the admin API takes no credentials from beyond loopback (set --cluster-tls-*, or --admin-plaintext)", "grpc", grpcAddr.String())
 	}
 	if s.keys == nil {
 		logger.Info("gossip is not encrypted (no --gossip-key)")

@@ -22,12 +22,13 @@ func TestConfig_ClusterSecurity(t *testing.T) {
 		"RAFTMQ_CLUSTER_TLS_CERT": "n.pem",
 		"RAFTMQ_CLUSTER_TLS_KEY":  "n.key",
 		"RAFTMQ_CLUSTER_TLS_CA":   "ca.pem",
+		"RAFTMQ_ADMIN_PLAINTEXT":  "true",
 	})
 	c, err = parseConfig([]string{"--admin-auth", "always"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := clusterSecurity{TLSCert: "n.pem", TLSKey: "n.key", TLSCA: "ca.pem", GossipKey: key, AdminAuth: "always"}
+	want := clusterSecurity{TLSCert: "n.pem", TLSKey: "n.key", TLSCA: "ca.pem", GossipKey: key, AdminAuth: "always", AdminPlaintext: true}
 	if c.Cluster != want {
 		t.Fatalf("got %+v, want %+v", c.Cluster, want)
 	}
