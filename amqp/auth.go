@@ -27,7 +27,7 @@ func (c *conn) tlsHandshake(tc *tls.Conn) error {
 		c.certVerified = true
 		c.certUser = st.PeerCertificates[0].Subject.CommonName
 	}
-	c.log = c.log.With("tls", tlsVersionName(st.Version))
+	c.logp.Store(c.logger().With("tls", tlsVersionName(st.Version)))
 	return nil
 }
 
@@ -55,11 +55,11 @@ func (c *conn) mechanisms() string {
 // the 403 ACCESS_REFUSED that closes the connection.
 func (c *conn) authenticate(mechanism, response string) (string, *wire.Error) {
 	refused := func(user, why string) *wire.Error {
-		c.log.Warn("authentication failed", "user", user, "mechanism", mechanism, "reason", why)
+		c.logger().Warn("authentication failed", "user", user, "mechanism", mechanism, "reason", why)
 		return wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. For details see the broker logfile.", mechanism)
 	}
 	guestRemote := func(user string) *wire.Error {
-		c.log.Warn("guest refused from a remote address", "user", user)
+		c.logger().Warn("guest refused from a remote address", "user", user)
 		return wire.ConnError(wire.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. User 'guest' can only connect via localhost", mechanism)
 	}
 	if mechanism == "EXTERNAL" {

@@ -91,7 +91,7 @@ func (ch *channel) stop() {
 // everything but channel.close and close-ok is ignored until close-ok.
 func (ch *channel) fail(e *wire.Error) {
 	if ch.closing.CompareAndSwap(false, true) {
-		ch.c.log.Info("closing channel", "channel", ch.id, "code", e.Code, "text", e.Text, "class", e.ClassID, "method", e.MethodID)
+		ch.c.logger().Info("closing channel", "channel", ch.id, "code", e.Code, "text", e.Text, "class", e.ClassID, "method", e.MethodID)
 		ch.c.send(ch.id, e.Close())
 	}
 }
@@ -281,7 +281,7 @@ func (ch *channel) process(batch []item) bool {
 func (ch *channel) handle(it item) bool {
 	switch m := it.m.(type) {
 	case *wire.ChannelClose:
-		ch.c.log.Debug("client closed channel", "channel", ch.id, "code", m.ReplyCode, "text", m.ReplyText)
+		ch.c.logger().Debug("client closed channel", "channel", ch.id, "code", m.ReplyCode, "text", m.ReplyText)
 		ch.finish(true)
 		return true
 	case *wire.ChannelCloseOk:
@@ -326,9 +326,9 @@ func (ch *channel) finish(reply bool) {
 		}})
 		cancel()
 		if err != nil {
-			ch.c.log.Warn("cannot record channel close", "channel", ch.id, "err", err)
+			ch.c.logger().Warn("cannot record channel close", "channel", ch.id, "err", err)
 		} else if res.GetCode() != 0 {
-			ch.c.log.Warn("channel close refused", "channel", ch.id, "code", res.GetCode(), "text", res.GetText())
+			ch.c.logger().Warn("channel close refused", "channel", ch.id, "code", res.GetCode(), "text", res.GetText())
 		}
 	}
 	ch.c.removeChannel(ch)
@@ -392,9 +392,9 @@ func (ch *channel) requeueOverdue() {
 	}
 	if _, err := ch.submitBatch(cmds); err != nil && ch.c.ctx.Err() == nil {
 		// The channel's close or the node-down of this node requeues them.
-		ch.c.log.Warn("cannot requeue overdue deliveries", "channel", ch.id, "count", len(tags), "err", err)
+		ch.c.logger().Warn("cannot requeue overdue deliveries", "channel", ch.id, "count", len(tags), "err", err)
 	}
-	ch.c.log.Debug("requeued deliveries that arrived past their deadline", "channel", ch.id, "count", len(tags))
+	ch.c.logger().Debug("requeued deliveries that arrived past their deadline", "channel", ch.id, "count", len(tags))
 }
 
 // writeDelivery queues one delivery. Locks: ch.mu held.

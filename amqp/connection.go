@@ -29,8 +29,11 @@ type conn struct {
 	id  string
 	nc  net.Conn
 	r   *bufio.Reader
-	log *slog.Logger
-	out *outQueue
+	// logp is the connection's logger; the handshake adds the user and
+	// vhost to it while other goroutines (a server close, an admin's
+	// close_connection) may already log through it.
+	logp atomic.Pointer[slog.Logger]
+	out  *outQueue
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -92,7 +95,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		connectedAt: time.Now(),
 	}
 	c.out = newOutQueue(s.cfg.MaxBufferedBytes, hardLimit(s.cfg.MaxBufferedBytes, s.cfg.MaxMessageSize), c.stalled, c.overflow)
-	c.log = s.log.With("conn", c.id, "peer", nc.RemoteAddr().String())
+	c.logp.Store(s.log.With("conn", c.id, "peer", nc.RemoteAddr().String()))
 	return c
 }
 
@@ -113,7 +116,7 @@ func (c *conn) stalled() bool {
 // then ends the connection and the broker requeues its unacknowledged
 // messages.
 func (c *conn) overflow() {
-	c.log.Warn("closing connection: the client does not read what it is sent",
+	c.logger().Warn("closing connection: the client does not read what it is sent",
 		"buffered_bytes_limit", c.srv.cfg.MaxBufferedBytes)
 	c.markFailed()
 	_ = c.nc.Close()
@@ -133,7 +136,7 @@ func (c *conn) serve() {
 		if err := c.tlsHandshake(tc); err != nil {
 			// Not a TLS client (plain AMQP on the TLS port) or a refused
 			// certificate: nothing of AMQP was said, close the socket.
-			c.log.Info("TLS handshake failed", "err", err)
+			c.logger().Info("TLS handshake failed", "err", err)
 			c.cancel()
 			_ = c.nc.Close()
 			c.srv.removeConn(c)
@@ -155,9 +158,9 @@ func (c *conn) end(err error) {
 	c.downOnce.Do(func() {
 		switch {
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
-			c.log.Debug("connection closed")
+			c.logger().Debug("connection closed")
 		default:
-			c.log.Info("connection closed", "err", err)
+			c.logger().Info("connection closed", "err", err)
 		}
 		c.stopChannels()
 		c.cancel()
@@ -228,9 +231,9 @@ func (c *conn) submitConnectionClosed() {
 		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
 	}})
 	if err != nil {
-		c.log.Warn("cannot record connection close", "err", err)
+		c.logger().Warn("cannot record connection close", "err", err)
 	} else if res.GetCode() != 0 {
-		c.log.Warn("connection close refused", "code", res.GetCode(), "text", res.GetText())
+		c.logger().Warn("connection close refused", "code", res.GetCode(), "text", res.GetText())
 	}
 }
 
@@ -314,9 +317,9 @@ func (c *conn) write(w *bufio.Writer, b []byte) error {
 func (c *conn) abort(err error) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		c.log.Warn("closing connection: the client read nothing for the write timeout", "timeout", c.srv.cfg.WriteTimeout)
+		c.logger().Warn("closing connection: the client read nothing for the write timeout", "timeout", c.srv.cfg.WriteTimeout)
 	} else {
-		c.log.Debug("write failed", "err", err)
+		c.logger().Debug("write failed", "err", err)
 	}
 	c.out.close()
 	c.markFailed()
@@ -335,6 +338,9 @@ func (c *conn) setHeartbeat(d time.Duration) {
 	}
 }
 
+// logger is the connection's current logger.
+func (c *conn) logger() *slog.Logger { return c.logp.Load() }
+
 // send queues one method frame.
 func (c *conn) send(channel uint16, m wire.Method) {
 	c.out.append(func(b []byte) []byte { return wire.AppendMethodFrame(b, channel, m) })
@@ -351,7 +357,7 @@ func (c *conn) fail(e *wire.Error) {
 	c.closeOnce.Do(func() {
 		c.closing.Store(true)
 		c.markFailed()
-		c.log.Info("closing connection", "code", e.Code, "text", e.Text, "class", e.ClassID, "method", e.MethodID)
+		c.logger().Info("closing connection", "code", e.Code, "text", e.Text, "class", e.ClassID, "method", e.MethodID)
 		c.send(0, e.Close())
 		time.AfterFunc(c.srv.cfg.CloseTimeout, func() { c.end(errors.New("no connection.close-ok in time")) })
 	})
@@ -414,7 +420,7 @@ func (c *conn) handshake() error {
 		return c.handshakeFail(e)
 	}
 	c.user = user
-	c.log = c.log.With("user", user)
+	c.logp.Store(c.logger().With("user", user))
 
 	cfg := c.srv.cfg
 	c.send(0, &wire.ConnectionTune{ChannelMax: cfg.ChannelMax, FrameMax: cfg.FrameMax, Heartbeat: uint16(cfg.Heartbeat / time.Second)})
@@ -463,7 +469,7 @@ func (c *conn) handshake() error {
 	if max := c.srv.cfg.MaxConnections; max > 0 {
 		if n := c.srv.openConns.Add(1); n > int64(max) {
 			c.srv.openConns.Add(-1)
-			c.log.Warn("connection refused: node connection limit reached", "limit", max)
+			c.logger().Warn("connection refused: node connection limit reached", "limit", max)
 			return c.handshakeFail(wire.ConnError(wire.NotAllowed, 10, 40, "connection refused: node connection limit (%d) is reached", max))
 		}
 	} else {
@@ -472,8 +478,8 @@ func (c *conn) handshake() error {
 	c.vhost = open.VirtualHost
 	c.opened.Store(true)
 	c.send(0, &wire.ConnectionOpenOk{})
-	c.log = c.log.With("vhost", c.vhost)
-	c.log.Debug("connection open", "channel_max", c.channelMax, "frame_max", c.frameMax, "heartbeat", c.heartbeatInterval())
+	c.logp.Store(c.logger().With("vhost", c.vhost))
+	c.logger().Debug("connection open", "channel_max", c.channelMax, "frame_max", c.frameMax, "heartbeat", c.heartbeatInterval())
 	c.srv.mu.Lock()
 	blocked, reason := c.srv.isBlocked, c.srv.blocked
 	c.srv.mu.Unlock()
@@ -663,7 +669,7 @@ func (c *conn) handleFrame(f wire.Frame) (done bool, err error) {
 func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
 	switch m := m.(type) {
 	case *wire.ConnectionClose:
-		c.log.Debug("client closed the connection", "code", m.ReplyCode, "text", m.ReplyText)
+		c.logger().Debug("client closed the connection", "code", m.ReplyCode, "text", m.ReplyText)
 		c.closing.Store(true)
 		// Like RabbitMQ, clean up before close-ok: once the client has
 		// it, the connection's unacknowledged messages are back in their

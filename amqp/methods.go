@@ -113,7 +113,7 @@ func (ch *channel) submitError(m wire.Method, err error) *wire.Error {
 		// The connection is going away; nobody is left to tell.
 		return nil
 	}
-	ch.c.log.Warn("command failed", "channel", ch.id, "method", m.Name(), "err", err)
+	ch.c.logger().Warn("command failed", "channel", ch.id, "method", m.Name(), "err", err)
 	return wire.ConnError(wire.InternalError, m.ClassID(), m.MethodID(), "%s could not be committed: %v", m.Name(), err)
 }
 
@@ -464,7 +464,7 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 		return e
 	}
 	if res.GetConsumerTag() != "" && res.GetConsumerTag() != tag {
-		ch.c.log.Warn("consumer tag changed by the broker", "sent", tag, "got", res.GetConsumerTag())
+		ch.c.logger().Warn("consumer tag changed by the broker", "sent", tag, "got", res.GetConsumerTag())
 	}
 	if !m.NoWait {
 		ch.c.send(ch.id, &wire.BasicConsumeOk{ConsumerTag: tag})
@@ -657,7 +657,7 @@ func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
 	if err != nil {
 		if ch.confirm && ch.c.ctx.Err() == nil {
 			// Not committed as far as we know: the publisher must resend.
-			ch.c.log.Warn("publish failed", "channel", ch.id, "err", err)
+			ch.c.logger().Warn("publish failed", "channel", ch.id, "err", err)
 			ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: ch.publishSeq, Multiple: true})
 			return nil
 		}
