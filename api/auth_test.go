@@ -198,16 +198,7 @@ func TestAuth_OverMutualTLS(t *testing.T) {
 	t.Cleanup(srv.Stop)
 
 	dial := func(sec *cluster.TLS, creds *BasicCredentials) proto.AdminClient {
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(sec.ClientConfig()))}
-		if creds != nil {
-			opts = append(opts, grpc.WithPerRPCCredentials(*creds))
-		}
-		cc, err := grpc.NewClient(lis.Addr().String(), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cc.Close() })
-		return proto.NewAdminClient(cc)
+		return dialAdmin(t, lis.Addr().String(), credentials.NewTLS(sec.ClientConfig()), creds)
 	}
 	ctx := ctxT(t)
 	ops := clustertest.NodeTLS(t, ca, "ops")
@@ -254,16 +245,8 @@ func startAuthNode(t *testing.T, node *fakeNode, mode AuthMode, creds *BasicCred
 	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node, Peers: pool}))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if creds != nil {
-		opts = append(opts, grpc.WithPerRPCCredentials(*creds))
-	}
-	cc, err := grpc.NewClient(lis.Addr().String(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return &testNode{node: node, addr: lis.Addr().String(), client: proto.NewAdminClient(cc)}
+	addr := lis.Addr().String()
+	return &testNode{node: node, addr: addr, client: dialAdmin(t, addr, insecure.NewCredentials(), creds)}
 }
 
 // TestAuth_CallerCredentialsFollowForwardedCalls: a follower forwarding a
@@ -285,4 +268,20 @@ func TestAuth_CallerCredentialsFollowForwardedCalls(t *testing.T) {
 	// The follower checks the caller first: monitoring may not list users.
 	_, err = f.client.ListUsers(ctxT(t), &proto.ListRequest{Consistent: true})
 	wantCode(t, err, codes.PermissionDenied, "watcher")
+}
+
+// dialAdmin is an Admin client of addr over transport, sending creds with
+// every call (nil: none).
+func dialAdmin(t *testing.T, addr string, transport credentials.TransportCredentials, creds *BasicCredentials) proto.AdminClient {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	if creds != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(*creds))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return proto.NewAdminClient(cc)
 }

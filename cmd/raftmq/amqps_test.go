@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"io"
+	"net"
 	"os"
 	"testing"
 
@@ -32,15 +33,7 @@ func TestCertReloader_NewHandshakesGetTheReloadedCertificate(t *testing.T) {
 	dir := t.TempDir()
 	ca := testpki.New(t, "test CA")
 	f := writeCert(t, ca, dir, "first")
-	r, err := newCertReloader(tlsConfig{Cert: f.Cert, Key: f.Key, Verify: "none"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", r.ServerConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	r, ln := reloadingListener(t, f)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -90,15 +83,7 @@ func TestCertReloader_NewHandshakesGetTheReloadedCertificate(t *testing.T) {
 
 func TestCertReloader_TLS12Minimum(t *testing.T) {
 	f := writeCert(t, testpki.New(t, "test CA"), t.TempDir(), "n1")
-	r, err := newCertReloader(tlsConfig{Cert: f.Cert, Key: f.Key, Verify: "none"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", r.ServerConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	_, ln := reloadingListener(t, f)
 	go func() {
 		c, err := ln.Accept()
 		if err == nil {
@@ -143,4 +128,20 @@ func TestMemTotal(t *testing.T) {
 	if w := defaultMemoryWatermark(); w <= 0 {
 		t.Fatalf("default watermark %d", w)
 	}
+}
+
+// reloadingListener is a certificate reloader for f's certificate and key
+// (no client certificates) and a TLS listener on loopback that uses it.
+func reloadingListener(t *testing.T, f testpki.Files) (*certReloader, net.Listener) {
+	t.Helper()
+	r, err := newCertReloader(tlsConfig{Cert: f.Cert, Key: f.Key, Verify: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", r.ServerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return r, ln
 }
