@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -65,6 +66,37 @@ func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) 
 		return nil, err
 	}
 
+	// Deaths are read from the start, concurrently with publishing: a
+	// delivery read only after the publishers finish would count the
+	// tool's own wait as lateness.
+	lateness := newLatencies(1 << 20)
+	var got atomic.Int64
+	recvDone := make(chan error, 1)
+	recvCtx, stopRecv := context.WithCancel(ctx)
+	defer stopRecv()
+	go func() {
+		for {
+			select {
+			case d, ok := <-deaths:
+				if !ok {
+					recvDone <- fmt.Errorf("dead-letter consumer closed")
+					return
+				}
+				now := time.Now()
+				if len(d.Body) > 8 && d.Body[8] == 1 {
+					continue
+				}
+				if sent, ok := bodyTime(d.Body); ok {
+					lateness.add(now.Sub(sent.Add(o.TTL)))
+					got.Add(1)
+				}
+			case <-recvCtx.Done():
+				recvDone <- nil
+				return
+			}
+		}
+	}()
+
 	ttlMs := strconv.FormatInt(o.TTL.Milliseconds(), 10)
 	body := make([]byte, o.Size)
 	if o.HeadTTL > 0 {
@@ -87,38 +119,35 @@ func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) 
 	pubEnd := time.Now()
 	fmt.Fprintf(out, "published %d messages with a %v TTL in %.2fs; waiting for their deaths\n", c.published.Load(), o.TTL, pubEnd.Sub(start).Seconds())
 
-	lateness := newLatencies(1 << 20)
-	var got int64
 	timeout := time.NewTimer(o.TTL + 30*time.Second)
 	defer timeout.Stop()
-	for got < c.published.Load() {
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for got.Load() < c.published.Load() {
 		select {
-		case d, ok := <-deaths:
-			if !ok {
-				return nil, fmt.Errorf("dead-letter consumer closed")
+		case <-poll.C:
+		case err := <-recvDone:
+			if err == nil {
+				err = ctx.Err()
 			}
-			if len(d.Body) > 8 && d.Body[8] == 1 {
-				continue
-			}
-			sent, ok := bodyTime(d.Body)
-			if !ok {
-				continue
-			}
-			lateness.add(time.Since(sent.Add(o.TTL)))
-			got++
+			return nil, err
 		case <-timeout.C:
-			fmt.Fprintf(out, "only %d of %d dead-lettered within TTL+30s\n", got, c.published.Load())
+			fmt.Fprintf(out, "only %d of %d dead-lettered within TTL+30s\n", got.Load(), c.published.Load())
 			goto done
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
 done:
+	stopRecv()
+	if err := <-recvDone; err != nil {
+		return nil, err
+	}
 	secs := pubEnd.Sub(start).Seconds()
 	l := lateness.summary()
 	return &report{
 		Mode: o.Mode, Seconds: secs, Published: c.published.Load(), Confirmed: c.confirmed.Load(), Nacked: c.nacked.Load(),
 		PublishRate: float64(c.published.Load()) / secs, ConfirmRate: float64(c.confirmed.Load()) / secs,
-		ConfirmLatency: confirmLat.summary(), DeathLateness: &l, DeadLettered: got, DeadLetteredLost: c.published.Load() - got,
+		ConfirmLatency: confirmLat.summary(), DeathLateness: &l, DeadLettered: got.Load(), DeadLetteredLost: c.published.Load() - got.Load(),
 	}, nil
 }

@@ -11,8 +11,14 @@ case "${1:-start}" in
   urls) echo "$urls"; exit 0 ;;
   stop)
     for i in 1 2 3; do [ -f "$dir/n$i.pid" ] && kill "$(cat "$dir/n$i.pid")" 2>/dev/null || true; done
+    # Wait for them to exit, so a start right after finds the ports free.
+    for i in 1 2 3; do
+      [ -f "$dir/n$i.pid" ] || continue
+      for _ in $(seq 1 100); do kill -0 "$(cat "$dir/n$i.pid")" 2>/dev/null || break; sleep 0.1; done
+    done
     exit 0 ;;
 esac
+"$0" stop
 rm -rf "$dir" && mkdir -p "$dir"
 CGO_ENABLED=0 go build -o "$dir/raftmq" ./cmd/raftmq
 for i in 1 2 3; do
@@ -23,6 +29,9 @@ for i in 1 2 3; do
 done
 for i in 1 2 3; do
   for _ in $(seq 1 150); do
+    if ! kill -0 "$(cat "$dir/n$i.pid")" 2>/dev/null; then
+      echo "n$i exited (is another broker on its ports?):" >&2; tail -3 "$dir/n$i.log" >&2; exit 1
+    fi
     if "$dir/raftmq" probe "http://127.0.0.1:2569$((i + 4))/readyz" 2>/dev/null; then break; fi
     sleep 0.2
   done
