@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
@@ -27,8 +25,11 @@ type Config struct {
 	// NodeID is the node's id, unique in the cluster and stable across
 	// restarts (it is the raft server id and the memberlist name).
 	NodeID string
-	// DataDir holds raft.db (log and stable store) and the snapshots.
+	// DataDir holds the raft log and stable store, and the snapshots.
 	DataDir string
+	// LogStore is the raft log and stable store: LogStoreWAL, LogStoreBolt
+	// or LogStoreAuto (default: what DataDir already holds, else the WAL).
+	LogStore string
 	// RaftAddr is the raft transport listen address; RaftAdvertise the
 	// address peers dial (default: RaftAddr, or the first private IP when
 	// RaftAddr has no host).
@@ -194,7 +195,7 @@ type Node struct {
 	// raftRef is raft for the transport's handshakes, which may run before
 	// startRaft has set the raft field.
 	raftRef atomic.Pointer[raft.Raft]
-	store   *raftboltdb.BoltStore
+	store   logStore
 	trans   *raft.NetworkTransport
 	list    *memberlist.Memberlist
 	fwd     *forwarder
@@ -299,11 +300,12 @@ func (n *Node) startRaft() error {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("cluster: data dir: %w", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	store, kind, err := openLogStore(cfg.DataDir, cfg.LogStore)
 	if err != nil {
-		return fmt.Errorf("cluster: open raft.db: %w", err)
+		return err
 	}
 	n.store = store
+	n.log.Info("raft log store", "kind", kind)
 	hlog := newHCLogger(n.log.With("subsystem", "raft"))
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
 	if err != nil {

@@ -27,7 +27,7 @@ func forbiddenImport(path string) bool {
 		"github.com/hashicorp/raft", "github.com/hashicorp/memberlist":
 		return true
 	}
-	for _, prefix := range []string{"net/", "github.com/hashicorp/raft/", "github.com/hashicorp/raft-boltdb", "github.com/hashicorp/memberlist/"} {
+	for _, prefix := range []string{"net/", "github.com/hashicorp/raft/", "github.com/hashicorp/raft-boltdb", "github.com/hashicorp/raft-wal", "github.com/hashicorp/memberlist/"} {
 		if strings.HasPrefix(path, prefix) {
 			return true
 		}
@@ -182,7 +182,7 @@ func g(now int64) time.Duration { var x struct{ Now int }; _ = x.Now; return tim
 		t.Fatalf("dot import of time: flagged %v", got)
 	}
 	for _, p := range []string{"net", "net/http", "os/exec", "math/rand", "math/rand/v2", "crypto/rand", "log", "syscall",
-		"github.com/hashicorp/raft", "github.com/hashicorp/raft-boltdb/v2", "github.com/hashicorp/memberlist"} {
+		"github.com/hashicorp/raft", "github.com/hashicorp/raft-boltdb/v2", "github.com/hashicorp/raft-wal", "github.com/hashicorp/memberlist"} {
 		if !forbiddenImport(p) {
 			t.Errorf("%s not forbidden", p)
 		}

@@ -17,6 +17,7 @@ import (
 type config struct {
 	NodeID          string
 	DataDir         string
+	RaftLogStore    string
 	AMQPAddr        string
 	GRPCAddr        string
 	RaftAddr        string
@@ -69,6 +70,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	var join string
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id, unique in the cluster (default: the host name)")
 	fs.StringVar(&c.DataDir, "data-dir", "raftmq-data", "folder for the Raft log, snapshots and node state")
+	fs.StringVar(&c.RaftLogStore, "raft-log-store", "auto", "raft log store: wal (segment files), bolt (raft-boltdb), or auto (what the data dir holds, else wal)")
 	fs.StringVar(&c.AMQPAddr, "amqp-addr", ":5672", "AMQP 0-9-1 listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":5680", "gRPC listen address (admin API and internal forwarding)")
 	fs.StringVar(&c.RaftAddr, "raft-addr", ":5681", "Raft transport listen address")

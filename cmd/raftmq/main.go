@@ -116,6 +116,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	node, err := cluster.Start(ctx, cluster.Config{
 		NodeID:          cfg.NodeID,
 		DataDir:         cfg.DataDir,
+		LogStore:        cfg.RaftLogStore,
 		RaftAddr:        cfg.RaftAddr,
 		RaftAdvertise:   advertise(host, cfg.RaftAddr),
 		GRPCAddr:        advertise(host, grpcLn.Addr().String()),

@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+func TestResolveLogStore(t *testing.T) {
+	empty, bolt, wal := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(bolt, boltFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(wal, walDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dir, kind, want, err string
+	}{
+		{empty, "", LogStoreWAL, ""},
+		{empty, LogStoreAuto, LogStoreWAL, ""},
+		{empty, LogStoreBolt, LogStoreBolt, ""},
+		{empty, LogStoreWAL, LogStoreWAL, ""},
+		{bolt, LogStoreAuto, LogStoreBolt, ""},
+		{bolt, LogStoreBolt, LogStoreBolt, ""},
+		{bolt, LogStoreWAL, "", "holds a bolt log"},
+		{wal, LogStoreAuto, LogStoreWAL, ""},
+		{wal, LogStoreBolt, "", "holds a write-ahead log"},
+		{empty, "leveldb", "", "unknown log store"},
+	} {
+		got, err := resolveLogStore(c.dir, c.kind)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("resolve(%s, %q) = %q, %v; want error %q", filepath.Base(c.dir), c.kind, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("resolve(%s, %q) = %q, %v; want %q", filepath.Base(c.dir), c.kind, got, err, c.want)
+		}
+	}
+}
+
+// TestOpenLogStore_KeepsWhatTheDirHolds writes entries with each store,
+// reopens the dir with auto and reads them back from the same store.
+func TestOpenLogStore_KeepsWhatTheDirHolds(t *testing.T) {
+	for _, kind := range []string{LogStoreWAL, LogStoreBolt} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			s, got, err := openLogStore(dir, kind)
+			if err != nil || got != kind {
+				t.Fatalf("open %s: %q, %v", kind, got, err)
+			}
+			logs := []*raft.Log{
+				{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("one")},
+				{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("two")},
+			}
+			if err := s.StoreLogs(logs); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetUint64([]byte("CurrentTerm"), 7); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			s, got, err = openLogStore(dir, LogStoreAuto)
+			if err != nil || got != kind {
+				t.Fatalf("reopen auto: %q, %v; want %q", got, err, kind)
+			}
+			defer s.Close()
+			last, err := s.LastIndex()
+			if err != nil || last != 2 {
+				t.Fatalf("last index %d, %v; want 2", last, err)
+			}
+			var l raft.Log
+			if err := s.GetLog(2, &l); err != nil || string(l.Data) != "two" {
+				t.Fatalf("log 2: %q, %v", l.Data, err)
+			}
+			if term, err := s.GetUint64([]byte("CurrentTerm")); err != nil || term != 7 {
+				t.Fatalf("term %d, %v; want 7", term, err)
+			}
+		})
+	}
+}
