@@ -343,13 +343,20 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 				}
 			}
 		}
+		slot := false
 		if inflight != nil {
 			select {
 			case inflight <- struct{}{}:
+				slot = true
 			case <-ctx.Done():
 			}
 		}
 		if ctx.Err() != nil {
+			if slot {
+				// No publish goes with this slot: give it back, or the
+				// wait for outstanding confirms below runs to its limit.
+				<-inflight
+			}
 			break
 		}
 		now := time.Now()

@@ -14,7 +14,8 @@ case "${1:-start}" in
     # Wait for them to exit, so a start right after finds the ports free.
     for i in 1 2 3; do
       [ -f "$dir/n$i.pid" ] || continue
-      for _ in $(seq 1 100); do kill -0 "$(cat "$dir/n$i.pid")" 2>/dev/null || break; sleep 0.1; done
+      for _ in $(seq 1 200); do kill -0 "$(cat "$dir/n$i.pid")" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$(cat "$dir/n$i.pid")" 2>/dev/null || true
     done
     exit 0 ;;
 esac
