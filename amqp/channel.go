@@ -17,6 +17,9 @@ type item struct {
 	m     wire.Method
 	props *wire.Properties
 	body  []byte
+	// cmd is the log command of an acknowledgement, translated to the
+	// log's tags by the reader (window.go).
+	cmd *proto.Command
 }
 
 // maxBatch bounds how many queued publishes or acknowledgements one
@@ -36,6 +39,9 @@ type channel struct {
 
 	stopOnce sync.Once
 	closing  atomic.Bool // channel.close sent, waiting for close-ok
+	// txAsked is set by the reader at tx.select: acknowledgements read
+	// after it wait for tx.commit to return credit.
+	txAsked atomic.Bool
 
 	// Reader only: content being assembled.
 	content *item
@@ -46,10 +52,16 @@ type channel struct {
 	mu        sync.Mutex
 	starting  map[string][]*fsm.Delivery
 	consumers map[string]bool
-	// overdue holds the tags of deliveries withheld because they arrived
-	// past their deadline; overdueKick wakes the worker to requeue them.
+	// overdue holds the log tags of deliveries withheld (never written:
+	// they arrived past their deadline, or their consumer went while this
+	// node held them); overdueKick wakes the worker to requeue them.
 	overdue     []uint64
 	overdueKick chan struct{}
+	// Tags on the wire and consumer windows (window.go).
+	wireTag uint64
+	written map[uint64]written
+	order   []uint64 // wire tags written, ascending; some acked already
+	windows map[string]*window
 
 	// Worker only.
 	prefetch       uint16 // basic.qos global=false
@@ -73,6 +85,7 @@ func newChannel(c *conn, id uint16) *channel {
 		done:        make(chan struct{}),
 		starting:    map[string][]*fsm.Delivery{},
 		consumers:   map[string]bool{},
+		windows:     map[string]*window{},
 		overdueKick: make(chan struct{}, 1),
 	}
 }
@@ -157,6 +170,17 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		}
 		if m.HasContent() || m.ClassID() == wire.ClassConnection {
 			return wire.ConnError(wire.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not allowed here", m.Name())
+		}
+		switch m.(type) {
+		case *wire.TxSelect:
+			ch.txAsked.Store(true)
+		case *wire.BasicAck, *wire.BasicNack, *wire.BasicReject:
+			cmd, e := ch.translateAck(m, ch.txAsked.Load(), time.Now().UnixMilli())
+			if e != nil {
+				return e
+			}
+			ch.push(item{m: m, cmd: cmd})
+			return nil
 		}
 		ch.push(item{m: m})
 	case wire.FrameHeader:
@@ -342,12 +366,8 @@ func (ch *channel) finish(reply bool) {
 func (ch *channel) deliver(d *fsm.Delivery) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if overdue(d, time.Now()) {
-		ch.overdue = append(ch.overdue, d.DeliveryTag)
-		select {
-		case ch.overdueKick <- struct{}{}:
-		default:
-		}
+	if overdueAt(d, time.Now().UnixMilli()) {
+		ch.withhold(d.DeliveryTag)
 		return
 	}
 	tag := d.Consumer.GetTag()
@@ -355,7 +375,17 @@ func (ch *channel) deliver(d *fsm.Delivery) {
 		ch.starting[tag] = append(pending, d)
 		return
 	}
-	ch.writeDelivery(d)
+	ch.offer(d)
+}
+
+// withhold queues a delivery the client never saw for an unseen requeue.
+// Locks: ch.mu held.
+func (ch *channel) withhold(logTag uint64) {
+	ch.overdue = append(ch.overdue, logTag)
+	select {
+	case ch.overdueKick <- struct{}{}:
+	default:
+	}
 }
 
 // overdueGrace is how far past its deadline, by this node's clock, a
@@ -369,14 +399,14 @@ const overdueGrace = 250 * time.Millisecond
 // (a node catching up on the log applies old assignments) that writing it
 // would hand the client a message that is already dead. A no-ack delivery
 // is settled already, so it is written whatever its age.
-func overdue(d *fsm.Delivery, now time.Time) bool {
+func overdueAt(d *fsm.Delivery, nowMs int64) bool {
 	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline &&
-		now.UnixMilli() > d.Deadline+overdueGrace.Milliseconds()
+		nowMs > d.Deadline+overdueGrace.Milliseconds()
 }
 
-// requeueOverdue hands withheld deliveries back to the log: requeued past
-// their deadline, they die there (dead-lettered as expired) as if they had
-// never left the queue. Worker only.
+// requeueOverdue hands withheld deliveries back to the log, unseen:
+// requeued past their deadline, they die there (dead-lettered as expired)
+// as if they had never left the queue. Worker only.
 func (ch *channel) requeueOverdue() {
 	ch.mu.Lock()
 	tags := ch.overdue
@@ -385,24 +415,22 @@ func (ch *channel) requeueOverdue() {
 	if len(tags) == 0 {
 		return
 	}
-	ref := ch.ref()
-	cmds := make([]*proto.Command, len(tags))
-	for i, tag := range tags {
-		cmds[i] = settleNegative(ref, tag, false, true)
-	}
-	if _, err := ch.submitBatch(cmds); err != nil && ch.c.ctx.Err() == nil {
+	cmd := settleTags(ch.ref(), tags, true)
+	cmd.GetRequeue().Unseen = true
+	if _, err := ch.c.srv.node().Submit(ch.c.ctx, cmd); err != nil && ch.c.ctx.Err() == nil {
 		// The channel's close or the node-down of this node requeues them.
 		ch.c.logger().Warn("cannot requeue overdue deliveries", "channel", ch.id, "count", len(tags), "err", err)
 	}
-	ch.c.logger().Debug("requeued deliveries that arrived past their deadline", "channel", ch.id, "count", len(tags))
+	ch.c.logger().Debug("requeued deliveries the client never saw", "channel", ch.id, "count", len(tags))
 }
 
-// writeDelivery queues one delivery. Locks: ch.mu held.
+// writeDelivery queues one delivery, numbered for the wire. Locks: ch.mu
+// held.
 func (ch *channel) writeDelivery(d *fsm.Delivery) {
 	props := propertiesFromProto(d.Properties)
 	ch.c.sendContent(ch.id, &wire.BasicDeliver{
 		ConsumerTag: d.Consumer.GetTag(),
-		DeliveryTag: d.DeliveryTag,
+		DeliveryTag: ch.recordWritten(d.DeliveryTag, d.Consumer.GetTag(), d.NoAck),
 		Redelivered: d.Redelivered,
 		Exchange:    d.Exchange,
 		RoutingKey:  d.RoutingKey,
@@ -420,6 +448,9 @@ func (ch *channel) consumerCancelled(tag string) {
 	}
 	delete(ch.consumers, tag)
 	delete(ch.starting, tag)
+	for _, t := range ch.dropWindow(tag) {
+		ch.withhold(t)
+	}
 	if capability(ch.c.caps, "consumer_cancel_notify") {
 		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
 	}

@@ -119,6 +119,6 @@ func TestFlow_ManyPublishersOneConsumer(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "acks", func() bool {
 		s := commandsOf(ts.broker, (*proto.Command).GetSettle)
-		return len(s) == publishers*each/50 && s[len(s)-1].Multiple
+		return len(s) == publishers*each/50 && len(s[len(s)-1].Tags) == 50
 	})
 }

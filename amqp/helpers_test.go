@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -287,4 +290,29 @@ func (c *rawClient) expectConnectionClose(code uint16) *wire.ConnectionClose {
 	c.send(0, &wire.ConnectionCloseOk{})
 	c.expectClosed()
 	return cl
+}
+
+// consumeLogTags starts a consumer of queue on ch, has the log assign it
+// deliveries with the given log tags, and returns what the client got.
+func consumeLogTags(t *testing.T, ts *testServer, ch *amqp091.Channel, queue string, logTags ...uint64) []amqp091.Delivery {
+	t.Helper()
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)
+	ref := cons[len(cons)-1].Consumer
+	for _, tag := range logTags {
+		ts.srv.Deliver(&fsm.Delivery{Consumer: ref, DeliveryTag: tag, RoutingKey: queue, Body: []byte("x")})
+	}
+	var got []amqp091.Delivery
+	for len(got) < len(logTags) {
+		select {
+		case d := <-ds:
+			got = append(got, d)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d deliveries", len(got), len(logTags))
+		}
+	}
+	return got
 }

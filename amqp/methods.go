@@ -448,19 +448,25 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	}
 	// Deliveries the log assigns before consume-ok is written wait here.
 	ch.starting[tag] = nil
+	prefetch := ch.consumerPrefetch()
+	credit := consumerCredit(prefetch, m.NoAck, ch.c.srv.cfg.ConsumerLookahead)
+	if credit > prefetch {
+		ch.windows[tag] = &window{prefetch: prefetch}
+	}
 	ch.mu.Unlock()
 
 	ch.stateful = true
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
 		Vhost: ch.vhost(), Queue: q,
 		Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: tag},
-		NoAck:    m.NoAck, Exclusive: m.Exclusive, Prefetch: ch.consumerPrefetch(), Arguments: args,
+		NoAck:    m.NoAck, Exclusive: m.Exclusive, Prefetch: prefetch, Credit: credit, Arguments: args,
 	}}})
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	pending, stillStarting := ch.starting[tag]
 	delete(ch.starting, tag)
 	if e != nil {
+		delete(ch.windows, tag)
 		return e
 	}
 	if res.GetConsumerTag() != "" && res.GetConsumerTag() != tag {
@@ -478,7 +484,7 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	}
 	ch.consumers[tag] = true
 	for _, d := range pending {
-		ch.writeDelivery(d)
+		ch.offer(d)
 	}
 	return nil
 }
@@ -491,9 +497,18 @@ func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
 	}
 	ch.mu.Lock()
 	delete(ch.consumers, m.ConsumerTag)
+	held := ch.dropWindow(m.ConsumerTag)
 	ch.mu.Unlock()
 	if !m.NoWait {
 		ch.c.send(ch.id, &wire.BasicCancelOk{ConsumerTag: m.ConsumerTag})
+	}
+	if len(held) > 0 {
+		// What this node held for the consumer goes back to the queue.
+		cmd := settleTags(ch.ref(), held, true)
+		cmd.GetRequeue().Unseen = true
+		if _, e := ch.submit(m, cmd); e != nil {
+			return e
+		}
 	}
 	return nil
 }
@@ -519,8 +534,11 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 		return nil
 	}
 	props := propertiesFromProto(g.GetProperties())
+	ch.mu.Lock()
+	tag := ch.recordWritten(g.GetDeliveryTag(), "", m.NoAck)
+	ch.mu.Unlock()
 	ch.c.sendContent(ch.id, &wire.BasicGetOk{
-		DeliveryTag: g.GetDeliveryTag(), Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
+		DeliveryTag: tag, Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
 		RoutingKey: g.GetRoutingKey(), MessageCount: g.GetMessageCount(),
 	}, &props, g.GetBody())
 	return nil
@@ -538,6 +556,7 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 	}}}); e != nil {
 		return e
 	}
+	ch.forgetAll()
 	if reply {
 		ch.c.send(ch.id, &wire.BasicRecoverOk{})
 	}
@@ -548,9 +567,8 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 // log as one batch.
 func (ch *channel) handleAcks(run []item) *wire.Error {
 	cmds := make([]*proto.Command, len(run))
-	ref := ch.ref()
 	for i, it := range run {
-		cmds[i] = settleCommand(ref, it.m)
+		cmds[i] = it.cmd // translated by the reader (window.go)
 	}
 	results, err := ch.submitBatch(cmds)
 	if err != nil {
@@ -562,27 +580,6 @@ func (ch *channel) handleAcks(run []item) *wire.Error {
 		}
 	}
 	return nil
-}
-
-// settleCommand is the log command of a basic.ack, basic.nack or
-// basic.reject.
-func settleCommand(ref *proto.ChannelRef, m wire.Method) *proto.Command {
-	switch m := m.(type) {
-	case *wire.BasicAck:
-		return &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, DeliveryTag: m.DeliveryTag, Multiple: m.Multiple}}}
-	case *wire.BasicNack:
-		return settleNegative(ref, m.DeliveryTag, m.Multiple, m.Requeue)
-	case *wire.BasicReject:
-		return settleNegative(ref, m.DeliveryTag, false, m.Requeue)
-	}
-	return nil
-}
-
-func settleNegative(ref *proto.ChannelRef, tag uint64, multiple, requeue bool) *proto.Command {
-	if requeue {
-		return &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ref, DeliveryTag: tag, Multiple: multiple}}}
-	}
-	return &proto.Command{Cmd: &proto.Command_Discard{Discard: &proto.Discard{Channel: ref, DeliveryTag: tag, Multiple: multiple}}}
 }
 
 func (ch *channel) submitBatch(cmds []*proto.Command) ([]*proto.Result, error) {

@@ -334,13 +334,11 @@ func TestMethods_ConsumeOkPrecedesDeliveries(t *testing.T) {
 	})
 	s := commandsOf(ts.broker, (*proto.Command).GetSettle)[0]
 	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
-	if s.DeliveryTag != 1 || s.Multiple || r.DeliveryTag != 2 || !r.Multiple || s.Channel.GetChannel() != 1 {
+	// The log's tags go as a list: the multiple nack names tag 2 alone,
+	// the one the client still held.
+	if !slices.Equal(s.Tags, []uint64{1}) || !slices.Equal(r.Tags, []uint64{2}) || s.Channel.GetChannel() != 1 {
 		t.Fatalf("settle %v requeue %v", s, r)
 	}
-	if err := ch.Reject(3, false); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, "discard", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetDiscard)) == 1 })
 	if err := ch.Cancel(got[0].ConsumerTag, false); err != nil {
 		t.Fatal(err)
 	}
@@ -356,32 +354,38 @@ func TestMethods_AcksAreBatched(t *testing.T) {
 	release := make(chan struct{})
 	ts.broker.script(nil, func(c *proto.Command) {
 		// Hold the first acknowledgement so the following ones queue up.
-		if s := c.GetSettle(); s != nil && s.DeliveryTag == 1 {
+		if s := c.GetSettle(); s != nil && slices.Equal(s.Tags, []uint64{101}) {
 			<-release
 		}
 	})
-	rc := dialRaw(t, ts.addr)
-	rc.handshake(0, 0)
-	rc.send(1, &wire.ChannelOpen{})
-	rc.method()
-	rc.send(1, &wire.BasicAck{DeliveryTag: 1})
-	eventually(t, 5*time.Second, "first ack", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 1 })
-	var burst []byte
-	for i := 2; i <= 50; i++ {
-		burst = wire.AppendMethodFrame(burst, 1, &wire.BasicAck{DeliveryTag: uint64(i)})
+	_, pch := openChannel(t, ts)
+	logTags := make([]uint64, 50)
+	for i := range logTags {
+		logTags[i] = uint64(101 + i)
 	}
-	rc.write(burst)
+	got := consumeLogTags(t, ts, pch, "q", logTags...)
+	if err := got[0].Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "first ack", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 1 })
+	for _, d := range got[1:] {
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Wait until the reader handed them all to the channel.
 	ch := ts.srv.lookupFirst().channel(1)
 	eventually(t, 5*time.Second, "acks queued", func() bool { return len(ch.in) == 49 })
+	ts.broker.mu.Lock()
+	before := len(ts.broker.batches)
+	ts.broker.mu.Unlock()
 	close(release)
 	eventually(t, 5*time.Second, "all acks", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 50 })
 	ts.broker.mu.Lock()
-	batches := len(ts.broker.batches)
-	size := len(ts.broker.batches[0])
+	batches := ts.broker.batches[before:]
 	ts.broker.mu.Unlock()
-	if batches != 1 || size != 49 {
-		t.Fatalf("%d batches (first of %d), want one of 49", batches, size)
+	if len(batches) != 1 || len(batches[0]) != 49 {
+		t.Fatalf("%d batches after the first ack, want one of 49", len(batches))
 	}
 }
 
@@ -408,9 +412,17 @@ func TestMethods_Get(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("get: %v %v", ok, err)
 	}
-	if d.DeliveryTag != 9 || !d.Redelivered || d.Exchange != "ex" || d.RoutingKey != "rk" || d.MessageCount != 4 || d.MessageId != "m-1" || string(d.Body) != "payload" {
+	if d.DeliveryTag != 1 || !d.Redelivered || d.Exchange != "ex" || d.RoutingKey != "rk" || d.MessageCount != 4 || d.MessageId != "m-1" || string(d.Body) != "payload" {
 		t.Fatalf("get-ok = %+v", d)
 	}
+	// Its ack names the log's tag.
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "ack of the get", func() bool {
+		s := commandsOf(ts.broker, (*proto.Command).GetSettle)
+		return len(s) == 1 && slices.Equal(s[0].Tags, []uint64{9})
+	})
 	_, ok, err = ch.Get("empty", true)
 	if err != nil || ok {
 		t.Fatalf("get-empty: %v %v", ok, err)
@@ -570,14 +582,15 @@ func TestMethods_OverdueDeliveryIsRequeuedUnseen(t *testing.T) {
 			t.Fatalf("deliveries %v, want 2, 3, 4", tags)
 		}
 	}
-	if !slices.Equal(tags, []uint64{2, 3, 4}) {
-		t.Fatalf("delivered tags %v, want 2, 3, 4 (1 was overdue)", tags)
+	// The wire numbers what was written: 1, 2, 3 are the log's 2, 3, 4.
+	if !slices.Equal(tags, []uint64{1, 2, 3}) {
+		t.Fatalf("delivered tags %v, want 1, 2, 3 (log tag 1 was overdue)", tags)
 	}
 	eventually(t, 5*time.Second, "requeue of the overdue delivery", func() bool {
 		return len(commandsOf(ts.broker, (*proto.Command).GetRequeue)) == 1
 	})
 	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
-	if r.DeliveryTag != 1 || r.Multiple || r.Channel.GetChannel() != 1 {
-		t.Fatalf("requeue %v, want tag 1 alone on channel 1", r)
+	if !slices.Equal(r.Tags, []uint64{1}) || !r.Unseen || r.Channel.GetChannel() != 1 {
+		t.Fatalf("requeue %v, want log tag 1 alone, unseen, on channel 1", r)
 	}
 }

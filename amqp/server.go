@@ -78,6 +78,11 @@ type Config struct {
 	// WriteTimeout closes a connection whose socket accepted nothing for
 	// this long while the server had frames to write.
 	WriteTimeout time.Duration
+	// ConsumerLookahead lets the log assign a consumer with a prefetch of
+	// at least 10 this many times its prefetch beyond it (at most 2,000
+	// more), held by the consumer's node and written as the client acks
+	// (window.go); 0 turns it off.
+	ConsumerLookahead int
 	// Logger receives structured logs; component=amqp is added.
 	Logger *slog.Logger
 }

@@ -1,6 +1,8 @@
 package amqp
 
 import (
+	"time"
+
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -70,7 +72,7 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 			}
 			cmds[i] = cmd
 		} else {
-			cmds[i] = settleCommand(ref, it.m)
+			cmds[i] = it.cmd // translated by the reader (window.go)
 		}
 	}
 	results, err := ch.submitBatch(cmds)
@@ -85,6 +87,7 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 			ch.returnUnroutable(items[i], r)
 		}
 	}
+	ch.committedAcks(items, time.Now().UnixMilli())
 	return nil
 }
 

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,11 +38,15 @@ func TestTx_CommitSendsTheTransactionInOrder(t *testing.T) {
 	}, nil)
 	_, ch := openChannel(t, ts)
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
+	d := consumeLogTags(t, ts, ch, "work", 7)[0]
+	ts.broker.mu.Lock()
+	ts.broker.cmds, ts.broker.batches = nil, nil
+	ts.broker.mu.Unlock()
 	if err := ch.Tx(); err != nil {
 		t.Fatal(err)
 	}
 	publishOrFatal(t, ch, "q", false)
-	if err := ch.Ack(7, false); err != nil {
+	if err := ch.Ack(d.DeliveryTag, false); err != nil {
 		t.Fatal(err)
 	}
 	publishOrFatal(t, ch, "nowhere", true)
@@ -62,7 +67,7 @@ func TestTx_CommitSendsTheTransactionInOrder(t *testing.T) {
 		t.Fatalf("batches %v, want one of 3", batches)
 	}
 	b := batches[0]
-	if b[0].GetPublish().GetRoutingKey() != "q" || b[1].GetSettle().GetDeliveryTag() != 7 || b[2].GetPublish().GetRoutingKey() != "nowhere" {
+	if b[0].GetPublish().GetRoutingKey() != "q" || !slices.Equal(b[1].GetSettle().GetTags(), []uint64{7}) || b[2].GetPublish().GetRoutingKey() != "nowhere" {
 		t.Fatalf("batch %v", b)
 	}
 	select {
@@ -78,11 +83,12 @@ func TestTx_CommitSendsTheTransactionInOrder(t *testing.T) {
 func TestTx_RollbackForgetsTheTransaction(t *testing.T) {
 	ts := startServer(t, Config{})
 	_, ch := openChannel(t, ts)
+	d := consumeLogTags(t, ts, ch, "work", 3)[0]
 	if err := ch.Tx(); err != nil {
 		t.Fatal(err)
 	}
 	publishOrFatal(t, ch, "q", false)
-	if err := ch.Nack(3, false, true); err != nil {
+	if err := ch.Nack(d.DeliveryTag, false, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.TxRollback(); err != nil {

@@ -28,7 +28,7 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 		}
 	}
 	cs := &consumer{ref: &proto.ConsumerRef{Channel: ch.ref, Tag: tag}, q: q, ch: ch, noAck: c.GetNoAck(),
-		exclusive: c.GetExclusive(), prefetch: c.GetPrefetch(), args: c.GetArguments()}
+		exclusive: c.GetExclusive(), prefetch: c.GetPrefetch(), credit: c.GetCredit(), args: c.GetArguments()}
 	q.consumers = append(q.consumers, cs)
 	ch.consumers = append(ch.consumers, cs)
 	q.hadConsumer = true

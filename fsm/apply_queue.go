@@ -347,12 +347,21 @@ func (q *queueState) nextConsumer() *consumer {
 	n := len(q.consumers)
 	for i := 0; i < n; i++ {
 		c := q.consumers[(q.rr+i)%n]
-		if c.noAck || c.prefetch == 0 || c.unacked < c.prefetch {
+		if c.noAck || c.hasCredit() {
 			q.rr = (q.rr + i + 1) % n
 			return c
 		}
 	}
 	return nil
+}
+
+// hasCredit reports whether c may be assigned one more delivery.
+func (c *consumer) hasCredit() bool {
+	limit := c.prefetch
+	if c.credit > limit && limit != 0 {
+		limit = c.credit
+	}
+	return limit == 0 || c.unacked < limit
 }
 
 func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {

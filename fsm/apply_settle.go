@@ -10,9 +10,13 @@ import (
 )
 
 // take removes the deliveries named by (tag, multiple) from the channel; all
-// takes every one.
-func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool) ([]*pending, *channel, *proto.Result) {
+// takes every one. tags, when given, names the deliveries exactly instead:
+// all of them are taken, or none if one is unknown.
+func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
 	ch, ok := s.channels[chanKey(ref)]
+	if len(tags) > 0 && !all {
+		return s.takeTags(ch, ok, tags)
+	}
 	if all || (multiple && tag == 0) {
 		if !ok {
 			return nil, nil, nil
@@ -46,6 +50,39 @@ func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool) ([]*
 	return out, ch, nil
 }
 
+func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
+	want := append([]uint64(nil), tags...)
+	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+	var idx []int
+	for k, t := range want {
+		if k > 0 && want[k-1] == t {
+			continue
+		}
+		i := -1
+		if ok {
+			i = sort.Search(len(ch.unacked), func(i int) bool { return ch.unacked[i].tag >= t })
+		}
+		if i < 0 || i == len(ch.unacked) || ch.unacked[i].tag != t {
+			return nil, nil, refused(406, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(t, 10))
+		}
+		idx = append(idx, i)
+	}
+	out := make([]*pending, 0, len(idx))
+	keep := ch.unacked[:0]
+	next := 0
+	for i, p := range ch.unacked {
+		if next < len(idx) && idx[next] == i {
+			out = append(out, p)
+			next++
+			continue
+		}
+		keep = append(keep, p)
+	}
+	clear(ch.unacked[len(keep):])
+	ch.unacked = keep
+	return out, ch, nil
+}
+
 // release drops the bookkeeping of a finished delivery and returns the
 // queues whose consumers regained credit.
 func release(ps []*pending) []*queueState {
@@ -73,7 +110,7 @@ func (s *state) redispatch(qs []*queueState) {
 }
 
 func (s *state) applySettle(c *proto.Settle) *proto.Result {
-	ps, _, r := s.take(c.GetChannel(), c.GetDeliveryTag(), c.GetMultiple(), false)
+	ps, _, r := s.take(c.GetChannel(), c.GetDeliveryTag(), c.GetMultiple(), false, c.GetTags())
 	if r != nil {
 		return r
 	}
@@ -83,17 +120,21 @@ func (s *state) applySettle(c *proto.Settle) *proto.Result {
 }
 
 func (s *state) applyRequeue(c *proto.Requeue) *proto.Result {
-	ps, ch, r := s.take(c.GetChannel(), c.GetDeliveryTag(), c.GetMultiple(), c.GetAll())
+	ps, _, r := s.take(c.GetChannel(), c.GetDeliveryTag(), c.GetMultiple(), c.GetAll(), c.GetTags())
 	if r != nil {
 		return r
 	}
-	s.requeue(ch, ps)
+	s.requeueAs(ps, !c.GetUnseen())
 	return &proto.Result{}
 }
 
 // requeue puts deliveries back at the head of their queues in tag order,
 // redelivered, with their original deadlines; overdue ones die at once.
-func (s *state) requeue(_ *channel, ps []*pending) {
+func (s *state) requeue(_ *channel, ps []*pending) { s.requeueAs(ps, true) }
+
+// requeueAs is requeue; seen=false leaves the redelivered flag as it was
+// (the client never saw these deliveries).
+func (s *state) requeueAs(ps []*pending, seen bool) {
 	qs := release(ps)
 	byQueue := map[*queueState][]*queue.Message{}
 	var order []*queueState
@@ -105,7 +146,9 @@ func (s *state) requeue(_ *channel, ps []*pending) {
 		if _, ok := byQueue[p.q]; !ok {
 			order = append(order, p.q)
 		}
-		p.m.Redelivered = true
+		if seen {
+			p.m.Redelivered = true
+		}
 		byQueue[p.q] = append(byQueue[p.q], p.m)
 	}
 	for _, q := range order {
@@ -125,7 +168,7 @@ func (s *state) requeue(_ *channel, ps []*pending) {
 }
 
 func (s *state) applyDiscard(c *proto.Discard) *proto.Result {
-	ps, _, r := s.take(c.GetChannel(), c.GetDeliveryTag(), c.GetMultiple(), false)
+	ps, _, r := s.take(c.GetChannel(), c.GetDeliveryTag(), c.GetMultiple(), false, c.GetTags())
 	if r != nil {
 		return r
 	}

@@ -19,7 +19,7 @@ import (
 // policies and queues, channels). Every map is written in sorted key order.
 const (
 	snapMagic   = "RMQS"
-	snapVersion = 1
+	snapVersion = 2 // 2 adds each consumer's credit
 )
 
 type enc struct{ b []byte }
@@ -121,6 +121,7 @@ func (s *state) encode() []byte {
 				e.bo(c.exclusive)
 				e.u(uint64(c.prefetch))
 				e.msg(c.args)
+				e.u(uint64(c.credit))
 			}
 		}
 	}
@@ -283,7 +284,8 @@ func decodeState(b []byte) (*state, error) {
 		return nil, errCorrupt
 	}
 	d := &dec{b: b[len(snapMagic):]}
-	if v := d.u(); v != snapVersion {
+	version := d.u()
+	if version < 1 || version > snapVersion {
 		return nil, errors.New("fsm: unsupported snapshot version")
 	}
 	s := &state{}
@@ -346,6 +348,9 @@ func decodeState(b []byte) (*state, error) {
 				ref := &proto.ConsumerRef{}
 				d.msg(ref)
 				c := &consumer{ref: ref, q: q, ch: s.channel(ref.GetChannel()), noAck: d.bo(), exclusive: d.bo(), prefetch: uint32(d.u()), args: d.table()}
+				if version >= 2 {
+					c.credit = uint32(d.u())
+				}
 				c.ref.Channel = c.ch.ref
 				q.consumers = append(q.consumers, c)
 				consumers[c.ch.key+"\x00"+ref.GetTag()] = c

@@ -186,3 +186,81 @@ func TestMachine_AutoDeleteExchange(t *testing.T) {
 		}
 	}
 }
+
+// A consumer's credit above its prefetch lets the state machine assign that
+// many deliveries before acks; an unseen requeue of some of them leaves the
+// redelivered flag off, and the credit survives a snapshot.
+func TestMachine_CreditAndUnseenRequeue(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", nil))
+	for i := 0; i < 8; i++ {
+		fsmtest.One(t, m, 3, publish("", "q", string(rune('a'+i)), nil))
+	}
+	c := consume("q", "c1", ch1, 2)
+	c.GetConsume().Credit = 5
+	_, rec := fsmtest.Apply(t, m, 4, c)
+	if len(rec.Deliveries) != 5 {
+		t.Fatalf("credit 5, prefetch 2: %d assigned", len(rec.Deliveries))
+	}
+	if cs := m.Consumers("/"); len(cs) != 1 || cs[0].Prefetch != 2 || cs[0].Unacked != 5 {
+		t.Fatalf("consumer listing: %+v", cs)
+	}
+	m = roundTrip(t, m)
+
+	// Tags 4 and 5 were held by the node: they go back unseen, and come
+	// straight back to the consumer (its credit is free again) unflagged.
+	unseen := requeue(ch1, 4, false)
+	unseen.GetRequeue().Unseen = true
+	_, rec = fsmtest.Apply(t, m, 5, unseen)
+	if len(rec.Deliveries) != 1 || rec.Deliveries[0].Redelivered || string(rec.Deliveries[0].Body) != "d" {
+		t.Fatalf("unseen requeue: %+v", rec.Deliveries)
+	}
+	// An ordinary requeue flags it.
+	_, rec = fsmtest.Apply(t, m, 6, requeue(ch1, 5, false))
+	if len(rec.Deliveries) != 1 || !rec.Deliveries[0].Redelivered || string(rec.Deliveries[0].Body) != "e" {
+		t.Fatalf("requeue: %+v", rec.Deliveries)
+	}
+	// Acks return credit up to the credit, not the prefetch.
+	_, rec = fsmtest.Apply(t, m, 7, settle(ch1, 3, true))
+	if len(rec.Deliveries) != 3 {
+		t.Fatalf("after acking 3 of 5: %d assigned", len(rec.Deliveries))
+	}
+}
+
+// Settle, Requeue and Discard with explicit tags take exactly those, or
+// none when one is unknown.
+func TestMachine_SettleExplicitTags(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", nil))
+	for i := 0; i < 5; i++ {
+		fsmtest.One(t, m, 3, publish("", "q", string(rune('a'+i)), nil))
+	}
+	fsmtest.One(t, m, 4, consume("q", "c1", ch1, 0))
+	ack := settle(ch1, 0, false)
+	ack.GetSettle().Tags = []uint64{4, 2, 9}
+	if r, _ := fsmtest.One(t, m, 5, ack); r.GetCode() != 406 {
+		t.Fatalf("unknown tag 9 in the list: %v", r)
+	}
+	if st := m.Stats(); st.Unacked != 5 {
+		t.Fatalf("a refused list took something: %+v", st)
+	}
+	ack.GetSettle().Tags = []uint64{4, 2}
+	if r, _ := fsmtest.One(t, m, 6, ack); r.GetCode() != 0 {
+		t.Fatalf("ack 4 and 2: %v", r)
+	}
+	nack := requeue(ch1, 0, false)
+	nack.GetRequeue().Tags = []uint64{5, 1}
+	if r, _ := fsmtest.One(t, m, 7, nack); r.GetCode() != 0 {
+		t.Fatalf("requeue 5 and 1: %v", r)
+	}
+	// 1 and 5 come back (prefetch 0: at once) as 6 and 7, in tag order.
+	rej := discard(ch1, 0, false)
+	rej.GetDiscard().Tags = []uint64{3, 6, 7}
+	if r, _ := fsmtest.One(t, m, 8, rej); r.GetCode() != 0 {
+		t.Fatalf("discard 3, 6, 7: %v", r)
+	}
+	if st := m.Stats(); st.Unacked != 0 || st.Acked != 2 || st.Rejected != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	roundTrip(t, m)
+}

@@ -108,6 +108,7 @@ type consumer struct {
 	noAck     bool
 	exclusive bool
 	prefetch  uint32
+	credit    uint32 // assignments allowed before acks; 0: prefetch
 	unacked   uint32
 	args      *proto.Table
 	gone      bool

@@ -2610,8 +2610,13 @@ type Consume struct {
 	NoAck     bool                   `protobuf:"varint,4,opt,name=no_ack,json=noAck,proto3" json:"no_ack,omitempty"`
 	Exclusive bool                   `protobuf:"varint,5,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	// Unacked deliveries this consumer may hold; 0 is unlimited.
-	Prefetch      uint32 `protobuf:"varint,6,opt,name=prefetch,proto3" json:"prefetch,omitempty"`
-	Arguments     *Table `protobuf:"bytes,7,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	Prefetch  uint32 `protobuf:"varint,6,opt,name=prefetch,proto3" json:"prefetch,omitempty"`
+	Arguments *Table `protobuf:"bytes,7,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// Deliveries the state machine may assign to this consumer before acks
+	// return them (0: prefetch). A credit above prefetch lets the consumer's
+	// node hold a few assignments ahead, writing them to the client as its
+	// acks arrive, without waiting for each ack to commit.
+	Credit        uint32 `protobuf:"varint,8,opt,name=credit,proto3" json:"credit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2695,6 +2700,13 @@ func (x *Consume) GetArguments() *Table {
 	return nil
 }
 
+func (x *Consume) GetCredit() uint32 {
+	if x != nil {
+		return x.Credit
+	}
+	return 0
+}
+
 type Cancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consumer      *ConsumerRef           `protobuf:"bytes,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
@@ -2741,10 +2753,14 @@ func (x *Cancel) GetConsumer() *ConsumerRef {
 
 // Settle is basic.ack.
 type Settle struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Channel       *ChannelRef            `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
-	DeliveryTag   uint64                 `protobuf:"varint,2,opt,name=delivery_tag,json=deliveryTag,proto3" json:"delivery_tag,omitempty"`
-	Multiple      bool                   `protobuf:"varint,3,opt,name=multiple,proto3" json:"multiple,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Channel     *ChannelRef            `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	DeliveryTag uint64                 `protobuf:"varint,2,opt,name=delivery_tag,json=deliveryTag,proto3" json:"delivery_tag,omitempty"`
+	Multiple    bool                   `protobuf:"varint,3,opt,name=multiple,proto3" json:"multiple,omitempty"`
+	// When set, exactly these deliveries (delivery_tag and multiple unused):
+	// a node that writes deliveries out of log order names what the client
+	// acknowledged.
+	Tags          []uint64 `protobuf:"varint,4,rep,packed,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2800,14 +2816,26 @@ func (x *Settle) GetMultiple() bool {
 	return false
 }
 
+func (x *Settle) GetTags() []uint64 {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // Requeue is basic.nack/basic.reject with requeue, or basic.recover (all).
 // Requeued messages keep their original deadlines.
 type Requeue struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Channel       *ChannelRef            `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
-	DeliveryTag   uint64                 `protobuf:"varint,2,opt,name=delivery_tag,json=deliveryTag,proto3" json:"delivery_tag,omitempty"`
-	Multiple      bool                   `protobuf:"varint,3,opt,name=multiple,proto3" json:"multiple,omitempty"`
-	All           bool                   `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Channel     *ChannelRef            `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	DeliveryTag uint64                 `protobuf:"varint,2,opt,name=delivery_tag,json=deliveryTag,proto3" json:"delivery_tag,omitempty"`
+	Multiple    bool                   `protobuf:"varint,3,opt,name=multiple,proto3" json:"multiple,omitempty"`
+	All         bool                   `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	// The client never saw these deliveries (its node held them): they go
+	// back without the redelivered flag.
+	Unseen bool `protobuf:"varint,5,opt,name=unseen,proto3" json:"unseen,omitempty"`
+	// As Settle.tags.
+	Tags          []uint64 `protobuf:"varint,6,rep,packed,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2870,13 +2898,29 @@ func (x *Requeue) GetAll() bool {
 	return false
 }
 
+func (x *Requeue) GetUnseen() bool {
+	if x != nil {
+		return x.Unseen
+	}
+	return false
+}
+
+func (x *Requeue) GetTags() []uint64 {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // Discard is basic.nack/basic.reject without requeue: the message is
 // dead-lettered (reason rejected) where its queue has a dead-letter exchange.
 type Discard struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Channel       *ChannelRef            `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
-	DeliveryTag   uint64                 `protobuf:"varint,2,opt,name=delivery_tag,json=deliveryTag,proto3" json:"delivery_tag,omitempty"`
-	Multiple      bool                   `protobuf:"varint,3,opt,name=multiple,proto3" json:"multiple,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Channel     *ChannelRef            `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	DeliveryTag uint64                 `protobuf:"varint,2,opt,name=delivery_tag,json=deliveryTag,proto3" json:"delivery_tag,omitempty"`
+	Multiple    bool                   `protobuf:"varint,3,opt,name=multiple,proto3" json:"multiple,omitempty"`
+	// As Settle.tags.
+	Tags          []uint64 `protobuf:"varint,4,rep,packed,name=tags,proto3" json:"tags,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2930,6 +2974,13 @@ func (x *Discard) GetMultiple() bool {
 		return x.Multiple
 	}
 	return false
+}
+
+func (x *Discard) GetTags() []uint64 {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
 }
 
 // ChannelClosed cancels the channel's consumers and requeues its unacked
@@ -3935,7 +3986,7 @@ const file_command_proto_rawDesc = "" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x15\n" +
 	"\x06no_ack\x18\x03 \x01(\bR\x05noAck\x12/\n" +
-	"\achannel\x18\x04 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"\xea\x01\n" +
+	"\achannel\x18\x04 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"\x82\x02\n" +
 	"\aConsume\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x122\n" +
@@ -3943,22 +3994,27 @@ const file_command_proto_rawDesc = "" +
 	"\x06no_ack\x18\x04 \x01(\bR\x05noAck\x12\x1c\n" +
 	"\texclusive\x18\x05 \x01(\bR\texclusive\x12\x1a\n" +
 	"\bprefetch\x18\x06 \x01(\rR\bprefetch\x12.\n" +
-	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\"<\n" +
+	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\x12\x16\n" +
+	"\x06credit\x18\b \x01(\rR\x06credit\"<\n" +
 	"\x06Cancel\x122\n" +
-	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"x\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"\x8c\x01\n" +
 	"\x06Settle\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
-	"\bmultiple\x18\x03 \x01(\bR\bmultiple\"\x8b\x01\n" +
+	"\bmultiple\x18\x03 \x01(\bR\bmultiple\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\x04R\x04tags\"\xb7\x01\n" +
 	"\aRequeue\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
 	"\bmultiple\x18\x03 \x01(\bR\bmultiple\x12\x10\n" +
-	"\x03all\x18\x04 \x01(\bR\x03all\"y\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\x12\x16\n" +
+	"\x06unseen\x18\x05 \x01(\bR\x06unseen\x12\x12\n" +
+	"\x04tags\x18\x06 \x03(\x04R\x04tags\"\x8d\x01\n" +
 	"\aDiscard\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
-	"\bmultiple\x18\x03 \x01(\bR\bmultiple\"@\n" +
+	"\bmultiple\x18\x03 \x01(\bR\bmultiple\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\x04R\x04tags\"@\n" +
 	"\rChannelClosed\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"L\n" +
 	"\x10ConnectionClosed\x128\n" +

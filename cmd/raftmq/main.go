@@ -111,6 +111,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		MaxQueuesPerVhost: cfg.Limits.MaxQueuesPerVhost,
 		MaxBufferedBytes:  cfg.Limits.MaxConnectionBuffer,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
+		ConsumerLookahead: cfg.Lookahead,
 		Logger:            logger,
 	})
 	node, err := cluster.Start(ctx, cluster.Config{

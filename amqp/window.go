@@ -1,0 +1,280 @@
+package amqp
+
+import (
+	"sort"
+
+	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Consumer look-ahead and delivery tags.
+//
+// The log assigns deliveries to a consumer while it has credit, and an ack
+// returns credit only once it has committed and been applied here. With
+// credit equal to the prefetch, a consumer on a busy cluster spends most of
+// its time waiting for that round trip. So a consumer with a prefetch of
+// at least minLookaheadPrefetch gets a credit of prefetch × (1 + the
+// server's ConsumerLookahead): the log may assign that many, and this node
+// writes at most prefetch of them to the client, holding the rest and
+// writing one as each ack arrives, before the ack reaches the log.
+//
+// Held deliveries are written later than deliveries of the channel's other
+// consumers that the log assigned after them, so the tags a client sees
+// cannot be the log's: a multiple ack would cover tags it never saw. The
+// channel numbers what it writes itself (1, 2, 3, ... in write order, as
+// AMQP requires) and translates each acknowledgement into the log's tags,
+// sent as an explicit list.
+
+// minLookaheadPrefetch is the least prefetch that gets look-ahead: a small
+// prefetch (1 is the classic fair-dispatch setting) asks for messages to
+// stay in the queue for whichever consumer is free first.
+const minLookaheadPrefetch = 10
+
+// maxLookahead bounds the deliveries one consumer's node holds.
+const maxLookahead = 2000
+
+// consumerCredit is the credit the log gives a consumer with this prefetch.
+func consumerCredit(prefetch uint32, noAck bool, factor int) uint32 {
+	if noAck || factor <= 0 || prefetch < minLookaheadPrefetch {
+		return prefetch
+	}
+	extra := min(uint64(prefetch)*uint64(factor), maxLookahead)
+	return prefetch + uint32(extra)
+}
+
+// written is a delivery the client holds: its log tag and consumer.
+type written struct {
+	logTag   uint64
+	consumer string
+}
+
+// window is the client-side limit of a consumer with look-ahead.
+type window struct {
+	prefetch uint32
+	inflight uint32          // written and not yet acknowledged
+	held     []*fsm.Delivery // assigned by the log, not yet written
+}
+
+// recordWritten numbers a delivery for the wire. Locks: ch.mu held.
+func (ch *channel) recordWritten(logTag uint64, consumer string, noAck bool) uint64 {
+	ch.wireTag++
+	if !noAck {
+		if ch.written == nil {
+			ch.written = map[uint64]written{}
+		}
+		ch.written[ch.wireTag] = written{logTag: logTag, consumer: consumer}
+		ch.order = append(ch.order, ch.wireTag)
+		if w := ch.windows[consumer]; w != nil {
+			w.inflight++
+		}
+	}
+	return ch.wireTag
+}
+
+// offer writes d if its consumer has room, else holds it. Locks: ch.mu.
+func (ch *channel) offer(d *fsm.Delivery) {
+	if w := ch.windows[d.Consumer.GetTag()]; w != nil && (w.inflight >= w.prefetch || len(w.held) > 0) {
+		w.held = append(w.held, d)
+		return
+	}
+	ch.writeDelivery(d)
+}
+
+// refill writes held deliveries of w while its client has room; the ones
+// that went overdue while held are withheld for requeueing. Locks: ch.mu.
+func (ch *channel) refill(w *window, now int64) {
+	for len(w.held) > 0 && w.inflight < w.prefetch {
+		d := w.held[0]
+		w.held[0] = nil
+		w.held = w.held[1:]
+		if overdueAt(d, now) {
+			ch.withhold(d.DeliveryTag)
+			continue
+		}
+		ch.writeDelivery(d)
+	}
+	if len(w.held) == 0 {
+		w.held = nil
+	}
+}
+
+// acked takes wire tag (or every tag up to it, or everything written when
+// multiple and tag 0) out of what the client holds and returns the log's
+// tags. take=false only reads (a transaction settles at commit). An unknown
+// tag is RabbitMQ's 406. Locks: ch.mu held.
+func (ch *channel) acked(m wire.Method, tag uint64, multiple, take bool) ([]written, *wire.Error) {
+	var out []written
+	if !multiple {
+		w, ok := ch.written[tag]
+		if !ok {
+			return nil, wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
+		}
+		if take {
+			delete(ch.written, tag)
+		}
+		return append(out, w), nil
+	}
+	if tag != 0 {
+		if _, ok := ch.written[tag]; !ok {
+			return nil, wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
+		}
+	}
+	n := 0
+	for _, t := range ch.order {
+		if tag != 0 && t > tag {
+			break
+		}
+		n++
+		if w, ok := ch.written[t]; ok {
+			out = append(out, w)
+			if take {
+				delete(ch.written, t)
+			}
+		}
+	}
+	if take {
+		ch.order = ch.order[n:]
+	}
+	return out, nil
+}
+
+// compactOrder drops acknowledged tags from the order once they dominate
+// it (single acks leave them behind). Locks: ch.mu held.
+func (ch *channel) compactOrder() {
+	if len(ch.order) <= 64 || len(ch.order) <= 2*len(ch.written) {
+		return
+	}
+	keep := ch.order[:0]
+	for _, t := range ch.order {
+		if _, ok := ch.written[t]; ok {
+			keep = append(keep, t)
+		}
+	}
+	ch.order = keep
+}
+
+// released returns credit to the windows of acknowledged deliveries and
+// writes what they hold. Locks: ch.mu held.
+func (ch *channel) released(ws []written, now int64) {
+	var touched []*window
+	for _, w := range ws {
+		if win := ch.windows[w.consumer]; win != nil && win.inflight > 0 {
+			win.inflight--
+			touched = append(touched, win)
+		}
+	}
+	for _, win := range touched {
+		ch.refill(win, now)
+	}
+	ch.compactOrder()
+}
+
+// translateAck turns a client's basic.ack, basic.nack or basic.reject into
+// the log command naming the log's tags; outside a transaction the client's
+// credit comes back at once. It runs in the connection's reader, so it sees
+// acknowledgements in the order the client sent them.
+func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Command, *wire.Error) {
+	var tag uint64
+	var multiple bool
+	switch m := m.(type) {
+	case *wire.BasicAck:
+		tag, multiple = m.DeliveryTag, m.Multiple
+	case *wire.BasicNack:
+		tag, multiple = m.DeliveryTag, m.Multiple
+	case *wire.BasicReject:
+		tag = m.DeliveryTag
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ws, e := ch.acked(m, tag, multiple, !tx)
+	if e != nil {
+		return nil, e
+	}
+	if !tx {
+		ch.released(ws, now)
+	}
+	tags := make([]uint64, len(ws))
+	for i, w := range ws {
+		tags[i] = w.logTag
+	}
+	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
+	ref := ch.ref()
+	switch m := m.(type) {
+	case *wire.BasicAck:
+		return &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, Tags: tags}}}, nil
+	case *wire.BasicNack:
+		return settleTags(ref, tags, m.Requeue), nil
+	case *wire.BasicReject:
+		return settleTags(ref, tags, m.Requeue), nil
+	}
+	return nil, nil
+}
+
+func settleTags(ref *proto.ChannelRef, tags []uint64, requeue bool) *proto.Command {
+	if requeue {
+		return &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ref, Tags: tags}}}
+	}
+	return &proto.Command{Cmd: &proto.Command_Discard{Discard: &proto.Discard{Channel: ref, Tags: tags}}}
+}
+
+// committedAcks settles, after tx.commit, the acknowledgements the
+// transaction carried: they leave what the client holds and return credit.
+func (ch *channel) committedAcks(items []item, now int64) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	var ws []written
+	for _, it := range items {
+		if it.cmd == nil {
+			continue
+		}
+		for _, t := range logTags(it.cmd) {
+			for wt, w := range ch.written {
+				if w.logTag == t {
+					delete(ch.written, wt)
+					ws = append(ws, w)
+					break
+				}
+			}
+		}
+	}
+	ch.released(ws, now)
+}
+
+func logTags(c *proto.Command) []uint64 {
+	switch {
+	case c.GetSettle() != nil:
+		return c.GetSettle().GetTags()
+	case c.GetRequeue() != nil:
+		return c.GetRequeue().GetTags()
+	case c.GetDiscard() != nil:
+		return c.GetDiscard().GetTags()
+	}
+	return nil
+}
+
+// forgetAll drops what the client holds and every window's held
+// deliveries: basic.recover requeued them all in the log. Locks: none.
+func (ch *channel) forgetAll() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.written, ch.order = nil, nil
+	for _, w := range ch.windows {
+		w.inflight, w.held = 0, nil
+	}
+}
+
+// dropWindow removes consumer's window and returns the log tags of what it
+// held, for an unseen requeue. Locks: ch.mu held.
+func (ch *channel) dropWindow(consumer string) []uint64 {
+	w := ch.windows[consumer]
+	if w == nil {
+		return nil
+	}
+	delete(ch.windows, consumer)
+	tags := make([]uint64, len(w.held))
+	for i, d := range w.held {
+		tags[i] = d.DeliveryTag
+	}
+	return tags
+}
