@@ -19,9 +19,8 @@ const maxTxBatch = 4096
 // unroutable mandatory message) and then sends commit-ok; tx.rollback
 // forgets them, so rolled-back acknowledgements leave their deliveries
 // unacknowledged, as in RabbitMQ. A channel that closes forgets its
-// uncommitted work the same way. Unlike RabbitMQ, an acknowledgement of an
-// unknown delivery tag is refused at commit rather than when it arrives:
-// the log, not the channel, knows the channel's deliveries.
+// uncommitted work the same way. An acknowledgement of a tag the client
+// was never given is refused when it arrives, as in RabbitMQ (window.go).
 
 func (ch *channel) handleTxSelect(m *wire.TxSelect) *wire.Error {
 	if ch.confirm {
