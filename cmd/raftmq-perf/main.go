@@ -120,12 +120,15 @@ type counters struct {
 
 // report is the final JSON line.
 type report struct {
-	Mode             string   `json:"mode"`
-	Seconds          float64  `json:"seconds"`
-	Published        int64    `json:"published"`
-	Confirmed        int64    `json:"confirmed"`
-	Nacked           int64    `json:"nacked"`
-	Consumed         int64    `json:"consumed"`
+	Mode      string  `json:"mode"`
+	Seconds   float64 `json:"seconds"`
+	Published int64   `json:"published"`
+	Confirmed int64   `json:"confirmed"`
+	Nacked    int64   `json:"nacked"`
+	Consumed  int64   `json:"consumed"`
+	// ConsumedInRun is what consumers had received when publishing ended:
+	// a consumer keeps pace when it is close to Published.
+	ConsumedInRun    int64    `json:"consumed_in_run"`
 	PublishRate      float64  `json:"published_per_s"`
 	ConfirmRate      float64  `json:"confirmed_per_s"`
 	ConsumeRate      float64  `json:"consumed_per_s"`
@@ -236,6 +239,7 @@ loop:
 		}
 	}
 	pubEnd := time.Now()
+	consumedInRun := c.consumed.Load()
 	// Let consumers drain what was confirmed, for at most 10 s.
 	drain := time.NewTimer(10 * time.Second)
 	defer drain.Stop()
@@ -258,7 +262,8 @@ done:
 	return &report{
 		Mode: o.Mode, Seconds: secs,
 		Published: c.published.Load(), Confirmed: c.confirmed.Load(), Nacked: c.nacked.Load(), Consumed: c.consumed.Load(),
-		PublishRate: float64(c.published.Load()) / secs, ConfirmRate: float64(c.confirmed.Load()) / secs,
+		ConsumedInRun: consumedInRun,
+		PublishRate:   float64(c.published.Load()) / secs, ConfirmRate: float64(c.confirmed.Load()) / secs,
 		ConsumeRate:    float64(c.consumed.Load()) / secs,
 		ConfirmLatency: confirmLat.summary(), EndToEndLatency: e2eLat.summary(),
 	}, nil
@@ -437,6 +442,9 @@ func printReport(w io.Writer, r *report) {
 		r.ConfirmLatency.P50, r.ConfirmLatency.P95, r.ConfirmLatency.P99, r.ConfirmLatency.Max)
 	fmt.Fprintf(tw, "consumed\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.Consumed, r.ConsumeRate,
 		r.EndToEndLatency.P50, r.EndToEndLatency.P95, r.EndToEndLatency.P99, r.EndToEndLatency.Max)
+	if r.Mode == "throughput" && r.Seconds > 0 {
+		fmt.Fprintf(tw, "consumed in run\t%d\t%.0f\t\t\t\t\n", r.ConsumedInRun, float64(r.ConsumedInRun)/r.Seconds)
+	}
 	if r.DeathLateness != nil {
 		l := r.DeathLateness
 		fmt.Fprintf(tw, "death lateness\t%d\t\t%.2f\t%.2f\t%.2f\t%.2f\n", r.DeadLettered, l.P50, l.P95, l.P99, l.Max)
