@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"bytes"
+	"io"
 	"testing"
 
 	"github.com/raftmq/raftmq/fsm"
@@ -99,6 +100,16 @@ func roundTrip(t testing.TB, m *fsm.Machine) *fsm.Machine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := restoreFrom(t, w)
+	if n.Digest() != m.Digest() {
+		t.Fatal("digest differs after snapshot round trip")
+	}
+	return n
+}
+
+// restoreFrom writes snapshot w out and restores a new machine from it.
+func restoreFrom(t testing.TB, w io.WriterTo) *fsm.Machine {
+	t.Helper()
 	var buf bytes.Buffer
 	if _, err := w.WriteTo(&buf); err != nil {
 		t.Fatal(err)
@@ -106,9 +117,6 @@ func roundTrip(t testing.TB, m *fsm.Machine) *fsm.Machine {
 	n := fsm.New()
 	if err := n.Restore(&buf); err != nil {
 		t.Fatal(err)
-	}
-	if n.Digest() != m.Digest() {
-		t.Fatal("digest differs after snapshot round trip")
 	}
 	return n
 }

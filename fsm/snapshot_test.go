@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/raftmq/raftmq/fsm"
@@ -83,3 +84,31 @@ func fmtAny(v any) string {
 }
 
 func fmtDefault(v any) string { return fmt.Sprint(v) }
+
+// A snapshot is the state when it was taken, though its messages are
+// encoded later, while the machine goes on applying.
+func TestMachine_SnapshotIsTheStateWhenTaken(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", table("x-message-ttl", i64(60000))))
+	for i := 0; i < 20; i++ {
+		fsmtest.One(t, m, 3, publish("", "q", "m"+strconv.Itoa(i), nil))
+	}
+	fsmtest.One(t, m, 4, consume("q", "c1", ch1, 5))
+	want := m.Digest()
+	w, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Requeue flags a delivered message, a policy moves deadlines, a
+	// purge drops what is ready, and more arrive.
+	fsmtest.One(t, m, 5, requeue(ch1, 0, true))
+	fsmtest.One(t, m, 6, policySet("p", "^q$", 0, false, &proto.PolicyDefinition{MessageTtl: ptr(int64(1000))}))
+	fsmtest.One(t, m, 7, &proto.Command{Cmd: &proto.Command_QueuePurge{QueuePurge: &proto.QueuePurge{Vhost: "/", Name: "q"}}})
+	fsmtest.One(t, m, 8, publish("", "q", "later", nil))
+	if m.Digest() == want {
+		t.Fatal("the commands after the snapshot changed nothing")
+	}
+	if restoreFrom(t, w).Digest() != want {
+		t.Fatal("the snapshot holds changes applied after it was taken")
+	}
+}
