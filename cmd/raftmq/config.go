@@ -83,7 +83,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.DefaultUser, "default-user", "guest", "user created when a new cluster bootstraps")
 	fs.StringVar(&c.DefaultPassword, "default-password", "guest", "password of the default user")
 	fs.IntVar(&c.MaxMessageSize, "max-message-size", 128<<20, "largest message body accepted, in bytes")
-	fs.IntVar(&c.Lookahead, "consumer-lookahead", 4, "a consumer with a prefetch of at least 10 may be assigned this many times its prefetch beyond it, held by its node and written as it acks (at most 2,000 more); 0 turns it off")
+	fs.IntVar(&c.Lookahead, "consumer-lookahead", 10, "a consumer with a prefetch of at least 10 may be assigned this many times its prefetch beyond it, held by its node and written as it acks (at most 2,000 more); 0 turns it off")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 5*time.Second, "how long a dead member stays dead before its consumers are cancelled")

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -29,8 +30,19 @@ import (
 )
 
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
+
+// defaultGCPercent is the garbage collector's target unless GOGC says
+// otherwise. A broker's heap is mostly message bodies, which hold no
+// pointers and cost the collector little to mark, so collecting at 1.5×
+// the live heap rather than 2× costs little CPU and brings the resident
+// size per queued 1 KiB message under 2 KiB (2.19 KiB at 100, 1.92 at 50,
+// with 1,000,000 queued; docs/performance.md).
+const defaultGCPercent = 50
 
 func run(args []string, env func(string) string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "probe" {
