@@ -62,6 +62,9 @@ type channel struct {
 	written map[uint64]written
 	order   []uint64 // wire tags written, ascending; some acked already
 	windows map[string]*window
+	// heldTimer fires at heldDue (unix ms), the earliest deadline held.
+	heldTimer *time.Timer
+	heldDue   int64
 
 	// Worker only.
 	prefetch       uint16 // basic.qos global=false
@@ -97,7 +100,14 @@ func (ch *channel) ref() *proto.ChannelRef {
 // stop ends the worker without telling the broker (the connection is gone
 // and ConnectionClosed covers every channel).
 func (ch *channel) stop() {
-	ch.stopOnce.Do(func() { close(ch.quit) })
+	ch.stopOnce.Do(func() {
+		close(ch.quit)
+		ch.mu.Lock()
+		if ch.heldTimer != nil {
+			ch.heldTimer.Stop()
+		}
+		ch.mu.Unlock()
+	})
 }
 
 // fail closes the channel with a soft error: channel.close is sent and

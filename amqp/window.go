@@ -2,10 +2,12 @@ package amqp
 
 import (
 	"sort"
+	"time"
 
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/ttl"
 )
 
 // Consumer look-ahead and delivery tags.
@@ -76,19 +78,26 @@ func (ch *channel) recordWritten(logTag uint64, consumer string, noAck bool) uin
 func (ch *channel) offer(d *fsm.Delivery) {
 	if w := ch.windows[d.Consumer.GetTag()]; w != nil && (w.inflight >= w.prefetch || len(w.held) > 0) {
 		w.held = append(w.held, d)
+		ch.armHeld(d.Deadline)
 		return
 	}
 	ch.writeDelivery(d)
 }
 
+// expiredAt reports whether a held delivery's message is past its deadline:
+// the client never saw it, so it is still the queue's and dies on time.
+func expiredAt(d *fsm.Delivery, nowMs int64) bool {
+	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline && d.Deadline <= nowMs
+}
+
 // refill writes held deliveries of w while its client has room; the ones
-// that went overdue while held are withheld for requeueing. Locks: ch.mu.
+// past their deadline are withheld for requeueing. Locks: ch.mu.
 func (ch *channel) refill(w *window, now int64) {
 	for len(w.held) > 0 && w.inflight < w.prefetch {
 		d := w.held[0]
 		w.held[0] = nil
 		w.held = w.held[1:]
-		if overdueAt(d, now) {
+		if expiredAt(d, now) {
 			ch.withhold(d.DeliveryTag)
 			continue
 		}
@@ -96,6 +105,49 @@ func (ch *channel) refill(w *window, now int64) {
 	}
 	if len(w.held) == 0 {
 		w.held = nil
+	}
+}
+
+// armHeld makes sure expireHeld runs by deadline (unix ms), so a held
+// message dies on time even when its consumer acks nothing. Locks: ch.mu.
+func (ch *channel) armHeld(deadline int64) {
+	if deadline == 0 || deadline == ttl.NoDeadline || (ch.heldDue != 0 && ch.heldDue <= deadline) {
+		return
+	}
+	ch.heldDue = deadline
+	wait := time.Until(time.UnixMilli(deadline))
+	if ch.heldTimer == nil {
+		ch.heldTimer = time.AfterFunc(wait, ch.expireHeld)
+		return
+	}
+	ch.heldTimer.Reset(wait)
+}
+
+// expireHeld withholds every held delivery past its deadline, for an
+// unseen requeue that lets the log kill it, and arms for the next one.
+func (ch *channel) expireHeld() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	now := time.Now().UnixMilli()
+	ch.heldDue = 0
+	next := int64(0)
+	for _, w := range ch.windows {
+		keep := w.held[:0]
+		for _, d := range w.held {
+			if expiredAt(d, now) {
+				ch.withhold(d.DeliveryTag)
+				continue
+			}
+			keep = append(keep, d)
+			if d.Deadline != 0 && d.Deadline != ttl.NoDeadline && (next == 0 || d.Deadline < next) {
+				next = d.Deadline
+			}
+		}
+		clear(w.held[len(keep):])
+		w.held = keep
+	}
+	if next != 0 {
+		ch.armHeld(next)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/ttl"
 )
 
 func TestConsumerCredit(t *testing.T) {
@@ -31,6 +32,22 @@ func TestConsumerCredit(t *testing.T) {
 			t.Errorf("credit(%d, noAck=%v, x%d) = %d, want %d", c.prefetch, c.noAck, c.factor, got, c.want)
 		}
 	}
+}
+
+// windowConsumer starts a server with look-ahead factor and a consumer
+// "c" of queue "q" with prefetch 10.
+func windowConsumer(t *testing.T, factor int) (*testServer, *amqp091.Channel, <-chan amqp091.Delivery) {
+	t.Helper()
+	ts := startServer(t, Config{ConsumerLookahead: factor})
+	_, ch := openChannel(t, ts)
+	if err := ch.Qos(10, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume("q", "c", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, ch, ds
 }
 
 // receive reads n deliveries.
@@ -72,15 +89,7 @@ func lastSettleTags(ts *testServer) []uint64 {
 // log; its node writes prefetch of them and one more per ack, before the
 // ack reaches the log.
 func TestWindow_HoldsBeyondPrefetchAndRefillsOnAck(t *testing.T) {
-	ts := startServer(t, Config{ConsumerLookahead: 2})
-	_, ch := openChannel(t, ts)
-	if err := ch.Qos(10, 0, false); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := ch.Consume("q", "c", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts, ch, ds := windowConsumer(t, 2)
 	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)
 	if len(cons) != 1 || cons[0].Prefetch != 10 || cons[0].Credit != 30 {
 		t.Fatalf("consume %v, want prefetch 10 credit 30", cons)
@@ -181,5 +190,40 @@ func TestWindow_MultipleAckCoversOnlyWhatWasWritten(t *testing.T) {
 	}
 	if e := mustClosedWith(t, closed, 406); e.Reason != "PRECONDITION_FAILED - unknown delivery tag 2" {
 		t.Fatalf("reason %q", e.Reason)
+	}
+}
+
+// A held message is still the queue's: at its deadline it goes back to the
+// log unseen (which kills it), though its consumer acks nothing, and one
+// past its deadline is never written.
+func TestWindow_HeldMessagesDieOnTime(t *testing.T) {
+	ts, _, ds := windowConsumer(t, 1)
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
+	deadline := time.Now().Add(150 * time.Millisecond).UnixMilli()
+	for tag := uint64(1); tag <= 14; tag++ {
+		d := &fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: tag, RoutingKey: "q", Body: []byte{byte(tag)}, Deadline: ttl.NoDeadline}
+		if tag == 12 || tag == 13 {
+			d.Deadline = deadline
+		}
+		ts.srv.Deliver(d)
+	}
+	got := receive(t, ds, 10)
+	eventually(t, 5*time.Second, "unseen requeue of the expired held messages", func() bool {
+		return len(commandsOf(ts.broker, (*proto.Command).GetRequeue)) == 1
+	})
+	if now := time.Now().UnixMilli(); now < deadline {
+		t.Fatalf("requeued %d ms before the deadline", deadline-now)
+	}
+	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
+	if !r.Unseen || !slices.Equal(r.Tags, []uint64{12, 13}) {
+		t.Fatalf("requeue %v, want log tags 12 and 13 unseen", r)
+	}
+	// The rest still come in order as the client acks.
+	if err := got[9].Ack(true); err != nil {
+		t.Fatal(err)
+	}
+	rest := receive(t, ds, 2)
+	if rest[0].Body[0] != 11 || rest[1].Body[0] != 14 {
+		t.Fatalf("after the ack: bodies %d and %d, want 11 and 14", rest[0].Body[0], rest[1].Body[0])
 	}
 }
