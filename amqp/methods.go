@@ -551,12 +551,13 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 	if !requeue {
 		return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "requeue=false")
 	}
-	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{
-		Channel: ch.ref(), All: true,
-	}}}); e != nil {
-		return e
+	// The deliveries this node assigned so far, by name: one the log
+	// assigns while this is on its way is new, and is delivered as usual.
+	if tags := ch.recoverTags(); len(tags) > 0 {
+		if _, e := ch.submit(m, settleTags(ch.ref(), tags, true)); e != nil {
+			return e
+		}
 	}
-	ch.forgetAll()
 	if reply {
 		ch.c.send(ch.id, &wire.BasicRecoverOk{})
 	}

@@ -473,16 +473,19 @@ func TestMethods_RecoverAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.Consume("q", "c1", false, false, false, false, nil); err != nil {
+	got := consumeLogTags(t, ts, ch, "q", 5, 6, 7)
+	if err := got[0].Ack(false); err != nil {
 		t.Fatal(err)
 	}
+	// Recover requeues, by name, what the client still held.
 	if err := ch.Recover(true); err != nil {
 		t.Fatal(err)
 	}
 	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)
-	if len(r) != 1 || !r[0].All {
-		t.Fatalf("requeue = %v", r)
+	if len(r) != 1 || !slices.Equal(r[0].Tags, []uint64{6, 7}) || r[0].Unseen {
+		t.Fatalf("requeue = %v, want log tags 6 and 7", r)
 	}
+
 	if err := ch.Close(); err != nil {
 		t.Fatal(err)
 	}

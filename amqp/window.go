@@ -305,15 +305,25 @@ func logTags(c *proto.Command) []uint64 {
 	return nil
 }
 
-// forgetAll drops what the client holds and every window's held
-// deliveries: basic.recover requeued them all in the log. Locks: none.
-func (ch *channel) forgetAll() {
+// recoverTags takes everything the channel was assigned and has not
+// settled, written or held, for basic.recover to requeue by name: a
+// delivery assigned after this point is a new one and stays. Locks: none.
+func (ch *channel) recoverTags() []uint64 {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	ch.written, ch.order = nil, nil
+	var tags []uint64
+	for _, w := range ch.written {
+		tags = append(tags, w.logTag)
+	}
 	for _, w := range ch.windows {
+		for _, d := range w.held {
+			tags = append(tags, d.DeliveryTag)
+		}
 		w.inflight, w.held = 0, nil
 	}
+	ch.written, ch.order = nil, nil
+	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
+	return tags
 }
 
 // dropWindow removes consumer's window and returns the log tags of what it

@@ -227,3 +227,30 @@ func TestWindow_HeldMessagesDieOnTime(t *testing.T) {
 		t.Fatalf("after the ack: bodies %d and %d, want 11 and 14", rest[0].Body[0], rest[1].Body[0])
 	}
 }
+
+// basic.recover requeues, by name, what the client holds and what the node
+// holds for it; what the log assigns afterwards is delivered as usual.
+func TestWindow_RecoverTakesHeldToo(t *testing.T) {
+	ts, ch, ds := windowConsumer(t, 1)
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
+	for tag := uint64(1); tag <= 12; tag++ {
+		ts.srv.Deliver(&fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: tag, RoutingKey: "q"})
+	}
+	receive(t, ds, 10)
+	if err := ch.Recover(true); err != nil {
+		t.Fatal(err)
+	}
+	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)
+	if len(r) != 1 || len(r[0].Tags) != 12 || r[0].Tags[0] != 1 || r[0].Tags[11] != 12 {
+		t.Fatalf("requeue %v, want log tags 1..12", r)
+	}
+	ts.srv.Deliver(&fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: 13, RoutingKey: "q", Redelivered: true})
+	d := receive(t, ds, 1)[0]
+	if d.DeliveryTag != 11 || !d.Redelivered {
+		t.Fatalf("after recover: wire tag %d redelivered %v, want 11, true", d.DeliveryTag, d.Redelivered)
+	}
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "ack after recover", func() bool { return slices.Equal(lastSettleTags(ts), []uint64{13}) })
+}
