@@ -354,15 +354,20 @@ func (ch *channel) raise(e *wire.Error) {
 // to clean up, so its close costs no log entry.
 func (ch *channel) finish(reply bool) {
 	if ch.stateful {
-		ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
-		res, err := ch.c.srv.node().Submit(ctx, &proto.Command{Cmd: &proto.Command_ChannelClosed{
+		var cmds []*proto.Command
+		if held := ch.heldRequeue(); held != nil {
+			cmds = append(cmds, held)
+		}
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ChannelClosed{
 			ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
 		}})
+		ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
+		res, err := ch.c.srv.node().SubmitBatch(ctx, cmds)
 		cancel()
 		if err != nil {
 			ch.c.logger().Warn("cannot record channel close", "channel", ch.id, "err", err)
-		} else if res.GetCode() != 0 {
-			ch.c.logger().Warn("channel close refused", "channel", ch.id, "code", res.GetCode(), "text", res.GetText())
+		} else if r := res[len(res)-1]; r.GetCode() != 0 {
+			ch.c.logger().Warn("channel close refused", "channel", ch.id, "code", r.GetCode(), "text", r.GetText())
 		}
 	}
 	ch.c.removeChannel(ch)

@@ -62,7 +62,10 @@ type conn struct {
 	closeOnce  sync.Once
 	downOnce   sync.Once
 	recordOnce sync.Once // ConnectionClosed submitted
-	writerEnd  chan struct{}
+	// heldAtClose are the unseen requeues of what the stopped channels
+	// held, sent with ConnectionClosed (guarded by mu).
+	heldAtClose []*proto.Command
+	writerEnd   chan struct{}
 	// failed is closed when the server sends connection.close or the
 	// socket fails: a reader waiting for publishers to be unblocked stops.
 	failed     chan struct{}
@@ -191,6 +194,11 @@ func (c *conn) stopChannels() []*channel {
 	c.mu.Unlock()
 	for _, ch := range chans {
 		ch.stop()
+		if held := ch.heldRequeue(); held != nil {
+			c.mu.Lock()
+			c.heldAtClose = append(c.heldAtClose, held)
+			c.mu.Unlock()
+		}
 	}
 	return chans
 }
@@ -227,13 +235,19 @@ func (c *conn) lingerClose() {
 func (c *conn) submitConnectionClosed() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := c.srv.node().Submit(ctx, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
+	// What the channels held for their consumers goes back unseen first.
+	c.mu.Lock()
+	cmds := c.heldAtClose
+	c.heldAtClose = nil
+	c.mu.Unlock()
+	cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
 		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
 	}})
+	res, err := c.srv.node().SubmitBatch(ctx, cmds)
 	if err != nil {
 		c.logger().Warn("cannot record connection close", "err", err)
-	} else if res.GetCode() != 0 {
-		c.logger().Warn("connection close refused", "code", res.GetCode(), "text", res.GetText())
+	} else if r := res[len(res)-1]; r.GetCode() != 0 {
+		c.logger().Warn("connection close refused", "code", r.GetCode(), "text", r.GetText())
 	}
 }
 

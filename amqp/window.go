@@ -326,6 +326,29 @@ func (ch *channel) recoverTags() []uint64 {
 	return tags
 }
 
+// heldRequeue takes every delivery the channel's windows hold and returns
+// the unseen requeue that gives them back (nil when none): a closing
+// channel sends it before its ChannelClosed, which would requeue them
+// flagged redelivered. Locks: none.
+func (ch *channel) heldRequeue() *proto.Command {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	var tags []uint64
+	for _, w := range ch.windows {
+		for _, d := range w.held {
+			tags = append(tags, d.DeliveryTag)
+		}
+		w.held = nil
+	}
+	if len(tags) == 0 {
+		return nil
+	}
+	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
+	cmd := settleTags(ch.ref(), tags, true)
+	cmd.GetRequeue().Unseen = true
+	return cmd
+}
+
 // dropWindow removes consumer's window and returns the log tags of what it
 // held, for an unseen requeue. Locks: ch.mu held.
 func (ch *channel) dropWindow(consumer string) []uint64 {

@@ -254,3 +254,50 @@ func TestWindow_RecoverTakesHeldToo(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "ack after recover", func() bool { return slices.Equal(lastSettleTags(ts), []uint64{13}) })
 }
+
+// Closing the channel, or the connection, gives back what the node held
+// unseen, before the close requeues the rest flagged redelivered.
+func TestWindow_CloseGivesHeldBackUnseen(t *testing.T) {
+	for _, what := range []string{"channel", "connection"} {
+		t.Run(what, func(t *testing.T) {
+			ts := startServer(t, Config{ConsumerLookahead: 1})
+			conn, ch := openChannel(t, ts)
+			if err := ch.Qos(10, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := ch.Consume("q", "c", false, false, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
+			for tag := uint64(1); tag <= 12; tag++ {
+				ts.srv.Deliver(&fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: tag, RoutingKey: "q"})
+			}
+			receive(t, ds, 10)
+			if what == "channel" {
+				err = ch.Close()
+			} else {
+				err = conn.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last []*proto.Command
+			eventually(t, 5*time.Second, "the close", func() bool {
+				ts.broker.mu.Lock()
+				defer ts.broker.mu.Unlock()
+				if n := len(ts.broker.batches); n > 0 {
+					last = ts.broker.batches[n-1]
+				}
+				return len(last) == 2
+			})
+			r := last[0].GetRequeue()
+			if r == nil || !r.Unseen || !slices.Equal(r.Tags, []uint64{11, 12}) {
+				t.Fatalf("first of the close's entry: %v, want an unseen requeue of 11 and 12", last[0])
+			}
+			if (what == "channel") != (last[1].GetChannelClosed() != nil) || (what == "connection") != (last[1].GetConnectionClosed() != nil) {
+				t.Fatalf("second of the close's entry: %v", last[1])
+			}
+		})
+	}
+}
