@@ -18,8 +18,10 @@ type item struct {
 	props *wire.Properties
 	body  []byte
 	// cmd is the log command of an acknowledgement, translated to the
-	// log's tags by the reader (window.go).
-	cmd *proto.Command
+	// log's tags by the reader (window.go); in a transaction, pending is
+	// what it takes from the client's deliveries at commit.
+	cmd     *proto.Command
+	pending []written
 }
 
 // maxBatch bounds how many queued publishes or acknowledgements one
@@ -185,11 +187,11 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		case *wire.TxSelect:
 			ch.txAsked.Store(true)
 		case *wire.BasicAck, *wire.BasicNack, *wire.BasicReject:
-			cmd, e := ch.translateAck(m, ch.txAsked.Load(), time.Now().UnixMilli())
+			cmd, pending, e := ch.translateAck(m, ch.txAsked.Load(), time.Now().UnixMilli())
 			if e != nil {
 				return e
 			}
-			ch.push(item{m: m, cmd: cmd})
+			ch.push(item{m: m, cmd: cmd, pending: pending})
 			return nil
 		}
 		ch.push(item{m: m})
@@ -415,8 +417,13 @@ const overdueGrace = 250 * time.Millisecond
 // would hand the client a message that is already dead. A no-ack delivery
 // is settled already, so it is written whatever its age.
 func overdueAt(d *fsm.Delivery, nowMs int64) bool {
-	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline &&
-		nowMs > d.Deadline+overdueGrace.Milliseconds()
+	return hasDeadline(d) && nowMs > d.Deadline+overdueGrace.Milliseconds()
+}
+
+// hasDeadline reports whether d's message can still die: it has a deadline
+// and the delivery is not settled already (no-ack).
+func hasDeadline(d *fsm.Delivery) bool {
+	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline
 }
 
 // requeueOverdue hands withheld deliveries back to the log, unseen:

@@ -45,10 +45,10 @@ func consumerCredit(prefetch uint32, noAck bool, factor int) uint32 {
 	return prefetch + uint32(extra)
 }
 
-// written is a delivery the client holds: its log tag and consumer.
+// written is a delivery the client holds: its tags and consumer.
 type written struct {
-	logTag   uint64
-	consumer string
+	wire, logTag uint64
+	consumer     string
 }
 
 // window is the client-side limit of a consumer with look-ahead.
@@ -65,7 +65,7 @@ func (ch *channel) recordWritten(logTag uint64, consumer string, noAck bool) uin
 		if ch.written == nil {
 			ch.written = map[uint64]written{}
 		}
-		ch.written[ch.wireTag] = written{logTag: logTag, consumer: consumer}
+		ch.written[ch.wireTag] = written{wire: ch.wireTag, logTag: logTag, consumer: consumer}
 		ch.order = append(ch.order, ch.wireTag)
 		if w := ch.windows[consumer]; w != nil {
 			w.inflight++
@@ -87,7 +87,7 @@ func (ch *channel) offer(d *fsm.Delivery) {
 // expiredAt reports whether a held delivery's message is past its deadline:
 // the client never saw it, so it is still the queue's and dies on time.
 func expiredAt(d *fsm.Delivery, nowMs int64) bool {
-	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline && d.Deadline <= nowMs
+	return hasDeadline(d) && d.Deadline <= nowMs
 }
 
 // refill writes held deliveries of w while its client has room; the ones
@@ -139,7 +139,7 @@ func (ch *channel) expireHeld() {
 				continue
 			}
 			keep = append(keep, d)
-			if d.Deadline != 0 && d.Deadline != ttl.NoDeadline && (next == 0 || d.Deadline < next) {
+			if hasDeadline(d) && (next == 0 || d.Deadline < next) {
 				next = d.Deadline
 			}
 		}
@@ -226,7 +226,7 @@ func (ch *channel) released(ws []written, now int64) {
 // the log command naming the log's tags; outside a transaction the client's
 // credit comes back at once. It runs in the connection's reader, so it sees
 // acknowledgements in the order the client sent them.
-func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Command, *wire.Error) {
+func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Command, []written, *wire.Error) {
 	var tag uint64
 	var multiple bool
 	switch m := m.(type) {
@@ -241,9 +241,12 @@ func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Comma
 	defer ch.mu.Unlock()
 	ws, e := ch.acked(m, tag, multiple, !tx)
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
-	if !tx {
+	var pending []written
+	if tx {
+		pending = ws // taken at commit
+	} else {
 		ch.released(ws, now)
 	}
 	tags := make([]uint64, len(ws))
@@ -253,14 +256,12 @@ func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Comma
 	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
 	ref := ch.ref()
 	switch m := m.(type) {
-	case *wire.BasicAck:
-		return &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, Tags: tags}}}, nil
 	case *wire.BasicNack:
-		return settleTags(ref, tags, m.Requeue), nil
+		return settleTags(ref, tags, m.Requeue), pending, nil
 	case *wire.BasicReject:
-		return settleTags(ref, tags, m.Requeue), nil
+		return settleTags(ref, tags, m.Requeue), pending, nil
 	}
-	return nil, nil
+	return &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, Tags: tags}}}, pending, nil
 }
 
 func settleTags(ref *proto.ChannelRef, tags []uint64, requeue bool) *proto.Command {
@@ -277,32 +278,15 @@ func (ch *channel) committedAcks(items []item, now int64) {
 	defer ch.mu.Unlock()
 	var ws []written
 	for _, it := range items {
-		if it.cmd == nil {
-			continue
-		}
-		for _, t := range logTags(it.cmd) {
-			for wt, w := range ch.written {
-				if w.logTag == t {
-					delete(ch.written, wt)
-					ws = append(ws, w)
-					break
-				}
+		for _, w := range it.pending {
+			// Gone already when the transaction acked it twice.
+			if _, ok := ch.written[w.wire]; ok {
+				delete(ch.written, w.wire)
+				ws = append(ws, w)
 			}
 		}
 	}
 	ch.released(ws, now)
-}
-
-func logTags(c *proto.Command) []uint64 {
-	switch {
-	case c.GetSettle() != nil:
-		return c.GetSettle().GetTags()
-	case c.GetRequeue() != nil:
-		return c.GetRequeue().GetTags()
-	case c.GetDiscard() != nil:
-		return c.GetDiscard().GetTags()
-	}
-	return nil
 }
 
 // recoverTags takes everything the channel was assigned and has not
@@ -316,10 +300,8 @@ func (ch *channel) recoverTags() []uint64 {
 		tags = append(tags, w.logTag)
 	}
 	for _, w := range ch.windows {
-		for _, d := range w.held {
-			tags = append(tags, d.DeliveryTag)
-		}
-		w.inflight, w.held = 0, nil
+		tags = w.takeHeld(tags)
+		w.inflight = 0
 	}
 	ch.written, ch.order = nil, nil
 	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
@@ -335,10 +317,7 @@ func (ch *channel) heldRequeue() *proto.Command {
 	defer ch.mu.Unlock()
 	var tags []uint64
 	for _, w := range ch.windows {
-		for _, d := range w.held {
-			tags = append(tags, d.DeliveryTag)
-		}
-		w.held = nil
+		tags = w.takeHeld(tags)
 	}
 	if len(tags) == 0 {
 		return nil
@@ -357,9 +336,14 @@ func (ch *channel) dropWindow(consumer string) []uint64 {
 		return nil
 	}
 	delete(ch.windows, consumer)
-	tags := make([]uint64, len(w.held))
-	for i, d := range w.held {
-		tags[i] = d.DeliveryTag
+	return w.takeHeld(nil)
+}
+
+// takeHeld empties w's held deliveries, appending their log tags to tags.
+func (w *window) takeHeld(tags []uint64) []uint64 {
+	for _, d := range w.held {
+		tags = append(tags, d.DeliveryTag)
 	}
+	w.held = nil
 	return tags
 }

@@ -36,10 +36,10 @@ func TestConsumerCredit(t *testing.T) {
 
 // windowConsumer starts a server with look-ahead factor and a consumer
 // "c" of queue "q" with prefetch 10.
-func windowConsumer(t *testing.T, factor int) (*testServer, *amqp091.Channel, <-chan amqp091.Delivery) {
+func windowConsumer(t *testing.T, factor int) (*testServer, *amqp091.Connection, *amqp091.Channel, <-chan amqp091.Delivery) {
 	t.Helper()
 	ts := startServer(t, Config{ConsumerLookahead: factor})
-	_, ch := openChannel(t, ts)
+	conn, ch := openChannel(t, ts)
 	if err := ch.Qos(10, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func windowConsumer(t *testing.T, factor int) (*testServer, *amqp091.Channel, <-
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ts, ch, ds
+	return ts, conn, ch, ds
 }
 
 // receive reads n deliveries.
@@ -89,7 +89,7 @@ func lastSettleTags(ts *testServer) []uint64 {
 // log; its node writes prefetch of them and one more per ack, before the
 // ack reaches the log.
 func TestWindow_HoldsBeyondPrefetchAndRefillsOnAck(t *testing.T) {
-	ts, ch, ds := windowConsumer(t, 2)
+	ts, _, ch, ds := windowConsumer(t, 2)
 	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)
 	if len(cons) != 1 || cons[0].Prefetch != 10 || cons[0].Credit != 30 {
 		t.Fatalf("consume %v, want prefetch 10 credit 30", cons)
@@ -197,7 +197,7 @@ func TestWindow_MultipleAckCoversOnlyWhatWasWritten(t *testing.T) {
 // log unseen (which kills it), though its consumer acks nothing, and one
 // past its deadline is never written.
 func TestWindow_HeldMessagesDieOnTime(t *testing.T) {
-	ts, _, ds := windowConsumer(t, 1)
+	ts, _, _, ds := windowConsumer(t, 1)
 	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
 	deadline := time.Now().Add(150 * time.Millisecond).UnixMilli()
 	for tag := uint64(1); tag <= 14; tag++ {
@@ -231,7 +231,7 @@ func TestWindow_HeldMessagesDieOnTime(t *testing.T) {
 // basic.recover requeues, by name, what the client holds and what the node
 // holds for it; what the log assigns afterwards is delivered as usual.
 func TestWindow_RecoverTakesHeldToo(t *testing.T) {
-	ts, ch, ds := windowConsumer(t, 1)
+	ts, _, ch, ds := windowConsumer(t, 1)
 	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
 	for tag := uint64(1); tag <= 12; tag++ {
 		ts.srv.Deliver(&fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: tag, RoutingKey: "q"})
@@ -260,20 +260,13 @@ func TestWindow_RecoverTakesHeldToo(t *testing.T) {
 func TestWindow_CloseGivesHeldBackUnseen(t *testing.T) {
 	for _, what := range []string{"channel", "connection"} {
 		t.Run(what, func(t *testing.T) {
-			ts := startServer(t, Config{ConsumerLookahead: 1})
-			conn, ch := openChannel(t, ts)
-			if err := ch.Qos(10, 0, false); err != nil {
-				t.Fatal(err)
-			}
-			ds, err := ch.Consume("q", "c", false, false, false, false, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ts, conn, ch, ds := windowConsumer(t, 1)
 			cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
 			for tag := uint64(1); tag <= 12; tag++ {
 				ts.srv.Deliver(&fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: tag, RoutingKey: "q"})
 			}
 			receive(t, ds, 10)
+			var err error
 			if what == "channel" {
 				err = ch.Close()
 			} else {

@@ -58,8 +58,6 @@ func (e *enc) flushBytes() {
 	}
 }
 
-func (e *enc) finish() { e.flushBytes() }
-
 func (e *enc) u(v uint64)  { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) i(v int64)   { e.b = binary.AppendVarint(e.b, v) }
 func (e *enc) s(v string)  { e.u(uint64(len(v))); e.b = append(e.b, v...) }
@@ -194,7 +192,7 @@ func (s *state) encodeTo(e *enc) {
 			e.message(p.m)
 		}
 	}
-	e.finish()
+	e.flushBytes()
 }
 
 func encMessage(e *enc, m *queue.Message) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -69,13 +68,17 @@ func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) 
 	// Deaths are read from the start, concurrently with publishing: a
 	// delivery read only after the publishers finish would count the
 	// tool's own wait as lateness.
+	// The receiver stops once it has every message published (wantc
+	// tells it how many, when publishing is over) or when told to.
 	lateness := newLatencies(1 << 20)
-	var got atomic.Int64
+	var got int64 // the receiver's until recvDone
+	wantc := make(chan int64, 1)
 	recvDone := make(chan error, 1)
 	recvCtx, stopRecv := context.WithCancel(ctx)
 	defer stopRecv()
 	go func() {
-		for {
+		want := int64(-1)
+		for want < 0 || got < want {
 			select {
 			case d, ok := <-deaths:
 				if !ok {
@@ -88,13 +91,15 @@ func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) 
 				}
 				if sent, ok := bodyTime(d.Body); ok {
 					lateness.add(now.Sub(sent.Add(o.TTL)))
-					got.Add(1)
+					got++
 				}
+			case want = <-wantc:
 			case <-recvCtx.Done():
 				recvDone <- nil
 				return
 			}
 		}
+		recvDone <- nil
 	}()
 
 	ttlMs := strconv.FormatInt(o.TTL.Milliseconds(), 10)
@@ -119,35 +124,29 @@ func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) 
 	pubEnd := time.Now()
 	fmt.Fprintf(out, "published %d messages with a %v TTL in %.2fs; waiting for their deaths\n", c.published.Load(), o.TTL, pubEnd.Sub(start).Seconds())
 
+	wantc <- c.published.Load()
 	timeout := time.NewTimer(o.TTL + 30*time.Second)
 	defer timeout.Stop()
-	poll := time.NewTicker(10 * time.Millisecond)
-	defer poll.Stop()
-	for got.Load() < c.published.Load() {
-		select {
-		case <-poll.C:
-		case err := <-recvDone:
-			if err == nil {
-				err = ctx.Err()
-			}
-			return nil, err
-		case <-timeout.C:
-			fmt.Fprintf(out, "only %d of %d dead-lettered within TTL+30s\n", got.Load(), c.published.Load())
-			goto done
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	var recvErr error
+	select {
+	case recvErr = <-recvDone:
+	case <-timeout.C:
+		stopRecv()
+		recvErr = <-recvDone
+		fmt.Fprintf(out, "only %d of %d dead-lettered within TTL+30s\n", got, c.published.Load())
+	case <-ctx.Done():
+		stopRecv()
+		<-recvDone
+		return nil, ctx.Err()
 	}
-done:
-	stopRecv()
-	if err := <-recvDone; err != nil {
-		return nil, err
+	if recvErr != nil {
+		return nil, recvErr
 	}
 	secs := pubEnd.Sub(start).Seconds()
 	l := lateness.summary()
 	return &report{
 		Mode: o.Mode, Seconds: secs, Published: c.published.Load(), Confirmed: c.confirmed.Load(), Nacked: c.nacked.Load(),
 		PublishRate: float64(c.published.Load()) / secs, ConfirmRate: float64(c.confirmed.Load()) / secs,
-		ConfirmLatency: confirmLat.summary(), DeathLateness: &l, DeadLettered: got.Load(), DeadLetteredLost: c.published.Load() - got.Load(),
+		ConfirmLatency: confirmLat.summary(), DeathLateness: &l, DeadLettered: got, DeadLetteredLost: c.published.Load() - got,
 	}, nil
 }
