@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -51,35 +53,41 @@ func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags
 }
 
 func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
-	want := append([]uint64(nil), tags...)
-	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
-	var idx []int
+	want := slices.Clone(tags)
+	slices.Sort(want)
+	want = slices.Compact(want)
+	idx := make([]int, len(want))
 	for k, t := range want {
-		if k > 0 && want[k-1] == t {
-			continue
-		}
-		i := -1
+		found := false
 		if ok {
-			i = sort.Search(len(ch.unacked), func(i int) bool { return ch.unacked[i].tag >= t })
+			idx[k], found = slices.BinarySearchFunc(ch.unacked, t, func(p *pending, t uint64) int { return cmp.Compare(p.tag, t) })
 		}
-		if i < 0 || i == len(ch.unacked) || ch.unacked[i].tag != t {
+		if !found {
 			return nil, nil, refused(406, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(t, 10))
 		}
-		idx = append(idx, i)
 	}
-	out := make([]*pending, 0, len(idx))
-	keep := ch.unacked[:0]
-	next := 0
-	for i, p := range ch.unacked {
+	out := make([]*pending, len(idx))
+	for k, i := range idx {
+		out[k] = ch.unacked[i]
+	}
+	if idx[len(idx)-1] == len(idx)-1 {
+		// The oldest deliveries, as a consumer acking in order settles
+		// them: drop the front instead of moving the rest.
+		clear(ch.unacked[:len(idx)])
+		ch.unacked = ch.unacked[len(idx):]
+		return out, ch, nil
+	}
+	w, next := idx[0], 0
+	for i := idx[0]; i < len(ch.unacked); i++ {
 		if next < len(idx) && idx[next] == i {
-			out = append(out, p)
 			next++
 			continue
 		}
-		keep = append(keep, p)
+		ch.unacked[w] = ch.unacked[i]
+		w++
 	}
-	clear(ch.unacked[len(keep):])
-	ch.unacked = keep
+	clear(ch.unacked[w:])
+	ch.unacked = ch.unacked[:w]
 	return out, ch, nil
 }
 

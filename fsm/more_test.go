@@ -264,3 +264,45 @@ func TestMachine_SettleExplicitTags(t *testing.T) {
 	}
 	roundTrip(t, m)
 }
+
+// Explicit tags taken from the front, from the middle and from both keep
+// the rest of the channel's deliveries, in order.
+func TestMachine_SettleExplicitTagsKeepsTheRest(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", nil))
+	for i := 0; i < 8; i++ {
+		fsmtest.One(t, m, 3, publish("", "q", string(rune('a'+i)), nil))
+	}
+	fsmtest.One(t, m, 4, consume("q", "c1", ch1, 0))
+	ackTags := func(idx uint64, tags ...uint64) *proto.Result {
+		c := settle(ch1, 0, false)
+		c.GetSettle().Tags = tags
+		r, _ := fsmtest.One(t, m, 5, c)
+		return r
+	}
+	for _, step := range []struct {
+		tags []uint64
+		code uint32
+	}{
+		{[]uint64{2, 1}, 0},    // the front
+		{[]uint64{1}, 406},     // gone
+		{[]uint64{5}, 0},       // the middle
+		{[]uint64{3, 4, 7}, 0}, // the new front and a later one
+		{[]uint64{5, 6}, 406},  // 5 is gone: nothing taken
+	} {
+		if r := ackTags(0, step.tags...); r.GetCode() != step.code {
+			t.Fatalf("ack %v: got %v, want code %d", step.tags, r, step.code)
+		}
+	}
+	// 6 and 8 remain: a multiple ack of 8 takes exactly those two.
+	if st := m.Stats(); st.Unacked != 2 || st.Acked != 6 {
+		t.Fatalf("before the multiple ack: %+v", st)
+	}
+	if r, _ := fsmtest.One(t, m, 6, settle(ch1, 8, true)); r.GetCode() != 0 {
+		t.Fatalf("multiple ack of 8: %v", r)
+	}
+	if st := m.Stats(); st.Unacked != 0 || st.Acked != 8 {
+		t.Fatalf("after: %+v", st)
+	}
+	roundTrip(t, m)
+}
