@@ -18,7 +18,7 @@ import (
 // one message with that (longer) TTL is published first and sits at the
 // head of the queue.
 func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) {
-	conn, err := amqp.Dial(o.URIs[0])
+	conn, err := dial(o.URIs[0])
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -51,7 +51,7 @@ func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) 
 	}
 
 	// The dead-letter consumer, on the last URL given.
-	cconn, err := amqp.Dial(o.URIs[len(o.URIs)-1])
+	cconn, err := dial(o.URIs[len(o.URIs)-1])
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type options struct {
 	TTL        time.Duration
 	HeadTTL    time.Duration
 	Interval   time.Duration
+	CPUProfile string
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -76,6 +78,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.TTL, "ttl", 2*time.Second, "expiry mode: the messages' TTL")
 	fs.DurationVar(&o.HeadTTL, "head-ttl", 0, "expiry mode: first publish one message with this TTL, so the others sit behind it")
 	fs.DurationVar(&o.Interval, "interval", time.Second, "how often a progress line is printed")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the tool's own CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -148,6 +151,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "raftmq-perf: %v\n", err)
 		return 2
 	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "raftmq-perf: -cpuprofile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	rep, err := execute(ctx, o, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "raftmq-perf: %v\n", err)
@@ -163,7 +178,7 @@ func execute(ctx context.Context, o *options, out io.Writer) (*report, error) {
 	if o.Mode == "expiry" {
 		return runExpiry(ctx, o, out)
 	}
-	setup, err := amqp.Dial(o.URIs[0])
+	setup, err := dial(o.URIs[0])
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -289,7 +304,7 @@ func bodyTime(body []byte) (time.Time, bool) {
 }
 
 func produce(ctx context.Context, uri string, o *options, c *counters, confirmLat *latencies) error {
-	conn, err := amqp.Dial(uri)
+	conn, err := dial(uri)
 	if err != nil {
 		return err
 	}
@@ -396,7 +411,7 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 }
 
 func consume(ctx context.Context, uri string, o *options, c *counters, e2eLat *latencies, ready chan<- struct{}) error {
-	conn, err := amqp.Dial(uri)
+	conn, err := dial(uri)
 	if err != nil {
 		return err
 	}
