@@ -113,3 +113,25 @@ type memSink struct{ *bytes.Buffer }
 func (memSink) ID() string    { return "mem" }
 func (memSink) Cancel() error { return nil }
 func (memSink) Close() error  { return nil }
+
+// An entry this node proposed is applied from the Envelope it built, once:
+// the proposal is forgotten, and the same bytes seen again are decoded.
+func TestFSMAdapter_AppliesOwnProposalOnce(t *testing.T) {
+	a, n := testAdapter()
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	l := entry(t, 3, &proto.Envelope{Version: 1, StampMs: 100, Commands: []*proto.Command{tick}})
+	// Registered with another stamp, so the test sees which one applied.
+	n.proposals.put(l.Data, &proto.Envelope{Version: 1, StampMs: 200, Commands: []*proto.Command{tick}})
+	a.ApplyBatch([]*raft.Log{l})
+	if n.machine.Clock() != 200 {
+		t.Fatalf("clock %d: the proposal was not applied", n.machine.Clock())
+	}
+	if n.proposals.len() != 0 {
+		t.Fatal("an applied proposal is still held")
+	}
+	n.proposals.put(l.Data, &proto.Envelope{Version: 1, StampMs: 300})
+	n.proposals.drop(l.Data)
+	if n.proposals.len() != 0 || n.proposals.take(l.Data) != nil {
+		t.Fatal("a dropped proposal is still held")
+	}
+}

@@ -50,7 +50,9 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 	envs := make([]*proto.Envelope, len(logs))
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
-			envs[i] = decodeEntry(l)
+			if envs[i] = a.n.proposals.take(l.Data); envs[i] == nil {
+				envs[i] = decodeEntry(l)
+			}
 		}
 	}
 	n := a.n

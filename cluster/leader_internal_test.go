@@ -229,3 +229,26 @@ func TestNode_SingleNodeRestartResumes(t *testing.T) {
 		t.Fatalf("log clock went back from %d to %d across the restart", clock, clock2)
 	}
 }
+
+// Every proposal is forgotten once its entry is applied: a node that leads
+// for long holds none of them.
+func TestNode_ProposalsAreForgotten(t *testing.T) {
+	n := startSingle(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 50; j++ {
+				if _, err := n.Submit(context.Background(), &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if k := n.proposals.len(); k != 0 {
+		t.Fatalf("%d proposals held after every submission returned", k)
+	}
+}

@@ -221,6 +221,7 @@ type Node struct {
 	applyQ    chan *pending
 	completeQ chan inflightEntry
 	sem       chan struct{}
+	proposals proposals
 
 	notifyCh chan bool
 	ready    chan struct{} // closed once a restarted node's past is cleared

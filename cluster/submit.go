@@ -51,6 +51,7 @@ func (p *pending) finish(res []*proto.Result, index uint64, err error) {
 type inflightEntry struct {
 	f     raft.ApplyFuture
 	batch []*pending
+	data  []byte // the entry as proposed
 }
 
 // Submit proposes one command and returns its result once the command has
@@ -269,8 +270,9 @@ func (n *Node) proposeBatch(batch []*pending, count int) {
 		}
 		return
 	}
+	n.proposals.put(data, env)
 	f := n.raft.Apply(data, 0)
-	n.completeQ <- inflightEntry{f: f, batch: batch}
+	n.completeQ <- inflightEntry{f: f, batch: batch, data: data}
 }
 
 // runCompleter waits for each proposed entry in log order and hands every
@@ -281,6 +283,8 @@ func (n *Node) runCompleter() {
 		err := n.await(context.Background(), it.f)
 		<-n.sem
 		if err != nil {
+			// Not applied here, or not yet: it is decoded if it ever is.
+			n.proposals.drop(it.data)
 			err = mapRaftError(err)
 			for _, p := range it.batch {
 				p.finish(nil, 0, err)
