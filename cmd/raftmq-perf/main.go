@@ -119,6 +119,34 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 // counters are the run's totals, updated by every client.
 type counters struct {
 	published, confirmed, nacked, consumed, returned atomic.Int64
+	gaps                                             confirmGaps
+}
+
+// confirmGaps tracks the longest time without any confirm, from the first
+// publish to the last confirm: how long publishing stalled, as when the
+// leader is killed mid-run.
+type confirmGaps struct {
+	mu      sync.Mutex
+	last    time.Time
+	longest time.Duration
+}
+
+// mark records a confirm (or the start of publishing) at t.
+func (g *confirmGaps) mark(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.last.IsZero() {
+		g.longest = max(g.longest, t.Sub(g.last))
+	}
+	if t.After(g.last) {
+		g.last = t
+	}
+}
+
+func (g *confirmGaps) max() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.longest
 }
 
 // report is the final JSON line.
@@ -140,6 +168,9 @@ type report struct {
 	DeathLateness    *summary `json:"death_lateness,omitempty"`
 	DeadLettered     int64    `json:"dead_lettered,omitempty"`
 	DeadLetteredLost int64    `json:"dead_lettered_missing,omitempty"`
+	// MaxConfirmGapMs is the longest time without a confirm while
+	// publishing.
+	MaxConfirmGapMs float64 `json:"max_confirm_gap_ms,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -215,6 +246,7 @@ func execute(ctx context.Context, o *options, out io.Writer) (*report, error) {
 		}
 	}
 	start := time.Now()
+	c.gaps.mark(start)
 	pubCtx, stopPublishing := context.WithTimeout(runCtx, o.Duration)
 	defer stopPublishing()
 	for i := 0; i < o.Producers; i++ {
@@ -281,6 +313,7 @@ done:
 		PublishRate:   float64(c.published.Load()) / secs, ConfirmRate: float64(c.confirmed.Load()) / secs,
 		ConsumeRate:    float64(c.consumed.Load()) / secs,
 		ConfirmLatency: confirmLat.summary(), EndToEndLatency: e2eLat.summary(),
+		MaxConfirmGapMs: ms(c.gaps.max()),
 	}, nil
 }
 
@@ -331,8 +364,10 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 		go func() {
 			defer close(confDone)
 			for cf := range confirms {
+				now := time.Now()
+				c.gaps.mark(now)
 				if t, ok := sent.LoadAndDelete(cf.DeliveryTag); ok {
-					confirmLat.add(time.Since(t.(time.Time)))
+					confirmLat.add(now.Sub(t.(time.Time)))
 				}
 				if cf.Ack {
 					c.confirmed.Add(1)
@@ -459,6 +494,9 @@ func printReport(w io.Writer, r *report) {
 		r.EndToEndLatency.P50, r.EndToEndLatency.P95, r.EndToEndLatency.P99, r.EndToEndLatency.Max)
 	if r.Mode == "throughput" && r.Seconds > 0 {
 		fmt.Fprintf(tw, "consumed in run\t%d\t%.0f\t\t\t\t\n", r.ConsumedInRun, float64(r.ConsumedInRun)/r.Seconds)
+	}
+	if r.MaxConfirmGapMs > 0 {
+		fmt.Fprintf(tw, "longest wait for a confirm\t\t\t\t\t\t%.2f\n", r.MaxConfirmGapMs)
 	}
 	if r.DeathLateness != nil {
 		l := r.DeathLateness

@@ -58,10 +58,12 @@ func summarize(ds []time.Duration) summary {
 		return summary{}
 	}
 	slices.Sort(ds)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	rank := func(p float64) time.Duration {
 		i := int(math.Ceil(p*float64(len(ds)))) - 1
 		return ds[max(0, min(i, len(ds)-1))]
 	}
 	return summary{Count: len(ds), P50: ms(rank(0.50)), P95: ms(rank(0.95)), P99: ms(rank(0.99)), Max: ms(ds[len(ds)-1])}
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

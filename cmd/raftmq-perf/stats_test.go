@@ -32,3 +32,14 @@ func TestLatencies_BoundedButCounted(t *testing.T) {
 		t.Fatalf("count %d kept %d p99 %v", s.Count, len(l.samples), s.P99)
 	}
 }
+
+func TestConfirmGaps_Longest(t *testing.T) {
+	var g confirmGaps
+	t0 := time.Unix(100, 0)
+	for _, d := range []time.Duration{0, 10 * time.Millisecond, 2 * time.Second, 2100 * time.Millisecond, time.Second /* late report of an earlier confirm */} {
+		g.mark(t0.Add(d))
+	}
+	if got := g.max(); got != 1990*time.Millisecond {
+		t.Fatalf("longest gap %v, want 1.99s", got)
+	}
+}

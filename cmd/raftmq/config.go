@@ -33,6 +33,7 @@ type config struct {
 	LogLevel        string
 	Pprof           bool
 	NodeDownAfter   time.Duration
+	RaftTimeout     time.Duration
 	Cluster         clusterSecurity
 
 	// TLS is the AMQPS listener and its certificates.
@@ -62,6 +63,13 @@ type limitsConfig struct {
 	VMMemoryHighWatermark int64 // bytes of Go heap; 0: 40% of the system's memory
 }
 
+// defaultRaftTimeout is raft's heartbeat and election timeout. Followers
+// start an election between one and two of it after the leader falls
+// silent, so confirmed publishing resumes about a second after the leader
+// dies; heartbeats go out every tenth of it from their own goroutine, so
+// a leader busy with its disk still holds its followers.
+const defaultRaftTimeout = 500 * time.Millisecond
+
 // parseConfig reads flags from args and falls back to the environment (env
 // is os.Getenv in production; tests pass a map lookup).
 func parseConfig(args []string, env func(string) string, stderr io.Writer) (*config, error) {
@@ -87,6 +95,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 5*time.Second, "how long a dead member stays dead before its consumers are cancelled")
+	fs.DurationVar(&c.RaftTimeout, "raft-timeout", defaultRaftTimeout, "how long followers go without hearing from the leader before they elect another (raft's heartbeat and election timeouts; the leader's lease is half of it)")
 	c.Cluster.flags(fs)
 
 	// AMQPS (TLS for clients).
@@ -138,6 +147,9 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	}
 	if c.BootstrapExpect < 1 {
 		return nil, fmt.Errorf("--bootstrap-expect must be at least 1, got %d", c.BootstrapExpect)
+	}
+	if c.RaftTimeout < 50*time.Millisecond {
+		return nil, fmt.Errorf("--raft-timeout must be at least 50ms, got %v", c.RaftTimeout)
 	}
 	if c.Lookahead < 0 {
 		return nil, fmt.Errorf("--consumer-lookahead must not be negative, got %d", c.Lookahead)

@@ -4,6 +4,7 @@ import (
 	"io"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -17,7 +18,7 @@ func TestConfig_DefaultsRunASingleNode(t *testing.T) {
 	}
 	if c.DataDir != "raftmq-data" || c.AMQPAddr != ":5672" || c.GRPCAddr != ":5680" ||
 		c.RaftAddr != ":5681" || c.GossipAddr != ":7946" || c.HTTPAddr != ":15692" ||
-		c.BootstrapExpect != 1 || len(c.Join) != 0 || c.NodeID == "" {
+		c.BootstrapExpect != 1 || len(c.Join) != 0 || c.NodeID == "" || c.RaftTimeout != 500*time.Millisecond {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -62,6 +63,7 @@ func TestConfig_BadValuesAreRefused(t *testing.T) {
 		{args: []string{"--max-connection-buffer", "1024"}},
 		{args: []string{"--write-timeout", "0s"}},
 		{env: map[string]string{"RAFTMQ_VM_MEMORY_HIGH_WATERMARK": "-5"}},
+		{args: []string{"--raft-timeout", "10ms"}},
 	} {
 		if _, err := parseConfig(tc.args, envMap(tc.env), io.Discard); err == nil {
 			t.Errorf("args %v env %v: accepted", tc.args, tc.env)
