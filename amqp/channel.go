@@ -59,6 +59,8 @@ type channel struct {
 	// node held them); overdueKick wakes the worker to requeue them.
 	overdue     []uint64
 	overdueKick chan struct{}
+	// acks sends the channel's acknowledgements to the log (acks.go).
+	acks *ackSender
 	// Tags on the wire and consumer windows (window.go).
 	wireTag uint64
 	written map[uint64]written
@@ -82,7 +84,7 @@ type channel struct {
 }
 
 func newChannel(c *conn, id uint16) *channel {
-	return &channel{
+	ch := &channel{
 		c:           c,
 		id:          id,
 		in:          make(chan item, maxBatch),
@@ -93,6 +95,8 @@ func newChannel(c *conn, id uint16) *channel {
 		windows:     map[string]*window{},
 		overdueKick: make(chan struct{}, 1),
 	}
+	ch.acks = newAckSender(ch)
+	return ch
 }
 
 func (ch *channel) ref() *proto.ChannelRef {
@@ -245,6 +249,8 @@ func (ch *channel) complete() {
 // run is the channel's worker.
 func (ch *channel) run() {
 	defer close(ch.done)
+	// The acks handed to the log go before the channel ends (acks.go).
+	defer ch.acks.end()
 	batch := make([]item, 0, maxBatch)
 	for {
 		var it item
@@ -252,6 +258,9 @@ func (ch *channel) run() {
 		case it = <-ch.in:
 		case <-ch.overdueKick:
 			ch.requeueOverdue()
+			if e := ch.acks.failure(); e != nil {
+				ch.raise(e)
+			}
 			continue
 		case <-ch.quit:
 			return
@@ -305,6 +314,11 @@ func (ch *channel) process(batch []item) bool {
 			i = j
 			continue
 		}
+		// Whatever else the client sent follows its acks in the log.
+		if e := ch.acks.flush(); e != nil {
+			ch.raise(e)
+			continue // the item is handled as the channel closes
+		}
 		if ch.handle(it) {
 			return true
 		}
@@ -355,6 +369,7 @@ func (ch *channel) raise(e *wire.Error) {
 // A channel that never consumed nor got a message has nothing in the log
 // to clean up, so its close costs no log entry.
 func (ch *channel) finish(reply bool) {
+	_ = ch.acks.flush() // closing: a failure has nobody left to tell
 	if ch.stateful {
 		var cmds []*proto.Command
 		if held := ch.heldRequeue(); held != nil {
@@ -399,6 +414,12 @@ func (ch *channel) deliver(d *fsm.Delivery) {
 // Locks: ch.mu held.
 func (ch *channel) withhold(logTag uint64) {
 	ch.overdue = append(ch.overdue, logTag)
+	ch.kick()
+}
+
+// kick wakes the worker to requeue withheld deliveries and raise a failed
+// acknowledgement.
+func (ch *channel) kick() {
 	select {
 	case ch.overdueKick <- struct{}{}:
 	default:

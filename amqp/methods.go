@@ -564,22 +564,13 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 	return nil
 }
 
-// handleAcks sends a run of basic.ack, basic.nack and basic.reject to the
-// log as one batch.
+// handleAcks hands a run of basic.ack, basic.nack and basic.reject to the
+// channel's ack sender (acks.go); a failure of an earlier run is raised.
 func (ch *channel) handleAcks(run []item) *wire.Error {
-	cmds := make([]*proto.Command, len(run))
-	for i, it := range run {
-		cmds[i] = it.cmd // translated by the reader (window.go)
+	if e := ch.acks.failure(); e != nil {
+		return e
 	}
-	results, err := ch.submitBatch(cmds)
-	if err != nil {
-		return ch.submitError(run[0].m, err)
-	}
-	for i, r := range results {
-		if r.GetCode() != 0 {
-			return resultError(run[i].m, r)
-		}
-	}
+	ch.acks.add(run)
 	return nil
 }
 

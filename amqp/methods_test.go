@@ -353,8 +353,9 @@ func TestMethods_AcksAreBatched(t *testing.T) {
 	ts := startServer(t, Config{})
 	release := make(chan struct{})
 	ts.broker.script(nil, func(c *proto.Command) {
-		// Hold the first acknowledgement so the following ones queue up.
-		if s := c.GetSettle(); s != nil && slices.Equal(s.Tags, []uint64{101}) {
+		// Hold every acknowledgement so the later ones queue up behind
+		// the batches in flight.
+		if c.GetSettle() != nil {
 			<-release
 		}
 	})
@@ -364,28 +365,102 @@ func TestMethods_AcksAreBatched(t *testing.T) {
 		logTags[i] = uint64(101 + i)
 	}
 	got := consumeLogTags(t, ts, pch, "q", logTags...)
-	if err := got[0].Ack(false); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, "first ack", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 1 })
-	for _, d := range got[1:] {
+	for _, d := range got {
 		if err := d.Ack(false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Wait until the reader handed them all to the channel.
+	// The worker is not held up: it hands every ack to the sender, which
+	// has at most maxAckFlights batches in flight and holds the rest.
 	ch := ts.srv.lookupFirst().channel(1)
-	eventually(t, 5*time.Second, "acks queued", func() bool { return len(ch.in) == 49 })
-	ts.broker.mu.Lock()
-	before := len(ts.broker.batches)
-	ts.broker.mu.Unlock()
+	eventually(t, 5*time.Second, "acks in flight or queued", func() bool {
+		n := ch.acks.queued()
+		for _, b := range settleBatches(ts.broker) {
+			n += len(b)
+		}
+		return n == 50
+	})
+	if n := len(settleBatches(ts.broker)); n > maxAckFlights {
+		t.Fatalf("%d ack batches in flight, want at most %d", n, maxAckFlights)
+	}
 	close(release)
 	eventually(t, 5*time.Second, "all acks", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 50 })
-	ts.broker.mu.Lock()
-	batches := ts.broker.batches[before:]
-	ts.broker.mu.Unlock()
-	if len(batches) != 1 || len(batches[0]) != 49 {
-		t.Fatalf("%d batches after the first ack, want one of 49", len(batches))
+	if n := len(settleBatches(ts.broker)); n > maxAckFlights+1 {
+		t.Fatalf("50 acks went in %d batches, want what queued behind the flights in one", n)
+	}
+}
+
+// settleBatches returns the submissions that carried acknowledgements.
+func settleBatches(b *fakeBroker) [][]*proto.Command {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out [][]*proto.Command
+	for _, batch := range b.batches {
+		if len(batch) > 0 && batch[0].GetSettle() != nil {
+			out = append(out, batch)
+		}
+	}
+	return out
+}
+
+// flushing reports whether the worker waits for the acks ahead of a method.
+func (a *ackSender) flushing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waiting
+}
+
+func (a *ackSender) queued() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queue)
+}
+
+// While acks wait for the log, the channel's publishes go on, and any
+// other method waits until the acks are answered, so it follows them in
+// the log.
+func TestMethods_AcksDoNotHoldUpPublishesButPrecedeTheRest(t *testing.T) {
+	ts := startServer(t, Config{})
+	release := make(chan struct{})
+	ts.broker.script(nil, func(c *proto.Command) {
+		if s := c.GetSettle(); s != nil && slices.Equal(s.Tags, []uint64{101}) {
+			<-release
+		}
+	})
+	_, pch := openChannel(t, ts)
+	got := consumeLogTags(t, ts, pch, "q", 101, 102)
+	if err := pch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := pch.NotifyPublish(make(chan amqp091.Confirmation, 1))
+	if err := got[0].Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the ack in flight", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 1 })
+	if err := pch.Publish("", "q", false, false, amqp091.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-confirms:
+		if !c.Ack {
+			t.Fatalf("publish nacked: %+v", c)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a publish waited for the channel's ack to commit")
+	}
+	recovered := make(chan error, 1)
+	go func() { recovered <- pch.Recover(true) }()
+	ch := ts.srv.lookupFirst().channel(1)
+	eventually(t, 5*time.Second, "basic.recover waiting for the ack", ch.acks.flushing)
+	if n := len(commandsOf(ts.broker, (*proto.Command).GetRequeue)); n != 0 {
+		t.Fatalf("basic.recover reached the log (%d requeues) ahead of the ack before it", n)
+	}
+	close(release)
+	if err := <-recovered; err != nil {
+		t.Fatal(err)
+	}
+	if rq := commandsOf(ts.broker, (*proto.Command).GetRequeue); len(rq) != 1 || !slices.Equal(rq[0].GetTags(), []uint64{102}) {
+		t.Fatalf("recover requeued %v, want the unacknowledged 102", rq)
 	}
 }
 
