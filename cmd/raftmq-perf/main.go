@@ -424,6 +424,12 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 			DeliveryMode: mode, Body: body, Expiration: o.Expiration,
 		}); err != nil {
 			if ctx.Err() != nil {
+				// The deadline passed before the publish went out (the
+				// client checks it first): nothing will confirm this one.
+				if slot {
+					sent.Delete(seq)
+					<-inflight
+				}
 				break
 			}
 			return err

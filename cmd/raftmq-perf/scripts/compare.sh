@@ -24,6 +24,20 @@ run() {
 up() {
   if [ "$1" = raftmq ]; then "$scripts/three-nodes.sh"; else "$scripts/rabbitmq-three-nodes.sh"; fi
 }
+# leader_pid SYSTEM: the process of the node that leads (raftmq: the raft
+# leader; RabbitMQ: the first node, where the queue was declared and so
+# where its quorum queue's leader starts).
+leader_pid() {
+  if [ "$1" = raftmq ]; then
+    for i in 1 2 3; do
+      if curl -s "http://127.0.0.1:2569$((i + 4))/metrics" | grep -q 'raftmq_raft_state{state="Leader"} 1'; then
+        cat "${DIR:-/tmp/raftmq-perf}/n$i.pid"; return
+      fi
+    done
+    echo "no raftmq leader" >&2; return 1
+  fi
+  cat "${DIR:-/tmp/rabbitmq-perf}/n1/pid"
+}
 down() {
   if [ "$1" = raftmq ]; then "$scripts/three-nodes.sh" stop; else "$scripts/rabbitmq-three-nodes.sh" stop; fi
   sleep 2
@@ -49,4 +63,14 @@ paced-1000 -producers 1 -consumers 1 -rate 1000 -duration $duration -queue cp
 expiry-100k -mode expiry -count 100000 -ttl 2s -queue ce
 expiry-100k-head -mode expiry -count 100000 -ttl 2s -head-ttl 10s -queue ch
 RUNS
+  # Killing the leader: the queue is declared on the first node, two
+  # publishers on the others publish for 16 s and the leading node is
+  # killed after 8; max_confirm_gap_ms is how long confirms stopped.
+  uri=$(up "$s" </dev/null)
+  "$out/raftmq-perf" -uri "${uri%%,*}" -producers 1 -consumers 0 -count 1 -queue kl "${args[@]}" >/dev/null </dev/null
+  victim=$(leader_pid "$s")
+  (sleep 8; kill -9 "$victim") &
+  run "$s" kill-leader -uri "${uri#*,}" -size 1024 -persistent -confirm 256 -producers 2 -consumers 0 -duration 16s -queue kl "${args[@]}" </dev/null || true
+  wait
+  down "$s" </dev/null
 done
