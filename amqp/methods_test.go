@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -401,6 +402,49 @@ func settleBatches(b *fakeBroker) [][]*proto.Command {
 		}
 	}
 	return out
+}
+
+// A client that acks and then closes its connection gets its acks into the
+// log before the close, which would otherwise requeue those messages.
+func TestMethods_AcksPrecedeTheConnectionClose(t *testing.T) {
+	ts := startServer(t, Config{CloseTimeout: 10 * time.Second})
+	release := make(chan struct{})
+	var settled, closedAfterSettle atomic.Bool
+	closeSeen := make(chan struct{})
+	ts.broker.script(nil, func(c *proto.Command) {
+		switch {
+		case c.GetSettle() != nil:
+			<-release
+			settled.Store(true)
+		case c.GetConnectionClosed() != nil:
+			closedAfterSettle.Store(settled.Load())
+			close(closeSeen)
+		}
+	})
+	conn, pch := openChannel(t, ts)
+	got := consumeLogTags(t, ts, pch, "q", 101)
+	if err := got[0].Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the ack in flight", func() bool { return len(commandsOf(ts.broker, (*proto.Command).GetSettle)) == 1 })
+	ch := ts.srv.lookupFirst().channel(1)
+	closed := make(chan error, 1)
+	go func() { closed <- conn.Close() }()
+	eventually(t, 5*time.Second, "the channel ending", ch.acks.isEnding)
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	<-closeSeen
+	if !closedAfterSettle.Load() {
+		t.Fatal("ConnectionClosed went to the log while an ack before it was in flight")
+	}
+}
+
+func (a *ackSender) isEnding() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ending
 }
 
 // flushing reports whether the worker waits for the acks ahead of a method.
