@@ -382,16 +382,23 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 	}
 	// Pacing follows a schedule (message n is due at start + n/rate), so a
 	// late wake-up is caught up on instead of lowering the rate, as a
-	// ticker that drops ticks would.
+	// ticker that drops ticks would. Above 1,000/s a producer sleeps only
+	// when it is a millisecond or more ahead and sends what is due in
+	// between at once: a timer per message costs the tool more than the
+	// publishing (at 4 x 5,000/s it fell short of its rate).
 	var interval time.Duration
 	if o.Rate > 0 {
 		interval = time.Duration(float64(time.Second) / o.Rate)
+	}
+	slack := time.Duration(0)
+	if interval > 0 && interval < time.Millisecond {
+		slack = time.Millisecond
 	}
 	paceStart := time.Now()
 	body := make([]byte, o.Size)
 	for n := 0; o.Count == 0 || n < o.Count; n++ {
 		if interval > 0 {
-			if wait := time.Until(paceStart.Add(time.Duration(n) * interval)); wait > 0 {
+			if wait := time.Until(paceStart.Add(time.Duration(n) * interval)); wait > 0 && wait >= slack {
 				select {
 				case <-time.After(wait):
 				case <-ctx.Done():

@@ -59,9 +59,12 @@ for s in "${systems[@]}"; do
   done <<RUNS
 one-publisher -producers 1 -consumers 1 -duration $duration -queue c1
 four-publishers -producers 4 -consumers 1 -duration $duration -queue c4
+four-publishers-20k -producers 4 -consumers 1 -rate 5150 -duration $duration -queue c4r
 paced-1000 -producers 1 -consumers 1 -rate 1000 -duration $duration -queue cp
 expiry-100k -mode expiry -count 100000 -ttl 2s -queue ce
 expiry-100k-head -mode expiry -count 100000 -ttl 2s -head-ttl 10s -queue ch
+expiry-100k-10k -mode expiry -count 100000 -ttl 2s -rate 10000 -queue cer
+expiry-100k-head-10k -mode expiry -count 100000 -ttl 2s -head-ttl 10s -rate 10000 -queue chr
 RUNS
   # Killing the leader: the queue is declared on the first node, two
   # publishers on the others publish for 16 s and the leading node is
