@@ -122,8 +122,8 @@ type counters struct {
 	gaps                                             confirmGaps
 }
 
-// confirmGaps tracks the longest time without any confirm, from the first
-// publish to the last confirm: how long publishing stalled, as when the
+// confirmGaps tracks the longest time without any confirm, from the start
+// of publishing to its end: how long publishing stalled, as when the
 // leader is killed mid-run.
 type confirmGaps struct {
 	mu      sync.Mutex
@@ -286,6 +286,10 @@ loop:
 		}
 	}
 	pubEnd := time.Now()
+	if o.Confirm > 0 && o.Producers > 0 {
+		// Confirms that stopped for good count up to the end of publishing.
+		c.gaps.mark(pubEnd)
+	}
 	consumedInRun := c.consumed.Load()
 	// Let consumers drain what was confirmed, for at most 10 s.
 	drain := time.NewTimer(10 * time.Second)
