@@ -36,7 +36,7 @@ type ackSender struct {
 	ch *channel
 
 	mu      sync.Mutex
-	changed sync.Cond // queue, busy, err or stopping changed
+	changed sync.Cond // queue, flights, err or ending changed
 	queue   []item
 	flights int  // submissions in flight
 	waiting bool // the worker waits in flush
