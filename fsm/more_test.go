@@ -3,6 +3,7 @@ package fsm_test
 import (
 	"testing"
 
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/fsm/fsmtest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -227,15 +228,23 @@ func TestMachine_CreditAndUnseenRequeue(t *testing.T) {
 	}
 }
 
-// Settle, Requeue and Discard with explicit tags take exactly those, or
-// none when one is unknown.
-func TestMachine_SettleExplicitTags(t *testing.T) {
+// consumingAll returns a machine with n messages (a, b, ...) in queue q,
+// all assigned to consumer c1 on ch1 (prefetch 0) with tags 1..n.
+func consumingAll(t *testing.T, n int) *fsm.Machine {
+	t.Helper()
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 2, declare("q", nil))
-	for i := 0; i < 5; i++ {
+	for i := 0; i < n; i++ {
 		fsmtest.One(t, m, 3, publish("", "q", string(rune('a'+i)), nil))
 	}
 	fsmtest.One(t, m, 4, consume("q", "c1", ch1, 0))
+	return m
+}
+
+// Settle, Requeue and Discard with explicit tags take exactly those, or
+// none when one is unknown.
+func TestMachine_SettleExplicitTags(t *testing.T) {
+	m := consumingAll(t, 5)
 	ack := settle(ch1, 0, false)
 	ack.GetSettle().Tags = []uint64{4, 2, 9}
 	if r, _ := fsmtest.One(t, m, 5, ack); r.GetCode() != 406 {
@@ -268,13 +277,8 @@ func TestMachine_SettleExplicitTags(t *testing.T) {
 // Explicit tags taken from the front, from the middle and from both keep
 // the rest of the channel's deliveries, in order.
 func TestMachine_SettleExplicitTagsKeepsTheRest(t *testing.T) {
-	m := fsmtest.New(t)
-	fsmtest.One(t, m, 2, declare("q", nil))
-	for i := 0; i < 8; i++ {
-		fsmtest.One(t, m, 3, publish("", "q", string(rune('a'+i)), nil))
-	}
-	fsmtest.One(t, m, 4, consume("q", "c1", ch1, 0))
-	ackTags := func(idx uint64, tags ...uint64) *proto.Result {
+	m := consumingAll(t, 8)
+	ackTags := func(tags ...uint64) *proto.Result {
 		c := settle(ch1, 0, false)
 		c.GetSettle().Tags = tags
 		r, _ := fsmtest.One(t, m, 5, c)
@@ -290,7 +294,7 @@ func TestMachine_SettleExplicitTagsKeepsTheRest(t *testing.T) {
 		{[]uint64{3, 4, 7}, 0}, // the new front and a later one
 		{[]uint64{5, 6}, 406},  // 5 is gone: nothing taken
 	} {
-		if r := ackTags(0, step.tags...); r.GetCode() != step.code {
+		if r := ackTags(step.tags...); r.GetCode() != step.code {
 			t.Fatalf("ack %v: got %v, want code %d", step.tags, r, step.code)
 		}
 	}
