@@ -6,10 +6,14 @@ import (
 	"time"
 )
 
-// MaxTTL is the largest TTL or expiry RabbitMQ accepts, in milliseconds
-// (2^32-1, its MAX_EXPIRY_TIMER), for x-message-ttl, x-expires, the
-// expiration property and the message-ttl and expires policy keys.
-const MaxTTL int64 = math.MaxUint32
+// MaxTTL is the largest TTL or expiry RabbitMQ accepts, in milliseconds:
+// ten years, inclusive. RabbitMQ 3.10.8 accepts x-message-ttl, x-expires
+// and expiration of exactly 315360000000 and refuses 315360000001 with
+// {value_too_large,315360000001} (seeds/004's 2^32-1 is an older limit).
+// The message-ttl and expires policy keys are held to it too, although
+// RabbitMQ does not check them: above it, enqueue stamp plus TTL could
+// overflow log time, and no TTL of more than ten years means anything.
+const MaxTTL int64 = 10 * 365 * 24 * 60 * 60 * 1000
 
 // Queue argument and policy keys handled by this package.
 const (
@@ -141,7 +145,7 @@ func ExpiresArg(v any, vhost, queue string) (int64, error) {
 // Anything else is refused like RabbitMQ refuses it, with 406 on the
 // publishing channel: "PRECONDITION_FAILED - invalid expiration 'abc':
 // no_integer", "... '1.5': {leftover_string,\".5\"}", "... '-1':
-// {value_negative,-1}", "... '4294967296': {value_too_large,4294967296}".
+// {value_negative,-1}", "... '315360000001': {value_too_large,315360000001}".
 // A message without the property has no per-message TTL: do not call this.
 func ParseExpiration(s string) (int64, error) {
 	i := 0
@@ -170,10 +174,10 @@ func ParseExpiration(s string) (int64, error) {
 	if neg {
 		return 0, expirationError(s, "{value_negative,-"+digits+"}")
 	}
-	if len(digits) > 10 {
+	if len(digits) > 18 {
 		return 0, expirationError(s, "{value_too_large,"+digits+"}")
 	}
-	n, _ := strconv.ParseInt(digits, 10, 64) // at most 10 digits: fits
+	n, _ := strconv.ParseInt(digits, 10, 64) // at most 18 digits: fits
 	if n > MaxTTL {
 		return 0, expirationError(s, "{value_too_large,"+digits+"}")
 	}

@@ -43,15 +43,17 @@ func TestMessageTTLArg(t *testing.T) {
 		{"short-int", `seeds/000: "... short-int ..."`, int16(30000), 30000, ""},
 		{"short-uint", `seeds/000: "... short-int ..."`, uint16(65535), 65535, ""},
 		{"long-int", `seeds/000: "... long-int ..."`, int32(60000), 60000, ""},
-		{"long-uint", `seeds/000: "... long-int ..."`, uint32(math.MaxUint32), MaxTTL, ""},
+		{"long-uint", `seeds/000: "... long-int ..."`, uint32(math.MaxUint32), math.MaxUint32, ""},
 		{"go int", `seeds/002: "The argument can be of AMQP 0-9-1 type short-short-int, short-int, long-int, or long-long-int."`, int(1000), 1000, ""},
 		{"go uint64", `seeds/002: same`, uint64(1000), 1000, ""},
 		{"go uint", `seeds/002: same`, uint(7), 7, ""},
 		{"zero", `seeds/000: "The value of the TTL argument or policy must be a non-negative integer (0 <= n)"`, int64(0), 0, ""},
-		{"max", `seeds/004: "必须是非负 32 位整数 (0 <= n <= 2^32-1)"`, int64(4294967295), 4294967295, ""},
+		{"2^32-1", `seeds/004: "必须是非负 32 位整数 (0 <= n <= 2^32-1)"`, int64(4294967295), 4294967295, ""},
+		{"2^32", `RabbitMQ 3.10.8 accepts x-message-ttl 4294967296 (seeds/004's bound is older)`, int64(4294967296), 4294967296, ""},
+		{"max", `RabbitMQ 3.10.8 accepts x-message-ttl 315360000000, ten years`, int64(315360000000), 315360000000, ""},
 		{"negative", `seeds/000: "must be a non-negative integer (0 <= n)"`, int64(-1), 0, pre + "{value_negative,-1}"},
 		{"negative short", `seeds/000: "must be a non-negative integer (0 <= n)"`, int8(-5), 0, pre + "{value_negative,-5}"},
-		{"over 2^32-1", `seeds/004: "(0 <= n <= 2^32-1)"`, int64(4294967296), 0, pre + "{value_too_large,4294967296}"},
+		{"over max", `RabbitMQ 3.10.8: "invalid arg 'x-message-ttl' ...: {value_too_large,315360000001}"`, int64(315360000001), 0, pre + "{value_too_large,315360000001}"},
 		{"huge unsigned", `seeds/004: "(0 <= n <= 2^32-1)"`, uint64(math.MaxUint64), 0, pre + "{value_too_large,18446744073709551615}"},
 		{"double", `seeds/000: "must be a non-negative integer"`, float64(1000), 0, pre + "{unacceptable_type,double}"},
 		{"float", `seeds/000: "must be a non-negative integer"`, float32(1.5), 0, pre + "{unacceptable_type,float}"},
@@ -99,11 +101,12 @@ func TestExpiresArg(t *testing.T) {
 		{"short", `seeds/004: "服从和 x-message-ttl 一样的约束条件"`, int16(1000), 1000, ""},
 		{"long", `seeds/004: same constraints as x-message-ttl`, int32(1000), 1000, ""},
 		{"unsigned long", `seeds/004: same constraints as x-message-ttl`, uint32(1000), 1000, ""},
-		{"max", `seeds/004: "(0 <= n <= 2^32-1)" applies to x-expires too`, int64(MaxTTL), MaxTTL, ""},
+		{"max", `RabbitMQ 3.10.8 accepts x-expires 315360000000`, int64(315360000000), 315360000000, ""},
+		{"over max", `RabbitMQ 3.10.8: "invalid arg 'x-expires' ...: {value_too_large,315360000001}"`, int64(315360000001), 0, pre + "{value_too_large,315360000001}"},
 		{"zero", `seeds/000: "It must be a positive integer (unlike message TTL it cannot be 0)."`, int64(0), 0, pre + "{value_zero,0}"},
 		{"zero short", `seeds/002: "它必须是正整数（与消息 TTL 不同，它不能为 0）"`, uint8(0), 0, pre + "{value_zero,0}"},
 		{"negative", `seeds/000: "It must be a positive integer"`, int64(-1000), 0, pre + "{value_negative,-1000}"},
-		{"too large", `seeds/004: "(0 <= n <= 2^32-1)"`, int64(1) << 40, 0, pre + "{value_too_large,1099511627776}"},
+		{"too large", `RabbitMQ 3.10.8 refuses x-expires above 315360000000`, int64(1) << 40, 0, pre + "{value_too_large,1099511627776}"},
 		{"string", `seeds/000: "It must be a positive integer"`, "1000", 0, pre + "{unacceptable_type,longstr}"},
 		{"double", `seeds/000: "It must be a positive integer"`, 1000.0, 0, pre + "{unacceptable_type,double}"},
 		{"zero double", `seeds/000: "It must be a positive integer" (type is checked first)`, 0.0, 0, pre + "{unacceptable_type,double}"},
@@ -138,7 +141,9 @@ func TestParseExpiration(t *testing.T) {
 		{`seeds/000: same constraints; minus zero is zero`, "-0", 0, ""},
 		{`seeds/000: "The same constraints as for x-message-ttl apply." (0 <= n)`, "-1", 0, pre + "-1': {value_negative,-1}"},
 		{`seeds/000: same constraints (0 <= n)`, "-0010", 0, pre + "-0010': {value_negative,-10}"},
-		{`seeds/004: "(0 <= n <= 2^32-1)"`, "4294967296", 0, pre + "4294967296': {value_too_large,4294967296}"},
+		{`RabbitMQ 3.10.8 accepts expiration 4294967296 (seeds/004's bound is older)`, "4294967296", 4294967296, ""},
+		{`RabbitMQ 3.10.8 accepts expiration 315360000000`, "315360000000", 315360000000, ""},
+		{`RabbitMQ 3.10.8: "invalid expiration '315360000001': {value_too_large,315360000001}"`, "315360000001", 0, pre + "315360000001': {value_too_large,315360000001}"},
 		{`seeds/004: "(0 <= n <= 2^32-1)"`, "000099999999999999999999", 0, pre + "000099999999999999999999': {value_too_large,99999999999999999999}"},
 		{`seeds/004: "(0 <= n <= 2^32-1)", negative bignum`, "-99999999999999999999", 0, pre + "-99999999999999999999': {value_negative,-99999999999999999999}"},
 		{`seeds/000: "the broker will (only) accept the string representation of the number."`, "1.5", 0, pre + "1.5': {leftover_string,\".5\"}"},
@@ -179,13 +184,14 @@ func TestPolicyValues(t *testing.T) {
 		{`seeds/000: "The value of the TTL argument or policy must be a non-negative integer (0 <= n)"`, PolicyMessageTTL, 0, ""},
 		{`seeds/000: rabbitmqctl set_policy TTL ".*" '{"message-ttl":60000}'`, PolicyMessageTTL, 60000, ""},
 		{`seeds/000: "must be a non-negative integer (0 <= n)"`, PolicyMessageTTL, -1, "-1 is not a valid message TTL"},
-		{`seeds/004: "(0 <= n <= 2^32-1)"`, PolicyMessageTTL, MaxTTL, ""},
-		{`seeds/004: "(0 <= n <= 2^32-1)"`, PolicyMessageTTL, MaxTTL + 1, "4294967296 is not a valid message TTL"},
+		{`RabbitMQ 3.10.8 accepts a message-ttl policy of 315360000000`, PolicyMessageTTL, 315360000000, ""},
+		{`above MaxTTL (RabbitMQ does not check policies; raftmq keeps log time from overflowing)`, PolicyMessageTTL, 315360000001, "315360000001 is not a valid message TTL"},
 		{`seeds/000: rabbitmqctl set_policy expiry ".*" '{"expires":1800000}'`, PolicyExpires, 1800000, ""},
 		{`seeds/000: "The value of the x-expires argument or expires policy ... must be a positive integer"`, PolicyExpires, 1, ""},
 		{`seeds/000: "(unlike message TTL it cannot be 0)"`, PolicyExpires, 0, "0 is not a valid queue expiry"},
 		{`seeds/000: "It must be a positive integer"`, PolicyExpires, -5, "-5 is not a valid queue expiry"},
-		{`seeds/004: x-expires "服从和 x-message-ttl 一样的约束条件"`, PolicyExpires, MaxTTL + 1, "4294967296 is not a valid queue expiry"},
+		{`RabbitMQ 3.10.8 accepts an expires policy of 315360000000`, PolicyExpires, 315360000000, ""},
+		{`above MaxTTL (RabbitMQ does not check policies; raftmq keeps log time from overflowing)`, PolicyExpires, 315360000001, "315360000001 is not a valid queue expiry"},
 	}
 	for _, c := range cases {
 		err := c.fn(c.v)
@@ -205,7 +211,7 @@ func TestPolicyValues(t *testing.T) {
 // string representation of the number" and "The same constraints as for
 // x-message-ttl apply"), and a refusal is always a 406.
 func FuzzParseExpiration(f *testing.F) {
-	for _, s := range []string{"0", "1000", "-1", "1.5", "abc", "", "+7", "-0", "4294967295", "4294967296", "00000000000000000001", " 1", "1 ", "٣"} {
+	for _, s := range []string{"0", "1000", "-1", "1.5", "abc", "", "+7", "-0", "4294967295", "4294967296", "315360000000", "315360000001", "00000000000000000001", " 1", "1 ", "٣"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
