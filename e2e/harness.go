@@ -324,13 +324,7 @@ func (c *Cluster) waitReady(i int, timeout time.Duration) error {
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("%s /readyz: %s", n.ID, resp.Status)
 		}
-		// The AMQP port opens only once the node can serve logins,
-		// which can be a moment after /readyz says ready.
-		nc, err := net.DialTimeout("tcp", n.AMQPAddr, time.Second)
-		if err != nil {
-			return fmt.Errorf("%s AMQP port: %w", n.ID, err)
-		}
-		return nc.Close()
+		return nil
 	}, errExited)
 	if err != nil {
 		return fmt.Errorf("%s: %w", n.ID, err)

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -162,8 +163,9 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api")})
 	defer admin.Close()
 	proto.RegisterAdminServer(grpcSrv, admin)
+	var amqpOpen atomic.Bool
 	httpSrv := &http.Server{
-		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof}),
+		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof, Serving: amqpOpen.Load}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
@@ -172,14 +174,22 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	go func() { errc <- httpSrv.Serve(httpLn) }()
 	// The AMQP listeners open only once the node can authenticate logins,
 	// as RabbitMQ's do: a client that connects as soon as the port opens
-	// must not be refused.
+	// must not be refused. /readyz waits for them too.
 	go func() {
 		if awaitServing(ctx, node) != nil {
 			return
 		}
-		go func() { errc <- serveAMQP(amqpSrv, "AMQP", amqpAddr, nil) }()
-		if amqpsAddr != "" {
-			go func() { errc <- serveAMQP(amqpSrv, "AMQPS", amqpsAddr, certs.ServerConfig()) }()
+		lns, err := openAMQP(amqpAddr, amqpsAddr, certs)
+		if err != nil {
+			errc <- err
+			return
+		}
+		amqpOpen.Store(true)
+		for _, ln := range lns {
+			go func() {
+				defer ln.Close() // Serve leaves it open when the server closed first
+				errc <- amqpSrv.Serve(ln)
+			}()
 		}
 	}()
 	go reloadCertificates(ctx, logger, hup, certs)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/raftmq/raftmq/amqp"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
 )
@@ -61,16 +60,21 @@ func awaitServing(ctx context.Context, node *cluster.Node) error {
 	}
 }
 
-// serveAMQP opens an AMQP listener on addr, over TLS when tc is set, and
-// serves it until the server closes.
-func serveAMQP(srv *amqp.Server, what, addr string, tc *tls.Config) error {
+// openAMQP opens the AMQP listener and, when an AMQPS address is given,
+// the AMQPS one.
+func openAMQP(addr, tlsAddr string, certs *certReloader) ([]net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%s listener: %w", what, err)
+		return nil, fmt.Errorf("AMQP listener: %w", err)
 	}
-	defer ln.Close() // Serve leaves it open when the server closed first
-	if tc != nil {
-		ln = tls.NewListener(ln, tc)
+	lns := []net.Listener{ln}
+	if tlsAddr != "" {
+		tln, err := net.Listen("tcp", tlsAddr)
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("AMQPS listener: %w", err)
+		}
+		lns = append(lns, tls.NewListener(tln, certs.ServerConfig()))
 	}
-	return srv.Serve(ln)
+	return lns, nil
 }
