@@ -195,6 +195,9 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 			if e != nil {
 				return e
 			}
+			if cmd == nil {
+				return nil
+			}
 			ch.push(item{m: m, cmd: cmd, pending: pending})
 			return nil
 		}

@@ -166,6 +166,9 @@ func (ch *channel) handleExchangeDeclare(m *wire.ExchangeDeclare) *wire.Error {
 		if e := ch.authorize(m, accessConfigure, "exchange", m.Exchange); e != nil {
 			return e
 		}
+		if e := ch.authorizeTarget(m, "exchange", m.Exchange, m.Arguments, "alternate-exchange"); e != nil {
+			return e
+		}
 	}
 	args, e := tableArg(m, m.Arguments)
 	if e != nil {
@@ -264,6 +267,9 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 	}
 	if !m.Passive {
 		if e := ch.authorize(m, accessConfigure, "queue", authName); e != nil {
+			return e
+		}
+		if e := ch.authorizeTarget(m, "queue", authName, m.Arguments, "x-dead-letter-exchange"); e != nil {
 			return e
 		}
 		if e := ch.checkQueueLimit(m, authName); e != nil {
@@ -604,6 +610,14 @@ func (ch *channel) handlePublishes(run []item) *wire.Error {
 		}
 		cmd, e := ch.publishCommand(ref, it)
 		if e != nil {
+			// The publishes before it in the run were accepted: they go
+			// to the log (and are confirmed) before the channel closes,
+			// as each would have had it come alone.
+			if len(cmds) > 0 {
+				if e2 := ch.publishBatch(run[:len(cmds)], cmds); e2 != nil {
+					return e2
+				}
+			}
 			return e
 		}
 		cmds = append(cmds, cmd)
@@ -615,6 +629,9 @@ func (ch *channel) handlePublishes(run []item) *wire.Error {
 func (ch *channel) publishCommand(ref *proto.ChannelRef, it item) (*proto.Command, *wire.Error) {
 	m := it.m.(*wire.BasicPublish)
 	if e := ch.authorize(m, accessWrite, "exchange", m.Exchange); e != nil {
+		return nil, e
+	}
+	if e := ch.checkUserID(m, it.props); e != nil {
 		return nil, e
 	}
 	props, err := propertiesToProto(it.props)

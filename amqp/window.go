@@ -225,7 +225,8 @@ func (ch *channel) released(ws []written, now int64) {
 // translateAck turns a client's basic.ack, basic.nack or basic.reject into
 // the log command naming the log's tags; outside a transaction the client's
 // credit comes back at once. It runs in the connection's reader, so it sees
-// acknowledgements in the order the client sent them.
+// acknowledgements in the order the client sent them. The command is nil
+// when the method names no delivery.
 func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Command, []written, *wire.Error) {
 	var tag uint64
 	var multiple bool
@@ -248,6 +249,12 @@ func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Comma
 		pending = ws // taken at commit
 	} else {
 		ch.released(ws, now)
+	}
+	if len(ws) == 0 {
+		// Only a multiple ack of tag 0 names nothing without an error:
+		// with nothing outstanding it is a no-op in RabbitMQ, and a
+		// command naming no delivery would read as tag 0 in the log.
+		return nil, nil, nil
 	}
 	tags := make([]uint64, len(ws))
 	for i, w := range ws {

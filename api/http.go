@@ -23,11 +23,16 @@ type HTTPDeps struct {
 	MaxQueues int
 	// Pprof serves net/http/pprof under /debug/pprof/.
 	Pprof bool
+	// Serving, when set, reports whether the node's AMQP listeners are
+	// open; /readyz is 503 until they are, so a load balancer sends no
+	// client to a port that refuses it.
+	Serving func() bool
 }
 
 // NewHTTPHandler serves /metrics, /healthz (200 while the process runs),
-// /readyz (200 once the node is a member of a cluster with a known leader
-// and has applied the leader's defaults, 503 with the reason otherwise) and,
+// /readyz (200 once the node is a member of a cluster with a known leader,
+// has applied the leader's defaults and serves AMQP, 503 with the reason
+// otherwise) and,
 // when enabled, /debug/pprof/.
 func NewHTTPHandler(o HTTPDeps) http.Handler {
 	mux := http.NewServeMux()
@@ -42,7 +47,11 @@ func NewHTTPHandler(o HTTPDeps) http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if reason := notReady(o.Node); reason != "" {
+		reason := notReady(o.Node)
+		if reason == "" && o.Serving != nil && !o.Serving() {
+			reason = "the AMQP listener is not open yet"
+		}
+		if reason != "" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = fmt.Fprintln(w, reason)
 			return

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,6 +175,14 @@ func TestHTTP_ReadyzFlips(t *testing.T) {
 	step(http.StatusOK, "ready")
 	n.setLeader("")
 	step(http.StatusServiceUnavailable, "no leader")
+
+	// With a Serving report, ready waits for the AMQP listeners as well.
+	var open atomic.Bool
+	h = NewHTTPHandler(HTTPDeps{Node: n, Serving: open.Load})
+	n.setLeader("n2")
+	step(http.StatusServiceUnavailable, "AMQP listener")
+	open.Store(true)
+	step(http.StatusOK, "ready")
 
 	if code, _ := get(t, h, "/debug/pprof/"); code != http.StatusNotFound {
 		t.Fatalf("pprof served without the option: %d", code)

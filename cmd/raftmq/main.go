@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -78,8 +78,8 @@ func newLogger(level string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-// serve runs a node until ctx is done. Listeners are opened first so that a
-// taken port fails at once with a clear message.
+// serve runs a node until ctx is done. Listeners are opened (AMQP's only
+// checked) first so that a taken port fails at once with a clear message.
 func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	// SIGHUP reloads certificates; it never stops the node.
 	hup := make(chan os.Signal, 1)
@@ -88,7 +88,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	amqpLn, err := net.Listen("tcp", cfg.AMQPAddr)
+	amqpAddr, amqpBound, err := reserveAddr(cfg.AMQPAddr)
 	if err != nil {
 		return fmt.Errorf("AMQP listener: %w", err)
 	}
@@ -100,7 +100,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
-	amqpsLn, certs, err := listenAMQPS(cfg.TLS)
+	amqpsAddr, certs, err := checkAMQPS(cfg.TLS)
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		RaftAddr:           cfg.RaftAddr,
 		RaftAdvertise:      advertise(host, cfg.RaftAddr),
 		GRPCAddr:           advertise(host, grpcLn.Addr().String()),
-		AMQPAddr:           advertise(host, amqpLn.Addr().String()),
+		AMQPAddr:           advertise(host, amqpBound),
 		GossipAddr:         cfg.GossipAddr,
 		GossipAdvertise:    advertise(host, cfg.GossipAddr),
 		Join:               cfg.Join,
@@ -163,44 +163,42 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api")})
 	defer admin.Close()
 	proto.RegisterAdminServer(grpcSrv, admin)
+	var amqpOpen atomic.Bool
 	httpSrv := &http.Server{
-		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof}),
+		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof, Serving: amqpOpen.Load}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
 	errc := make(chan error, 4)
 	go func() { errc <- grpcSrv.Serve(grpcLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
-	// AMQP clients are served once the node knows a leader and has the
-	// cluster's defaults (users, vhosts) applied.
+	// The AMQP listeners open only once the node can authenticate logins,
+	// as RabbitMQ's do: a client that connects as soon as the port opens
+	// must not be refused. /readyz waits for them too.
 	go func() {
-		select {
-		case <-node.Ready():
-			errc <- amqpSrv.Serve(amqpLn)
-		case <-ctx.Done():
+		if awaitServing(ctx, node) != nil {
+			return
+		}
+		lns, err := openAMQP(amqpAddr, amqpsAddr, certs)
+		if err != nil {
+			errc <- err
+			return
+		}
+		amqpOpen.Store(true)
+		for _, ln := range lns {
+			go func() {
+				defer ln.Close() // Serve leaves it open when the server closed first
+				errc <- amqpSrv.Serve(ln)
+			}()
 		}
 	}()
-	if amqpsLn != nil {
-		go func() {
-			select {
-			case <-node.Ready():
-				errc <- amqpSrv.Serve(amqpsLn)
-			case <-ctx.Done():
-				_ = amqpsLn.Close()
-			}
-		}()
-	}
 	go reloadCertificates(ctx, logger, hup, certs)
 	watermark := cfg.Limits.VMMemoryHighWatermark
 	if watermark == 0 {
 		watermark = defaultMemoryWatermark()
 	}
 	go amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil).Run(ctx, memoryCheckInterval)
-	amqpsAddr := ""
-	if amqpsLn != nil {
-		amqpsAddr = amqpsLn.Addr().String()
-	}
-	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpLn.Addr().String(), "amqps", amqpsAddr,
+	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpAddr, "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
 		"http", httpLn.Addr().String(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark)
 
@@ -231,21 +229,22 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 // memory high-water mark.
 const memoryCheckInterval = time.Second
 
-// listenAMQPS opens the AMQPS listener when a certificate is configured;
-// it returns nils otherwise.
-func listenAMQPS(cfg tlsConfig) (net.Listener, *certReloader, error) {
+// checkAMQPS loads the AMQPS certificate and checks its address when a
+// certificate is configured (the listener opens with the AMQP one); it
+// returns "" and nil otherwise.
+func checkAMQPS(cfg tlsConfig) (string, *certReloader, error) {
 	if cfg.Cert == "" {
-		return nil, nil, nil
+		return "", nil, nil
 	}
 	certs, err := newCertReloader(cfg)
 	if err != nil {
-		return nil, nil, err
+		return "", nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.AMQPSAddr)
+	addr, _, err := reserveAddr(cfg.AMQPSAddr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("AMQPS listener: %w", err)
+		return "", nil, fmt.Errorf("AMQPS listener: %w", err)
 	}
-	return tls.NewListener(ln, certs.ServerConfig()), certs, nil
+	return addr, certs, nil
 }
 
 // reloadCertificates reads the AMQPS certificate, key and CA again on each
