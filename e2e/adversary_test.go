@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +38,43 @@ func TestAdversary(t *testing.T) {
 	t.Run("gRPC without the secret", func(t *testing.T) { internalServiceRefusesOutsiders(t, c) })
 	t.Run("raft without the secret", func(t *testing.T) { raftRefusesOutsiders(t, c) })
 	t.Run("gossip without the secret", func(t *testing.T) { gossipRefusesOutsiders(t, c) })
+	t.Run("admin API for raftmqctl", func(t *testing.T) { adminStillServed(t, c) })
+}
+
+// adminStillServed: the port that refuses outsiders' internal calls still
+// serves raftmqctl's admin calls, plain (loopback) and over TLS with the CA
+// certificate the node wrote into its data dir.
+func adminStillServed(t *testing.T, c *Cluster) {
+	for _, n := range c.Nodes {
+		ctl(t, n, "list_vhosts")
+		out := ctl(t, n, "--tls-ca", filepath.Join(n.DataDir, "cluster-ca.pem"), "--username", "guest", "--password", "guest", "list_vhosts")
+		if !strings.Contains(out, "/") {
+			t.Fatalf("list_vhosts over TLS on %s: %q", n.ID, out)
+		}
+	}
+}
+
+// TestAdversary_NoSecretNoCluster: a node asked to form a cluster without a
+// secret (nor cluster TLS) does not start, and says what to set.
+func TestAdversary_NoSecretNoCluster(t *testing.T) {
+	skipShort(t)
+	cmd := exec.Command(Binary(t), "--data-dir", t.TempDir(), "--bootstrap-expect", "3", "--join", FreeAddr(t))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RAFTMQ_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	for _, want := range []string{"--cluster-secret", "RAFTMQ_CLUSTER_SECRET", "--cluster-tls-cert"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the refusal does not mention %s:\n%s", want, out)
+		}
+	}
 }
 
 // status of a node as raftmqctl cluster_status --json gives it (loopback:
