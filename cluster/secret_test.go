@@ -261,7 +261,7 @@ func TestSecret_RaftRefusesOutsiders(t *testing.T) {
 			defer trans.Close()
 			before := f.Stats()
 			req := &raft.AppendEntriesRequest{
-				RPCHeader:         raft.RPCHeader{ID: []byte("intruder"), Addr: []byte(ln.Addr().String())},
+				RPCHeader:         raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(ln.Addr().String())},
 				Term:              before.Term + 100,
 				PrevLogEntry:      before.LastLogIndex,
 				PrevLogTerm:       before.Term,
