@@ -6,16 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 )
 
 // MaxForwardMessage is the largest forwarding message a node sends or
@@ -310,7 +309,37 @@ func (s *fwdSession) resolve(batch []*pending, resp *proto.ForwardResponse) {
 	}
 }
 
-// forwardServer is the leader's side of Internal.Forward.
+// registerInternal registers the Internal service on s with every method
+// behind authorizeInternal: the check belongs to the service, so a method
+// added to it later cannot be served without it, and no other service on
+// the port (the admin API) is affected.
+func (n *Node) registerInternal(s *grpc.Server) {
+	desc := proto.Internal_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		h := desc.Methods[i].Handler
+		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			if err := n.authorizeInternal(ctx); err != nil {
+				return nil, err
+			}
+			return h(srv, ctx, dec, ic)
+		}
+	}
+	desc.Streams = slices.Clone(desc.Streams)
+	for i := range desc.Streams {
+		h := desc.Streams[i].Handler
+		desc.Streams[i].Handler = func(srv any, st grpc.ServerStream) error {
+			if err := n.authorizeInternal(st.Context()); err != nil {
+				return err
+			}
+			return h(srv, st)
+		}
+	}
+	s.RegisterService(&desc, &forwardServer{n: n})
+}
+
+// forwardServer is the leader's side of Internal.Forward; its callers are
+// checked by registerInternal.
 type forwardServer struct {
 	proto.UnimplementedInternalServer
 	n *Node
@@ -320,17 +349,6 @@ type forwardServer struct {
 // request of the local group commit; answers go back as they complete.
 func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
 	ctx := stream.Context()
-	if fs.n.cfg.TLS != nil {
-		// The gRPC server also admits administrators' certificates of the
-		// cluster CA: only a member's certificate may forward commands.
-		c := PeerCertificate(ctx)
-		if c == nil {
-			return status.Error(codes.Unauthenticated, "forwarding needs a node certificate")
-		}
-		if err := fs.n.checkPeerCert(c, ""); err != nil {
-			return status.Error(codes.PermissionDenied, err.Error())
-		}
-	}
 	out := make(chan *proto.ForwardResponse, 4096)
 	sendErr := make(chan error, 1)
 	go func() {

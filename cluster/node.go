@@ -101,8 +101,12 @@ type Config struct {
 	// Links cuts links for fault-injection tests (nil: no faults).
 	Links *Links
 	// TLS, when set, secures the links between nodes with mutual TLS: the
-	// raft transport and the forwarding client. The caller's gRPC server
-	// must use the same TLS (ServerOptions(tls)). Nil: plain TCP.
+	// raft transport and the forwarding client, and the internal service
+	// takes only calls with a node certificate. The caller's gRPC server
+	// must use the same TLS (ServerOptions(tls)). It comes from an
+	// operator's CA (LoadTLS, NewTLS) or from the cluster secret
+	// (SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
+	// for in-process tests only (the raftmq command never runs so).
 	TLS *TLS
 	// GossipKeys, when set, encrypt and authenticate gossip with
 	// memberlist's keyring (AES-GCM; 16, 24 or 32 bytes each): the first
@@ -276,7 +280,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	// Last, so that a failed start leaves the server untouched.
 	if cfg.GRPCServer != nil {
-		proto.RegisterInternalServer(cfg.GRPCServer, &forwardServer{n: n})
+		n.registerInternal(cfg.GRPCServer)
 	}
 	n.wg.Add(4)
 	go n.runBatcher()

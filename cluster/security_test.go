@@ -313,3 +313,61 @@ func TestSecurity_BootstrapLeavesOutForeignCertificates(t *testing.T) {
 	}
 	mustSubmit(t, c.Nodes[1].Node(), tick())
 }
+
+// TestSecurity_GossipMemberOutsideRaftIsRefused: a node of the cluster's
+// gossip (it has the key) whose certificate of the cluster CA names it but
+// is for client use only (an administrator's, say) is never made a voter,
+// since the leader checks the server certificate of a member's raft
+// address. Being a gossip member must not let it forward commands nor open
+// raft connections either: those need a server of the raft configuration.
+func TestSecurity_GossipMemberOutsideRaftIsRefused(t *testing.T) {
+	ca := testpki.New(t, "raftmq test CA")
+	c := secureCluster(t, ca, gossipKey(t))
+	const id = "node-client-cert"
+	certPEM, keyPEM := testpki.EncodePEM(t, ca.Issue(t, testpki.Client, id, id, "127.0.0.1"))
+	sec, err := cluster.NewTLS(certPEM, keyPEM, ca.PEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StartOutsider(id, func(cfg *cluster.Config) { cfg.TLS = sec })
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		l := c.Leader()
+		if l == nil {
+			return errors.New("no leader")
+		}
+		if m, ok := seen(l, id); !ok || m.Health != cluster.HealthAlive || m.Suffrage != "" {
+			return fmt.Errorf("the leader sees %s as %+v, want an alive gossip member outside raft", id, m)
+		}
+		return nil
+	})
+	l := c.Leader()
+	cc, err := grpc.NewClient(c.Nodes[c.Index(l.NodeID())].Config.GRPCAddr,
+		grpc.WithTransportCredentials(credentials.NewTLS(sec.ClientConfig())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stream, err := proto.NewInternalClient(cc).Forward(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&proto.ForwardRequest{Id: 1, Commands: []*proto.Command{vhostPut("gossip-only")}}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("forwarding from a gossip member outside raft: %v, want PermissionDenied", err)
+	}
+	// Raft: the leader knows itself as leader, so only servers of its
+	// configuration get through.
+	conn, err := tls.Dial("tcp", l.RaftAddr(), sec.ClientConfig())
+	if err == nil {
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = conn.Write([]byte{0xff})
+		_, err = conn.Read(make([]byte, 1))
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("raft from a gossip member outside raft: %v, want a refused certificate", err)
+	}
+	stillWorks(t, c)
+}

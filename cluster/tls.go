@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // TLS is a node's identity and trust on the links between nodes: the raft
@@ -37,6 +39,12 @@ type TLS struct {
 	Certificate tls.Certificate
 	// CA holds the cluster CA certificates that sign node certificates.
 	CA *x509.CertPool
+
+	// Set by SecretTLS: the derived CA, and a gRPC server that takes
+	// callers without a certificate (for the admin API).
+	caCert         *x509.Certificate
+	fromSecret     bool
+	optionalClient bool
 }
 
 // LoadTLS reads a PEM certificate (chain), its PEM private key and the
@@ -167,12 +175,15 @@ func PeerCertificate(ctx context.Context) *x509.Certificate {
 // message sizes for forwarded publishes, a keepalive policy that lets
 // followers ping at forwardKeepalive (gRPC's default policy answers such
 // pings with GOAWAY "too_many_pings", which breaks the forwarding stream),
-// and, given a non-nil TLS (at most one), server credentials that require
-// a client certificate signed by the cluster CA.
+// and, given a non-nil TLS (at most one), its server credentials: an
+// operator's TLS requires a client certificate signed by the cluster CA on
+// every connection; a secret's TLS (SecretTLS) verifies one when given and
+// also serves plain connections, and the internal service refuses calls
+// without a node certificate either way.
 func ServerOptions(sec ...*TLS) []grpc.ServerOption {
 	opts := baseServerOptions()
 	if len(sec) > 0 && sec[0] != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(sec[0].ServerConfig())))
+		opts = append(opts, grpc.Creds(sec[0].grpcCredentials()))
 	}
 	return opts
 }
@@ -211,24 +222,84 @@ func checkGossipKey(k []byte) error {
 	return fmt.Errorf("cluster: a gossip key must be 16, 24 or 32 bytes, not %d", len(k))
 }
 
-// knownPeer reports whether one of names is the id of a gossip member or
-// of a server in the raft configuration (not this node itself).
-func (n *Node) knownPeer(names []string) bool {
+// gossipMember reports whether one of names is the id of a gossip member
+// (not this node itself).
+func (n *Node) gossipMember(names []string) bool {
 	for id := range n.members.all() {
 		if id != n.cfg.NodeID && slices.Contains(names, id) {
 			return true
 		}
 	}
-	if r := n.raftRef.Load(); r != nil {
-		if f := r.GetConfiguration(); f.Error() == nil {
-			for _, s := range f.Configuration().Servers {
-				if string(s.ID) != n.cfg.NodeID && slices.Contains(names, string(s.ID)) {
-					return true
-				}
-			}
+	return false
+}
+
+// inConfiguration reports whether one of names is the id of a server in the
+// latest raft configuration this node has (not this node itself). On the
+// leader that includes a server being added.
+func (n *Node) inConfiguration(names []string) bool {
+	r := n.raftRef.Load()
+	if r == nil {
+		return false
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) != n.cfg.NodeID && slices.Contains(names, string(s.ID)) {
+			return true
 		}
 	}
 	return false
+}
+
+// leaderKnown reports whether this node's raft knows a current leader.
+func (n *Node) leaderKnown() bool {
+	r := n.raftRef.Load()
+	if r == nil {
+		return false
+	}
+	_, id := r.LeaderWithID()
+	return id != ""
+}
+
+// checkRaftPeer decides who may open a raft connection to this node: a
+// server of its raft configuration. A node that knows no leader also takes
+// a gossip member: it is new and the leader that adds it is in no
+// configuration it has yet, or it restarted with a configuration older than
+// the current leader (added while it was down); once it hears from a
+// leader it is strict again.
+func (n *Node) checkRaftPeer(c *x509.Certificate) error {
+	names := CertNames(c)
+	if n.inConfiguration(names) {
+		return nil
+	}
+	if !n.leaderKnown() && n.gossipMember(names) {
+		return nil
+	}
+	return fmt.Errorf("cluster: the peer certificate names %q, no server of the raft configuration", names)
+}
+
+// authorizeInternal decides an internal call (Forward and every other
+// method of the Internal service): its caller must present a node
+// certificate of the cluster (chain verified by the TLS handshake) naming a
+// server of the raft configuration. A gossip member is not enough: gossip
+// takes anyone who holds the gossip key, and an operator's CA may also
+// sign administrators' client certificates. Without TLS (in-process tests
+// only: the raftmq command always sets the secret's or an operator's) every
+// call is taken.
+func (n *Node) authorizeInternal(ctx context.Context) error {
+	if n.cfg.TLS == nil {
+		return nil
+	}
+	c := PeerCertificate(ctx)
+	if c == nil {
+		return status.Error(codes.Unauthenticated, errNoCertificate.Error())
+	}
+	if names := CertNames(c); !n.inConfiguration(names) {
+		return status.Errorf(codes.PermissionDenied, "cluster: the certificate names %q, no server of the raft configuration", names)
+	}
+	return nil
 }
 
 // peerID is the id of the member whose raft or gRPC address is addr, or "".
@@ -251,7 +322,9 @@ func (n *Node) peerID(addr string) string {
 }
 
 // checkPeerCert accepts a verified peer certificate that names a known
-// member; want, when not empty, is the member the certificate must name.
+// member (gossip or raft configuration); want, when not empty, is the
+// member the certificate must name. It checks the nodes this node dials;
+// checkRaftPeer and authorizeInternal check those that call it.
 func (n *Node) checkPeerCert(c *x509.Certificate, want string) error {
 	names := CertNames(c)
 	if want != "" {
@@ -260,21 +333,21 @@ func (n *Node) checkPeerCert(c *x509.Certificate, want string) error {
 		}
 		return fmt.Errorf("cluster: the certificate of %s names %q, not the node", want, names)
 	}
-	if n.knownPeer(names) {
+	if n.gossipMember(names) || n.inConfiguration(names) {
 		return nil
 	}
 	return fmt.Errorf("cluster: the peer certificate names %q, no member of the cluster", names)
 }
 
 // tlsServerConfig is the raft listener's configuration: the cluster CA's
-// chain check, then the client must name a member.
+// chain check, then checkRaftPeer.
 func (n *Node) tlsServerConfig() *tls.Config {
 	c := n.cfg.TLS.ServerConfig()
 	c.VerifyConnection = func(cs tls.ConnectionState) error {
 		if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
 			return errors.New("cluster: the peer presented no verified certificate")
 		}
-		return n.checkPeerCert(cs.VerifiedChains[0][0], "")
+		return n.checkRaftPeer(cs.VerifiedChains[0][0])
 	}
 	return c
 }

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -55,10 +57,25 @@ func (n *Node) Running() bool {
 
 // Cluster is a set of raftmq processes on loopback started by a test.
 type Cluster struct {
-	t     testing.TB
-	bin   string
-	join  string
-	Nodes []*Node
+	t    testing.TB
+	bin  string
+	join string
+	// Secret is the cluster secret every node gets through
+	// RAFTMQ_CLUSTER_SECRET, as the README's example sets it (a node's Env
+	// may override it).
+	Secret string
+	Nodes  []*Node
+}
+
+// NewSecret returns a random cluster secret, as `openssl rand -base64 32`
+// makes one.
+func NewSecret(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 // built caches the binaries a test binary built, by package.
@@ -141,7 +158,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // its addresses are chosen and before it starts (to set ExtraArgs or Env).
 func StartClusterWith(t testing.TB, n int, setup func(i int, node *Node)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, bin: Binary(t)}
+	c := &Cluster{t: t, bin: Binary(t), Secret: NewSecret(t)}
 	t.Cleanup(func() {
 		for i, node := range c.Nodes {
 			if node.Running() {
@@ -256,7 +273,8 @@ func (c *Cluster) Start(i int) {
 	}
 	args = append(args, n.ExtraArgs...)
 	cmd := exec.Command(c.bin, args...)
-	cmd.Env = append(os.Environ(), n.Env...)
+	// The node's own Env comes last: of duplicate keys the last one wins.
+	cmd.Env = append(append(os.Environ(), "RAFTMQ_CLUSTER_SECRET="+c.Secret), n.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -29,3 +29,23 @@ func WithTLS(t testing.TB, ca *testpki.CA) Option {
 func WithGossipKeys(keys ...[]byte) Option {
 	return WithConfig(func(_ int, c *cluster.Config) { c.GossipKeys = keys })
 }
+
+// SecretConfig sets c's TLS and gossip key from a cluster secret, as the
+// raftmq command does without cluster TLS.
+func SecretConfig(t testing.TB, secret []byte, c *cluster.Config) {
+	t.Helper()
+	sec, err := cluster.SecretTLS(secret, c.NodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := cluster.SecretGossipKey(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.TLS, c.GossipKeys = sec, [][]byte{key}
+}
+
+// WithSecret secures every node with the cluster secret (SecretConfig).
+func WithSecret(t testing.TB, secret []byte) Option {
+	return WithConfig(func(_ int, c *cluster.Config) { SecretConfig(t, secret, c) })
+}

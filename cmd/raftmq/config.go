@@ -157,6 +157,9 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	if err := c.Cluster.check(); err != nil {
 		return nil, err
 	}
+	if err := c.Cluster.checkMultiNode(c.BootstrapExpect, c.Join); err != nil {
+		return nil, err
+	}
 	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
 		return nil, fmt.Errorf("--max-message-size must be between 1 and %d, got %d", 512<<20, c.MaxMessageSize)
 	}

@@ -29,6 +29,7 @@ func TestConfig_EnvironmentAndFlags(t *testing.T) {
 		"RAFTMQ_JOIN":             "a:7946, b:7946",
 		"RAFTMQ_BOOTSTRAP_EXPECT": "3",
 		"RAFTMQ_ADVERTISE_HOST":   "10.0.0.5",
+		"RAFTMQ_CLUSTER_SECRET":   "0123456789abcdef",
 	})
 	c, err := parseConfig([]string{"--node-id", "n-flag"}, env, io.Discard)
 	if err != nil {

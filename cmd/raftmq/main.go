@@ -109,7 +109,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		return err
 	}
 
-	sec, err := cfg.Cluster.load()
+	sec, err := cfg.Cluster.load(cfg.DataDir, cfg.NodeID, cfg.BootstrapExpect == 1 && len(cfg.Join) == 0)
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,10 @@
 //	raftmqctl [--node host:port] [-p vhost] [--json] [--consistent] [--timeout d] VERB [ARGS...]
 //
 // Beyond loopback a node asks for an administrator's --username and
-// --password (or RAFTMQ_USERNAME, RAFTMQ_PASSWORD); a node with cluster TLS
-// needs --tls-ca, --tls-cert and --tls-key (a client certificate of the
-// cluster CA).
+// --password (or RAFTMQ_USERNAME, RAFTMQ_PASSWORD), over TLS unless the node
+// allows them in clear: a node with cluster TLS needs --tls-ca, --tls-cert
+// and --tls-key (a client certificate of the cluster CA); a node with the
+// cluster secret takes --tls-ca alone, the cluster-ca.pem in its data dir.
 //
 // Exit codes: 0 success, 1 the call failed, 2 usage error, 69 the node
 // cannot be reached.
@@ -125,7 +126,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
 	fs.StringVar(&o.sec.username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
 	fs.StringVar(&o.sec.password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
-	fs.StringVar(&o.sec.tlsCA, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA: connect with TLS (env RAFTMQ_TLS_CA)")
+	fs.StringVar(&o.sec.tlsCA, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA (with the cluster secret: a node's <data-dir>/cluster-ca.pem): connect with TLS (env RAFTMQ_TLS_CA)")
 	fs.StringVar(&o.sec.tlsCert, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM client certificate signed by the cluster CA (env RAFTMQ_TLS_CERT)")
 	fs.StringVar(&o.sec.tlsKey, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM key of --tls-cert (env RAFTMQ_TLS_KEY)")
 	return fs

@@ -142,10 +142,11 @@ func startCluster(t *testing.T, name string) *cluster {
 
 	// A /24 of its own, moved when the engine says it overlaps another.
 	var up error
+	secret := e2e.NewSecret(t) // the compose file requires one
 	for attempt := 0; attempt < 5; attempt++ {
 		subnet := fmt.Sprintf("172.30.%d", 100+rand.IntN(150))
 		c.env = append(os.Environ(), "RAFTMQ_IMAGE="+image, "RAFTMQ_SUBNET="+subnet,
-			"RAFTMQ_USER="+user, "RAFTMQ_PASSWORD="+password)
+			"RAFTMQ_USER="+user, "RAFTMQ_PASSWORD="+password, "RAFTMQ_CLUSTER_SECRET="+secret)
 		for i := 1; i <= 3; i++ {
 			for _, p := range []string{"AMQP", "GRPC", "HTTP"} {
 				_, port, _ := net.SplitHostPort(e2e.FreeAddr(t))

@@ -22,6 +22,9 @@ esac
 "$0" stop
 rm -rf "$dir" && mkdir -p "$dir"
 CGO_ENABLED=0 go build -o "$dir/raftmq" ./cmd/raftmq
+# The nodes share a cluster secret; a fresh one for each run.
+RAFTMQ_CLUSTER_SECRET=$(head -c 32 /dev/urandom | base64)
+export RAFTMQ_CLUSTER_SECRET
 for i in 1 2 3; do
   "$dir/raftmq" --node-id "n$i" --data-dir "$dir/n$i" --bootstrap-expect 3 --join 127.0.0.1:27941 \
     --amqp-addr "127.0.0.1:2567$((i + 1))" --grpc-addr "127.0.0.1:2568$i" --raft-addr "127.0.0.1:2569$i" \
