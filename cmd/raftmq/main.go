@@ -104,6 +104,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	mgmt, err := listenManagement(cfg.Management)
+	if err != nil {
+		return err
+	}
 	host, err := advertiseHost(cfg.Advertise, cfg.RaftAddr)
 	if err != nil {
 		return err
@@ -168,9 +172,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- grpcSrv.Serve(grpcLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
+	mgmt.serve(ctx, admin, node.Ready(), logger, errc)
 	// AMQP clients are served once the node knows a leader and has the
 	// cluster's defaults (users, vhosts) applied.
 	go func() {
@@ -202,7 +207,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	}
 	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpLn.Addr().String(), "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
-		"http", httpLn.Addr().String(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark)
+		"http", httpLn.Addr().String(), "management", mgmt.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark)
 
 	var runErr error
 	select {
@@ -217,6 +222,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(shutdownCtx)
+	mgmt.shutdown(shutdownCtx)
 	if err := node.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
