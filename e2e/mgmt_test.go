@@ -139,6 +139,19 @@ func TestRabbitmqadminThroughFollower(t *testing.T) {
 			t.Errorf("exported %s differ:\n got %v\nwant %v", k, got[k], w)
 		}
 	}
+
+	// raftmqctl's verbs go through another node's management API.
+	ctlFile := filepath.Join(t.TempDir(), "ctl.json")
+	ctl(t, c.Nodes[2], "--management-url", "http://"+c.Nodes[2].ManagementAddr, "export_definitions", ctlFile)
+	if out := ctl(t, c.Nodes[0], "--management-url", "http://"+c.Nodes[0].ManagementAddr, "import_definitions", ctlFile); !strings.Contains(out, "x-max-priority") {
+		t.Errorf("import_definitions names no argument raftmq does not apply:\n%s", out)
+	}
+	got = readTopology(t, ctlFile)
+	for k, w := range want {
+		if strings.Join(got[k], "\n") != strings.Join(w, "\n") {
+			t.Errorf("raftmqctl export_definitions: %s differ:\n got %v\nwant %v", k, got[k], w)
+		}
+	}
 }
 
 // readTopology reads the definitions lists that must round-trip, each
