@@ -71,7 +71,7 @@ func (q *req) connections() error {
 	case http.MethodGet:
 		if found != nil {
 			if q.seg(2) == "channels" {
-				q.ok(q.channelList(func(ch *proto.ChannelRef) bool { return ch.GetConnection() == found.GetId() }))
+				q.list(q.channelList(func(ch *proto.ChannelRef) bool { return ch.GetConnection() == found.GetId() }))
 				return nil
 			}
 			q.ok(connectionJSON(found))
@@ -81,7 +81,7 @@ func (q *req) connections() error {
 		for _, c := range conns {
 			out = append(out, connectionJSON(c))
 		}
-		q.ok(out)
+		q.list(out)
 		return nil
 	case http.MethodDelete:
 		if found == nil {
@@ -141,7 +141,7 @@ func (q *req) channelList(keep func(*proto.ChannelRef) bool) []map[string]any {
 }
 
 func (q *req) channels() error {
-	q.ok(q.channelList(func(*proto.ChannelRef) bool { return true }))
+	q.list(q.channelList(func(*proto.ChannelRef) bool { return true }))
 	return nil
 }
 
@@ -183,7 +183,7 @@ func (q *req) consumers() error {
 			})
 		}
 	})
-	q.ok(nonNil(out))
+	q.list(out)
 	return nil
 }
 
@@ -330,7 +330,7 @@ func (q *req) policies(operator bool) error {
 			q.ok(out[0])
 			return nil
 		}
-		q.ok(nonNil(out))
+		q.list(out)
 		return nil
 	case http.MethodPut:
 		if name == "" {

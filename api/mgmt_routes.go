@@ -272,7 +272,7 @@ func (q *req) nodes() error {
 		}
 		return notFound()
 	}
-	q.ok(nonNil(out))
+	q.list(out)
 	return nil
 }
 
@@ -329,7 +329,7 @@ func (q *req) vhosts() error {
 			q.ok(out[0])
 			return nil
 		}
-		q.ok(nonNil(out))
+		q.list(out)
 		return nil
 	case http.MethodPut:
 		if !q.user.admin() {
@@ -428,7 +428,7 @@ func (q *req) users() error {
 			q.ok(out[0])
 			return nil
 		}
-		q.ok(nonNil(out))
+		q.list(out)
 		return nil
 	case http.MethodPut:
 		if name == "" {
@@ -463,7 +463,7 @@ func (q *req) listPermissions(keep func(*proto.PermissionInfo) bool) error {
 			}
 		}
 	})
-	q.ok(nonNil(out))
+	q.list(out)
 	return nil
 }
 
@@ -623,7 +623,7 @@ func (q *req) queues() error {
 					}
 				}
 			})
-			q.ok(nonNil(out))
+			q.list(out)
 			return nil
 		})
 	}
@@ -658,7 +658,7 @@ func (q *req) queues() error {
 					}
 				}
 			})
-			q.ok(nonNil(out))
+			q.list(out)
 			return nil
 		})
 	default:
@@ -932,7 +932,7 @@ func (q *req) exchanges() error {
 					}
 				}
 			})
-			q.ok(nonNil(out))
+			q.list(out)
 			return nil
 		})
 	}
@@ -960,7 +960,7 @@ func (q *req) exchanges() error {
 					}
 				}
 			})
-			q.ok(nonNil(out))
+			q.list(out)
 			return nil
 		})
 	default:
@@ -1159,7 +1159,7 @@ func (q *req) bindings() error {
 					out = append(out, bindingJSON(b))
 				}
 			})
-			q.ok(nonNil(out))
+			q.list(out)
 			return nil
 		})
 	}
@@ -1222,7 +1222,7 @@ func (q *req) bindings() error {
 		for _, b := range matching {
 			out = append(out, bindingJSON(b))
 		}
-		q.ok(out)
+		q.list(out)
 		return nil
 	case http.MethodPost:
 		if e := q.mayBind(vhost, source, kind, dest); e != nil {
