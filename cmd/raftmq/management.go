@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,10 +19,15 @@ import (
 type managementConfig struct {
 	Addr            string // "" disables the API
 	LoadDefinitions string // definitions file imported once the node is ready
+	// TLSCert and TLSKey make the listener serve HTTPS (RabbitMQ's
+	// management.ssl.certfile and keyfile).
+	TLSCert, TLSKey string
 }
 
 func (m *managementConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&m.Addr, "management-addr", ":15672", "listen address of RabbitMQ's management HTTP API (rabbitmqadmin, definitions); empty disables it")
+	fs.StringVar(&m.TLSCert, "management-tls-cert", "", "PEM certificate (chain) file: the management API serves HTTPS")
+	fs.StringVar(&m.TLSKey, "management-tls-key", "", "PEM private key file of --management-tls-cert")
 	fs.StringVar(&m.LoadDefinitions, "load-definitions", "", "definitions file in RabbitMQ's JSON format, imported through the log once the node is ready (idempotent: every node given it may import it)")
 }
 
@@ -45,12 +51,26 @@ func listenManagement(cfg managementConfig) (*management, error) {
 		}
 		m.defs = b
 	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, errors.New("--management-tls-cert and --management-tls-key go together")
+	}
 	if cfg.Addr == "" {
 		return m, nil
+	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("management TLS: %w", err)
+		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("management listener: %w", err)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	m.ln = ln
 	return m, nil
