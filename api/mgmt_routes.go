@@ -840,16 +840,15 @@ func propertiesJSON(p *proto.Properties) map[string]any {
 // propertiesFromJSON reads a publish's properties object.
 func propertiesFromJSON(b map[string]any) (*proto.Properties, error) {
 	p := &proto.Properties{}
+	// An absent property stays unset (nil), not empty.
 	str := func(k string) (*string, error) {
-		v, ok := b[k]
-		if !ok || v == nil {
+		if v, ok := b[k]; !ok || v == nil {
 			return nil, nil
 		}
 		s, err := fieldString(b, k, "")
 		if err != nil {
 			return nil, err
 		}
-		_ = v
 		return &s, nil
 	}
 	var err error
