@@ -140,14 +140,24 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		}
 		return out
 	}
+	// A vhost's definitions go to that vhost whatever their objects say,
+	// and carry only its topology, as in RabbitMQ.
 	vhostOf := func(o map[string]any) string {
-		if v, ok := o["vhost"].(string); ok && v != "" {
-			return v
-		}
 		if vhost != "" {
 			return vhost
 		}
+		if v, ok := o["vhost"].(string); ok && v != "" {
+			return v
+		}
 		return defaultVhost
+	}
+	if vhost != "" {
+		for _, k := range []string{"users", "vhosts", "permissions", "topic_permissions", "global_parameters"} {
+			if len(list(k)) > 0 {
+				warn("%s are not imported through the definitions of vhost '%s'", k, vhost)
+				delete(defs, k)
+			}
+		}
 	}
 	str := func(o map[string]any, k string) string { s, _ := fieldString(o, k, ""); return s }
 

@@ -387,11 +387,27 @@ func TestManagementDefinitionsRoundTrip(t *testing.T) {
 			t.Errorf("after importing again, %s:\n got %v\nwant %v", k, again[k], want[k])
 		}
 	}
-	// A vhost's definitions carry no vhost field.
+	// A vhost's definitions carry no vhost field, and import into another
+	// vhost: its topology only.
 	var vd map[string]any
 	c.getJSON("/api/definitions/orders", &vd)
 	if qs := vd["queues"].([]any); len(qs) != 8 || qs[0].(map[string]any)["vhost"] != nil {
 		t.Fatalf("orders' queues %v", qs)
+	}
+	c.must(http.StatusCreated, "PUT", "/api/vhosts/copy", nil)
+	c.must(http.StatusCreated, "PUT", "/api/permissions/copy/guest", map[string]any{"configure": ".*", "write": ".*", "read": ".*"})
+	if err := json.Unmarshal(c.must(http.StatusOK, "POST", "/api/definitions/copy", file), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool {
+		return strings.Contains(w, "users are not imported through the definitions of vhost 'copy'")
+	}) {
+		t.Errorf("a vhost import of users is not reported: %q", res.Warnings)
+	}
+	var copied []map[string]any
+	c.getJSON("/api/queues/copy", &copied)
+	if len(copied) != 8 {
+		t.Fatalf("vhost copy has %d queues, want the file's 8", len(copied))
 	}
 }
 
