@@ -121,6 +121,56 @@ func TestRabbitmqadminThroughFollower(t *testing.T) {
 	admin("delete", "queue", "name=q1")
 	admin("delete", "exchange", "name=x1")
 
+	// Connections of every node are listed, and closed on their node.
+	conn, err := amqp.Dial(c.Nodes[2].AMQPURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("watched", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Consume("watched", "watcher", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	if err := Eventually(10*time.Second, func() error {
+		out := admin("-f", "tsv", "-q", "list", "connections", "name")
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "-> "+c.Nodes[2].ID+"/") {
+				name = strings.TrimSpace(l)
+				return nil
+			}
+		}
+		return fmt.Errorf("no connection of %s in:\n%s", c.Nodes[2].ID, out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ what, want string }{
+		{"consumers", "watcher"}, {"channels", name + " (1)"}, {"nodes", c.Nodes[2].ID}, {"permissions", "guest"},
+	} {
+		if out := admin("list", tc.what); !strings.Contains(out, tc.want) {
+			t.Fatalf("list %s lacks %q:\n%s", tc.what, tc.want, out)
+		}
+	}
+	if out := admin("show", "overview"); !strings.Contains(out, "3.10.8") {
+		t.Fatalf("show overview:\n%s", out)
+	}
+	admin("close", "connection", "name="+name)
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.ConnectionForced {
+			t.Fatalf("connection closed with %v, want 320 CONNECTION_FORCED", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("close connection did not close the client's connection")
+	}
+
 	// RabbitMQ's own export imports through the follower.
 	defsFile := filepath.Join("..", "api", "testdata", "rabbitmq-3.10.8", "definitions.json")
 	admin("import", defsFile)
