@@ -12,6 +12,11 @@
 // from the leader when the request asks for a consistent read: a follower
 // forwards the same call to the leader's Admin service, once.
 //
+// Management (mgmt*.go) serves RabbitMQ's management HTTP API over the same
+// service: its writes are AdminServer operations (ops.go has those only it
+// needs), it checks HTTP basic credentials with RabbitMQ's user tags, and
+// it exports and imports definitions (docs/management.md).
+//
 // Auth (auth.go) guards the Admin service as gRPC interceptors: beyond
 // loopback (or always) a caller needs an administrator's username and
 // password, except other nodes, which present a certificate naming a member

@@ -35,6 +35,9 @@ type Node struct {
 	ExtraArgs []string
 	Env       []string
 
+	// ManagementAddr serves RabbitMQ's management HTTP API.
+	ManagementAddr string
+
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -226,6 +229,8 @@ func newNode(t testing.TB, dir, id string) *Node {
 		HTTPAddr:   FreeAddr(t),
 		DataDir:    filepath.Join(dir, id),
 		LogPath:    filepath.Join(dir, id+".log"),
+
+		ManagementAddr: FreeAddr(t),
 	}
 }
 
@@ -266,6 +271,7 @@ func (c *Cluster) Start(i int) {
 		"--raft-addr", n.RaftAddr,
 		"--gossip-addr", n.GossipAddr,
 		"--http-addr", n.HTTPAddr,
+		"--management-addr", n.ManagementAddr,
 		"--bootstrap-expect", fmt.Sprint(len(c.Nodes)),
 	}
 	if len(c.Nodes) > 1 {

@@ -40,6 +40,8 @@ type config struct {
 	TLS tlsConfig
 	// Limits bound what clients may use.
 	Limits limitsConfig
+	// Management is RabbitMQ's management HTTP API (management.go).
+	Management managementConfig
 }
 
 // tlsConfig configures the AMQPS listener. Certificate, key and CA are
@@ -97,6 +99,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 5*time.Second, "how long a dead member stays dead before its consumers are cancelled")
 	fs.DurationVar(&c.RaftTimeout, "raft-timeout", defaultRaftTimeout, "how long followers go without hearing from the leader before they elect another (raft's heartbeat and election timeouts; the leader's lease is half of it)")
 	c.Cluster.flags(fs)
+	c.Management.flags(fs)
 
 	// AMQPS (TLS for clients).
 	fs.StringVar(&c.TLS.AMQPSAddr, "amqps-addr", ":5671", "AMQP 0-9-1 over TLS listen address (listens only when --tls-cert is set)")

@@ -104,6 +104,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	mgmt, err := listenManagement(cfg.Management)
+	if err != nil {
+		return err
+	}
 	host, err := advertiseHost(cfg.Advertise, cfg.RaftAddr)
 	if err != nil {
 		return err
@@ -169,9 +173,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	go func() { errc <- grpcSrv.Serve(grpcLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
+	mgmt.serve(ctx, admin, node.Ready(), logger, errc)
 	// The AMQP listeners open only once the node can authenticate logins,
 	// as RabbitMQ's do: a client that connects as soon as the port opens
 	// must not be refused. /readyz waits for them too.
@@ -200,7 +205,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	go amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil).Run(ctx, memoryCheckInterval)
 	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpAddr, "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
-		"http", httpLn.Addr().String(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark)
+		"http", httpLn.Addr().String(), "management", mgmt.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark)
 
 	var runErr error
 	select {
@@ -215,6 +220,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(shutdownCtx)
+	mgmt.shutdown(shutdownCtx)
 	if err := node.Close(); err != nil && runErr == nil {
 		runErr = err
 	}

@@ -93,6 +93,10 @@ type options struct {
 	description string
 	local       bool
 
+	// managementURL is the node's management HTTP API, for the
+	// definitions verbs (definitions.go).
+	managementURL string
+
 	sec dialSecurity
 }
 
@@ -124,6 +128,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.ifEmpty, "if-empty", false, "delete_queue: only if the queue is empty")
 	fs.StringVar(&o.description, "description", "", "add_vhost: description")
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
+	fs.StringVar(&o.managementURL, "management-url", envOr("RAFTMQ_MANAGEMENT_URL", defaultManagementURL), "management HTTP API of a node, for export_definitions and import_definitions (env RAFTMQ_MANAGEMENT_URL)")
 	fs.StringVar(&o.sec.username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
 	fs.StringVar(&o.sec.password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
 	fs.StringVar(&o.sec.tlsCA, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA (with the cluster secret: a node's <data-dir>/cluster-ca.pem): connect with TLS (env RAFTMQ_TLS_CA)")

@@ -28,7 +28,7 @@ export RAFTMQ_CLUSTER_SECRET
 for i in 1 2 3; do
   "$dir/raftmq" --node-id "n$i" --data-dir "$dir/n$i" --bootstrap-expect 3 --join 127.0.0.1:27941 \
     --amqp-addr "127.0.0.1:2567$((i + 1))" --grpc-addr "127.0.0.1:2568$i" --raft-addr "127.0.0.1:2569$i" \
-    --gossip-addr "127.0.0.1:2794$i" --http-addr "127.0.0.1:2569$((i + 4))" --pprof >"$dir/n$i.log" 2>&1 &
+    --gossip-addr "127.0.0.1:2794$i" --http-addr "127.0.0.1:2569$((i + 4))" --management-addr "" --pprof >"$dir/n$i.log" 2>&1 &
   echo $! >"$dir/n$i.pid"
 done
 for i in 1 2 3; do
