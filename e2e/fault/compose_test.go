@@ -148,7 +148,7 @@ func startCluster(t *testing.T, name string) *cluster {
 		c.env = append(os.Environ(), "RAFTMQ_IMAGE="+image, "RAFTMQ_SUBNET="+subnet,
 			"RAFTMQ_USER="+user, "RAFTMQ_PASSWORD="+password, "RAFTMQ_CLUSTER_SECRET="+secret)
 		for i := 1; i <= 3; i++ {
-			for _, p := range []string{"AMQP", "GRPC", "HTTP"} {
+			for _, p := range []string{"AMQP", "GRPC", "HTTP", "MANAGEMENT"} {
 				_, port, _ := net.SplitHostPort(e2e.FreeAddr(t))
 				c.env = append(c.env, fmt.Sprintf("RAFTMQ%d_%s_PORT=%s", i, p, port))
 			}
