@@ -228,6 +228,10 @@ type Node struct {
 	restart  bool          // the node started with raft state on disk
 	bootMs   int64         // when this run started (unix ms), gossiped
 	closing  chan struct{}
+	// failed is closed when the node cannot apply the log; failErr says why.
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 	closeMu  sync.Mutex
 	closed   bool
 	wg       sync.WaitGroup
@@ -257,6 +261,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		notifyCh:  make(chan bool, 16),
 		ready:     make(chan struct{}),
 		closing:   make(chan struct{}),
+		failed:    make(chan struct{}),
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
 	n.fwd = newForwarder(n)
@@ -479,6 +484,31 @@ func (n *Node) clearPastIncarnation() {
 			return
 		}
 	}
+}
+
+// Failed is closed when this node cannot apply the next committed entry
+// (one written by a newer version): it stops applying, keeps its state as
+// of the entry before, and the process should exit with Err. Restarting
+// the same binary stops at the same entry; upgrading it lets it go on.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Err is why Failed closed, nil before.
+func (n *Node) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
+}
+
+// fail records that the log cannot be applied here.
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.failErr = err
+		n.log.Error("cannot apply the raft log: stopping", "err", err)
+		close(n.failed)
+	})
 }
 
 // NodeID is this node's id.
@@ -868,7 +898,11 @@ func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		if !fn(l.Index, decodeEntry(&l)) {
+		env, err := decodeEntry(&l)
+		if err != nil {
+			return err
+		}
+		if !fn(l.Index, env) {
 			return nil
 		}
 	}

@@ -209,6 +209,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	case <-ctx.Done():
 		logger.Info("shutting down")
 	case runErr = <-errc:
+	case <-node.Failed():
+		// The node cannot apply the log (an entry of a newer version):
+		// exit with its reason rather than serve a state that stopped.
+		runErr = node.Err()
 	}
 	// Clients first, so no new command starts; then the node (it stays a
 	// member of the cluster: a stop is not a leave, so a rolling restart
