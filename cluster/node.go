@@ -114,6 +114,10 @@ type Config struct {
 	// goes alone into one entry).
 	MaxBatchCommands int
 	MaxBatchBytes    int
+	// MaxMessageSize is the largest publish body the leader lets into the
+	// log (default and upper bound fsm.MaxBodySize); a larger one is
+	// refused to its publisher alone.
+	MaxMessageSize int
 	// MaxInflightEntries bounds the entries the leader has handed to raft
 	// and not yet seen applied (default 4): while they are in flight, new
 	// commands accumulate into the next, larger entry.
@@ -123,6 +127,10 @@ type Config struct {
 func (c *Config) setDefaults() error {
 	if c.NodeID == "" {
 		return errors.New("cluster: NodeID is required")
+	}
+	if len(c.NodeID) > fsm.MaxNameLen {
+		// Every command naming this node would be refused.
+		return fmt.Errorf("cluster: NodeID is %d bytes long, longer than %d", len(c.NodeID), fsm.MaxNameLen)
 	}
 	if c.DataDir == "" {
 		return errors.New("cluster: DataDir is required")
@@ -228,6 +236,9 @@ type Node struct {
 	restart  bool          // the node started with raft state on disk
 	bootMs   int64         // when this run started (unix ms), gossiped
 	closing  chan struct{}
+	// protocol is the command protocol this node announces
+	// (fsm.ProtocolVersion; tests change it).
+	protocol atomic.Uint32
 	// failed is closed when the node cannot apply the log; failErr says why.
 	failed   chan struct{}
 	failOnce sync.Once
@@ -264,6 +275,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		failed:    make(chan struct{}),
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
+	n.protocol.Store(fsm.ProtocolVersion)
 	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()

@@ -148,6 +148,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		LeaderLeaseTimeout: cfg.RaftTimeout / 2,
 		TLS:                sec.tls,
 		GossipKeys:         sec.keys,
+		MaxMessageSize:     cfg.MaxMessageSize,
 		Logger:             logger.With("component", "cluster"),
 	})
 	if err != nil {
