@@ -251,13 +251,19 @@ func (v *validator) consumer(what string, r *proto.ConsumerRef) {
 	v.name(what+" tag", r.GetTag(), false)
 }
 
+// queueRef checks a queue the leader names from the state (Expire,
+// ExpireQueue). Only presence is checked: a name longer than today's
+// limit that an earlier version let in must still expire, and one
+// refused name would hold back the expiry of every queue listed with it.
 func (v *validator) queueRef(what string, r *proto.QueueRef) {
-	if r == nil {
+	switch {
+	case r == nil:
 		v.fail(codeInternalError, "%s is missing", what)
-		return
+	case r.GetVhost() == "":
+		v.fail(codeInternalError, "%s vhost is empty", what)
+	case r.GetName() == "":
+		v.fail(codeInternalError, "%s name is empty", what)
 	}
-	v.name(what+" vhost", r.GetVhost(), true)
-	v.name(what+" name", r.GetName(), true)
 }
 
 func (v *validator) table(what string, t *proto.Table, depth int) {

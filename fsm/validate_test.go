@@ -239,6 +239,9 @@ func TestValidate_Limits(t *testing.T) {
 		{"body over the limit", publish("", "q", "123456", nil), fsm.Limits{MaxBody: 5}, "message size 6 is larger than configured max size 5"},
 		{"tables nested too deep", publish("", "q", "", &proto.Properties{Headers: table("k", deep)}), fsm.Limits{}, "nests deeper"},
 		{"pattern too long", policySet("p", strings.Repeat("a", fsm.MaxPatternLen+1), 0, false, nil), fsm.Limits{}, "policy pattern is"},
+		// The leader names queues of the state: an earlier version may
+		// have let in a longer name, and it must still expire.
+		{"expire of a long name", &proto.Command{Cmd: &proto.Command_Expire{Expire: &proto.Expire{Queues: []*proto.QueueRef{{Vhost: long, Name: long}}}}}, fsm.Limits{}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
