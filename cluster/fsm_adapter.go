@@ -38,9 +38,12 @@ func decodeEntry(l *raft.Log) (*proto.Envelope, error) {
 }
 
 func checkEnvelope(index uint64, env *proto.Envelope) error {
-	if v := env.GetVersion(); v != envelopeVersion {
+	switch v := env.GetVersion(); {
+	case v > envelopeVersion:
 		return fmt.Errorf("cluster: log entry %d has envelope version %d and this version reads only %d: it was written by a newer version; upgrade this node",
 			index, v, envelopeVersion)
+	case v < envelopeVersion:
+		return fmt.Errorf("cluster: log entry %d has envelope version %d, which no version of raftmq writes: the log is damaged", index, v)
 	}
 	if err := fsm.CheckEntry(fsm.Entry{Index: index, Envelope: env}); err != nil {
 		return fmt.Errorf("cluster: %w; upgrade this node", err)
