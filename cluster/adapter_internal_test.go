@@ -168,3 +168,22 @@ func TestFSMAdapter_AppliesOwnProposalOnce(t *testing.T) {
 		t.Fatal("a dropped proposal is still held")
 	}
 }
+
+// A log into which an earlier version let an empty command replays: the
+// command is refused on every replica and the node goes on, where it
+// used to panic at every restart.
+func TestFSMAdapter_EmptyCommandOfAnOldLogReplays(t *testing.T) {
+	a, n := testAdapter()
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	out := a.ApplyBatch([]*raft.Log{
+		entry(t, 1, &proto.Envelope{Version: 1, StampMs: 100, Commands: []*proto.Command{{}, tick}}),
+		entry(t, 2, &proto.Envelope{Version: 1, StampMs: 200, Commands: []*proto.Command{tick}}),
+	})
+	res := out[0].([]*proto.Result)
+	if res[0].GetCode() != 541 || res[1].GetCode() != 0 {
+		t.Fatalf("results %v", res)
+	}
+	if n.Err() != nil || n.AppliedIndex() != 2 || n.machine.Clock() != 200 {
+		t.Fatalf("err %v, applied %d, clock %d", n.Err(), n.AppliedIndex(), n.machine.Clock())
+	}
+}
