@@ -292,7 +292,7 @@ func TestAdmin_ResultCodes(t *testing.T) {
 		want codes.Code
 	}{
 		{404, codes.NotFound}, {406, codes.FailedPrecondition}, {405, codes.FailedPrecondition},
-		{403, codes.PermissionDenied}, {540, codes.Unknown}, {530, codes.Unknown},
+		{403, codes.PermissionDenied}, {540, codes.Unimplemented}, {541, codes.Internal}, {530, codes.Unknown},
 	} {
 		n.mu.Lock()
 		code = tc.amqp

@@ -17,6 +17,8 @@ const (
 	codeNotFound           = 404
 	codeResourceLocked     = 405
 	codePreconditionFailed = 406
+	codeNotImplemented     = 540
+	codeInternalError      = 541
 )
 
 // resultError turns a command Result with a non-zero code into a gRPC
@@ -37,6 +39,12 @@ func codeForResult(c uint32) codes.Code {
 		return codes.FailedPrecondition
 	case codeAccessRefused:
 		return codes.PermissionDenied
+	case codeNotImplemented:
+		// A command kind some node of the cluster does not support yet.
+		return codes.Unimplemented
+	case codeInternalError:
+		// The leader refused a malformed command: a bug of the proposer.
+		return codes.Internal
 	default:
 		return codes.Unknown
 	}

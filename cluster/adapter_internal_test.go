@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 	gproto "google.golang.org/protobuf/proto"
 )
 
@@ -17,7 +19,8 @@ func discardLogger() *slog.Logger {
 }
 
 func testAdapter() (*fsmAdapter, *Node) {
-	n := &Node{cfg: Config{NodeID: "me"}, machine: fsm.New(), applied: newAppliedIndex()}
+	n := &Node{cfg: Config{NodeID: "me"}, log: discardLogger(), machine: fsm.New(), applied: newAppliedIndex(),
+		closing: make(chan struct{}), failed: make(chan struct{})}
 	return &fsmAdapter{n: n}, n
 }
 
@@ -69,19 +72,49 @@ func TestFSMAdapter_ApplyBatchAndSnapshot(t *testing.T) {
 	}
 }
 
-func TestFSMAdapter_UndecodableEntryPanics(t *testing.T) {
-	for name, l := range map[string]*raft.Log{
-		"garbage":     {Index: 1, Type: raft.LogCommand, Data: []byte{0xff, 0xff, 0xff}},
-		"new version": entry(t, 1, &proto.Envelope{Version: 2}),
+// An entry this binary cannot apply stops the node at that entry with an
+// error naming it, instead of a panic that every restart repeats: the
+// entries before it are applied, nothing after, and no snapshot is taken.
+func TestFSMAdapter_UnreadableEntryStopsTheNode(t *testing.T) {
+	newKind := &proto.Command{}
+	// Field 99 of Command: a kind this binary does not know.
+	newKind.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.BytesType), 0))
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	for name, tc := range map[string]struct {
+		l    *raft.Log
+		want string
+	}{
+		"garbage":     {&raft.Log{Index: 7, Type: raft.LogCommand, Data: []byte{0xff, 0xff, 0xff}}, "log entry 7 is not an Envelope this version reads"},
+		"new version": {entry(t, 7, &proto.Envelope{Version: 2}), "log entry 7 has envelope version 2 and this version reads only 1: it was written by a newer version; upgrade this node"},
+		"no version":  {entry(t, 7, &proto.Envelope{}), "log entry 7 has envelope version 0, which no version of raftmq writes"},
+		"new kind":    {entry(t, 7, &proto.Envelope{Version: 1, Commands: []*proto.Command{tick, newKind}}), "log entry 7, command 1: a command kind this version (protocol 1) does not know, written by a newer version; upgrade this node"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			a, _ := testAdapter()
-			defer func() {
-				if recover() == nil {
-					t.Fatal("applying an unreadable entry did not stop the replica")
-				}
-			}()
-			a.Apply(l)
+			a, n := testAdapter()
+			before := entry(t, 6, &proto.Envelope{Version: 1, StampMs: 100, Commands: []*proto.Command{tick}})
+			after := entry(t, 8, &proto.Envelope{Version: 1, StampMs: 300, Commands: []*proto.Command{tick}})
+			done := make(chan []any)
+			go func() { done <- a.ApplyBatch([]*raft.Log{before, tc.l, after}) }()
+			<-n.Failed()
+			if err := n.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			select {
+			case <-done:
+				t.Fatal("ApplyBatch returned while the node is open: raft would apply the next entries")
+			default:
+			}
+			if _, err := a.Snapshot(); err == nil {
+				t.Fatal("a node that stopped applying took a snapshot")
+			}
+			close(n.closing)
+			out := <-done
+			if out[0] == nil || out[1] != nil || out[2] != nil {
+				t.Fatalf("responses %v: only the entry before the unreadable one applies", out)
+			}
+			if n.AppliedIndex() != 6 || n.machine.AppliedIndex() != 6 || n.machine.Clock() != 100 {
+				t.Fatalf("applied %d (machine %d, clock %d), want 6", n.AppliedIndex(), n.machine.AppliedIndex(), n.machine.Clock())
+			}
 		})
 	}
 }
@@ -133,5 +166,24 @@ func TestFSMAdapter_AppliesOwnProposalOnce(t *testing.T) {
 	n.proposals.drop(l.Data)
 	if n.proposals.len() != 0 || n.proposals.take(l.Data) != nil {
 		t.Fatal("a dropped proposal is still held")
+	}
+}
+
+// A log into which an earlier version let an empty command replays: the
+// command is refused on every replica and the node goes on, where it
+// used to panic at every restart.
+func TestFSMAdapter_EmptyCommandOfAnOldLogReplays(t *testing.T) {
+	a, n := testAdapter()
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	out := a.ApplyBatch([]*raft.Log{
+		entry(t, 1, &proto.Envelope{Version: 1, StampMs: 100, Commands: []*proto.Command{{}, tick}}),
+		entry(t, 2, &proto.Envelope{Version: 1, StampMs: 200, Commands: []*proto.Command{tick}}),
+	})
+	res := out[0].([]*proto.Result)
+	if res[0].GetCode() != 541 || res[1].GetCode() != 0 {
+		t.Fatalf("results %v", res)
+	}
+	if n.Err() != nil || n.AppliedIndex() != 2 || n.machine.Clock() != 200 {
+		t.Fatalf("err %v, applied %d, clock %d", n.Err(), n.AppliedIndex(), n.machine.Clock())
 	}
 }

@@ -24,18 +24,31 @@ type fsmAdapter struct {
 
 var _ raft.BatchingFSM = (*fsmAdapter)(nil)
 
-// decodeEntry decodes a log entry. A replica that cannot read the log must
-// stop rather than diverge, so an undecodable entry panics.
-func decodeEntry(l *raft.Log) *proto.Envelope {
+// decodeEntry decodes a log entry and checks that this binary can apply
+// every command of it.
+func decodeEntry(l *raft.Log) (*proto.Envelope, error) {
 	env := &proto.Envelope{}
 	if err := gproto.Unmarshal(l.Data, env); err != nil {
-		panic(fmt.Sprintf("cluster: log entry %d is not an Envelope: %v", l.Index, err))
+		return nil, fmt.Errorf("cluster: log entry %d is not an Envelope this version reads (%w): written by a newer version, or damaged; upgrade this node", l.Index, err)
 	}
-	if env.GetVersion() != envelopeVersion {
-		panic(fmt.Sprintf("cluster: log entry %d has envelope version %d, this node reads %d",
-			l.Index, env.GetVersion(), envelopeVersion))
+	if err := checkEnvelope(l.Index, env); err != nil {
+		return nil, err
 	}
-	return env
+	return env, nil
+}
+
+func checkEnvelope(index uint64, env *proto.Envelope) error {
+	switch v := env.GetVersion(); {
+	case v > envelopeVersion:
+		return fmt.Errorf("cluster: log entry %d has envelope version %d and this version reads only %d: it was written by a newer version; upgrade this node",
+			index, v, envelopeVersion)
+	case v < envelopeVersion:
+		return fmt.Errorf("cluster: log entry %d has envelope version %d, which no version of raftmq writes: the log is damaged", index, v)
+	}
+	if err := fsm.CheckEntry(fsm.Entry{Index: index, Envelope: env}); err != nil {
+		return fmt.Errorf("cluster: %w; upgrade this node", err)
+	}
+	return nil
 }
 
 // Apply implements raft.FSM.
@@ -44,22 +57,33 @@ func (a *fsmAdapter) Apply(l *raft.Log) any {
 }
 
 // ApplyBatch implements raft.BatchingFSM: it applies a run of committed
-// entries under one acquisition of the state lock.
+// entries under one acquisition of the state lock. An entry this binary
+// cannot apply stops the node there: the entries before it are applied,
+// the node reports the failure (Failed) and this call blocks until the
+// node closes, so raft neither applies a later entry nor snapshots past
+// the one this replica skipped. A replica must not diverge, and panicking
+// instead only crash-loops on the same entry at every restart.
 func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	envs := make([]*proto.Envelope, len(logs))
+	stop, decodeErr := len(logs), error(nil)
 	for i, l := range logs {
-		if l.Type == raft.LogCommand {
-			if envs[i] = a.n.proposals.take(l.Data); envs[i] == nil {
-				envs[i] = decodeEntry(l)
-			}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if envs[i] = a.n.proposals.take(l.Data); envs[i] != nil {
+			continue
+		}
+		if envs[i], decodeErr = decodeEntry(l); decodeErr != nil {
+			stop = i
+			break
 		}
 	}
 	n := a.n
 	sink := localSink{node: n.cfg.NodeID, next: n.cfg.Effects}
 	var last uint64
 	n.stateMu.Lock()
-	for i, l := range logs {
+	for i, l := range logs[:stop] {
 		last = l.Index
 		if envs[i] == nil {
 			continue
@@ -73,12 +97,21 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 		out[i] = res
 	}
 	n.stateMu.Unlock()
-	n.applied.advance(last)
+	if stop > 0 {
+		n.applied.advance(last)
+	}
+	if decodeErr != nil {
+		n.fail(decodeErr)
+		<-n.closing
+	}
 	return out
 }
 
 // Snapshot implements raft.FSM.
 func (a *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
+	if err := a.n.Err(); err != nil {
+		return nil, fmt.Errorf("cluster: no snapshot of a node that stopped applying: %w", err)
+	}
 	a.n.stateMu.Lock()
 	w, err := a.n.machine.Snapshot()
 	a.n.stateMu.Unlock()

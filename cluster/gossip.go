@@ -126,6 +126,7 @@ func (n *Node) localMeta() *proto.NodeMeta {
 		HasState: n.hasState.Load(),
 		Leaving:  n.leaving.Load(),
 		BootMs:   n.bootMs,
+		Protocol: n.protocol.Load(),
 	}
 }
 

@@ -2,13 +2,17 @@ package cluster
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	gproto "google.golang.org/protobuf/proto"
 )
 
 // startSingle starts a lone node on loopback.
@@ -250,5 +254,73 @@ func TestNode_ProposalsAreForgotten(t *testing.T) {
 	wg.Wait()
 	if k := n.proposals.len(); k != 0 {
 		t.Fatalf("%d proposals held after every submission returned", k)
+	}
+}
+
+// A command kind is proposed only once every server announces the
+// protocol that introduced it; the other commands of the same batch go on.
+func TestAdmit_ProtocolGate(t *testing.T) {
+	n := startSingle(t)
+	saved := commandProtocol.Load()
+	t.Cleanup(func() { commandProtocol.Store(saved) })
+	gate := func(c *proto.Command) uint32 {
+		if c.GetTick() != nil {
+			return 2 // as if Tick came in a later release
+		}
+		return fsm.CommandProtocol(c)
+	}
+	commandProtocol.Store(&gate)
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	vhost := &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "v"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := n.SubmitBatch(ctx, []*proto.Command{tick, vhost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].GetCode() != 540 || !strings.Contains(res[0].GetText(), "needs protocol version 2") {
+		t.Fatalf("tick on a protocol-1 cluster: %v", res[0])
+	}
+	if res[1].GetCode() != 0 || res[1].GetIndex() == 0 || res[0].GetIndex() != res[1].GetIndex() {
+		t.Fatalf("the vhost put of the same batch: %v", res[1])
+	}
+	n.protocol.Store(2)
+	res, err = n.SubmitBatch(ctx, []*proto.Command{tick})
+	if err != nil || res[0].GetCode() != 0 {
+		t.Fatalf("tick once every server announces 2: %v %v", res, err)
+	}
+}
+
+func TestLowestProtocol(t *testing.T) {
+	members := newMemberTable()
+	announce := func(id string, protocol uint32) {
+		b, _ := gproto.Marshal(&proto.NodeMeta{Id: id, Protocol: protocol})
+		members.set(&memberlist.Node{Name: id, Meta: b}, HealthAlive)
+	}
+	servers := func(ids ...string) []raft.Server {
+		var out []raft.Server
+		for _, id := range ids {
+			out = append(out, raft.Server{ID: raft.ServerID(id)})
+		}
+		return out
+	}
+	announce("a", 3)
+	announce("b", 2)
+	announce("old", 0) // a version from before the announcement
+	for _, tc := range []struct {
+		servers []raft.Server
+		own     uint32
+		want    uint32
+	}{
+		{servers("me"), 3, 3},
+		{servers("me", "a"), 3, 3},
+		{servers("me", "a", "b"), 3, 2},
+		{servers("me", "a"), 2, 2},
+		{servers("me", "a", "old"), 3, 1},
+		{servers("me", "a", "unseen"), 3, 1},
+	} {
+		if got := lowestProtocol(tc.servers, "me", tc.own, members); got != tc.want {
+			t.Errorf("servers %v, own %d: %d, want %d", tc.servers, tc.own, got, tc.want)
+		}
 	}
 }

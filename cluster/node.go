@@ -118,6 +118,10 @@ type Config struct {
 	// goes alone into one entry).
 	MaxBatchCommands int
 	MaxBatchBytes    int
+	// MaxMessageSize is the largest publish body the leader lets into the
+	// log (default and upper bound fsm.MaxBodySize); a larger one is
+	// refused to its publisher alone.
+	MaxMessageSize int
 	// MaxInflightEntries bounds the entries the leader has handed to raft
 	// and not yet seen applied (default 4): while they are in flight, new
 	// commands accumulate into the next, larger entry.
@@ -127,6 +131,10 @@ type Config struct {
 func (c *Config) setDefaults() error {
 	if c.NodeID == "" {
 		return errors.New("cluster: NodeID is required")
+	}
+	if len(c.NodeID) > fsm.MaxNameLen {
+		// Every command naming this node would be refused.
+		return fmt.Errorf("cluster: NodeID is %d bytes long, longer than %d", len(c.NodeID), fsm.MaxNameLen)
 	}
 	if c.DataDir == "" {
 		return errors.New("cluster: DataDir is required")
@@ -232,6 +240,13 @@ type Node struct {
 	restart  bool          // the node started with raft state on disk
 	bootMs   int64         // when this run started (unix ms), gossiped
 	closing  chan struct{}
+	// protocol is the command protocol this node announces
+	// (fsm.ProtocolVersion; tests change it).
+	protocol atomic.Uint32
+	// failed is closed when the node cannot apply the log; failErr says why.
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 	closeMu  sync.Mutex
 	closed   bool
 	wg       sync.WaitGroup
@@ -261,8 +276,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		notifyCh:  make(chan bool, 16),
 		ready:     make(chan struct{}),
 		closing:   make(chan struct{}),
+		failed:    make(chan struct{}),
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
+	n.protocol.Store(fsm.ProtocolVersion)
 	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
@@ -483,6 +500,31 @@ func (n *Node) clearPastIncarnation() {
 			return
 		}
 	}
+}
+
+// Failed is closed when this node cannot apply the next committed entry
+// (one written by a newer version): it stops applying, keeps its state as
+// of the entry before, and the process should exit with Err. Restarting
+// the same binary stops at the same entry; upgrading it lets it go on.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Err is why Failed closed, nil before.
+func (n *Node) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
+}
+
+// fail records that the log cannot be applied here.
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.failErr = err
+		n.log.Error("cannot apply the raft log: stopping", "err", err)
+		close(n.failed)
+	})
 }
 
 // NodeID is this node's id.
@@ -872,7 +914,11 @@ func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		if !fn(l.Index, decodeEntry(&l)) {
+		env, err := decodeEntry(&l)
+		if err != nil {
+			return err
+		}
+		if !fn(l.Index, env) {
 			return nil
 		}
 	}

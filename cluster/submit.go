@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 	gproto "google.golang.org/protobuf/proto"
 )
@@ -18,9 +20,13 @@ import (
 type pending struct {
 	cmds []*proto.Command
 	size int
-	once sync.Once
-	done chan struct{}
-	cb   func(res []*proto.Result, index uint64, err error)
+	// Set on the leader by admit: the commands that go into the entry,
+	// and the refusal of each command that does not (nil when all do).
+	valid   []*proto.Command
+	refused []*proto.Result
+	once    sync.Once
+	done    chan struct{}
+	cb      func(res []*proto.Result, index uint64, err error)
 
 	res   []*proto.Result
 	index uint64
@@ -46,6 +52,107 @@ func (p *pending) finish(res []*proto.Result, index uint64, err error) {
 			close(p.done)
 		}
 	})
+}
+
+// admit validates p's commands on the leader before they enter an entry:
+// the valid ones are proposed, each invalid one is refused alone with its
+// own result, so a bad command fails its caller and no other. have is the
+// lowest protocol of the cluster, looked up once per entry when a command
+// needs more than the first protocol (0 until then).
+func (n *Node) admit(p *pending, have *uint32) {
+	for i, c := range p.cmds {
+		err := fsm.Validate(c, fsm.Limits{MaxBody: n.cfg.MaxMessageSize})
+		if err == nil {
+			if need := (*commandProtocol.Load())(c); need > 1 {
+				if *have == 0 {
+					*have = n.clusterProtocol()
+				}
+				if need > *have {
+					err = fsm.Unsupported(c, need, *have)
+				}
+			}
+		}
+		if err == nil {
+			continue
+		}
+		if p.refused == nil {
+			p.refused = make([]*proto.Result, len(p.cmds))
+		}
+		var ie *fsm.InvalidError
+		if !errors.As(err, &ie) {
+			ie = &fsm.InvalidError{Code: 541, Text: "INTERNAL_ERROR - " + err.Error()}
+		}
+		p.refused[i] = ie.Result()
+		n.log.Warn("refused a command before proposing it", "text", ie.Text)
+	}
+	if p.refused == nil {
+		p.valid = p.cmds
+		return
+	}
+	p.valid = make([]*proto.Command, 0, len(p.cmds))
+	for i, c := range p.cmds {
+		if p.refused[i] == nil {
+			p.valid = append(p.valid, c)
+		}
+	}
+}
+
+// results merges the state machine's results of p's valid commands with
+// the refusals of the others, in p's order.
+func (p *pending) results(applied []*proto.Result, index uint64) []*proto.Result {
+	if p.refused == nil {
+		return applied
+	}
+	out := make([]*proto.Result, len(p.cmds))
+	k := 0
+	for i, r := range p.refused {
+		if r != nil {
+			r.Index = index
+			out[i] = r
+			continue
+		}
+		out[i] = applied[k]
+		k++
+	}
+	return out
+}
+
+// commandProtocol holds fsm.CommandProtocol; tests give a kind a higher
+// protocol.
+var commandProtocol atomic.Pointer[func(*proto.Command) uint32]
+
+func init() {
+	f := fsm.CommandProtocol
+	commandProtocol.Store(&f)
+}
+
+// clusterProtocol is the lowest command protocol announced by the servers
+// of the latest raft configuration.
+func (n *Node) clusterProtocol() uint32 {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 1
+	}
+	return lowestProtocol(f.Configuration().Servers, n.cfg.NodeID, n.protocol.Load(), n.members)
+}
+
+// lowestProtocol is the lowest protocol of servers: this node's own, and
+// what the others gossip. A server not seen through gossip, or one that
+// announces none (a version older than the announcement), counts as the
+// first protocol, so a kind that needs more waits until every server has
+// said it supports it.
+func lowestProtocol(servers []raft.Server, self string, own uint32, members *memberTable) uint32 {
+	low := own
+	for _, s := range servers {
+		v := uint32(1)
+		if string(s.ID) == self {
+			v = own
+		} else if m, ok := members.get(string(s.ID)); ok && m.meta.GetProtocol() > 0 {
+			v = m.meta.GetProtocol()
+		}
+		low = min(low, v)
+	}
+	return low
 }
 
 type inflightEntry struct {
@@ -257,9 +364,24 @@ func (n *Node) proposeBatch(batch []*pending, count int) {
 		}
 		return
 	}
+	// Commands enter an entry here and nowhere else: validate them here.
+	var have uint32
 	cmds := make([]*proto.Command, 0, count)
+	kept := batch[:0]
 	for _, p := range batch {
-		cmds = append(cmds, p.cmds...)
+		n.admit(p, &have)
+		if len(p.valid) == 0 {
+			// Nothing of it goes into the log: it is answered now.
+			p.finish(p.results(nil, 0), 0, nil)
+			continue
+		}
+		kept = append(kept, p)
+		cmds = append(cmds, p.valid...)
+	}
+	batch = kept
+	if len(batch) == 0 {
+		<-n.sem
+		return
 	}
 	env := &proto.Envelope{Version: envelopeVersion, StampMs: n.stamp.next(), Commands: cmds}
 	data, err := gproto.Marshal(env)
@@ -295,7 +417,7 @@ func (n *Node) runCompleter() {
 		results, ok := it.f.Response().([]*proto.Result)
 		want := 0
 		for _, p := range it.batch {
-			want += len(p.cmds)
+			want += len(p.valid)
 		}
 		if !ok || len(results) != want {
 			err := fmt.Errorf("cluster: entry %d: state machine returned %d results for %d commands", idx, len(results), want)
@@ -306,8 +428,9 @@ func (n *Node) runCompleter() {
 		}
 		off := 0
 		for _, p := range it.batch {
-			p.finish(results[off:off+len(p.cmds):off+len(p.cmds)], idx, nil)
-			off += len(p.cmds)
+			end := off + len(p.valid)
+			p.finish(p.results(results[off:end:end], idx), idx, nil)
+			off = end
 		}
 	}
 }

@@ -276,23 +276,36 @@ func matches(typ string, b *binding, keys []string, headers *proto.Table) bool {
 	return false
 }
 
+// topicMatch matches the words of a routing key against a binding
+// pattern: "*" is one word, "#" zero or more. It walks the pattern once,
+// tracking which prefixes of the key the pattern so far matches, so a
+// pattern of many "#" costs len(p)*len(w) steps instead of growing
+// exponentially (a binding key any client may declare).
 func topicMatch(p, w []string) bool {
-	if len(p) == 0 {
-		return len(w) == 0
-	}
-	switch p[0] {
-	case "#":
-		for i := 0; i <= len(w); i++ {
-			if topicMatch(p[1:], w[i:]) {
-				return true
+	reach := make([]bool, 2*(len(w)+1))
+	cur, next := reach[:len(w)+1], reach[len(w)+1:]
+	cur[0] = true
+	for _, pw := range p {
+		clear(next)
+		switch pw {
+		case "#":
+			on := false
+			for j := range cur {
+				on = on || cur[j]
+				next[j] = on
+			}
+		case "*":
+			for j := 1; j < len(cur); j++ {
+				next[j] = cur[j-1]
+			}
+		default:
+			for j := 1; j < len(cur); j++ {
+				next[j] = cur[j-1] && w[j-1] == pw
 			}
 		}
-		return false
-	case "*":
-		return len(w) > 0 && topicMatch(p[1:], w[1:])
-	default:
-		return len(w) > 0 && w[0] == p[0] && topicMatch(p[1:], w[1:])
+		cur, next = next, cur
 	}
+	return cur[len(w)]
 }
 
 func headersMatch(args, headers *proto.Table) bool {

@@ -21,6 +21,9 @@ func validatePolicy(c *proto.PolicySet) (*regexp.Regexp, *proto.Result) {
 		return nil, refused(406, "PRECONDITION_FAILED - invalid apply-to '"+c.GetApplyTo()+"'")
 	}
 	d := c.GetDefinition()
+	if d == nil {
+		d = &proto.PolicyDefinition{}
+	}
 	if d.MessageTtl != nil {
 		if err := ttl.PolicyMessageTTL(d.GetMessageTtl()); err != nil {
 			return nil, ttlRefusal(err)

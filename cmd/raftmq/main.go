@@ -152,6 +152,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		LeaderLeaseTimeout: cfg.RaftTimeout / 2,
 		TLS:                sec.tls,
 		GossipKeys:         sec.keys,
+		MaxMessageSize:     cfg.MaxMessageSize,
 		Logger:             logger.With("component", "cluster"),
 	})
 	if err != nil {
@@ -212,6 +213,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	case <-ctx.Done():
 		logger.Info("shutting down")
 	case runErr = <-errc:
+	case <-node.Failed():
+		// The node cannot apply the log (an entry of a newer version):
+		// exit with its reason rather than serve a state that stopped.
+		runErr = node.Err()
 	}
 	// Clients first, so no new command starts; then the node (it stays a
 	// member of the cluster: a stop is not a leave, so a rolling restart

@@ -1,0 +1,532 @@
+package fsm
+
+import (
+	"fmt"
+	"math"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Limits of what a command may carry. Names are AMQP short strings; the
+// other bounds are far above anything the broker produces and only keep a
+// hostile proposer from making every replica do unbounded work.
+const (
+	// MaxNameLen bounds every name, key and id (vhost, exchange, queue,
+	// routing key, consumer tag, user, policy, node, connection, table
+	// key, short-string property).
+	MaxNameLen = 255
+	// MaxPatternLen bounds regular expressions (permissions, policies).
+	MaxPatternLen = 4096
+	// MaxTextLen bounds free text (a vhost's description, a password hash).
+	MaxTextLen = 64 << 10
+	// MaxListLen bounds repeated fields (delivery tags, queues of an
+	// Expire, user tags, table fields, array values).
+	MaxListLen = 1 << 22
+	// MaxTableDepth bounds the nesting of field tables and arrays.
+	MaxTableDepth = 64
+	// MaxBodySize is the largest message body a node may be configured to
+	// accept, and the default of Limits.MaxBody.
+	MaxBodySize = 512 << 20
+)
+
+// Limits are the bounds of Validate that depend on the node's
+// configuration.
+type Limits struct {
+	// MaxBody is the largest publish body accepted (0: MaxBodySize).
+	MaxBody int
+}
+
+// Reply codes of refused commands.
+const (
+	codePreconditionFailed = 406
+	codeNotImplemented     = 540
+	codeInternalError      = 541
+)
+
+// InvalidError is why Validate refused a command: an AMQP reply code
+// (406 for a limit exceeded, 541 for a malformed command, 540 for a kind
+// the cluster does not support yet) and RabbitMQ-style text.
+type InvalidError struct {
+	Code uint32
+	Text string
+}
+
+func (e *InvalidError) Error() string { return e.Text }
+
+// Result is the refusal as a command result.
+func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
+
+// ProtocolVersion is the highest command protocol this binary applies: it
+// knows every command kind of that version and earlier.
+const ProtocolVersion = 1
+
+// kindProtocol is the protocol version that introduced each command kind
+// (by its field number in Command's oneof). A kind is proposed only once
+// every server of the raft configuration announces that version, so a
+// replica never meets a kind it does not know during a rolling upgrade.
+// Every kind of the first release is version 1.
+var kindProtocol = map[protoreflect.FieldNumber]uint32{}
+
+func init() {
+	for i := 0; i < cmdOneof.Fields().Len(); i++ {
+		kindProtocol[cmdOneof.Fields().Get(i).Number()] = 1
+	}
+}
+
+// CommandProtocol is the protocol version a command's kind needs, 0 for a
+// command of no kind this binary knows.
+func CommandProtocol(c *proto.Command) uint32 {
+	f := c.ProtoReflect().WhichOneof(cmdOneof)
+	if f == nil {
+		return 0
+	}
+	return kindProtocol[f.Number()]
+}
+
+var cmdOneof = (&proto.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("cmd")
+
+// Validate checks a command before it is proposed: a kind this binary
+// knows, its message present, no fields it does not know, required names
+// and ids set, and names, lists, tables and the body within bounds. It is
+// pure; the leader runs it on every command, local or forwarded, so the
+// log holds only what every replica can apply.
+func Validate(c *proto.Command, lim Limits) error {
+	if c == nil {
+		return malformed("no command")
+	}
+	v := &validator{maxBody: lim.MaxBody}
+	if v.maxBody <= 0 || v.maxBody > MaxBodySize {
+		v.maxBody = MaxBodySize
+	}
+	if f := c.ProtoReflect().WhichOneof(cmdOneof); f == nil {
+		if len(c.ProtoReflect().GetUnknown()) > 0 {
+			return malformed("command of an unknown kind")
+		}
+		return malformed("command of no kind")
+	}
+	if shapeError(c) != nil {
+		return malformed("command of kind " + kindName(c) + " without its message")
+	}
+	if hasUnknown(c.ProtoReflect(), 0) {
+		return malformed("command of kind " + kindName(c) + " with fields this node does not know")
+	}
+	v.command(c)
+	if v.err != nil {
+		return v.err
+	}
+	return nil
+}
+
+func kindName(c *proto.Command) string {
+	if f := c.ProtoReflect().WhichOneof(cmdOneof); f != nil {
+		return string(f.Name())
+	}
+	return "none"
+}
+
+func malformed(text string) *InvalidError {
+	return &InvalidError{Code: codeInternalError, Text: "INTERNAL_ERROR - invalid command: " + text}
+}
+
+// Unsupported is the refusal of a command whose kind needs protocol
+// version need while some server of the cluster announces only have.
+func Unsupported(c *proto.Command, need, have uint32) *InvalidError {
+	return &InvalidError{Code: codeNotImplemented, Text: fmt.Sprintf(
+		"NOT_IMPLEMENTED - command %s needs protocol version %d, and a node of the cluster supports only %d",
+		kindName(c), need, have)}
+}
+
+// shapeError reports a command whose oneof is set to a nil message. The
+// decoder never produces one, but a command built in memory may, and
+// apply refuses it rather than dereference it.
+func shapeError(c *proto.Command) *proto.Result {
+	m := c.ProtoReflect()
+	f := m.WhichOneof(cmdOneof)
+	if f == nil {
+		return nil
+	}
+	if !m.Get(f).Message().IsValid() {
+		return malformed("command of kind " + string(f.Name()) + " without its message").Result()
+	}
+	return nil
+}
+
+// hasUnknown reports fields this binary does not know anywhere in m.
+func hasUnknown(m protoreflect.Message, depth int) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	if depth > 2*MaxTableDepth+8 {
+		// Deeper than any valid command; the table check refuses it.
+		return false
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
+			return true
+		}
+		switch {
+		case fd.IsList():
+			l := val.List()
+			for i := 0; i < l.Len() && !found; i++ {
+				found = hasUnknown(l.Get(i).Message(), depth+1)
+			}
+		case fd.IsMap():
+		default:
+			found = hasUnknown(val.Message(), depth+1)
+		}
+		return !found
+	})
+	return found
+}
+
+type validator struct {
+	maxBody int
+	err     *InvalidError
+}
+
+func (v *validator) fail(code uint32, format string, args ...any) {
+	if v.err == nil {
+		prefix := "PRECONDITION_FAILED - "
+		if code == codeInternalError {
+			prefix = "INTERNAL_ERROR - invalid command: "
+		}
+		v.err = &InvalidError{Code: code, Text: prefix + fmt.Sprintf(format, args...)}
+	}
+}
+
+// name checks a short string; required ones must not be empty.
+func (v *validator) name(what, s string, required bool) {
+	switch {
+	case required && s == "":
+		v.fail(codeInternalError, "%s is empty", what)
+	case len(s) > MaxNameLen:
+		v.fail(codePreconditionFailed, "%s is %d bytes long, longer than %d", what, len(s), MaxNameLen)
+	}
+}
+
+func (v *validator) text(what, s string, max int) {
+	if len(s) > max {
+		v.fail(codePreconditionFailed, "%s is %d bytes long, longer than %d", what, len(s), max)
+	}
+}
+
+func (v *validator) list(what string, n int) {
+	if n > MaxListLen {
+		v.fail(codePreconditionFailed, "%s has %d elements, more than %d", what, n, MaxListLen)
+	}
+}
+
+func (v *validator) connection(what string, r *proto.ConnectionRef, required bool) {
+	if r == nil {
+		if required {
+			v.fail(codeInternalError, "%s is missing", what)
+		}
+		return
+	}
+	v.name(what+" node", r.GetNode(), true)
+	v.name(what+" id", r.GetConnection(), true)
+}
+
+func (v *validator) channel(what string, r *proto.ChannelRef) {
+	if r == nil {
+		v.fail(codeInternalError, "%s is missing", what)
+		return
+	}
+	v.name(what+" node", r.GetNode(), true)
+	v.name(what+" connection", r.GetConnection(), true)
+	if r.GetChannel() > math.MaxUint16 {
+		v.fail(codeInternalError, "%s number %d is out of range", what, r.GetChannel())
+	}
+}
+
+func (v *validator) consumer(what string, r *proto.ConsumerRef) {
+	if r == nil {
+		v.fail(codeInternalError, "%s is missing", what)
+		return
+	}
+	v.channel(what+" channel", r.GetChannel())
+	v.name(what+" tag", r.GetTag(), false)
+}
+
+// queueRef checks a queue the leader names from the state (Expire,
+// ExpireQueue). Only presence is checked: a name longer than today's
+// limit that an earlier version let in must still expire, and one
+// refused name would hold back the expiry of every queue listed with it.
+func (v *validator) queueRef(what string, r *proto.QueueRef) {
+	switch {
+	case r == nil:
+		v.fail(codeInternalError, "%s is missing", what)
+	case r.GetVhost() == "":
+		v.fail(codeInternalError, "%s vhost is empty", what)
+	case r.GetName() == "":
+		v.fail(codeInternalError, "%s name is empty", what)
+	}
+}
+
+func (v *validator) table(what string, t *proto.Table, depth int) {
+	if t == nil || v.err != nil {
+		return
+	}
+	if depth > MaxTableDepth {
+		v.fail(codePreconditionFailed, "%s nests deeper than %d", what, MaxTableDepth)
+		return
+	}
+	v.list(what, len(t.GetFields()))
+	for _, f := range t.GetFields() {
+		if f == nil {
+			v.fail(codeInternalError, "%s has a nil field", what)
+			return
+		}
+		v.name(what+" key", f.GetKey(), false)
+		v.value(what+" field '"+truncate(f.GetKey())+"'", f.GetValue(), depth)
+		if v.err != nil {
+			return
+		}
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// value checks that an AMQP field value has a kind and that its number
+// fits the wire type it stands for.
+func (v *validator) value(what string, x *proto.Value, depth int) {
+	if x == nil {
+		v.fail(codeInternalError, "%s has no value", what)
+		return
+	}
+	inRange := func(n, lo, hi int64) {
+		if n < lo || n > hi {
+			v.fail(codeInternalError, "%s value %d does not fit its type", what, n)
+		}
+	}
+	switch k := x.GetKind().(type) {
+	case nil:
+		v.fail(codeInternalError, "%s has no value", what)
+	case *proto.Value_Int8:
+		inRange(int64(k.Int8), math.MinInt8, math.MaxInt8)
+	case *proto.Value_Uint8:
+		inRange(int64(k.Uint8), 0, math.MaxUint8)
+	case *proto.Value_Int16:
+		inRange(int64(k.Int16), math.MinInt16, math.MaxInt16)
+	case *proto.Value_Uint16:
+		inRange(int64(k.Uint16), 0, math.MaxUint16)
+	case *proto.Value_Decimal:
+		if k.Decimal == nil {
+			v.fail(codeInternalError, "%s has no value", what)
+			return
+		}
+		inRange(int64(k.Decimal.GetScale()), 0, math.MaxUint8)
+	case *proto.Value_ShortString:
+		v.name(what, k.ShortString, false)
+	case *proto.Value_Table:
+		if k.Table == nil {
+			v.fail(codeInternalError, "%s has no value", what)
+			return
+		}
+		v.table(what, k.Table, depth+1)
+	case *proto.Value_Array:
+		if k.Array == nil {
+			v.fail(codeInternalError, "%s has no value", what)
+			return
+		}
+		if depth+1 > MaxTableDepth {
+			v.fail(codePreconditionFailed, "%s nests deeper than %d", what, MaxTableDepth)
+			return
+		}
+		v.list(what, len(k.Array.GetValues()))
+		for _, e := range k.Array.GetValues() {
+			v.value(what+" element", e, depth+1)
+			if v.err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (v *validator) properties(p *proto.Properties) {
+	if p == nil {
+		return
+	}
+	for _, s := range []struct {
+		what string
+		v    *string
+	}{
+		{"content-type", p.ContentType}, {"content-encoding", p.ContentEncoding}, {"correlation-id", p.CorrelationId},
+		{"reply-to", p.ReplyTo}, {"expiration", p.Expiration}, {"message-id", p.MessageId}, {"type", p.Type},
+		{"user-id", p.UserId}, {"app-id", p.AppId}, {"cluster-id", p.ClusterId},
+	} {
+		if s.v != nil {
+			v.name("property "+s.what, *s.v, false)
+		}
+	}
+	if p.DeliveryMode != nil && p.GetDeliveryMode() > math.MaxUint8 {
+		v.fail(codeInternalError, "delivery-mode %d is out of range", p.GetDeliveryMode())
+	}
+	if p.Priority != nil && p.GetPriority() > math.MaxUint8 {
+		v.fail(codeInternalError, "priority %d is out of range", p.GetPriority())
+	}
+	v.table("headers", p.GetHeaders(), 0)
+}
+
+func (v *validator) tags(n int) { v.list("delivery tags", n) }
+
+// command checks the fields of each kind. Names the state machine keys
+// state by are required; names it resolves itself (an empty queue name
+// for a server-named queue, an empty exchange for the default one, an
+// empty consumer tag for a generated one) may be empty, and what apply
+// refuses with RabbitMQ's own reply (an unknown exchange type, a
+// reserved name) is left to it.
+func (v *validator) command(c *proto.Command) {
+	switch x := c.GetCmd().(type) {
+	case *proto.Command_VhostPut:
+		v.name("vhost name", x.VhostPut.GetName(), true)
+		v.text("vhost description", x.VhostPut.GetDescription(), MaxTextLen)
+	case *proto.Command_VhostDelete:
+		v.name("vhost name", x.VhostDelete.GetName(), true)
+	case *proto.Command_UserPut:
+		u := x.UserPut
+		v.name("user name", u.GetName(), true)
+		v.text("password hash", string(u.GetPasswordHash()), MaxTextLen)
+		v.name("hash algorithm", u.GetHashAlgorithm(), false)
+		v.list("user tags", len(u.GetTags()))
+		for _, t := range u.GetTags() {
+			v.name("user tag", t, false)
+		}
+	case *proto.Command_UserDelete:
+		v.name("user name", x.UserDelete.GetName(), true)
+	case *proto.Command_PermissionSet:
+		p := x.PermissionSet
+		v.name("user name", p.GetUser(), true)
+		v.name("vhost name", p.GetVhost(), true)
+		v.text("configure pattern", p.GetConfigure(), MaxPatternLen)
+		v.text("write pattern", p.GetWrite(), MaxPatternLen)
+		v.text("read pattern", p.GetRead(), MaxPatternLen)
+	case *proto.Command_PermissionClear:
+		v.name("user name", x.PermissionClear.GetUser(), true)
+		v.name("vhost name", x.PermissionClear.GetVhost(), true)
+	case *proto.Command_ExchangeDeclare:
+		d := x.ExchangeDeclare
+		v.name("vhost name", d.GetVhost(), true)
+		v.name("exchange name", d.GetName(), false)
+		v.name("exchange type", d.GetType(), false)
+		v.table("arguments", d.GetArguments(), 0)
+	case *proto.Command_ExchangeDelete:
+		v.name("vhost name", x.ExchangeDelete.GetVhost(), true)
+		v.name("exchange name", x.ExchangeDelete.GetName(), false)
+	case *proto.Command_QueueDeclare:
+		d := x.QueueDeclare
+		v.name("vhost name", d.GetVhost(), true)
+		v.name("queue name", d.GetName(), false)
+		v.table("arguments", d.GetArguments(), 0)
+		v.connection("connection", d.GetConnection(), false)
+	case *proto.Command_QueueDelete:
+		d := x.QueueDelete
+		v.name("vhost name", d.GetVhost(), true)
+		v.name("queue name", d.GetName(), true)
+		v.connection("connection", d.GetConnection(), false)
+	case *proto.Command_QueuePurge:
+		d := x.QueuePurge
+		v.name("vhost name", d.GetVhost(), true)
+		v.name("queue name", d.GetName(), true)
+		v.connection("connection", d.GetConnection(), false)
+	case *proto.Command_Bind:
+		b := x.Bind
+		v.binding(b.GetVhost(), b.GetSource(), b.GetDestination(), b.GetRoutingKey(), b.GetArguments(), b.GetConnection())
+	case *proto.Command_Unbind:
+		b := x.Unbind
+		v.binding(b.GetVhost(), b.GetSource(), b.GetDestination(), b.GetRoutingKey(), b.GetArguments(), b.GetConnection())
+	case *proto.Command_Publish:
+		p := x.Publish
+		v.name("vhost name", p.GetVhost(), true)
+		v.name("exchange name", p.GetExchange(), false)
+		v.name("routing key", p.GetRoutingKey(), false)
+		v.properties(p.GetProperties())
+		if n := len(p.GetBody()); n > v.maxBody {
+			v.fail(codePreconditionFailed, "message size %d is larger than configured max size %d", n, v.maxBody)
+		}
+		if p.GetChannel() != nil {
+			v.channel("publishing channel", p.GetChannel())
+		}
+	case *proto.Command_Get:
+		g := x.Get
+		v.name("vhost name", g.GetVhost(), true)
+		v.name("queue name", g.GetQueue(), true)
+		v.channel("channel", g.GetChannel())
+	case *proto.Command_Consume:
+		cs := x.Consume
+		v.name("vhost name", cs.GetVhost(), true)
+		v.name("queue name", cs.GetQueue(), true)
+		v.consumer("consumer", cs.GetConsumer())
+		v.table("arguments", cs.GetArguments(), 0)
+	case *proto.Command_Cancel:
+		v.consumer("consumer", x.Cancel.GetConsumer())
+	case *proto.Command_Settle:
+		v.channel("channel", x.Settle.GetChannel())
+		v.tags(len(x.Settle.GetTags()))
+	case *proto.Command_Requeue:
+		v.channel("channel", x.Requeue.GetChannel())
+		v.tags(len(x.Requeue.GetTags()))
+	case *proto.Command_Discard:
+		v.channel("channel", x.Discard.GetChannel())
+		v.tags(len(x.Discard.GetTags()))
+	case *proto.Command_ChannelClosed:
+		v.channel("channel", x.ChannelClosed.GetChannel())
+	case *proto.Command_ConnectionClosed:
+		v.connection("connection", x.ConnectionClosed.GetConnection(), true)
+	case *proto.Command_NodeDown:
+		v.name("node", x.NodeDown.GetNode(), true)
+	case *proto.Command_Expire:
+		qs := x.Expire.GetQueues()
+		v.list("queues", len(qs))
+		for _, q := range qs {
+			v.queueRef("queue", q)
+			if v.err != nil {
+				return
+			}
+		}
+	case *proto.Command_ExpireQueue:
+		v.queueRef("queue", x.ExpireQueue.GetQueue())
+	case *proto.Command_Tick, *proto.Command_RestartLeases:
+	case *proto.Command_PolicySet:
+		p := x.PolicySet
+		v.name("vhost name", p.GetVhost(), true)
+		v.name("policy name", p.GetName(), true)
+		v.text("policy pattern", p.GetPattern(), MaxPatternLen)
+		v.name("policy apply-to", p.GetApplyTo(), false)
+		if d := p.GetDefinition(); d != nil {
+			if d.DeadLetterExchange != nil {
+				v.name("dead-letter-exchange", d.GetDeadLetterExchange(), false)
+			}
+			if d.DeadLetterRoutingKey != nil {
+				v.name("dead-letter-routing-key", d.GetDeadLetterRoutingKey(), false)
+			}
+			if d.Overflow != nil {
+				v.name("overflow", d.GetOverflow(), false)
+			}
+		}
+	case *proto.Command_PolicyClear:
+		v.name("vhost name", x.PolicyClear.GetVhost(), true)
+		v.name("policy name", x.PolicyClear.GetName(), true)
+	default:
+		// Validate returned before for a command of no kind; a kind added
+		// to the oneof must be given its checks here.
+		v.fail(codeInternalError, "command of kind %s has no validation", kindName(c))
+	}
+}
+
+func (v *validator) binding(vhost, source, dest, key string, args *proto.Table, conn *proto.ConnectionRef) {
+	v.name("vhost name", vhost, true)
+	v.name("source exchange", source, false)
+	v.name("destination", dest, false)
+	v.name("routing key", key, false)
+	v.table("arguments", args, 0)
+	v.connection("connection", conn, false)
+}
