@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/proto"
@@ -39,6 +40,85 @@ func TestAdversary(t *testing.T) {
 	t.Run("raft without the secret", func(t *testing.T) { raftRefusesOutsiders(t, c) })
 	t.Run("gossip without the secret", func(t *testing.T) { gossipRefusesOutsiders(t, c) })
 	t.Run("admin API for raftmqctl", func(t *testing.T) { adminStillServed(t, c) })
+	t.Run("an insider's invalid commands", func(t *testing.T) { invalidCommandsFailAlone(t, c) })
+}
+
+// invalidCommandsFailAlone: a peer that holds the secret (a buggy node, or
+// one of a newer version) forwards an empty command and a command of a kind
+// no version knows, between two valid ones, to the leader. The two invalid
+// ones are refused, the valid ones commit, and every node keeps running and
+// serving: nothing a peer sends can make the log unappliable.
+func invalidCommandsFailAlone(t *testing.T, c *Cluster) {
+	leader, peer := c.Nodes[0], c.Nodes[1]
+	for i, n := range c.Nodes {
+		if statusOf(t, n).LeaderID == n.ID {
+			leader, peer = n, c.Nodes[(i+1)%len(c.Nodes)]
+		}
+	}
+	// A node takes internal calls from the other servers of the raft
+	// configuration only: the insider speaks as a follower.
+	insider, err := cluster.SecretTLS([]byte(c.Secret), peer.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := insider.ClientConfig()
+	cfg.VerifyConnection = nil
+	cfg.InsecureSkipVerify = true // the node's name is not its address here
+	cc, err := grpc.NewClient(leader.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	unknown := &proto.Command{}
+	unknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.BytesType), 0))
+	vhost := func(name string) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: name}}}
+	}
+	req := &proto.ForwardRequest{Id: 7, Commands: []*proto.Command{vhost("insider-before"), {}, unknown, vhost("insider-after")}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := proto.NewInternalClient(cc).Forward(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("forward to the leader %s: %v", leader.ID, err)
+	}
+	t.Logf("leader %s answered: error %v %q, results %v", leader.ID, resp.GetError(), resp.GetErrorText(), resp.GetResults())
+	res := resp.GetResults()
+	if len(res) != 4 {
+		t.Fatalf("%d results for 4 commands: %v", len(res), resp)
+	}
+	for i, want := range []bool{true, false, false, true} {
+		if ok := res[i].GetCode() == 0; ok != want {
+			t.Errorf("command %d: code %d %q, want accepted %v", i, res[i].GetCode(), res[i].GetText(), want)
+		}
+	}
+	// Every node still runs, commits and applies: a vhost added through
+	// raftmqctl after the attack shows on each, beside the insider's valid
+	// ones.
+	ctl(t, c.Nodes[1], "add_vhost", "after-the-insider")
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			t.Fatalf("%s stopped after the insider's commands", n.ID)
+		}
+		err := Eventually(10*time.Second, func() error {
+			out := ctl(t, n, "list_vhosts")
+			for _, v := range []string{"insider-before", "insider-after", "after-the-insider"} {
+				if !strings.Contains(out, v) {
+					return fmt.Errorf("%s lists no vhost %s:\n%s", n.ID, v, out)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // adminStillServed: the port that refuses outsiders' internal calls still
