@@ -75,6 +75,30 @@ func (f *forwarder) retire() {
 	}
 }
 
+// leaderChanged ends the session to a leader other than id, the leader
+// raft just reported (this node's own id when it leads). A leader that
+// lost its place may never answer (it is frozen, or cut off with its
+// connections open), and raft's election does not wait for it: what is
+// in flight to it ends now as outcome unknown, so publishers get their
+// nacks about an election after the failure instead of after a stream
+// timeout, and what was queued but not sent goes to the new leader.
+func (f *forwarder) leaderChanged(id string) {
+	if id == "" {
+		// No leader yet: the old one may still answer.
+		return
+	}
+	f.mu.Lock()
+	s := f.s
+	if s != nil && s.leaderID != id {
+		f.s = nil
+	}
+	f.mu.Unlock()
+	if s != nil && s.leaderID != id {
+		s.retire()
+		s.shutdown(fmt.Errorf("leader changed to %s", id))
+	}
+}
+
 func (f *forwarder) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

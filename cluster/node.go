@@ -375,7 +375,10 @@ func (n *Node) startRaft() error {
 		defer n.wg.Done()
 		for {
 			select {
-			case <-obs:
+			case o := <-obs:
+				if lo, ok := o.Data.(raft.LeaderObservation); ok {
+					n.fwd.leaderChanged(string(lo.LeaderID))
+				}
 				n.changed.signal()
 			case <-n.closing:
 				return
