@@ -1,0 +1,73 @@
+package amqp
+
+import (
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// An acknowledgement whose commit outcome is unknown (the leader changed
+// under it) is resolved from the applied state: settled again when its
+// deliveries are still the channel's, left alone when they are not, and
+// the consumer's connection stays open either way.
+func TestAcks_UnknownOutcomeIsResolvedFromTheLog(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		name := "not committed"
+		if committed {
+			name = "committed"
+		}
+		t.Run(name, func(t *testing.T) {
+			ts := startServer(t, Config{})
+			var failed atomic.Bool
+			var asked atomic.Int32
+			ts.broker.mu.Lock()
+			ts.broker.fail = func(cmds []*proto.Command) error {
+				if cmds[0].GetSettle() != nil && failed.CompareAndSwap(false, true) {
+					return errors.New("cluster: leadership lost, outcome unknown")
+				}
+				return nil
+			}
+			ts.broker.unacked = func(ref *proto.ChannelRef, tags []uint64) []uint64 {
+				asked.Add(1)
+				if committed {
+					return nil
+				}
+				return tags
+			}
+			ts.broker.mu.Unlock()
+			conn, ch := openChannel(t, ts)
+			closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+			got := consumeLogTags(t, ts, ch, "q", 101, 102)
+			if err := got[1].Ack(true); err != nil {
+				t.Fatal(err)
+			}
+			// Any method but a publish follows the acks before it.
+			if _, err := ch.QueueDeclare("after", false, false, false, false, nil); err != nil {
+				t.Fatalf("the channel did not survive the unknown outcome: %v", err)
+			}
+			if !failed.Load() || asked.Load() == 0 {
+				t.Fatalf("the failure was not injected (%v) or not resolved from the state (%d)", failed.Load(), asked.Load())
+			}
+			if len(commandsOf(ts.broker, (*proto.Command).GetTick)) == 0 {
+				t.Fatal("no command went through the log before the state was read")
+			}
+			settles := commandsOf(ts.broker, (*proto.Command).GetSettle)
+			switch {
+			case committed && len(settles) != 0:
+				t.Fatalf("settled again what the log had settled: %v", settles)
+			case !committed && (len(settles) != 1 || !slices.Equal(settles[0].GetTags(), []uint64{101, 102})):
+				t.Fatalf("retried settles %v, want one naming 101 and 102", settles)
+			}
+			select {
+			case err := <-closed:
+				t.Fatalf("connection closed: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		})
+	}
+}
