@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -378,14 +377,9 @@ func (ch *channel) finish(reply bool) {
 		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ChannelClosed{
 			ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
 		}})
-		ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
-		res, err := ch.c.srv.node().SubmitBatch(ctx, cmds)
-		cancel()
-		if err != nil {
-			ch.c.logger().Warn("cannot record channel close", "channel", ch.id, "err", err)
-		} else if r := res[len(res)-1]; r.GetCode() != 0 {
-			ch.c.logger().Warn("channel close refused", "channel", ch.id, "code", r.GetCode(), "text", r.GetText())
-		}
+		// Retried until it commits while the connection lives; when the
+		// connection ends, its ConnectionClosed covers the channel.
+		ch.c.srv.recordEnd(ch.c.ctx, ch.c.logger().With("channel", ch.id), "channel close", cmds)
 	}
 	ch.c.removeChannel(ch)
 	if reply {

@@ -233,8 +233,6 @@ func (c *conn) lingerClose() {
 }
 
 func (c *conn) submitConnectionClosed() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	// What the channels held for their consumers goes back unseen first.
 	c.mu.Lock()
 	cmds := c.heldAtClose
@@ -243,12 +241,9 @@ func (c *conn) submitConnectionClosed() {
 	cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
 		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
 	}})
-	res, err := c.srv.node().SubmitBatch(ctx, cmds)
-	if err != nil {
-		c.logger().Warn("cannot record connection close", "err", err)
-	} else if r := res[len(res)-1]; r.GetCode() != 0 {
-		c.logger().Warn("connection close refused", "code", r.GetCode(), "text", r.GetText())
-	}
+	// Retried until it commits, for as long as the server runs: a
+	// connection gone from the node must be gone from the log.
+	c.srv.recordEnd(c.srv.life, c.logger(), "connection close", cmds)
 }
 
 // writer writes queued frames and sends heartbeats when idle.

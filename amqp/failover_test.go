@@ -71,3 +71,56 @@ func TestAcks_UnknownOutcomeIsResolvedFromTheLog(t *testing.T) {
 		})
 	}
 }
+
+// failFirst makes the first submission that carries a command of kind fail
+// as a leader change would, and counts the submissions that carry one.
+func failFirst(b *fakeBroker, kind func(*proto.Command) bool) *atomic.Int32 {
+	var tries atomic.Int32
+	b.mu.Lock()
+	b.fail = func(cmds []*proto.Command) error {
+		if !slices.ContainsFunc(cmds, kind) {
+			return nil
+		}
+		if tries.Add(1) == 1 {
+			return errors.New("cluster: leadership lost, outcome unknown")
+		}
+		return nil
+	}
+	b.mu.Unlock()
+	return &tries
+}
+
+// The end of a channel or a connection that fails to commit is submitted
+// again until it does: otherwise the log keeps consumers of a connection
+// that is gone.
+func TestClose_RetriedUntilItCommits(t *testing.T) {
+	t.Run("channel", func(t *testing.T) {
+		ts := startServer(t, Config{})
+		tries := failFirst(ts.broker, func(c *proto.Command) bool { return c.GetChannelClosed() != nil })
+		_, ch := openChannel(t, ts)
+		consumeLogTags(t, ts, ch, "q", 7)
+		if err := ch.Close(); err != nil {
+			t.Fatalf("channel close: %v", err)
+		}
+		if n := tries.Load(); n != 2 {
+			t.Fatalf("ChannelClosed submitted %d times, want 2 (one failed, one committed)", n)
+		}
+		if n := len(commandsOf(ts.broker, (*proto.Command).GetChannelClosed)); n != 1 {
+			t.Fatalf("%d ChannelClosed committed, want 1", n)
+		}
+	})
+	t.Run("connection", func(t *testing.T) {
+		ts := startServer(t, Config{})
+		tries := failFirst(ts.broker, func(c *proto.Command) bool { return c.GetConnectionClosed() != nil })
+		conn, _ := openChannel(t, ts)
+		if err := conn.Close(); err != nil {
+			t.Fatalf("connection close: %v", err)
+		}
+		if n := tries.Load(); n != 2 {
+			t.Fatalf("ConnectionClosed submitted %d times, want 2 (one failed, one committed)", n)
+		}
+		if n := len(commandsOf(ts.broker, (*proto.Command).GetConnectionClosed)); n != 1 {
+			t.Fatalf("%d ConnectionClosed committed, want 1", n)
+		}
+	})
+}
