@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // A frozen leader keeps its forwarding streams open and answers nothing.
@@ -92,4 +93,54 @@ func TestCluster_FrozenLeaderForwardingResumesAtOnce(t *testing.T) {
 		mustSubmit(t, n, tick())
 	}
 	c.AssertSameDigest(t)
+}
+
+// A server the leader's raft cannot reach is declared down after
+// NodeDownAfter even while gossip says it is alive (gossip may also have
+// forgotten it, or never heard of it): its consumers must not hold their
+// messages for good. It is declared down once, not at every reconcile.
+func TestCluster_UnreachableVoterIsDeclaredDownWhateverGossipSays(t *testing.T) {
+	c := clustertest.New(t, 3)
+	l := c.WaitForLeader(clustertest.Timeout)
+	victim := c.Followers()[0]
+	vi, li := c.Index(victim.NodeID()), c.Index(l.NodeID())
+	mustSubmit(t, victim, tick())
+	// Only raft's links are cut: gossip and forwarding still work.
+	cut := time.Now()
+	c.Nodes[li].Links.Block(c.Nodes[vi].Config.RaftAddr)
+	c.Nodes[vi].Links.Block(c.Nodes[li].Config.RaftAddr)
+	defer c.Heal()
+
+	downs := func() int {
+		k := 0
+		_ = l.LogEntries(func(_ uint64, env *proto.Envelope) bool {
+			for _, cmd := range env.GetCommands() {
+				if cmd.GetNodeDown().GetNode() == victim.NodeID() {
+					k++
+				}
+			}
+			return true
+		})
+		return k
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if downs() == 0 {
+			return errors.New("no NodeDown for the unreachable voter")
+		}
+		return nil
+	})
+	took := time.Since(cut)
+	t.Logf("declared down %v after raft lost it (NodeDownAfter %v)", took.Round(time.Millisecond), c.Nodes[li].Config.NodeDownAfter)
+	for _, m := range l.Members() {
+		if m.ID == victim.NodeID() && m.Health != cluster.HealthAlive {
+			t.Fatalf("gossip says %s, the test wants it alive there", m.Health)
+		}
+	}
+	// Several reconciles later it is still one NodeDown (an absence: it
+	// cannot be awaited, only given time to show).
+	mustSubmit(t, l, tick())
+	time.Sleep(4 * c.Nodes[li].Config.ReconcileInterval)
+	if k := downs(); k != 1 {
+		t.Fatalf("%d NodeDown entries for one loss, want 1", k)
+	}
 }

@@ -215,6 +215,7 @@ type Node struct {
 	changed *broadcast                 // leader, readiness or membership changed
 
 	members  *memberTable
+	reach    *reach // the leader's view of whom raft reaches
 	hasState atomic.Bool
 	leaving  atomic.Bool
 
@@ -251,6 +252,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		applied:   newAppliedIndex(),
 		changed:   newBroadcast(),
 		members:   newMemberTable(),
+		reach:     newReach(),
 		applyQ:    make(chan *pending, 4096),
 		completeQ: make(chan inflightEntry, cfg.MaxInflightEntries),
 		sem:       make(chan struct{}, cfg.MaxInflightEntries),
@@ -370,6 +372,7 @@ func (n *Node) startRaft() error {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	}))
+	n.watchHeartbeats(r)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
