@@ -84,6 +84,7 @@ func (s *state) closeChannel(ch *channel, notify bool) {
 	}
 	s.requeue(ch, ch.unacked)
 	ch.unacked = nil
+	s.tagFloor = max(s.tagFloor, ch.nextTag)
 	delete(s.channels, ch.key)
 }
 

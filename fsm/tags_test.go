@@ -36,3 +36,47 @@ func TestUnacked_NamesWhatIsStillTheChannels(t *testing.T) {
 		t.Fatalf("another channel has %v", got)
 	}
 }
+
+func nodeDown(node string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: node}}}
+}
+
+// A node declared down while it runs keeps its AMQP channels until it
+// learns of it; whatever the log assigns later under the same channel's
+// name must carry tags it never handed out, so that an ack of an old tag
+// cannot settle a new delivery. The floor survives a snapshot.
+func TestTags_NeverReusedAfterTheChannelIsGone(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", nil))
+	fsmtest.One(t, m, 2, consume("q", "c", ch1, 10))
+	var old []uint64
+	for range 3 {
+		_, rec := fsmtest.One(t, m, 3, publish("", "q", "x", nil))
+		old = append(old, rec.Deliveries[0].DeliveryTag)
+	}
+	fsmtest.One(t, m, 4, nodeDown(ch1.GetNode()))
+	m = roundTrip(t, m)
+	// The three requeued messages and a new one go to the consumer under
+	// the channel's old name.
+	var fresh []uint64
+	_, rec := fsmtest.One(t, m, 5, consume("q", "c", ch1, 10))
+	for _, d := range rec.Deliveries {
+		fresh = append(fresh, d.DeliveryTag)
+	}
+	_, rec = fsmtest.One(t, m, 6, publish("", "q", "y", nil))
+	for _, d := range rec.Deliveries {
+		fresh = append(fresh, d.DeliveryTag)
+	}
+	if len(fresh) != 4 {
+		t.Fatalf("%d deliveries after the consumer came back, want 4", len(fresh))
+	}
+	for _, f := range fresh {
+		if slices.Contains(old, f) {
+			t.Fatalf("tag %d handed out again after NodeDown (old %v, new %v)", f, old, fresh)
+		}
+	}
+	// An ack of an old tag names nothing the channel holds now.
+	if r, _ := fsmtest.One(t, m, 7, settleTags(ch1, old[0])); r.GetCode() != 406 {
+		t.Fatalf("ack of stale tag %d: %v, want 406", old[0], r)
+	}
+}
