@@ -124,3 +124,26 @@ func TestClose_RetriedUntilItCommits(t *testing.T) {
 		}
 	})
 }
+
+// A node that applies its own NodeDown (it was cut off longer than the
+// cluster waits, yet runs) closes its clients' connections: the log no
+// longer has their channels or consumers. Another node's NodeDown closes
+// nothing here.
+func TestServer_OwnNodeDownClosesConnections(t *testing.T) {
+	ts := startServer(t, Config{})
+	conn, ch := openChannel(t, ts)
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	consumeLogTags(t, ts, ch, "q", 1)
+
+	ts.srv.NodeDown("node-b")
+	if _, err := ch.QueueDeclare("still-open", false, false, false, false, nil); err != nil {
+		t.Fatalf("another node's NodeDown closed this one's connection: %v", err)
+	}
+	ts.srv.NodeDown(ts.broker.NodeID())
+	mustClosedWith(t, closed, amqp091.ConnectionForced)
+	// The client may come back at once.
+	_, ch2 := openChannel(t, ts)
+	if _, err := ch2.QueueDeclare("again", false, false, false, false, nil); err != nil {
+		t.Fatalf("a new connection after NodeDown: %v", err)
+	}
+}

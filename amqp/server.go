@@ -420,6 +420,33 @@ func (s *Server) ConsumerCancelled(ref *proto.ConsumerRef) {
 	ch.consumerCancelled(ref.GetTag())
 }
 
+// NodeDown implements fsm.Sink: when this node was declared down (it was
+// cut off from the leader for longer than the cluster waits, yet kept
+// running), the log dropped its connections, channels and consumers and
+// requeued what they held. Its clients lose their connections (320
+// CONNECTION_FORCED) and reconnect: serving them on would deliver from
+// consumers the log no longer has and settle acks against channels it
+// removed. A restarted node applies its previous run's NodeDown before it
+// takes clients, so it closes nothing then.
+func (s *Server) NodeDown(node string) {
+	b := s.node()
+	if b == nil || node != b.NodeID() {
+		return
+	}
+	s.mu.Lock()
+	conns := s.snapshotConns()
+	s.mu.Unlock()
+	if len(conns) > 0 {
+		s.log.Warn("this node was declared down by the cluster: closing its client connections", "connections", len(conns))
+	}
+	for _, c := range conns {
+		// One opened later is a new connection the log knows.
+		if c.opened.Load() {
+			c.fail(wire.ConnError(wire.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
+		}
+	}
+}
+
 func (s *Server) channelOf(ref *proto.ChannelRef) *channel {
 	b := s.node()
 	if ref == nil || b == nil || ref.GetNode() != b.NodeID() || ref.GetChannel() > 0xffff {

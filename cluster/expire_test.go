@@ -246,6 +246,8 @@ func (r *recorder) ConsumerCancelled(c *proto.ConsumerRef) {
 	r.cancelled = append(r.cancelled, c)
 }
 
+func (r *recorder) NodeDown(string) {}
+
 func (r *recorder) deliveries() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -50,6 +50,11 @@ type Sink interface {
 	// ConsumerCancelled tells a consumer the server cancelled it (its queue
 	// was deleted): basic.cancel with consumer_cancel_notify.
 	ConsumerCancelled(c *proto.ConsumerRef)
+	// NodeDown tells that node's channels and connections are gone from
+	// the state. The node itself may well be running (it was cut off for
+	// longer than the cluster waits): its clients must then lose their
+	// connections, which the log no longer knows.
+	NodeDown(node string)
 }
 
 // DiscardSink drops every effect.
@@ -60,6 +65,9 @@ func (DiscardSink) Deliver(*Delivery) {}
 
 // ConsumerCancelled implements Sink.
 func (DiscardSink) ConsumerCancelled(*proto.ConsumerRef) {}
+
+// NodeDown implements Sink.
+func (DiscardSink) NodeDown(string) {}
 
 // Machine is the whole broker state. It is not safe for concurrent use: the
 // caller serialises Apply with every read.

@@ -95,6 +95,7 @@ func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {
 
 func (s *state) applyNodeDown(c *proto.NodeDown) *proto.Result {
 	s.closeConnections(c.GetNode()+"\x00", true)
+	s.sink.NodeDown(c.GetNode())
 	return &proto.Result{}
 }
 

@@ -54,7 +54,9 @@ func TestTags_NeverReusedAfterTheChannelIsGone(t *testing.T) {
 		_, rec := fsmtest.One(t, m, 3, publish("", "q", "x", nil))
 		old = append(old, rec.Deliveries[0].DeliveryTag)
 	}
-	fsmtest.One(t, m, 4, nodeDown(ch1.GetNode()))
+	if _, rec := fsmtest.One(t, m, 4, nodeDown(ch1.GetNode())); !slices.Equal(rec.Down, []string{ch1.GetNode()}) {
+		t.Fatalf("NodeDown effects %v, want the node named", rec.Down)
+	}
 	m = roundTrip(t, m)
 	// The three requeued messages and a new one go to the consumer under
 	// the channel's old name.
