@@ -2,12 +2,14 @@ package cluster_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -142,5 +144,53 @@ func TestCluster_UnreachableVoterIsDeclaredDownWhateverGossipSays(t *testing.T) 
 	time.Sleep(4 * c.Nodes[li].Config.ReconcileInterval)
 	if k := downs(); k != 1 {
 		t.Fatalf("%d NodeDown entries for one loss, want 1", k)
+	}
+}
+
+// With production timings (raft, memberlist and NodeDownAfter left at
+// their defaults), the messages a killed node's consumer held are free
+// again about two seconds after the kill: the leader's raft notices the
+// refused heartbeats long before gossip declares the node dead.
+func TestCluster_KilledNodesHeldMessagesFreeInAboutTwoSeconds(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 0, 0, 0
+		cfg.NodeDownAfter, cfg.ReconcileInterval = 0, 0
+		cfg.Gossip = nil
+	}))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitDefaults(t, c, l)
+	victim := c.Followers()[0]
+	requireFSM(t, mustSubmit(t, l, declareWithArgs("held")))
+	consumer := &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: victim.NodeID(), Connection: "conn-1", Channel: 1}, Tag: "ctag"}
+	requireFSM(t, mustSubmit(t, victim, &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
+		Vhost: "/", Queue: "held", Consumer: consumer, Prefetch: 100,
+	}}}))
+	for range 20 {
+		requireFSM(t, mustSubmit(t, l, publishTo("held", "m")))
+	}
+	unacked := func() (uint64, error) {
+		var q *proto.QueueInfo
+		var ok bool
+		l.View(func(m *fsm.Machine) { q, ok = m.Queue("/", "held") })
+		if !ok {
+			return 0, errors.New("queue gone")
+		}
+		return q.GetUnacked(), nil
+	}
+	if n, err := unacked(); err != nil || n != 20 {
+		t.Fatalf("the consumer holds %d (%v), want 20", n, err)
+	}
+	killed := time.Now()
+	c.Kill(c.Index(victim.NodeID()))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if n, err := unacked(); err != nil || n != 0 {
+			return fmt.Errorf("%d still held (%v)", n, err)
+		}
+		return nil
+	})
+	took := time.Since(killed)
+	t.Logf("held messages free %v after the kill", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Fatalf("held messages free only %v after the kill, want about 2 s", took)
 	}
 }

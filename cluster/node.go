@@ -85,8 +85,9 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
-	// NodeDownAfter is how long a member stays dead before the leader
-	// proposes NodeDown for it (default 5 s).
+	// NodeDownAfter is how long a member stays dead in gossip, or a server
+	// unreached by the leader's raft, before the leader proposes NodeDown
+	// for it (default DefaultNodeDownAfter).
 	NodeDownAfter time.Duration
 	// ReconcileInterval is how often the leader reconciles members with the
 	// raft configuration, besides member events (default 5 s).
@@ -158,7 +159,7 @@ func (c *Config) setDefaults() error {
 	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
 	def(&c.CommitTimeout, 2*time.Millisecond)
 	def(&c.SnapshotInterval, 30*time.Second)
-	def(&c.NodeDownAfter, 5*time.Second)
+	def(&c.NodeDownAfter, DefaultNodeDownAfter)
 	def(&c.ReconcileInterval, 5*time.Second)
 	def(&c.JoinRetryInterval, time.Second)
 	def(&c.LeaderWait, 10*time.Second)
@@ -184,6 +185,13 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// DefaultNodeDownAfter is NodeDownAfter's default. A NodeDown frees what
+// the node's consumers held; the node, if it runs after all, closes its
+// clients' connections when it applies it and they reconnect. Raft's
+// heartbeats to a dead node fail at once (the port refuses), so with this
+// wait its messages are free about two seconds after it died.
+const DefaultNodeDownAfter = 1500 * time.Millisecond
 
 // Node is one raftmq cluster member: a raft replica of the state machine,
 // a memberlist member, and the path by which commands reach the leader.
