@@ -370,8 +370,8 @@ func (ch *channel) raise(e *wire.Error) {
 func (ch *channel) finish(reply bool) {
 	_ = ch.acks.flush() // closing: a failure has nobody left to tell
 	if ch.stateful {
-		var cmds []*proto.Command
-		if held := ch.heldRequeue(); held != nil {
+		cmds, held := ch.heldRequeue()
+		if held != nil {
 			cmds = append(cmds, held)
 		}
 		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ChannelClosed{

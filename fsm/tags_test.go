@@ -82,3 +82,51 @@ func TestTags_NeverReusedAfterTheChannelIsGone(t *testing.T) {
 		t.Fatalf("ack of stale tag %d: %v, want 406", old[0], r)
 	}
 }
+
+func unseenRequeue(ch *proto.ChannelRef, tags ...uint64) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ch, Tags: tags, Unseen: true}}}
+}
+
+func channelClosed(ch *proto.ChannelRef) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_ChannelClosed{ChannelClosed: &proto.ChannelClosed{Channel: ch}}}
+}
+
+// A closing channel gives back what its node held and never wrote, unseen,
+// in the entry of its ChannelClosed. Its consumer must be cancelled before
+// that requeue: still registered, it gets the messages straight back (the
+// requeue returned its credit) and ChannelClosed requeues them redelivered.
+func TestHeldAtClose_GoBackUnflaggedWhenTheConsumerGoesFirst(t *testing.T) {
+	for _, first := range []bool{false, true} {
+		m := fsmtest.New(t)
+		fsmtest.One(t, m, 2, declare("q", nil))
+		fsmtest.One(t, m, 2, consume("q", "c", ch1, 10))
+		var tags []uint64
+		for range 3 {
+			_, rec := fsmtest.One(t, m, 3, publish("", "q", "x", nil))
+			tags = append(tags, rec.Deliveries[0].DeliveryTag)
+		}
+		// The node wrote the first delivery and held the other two.
+		var cmds []*proto.Command
+		if first {
+			cmds = append(cmds, cancel("c", ch1))
+		}
+		cmds = append(cmds, unseenRequeue(ch1, tags[1:]...), channelClosed(ch1))
+		fsmtest.Apply(t, m, 4, cmds...)
+		_, rec := fsmtest.One(t, m, 5, consume("q", "d", ch2, 10))
+		if len(rec.Deliveries) != 3 {
+			t.Fatalf("%d deliveries to the next consumer, want the 3 messages", len(rec.Deliveries))
+		}
+		flagged := 0
+		for _, d := range rec.Deliveries {
+			if d.Redelivered {
+				flagged++
+			}
+		}
+		switch {
+		case first && flagged != 1:
+			t.Fatalf("cancel first: %d of 3 flagged redelivered, want only the one the client saw", flagged)
+		case !first && flagged != 3:
+			t.Fatalf("requeue first: %d of 3 flagged redelivered; the reason for cancelling first is gone", flagged)
+		}
+	}
+}
