@@ -75,13 +75,19 @@ func (f *forwarder) retire() {
 	}
 }
 
-// leaderChanged ends the session to a leader other than id, the leader
+// oldLeaderGrace is how long a former leader still has to answer what is
+// in flight to it once raft reports a new leader. A live one that
+// committed those commands answers within milliseconds (a leadership
+// transfer, for one); a frozen one never does.
+const oldLeaderGrace = 200 * time.Millisecond
+
+// leaderChanged retires the session to a leader other than id, the leader
 // raft just reported (this node's own id when it leads). A leader that
 // lost its place may never answer (it is frozen, or cut off with its
-// connections open), and raft's election does not wait for it: what is
-// in flight to it ends now as outcome unknown, so publishers get their
-// nacks about an election after the failure instead of after a stream
-// timeout, and what was queued but not sent goes to the new leader.
+// connections open), and raft's election does not wait for it: after
+// oldLeaderGrace what is in flight to it ends as outcome unknown, so
+// publishers get their nacks about an election after the failure instead
+// of after a stream timeout. New commands go to the new leader at once.
 func (f *forwarder) leaderChanged(id string) {
 	if id == "" {
 		// No leader yet: the old one may still answer.
@@ -95,7 +101,7 @@ func (f *forwarder) leaderChanged(id string) {
 	f.mu.Unlock()
 	if s != nil && s.leaderID != id {
 		s.retire()
-		s.shutdown(fmt.Errorf("leader changed to %s", id))
+		time.AfterFunc(oldLeaderGrace, func() { s.shutdown(fmt.Errorf("leader changed to %s", id)) })
 	}
 }
 
