@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -192,5 +193,49 @@ func TestCluster_KilledNodesHeldMessagesFreeInAboutTwoSeconds(t *testing.T) {
 	t.Logf("held messages free %v after the kill", took.Round(time.Millisecond))
 	if took > 3*time.Second {
 		t.Fatalf("held messages free only %v after the kill, want about 2 s", took)
+	}
+}
+
+// A node cut off for longer than NodeDownAfter is declared down while it
+// runs; once it hears from the cluster again it applies its own NodeDown,
+// and its Sink is told, so that its AMQP server closes the connections
+// the log no longer knows. The other nodes' Sinks hear nothing of it.
+func TestCluster_NodeDeclaredDownWhileAliveLearnsIt(t *testing.T) {
+	sinks := []*recorder{{}, {}, {}}
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		cfg.Effects = sinks[i]
+	}))
+	l := c.WaitForLeader(clustertest.Timeout)
+	victim := c.Followers()[0]
+	vi := c.Index(victim.NodeID())
+	mustSubmit(t, victim, tick())
+	c.Partition(victim.NodeID())
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		found := false
+		_ = l.LogEntries(func(_ uint64, env *proto.Envelope) bool {
+			for _, cmd := range env.GetCommands() {
+				found = found || cmd.GetNodeDown().GetNode() == victim.NodeID()
+			}
+			return !found
+		})
+		if !found {
+			return errors.New("no NodeDown for the cut-off node yet")
+		}
+		return nil
+	})
+	if got := sinks[vi].downs(); len(got) != 0 {
+		t.Fatalf("the cut-off node heard of NodeDown %v before it could", got)
+	}
+	c.Heal()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if got := sinks[vi].downs(); !slices.Equal(got, []string{victim.NodeID()}) {
+			return fmt.Errorf("the node's Sink was told %v", got)
+		}
+		return nil
+	})
+	for i, s := range sinks {
+		if i != vi && len(s.downs()) != 0 {
+			t.Fatalf("node%d's Sink was told of another node's NodeDown: %v", i, s.downs())
+		}
 	}
 }
