@@ -454,12 +454,26 @@ func (ch *channel) requeueOverdue() {
 	}
 	cmd := settleTags(ch.ref(), tags, true)
 	cmd.GetRequeue().Unseen = true
-	if _, err := ch.c.srv.node().Submit(ch.c.ctx, cmd); err != nil && ch.c.ctx.Err() == nil {
-		// The channel's close or the node-down of this node requeues them.
-		ch.c.logger().Warn("cannot requeue overdue deliveries", "channel", ch.id, "count", len(tags), "err", err)
+	if _, err := ch.c.srv.node().Submit(ch.c.ctx, cmd); err != nil {
+		if ch.c.ctx.Err() != nil {
+			return // the connection's end requeues them
+		}
+		// Otherwise they would stay the consumer's, and count against its
+		// credit, until the channel closed. Sent again, a requeue that
+		// committed after all is refused alone (its tags are gone).
+		ch.c.logger().Warn("cannot requeue overdue deliveries yet, retrying", "channel", ch.id, "count", len(tags), "err", err)
+		ch.mu.Lock()
+		ch.overdue = append(tags, ch.overdue...)
+		ch.mu.Unlock()
+		time.AfterFunc(overdueRetry, ch.kick)
+		return
 	}
 	ch.c.logger().Debug("requeued deliveries the client never saw", "channel", ch.id, "count", len(tags))
 }
+
+// overdueRetry is the pause before a failed requeue of withheld
+// deliveries is sent again.
+const overdueRetry = 100 * time.Millisecond
 
 // writeDelivery queues one delivery, numbered for the wire. Locks: ch.mu
 // held.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -145,5 +146,26 @@ func TestServer_OwnNodeDownClosesConnections(t *testing.T) {
 	_, ch2 := openChannel(t, ts)
 	if _, err := ch2.QueueDeclare("again", false, false, false, false, nil); err != nil {
 		t.Fatalf("a new connection after NodeDown: %v", err)
+	}
+}
+
+// A requeue of deliveries the client never saw that fails to commit is sent
+// again: otherwise they stay the consumer's, against its credit, until the
+// channel closes.
+func TestOverdueRequeue_RetriedUntilItCommits(t *testing.T) {
+	ts := startServer(t, Config{})
+	tries := failFirst(ts.broker, func(c *proto.Command) bool { return c.GetRequeue() != nil })
+	_, ch := openChannel(t, ts)
+	if _, err := ch.Consume("work", "", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
+	ts.srv.Deliver(&fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: 9, RoutingKey: "work", Deadline: time.Now().UnixMilli() - 5000})
+	eventually(t, 5*time.Second, "the requeue to commit", func() bool {
+		return len(commandsOf(ts.broker, (*proto.Command).GetRequeue)) == 1
+	})
+	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
+	if n := tries.Load(); n != 2 || !slices.Equal(r.Tags, []uint64{9}) || !r.Unseen {
+		t.Fatalf("%d attempts, committed %v; want 2 attempts and an unseen requeue of 9", n, r)
 	}
 }
