@@ -179,3 +179,45 @@ func TestCluster_FrozenLeaderKeepsPublishersAndConsumers(t *testing.T) {
 		t.Fatalf("no confirm for %v while the leader was frozen, want about an election (<= 3 s)", longest)
 	}
 }
+
+// What a killed node's consumer held goes to a consumer on another node
+// about two seconds after the kill: the leader's raft sees the dead node's
+// port refuse its heartbeats, and --node-down-after defaults to 1.5 s.
+func TestCluster_KilledNodesHeldMessagesMoveInAboutTwoSeconds(t *testing.T) {
+	skipShort(t)
+	c := StartCluster(t, 3)
+	li := leaderIndex(t, c, 0)
+	victim, other := (li+1)%3, (li+2)%3
+	pub := channel(t, dial(t, c.Nodes[li]))
+	mustDeclare(t, pub, "held", nil)
+	vch := channel(t, dial(t, c.Nodes[victim]))
+	if err := vch.Qos(100, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	vd, err := vch.Consume("held", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]amqp.Publishing, 20)
+	for i := range msgs {
+		msgs[i] = amqp.Publishing{Body: []byte(fmt.Sprint(i))}
+	}
+	publishConfirmed(t, pub, "", "held", msgs)
+	receive(t, vd, len(msgs), 20*time.Second) // held, never acked
+	och := channel(t, dial(t, c.Nodes[other]))
+	od, err := och.Consume("held", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	c.Kill(victim)
+	got := receive(t, od, len(msgs), 30*time.Second)
+	took := time.Since(killed)
+	for _, d := range got {
+		_ = d.Ack(false)
+	}
+	t.Logf("%d held messages reached another node's consumer %v after kill -9 of %s", len(got), took.Round(time.Millisecond), c.Nodes[victim].ID)
+	if took > 4*time.Second {
+		t.Fatalf("held messages moved only %v after the kill, want about 2 s", took)
+	}
+}
