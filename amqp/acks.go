@@ -2,9 +2,11 @@ package amqp
 
 import (
 	"sync"
+	"time"
 
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/proto"
+	gproto "google.golang.org/protobuf/proto"
 )
 
 // ackSender hands a channel's acknowledgements to the log from a goroutine
@@ -30,8 +32,9 @@ import (
 // so a close, recover, cancel or commit follows them in the log; and the
 // channel's worker, when it ends, waits for the sender to submit what it
 // holds, so a connection's close follows its acks as before. An ack the
-// log refuses, or that cannot be committed, is raised by the worker as
-// soon as the sender reports it.
+// log refuses is raised by the worker as soon as the sender reports it;
+// one whose commit outcome is unknown is resolved from the log
+// (resolveAcks), never by closing the connection.
 type ackSender struct {
 	ch *channel
 
@@ -146,7 +149,7 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 	}
 	results, err := ch.c.srv.node().SubmitBatch(ch.c.ctx, cmds)
 	if err != nil {
-		return ch.submitError(run[0].m, err)
+		return ch.resolveAcks(run, cmds, err)
 	}
 	for i, r := range results {
 		if r.GetCode() != 0 {
@@ -154,4 +157,86 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 		}
 	}
 	return nil
+}
+
+// resolveAcks settles a run of acknowledgements whose submission failed
+// without saying whether it committed (a leader change, a lost quorum).
+// Closing the connection for it, as this server once did, redelivered
+// everything every consumer held at each failover. Instead the log is
+// asked: once a command proposed after the failure has committed and been
+// applied here, the fate of the failed one is decided (it committed before
+// that command, or it never will), and the applied state tells which of
+// its deliveries are still this channel's. Those are settled again; the
+// others are done. It retries, with backoff, until that works or the
+// connection ends.
+func (ch *channel) resolveAcks(run []item, cmds []*proto.Command, err error) *wire.Error {
+	b := ch.c.srv.node()
+	ref := ch.ref()
+	backoff := 20 * time.Millisecond
+	for {
+		if ch.c.ctx.Err() != nil {
+			return nil
+		}
+		ch.c.logger().Info("acknowledgements of unknown outcome: resolving them from the log", "channel", ch.id, "count", len(cmds), "err", err)
+		if _, err = b.Submit(ch.c.ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err == nil {
+			var again []*proto.Command
+			var items []item
+			for i, cmd := range cmds {
+				if left := b.Unacked(ref, ackTags(cmd)); len(left) > 0 {
+					again = append(again, withAckTags(cmd, left))
+					items = append(items, run[i])
+				}
+			}
+			if len(again) == 0 {
+				return nil
+			}
+			var results []*proto.Result
+			if results, err = b.SubmitBatch(ch.c.ctx, again); err == nil {
+				for i, r := range results {
+					// Refused because the first attempt committed after
+					// all (the log decided it late): nothing is left to do.
+					if r.GetCode() != 0 && len(b.Unacked(ref, ackTags(again[i]))) > 0 {
+						return resultError(items[i].m, r)
+					}
+				}
+				return nil
+			}
+			cmds, run = again, items
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ch.c.ctx.Done():
+			t.Stop()
+			return nil
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// ackTags returns the log tags an acknowledgement's command names.
+func ackTags(cmd *proto.Command) []uint64 {
+	switch {
+	case cmd.GetSettle() != nil:
+		return cmd.GetSettle().GetTags()
+	case cmd.GetRequeue() != nil:
+		return cmd.GetRequeue().GetTags()
+	case cmd.GetDiscard() != nil:
+		return cmd.GetDiscard().GetTags()
+	}
+	return nil
+}
+
+// withAckTags is cmd naming only tags.
+func withAckTags(cmd *proto.Command, tags []uint64) *proto.Command {
+	c := gproto.Clone(cmd).(*proto.Command)
+	switch {
+	case c.GetSettle() != nil:
+		c.GetSettle().Tags = tags
+	case c.GetRequeue() != nil:
+		c.GetRequeue().Tags = tags
+	case c.GetDiscard() != nil:
+		c.GetDiscard().Tags = tags
+	}
+	return c
 }

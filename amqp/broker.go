@@ -17,6 +17,10 @@ type Broker interface {
 	// SubmitBatch proposes several commands as one unit (one log entry where
 	// possible) and returns one result per command.
 	SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error)
+	// Unacked returns those of tags that the applied state still holds as
+	// unacknowledged deliveries of the channel. The log never hands out a
+	// channel's tag twice, so a tag missing was settled.
+	Unacked(ch *proto.ChannelRef, tags []uint64) []uint64
 	// Authenticate checks a user's password and returns the user's tags.
 	Authenticate(user, password string) (tags []string, ok bool)
 	// UserExists reports whether a user exists in the applied state (the

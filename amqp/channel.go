@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -374,21 +373,16 @@ func (ch *channel) raise(e *wire.Error) {
 func (ch *channel) finish(reply bool) {
 	_ = ch.acks.flush() // closing: a failure has nobody left to tell
 	if ch.stateful {
-		var cmds []*proto.Command
-		if held := ch.heldRequeue(); held != nil {
+		cmds, held := ch.heldRequeue()
+		if held != nil {
 			cmds = append(cmds, held)
 		}
 		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ChannelClosed{
 			ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
 		}})
-		ctx, cancel := context.WithTimeout(ch.c.ctx, 30*time.Second)
-		res, err := ch.c.srv.node().SubmitBatch(ctx, cmds)
-		cancel()
-		if err != nil {
-			ch.c.logger().Warn("cannot record channel close", "channel", ch.id, "err", err)
-		} else if r := res[len(res)-1]; r.GetCode() != 0 {
-			ch.c.logger().Warn("channel close refused", "channel", ch.id, "code", r.GetCode(), "text", r.GetText())
-		}
+		// Retried until it commits while the connection lives; when the
+		// connection ends, its ConnectionClosed covers the channel.
+		ch.c.srv.recordEnd(ch.c.ctx, ch.c.logger().With("channel", ch.id), "channel close", cmds)
 	}
 	ch.c.removeChannel(ch)
 	if reply {
@@ -463,12 +457,26 @@ func (ch *channel) requeueOverdue() {
 	}
 	cmd := settleTags(ch.ref(), tags, true)
 	cmd.GetRequeue().Unseen = true
-	if _, err := ch.c.srv.node().Submit(ch.c.ctx, cmd); err != nil && ch.c.ctx.Err() == nil {
-		// The channel's close or the node-down of this node requeues them.
-		ch.c.logger().Warn("cannot requeue overdue deliveries", "channel", ch.id, "count", len(tags), "err", err)
+	if _, err := ch.c.srv.node().Submit(ch.c.ctx, cmd); err != nil {
+		if ch.c.ctx.Err() != nil {
+			return // the connection's end requeues them
+		}
+		// Otherwise they would stay the consumer's, and count against its
+		// credit, until the channel closed. Sent again, a requeue that
+		// committed after all is refused alone (its tags are gone).
+		ch.c.logger().Warn("cannot requeue overdue deliveries yet, retrying", "channel", ch.id, "count", len(tags), "err", err)
+		ch.mu.Lock()
+		ch.overdue = append(tags, ch.overdue...)
+		ch.mu.Unlock()
+		time.AfterFunc(overdueRetry, ch.kick)
+		return
 	}
 	ch.c.logger().Debug("requeued deliveries the client never saw", "channel", ch.id, "count", len(tags))
 }
+
+// overdueRetry is the pause before a failed requeue of withheld
+// deliveries is sent again.
+const overdueRetry = 100 * time.Millisecond
 
 // writeDelivery queues one delivery, numbered for the wire. Locks: ch.mu
 // held.

@@ -63,9 +63,11 @@ type conn struct {
 	downOnce   sync.Once
 	recordOnce sync.Once // ConnectionClosed submitted
 	// heldAtClose are the unseen requeues of what the stopped channels
-	// held, sent with ConnectionClosed (guarded by mu).
-	heldAtClose []*proto.Command
-	writerEnd   chan struct{}
+	// held, sent with ConnectionClosed after cancelAtClose, the cancels of
+	// their consumers (window.go's heldRequeue says why; guarded by mu).
+	heldAtClose   []*proto.Command
+	cancelAtClose []*proto.Command
+	writerEnd     chan struct{}
 	// failed is closed when the server sends connection.close or the
 	// socket fails: a reader waiting for publishers to be unblocked stops.
 	failed     chan struct{}
@@ -194,8 +196,9 @@ func (c *conn) stopChannels() []*channel {
 	c.mu.Unlock()
 	for _, ch := range chans {
 		ch.stop()
-		if held := ch.heldRequeue(); held != nil {
+		if cancels, held := ch.heldRequeue(); held != nil {
 			c.mu.Lock()
+			c.cancelAtClose = append(c.cancelAtClose, cancels...)
 			c.heldAtClose = append(c.heldAtClose, held)
 			c.mu.Unlock()
 		}
@@ -233,22 +236,17 @@ func (c *conn) lingerClose() {
 }
 
 func (c *conn) submitConnectionClosed() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	// What the channels held for their consumers goes back unseen first.
 	c.mu.Lock()
-	cmds := c.heldAtClose
-	c.heldAtClose = nil
+	cmds := append(c.cancelAtClose, c.heldAtClose...)
+	c.cancelAtClose, c.heldAtClose = nil, nil
 	c.mu.Unlock()
 	cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
 		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
 	}})
-	res, err := c.srv.node().SubmitBatch(ctx, cmds)
-	if err != nil {
-		c.logger().Warn("cannot record connection close", "err", err)
-	} else if r := res[len(res)-1]; r.GetCode() != 0 {
-		c.logger().Warn("connection close refused", "code", r.GetCode(), "text", r.GetText())
-	}
+	// Retried until it commits, for as long as the server runs: a
+	// connection gone from the node must be gone from the log.
+	c.srv.recordEnd(c.srv.life, c.logger(), "connection close", cmds)
 }
 
 // writer writes queued frames and sends heartbeats when idle.

@@ -37,6 +37,11 @@ type fakeBroker struct {
 	denied map[[2]string]bool
 	// queues holds the {vhost, name} of queues QueueCount reports.
 	queues map[[2]string]bool
+	// fail, when set, may fail a submission before it is recorded (the
+	// outcome a node reports, e.g. after a leader change).
+	fail func(cmds []*proto.Command) error
+	// unacked answers Unacked; nil reports every tag settled.
+	unacked func(ref *proto.ChannelRef, tags []uint64) []uint64
 }
 
 func newFakeBroker() *fakeBroker {
@@ -64,8 +69,21 @@ func (b *fakeBroker) result(cmd *proto.Command) *proto.Result {
 	return &proto.Result{}
 }
 
+func (b *fakeBroker) failure(cmds []*proto.Command) error {
+	b.mu.Lock()
+	fail := b.fail
+	b.mu.Unlock()
+	if fail != nil {
+		return fail(cmds)
+	}
+	return nil
+}
+
 func (b *fakeBroker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.failure([]*proto.Command{cmd}); err != nil {
 		return nil, err
 	}
 	return b.result(cmd), nil
@@ -73,6 +91,9 @@ func (b *fakeBroker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Res
 
 func (b *fakeBroker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.failure(cmds); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -125,6 +146,16 @@ func (b *fakeBroker) QueueCount(vhost, name string) (int, bool) {
 		}
 	}
 	return n, exists
+}
+
+func (b *fakeBroker) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
+	b.mu.Lock()
+	f := b.unacked
+	b.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(ref, tags)
 }
 
 func (b *fakeBroker) VhostExists(name string) bool {

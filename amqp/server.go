@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -143,6 +144,11 @@ type Server struct {
 
 	// openConns counts connections past connection.open (MaxConnections).
 	openConns atomic.Int64
+
+	// life ends when Close gives up waiting for connections: what they
+	// still try to record in the log stops then.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 var _ fsm.Sink = (*Server)(nil)
@@ -164,7 +170,10 @@ func NewServer(cfg Config) *Server {
 			p[i] = byte(t >> (8 * i))
 		}
 	}
+	life, endLife := context.WithCancel(context.Background())
 	return &Server{
+		life:      life,
+		endLife:   endLife,
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "amqp"),
 		prefix:    hex.EncodeToString(p[:]),
@@ -268,7 +277,43 @@ func (s *Server) Close() error {
 	case <-time.After(2 * s.cfg.CloseTimeout):
 		s.log.Warn("connections still open after close timeout")
 	}
+	s.endLife()
 	return nil
+}
+
+// recordEnd submits the end of a channel or a connection (cmds ends with
+// its ChannelClosed or ConnectionClosed) until it commits or ctx ends. An
+// end that never reaches the log leaves the consumers of a connection that
+// is gone in it: a no-ack one swallows every message assigned to it, an
+// acknowledging one holds its credit for ever. The commands are
+// idempotent (closing what is closed does nothing; a requeue of tags
+// already settled is refused alone), so a retry after an unknown outcome
+// is safe.
+func (s *Server) recordEnd(ctx context.Context, log *slog.Logger, what string, cmds []*proto.Command) {
+	backoff := 50 * time.Millisecond
+	for {
+		res, err := s.node().SubmitBatch(ctx, cmds)
+		if err == nil {
+			if r := res[len(res)-1]; r.GetCode() != 0 {
+				log.Warn(what+" refused", "code", r.GetCode(), "text", r.GetText())
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			log.Warn("cannot record "+what, "err", err)
+			return
+		}
+		log.Warn("cannot record "+what+" yet, retrying", "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			log.Warn("cannot record "+what, "err", err)
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 func (s *Server) newConnID() string {
@@ -373,6 +418,33 @@ func (s *Server) ConsumerCancelled(ref *proto.ConsumerRef) {
 		return
 	}
 	ch.consumerCancelled(ref.GetTag())
+}
+
+// NodeDown implements fsm.Sink: when this node was declared down (it was
+// cut off from the leader for longer than the cluster waits, yet kept
+// running), the log dropped its connections, channels and consumers and
+// requeued what they held. Its clients lose their connections (320
+// CONNECTION_FORCED) and reconnect: serving them on would deliver from
+// consumers the log no longer has and settle acks against channels it
+// removed. A restarted node applies its previous run's NodeDown before it
+// takes clients, so it closes nothing then.
+func (s *Server) NodeDown(node string) {
+	b := s.node()
+	if b == nil || node != b.NodeID() {
+		return
+	}
+	s.mu.Lock()
+	conns := s.snapshotConns()
+	s.mu.Unlock()
+	if len(conns) > 0 {
+		s.log.Warn("this node was declared down by the cluster: closing its client connections", "connections", len(conns))
+	}
+	for _, c := range conns {
+		// One opened later is a new connection the log knows.
+		if c.opened.Load() {
+			c.fail(wire.ConnError(wire.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
+		}
+	}
 }
 
 func (s *Server) channelOf(ref *proto.ChannelRef) *channel {

@@ -1,6 +1,8 @@
 package amqp
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -316,10 +318,14 @@ func (ch *channel) recoverTags() []uint64 {
 }
 
 // heldRequeue takes every delivery the channel's windows hold and returns
-// the unseen requeue that gives them back (nil when none): a closing
-// channel sends it before its ChannelClosed, which would requeue them
-// flagged redelivered. Locks: none.
-func (ch *channel) heldRequeue() *proto.Command {
+// the unseen requeue that gives them back (nil when none), and before it
+// the cancels of the channel's consumers. A closing channel sends them
+// before its ChannelClosed, which would requeue the held deliveries
+// flagged redelivered. The cancels come first because the requeue
+// returns the consumers' credit: while they are registered, the log hands
+// the messages straight back to them, and the ChannelClosed that follows
+// requeues them as seen. Locks: none.
+func (ch *channel) heldRequeue() (cancels []*proto.Command, requeue *proto.Command) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	var tags []uint64
@@ -327,12 +333,18 @@ func (ch *channel) heldRequeue() *proto.Command {
 		tags = w.takeHeld(tags)
 	}
 	if len(tags) == 0 {
-		return nil
+		return nil, nil
 	}
 	sort.Slice(tags, func(i, j int) bool { return tags[i] < tags[j] })
-	cmd := settleTags(ch.ref(), tags, true)
-	cmd.GetRequeue().Unseen = true
-	return cmd
+	ref := ch.ref()
+	for _, tag := range slices.Sorted(maps.Keys(ch.consumers)) {
+		cancels = append(cancels, &proto.Command{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{
+			Consumer: &proto.ConsumerRef{Channel: ref, Tag: tag},
+		}}})
+	}
+	requeue = settleTags(ref, tags, true)
+	requeue.GetRequeue().Unseen = true
+	return cancels, requeue
 }
 
 // dropWindow removes consumer's window and returns the log tags of what it

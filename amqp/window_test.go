@@ -282,14 +282,20 @@ func TestWindow_CloseGivesHeldBackUnseen(t *testing.T) {
 				if n := len(ts.broker.batches); n > 0 {
 					last = ts.broker.batches[n-1]
 				}
-				return len(last) == 2
+				return len(last) == 3
 			})
-			r := last[0].GetRequeue()
-			if r == nil || !r.Unseen || !slices.Equal(r.Tags, []uint64{11, 12}) {
-				t.Fatalf("first of the close's entry: %v, want an unseen requeue of 11 and 12", last[0])
+			// The consumer goes first: registered, it would get the
+			// requeued messages straight back, and the close would then
+			// requeue them flagged redelivered.
+			if c := last[0].GetCancel(); c == nil || c.GetConsumer().GetTag() != cons.Consumer.GetTag() {
+				t.Fatalf("first of the close's entry: %v, want the cancel of %s", last[0], cons.Consumer.GetTag())
 			}
-			if (what == "channel") != (last[1].GetChannelClosed() != nil) || (what == "connection") != (last[1].GetConnectionClosed() != nil) {
-				t.Fatalf("second of the close's entry: %v", last[1])
+			r := last[1].GetRequeue()
+			if r == nil || !r.Unseen || !slices.Equal(r.Tags, []uint64{11, 12}) {
+				t.Fatalf("second of the close's entry: %v, want an unseen requeue of 11 and 12", last[1])
+			}
+			if (what == "channel") != (last[2].GetChannelClosed() != nil) || (what == "connection") != (last[2].GetConnectionClosed() != nil) {
+				t.Fatalf("last of the close's entry: %v", last[2])
 			}
 		})
 	}

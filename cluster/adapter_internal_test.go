@@ -119,7 +119,9 @@ func TestFSMAdapter_UnreadableEntryStopsTheNode(t *testing.T) {
 	}
 }
 
-type recSink struct{ delivered, cancelled []string }
+type recSink struct{ delivered, cancelled, down []string }
+
+func (s *recSink) NodeDown(node string) { s.down = append(s.down, node) }
 
 func (s *recSink) Deliver(d *fsm.Delivery) { s.delivered = append(s.delivered, d.Consumer.GetTag()) }
 func (s *recSink) ConsumerCancelled(c *proto.ConsumerRef) {
@@ -136,8 +138,11 @@ func TestLocalSink_KeepsOnlyThisNodesEffects(t *testing.T) {
 	s.Deliver(&fsm.Delivery{Consumer: ref("other", "b")})
 	s.ConsumerCancelled(ref("other", "c"))
 	s.ConsumerCancelled(ref("me", "d"))
-	if len(rec.delivered) != 1 || rec.delivered[0] != "a" || len(rec.cancelled) != 1 || rec.cancelled[0] != "d" {
-		t.Fatalf("delivered %v cancelled %v", rec.delivered, rec.cancelled)
+	s.NodeDown("other")
+	s.NodeDown("me")
+	if len(rec.delivered) != 1 || rec.delivered[0] != "a" || len(rec.cancelled) != 1 || rec.cancelled[0] != "d" ||
+		len(rec.down) != 1 || rec.down[0] != "me" {
+		t.Fatalf("delivered %v cancelled %v down %v", rec.delivered, rec.cancelled, rec.down)
 	}
 }
 

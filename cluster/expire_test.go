@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -232,6 +233,7 @@ type recorder struct {
 	mu        sync.Mutex
 	delivered []*fsm.Delivery
 	cancelled []*proto.ConsumerRef
+	down      []string
 }
 
 func (r *recorder) Deliver(d *fsm.Delivery) {
@@ -244,6 +246,18 @@ func (r *recorder) ConsumerCancelled(c *proto.ConsumerRef) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cancelled = append(r.cancelled, c)
+}
+
+func (r *recorder) NodeDown(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = append(r.down, node)
+}
+
+func (r *recorder) downs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.down)
 }
 
 func (r *recorder) deliveries() int {

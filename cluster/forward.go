@@ -74,6 +74,36 @@ func (f *forwarder) retire() {
 	}
 }
 
+// oldLeaderGrace is how long a former leader still has to answer what is
+// in flight to it once raft reports a new leader. A live one that
+// committed those commands answers within milliseconds (a leadership
+// transfer, for one); a frozen one never does.
+const oldLeaderGrace = 200 * time.Millisecond
+
+// leaderChanged retires the session to a leader other than id, the leader
+// raft just reported (this node's own id when it leads). A leader that
+// lost its place may never answer (it is frozen, or cut off with its
+// connections open), and raft's election does not wait for it: after
+// oldLeaderGrace what is in flight to it ends as outcome unknown, so
+// publishers get their nacks about an election after the failure instead
+// of after a stream timeout. New commands go to the new leader at once.
+func (f *forwarder) leaderChanged(id string) {
+	if id == "" {
+		// No leader yet: the old one may still answer.
+		return
+	}
+	f.mu.Lock()
+	s := f.s
+	if s != nil && s.leaderID != id {
+		f.s = nil
+	}
+	f.mu.Unlock()
+	if s != nil && s.leaderID != id {
+		s.retire()
+		time.AfterFunc(oldLeaderGrace, func() { s.shutdown(fmt.Errorf("leader changed to %s", id)) })
+	}
+}
+
 func (f *forwarder) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

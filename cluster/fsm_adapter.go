@@ -167,6 +167,12 @@ func (s localSink) ConsumerCancelled(c *proto.ConsumerRef) {
 	}
 }
 
+func (s localSink) NodeDown(node string) {
+	if s.next != nil && node == s.node {
+		s.next.NodeDown(node)
+	}
+}
+
 // appliedIndex tracks the highest log index the local state machine has
 // applied and wakes whoever waits for it.
 type appliedIndex struct {

@@ -77,6 +77,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
 	n.fwd.retire()
+	n.reach.reset()
 	n.lead.Store(lt)
 	n.changed.signal()
 	if wasDown {
@@ -306,9 +307,10 @@ func (n *Node) leaseLoop(ctx context.Context) {
 
 // reconcileLoop keeps the raft configuration in line with the members:
 // alive members become voters, members that left are removed, and members
-// dead for longer than NodeDownAfter (or gone) are declared down once.
+// dead for longer than NodeDownAfter (or gone), or servers raft has not
+// reached for that long, are declared down once.
 func (n *Node) reconcileLoop(ctx context.Context) {
-	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/2+time.Millisecond))
+	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/4+time.Millisecond))
 	defer tick.Stop()
 	downed := map[string]bool{}
 	for {
@@ -339,7 +341,9 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 		srv, in := inConfig[id]
 		switch m.health {
 		case HealthAlive:
-			delete(downed, id)
+			if _, failing := n.reach.unreachedSince(id); !failing {
+				delete(downed, id)
+			}
 			addr := m.meta.GetRaftAddr()
 			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
 				continue
@@ -364,6 +368,28 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			if time.Since(m.since) >= n.cfg.NodeDownAfter {
 				n.proposeNodeDown(ctx, id, downed)
 			}
+		}
+	}
+	// Whatever gossip says (it may never have heard of the server, or
+	// still think it alive), a server whose heartbeats have failed since
+	// its last contact NodeDownAfter ago is down.
+	members := n.members.all()
+	for id := range inConfig {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		since, failing := n.reach.unreachedSince(id)
+		if !failing {
+			if m, known := members[id]; !known || m.health == HealthAlive {
+				delete(downed, id) // reached again: a later loss counts anew
+			}
+			continue
+		}
+		if time.Since(since) >= n.cfg.NodeDownAfter {
+			if !downed[id] {
+				n.log.Warn("raft cannot reach a server", "id", id, "last_contact", since)
+			}
+			n.proposeNodeDown(ctx, id, downed)
 		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,16 +18,22 @@ var errLinkDown = errors.New("cluster: link blocked")
 // dials goes through it; Block refuses new dials and closes live
 // connections to the blocked addresses, and gossip packets to them are
 // dropped. A partition blocks both directions by blocking on both sides.
-// A nil *Links lets everything through.
+// Freeze is a peer that stops without closing anything (SIGSTOP, a long
+// pause): live connections stay open and carry nothing until Heal, so
+// only timeouts and what the rest of the cluster learns can end what
+// waits on them. A nil *Links lets everything through.
 type Links struct {
 	mu      sync.Mutex
 	blocked map[string]bool
+	frozen  map[string]bool
+	thaw    chan struct{} // closed and replaced by Heal
 	conns   map[*linkConn]struct{}
 }
 
 // NewLinks returns Links with nothing blocked.
 func NewLinks() *Links {
-	return &Links{blocked: map[string]bool{}, conns: map[*linkConn]struct{}{}}
+	return &Links{blocked: map[string]bool{}, frozen: map[string]bool{}, thaw: make(chan struct{}),
+		conns: map[*linkConn]struct{}{}}
 }
 
 // Block cuts the links to addrs (host:port as the node dials them).
@@ -46,11 +54,25 @@ func (l *Links) Block(addrs ...string) {
 	}
 }
 
+// Freeze stalls the links to addrs: new dials fail, gossip packets are
+// dropped, and live connections stay open but pass nothing (reads and
+// writes wait, within their deadlines) until Heal.
+func (l *Links) Freeze(addrs ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range addrs {
+		l.frozen[a] = true
+	}
+}
+
 // Heal restores every link.
 func (l *Links) Heal() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	clear(l.blocked)
+	clear(l.frozen)
+	close(l.thaw)
+	l.thaw = make(chan struct{})
 }
 
 // Allowed reports whether addr may be reached now.
@@ -60,7 +82,7 @@ func (l *Links) Allowed(addr string) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return !l.blocked[addr]
+	return !l.blocked[addr] && !l.frozen[addr]
 }
 
 // dial connects to addr unless it is blocked, and tracks the connection.
@@ -81,9 +103,9 @@ func (l *Links) track(c net.Conn, addr string) (net.Conn, error) {
 	if l == nil {
 		return c, nil
 	}
-	lc := &linkConn{Conn: c, addr: addr, links: l}
+	lc := &linkConn{Conn: c, addr: addr, links: l, closed: make(chan struct{})}
 	l.mu.Lock()
-	if l.blocked[addr] {
+	if l.blocked[addr] || l.frozen[addr] {
 		l.mu.Unlock()
 		_ = c.Close()
 		return nil, errLinkDown
@@ -93,11 +115,88 @@ func (l *Links) track(c net.Conn, addr string) (net.Conn, error) {
 	return lc, nil
 }
 
+// waitThawed returns once addr is not frozen, or fails when the connection
+// closes or the deadline (unix ns, 0 for none) passes first.
+func (l *Links) waitThawed(c *linkConn, deadline int64) error {
+	for {
+		l.mu.Lock()
+		frozen, thaw := l.frozen[c.addr], l.thaw
+		l.mu.Unlock()
+		if !frozen {
+			return nil
+		}
+		var expire <-chan time.Time
+		var t *time.Timer
+		if deadline != 0 {
+			t = time.NewTimer(time.Until(time.Unix(0, deadline)))
+			expire = t.C
+		}
+		var err error
+		select {
+		case <-thaw:
+		case <-c.closed:
+			err = net.ErrClosed
+		case <-expire:
+			err = os.ErrDeadlineExceeded
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
 type linkConn struct {
 	net.Conn
-	addr  string
-	links *Links
-	once  sync.Once
+	addr   string
+	links  *Links
+	once   sync.Once
+	closed chan struct{}
+	// Deadlines as the user set them (unix ns), honoured while frozen.
+	readDL, writeDL atomic.Int64
+}
+
+// Read passes on what arrived only once the link is not frozen: a frozen
+// peer sends nothing.
+func (c *linkConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if werr := c.links.waitThawed(c, c.readDL.Load()); werr != nil {
+		return 0, werr
+	}
+	return n, err
+}
+
+// Write waits while the link is frozen: a frozen peer takes nothing.
+func (c *linkConn) Write(b []byte) (int, error) {
+	if err := c.links.waitThawed(c, c.writeDL.Load()); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *linkConn) SetDeadline(t time.Time) error {
+	c.readDL.Store(unixNano(t))
+	c.writeDL.Store(unixNano(t))
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *linkConn) SetReadDeadline(t time.Time) error {
+	c.readDL.Store(unixNano(t))
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *linkConn) SetWriteDeadline(t time.Time) error {
+	c.writeDL.Store(unixNano(t))
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 func (c *linkConn) Close() error {
@@ -105,6 +204,7 @@ func (c *linkConn) Close() error {
 		c.links.mu.Lock()
 		delete(c.links.conns, c)
 		c.links.mu.Unlock()
+		close(c.closed)
 	})
 	return c.Conn.Close()
 }

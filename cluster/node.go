@@ -85,8 +85,9 @@ type Config struct {
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
-	// NodeDownAfter is how long a member stays dead before the leader
-	// proposes NodeDown for it (default 5 s).
+	// NodeDownAfter is how long a member stays dead in gossip, or a server
+	// unreached by the leader's raft, before the leader proposes NodeDown
+	// for it (default DefaultNodeDownAfter).
 	NodeDownAfter time.Duration
 	// ReconcileInterval is how often the leader reconciles members with the
 	// raft configuration, besides member events (default 5 s).
@@ -170,7 +171,7 @@ func (c *Config) setDefaults() error {
 	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
 	def(&c.CommitTimeout, 2*time.Millisecond)
 	def(&c.SnapshotInterval, 30*time.Second)
-	def(&c.NodeDownAfter, 5*time.Second)
+	def(&c.NodeDownAfter, DefaultNodeDownAfter)
 	def(&c.ReconcileInterval, 5*time.Second)
 	def(&c.JoinRetryInterval, time.Second)
 	def(&c.LeaderWait, 10*time.Second)
@@ -196,6 +197,13 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// DefaultNodeDownAfter is NodeDownAfter's default. A NodeDown frees what
+// the node's consumers held; the node, if it runs after all, closes its
+// clients' connections when it applies it and they reconnect. Raft's
+// heartbeats to a dead node fail at once (the port refuses), so with this
+// wait its messages are free about two seconds after it died.
+const DefaultNodeDownAfter = 1500 * time.Millisecond
 
 // Node is one raftmq cluster member: a raft replica of the state machine,
 // a memberlist member, and the path by which commands reach the leader.
@@ -227,6 +235,7 @@ type Node struct {
 	changed *broadcast                 // leader, readiness or membership changed
 
 	members  *memberTable
+	reach    *reach // the leader's view of whom raft reaches
 	hasState atomic.Bool
 	leaving  atomic.Bool
 
@@ -270,6 +279,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		applied:   newAppliedIndex(),
 		changed:   newBroadcast(),
 		members:   newMemberTable(),
+		reach:     newReach(),
 		applyQ:    make(chan *pending, 4096),
 		completeQ: make(chan inflightEntry, cfg.MaxInflightEntries),
 		sem:       make(chan struct{}, cfg.MaxInflightEntries),
@@ -391,12 +401,16 @@ func (n *Node) startRaft() error {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	}))
+	n.watchHeartbeats(r)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		for {
 			select {
-			case <-obs:
+			case o := <-obs:
+				if lo, ok := o.Data.(raft.LeaderObservation); ok {
+					n.fwd.leaderChanged(string(lo.LeaderID))
+				}
 				n.changed.signal()
 			case <-n.closing:
 				return

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"io"
 	"slices"
 	"strings"
@@ -49,6 +50,11 @@ type Sink interface {
 	// ConsumerCancelled tells a consumer the server cancelled it (its queue
 	// was deleted): basic.cancel with consumer_cancel_notify.
 	ConsumerCancelled(c *proto.ConsumerRef)
+	// NodeDown tells that node's channels and connections are gone from
+	// the state. The node itself may well be running (it was cut off for
+	// longer than the cluster waits): its clients must then lose their
+	// connections, which the log no longer knows.
+	NodeDown(node string)
 }
 
 // DiscardSink drops every effect.
@@ -59,6 +65,9 @@ func (DiscardSink) Deliver(*Delivery) {}
 
 // ConsumerCancelled implements Sink.
 func (DiscardSink) ConsumerCancelled(*proto.ConsumerRef) {}
+
+// NodeDown implements Sink.
+func (DiscardSink) NodeDown(string) {}
 
 // Machine is the whole broker state. It is not safe for concurrent use: the
 // caller serialises Apply with every read.
@@ -250,6 +259,27 @@ func (m *Machine) Consumers(vhost string) []*proto.ConsumerInfo {
 				out = append(out, &proto.ConsumerInfo{Vhost: v.name, Queue: k, Consumer: pb.Clone(c.ref).(*proto.ConsumerRef),
 					NoAck: c.noAck, Exclusive: c.exclusive, Prefetch: c.prefetch, Unacked: uint64(c.unacked), Arguments: cloneTable(c.args)})
 			}
+		}
+	}
+	return out
+}
+
+// Unacked returns, in ascending order, those of tags that name
+// unacknowledged deliveries of the channel: a settle, requeue or discard
+// naming them has not been applied. A delivery tag is never handed out
+// twice, so a tag missing here was settled for good.
+func (m *Machine) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
+	ch, ok := m.channels[chanKey(ref)]
+	if !ok {
+		return nil
+	}
+	want := slices.Clone(tags)
+	slices.Sort(want)
+	want = slices.Compact(want)
+	var out []uint64
+	for _, t := range want {
+		if _, found := slices.BinarySearchFunc(ch.unacked, t, func(p *pending, t uint64) int { return cmp.Compare(p.tag, t) }); found {
+			out = append(out, t)
 		}
 	}
 	return out

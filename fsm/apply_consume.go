@@ -84,6 +84,7 @@ func (s *state) closeChannel(ch *channel, notify bool) {
 	}
 	s.requeue(ch, ch.unacked)
 	ch.unacked = nil
+	s.tagFloor = max(s.tagFloor, ch.nextTag)
 	delete(s.channels, ch.key)
 }
 
@@ -94,6 +95,7 @@ func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {
 
 func (s *state) applyNodeDown(c *proto.NodeDown) *proto.Result {
 	s.closeConnections(c.GetNode()+"\x00", true)
+	s.sink.NodeDown(c.GetNode())
 	return &proto.Result{}
 }
 

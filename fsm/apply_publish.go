@@ -113,7 +113,8 @@ func (s *state) channel(ref *proto.ChannelRef) *channel {
 	k := chanKey(ref)
 	ch, ok := s.channels[k]
 	if !ok {
-		ch = &channel{key: k, ref: &proto.ChannelRef{Node: ref.GetNode(), Connection: ref.GetConnection(), Channel: ref.GetChannel()}}
+		ch = &channel{key: k, ref: &proto.ChannelRef{Node: ref.GetNode(), Connection: ref.GetConnection(), Channel: ref.GetChannel()},
+			nextTag: s.tagFloor}
 		s.channels[k] = ch
 	}
 	return ch

@@ -19,7 +19,7 @@ import (
 // policies and queues, channels). Every map is written in sorted key order.
 const (
 	snapMagic   = "RMQS"
-	snapVersion = 2 // 2 adds each consumer's credit
+	snapVersion = 3 // 2 adds each consumer's credit, 3 the delivery tag floor
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -93,6 +93,7 @@ func (s *state) encodeTo(e *enc) {
 	e.u(s.index)
 	e.i(s.clock)
 	e.bo(s.initialized)
+	e.u(s.tagFloor)
 	st := s.stats
 	for _, v := range []uint64{st.Published, st.Routed, st.Delivered, st.Acked, st.Requeued, st.Expired, st.DeadLettered, st.Dropped, st.Rejected, st.Purged, st.Refused} {
 		e.u(v)
@@ -386,6 +387,9 @@ func decodeState(b []byte) (*state, error) {
 	s.index = d.u()
 	s.clock = d.i()
 	s.initialized = d.bo()
+	if version >= 3 {
+		s.tagFloor = d.u()
+	}
 	st := &s.stats
 	for _, p := range []*uint64{&st.Published, &st.Routed, &st.Delivered, &st.Acked, &st.Requeued, &st.Expired, &st.DeadLettered, &st.Dropped, &st.Rejected, &st.Purged, &st.Refused} {
 		*p = d.u()

@@ -41,9 +41,15 @@ type state struct {
 	users       map[string]*user
 	perms       map[string]*proto.PermissionInfo // user \x00 vhost
 	channels    map[string]*channel
-	stats       Stats
-	mark        uint64 // routing generation, not part of the state
-	sink        Sink
+	// tagFloor is above every delivery tag of a channel that was removed:
+	// a channel created later numbers from there, so the log never hands
+	// out a tag twice under one channel's name (a live node declared down
+	// keeps its channels, and an ack of an old tag must not settle a new
+	// delivery).
+	tagFloor uint64
+	stats    Stats
+	mark     uint64 // routing generation, not part of the state
+	sink     Sink
 }
 
 type user struct {

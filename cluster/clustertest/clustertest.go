@@ -377,6 +377,28 @@ func (c *Cluster) Partition(ids ...string) {
 	}
 }
 
+// Freeze stops the named nodes as SIGSTOP would, as far as the others can
+// tell: every link between them and the rest stays open but carries
+// nothing (raft, gRPC and gossip) until Heal. The frozen nodes keep
+// running inside, so a frozen leader still believes it leads.
+func (c *Cluster) Freeze(ids ...string) {
+	in := map[string]bool{}
+	for _, id := range ids {
+		in[id] = true
+	}
+	for _, a := range c.Nodes {
+		var freeze []string
+		for _, b := range c.Nodes {
+			if in[a.ID] != in[b.ID] {
+				b.mu.Lock()
+				freeze = append(freeze, b.addrs...)
+				b.mu.Unlock()
+			}
+		}
+		a.Links.Freeze(freeze...)
+	}
+}
+
 // Heal restores every link.
 func (c *Cluster) Heal() {
 	for _, nd := range c.Nodes {

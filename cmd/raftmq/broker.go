@@ -42,6 +42,11 @@ func (b *broker) Authenticate(user, password string) (tags []string, ok bool) {
 	return tags, true
 }
 
+func (b *broker) Unacked(ch *proto.ChannelRef, tags []uint64) (out []uint64) {
+	b.node.View(func(m *fsm.Machine) { out = m.Unacked(ch, tags) })
+	return out
+}
+
 func (b *broker) VhostExists(name string) (ok bool) {
 	b.node.View(func(m *fsm.Machine) { ok = m.VhostExists(name) })
 	return ok

@@ -96,7 +96,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.IntVar(&c.Lookahead, "consumer-lookahead", 10, "a consumer with a prefetch of at least 10 may be assigned this many times its prefetch beyond it, held by its node and written as it acks (at most 2,000 more); 0 turns it off")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
-	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 5*time.Second, "how long a dead member stays dead before its consumers are cancelled")
+	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 1500*time.Millisecond, "how long a member stays dead (in gossip, or unreached by the leader's raft) before its consumers are cancelled")
 	fs.DurationVar(&c.RaftTimeout, "raft-timeout", defaultRaftTimeout, "how long followers go without hearing from the leader before they elect another (raft's heartbeat and election timeouts; the leader's lease is half of it)")
 	c.Cluster.flags(fs)
 	c.Management.flags(fs)

@@ -13,6 +13,7 @@ import (
 type Recorder struct {
 	Deliveries []*fsm.Delivery
 	Cancelled  []*proto.ConsumerRef
+	Down       []string // nodes declared down
 }
 
 // Deliver implements fsm.Sink.
@@ -20,6 +21,9 @@ func (r *Recorder) Deliver(d *fsm.Delivery) { r.Deliveries = append(r.Deliveries
 
 // ConsumerCancelled implements fsm.Sink.
 func (r *Recorder) ConsumerCancelled(c *proto.ConsumerRef) { r.Cancelled = append(r.Cancelled, c) }
+
+// NodeDown implements fsm.Sink.
+func (r *Recorder) NodeDown(node string) { r.Down = append(r.Down, node) }
 
 // New returns a machine with the defaults applied at stamp 1: vhost "/"
 // and user guest.

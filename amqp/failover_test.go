@@ -1,0 +1,171 @@
+package amqp
+
+import (
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// An acknowledgement whose commit outcome is unknown (the leader changed
+// under it) is resolved from the applied state: settled again when its
+// deliveries are still the channel's, left alone when they are not, and
+// the consumer's connection stays open either way.
+func TestAcks_UnknownOutcomeIsResolvedFromTheLog(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		name := "not committed"
+		if committed {
+			name = "committed"
+		}
+		t.Run(name, func(t *testing.T) {
+			ts := startServer(t, Config{})
+			var failed atomic.Bool
+			var asked atomic.Int32
+			ts.broker.mu.Lock()
+			ts.broker.fail = func(cmds []*proto.Command) error {
+				if cmds[0].GetSettle() != nil && failed.CompareAndSwap(false, true) {
+					return errors.New("cluster: leadership lost, outcome unknown")
+				}
+				return nil
+			}
+			ts.broker.unacked = func(ref *proto.ChannelRef, tags []uint64) []uint64 {
+				asked.Add(1)
+				if committed {
+					return nil
+				}
+				return tags
+			}
+			ts.broker.mu.Unlock()
+			conn, ch := openChannel(t, ts)
+			closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+			got := consumeLogTags(t, ts, ch, "q", 101, 102)
+			if err := got[1].Ack(true); err != nil {
+				t.Fatal(err)
+			}
+			// Any method but a publish follows the acks before it.
+			if _, err := ch.QueueDeclare("after", false, false, false, false, nil); err != nil {
+				t.Fatalf("the channel did not survive the unknown outcome: %v", err)
+			}
+			if !failed.Load() || asked.Load() == 0 {
+				t.Fatalf("the failure was not injected (%v) or not resolved from the state (%d)", failed.Load(), asked.Load())
+			}
+			if len(commandsOf(ts.broker, (*proto.Command).GetTick)) == 0 {
+				t.Fatal("no command went through the log before the state was read")
+			}
+			settles := commandsOf(ts.broker, (*proto.Command).GetSettle)
+			switch {
+			case committed && len(settles) != 0:
+				t.Fatalf("settled again what the log had settled: %v", settles)
+			case !committed && (len(settles) != 1 || !slices.Equal(settles[0].GetTags(), []uint64{101, 102})):
+				t.Fatalf("retried settles %v, want one naming 101 and 102", settles)
+			}
+			select {
+			case err := <-closed:
+				t.Fatalf("connection closed: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		})
+	}
+}
+
+// failFirst makes the first submission that carries a command of kind fail
+// as a leader change would, and counts the submissions that carry one.
+func failFirst(b *fakeBroker, kind func(*proto.Command) bool) *atomic.Int32 {
+	var tries atomic.Int32
+	b.mu.Lock()
+	b.fail = func(cmds []*proto.Command) error {
+		if !slices.ContainsFunc(cmds, kind) {
+			return nil
+		}
+		if tries.Add(1) == 1 {
+			return errors.New("cluster: leadership lost, outcome unknown")
+		}
+		return nil
+	}
+	b.mu.Unlock()
+	return &tries
+}
+
+// The end of a channel or a connection that fails to commit is submitted
+// again until it does: otherwise the log keeps consumers of a connection
+// that is gone.
+func TestClose_RetriedUntilItCommits(t *testing.T) {
+	t.Run("channel", func(t *testing.T) {
+		ts := startServer(t, Config{})
+		tries := failFirst(ts.broker, func(c *proto.Command) bool { return c.GetChannelClosed() != nil })
+		_, ch := openChannel(t, ts)
+		consumeLogTags(t, ts, ch, "q", 7)
+		if err := ch.Close(); err != nil {
+			t.Fatalf("channel close: %v", err)
+		}
+		if n := tries.Load(); n != 2 {
+			t.Fatalf("ChannelClosed submitted %d times, want 2 (one failed, one committed)", n)
+		}
+		if n := len(commandsOf(ts.broker, (*proto.Command).GetChannelClosed)); n != 1 {
+			t.Fatalf("%d ChannelClosed committed, want 1", n)
+		}
+	})
+	t.Run("connection", func(t *testing.T) {
+		ts := startServer(t, Config{})
+		tries := failFirst(ts.broker, func(c *proto.Command) bool { return c.GetConnectionClosed() != nil })
+		conn, _ := openChannel(t, ts)
+		if err := conn.Close(); err != nil {
+			t.Fatalf("connection close: %v", err)
+		}
+		if n := tries.Load(); n != 2 {
+			t.Fatalf("ConnectionClosed submitted %d times, want 2 (one failed, one committed)", n)
+		}
+		if n := len(commandsOf(ts.broker, (*proto.Command).GetConnectionClosed)); n != 1 {
+			t.Fatalf("%d ConnectionClosed committed, want 1", n)
+		}
+	})
+}
+
+// A node that applies its own NodeDown (it was cut off longer than the
+// cluster waits, yet runs) closes its clients' connections: the log no
+// longer has their channels or consumers. Another node's NodeDown closes
+// nothing here.
+func TestServer_OwnNodeDownClosesConnections(t *testing.T) {
+	ts := startServer(t, Config{})
+	conn, ch := openChannel(t, ts)
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	consumeLogTags(t, ts, ch, "q", 1)
+
+	ts.srv.NodeDown("node-b")
+	if _, err := ch.QueueDeclare("still-open", false, false, false, false, nil); err != nil {
+		t.Fatalf("another node's NodeDown closed this one's connection: %v", err)
+	}
+	ts.srv.NodeDown(ts.broker.NodeID())
+	mustClosedWith(t, closed, amqp091.ConnectionForced)
+	// The client may come back at once.
+	_, ch2 := openChannel(t, ts)
+	if _, err := ch2.QueueDeclare("again", false, false, false, false, nil); err != nil {
+		t.Fatalf("a new connection after NodeDown: %v", err)
+	}
+}
+
+// A requeue of deliveries the client never saw that fails to commit is sent
+// again: otherwise they stay the consumer's, against its credit, until the
+// channel closes.
+func TestOverdueRequeue_RetriedUntilItCommits(t *testing.T) {
+	ts := startServer(t, Config{})
+	tries := failFirst(ts.broker, func(c *proto.Command) bool { return c.GetRequeue() != nil })
+	_, ch := openChannel(t, ts)
+	if _, err := ch.Consume("work", "", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
+	ts.srv.Deliver(&fsm.Delivery{Consumer: cons.Consumer, DeliveryTag: 9, RoutingKey: "work", Deadline: time.Now().UnixMilli() - 5000})
+	eventually(t, 5*time.Second, "the requeue to commit", func() bool {
+		return len(commandsOf(ts.broker, (*proto.Command).GetRequeue)) == 1
+	})
+	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
+	if n := tries.Load(); n != 2 || !slices.Equal(r.Tags, []uint64{9}) || !r.Unseen {
+		t.Fatalf("%d attempts, committed %v; want 2 attempts and an unseen requeue of 9", n, r)
+	}
+}
