@@ -91,17 +91,5 @@ func openLogStore(dir, kind string) (logStore, string, error) {
 		_ = meta.Close()
 		return nil, "", fmt.Errorf("cluster: open %s: %w", walDir, err)
 	}
-	return &walStore{WAL: w, meta: meta}, kind, nil
-}
-
-// walStore closes the WAL's meta database too: raft-wal's Close (v0.4.0)
-// leaves it open, and its file lock would block the next open of the same
-// dir in this process (a node restarted in place).
-type walStore struct {
-	*raftwal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-func (s *walStore) Close() error {
-	return errors.Join(s.WAL.Close(), s.meta.Close())
+	return w, kind, nil
 }
