@@ -159,7 +159,10 @@ func startCluster(t *testing.T, name string) *cluster {
 		if up == nil {
 			break
 		}
-		if !strings.Contains(out, "overlap") && !strings.Contains(out, "address already in use") {
+		// Host ports are picked free and bound later: another process
+		// can take one in between.
+		if !strings.Contains(out, "overlap") && !strings.Contains(out, "address already in use") &&
+			!strings.Contains(out, "port is already allocated") {
 			t.Fatalf("compose up: %v\n%s", up, out)
 		}
 		c.compose("down", "-v", "--remove-orphans", "-t", "1")
