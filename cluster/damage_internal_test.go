@@ -3,9 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,5 +228,21 @@ func TestSegmentFile_PicksTheSegmentHoldingTheIndex(t *testing.T) {
 	}
 	if got := segmentFile(filepath.Join(dir, "none"), 5); got != filepath.Join(dir, "none") {
 		t.Errorf("no segments: %s, want the dir", got)
+	}
+}
+
+// TestOpenError_SaysDamageOnlyForContent checks that a store the system
+// will not let the node open is not reported as damaged data: moving the
+// data dir aside would not cure it.
+func TestOpenError_SaysDamageOnlyForContent(t *testing.T) {
+	var de *DataError
+	if err := openError("raft.db", &fs.PathError{Op: "open", Path: "raft.db", Err: syscall.EACCES}); errors.As(err, &de) {
+		t.Errorf("permission denied reported as damage: %v", err)
+	}
+	if err := openError("raft.db", fmt.Errorf("write: %w", syscall.ENOSPC)); errors.As(err, &de) {
+		t.Errorf("a full disk reported as damage: %v", err)
+	}
+	if err := openError("raft.db", errors.New("invalid database")); !errors.As(err, &de) || de.Path != "raft.db" {
+		t.Errorf("invalid database: %v, want a *DataError naming raft.db", err)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -92,7 +94,7 @@ func openLogStore(dir, kind string) (store logStore, _ string, err error) {
 	if kind == LogStoreBolt {
 		b, err := raftboltdb.New(raftboltdb.Options{Path: path})
 		if err != nil {
-			return nil, "", &DataError{Path: path, Err: err}
+			return nil, "", openError(path, err)
 		}
 		return &boltStore{BoltStore: b, path: path}, kind, nil
 	}
@@ -107,9 +109,21 @@ func openLogStore(dir, kind string) (store logStore, _ string, err error) {
 		if strings.Contains(err.Error(), metadb.FileName) {
 			bad = filepath.Join(path, metadb.FileName)
 		}
-		return nil, "", &DataError{Path: bad, Err: err}
+		return nil, "", openError(bad, err)
 	}
 	return &walStore{WAL: w, dir: path}, kind, nil
+}
+
+// openError is a store's failure to open path: a *DataError when the
+// content is wrong, a plain error when the system refused (permissions, a
+// full disk, too many open files), which wiping the data would not cure.
+func openError(path string, err error) error {
+	var errno syscall.Errno
+	var perr *fs.PathError
+	if errors.As(err, &errno) || errors.As(err, &perr) {
+		return fmt.Errorf("cluster: open %s: %w", path, err)
+	}
+	return &DataError{Path: path, Err: err}
 }
 
 // logStorePath is the file or folder of the log store of kind in dir.
