@@ -112,8 +112,7 @@ func TestCrashLoop(t *testing.T) {
 			i := rng.IntN(len(c.Nodes))
 			c.Kill(i)
 			time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
-			c.Start(i)
-			if err := c.waitReady(i, 60*time.Second); err != nil {
+			if err := restartNode(c, i); err != nil {
 				fail(i, err)
 			}
 		case killLeader:
@@ -123,8 +122,7 @@ func TestCrashLoop(t *testing.T) {
 					t.Fatalf("round %d (%s, seed %d): %v", r+1, kind, seed, err)
 				}
 				c.Kill(i)
-				c.Start(i)
-				if err := c.waitReady(i, 60*time.Second); err != nil {
+				if err := restartNode(c, i); err != nil {
 					fail(i, err)
 				}
 			}
@@ -140,14 +138,19 @@ func TestCrashLoop(t *testing.T) {
 				c.Start(i)
 			}
 			for i := range c.Nodes {
-				if err := c.waitReady(i, 60*time.Second); err != nil {
+				err := c.waitReady(i, 60*time.Second)
+				if errors.Is(err, errExited) && portTaken(c, i) {
+					err = restartNode(c, i)
+				}
+				if err != nil {
 					fail(i, err)
 				}
 			}
 		}
 	}
 	faultsEnd := time.Now()
-	// Load on the whole cluster again before publishing stops.
+	// Load on the whole cluster again for a while (a spell of load, not a
+	// wait for a condition) before publishing stops.
 	time.Sleep(3 * time.Second)
 	load.stopPublishing()
 	publishEnd := time.Now()
@@ -177,6 +180,25 @@ func TestCrashLoop(t *testing.T) {
 		}
 		t.Fatalf("seed %d: %v", seed, err)
 	}
+}
+
+// restartNode starts node i again and waits until it is ready. A node
+// that exits because another process took one of its ports meanwhile
+// (ports are kept across restarts) is started again: that is the test
+// machine, not the node.
+func restartNode(c *Cluster, i int) error {
+	for attempt := 1; ; attempt++ {
+		c.Start(i)
+		err := c.waitReady(i, 60*time.Second)
+		if err == nil || attempt == 5 || !errors.Is(err, errExited) || !portTaken(c, i) {
+			return err
+		}
+	}
+}
+
+// portTaken reports whether node i's last start failed on a port in use.
+func portTaken(c *Cluster, i int) bool {
+	return strings.Contains(c.LogTail(i, 1024), "address already in use")
 }
 
 // crashRound is one fault and the load until the next.
