@@ -4,13 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Log store kinds (Config.LogStore).
@@ -30,6 +36,9 @@ type logStore interface {
 	raft.LogStore
 	raft.StableStore
 	io.Closer
+	// damage is the last entry that could not be read, if any: raft
+	// formats the errors of its store with %v, which loses the file.
+	damage() *DataError
 }
 
 // walDir and boltFile are where each store lives in the data dir.
@@ -68,20 +77,27 @@ func exists(path string) bool {
 	return err == nil || !errors.Is(err, os.ErrNotExist)
 }
 
-// openLogStore opens (creating if needed) the log store of kind in dir.
-func openLogStore(dir, kind string) (logStore, string, error) {
-	kind, err := resolveLogStore(dir, kind)
+// openLogStore opens (creating if needed) the log store of kind in dir. A
+// store that cannot be opened is a *DataError naming its file.
+func openLogStore(dir, kind string) (store logStore, _ string, err error) {
+	kind, err = resolveLogStore(dir, kind)
 	if err != nil {
 		return nil, "", err
 	}
-	if kind == LogStoreBolt {
-		store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, boltFile)})
-		if err != nil {
-			return nil, "", fmt.Errorf("cluster: open %s: %w", boltFile, err)
+	path := logStorePath(dir, kind)
+	// bbolt panics on some damaged pages rather than returning an error.
+	defer func() {
+		if p := recover(); p != nil {
+			store, err = nil, &DataError{Path: path, Err: fmt.Errorf("panic: %v", p)}
 		}
-		return store, kind, nil
+	}()
+	if kind == LogStoreBolt {
+		b, err := raftboltdb.New(raftboltdb.Options{Path: path})
+		if err != nil {
+			return nil, "", openError(path, err)
+		}
+		return &boltStore{BoltStore: b, path: path}, kind, nil
 	}
-	path := filepath.Join(dir, walDir)
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		return nil, "", fmt.Errorf("cluster: %s dir: %w", walDir, err)
 	}
@@ -89,19 +105,195 @@ func openLogStore(dir, kind string) (logStore, string, error) {
 	w, err := raftwal.Open(path, raftwal.WithMetaStore(meta))
 	if err != nil {
 		_ = meta.Close()
-		return nil, "", fmt.Errorf("cluster: open %s: %w", walDir, err)
+		bad := path
+		if strings.Contains(err.Error(), metadb.FileName) {
+			bad = filepath.Join(path, metadb.FileName)
+		}
+		return nil, "", openError(bad, err)
 	}
-	return &walStore{WAL: w, meta: meta}, kind, nil
+	return &walStore{WAL: w, dir: path}, kind, nil
 }
 
-// walStore closes the WAL's meta database too: raft-wal's Close (v0.4.0)
-// leaves it open, and its file lock would block the next open of the same
-// dir in this process (a node restarted in place).
+// openError is a store's failure to open path: a *DataError when the
+// content is wrong, a plain error when the system refused (permissions, a
+// full disk, too many open files), which wiping the data would not cure.
+func openError(path string, err error) error {
+	var errno syscall.Errno
+	var perr *fs.PathError
+	if errors.As(err, &errno) || errors.As(err, &perr) {
+		return fmt.Errorf("cluster: open %s: %w", path, err)
+	}
+	return &DataError{Path: path, Err: err}
+}
+
+// logStorePath is the file or folder of the log store of kind in dir.
+func logStorePath(dir, kind string) string {
+	if kind == LogStoreBolt {
+		return filepath.Join(dir, boltFile)
+	}
+	return filepath.Join(dir, walDir)
+}
+
+// DataError is stored raft data (log, stable store or snapshot) that
+// cannot be read. Path is the damaged file or folder. The node cannot start
+// on it; Error says how to bring it back.
+type DataError struct {
+	Path string
+	Err  error
+}
+
+// RecoveryDoc is where the procedure for a node with damaged data is
+// written.
+const RecoveryDoc = `docs/operations.md, "A node whose data is damaged"`
+
+func (e *DataError) Error() string {
+	return fmt.Sprintf("cluster: cannot read %s: %v. This node's raft data is damaged and it cannot start on it. "+
+		"While the other nodes hold a quorum, the way back is to stop this node, move its data dir aside, "+
+		"and start it again with an empty data dir and the same node id: it rejoins and catches up from the others (%s)",
+		e.Path, e.Err, RecoveryDoc)
+}
+
+func (e *DataError) Unwrap() error { return e.Err }
+
+// walStore names the segment file in the errors of entries that cannot be
+// read: raft panics on them, and the panic is all the operator sees.
 type walStore struct {
 	*raftwal.WAL
-	meta *metadb.BoltMetaDB
+	dir string
+	bad atomic.Pointer[DataError]
 }
 
-func (s *walStore) Close() error {
-	return errors.Join(s.WAL.Close(), s.meta.Close())
+func (s *walStore) GetLog(index uint64, l *raft.Log) error {
+	err := s.WAL.GetLog(index, l)
+	if err == nil || errors.Is(err, raft.ErrLogNotFound) || errors.Is(err, raftwal.ErrClosed) {
+		return err
+	}
+	de := &DataError{Path: segmentFile(s.dir, index), Err: fmt.Errorf("log entry %d: %w", index, err)}
+	s.bad.Store(de)
+	return de
+}
+
+func (s *walStore) damage() *DataError { return s.bad.Load() }
+
+// segmentFile is the segment of the write-ahead log in dir that holds
+// index: the one with the highest base index not above it (raft-wal names
+// segments "<base index>-<segment id>.wal"), or dir when none does.
+func segmentFile(dir string, index uint64) string {
+	names, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if err != nil {
+		return dir
+	}
+	best, bestBase, bestID := dir, uint64(0), uint64(0)
+	for _, name := range names {
+		var base, id uint64
+		if _, err := fmt.Sscanf(filepath.Base(name), "%020d-%016x.wal", &base, &id); err != nil {
+			continue
+		}
+		if base <= index && (base > bestBase || (base == bestBase && id >= bestID)) {
+			best, bestBase, bestID = name, base, id
+		}
+	}
+	return best
+}
+
+// boltStore names raft.db in the errors of entries that cannot be read.
+type boltStore struct {
+	*raftboltdb.BoltStore
+	path string
+	bad  atomic.Pointer[DataError]
+}
+
+func (s *boltStore) GetLog(index uint64, l *raft.Log) error {
+	err := s.BoltStore.GetLog(index, l)
+	if err == nil || errors.Is(err, raft.ErrLogNotFound) || errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return err
+	}
+	de := &DataError{Path: s.path, Err: fmt.Errorf("log entry %d: %w", index, err)}
+	s.bad.Store(de)
+	return de
+}
+
+func (s *boltStore) damage() *DataError { return s.bad.Load() }
+
+// snapshotStore remembers why snapshots could not be opened, so that a
+// start that restores none can name them.
+type snapshotStore struct {
+	raft.SnapshotStore
+	dir string
+
+	mu     sync.Mutex
+	failed map[string]error // snapshot id -> why Open failed
+}
+
+func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.SnapshotStore.Open(id)
+	if err != nil {
+		s.mu.Lock()
+		if s.failed == nil {
+			s.failed = map[string]error{}
+		}
+		s.failed[id] = err
+		s.mu.Unlock()
+	}
+	return meta, rc, err
+}
+
+// unreadable is the DataError of a start on which no snapshot could be
+// restored.
+func (s *snapshotStore) unreadable(cause error) error {
+	metas, err := s.List()
+	if err != nil || len(metas) == 0 {
+		return &DataError{Path: s.dir, Err: cause}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var paths, whys []string
+	for _, m := range metas {
+		paths = append(paths, filepath.Join(s.dir, m.ID))
+		why := "its state could not be restored"
+		if err := s.failed[m.ID]; err != nil {
+			why = err.Error()
+		}
+		whys = append(whys, m.ID+": "+why)
+	}
+	return &DataError{Path: strings.Join(paths, ", "), Err: fmt.Errorf("%w (%s)", cause, strings.Join(whys, "; "))}
+}
+
+// newRaft runs start (raft.NewRaft) and turns what it says about damaged
+// data into a *DataError. raft panics when an entry it reads at start
+// cannot be read: the process would otherwise exit with a panic on every
+// start.
+func newRaft(start func() (*raft.Raft, error), store logStore, snaps *snapshotStore, logPath string) (r *raft.Raft, err error) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		r = nil
+		perr, ok := p.(error)
+		if !ok {
+			perr = fmt.Errorf("%v", p)
+		}
+		var de *DataError
+		switch {
+		case errors.As(perr, &de):
+			err = de
+		case errors.Is(perr, raft.ErrLogNotFound):
+			// The log has a gap after the snapshot raft restored: the
+			// newer snapshot that covered it, or the log, is damaged.
+			err = &DataError{Path: logPath + " or " + snaps.dir, Err: fmt.Errorf("the log has no entry after the last readable snapshot: %w", perr)}
+		default:
+			err = &DataError{Path: logPath, Err: fmt.Errorf("panic: %w", perr)}
+		}
+	}()
+	r, err = start()
+	switch {
+	case err == nil:
+		return r, nil
+	case store.damage() != nil:
+		return nil, store.damage()
+	case strings.Contains(err.Error(), "snapshot"):
+		return nil, snaps.unreadable(err)
+	}
+	return nil, err
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -339,10 +340,11 @@ func (n *Node) startRaft() error {
 	n.store = store
 	n.log.Info("raft log store", "kind", kind)
 	hlog := newHCLogger(n.log.With("subsystem", "raft"))
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
+	files, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store: %w", err)
 	}
+	snaps := &snapshotStore{SnapshotStore: files, dir: filepath.Join(cfg.DataDir, "snapshots")}
 	logs, err := raft.NewLogCache(512, store)
 	if err != nil {
 		return fmt.Errorf("cluster: log cache: %w", err)
@@ -390,8 +392,14 @@ func (n *Node) startRaft() error {
 	}
 	n.hasState.Store(has)
 	n.restart = has
-	r, err := raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, snaps, noPipeline{n.trans})
+	r, err := newRaft(func() (*raft.Raft, error) {
+		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, snaps, noPipeline{n.trans})
+	}, store, snaps, logStorePath(cfg.DataDir, kind))
 	if err != nil {
+		var de *DataError
+		if errors.As(err, &de) {
+			return err
+		}
 		return fmt.Errorf("cluster: start raft: %w", err)
 	}
 	n.raft = r

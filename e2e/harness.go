@@ -297,6 +297,33 @@ func (c *Cluster) Start(i int) {
 	}(n.done)
 }
 
+// WaitExit waits up to timeout for node i's process to exit on its own and
+// returns its exit status.
+func (c *Cluster) WaitExit(i int, timeout time.Duration) (int, error) {
+	n := c.Nodes[i]
+	if n.cmd == nil {
+		return 0, fmt.Errorf("%s was never started", n.ID)
+	}
+	select {
+	case <-n.done:
+		return n.cmd.ProcessState.ExitCode(), nil
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("%s still running after %v", n.ID, timeout)
+	}
+}
+
+// LogTail is the last max bytes of node i's log.
+func (c *Cluster) LogTail(i, max int) string {
+	b, err := os.ReadFile(c.Nodes[i].LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
 // Kill sends SIGKILL to node i and waits for it to exit.
 func (c *Cluster) Kill(i int) { c.signal(i, syscall.SIGKILL) }
 

@@ -103,6 +103,8 @@ type cluster struct {
 	env     []string
 	network string
 	nodes   []*node
+	// notBack says which nodes did not come back after the fault.
+	notBack []string
 }
 
 // startCluster brings up the compose cluster and waits until every node is
@@ -158,7 +160,10 @@ func startCluster(t *testing.T, name string) *cluster {
 		if up == nil {
 			break
 		}
-		if !strings.Contains(out, "overlap") && !strings.Contains(out, "address already in use") {
+		// Host ports are picked free and bound later: another process
+		// can take one in between.
+		if !strings.Contains(out, "overlap") && !strings.Contains(out, "address already in use") &&
+			!strings.Contains(out, "port is already allocated") {
 			t.Fatalf("compose up: %v\n%s", up, out)
 		}
 		c.compose("down", "-v", "--remove-orphans", "-t", "1")
@@ -210,10 +215,47 @@ func (c *cluster) kill(i int) { c.docker("kill", "-s", "KILL", c.nodes[i].contai
 // stop stops node i with SIGTERM, as an operator would.
 func (c *cluster) stop(i int) { c.docker("stop", "-t", "20", c.nodes[i].container) }
 
-// start starts node i again and waits until it is ready.
+// start starts node i again and waits until it is ready; a node that does
+// not come back is recorded (notBack) for the checker.
 func (c *cluster) start(i int) {
 	c.docker("start", c.nodes[i].container)
-	c.waitReady(i)
+	c.comeBack(i)
+}
+
+// killAll kills the three nodes at once (a power cut).
+func (c *cluster) killAll() {
+	args := []string{"kill", "-s", "KILL"}
+	for _, n := range c.nodes {
+		args = append(args, n.container)
+	}
+	c.docker(args...)
+}
+
+// startNodes starts every node again and waits until each is ready.
+func (c *cluster) startNodes() {
+	args := []string{"start"}
+	for _, n := range c.nodes {
+		args = append(args, n.container)
+	}
+	c.docker(args...)
+	for i := range c.nodes {
+		c.comeBack(i)
+	}
+}
+
+// freeze stops node i's processes (SIGSTOP to the container, docker
+// pause); thaw resumes them.
+func (c *cluster) freeze(i int) { c.docker("pause", c.nodes[i].container) }
+func (c *cluster) thaw(i int)   { c.docker("unpause", c.nodes[i].container) }
+
+// comeBack waits until node i is ready again; one that exits or stays
+// unready is recorded in notBack with its log.
+func (c *cluster) comeBack(i int) {
+	if err := c.ready(i); err != nil {
+		n := c.nodes[i]
+		out, _ := exec.Command("docker", "logs", "--tail", "40", n.container).CombinedOutput()
+		c.notBack = append(c.notBack, fmt.Sprintf("%s did not come back: %v\n---- %s log tail ----\n%s", n.id, err, n.id, out))
+	}
 }
 
 // cut disconnects node i from the cluster's network; heal puts it back
@@ -237,15 +279,30 @@ func (c *cluster) startAll() {
 		c.t.Fatalf("compose start: %v\n%s", err, out)
 	}
 	for i := range c.nodes {
-		c.waitReady(i)
+		c.comeBack(i)
 	}
 }
 
 // waitReady waits until node i answers /readyz with 200.
 func (c *cluster) waitReady(i int) {
 	c.t.Helper()
+	if err := c.ready(i); err != nil {
+		c.t.Fatalf("%s not ready: %v", c.nodes[i].id, err)
+	}
+}
+
+// errExited ends the wait for a container that is no longer running.
+var errExited = errors.New("container exited")
+
+// ready waits until node i answers /readyz with 200, and gives up at once
+// when its container exits.
+func (c *cluster) ready(i int) error {
 	n := c.nodes[i]
-	err := e2e.Eventually(90*time.Second, func() error {
+	return e2e.Eventually(90*time.Second, func() error {
+		state, err := exec.Command("docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", n.container).Output()
+		if err == nil && strings.HasPrefix(string(state), "exited") {
+			return fmt.Errorf("%w (%s)", errExited, strings.TrimSpace(string(state)))
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(n.ip, "15692")+"/readyz", nil)
@@ -258,10 +315,7 @@ func (c *cluster) waitReady(i int) {
 			return fmt.Errorf("/readyz: %s", resp.Status)
 		}
 		return nil
-	})
-	if err != nil {
-		c.t.Fatalf("%s not ready: %v", n.id, err)
-	}
+	}, errExited)
 }
 
 // admin dials node i's admin API as the cluster's first user (an

@@ -4,7 +4,9 @@
 // dead-lettering and x-expires queues, injects one fault per scenario
 // (kill -9 of the leader or a follower, the leader or a follower cut off
 // from the network, a rolling restart, a stop and start of the whole
-// cluster), and then checks that nothing confirmed was lost, that nothing
+// cluster, kill -9 of all three at once, the leader frozen with docker
+// pause for 6 s, the leader killed three times in a row), and then checks
+// that every node came back, that nothing confirmed was lost, that nothing
 // was delivered after its deadline, that duplicates carry the redelivered
 // flag, that the replicas' state digests agree and that x-expires queues
 // died on time and only when unused.

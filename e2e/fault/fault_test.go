@@ -47,6 +47,9 @@ var scenarios = []scenario{
 		for i := range c.nodes {
 			c.stop(i)
 			c.start(i)
+			if len(c.notBack) > 0 {
+				return
+			}
 			c.waitMembers()
 		}
 	}},
@@ -54,7 +57,37 @@ var scenarios = []scenario{
 		c.stopAll()
 		c.startAll()
 	}},
+	// kill -9 of all three under load, as a power cut would.
+	{"power-cut", func(t *testing.T, c *cluster) {
+		c.killAll()
+		c.startNodes()
+	}},
+	// The leader's processes stopped (docker pause) long enough for the
+	// others to elect a new one, then resumed as a deposed leader.
+	{"freeze-leader", func(t *testing.T, c *cluster) {
+		i := c.leader()
+		c.freeze(i)
+		time.Sleep(freezeFor)
+		c.thaw(i)
+		c.comeBack(i)
+	}},
+	// Each new leader killed in turn as soon as the killed one is back:
+	// ex-leaders rejoin and truncate their log's suffix again and again.
+	{"kill-leader-3x", func(t *testing.T, c *cluster) {
+		for range 3 {
+			i := c.leader()
+			c.kill(i)
+			c.start(i)
+			if len(c.notBack) > 0 {
+				return
+			}
+		}
+	}},
 }
+
+// How long freeze-leader keeps the leader stopped: several election
+// timeouts.
+const freezeFor = 6 * time.Second
 
 // Tolerances the checker applies, and why.
 const (
@@ -135,6 +168,21 @@ func run(t *testing.T, sc scenario) {
 	faultAt := time.Now()
 	sc.inject(t, c)
 	healedAt := time.Now()
+	if len(c.notBack) > 0 {
+		// The cluster is not whole: what it delivers from now on says
+		// nothing more. The row shows the fault; the scenario fails.
+		w.stopPublishing()
+		w.stopConsuming()
+		rep, _ := w.rec.check(sc.name, limits{deliveryGrace: deliveryGrace}, faultAt, time.Now())
+		rep.nodesBack = false
+		for _, b := range c.notBack {
+			t.Error(b)
+		}
+		reportMu.Lock()
+		reports = append(reports, rep)
+		reportMu.Unlock()
+		return
+	}
 	// A lease that ran out while no leader could act is deleted once one
 	// can: allow the fault's length on top of the grace.
 	idle2.allowed = leaseGrace + healedAt.Sub(idle2.declared)

@@ -124,6 +124,7 @@ type report struct {
 	wrongReason   int // dead letters whose x-death reason is not "expired"
 	maxPause      time.Duration
 	latenessP99   time.Duration // dead-letter receipt minus deadline
+	nodesBack     bool          // every node came back after the fault
 	leases        []leaseResult
 }
 
@@ -164,7 +165,7 @@ func (l leaseResult) violations() []string {
 func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Time) (report, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := report{scenario: scenario, published: len(r.sent)}
+	rep := report{scenario: scenario, published: len(r.sent), nodesBack: true}
 	var bad []string
 
 	type seenKey struct{ id, queue string }
@@ -274,8 +275,8 @@ func longestGap(ts []time.Time, from, to time.Time) time.Duration {
 
 // writeTable prints reports as a table.
 func writeTable(w io.Writer, reps []report) {
-	fmt.Fprintf(w, "%-20s %9s %9s %9s %9s %5s %5s %5s %12s %14s %s\n",
-		"scenario", "published", "confirmed", "consumed", "dead-lttr", "lost", "dups", "late", "max-pause", "death-late-p99", "x-expires")
+	fmt.Fprintf(w, "%-20s %9s %9s %9s %9s %5s %5s %5s %12s %14s %10s %s\n",
+		"scenario", "published", "confirmed", "consumed", "dead-lttr", "lost", "dups", "late", "max-pause", "death-late-p99", "nodes-back", "x-expires")
 	for _, r := range reps {
 		var ls []string
 		for _, l := range r.leases {
@@ -288,8 +289,12 @@ func writeTable(w io.Writer, reps []report) {
 				ls = append(ls, fmt.Sprintf("%s +%v", l.name, l.gone.Sub(l.declared.Add(l.expires)).Round(time.Millisecond)))
 			}
 		}
-		fmt.Fprintf(w, "%-20s %9d %9d %9d %9d %5d %5d %5d %12v %14v %s\n",
+		back := "yes"
+		if !r.nodesBack {
+			back = "NO"
+		}
+		fmt.Fprintf(w, "%-20s %9d %9d %9d %9d %5d %5d %5d %12v %14v %10s %s\n",
 			r.scenario, r.published, r.confirmed, r.consumed, r.deadLettered, r.lost, r.duplicated, r.late,
-			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), strings.Join(ls, ", "))
+			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), back, strings.Join(ls, ", "))
 	}
 }

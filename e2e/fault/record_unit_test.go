@@ -105,3 +105,18 @@ func TestLongestGap(t *testing.T) {
 		t.Fatalf("longest gap with no confirms = %v, want the whole window", got)
 	}
 }
+
+func TestWriteTable_SaysWhenANodeDidNotComeBack(t *testing.T) {
+	var b strings.Builder
+	writeTable(&b, []report{{scenario: "whole", nodesBack: true}, {scenario: "broken", nodesBack: false}})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "nodes-back") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	if f := strings.Fields(lines[1]); f[len(f)-1] != "yes" {
+		t.Fatalf("nodes-back column wrong:\n%s", b.String())
+	}
+	if f := strings.Fields(lines[2]); f[len(f)-1] != "NO" {
+		t.Fatalf("nodes-back column wrong:\n%s", b.String())
+	}
+}

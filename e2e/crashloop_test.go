@@ -1,0 +1,632 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// The crash loop's topology: a plain queue consumed on every node, and a
+// queue nobody consumes whose messages all die into crashDead.
+const (
+	crashWork = "crash.work"
+	crashTTL  = "crash.ttl"
+	crashDead = "crash.dead"
+	crashDLX  = "crash.dlx"
+	// crashTTLFor is crashTTL's x-message-ttl.
+	crashTTLFor = 2 * time.Second
+)
+
+// Fault kinds of the crash loop.
+const (
+	killOne    = "kill-random"  // kill -9 of a random node
+	killLeader = "kill-leader"  // kill -9 of the leader, three times in a row
+	powerCut   = "power-cut"    // kill -9 of all three at once
+	noFault    = "before-fault" // the load before the first fault
+)
+
+// crashPlan is how many rounds of each kind one run makes, shuffled by the
+// seed; about three minutes on a two-core machine.
+var crashPlan = map[string]int{killOne: 24, killLeader: 12, powerCut: 12}
+
+// crashBudget stops injecting faults once spent (a slow machine runs fewer
+// rounds; the table says how many ran).
+const crashBudget = 150 * time.Second
+
+// TestCrashLoop kills raftmq processes with SIGKILL at random moments under
+// confirmed load, many times in a row: a random node, the leader again and
+// again, all three at once. After every round each node must start again,
+// and at the end every confirmed message must have been delivered from its
+// queue or dead-lettered (duplicates are allowed, losses are not).
+// RAFTMQ_CRASH_SEED replays a run.
+func TestCrashLoop(t *testing.T) {
+	skipShort(t)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("RAFTMQ_CRASH_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("RAFTMQ_CRASH_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("crash loop seed %d (replay with RAFTMQ_CRASH_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+
+	c := StartCluster(t, 3)
+	declareCrashTopology(t, c)
+	rec := &crashRecorder{sent: map[string]*crashSent{}, got: map[string]time.Time{}}
+	load := startCrashLoad(c, rec)
+	defer load.stop()
+	if err := Eventually(30*time.Second, func() error {
+		if n := rec.confirmedCount(); n < 100 {
+			return fmt.Errorf("%d confirmed", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("load does not start: %v", err)
+	}
+
+	var plan []string
+	for _, kind := range []string{killOne, killLeader, powerCut} {
+		for range crashPlan[kind] {
+			plan = append(plan, kind)
+		}
+	}
+	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+
+	rounds := []crashRound{{kind: noFault, start: rec.firstPublish()}}
+	began := time.Now()
+	for r, kind := range plan {
+		if time.Since(began) > crashBudget {
+			t.Logf("fault budget of %v spent after %d rounds", crashBudget, r)
+			break
+		}
+		// A random moment of the load.
+		time.Sleep(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
+		round := crashRound{kind: kind, start: time.Now()}
+		rounds = append(rounds, round)
+		cur := &rounds[len(rounds)-1]
+		fail := func(i int, err error) {
+			cur.notBack = true
+			load.stop()
+			t.Fatalf("round %d (%s, seed %d): node %s did not come back: %v\n---- %s log (tail) ----\n%s",
+				r+1, kind, seed, c.Nodes[i].ID, err, c.Nodes[i].ID, c.LogTail(i, 16384))
+		}
+		switch kind {
+		case killOne:
+			i := rng.IntN(len(c.Nodes))
+			c.Kill(i)
+			time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
+			if err := restartNode(c, i); err != nil {
+				fail(i, err)
+			}
+		case killLeader:
+			for range 3 {
+				i, err := crashLeader(c)
+				if err != nil {
+					t.Fatalf("round %d (%s, seed %d): %v", r+1, kind, seed, err)
+				}
+				c.Kill(i)
+				if err := restartNode(c, i); err != nil {
+					fail(i, err)
+				}
+			}
+		case powerCut:
+			var wg sync.WaitGroup
+			for i := range c.Nodes {
+				wg.Add(1)
+				go func() { defer wg.Done(); c.Kill(i) }()
+			}
+			wg.Wait()
+			time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
+			for i := range c.Nodes {
+				c.Start(i)
+			}
+			for i := range c.Nodes {
+				err := c.waitReady(i, 60*time.Second)
+				if errors.Is(err, errExited) && portTaken(c, i) {
+					err = restartNode(c, i)
+				}
+				if err != nil {
+					fail(i, err)
+				}
+			}
+		}
+	}
+	faultsEnd := time.Now()
+	// Load on the whole cluster again for a while (a spell of load, not a
+	// wait for a condition) before publishing stops.
+	time.Sleep(3 * time.Second)
+	load.stopPublishing()
+	publishEnd := time.Now()
+
+	err := Eventually(90*time.Second, func() error {
+		if n := rec.missing(); n > 0 {
+			return fmt.Errorf("%d confirmed messages neither delivered nor dead-lettered", n)
+		}
+		return nil
+	})
+	load.stop()
+
+	rows := rec.summarize(rounds, publishEnd)
+	var tbl strings.Builder
+	writeCrashTable(&tbl, rows)
+	t.Logf("crash loop (seed %d, %d rounds in %v, published %d, confirmed %d, lost %d):\n%s",
+		seed, len(rounds)-1, faultsEnd.Sub(began).Round(time.Second), rec.publishedCount(), rec.confirmedCount(), rec.missing(), tbl.String())
+	if path := os.Getenv("RAFTMQ_FAULT_REPORT"); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+			fmt.Fprintf(f, "crash loop (e2e, processes on loopback; seed %d):\n%s\n", seed, tbl.String())
+			f.Close()
+		}
+	}
+	if err != nil {
+		for _, id := range rec.missingIDs(20) {
+			t.Errorf("confirmed message %s was lost", id)
+		}
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+}
+
+// restartNode starts node i again and waits until it is ready. A node
+// that exits because another process took one of its ports meanwhile
+// (ports are kept across restarts) is started again: that is the test
+// machine, not the node.
+func restartNode(c *Cluster, i int) error {
+	for attempt := 1; ; attempt++ {
+		c.Start(i)
+		err := c.waitReady(i, 60*time.Second)
+		if err == nil || attempt == 5 || !errors.Is(err, errExited) || !portTaken(c, i) {
+			return err
+		}
+	}
+}
+
+// portTaken reports whether node i's last start failed on a port in use.
+func portTaken(c *Cluster, i int) bool {
+	return strings.Contains(c.LogTail(i, 1024), "address already in use")
+}
+
+// crashRound is one fault and the load until the next.
+type crashRound struct {
+	kind    string
+	start   time.Time
+	notBack bool
+}
+
+// crashLeader asks the running nodes who leads and returns its index.
+func crashLeader(c *Cluster) (int, error) {
+	idx := -1
+	err := Eventually(30*time.Second, func() error {
+		for _, n := range c.Nodes {
+			if !n.Running() {
+				continue
+			}
+			st, err := crashStatus(n)
+			if err != nil || st.LeaderId == "" {
+				continue
+			}
+			for j, m := range c.Nodes {
+				if m.ID == st.LeaderId {
+					idx = j
+					return nil
+				}
+			}
+		}
+		return errors.New("no node names a leader")
+	})
+	return idx, err
+}
+
+func crashStatus(n *Node) (*proto.ClusterStatusResponse, error) {
+	cc, err := grpc.NewClient(n.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return proto.NewAdminClient(cc).ClusterStatus(ctx, &proto.ClusterStatusRequest{})
+}
+
+func declareCrashTopology(t *testing.T, c *Cluster) {
+	t.Helper()
+	ch := channel(t, dial(t, c.Nodes[0]))
+	if err := ch.ExchangeDeclare(crashDLX, "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustDeclare(t, ch, crashDead, nil)
+	if err := ch.QueueBind(crashDead, "", crashDLX, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustDeclare(t, ch, crashWork, nil)
+	mustDeclare(t, ch, crashTTL, amqp.Table{
+		"x-message-ttl": int32(crashTTLFor / time.Millisecond), "x-dead-letter-exchange": crashDLX})
+}
+
+// crashSent is one publish as its client saw it.
+type crashSent struct {
+	ttl       bool // to crashTTL
+	at        time.Time
+	confirmed time.Time
+}
+
+// crashRecorder is what the load's clients saw.
+type crashRecorder struct {
+	mu       sync.Mutex
+	sent     map[string]*crashSent
+	confirms []time.Time
+	got      map[string]time.Time // first receipt of each id, from its queue or dead-lettered
+}
+
+func (r *crashRecorder) published(id string, s *crashSent) {
+	r.mu.Lock()
+	r.sent[id] = s
+	r.mu.Unlock()
+}
+
+func (r *crashRecorder) confirmed(id string, at time.Time) {
+	r.mu.Lock()
+	if s := r.sent[id]; s != nil {
+		s.confirmed = at
+		r.confirms = append(r.confirms, at)
+	}
+	r.mu.Unlock()
+}
+
+func (r *crashRecorder) received(id string, at time.Time) {
+	r.mu.Lock()
+	if _, ok := r.got[id]; !ok {
+		r.got[id] = at
+	}
+	r.mu.Unlock()
+}
+
+func (r *crashRecorder) confirmedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.confirms)
+}
+
+func (r *crashRecorder) publishedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sent)
+}
+
+func (r *crashRecorder) firstPublish() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first time.Time
+	for _, s := range r.sent {
+		if first.IsZero() || s.at.Before(first) {
+			first = s.at
+		}
+	}
+	return first
+}
+
+func (r *crashRecorder) missing() int { return len(r.missingIDs(-1)) }
+
+// missingIDs lists up to max (all when negative) confirmed ids never
+// received.
+func (r *crashRecorder) missingIDs(max int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, s := range r.sent {
+		if _, ok := r.got[id]; !ok && !s.confirmed.IsZero() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	if max >= 0 && len(ids) > max {
+		ids = ids[:max]
+	}
+	return ids
+}
+
+// crashRow is one fault kind's line of the table.
+type crashRow struct {
+	kind        string
+	rounds      int
+	maxPause    time.Duration // longest stretch without a confirm in its rounds
+	latenessP99 time.Duration // dead-letter receipt minus publish time plus TTL
+	allBack     bool
+}
+
+// summarize groups the rounds by kind. Each round runs from its fault to
+// the next round's (the last one to publishEnd); a message belongs to the
+// round it was published in.
+func (r *crashRecorder) summarize(rounds []crashRound, publishEnd time.Time) []crashRow {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	confirms := slices.Clone(r.confirms)
+	slices.SortFunc(confirms, func(a, b time.Time) int { return a.Compare(b) })
+	end := func(i int) time.Time {
+		if i+1 < len(rounds) {
+			return rounds[i+1].start
+		}
+		return publishEnd
+	}
+	rows := map[string]*crashRow{}
+	late := map[string][]time.Duration{}
+	var order []string
+	for i, rd := range rounds {
+		row := rows[rd.kind]
+		if row == nil {
+			row = &crashRow{kind: rd.kind, allBack: true}
+			rows[rd.kind] = row
+			order = append(order, rd.kind)
+		}
+		row.rounds++
+		row.allBack = row.allBack && !rd.notBack
+		if g := longestGap(confirms, rd.start, end(i)); g > row.maxPause {
+			row.maxPause = g
+		}
+	}
+	for id, s := range r.sent {
+		got, ok := r.got[id]
+		if !s.ttl || !ok || s.confirmed.IsZero() {
+			continue
+		}
+		for i := len(rounds) - 1; i >= 0; i-- {
+			if !s.at.Before(rounds[i].start) {
+				late[rounds[i].kind] = append(late[rounds[i].kind], got.Sub(s.at.Add(crashTTLFor)))
+				break
+			}
+		}
+	}
+	var out []crashRow
+	for _, k := range order {
+		row := rows[k]
+		row.latenessP99 = p99(late[k])
+		if k == noFault {
+			row.rounds = 0
+		}
+		out = append(out, *row)
+	}
+	return out
+}
+
+// longestGap is the longest stretch of [from, to] without a time of ts
+// (sorted).
+func longestGap(ts []time.Time, from, to time.Time) time.Duration {
+	prev, longest := from, time.Duration(0)
+	for _, at := range ts {
+		if at.Before(from) {
+			continue
+		}
+		if at.After(to) {
+			break
+		}
+		longest = max(longest, at.Sub(prev))
+		prev = at
+	}
+	return max(longest, to.Sub(prev))
+}
+
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[int(0.99*float64(len(ds)-1)+0.5)]
+}
+
+func writeCrashTable(w io.Writer, rows []crashRow) {
+	fmt.Fprintf(w, "%-14s %6s %18s %16s %15s\n", "fault", "rounds", "max-confirm-gap", "death-late-p99", "all-nodes-back")
+	for _, r := range rows {
+		back := "yes"
+		if !r.allBack {
+			back = "NO"
+		}
+		fmt.Fprintf(w, "%-14s %6d %18v %16v %15s\n", r.kind, r.rounds,
+			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), back)
+	}
+}
+
+// crashLoad is the clients: a confirming publisher starting on each node,
+// consumers of crashWork and crashDead on each node. A client whose node
+// goes away moves to the next one.
+type crashLoad struct {
+	c      *Cluster
+	rec    *crashRecorder
+	pctx   context.Context
+	stopP  context.CancelFunc
+	cctx   context.Context
+	stopC  context.CancelFunc
+	pubs   sync.WaitGroup
+	cons   sync.WaitGroup
+	closed sync.Once
+}
+
+// Load settings: each publisher sends one message per publishEvery, with
+// at most crashWindow unconfirmed; one that waits crashConfirmWait for a
+// confirm gives up on its node.
+const (
+	crashPublishEvery = 10 * time.Millisecond
+	crashWindow       = 64
+	crashConfirmWait  = 5 * time.Second
+	crashPrefetch     = 50
+)
+
+func startCrashLoad(c *Cluster, rec *crashRecorder) *crashLoad {
+	l := &crashLoad{c: c, rec: rec}
+	l.pctx, l.stopP = context.WithCancel(context.Background())
+	l.cctx, l.stopC = context.WithCancel(context.Background())
+	for i := range c.Nodes {
+		l.cons.Add(2)
+		go l.consume(i, crashWork)
+		go l.consume(i, crashDead)
+		l.pubs.Add(1)
+		go l.publish(i)
+	}
+	return l
+}
+
+func (l *crashLoad) stopPublishing() {
+	l.stopP()
+	l.pubs.Wait()
+}
+
+func (l *crashLoad) stop() {
+	l.closed.Do(func() {
+		l.stopPublishing()
+		l.stopC()
+		l.cons.Wait()
+	})
+}
+
+// crashDial connects with a bounded handshake and a short heartbeat, so a
+// client of a killed node notices at once.
+func crashDial(n *Node) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.DialConfig(n.AMQPURL(), amqp.Config{
+		Heartbeat: 2 * time.Second,
+		Dial:      amqp.DefaultDial(2 * time.Second),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, ch, nil
+}
+
+func wait(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (l *crashLoad) publish(p int) {
+	defer l.pubs.Done()
+	seq := 0
+	for attempt := p; l.pctx.Err() == nil; attempt++ {
+		if err := l.publishOn(p, l.c.Nodes[attempt%len(l.c.Nodes)], &seq); err != nil {
+			wait(l.pctx, 100*time.Millisecond)
+		}
+	}
+}
+
+func (l *crashLoad) publishOn(p int, n *Node, seq *int) error {
+	conn, ch, err := crashDial(n)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, crashWindow))
+	var pending []string // ids in delivery-tag order
+	tick := time.NewTicker(crashPublishEvery)
+	defer tick.Stop()
+	progress := time.Now()
+	for {
+		var ticks <-chan time.Time
+		if len(pending) < crashWindow && l.pctx.Err() == nil {
+			ticks = tick.C
+		}
+		if l.pctx.Err() != nil && len(pending) == 0 {
+			return nil
+		}
+		select {
+		case cf, ok := <-confirms:
+			if !ok {
+				return errors.New("channel closed")
+			}
+			id := pending[0]
+			pending = pending[1:]
+			if cf.Ack {
+				l.rec.confirmed(id, time.Now())
+			}
+			progress = time.Now()
+		case <-ticks:
+			*seq++
+			id := fmt.Sprintf("p%d-%d", p, *seq)
+			s := &crashSent{ttl: *seq%2 == 1, at: time.Now()}
+			queue := crashWork
+			if s.ttl {
+				queue = crashTTL
+			}
+			l.rec.published(id, s)
+			ctx, cancel := context.WithTimeout(context.Background(), crashConfirmWait)
+			err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{
+				MessageId: id, DeliveryMode: amqp.Persistent, Body: []byte(id)})
+			cancel()
+			if err != nil {
+				return err
+			}
+			pending = append(pending, id)
+		case <-time.After(time.Until(progress.Add(crashConfirmWait))):
+			if len(pending) > 0 {
+				return fmt.Errorf("no confirm for %v", crashConfirmWait)
+			}
+			progress = time.Now()
+		}
+	}
+}
+
+func (l *crashLoad) consume(i int, queue string) {
+	defer l.cons.Done()
+	for attempt := i; l.cctx.Err() == nil; attempt++ {
+		if err := l.consumeOn(l.c.Nodes[attempt%len(l.c.Nodes)], queue); err != nil {
+			wait(l.cctx, 100*time.Millisecond)
+		}
+	}
+}
+
+func (l *crashLoad) consumeOn(n *Node, queue string) error {
+	conn, ch, err := crashDial(n)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := ch.Qos(crashPrefetch, 0, false); err != nil {
+		return err
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	// Acks go out from their own goroutine: an ack's write can block on a
+	// node that stopped reading, and receipts must not wait for it.
+	acks := make(chan amqp.Delivery, crashPrefetch)
+	defer close(acks)
+	go func() {
+		for d := range acks {
+			_ = d.Ack(false)
+		}
+	}()
+	for {
+		select {
+		case <-l.cctx.Done():
+			return nil
+		case d, ok := <-ds:
+			if !ok {
+				return errors.New("deliveries closed")
+			}
+			l.rec.received(d.MessageId, time.Now())
+			acks <- d
+		}
+	}
+}
