@@ -503,17 +503,19 @@ func valueFromJSON(v any) (*proto.Value, error) {
 	return nil, fmt.Errorf("unsupported JSON value %T", v)
 }
 
-// tableJSON is a field table as a JSON object (never null: RabbitMQ shows
-// {}).
-func tableJSON(t *proto.Table) map[string]any {
+// TableJSON is a field table as a JSON object (never null: RabbitMQ shows
+// {}), as the management API and raftmqctl's JSON output show arguments.
+func TableJSON(t *proto.Table) map[string]any {
 	out := make(map[string]any, len(t.GetFields()))
 	for _, f := range t.GetFields() {
-		out[f.GetKey()] = valueJSON(f.GetValue())
+		out[f.GetKey()] = ValueJSON(f.GetValue())
 	}
 	return out
 }
 
-func valueJSON(v *proto.Value) any {
+// ValueJSON is one field value as JSON: byte arrays in base64, decimals as
+// numbers.
+func ValueJSON(v *proto.Value) any {
 	switch k := v.GetKind().(type) {
 	case *proto.Value_Bool:
 		return k.Bool
@@ -550,11 +552,11 @@ func valueJSON(v *proto.Value) any {
 	case *proto.Value_Timestamp:
 		return k.Timestamp
 	case *proto.Value_Table:
-		return tableJSON(k.Table)
+		return TableJSON(k.Table)
 	case *proto.Value_Array:
 		a := make([]any, 0, len(k.Array.GetValues()))
 		for _, e := range k.Array.GetValues() {
-			a = append(a, valueJSON(e))
+			a = append(a, ValueJSON(e))
 		}
 		return a
 	}

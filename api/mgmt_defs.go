@@ -52,12 +52,12 @@ func (m *Management) Export(vhost string) map[string]any {
 		}
 		for _, p := range s.Policies(vhost, false) {
 			o := map[string]any{"name": p.GetName(), "pattern": p.GetPattern(), "apply-to": p.GetApplyTo(),
-				"definition": policyDefJSON(p.GetDefinition()), "priority": p.GetPriority()}
+				"definition": PolicyDefinitionJSON(p.GetDefinition()), "priority": p.GetPriority()}
 			policies = append(policies, withVhost(o, p.GetVhost()))
 		}
 		for _, p := range s.Policies(vhost, true) {
 			o := map[string]any{"component": "operator_policy", "name": p.GetName(), "value": map[string]any{
-				"pattern": p.GetPattern(), "apply-to": p.GetApplyTo(), "definition": policyDefJSON(p.GetDefinition()),
+				"pattern": p.GetPattern(), "apply-to": p.GetApplyTo(), "definition": PolicyDefinitionJSON(p.GetDefinition()),
 				"priority": p.GetPriority()}}
 			params = append(params, withVhost(o, p.GetVhost()))
 		}
@@ -68,7 +68,7 @@ func (m *Management) Export(vhost string) map[string]any {
 				continue
 			}
 			o := map[string]any{"name": x.GetName(), "durable": x.GetDurable(), "auto_delete": x.GetAutoDelete(),
-				"arguments": tableJSON(x.GetArguments())}
+				"arguments": TableJSON(x.GetArguments())}
 			queues = append(queues, withVhost(o, x.GetVhost()))
 		}
 		for _, x := range s.Exchanges(vhost) {
@@ -76,7 +76,7 @@ func (m *Management) Export(vhost string) map[string]any {
 				continue
 			}
 			o := map[string]any{"name": x.GetName(), "type": x.GetType(), "durable": x.GetDurable(),
-				"auto_delete": x.GetAutoDelete(), "internal": x.GetInternal(), "arguments": tableJSON(x.GetArguments())}
+				"auto_delete": x.GetAutoDelete(), "internal": x.GetInternal(), "arguments": TableJSON(x.GetArguments())}
 			exchanges = append(exchanges, withVhost(o, x.GetVhost()))
 		}
 		for _, b := range s.Bindings(vhost) {
@@ -84,7 +84,7 @@ func (m *Management) Export(vhost string) map[string]any {
 				continue
 			}
 			o := map[string]any{"source": b.GetSource(), "destination": b.GetDestination(),
-				"destination_type": b.GetDestinationKind(), "routing_key": b.GetRoutingKey(), "arguments": tableJSON(b.GetArguments())}
+				"destination_type": b.GetDestinationKind(), "routing_key": b.GetRoutingKey(), "arguments": TableJSON(b.GetArguments())}
 			bindings = append(bindings, withVhost(o, b.GetVhost()))
 		}
 	})
@@ -208,7 +208,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		}
 		if len(unknown) > 0 {
 			warn("%s '%s' in vhost '%s': keys %v are not applied by raftmq and were left out", kind, name, v, unknown)
-			if len(policyDefJSON(req.GetDefinition())) == 0 {
+			if len(PolicyDefinitionJSON(req.GetDefinition())) == 0 {
 				warn("%s '%s' in vhost '%s' skipped: nothing raftmq applies is left", kind, name, v)
 				return
 			}
@@ -266,7 +266,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 			}
 			// Every raftmq queue is replicated through the raft log: a
 			// classic or quorum queue is what it is anyway.
-			t, _ := tableJSON(d.GetArguments())[k].(string)
+			t, _ := TableJSON(d.GetArguments())[k].(string)
 			return t == "classic" || t == "quorum"
 		})
 		if len(extra) > 0 {

@@ -178,7 +178,7 @@ func (q *req) consumers() error {
 			out = append(out, map[string]any{
 				"consumer_tag": c.GetConsumer().GetTag(), "exclusive": c.GetExclusive(), "ack_required": !c.GetNoAck(),
 				"prefetch_count": c.GetPrefetch(), "active": true, "activity_status": "up",
-				"arguments": tableJSON(c.GetArguments()), "queue": map[string]any{"name": c.GetQueue(), "vhost": c.GetVhost()},
+				"arguments": TableJSON(c.GetArguments()), "queue": map[string]any{"name": c.GetQueue(), "vhost": c.GetVhost()},
 				"channel_details": details,
 			})
 		}
@@ -189,8 +189,9 @@ func (q *req) consumers() error {
 
 // ---- policies ----
 
-// policyDefJSON is a policy definition with RabbitMQ's keys.
-func policyDefJSON(d *proto.PolicyDefinition) map[string]any {
+// PolicyDefinitionJSON is a policy definition with RabbitMQ's keys, as the
+// management API and raftmqctl show it.
+func PolicyDefinitionJSON(d *proto.PolicyDefinition) map[string]any {
 	out := map[string]any{}
 	if d.MessageTtl != nil {
 		out["message-ttl"] = d.GetMessageTtl()
@@ -261,7 +262,7 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 
 func policyJSON(p *proto.PolicyInfo) map[string]any {
 	return map[string]any{"vhost": p.GetVhost(), "name": p.GetName(), "pattern": p.GetPattern(),
-		"apply-to": p.GetApplyTo(), "definition": policyDefJSON(p.GetDefinition()), "priority": p.GetPriority()}
+		"apply-to": p.GetApplyTo(), "definition": PolicyDefinitionJSON(p.GetDefinition()), "priority": p.GetPriority()}
 }
 
 // policyFromJSON reads a policy body (PUT /api/policies/v/n, or one policy

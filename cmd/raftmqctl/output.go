@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -111,87 +109,6 @@ func writeProtoJSON(w io.Writer, m protobuf.Message) error {
 		return err
 	}
 	return writeJSON(w, v)
-}
-
-// tableValue converts an AMQP field table to a JSON-friendly map.
-func tableValue(t *proto.Table) map[string]any {
-	out := make(map[string]any, len(t.GetFields()))
-	for _, f := range t.GetFields() {
-		out[f.GetKey()] = fieldValue(f.GetValue())
-	}
-	return out
-}
-
-func fieldValue(v *proto.Value) any {
-	switch k := v.GetKind().(type) {
-	case *proto.Value_Bool:
-		return k.Bool
-	case *proto.Value_Int8:
-		return k.Int8
-	case *proto.Value_Uint8:
-		return k.Uint8
-	case *proto.Value_Int16:
-		return k.Int16
-	case *proto.Value_Uint16:
-		return k.Uint16
-	case *proto.Value_Int32:
-		return k.Int32
-	case *proto.Value_Uint32:
-		return k.Uint32
-	case *proto.Value_Int64:
-		return k.Int64
-	case *proto.Value_Float32:
-		return k.Float32
-	case *proto.Value_Float64:
-		return k.Float64
-	case *proto.Value_Decimal:
-		return float64(k.Decimal.GetValue()) / math.Pow10(int(k.Decimal.GetScale()))
-	case *proto.Value_LongString:
-		return string(k.LongString)
-	case *proto.Value_ShortString:
-		return k.ShortString
-	case *proto.Value_ByteArray:
-		return base64.StdEncoding.EncodeToString(k.ByteArray)
-	case *proto.Value_Timestamp:
-		return k.Timestamp
-	case *proto.Value_Table:
-		return tableValue(k.Table)
-	case *proto.Value_Array:
-		out := make([]any, 0, len(k.Array.GetValues()))
-		for _, x := range k.Array.GetValues() {
-			out = append(out, fieldValue(x))
-		}
-		return out
-	default:
-		return nil
-	}
-}
-
-// definitionValue is a policy definition with RabbitMQ's key names.
-func definitionValue(d *proto.PolicyDefinition) map[string]any {
-	out := map[string]any{}
-	if d.MessageTtl != nil {
-		out["message-ttl"] = d.GetMessageTtl()
-	}
-	if d.Expires != nil {
-		out["expires"] = d.GetExpires()
-	}
-	if d.DeadLetterExchange != nil {
-		out["dead-letter-exchange"] = d.GetDeadLetterExchange()
-	}
-	if d.DeadLetterRoutingKey != nil {
-		out["dead-letter-routing-key"] = d.GetDeadLetterRoutingKey()
-	}
-	if d.MaxLength != nil {
-		out["max-length"] = d.GetMaxLength()
-	}
-	if d.MaxLengthBytes != nil {
-		out["max-length-bytes"] = d.GetMaxLengthBytes()
-	}
-	if d.Overflow != nil {
-		out["overflow"] = d.GetOverflow()
-	}
-	return out
 }
 
 // policyJSON is the DEFINITION argument of set_policy.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -150,7 +151,7 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"durable", func(q *proto.QueueInfo) any { return q.GetDurable() }},
 	{"exclusive", func(q *proto.QueueInfo) any { return q.GetExclusive() }},
 	{"auto_delete", func(q *proto.QueueInfo) any { return q.GetAutoDelete() }},
-	{"arguments", func(q *proto.QueueInfo) any { return tableValue(q.GetArguments()) }},
+	{"arguments", func(q *proto.QueueInfo) any { return api.TableJSON(q.GetArguments()) }},
 	{"messages", func(q *proto.QueueInfo) any { return q.GetReady() + q.GetUnacked() }},
 	{"messages_ready", func(q *proto.QueueInfo) any { return q.GetReady() }},
 	{"messages_unacknowledged", func(q *proto.QueueInfo) any { return q.GetUnacked() }},
@@ -181,7 +182,7 @@ var exchangeColumns = []column[*proto.ExchangeInfo]{
 	{"durable", func(x *proto.ExchangeInfo) any { return x.GetDurable() }},
 	{"auto_delete", func(x *proto.ExchangeInfo) any { return x.GetAutoDelete() }},
 	{"internal", func(x *proto.ExchangeInfo) any { return x.GetInternal() }},
-	{"arguments", func(x *proto.ExchangeInfo) any { return tableValue(x.GetArguments()) }},
+	{"arguments", func(x *proto.ExchangeInfo) any { return api.TableJSON(x.GetArguments()) }},
 	{"policy", func(x *proto.ExchangeInfo) any { return x.GetPolicy() }},
 }
 
@@ -199,7 +200,7 @@ var bindingColumns = []column[*proto.BindingInfo]{
 	{"destination_name", func(b *proto.BindingInfo) any { return b.GetDestination() }},
 	{"destination_kind", func(b *proto.BindingInfo) any { return b.GetDestinationKind() }},
 	{"routing_key", func(b *proto.BindingInfo) any { return b.GetRoutingKey() }},
-	{"arguments", func(b *proto.BindingInfo) any { return tableValue(b.GetArguments()) }},
+	{"arguments", func(b *proto.BindingInfo) any { return api.TableJSON(b.GetArguments()) }},
 	{"vhost", func(b *proto.BindingInfo) any { return b.GetVhost() }},
 }
 
@@ -223,7 +224,7 @@ var consumerColumns = []column[*proto.ConsumerInfo]{
 	{"exclusive", func(x *proto.ConsumerInfo) any { return x.GetExclusive() }},
 	{"prefetch_count", func(x *proto.ConsumerInfo) any { return x.GetPrefetch() }},
 	{"messages_unacknowledged", func(x *proto.ConsumerInfo) any { return x.GetUnacked() }},
-	{"arguments", func(x *proto.ConsumerInfo) any { return tableValue(x.GetArguments()) }},
+	{"arguments", func(x *proto.ConsumerInfo) any { return api.TableJSON(x.GetArguments()) }},
 }
 
 func listConsumers(c *call) error {
@@ -340,7 +341,7 @@ var policyColumns = []column[*proto.PolicyInfo]{
 	{"name", func(p *proto.PolicyInfo) any { return p.GetName() }},
 	{"pattern", func(p *proto.PolicyInfo) any { return p.GetPattern() }},
 	{"apply_to", func(p *proto.PolicyInfo) any { return p.GetApplyTo() }},
-	{"definition", func(p *proto.PolicyInfo) any { return definitionValue(p.GetDefinition()) }},
+	{"definition", func(p *proto.PolicyInfo) any { return api.PolicyDefinitionJSON(p.GetDefinition()) }},
 	{"priority", func(p *proto.PolicyInfo) any { return p.GetPriority() }},
 }
 
