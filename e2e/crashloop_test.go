@@ -601,32 +601,7 @@ func (l *crashLoad) consumeOn(n *Node, queue string) error {
 		return err
 	}
 	defer conn.Close()
-	if err := ch.Qos(crashPrefetch, 0, false); err != nil {
-		return err
-	}
-	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		return err
-	}
-	// Acks go out from their own goroutine: an ack's write can block on a
-	// node that stopped reading, and receipts must not wait for it.
-	acks := make(chan amqp.Delivery, crashPrefetch)
-	defer close(acks)
-	go func() {
-		for d := range acks {
-			_ = d.Ack(false)
-		}
-	}()
-	for {
-		select {
-		case <-l.cctx.Done():
-			return nil
-		case d, ok := <-ds:
-			if !ok {
-				return errors.New("deliveries closed")
-			}
-			l.rec.received(d.MessageId, time.Now())
-			acks <- d
-		}
-	}
+	return ConsumeAcking(l.cctx, ch, queue, crashPrefetch, func(d amqp.Delivery) {
+		l.rec.received(d.MessageId, time.Now())
+	})
 }

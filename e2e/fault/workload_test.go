@@ -321,35 +321,9 @@ func (w *workload) consumeOn(n *node, queue string) error {
 		return err
 	}
 	defer conn.Close()
-	if err := ch.Qos(prefetch, 0, false); err != nil {
-		return err
-	}
-	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		return err
-	}
-	// Acks go out from their own goroutine: an ack's write can block on a
-	// node that has stopped reading, and the receive time of the next
-	// deliveries must not wait for it.
-	acks := make(chan amqp.Delivery, prefetch)
-	defer close(acks)
-	go func() {
-		for d := range acks {
-			_ = d.Ack(false)
-		}
-	}()
-	for {
-		select {
-		case <-w.cctx.Done():
-			return nil
-		case d, ok := <-ds:
-			if !ok {
-				return errors.New("deliveries closed")
-			}
-			w.rec.delivered(delivery{id: d.MessageId, queue: queue, redelivered: d.Redelivered, at: time.Now(), reason: deathReason(d.Headers), node: n.id})
-			acks <- d
-		}
-	}
+	return e2e.ConsumeAcking(w.cctx, ch, queue, prefetch, func(d amqp.Delivery) {
+		w.rec.delivered(delivery{id: d.MessageId, queue: queue, redelivered: d.Redelivered, at: time.Now(), reason: deathReason(d.Headers), node: n.id})
+	})
 }
 
 // deathReason is the reason of the newest x-death entry.

@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ConsumeAcking consumes queue on ch with manual acks and the given
+// prefetch, calling got with each delivery as it arrives, until ctx ends
+// (nil) or the deliveries stop (an error: the channel or its node went
+// away). Acks go out from their own goroutine: an ack's write can block on
+// a node that stopped reading, and the receive time of the next deliveries
+// must not wait for it.
+func ConsumeAcking(ctx context.Context, ch *amqp.Channel, queue string, prefetch int, got func(amqp.Delivery)) error {
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return err
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	acks := make(chan amqp.Delivery, prefetch)
+	defer close(acks)
+	go func() {
+		for d := range acks {
+			_ = d.Ack(false)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-ds:
+			if !ok {
+				return errors.New("deliveries closed")
+			}
+			got(d)
+			acks <- d
+		}
+	}
+}
