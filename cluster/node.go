@@ -250,7 +250,7 @@ type Node struct {
 	bootMs   int64         // when this run started (unix ms), gossiped
 	closing  chan struct{}
 	// protocol is the command protocol this node announces
-	// (fsm.ProtocolVersion; tests change it).
+	// (fsm.Protocol; tests change it).
 	protocol atomic.Uint32
 	// failed is closed when the node cannot apply the log; failErr says why.
 	failed   chan struct{}
@@ -289,7 +289,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		failed:    make(chan struct{}),
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
-	n.protocol.Store(fsm.ProtocolVersion)
+	n.protocol.Store(fsm.Protocol)
 	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
