@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -87,7 +88,9 @@ func TestFSMAdapter_UnreadableEntryStopsTheNode(t *testing.T) {
 		"garbage":     {&raft.Log{Index: 7, Type: raft.LogCommand, Data: []byte{0xff, 0xff, 0xff}}, "log entry 7 is not an Envelope this version reads"},
 		"new version": {entry(t, 7, &proto.Envelope{Version: 2}), "log entry 7 has envelope version 2 and this version reads only 1: it was written by a newer version; upgrade this node"},
 		"no version":  {entry(t, 7, &proto.Envelope{}), "log entry 7 has envelope version 0, which no version of raftmq writes"},
-		"new kind":    {entry(t, 7, &proto.Envelope{Version: 1, Commands: []*proto.Command{tick, newKind}}), "log entry 7, command 1: a command kind this version (protocol 1) does not know, written by a newer version; upgrade this node"},
+		"new kind":    {entry(t, 7, &proto.Envelope{Version: 1, Commands: []*proto.Command{tick, newKind}}), fmt.Sprintf("log entry 7, command 1: a command kind this version (protocol %d) does not know, written by a newer version; upgrade this node", fsm.Protocol)},
+		"new level": {entry(t, 7, &proto.Envelope{Version: 1, Commands: []*proto.Command{{Cmd: &proto.Command_SetProtocol{SetProtocol: &proto.SetProtocol{Level: fsm.Protocol + 1}}}}}),
+			fmt.Sprintf("log entry 7, command 0: raises the protocol level to %d, and this version applies up to %d; written by a newer version; upgrade this node", fsm.Protocol+1, fsm.Protocol)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			a, n := testAdapter()

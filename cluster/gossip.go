@@ -360,6 +360,9 @@ type MemberInfo struct {
 	// Suffrage is voter, nonvoter or "" when not in the raft configuration.
 	Suffrage string
 	Leader   bool
+	// Protocol is the command protocol the member announces (0: none
+	// heard; the leader counts it as 1).
+	Protocol uint32
 }
 
 // Members lists the gossip members and the raft configuration's servers,
@@ -368,10 +371,11 @@ func (n *Node) Members() []MemberInfo {
 	byID := map[string]*MemberInfo{}
 	for id, m := range n.members.all() {
 		byID[id] = &MemberInfo{ID: id, RaftAddr: m.meta.GetRaftAddr(), GRPCAddr: m.meta.GetGrpcAddr(),
-			AMQPAddr: m.meta.GetAmqpAddr(), Health: m.health}
+			AMQPAddr: m.meta.GetAmqpAddr(), Health: m.health, Protocol: m.meta.GetProtocol()}
 	}
 	self := n.localMeta()
-	byID[self.Id] = &MemberInfo{ID: self.Id, RaftAddr: self.RaftAddr, GRPCAddr: self.GrpcAddr, AMQPAddr: self.AmqpAddr, Health: HealthAlive}
+	byID[self.Id] = &MemberInfo{ID: self.Id, RaftAddr: self.RaftAddr, GRPCAddr: self.GrpcAddr, AMQPAddr: self.AmqpAddr, Health: HealthAlive,
+		Protocol: self.Protocol}
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			mi, ok := byID[string(s.ID)]

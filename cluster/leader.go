@@ -308,7 +308,10 @@ func (n *Node) leaseLoop(ctx context.Context) {
 // reconcileLoop keeps the raft configuration in line with the members:
 // alive members become voters, members that left are removed, and members
 // dead for longer than NodeDownAfter (or gone), or servers raft has not
-// reached for that long, are declared down once.
+// reached for that long, are declared down once. After each round it
+// raises the log's protocol level if every server now announces more: at
+// the start of the term, and whenever membership or a member's metadata
+// changes (an upgraded node rejoins announcing its protocol).
 func (n *Node) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/4+time.Millisecond))
 	defer tick.Stop()
@@ -316,6 +319,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	for {
 		wait := n.changed.wait()
 		n.reconcile(ctx, downed)
+		n.raiseProtocol(ctx)
 		select {
 		case <-wait:
 		case <-tick.C:
@@ -391,6 +395,35 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			}
 			n.proposeNodeDown(ctx, id, downed)
 		}
+	}
+}
+
+// raiseProtocol proposes SetProtocol when the log's level is below both
+// fsm.Protocol and the lowest protocol the servers of the configuration
+// announce: from that entry on every replica applies the existing command
+// kinds as the new level defines them. A fresh cluster gets there right
+// after bootstrap; a rolling upgrade when its last node announces the new
+// protocol. It costs a View when the level is already this binary's.
+func (n *Node) raiseProtocol(ctx context.Context) {
+	var level uint32
+	n.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+	if level >= fsm.Protocol {
+		return
+	}
+	target := min(n.clusterProtocol(), fsm.Protocol)
+	if target <= level {
+		return
+	}
+	res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_SetProtocol{SetProtocol: &proto.SetProtocol{Level: target}}})
+	switch {
+	case err != nil:
+		n.log.Warn("proposing the protocol level failed", "level", target, "err", err)
+	case res.GetCode() != 0:
+		// A server's announcement changed between the check and admit;
+		// the next round tries again.
+		n.log.Warn("protocol level refused", "level", target, "code", res.GetCode(), "text", res.GetText())
+	default:
+		n.log.Info("raised the log's protocol level", "from", level, "to", target, "index", res.GetIndex())
 	}
 }
 

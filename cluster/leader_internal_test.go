@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,9 +264,10 @@ func TestAdmit_ProtocolGate(t *testing.T) {
 	n := startSingle(t)
 	saved := commandProtocol.Load()
 	t.Cleanup(func() { commandProtocol.Store(saved) })
+	later := uint32(fsm.Protocol + 1)
 	gate := func(c *proto.Command) uint32 {
 		if c.GetTick() != nil {
-			return 2 // as if Tick came in a later release
+			return later // as if Tick came in a later release
 		}
 		return fsm.CommandProtocol(c)
 	}
@@ -278,16 +280,16 @@ func TestAdmit_ProtocolGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].GetCode() != 540 || !strings.Contains(res[0].GetText(), "needs protocol version 2") {
-		t.Fatalf("tick on a protocol-1 cluster: %v", res[0])
+	if res[0].GetCode() != 540 || !strings.Contains(res[0].GetText(), fmt.Sprintf("needs protocol version %d", later)) {
+		t.Fatalf("tick on a cluster of an earlier protocol: %v", res[0])
 	}
 	if res[1].GetCode() != 0 || res[1].GetIndex() == 0 || res[0].GetIndex() != res[1].GetIndex() {
 		t.Fatalf("the vhost put of the same batch: %v", res[1])
 	}
-	n.protocol.Store(2)
+	n.protocol.Store(later)
 	res, err = n.SubmitBatch(ctx, []*proto.Command{tick})
 	if err != nil || res[0].GetCode() != 0 {
-		t.Fatalf("tick once every server announces 2: %v %v", res, err)
+		t.Fatalf("tick once every server announces %d: %v %v", later, res, err)
 	}
 }
 

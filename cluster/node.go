@@ -128,6 +128,11 @@ type Config struct {
 	// and not yet seen applied (default 4): while they are in flight, new
 	// commands accumulate into the next, larger entry.
 	MaxInflightEntries int
+	// Protocol is the command protocol this node announces (default and
+	// upper bound fsm.Protocol). Only tests set it lower: such a node
+	// stands for one of an earlier release during a rolling upgrade, and
+	// holds back new command kinds and the log's protocol level.
+	Protocol uint32
 }
 
 func (c *Config) setDefaults() error {
@@ -196,6 +201,13 @@ func (c *Config) setDefaults() error {
 			return err
 		}
 	}
+	if c.Protocol == 0 {
+		c.Protocol = fsm.Protocol
+	}
+	if c.Protocol > fsm.Protocol {
+		// The leader would let in what this node cannot apply.
+		return fmt.Errorf("cluster: Protocol %d is above %d, the highest this version applies", c.Protocol, fsm.Protocol)
+	}
 	return nil
 }
 
@@ -251,7 +263,7 @@ type Node struct {
 	bootMs   int64         // when this run started (unix ms), gossiped
 	closing  chan struct{}
 	// protocol is the command protocol this node announces
-	// (fsm.ProtocolVersion; tests change it).
+	// (Config.Protocol; tests change it).
 	protocol atomic.Uint32
 	// failed is closed when the node cannot apply the log; failErr says why.
 	failed   chan struct{}
@@ -290,7 +302,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		failed:    make(chan struct{}),
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
-	n.protocol.Store(fsm.ProtocolVersion)
+	n.protocol.Store(cfg.Protocol)
 	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()

@@ -91,6 +91,10 @@ func (m *Machine) Apply(e Entry, sink Sink) []*proto.Result {
 // Clock is the log time (unix ms) of the last applied entry.
 func (m *Machine) Clock() int64 { return m.clock }
 
+// ProtocolLevel is the log's protocol level: 1 until a SetProtocol raised
+// it. The leader raises it to Protocol once every server announces that.
+func (m *Machine) ProtocolLevel() uint32 { return m.level }
+
 // AppliedIndex is the index of the last applied entry.
 func (m *Machine) AppliedIndex() uint64 { return m.index }
 
@@ -266,8 +270,8 @@ func (m *Machine) Consumers(vhost string) []*proto.ConsumerInfo {
 
 // Unacked returns, in ascending order, those of tags that name
 // unacknowledged deliveries of the channel: a settle, requeue or discard
-// naming them has not been applied. A delivery tag is never handed out
-// twice, so a tag missing here was settled for good.
+// naming them has not been applied. From protocol level 2 a delivery tag
+// is never handed out twice, so a tag missing here was settled for good.
 func (m *Machine) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
 	ch, ok := m.channels[chanKey(ref)]
 	if !ok {

@@ -15,7 +15,21 @@ type UnknownCommandError struct {
 
 func (e *UnknownCommandError) Error() string {
 	return fmt.Sprintf("fsm: log entry %d, command %d: a command kind this version (protocol %d) does not know, written by a newer version",
-		e.Index, e.Position, ProtocolVersion)
+		e.Index, e.Position, Protocol)
+}
+
+// LevelError is an entry raising the log's protocol level above what
+// this binary applies: a newer version wrote it, and the entries after it
+// mean what that level defines.
+type LevelError struct {
+	Index    uint64 // the entry's log index
+	Position int    // the command's position in the entry
+	Level    uint32
+}
+
+func (e *LevelError) Error() string {
+	return fmt.Sprintf("fsm: log entry %d, command %d: raises the protocol level to %d, and this version applies up to %d; written by a newer version",
+		e.Index, e.Position, e.Level, Protocol)
 }
 
 // CheckEntry reports whether every command of an entry can be applied by
@@ -23,12 +37,17 @@ func (e *UnknownCommandError) Error() string {
 // does not know and not marked ignorable, was written by a newer version:
 // applying the entry without it would make this replica diverge, so the
 // node must stop. A command of no kind and no unknown fields is an empty
-// command, which apply refuses like every replica does.
+// command, which apply refuses like every replica does. A SetProtocol to
+// a level above Protocol stops the node too: applying the entries after
+// it with this binary's behaviour would diverge as well.
 func CheckEntry(e Entry) error {
 	for i, c := range e.Envelope.GetCommands() {
 		m := c.ProtoReflect()
 		if m.WhichOneof(cmdOneof) == nil && !c.GetIgnorable() && len(m.GetUnknown()) > 0 {
 			return &UnknownCommandError{Index: e.Index, Position: i}
+		}
+		if l := c.GetSetProtocol().GetLevel(); l > Protocol {
+			return &LevelError{Index: e.Index, Position: i, Level: l}
 		}
 	}
 	return nil
@@ -54,6 +73,20 @@ func (s *state) apply(e Entry, sink Sink) []*proto.Result {
 		out[i] = r
 	}
 	return out
+}
+
+// applySetProtocol raises the log's protocol level; a lower level than
+// the log's (a second leader proposing what the first already did)
+// changes nothing. A level above this binary's is refused without a
+// change: the node never gets here (CheckEntry stops it before the
+// entry), and a Machine used without CheckEntry must not claim a level
+// whose behaviour it does not know.
+func (s *state) applySetProtocol(c *proto.SetProtocol) *proto.Result {
+	if l := c.GetLevel(); l > Protocol {
+		return refused(codeNotImplemented, fmt.Sprintf("NOT_IMPLEMENTED - protocol level %d is above %d, the highest this node applies", l, Protocol))
+	}
+	s.level = max(s.level, c.GetLevel())
+	return &proto.Result{}
 }
 
 // applyOne is the only dispatch over the Command oneof.
@@ -120,6 +153,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyPolicySet(x.PolicySet)
 	case *proto.Command_PolicyClear:
 		return s.applyPolicyClear(x.PolicyClear)
+	case *proto.Command_SetProtocol:
+		return s.applySetProtocol(x.SetProtocol)
 	default:
 		if c.GetIgnorable() {
 			return &proto.Result{}

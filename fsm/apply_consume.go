@@ -84,7 +84,9 @@ func (s *state) closeChannel(ch *channel, notify bool) {
 	}
 	s.requeue(ch, ch.unacked)
 	ch.unacked = nil
-	s.tagFloor = max(s.tagFloor, ch.nextTag)
+	if s.atLeast(2) {
+		s.tagFloor = max(s.tagFloor, ch.nextTag)
+	}
 	delete(s.channels, ch.key)
 }
 

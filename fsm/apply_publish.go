@@ -113,8 +113,10 @@ func (s *state) channel(ref *proto.ChannelRef) *channel {
 	k := chanKey(ref)
 	ch, ok := s.channels[k]
 	if !ok {
-		ch = &channel{key: k, ref: &proto.ChannelRef{Node: ref.GetNode(), Connection: ref.GetConnection(), Channel: ref.GetChannel()},
-			nextTag: s.tagFloor}
+		ch = &channel{key: k, ref: &proto.ChannelRef{Node: ref.GetNode(), Connection: ref.GetConnection(), Channel: ref.GetChannel()}}
+		if s.atLeast(2) {
+			ch.nextTag = s.tagFloor
+		}
 		s.channels[k] = ch
 	}
 	return ch

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
 
@@ -18,8 +19,10 @@ import (
 // in a fixed order (counters, users, permissions, vhosts with exchanges,
 // policies and queues, channels). Every map is written in sorted key order.
 const (
-	snapMagic   = "RMQS"
-	snapVersion = 3 // 2 adds each consumer's credit, 3 the delivery tag floor
+	snapMagic = "RMQS"
+	// 2 adds each consumer's credit, 3 the delivery tag floor, 4 the
+	// log's protocol level.
+	snapVersion = 4
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -94,6 +97,7 @@ func (s *state) encodeTo(e *enc) {
 	e.i(s.clock)
 	e.bo(s.initialized)
 	e.u(s.tagFloor)
+	e.u(uint64(s.level))
 	st := s.stats
 	for _, v := range []uint64{st.Published, st.Routed, st.Delivered, st.Acked, st.Requeued, st.Expired, st.DeadLettered, st.Dropped, st.Rejected, st.Purged, st.Refused} {
 		e.u(v)
@@ -389,6 +393,22 @@ func decodeState(b []byte) (*state, error) {
 	s.initialized = d.bo()
 	if version >= 3 {
 		s.tagFloor = d.u()
+	}
+	// Formats before 4 were written before the log had a level: level 1.
+	// Format 3's floor is dropped: the binary that wrote it numbered by
+	// the floor without a level to say so, and at level 1 a replica that
+	// replays the same log from its start has no floor. Keeping it would
+	// make the two number differently once the level is raised.
+	s.level = 1
+	if version < 4 {
+		s.tagFloor = 0
+	} else {
+		switch l := d.u(); {
+		case l > Protocol:
+			return nil, fmt.Errorf("fsm: the snapshot is at protocol level %d, and this version applies up to %d: written by a newer version", l, Protocol)
+		case l > 1:
+			s.level = uint32(l)
+		}
 	}
 	st := &s.stats
 	for _, p := range []*uint64{&st.Published, &st.Routed, &st.Delivered, &st.Acked, &st.Requeued, &st.Expired, &st.DeadLettered, &st.Dropped, &st.Rejected, &st.Purged, &st.Refused} {

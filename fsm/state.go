@@ -41,11 +41,15 @@ type state struct {
 	users       map[string]*user
 	perms       map[string]*proto.PermissionInfo // user \x00 vhost
 	channels    map[string]*channel
-	// tagFloor is above every delivery tag of a channel that was removed:
-	// a channel created later numbers from there, so the log never hands
-	// out a tag twice under one channel's name (a live node declared down
-	// keeps its channels, and an ack of an old tag must not settle a new
-	// delivery).
+	// level is the log's protocol level (SetProtocol): which definition
+	// of the existing command kinds applies (atLeast). 1 for a log that
+	// never raised it.
+	level uint32
+	// tagFloor is above every delivery tag of a channel that was removed
+	// at level 2 or later: a channel created later numbers from there, so
+	// the log never hands out a tag twice under one channel's name (a
+	// live node declared down keeps its channels, and an ack of an old
+	// tag must not settle a new delivery). Always 0 at level 1.
 	tagFloor uint64
 	stats    Stats
 	mark     uint64 // routing generation, not part of the state
@@ -136,11 +140,21 @@ type pending struct {
 }
 
 func (s *state) init() {
+	s.level = 1
 	s.vhosts = map[string]*vhost{}
 	s.users = map[string]*user{}
 	s.perms = map[string]*proto.PermissionInfo{}
 	s.channels = map[string]*channel{}
 }
+
+// atLeast reports whether the log's protocol level is at least l. A
+// change to what an existing command kind does applies only from the
+// level that introduced it: a replica replaying an old log, or restored
+// from a snapshot older than the log's tail, must apply each entry as the
+// replicas that first applied it did, and an entry written before the
+// cluster raised its level was applied by binaries that knew only the
+// old behaviour.
+func (s *state) atLeast(l uint32) bool { return s.level >= l }
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

@@ -58,9 +58,15 @@ func (e *InvalidError) Error() string { return e.Text }
 // Result is the refusal as a command result.
 func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 
-// ProtocolVersion is the highest command protocol this binary applies: it
-// knows every command kind of that version and earlier.
-const ProtocolVersion = 1
+// Protocol is the highest command protocol this binary applies: it knows
+// every command kind of that version and earlier, and applies the
+// existing kinds as every level up to it defines them (the log's level,
+// raised by SetProtocol). Nodes gossip it.
+//
+//  1. the first release
+//  2. SetProtocol; a channel created after others were removed numbers its
+//     deliveries above theirs (tagFloor)
+const Protocol = 2
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -73,6 +79,7 @@ func init() {
 	for i := 0; i < cmdOneof.Fields().Len(); i++ {
 		kindProtocol[cmdOneof.Fields().Get(i).Number()] = 1
 	}
+	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = 2
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -190,8 +197,11 @@ type validator struct {
 func (v *validator) fail(code uint32, format string, args ...any) {
 	if v.err == nil {
 		prefix := "PRECONDITION_FAILED - "
-		if code == codeInternalError {
+		switch code {
+		case codeInternalError:
 			prefix = "INTERNAL_ERROR - invalid command: "
+		case codeNotImplemented:
+			prefix = "NOT_IMPLEMENTED - "
 		}
 		v.err = &InvalidError{Code: code, Text: prefix + fmt.Sprintf(format, args...)}
 	}
@@ -515,6 +525,13 @@ func (v *validator) command(c *proto.Command) {
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)
+	case *proto.Command_SetProtocol:
+		switch l := x.SetProtocol.GetLevel(); {
+		case l == 0:
+			v.fail(codeInternalError, "protocol level 0")
+		case l > Protocol:
+			v.fail(codeNotImplemented, "protocol level %d is above %d, the highest this node applies", l, Protocol)
+		}
 	default:
 		// Validate returned before for a command of no kind; a kind added
 		// to the oneof must be given its checks here.

@@ -124,6 +124,7 @@ type Command struct {
 	//	*Command_ExpireQueue
 	//	*Command_Tick
 	//	*Command_RestartLeases
+	//	*Command_SetProtocol
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -418,6 +419,15 @@ func (x *Command) GetRestartLeases() *RestartLeases {
 	return nil
 }
 
+func (x *Command) GetSetProtocol() *SetProtocol {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetProtocol); ok {
+			return x.SetProtocol
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPolicySet() *PolicySet {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PolicySet); ok {
@@ -548,6 +558,10 @@ type Command_RestartLeases struct {
 	RestartLeases *RestartLeases `protobuf:"bytes,43,opt,name=restart_leases,json=restartLeases,oneof"`
 }
 
+type Command_SetProtocol struct {
+	SetProtocol *SetProtocol `protobuf:"bytes,44,opt,name=set_protocol,json=setProtocol,oneof"`
+}
+
 type Command_PolicySet struct {
 	PolicySet *PolicySet `protobuf:"bytes,50,opt,name=policy_set,json=policySet,oneof"`
 }
@@ -609,6 +623,8 @@ func (*Command_ExpireQueue) isCommand_Cmd() {}
 func (*Command_Tick) isCommand_Cmd() {}
 
 func (*Command_RestartLeases) isCommand_Cmd() {}
+
+func (*Command_SetProtocol) isCommand_Cmd() {}
 
 func (*Command_PolicySet) isCommand_Cmd() {}
 
@@ -3290,6 +3306,57 @@ func (*RestartLeases) Descriptor() ([]byte, []int) {
 	return file_command_proto_rawDescGZIP(), []int{38}
 }
 
+// SetProtocol raises the log's protocol level: from this entry on, every
+// replica applies the existing command kinds as that level defines them
+// (a log with no SetProtocol is at level 1). The leader proposes it once
+// every server of the raft configuration announces the level, so a
+// replica replaying the log, whatever binary it runs, applies each entry
+// as the replicas that first applied it did. A lower level than the
+// log's changes nothing.
+type SetProtocol struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Level         uint32                 `protobuf:"varint,1,opt,name=level" json:"level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetProtocol) Reset() {
+	*x = SetProtocol{}
+	mi := &file_command_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetProtocol) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetProtocol) ProtoMessage() {}
+
+func (x *SetProtocol) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
+func (*SetProtocol) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetProtocol) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
 type PolicyDefinition struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	MessageTtl           *int64                 `protobuf:"varint,1,opt,name=message_ttl,json=messageTtl" json:"message_ttl,omitempty"`
@@ -3305,7 +3372,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3317,7 +3384,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3330,7 +3397,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3399,7 +3466,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3478,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3491,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -3487,7 +3554,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3566,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3579,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -3563,7 +3630,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3575,7 +3642,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3588,7 +3655,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -3676,7 +3743,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3755,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3768,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -3761,7 +3828,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xf9\f\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xb6\r\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -3793,7 +3860,8 @@ const file_command_proto_rawDesc = "" +
 	"\x06expire\x18( \x01(\v2\x11.raftmq.v1.ExpireH\x00R\x06expire\x12;\n" +
 	"\fexpire_queue\x18) \x01(\v2\x16.raftmq.v1.ExpireQueueH\x00R\vexpireQueue\x12%\n" +
 	"\x04tick\x18* \x01(\v2\x0f.raftmq.v1.TickH\x00R\x04tick\x12A\n" +
-	"\x0erestart_leases\x18+ \x01(\v2\x18.raftmq.v1.RestartLeasesH\x00R\rrestartLeases\x125\n" +
+	"\x0erestart_leases\x18+ \x01(\v2\x18.raftmq.v1.RestartLeasesH\x00R\rrestartLeases\x12;\n" +
+	"\fset_protocol\x18, \x01(\v2\x16.raftmq.v1.SetProtocolH\x00R\vsetProtocol\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
 	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClearB\x05\n" +
@@ -4012,7 +4080,9 @@ const file_command_proto_rawDesc = "" +
 	"\vExpireQueue\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftmq.v1.QueueRefR\x05queue\"\x06\n" +
 	"\x04Tick\"\x0f\n" +
-	"\rRestartLeases\"\xcc\x02\n" +
+	"\rRestartLeases\"#\n" +
+	"\vSetProtocol\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\"\xcc\x02\n" +
 	"\x10PolicyDefinition\x12&\n" +
 	"\vmessage_ttl\x18\x01 \x01(\x03B\x05\xaa\x01\x02\b\x01R\n" +
 	"messageTtl\x12\x1f\n" +
@@ -4073,7 +4143,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4114,11 +4184,12 @@ var file_command_proto_goTypes = []any{
 	(*ExpireQueue)(nil),      // 36: raftmq.v1.ExpireQueue
 	(*Tick)(nil),             // 37: raftmq.v1.Tick
 	(*RestartLeases)(nil),    // 38: raftmq.v1.RestartLeases
-	(*PolicyDefinition)(nil), // 39: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 40: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 41: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 42: raftmq.v1.Result
-	(*GetOk)(nil),            // 43: raftmq.v1.GetOk
+	(*SetProtocol)(nil),      // 39: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 40: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 41: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 42: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 43: raftmq.v1.Result
+	(*GetOk)(nil),            // 44: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -4149,46 +4220,47 @@ var file_command_proto_depIdxs = []int32{
 	36, // 25: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
 	37, // 26: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
 	38, // 27: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	40, // 28: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	41, // 29: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 30: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 31: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 32: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 33: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 34: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 35: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 36: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 37: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	6,  // 38: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 39: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 40: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 41: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 42: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 43: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 44: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 45: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 46: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 47: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 48: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 49: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 50: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 51: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 52: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 53: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 54: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 55: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 56: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 57: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 58: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	5,  // 59: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	39, // 60: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	43, // 61: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 62: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	39, // 28: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	41, // 29: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	42, // 30: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	3,  // 31: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 32: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 33: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 34: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 35: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 36: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 37: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 38: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	6,  // 39: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 40: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 41: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 42: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 43: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 44: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 45: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 46: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 47: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 48: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 49: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 50: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 51: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 52: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 53: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 54: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 55: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 56: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 57: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 58: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 59: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	5,  // 60: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	40, // 61: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	44, // 62: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 63: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4224,6 +4296,7 @@ func file_command_proto_init() {
 		(*Command_ExpireQueue)(nil),
 		(*Command_Tick)(nil),
 		(*Command_RestartLeases)(nil),
+		(*Command_SetProtocol)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
 	}
@@ -4253,7 +4326,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

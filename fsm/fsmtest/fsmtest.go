@@ -26,14 +26,40 @@ func (r *Recorder) ConsumerCancelled(c *proto.ConsumerRef) { r.Cancelled = appen
 func (r *Recorder) NodeDown(node string) { r.Down = append(r.Down, node) }
 
 // New returns a machine with the defaults applied at stamp 1: vhost "/"
-// and user guest.
+// and user guest, at protocol level fsm.Protocol, as a new cluster's log
+// is.
 func New(t testing.TB) *fsm.Machine {
 	t.Helper()
+	return NewAt(t, fsm.Protocol)
+}
+
+// NewAt is New at a given protocol level: 1 is a log written before
+// levels existed, which never raised it.
+func NewAt(t testing.TB, level uint32) *fsm.Machine {
+	t.Helper()
 	m := fsm.New()
-	Apply(t, m, 1,
-		&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
-		&proto.Command{Cmd: &proto.Command_UserPut{UserPut: &proto.UserPut{Name: "guest", Tags: []string{"administrator"}}}})
+	cmds := []*proto.Command{
+		{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		{Cmd: &proto.Command_UserPut{UserPut: &proto.UserPut{Name: "guest", Tags: []string{"administrator"}}}},
+	}
+	if level > 1 {
+		cmds = append(cmds, SetProtocol(level))
+	}
+	res, _ := Apply(t, m, 1, cmds...)
+	for i, r := range res {
+		if r.GetCode() != 0 {
+			t.Fatalf("defaults: command %d refused: %v", i, r)
+		}
+	}
+	if got := m.ProtocolLevel(); got != level {
+		t.Fatalf("protocol level %d, want %d", got, level)
+	}
 	return m
+}
+
+// SetProtocol is the command raising the log's protocol level.
+func SetProtocol(level uint32) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_SetProtocol{SetProtocol: &proto.SetProtocol{Level: level}}}
 }
 
 // Apply applies one entry holding cmds at stamp (the next index) and
