@@ -31,6 +31,7 @@ const (
 
 type member struct {
 	meta   *proto.NodeMeta
+	addr   string // gossip address
 	health string
 	since  time.Time // when health last changed
 }
@@ -78,10 +79,10 @@ func (t *memberTable) set(n *memberlist.Node, health string) {
 		health = HealthLeft
 	}
 	if ok && old.health == health {
-		old.meta = meta
+		old.meta, old.addr = meta, n.Address()
 		return
 	}
-	t.m[n.Name] = &member{meta: meta, health: health, since: time.Now()}
+	t.m[n.Name] = &member{meta: meta, addr: n.Address(), health: health, since: time.Now()}
 }
 
 // gossipDelegate gives memberlist this node's metadata and feeds its events
@@ -222,11 +223,11 @@ func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.C
 // joinLoop joins the seeds, retrying until one answers, and joins them
 // again whenever this node finds itself alone (after a long partition
 // memberlist forgets the members it declared dead).
-func (n *Node) joinLoop(seeds []string) {
+func (n *Node) joinLoop() {
 	defer n.wg.Done()
 	joined := false
 	for {
-		if n.list.NumMembers() <= 1 {
+		if seeds := n.joinSeeds(); n.list.NumMembers() <= 1 && len(seeds) > 0 {
 			k, err := n.list.Join(seeds)
 			switch {
 			case k > 0 && !joined:
@@ -270,6 +271,7 @@ func (n *Node) housekeeping() {
 	for {
 		wait := n.changed.wait()
 		n.checkState()
+		n.savePeers()
 		if !n.hasState.Load() && n.cfg.BootstrapExpect > 1 {
 			n.maybeBootstrap()
 		}

@@ -236,6 +236,9 @@ type Node struct {
 
 	gossipAddr string // advertised gossip address
 
+	peersMu sync.Mutex
+	peers   []string // remembered gossip addresses of the other members (peers.go)
+
 	verifyMu     sync.Mutex
 	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
 
@@ -327,9 +330,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.runCompleter()
 	go n.monitorLeadership()
 	go n.housekeeping()
-	if len(cfg.Join) > 0 {
+	n.loadPeers()
+	if len(n.joinSeeds()) > 0 {
 		n.wg.Add(1)
-		go n.joinLoop(cfg.Join)
+		go n.joinLoop()
 	}
 	if n.restart {
 		n.wg.Add(1)
