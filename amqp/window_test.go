@@ -70,7 +70,7 @@ func windowOf(ts *testServer, consumer string) (uint32, int) {
 	ch := ts.srv.lookupFirst().channel(1)
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	w := ch.windows[consumer]
+	w := ch.led.windows[consumer]
 	if w == nil {
 		return 0, -1
 	}
