@@ -8,7 +8,6 @@ import (
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
-	"github.com/raftmq/raftmq/ttl"
 )
 
 // item is one complete inbound method, with its content when it has one.
@@ -48,26 +47,22 @@ type channel struct {
 	content *item
 	header  *wire.ContentHeader
 
-	// mu orders deliveries against consume-ok: deliveries for a consumer
-	// whose consume-ok is not written yet wait in starting.
-	mu        sync.Mutex
-	starting  map[string][]*fsm.Delivery
-	consumers map[string]bool
-	// overdue holds the log tags of deliveries withheld (never written:
-	// they arrived past their deadline, or their consumer went while this
-	// node held them); overdueKick wakes the worker to requeue them.
-	overdue     []uint64
+	// mu makes the channel the single owner of its ledger (ledger.go):
+	// the reader (acks), the apply path (deliveries, cancels), the held
+	// timer and the worker (consume, cancel, get, recover, close) each
+	// call it holding mu, and carry out the writes it returns before
+	// releasing mu. Nothing that can wait is done under mu (frames are
+	// queued, and outQueue.append never blocks): submissions to the log
+	// wait until it is released.
+	mu  sync.Mutex
+	led *ledger
+	// heldTimer calls expireHeld at the deadline the ledger asked for.
+	heldTimer *time.Timer
+	// overdueKick wakes the worker to requeue what the ledger withheld
+	// and to raise a failed acknowledgement.
 	overdueKick chan struct{}
 	// acks sends the channel's acknowledgements to the log (acks.go).
 	acks *ackSender
-	// Tags on the wire and consumer windows (window.go).
-	wireTag uint64
-	written map[uint64]written
-	order   []uint64 // wire tags written, ascending; some acked already
-	windows map[string]*window
-	// heldTimer fires at heldDue (unix ms), the earliest deadline held.
-	heldTimer *time.Timer
-	heldDue   int64
 
 	// Worker only.
 	prefetch       uint16 // basic.qos global=false
@@ -89,9 +84,7 @@ func newChannel(c *conn, id uint16) *channel {
 		in:          make(chan item, maxBatch),
 		quit:        make(chan struct{}),
 		done:        make(chan struct{}),
-		starting:    map[string][]*fsm.Delivery{},
-		consumers:   map[string]bool{},
-		windows:     map[string]*window{},
+		led:         newLedger(),
 		overdueKick: make(chan struct{}, 1),
 	}
 	ch.acks = newAckSender(ch)
@@ -391,27 +384,40 @@ func (ch *channel) finish(reply bool) {
 	ch.stop()
 }
 
-// deliver writes basic.deliver, or holds it until consume-ok went out.
+// deliver takes a delivery the log assigned to this channel (the Sink's
+// Deliver, on the node's apply goroutine): never blocks.
 func (ch *channel) deliver(d *fsm.Delivery) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if overdueAt(d, time.Now().UnixMilli()) {
-		ch.withhold(d.DeliveryTag)
-		return
-	}
-	tag := d.Consumer.GetTag()
-	if pending, ok := ch.starting[tag]; ok {
-		ch.starting[tag] = append(pending, d)
-		return
-	}
-	ch.offer(d)
+	ch.carryOut(ch.led.deliver(d, time.Now().UnixMilli()))
 }
 
-// withhold queues a delivery the client never saw for an unseen requeue.
-// Locks: ch.mu held.
-func (ch *channel) withhold(logTag uint64) {
-	ch.overdue = append(ch.overdue, logTag)
-	ch.kick()
+// carryOut does what a ledger call asked for: deliveries are queued for
+// the socket in the order of their wire tags, the held timer is armed,
+// the worker is woken for withheld deliveries. Locks: ch.mu held.
+func (ch *channel) carryOut(a actions) {
+	for _, n := range a.writes {
+		ch.writeDelivery(n)
+	}
+	if a.arm != 0 {
+		wait := time.Until(time.UnixMilli(a.arm))
+		if ch.heldTimer == nil {
+			ch.heldTimer = time.AfterFunc(wait, ch.expireHeld)
+		} else {
+			ch.heldTimer.Reset(wait)
+		}
+	}
+	if a.requeue {
+		ch.kick()
+	}
+}
+
+// expireHeld runs on the held timer: what the channel held past its
+// deadline goes back to the log unseen (the log kills it).
+func (ch *channel) expireHeld() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.carryOut(ch.led.expire(time.Now().UnixMilli()))
 }
 
 // kick wakes the worker to requeue withheld deliveries and raise a failed
@@ -423,34 +429,12 @@ func (ch *channel) kick() {
 	}
 }
 
-// overdueGrace is how far past its deadline, by this node's clock, a
-// delivery may still be written. The deadline is in log time (the leader's
-// clock): the grace absorbs a follower's ordinary apply lag and clock skew
-// between nodes, so a message with TTL 0 handed to a consumer on a follower
-// still reaches it.
-const overdueGrace = 250 * time.Millisecond
-
-// overdue reports whether d reached this node so long after its deadline
-// (a node catching up on the log applies old assignments) that writing it
-// would hand the client a message that is already dead. A no-ack delivery
-// is settled already, so it is written whatever its age.
-func overdueAt(d *fsm.Delivery, nowMs int64) bool {
-	return hasDeadline(d) && nowMs > d.Deadline+overdueGrace.Milliseconds()
-}
-
-// hasDeadline reports whether d's message can still die: it has a deadline
-// and the delivery is not settled already (no-ack).
-func hasDeadline(d *fsm.Delivery) bool {
-	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline
-}
-
 // requeueOverdue hands withheld deliveries back to the log, unseen:
 // requeued past their deadline, they die there (dead-lettered as expired)
 // as if they had never left the queue. Worker only.
 func (ch *channel) requeueOverdue() {
 	ch.mu.Lock()
-	tags := ch.overdue
-	ch.overdue = nil
+	tags := ch.led.takeOverdue()
 	ch.mu.Unlock()
 	if len(tags) == 0 {
 		return
@@ -466,7 +450,7 @@ func (ch *channel) requeueOverdue() {
 		// committed after all is refused alone (its tags are gone).
 		ch.c.logger().Warn("cannot requeue overdue deliveries yet, retrying", "channel", ch.id, "count", len(tags), "err", err)
 		ch.mu.Lock()
-		ch.overdue = append(tags, ch.overdue...)
+		ch.led.requeueFailed(tags)
 		ch.mu.Unlock()
 		time.AfterFunc(overdueRetry, ch.kick)
 		return
@@ -478,13 +462,14 @@ func (ch *channel) requeueOverdue() {
 // deliveries is sent again.
 const overdueRetry = 100 * time.Millisecond
 
-// writeDelivery queues one delivery, numbered for the wire. Locks: ch.mu
+// writeDelivery queues one delivery the ledger numbered. Locks: ch.mu
 // held.
-func (ch *channel) writeDelivery(d *fsm.Delivery) {
+func (ch *channel) writeDelivery(n numbered) {
+	d := n.d
 	props := propertiesFromProto(d.Properties)
 	ch.c.sendContent(ch.id, &wire.BasicDeliver{
 		ConsumerTag: d.Consumer.GetTag(),
-		DeliveryTag: ch.recordWritten(d.DeliveryTag, d.Consumer.GetTag(), d.NoAck),
+		DeliveryTag: n.wire,
 		Redelivered: d.Redelivered,
 		Exchange:    d.Exchange,
 		RoutingKey:  d.RoutingKey,
@@ -495,16 +480,11 @@ func (ch *channel) writeDelivery(d *fsm.Delivery) {
 func (ch *channel) consumerCancelled(tag string) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	_, active := ch.consumers[tag]
-	_, starting := ch.starting[tag]
-	if !active && !starting {
+	known, a := ch.led.cancelled(tag)
+	if !known {
 		return
 	}
-	delete(ch.consumers, tag)
-	delete(ch.starting, tag)
-	for _, t := range ch.dropWindow(tag) {
-		ch.withhold(t)
-	}
+	ch.carryOut(a)
 	if capability(ch.c.caps, "consumer_cancel_notify") {
 		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
 	}

@@ -445,21 +445,16 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	if tag == "" {
 		tag = randomName("amq.ctag-")
 	}
-	ch.mu.Lock()
-	_, active := ch.consumers[tag]
-	_, starting := ch.starting[tag]
-	if active || starting {
-		ch.mu.Unlock()
-		return wire.ConnError(wire.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)
-	}
-	// Deliveries the log assigns before consume-ok is written wait here.
-	ch.starting[tag] = nil
 	prefetch := ch.consumerPrefetch()
 	credit := consumerCredit(prefetch, m.NoAck, ch.c.srv.cfg.ConsumerLookahead)
-	if credit > prefetch {
-		ch.windows[tag] = &window{prefetch: prefetch}
-	}
+	ch.mu.Lock()
+	// Deliveries the log assigns before consume-ok is written wait in the
+	// ledger.
+	fresh := ch.led.startConsume(tag, prefetch, credit > prefetch)
 	ch.mu.Unlock()
+	if !fresh {
+		return wire.ConnError(wire.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)
+	}
 
 	ch.stateful = true
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
@@ -469,10 +464,8 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	}}})
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	pending, stillStarting := ch.starting[tag]
-	delete(ch.starting, tag)
+	active, a := ch.led.consumed(tag, e == nil)
 	if e != nil {
-		delete(ch.windows, tag)
 		return e
 	}
 	if res.GetConsumerTag() != "" && res.GetConsumerTag() != tag {
@@ -481,17 +474,14 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	if !m.NoWait {
 		ch.c.send(ch.id, &wire.BasicConsumeOk{ConsumerTag: tag})
 	}
-	if !stillStarting {
+	if !active {
 		// Cancelled by the broker before consume-ok: tell the client now.
 		if capability(ch.c.caps, "consumer_cancel_notify") {
 			ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
 		}
 		return nil
 	}
-	ch.consumers[tag] = true
-	for _, d := range pending {
-		ch.offer(d)
-	}
+	ch.carryOut(a)
 	return nil
 }
 
@@ -502,8 +492,7 @@ func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
 		return e
 	}
 	ch.mu.Lock()
-	delete(ch.consumers, m.ConsumerTag)
-	held := ch.dropWindow(m.ConsumerTag)
+	held := ch.led.cancel(m.ConsumerTag)
 	ch.mu.Unlock()
 	if !m.NoWait {
 		ch.c.send(ch.id, &wire.BasicCancelOk{ConsumerTag: m.ConsumerTag})
@@ -540,11 +529,12 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 		return nil
 	}
 	props := propertiesFromProto(g.GetProperties())
+	// Numbered and queued under mu, like deliveries: wire tags reach the
+	// client in order.
 	ch.mu.Lock()
-	tag := ch.recordWritten(g.GetDeliveryTag(), "", m.NoAck)
-	ch.mu.Unlock()
+	defer ch.mu.Unlock()
 	ch.c.sendContent(ch.id, &wire.BasicGetOk{
-		DeliveryTag: tag, Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
+		DeliveryTag: ch.led.got(g.GetDeliveryTag(), m.NoAck), Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
 		RoutingKey: g.GetRoutingKey(), MessageCount: g.GetMessageCount(),
 	}, &props, g.GetBody())
 	return nil

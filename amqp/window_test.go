@@ -70,7 +70,7 @@ func windowOf(ts *testServer, consumer string) (uint32, int) {
 	ch := ts.srv.lookupFirst().channel(1)
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	w := ch.windows[consumer]
+	w := ch.led.windows[consumer]
 	if w == nil {
 		return 0, -1
 	}
@@ -255,10 +255,11 @@ func TestWindow_RecoverTakesHeldToo(t *testing.T) {
 	eventually(t, 5*time.Second, "ack after recover", func() bool { return slices.Equal(lastSettleTags(ts), []uint64{13}) })
 }
 
-// Closing the channel, or the connection, gives back what the node held
-// unseen, before the close requeues the rest flagged redelivered.
+// Closing the channel, or the connection (the client's close, or the
+// server's when it applies its own NodeDown), gives back what the node
+// held unseen, before the close requeues the rest flagged redelivered.
 func TestWindow_CloseGivesHeldBackUnseen(t *testing.T) {
-	for _, what := range []string{"channel", "connection"} {
+	for _, what := range []string{"channel", "connection", "own NodeDown"} {
 		t.Run(what, func(t *testing.T) {
 			ts, conn, ch, ds := windowConsumer(t, 1)
 			cons := commandsOf(ts.broker, (*proto.Command).GetConsume)[0]
@@ -267,10 +268,15 @@ func TestWindow_CloseGivesHeldBackUnseen(t *testing.T) {
 			}
 			receive(t, ds, 10)
 			var err error
-			if what == "channel" {
+			switch what {
+			case "channel":
 				err = ch.Close()
-			} else {
+			case "connection":
 				err = conn.Close()
+			default:
+				closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+				ts.srv.NodeDown(ts.broker.NodeID())
+				mustClosedWith(t, closed, amqp091.ConnectionForced)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -294,7 +300,7 @@ func TestWindow_CloseGivesHeldBackUnseen(t *testing.T) {
 			if r == nil || !r.Unseen || !slices.Equal(r.Tags, []uint64{11, 12}) {
 				t.Fatalf("second of the close's entry: %v, want an unseen requeue of 11 and 12", last[1])
 			}
-			if (what == "channel") != (last[2].GetChannelClosed() != nil) || (what == "connection") != (last[2].GetConnectionClosed() != nil) {
+			if (what == "channel") != (last[2].GetChannelClosed() != nil) || (what != "channel") != (last[2].GetConnectionClosed() != nil) {
 				t.Fatalf("last of the close's entry: %v", last[2])
 			}
 		})

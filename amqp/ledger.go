@@ -1,0 +1,490 @@
+package amqp
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/ttl"
+)
+
+// ledger is a channel's delivery bookkeeping: the consumers it serves, the
+// wire tags it numbered and what they stand for in the log, what it wrote
+// to the client and what it holds back (look-ahead, window.go), and what
+// it withheld for an unseen requeue.
+//
+// Like the state machine (fsm), it is pure: it reads no clock (every
+// method that needs the time takes now, unix ms), does no I/O, starts no
+// goroutine and iterates no map in an order that leaks. Its methods
+// return what is to be done (actions: deliveries to write with their wire
+// tags, a deadline to arm a timer for, withheld tags waiting for the
+// worker) or the log tags a command must name, and the channel carries
+// that out. The channel is its single owner: every call holds ch.mu, and
+// the writes a call returns are queued (outQueue.append never blocks)
+// before ch.mu is released, so wire tags reach the client in the order
+// they were numbered whichever goroutine (the reader on an ack, the apply
+// path on a delivery, the held timer, the worker) made the call.
+type ledger struct {
+	// consumers are the channel's consumers the log registered; starting
+	// the ones whose consume-ok is not written yet, with the deliveries
+	// that wait for it.
+	consumers map[string]bool
+	starting  map[string][]*fsm.Delivery
+	// windows of the consumers with look-ahead.
+	windows map[string]*window
+	// wireTag is the last wire tag handed out; written holds the
+	// deliveries the client has and has not acknowledged, by wire tag,
+	// and order their wire tags ascending (some acknowledged already).
+	wireTag uint64
+	written map[uint64]written
+	order   []uint64
+	// overdue holds the log tags of deliveries withheld (never written:
+	// they arrived past their deadline, died while held, or their
+	// consumer went while held), for the worker's unseen requeue.
+	overdue []uint64
+	// heldDue is the deadline (unix ms) the held timer is armed for, 0
+	// when it is not armed.
+	heldDue int64
+	// closed is set once the channel handed everything to its close.
+	closed bool
+}
+
+// actions are what a ledger call asks the channel to do, in this order
+// and before it releases the ledger.
+type actions struct {
+	// writes are deliveries to write, numbered for the wire.
+	writes []numbered
+	// arm asks for the held timer to fire at this deadline (unix ms) and
+	// call expire; 0 leaves the timer as it is.
+	arm int64
+	// requeue says withheld log tags wait in overdue: wake the worker.
+	requeue bool
+}
+
+// numbered is a delivery to write and its wire tag.
+type numbered struct {
+	d    *fsm.Delivery
+	wire uint64
+}
+
+// closeout is what a closing channel's ledger gives back.
+type closeout struct {
+	// cancels are the consumers to cancel before the unseen requeue, when
+	// there is one (channel.heldRequeue says why).
+	cancels []string
+	// unseen are the log tags the channel held and never wrote: they go
+	// back without the redelivered flag.
+	unseen []uint64
+	// redelivered are the log tags the client held: the channel's close
+	// (ChannelClosed, ConnectionClosed, or a NodeDown of this node)
+	// requeues them flagged redelivered; the channel names them nowhere.
+	redelivered []uint64
+}
+
+func newLedger() *ledger {
+	return &ledger{
+		consumers: map[string]bool{},
+		starting:  map[string][]*fsm.Delivery{},
+		windows:   map[string]*window{},
+	}
+}
+
+// deliver takes a delivery the log assigned to one of the channel's
+// consumers: written, held, kept until consume-ok, or withheld when it
+// came too late (overdueAt). A closed ledger drops it: the close in the
+// log that ends the channel covers it.
+func (l *ledger) deliver(d *fsm.Delivery, now int64) actions {
+	var a actions
+	switch {
+	case l.closed:
+	case overdueAt(d, now):
+		l.withhold(&a, d.DeliveryTag)
+	default:
+		tag := d.Consumer.GetTag()
+		if pending, ok := l.starting[tag]; ok {
+			l.starting[tag] = append(pending, d)
+			break
+		}
+		l.offer(&a, d)
+	}
+	return a
+}
+
+// startConsume registers consumer tag as starting, with a window when it
+// has look-ahead; false when the channel has a consumer of that tag.
+func (l *ledger) startConsume(tag string, prefetch uint32, lookahead bool) bool {
+	if l.consumers[tag] {
+		return false
+	}
+	if _, ok := l.starting[tag]; ok {
+		return false
+	}
+	l.starting[tag] = nil
+	if lookahead {
+		l.windows[tag] = &window{prefetch: prefetch}
+	}
+	return true
+}
+
+// consumed ends the start of consumer tag once the log answered its
+// Consume (registered says whether it did). active reports whether the
+// consumer is still there: the log may have cancelled it before
+// consume-ok. The deliveries that waited are written (or held) after
+// consume-ok.
+func (l *ledger) consumed(tag string, registered bool) (active bool, a actions) {
+	pending, starting := l.starting[tag]
+	delete(l.starting, tag)
+	if !registered {
+		delete(l.windows, tag)
+		return false, a
+	}
+	if !starting || l.closed {
+		return false, a
+	}
+	l.consumers[tag] = true
+	for _, d := range pending {
+		l.offer(&a, d)
+	}
+	return true, a
+}
+
+// cancelled forgets a consumer the log cancelled (its queue went); known
+// reports whether it was the channel's. What the channel held for it is
+// withheld for an unseen requeue.
+func (l *ledger) cancelled(tag string) (known bool, a actions) {
+	_, active := l.consumers[tag]
+	_, starting := l.starting[tag]
+	if l.closed || (!active && !starting) {
+		return false, a
+	}
+	delete(l.consumers, tag)
+	delete(l.starting, tag)
+	for _, t := range l.dropWindow(tag) {
+		l.withhold(&a, t)
+	}
+	return true, a
+}
+
+// cancel forgets a consumer the client cancelled (the log committed the
+// Cancel) and returns the log tags it held, for an unseen requeue. What it
+// wrote stays the client's to acknowledge.
+func (l *ledger) cancel(tag string) []uint64 {
+	delete(l.consumers, tag)
+	return l.dropWindow(tag)
+}
+
+// got numbers a message basic.get took.
+func (l *ledger) got(logTag uint64, noAck bool) uint64 {
+	return l.record(logTag, "", noAck)
+}
+
+// ack takes a client's basic.ack, basic.nack or basic.reject and returns
+// the log tags it names, ascending (none for a multiple ack of tag 0 with
+// nothing outstanding: a no-op, as in RabbitMQ). Outside a transaction the
+// deliveries leave what the client holds at once and their consumers'
+// windows write what they hold; in one (tx) they are only read, and
+// pending is what commit takes. An unknown or already acknowledged tag is
+// RabbitMQ's 406.
+func (l *ledger) ack(m wire.Method, tx bool, now int64) (tags []uint64, pending []written, a actions, e *wire.Error) {
+	var tag uint64
+	var multiple bool
+	switch m := m.(type) {
+	case *wire.BasicAck:
+		tag, multiple = m.DeliveryTag, m.Multiple
+	case *wire.BasicNack:
+		tag, multiple = m.DeliveryTag, m.Multiple
+	case *wire.BasicReject:
+		tag = m.DeliveryTag
+	}
+	ws, e := l.acked(m, tag, multiple, !tx)
+	if e != nil {
+		return nil, nil, a, e
+	}
+	if tx {
+		pending = ws
+	} else {
+		l.released(&a, ws, now)
+	}
+	for _, w := range ws {
+		tags = append(tags, w.logTag)
+	}
+	slices.Sort(tags)
+	return tags, pending, a, nil
+}
+
+// commit settles, once tx.commit went through the log, the
+// acknowledgements a transaction read (ack with tx): they leave what the
+// client holds and return credit.
+func (l *ledger) commit(pending []written, now int64) actions {
+	var a actions
+	var ws []written
+	for _, w := range pending {
+		// Gone already when the transaction acked it twice.
+		if _, ok := l.written[w.wire]; ok {
+			delete(l.written, w.wire)
+			ws = append(ws, w)
+		}
+	}
+	l.released(&a, ws, now)
+	return a
+}
+
+// recover takes everything the channel was assigned and has not settled,
+// written or held, for basic.recover to requeue by name (ascending): a
+// delivery assigned after this point is a new one and stays.
+func (l *ledger) recover() []uint64 {
+	var tags []uint64
+	for _, w := range l.written {
+		tags = append(tags, w.logTag)
+	}
+	for _, c := range slices.Sorted(maps.Keys(l.windows)) {
+		w := l.windows[c]
+		tags = w.takeHeld(tags)
+		w.inflight = 0
+	}
+	l.written, l.order = nil, nil
+	slices.Sort(tags)
+	return tags
+}
+
+// close hands everything over to the channel's close and closes the
+// ledger: from now on deliveries are dropped (the close covers them) and
+// the log's cancels are not the client's business. What was held, and
+// what was withheld but not yet requeued by the worker (which may be gone
+// already), goes back unseen.
+func (l *ledger) close() closeout {
+	out := closeout{unseen: l.takeOverdue()}
+	for _, c := range slices.Sorted(maps.Keys(l.windows)) {
+		out.unseen = l.windows[c].takeHeld(out.unseen)
+		l.windows[c].inflight = 0
+	}
+	slices.Sort(out.unseen)
+	if len(out.unseen) > 0 {
+		out.cancels = slices.Sorted(maps.Keys(l.consumers))
+	}
+	clear(l.consumers)
+	for _, w := range l.written {
+		out.redelivered = append(out.redelivered, w.logTag)
+	}
+	slices.Sort(out.redelivered)
+	l.written, l.order = nil, nil
+	l.closed = true
+	return out
+}
+
+// expire withholds every held delivery whose deadline is at or before
+// now, for an unseen requeue that lets the log kill it, and arms the
+// timer for the next deadline held. The held timer calls it.
+func (l *ledger) expire(now int64) actions {
+	var a actions
+	l.heldDue = 0
+	next := int64(0)
+	for _, c := range slices.Sorted(maps.Keys(l.windows)) {
+		w := l.windows[c]
+		keep := w.held[:0]
+		for _, d := range w.held {
+			if expiredAt(d, now) {
+				l.withhold(&a, d.DeliveryTag)
+				continue
+			}
+			keep = append(keep, d)
+			if hasDeadline(d) && (next == 0 || d.Deadline < next) {
+				next = d.Deadline
+			}
+		}
+		clear(w.held[len(keep):])
+		w.held = keep
+		if len(w.held) == 0 {
+			w.held = nil
+		}
+	}
+	l.armHeld(&a, next)
+	return a
+}
+
+// takeOverdue returns the withheld log tags for the worker's unseen
+// requeue and forgets them.
+func (l *ledger) takeOverdue() []uint64 {
+	tags := l.overdue
+	l.overdue = nil
+	return tags
+}
+
+// requeueFailed puts back withheld tags whose requeue failed to commit,
+// ahead of those withheld since: they are sent again.
+func (l *ledger) requeueFailed(tags []uint64) {
+	l.overdue = append(tags, l.overdue...)
+}
+
+// withhold queues a delivery the client never saw for an unseen requeue.
+func (l *ledger) withhold(a *actions, logTag uint64) {
+	l.overdue = append(l.overdue, logTag)
+	a.requeue = true
+}
+
+// offer writes d if its consumer has room, else holds it.
+func (l *ledger) offer(a *actions, d *fsm.Delivery) {
+	if w := l.windows[d.Consumer.GetTag()]; w != nil && (w.inflight >= w.prefetch || len(w.held) > 0) {
+		w.held = append(w.held, d)
+		l.armHeld(a, d.Deadline)
+		return
+	}
+	a.writes = append(a.writes, numbered{d: d, wire: l.record(d.DeliveryTag, d.Consumer.GetTag(), d.NoAck)})
+}
+
+// record numbers a delivery for the wire; one to acknowledge is
+// remembered, and counted in its consumer's window.
+func (l *ledger) record(logTag uint64, consumer string, noAck bool) uint64 {
+	l.wireTag++
+	if !noAck {
+		if l.written == nil {
+			l.written = map[uint64]written{}
+		}
+		l.written[l.wireTag] = written{wire: l.wireTag, logTag: logTag, consumer: consumer}
+		l.order = append(l.order, l.wireTag)
+		if w := l.windows[consumer]; w != nil {
+			w.inflight++
+		}
+	}
+	return l.wireTag
+}
+
+// refill writes held deliveries of w while its client has room; the ones
+// past their deadline are withheld for requeueing.
+func (l *ledger) refill(a *actions, w *window, now int64) {
+	for len(w.held) > 0 && w.inflight < w.prefetch {
+		d := w.held[0]
+		w.held[0] = nil
+		w.held = w.held[1:]
+		if expiredAt(d, now) {
+			l.withhold(a, d.DeliveryTag)
+			continue
+		}
+		a.writes = append(a.writes, numbered{d: d, wire: l.record(d.DeliveryTag, d.Consumer.GetTag(), d.NoAck)})
+	}
+	if len(w.held) == 0 {
+		w.held = nil
+	}
+}
+
+// armHeld asks for the held timer to fire by deadline (unix ms) unless it
+// fires earlier already, so a held message dies on time even when its
+// consumer acks nothing.
+func (l *ledger) armHeld(a *actions, deadline int64) {
+	if deadline == 0 || deadline == ttl.NoDeadline || (l.heldDue != 0 && l.heldDue <= deadline) {
+		return
+	}
+	l.heldDue = deadline
+	a.arm = deadline
+}
+
+// acked takes wire tag (or every tag up to it, or everything written when
+// multiple and tag 0) out of what the client holds and returns those
+// deliveries. take=false only reads (a transaction settles at commit). An
+// unknown tag is RabbitMQ's 406.
+func (l *ledger) acked(m wire.Method, tag uint64, multiple, take bool) ([]written, *wire.Error) {
+	var out []written
+	if !multiple {
+		w, ok := l.written[tag]
+		if !ok {
+			return nil, wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
+		}
+		if take {
+			delete(l.written, tag)
+		}
+		return append(out, w), nil
+	}
+	if tag != 0 {
+		if _, ok := l.written[tag]; !ok {
+			return nil, wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
+		}
+	}
+	n := 0
+	for _, t := range l.order {
+		if tag != 0 && t > tag {
+			break
+		}
+		n++
+		if w, ok := l.written[t]; ok {
+			out = append(out, w)
+			if take {
+				delete(l.written, t)
+			}
+		}
+	}
+	if take {
+		l.order = l.order[n:]
+	}
+	return out, nil
+}
+
+// released returns credit to the windows of acknowledged deliveries and
+// writes what they hold.
+func (l *ledger) released(a *actions, ws []written, now int64) {
+	var touched []*window
+	for _, w := range ws {
+		if win := l.windows[w.consumer]; win != nil && win.inflight > 0 {
+			win.inflight--
+			touched = append(touched, win)
+		}
+	}
+	for _, win := range touched {
+		l.refill(a, win, now)
+	}
+	l.compactOrder()
+}
+
+// compactOrder drops acknowledged tags from the order once they dominate
+// it (single acks leave them behind).
+func (l *ledger) compactOrder() {
+	if len(l.order) <= 64 || len(l.order) <= 2*len(l.written) {
+		return
+	}
+	keep := l.order[:0]
+	for _, t := range l.order {
+		if _, ok := l.written[t]; ok {
+			keep = append(keep, t)
+		}
+	}
+	l.order = keep
+}
+
+// dropWindow removes consumer's window and returns the log tags of what it
+// held.
+func (l *ledger) dropWindow(consumer string) []uint64 {
+	w := l.windows[consumer]
+	if w == nil {
+		return nil
+	}
+	delete(l.windows, consumer)
+	return w.takeHeld(nil)
+}
+
+// overdueGrace is how far past its deadline, by this node's clock, a
+// delivery may still be written. The deadline is in log time (the leader's
+// clock): the grace absorbs a follower's ordinary apply lag and clock skew
+// between nodes, so a message with TTL 0 handed to a consumer on a follower
+// still reaches it.
+const overdueGrace = 250 * time.Millisecond
+
+// overdueAt reports whether d reached this node so long after its deadline
+// (a node catching up on the log applies old assignments) that writing it
+// would hand the client a message that is already dead. A no-ack delivery
+// is settled already, so it is written whatever its age.
+func overdueAt(d *fsm.Delivery, nowMs int64) bool {
+	return hasDeadline(d) && nowMs > d.Deadline+overdueGrace.Milliseconds()
+}
+
+// hasDeadline reports whether d's message can still die: it has a deadline
+// and the delivery is not settled already (no-ack).
+func hasDeadline(d *fsm.Delivery) bool {
+	return !d.NoAck && d.Deadline != 0 && d.Deadline != ttl.NoDeadline
+}
+
+// expiredAt reports whether a held delivery's message is past its deadline:
+// the client never saw it, so it is still the queue's and dies on time.
+func expiredAt(d *fsm.Delivery, nowMs int64) bool {
+	return hasDeadline(d) && d.Deadline <= nowMs
+}
