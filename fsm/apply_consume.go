@@ -12,6 +12,9 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 	if r != nil {
 		return r
 	}
+	if r := checkConsumeArgs(c.GetArguments()); r != nil {
+		return r
+	}
 	ch := s.channel(ref)
 	tag := c.GetConsumer().GetTag()
 	if tag == "" {

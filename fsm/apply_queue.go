@@ -54,6 +54,10 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 				}
 				q.argOverflow = sv
 			}
+		default:
+			if r := parseFeatureArg(q, f.GetKey(), v); r != nil {
+				return r
+			}
 		}
 	}
 	return nil
@@ -166,7 +170,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			if q.autoDelete != c.GetAutoDelete() {
 				return refused(406, "PRECONDITION_FAILED - inequivalent arg 'auto_delete' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetAutoDelete())+"' but current is '"+boolText(q.autoDelete)+"'")
 			}
-			for _, k := range equivalenceKeys {
+			for _, k := range append(equivalenceKeys, featureEquivalenceKeys...) {
 				a, aok := tableGet(c.GetArguments(), k)
 				b, bok := tableGet(q.args, k)
 				if aok != bok || (aok && !argEqual(a, b)) {

@@ -99,6 +99,8 @@ type queueState struct {
 	argTTL, argExpires, argMaxLen, argMaxBytes ttl.Opt
 	argDLX, argDLRK                            *string
 	argOverflow                                string
+	argDeliveryLimit                           *int64 // x-delivery-limit (features.go)
+	sac                                        bool   // x-single-active-consumer
 }
 
 type consumer struct {

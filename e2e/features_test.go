@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// The queue feature tests (priorities, delivery limit, single active
+// consumer, refused arguments) run against a three-node raftmq cluster, or,
+// with RAFTMQ_E2E_RABBITMQ set to an AMQP URL, against that RabbitMQ, so
+// that each expectation is checked against RabbitMQ itself.
+
+// brokerURLs returns n AMQP URLs: one per node of a new raftmq cluster, or
+// the RabbitMQ of RAFTMQ_E2E_RABBITMQ n times.
+func brokerURLs(t *testing.T, n int) []string {
+	t.Helper()
+	urls := make([]string, n)
+	if u := os.Getenv("RAFTMQ_E2E_RABBITMQ"); u != "" {
+		for i := range urls {
+			urls[i] = u
+		}
+		return urls
+	}
+	skipShort(t)
+	c := StartCluster(t, n)
+	for i, node := range c.Nodes {
+		urls[i] = node.AMQPURL()
+	}
+	return urls
+}
+
+func dialURL(t *testing.T, url string) *amqp.Connection {
+	t.Helper()
+	var conn *amqp.Connection
+	err := Eventually(20*time.Second, func() error {
+		c, err := amqp.Dial(url)
+		if err != nil {
+			return err
+		}
+		conn = c
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// freshQueue declares a queue after deleting any left by an earlier run
+// against the same broker, and deletes it when the test ends.
+func freshQueue(t *testing.T, ch *amqp.Channel, name string, args amqp.Table) {
+	t.Helper()
+	if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+		t.Fatalf("delete %s: %v", name, err)
+	}
+	mustDeclare(t, ch, name, args)
+	t.Cleanup(func() {
+		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+			t.Logf("delete %s: %v", name, err)
+		}
+	})
+}
+
+func TestFeatures_PriorityAcrossNodes(t *testing.T) {
+	urls := brokerURLs(t, 3)
+	pub := channel(t, dialURL(t, urls[0]))
+	freshQueue(t, pub, "feat.prio", amqp.Table{"x-max-priority": int32(10)})
+	// Priorities 0..12 cycling (11 and 12 count as 10) and messages
+	// without the property (priority 0).
+	var msgs []amqp.Publishing
+	want := map[int][]string{}
+	for i := 0; i < 40; i++ {
+		p := i % 13
+		m := amqp.Publishing{Body: []byte(fmt.Sprintf("%d/%d", p, i)), Priority: uint8(p)}
+		if i%7 == 0 {
+			m.Priority, p = 0, 0
+			m.Body = []byte(fmt.Sprintf("none/%d", i))
+		}
+		msgs = append(msgs, m)
+		want[min(p, 10)] = append(want[min(p, 10)], string(m.Body))
+	}
+	publishConfirmed(t, pub, "", "feat.prio", msgs)
+	var order []string
+	for p := 10; p >= 0; p-- {
+		order = append(order, want[p]...)
+	}
+
+	// An observer on another node sees them all queued.
+	obs := channel(t, dialURL(t, urls[2]))
+	if q, err := obs.QueueDeclarePassive("feat.prio", true, false, false, false, nil); err != nil || q.Messages != len(msgs) {
+		t.Fatalf("observer: %+v %v", q, err)
+	}
+	// basic.get on the observer's node takes the highest priority first.
+	first, ok, err := obs.Get("feat.prio", false)
+	if err != nil || !ok || string(first.Body) != order[0] {
+		t.Fatalf("basic.get: %q %v %v, want %q", first.Body, ok, err, order[0])
+	}
+	// Handed back, it returns to the head of its priority.
+	if err := first.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+
+	cons := channel(t, dialURL(t, urls[1]))
+	if err := cons.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	d, err := cons.Consume("feat.prio", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range order {
+		m := receive(t, d, 1, 30*time.Second)[0]
+		if string(m.Body) != w {
+			t.Fatalf("delivery %d is %q, want %q (priority %d)", i, m.Body, w, m.Priority)
+		}
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectNothing(t, d, 300*time.Millisecond)
+}

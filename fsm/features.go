@@ -1,0 +1,127 @@
+package fsm
+
+import (
+	"strconv"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Queue features beyond TTL and length limits: priorities
+// (x-max-priority), the delivery limit (x-delivery-limit, delivery-limit
+// policy key) and single active consumer (x-single-active-consumer), plus
+// the refusal of queue types and arguments raftmq does not implement.
+
+// DefaultDeliveryLimit is the delivery limit of a queue that sets none:
+// raftmq's queues are replicated like RabbitMQ 4's quorum queues, which
+// default to 20 so that a poison message cannot loop forever. A limit of
+// -1 (argument or policy) disables it.
+const DefaultDeliveryLimit = 20
+
+// maxPriority is RabbitMQ's highest supported x-max-priority.
+const maxPriority = 255
+
+// featureEquivalenceKeys are compared on redeclare, as RabbitMQ compares
+// every declare argument it knows.
+var featureEquivalenceKeys = []string{"x-max-priority", "x-delivery-limit", "x-single-active-consumer"}
+
+// unsupportedQueueArgs are queue arguments of features raftmq does not have
+// (streams): accepting them would silently give a different queue.
+var unsupportedQueueArgs = map[string]bool{
+	"x-max-age":                       true,
+	"x-stream-max-segment-size-bytes": true,
+	"x-stream-filter-size-bytes":      true,
+	"x-initial-cluster-size":          true,
+}
+
+// unsupportedConsumeArgs are basic.consume arguments of stream consumers.
+var unsupportedConsumeArgs = map[string]bool{
+	"x-stream-offset":                  true,
+	"x-stream-filter":                  true,
+	"x-stream-match-unfiltered":        true,
+	"x-stream-filter-match-unfiltered": true,
+}
+
+func invalidArg(key string, q *queueState, why string) *proto.Result {
+	return refused(406, "PRECONDITION_FAILED - invalid arg '"+key+"' for "+rs("queue", q.name, q.vhost)+": "+why)
+}
+
+// parseFeatureArg validates one declare argument of the features above;
+// other keys are left alone (RabbitMQ ignores unknown x- arguments).
+func parseFeatureArg(q *queueState, key string, v *proto.Value) *proto.Result {
+	switch key {
+	case "x-max-priority":
+		n, ok := valueAny(v).(int64)
+		switch {
+		case !ok:
+			return invalidArg(key, q, "\"expected integer, got "+typeName(v)+"\"")
+		case n < 0:
+			return invalidArg(key, q, "{value_negative,"+strconv.FormatInt(n, 10)+"}")
+		case n > maxPriority:
+			return invalidArg(key, q, "{max_value_exceeded,"+strconv.FormatInt(n, 10)+"}")
+		}
+		// 0 is accepted and leaves a plain queue, as in RabbitMQ.
+		q.q.SetMaxPriority(uint8(n))
+	case "x-delivery-limit":
+		n, ok := valueAny(v).(int64)
+		if !ok || n < -1 {
+			return invalidArg(key, q, "\"expected an integer >= -1, got "+describe(v, true)+"\"")
+		}
+		q.argDeliveryLimit = &n
+	case "x-single-active-consumer":
+		b, ok := v.GetKind().(*proto.Value_Bool)
+		if !ok {
+			return invalidArg(key, q, "{unacceptable_type,"+typeName(v)+"}")
+		}
+		q.sac = b.Bool
+	case "x-queue-type":
+		t, ok := valueString(v)
+		if !ok {
+			return invalidArg(key, q, "{unacceptable_type,"+typeName(v)+"}")
+		}
+		switch t {
+		case "classic", "quorum":
+			// Every raftmq queue is replicated through the log either way.
+		default:
+			return refused(406, "PRECONDITION_FAILED - raftmq does not support queue type '"+t+"'")
+		}
+	default:
+		if unsupportedQueueArgs[key] {
+			return refused(406, "PRECONDITION_FAILED - raftmq does not support queue argument '"+key+"' (stream queues)")
+		}
+	}
+	return nil
+}
+
+// checkConsumeArgs refuses consume arguments of features raftmq lacks.
+func checkConsumeArgs(args *proto.Table) *proto.Result {
+	for _, f := range args.GetFields() {
+		if unsupportedConsumeArgs[f.GetKey()] {
+			return refused(406, "PRECONDITION_FAILED - raftmq does not support consumer argument '"+f.GetKey()+"' (stream queues)")
+		}
+	}
+	return nil
+}
+
+// deliveryLimit is the effective delivery limit: argument, else policy,
+// else DefaultDeliveryLimit; -1 means none. An operator policy caps it.
+func (q *queueState) deliveryLimit() int64 {
+	limit := int64(DefaultDeliveryLimit)
+	if q.argDeliveryLimit != nil {
+		limit = *q.argDeliveryLimit
+	} else if d := q.policy.definition(); d != nil && d.DeliveryLimit != nil {
+		limit = d.GetDeliveryLimit()
+	}
+	if d := q.opPolicy.definition(); d != nil && d.DeliveryLimit != nil && d.GetDeliveryLimit() >= 0 {
+		if limit < 0 || d.GetDeliveryLimit() < limit {
+			limit = d.GetDeliveryLimit()
+		}
+	}
+	return limit
+}
+
+func (p *policy) definition() *proto.PolicyDefinition {
+	if p == nil {
+		return nil
+	}
+	return p.def.GetDefinition()
+}
