@@ -124,3 +124,71 @@ func TestFeatures_PriorityAcrossNodes(t *testing.T) {
 	}
 	expectNothing(t, d, 300*time.Millisecond)
 }
+
+// headerInt reads an integer header whatever width the broker chose.
+func headerInt(h amqp.Table, key string) (int64, bool) {
+	switch v := h[key].(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int8:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	}
+	return 0, false
+}
+
+func TestFeatures_DeliveryLimitDeadLettersAcrossNodes(t *testing.T) {
+	urls := brokerURLs(t, 3)
+	pub := channel(t, dialURL(t, urls[0]))
+	if err := pub.ExchangeDeclare("feat.dlx", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	freshQueue(t, pub, "feat.dead", nil)
+	if err := pub.QueueBind("feat.dead", "", "feat.dlx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// quorum: RabbitMQ 3.10 has delivery limits on quorum queues only; every
+	// raftmq queue is replicated alike.
+	freshQueue(t, pub, "feat.limited", amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(2), "x-dead-letter-exchange": "feat.dlx"})
+	publishConfirmed(t, pub, "", "feat.limited", []amqp.Publishing{{Body: []byte("poison")}})
+
+	cons := channel(t, dialURL(t, urls[1]))
+	if err := cons.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	d, err := cons.Consume("feat.limited", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		m := receive(t, d, 1, 30*time.Second)[0]
+		n, has := headerInt(m.Headers, "x-delivery-count")
+		if (i == 0 && has) || (i > 0 && (!has || n != int64(i))) || m.Redelivered != (i > 0) {
+			t.Fatalf("delivery %d: x-delivery-count %v (%v), redelivered %v", i+1, m.Headers["x-delivery-count"], has, m.Redelivered)
+		}
+		if err := m.Nack(false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The third return passes the limit: dead-lettered, not delivered again.
+	obs := channel(t, dialURL(t, urls[2]))
+	dead, err := obs.Consume("feat.dead", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := receive(t, dead, 1, 30*time.Second)[0]
+	deaths, _ := m.Headers["x-death"].([]any)
+	if string(m.Body) != "poison" || len(deaths) != 1 {
+		t.Fatalf("dead-lettered %q with x-death %v", m.Body, m.Headers["x-death"])
+	}
+	death, _ := deaths[0].(amqp.Table)
+	if death["reason"] != "delivery_limit" || death["queue"] != "feat.limited" {
+		t.Fatalf("x-death %v", death)
+	}
+	expectNothing(t, d, 300*time.Millisecond)
+}

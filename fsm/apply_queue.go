@@ -380,7 +380,7 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 		q.unacked++
 	}
 	s.sink.Deliver(&Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-		RoutingKey: m.RoutingKey, Properties: m.Properties, Body: m.Body, Deadline: m.Deadline, NoAck: c.noAck})
+		RoutingKey: m.RoutingKey, Properties: deliveryProps(m), Body: m.Body, Deadline: m.Deadline, NoAck: c.noAck})
 }
 
 // deliverHook lets tests observe every assignment to a consumer.

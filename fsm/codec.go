@@ -19,7 +19,7 @@ import (
 // policies and queues, channels). Every map is written in sorted key order.
 const (
 	snapMagic   = "RMQS"
-	snapVersion = 2 // 2 adds each consumer's credit
+	snapVersion = 3 // 2 adds each consumer's credit, 3 each message's returns
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -209,11 +209,13 @@ func encMessage(e *enc, m *queue.Message) {
 	e.i(m.MsgTTL)
 	e.u(m.Seq)
 	e.bo(m.Redelivered)
+	e.i(m.Returns)
 }
 
 type dec struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version uint64
 }
 
 var errCorrupt = errors.New("fsm: corrupt snapshot")
@@ -301,6 +303,9 @@ func decMessage(d *dec) *queue.Message {
 	m.MsgTTL = d.i()
 	m.Seq = d.u()
 	m.Redelivered = d.bo()
+	if d.version >= 3 {
+		m.Returns = d.i()
+	}
 	return m
 }
 
@@ -381,6 +386,7 @@ func decodeState(b []byte) (*state, error) {
 	if version < 1 || version > snapVersion {
 		return nil, errors.New("fsm: unsupported snapshot version")
 	}
+	d.version = version
 	s := &state{}
 	s.init()
 	s.index = d.u()
@@ -430,7 +436,9 @@ func decodeState(b []byte) (*state, error) {
 			q.lastUsed = d.i()
 			q.rr = int(d.u())
 			q.q.SetSeq(d.u())
-			if r := parseQueueArgs(q, q.args); r != nil {
+			if version < 3 {
+				restoreLegacyArgs(q)
+			} else if r := parseQueueArgs(q, q.args); r != nil {
 				return nil, errCorrupt
 			}
 			q.policy, q.opPolicy = matchPolicies(v, q.name, "queues")

@@ -3,7 +3,10 @@ package fsm
 import (
 	"strconv"
 
+	pb "google.golang.org/protobuf/proto"
+
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 )
 
 // Queue features beyond TTL and length limits: priorities
@@ -124,4 +127,64 @@ func (p *policy) definition() *proto.PolicyDefinition {
 		return nil
 	}
 	return p.def.GetDefinition()
+}
+
+// returned counts one more return of m (a consumer handed it back, or its
+// channel closed with it unacked, as RabbitMQ 4 counts returns) and, past
+// the queue's delivery limit, dead-letters it with reason delivery_limit
+// (dropped without a dead-letter exchange). It reports whether m died.
+func (s *state) returned(q *queueState, m *queue.Message) bool {
+	m.Returns++
+	if limit := q.deliveryLimit(); limit >= 0 && m.Returns > limit {
+		s.stats.Rejected++
+		s.deadLetter(q, m, ReasonDeliveryLimit)
+		return true
+	}
+	return false
+}
+
+// ReasonDeliveryLimit is the x-death reason of a message returned more
+// times than its queue's delivery limit allows.
+const ReasonDeliveryLimit = "delivery_limit"
+
+// deliveryProps are the properties a message is delivered with: once it
+// was returned, the x-delivery-count header says how many times (RabbitMQ
+// 4's quorum queue header). The stored properties are shared and never
+// changed, so the header goes on a copy.
+func deliveryProps(m *queue.Message) *proto.Properties {
+	if m.Returns == 0 {
+		return m.Properties
+	}
+	p := &proto.Properties{}
+	if m.Properties != nil {
+		p = pb.Clone(m.Properties).(*proto.Properties)
+	}
+	if p.Headers == nil {
+		p.Headers = &proto.Table{}
+	}
+	setHeader(p.Headers, "x-delivery-count", &proto.Value{Kind: &proto.Value_Int64{Int64: m.Returns}})
+	return p
+}
+
+// restoreLegacyArgs parses the arguments of a queue from a snapshot older
+// than format 3, when x-max-priority, x-delivery-limit,
+// x-single-active-consumer and x-queue-type were accepted whatever their
+// value: a value the checks now refuse is ignored, as it was then, so the
+// snapshot still loads.
+func restoreLegacyArgs(q *queueState) {
+	rest := &proto.Table{}
+	var features []*proto.Field
+	for _, f := range q.args.GetFields() {
+		switch f.GetKey() {
+		case "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
+			"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow":
+			rest.Fields = append(rest.Fields, f)
+		default:
+			features = append(features, f)
+		}
+	}
+	_ = parseQueueArgs(q, rest) // accepted when the queue was declared
+	for _, f := range features {
+		_ = parseFeatureArg(q, f.GetKey(), f.GetValue())
+	}
 }

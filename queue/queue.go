@@ -21,7 +21,10 @@ type Message struct {
 	MsgTTL      int64    // per-message expiration (ms), -1 when none
 	Seq         uint64
 	Redelivered bool
-	slot        int32 // position in the slab, -1 when not ready
+	// Returns counts the times a consumer handed the message back
+	// (x-delivery-count); past the queue's delivery limit it dies.
+	Returns int64
+	slot    int32 // position in the slab, -1 when not ready
 }
 
 // Queued reports whether a message that was pushed is still ready.
