@@ -177,7 +177,7 @@ func (q *req) consumers() error {
 			}
 			out = append(out, map[string]any{
 				"consumer_tag": c.GetConsumer().GetTag(), "exclusive": c.GetExclusive(), "ack_required": !c.GetNoAck(),
-				"prefetch_count": c.GetPrefetch(), "active": true, "activity_status": "up",
+				"prefetch_count": c.GetPrefetch(), "active": c.GetActive(), "activity_status": c.GetActivityStatus(),
 				"arguments": tableJSON(c.GetArguments()), "queue": map[string]any{"name": c.GetQueue(), "vhost": c.GetVhost()},
 				"channel_details": details,
 			})

@@ -192,3 +192,79 @@ func TestFeatures_DeliveryLimitDeadLettersAcrossNodes(t *testing.T) {
 	}
 	expectNothing(t, d, 300*time.Millisecond)
 }
+
+func numbered(from, to int) []amqp.Publishing {
+	var out []amqp.Publishing
+	for i := from; i < to; i++ {
+		out = append(out, amqp.Publishing{Body: []byte(fmt.Sprint(i))})
+	}
+	return out
+}
+
+// expectInOrder receives the messages from..to-1 in order on d, acking
+// each unless it is the last and keepLast is set.
+func expectInOrder(t *testing.T, who string, d <-chan amqp.Delivery, from, to int, keepLast bool) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		m := receive(t, d, 1, 30*time.Second)[0]
+		if string(m.Body) != fmt.Sprint(i) {
+			t.Fatalf("%s: got %q, want %d", who, m.Body, i)
+		}
+		if keepLast && i == to-1 {
+			return
+		}
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFeatures_SingleActiveConsumerAcrossNodes(t *testing.T) {
+	urls := brokerURLs(t, 3)
+	pub := channel(t, dialURL(t, urls[0]))
+	freshQueue(t, pub, "feat.sac", amqp.Table{"x-single-active-consumer": true})
+	consume := func(url, tag string) (*amqp.Channel, <-chan amqp.Delivery) {
+		ch := channel(t, dialURL(t, url))
+		if err := ch.Qos(1, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		d, err := ch.Consume("feat.sac", tag, false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch, d
+	}
+	// Registration order decides: a on one node, then b and c elsewhere.
+	cha, a := consume(urls[1], "a")
+	chb, b := consume(urls[2], "b")
+	_, c := consume(urls[0], "c")
+
+	publishConfirmed(t, pub, "", "feat.sac", numbered(0, 20))
+	expectInOrder(t, "a", a, 0, 20, false)
+	expectNothing(t, b, 200*time.Millisecond)
+	expectNothing(t, c, 0)
+
+	// a cancels: b, next in registration order, takes over.
+	if err := cha.Cancel("a", false); err != nil {
+		t.Fatal(err)
+	}
+	publishConfirmed(t, pub, "", "feat.sac", numbered(20, 30))
+	expectInOrder(t, "b", b, 20, 30, true) // holds 29 unacked
+	publishConfirmed(t, pub, "", "feat.sac", numbered(30, 35))
+	expectNothing(t, c, 200*time.Millisecond)
+
+	// b's channel closes holding 29: it is returned before c takes over,
+	// so c gets 29 (redelivered) and the rest in order.
+	if err := chb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := receive(t, c, 1, 30*time.Second)[0]
+	if string(m.Body) != "29" || !m.Redelivered {
+		t.Fatalf("c's first delivery %q redelivered=%v, want 29 redelivered", m.Body, m.Redelivered)
+	}
+	if err := m.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	expectInOrder(t, "c", c, 30, 35, false)
+	expectNothing(t, c, 200*time.Millisecond)
+}

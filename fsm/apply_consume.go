@@ -48,6 +48,7 @@ func (s *state) applyCancel(c *proto.Cancel) *proto.Result {
 	for _, x := range ch.consumers {
 		if x.ref.GetTag() == c.GetConsumer().GetTag() {
 			s.removeConsumer(x)
+			s.activateNext(x.q)
 			break
 		}
 	}
@@ -78,16 +79,23 @@ func (s *state) applyChannelClosed(c *proto.ChannelClosed) *proto.Result {
 }
 
 func (s *state) closeChannel(ch *channel, notify bool) {
+	var qs []*queueState
 	for len(ch.consumers) > 0 {
 		c := ch.consumers[0]
 		if notify {
 			s.sink.ConsumerCancelled(c.ref)
 		}
 		s.removeConsumer(c)
+		qs = append(qs, c.q)
 	}
 	s.requeue(ch, ch.unacked)
 	ch.unacked = nil
 	delete(s.channels, ch.key)
+	// After the requeue, so that a single active consumer taking over
+	// gets the returned messages first, in their order.
+	for _, q := range qs {
+		s.activateNext(q)
+	}
 }
 
 func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {

@@ -348,6 +348,9 @@ func (s *state) dispatch(q *queueState, fresh *queue.Message) {
 }
 
 func (q *queueState) nextConsumer() *consumer {
+	if q.sac {
+		return q.activeConsumer()
+	}
 	n := len(q.consumers)
 	for i := 0; i < n; i++ {
 		c := q.consumers[(q.rr+i)%n]

@@ -188,3 +188,40 @@ func restoreLegacyArgs(q *queueState) {
 		_ = parseFeatureArg(q, f.GetKey(), f.GetValue())
 	}
 }
+
+// activeConsumer is the consumer of a single-active-consumer queue that
+// may receive: the earliest registered, when it has credit. The others
+// wait; the next in registration order takes over when it goes (cancel,
+// channel or connection close, NodeDown of its node).
+func (q *queueState) activeConsumer() *consumer {
+	if len(q.consumers) == 0 {
+		return nil
+	}
+	if c := q.consumers[0]; c.noAck || c.hasCredit() {
+		return c
+	}
+	return nil
+}
+
+// activateNext hands ready messages to the consumer that became active
+// when the one before it went. Round-robin queues need nothing: their
+// other consumers were receiving already.
+func (s *state) activateNext(q *queueState) {
+	if q.sac && !q.deleted {
+		s.dispatch(q, nil)
+	}
+}
+
+// activity is RabbitMQ's (active, activity_status) of the queue's i-th
+// consumer: "up" without single active consumer, else "single_active"
+// for the first and "waiting" for the rest.
+func (q *queueState) activity(i int) (bool, string) {
+	switch {
+	case !q.sac:
+		return true, "up"
+	case i == 0:
+		return true, "single_active"
+	default:
+		return false, "waiting"
+	}
+}
