@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -267,4 +268,57 @@ func TestFeatures_SingleActiveConsumerAcrossNodes(t *testing.T) {
 	}
 	expectInOrder(t, "c", c, 30, 35, false)
 	expectNothing(t, c, 200*time.Millisecond)
+}
+
+// declareErr declares a queue on a channel of its own (a refusal closes
+// it) and returns the broker's refusal, nil when accepted.
+func declareErr(t *testing.T, conn *amqp.Connection, name string, args amqp.Table) *amqp.Error {
+	t.Helper()
+	ch := channel(t, conn)
+	_, err := ch.QueueDeclare(name, true, false, false, false, args)
+	if err == nil {
+		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		_ = ch.Close()
+		return nil
+	}
+	var e *amqp.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("declare %s: %v", name, err)
+	}
+	return e
+}
+
+func TestFeatures_UnsupportedArgumentsRefused(t *testing.T) {
+	urls := brokerURLs(t, 2)
+	conn := dialURL(t, urls[1])
+	// x- arguments RabbitMQ ignores stay accepted.
+	if e := declareErr(t, conn, "feat.unknown", amqp.Table{"x-foo": "bar", "x-queue-mode": "lazy"}); e != nil {
+		t.Fatalf("unknown x- argument refused: %v", e)
+	}
+	// A queue type nobody has: 406 from both.
+	if e := declareErr(t, conn, "feat.foo", amqp.Table{"x-queue-type": "foo"}); e == nil || e.Code != 406 {
+		t.Fatalf("x-queue-type foo: %v", e)
+	}
+	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
+		t.Log("RabbitMQ has streams: the stream refusals below are raftmq's own")
+		return
+	}
+	e := declareErr(t, conn, "feat.stream", amqp.Table{"x-queue-type": "stream"})
+	if e == nil || e.Code != 406 || e.Reason != "PRECONDITION_FAILED - raftmq does not support queue type 'stream'" {
+		t.Fatalf("x-queue-type stream: %v", e)
+	}
+	// An observer on another node finds no such queue.
+	obs := channel(t, dialURL(t, urls[0]))
+	if _, err := obs.QueueDeclarePassive("feat.stream", true, false, false, false, nil); err == nil {
+		t.Fatal("the refused stream queue exists")
+	}
+	ch := channel(t, conn)
+	freshQueue(t, ch, "feat.plain", nil)
+	_, err := ch.Consume("feat.plain", "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != 406 || ae.Reason != "PRECONDITION_FAILED - raftmq does not support consumer argument 'x-stream-offset' (stream queues)" {
+		t.Fatalf("x-stream-offset: %v", err)
+	}
 }

@@ -84,8 +84,13 @@ func parseFeatureArg(q *queueState, key string, v *proto.Value) *proto.Result {
 		switch t {
 		case "classic", "quorum":
 			// Every raftmq queue is replicated through the log either way.
-		default:
+		case "stream":
+			// A RabbitMQ queue type raftmq lacks: refused rather than
+			// silently made a queue that consumers drain.
 			return refused(406, "PRECONDITION_FAILED - raftmq does not support queue type '"+t+"'")
+		default:
+			// RabbitMQ's own refusal of a type it does not know.
+			return invalidArg(key, q, "\"unsupported queue type '"+t+"'\"")
 		}
 	default:
 		if unsupportedQueueArgs[key] {
