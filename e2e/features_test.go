@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -321,4 +323,29 @@ func TestFeatures_UnsupportedArgumentsRefused(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != 406 || ae.Reason != "PRECONDITION_FAILED - raftmq does not support consumer argument 'x-stream-offset' (stream queues)" {
 		t.Fatalf("x-stream-offset: %v", err)
 	}
+}
+
+// TestFeatures_Pika runs the same features through pika (Debian's
+// python3-pika), a client with its own framing and table encoding.
+func TestFeatures_Pika(t *testing.T) {
+	py := ""
+	for _, cand := range []string{"/usr/bin/python3", "python3"} {
+		if p, err := exec.LookPath(cand); err == nil && exec.Command(p, "-c", "import pika").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Skip("no python3 with pika (Debian package python3-pika)")
+	}
+	urls := brokerURLs(t, 3)
+	script, err := filepath.Abs(filepath.Join("testdata", "pika_features.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(py, append([]string{script}, urls...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pika script: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
