@@ -349,3 +349,38 @@ func TestFeatures_Pika(t *testing.T) {
 	}
 	t.Logf("%s", out)
 }
+
+func TestFeatures_ConsumerPriorityAcrossNodes(t *testing.T) {
+	urls := brokerURLs(t, 3)
+	pub := channel(t, dialURL(t, urls[0]))
+	freshQueue(t, pub, "feat.cprio", nil)
+	consume := func(url string, args amqp.Table) <-chan amqp.Delivery {
+		ch := channel(t, dialURL(t, url))
+		if err := ch.Qos(10, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		d, err := ch.Consume("feat.cprio", "", false, false, false, false, args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	lo := consume(urls[1], nil)
+	hi := consume(urls[2], amqp.Table{"x-priority": int32(10)})
+	// All ten fit hi's prefetch: hi gets them, lo none.
+	publishConfirmed(t, pub, "", "feat.cprio", numbered(0, 10))
+	got := receive(t, hi, 10, 30*time.Second)
+	for i, m := range got {
+		if string(m.Body) != fmt.Sprint(i) {
+			t.Fatalf("hi's delivery %d is %q", i, m.Body)
+		}
+	}
+	// hi is blocked (10 unacked): the next ones go to lo.
+	publishConfirmed(t, pub, "", "feat.cprio", numbered(10, 15))
+	for i, m := range receive(t, lo, 5, 30*time.Second) {
+		if string(m.Body) != fmt.Sprint(10+i) {
+			t.Fatalf("lo's delivery %d is %q", i, m.Body)
+		}
+	}
+	expectNothing(t, hi, 200*time.Millisecond)
+}

@@ -15,6 +15,10 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 	if r := checkConsumeArgs(c.GetArguments()); r != nil {
 		return r
 	}
+	prio, r := consumerPriority(q, c.GetArguments())
+	if r != nil {
+		return r
+	}
 	ch := s.channel(ref)
 	tag := c.GetConsumer().GetTag()
 	if tag == "" {
@@ -32,7 +36,7 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 	}
 	cs := &consumer{ref: &proto.ConsumerRef{Channel: ch.ref, Tag: tag}, q: q, ch: ch, noAck: c.GetNoAck(),
 		exclusive: c.GetExclusive(), prefetch: c.GetPrefetch(), credit: c.GetCredit(), args: c.GetArguments()}
-	q.consumers = append(q.consumers, cs)
+	q.addConsumer(cs, prio)
 	ch.consumers = append(ch.consumers, cs)
 	q.hadConsumer = true
 	q.lastUsed = s.clock
@@ -62,6 +66,9 @@ func (s *state) removeConsumer(c *consumer) {
 	c.gone = true
 	c.ch.consumers = deleteFunc(c.ch.consumers, func(x *consumer) bool { return x == c })
 	q.consumers = deleteFunc(q.consumers, func(x *consumer) bool { return x == c })
+	if c.priority != 0 {
+		q.prioritized--
+	}
 	if q.rr >= len(q.consumers) {
 		q.rr = 0
 	}

@@ -351,6 +351,9 @@ func (q *queueState) nextConsumer() *consumer {
 	if q.sac {
 		return q.activeConsumer()
 	}
+	if q.prioritized > 0 {
+		return q.nextByPriority()
+	}
 	n := len(q.consumers)
 	for i := 0; i < n; i++ {
 		c := q.consumers[(q.rr+i)%n]

@@ -453,7 +453,8 @@ func decodeState(b []byte) (*state, error) {
 					c.credit = uint32(d.u())
 				}
 				c.ref.Channel = c.ch.ref
-				q.consumers = append(q.consumers, c)
+				prio, _ := consumerPriority(q, c.args) // accepted when it consumed
+				q.addConsumer(c, prio)
 				consumers[c.ch.key+"\x00"+ref.GetTag()] = c
 			}
 			v.queues[q.name] = q

@@ -230,3 +230,57 @@ func (q *queueState) activity(i int) (bool, string) {
 		return false, "waiting"
 	}
 }
+
+// consumerPriority reads a consumer's x-priority: any integer, 0 when
+// absent, as RabbitMQ takes it.
+func consumerPriority(q *queueState, args *proto.Table) (int64, *proto.Result) {
+	v, ok := tableGet(args, "x-priority")
+	if !ok {
+		return 0, nil
+	}
+	n, isInt := valueAny(v).(int64)
+	if !isInt {
+		return 0, invalidArg("x-priority", q, "\"expected integer, got "+typeName(v)+"\"")
+	}
+	return n, nil
+}
+
+// addConsumer appends c to q's consumers (registration order) with its
+// priority.
+func (q *queueState) addConsumer(c *consumer, prio int64) {
+	c.priority = prio
+	if prio != 0 {
+		q.prioritized++
+	}
+	q.consumers = append(q.consumers, c)
+}
+
+// nextByPriority is nextConsumer for a queue whose consumers have
+// priorities: the highest-priority consumer below its prefetch,
+// round-robin among equals; lower ones get messages only while every
+// higher one is blocked (RabbitMQ's consumer priorities). Only when every
+// consumer is at its prefetch does the lookahead credit (assignments a
+// node holds beyond the prefetch) come in, again highest first: a high
+// consumer's lookahead must not starve a lower one that could take the
+// message now.
+func (q *queueState) nextByPriority() *consumer {
+	for _, open := range []func(*consumer) bool{(*consumer).belowPrefetch, (*consumer).hasCredit} {
+		n := len(q.consumers)
+		var best *consumer
+		at := 0
+		for i := 0; i < n; i++ {
+			k := (q.rr + i) % n
+			c := q.consumers[k]
+			if (c.noAck || open(c)) && (best == nil || c.priority > best.priority) {
+				best, at = c, k
+			}
+		}
+		if best != nil {
+			q.rr = (at + 1) % n
+			return best
+		}
+	}
+	return nil
+}
+
+func (c *consumer) belowPrefetch() bool { return c.prefetch == 0 || c.unacked < c.prefetch }

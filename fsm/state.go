@@ -101,6 +101,7 @@ type queueState struct {
 	argOverflow                                string
 	argDeliveryLimit                           *int64 // x-delivery-limit (features.go)
 	sac                                        bool   // x-single-active-consumer
+	prioritized                                int    // consumers with a nonzero x-priority
 }
 
 type consumer struct {
@@ -114,6 +115,7 @@ type consumer struct {
 	unacked   uint32
 	args      *proto.Table
 	gone      bool
+	priority  int64 // x-priority (features.go)
 }
 
 type channel struct {
