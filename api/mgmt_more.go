@@ -213,6 +213,9 @@ func policyDefJSON(d *proto.PolicyDefinition) map[string]any {
 	if d.Overflow != nil {
 		out["overflow"] = d.GetOverflow()
 	}
+	if d.DeliveryLimit != nil {
+		out["delivery-limit"] = d.GetDeliveryLimit()
+	}
 	return out
 }
 
@@ -223,7 +226,7 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 	def = &proto.PolicyDefinition{}
 	for k := range b {
 		switch k {
-		case "message-ttl", "expires", "max-length", "max-length-bytes":
+		case "message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit":
 			n, err := fieldInt(b, k, 0)
 			if err != nil {
 				return nil, nil, err
@@ -235,6 +238,8 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 				def.Expires = &n
 			case "max-length":
 				def.MaxLength = &n
+			case "delivery-limit":
+				def.DeliveryLimit = &n
 			default:
 				def.MaxLengthBytes = &n
 			}
