@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,19 +23,53 @@ import (
 // the RabbitMQ of RAFTMQ_E2E_RABBITMQ n times.
 func brokerURLs(t *testing.T, n int) []string {
 	t.Helper()
+	urls, _ := brokers(t, n)
+	return urls
+}
+
+// brokers is brokerURLs that also returns the raftmq cluster (nil for
+// RabbitMQ).
+func brokers(t *testing.T, n int) ([]string, *Cluster) {
+	t.Helper()
 	urls := make([]string, n)
 	if u := os.Getenv("RAFTMQ_E2E_RABBITMQ"); u != "" {
 		for i := range urls {
 			urls[i] = u
 		}
-		return urls
+		return urls, nil
 	}
 	skipShort(t)
 	c := StartCluster(t, n)
 	for i, node := range c.Nodes {
 		urls[i] = node.AMQPURL()
 	}
-	return urls
+	return urls, c
+}
+
+// consumerRows lists queue's consumers as "tag active activity_status"
+// through raftmqctl on node (or rabbitmqctl for RabbitMQ), sorted (the
+// two list in different orders).
+func consumerRows(t *testing.T, c *Cluster, node int, queue string) []string {
+	t.Helper()
+	columns := []string{"list_consumers", "queue_name", "consumer_tag", "active", "activity_status"}
+	var out string
+	if c == nil {
+		b, err := exec.Command("rabbitmqctl", append(columns, "--quiet")...).Output()
+		if err != nil {
+			t.Fatalf("rabbitmqctl list_consumers: %v", err)
+		}
+		out = string(b)
+	} else {
+		out = ctl(t, c.Nodes[node], columns...)
+	}
+	var rows []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == queue {
+			rows = append(rows, strings.Join(f[1:], " "))
+		}
+	}
+	slices.Sort(rows)
+	return rows
 }
 
 func dialURL(t *testing.T, url string) *amqp.Connection {
@@ -223,7 +259,7 @@ func expectInOrder(t *testing.T, who string, d <-chan amqp.Delivery, from, to in
 }
 
 func TestFeatures_SingleActiveConsumerAcrossNodes(t *testing.T) {
-	urls := brokerURLs(t, 3)
+	urls, cluster := brokers(t, 3)
 	pub := channel(t, dialURL(t, urls[0]))
 	freshQueue(t, pub, "feat.sac", amqp.Table{"x-single-active-consumer": true})
 	consume := func(url, tag string) (*amqp.Channel, <-chan amqp.Delivery) {
@@ -242,6 +278,10 @@ func TestFeatures_SingleActiveConsumerAcrossNodes(t *testing.T) {
 	chb, b := consume(urls[2], "b")
 	_, c := consume(urls[0], "c")
 
+	// The listing, read on the publisher's node, shows who is active.
+	if rows := strings.Join(consumerRows(t, cluster, 0, "feat.sac"), ", "); rows != "a true single_active, b false waiting, c false waiting" {
+		t.Fatalf("list_consumers: %s", rows)
+	}
 	publishConfirmed(t, pub, "", "feat.sac", numbered(0, 20))
 	expectInOrder(t, "a", a, 0, 20, false)
 	expectNothing(t, b, 200*time.Millisecond)
@@ -253,6 +293,9 @@ func TestFeatures_SingleActiveConsumerAcrossNodes(t *testing.T) {
 	}
 	publishConfirmed(t, pub, "", "feat.sac", numbered(20, 30))
 	expectInOrder(t, "b", b, 20, 30, true) // holds 29 unacked
+	if rows := strings.Join(consumerRows(t, cluster, 0, "feat.sac"), ", "); rows != "b true single_active, c false waiting" {
+		t.Fatalf("list_consumers after a's cancel: %s", rows)
+	}
 	publishConfirmed(t, pub, "", "feat.sac", numbered(30, 35))
 	expectNothing(t, c, 200*time.Millisecond)
 
