@@ -427,3 +427,49 @@ func TestFeatures_ConsumerPriorityAcrossNodes(t *testing.T) {
 	}
 	expectNothing(t, hi, 200*time.Millisecond)
 }
+
+// When the active consumer's node dies, the next consumer takes over with
+// the dead consumer's unacked messages first: the queue's order holds and
+// exactly one consumer receives.
+func TestFeatures_SingleActiveConsumerNodeDown(t *testing.T) {
+	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
+		t.Skip("kills a raftmq node: raftmq only")
+	}
+	skipShort(t)
+	c := StartCluster(t, 3)
+	pub := channel(t, dial(t, c.Nodes[0]))
+	mustDeclare(t, pub, "feat.sac.down", amqp.Table{"x-single-active-consumer": true})
+	consume := func(n int, tag string) <-chan amqp.Delivery {
+		ch := channel(t, dial(t, c.Nodes[n]))
+		if err := ch.Qos(5, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		d, err := ch.Consume("feat.sac.down", tag, false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a := consume(2, "a")
+	b := consume(1, "b")
+	publishConfirmed(t, pub, "", "feat.sac.down", numbered(0, 10))
+	for i, m := range receive(t, a, 5, 30*time.Second) { // held unacked
+		if string(m.Body) != fmt.Sprint(i) {
+			t.Fatalf("a's delivery %d is %q", i, m.Body)
+		}
+	}
+	expectNothing(t, b, 200*time.Millisecond)
+	c.Kill(2)
+	for i := 0; i < 10; i++ {
+		m := receive(t, b, 1, 60*time.Second)[0]
+		if string(m.Body) != fmt.Sprint(i) || m.Redelivered != (i < 5) {
+			t.Fatalf("b's delivery %d is %q (redelivered %v)", i, m.Body, m.Redelivered)
+		}
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rows := strings.Join(consumerRows(t, c, 0, "feat.sac.down"), ", "); rows != "b true single_active" {
+		t.Fatalf("list_consumers after a's node died: %s", rows)
+	}
+}
