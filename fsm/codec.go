@@ -436,9 +436,7 @@ func decodeState(b []byte) (*state, error) {
 			q.lastUsed = d.i()
 			q.rr = int(d.u())
 			q.q.SetSeq(d.u())
-			if version < 3 {
-				restoreLegacyArgs(q)
-			} else if r := parseQueueArgs(q, q.args); r != nil {
+			if r := restoreQueueArgs(q); r != nil {
 				return nil, errCorrupt
 			}
 			q.policy, q.opPolicy = matchPolicies(v, q.name, "queues")

@@ -171,12 +171,14 @@ func deliveryProps(m *queue.Message) *proto.Properties {
 	return p
 }
 
-// restoreLegacyArgs parses the arguments of a queue from a snapshot older
-// than format 3, when x-max-priority, x-delivery-limit,
-// x-single-active-consumer and x-queue-type were accepted whatever their
-// value: a value the checks now refuse is ignored, as it was then, so the
-// snapshot still loads.
-func restoreLegacyArgs(q *queueState) {
+// restoreQueueArgs parses the arguments of a restored queue. Before these
+// features, x-max-priority, x-delivery-limit, x-single-active-consumer,
+// x-queue-type and the stream arguments were accepted whatever their
+// value, and such a queue lives on in the state and in every later
+// snapshot: a feature value the checks now refuse is ignored, as it was
+// then, so the snapshot still loads. The other arguments were checked at
+// declare; one that fails now means a corrupt snapshot.
+func restoreQueueArgs(q *queueState) *proto.Result {
 	rest := &proto.Table{}
 	var features []*proto.Field
 	for _, f := range q.args.GetFields() {
@@ -188,10 +190,13 @@ func restoreLegacyArgs(q *queueState) {
 			features = append(features, f)
 		}
 	}
-	_ = parseQueueArgs(q, rest) // accepted when the queue was declared
+	if r := parseQueueArgs(q, rest); r != nil {
+		return r
+	}
 	for _, f := range features {
 		_ = parseFeatureArg(q, f.GetKey(), f.GetValue())
 	}
+	return nil
 }
 
 // activeConsumer is the consumer of a single-active-consumer queue that
