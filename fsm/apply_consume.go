@@ -52,7 +52,9 @@ func (s *state) applyCancel(c *proto.Cancel) *proto.Result {
 	for _, x := range ch.consumers {
 		if x.ref.GetTag() == c.GetConsumer().GetTag() {
 			s.removeConsumer(x)
-			s.activateNext(x.q)
+			if !x.mayHold() {
+				s.activateNext(x.q)
+			}
 			break
 		}
 	}

@@ -222,6 +222,18 @@ func (s *state) activateNext(q *queueState) {
 	}
 }
 
+// mayHold reports whether c's node may hold deliveries it never wrote to
+// the client (lookahead beyond the prefetch: amqp/DESIGN.md). On
+// basic.cancel the node hands those back with an unseen requeue right
+// after the Cancel; for a single-active-consumer queue the next consumer
+// must get them before the messages behind them, so its activation waits
+// for that requeue. If the node held nothing, unacked beyond the prefetch
+// means acks or nacks on their way, whose settling dispatches the queue
+// too; a close or NodeDown of the channel activates it in any case.
+func (c *consumer) mayHold() bool {
+	return c.prefetch != 0 && c.credit > c.prefetch && c.unacked > c.prefetch
+}
+
 // activity is RabbitMQ's (active, activity_status) of the queue's i-th
 // consumer: "up" without single active consumer, else "single_active"
 // for the first and "waiting" for the rest.

@@ -109,3 +109,36 @@ func TestMachine_SingleActiveConsumerNodeDownKeepsOrder(t *testing.T) {
 		t.Fatalf("string flag: %d %q", r.GetCode(), r.GetText())
 	}
 }
+
+// A consumer with lookahead credit is cancelled while its node holds
+// deliveries it never wrote: the node hands them back unseen after the
+// Cancel, and the next consumer gets them before the messages behind.
+func TestMachine_SingleActiveConsumerCancelWithHeldDeliveries(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 1, declare("q", sacArgs()))
+	a := consume("q", "a", ch1, 2)
+	a.GetConsume().Credit = 6
+	fsmtest.One(t, m, 1, a)
+	fsmtest.One(t, m, 1, consume("q", "b", ch2, 0))
+	for i := 0; i < 8; i++ {
+		fsmtest.One(t, m, 2, publish("", "q", fmt.Sprint(i), nil))
+	}
+	// a was assigned 0..5: its node wrote 0 and 1 and holds 2..5.
+	_, rec := fsmtest.One(t, m, 3, cancel("a", ch1))
+	if len(rec.Deliveries) != 0 {
+		t.Fatalf("b activated before the held deliveries came back: %q", bodiesOf(rec.Deliveries))
+	}
+	held := &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ch1, Tags: []uint64{3, 4, 5, 6}, Unseen: true}}}
+	_, rec = fsmtest.One(t, m, 3, held)
+	if got := bodiesOf(rec.Deliveries); got != "234567" {
+		t.Fatalf("b got %q, want the held 2..5 first", got)
+	}
+	// Without lookahead nothing is held: b takes over at the cancel.
+	fsmtest.One(t, m, 4, declare("r", sacArgs()))
+	fsmtest.One(t, m, 4, consume("r", "c", ch1, 1))
+	fsmtest.One(t, m, 4, consume("r", "d", ch2, 0))
+	fsmtest.Apply(t, m, 4, publish("", "r", "x", nil), publish("", "r", "y", nil))
+	if _, rec = fsmtest.One(t, m, 5, cancel("c", ch1)); bodiesOf(rec.Deliveries) != "y" {
+		t.Fatalf("plain cancel: b got %q", bodiesOf(rec.Deliveries))
+	}
+}
