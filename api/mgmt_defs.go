@@ -19,7 +19,8 @@ import (
 // kept on the queue (and exported again) but do nothing, which an import
 // reports.
 var honouredQueueArgs = []string{"x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
-	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow"}
+	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow",
+	"x-max-priority", "x-delivery-limit", "x-single-active-consumer"}
 
 // honouredExchangeArgs are the exchange arguments raftmq acts on.
 var honouredExchangeArgs = []string{"alternate-exchange"}

@@ -177,7 +177,7 @@ func (q *req) consumers() error {
 			}
 			out = append(out, map[string]any{
 				"consumer_tag": c.GetConsumer().GetTag(), "exclusive": c.GetExclusive(), "ack_required": !c.GetNoAck(),
-				"prefetch_count": c.GetPrefetch(), "active": true, "activity_status": "up",
+				"prefetch_count": c.GetPrefetch(), "active": c.GetActive(), "activity_status": c.GetActivityStatus(),
 				"arguments": TableJSON(c.GetArguments()), "queue": map[string]any{"name": c.GetQueue(), "vhost": c.GetVhost()},
 				"channel_details": details,
 			})
@@ -214,6 +214,9 @@ func PolicyDefinitionJSON(d *proto.PolicyDefinition) map[string]any {
 	if d.Overflow != nil {
 		out["overflow"] = d.GetOverflow()
 	}
+	if d.DeliveryLimit != nil {
+		out["delivery-limit"] = d.GetDeliveryLimit()
+	}
 	return out
 }
 
@@ -224,7 +227,7 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 	def = &proto.PolicyDefinition{}
 	for k := range b {
 		switch k {
-		case "message-ttl", "expires", "max-length", "max-length-bytes":
+		case "message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit":
 			n, err := fieldInt(b, k, 0)
 			if err != nil {
 				return nil, nil, err
@@ -236,6 +239,8 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 				def.Expires = &n
 			case "max-length":
 				def.MaxLength = &n
+			case "delivery-limit":
+				def.DeliveryLimit = &n
 			default:
 				def.MaxLengthBytes = &n
 			}

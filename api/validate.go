@@ -57,6 +57,12 @@ func validatePolicy(name, pattern, applyTo string, def *proto.PolicyDefinition) 
 			return fmt.Errorf("overflow %q must be one of drop-head, reject-publish, reject-publish-dlx", def.GetOverflow())
 		}
 	}
+	if def.DeliveryLimit != nil {
+		empty = false
+		if def.GetDeliveryLimit() < -1 {
+			return fmt.Errorf("delivery-limit %d must be >= -1 (-1: no limit)", def.GetDeliveryLimit())
+		}
+	}
 	if def.DeadLetterExchange != nil {
 		empty = false
 	}

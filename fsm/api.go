@@ -259,9 +259,12 @@ func (m *Machine) Consumers(vhost string) []*proto.ConsumerInfo {
 	var out []*proto.ConsumerInfo
 	for _, v := range m.vhostsOf(vhost) {
 		for _, k := range sortedKeys(v.queues) {
-			for _, c := range v.queues[k].consumers {
+			q := v.queues[k]
+			for i, c := range q.consumers {
+				active, status := q.activity(i)
 				out = append(out, &proto.ConsumerInfo{Vhost: v.name, Queue: k, Consumer: pb.Clone(c.ref).(*proto.ConsumerRef),
-					NoAck: c.noAck, Exclusive: c.exclusive, Prefetch: c.prefetch, Unacked: uint64(c.unacked), Arguments: cloneTable(c.args)})
+					NoAck: c.noAck, Exclusive: c.exclusive, Prefetch: c.prefetch, Unacked: uint64(c.unacked), Arguments: cloneTable(c.args),
+					Active: active, ActivityStatus: status})
 			}
 		}
 	}

@@ -12,6 +12,15 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 	if r != nil {
 		return r
 	}
+	if q.features {
+		if r := checkConsumeArgs(c.GetArguments()); r != nil {
+			return r
+		}
+	}
+	prio, r := consumerPriority(q, c.GetArguments())
+	if r != nil {
+		return r
+	}
 	ch := s.channel(ref)
 	tag := c.GetConsumer().GetTag()
 	if tag == "" {
@@ -29,7 +38,7 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 	}
 	cs := &consumer{ref: &proto.ConsumerRef{Channel: ch.ref, Tag: tag}, q: q, ch: ch, noAck: c.GetNoAck(),
 		exclusive: c.GetExclusive(), prefetch: c.GetPrefetch(), credit: c.GetCredit(), args: c.GetArguments()}
-	q.consumers = append(q.consumers, cs)
+	q.addConsumer(cs, prio)
 	ch.consumers = append(ch.consumers, cs)
 	q.hadConsumer = true
 	q.lastUsed = s.clock
@@ -45,6 +54,9 @@ func (s *state) applyCancel(c *proto.Cancel) *proto.Result {
 	for _, x := range ch.consumers {
 		if x.ref.GetTag() == c.GetConsumer().GetTag() {
 			s.removeConsumer(x)
+			if !x.mayHold() {
+				s.activateNext(x.q)
+			}
 			break
 		}
 	}
@@ -58,6 +70,9 @@ func (s *state) removeConsumer(c *consumer) {
 	c.gone = true
 	c.ch.consumers = deleteFunc(c.ch.consumers, func(x *consumer) bool { return x == c })
 	q.consumers = deleteFunc(q.consumers, func(x *consumer) bool { return x == c })
+	if c.priority != 0 {
+		q.prioritized--
+	}
 	if q.rr >= len(q.consumers) {
 		q.rr = 0
 	}
@@ -75,12 +90,14 @@ func (s *state) applyChannelClosed(c *proto.ChannelClosed) *proto.Result {
 }
 
 func (s *state) closeChannel(ch *channel, notify bool) {
+	var qs []*queueState
 	for len(ch.consumers) > 0 {
 		c := ch.consumers[0]
 		if notify {
 			s.sink.ConsumerCancelled(c.ref)
 		}
 		s.removeConsumer(c)
+		qs = append(qs, c.q)
 	}
 	s.requeue(ch, ch.unacked)
 	ch.unacked = nil
@@ -88,6 +105,11 @@ func (s *state) closeChannel(ch *channel, notify bool) {
 		s.tagFloor = max(s.tagFloor, ch.nextTag)
 	}
 	delete(s.channels, ch.key)
+	// After the requeue, so that a single active consumer taking over
+	// gets the returned messages first, in their order.
+	for _, q := range qs {
+		s.activateNext(q)
+	}
 }
 
 func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {

@@ -37,6 +37,9 @@ func validatePolicy(c *proto.PolicySet) (*regexp.Regexp, *proto.Result) {
 	if (d.MaxLength != nil && d.GetMaxLength() < 0) || (d.MaxLengthBytes != nil && d.GetMaxLengthBytes() < 0) {
 		return nil, refused(406, "PRECONDITION_FAILED - invalid max-length")
 	}
+	if d.DeliveryLimit != nil && d.GetDeliveryLimit() < -1 {
+		return nil, refused(406, "PRECONDITION_FAILED - invalid delivery-limit")
+	}
 	if d.Overflow != nil {
 		switch d.GetOverflow() {
 		case "drop-head", "reject-publish", "reject-publish-dlx":

@@ -105,7 +105,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 			q.unacked++
 		}
 		return &proto.Result{Get: &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()), Properties: m.Properties, Body: m.Body}}
+			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()), Properties: deliveryProps(m), Body: m.Body}}
 	}
 }
 

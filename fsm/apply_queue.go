@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,6 +54,13 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 					return refused(406, "PRECONDITION_FAILED - invalid arg 'x-overflow' for "+rs("queue", q.name, q.vhost))
 				}
 				q.argOverflow = sv
+			}
+		default:
+			if !q.features {
+				continue
+			}
+			if r := parseFeatureArg(q, f.GetKey(), v); r != nil {
+				return r
 			}
 		}
 	}
@@ -166,7 +174,11 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			if q.autoDelete != c.GetAutoDelete() {
 				return refused(406, "PRECONDITION_FAILED - inequivalent arg 'auto_delete' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetAutoDelete())+"' but current is '"+boolText(q.autoDelete)+"'")
 			}
-			for _, k := range equivalenceKeys {
+			keys := equivalenceKeys
+			if q.features {
+				keys = append(slices.Clone(keys), featureEquivalenceKeys...)
+			}
+			for _, k := range keys {
 				a, aok := tableGet(c.GetArguments(), k)
 				b, bok := tableGet(q.args, k)
 				if aok != bok || (aok && !argEqual(a, b)) {
@@ -184,7 +196,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 		return refused(403, "ACCESS_REFUSED - queue name '"+name+"' contains reserved prefix 'amq.*'")
 	}
 	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
-		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock}
+		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(3)}
 	if c.GetExclusive() {
 		q.owner = owner
 	}
@@ -344,6 +356,12 @@ func (s *state) dispatch(q *queueState, fresh *queue.Message) {
 }
 
 func (q *queueState) nextConsumer() *consumer {
+	if q.sac {
+		return q.activeConsumer()
+	}
+	if q.prioritized > 0 {
+		return q.nextByPriority()
+	}
 	n := len(q.consumers)
 	for i := 0; i < n; i++ {
 		c := q.consumers[(q.rr+i)%n]
@@ -376,7 +394,7 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 		q.unacked++
 	}
 	s.sink.Deliver(&Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-		RoutingKey: m.RoutingKey, Properties: m.Properties, Body: m.Body, Deadline: m.Deadline, NoAck: c.noAck})
+		RoutingKey: m.RoutingKey, Properties: deliveryProps(m), Body: m.Body, Deadline: m.Deadline, NoAck: c.noAck})
 }
 
 // deliverHook lets tests observe every assignment to a consumer.

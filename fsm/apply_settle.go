@@ -166,6 +166,9 @@ func (s *state) requeueAs(ps []*pending, seen bool) {
 				s.kill(q, m, ttl.ReasonExpired)
 				continue
 			}
+			if seen && s.returned(q, m) {
+				continue
+			}
 			back = append(back, m)
 		}
 		s.stats.Requeued += uint64(len(back))

@@ -21,8 +21,9 @@ import (
 const (
 	snapMagic = "RMQS"
 	// 2 adds each consumer's credit, 3 the delivery tag floor, 4 the
-	// log's protocol level.
-	snapVersion = 4
+	// log's protocol level, 5 each message's returns and each queue's
+	// features flag (features.go).
+	snapVersion = 5
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -31,6 +32,16 @@ type enc struct {
 	b     []byte
 	lazy  bool
 	parts []part
+	// format is the snapshot format written; 0 is snapVersion (tests
+	// write earlier formats to check that they still load).
+	format uint64
+}
+
+func (e *enc) version() uint64 {
+	if e.format == 0 {
+		return snapVersion
+	}
+	return e.format
 }
 
 // reserve announces n messages to come, so their copies are allocated once.
@@ -91,13 +102,18 @@ func (s *state) encode() []byte {
 // encodeTo writes the state to e; with e.lazy, messages are copied for a
 // later encoding instead (see lazySnapshot).
 func (s *state) encodeTo(e *enc) {
+	v := e.version()
 	e.b = append(e.b, snapMagic...)
-	e.u(snapVersion)
+	e.u(v)
 	e.u(s.index)
 	e.i(s.clock)
 	e.bo(s.initialized)
-	e.u(s.tagFloor)
-	e.u(uint64(s.level))
+	if v >= 3 {
+		e.u(s.tagFloor)
+	}
+	if v >= 4 {
+		e.u(uint64(s.level))
+	}
 	st := s.stats
 	for _, v := range []uint64{st.Published, st.Routed, st.Delivered, st.Acked, st.Requeued, st.Expired, st.DeadLettered, st.Dropped, st.Rejected, st.Purged, st.Refused} {
 		e.u(v)
@@ -158,6 +174,9 @@ func (s *state) encodeTo(e *enc) {
 			e.i(q.lastUsed)
 			e.u(uint64(q.rr))
 			e.u(q.q.Seq())
+			if e.version() >= 5 {
+				e.bo(q.features)
+			}
 			e.u(uint64(q.q.Len()))
 			e.reserve(q.q.Len())
 			q.q.Each(func(m *queue.Message) { e.message(m) })
@@ -214,11 +233,15 @@ func encMessage(e *enc, m *queue.Message) {
 	e.i(m.MsgTTL)
 	e.u(m.Seq)
 	e.bo(m.Redelivered)
+	if e.version() >= 5 {
+		e.i(m.Returns)
+	}
 }
 
 type dec struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version uint64
 }
 
 var errCorrupt = errors.New("fsm: corrupt snapshot")
@@ -306,6 +329,9 @@ func decMessage(d *dec) *queue.Message {
 	m.MsgTTL = d.i()
 	m.Seq = d.u()
 	m.Redelivered = d.bo()
+	if d.version >= 5 {
+		m.Returns = d.i()
+	}
 	return m
 }
 
@@ -386,6 +412,7 @@ func decodeState(b []byte) (*state, error) {
 	if version < 1 || version > snapVersion {
 		return nil, errors.New("fsm: unsupported snapshot version")
 	}
+	d.version = version
 	s := &state{}
 	s.init()
 	s.index = d.u()
@@ -454,7 +481,10 @@ func decodeState(b []byte) (*state, error) {
 			q.lastUsed = d.i()
 			q.rr = int(d.u())
 			q.q.SetSeq(d.u())
-			if r := parseQueueArgs(q, q.args); r != nil {
+			if version >= 5 {
+				q.features = d.bo()
+			}
+			if r := restoreQueueArgs(q); r != nil {
 				return nil, errCorrupt
 			}
 			q.policy, q.opPolicy = matchPolicies(v, q.name, "queues")
@@ -469,7 +499,8 @@ func decodeState(b []byte) (*state, error) {
 					c.credit = uint32(d.u())
 				}
 				c.ref.Channel = c.ch.ref
-				q.consumers = append(q.consumers, c)
+				prio, _ := consumerPriority(q, c.args) // accepted when it consumed
+				q.addConsumer(c, prio)
 				consumers[c.ch.key+"\x00"+ref.GetTag()] = c
 			}
 			v.queues[q.name] = q

@@ -109,6 +109,14 @@ type queueState struct {
 	argTTL, argExpires, argMaxLen, argMaxBytes ttl.Opt
 	argDLX, argDLRK                            *string
 	argOverflow                                string
+	// features: declared at protocol level 3 or later, so the arguments
+	// of features.go apply; a queue declared before keeps the behaviour it
+	// had (a replica replaying its declare at the old level and one
+	// restoring it from a snapshot must agree).
+	features         bool
+	argDeliveryLimit *int64 // x-delivery-limit (features.go)
+	sac              bool   // x-single-active-consumer
+	prioritized      int    // consumers with a nonzero x-priority
 }
 
 type consumer struct {
@@ -122,6 +130,7 @@ type consumer struct {
 	unacked   uint32
 	args      *proto.Table
 	gone      bool
+	priority  int64 // x-priority (features.go)
 }
 
 type channel struct {

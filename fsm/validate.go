@@ -66,7 +66,11 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  1. the first release
 //  2. SetProtocol; a channel created after others were removed numbers its
 //     deliveries above theirs (tagFloor)
-const Protocol = 2
+//  3. queues declared from this level on have priorities, delivery limits
+//     (default 20), single active consumer, consumer priorities, and
+//     refuse stream arguments (features.go); queues declared before keep
+//     what they were
+const Protocol = 3
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once

@@ -1323,17 +1323,22 @@ func (x *ListBindingsResponse) GetBindings() []*BindingInfo {
 }
 
 type ConsumerInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
-	Queue         string                 `protobuf:"bytes,2,opt,name=queue" json:"queue,omitempty"`
-	Consumer      *ConsumerRef           `protobuf:"bytes,3,opt,name=consumer" json:"consumer,omitempty"`
-	NoAck         bool                   `protobuf:"varint,4,opt,name=no_ack,json=noAck" json:"no_ack,omitempty"`
-	Exclusive     bool                   `protobuf:"varint,5,opt,name=exclusive" json:"exclusive,omitempty"`
-	Prefetch      uint32                 `protobuf:"varint,6,opt,name=prefetch" json:"prefetch,omitempty"`
-	Unacked       uint64                 `protobuf:"varint,7,opt,name=unacked" json:"unacked,omitempty"`
-	Arguments     *Table                 `protobuf:"bytes,8,opt,name=arguments" json:"arguments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Vhost     string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Queue     string                 `protobuf:"bytes,2,opt,name=queue" json:"queue,omitempty"`
+	Consumer  *ConsumerRef           `protobuf:"bytes,3,opt,name=consumer" json:"consumer,omitempty"`
+	NoAck     bool                   `protobuf:"varint,4,opt,name=no_ack,json=noAck" json:"no_ack,omitempty"`
+	Exclusive bool                   `protobuf:"varint,5,opt,name=exclusive" json:"exclusive,omitempty"`
+	Prefetch  uint32                 `protobuf:"varint,6,opt,name=prefetch" json:"prefetch,omitempty"`
+	Unacked   uint64                 `protobuf:"varint,7,opt,name=unacked" json:"unacked,omitempty"`
+	Arguments *Table                 `protobuf:"bytes,8,opt,name=arguments" json:"arguments,omitempty"`
+	// Whether the consumer receives: false for the waiting consumers of a
+	// single-active-consumer queue.
+	Active bool `protobuf:"varint,9,opt,name=active" json:"active,omitempty"`
+	// RabbitMQ's activity_status: "up", "single_active" or "waiting".
+	ActivityStatus string `protobuf:"bytes,10,opt,name=activity_status,json=activityStatus" json:"activity_status,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ConsumerInfo) Reset() {
@@ -1420,6 +1425,20 @@ func (x *ConsumerInfo) GetArguments() *Table {
 		return x.Arguments
 	}
 	return nil
+}
+
+func (x *ConsumerInfo) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *ConsumerInfo) GetActivityStatus() string {
+	if x != nil {
+		return x.ActivityStatus
+	}
+	return ""
 }
 
 type ListConsumersResponse struct {
@@ -3446,7 +3465,7 @@ const file_admin_proto_rawDesc = "" +
 	"routingKey\x12.\n" +
 	"\targuments\x18\x06 \x01(\v2\x10.raftmq.v1.TableR\targuments\"J\n" +
 	"\x14ListBindingsResponse\x122\n" +
-	"\bbindings\x18\x01 \x03(\v2\x16.raftmq.v1.BindingInfoR\bbindings\"\x89\x02\n" +
+	"\bbindings\x18\x01 \x03(\v2\x16.raftmq.v1.BindingInfoR\bbindings\"\xca\x02\n" +
 	"\fConsumerInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x122\n" +
@@ -3455,7 +3474,10 @@ const file_admin_proto_rawDesc = "" +
 	"\texclusive\x18\x05 \x01(\bR\texclusive\x12\x1a\n" +
 	"\bprefetch\x18\x06 \x01(\rR\bprefetch\x12\x18\n" +
 	"\aunacked\x18\a \x01(\x04R\aunacked\x12.\n" +
-	"\targuments\x18\b \x01(\v2\x10.raftmq.v1.TableR\targuments\"N\n" +
+	"\targuments\x18\b \x01(\v2\x10.raftmq.v1.TableR\targuments\x12\x16\n" +
+	"\x06active\x18\t \x01(\bR\x06active\x12'\n" +
+	"\x0factivity_status\x18\n" +
+	" \x01(\tR\x0eactivityStatus\"N\n" +
 	"\x15ListConsumersResponse\x125\n" +
 	"\tconsumers\x18\x01 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\".\n" +
 	"\x16ListConnectionsRequest\x12\x14\n" +

@@ -3366,8 +3366,11 @@ type PolicyDefinition struct {
 	MaxLength            *int64                 `protobuf:"varint,5,opt,name=max_length,json=maxLength" json:"max_length,omitempty"`
 	MaxLengthBytes       *int64                 `protobuf:"varint,6,opt,name=max_length_bytes,json=maxLengthBytes" json:"max_length_bytes,omitempty"`
 	Overflow             *string                `protobuf:"bytes,7,opt,name=overflow" json:"overflow,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// delivery-limit: returns allowed before a message is dead-lettered
+	// (reason delivery_limit); -1 for none.
+	DeliveryLimit *int64 `protobuf:"varint,8,opt,name=delivery_limit,json=deliveryLimit" json:"delivery_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicyDefinition) Reset() {
@@ -3447,6 +3450,13 @@ func (x *PolicyDefinition) GetOverflow() string {
 		return *x.Overflow
 	}
 	return ""
+}
+
+func (x *PolicyDefinition) GetDeliveryLimit() int64 {
+	if x != nil && x.DeliveryLimit != nil {
+		return *x.DeliveryLimit
+	}
+	return 0
 }
 
 type PolicySet struct {
@@ -4082,7 +4092,7 @@ const file_command_proto_rawDesc = "" +
 	"\x04Tick\"\x0f\n" +
 	"\rRestartLeases\"#\n" +
 	"\vSetProtocol\x12\x14\n" +
-	"\x05level\x18\x01 \x01(\rR\x05level\"\xcc\x02\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\"\xfa\x02\n" +
 	"\x10PolicyDefinition\x12&\n" +
 	"\vmessage_ttl\x18\x01 \x01(\x03B\x05\xaa\x01\x02\b\x01R\n" +
 	"messageTtl\x12\x1f\n" +
@@ -4092,7 +4102,8 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"max_length\x18\x05 \x01(\x03B\x05\xaa\x01\x02\b\x01R\tmaxLength\x12/\n" +
 	"\x10max_length_bytes\x18\x06 \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0emaxLengthBytes\x12!\n" +
-	"\boverflow\x18\a \x01(\tB\x05\xaa\x01\x02\b\x01R\boverflow\"\xdf\x01\n" +
+	"\boverflow\x18\a \x01(\tB\x05\xaa\x01\x02\b\x01R\boverflow\x12,\n" +
+	"\x0edelivery_limit\x18\b \x01(\x03B\x05\xaa\x01\x02\b\x01R\rdeliveryLimit\"\xdf\x01\n" +
 	"\tPolicySet\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +

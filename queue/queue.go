@@ -21,7 +21,10 @@ type Message struct {
 	MsgTTL      int64    // per-message expiration (ms), -1 when none
 	Seq         uint64
 	Redelivered bool
-	slot        int32 // position in the slab, -1 when not ready
+	// Returns counts the times a consumer handed the message back
+	// (x-delivery-count); past the queue's delivery limit it dies.
+	Returns int64
+	slot    int32 // position in the slab, -1 when not ready
 }
 
 // Queued reports whether a message that was pushed is still ready.
@@ -30,17 +33,45 @@ func (m *Message) Queued() bool { return m.slot >= 0 }
 // Size is the byte size counted by x-max-length-bytes (the body).
 func (m *Message) Size() int64 { return int64(len(m.Body)) }
 
-// Queue holds the ready messages of one queue in FIFO order with an expiry
-// index over them. It is deterministic and not safe for concurrent use.
+// Queue holds the ready messages of one queue with an expiry index over
+// them: one FIFO lane per priority (a single lane without x-max-priority),
+// the highest non-empty lane first. It is deterministic and not safe for
+// concurrent use.
 type Queue struct {
-	ready []*Message // ring buffer contents from head; nil = removed
+	lanes   []lane // index = priority; allocated on first push
+	maxPrio uint8
+	count   int
+	bytes   int64
+	slab    []*Message // slot -> message, for the expiry index
+	free    []int32
+	index   ttl.Index
+	seq     uint64
+}
+
+// lane is the FIFO of one priority, a slice used as a deque.
+type lane struct {
+	ready []*Message // contents from head; nil = removed
 	head  int
-	count int
-	bytes int64
-	slab  []*Message // slot -> message, for the expiry index
-	free  []int32
-	index ttl.Index
-	seq   uint64
+}
+
+// SetMaxPriority makes the queue a priority queue with priorities 0..max
+// (x-max-priority); 0 leaves a single FIFO. Call it before the first push.
+func (q *Queue) SetMaxPriority(max uint8) { q.maxPrio = max }
+
+// MaxPriority is the x-max-priority the queue was given (0 for none).
+func (q *Queue) MaxPriority() uint8 { return q.maxPrio }
+
+// Priority is the lane m goes to: its priority property, capped at the
+// queue's maximum as RabbitMQ caps it; no property counts as 0.
+func (q *Queue) Priority(m *Message) int {
+	return int(min(m.Properties.GetPriority(), uint32(q.maxPrio)))
+}
+
+func (q *Queue) lane(m *Message) *lane {
+	if len(q.lanes) == 0 {
+		q.lanes = make([]lane, int(q.maxPrio)+1)
+	}
+	return &q.lanes[q.Priority(m)]
 }
 
 // Len is the number of ready messages.
@@ -87,75 +118,108 @@ func (q *Queue) untrack(m *Message) {
 	q.bytes -= m.Size()
 }
 
-// PushBack appends a ready message.
+// PushBack appends a ready message to the tail of its priority.
 func (q *Queue) PushBack(m *Message) {
+	l := q.lane(m)
 	q.track(m)
-	q.ready = append(q.ready, m)
+	l.ready = append(l.ready, m)
 }
 
-// PushFront puts messages back at the head, in the given order.
+// PushFront puts messages back at the head of their priorities, in the
+// given order within each priority.
 func (q *Queue) PushFront(ms []*Message) {
 	if len(ms) == 0 {
 		return
 	}
+	if q.maxPrio == 0 {
+		q.lane(ms[0]).pushFront(ms)
+	} else {
+		// Group by priority, keeping the given order within each.
+		by := make([][]*Message, int(q.maxPrio)+1)
+		for _, m := range ms {
+			p := q.Priority(m)
+			by[p] = append(by[p], m)
+		}
+		for _, g := range by {
+			if len(g) > 0 {
+				q.lane(g[0]).pushFront(g)
+			}
+		}
+	}
 	for _, m := range ms {
 		q.track(m)
 	}
-	if q.head >= len(ms) {
-		q.head -= len(ms)
-		copy(q.ready[q.head:], ms)
+}
+
+func (l *lane) pushFront(ms []*Message) {
+	if l.head >= len(ms) {
+		l.head -= len(ms)
+		copy(l.ready[l.head:], ms)
 		return
 	}
-	live := q.ready[q.head:]
+	live := l.ready[l.head:]
 	n := make([]*Message, 0, len(ms)+len(live))
 	n = append(n, ms...)
 	n = append(n, live...)
-	q.ready = n
-	q.head = 0
+	l.ready = n
+	l.head = 0
 }
 
-func (q *Queue) skip() {
-	for q.head < len(q.ready) && q.ready[q.head] == nil {
-		q.head++
+func (l *lane) skip() {
+	for l.head < len(l.ready) && l.ready[l.head] == nil {
+		l.head++
 	}
-	if q.head == len(q.ready) {
-		q.ready = q.ready[:0]
-		q.head = 0
-	} else if q.head > 1024 && q.head > len(q.ready)/2 {
-		n := copy(q.ready, q.ready[q.head:])
-		clear(q.ready[n:])
-		q.ready = q.ready[:n]
-		q.head = 0
+	if l.head == len(l.ready) {
+		l.ready = l.ready[:0]
+		l.head = 0
+	} else if l.head > 1024 && l.head > len(l.ready)/2 {
+		n := copy(l.ready, l.ready[l.head:])
+		clear(l.ready[n:])
+		l.ready = l.ready[:n]
+		l.head = 0
 	}
 }
 
-// Peek returns the head message.
+// top is the highest lane holding a ready message, nil when none does.
+func (q *Queue) top() *lane {
+	for p := len(q.lanes) - 1; p >= 0; p-- {
+		l := &q.lanes[p]
+		l.skip()
+		if l.head < len(l.ready) {
+			return l
+		}
+	}
+	return nil
+}
+
+// Peek returns the head message: the oldest of the highest priority.
 func (q *Queue) Peek() *Message {
-	q.skip()
-	if q.head < len(q.ready) {
-		return q.ready[q.head]
+	if l := q.top(); l != nil {
+		return l.ready[l.head]
 	}
 	return nil
 }
 
 // PopFront removes and returns the head message.
 func (q *Queue) PopFront() *Message {
-	m := q.Peek()
-	if m == nil {
+	l := q.top()
+	if l == nil {
 		return nil
 	}
-	q.ready[q.head] = nil
-	q.head++
+	m := l.ready[l.head]
+	l.ready[l.head] = nil
+	l.head++
 	q.untrack(m)
-	q.skip()
+	l.skip()
 	return m
 }
 
 // remove takes m out of the ready list wherever it sits.
 func (q *Queue) remove(m *Message) {
-	for i := len(q.ready) - 1; i >= q.head; i-- {
-		if q.ready[i] == m {
-			q.ready[i] = nil
+	l := q.lane(m)
+	for i := len(l.ready) - 1; i >= l.head; i-- {
+		if l.ready[i] == m {
+			l.ready[i] = nil
 			break
 		}
 	}
@@ -185,19 +249,22 @@ func (q *Queue) PopExpired(now int64) []*Message {
 		q.count--
 		q.bytes -= m.Size()
 	}
-	// Compact the ready list in one pass.
-	w := 0
-	live := q.ready[q.head:]
-	for _, r := range live {
-		if r == nil || r.slot < 0 {
-			continue
+	// Compact each lane in one pass.
+	for p := range q.lanes {
+		l := &q.lanes[p]
+		w := 0
+		live := l.ready[l.head:]
+		for _, r := range live {
+			if r == nil || r.slot < 0 {
+				continue
+			}
+			live[w] = r
+			w++
 		}
-		live[w] = r
-		w++
+		clear(live[w:])
+		l.ready = live[:w]
+		l.head = 0
 	}
-	clear(live[w:])
-	q.ready = live[:w]
-	q.head = 0
 	// The index pops in (deadline, slot) order; slots are not replica
 	// state, so order equal deadlines by sequence.
 	slices.SortFunc(out, func(a, b *Message) int {
@@ -209,11 +276,15 @@ func (q *Queue) PopExpired(now int64) []*Message {
 	return out
 }
 
-// Each calls fn for each ready message in FIFO order.
+// Each calls fn for each ready message in delivery order: priorities from
+// the highest, FIFO within each.
 func (q *Queue) Each(fn func(m *Message)) {
-	for _, m := range q.ready[q.head:] {
-		if m != nil {
-			fn(m)
+	for p := len(q.lanes) - 1; p >= 0; p-- {
+		l := &q.lanes[p]
+		for _, m := range l.ready[l.head:] {
+			if m != nil {
+				fn(m)
+			}
 		}
 	}
 }
@@ -235,7 +306,7 @@ func (q *Queue) SetDeadline(m *Message, d int64) {
 // Purge removes every ready message and returns how many there were.
 func (q *Queue) Purge() int {
 	n := q.count
-	*q = Queue{seq: q.seq}
+	*q = Queue{seq: q.seq, maxPrio: q.maxPrio}
 	return n
 }
 

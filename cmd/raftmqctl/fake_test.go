@@ -83,8 +83,10 @@ func (f *fakeAdmin) ListBindings(_ context.Context, r *proto.ListRequest) (*prot
 }
 func (f *fakeAdmin) ListConsumers(_ context.Context, r *proto.ListRequest) (*proto.ListConsumersResponse, error) {
 	return &proto.ListConsumersResponse{Consumers: []*proto.ConsumerInfo{
-		{Vhost: "/", Queue: "orders", Prefetch: 10, Unacked: 2,
+		{Vhost: "/", Queue: "orders", Prefetch: 10, Unacked: 2, Active: true, ActivityStatus: "single_active",
 			Consumer: &proto.ConsumerRef{Tag: "ctag-1", Channel: &proto.ChannelRef{Node: "n1", Connection: "c7", Channel: 1}}},
+		{Vhost: "/", Queue: "orders", Prefetch: 10, ActivityStatus: "waiting",
+			Consumer: &proto.ConsumerRef{Tag: "ctag-2", Channel: &proto.ChannelRef{Node: "n2", Connection: "c1", Channel: 1}}},
 	}}, f.record(r)
 }
 func (f *fakeAdmin) ListConnections(_ context.Context, r *proto.ListConnectionsRequest) (*proto.ListConnectionsResponse, error) {

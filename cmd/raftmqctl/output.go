@@ -120,6 +120,7 @@ type policyJSON struct {
 	MaxLength            *int64  `json:"max-length"`
 	MaxLengthBytes       *int64  `json:"max-length-bytes"`
 	Overflow             *string `json:"overflow"`
+	DeliveryLimit        *int64  `json:"delivery-limit"`
 }
 
 // parseDefinition reads a policy definition; unknown keys are an error.
@@ -137,5 +138,6 @@ func parseDefinition(s string) (*proto.PolicyDefinition, error) {
 		MessageTtl: p.MessageTTL, Expires: p.Expires,
 		DeadLetterExchange: p.DeadLetterExchange, DeadLetterRoutingKey: p.DeadLetterRoutingKey,
 		MaxLength: p.MaxLength, MaxLengthBytes: p.MaxLengthBytes, Overflow: p.Overflow,
+		DeliveryLimit: p.DeliveryLimit,
 	}, nil
 }

@@ -224,6 +224,8 @@ var consumerColumns = []column[*proto.ConsumerInfo]{
 	{"exclusive", func(x *proto.ConsumerInfo) any { return x.GetExclusive() }},
 	{"prefetch_count", func(x *proto.ConsumerInfo) any { return x.GetPrefetch() }},
 	{"messages_unacknowledged", func(x *proto.ConsumerInfo) any { return x.GetUnacked() }},
+	{"active", func(x *proto.ConsumerInfo) any { return x.GetActive() }},
+	{"activity_status", func(x *proto.ConsumerInfo) any { return x.GetActivityStatus() }},
 	{"arguments", func(x *proto.ConsumerInfo) any { return api.TableJSON(x.GetArguments()) }},
 }
 
@@ -233,7 +235,7 @@ func listConsumers(c *call) error {
 		return err
 	}
 	return listing(c, r.GetConsumers(), consumerColumns,
-		[]string{"queue_name", "node", "connection", "channel", "consumer_tag", "ack_required", "prefetch_count", "arguments"})
+		[]string{"queue_name", "node", "connection", "channel", "consumer_tag", "ack_required", "prefetch_count", "active", "activity_status", "arguments"})
 }
 
 var connectionColumns = []column[*proto.ConnectionInfo]{

@@ -1,0 +1,41 @@
+package fsm
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// A queue declared before the features existed may carry arguments the
+// checks now refuse; it lives on in the state, and every snapshot of that
+// state, including ones written in the new format, must load.
+func TestRestoreKeepsQueuesWithNowRefusedArguments(t *testing.T) {
+	m := New()
+	m.Apply(Entry{Index: 1, Envelope: &proto.Envelope{StampMs: 1, Commands: []*proto.Command{
+		{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "old"}}},
+	}}}, DiscardSink{})
+	// As the previous version left it: arguments accepted and ignored.
+	m.vhosts["/"].queues["old"].args = &proto.Table{Fields: []*proto.Field{
+		{Key: "x-queue-type", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("stream")}}},
+		{Key: "x-max-priority", Value: i64v(300)},
+		{Key: "x-message-ttl", Value: i64v(5)},
+	}}
+	w, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	n := New()
+	if err := n.Restore(&buf); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	q := n.vhosts["/"].queues["old"]
+	if q == nil || q.q.MaxPriority() != 0 || !q.argTTL.Set || q.argTTL.V != 5 {
+		t.Fatalf("restored queue %+v", q)
+	}
+}
