@@ -33,6 +33,10 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
+	if wantsVersion(os.Args[1:]) {
+		fmt.Println(buildVersion())
+		os.Exit(0)
+	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
 
