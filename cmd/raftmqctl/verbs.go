@@ -83,6 +83,9 @@ func (c *call) done(text string, extra map[string]any) error {
 var verbs = map[string]verb{
 	"cluster_status": {args: "", max: 0, run: clusterStatus},
 	"list_queues": {args: "[column ...]", max: -1, run: listQueues,
+		help: "leader and members are the raft group's leader and voters, which hold every queue;\n" +
+			"state is always running. message_bytes, messages_persistent and head_message_timestamp\n" +
+			"are not offered: the admin API does not report them.",
 		columns: columnNames(queueColumns), defaults: queueDefaults},
 	"list_exchanges": {args: "[column ...]", max: -1, run: listExchanges,
 		columns: columnNames(exchangeColumns), defaults: exchangeDefaults},
@@ -183,6 +186,18 @@ func digest(c *call) error {
 
 // ---- queues and topology ----
 
+// wants reports whether args names any of cols.
+func wants(args []string, cols ...string) bool {
+	for _, a := range args {
+		for _, c := range cols {
+			if a == c {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 var queueDefaults = []string{"name", "messages"}
 
 var queueColumns = []column[*proto.QueueInfo]{
@@ -205,6 +220,22 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"earliest_deadline", func(q *proto.QueueInfo) any { return q.GetEarliestDeadlineMs() }},
 	{"lease_due", func(q *proto.QueueInfo) any { return q.GetLeaseDueMs() }},
 	{"owner_connection", func(q *proto.QueueInfo) any { return q.GetOwnerConnection() }},
+	{"type", queueType},
+	// Every queue is replicated by the cluster's one raft group and
+	// serves while the cluster has a leader: state is always running.
+	{"state", func(*proto.QueueInfo) any { return "running" }},
+	// leader and members are the raft group's, filled in by listQueues.
+	{"leader", nil},
+	{"members", nil},
+}
+
+// queueType is the queue's x-queue-type argument, "classic" without one
+// as RabbitMQ reports it.
+func queueType(q *proto.QueueInfo) any {
+	if t, ok := api.TableJSON(q.GetArguments())["x-queue-type"].(string); ok && t != "" {
+		return t
+	}
+	return "classic"
 }
 
 func listQueues(c *call) error {
@@ -212,8 +243,25 @@ func listQueues(c *call) error {
 	if err != nil {
 		return err
 	}
+	cols := queueColumns
+	if wants(c.args, "leader", "members") {
+		// Only asked for when shown: it is one more call.
+		leader, members, err := clusterView(c.ctx, c.c, c.o.consistent)
+		if err != nil {
+			return err
+		}
+		cols = append([]column[*proto.QueueInfo]{}, queueColumns...)
+		for i := range cols {
+			switch cols[i].name {
+			case "leader":
+				cols[i].get = func(*proto.QueueInfo) any { return leader }
+			case "members":
+				cols[i].get = func(*proto.QueueInfo) any { return members }
+			}
+		}
+	}
 	c.inform("Listing queues for vhost %s ...", c.o.vhost)
-	return listing(c, r.GetQueues(), queueColumns, queueDefaults)
+	return listing(c, r.GetQueues(), cols, queueDefaults)
 }
 
 var exchangeDefaults = []string{"name", "type"}
