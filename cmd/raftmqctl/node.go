@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/proto"
@@ -91,10 +92,15 @@ var awaitPoll = 200 * time.Millisecond
 
 func awaitStartup(c *call) error {
 	c.inform("Waiting for %s to start ...", c.o.node)
-	last := "no answer"
+	const noAnswer = "no answer"
+	last := noAnswer
 	for {
 		r, err := c.c.ClusterStatus(c.ctx, &proto.ClusterStatusRequest{})
 		switch {
+		case err != nil && status.Code(err) == codes.DeadlineExceeded && last != noAnswer:
+			// The deadline cut this call short (the server may say so
+			// before our context does): the reason to report is the
+			// previous answer's.
 		case err != nil:
 			last = status.Convert(err).Message()
 		case r.GetLeaderId() == "":
