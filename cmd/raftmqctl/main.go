@@ -370,6 +370,7 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "  --consistent               read from the leader")
 	fmt.Fprintln(w, "  --username u --password p  an administrator (env RAFTMQ_USERNAME, RAFTMQ_PASSWORD)")
 	fmt.Fprintln(w, "  --tls-ca ca.pem --tls-cert c.pem --tls-key c.key")
+	fmt.Fprintln(w, "  --management-url url       a node's management HTTP API, for the definitions verbs")
 	fmt.Fprintln(w, "  -h, --help                 this text; VERB --help or help VERB: the verb's")
 	fmt.Fprintln(w, "\nverbs:")
 	names := make([]string, 0, len(verbs))
