@@ -91,7 +91,7 @@ func (m *Management) Export(vhost string) map[string]any {
 	})
 	out := map[string]any{
 		"rabbit_version": compatVersion, "rabbitmq_version": compatVersion,
-		"product_name": "raftmq", "product_version": productVersion(),
+		"product_name": "raftmq", "product_version": ProductVersion(),
 		"policies": nonNil(policies), "parameters": nonNil(params),
 		"queues": nonNil(queues), "exchanges": nonNil(exchanges), "bindings": nonNil(bindings),
 	}

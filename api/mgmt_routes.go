@@ -100,7 +100,18 @@ func (q *req) vhostArg(i int) (string, error) {
 
 // ---- overview and nodes ----
 
-func productVersion() string {
+// Version is the release this build is, set with -ldflags
+// "-X github.com/raftmq/raftmq/api.Version=v1.2.3".
+var Version string
+
+// ProductVersion is the version raftmq reports (raftmq --version, the
+// management API's product_version): Version when the build set it, else
+// the module version `go install module@version` records, else "dev" (a
+// build from a work tree carries none).
+func ProductVersion() string {
+	if Version != "" {
+		return Version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
@@ -160,7 +171,7 @@ func (q *req) overview() error {
 		"management_version":  compatVersion,
 		"rabbitmq_version":    compatVersion,
 		"product_name":        "raftmq",
-		"product_version":     productVersion(),
+		"product_version":     ProductVersion(),
 		"rates_mode":          "none",
 		"cluster_name":        q.m.cluster,
 		"node":                self,

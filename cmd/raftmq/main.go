@@ -33,6 +33,10 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
+	if wantsVersion(os.Args[1:]) {
+		fmt.Println(api.ProductVersion())
+		os.Exit(0)
+	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
 

@@ -21,7 +21,8 @@ type column[T any] struct {
 }
 
 // listing prints items with the columns named in args (defaults when
-// none), as an aligned table or, with --json, as a JSON array of objects.
+// none), as an aligned table (without its header row with
+// --no-table-headers) or, with --json, as a JSON array of objects.
 func listing[T any](c *call, items []T, cols []column[T], defaults []string) error {
 	names := c.args
 	if len(names) == 0 {
@@ -59,7 +60,9 @@ func listing[T any](c *call, items []T, cols []column[T], defaults []string) err
 	for i, col := range sel {
 		cells[i] = col.name
 	}
-	fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	if !c.o.noHeaders {
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
 	for _, it := range items {
 		for i, col := range sel {
 			cells[i] = cell(col.get(it))

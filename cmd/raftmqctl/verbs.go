@@ -18,6 +18,17 @@ type call struct {
 	o    *options
 	args []string
 	out  io.Writer
+	// info receives informational lines; stderr, so that stdout stays
+	// the result alone for scripts.
+	info io.Writer
+}
+
+// inform prints an informational line unless --quiet or JSON output.
+func (c *call) inform(format string, args ...any) {
+	if c.o.quiet || c.o.json || c.info == nil {
+		return
+	}
+	fmt.Fprintf(c.info, format+"\n", args...)
 }
 
 // verb is one entry of the verb table.
@@ -29,6 +40,23 @@ type verb struct {
 	// pre validates the arguments before anything is sent (optional).
 	pre func(o *options, args []string) error
 	run func(c *call) error
+	// help is what raftmqctl help VERB says beyond the synopsis.
+	help string
+	// columns lists the columns of a list verb, defaults those shown
+	// when none are named.
+	columns  func() []string
+	defaults []string
+}
+
+// columnNames is a verb's columns for its help.
+func columnNames[T any](cols []column[T]) func() []string {
+	return func() []string {
+		names := make([]string, len(cols))
+		for i, c := range cols {
+			names[i] = c.name
+		}
+		return names
+	}
 }
 
 func (v verb) check(o *options, args []string) error {
@@ -53,35 +81,48 @@ func (c *call) done(text string, extra map[string]any) error {
 
 // verbs is the verb table.
 var verbs = map[string]verb{
-	"cluster_status":         {args: "", max: 0, run: clusterStatus},
-	"list_queues":            {args: "[column ...]", max: -1, run: listQueues},
-	"list_exchanges":         {args: "[column ...]", max: -1, run: listExchanges},
-	"list_bindings":          {args: "[column ...]", max: -1, run: listBindings},
-	"list_consumers":         {args: "[column ...]", max: -1, run: listConsumers},
-	"list_connections":       {args: "[column ...] [--local]", max: -1, run: listConnections},
-	"close_connection":       {args: "NODE ID [REASON]", min: 2, max: 3, run: closeConnection},
-	"set_policy":             {args: "NAME PATTERN DEFINITION [--priority N] [--apply-to queues|exchanges|all]", min: 3, max: 3, pre: checkPolicy, run: setPolicy(false)},
-	"clear_policy":           {args: "NAME", min: 1, max: 1, run: clearPolicy(false)},
-	"list_policies":          {args: "[column ...]", max: -1, run: listPolicies(false)},
-	"set_operator_policy":    {args: "NAME PATTERN DEFINITION [--priority N] [--apply-to queues|exchanges|all]", min: 3, max: 3, pre: checkPolicy, run: setPolicy(true)},
-	"clear_operator_policy":  {args: "NAME", min: 1, max: 1, run: clearPolicy(true)},
-	"list_operator_policies": {args: "[column ...]", max: -1, run: listPolicies(true)},
-	"purge_queue":            {args: "NAME", min: 1, max: 1, run: purgeQueue},
-	"delete_queue":           {args: "NAME [--if-unused] [--if-empty]", min: 1, max: 1, run: deleteQueue},
-	"add_user":               {args: "NAME PASSWORD", min: 2, max: 2, run: addUser},
-	"delete_user":            {args: "NAME", min: 1, max: 1, run: deleteUser},
-	"change_password":        {args: "NAME PASSWORD", min: 2, max: 2, run: changePassword},
-	"set_user_tags":          {args: "NAME [TAG ...]", min: 1, max: -1, run: setUserTags},
-	"list_users":             {args: "[column ...]", max: -1, run: listUsers},
-	"set_permissions":        {args: "[-p vhost] USER CONF WRITE READ", min: 4, max: 4, run: setPermissions},
-	"clear_permissions":      {args: "[-p vhost] USER", min: 1, max: 1, run: clearPermissions},
-	"list_permissions":       {args: "[-p vhost] [column ...]", max: -1, run: listPermissions},
-	"add_vhost":              {args: "NAME [--description TEXT]", min: 1, max: 1, run: addVhost},
-	"delete_vhost":           {args: "NAME", min: 1, max: 1, run: deleteVhost},
-	"list_vhosts":            {args: "[column ...]", max: -1, run: listVhosts},
-	"forget_cluster_node":    {args: "NODE", min: 1, max: 1, run: forgetClusterNode},
-	"transfer_leadership":    {args: "[NODE]", max: 1, run: transferLeadership},
-	"digest":                 {args: "", max: 0, run: digest},
+	"cluster_status": {args: "", max: 0, run: clusterStatus},
+	"list_queues": {args: "[column ...]", max: -1, run: listQueues,
+		help: "leader and members are the raft group's leader and voters, which hold every queue;\n" +
+			"state is always running. message_bytes, messages_persistent and head_message_timestamp\n" +
+			"are not offered: the admin API does not report them.",
+		columns: columnNames(queueColumns), defaults: queueDefaults},
+	"list_exchanges": {args: "[column ...]", max: -1, run: listExchanges,
+		columns: columnNames(exchangeColumns), defaults: exchangeDefaults},
+	"list_bindings": {args: "[column ...]", max: -1, run: listBindings,
+		columns: columnNames(bindingColumns), defaults: bindingDefaults},
+	"list_consumers": {args: "[column ...]", max: -1, run: listConsumers,
+		columns: columnNames(consumerColumns), defaults: consumerDefaults},
+	"list_connections": {args: "[column ...] [--local]", max: -1, run: listConnections,
+		columns: columnNames(connectionColumns), defaults: connectionDefaults},
+	"close_connection": {args: "NODE ID [REASON]", min: 2, max: 3, run: closeConnection},
+	"set_policy":       {args: "NAME PATTERN DEFINITION [--priority N] [--apply-to queues|exchanges|all]", min: 3, max: 3, pre: checkPolicy, run: setPolicy(false)},
+	"clear_policy":     {args: "NAME", min: 1, max: 1, run: clearPolicy(false)},
+	"list_policies": {args: "[column ...]", max: -1, run: listPolicies(false),
+		columns: columnNames(policyColumns), defaults: policyDefaults},
+	"set_operator_policy":   {args: "NAME PATTERN DEFINITION [--priority N] [--apply-to queues|exchanges|all]", min: 3, max: 3, pre: checkPolicy, run: setPolicy(true)},
+	"clear_operator_policy": {args: "NAME", min: 1, max: 1, run: clearPolicy(true)},
+	"list_operator_policies": {args: "[column ...]", max: -1, run: listPolicies(true),
+		columns: columnNames(policyColumns), defaults: policyDefaults},
+	"purge_queue":     {args: "NAME", min: 1, max: 1, run: purgeQueue},
+	"delete_queue":    {args: "NAME [--if-unused] [--if-empty]", min: 1, max: 1, run: deleteQueue},
+	"add_user":        {args: "NAME PASSWORD", min: 2, max: 2, run: addUser},
+	"delete_user":     {args: "NAME", min: 1, max: 1, run: deleteUser},
+	"change_password": {args: "NAME PASSWORD", min: 2, max: 2, run: changePassword},
+	"set_user_tags":   {args: "NAME [TAG ...]", min: 1, max: -1, run: setUserTags},
+	"list_users": {args: "[column ...]", max: -1, run: listUsers,
+		columns: columnNames(userColumns), defaults: userDefaults},
+	"set_permissions":   {args: "[-p vhost] USER CONF WRITE READ", min: 4, max: 4, run: setPermissions},
+	"clear_permissions": {args: "[-p vhost] USER", min: 1, max: 1, run: clearPermissions},
+	"list_permissions": {args: "[-p vhost] [column ...]", max: -1, run: listPermissions,
+		columns: columnNames(permissionColumns), defaults: permissionDefaults},
+	"add_vhost":    {args: "NAME [--description TEXT]", min: 1, max: 1, run: addVhost},
+	"delete_vhost": {args: "NAME", min: 1, max: 1, run: deleteVhost},
+	"list_vhosts": {args: "[column ...]", max: -1, run: listVhosts,
+		columns: columnNames(vhostColumns), defaults: vhostDefaults},
+	"forget_cluster_node": {args: "NODE", min: 1, max: 1, run: forgetClusterNode},
+	"transfer_leadership": {args: "[NODE]", max: 1, run: transferLeadership},
+	"digest":              {args: "", max: 0, run: digest},
 }
 
 // ---- cluster ----
@@ -145,6 +186,20 @@ func digest(c *call) error {
 
 // ---- queues and topology ----
 
+// wants reports whether args names any of cols.
+func wants(args []string, cols ...string) bool {
+	for _, a := range args {
+		for _, c := range cols {
+			if a == c {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+var queueDefaults = []string{"name", "messages"}
+
 var queueColumns = []column[*proto.QueueInfo]{
 	{"name", func(q *proto.QueueInfo) any { return q.GetName() }},
 	{"vhost", func(q *proto.QueueInfo) any { return q.GetVhost() }},
@@ -165,6 +220,22 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"earliest_deadline", func(q *proto.QueueInfo) any { return q.GetEarliestDeadlineMs() }},
 	{"lease_due", func(q *proto.QueueInfo) any { return q.GetLeaseDueMs() }},
 	{"owner_connection", func(q *proto.QueueInfo) any { return q.GetOwnerConnection() }},
+	{"type", queueType},
+	// Every queue is replicated by the cluster's one raft group and
+	// serves while the cluster has a leader: state is always running.
+	{"state", func(*proto.QueueInfo) any { return "running" }},
+	// leader and members are the raft group's, filled in by listQueues.
+	{"leader", nil},
+	{"members", nil},
+}
+
+// queueType is the queue's x-queue-type argument, "classic" without one
+// as RabbitMQ reports it.
+func queueType(q *proto.QueueInfo) any {
+	if t, ok := api.TableJSON(q.GetArguments())["x-queue-type"].(string); ok && t != "" {
+		return t
+	}
+	return "classic"
 }
 
 func listQueues(c *call) error {
@@ -172,8 +243,28 @@ func listQueues(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetQueues(), queueColumns, []string{"name", "messages"})
+	cols := queueColumns
+	if wants(c.args, "leader", "members") {
+		// Only asked for when shown: it is one more call.
+		leader, members, err := clusterView(c.ctx, c.c, c.o.consistent)
+		if err != nil {
+			return err
+		}
+		cols = append([]column[*proto.QueueInfo]{}, queueColumns...)
+		for i := range cols {
+			switch cols[i].name {
+			case "leader":
+				cols[i].get = func(*proto.QueueInfo) any { return leader }
+			case "members":
+				cols[i].get = func(*proto.QueueInfo) any { return members }
+			}
+		}
+	}
+	c.inform("Listing queues for vhost %s ...", c.o.vhost)
+	return listing(c, r.GetQueues(), cols, queueDefaults)
 }
+
+var exchangeDefaults = []string{"name", "type"}
 
 var exchangeColumns = []column[*proto.ExchangeInfo]{
 	{"name", func(x *proto.ExchangeInfo) any { return x.GetName() }},
@@ -191,8 +282,11 @@ func listExchanges(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetExchanges(), exchangeColumns, []string{"name", "type"})
+	c.inform("Listing exchanges for vhost %s ...", c.o.vhost)
+	return listing(c, r.GetExchanges(), exchangeColumns, exchangeDefaults)
 }
+
+var bindingDefaults = []string{"source_name", "source_kind", "destination_name", "destination_kind", "routing_key", "arguments"}
 
 var bindingColumns = []column[*proto.BindingInfo]{
 	{"source_name", func(b *proto.BindingInfo) any { return b.GetSource() }},
@@ -209,9 +303,11 @@ func listBindings(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetBindings(), bindingColumns,
-		[]string{"source_name", "source_kind", "destination_name", "destination_kind", "routing_key", "arguments"})
+	c.inform("Listing bindings for vhost %s ...", c.o.vhost)
+	return listing(c, r.GetBindings(), bindingColumns, bindingDefaults)
 }
+
+var consumerDefaults = []string{"queue_name", "node", "connection", "channel", "consumer_tag", "ack_required", "prefetch_count", "active", "activity_status", "arguments"}
 
 var consumerColumns = []column[*proto.ConsumerInfo]{
 	{"queue_name", func(x *proto.ConsumerInfo) any { return x.GetQueue() }},
@@ -234,9 +330,11 @@ func listConsumers(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetConsumers(), consumerColumns,
-		[]string{"queue_name", "node", "connection", "channel", "consumer_tag", "ack_required", "prefetch_count", "active", "activity_status", "arguments"})
+	c.inform("Listing consumers in vhost %s ...", c.o.vhost)
+	return listing(c, r.GetConsumers(), consumerColumns, consumerDefaults)
 }
+
+var connectionDefaults = []string{"node", "id", "peer", "user", "vhost", "channels"}
 
 var connectionColumns = []column[*proto.ConnectionInfo]{
 	{"node", func(x *proto.ConnectionInfo) any { return x.GetNode() }},
@@ -258,7 +356,8 @@ func listConnections(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetConnections(), connectionColumns, []string{"node", "id", "peer", "user", "vhost", "channels"})
+	c.inform("Listing connections ...")
+	return listing(c, r.GetConnections(), connectionColumns, connectionDefaults)
 }
 
 func closeConnection(c *call) error {
@@ -338,6 +437,8 @@ func clearPolicy(operator bool) func(c *call) error {
 	}
 }
 
+var policyDefaults = []string{"vhost", "name", "pattern", "apply_to", "definition", "priority"}
+
 var policyColumns = []column[*proto.PolicyInfo]{
 	{"vhost", func(p *proto.PolicyInfo) any { return p.GetVhost() }},
 	{"name", func(p *proto.PolicyInfo) any { return p.GetName() }},
@@ -353,7 +454,7 @@ func listPolicies(operator bool) func(c *call) error {
 		if err != nil {
 			return err
 		}
-		return listing(c, r.GetPolicies(), policyColumns, []string{"vhost", "name", "pattern", "apply_to", "definition", "priority"})
+		return listing(c, r.GetPolicies(), policyColumns, policyDefaults)
 	}
 }
 
@@ -388,6 +489,8 @@ func setUserTags(c *call) error {
 	return c.done(fmt.Sprintf("Set the tags of user %q to [%s]", c.args[0], strings.Join(tags, ", ")), nil)
 }
 
+var userDefaults = []string{"user", "tags"}
+
 var userColumns = []column[*proto.UserInfo]{
 	{"user", func(u *proto.UserInfo) any { return u.GetName() }},
 	{"tags", func(u *proto.UserInfo) any { return append([]string{}, u.GetTags()...) }},
@@ -398,7 +501,8 @@ func listUsers(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetUsers(), userColumns, []string{"user", "tags"})
+	c.inform("Listing users ...")
+	return listing(c, r.GetUsers(), userColumns, userDefaults)
 }
 
 func setPermissions(c *call) error {
@@ -417,6 +521,8 @@ func clearPermissions(c *call) error {
 	return c.done(fmt.Sprintf("Cleared permissions of user %q in vhost %q", c.args[0], c.o.vhost), nil)
 }
 
+var permissionDefaults = []string{"user", "configure", "write", "read"}
+
 var permissionColumns = []column[*proto.PermissionInfo]{
 	{"user", func(p *proto.PermissionInfo) any { return p.GetUser() }},
 	{"vhost", func(p *proto.PermissionInfo) any { return p.GetVhost() }},
@@ -430,7 +536,8 @@ func listPermissions(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetPermissions(), permissionColumns, []string{"user", "configure", "write", "read"})
+	c.inform("Listing permissions for vhost %s ...", c.o.vhost)
+	return listing(c, r.GetPermissions(), permissionColumns, permissionDefaults)
 }
 
 func addVhost(c *call) error {
@@ -447,6 +554,8 @@ func deleteVhost(c *call) error {
 	return c.done(fmt.Sprintf("Deleted vhost %q", c.args[0]), nil)
 }
 
+var vhostDefaults = []string{"name"}
+
 var vhostColumns = []column[*proto.VhostInfo]{
 	{"name", func(v *proto.VhostInfo) any { return v.GetName() }},
 	{"description", func(v *proto.VhostInfo) any { return v.GetDescription() }},
@@ -457,5 +566,6 @@ func listVhosts(c *call) error {
 	if err != nil {
 		return err
 	}
-	return listing(c, r.GetVhosts(), vhostColumns, []string{"name"})
+	c.inform("Listing vhosts ...")
+	return listing(c, r.GetVhosts(), vhostColumns, vhostDefaults)
 }
