@@ -24,6 +24,14 @@ type MetricsOptions struct {
 	// MaxQueues bounds the per-queue series to the first MaxQueues queues
 	// (default 500).
 	MaxQueues int
+	// MemoryUsed and MemoryLimit are what the node's memory alarm compares
+	// (its Go heap and vm_memory_high_watermark), reported as RabbitMQ's
+	// rabbitmq_process_resident_memory_bytes and
+	// rabbitmq_resident_memory_limit_bytes so "memory available before
+	// publishers are blocked" is the alarm's own margin. Nil or 0 omits
+	// them.
+	MemoryUsed  func() uint64
+	MemoryLimit uint64
 	// ClusterName is the rabbitmq_cluster label of rabbitmq_identity_info
 	// (default "raftmq", as the management API's cluster name).
 	ClusterName string

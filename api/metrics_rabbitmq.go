@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
 )
 
 // rabbitCollector serves the names, label sets and types of RabbitMQ's
@@ -34,6 +35,7 @@ type rabbitDescs struct {
 	chPublished, chDeliveredAck, chAcked, chConsumers       *prometheus.Desc
 	gReceived, gRouted, gDelivered, gAcked                  *prometheus.Desc
 	raftTerm, raftCommit, raftApplied, raftWritten          *prometheus.Desc
+	memUsed, memLimit, openFDs, maxFDs                      *prometheus.Desc
 }
 
 func newRabbitDescs() *rabbitDescs {
@@ -77,6 +79,10 @@ func newRabbitDescs() *rabbitDescs {
 		raftCommit:     d("raft_log_commit_index", "Raft log commit index"),
 		raftApplied:    d("raft_log_last_applied_index", "Raft log last applied index"),
 		raftWritten:    d("raft_log_last_written_index", "Raft log last written index"),
+		memUsed:        d("process_resident_memory_bytes", "Memory used in bytes"),
+		memLimit:       d("resident_memory_limit_bytes", "Memory high watermark in bytes"),
+		openFDs:        d("process_open_fds", "Open file descriptors"),
+		maxFDs:         d("process_max_fds", "Open file descriptors limit"),
 	}
 }
 
@@ -86,7 +92,8 @@ func (c *rabbitCollector) Describe(ch chan<- *prometheus.Desc) {
 	common := []*prometheus.Desc{r.identity, r.build, r.connections, r.channels, r.queues, r.consumers,
 		r.qPublished, r.chPublished, r.chDeliveredAck, r.chAcked, r.chConsumers,
 		r.gReceived, r.gRouted, r.gDelivered, r.gAcked,
-		r.raftTerm, r.raftCommit, r.raftApplied, r.raftWritten}
+		r.raftTerm, r.raftCommit, r.raftApplied, r.raftWritten,
+		r.memUsed, r.memLimit, r.openFDs, r.maxFDs}
 	if c.perObject {
 		common = append(common, r.pqReady, r.pqUnacked, r.pqMessages, r.pqReadyBytes, r.pqConsume)
 	} else {
@@ -131,6 +138,15 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(r.raftCommit, rs.CommitIndex)
 	gauge(r.raftApplied, rs.AppliedIndex)
 	gauge(r.raftWritten, rs.LastLogIndex)
+
+	if o.MemoryUsed != nil && o.MemoryLimit > 0 {
+		gauge(r.memUsed, o.MemoryUsed())
+		gauge(r.memLimit, o.MemoryLimit)
+	}
+	if open, max, ok := fileDescriptors(); ok {
+		gauge(r.openFDs, open)
+		gauge(r.maxFDs, max)
+	}
 
 	// Cluster-wide state from the leader only (see rabbitCollector).
 	if !n.IsLeader() || o.Stats == nil {
@@ -194,4 +210,22 @@ func clientGolangVersion() string {
 		}
 	}
 	return "unknown"
+}
+
+// fileDescriptors returns the process's open file descriptors and their
+// limit where /proc gives them (ok false elsewhere).
+func fileDescriptors() (open, max uint64, ok bool) {
+	p, err := procfs.Self()
+	if err != nil {
+		return 0, 0, false
+	}
+	n, err := p.FileDescriptorsLen()
+	if err != nil {
+		return 0, 0, false
+	}
+	l, err := p.Limits()
+	if err != nil || l.OpenFiles <= 0 {
+		return 0, 0, false
+	}
+	return uint64(n), l.OpenFiles, true
 }

@@ -168,3 +168,29 @@ func TestFromFSMStats_Routed(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 }
+
+// The memory series are the alarm's own measure and limit, on every node,
+// so the dashboard's "memory available before publishers blocked" is the
+// alarm's margin.
+func TestRabbitMetrics_MemoryAndFDs(t *testing.T) {
+	n := newFakeNode("n2")
+	n.leaderID = "n1"
+	used := uint64(300)
+	m := NewMetrics(MetricsOptions{Node: n, MemoryUsed: func() uint64 { return used }, MemoryLimit: 1000})
+	got, types := scrapeTyped(t, NewHTTPHandler(HTTPDeps{Node: n, Metrics: m}), "/metrics")
+	wantSample(t, got, "rabbitmq_process_resident_memory_bytes", 300)
+	wantSample(t, got, "rabbitmq_resident_memory_limit_bytes", 1000)
+	if types["rabbitmq_resident_memory_limit_bytes"] != "gauge" {
+		t.Fatalf("type %q", types["rabbitmq_resident_memory_limit_bytes"])
+	}
+	if _, _, ok := fileDescriptors(); ok {
+		if got["rabbitmq_process_open_fds"] < 1 || got["rabbitmq_process_max_fds"] < got["rabbitmq_process_open_fds"] {
+			t.Fatalf("fds %v of %v", got["rabbitmq_process_open_fds"], got["rabbitmq_process_max_fds"])
+		}
+	}
+
+	got, _ = scrapeTyped(t, NewHTTPHandler(HTTPDeps{Node: n}), "/metrics")
+	if _, ok := got["rabbitmq_resident_memory_limit_bytes"]; ok {
+		t.Fatal("a memory limit without the option")
+	}
+}
