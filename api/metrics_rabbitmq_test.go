@@ -80,6 +80,12 @@ func TestRabbitMetrics_LeaderReportsRabbitMQNames(t *testing.T) {
 	wantSample(t, got, "rabbitmq_queue_messages_ready_bytes", 60)
 	wantSample(t, got, "rabbitmq_channel_messages_published_total", 10)
 	wantSample(t, got, "rabbitmq_queue_messages_published_total", 12)
+	wantSample(t, got, "rabbitmq_channel_messages_delivered_ack_total", 7)
+	// RabbitMQ-Overview's outgoing rate adds these to delivered_ack_total.
+	for _, name := range []string{"rabbitmq_channel_messages_delivered_total", "rabbitmq_channel_messages_redelivered_total",
+		"rabbitmq_channel_get_total", "rabbitmq_channel_get_ack_total"} {
+		wantSample(t, got, name, 0)
+	}
 	wantSample(t, got, `rabbitmq_global_messages_received_total{protocol="amqp091"}`, 10)
 	wantSample(t, got, `rabbitmq_global_messages_routed_total{protocol="amqp091"}`, 12)
 	wantSample(t, got, `rabbitmq_global_messages_delivered_total{protocol="amqp091"}`, 7)
