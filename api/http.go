@@ -29,11 +29,11 @@ type HTTPDeps struct {
 	Serving func() bool
 }
 
-// NewHTTPHandler serves /metrics, /metrics/per-object, /healthz (200 while the process runs),
-// /readyz (200 once the node is a member of a cluster with a known leader,
-// has applied the leader's defaults and serves AMQP, 503 with the reason
-// otherwise) and,
-// when enabled, /debug/pprof/.
+// NewHTTPHandler serves /metrics and /metrics/per-object (the same with
+// RabbitMQ's queue series per queue), /healthz (200 while the process
+// runs), /readyz (200 once the node is a member of a cluster with a known
+// leader, has applied the leader's defaults and serves AMQP, 503 with the
+// reason otherwise) and, when enabled, /debug/pprof/.
 func NewHTTPHandler(o HTTPDeps) http.Handler {
 	mux := http.NewServeMux()
 	m := o.Metrics
