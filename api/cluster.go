@@ -98,6 +98,7 @@ func ClusterStats(n *cluster.Node) func() StateStats {
 func fromFSMStats(st fsm.Stats) StateStats {
 	return StateStats{
 		Published:      st.Published,
+		Routed:         st.Routed,
 		Delivered:      st.Delivered,
 		Acked:          st.Acked,
 		Expired:        st.Expired,

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -90,4 +92,62 @@ func TestFromFSMStats(t *testing.T) {
 	if got != want {
 		t.Fatalf("fromFSMStats %+v, want %+v", got, want)
 	}
+}
+
+// On a real three-node cluster, RabbitMQ's names follow what is published,
+// and only the leader reports the replicated state, so a sum over the nodes
+// is the cluster's number.
+func TestRabbitMetrics_ThreeNodes(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.WaitForLeader(clustertest.Timeout)
+	handler := func(cn *cluster.Node) http.Handler {
+		return NewHTTPHandler(HTTPDeps{Metrics: NewMetrics(MetricsOptions{Node: FromCluster(cn), Stats: ClusterStats(cn)}), Node: FromCluster(cn)})
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		ok := false
+		leader.View(func(m *fsm.Machine) { ok = m.Initialized() })
+		if !ok {
+			return fmt.Errorf("defaults not applied")
+		}
+		return nil
+	})
+	cmds := []*proto.Command{
+		{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "orders", Durable: true}}},
+	}
+	for i := 0; i < 3; i++ {
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{
+			Vhost: "/", RoutingKey: "orders", Body: []byte("hello"), Properties: &proto.Properties{}}}})
+	}
+	res, err := leader.SubmitBatch(ctxT(t), cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(res[0].GetIndex())
+
+	sum := map[string]float64{}
+	for _, cn := range c.Live() {
+		got, _ := scrapeTyped(t, handler(cn), "/metrics")
+		per, _ := scrapeTyped(t, handler(cn), "/metrics/per-object")
+		wantSample(t, got, `rabbitmq_identity_info{rabbitmq_cluster="raftmq",rabbitmq_cluster_permanent_id="rabbitmq-cluster-id-raftmq",rabbitmq_node="`+cn.NodeID()+`"}`, 1)
+		if got["rabbitmq_raft_log_last_applied_index"] < float64(res[0].GetIndex()) {
+			t.Fatalf("%s applied %v", cn.NodeID(), got["rabbitmq_raft_log_last_applied_index"])
+		}
+		if cn != leader {
+			if _, ok := per[`rabbitmq_queue_messages_ready{queue="orders",vhost="/"}`]; ok {
+				t.Fatalf("follower %s serves per-queue series", cn.NodeID())
+			}
+		} else {
+			wantSample(t, per, `rabbitmq_queue_messages_ready{queue="orders",vhost="/"}`, 3)
+			wantSample(t, per, `rabbitmq_queue_messages{queue="orders",vhost="/"}`, 3)
+		}
+		for k, v := range got {
+			if strings.HasPrefix(k, "rabbitmq_") {
+				sum[k] += v
+			}
+		}
+	}
+	wantSample(t, sum, "rabbitmq_queue_messages_ready", 3)
+	wantSample(t, sum, "rabbitmq_queues", 1)
+	wantSample(t, sum, `rabbitmq_global_messages_received_total{protocol="amqp091"}`, 3)
+	wantSample(t, sum, `rabbitmq_global_messages_routed_total{protocol="amqp091"}`, 3)
 }

@@ -101,6 +101,7 @@ type Peers interface {
 // scrape time.
 type StateStats struct {
 	Published      uint64
+	Routed         uint64 // queue copies enqueued by publishes
 	Delivered      uint64
 	Acked          uint64
 	Expired        uint64

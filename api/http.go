@@ -29,11 +29,11 @@ type HTTPDeps struct {
 	Serving func() bool
 }
 
-// NewHTTPHandler serves /metrics, /healthz (200 while the process runs),
-// /readyz (200 once the node is a member of a cluster with a known leader,
-// has applied the leader's defaults and serves AMQP, 503 with the reason
-// otherwise) and,
-// when enabled, /debug/pprof/.
+// NewHTTPHandler serves /metrics and /metrics/per-object (the same with
+// RabbitMQ's queue series per queue), /healthz (200 while the process
+// runs), /readyz (200 once the node is a member of a cluster with a known
+// leader, has applied the leader's defaults and serves AMQP, 503 with the
+// reason otherwise) and, when enabled, /debug/pprof/.
 func NewHTTPHandler(o HTTPDeps) http.Handler {
 	mux := http.NewServeMux()
 	m := o.Metrics
@@ -41,6 +41,7 @@ func NewHTTPHandler(o HTTPDeps) http.Handler {
 		m = NewMetrics(MetricsOptions{Node: o.Node, Conns: o.Conns, Stats: o.Stats, PerQueue: o.PerQueue, MaxQueues: o.MaxQueues})
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{}))
+	mux.Handle("/metrics/per-object", promhttp.HandlerFor(m.PerObjectRegistry(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintln(w, "ok")

@@ -24,14 +24,27 @@ type MetricsOptions struct {
 	// MaxQueues bounds the per-queue series to the first MaxQueues queues
 	// (default 500).
 	MaxQueues int
+	// MemoryUsed and MemoryLimit are what the node's memory alarm compares
+	// (its Go heap and vm_memory_high_watermark), reported as RabbitMQ's
+	// rabbitmq_process_resident_memory_bytes and
+	// rabbitmq_resident_memory_limit_bytes so "memory available before
+	// publishers are blocked" is the alarm's own margin. Nil or 0 omits
+	// them.
+	MemoryUsed  func() uint64
+	MemoryLimit uint64
+	// ClusterName is the rabbitmq_cluster label of rabbitmq_identity_info
+	// (default "raftmq", as the management API's cluster name).
+	ClusterName string
 }
 
 // Metrics is the node's Prometheus collector. Everything but the apply
 // latency is read from the node at scrape time.
 type Metrics struct {
-	o     MetricsOptions
-	reg   *prometheus.Registry
-	apply prometheus.Histogram
+	o      MetricsOptions
+	reg    *prometheus.Registry
+	perObj *prometheus.Registry
+	apply  prometheus.Histogram
+	rabbit *rabbitDescs
 
 	raftState, term, commit, applied, lastLog, logSize, hasLeader, members *prometheus.Desc
 	clock                                                                  *prometheus.Desc
@@ -47,12 +60,17 @@ func NewMetrics(o MetricsOptions) *Metrics {
 	if o.MaxQueues <= 0 {
 		o.MaxQueues = 500
 	}
+	if o.ClusterName == "" {
+		o.ClusterName = "raftmq"
+	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("raftmq_"+name, help, labels, nil)
 	}
 	m := &Metrics{
-		o:   o,
-		reg: prometheus.NewRegistry(),
+		o:      o,
+		reg:    prometheus.NewRegistry(),
+		perObj: prometheus.NewRegistry(),
+		rabbit: newRabbitDescs(),
 		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "raftmq_apply_duration_seconds",
 			Help:    "Time from proposing a command to this node having applied it.",
@@ -86,14 +104,25 @@ func NewMetrics(o MetricsOptions) *Metrics {
 		qConsumers:   d("queue_consumers", "Consumers of a queue.", "vhost", "queue"),
 		qReadyBytes:  d("queue_messages_ready_bytes", "Body bytes of ready messages in a queue.", "vhost", "queue"),
 	}
-	m.reg.MustRegister(m, m.apply,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// /metrics/per-object is /metrics with RabbitMQ's queue series per
+	// queue rather than summed, as RabbitMQ serves the two.
+	for _, r := range []struct {
+		reg       *prometheus.Registry
+		perObject bool
+	}{{m.reg, false}, {m.perObj, true}} {
+		r.reg.MustRegister(m, m.apply, &rabbitCollector{m: m, perObject: r.perObject},
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	return m
 }
 
 // Registry is the registry the collector lives in; /metrics serves it.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// PerObjectRegistry is /metrics/per-object's registry: Registry's
+// collectors with RabbitMQ's per-queue series in place of its totals.
+func (m *Metrics) PerObjectRegistry() *prometheus.Registry { return m.perObj }
 
 // ObserveApply records how long one command took from proposal to apply.
 func (m *Metrics) ObserveApply(d time.Duration) { m.apply.Observe(d.Seconds()) }

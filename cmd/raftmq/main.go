@@ -163,7 +163,12 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		return fmt.Errorf("start node: %w", err)
 	}
 	apiNode := api.FromCluster(node)
-	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: api.ClusterStats(node)})
+	watermark := cfg.Limits.VMMemoryHighWatermark
+	if watermark == 0 {
+		watermark = defaultMemoryWatermark()
+	}
+	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: api.ClusterStats(node),
+		MemoryUsed: amqp.HeapBytes, MemoryLimit: uint64(watermark)})
 	amqpSrv.SetBroker(&broker{node: node, metrics: metrics})
 
 	sec.auth.SetNode(apiNode)
@@ -203,10 +208,6 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		}
 	}()
 	go reloadCertificates(ctx, logger, hup, certs)
-	watermark := cfg.Limits.VMMemoryHighWatermark
-	if watermark == 0 {
-		watermark = defaultMemoryWatermark()
-	}
 	go amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil).Run(ctx, memoryCheckInterval)
 	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpAddr, "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
