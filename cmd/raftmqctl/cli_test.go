@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -127,7 +129,10 @@ type slowAdmin struct {
 func (s *slowAdmin) ListVhosts(ctx context.Context, r *proto.ListRequest) (*proto.ListVhostsResponse, error) {
 	select {
 	case <-time.After(s.delay):
+		return &proto.ListVhostsResponse{}, nil
 	case <-ctx.Done():
+		// The server sees the propagated deadline too, and may answer
+		// before the client gives up: it must not answer with success.
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	return &proto.ListVhostsResponse{}, nil
 }
