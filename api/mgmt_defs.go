@@ -349,13 +349,9 @@ func (q *req) definitions() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
-	vhost := ""
-	if q.seg(1) != "" {
-		v, err := q.vhostArg(1)
-		if err != nil {
-			return err
-		}
-		vhost = v
+	vhost, err := q.vhostScope()
+	if err != nil {
+		return err
 	}
 	switch q.r.Method {
 	case http.MethodGet:

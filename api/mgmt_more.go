@@ -146,13 +146,9 @@ func (q *req) channels() error {
 }
 
 func (q *req) consumers() error {
-	vhost := ""
-	if q.seg(1) != "" {
-		v, err := q.vhostArg(1)
-		if err != nil {
-			return err
-		}
-		vhost = v
+	vhost, err := q.vhostScope()
+	if err != nil {
+		return err
 	}
 	conns := map[string]*proto.ConnectionInfo{}
 	for _, c := range q.connectionList() {

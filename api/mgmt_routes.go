@@ -77,6 +77,15 @@ func nonNil[T any](s []T) []T {
 // view runs fn on the applied state.
 func (q *req) view(fn func(State)) { q.m.node.View(fn) }
 
+// vhostScope is the vhost a listing is limited to: segment 1 when the path
+// has one (checked as vhostArg does), "" for every vhost the user sees.
+func (q *req) vhostScope() (string, error) {
+	if len(q.segs) < 2 {
+		return "", nil
+	}
+	return q.vhostArg(1)
+}
+
 // vhostArg returns the vhost of segment i, checking that it exists and that
 // the user sees it: 404 otherwise, as RabbitMQ answers for both.
 func (q *req) vhostArg(i int) (string, error) {

@@ -105,13 +105,9 @@ func (q *req) topology(s State) (map[string]*proto.PolicyInfo, string, []string)
 func (q *req) queues() error {
 	if len(q.segs) <= 2 {
 		return q.get(func() error {
-			vhost := ""
-			if len(q.segs) == 2 {
-				v, err := q.vhostArg(1)
-				if err != nil {
-					return err
-				}
-				vhost = v
+			vhost, err := q.vhostScope()
+			if err != nil {
+				return err
 			}
 			var out []map[string]any
 			q.view(func(s State) {
@@ -414,13 +410,9 @@ func exchangeJSON(x *proto.ExchangeInfo) map[string]any {
 func (q *req) exchanges() error {
 	if len(q.segs) <= 2 {
 		return q.get(func() error {
-			vhost := ""
-			if len(q.segs) == 2 {
-				v, err := q.vhostArg(1)
-				if err != nil {
-					return err
-				}
-				vhost = v
+			vhost, err := q.vhostScope()
+			if err != nil {
+				return err
 			}
 			var out []map[string]any
 			q.view(func(s State) {
@@ -643,13 +635,9 @@ func bindingJSON(b *proto.BindingInfo) map[string]any {
 func (q *req) bindings() error {
 	if len(q.segs) <= 2 {
 		return q.get(func() error {
-			vhost := ""
-			if len(q.segs) == 2 {
-				v, err := q.vhostArg(1)
-				if err != nil {
-					return err
-				}
-				vhost = v
+			vhost, err := q.vhostScope()
+			if err != nil {
+				return err
 			}
 			var out []map[string]any
 			q.view(func(s State) {
