@@ -29,7 +29,11 @@ type Delivery struct {
 	Exchange    string
 	RoutingKey  string
 	Properties  *proto.Properties
-	Body        []byte
+	// BodyRef names the body; Body holds it when the state does (a
+	// body restored inline) and is left for the node that carries the
+	// delivery out to read otherwise (ReadBody).
+	BodyRef queue.Body
+	Body    []byte
 	// Deadline is when the message dies in its queue (unix ms, log time;
 	// ttl.NoDeadline for none). It was assigned before then; a node that
 	// applies the assignment much later may hand it back unseen (requeue),
@@ -114,6 +118,29 @@ func (m *Machine) DueLeases(now int64) []*proto.QueueRef { return m.dueLeases(no
 // Snapshot captures the state. The returned writer may run concurrently
 // with later Apply calls and writes the versioned canonical encoding.
 func (m *Machine) Snapshot() (io.WriterTo, error) { return m.snapshot() }
+
+// BodyLister is implemented by what Snapshot returns: the bodies the
+// snapshot names (lazySnapshot.Bodies).
+type BodyLister interface {
+	Bodies() []queue.Body
+}
+
+// ReadBody returns the body b names from the entry that published it
+// (env, the entry at b.Index), or the bytes held inline.
+func ReadBody(env *proto.Envelope, b queue.Body) ([]byte, bool) {
+	if in, ok := b.Inline(); ok {
+		return in, true
+	}
+	cmds := env.GetCommands()
+	if int64(b.Pos) >= int64(len(cmds)) {
+		return nil, false
+	}
+	p := cmds[b.Pos].GetPublish()
+	if p == nil {
+		return nil, false
+	}
+	return p.GetBody(), true
+}
 
 // Restore replaces the state with one read from a snapshot.
 func (m *Machine) Restore(r io.Reader) error { return m.restore(r) }

@@ -65,6 +65,7 @@ func (s *state) apply(e Entry, sink Sink) []*proto.Result {
 	s.index = e.Index
 	out := make([]*proto.Result, len(e.Envelope.GetCommands()))
 	for i, c := range e.Envelope.GetCommands() {
+		s.pos = uint32(i)
 		r := s.applyOne(c)
 		if r == nil {
 			r = &proto.Result{}

@@ -63,9 +63,15 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	s.stats.Published++
 	targets := s.route(v, x, keys, props.GetHeaders())
 	res := &proto.Result{Routed: len(targets) > 0}
+	if len(targets) == 0 {
+		return res
+	}
+	enc := encodeProps(props)
+	body := queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}
 	for _, q := range targets {
-		m := &queue.Message{Exchange: c.GetExchange(), RoutingKey: c.GetRoutingKey(), Properties: props,
-			Body: c.GetBody(), BCC: bcc, Enqueued: s.clock, MsgTTL: msgTTL}
+		m := &queue.Message{Exchange: c.GetExchange(), RoutingKey: c.GetRoutingKey(), Props: enc,
+			Body: body, BCC: bcc, Enqueued: s.clock, MsgTTL: msgTTL}
+		setPropsFlags(m, props)
 		if q.overflow() != "drop-head" && q.overLimit(1, m.Size()) {
 			res.Rejected = true
 			s.stats.Refused++
@@ -104,8 +110,14 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 			ch.unacked = append(ch.unacked, &pending{tag: ch.nextTag, q: q, m: m})
 			q.unacked++
 		}
-		return &proto.Result{Get: &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()), Properties: deliveryProps(m), Body: m.Body}}
+		g := &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,
+			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()), Properties: deliveryProps(m)}
+		if b, ok := m.Body.Inline(); ok {
+			g.Body = b
+		} else {
+			g.BodyIndex, g.BodyPos = m.Body.Index, m.Body.Pos
+		}
+		return &proto.Result{Get: g}
 	}
 }
 
@@ -134,16 +146,16 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	if !ok {
 		return
 	}
-	old := m.Properties
+	old := m.Properties()
 	deaths := readDeaths(old.GetHeaders())
 	keys := append([]string{m.RoutingKey}, headerKeys(old.GetHeaders(), "CC")...)
 	keys = append(keys, m.BCC...)
 	d := ttl.Death{Queue: q.name, Reason: reason, Exchange: m.Exchange, RoutingKeys: keys, TimeSec: s.clock / 1000,
 		OriginalExpiration: old.GetExpiration()}
 	deaths = ttl.RecordDeath(deaths, d)
-	props := &proto.Properties{}
-	if old != nil {
-		props = pb.Clone(old).(*proto.Properties)
+	props := old
+	if props == nil {
+		props = &proto.Properties{}
 	}
 	props.Expiration = nil
 	if props.Headers == nil {
@@ -160,11 +172,13 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 		rk = []string{k}
 	}
 	targets := s.route(v, x, rk, props.GetHeaders())
+	enc := encodeProps(props)
 	for _, t := range targets {
 		if ttl.Cycle(deaths, t.name) {
 			continue
 		}
-		nm := &queue.Message{Exchange: dlx, RoutingKey: rk[0], Properties: props, Body: m.Body, Enqueued: s.clock, MsgTTL: -1}
+		nm := &queue.Message{Exchange: dlx, RoutingKey: rk[0], Props: enc, Body: m.Body, Enqueued: s.clock, MsgTTL: -1}
+		setPropsFlags(nm, props)
 		if t.overflow() != "drop-head" && t.overLimit(1, nm.Size()) {
 			s.stats.Refused++
 			continue
@@ -172,6 +186,26 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 		s.stats.DeadLettered++
 		s.enqueue(t, nm, true)
 	}
+}
+
+// encodeProps is the form messages hold their properties in (queue.Message
+// Props): deterministic, so every replica holds the same bytes.
+func encodeProps(p *proto.Properties) []byte {
+	if p == nil {
+		return nil
+	}
+	b, _ := pb.MarshalOptions{Deterministic: true}.Marshal(p)
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// setPropsFlags copies into m what the state machine decides with from
+// its properties: the priority lane and whether it is persistent.
+func setPropsFlags(m *queue.Message, p *proto.Properties) {
+	m.Priority = uint8(min(p.GetPriority(), 255))
+	m.Persistent = p.GetDeliveryMode() == 2
 }
 
 func setHeader(t *proto.Table, key string, v *proto.Value) {

@@ -393,8 +393,10 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 		c.unacked++
 		q.unacked++
 	}
-	s.sink.Deliver(&Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-		RoutingKey: m.RoutingKey, Properties: deliveryProps(m), Body: m.Body, Deadline: m.Deadline, NoAck: c.noAck})
+	d := &Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
+		RoutingKey: m.RoutingKey, Properties: deliveryProps(m), BodyRef: m.Body, Deadline: m.Deadline, NoAck: c.noAck}
+	d.Body, _ = m.Body.Inline()
+	s.sink.Deliver(d)
 }
 
 // deliverHook lets tests observe every assignment to a consumer.

@@ -2,12 +2,14 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 
 	pb "google.golang.org/protobuf/proto"
 
@@ -22,8 +24,11 @@ const (
 	snapMagic = "RMQS"
 	// 2 adds each consumer's credit, 3 the delivery tag floor, 4 the
 	// log's protocol level, 5 each message's returns and each queue's
-	// features flag (features.go).
-	snapVersion = 5
+	// features flag (features.go), 6 names each message's body instead
+	// of holding it (queue.Body) and holds its properties encoded.
+	snapVersion = 6
+	// bodyRefFormat is the first format that names bodies.
+	bodyRefFormat = 6
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -35,6 +40,13 @@ type enc struct {
 	// format is the snapshot format written; 0 is snapVersion (tests
 	// write earlier formats to check that they still load).
 	format uint64
+	// digest writes each body as its size only: where a node keeps a
+	// body (named in the log, or inline after a restore from a format
+	// that held bodies) is not state two replicas must agree on.
+	digest bool
+	// bodyOf gives the bytes of named bodies for formats that held them
+	// (tests only: SnapshotAs).
+	bodyOf func(queue.Body) []byte
 }
 
 func (e *enc) version() uint64 {
@@ -222,8 +234,30 @@ func (s *state) encodeTo(e *enc) {
 func encMessage(e *enc, m *queue.Message) {
 	e.s(m.Exchange)
 	e.s(m.RoutingKey)
-	e.msg(m.Properties)
-	e.by(m.Body)
+	if e.version() >= bodyRefFormat {
+		e.by(m.Props)
+		e.u(uint64(m.Priority))
+		e.bo(m.Persistent)
+		b, inline := m.Body.Inline()
+		if e.digest {
+			e.u(uint64(m.Body.Size))
+		} else if e.bo(inline); inline {
+			e.by(b)
+		} else {
+			e.u(m.Body.Index)
+			e.u(uint64(m.Body.Pos))
+			e.u(uint64(m.Body.Size))
+		}
+	} else {
+		// Earlier formats held properties and bodies in full; tests
+		// write them to check that they still load.
+		e.msg(m.Properties())
+		b, ok := m.Body.Inline()
+		if !ok && e.bodyOf != nil {
+			b = e.bodyOf(m.Body)
+		}
+		e.by(b)
+	}
 	e.u(uint64(len(m.BCC)))
 	for _, k := range m.BCC {
 		e.s(k)
@@ -316,11 +350,25 @@ func (d *dec) table() *proto.Table {
 
 func decMessage(d *dec) *queue.Message {
 	m := &queue.Message{Exchange: d.s(), RoutingKey: d.s()}
-	p := &proto.Properties{}
-	if d.msg(p) {
-		m.Properties = p
+	if d.version >= bodyRefFormat {
+		if p := d.by(); len(p) > 0 {
+			m.Props = p
+		}
+		m.Priority = uint8(min(d.u(), 255))
+		m.Persistent = d.bo()
+		if d.bo() {
+			m.Body = queue.InlineBody(d.by())
+		} else {
+			m.Body = queue.Body{Index: d.u(), Pos: uint32(d.u()), Size: uint32(d.u())}
+		}
+	} else {
+		p := &proto.Properties{}
+		if d.msg(p) {
+			m.Props = encodeProps(p)
+			setPropsFlags(m, p)
+		}
+		m.Body = queue.InlineBody(d.by())
 	}
-	m.Body = d.by()
 	for n := d.n(); n > 0 && d.err == nil; n-- {
 		m.BCC = append(m.BCC, d.s())
 	}
@@ -388,7 +436,32 @@ func (l *lazySnapshot) WriteTo(w io.Writer) (int64, error) {
 	return total, nil
 }
 
-func (s *state) digest() [32]byte { return sha256.Sum256(s.encode()) }
+// Bodies lists the bodies the snapshot names, each once, in (Index, Pos)
+// order: the node keeps them readable while the snapshot may be restored
+// or sent to a follower. Inline bodies are in the snapshot itself.
+func (l *lazySnapshot) Bodies() []queue.Body {
+	var out []queue.Body
+	for _, p := range l.parts {
+		for i := range p.msgs {
+			if b := p.msgs[i].Body; b.Index != 0 {
+				out = append(out, b)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b queue.Body) int {
+		if c := cmp.Compare(a.Index, b.Index); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Pos, b.Pos)
+	})
+	return slices.CompactFunc(out, func(a, b queue.Body) bool { return a.Index == b.Index && a.Pos == b.Pos })
+}
+
+func (s *state) digest() [32]byte {
+	e := &enc{b: make([]byte, 0, 4096), digest: true}
+	s.encodeTo(e)
+	return sha256.Sum256(e.b)
+}
 
 func (s *state) restore(r io.Reader) error {
 	b, err := io.ReadAll(r)

@@ -1,6 +1,14 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/raftmq/raftmq/queue"
+)
+
+// BodyOf gives SnapshotAs the bytes of named bodies, which formats before
+// 6 held (set by the external tests to fsmtest.Body).
+var BodyOf func(queue.Body) []byte
 
 // SnapshotAs encodes m's state in snapshot format version (2 to
 // snapVersion), as the binary that wrote that format would have: format 3
@@ -15,7 +23,7 @@ func SnapshotAs(m *Machine, version uint64, level uint32) ([]byte, error) {
 	kept := m.level
 	defer func() { m.level = kept }()
 	m.level = level
-	e := &enc{format: version}
+	e := &enc{format: version, bodyOf: BodyOf}
 	m.encodeTo(e)
 	return e.b, nil
 }

@@ -3,8 +3,6 @@ package fsm
 import (
 	"strconv"
 
-	pb "google.golang.org/protobuf/proto"
-
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 )
@@ -160,15 +158,15 @@ const ReasonDeliveryLimit = "delivery_limit"
 
 // deliveryProps are the properties a message is delivered with: once it
 // was returned, the x-delivery-count header says how many times (RabbitMQ
-// 4's quorum queue header). The stored properties are shared and never
-// changed, so the header goes on a copy.
+// 4's quorum queue header). Properties() decodes a fresh value, so the
+// header goes on that and never on what the queue holds.
 func deliveryProps(m *queue.Message) *proto.Properties {
+	p := m.Properties()
 	if m.Returns == 0 {
-		return m.Properties
+		return p
 	}
-	p := &proto.Properties{}
-	if m.Properties != nil {
-		p = pb.Clone(m.Properties).(*proto.Properties)
+	if p == nil {
+		p = &proto.Properties{}
 	}
 	if p.Headers == nil {
 		p.Headers = &proto.Table{}

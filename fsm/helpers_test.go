@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/fsm/fsmtest"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -14,6 +15,8 @@ var (
 	ch1   = &proto.ChannelRef{Node: "n1", Connection: "c1", Channel: 1}
 	ch2   = &proto.ChannelRef{Node: "n2", Connection: "c2", Channel: 1}
 )
+
+func init() { fsm.BodyOf = fsmtest.Body }
 
 func i64(n int64) *proto.Value { return &proto.Value{Kind: &proto.Value_Int64{Int64: n}} }
 func str(s string) *proto.Value {

@@ -34,8 +34,11 @@ type Stats struct {
 }
 
 type state struct {
-	clock       int64
-	index       uint64
+	clock int64
+	index uint64
+	// pos is the position of the command being applied in its entry:
+	// with index, the name of a published body (queue.Body).
+	pos         uint32
 	initialized bool
 	vhosts      map[string]*vhost
 	users       map[string]*user

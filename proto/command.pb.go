@@ -3739,14 +3739,20 @@ func (x *Result) GetIndex() uint64 {
 }
 
 type GetOk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeliveryTag   uint64                 `protobuf:"varint,1,opt,name=delivery_tag,json=deliveryTag" json:"delivery_tag,omitempty"`
-	Redelivered   bool                   `protobuf:"varint,2,opt,name=redelivered" json:"redelivered,omitempty"`
-	Exchange      string                 `protobuf:"bytes,3,opt,name=exchange" json:"exchange,omitempty"`
-	RoutingKey    string                 `protobuf:"bytes,4,opt,name=routing_key,json=routingKey" json:"routing_key,omitempty"`
-	MessageCount  uint32                 `protobuf:"varint,5,opt,name=message_count,json=messageCount" json:"message_count,omitempty"`
-	Properties    *Properties            `protobuf:"bytes,6,opt,name=properties" json:"properties,omitempty"`
-	Body          []byte                 `protobuf:"bytes,7,opt,name=body" json:"body,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	DeliveryTag  uint64                 `protobuf:"varint,1,opt,name=delivery_tag,json=deliveryTag" json:"delivery_tag,omitempty"`
+	Redelivered  bool                   `protobuf:"varint,2,opt,name=redelivered" json:"redelivered,omitempty"`
+	Exchange     string                 `protobuf:"bytes,3,opt,name=exchange" json:"exchange,omitempty"`
+	RoutingKey   string                 `protobuf:"bytes,4,opt,name=routing_key,json=routingKey" json:"routing_key,omitempty"`
+	MessageCount uint32                 `protobuf:"varint,5,opt,name=message_count,json=messageCount" json:"message_count,omitempty"`
+	Properties   *Properties            `protobuf:"bytes,6,opt,name=properties" json:"properties,omitempty"`
+	Body         []byte                 `protobuf:"bytes,7,opt,name=body" json:"body,omitempty"`
+	// body_index and body_pos name the body (the log entry that published
+	// it and the command's position there) when the state machine answers
+	// without it: the node that returns the result reads the body and
+	// clears them, so they never leave it.
+	BodyIndex     uint64 `protobuf:"varint,8,opt,name=body_index,json=bodyIndex" json:"body_index,omitempty"`
+	BodyPos       uint32 `protobuf:"varint,9,opt,name=body_pos,json=bodyPos" json:"body_pos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3828,6 +3834,20 @@ func (x *GetOk) GetBody() []byte {
 		return x.Body
 	}
 	return nil
+}
+
+func (x *GetOk) GetBodyIndex() uint64 {
+	if x != nil {
+		return x.BodyIndex
+	}
+	return 0
+}
+
+func (x *GetOk) GetBodyPos() uint32 {
+	if x != nil {
+		return x.BodyPos
+	}
+	return 0
 }
 
 var File_command_proto protoreflect.FileDescriptor
@@ -4129,7 +4149,7 @@ const file_command_proto_rawDesc = "" +
 	"\x03get\x18\b \x01(\v2\x10.raftmq.v1.GetOkR\x03get\x12!\n" +
 	"\fconsumer_tag\x18\t \x01(\tR\vconsumerTag\x12\x14\n" +
 	"\x05index\x18\n" +
-	" \x01(\x04R\x05index\"\xf9\x01\n" +
+	" \x01(\x04R\x05index\"\xb3\x02\n" +
 	"\x05GetOk\x12!\n" +
 	"\fdelivery_tag\x18\x01 \x01(\x04R\vdeliveryTag\x12 \n" +
 	"\vredelivered\x18\x02 \x01(\bR\vredelivered\x12\x1a\n" +
@@ -4140,7 +4160,10 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"properties\x18\x06 \x01(\v2\x15.raftmq.v1.PropertiesR\n" +
 	"properties\x12\x12\n" +
-	"\x04body\x18\a \x01(\fR\x04bodyB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x04body\x18\a \x01(\fR\x04body\x12\x1d\n" +
+	"\n" +
+	"body_index\x18\b \x01(\x04R\tbodyIndex\x12\x19\n" +
+	"\bbody_pos\x18\t \x01(\rR\abodyPosB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_command_proto_rawDescOnce sync.Once

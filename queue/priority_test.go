@@ -3,13 +3,12 @@ package queue
 import (
 	"testing"
 
-	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/ttl"
 )
 
 func prioMsg(q *Queue, deadline int64, body string, prio uint32) *Message {
 	m := msg(q, deadline, body)
-	m.Properties = &proto.Properties{Priority: &prio}
+	m.Priority = uint8(min(prio, 255))
 	return m
 }
 
@@ -26,8 +25,8 @@ func TestQueue_PriorityOrder(t *testing.T) {
 		t.Fatalf("order %q, want highest priority first, FIFO within one", got)
 	}
 	x, y := q.PopFront(), q.PopFront()
-	if string(x.Body) != "c" || string(y.Body) != "e" {
-		t.Fatalf("popped %q %q", x.Body, y.Body)
+	if text(x) != "c" || text(y) != "e" {
+		t.Fatalf("popped %q %q", text(x), text(y))
 	}
 	z := q.PopFront() // a
 	// Requeued messages go back to the head of their own priority.
@@ -51,14 +50,14 @@ func TestQueue_PriorityExpiryIsPerMessage(t *testing.T) {
 		t.Fatalf("earliest %d %v", d, ok)
 	}
 	out := q.PopExpired(100)
-	if len(out) != 1 || string(out[0].Body) != "lo" {
+	if len(out) != 1 || text(out[0]) != "lo" {
 		t.Fatalf("expired %v", out)
 	}
 	if got := bodies(&q); got != "himid" {
 		t.Fatalf("left %q", got)
 	}
 	out = q.PopExpired(500)
-	if len(out) != 1 || string(out[0].Body) != "hi" || q.Len() != 1 || string(q.Peek().Body) != "mid" {
+	if len(out) != 1 || text(out[0]) != "hi" || q.Len() != 1 || text(q.Peek()) != "mid" {
 		t.Fatalf("second expiry %v, head %v", out, q.Peek())
 	}
 	m := q.PopFront()

@@ -4,34 +4,87 @@ import (
 	"cmp"
 	"slices"
 
+	pb "google.golang.org/protobuf/proto"
+
 	"github.com/raftmq/raftmq/proto"
+
 	"github.com/raftmq/raftmq/ttl"
 )
 
-// Message is one queued copy of a published message. The body slice is
-// shared between the queues a publish fans out to and is never modified.
+// Message is one queued copy of a published message: the metadata the
+// state machine decides with. The body is not held here but named (Body):
+// it stays in the log entry that published it, and the node reads it back
+// where a delivery is carried out. Properties are held encoded, because a
+// decoded proto.Properties costs hundreds of bytes per queued message and
+// dead-lettering and headers routing need them in the state machine.
 type Message struct {
-	Exchange    string
-	RoutingKey  string
-	Properties  *proto.Properties
-	Body        []byte
-	BCC         []string // BCC routing keys (removed from the properties), for dead-lettering
-	Enqueued    int64    // log stamp of the enqueue (ms)
-	Deadline    int64    // in this queue; ttl.NoDeadline when none
-	MsgTTL      int64    // per-message expiration (ms), -1 when none
-	Seq         uint64
-	Redelivered bool
+	Exchange   string
+	RoutingKey string
+	// Props is the deterministic encoding of the proto.Properties the
+	// message is delivered with (BCC removed); nil for none. Never
+	// changed in place: copies of one publish share it.
+	Props []byte
+	Body  Body
+	BCC   []string // BCC routing keys (removed from the properties), for dead-lettering
+	// Enqueued is the log stamp of the enqueue (ms).
+	Enqueued int64
+	Deadline int64 // in this queue; ttl.NoDeadline when none
+	MsgTTL   int64 // per-message expiration (ms), -1 when none
+	Seq      uint64
 	// Returns counts the times a consumer handed the message back
 	// (x-delivery-count); past the queue's delivery limit it dies.
-	Returns int64
-	slot    int32 // position in the slab, -1 when not ready
+	Returns     int64
+	slot        int32 // position in the slab, -1 when not ready
+	Priority    uint8 // the priority property (0 when none)
+	Persistent  bool  // delivery-mode 2
+	Redelivered bool
+}
+
+// Body names a message body: the log entry that published it (Index) and
+// the position of the Publish command in that entry (Pos), with its size.
+// Every replica applies the same entries, so the name is the same on every
+// replica while the bytes are each node's own to keep. A body restored
+// from a snapshot written before bodies left the state has no entry to
+// name and is held inline.
+type Body struct {
+	Index uint64
+	Pos   uint32
+	Size  uint32
+	held  *[]byte
+}
+
+// InlineBody is a body held in memory (Index 0).
+func InlineBody(b []byte) Body {
+	return Body{Size: uint32(len(b)), held: &b}
+}
+
+// Inline returns the bytes of a body held in memory.
+func (b Body) Inline() ([]byte, bool) {
+	if b.held == nil {
+		return nil, false
+	}
+	return *b.held, true
+}
+
+// Properties decodes Props into a fresh value, nil for none; the caller
+// may change it. Props is written by the state machine only, so a failed
+// decode means a damaged snapshot, which restore already refused.
+func (m *Message) Properties() *proto.Properties {
+	if len(m.Props) == 0 {
+		return nil
+	}
+	p := &proto.Properties{}
+	if err := pb.Unmarshal(m.Props, p); err != nil {
+		return nil
+	}
+	return p
 }
 
 // Queued reports whether a message that was pushed is still ready.
 func (m *Message) Queued() bool { return m.slot >= 0 }
 
 // Size is the byte size counted by x-max-length-bytes (the body).
-func (m *Message) Size() int64 { return int64(len(m.Body)) }
+func (m *Message) Size() int64 { return int64(m.Body.Size) }
 
 // Queue holds the ready messages of one queue with an expiry index over
 // them: one FIFO lane per priority (a single lane without x-max-priority),
@@ -64,7 +117,7 @@ func (q *Queue) MaxPriority() uint8 { return q.maxPrio }
 // Priority is the lane m goes to: its priority property, capped at the
 // queue's maximum as RabbitMQ caps it; no property counts as 0.
 func (q *Queue) Priority(m *Message) int {
-	return int(min(m.Properties.GetPriority(), uint32(q.maxPrio)))
+	return int(min(m.Priority, q.maxPrio))
 }
 
 func (q *Queue) lane(m *Message) *lane {

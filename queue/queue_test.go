@@ -7,12 +7,17 @@ import (
 )
 
 func msg(q *Queue, deadline int64, body string) *Message {
-	return &Message{Body: []byte(body), Deadline: deadline, Seq: q.NextSeq(), MsgTTL: -1}
+	return &Message{Body: InlineBody([]byte(body)), Deadline: deadline, Seq: q.NextSeq(), MsgTTL: -1}
+}
+
+func text(m *Message) string {
+	b, _ := m.Body.Inline()
+	return string(b)
 }
 
 func bodies(q *Queue) string {
 	var s string
-	q.Each(func(m *Message) { s += string(m.Body) })
+	q.Each(func(m *Message) { s += text(m) })
 	return s
 }
 
@@ -22,8 +27,8 @@ func TestQueue_FIFOAndRequeue(t *testing.T) {
 		q.PushBack(msg(&q, ttl.NoDeadline, b))
 	}
 	x, y := q.PopFront(), q.PopFront()
-	if string(x.Body) != "a" || string(y.Body) != "b" || q.Len() != 1 || q.Bytes() != 1 {
-		t.Fatalf("pop: %q %q len %d", x.Body, y.Body, q.Len())
+	if text(x) != "a" || text(y) != "b" || q.Len() != 1 || q.Bytes() != 1 {
+		t.Fatalf("pop: %q %q len %d", text(x), text(y), q.Len())
 	}
 	q.PushFront([]*Message{x, y})
 	if got := bodies(&q); got != "abc" {
@@ -47,14 +52,14 @@ func TestQueue_PopExpired(t *testing.T) {
 	}
 	var got string
 	for _, m := range q.PopExpired(300) {
-		got += string(m.Body)
+		got += text(m)
 	}
 	if got != "1234" || bodies(&q) != "k9" || q.Len() != 2 {
 		t.Fatalf("expired %q, left %q", got, bodies(&q))
 	}
 	m := q.PopFront()
 	q.SetDeadline(q.Peek(), 50)
-	if string(m.Body) != "k" || len(q.PopExpired(60)) != 1 || q.Len() != 0 {
+	if text(m) != "k" || len(q.PopExpired(60)) != 1 || q.Len() != 0 {
 		t.Fatal("SetDeadline")
 	}
 }

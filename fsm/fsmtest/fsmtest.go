@@ -3,11 +3,63 @@
 package fsmtest
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 )
+
+// published keeps the body of every Publish applied through Apply, by the
+// name the state machine gives it (queue.Body), as a node keeps its log:
+// the state machine names bodies and the test reads them back. Machines
+// of one test that apply different publishes at the same index overwrite
+// each other's; the last one applied is the one read.
+var published struct {
+	sync.Mutex
+	bodies map[[2]uint64][]byte
+}
+
+func remember(index uint64, cmds []*proto.Command) {
+	published.Lock()
+	defer published.Unlock()
+	if published.bodies == nil {
+		published.bodies = map[[2]uint64][]byte{}
+	}
+	for i, c := range cmds {
+		if p := c.GetPublish(); p != nil {
+			published.bodies[[2]uint64{index, uint64(i)}] = p.GetBody()
+		}
+	}
+}
+
+// Body returns the bytes of a body the state machine named, from the
+// entries applied through Apply.
+func Body(b queue.Body) []byte {
+	if in, ok := b.Inline(); ok {
+		return in
+	}
+	published.Lock()
+	defer published.Unlock()
+	return published.bodies[[2]uint64{b.Index, uint64(b.Pos)}]
+}
+
+// Fill puts the bodies into deliveries and get results, as the node that
+// carries them out does.
+func Fill(res []*proto.Result, ds []*fsm.Delivery) {
+	for _, d := range ds {
+		if d.Body == nil {
+			d.Body = Body(d.BodyRef)
+		}
+	}
+	for _, r := range res {
+		if g := r.GetGet(); g != nil && g.BodyIndex != 0 {
+			g.Body = Body(queue.Body{Index: g.BodyIndex, Pos: g.BodyPos})
+			g.BodyIndex, g.BodyPos = 0, 0
+		}
+	}
+}
 
 // Recorder is a Sink that keeps every effect in order.
 type Recorder struct {
@@ -67,10 +119,13 @@ func SetProtocol(level uint32) *proto.Command {
 func Apply(t testing.TB, m *fsm.Machine, stamp int64, cmds ...*proto.Command) ([]*proto.Result, *Recorder) {
 	t.Helper()
 	r := &Recorder{}
-	res := m.Apply(fsm.Entry{Index: m.AppliedIndex() + 1, Envelope: &proto.Envelope{Version: 1, StampMs: stamp, Commands: cmds}}, r)
+	index := m.AppliedIndex() + 1
+	remember(index, cmds)
+	res := m.Apply(fsm.Entry{Index: index, Envelope: &proto.Envelope{Version: 1, StampMs: stamp, Commands: cmds}}, r)
 	if len(res) != len(cmds) {
 		t.Fatalf("Apply: %d results for %d commands", len(res), len(cmds))
 	}
+	Fill(res, r.Deliveries)
 	return res, r
 }
 
