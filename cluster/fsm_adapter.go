@@ -1,14 +1,19 @@
 package cluster
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/bodies"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 	gproto "google.golang.org/protobuf/proto"
 )
 
@@ -66,12 +71,14 @@ func (a *fsmAdapter) Apply(l *raft.Log) any {
 func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	envs := make([]*proto.Envelope, len(logs))
+	local := make([]bool, len(logs))
 	stop, decodeErr := len(logs), error(nil)
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue
 		}
 		if envs[i] = a.n.proposals.take(l.Data); envs[i] != nil {
+			local[i] = true
 			continue
 		}
 		if envs[i], decodeErr = decodeEntry(l); decodeErr != nil {
@@ -80,7 +87,13 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	n := a.n
-	sink := localSink{node: n.cfg.NodeID, next: n.cfg.Effects}
+	bb := &batchBodies{store: n.bodies, envs: map[uint64]*proto.Envelope{}}
+	for i, l := range logs[:stop] {
+		if envs[i] != nil {
+			bb.envs[l.Index] = envs[i]
+		}
+	}
+	sink := localSink{node: n.cfg.NodeID, next: n.cfg.Effects, bodies: bb, log: n.log}
 	var last uint64
 	n.stateMu.Lock()
 	for i, l := range logs[:stop] {
@@ -92,6 +105,18 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 		for _, r := range res {
 			if r != nil && r.Index == 0 {
 				r.Index = l.Index
+			}
+			// A get's result leaves this node only if it proposed the
+			// entry (a follower's get comes back through the leader).
+			if g := r.GetGet(); g != nil && g.BodyIndex != 0 && local[i] {
+				body, err := bb.read(queue.Body{Index: g.BodyIndex, Pos: g.BodyPos})
+				if err != nil {
+					n.log.Error("basic.get: the message body cannot be read", "err", err)
+					gproto.Reset(r)
+					r.Index, r.Code, r.Text = l.Index, 541, "INTERNAL_ERROR - the message body cannot be read on this node"
+					continue
+				}
+				g.Body, g.BodyIndex, g.BodyPos = body, 0, 0
 			}
 		}
 		out[i] = res
@@ -114,20 +139,33 @@ func (a *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	a.n.stateMu.Lock()
 	w, err := a.n.machine.Snapshot()
+	index := a.n.machine.AppliedIndex()
 	a.n.stateMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot: %w", err)
 	}
-	return fsmSnapshot{w}, nil
+	return fsmSnapshot{w: w, n: a.n, index: index}, nil
 }
 
 // Restore implements raft.FSM: it builds a fresh Machine from the snapshot
-// and swaps it in.
+// and swaps it in. A snapshot received from the leader carries the bodies
+// it names, which go to the body store; one of this node's own names
+// bodies its store must still hold.
 func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	m := fsm.New()
-	if err := m.Restore(rc); err != nil {
+	sr := &snapshotReader{r: bufio.NewReaderSize(rc, 64<<10)}
+	state, framed, err := sr.state()
+	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	m := fsm.New()
+	if err := m.Restore(bytes.NewReader(state)); err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	if framed {
+		if err := a.restoreBodies(sr, m.AppliedIndex()); err != nil {
+			return fmt.Errorf("cluster: restore: %w", err)
+		}
 	}
 	a.n.stateMu.Lock()
 	a.n.machine = m
@@ -137,28 +175,104 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ w io.WriterTo }
+func (a *fsmAdapter) restoreBodies(sr *snapshotReader, index uint64) error {
+	live, err := sr.bodyList()
+	if err != nil {
+		return err
+	}
+	follow, token, err := sr.follow()
+	if err != nil {
+		return err
+	}
+	store := a.n.bodies
+	if store == nil {
+		return nil
+	}
+	if follow && token != a.n.bodyToken {
+		if err := importBodies(store, sr.r, live); err != nil {
+			return err
+		}
+		// Every body the state names is in the body files now: the log
+		// below the snapshot holds none of them.
+		return store.Retain(live, index)
+	}
+	// The log from its first entry on is this node's own and holds what
+	// it names; below it, the body files must.
+	first, err := a.n.store.FirstIndex()
+	if err != nil {
+		return err
+	}
+	for _, l := range live {
+		if (first == 0 || l.Key.Index < first) && !store.Has(l.Key) {
+			return fmt.Errorf("the snapshot names the body of log entry %d (command %d), which this node no longer holds: %w", l.Key.Index, l.Key.Pos, bodies.ErrMissing)
+		}
+	}
+	return nil
+}
+
+// fsmSnapshot writes the state and the list of the bodies it names; once
+// written, the body store keeps those bodies readable past the log
+// compaction raft does next.
+type fsmSnapshot struct {
+	w     io.WriterTo
+	n     *Node
+	index uint64
+}
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := s.w.WriteTo(sink); err != nil {
+	var live []bodies.Live
+	if bl, ok := s.w.(fsm.BodyLister); ok {
+		live = toLive(bl.Bodies())
+	}
+	if err := writeSnapshot(sink, s.w, live); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("cluster: persist snapshot: %w", err)
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if store := s.n.bodies; store != nil {
+		// raft keeps TrailingLogs entries behind the snapshot; the
+		// store relocates the live bodies of what it may delete.
+		var to uint64
+		if t := s.n.cfg.TrailingLogs; s.index > t {
+			to = s.index - t
+		}
+		if err := store.Retain(live, to); err != nil {
+			// The pin stays where it was: the log is kept, nothing lost.
+			s.n.log.Error("body store: cannot relocate the bodies of the compacted log", "err", err)
+		}
+	}
+	return nil
 }
 
 func (s fsmSnapshot) Release() {}
 
-// localSink passes on only the effects addressed to this node.
+// localSink passes on only the effects addressed to this node, with the
+// bodies of its deliveries read.
 type localSink struct {
-	node string
-	next fsm.Sink
+	node   string
+	next   fsm.Sink
+	bodies *batchBodies
+	log    *slog.Logger
 }
 
 func (s localSink) Deliver(d *fsm.Delivery) {
-	if s.next != nil && d.Consumer.GetChannel().GetNode() == s.node {
-		s.next.Deliver(d)
+	if s.next == nil || d.Consumer.GetChannel().GetNode() != s.node {
+		return
 	}
+	if d.Body == nil && d.BodyRef.Size > 0 {
+		b, err := s.bodies.read(d.BodyRef)
+		if err != nil {
+			// The consumer keeps the message unacknowledged until its
+			// channel closes, which requeues it: better than a delivery
+			// with the wrong bytes.
+			s.log.Error("a delivery's message body cannot be read: not delivered", "consumer", d.Consumer.GetTag(), "err", err)
+			return
+		}
+		d.Body = b
+	}
+	s.next.Deliver(d)
 }
 
 func (s localSink) ConsumerCancelled(c *proto.ConsumerRef) {

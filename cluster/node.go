@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/bodies"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
@@ -229,10 +230,16 @@ type Node struct {
 	// startRaft has set the raft field.
 	raftRef atomic.Pointer[raft.Raft]
 	store   logStore
-	trans   *raft.NetworkTransport
-	list    *memberlist.Memberlist
-	fwd     *forwarder
-	advert  string // advertised raft address
+	// bodies reads message bodies back (bodies.go); nil only in tests
+	// that build a Node by hand.
+	bodies *bodies.Store
+	// bodyToken marks the bodies this node appends to the snapshots it
+	// sends (bodiesSnapshots).
+	bodyToken [tokenLen]byte
+	trans     *raft.NetworkTransport
+	list      *memberlist.Memberlist
+	fwd       *forwarder
+	advert    string // advertised raft address
 
 	gossipAddr string // advertised gossip address
 
@@ -360,8 +367,13 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("cluster: snapshot store: %w", err)
 	}
+	n.bodyToken = newBodyToken()
+	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), store, bodies.Options{})
+	if err != nil {
+		return fmt.Errorf("cluster: body store: %w", err)
+	}
 	snaps := &snapshotStore{SnapshotStore: files, dir: filepath.Join(cfg.DataDir, "snapshots")}
-	logs, err := raft.NewLogCache(512, store)
+	logs, err := raft.NewLogCache(512, holdingLogs{logStore: store, pin: n.bodies.Pin})
 	if err != nil {
 		return fmt.Errorf("cluster: log cache: %w", err)
 	}
@@ -409,7 +421,7 @@ func (n *Node) startRaft() error {
 	n.hasState.Store(has)
 	n.restart = has
 	r, err := newRaft(func() (*raft.Raft, error) {
-		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, snaps, noPipeline{n.trans})
+		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{snapshotStore: snaps, store: n.bodies, token: n.bodyToken}, noPipeline{n.trans})
 	}, store, snaps, logStorePath(cfg.DataDir, kind))
 	if err != nil {
 		var de *DataError
@@ -810,6 +822,9 @@ func (n *Node) cleanup() {
 	if n.trans != nil {
 		_ = n.trans.Close()
 		n.trans.CloseStreams()
+	}
+	if n.bodies != nil {
+		_ = n.bodies.Close()
 	}
 	if n.store != nil {
 		_ = n.store.Close()
