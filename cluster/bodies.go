@@ -384,9 +384,6 @@ type batchBodies struct {
 }
 
 func (b *batchBodies) read(ref queue.Body) ([]byte, error) {
-	if in, ok := ref.Inline(); ok {
-		return in, nil
-	}
 	if env := b.envs[ref.Index]; env != nil {
 		if body, ok := fsm.ReadBody(env, ref); ok {
 			return body, nil

@@ -126,11 +126,8 @@ type BodyLister interface {
 }
 
 // ReadBody returns the body b names from the entry that published it
-// (env, the entry at b.Index), or the bytes held inline.
+// (env, the entry at b.Index).
 func ReadBody(env *proto.Envelope, b queue.Body) ([]byte, bool) {
-	if in, ok := b.Inline(); ok {
-		return in, true
-	}
 	cmds := env.GetCommands()
 	if int64(b.Pos) >= int64(len(cmds)) {
 		return nil, false

@@ -68,9 +68,16 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	}
 	enc := encodeProps(props)
 	body := queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}
+	rk := c.GetRoutingKey()
 	for _, q := range targets {
-		m := &queue.Message{Exchange: c.GetExchange(), RoutingKey: c.GetRoutingKey(), Props: enc,
-			Body: body, BCC: bcc, Enqueued: s.clock, MsgTTL: msgTTL}
+		if q.lastKey != rk {
+			q.lastKey = rk
+		}
+		// x.name and q.lastKey equal what the command holds; sharing
+		// them keeps one copy of each name for a whole backlog.
+		m := &queue.Message{Exchange: x.name, RoutingKey: q.lastKey, Props: enc,
+			Body: body, Enqueued: s.clock, MsgTTL: msgTTL}
+		m.SetBCC(bcc)
 		setPropsFlags(m, props)
 		if q.overflow() != "drop-head" && q.overLimit(1, m.Size()) {
 			res.Rejected = true
@@ -112,7 +119,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 		}
 		g := &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,
 			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()), Properties: deliveryProps(m)}
-		if b, ok := m.Body.Inline(); ok {
+		if b, ok := m.Inline(); ok {
 			g.Body = b
 		} else {
 			g.BodyIndex, g.BodyPos = m.Body.Index, m.Body.Pos
@@ -149,7 +156,7 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	old := m.Properties()
 	deaths := readDeaths(old.GetHeaders())
 	keys := append([]string{m.RoutingKey}, headerKeys(old.GetHeaders(), "CC")...)
-	keys = append(keys, m.BCC...)
+	keys = append(keys, m.BCC()...)
 	d := ttl.Death{Queue: q.name, Reason: reason, Exchange: m.Exchange, RoutingKeys: keys, TimeSec: s.clock / 1000,
 		OriginalExpiration: old.GetExpiration()}
 	deaths = ttl.RecordDeath(deaths, d)
@@ -178,6 +185,9 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 			continue
 		}
 		nm := &queue.Message{Exchange: dlx, RoutingKey: rk[0], Props: enc, Body: m.Body, Enqueued: s.clock, MsgTTL: -1}
+		if b, ok := m.Inline(); ok {
+			nm.SetInline(b)
+		}
 		setPropsFlags(nm, props)
 		if t.overflow() != "drop-head" && t.overLimit(1, nm.Size()) {
 			s.stats.Refused++

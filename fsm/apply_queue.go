@@ -395,7 +395,7 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 	}
 	d := &Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
 		RoutingKey: m.RoutingKey, Properties: deliveryProps(m), BodyRef: m.Body, Deadline: m.Deadline, NoAck: c.noAck}
-	d.Body, _ = m.Body.Inline()
+	d.Body, _ = m.Inline()
 	s.sink.Deliver(d)
 }
 

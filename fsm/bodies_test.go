@@ -99,3 +99,22 @@ func TestSnapshot_InlineBodiesFromFormat5(t *testing.T) {
 		t.Fatalf("deliveries %v", r.Deliveries)
 	}
 }
+
+// A message restored inline keeps its bytes when it is dead-lettered.
+func TestSnapshot_InlineBodyDeadLettered(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("dead", nil))
+	fsmtest.One(t, m, 2, declare("q", table("x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dead"))))
+	fsmtest.One(t, m, 3, publish("", "q", "kept", nil))
+	b, err := fsm.SnapshotAs(m, 5, m.ProtocolLevel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := restoreBytes(t, b)
+	fsmtest.Apply(t, n, 4, get("q", false))
+	fsmtest.Apply(t, n, 5, discard(ch1, 1, false))
+	res, _ := fsmtest.Apply(t, n, 6, get("dead", true))
+	if g := res[0].GetGet(); string(g.GetBody()) != "kept" {
+		t.Fatalf("dead-lettered inline body %q", g.GetBody())
+	}
+}

@@ -238,7 +238,7 @@ func encMessage(e *enc, m *queue.Message) {
 		e.by(m.Props)
 		e.u(uint64(m.Priority))
 		e.bo(m.Persistent)
-		b, inline := m.Body.Inline()
+		b, inline := m.Inline()
 		if e.digest {
 			e.u(uint64(m.Body.Size))
 		} else if e.bo(inline); inline {
@@ -252,14 +252,14 @@ func encMessage(e *enc, m *queue.Message) {
 		// Earlier formats held properties and bodies in full; tests
 		// write them to check that they still load.
 		e.msg(m.Properties())
-		b, ok := m.Body.Inline()
+		b, ok := m.Inline()
 		if !ok && e.bodyOf != nil {
 			b = e.bodyOf(m.Body)
 		}
 		e.by(b)
 	}
-	e.u(uint64(len(m.BCC)))
-	for _, k := range m.BCC {
+	e.u(uint64(len(m.BCC())))
+	for _, k := range m.BCC() {
 		e.s(k)
 	}
 	e.i(m.Enqueued)
@@ -357,7 +357,7 @@ func decMessage(d *dec) *queue.Message {
 		m.Priority = uint8(min(d.u(), 255))
 		m.Persistent = d.bo()
 		if d.bo() {
-			m.Body = queue.InlineBody(d.by())
+			m.SetInline(d.by())
 		} else {
 			m.Body = queue.Body{Index: d.u(), Pos: uint32(d.u()), Size: uint32(d.u())}
 		}
@@ -367,11 +367,13 @@ func decMessage(d *dec) *queue.Message {
 			m.Props = encodeProps(p)
 			setPropsFlags(m, p)
 		}
-		m.Body = queue.InlineBody(d.by())
+		m.SetInline(d.by())
 	}
+	var bcc []string
 	for n := d.n(); n > 0 && d.err == nil; n-- {
-		m.BCC = append(m.BCC, d.s())
+		bcc = append(bcc, d.s())
 	}
+	m.SetBCC(bcc)
 	m.Enqueued = d.i()
 	m.Deadline = d.i()
 	m.MsgTTL = d.i()

@@ -25,7 +25,9 @@ type Message struct {
 	// changed in place: copies of one publish share it.
 	Props []byte
 	Body  Body
-	BCC   []string // BCC routing keys (removed from the properties), for dead-lettering
+	// x holds what few messages have (BCC keys, an inline body), so
+	// that the rest do not pay for it.
+	x *rare
 	// Enqueued is the log stamp of the enqueue (ms).
 	Enqueued int64
 	Deadline int64 // in this queue; ttl.NoDeadline when none
@@ -45,25 +47,57 @@ type Message struct {
 // Every replica applies the same entries, so the name is the same on every
 // replica while the bytes are each node's own to keep. A body restored
 // from a snapshot written before bodies left the state has no entry to
-// name and is held inline.
+// name: Index is 0 and the message holds the bytes (SetInline).
 type Body struct {
 	Index uint64
 	Pos   uint32
 	Size  uint32
-	held  *[]byte
 }
 
-// InlineBody is a body held in memory (Index 0).
-func InlineBody(b []byte) Body {
-	return Body{Size: uint32(len(b)), held: &b}
+type rare struct {
+	bcc    []string
+	inline []byte
 }
 
-// Inline returns the bytes of a body held in memory.
-func (b Body) Inline() ([]byte, bool) {
-	if b.held == nil {
+func (m *Message) rare() *rare {
+	if m.x == nil {
+		m.x = &rare{}
+	}
+	return m.x
+}
+
+// BCC is the message's BCC routing keys (removed from its properties),
+// kept for dead-lettering.
+func (m *Message) BCC() []string {
+	if m.x == nil {
+		return nil
+	}
+	return m.x.bcc
+}
+
+// SetBCC sets the BCC routing keys; none costs nothing.
+func (m *Message) SetBCC(keys []string) {
+	if len(keys) > 0 || m.x != nil {
+		m.rare().bcc = keys
+	}
+}
+
+// SetInline makes the message hold its body's bytes (a body no log entry
+// names).
+func (m *Message) SetInline(b []byte) {
+	m.Body = Body{Size: uint32(len(b))}
+	m.rare().inline = b
+}
+
+// Inline returns the bytes of a body the message holds.
+func (m *Message) Inline() ([]byte, bool) {
+	if m.Body.Index != 0 {
 		return nil, false
 	}
-	return *b.held, true
+	if m.x == nil {
+		return nil, m.Body.Size == 0
+	}
+	return m.x.inline, true
 }
 
 // Properties decodes Props into a fresh value, nil for none; the caller

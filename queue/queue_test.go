@@ -7,11 +7,13 @@ import (
 )
 
 func msg(q *Queue, deadline int64, body string) *Message {
-	return &Message{Body: InlineBody([]byte(body)), Deadline: deadline, Seq: q.NextSeq(), MsgTTL: -1}
+	m := &Message{Deadline: deadline, Seq: q.NextSeq(), MsgTTL: -1}
+	m.SetInline([]byte(body))
+	return m
 }
 
 func text(m *Message) string {
-	b, _ := m.Body.Inline()
+	b, _ := m.Inline()
 	return string(b)
 }
 

@@ -37,9 +37,6 @@ func remember(index uint64, cmds []*proto.Command) {
 // Body returns the bytes of a body the state machine named, from the
 // entries applied through Apply.
 func Body(b queue.Body) []byte {
-	if in, ok := b.Inline(); ok {
-		return in
-	}
 	published.Lock()
 	defer published.Unlock()
 	return published.bodies[[2]uint64{b.Index, uint64(b.Pos)}]
