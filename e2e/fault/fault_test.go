@@ -73,6 +73,8 @@ var scenarios = []scenario{
 	}},
 	// Each new leader killed in turn as soon as the killed one is back:
 	// ex-leaders rejoin and truncate their log's suffix again and again.
+	// The leader killed with a deep backlog queued (backlog_test.go).
+	{"backlog-kill-leader", backlogScenario},
 	{"kill-leader-3x", func(t *testing.T, c *cluster) {
 		for range 3 {
 			i := c.leader()

@@ -38,6 +38,19 @@ leader_pid() {
   fi
   cat "${DIR:-/tmp/rabbitmq-perf}/n1/pid"
 }
+# rss SYSTEM NAME: each node's anonymous resident memory (KiB), a JSON line.
+rss() {
+  local pids=() p list=
+  if [ "$1" = raftmq ]; then
+    for i in 1 2 3; do pids+=("$(cat "${DIR:-/tmp/raftmq-perf}/n$i.pid")"); done
+  else
+    for i in 1 2 3; do pids+=("$(cat "${DIR:-/tmp/rabbitmq-perf}/n$i/pid")"); done
+  fi
+  for p in "${pids[@]}"; do
+    list+="${list:+,}$(awk '/^RssAnon:/ {print $2}' "/proc/$p/status")"
+  done
+  printf '{"system":"%s","run":"%s","result":{"rss_anon_kib":[%s]}}\n' "$1" "$2" "$list"
+}
 down() {
   if [ "$1" = raftmq ]; then "$scripts/three-nodes.sh" stop; else "$scripts/rabbitmq-three-nodes.sh" stop; fi
   sleep 2
@@ -66,6 +79,15 @@ expiry-100k-head -mode expiry -count 100000 -ttl 2s -head-ttl 10s -queue ch
 expiry-100k-10k -mode expiry -count 100000 -ttl 2s -rate 10000 -queue cer
 expiry-100k-head-10k -mode expiry -count 100000 -ttl 2s -head-ttl 10s -rate 10000 -queue chr
 RUNS
+  # Behind a backlog: BACKLOG (default 500,000) persistent 1 KiB messages
+  # wait in one queue (two publishers, no consumer), then a paced
+  # publisher and its consumer run on another queue; each node's
+  # anonymous resident memory is read with the backlog in place.
+  uri=$(up "$s" </dev/null)
+  run "$s" backlog-fill -uri "$uri" -size 1024 -persistent -confirm 256 -producers 2 -consumers 0 -count "${BACKLOG:-500000}" -duration 30m -queue backlog "${args[@]}" </dev/null
+  rss "$s" backlog-rss
+  run "$s" paced-behind-backlog -uri "$uri" -size 1024 -persistent -confirm 256 -prefetch 100 -producers 1 -consumers 1 -rate 1000 -duration "$duration" -queue cpb "${args[@]}" </dev/null
+  down "$s" </dev/null
   # Killing the leader: the queue is declared on the first node, two
   # publishers on the others publish for 16 s and the leading node is
   # killed after 8; max_confirm_gap_ms is how long confirms stopped.
