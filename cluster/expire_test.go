@@ -248,6 +248,8 @@ func (r *recorder) ConsumerCancelled(c *proto.ConsumerRef) {
 	r.cancelled = append(r.cancelled, c)
 }
 
+func (r *recorder) ChannelTimedOut(*proto.ChannelRef, int64) {}
+
 func (r *recorder) NodeDown(node string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
