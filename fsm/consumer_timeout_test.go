@@ -13,7 +13,9 @@ import (
 
 var ch3 = &proto.ChannelRef{Node: "n1", Connection: "c1", Channel: 3}
 
-func timeoutOf(ch *proto.ChannelRef, def int64) *proto.Command { return fsmtest.ConsumerTimeout(ch, def) }
+func timeoutOf(ch *proto.ChannelRef, def int64) *proto.Command {
+	return fsmtest.ConsumerTimeout(ch, def)
+}
 
 func getOn(ch *proto.ChannelRef, q string) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{Vhost: "/", Queue: q, Channel: ch}}}
