@@ -420,6 +420,20 @@ func (s *Server) ConsumerCancelled(ref *proto.ConsumerRef) {
 	ch.consumerCancelled(ref.GetTag())
 }
 
+// ChannelTimedOut implements fsm.Sink: the log closed a channel of this
+// node whose oldest delivery went unacknowledged for its consumer timeout
+// (its consumers are gone and its deliveries requeued); the client gets
+// RabbitMQ's channel.close.
+func (s *Server) ChannelTimedOut(ref *proto.ChannelRef, timeout int64) {
+	ch := s.channelOf(ref)
+	if ch == nil {
+		return
+	}
+	ch.fail(wire.ChanError(wire.PreconditionFailed, 0, 0,
+		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
+			"This timeout value can be configured, see consumers doc guide to learn more", ref.GetChannel(), timeout))
+}
+
 // NodeDown implements fsm.Sink: when this node was declared down (it was
 // cut off from the leader for longer than the cluster waits, yet kept
 // running), the log dropped its connections, channels and consumers and

@@ -256,6 +256,7 @@ func TestAdmin_PolicyValidation(t *testing.T) {
 		{"zero expires", &proto.SetPolicyRequest{Name: "p", Pattern: ".*", Definition: &proto.PolicyDefinition{Expires: i64(0)}}, "expires"},
 		{"negative max-length", &proto.SetPolicyRequest{Name: "p", Pattern: ".*", Definition: &proto.PolicyDefinition{MaxLength: i64(-5)}}, "max-length"},
 		{"negative max-length-bytes", &proto.SetPolicyRequest{Name: "p", Pattern: ".*", Definition: &proto.PolicyDefinition{MaxLengthBytes: i64(-5)}}, "max-length-bytes"},
+		{"negative consumer-timeout", &proto.SetPolicyRequest{Name: "p", Pattern: ".*", Definition: &proto.PolicyDefinition{ConsumerTimeout: i64(-1)}}, "consumer-timeout"},
 		{"bad overflow", &proto.SetPolicyRequest{Name: "p", Pattern: ".*", Definition: &proto.PolicyDefinition{Overflow: str("drop-tail")}}, "overflow"},
 		{"bad pattern", &proto.SetPolicyRequest{Name: "p", Pattern: "(", Definition: &proto.PolicyDefinition{MessageTtl: i64(1)}}, "pattern"},
 		{"bad apply-to", &proto.SetPolicyRequest{Name: "p", Pattern: ".*", ApplyTo: "streams", Definition: &proto.PolicyDefinition{MessageTtl: i64(1)}}, "apply-to"},

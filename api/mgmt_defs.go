@@ -20,7 +20,7 @@ import (
 // reports.
 var honouredQueueArgs = []string{"x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
 	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow",
-	"x-max-priority", "x-delivery-limit", "x-single-active-consumer"}
+	"x-max-priority", "x-delivery-limit", "x-single-active-consumer", "x-consumer-timeout"}
 
 // honouredExchangeArgs are the exchange arguments raftmq acts on.
 var honouredExchangeArgs = []string{"alternate-exchange"}

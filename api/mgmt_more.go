@@ -213,6 +213,9 @@ func PolicyDefinitionJSON(d *proto.PolicyDefinition) map[string]any {
 	if d.DeliveryLimit != nil {
 		out["delivery-limit"] = d.GetDeliveryLimit()
 	}
+	if d.ConsumerTimeout != nil {
+		out["consumer-timeout"] = d.GetConsumerTimeout()
+	}
 	return out
 }
 
@@ -223,7 +226,7 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 	def = &proto.PolicyDefinition{}
 	for k := range b {
 		switch k {
-		case "message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit":
+		case "message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit", "consumer-timeout":
 			n, err := fieldInt(b, k, 0)
 			if err != nil {
 				return nil, nil, err
@@ -237,6 +240,8 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 				def.MaxLength = &n
 			case "delivery-limit":
 				def.DeliveryLimit = &n
+			case "consumer-timeout":
+				def.ConsumerTimeout = &n
 			default:
 				def.MaxLengthBytes = &n
 			}

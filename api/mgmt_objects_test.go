@@ -76,7 +76,7 @@ func TestManagementObjects(t *testing.T) {
 	g.must(http.StatusCreated, "PUT", "/api/policies/%2F/ttl", map[string]any{"pattern": "^work$", "apply-to": "queues",
 		"definition": map[string]any{"message-ttl": 5000, "dead-letter-exchange": "amq.fanout"}, "priority": 1})
 	g.must(http.StatusNoContent, "PUT", "/api/policies/%2F/ttl", map[string]any{"pattern": "^work$", "apply-to": "queues",
-		"definition": map[string]any{"message-ttl": 5000, "dead-letter-exchange": "amq.fanout"}, "priority": 1})
+		"definition": map[string]any{"message-ttl": 5000, "dead-letter-exchange": "amq.fanout", "consumer-timeout": 60000}, "priority": 1})
 	code, body, _ := g.do("PUT", "/api/policies/%2F/ha", map[string]any{"pattern": ".*", "definition": map[string]any{"ha-mode": "all"}})
 	if code != http.StatusBadRequest {
 		t.Fatalf("a policy key raftmq does not apply: %d %s", code, body)
@@ -85,7 +85,8 @@ func TestManagementObjects(t *testing.T) {
 		"definition": map[string]any{"max-length": 10, "message-ttl": 1000}})
 	var pol map[string]any
 	g.getJSON("/api/policies/%2F/ttl", &pol)
-	if pol["apply-to"] != "queues" || pol["priority"] != float64(1) || pol["definition"].(map[string]any)["message-ttl"] != float64(5000) {
+	if pol["apply-to"] != "queues" || pol["priority"] != float64(1) || pol["definition"].(map[string]any)["message-ttl"] != float64(5000) ||
+		pol["definition"].(map[string]any)["consumer-timeout"] != float64(60000) {
 		t.Fatalf("policy %v", pol)
 	}
 	var q map[string]any

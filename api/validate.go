@@ -63,6 +63,12 @@ func validatePolicy(name, pattern, applyTo string, def *proto.PolicyDefinition) 
 			return fmt.Errorf("delivery-limit %d must be >= -1 (-1: no limit)", def.GetDeliveryLimit())
 		}
 	}
+	if def.ConsumerTimeout != nil {
+		empty = false
+		if def.GetConsumerTimeout() < 0 {
+			return fmt.Errorf("consumer-timeout %d must be >= 0", def.GetConsumerTimeout())
+		}
+	}
 	if def.DeadLetterExchange != nil {
 		empty = false
 	}

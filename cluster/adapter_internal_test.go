@@ -122,9 +122,13 @@ func TestFSMAdapter_UnreadableEntryStopsTheNode(t *testing.T) {
 	}
 }
 
-type recSink struct{ delivered, cancelled, down []string }
+type recSink struct{ delivered, cancelled, down, timedOut []string }
 
 func (s *recSink) NodeDown(node string) { s.down = append(s.down, node) }
+
+func (s *recSink) ChannelTimedOut(ch *proto.ChannelRef, _ int64) {
+	s.timedOut = append(s.timedOut, ch.GetConnection())
+}
 
 func (s *recSink) Deliver(d *fsm.Delivery) { s.delivered = append(s.delivered, d.Consumer.GetTag()) }
 func (s *recSink) ConsumerCancelled(c *proto.ConsumerRef) {
@@ -143,9 +147,11 @@ func TestLocalSink_KeepsOnlyThisNodesEffects(t *testing.T) {
 	s.ConsumerCancelled(ref("me", "d"))
 	s.NodeDown("other")
 	s.NodeDown("me")
+	s.ChannelTimedOut(&proto.ChannelRef{Node: "other", Connection: "e"}, 1)
+	s.ChannelTimedOut(&proto.ChannelRef{Node: "me", Connection: "f"}, 1)
 	if len(rec.delivered) != 1 || rec.delivered[0] != "a" || len(rec.cancelled) != 1 || rec.cancelled[0] != "d" ||
-		len(rec.down) != 1 || rec.down[0] != "me" {
-		t.Fatalf("delivered %v cancelled %v down %v", rec.delivered, rec.cancelled, rec.down)
+		len(rec.down) != 1 || rec.down[0] != "me" || len(rec.timedOut) != 1 || rec.timedOut[0] != "f" {
+		t.Fatalf("delivered %v cancelled %v down %v timed out %v", rec.delivered, rec.cancelled, rec.down, rec.timedOut)
 	}
 }
 

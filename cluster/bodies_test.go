@@ -29,8 +29,9 @@ func (d *deliveries) Deliver(x *fsm.Delivery) {
 	}
 	d.bodies[string(x.Body)]++
 }
-func (d *deliveries) ConsumerCancelled(*proto.ConsumerRef) {}
-func (d *deliveries) NodeDown(string)                      {}
+func (d *deliveries) ConsumerCancelled(*proto.ConsumerRef)     {}
+func (d *deliveries) NodeDown(string)                          {}
+func (d *deliveries) ChannelTimedOut(*proto.ChannelRef, int64) {}
 
 func (d *deliveries) missing(want []string) []string {
 	d.mu.Lock()

@@ -234,6 +234,7 @@ type recorder struct {
 	delivered []*fsm.Delivery
 	cancelled []*proto.ConsumerRef
 	down      []string
+	timedOut  []*proto.ChannelRef
 }
 
 func (r *recorder) Deliver(d *fsm.Delivery) {
@@ -246,6 +247,12 @@ func (r *recorder) ConsumerCancelled(c *proto.ConsumerRef) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cancelled = append(r.cancelled, c)
+}
+
+func (r *recorder) ChannelTimedOut(ch *proto.ChannelRef, _ int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timedOut = append(r.timedOut, ch)
 }
 
 func (r *recorder) NodeDown(node string) {

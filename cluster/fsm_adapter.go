@@ -281,6 +281,12 @@ func (s localSink) ConsumerCancelled(c *proto.ConsumerRef) {
 	}
 }
 
+func (s localSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
+	if s.next != nil && ch.GetNode() == s.node {
+		s.next.ChannelTimedOut(ch, timeout)
+	}
+}
+
 func (s localSink) NodeDown(node string) {
 	if s.next != nil && node == s.node {
 		s.next.NodeDown(node)

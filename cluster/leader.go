@@ -85,7 +85,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){n.initDefaults, n.expiryLoop, n.leaseLoop, n.reconcileLoop} {
+	for _, loop := range []func(context.Context){n.initDefaults, n.expiryLoop, n.leaseLoop, n.consumerTimeoutLoop, n.reconcileLoop} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -299,6 +299,28 @@ func (n *Node) leaseLoop(ctx context.Context) {
 		cmds := make([]*proto.Command, len(due))
 		for i, q := range due {
 			cmds[i] = &proto.Command{Cmd: &proto.Command_ExpireQueue{ExpireQueue: &proto.ExpireQueue{Queue: q}}}
+		}
+		_, err := n.SubmitBatch(ctx, cmds)
+		return err == nil, err
+	})
+}
+
+// consumerTimeoutLoop proposes ConsumerTimeout for each channel whose
+// oldest delivery went unacknowledged past its consumer timeout, in one
+// entry. The node's default travels in the command, so every replica
+// decides with the same one.
+func (n *Node) consumerTimeoutLoop(ctx context.Context) {
+	def := max(n.cfg.ConsumerTimeout.Milliseconds(), 0)
+	next := func(m *fsm.Machine) (int64, bool) { return m.NextConsumerTimeout(def) }
+	n.dueLoop(ctx, "consumer-timeout", next, func(ctx context.Context, now int64) (bool, error) {
+		var due []*proto.ChannelRef
+		n.View(func(m *fsm.Machine) { due = m.DueConsumerTimeouts(now, def) })
+		if len(due) == 0 {
+			return false, nil
+		}
+		cmds := make([]*proto.Command, len(due))
+		for i, ch := range due {
+			cmds[i] = &proto.Command{Cmd: &proto.Command_ConsumerTimeout{ConsumerTimeout: &proto.ConsumerTimeout{Channel: ch, DefaultMs: def}}}
 		}
 		_, err := n.SubmitBatch(ctx, cmds)
 		return err == nil, err

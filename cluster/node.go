@@ -129,6 +129,12 @@ type Config struct {
 	// and not yet seen applied (default 4): while they are in flight, new
 	// commands accumulate into the next, larger entry.
 	MaxInflightEntries int
+	// ConsumerTimeout is how long a delivery may stay unacknowledged before
+	// its channel is closed, for queues that set no x-consumer-timeout nor
+	// consumer-timeout policy (default fsm.DefaultConsumerTimeout, 30
+	// minutes; negative: none). The leader's value applies: it is written
+	// into each ConsumerTimeout it proposes.
+	ConsumerTimeout time.Duration
 	// Protocol is the command protocol this node announces (default and
 	// upper bound fsm.Protocol). Only tests set it lower: such a node
 	// stands for one of an earlier release during a rolling upgrade, and
@@ -182,6 +188,9 @@ func (c *Config) setDefaults() error {
 	def(&c.ReconcileInterval, 5*time.Second)
 	def(&c.JoinRetryInterval, time.Second)
 	def(&c.LeaderWait, 10*time.Second)
+	if c.ConsumerTimeout == 0 {
+		c.ConsumerTimeout = fsm.DefaultConsumerTimeout * time.Millisecond
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
 	}

@@ -59,6 +59,11 @@ type Sink interface {
 	// longer than the cluster waits): its clients must then lose their
 	// connections, which the log no longer knows.
 	NodeDown(node string)
+	// ChannelTimedOut tells a channel's oldest delivery went unacknowledged
+	// for its consumer timeout (ms): the log removed the channel's
+	// consumers and requeued its deliveries, and its node closes it with
+	// 406 PRECONDITION_FAILED.
+	ChannelTimedOut(ch *proto.ChannelRef, timeout int64)
 }
 
 // DiscardSink drops every effect.
@@ -72,6 +77,9 @@ func (DiscardSink) ConsumerCancelled(*proto.ConsumerRef) {}
 
 // NodeDown implements Sink.
 func (DiscardSink) NodeDown(string) {}
+
+// ChannelTimedOut implements Sink.
+func (DiscardSink) ChannelTimedOut(*proto.ChannelRef, int64) {}
 
 // Machine is the whole broker state. It is not safe for concurrent use: the
 // caller serialises Apply with every read.
@@ -114,6 +122,17 @@ func (m *Machine) NextLeaseDue() (int64, bool) { return m.nextLeaseDue() }
 
 // DueLeases lists, in a stable order, the queues whose lease is due at now.
 func (m *Machine) DueLeases(now int64) []*proto.QueueRef { return m.dueLeases(now) }
+
+// NextConsumerTimeout is the earliest time a channel's oldest delivery
+// times out, def being the timeout (ms) of queues that set none (0: none).
+func (m *Machine) NextConsumerTimeout(def int64) (int64, bool) { return m.nextConsumerTimeout(def) }
+
+// DueConsumerTimeouts lists, in a stable order, the channels whose oldest
+// delivery has timed out at now: the leader proposes a ConsumerTimeout
+// for each, with def as its default.
+func (m *Machine) DueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
+	return m.dueConsumerTimeouts(now, def)
+}
 
 // Snapshot captures the state. The returned writer may run concurrently
 // with later Apply calls and writes the versioned canonical encoding.

@@ -86,6 +86,9 @@ func (s *state) applySetProtocol(c *proto.SetProtocol) *proto.Result {
 	if l := c.GetLevel(); l > Protocol {
 		return refused(codeNotImplemented, fmt.Sprintf("NOT_IMPLEMENTED - protocol level %d is above %d, the highest this node applies", l, Protocol))
 	}
+	if s.level < 4 && c.GetLevel() >= 4 {
+		s.startConsumerTimeouts()
+	}
 	s.level = max(s.level, c.GetLevel())
 	return &proto.Result{}
 }
@@ -156,6 +159,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyPolicyClear(x.PolicyClear)
 	case *proto.Command_SetProtocol:
 		return s.applySetProtocol(x.SetProtocol)
+	case *proto.Command_ConsumerTimeout:
+		return s.applyConsumerTimeout(x.ConsumerTimeout)
 	default:
 		if c.GetIgnorable() {
 			return &proto.Result{}

@@ -59,6 +59,9 @@ func (s *state) applyPolicySet(c *proto.PolicySet) *proto.Result {
 	if r != nil {
 		return r
 	}
+	if d := c.GetDefinition(); s.atLeast(4) && d != nil && d.ConsumerTimeout != nil && d.GetConsumerTimeout() < 0 {
+		return refused(406, "PRECONDITION_FAILED - invalid consumer-timeout")
+	}
 	p := &policy{def: pb.Clone(c).(*proto.PolicySet), re: re}
 	if p.def.Definition == nil {
 		p.def.Definition = &proto.PolicyDefinition{}

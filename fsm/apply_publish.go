@@ -114,7 +114,11 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 		if c.GetNoAck() {
 			s.stats.Acked++
 		} else {
-			ch.unacked = append(ch.unacked, &pending{tag: ch.nextTag, q: q, m: m})
+			p := &pending{tag: ch.nextTag, q: q, m: m}
+			if s.atLeast(4) {
+				p.at = s.clock
+			}
+			ch.unacked = append(ch.unacked, p)
 			q.unacked++
 		}
 		g := &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,

@@ -203,6 +203,11 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	if r := parseQueueArgs(q, c.GetArguments()); r != nil {
 		return r
 	}
+	if s.atLeast(4) {
+		if r := checkConsumerTimeoutArg(q); r != nil {
+			return r
+		}
+	}
 	v.queues[name] = q
 	s.stats.Queues++
 	q.policy, q.opPolicy = matchPolicies(v, name, "queues")
@@ -389,7 +394,11 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 	if c.noAck {
 		s.stats.Acked++
 	} else {
-		c.ch.unacked = append(c.ch.unacked, &pending{tag: tag, q: q, m: m, c: c})
+		p := &pending{tag: tag, q: q, m: m, c: c}
+		if s.atLeast(4) {
+			p.at, p.held = s.clock, c.prefetch != 0 && c.unacked >= c.prefetch
+		}
+		c.ch.unacked = append(c.ch.unacked, p)
 		c.unacked++
 		q.unacked++
 	}

@@ -15,6 +15,15 @@ import (
 // takes every one. tags, when given, names the deliveries exactly instead:
 // all of them are taken, or none if one is unknown.
 func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
+	ps, ch, r := s.takeOut(ref, tag, multiple, all, tags)
+	if len(ps) > 0 && s.atLeast(4) {
+		ch.settled = s.clock
+	}
+	return ps, ch, r
+}
+
+// takeOut is take without the settlement's time.
+func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
 	ch, ok := s.channels[chanKey(ref)]
 	if len(tags) > 0 && !all {
 		return s.takeTags(ch, ok, tags)

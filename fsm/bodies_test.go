@@ -73,20 +73,20 @@ func TestSnapshot_BodiesNamedOnce(t *testing.T) {
 	}
 }
 
-// A snapshot in a format that held bodies (before 6) restores them
+// A snapshot in a format that held bodies (before 7) restores them
 // inline; the restored machine delivers them without the log entries that
 // published them, and its next snapshot keeps them.
-func TestSnapshot_InlineBodiesFromFormat5(t *testing.T) {
+func TestSnapshot_InlineBodiesFromFormat6(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.One(t, m, 2, declare("q", nil))
 	fsmtest.One(t, m, 3, publish("", "q", "kept", &proto.Properties{MessageId: ptr("m1")}))
-	b, err := fsm.SnapshotAs(m, 5, m.ProtocolLevel())
+	b, err := fsm.SnapshotAs(m, 6, m.ProtocolLevel())
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := restoreBytes(t, b)
 	if n.Digest() != m.Digest() {
-		t.Fatal("digest differs after a restore from format 5")
+		t.Fatal("digest differs after a restore from format 6")
 	}
 	n = roundTrip(t, n)
 	if _, bodies := snapshotBytes(t, n); len(bodies) != 0 {
@@ -106,7 +106,7 @@ func TestSnapshot_InlineBodyDeadLettered(t *testing.T) {
 	fsmtest.One(t, m, 2, declare("dead", nil))
 	fsmtest.One(t, m, 2, declare("q", table("x-dead-letter-exchange", str(""), "x-dead-letter-routing-key", str("dead"))))
 	fsmtest.One(t, m, 3, publish("", "q", "kept", nil))
-	b, err := fsm.SnapshotAs(m, 5, m.ProtocolLevel())
+	b, err := fsm.SnapshotAs(m, 6, m.ProtocolLevel())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,11 +24,13 @@ const (
 	snapMagic = "RMQS"
 	// 2 adds each consumer's credit, 3 the delivery tag floor, 4 the
 	// log's protocol level, 5 each message's returns and each queue's
-	// features flag (features.go), 6 names each message's body instead
-	// of holding it (queue.Body) and holds its properties encoded.
-	snapVersion = 6
+	// features flag (features.go), 6 each channel's settlement time and
+	// each unacknowledged delivery's assignment time and held flag
+	// (consumer_timeout.go), 7 names each message's body instead of
+	// holding it (queue.Body) and holds its properties encoded.
+	snapVersion = 7
 	// bodyRefFormat is the first format that names bodies.
-	bodyRefFormat = 6
+	bodyRefFormat = 7
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -208,6 +210,9 @@ func (s *state) encodeTo(e *enc) {
 		ch := s.channels[ck]
 		e.msg(ch.ref)
 		e.u(ch.nextTag)
+		if e.version() >= 6 {
+			e.i(ch.settled)
+		}
 		e.u(uint64(len(ch.consumers)))
 		for _, c := range ch.consumers {
 			e.s(c.q.vhost)
@@ -226,6 +231,10 @@ func (s *state) encodeTo(e *enc) {
 				e.s(p.c.ref.GetTag())
 			}
 			e.message(p.m)
+			if e.version() >= 6 {
+				e.i(p.at)
+				e.bo(p.held)
+			}
 		}
 	}
 	e.flushBytes()
@@ -587,6 +596,9 @@ func decodeState(b []byte) (*state, error) {
 		d.msg(ref)
 		ch := s.channel(ref)
 		ch.nextTag = d.u()
+		if version >= 6 {
+			ch.settled = d.i()
+		}
 		for cn := d.n(); cn > 0 && d.err == nil; cn-- {
 			_, _ = d.s(), d.s()
 			c, ok := consumers[ch.key+"\x00"+d.s()]
@@ -611,6 +623,9 @@ func decodeState(b []byte) (*state, error) {
 				}
 			}
 			p.m = decMessage(d)
+			if version >= 6 {
+				p.at, p.held = d.i(), d.bo()
+			}
 			p.q.unacked++
 			ch.unacked = append(ch.unacked, p)
 		}

@@ -7,7 +7,7 @@ import (
 )
 
 // BodyOf gives SnapshotAs the bytes of named bodies, which formats before
-// 6 held (set by the external tests to fsmtest.Body).
+// 7 held (set by the external tests to fsmtest.Body).
 var BodyOf func(queue.Body) []byte
 
 // SnapshotAs encodes m's state in snapshot format version (2 to

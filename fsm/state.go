@@ -146,6 +146,11 @@ type channel struct {
 	nextTag   uint64
 	unacked   []*pending // ascending tags
 	consumers []*consumer
+	// settled is the log time of the channel's latest settlement (ack,
+	// reject or requeue), from level 4 on: a node writes the deliveries it
+	// held beyond a consumer's prefetch as acks free room, so such a
+	// delivery's consumer timeout counts from then (consumer_timeout.go).
+	settled int64
 }
 
 type pending struct {
@@ -153,6 +158,11 @@ type pending struct {
 	q   *queueState
 	m   *queue.Message
 	c   *consumer
+	// at is the log time of the assignment, from level 4 on (0 before):
+	// the consumer timeout counts from it. held marks an assignment beyond
+	// the consumer's prefetch, which its node held before writing it.
+	at   int64
+	held bool
 }
 
 func (s *state) init() {

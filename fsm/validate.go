@@ -70,7 +70,10 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     (default 20), single active consumer, consumer priorities, and
 //     refuse stream arguments (features.go); queues declared before keep
 //     what they were
-const Protocol = 3
+//  4. ConsumerTimeout; deliveries record when they were assigned, a
+//     queue declared from this level on refuses an invalid
+//     x-consumer-timeout, and a policy an invalid consumer-timeout
+const Protocol = 4
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -84,6 +87,7 @@ func init() {
 		kindProtocol[cmdOneof.Fields().Get(i).Number()] = 1
 	}
 	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = 2
+	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = 4
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -529,6 +533,11 @@ func (v *validator) command(c *proto.Command) {
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)
+	case *proto.Command_ConsumerTimeout:
+		v.channel("channel", x.ConsumerTimeout.GetChannel())
+		if d := x.ConsumerTimeout.GetDefaultMs(); d < 0 {
+			v.fail(codeInternalError, "consumer timeout default %d is negative", d)
+		}
 	case *proto.Command_SetProtocol:
 		switch l := x.SetProtocol.GetLevel(); {
 		case l == 0:

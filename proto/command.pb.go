@@ -125,6 +125,7 @@ type Command struct {
 	//	*Command_Tick
 	//	*Command_RestartLeases
 	//	*Command_SetProtocol
+	//	*Command_ConsumerTimeout
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -428,6 +429,15 @@ func (x *Command) GetSetProtocol() *SetProtocol {
 	return nil
 }
 
+func (x *Command) GetConsumerTimeout() *ConsumerTimeout {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ConsumerTimeout); ok {
+			return x.ConsumerTimeout
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPolicySet() *PolicySet {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PolicySet); ok {
@@ -562,6 +572,10 @@ type Command_SetProtocol struct {
 	SetProtocol *SetProtocol `protobuf:"bytes,44,opt,name=set_protocol,json=setProtocol,oneof"`
 }
 
+type Command_ConsumerTimeout struct {
+	ConsumerTimeout *ConsumerTimeout `protobuf:"bytes,45,opt,name=consumer_timeout,json=consumerTimeout,oneof"`
+}
+
 type Command_PolicySet struct {
 	PolicySet *PolicySet `protobuf:"bytes,50,opt,name=policy_set,json=policySet,oneof"`
 }
@@ -625,6 +639,8 @@ func (*Command_Tick) isCommand_Cmd() {}
 func (*Command_RestartLeases) isCommand_Cmd() {}
 
 func (*Command_SetProtocol) isCommand_Cmd() {}
+
+func (*Command_ConsumerTimeout) isCommand_Cmd() {}
 
 func (*Command_PolicySet) isCommand_Cmd() {}
 
@@ -3182,6 +3198,65 @@ func (x *Expire) GetQueues() []*QueueRef {
 	return nil
 }
 
+// ConsumerTimeout closes a channel whose oldest unacknowledged delivery
+// has waited, at the entry's stamp, at least its queue's consumer timeout
+// (x-consumer-timeout or the consumer-timeout policy key, else
+// default_ms): its deliveries are requeued, its consumers removed, and
+// the node it lives on closes it with 406. Protocol level 4.
+type ConsumerTimeout struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Channel *ChannelRef            `protobuf:"bytes,1,opt,name=channel" json:"channel,omitempty"`
+	// The timeout (ms) of a queue that sets none: the proposing leader's
+	// --consumer-timeout; 0 for none.
+	DefaultMs     int64 `protobuf:"varint,2,opt,name=default_ms,json=defaultMs" json:"default_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerTimeout) Reset() {
+	*x = ConsumerTimeout{}
+	mi := &file_command_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerTimeout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerTimeout) ProtoMessage() {}
+
+func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerTimeout.ProtoReflect.Descriptor instead.
+func (*ConsumerTimeout) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ConsumerTimeout) GetChannel() *ChannelRef {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+func (x *ConsumerTimeout) GetDefaultMs() int64 {
+	if x != nil {
+		return x.DefaultMs
+	}
+	return 0
+}
+
 // ExpireQueue deletes a queue whose x-expires lease is due at the entry's
 // stamp and which is still unused.
 type ExpireQueue struct {
@@ -3193,7 +3268,7 @@ type ExpireQueue struct {
 
 func (x *ExpireQueue) Reset() {
 	*x = ExpireQueue{}
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3280,7 @@ func (x *ExpireQueue) String() string {
 func (*ExpireQueue) ProtoMessage() {}
 
 func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3293,7 @@ func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireQueue.ProtoReflect.Descriptor instead.
 func (*ExpireQueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{36}
+	return file_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExpireQueue) GetQueue() *QueueRef {
@@ -3237,7 +3312,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3324,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3337,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{37}
+	return file_command_proto_rawDescGZIP(), []int{38}
 }
 
 // RestartLeases restarts every queue's x-expires lease at the entry's
@@ -3278,7 +3353,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3365,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3378,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{38}
+	return file_command_proto_rawDescGZIP(), []int{39}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -3322,7 +3397,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3409,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3422,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -3369,13 +3444,17 @@ type PolicyDefinition struct {
 	// delivery-limit: returns allowed before a message is dead-lettered
 	// (reason delivery_limit); -1 for none.
 	DeliveryLimit *int64 `protobuf:"varint,8,opt,name=delivery_limit,json=deliveryLimit" json:"delivery_limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// consumer-timeout: how long (ms) a delivery may stay unacknowledged
+	// before its channel is closed; the smaller of it and the queue's
+	// x-consumer-timeout applies.
+	ConsumerTimeout *int64 `protobuf:"varint,9,opt,name=consumer_timeout,json=consumerTimeout" json:"consumer_timeout,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3466,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3479,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3459,6 +3538,13 @@ func (x *PolicyDefinition) GetDeliveryLimit() int64 {
 	return 0
 }
 
+func (x *PolicyDefinition) GetConsumerTimeout() int64 {
+	if x != nil && x.ConsumerTimeout != nil {
+		return *x.ConsumerTimeout
+	}
+	return 0
+}
+
 type PolicySet struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Vhost   string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
@@ -3476,7 +3562,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3574,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3587,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -3564,7 +3650,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3662,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3675,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -3640,7 +3726,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3738,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3751,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -3759,7 +3845,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +3857,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +3870,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -3858,7 +3944,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xb6\r\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xff\r\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -3891,7 +3977,8 @@ const file_command_proto_rawDesc = "" +
 	"\fexpire_queue\x18) \x01(\v2\x16.raftmq.v1.ExpireQueueH\x00R\vexpireQueue\x12%\n" +
 	"\x04tick\x18* \x01(\v2\x0f.raftmq.v1.TickH\x00R\x04tick\x12A\n" +
 	"\x0erestart_leases\x18+ \x01(\v2\x18.raftmq.v1.RestartLeasesH\x00R\rrestartLeases\x12;\n" +
-	"\fset_protocol\x18, \x01(\v2\x16.raftmq.v1.SetProtocolH\x00R\vsetProtocol\x125\n" +
+	"\fset_protocol\x18, \x01(\v2\x16.raftmq.v1.SetProtocolH\x00R\vsetProtocol\x12G\n" +
+	"\x10consumer_timeout\x18- \x01(\v2\x1a.raftmq.v1.ConsumerTimeoutH\x00R\x0fconsumerTimeout\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
 	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClearB\x05\n" +
@@ -4106,13 +4193,17 @@ const file_command_proto_rawDesc = "" +
 	"\bNodeDown\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"5\n" +
 	"\x06Expire\x12+\n" +
-	"\x06queues\x18\x01 \x03(\v2\x13.raftmq.v1.QueueRefR\x06queues\"8\n" +
+	"\x06queues\x18\x01 \x03(\v2\x13.raftmq.v1.QueueRefR\x06queues\"a\n" +
+	"\x0fConsumerTimeout\x12/\n" +
+	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12\x1d\n" +
+	"\n" +
+	"default_ms\x18\x02 \x01(\x03R\tdefaultMs\"8\n" +
 	"\vExpireQueue\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftmq.v1.QueueRefR\x05queue\"\x06\n" +
 	"\x04Tick\"\x0f\n" +
 	"\rRestartLeases\"#\n" +
 	"\vSetProtocol\x12\x14\n" +
-	"\x05level\x18\x01 \x01(\rR\x05level\"\xfa\x02\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\"\xac\x03\n" +
 	"\x10PolicyDefinition\x12&\n" +
 	"\vmessage_ttl\x18\x01 \x01(\x03B\x05\xaa\x01\x02\b\x01R\n" +
 	"messageTtl\x12\x1f\n" +
@@ -4123,7 +4214,8 @@ const file_command_proto_rawDesc = "" +
 	"max_length\x18\x05 \x01(\x03B\x05\xaa\x01\x02\b\x01R\tmaxLength\x12/\n" +
 	"\x10max_length_bytes\x18\x06 \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0emaxLengthBytes\x12!\n" +
 	"\boverflow\x18\a \x01(\tB\x05\xaa\x01\x02\b\x01R\boverflow\x12,\n" +
-	"\x0edelivery_limit\x18\b \x01(\x03B\x05\xaa\x01\x02\b\x01R\rdeliveryLimit\"\xdf\x01\n" +
+	"\x0edelivery_limit\x18\b \x01(\x03B\x05\xaa\x01\x02\b\x01R\rdeliveryLimit\x120\n" +
+	"\x10consumer_timeout\x18\t \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0fconsumerTimeout\"\xdf\x01\n" +
 	"\tPolicySet\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -4177,7 +4269,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4215,15 +4307,16 @@ var file_command_proto_goTypes = []any{
 	(*ConnectionClosed)(nil), // 33: raftmq.v1.ConnectionClosed
 	(*NodeDown)(nil),         // 34: raftmq.v1.NodeDown
 	(*Expire)(nil),           // 35: raftmq.v1.Expire
-	(*ExpireQueue)(nil),      // 36: raftmq.v1.ExpireQueue
-	(*Tick)(nil),             // 37: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 38: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 39: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 40: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 41: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 42: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 43: raftmq.v1.Result
-	(*GetOk)(nil),            // 44: raftmq.v1.GetOk
+	(*ConsumerTimeout)(nil),  // 36: raftmq.v1.ConsumerTimeout
+	(*ExpireQueue)(nil),      // 37: raftmq.v1.ExpireQueue
+	(*Tick)(nil),             // 38: raftmq.v1.Tick
+	(*RestartLeases)(nil),    // 39: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 40: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 41: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 42: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 43: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 44: raftmq.v1.Result
+	(*GetOk)(nil),            // 45: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -4251,50 +4344,52 @@ var file_command_proto_depIdxs = []int32{
 	33, // 22: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
 	34, // 23: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
 	35, // 24: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
-	36, // 25: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
-	37, // 26: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	38, // 27: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	39, // 28: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
-	41, // 29: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	42, // 30: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 31: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 32: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 33: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 34: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 35: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 36: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 37: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 38: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	6,  // 39: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 40: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 41: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 42: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 43: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 44: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 45: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 46: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 47: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 48: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 49: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 50: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 51: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 52: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 53: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 54: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 55: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 56: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 57: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 58: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 59: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	5,  // 60: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	40, // 61: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	44, // 62: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 63: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	37, // 25: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
+	38, // 26: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
+	39, // 27: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	40, // 28: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	36, // 29: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
+	42, // 30: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	43, // 31: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	3,  // 32: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 33: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 34: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 35: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 36: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 37: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 38: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 39: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	6,  // 40: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 41: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 42: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 43: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 44: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 45: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 46: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 47: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 48: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 49: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 50: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 51: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 52: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 53: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 54: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 55: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 56: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 57: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 58: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 59: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 60: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 61: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 62: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	41, // 63: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	45, // 64: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 65: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4331,6 +4426,7 @@ func file_command_proto_init() {
 		(*Command_Tick)(nil),
 		(*Command_RestartLeases)(nil),
 		(*Command_SetProtocol)(nil),
+		(*Command_ConsumerTimeout)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
 	}
@@ -4360,7 +4456,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -18,7 +19,8 @@ func TestConfig_DefaultsRunASingleNode(t *testing.T) {
 	}
 	if c.DataDir != "raftmq-data" || c.AMQPAddr != ":5672" || c.GRPCAddr != ":5680" ||
 		c.RaftAddr != ":5681" || c.GossipAddr != ":7946" || c.HTTPAddr != ":15692" ||
-		c.BootstrapExpect != 1 || len(c.Join) != 0 || c.NodeID == "" || c.RaftTimeout != 500*time.Millisecond {
+		c.BootstrapExpect != 1 || len(c.Join) != 0 || c.NodeID == "" || c.RaftTimeout != 500*time.Millisecond ||
+		c.ConsumerTimeout != 1800000 {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -65,6 +67,8 @@ func TestConfig_BadValuesAreRefused(t *testing.T) {
 		{args: []string{"--write-timeout", "0s"}},
 		{env: map[string]string{"RAFTMQ_VM_MEMORY_HIGH_WATERMARK": "-5"}},
 		{args: []string{"--raft-timeout", "10ms"}},
+		{args: []string{"--consumer-timeout", "-1"}},
+		{env: map[string]string{"RAFTMQ_CONSUMER_TIMEOUT": "30m"}},
 	} {
 		if _, err := parseConfig(tc.args, envMap(tc.env), io.Discard); err == nil {
 			t.Errorf("args %v env %v: accepted", tc.args, tc.env)
@@ -116,5 +120,23 @@ func TestAdvertise(t *testing.T) {
 	}
 	if h, _ := advertiseHost("", ":5681"); h == "" {
 		t.Error("advertiseHost with no host gave nothing")
+	}
+}
+
+// --consumer-timeout is RabbitMQ's consumer_timeout in ms; 0 turns it off
+// (RabbitMQ's undefined), which the cluster takes as a negative duration.
+func TestConfig_ConsumerTimeout(t *testing.T) {
+	c, err := parseConfig(nil, envMap(map[string]string{"RAFTMQ_CONSUMER_TIMEOUT": "500"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ConsumerTimeout != 500 || consumerTimeout(c.ConsumerTimeout) != 500*time.Millisecond {
+		t.Fatalf("consumer timeout %d", c.ConsumerTimeout)
+	}
+	if d := consumerTimeout(0); d >= 0 {
+		t.Fatalf("0 gives %v, want a negative duration (none)", d)
+	}
+	if d := consumerTimeout(math.MaxInt64); d <= 0 {
+		t.Fatalf("the largest value gives %v", d)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -157,6 +158,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		TLS:                sec.tls,
 		GossipKeys:         sec.keys,
 		MaxMessageSize:     cfg.MaxMessageSize,
+		ConsumerTimeout:    consumerTimeout(cfg.ConsumerTimeout),
 		Logger:             logger.With("component", "cluster"),
 	})
 	if err != nil {
@@ -287,4 +289,13 @@ func reloadCertificates(ctx context.Context, logger *slog.Logger, hup <-chan os.
 		}
 		logger.Info("SIGHUP: TLS certificate reloaded", attrs...)
 	}
+}
+
+// consumerTimeout is the cluster's setting for --consumer-timeout ms,
+// where 0 means none.
+func consumerTimeout(ms int64) time.Duration {
+	if ms == 0 {
+		return -1
+	}
+	return time.Duration(min(ms, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
 }

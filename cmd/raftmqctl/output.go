@@ -124,6 +124,7 @@ type policyJSON struct {
 	MaxLengthBytes       *int64  `json:"max-length-bytes"`
 	Overflow             *string `json:"overflow"`
 	DeliveryLimit        *int64  `json:"delivery-limit"`
+	ConsumerTimeout      *int64  `json:"consumer-timeout"`
 }
 
 // parseDefinition reads a policy definition; unknown keys are an error.
@@ -141,6 +142,6 @@ func parseDefinition(s string) (*proto.PolicyDefinition, error) {
 		MessageTtl: p.MessageTTL, Expires: p.Expires,
 		DeadLetterExchange: p.DeadLetterExchange, DeadLetterRoutingKey: p.DeadLetterRoutingKey,
 		MaxLength: p.MaxLength, MaxLengthBytes: p.MaxLengthBytes, Overflow: p.Overflow,
-		DeliveryLimit: p.DeliveryLimit,
+		DeliveryLimit: p.DeliveryLimit, ConsumerTimeout: p.ConsumerTimeout,
 	}, nil
 }

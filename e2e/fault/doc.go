@@ -9,7 +9,9 @@
 // that every node came back, that nothing confirmed was lost, that nothing
 // was delivered after its deadline, that duplicates carry the redelivered
 // flag, that the replicas' state digests agree and that x-expires queues
-// died on time and only when unused.
+// died on time and only when unused. TestFaultSingleActiveConsumer kills
+// the node of a single-active-consumer queue's active consumer and checks
+// that the other takes over alone and in the queue's order.
 //
 // It needs a docker engine and the compose tool; without them it skips.
 // Set RAFTMQ_FAULT_REPORT to a file name to have the per-scenario tables

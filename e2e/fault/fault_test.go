@@ -128,14 +128,22 @@ func TestFaults(t *testing.T) {
 	var b strings.Builder
 	writeTable(&b, reports)
 	t.Logf("fault suite:\n%s", b.String())
-	if path := os.Getenv("RAFTMQ_FAULT_REPORT"); path != "" {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		fmt.Fprintf(f, "%s\n", b.String())
+	appendReport(t, b.String())
+}
+
+// appendReport appends a table to the file RAFTMQ_FAULT_REPORT names, if
+// any (.ci/run prints it).
+func appendReport(t *testing.T, table string) {
+	path := os.Getenv("RAFTMQ_FAULT_REPORT")
+	if path == "" {
+		return
 	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s\n", table)
 }
 
 func run(t *testing.T, sc scenario) {

@@ -226,6 +226,15 @@ func (w *workload) publish(p int) {
 }
 
 func (w *workload) publishOn(p int, n *node, seq *int) error {
+	return publishConfirming(w.pctx, w.rec, n, seq, func(seq int) (*sent, amqp.Publishing) { return message(p, seq) })
+}
+
+// publishConfirming publishes next's messages (numbered on from *seq) on
+// a confirming channel to n, one every publishEvery with at most
+// confirmWindow unconfirmed, recording each in rec, until ctx ends and
+// every publish is confirmed, or the channel fails or a confirm takes
+// longer than confirmTimeout.
+func publishConfirming(ctx context.Context, rec *recorder, n *node, seq *int, next func(seq int) (*sent, amqp.Publishing)) error {
 	conn, ch, err := open(n)
 	if err != nil {
 		return err
@@ -241,10 +250,10 @@ func (w *workload) publishOn(p int, n *node, seq *int) error {
 	lastProgress := time.Now()
 	for {
 		var ticks <-chan time.Time
-		if len(pending) < confirmWindow && w.pctx.Err() == nil {
+		if len(pending) < confirmWindow && ctx.Err() == nil {
 			ticks = tick.C
 		}
-		if w.pctx.Err() != nil && len(pending) == 0 {
+		if ctx.Err() != nil && len(pending) == 0 {
 			return nil
 		}
 		select {
@@ -255,14 +264,14 @@ func (w *workload) publishOn(p int, n *node, seq *int) error {
 			id := pending[0]
 			pending = pending[1:]
 			if cf.Ack {
-				w.rec.confirmed(id, time.Now())
+				rec.confirmed(id, time.Now())
 			}
 			lastProgress = time.Now()
 		case <-ticks:
 			*seq++
-			s, msg := message(p, *seq)
+			s, msg := next(*seq)
 			s.at = time.Now()
-			w.rec.published(s)
+			rec.published(s)
 			ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
 			err := ch.PublishWithContext(ctx, "", s.queue, false, false, msg)
 			cancel()

@@ -63,6 +63,18 @@ type Recorder struct {
 	Deliveries []*fsm.Delivery
 	Cancelled  []*proto.ConsumerRef
 	Down       []string // nodes declared down
+	TimedOut   []TimedOut
+}
+
+// TimedOut is a ChannelTimedOut effect.
+type TimedOut struct {
+	Channel *proto.ChannelRef
+	Timeout int64
+}
+
+// ChannelTimedOut implements fsm.Sink.
+func (r *Recorder) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
+	r.TimedOut = append(r.TimedOut, TimedOut{Channel: ch, Timeout: timeout})
 }
 
 // Deliver implements fsm.Sink.
@@ -109,6 +121,12 @@ func NewAt(t testing.TB, level uint32) *fsm.Machine {
 // SetProtocol is the command raising the log's protocol level.
 func SetProtocol(level uint32) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_SetProtocol{SetProtocol: &proto.SetProtocol{Level: level}}}
+}
+
+// ConsumerTimeout is the command the leader proposes for a channel whose
+// oldest delivery may have timed out, with its default timeout (ms).
+func ConsumerTimeout(ch *proto.ChannelRef, def int64) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_ConsumerTimeout{ConsumerTimeout: &proto.ConsumerTimeout{Channel: ch, DefaultMs: def}}}
 }
 
 // Apply applies one entry holding cmds at stamp (the next index) and
