@@ -64,7 +64,7 @@ func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 type file struct {
 	seq  uint64
 	path string
-	f    *os.File
+	f    handle
 	size int64
 	// end is the offset of the index: the end of the last record.
 	end uint32
@@ -79,6 +79,12 @@ type file struct {
 	// obsolete is a file whose live bodies are elsewhere, deleted once no
 	// hold is left (Store.mu).
 	obsolete bool
+}
+
+// handle is an open file: an *os.File, or bytes in tests.
+type handle interface {
+	io.ReaderAt
+	io.Closer
 }
 
 func (f *file) key(i int) Key { return Key{Index: f.idx[i], Pos: f.pos[i]} }
@@ -199,7 +205,7 @@ func openFile(path string, seq uint64) (_ *file, err error) {
 // file of size bytes. Every length is checked against the file before it
 // is used, so no content makes it allocate more than the file holds or
 // index out of range.
-func readFooter(r io.ReaderAt, path string, size int64) (*file, error) {
+func readFooter(r handle, path string, size int64) (*file, error) {
 	corrupt := func(format string, args ...any) error {
 		return &CorruptError{Path: path, Err: fmt.Errorf(format, args...)}
 	}
@@ -249,6 +255,7 @@ func readFooter(r io.ReaderAt, path string, size int64) (*file, error) {
 		return nil, corrupt("index checksum mismatch")
 	}
 	f := &file{
+		f:    r,
 		path: path,
 		size: size,
 		end:  uint32(indexOff),
@@ -288,9 +295,6 @@ func readFooter(r io.ReaderAt, path string, size int64) (*file, error) {
 	for len(rep) > 0 {
 		f.replaces = append(f.replaces, binary.LittleEndian.Uint64(rep))
 		rep = rep[8:]
-	}
-	if fd, ok := r.(*os.File); ok {
-		f.f = fd
 	}
 	return f, nil
 }

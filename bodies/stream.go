@@ -108,7 +108,7 @@ func (s *Store) ReadBodies(r io.Reader, keys []Key) (err error) {
 		if s.inFile(k, true) {
 			sum := crcWriter{crc: crcOfHeader(h[:])}
 			if _, err := io.CopyN(&sum, br, int64(size)); err != nil {
-				return fmt.Errorf("bodies: read bodies: at %v: %w", k, err)
+				return fmt.Errorf("bodies: read the body of %v: %w", k, unexpectedEOF(err))
 			}
 			if sum.crc != crc {
 				return fmt.Errorf("%w: the body of %v fails its checksum", ErrCorrupt, k)
@@ -116,7 +116,7 @@ func (s *Store) ReadBodies(r io.Reader, keys []Key) (err error) {
 			continue
 		}
 		if err := b.addFrom(k, size, crc, br); err != nil {
-			return fmt.Errorf("bodies: read bodies: %w", err)
+			return err
 		}
 		n++
 		bytes += int64(size)

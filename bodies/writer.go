@@ -32,7 +32,8 @@ func parseFileName(name string) (uint64, bool) {
 // writer writes one body file under a temporary name; keys must come in
 // ascending order.
 type writer struct {
-	f   *file // the columns so far; f.f is the temporary file
+	f   *file // the columns so far; f.f is fd
+	fd  *os.File
 	tmp string
 	bw  *bufio.Writer
 	off int64
@@ -48,7 +49,7 @@ func (s *Store) newWriter() (*writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bodies: %w", err)
 	}
-	w := &writer{f: &file{seq: seq, path: path, f: fd}, tmp: tmp, bw: bufio.NewWriterSize(fd, 256<<10)}
+	w := &writer{f: &file{seq: seq, path: path, f: fd}, fd: fd, tmp: tmp, bw: bufio.NewWriterSize(fd, 256<<10)}
 	_, _ = w.bw.WriteString(fileMagic)
 	w.off = int64(headerSize)
 	return w, nil
@@ -107,7 +108,7 @@ func (w *writer) addFrom(k Key, n uint32, crc uint32, r io.Reader) error {
 	_, _ = w.bw.Write(h[:])
 	sum := crcWriter{crc: crcOfHeader(h[:])}
 	if _, err := io.CopyN(io.MultiWriter(w.bw, &sum), r, int64(n)); err != nil {
-		return fmt.Errorf("bodies: body of %v: %w", k, err)
+		return fmt.Errorf("bodies: read the body of %v: %w", k, unexpectedEOF(err))
 	}
 	if sum.crc != crc {
 		return fmt.Errorf("%w: the body of %v fails its checksum", ErrCorrupt, k)
@@ -131,7 +132,7 @@ func (w *writer) finish(replaces []uint64) error {
 	if err := w.bw.Flush(); err != nil {
 		return fmt.Errorf("bodies: write %s: %w", w.tmp, err)
 	}
-	if err := w.f.f.Sync(); err != nil {
+	if err := w.fd.Sync(); err != nil {
 		return fmt.Errorf("bodies: sync %s: %w", w.tmp, err)
 	}
 	w.f.size = w.off + int64(len(footer))
@@ -141,7 +142,7 @@ func (w *writer) finish(replaces []uint64) error {
 }
 
 func (w *writer) abort() {
-	_ = w.f.f.Close()
+	_ = w.fd.Close()
 	_ = os.Remove(w.tmp)
 }
 
@@ -269,4 +270,12 @@ func syncDir(dir string) error {
 		return fmt.Errorf("bodies: sync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// unexpectedEOF is err, an end of input in the middle of a body.
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }

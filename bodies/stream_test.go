@@ -1,0 +1,133 @@
+package bodies
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// keysOf is the keys of live.
+func keysOf(live []Live) []Key {
+	out := make([]Key, len(live))
+	for i, l := range live {
+		out[i] = l.Key
+	}
+	return out
+}
+
+func TestStream_ToAFollowerWithAnEmptyLog(t *testing.T) {
+	l := walLog(t, t.TempDir())
+	keys := l.entries(100, 5, 700)
+	leader := openStore(t, t.TempDir(), l, Options{TargetFileSize: 64 << 10})
+	live := every(keys, 3)
+	retain(t, leader, l.live(live), 60) // some in files, the rest in the log
+	l.truncate(leader, 60)
+
+	var buf bytes.Buffer
+	if err := leader.WriteBodies(&buf, live); err != nil {
+		t.Fatal(err)
+	}
+	empty := newTestLog(t, raft.NewInmemStore())
+	empty.want = l.want
+	followerDir := t.TempDir()
+	f := openStore(t, followerDir, empty, Options{TargetFileSize: 64 << 10})
+	if err := f.ReadBodies(bytes.NewReader(buf.Bytes()), live); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Stats(); st.ReceivedBodies != int64(len(live)) || st.LogReads != 0 {
+		t.Fatalf("received %d of %d, %d log reads", st.ReceivedBodies, len(live), st.LogReads)
+	}
+	empty.check(f, live)
+
+	// Durable: a restart keeps them.
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f = openStore(t, followerDir, empty, Options{})
+	empty.check(f, live)
+
+	// The same snapshot again: nothing new is stored, but the stream
+	// is read to its end.
+	r := bytes.NewReader(buf.Bytes())
+	if err := f.ReadBodies(r, live); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Stats(); st.ReceivedBodies != 0 || r.Len() != 0 {
+		t.Fatalf("stored %d again, %d bytes left unread", st.ReceivedBodies, r.Len())
+	}
+
+	// The follower's own Retain then treats them as its files.
+	retain(t, f, l.live(live[:10]), 100)
+	empty.check(f, live[:10])
+	if st := f.Stats(); st.FileBodies != 10 {
+		t.Fatalf("%d bodies in files for 10 live", st.FileBodies)
+	}
+}
+
+func TestStream_RefusesDamageAndLeavesNoFile(t *testing.T) {
+	l := inmemLog(t)
+	keys := l.entries(20, 2, 300)
+	leader := openStore(t, t.TempDir(), l, Options{})
+	var buf bytes.Buffer
+	if err := leader.WriteBodies(&buf, keys); err != nil {
+		t.Fatal(err)
+	}
+	good := buf.Bytes()
+	flip := func(at int) []byte {
+		b := bytes.Clone(good)
+		b[at] ^= 0x40
+		return b
+	}
+	for name, c := range map[string]struct {
+		stream []byte
+		keys   []Key
+		want   error
+	}{
+		"body byte":       {flip(len(good) - 10), keys, ErrCorrupt},
+		"key":             {flip(16 + 1), keys, ErrCorrupt},
+		"magic":           {flip(0), keys, ErrCorrupt},
+		"cut short":       {good[:len(good)-100], keys, io.ErrUnexpectedEOF},
+		"other keys":      {good, append([]Key{{Index: 0, Pos: 9}}, keys[1:]...), ErrCorrupt},
+		"fewer keys":      {good, keys[1:], nil},
+		"huge length":     {hugeLength(good), keys, nil},
+		"keys unordered":  {good, []Key{keys[1], keys[0]}, nil},
+		"truncated empty": {nil, keys, io.EOF},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			f := openStore(t, dir, inmemLog(t), Options{})
+			err := f.ReadBodies(bytes.NewReader(c.stream), c.keys)
+			if err == nil || (c.want != nil && !errors.Is(err, c.want)) {
+				t.Fatalf("ReadBodies: %v, want %v", err, c.want)
+			}
+			if names := dirFiles(t, dir); len(names) != 0 || f.Stats().Files != 0 {
+				t.Fatalf("files left: %v", names)
+			}
+		})
+	}
+}
+
+// hugeLength says the first body is 4 GiB: the reader must not believe it
+// and allocate.
+func hugeLength(good []byte) []byte {
+	b := bytes.Clone(good)
+	copy(b[16+12:], []byte{0xff, 0xff, 0xff, 0xff})
+	return b
+}
+
+func TestStream_MissingBodyFailsTheSender(t *testing.T) {
+	l := inmemLog(t)
+	keys := l.entries(3, 1, 10)
+	s := openStore(t, t.TempDir(), l, Options{})
+	err := s.WriteBodies(io.Discard, append(keys, Key{Index: 9, Pos: 1}))
+	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "9/1") {
+		t.Fatalf("WriteBodies: %v", err)
+	}
+	if s.Stats().Obsolete != 0 || s.holds != 0 {
+		t.Fatal("the hold outlived WriteBodies")
+	}
+}
