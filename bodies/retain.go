@@ -3,6 +3,7 @@ package bodies
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sort"
 
@@ -48,7 +49,7 @@ func (s *Store) Retain(live []Live, truncateTo uint64) error {
 	use, claimed := claim(files, live)
 	moved, missing, err := s.relocate(live, claimed, truncateTo)
 	if err != nil {
-		return err
+		return errors.Join(err, s.deleteObsolete())
 	}
 	s.mu.Lock()
 	s.files = append(s.files, moved...)
@@ -203,10 +204,20 @@ func (s *Store) reclaim(files []*file, use []usage) error {
 			small = append(small, i)
 		}
 	}
-	if len(small) > s.opts.MaxSmallFiles {
-		rewrite = append(rewrite, small...)
-		slices.Sort(rewrite)
+	// Small files merge by size tier (a factor of 8 apart), so that a
+	// merge's output moves up a tier and a body is copied once per tier
+	// at most, not once per merge.
+	tiers := map[int][]int{}
+	for _, i := range small {
+		t := bits.Len64(uint64(files[i].size)/4096) / 3
+		tiers[t] = append(tiers[t], i)
 	}
+	for _, tier := range tiers {
+		if len(tier) > s.opts.MaxSmallFiles {
+			rewrite = append(rewrite, tier...)
+		}
+	}
+	slices.Sort(rewrite)
 	var moved []*file
 	if len(rewrite) > 0 {
 		var err error

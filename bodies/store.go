@@ -364,9 +364,13 @@ func (s *Store) release() {
 	if !last {
 		return
 	}
-	s.maint.Lock()
-	defer s.maint.Unlock()
-	_ = s.deleteObsolete()
+	// Whoever holds maint (Retain, ReadBodies, Close) deletes the
+	// obsolete files before it lets go, or the next Retain does: the
+	// sender of a snapshot does not wait for a Retain's copying.
+	if s.maint.TryLock() {
+		defer s.maint.Unlock()
+		_ = s.deleteObsolete()
+	}
 }
 
 // deleteObsolete deletes the obsolete files unless a hold keeps them
