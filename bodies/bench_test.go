@@ -53,15 +53,20 @@ func BenchmarkRelocate(b *testing.B) {
 	keys := l.entries(1000, 16, 1024)
 	live := l.live(keys)
 	b.SetBytes(int64(len(keys)) * 1024)
+	eachFresh(b, l.logs, func(s *Store) error { return s.Retain(live, l.last) })
+}
+
+// eachFresh times op on a new store in an empty dir, b.N times.
+func eachFresh(b *testing.B, logs raft.LogStore, op func(*Store) error) {
 	for range b.N {
 		b.StopTimer()
 		dir := b.TempDir()
-		s, err := Open(dir, l.logs, Options{})
+		s, err := Open(dir, logs, Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if err := s.Retain(live, l.last); err != nil {
+		if err := op(s); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
@@ -85,22 +90,9 @@ func BenchmarkReadBodies(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(keys)) * 1024)
-	for range b.N {
-		b.StopTimer()
-		dir := b.TempDir()
-		s, err := Open(dir, raft.NewInmemStore(), Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		if err := s.ReadBodies(bytes.NewReader(stream.Bytes()), keys); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		_ = s.Close()
-		_ = os.RemoveAll(dir)
-		b.StartTimer()
-	}
+	eachFresh(b, raft.NewInmemStore(), func(s *Store) error {
+		return s.ReadBodies(bytes.NewReader(stream.Bytes()), keys)
+	})
 }
 
 // Get from raft-wal: entries of 64 bodies of 1 KiB read in order, as a
