@@ -12,6 +12,7 @@ import (
 // The field numbers the scanner follows, read from the generated
 // descriptors so that they cannot drift from proto/command.proto.
 var (
+	commandDesc  protoreflect.MessageDescriptor
 	envCommands  protowire.Number // Envelope.commands
 	cmdPublish   protowire.Number // Command.publish
 	publishBody  protowire.Number // Publish.body
@@ -21,6 +22,7 @@ var (
 func init() {
 	envCommands = fieldNumber((&proto.Envelope{}).ProtoReflect().Descriptor(), "commands")
 	cmd := (&proto.Command{}).ProtoReflect().Descriptor()
+	commandDesc = cmd
 	cmdPublish = fieldNumber(cmd, "publish")
 	publishBody = fieldNumber((&proto.Publish{}).ProtoReflect().Descriptor(), "body")
 	cmdOneofNums = map[protowire.Number]bool{}
@@ -106,6 +108,14 @@ func walkCommands(data []byte, fn func(pos uint32, cmd []byte) bool) error {
 // errNotPublish is a command of another kind than Publish.
 var errNotPublish = errors.New("not a Publish command")
 
+// notPublish names the kind of a command that is not a Publish.
+func notPublish(kind protowire.Number) error {
+	if kind == 0 {
+		return fmt.Errorf("%w but a command of no kind", errNotPublish)
+	}
+	return fmt.Errorf("%w but a %s", errNotPublish, commandDesc.Fields().ByNumber(kind).Name())
+}
+
 // commandBody is the Publish body of one marshalled Command.
 func commandBody(cmd []byte) ([]byte, error) {
 	var body []byte
@@ -150,7 +160,7 @@ func commandBody(cmd []byte) ([]byte, error) {
 		}
 	}
 	if kind != cmdPublish {
-		return nil, errNotPublish
+		return nil, notPublish(kind)
 	}
 	if body == nil {
 		body = []byte{}
@@ -212,9 +222,13 @@ func scanEntry(data []byte) (*entryBodies, error) {
 	return e, nil
 }
 
+// errNoCommand is a position past an entry's last command.
+var errNoCommand = errors.New("no command at that position")
+
+// body is the body at pos.
 func (e *entryBodies) body(pos uint32) ([]byte, error) {
 	if int64(pos) >= int64(len(e.bodies)) {
-		return nil, fmt.Errorf("the entry has no command at position %d", pos)
+		return nil, fmt.Errorf("%w: the entry has %d commands", errNoCommand, len(e.bodies))
 	}
 	if err := e.errs[pos]; err != nil {
 		return nil, fmt.Errorf("command %d: %w", pos, err)

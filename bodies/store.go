@@ -286,8 +286,12 @@ func (s *Store) getLog(k Key, cached bool) ([]byte, error) {
 		return nil, err
 	}
 	b, err := e.body(k.Pos)
+	if errors.Is(err, errNotPublish) || errors.Is(err, errNoCommand) {
+		// No state holds such a key; if one does, its body is missing.
+		return nil, fmt.Errorf("%w: %v: log entry %d: %v", ErrMissing, k, k.Index, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("bodies: log entry %d: %w", k.Index, err)
+		return nil, fmt.Errorf("bodies: %v: log entry %d: %w", k, k.Index, err)
 	}
 	return b, nil
 }

@@ -2,6 +2,7 @@ package bodies
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,11 +30,11 @@ func TestGet_FromLogReadsABatchEntryOnce(t *testing.T) {
 			}
 			// A command that is not a Publish, a position past the
 			// last, an entry not in the log.
-			if _, err := s.Get(Key{Index: 1, Pos: 0}); err == nil || errors.Is(err, ErrMissing) {
+			if _, err := s.Get(Key{Index: 1, Pos: 0}); !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "1/0") || !strings.Contains(err.Error(), "settle") {
 				t.Errorf("Get of a Settle: %v", err)
 			}
-			if _, err := s.Get(Key{Index: 1, Pos: 100}); err == nil {
-				t.Error("Get past the last command: no error")
+			if _, err := s.Get(Key{Index: 1, Pos: 100}); !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "1/100") {
+				t.Errorf("Get past the last command: %v", err)
 			}
 			_, err := s.Get(Key{Index: 2, Pos: 1})
 			if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "2/1") {
@@ -278,6 +279,13 @@ func TestRestart_KeepsEverything(t *testing.T) {
 	if _, err := s.Get(live[0]); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Get after Close: %v", err)
 	}
+	// The whole node restarts: its log too.
+	if err := l.logs.(io.Closer).Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := l.want
+	l = walLog(t, logDir)
+	l.want, l.last = want, 200
 	s = openStore(t, dir, l, Options{TargetFileSize: 32 << 10})
 	if s.Pin() != 0 {
 		t.Fatalf("pin %d after Open, want 0 until the first Retain", s.Pin())
