@@ -20,6 +20,10 @@ import (
 // and the small files once there are too many (Options). Files that a
 // WriteBodies or Hold in progress may read are deleted when it ends.
 //
+// A body in a file whose index is above truncateTo is kept even if live
+// does not name it: live may be older than a snapshot received from the
+// leader (see claim).
+//
 // A live body found nowhere is reported (ErrMissing) after everything
 // else is done: nothing can bring it back and the other bodies must not
 // stay pinned for it. Each relocated body's length is checked against
@@ -46,7 +50,7 @@ func (s *Store) Retain(live []Live, truncateTo uint64) error {
 	if closed {
 		return ErrClosed
 	}
-	use, claimed := claim(files, live)
+	use, claimed := claim(files, live, truncateTo)
 	moved, missing, err := s.relocate(live, claimed, truncateTo)
 	if err != nil {
 		return errors.Join(err, s.deleteObsolete())
@@ -68,7 +72,15 @@ type usage struct {
 // claim finds which file holds each live key. A key in several files
 // (a copy received again, or a rewrite a crash left beside its source)
 // counts for the newest only, so that the older copy can go.
-func claim(files []*file, live []Live) ([]usage, []bool) {
+//
+// A body in a file whose index is above truncateTo is kept whether live
+// or not. Files hold such bodies only when ReadBodies stored them, and
+// then live may be older than the state: a snapshot taken before a
+// snapshot from the leader was installed, and persisted after. That
+// older live set has every key of the newer state up to its own index
+// (a key no longer referenced is never referenced again), but not the
+// newer keys above it, which are above its truncateTo too.
+func claim(files []*file, live []Live, truncateTo uint64) ([]usage, []bool) {
 	use := make([]usage, len(files))
 	claimed := make([]bool, len(live))
 	for fi := len(files) - 1; fi >= 0; fi-- {
@@ -115,8 +127,25 @@ func claim(files []*file, live []Live) ([]usage, []bool) {
 				}
 			}
 		}
+		if f.idx[nf-1] > truncateTo {
+			keepAbove(f, u, truncateTo)
+		}
 	}
 	return use, claimed
+}
+
+// keepAbove adds to u every record of f above truncateTo.
+func keepAbove(f *file, u *usage, truncateTo uint64) {
+	cut := sort.Search(len(f.idx), func(j int) bool { return f.idx[j] > truncateTo })
+	n := sort.Search(len(u.recs), func(r int) bool { return int(u.recs[r]) >= cut })
+	for _, j := range u.recs[n:] {
+		u.bytes -= int64(f.recLen(int(j)))
+	}
+	u.recs = u.recs[:n]
+	for j := cut; j < len(f.idx); j++ {
+		u.recs = append(u.recs, int32(j))
+		u.bytes += int64(f.recLen(j))
+	}
 }
 
 // relocate copies the live bodies of entries up to truncateTo that no

@@ -168,3 +168,35 @@ func FuzzReadBodies(f *testing.F) {
 		}
 	})
 }
+
+// A snapshot of the follower's own, taken before it installed the
+// leader's and persisted after, has an older live set: its Retain must
+// not delete the bodies of the newer state that it does not know of.
+func TestStream_AnOlderSnapshotsRetainKeepsReceivedBodies(t *testing.T) {
+	leaderLog := inmemLog(t)
+	leaderLog.entries(50, 2, 100)
+	newer := leaderLog.entries(50, 2, 100) // published at 51..100
+	leader := openStore(t, t.TempDir(), leaderLog, Options{})
+	var buf bytes.Buffer
+	if err := leader.WriteBodies(&buf, newer); err != nil {
+		t.Fatal(err)
+	}
+
+	followerLog := inmemLog(t)
+	followerLog.want = leaderLog.want
+	f := openStore(t, t.TempDir(), followerLog, Options{})
+	if err := f.ReadBodies(&buf, newer); err != nil {
+		t.Fatal(err)
+	}
+	// The follower's older snapshot, at index 50: none of those live.
+	retain(t, f, nil, 40)
+	followerLog.check(f, newer)
+	// Some of them consumed since: the rest is kept, rewritten or not.
+	retain(t, f, leaderLog.live(newer[60:]), 80)
+	followerLog.check(f, newer[60:])
+	// A snapshot past them all without them: gone.
+	retain(t, f, nil, 100)
+	if st := f.Stats(); st.Files != 0 {
+		t.Fatalf("%d files left", st.Files)
+	}
+}
