@@ -263,25 +263,24 @@ func readFooter(r handle, path string, size int64) (*file, error) {
 		pos:  make([]uint32, count),
 		off:  make([]uint32, count),
 	}
-	next := uint32(headerSize)
 	for i := range f.idx {
 		e := index[i*indexEntry:]
 		f.idx[i] = binary.LittleEndian.Uint64(e[0:])
 		f.pos[i] = binary.LittleEndian.Uint32(e[8:])
 		f.off[i] = binary.LittleEndian.Uint32(e[12:])
-		if f.off[i] != next {
-			return nil, corrupt("index entry %d points at %d, the previous record ends at %d", i, f.off[i], next)
-		}
 		if i > 0 && !f.key(i-1).Less(f.key(i)) {
 			return nil, corrupt("index keys out of order at %v", f.key(i))
 		}
-		// The next offset is read from the record's header only when a
-		// body is read; here the index must at least leave each record
-		// its header.
-		if i+1 < len(f.idx) {
-			next = binary.LittleEndian.Uint32(index[(i+1)*indexEntry+12:])
-		} else {
-			next = f.end
+	}
+	// Records lie end to end from the header to the index; a record's
+	// length is the distance to the next one (recLen), at least a header.
+	if count > 0 && f.off[0] != uint32(headerSize) {
+		return nil, corrupt("the first record is at %d, not %d", f.off[0], headerSize)
+	}
+	for i := range f.off {
+		next := f.end
+		if i+1 < len(f.off) {
+			next = f.off[i+1]
 		}
 		if next < f.off[i] || next-f.off[i] < recHeader {
 			return nil, corrupt("record %v is shorter than its header", f.key(i))
