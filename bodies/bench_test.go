@@ -1,0 +1,215 @@
+package bodies
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// The body size of the 1,000,000-key benchmarks; Open reads no body, so
+// its time does not depend on it: BODIES_BENCH_BODY=1024 shows it.
+func benchBodySize() int {
+	if n, err := strconv.Atoi(os.Getenv("BODIES_BENCH_BODY")); err == nil && n >= 0 {
+		return n
+	}
+	return 32
+}
+
+// writeBodyFiles fills dir with body files of n bodies of size bytes,
+// four per log index, as Retain would have relocated them.
+func writeBodyFiles(tb testing.TB, dir string, n, size int) []Live {
+	tb.Helper()
+	s, err := Open(dir, raft.NewInmemStore(), Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer s.Close()
+	s.maint.Lock()
+	defer s.maint.Unlock()
+	b := batch{s: s}
+	live := make([]Live, n)
+	buf := bytes.Repeat([]byte{'b'}, size)
+	for i := range live {
+		k := Key{Index: uint64(i/4 + 1), Pos: uint32(i % 4)}
+		live[i] = Live{Key: k, Size: int64(size)}
+		if err := b.add(k, buf); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if _, err := b.commit(nil); err != nil {
+		tb.Fatal(err)
+	}
+	return live
+}
+
+// Relocation: 1000 entries of 16 bodies of 1 KiB copied from the log.
+func BenchmarkRelocate(b *testing.B) {
+	l := inmemLog(b)
+	keys := l.entries(1000, 16, 1024)
+	live := l.live(keys)
+	b.SetBytes(int64(len(keys)) * 1024)
+	eachFresh(b, l.logs, func(s *Store) error { return s.Retain(live, l.last) })
+}
+
+// eachFresh times op on a new store in an empty dir, b.N times.
+func eachFresh(b *testing.B, logs raft.LogStore, op func(*Store) error) {
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		s, err := Open(dir, logs, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := op(s); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		_ = s.Close()
+		_ = os.RemoveAll(dir)
+		b.StartTimer()
+	}
+}
+
+// Appending bodies received with a snapshot: 16,000 bodies of 1 KiB.
+func BenchmarkReadBodies(b *testing.B) {
+	l := inmemLog(b)
+	keys := l.entries(1000, 16, 1024)
+	src, err := Open(b.TempDir(), l.logs, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	var stream bytes.Buffer
+	if err := src.WriteBodies(&stream, keys); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(keys)) * 1024)
+	eachFresh(b, raft.NewInmemStore(), func(s *Store) error {
+		return s.ReadBodies(bytes.NewReader(stream.Bytes()), keys)
+	})
+}
+
+// Get from raft-wal: entries of 64 bodies of 1 KiB read in order, as a
+// consumer drains a queue fed by batches. One op is one body.
+func BenchmarkGetFromLog(b *testing.B) {
+	l := walLog(b, b.TempDir())
+	keys := l.entries(200, 64, 1024)
+	s, err := Open(b.TempDir(), l.logs, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := s.Get(keys[i%len(keys)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(s.Stats().LogReads)/float64(b.N), "logreads/op")
+}
+
+// Get from body files: 20,000 bodies of 1 KiB read at random.
+func BenchmarkGetFromFile(b *testing.B) {
+	dir := b.TempDir()
+	live := writeBodyFiles(b, dir, 20_000, 1024)
+	s, err := Open(dir, raft.NewInmemStore(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	r := rand.New(rand.NewPCG(1, 2))
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := s.Get(live[r.IntN(len(live))].Key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Retain over 1,000,000 keys in body files: every key still live (the
+// steady state: nothing to copy or delete), and all but one in ten gone
+// (the files rewritten with the survivors).
+func BenchmarkRetain1M(b *testing.B) {
+	size := benchBodySize()
+	b.Run("all-live", func(b *testing.B) {
+		dir := b.TempDir()
+		live := writeBodyFiles(b, dir, 1_000_000, size)
+		s, err := Open(dir, raft.NewInmemStore(), Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		b.ResetTimer()
+		for range b.N {
+			if err := s.Retain(live, live[len(live)-1].Key.Index); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if st := s.Stats(); st.RewrittenBodies != 0 || st.FileBodies != int64(len(live)) {
+			b.Fatalf("%+v", st)
+		}
+	})
+	b.Run("one-in-ten-live", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			dir := b.TempDir()
+			all := writeBodyFiles(b, dir, 1_000_000, size)
+			var live []Live
+			for i := 0; i < len(all); i += 10 {
+				live = append(live, all[i])
+			}
+			s, err := Open(dir, raft.NewInmemStore(), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if err := s.Retain(live, all[len(all)-1].Key.Index); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if st := s.Stats(); st.FileBodies != int64(len(live)) {
+				b.Fatalf("%+v", st)
+			}
+			_ = s.Close()
+			_ = os.RemoveAll(dir)
+			b.StartTimer()
+		}
+	})
+}
+
+// Open with 1,000,000 relocated bodies; the heap it keeps per body.
+func BenchmarkOpen1M(b *testing.B) {
+	dir := b.TempDir()
+	live := writeBodyFiles(b, dir, 1_000_000, benchBodySize())
+	var heap float64
+	b.ResetTimer()
+	for range b.N {
+		var before, after runtime.MemStats
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		s, err := Open(dir, raft.NewInmemStore(), Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap = float64(after.HeapAlloc-before.HeapAlloc) / float64(len(live))
+		if _, err := s.Get(live[len(live)/2].Key); err != nil {
+			b.Fatal(err)
+		}
+		_ = s.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(heap, "heapB/body")
+}

@@ -1,0 +1,237 @@
+package bodies
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/raftmq/raftmq/proto"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// The field numbers the scanner follows, read from the generated
+// descriptors so that they cannot drift from proto/command.proto.
+var (
+	commandDesc  protoreflect.MessageDescriptor
+	envCommands  protowire.Number // Envelope.commands
+	cmdPublish   protowire.Number // Command.publish
+	publishBody  protowire.Number // Publish.body
+	cmdOneofNums map[protowire.Number]bool
+)
+
+func init() {
+	envCommands = fieldNumber((&proto.Envelope{}).ProtoReflect().Descriptor(), "commands")
+	cmd := (&proto.Command{}).ProtoReflect().Descriptor()
+	commandDesc = cmd
+	cmdPublish = fieldNumber(cmd, "publish")
+	publishBody = fieldNumber((&proto.Publish{}).ProtoReflect().Descriptor(), "body")
+	cmdOneofNums = map[protowire.Number]bool{}
+	members := cmd.Oneofs().ByName("cmd").Fields()
+	for i := range members.Len() {
+		cmdOneofNums[members.Get(i).Number()] = true
+	}
+}
+
+func fieldNumber(md protoreflect.MessageDescriptor, name protoreflect.Name) protowire.Number {
+	fd := md.Fields().ByName(name)
+	if fd == nil {
+		panic(fmt.Sprintf("bodies: %s has no field %s", md.FullName(), name))
+	}
+	return fd.Number()
+}
+
+// errNotEnvelope is data that the scanner cannot follow as an Envelope.
+var errNotEnvelope = errors.New("not a well-formed Envelope")
+
+// EnvelopeBody returns the body of the Publish command at position pos of
+// a log entry's data (a marshalled proto.Envelope). It scans the wire
+// format with protowire: the commands before pos are skipped, none is
+// unmarshalled, and the returned slice aliases data. It agrees with
+// proto.Unmarshal on every input that unmarshals (FuzzEnvelopeBody),
+// including its rules for fields of the wrong wire type (unknown fields),
+// repeated occurrences of a message field (merged) and of a oneof (the
+// last member wins). On other input it returns an error, never panics.
+func EnvelopeBody(data []byte, pos uint32) ([]byte, error) {
+	var body []byte
+	var bodyErr error
+	found := false
+	err := walkCommands(data, func(p uint32, cmd []byte) bool {
+		if p != pos {
+			return true
+		}
+		found = true
+		body, bodyErr = commandBody(cmd)
+		return false
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case !found:
+		return nil, fmt.Errorf("bodies: the entry has no command at position %d", pos)
+	case bodyErr != nil:
+		return nil, fmt.Errorf("bodies: command %d: %w", pos, bodyErr)
+	}
+	return body, nil
+}
+
+// walkCommands calls fn with the bytes of each command of an Envelope in
+// order until fn returns false.
+func walkCommands(data []byte, fn func(pos uint32, cmd []byte) bool) error {
+	var pos uint32
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return fmt.Errorf("bodies: %w: %v", errNotEnvelope, protowire.ParseError(n))
+		}
+		data = data[n:]
+		if num == envCommands && typ == protowire.BytesType {
+			cmd, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return fmt.Errorf("bodies: %w: command %d: %v", errNotEnvelope, pos, protowire.ParseError(n))
+			}
+			data = data[n:]
+			if !fn(pos, cmd) {
+				return nil
+			}
+			pos++
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, data)
+		if n < 0 {
+			return fmt.Errorf("bodies: %w: %v", errNotEnvelope, protowire.ParseError(n))
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// errNotPublish is a command of another kind than Publish.
+var errNotPublish = errors.New("not a Publish command")
+
+// notPublish names the kind of a command that is not a Publish.
+func notPublish(kind protowire.Number) error {
+	if kind == 0 {
+		return fmt.Errorf("%w but a command of no kind", errNotPublish)
+	}
+	return fmt.Errorf("%w but a %s", errNotPublish, commandDesc.Fields().ByNumber(kind).Name())
+}
+
+// commandBody is the Publish body of one marshalled Command.
+func commandBody(cmd []byte) ([]byte, error) {
+	var body []byte
+	var kind protowire.Number
+	for len(cmd) > 0 {
+		num, typ, n := protowire.ConsumeTag(cmd)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		cmd = cmd[n:]
+		if !cmdOneofNums[num] || typ != protowire.BytesType {
+			// Not a member, or of the wrong wire type: proto.Unmarshal
+			// keeps such a field as unknown, and so do we.
+			n = protowire.ConsumeFieldValue(num, typ, cmd)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			cmd = cmd[n:]
+			continue
+		}
+		msg, n := protowire.ConsumeBytes(cmd)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		cmd = cmd[n:]
+		if num != cmdPublish {
+			kind = num
+			continue
+		}
+		if kind != cmdPublish {
+			// Another member came in between: the Publish starts afresh.
+			kind, body = cmdPublish, nil
+		}
+		// A message field seen again is merged: a later body replaces
+		// an earlier one, a later occurrence without one keeps it.
+		b, ok, err := publishBodyOf(msg)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			body = b
+		}
+	}
+	if kind != cmdPublish {
+		return nil, notPublish(kind)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return body, nil
+}
+
+// publishBodyOf is the last body field of one marshalled Publish.
+func publishBodyOf(msg []byte) (body []byte, ok bool, _ error) {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return nil, false, protowire.ParseError(n)
+		}
+		msg = msg[n:]
+		if num == publishBody && typ == protowire.BytesType {
+			b, n := protowire.ConsumeBytes(msg)
+			if n < 0 {
+				return nil, false, protowire.ParseError(n)
+			}
+			msg = msg[n:]
+			body, ok = b, true
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, msg)
+		if n < 0 {
+			return nil, false, protowire.ParseError(n)
+		}
+		msg = msg[n:]
+	}
+	return body, ok, nil
+}
+
+// entryBodies is the body of every command of an entry (ok false for a
+// command that is not a Publish, whose error is then kept): one scan for
+// every Get of the entry.
+type entryBodies struct {
+	bodies [][]byte
+	errs   map[uint32]error
+	size   int // of the entry's data, for the cache's budget
+}
+
+func scanEntry(data []byte) (*entryBodies, error) {
+	e := &entryBodies{size: len(data)}
+	err := walkCommands(data, func(pos uint32, cmd []byte) bool {
+		b, err := commandBody(cmd)
+		if err != nil {
+			if e.errs == nil {
+				e.errs = map[uint32]error{}
+			}
+			e.errs[pos] = err
+		}
+		e.bodies = append(e.bodies, b)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// errNoCommand is a position past an entry's last command.
+var errNoCommand = errors.New("no command at that position")
+
+// body is the body at pos.
+func (e *entryBodies) body(pos uint32) ([]byte, error) {
+	if int64(pos) >= int64(len(e.bodies)) {
+		return nil, fmt.Errorf("%w: the entry has %d commands", errNoCommand, len(e.bodies))
+	}
+	if err := e.errs[pos]; err != nil {
+		return nil, fmt.Errorf("command %d: %w", pos, err)
+	}
+	return e.bodies[pos], nil
+}
