@@ -135,3 +135,14 @@ func (s *Store) ReadBodies(r io.Reader, keys []Key) (err error) {
 	_ = s.deleteObsolete()
 	return nil
 }
+
+// StreamLen is the length of the stream WriteBodies writes for live: a
+// node that appends the stream to a snapshot states the snapshot's size
+// before sending it.
+func StreamLen(live []Live) int64 {
+	n := int64(len(streamMagic) + 8)
+	for _, l := range live {
+		n += recHeader + l.Size
+	}
+	return n
+}

@@ -283,7 +283,10 @@ func (s *bodiesSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, er
 	own := meta.Size - 1 // the file without its bodiesNone byte
 	m := *meta
 	m.Size = own + bodySectionSize(live)
-	return &m, &withBodies{file: rc, head: io.LimitReader(rc, own), live: live, store: s.store, token: s.token}, nil
+	// The bodies must outlast the send: no Retain of a newer snapshot
+	// deletes them or lets the log go until the reader is closed.
+	return &m, &withBodies{file: rc, head: io.LimitReader(rc, own), live: live, store: s.store, token: s.token,
+		release: s.store.Hold()}, nil
 }
 
 // skim reads a snapshot file through, keeping only the named bodies.
@@ -323,14 +326,15 @@ func (s *snapshotReader) skim() (framed bool, live []bodies.Live, follow bool, e
 // the store only once a reader goes past them (a follower being sent the
 // snapshot; a restore on this node stops at the token).
 type withBodies struct {
-	file  io.Closer
-	head  io.Reader
-	mark  []byte
-	live  []bodies.Live
-	store *bodies.Store
-	token [tokenLen]byte
-	pr    *io.PipeReader
-	state int // 0 file, 1 marker, 2 bodies
+	file    io.Closer
+	head    io.Reader
+	mark    []byte
+	live    []bodies.Live
+	store   *bodies.Store
+	token   [tokenLen]byte
+	release func()
+	pr      *io.PipeReader
+	state   int // 0 file, 1 marker, 2 bodies
 }
 
 func (w *withBodies) Read(p []byte) (int, error) {
@@ -367,6 +371,7 @@ func (w *withBodies) Close() error {
 	if w.pr != nil {
 		w.pr.Close()
 	}
+	w.release()
 	return w.file.Close()
 }
 

@@ -379,6 +379,10 @@ func (n *Node) startRaft() error {
 	n.bodyToken = newBodyToken()
 	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), store, bodies.Options{})
 	if err != nil {
+		var ce *bodies.CorruptError
+		if errors.As(err, &ce) {
+			return &DataError{Path: ce.Path, Err: err}
+		}
 		return fmt.Errorf("cluster: body store: %w", err)
 	}
 	snaps := &snapshotStore{SnapshotStore: files, dir: filepath.Join(cfg.DataDir, "snapshots")}
