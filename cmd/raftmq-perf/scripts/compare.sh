@@ -3,7 +3,9 @@
 # nodes, then against three RabbitMQ nodes with quorum queues, one system at
 # a time on the same machine, and prints each run's JSON line.
 #   cmd/raftmq-perf/scripts/compare.sh [raftmq|rabbitmq]... > results.jsonl
-# DURATION (default 25s) sets the length of the throughput runs.
+# DURATION (default 25s) sets the length of the throughput runs; ONLY (an
+# extended regular expression) keeps the runs whose names match it
+# (backlog-* is one run, kill-leader another).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 scripts=cmd/raftmq-perf/scripts
@@ -38,6 +40,7 @@ leader_pid() {
   fi
   cat "${DIR:-/tmp/rabbitmq-perf}/n1/pid"
 }
+wanted() { [[ $1 =~ ${ONLY:-.} ]]; }
 # rss SYSTEM NAME: each node's anonymous resident memory (KiB), a JSON line.
 rss() {
   local pids=() p list=
@@ -65,6 +68,7 @@ for s in "${systems[@]}"; do
     *) echo "unknown system $s" >&2; exit 2 ;;
   esac
   while read -r name extra; do
+    wanted "$name" || continue
     uri=$(up "$s" </dev/null)
     # shellcheck disable=SC2086 # extra holds several flags
     run "$s" "$name" -uri "$uri" -size 1024 -persistent -confirm 256 -prefetch 100 "${args[@]}" $extra </dev/null
@@ -83,11 +87,14 @@ RUNS
   # wait in one queue (two publishers, no consumer), then a paced
   # publisher and its consumer run on another queue; each node's
   # anonymous resident memory is read with the backlog in place.
-  uri=$(up "$s" </dev/null)
-  run "$s" backlog-fill -uri "$uri" -size 1024 -persistent -confirm 256 -producers 2 -consumers 0 -count "${BACKLOG:-500000}" -duration 30m -queue backlog "${args[@]}" </dev/null
-  rss "$s" backlog-rss
-  run "$s" paced-behind-backlog -uri "$uri" -size 1024 -persistent -confirm 256 -prefetch 100 -producers 1 -consumers 1 -rate 1000 -duration "$duration" -queue cpb "${args[@]}" </dev/null
-  down "$s" </dev/null
+  if wanted backlog; then
+    uri=$(up "$s" </dev/null)
+    run "$s" backlog-fill -uri "$uri" -size 1024 -persistent -confirm 256 -producers 2 -consumers 0 -count $((${BACKLOG:-500000} / 2)) -duration 30m -queue backlog "${args[@]}" </dev/null
+    rss "$s" backlog-rss
+    run "$s" paced-behind-backlog -uri "$uri" -size 1024 -persistent -confirm 256 -prefetch 100 -producers 1 -consumers 1 -rate 1000 -duration "$duration" -queue cpb "${args[@]}" </dev/null
+    down "$s" </dev/null
+  fi
+  wanted kill-leader || continue
   # Killing the leader: the queue is declared on the first node, two
   # publishers on the others publish for 16 s and the leading node is
   # killed after 8; max_confirm_gap_ms is how long confirms stopped.
