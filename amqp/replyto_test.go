@@ -3,6 +3,7 @@ package amqp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -174,16 +175,14 @@ func TestReplyTo_Refusals(t *testing.T) {
 			return err
 		}, 530, "NOT_ALLOWED - attempt to reuse consumer tag 'tag'"},
 		{"request without a reply consumer", func(_ *amqp091.Connection, ch *amqp091.Channel) error {
-			_ = ch.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: replyQueue})
-			_, err := ch.QueueDeclarePassive(replyQueue, false, false, false, false, nil)
-			return err
+			return closedBy(ch, func() { _ = ch.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: replyQueue}) })
 		}, 406, "PRECONDITION_FAILED - fast reply consumer does not exist"},
 		{"request in a transaction without a reply consumer", func(_ *amqp091.Connection, ch *amqp091.Channel) error {
 			if err := ch.Tx(); err != nil {
 				return err
 			}
-			_ = ch.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: replyQueue})
-			return ch.TxCommit()
+			// Refused at publish, before any commit.
+			return closedBy(ch, func() { _ = ch.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: replyQueue}) })
 		}, 406, "PRECONDITION_FAILED - fast reply consumer does not exist"},
 		{"request from another channel", func(c *amqp091.Connection, ch *amqp091.Channel) error {
 			other, err := c.Channel()
@@ -193,9 +192,7 @@ func TestReplyTo_Refusals(t *testing.T) {
 			if _, err := other.Consume(replyQueue, "", true, false, false, false, nil); err != nil {
 				return err
 			}
-			_ = ch.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: replyQueue})
-			_, err = ch.QueueDeclarePassive(replyQueue, false, false, false, false, nil)
-			return err
+			return closedBy(ch, func() { _ = ch.Publish("", "rpc", false, false, amqp091.Publishing{ReplyTo: replyQueue}) })
 		}, 406, "PRECONDITION_FAILED - fast reply consumer does not exist"},
 	}
 	for _, tc := range cases {
@@ -211,6 +208,21 @@ func TestReplyTo_Refusals(t *testing.T) {
 	assertServing(t, ts)
 	if n := len(commandsOf(ts.broker, publishOf)); n != 0 {
 		t.Fatalf("%d refused requests reached the log", n)
+	}
+}
+
+// closedBy runs send and returns the error the server closed ch with.
+func closedBy(ch *amqp091.Channel, send func()) error {
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	send()
+	select {
+	case e := <-closed:
+		if e == nil {
+			return errors.New("closed without an error")
+		}
+		return e
+	case <-time.After(5 * time.Second):
+		return errors.New("not closed")
 	}
 }
 
