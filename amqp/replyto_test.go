@@ -343,6 +343,27 @@ func TestReplyTo_Dropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	reply(second, "to a closed channel")
+	if ts.srv.DirectReply(&proto.DirectReply{Name: second, Probe: true}) {
+		t.Fatal("a closed channel's reply consumer is still there")
+	}
+
+	// Nor does a closed connection.
+	c, ch := openChannel(t, ts)
+	if _, err := ch.Consume(replyQueue, "", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.reqCh = ch
+	third := p.request(t, ts, "rpc")
+	if !ts.srv.DirectReply(&proto.DirectReply{Name: third, Probe: true}) {
+		t.Fatal("no reply consumer for a live channel")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the connection's reply consumer gone", func() bool {
+		return !ts.srv.DirectReply(&proto.DirectReply{Name: third, Probe: true})
+	})
+	reply(third, "to a closed connection")
 	assertServing(t, ts)
 }
 
