@@ -637,6 +637,7 @@ func (ch *channel) handlePublishes(run []item) *wire.Error {
 		}
 		if len(cmds) == 0 {
 			start = i
+			cmds = make([]*proto.Command, 0, len(run)-i)
 		}
 		cmds = append(cmds, cmd)
 	}
