@@ -786,7 +786,7 @@ func serverProperties() wire.Table {
 			{Key: "connection.blocked", Value: true},
 			{Key: "authentication_failure_close", Value: true},
 			{Key: "per_consumer_qos", Value: true},
-			{Key: "direct_reply_to", Value: false},
+			{Key: "direct_reply_to", Value: true},
 		}},
 		{Key: "cluster_name", Value: "raftmq@" + host},
 		{Key: "copyright", Value: "raftmq authors"},

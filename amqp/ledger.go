@@ -49,6 +49,9 @@ type ledger struct {
 	heldDue int64
 	// closed is set once the channel handed everything to its close.
 	closed bool
+	// reply is the channel's direct reply-to consumer (replyto.go), nil
+	// when it has none; the log knows nothing of it.
+	reply *replyConsumer
 }
 
 // actions are what a ledger call asks the channel to do, in this order
@@ -175,6 +178,50 @@ func (l *ledger) cancel(tag string) []uint64 {
 	return l.dropWindow(tag)
 }
 
+// tagInUse reports whether tag names one of the channel's consumers of
+// the log, registered or starting.
+func (l *ledger) tagInUse(tag string) bool {
+	_, starting := l.starting[tag]
+	return l.consumers[tag] || starting
+}
+
+// setReply makes r the channel's reply consumer.
+func (l *ledger) setReply(r *replyConsumer) { l.reply = r }
+
+// cancelReply forgets the reply consumer when tag is its tag.
+func (l *ledger) cancelReply(tag string) bool {
+	if l.reply == nil || l.reply.tag != tag {
+		return false
+	}
+	l.reply = nil
+	return true
+}
+
+// replyName is the reply-to name of the channel's reply consumer, "" when
+// it has none.
+func (l *ledger) replyName() string {
+	if l.reply == nil {
+		return ""
+	}
+	return l.reply.name
+}
+
+// replyConsumer returns the tag of the reply consumer whose key is key;
+// false when the channel has none with that key, or is closed.
+func (l *ledger) replyConsumer(key string) (string, bool) {
+	if l.closed || l.reply == nil || !sameKey(l.reply.key, key) {
+		return "", false
+	}
+	return l.reply.tag, true
+}
+
+// replyTag numbers a direct reply for the wire. Replies are settled as
+// they are written (no-ack), so nothing is remembered.
+func (l *ledger) replyTag() uint64 {
+	l.wireTag++
+	return l.wireTag
+}
+
 // got numbers a message basic.get took.
 func (l *ledger) got(logTag uint64, noAck bool) uint64 {
 	return l.record(logTag, "", noAck)
@@ -271,6 +318,7 @@ func (l *ledger) close() closeout {
 	slices.Sort(out.redelivered)
 	l.written, l.order = nil, nil
 	l.closed = true
+	l.reply = nil
 	return out
 }
 

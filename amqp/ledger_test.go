@@ -385,3 +385,40 @@ func TestLedger_Get(t *testing.T) {
 		t.Fatalf("ack of the get: %v %v", tags, e)
 	}
 }
+
+func TestLedger_ReplyConsumer(t *testing.T) {
+	l := started(t, []string{"plain"}, nil)
+	if !l.tagInUse("plain") || l.tagInUse("rpc") {
+		t.Fatal("tagInUse")
+	}
+	if _, ok := l.replyConsumer("key"); ok || l.replyName() != "" {
+		t.Fatal("a reply consumer before any")
+	}
+	l.setReply(&replyConsumer{tag: "rpc", name: "amq.rabbitmq.reply-to.name", key: "key"})
+	if tag, ok := l.replyConsumer("key"); !ok || tag != "rpc" {
+		t.Fatalf("reply consumer %q %v", tag, ok)
+	}
+	for _, forged := range []string{"", "kex", "key2", "KEY"} {
+		if _, ok := l.replyConsumer(forged); ok {
+			t.Fatalf("key %q taken", forged)
+		}
+	}
+	// Replies take wire tags in turn with deliveries, and are not the
+	// client's to acknowledge.
+	a := l.deliver(dl("plain", 7, 0), t0)
+	r := l.replyTag()
+	if len(a.writes) != 1 || a.writes[0].wire != 1 || r != 2 {
+		t.Fatalf("delivery %+v, reply tag %d", a.writes, r)
+	}
+	if _, _, _, e := l.ack(&wire.BasicAck{DeliveryTag: r}, false, t0); e == nil {
+		t.Fatal("a reply's tag was acknowledged")
+	}
+	if l.cancelReply("plain") || !l.cancelReply("rpc") || l.replyName() != "" {
+		t.Fatal("cancelReply")
+	}
+	l.setReply(&replyConsumer{tag: "rpc", name: "n", key: "key"})
+	l.close()
+	if _, ok := l.replyConsumer("key"); ok {
+		t.Fatal("a closed ledger takes replies")
+	}
+}

@@ -244,6 +244,9 @@ func (ch *channel) handleExchangeUnbind(m *wire.ExchangeUnbind) *wire.Error {
 // ---- queue ----
 
 func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
+	if strings.HasPrefix(m.Queue, replyQueue) {
+		return ch.declareReplies(m)
+	}
 	args, e := tableArg(m, m.Arguments)
 	if e != nil {
 		return e
@@ -430,6 +433,9 @@ func (ch *channel) consumerPrefetch() uint32 {
 }
 
 func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
+	if m.Queue == replyQueue {
+		return ch.consumeReplies(m)
+	}
 	q, e := ch.queueName(m, m.Queue)
 	if e != nil {
 		return e
@@ -486,6 +492,9 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 }
 
 func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
+	if ch.cancelReplies(m) {
+		return nil
+	}
 	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{
 		Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: m.ConsumerTag},
 	}}}); e != nil {
@@ -583,36 +592,56 @@ func (ch *channel) submitBatch(cmds []*proto.Command) ([]*proto.Result, error) {
 
 // handlePublishes sends a run of basic.publish to the log as one batch,
 // then answers each in order: basic.return for an unroutable mandatory
-// message, then its confirm when the channel is in confirm mode.
+// message, then its confirm when the channel is in confirm mode. A
+// publish to a reply-to name goes to its requester instead (replyto.go),
+// after the publishes before it were answered.
 func (ch *channel) handlePublishes(run []item) *wire.Error {
-	cmds := make([]*proto.Command, 0, len(run))
+	var cmds []*proto.Command
 	ref := ch.ref()
-	for _, it := range run {
+	// cmds stands for run[start:start+len(cmds)].
+	start := 0
+	flush := func() *wire.Error {
+		if len(cmds) == 0 {
+			return nil
+		}
+		e := ch.publishBatch(run[start:start+len(cmds)], cmds)
+		cmds = nil
+		return e
+	}
+	for i := range run {
+		it := &run[i]
 		m := it.m.(*wire.BasicPublish)
+		var cmd *proto.Command
+		var e *wire.Error
 		if m.Immediate {
 			// RabbitMQ refuses immediate=true the same way.
-			if len(cmds) > 0 {
-				if e := ch.publishBatch(run[:len(cmds)], cmds); e != nil {
-					return e
-				}
-			}
-			return wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "immediate=true")
+			e = wire.ConnError(wire.NotImplemented, m.ClassID(), m.MethodID(), "immediate=true")
+		} else if e = ch.rewriteReplyTo(it); e == nil {
+			cmd, e = ch.publishCommand(ref, *it)
 		}
-		cmd, e := ch.publishCommand(ref, it)
 		if e != nil {
 			// The publishes before it in the run were accepted: they go
 			// to the log (and are confirmed) before the channel closes,
 			// as each would have had it come alone.
-			if len(cmds) > 0 {
-				if e2 := ch.publishBatch(run[:len(cmds)], cmds); e2 != nil {
-					return e2
-				}
+			if e2 := flush(); e2 != nil {
+				return e2
 			}
 			return e
 		}
+		if isReplyRoute(m) {
+			if e := flush(); e != nil {
+				return e
+			}
+			ch.publishReply(*it, cmd.GetPublish())
+			continue
+		}
+		if len(cmds) == 0 {
+			start = i
+			cmds = make([]*proto.Command, 0, len(run)-i)
+		}
 		cmds = append(cmds, cmd)
 	}
-	return ch.publishBatch(run, cmds)
+	return flush()
 }
 
 // publishCommand is the log command of one basic.publish.

@@ -34,8 +34,15 @@ func (ch *channel) handleTxSelect(m *wire.TxSelect) *wire.Error {
 // bufferTx keeps a run of publishes or acknowledgements for tx.commit.
 func (ch *channel) bufferTx(run []item) *wire.Error {
 	for _, it := range run {
-		if p, ok := it.m.(*wire.BasicPublish); ok && p.Immediate {
-			return wire.ConnError(wire.NotImplemented, p.ClassID(), p.MethodID(), "immediate=true")
+		if p, ok := it.m.(*wire.BasicPublish); ok {
+			if p.Immediate {
+				return wire.ConnError(wire.NotImplemented, p.ClassID(), p.MethodID(), "immediate=true")
+			}
+			// As in RabbitMQ, a request's reply_to is taken (or refused)
+			// when it is published, not at commit.
+			if e := ch.rewriteReplyTo(&it); e != nil {
+				return e
+			}
 		}
 		ch.txItems = append(ch.txItems, it)
 	}
@@ -60,30 +67,48 @@ func (ch *channel) handleTxCommit(m *wire.TxCommit) *wire.Error {
 	return nil
 }
 
-// commitTx sends part of a transaction to the log and answers it.
+// commitTx sends part of a transaction to the log and answers it. Its
+// replies to reply-to names reach their requesters once the rest of it
+// committed: a rolled-back transaction sends none.
 func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
-	cmds := make([]*proto.Command, len(items))
+	cmds := make([]*proto.Command, 0, len(items))
+	replies := make([]*proto.Publish, len(items))
 	for i, it := range items {
-		if _, ok := it.m.(*wire.BasicPublish); ok {
-			cmd, e := ch.publishCommand(ref, it)
-			if e != nil {
-				return e
-			}
-			cmds[i] = cmd
-		} else {
-			cmds[i] = it.cmd // translated by the reader (window.go)
+		m, ok := it.m.(*wire.BasicPublish)
+		if !ok {
+			cmds = append(cmds, it.cmd) // translated by the reader (window.go)
+			continue
+		}
+		cmd, e := ch.publishCommand(ref, it)
+		if e != nil {
+			return e
+		}
+		if isReplyRoute(m) {
+			replies[i] = cmd.GetPublish()
+			continue
+		}
+		cmds = append(cmds, cmd)
+	}
+	var results []*proto.Result
+	if len(cmds) > 0 {
+		var err error
+		if results, err = ch.submitBatch(cmds); err != nil {
+			return ch.submitError(items[0].m, err)
 		}
 	}
-	results, err := ch.submitBatch(cmds)
-	if err != nil {
-		return ch.submitError(items[0].m, err)
-	}
-	for i, r := range results {
+	k := 0
+	for i, it := range items {
+		if replies[i] != nil {
+			ch.sendReply(it, replies[i])
+			continue
+		}
+		r := results[k]
+		k++
 		if r.GetCode() != 0 {
-			return resultError(items[i].m, r)
+			return resultError(it.m, r)
 		}
-		if _, ok := items[i].m.(*wire.BasicPublish); ok {
-			ch.returnUnroutable(items[i], r)
+		if _, ok := it.m.(*wire.BasicPublish); ok {
+			ch.returnUnroutable(it, r)
 		}
 	}
 	ch.committedAcks(items, time.Now().UnixMilli())

@@ -207,16 +207,18 @@ func (s *fwdSession) shutdown(cause error) {
 	close(s.done)
 }
 
-func (s *fwdSession) run() {
-	links := s.n.cfg.Links
+// dialInternal returns a client of the internal service of node id at
+// addr (gRPC dials lazily, on the first call). With TLS, the server's
+// certificate must name id.
+func (n *Node) dialInternal(id, addr string) (*grpc.ClientConn, error) {
+	links := n.cfg.Links
 	creds := insecure.NewCredentials()
-	if sec := s.n.cfg.TLS; sec != nil {
-		// The leader's certificate must name the leader.
+	if sec := n.cfg.TLS; sec != nil {
 		creds = credentials.NewTLS(sec.clientConfig(func(c *x509.Certificate) error {
-			return s.n.checkPeerCert(c, s.leaderID)
+			return n.checkPeerCert(c, id)
 		}))
 	}
-	conn, err := grpc.NewClient(s.addr,
+	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return links.dial(ctx, addr, 5*time.Second)
@@ -224,6 +226,11 @@ func (s *fwdSession) run() {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: forwardKeepalive, Timeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxForwardMessage), grpc.MaxCallRecvMsgSize(MaxForwardMessage)),
 	)
+}
+
+func (s *fwdSession) run() {
+	// The leader's certificate must name the leader.
+	conn, err := s.n.dialInternal(s.leaderID, s.addr)
 	if err != nil {
 		s.shutdown(err)
 		return
@@ -368,8 +375,9 @@ func (n *Node) registerInternal(s *grpc.Server) {
 	s.RegisterService(&desc, &forwardServer{n: n})
 }
 
-// forwardServer is the leader's side of Internal.Forward; its callers are
-// checked by registerInternal.
+// forwardServer serves the internal service: the leader's side of
+// Internal.Forward, and every node's Internal.Reply (reply.go); its callers
+// are checked by registerInternal.
 type forwardServer struct {
 	proto.UnimplementedInternalServer
 	n *Node

@@ -61,6 +61,9 @@ type Config struct {
 	// state lock, in log order: it must not block for long nor call back
 	// into the node.
 	Effects fsm.Sink
+	// Replies receives the direct replies other nodes send to this node's
+	// channels (nil: they are dropped).
+	Replies ReplySink
 	// Clock stamps the log and drives the leader's schedulers (default: the
 	// wall clock).
 	Clock Clock
@@ -249,6 +252,8 @@ type Node struct {
 	list      *memberlist.Memberlist
 	fwd       *forwarder
 	advert    string // advertised raft address
+	// replyConns carry direct replies to other nodes (reply.go).
+	replyConns peerConns
 
 	gossipAddr string // advertised gossip address
 
@@ -812,6 +817,7 @@ func (n *Node) Close() error {
 	close(n.closing)
 	n.closeMu.Unlock()
 	n.fwd.close()
+	n.replyConns.close()
 	var err error
 	if n.raft != nil {
 		err = n.raft.Shutdown().Error()

@@ -86,6 +86,126 @@ func (ForwardError) EnumDescriptor() ([]byte, []int) {
 	return file_internal_proto_rawDescGZIP(), []int{0}
 }
 
+// DirectReply is a message published to the default exchange with a
+// routing key amq.rabbitmq.reply-to.<suffix>, for the channel that suffix
+// designates.
+type DirectReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reply-to name, the routing key the responder published with.
+	Name       string      `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
+	Properties *Properties `protobuf:"bytes,2,opt,name=properties" json:"properties,omitempty"`
+	Body       []byte      `protobuf:"bytes,3,opt,name=body" json:"body,omitempty"`
+	// Deliver nothing: only report whether the name's consumer exists (a
+	// queue.declare of the name).
+	Probe         bool `protobuf:"varint,4,opt,name=probe" json:"probe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DirectReply) Reset() {
+	*x = DirectReply{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirectReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirectReply) ProtoMessage() {}
+
+func (x *DirectReply) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
+func (*DirectReply) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DirectReply) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DirectReply) GetProperties() *Properties {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *DirectReply) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *DirectReply) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
+}
+
+// DirectReplyResult says whether the reply reached its consumer (with
+// probe: whether the consumer exists).
+type DirectReplyResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Delivered     bool                   `protobuf:"varint,1,opt,name=delivered" json:"delivered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DirectReplyResult) Reset() {
+	*x = DirectReplyResult{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirectReplyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirectReplyResult) ProtoMessage() {}
+
+func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
+func (*DirectReplyResult) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DirectReplyResult) GetDelivered() bool {
+	if x != nil {
+		return x.Delivered
+	}
+	return false
+}
+
 // ForwardRequest is a batch of commands that the leader puts into ONE log
 // entry, in order.
 type ForwardRequest struct {
@@ -98,7 +218,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -110,7 +230,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -123,7 +243,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -158,7 +278,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +290,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +303,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -254,7 +374,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +386,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +399,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -349,7 +469,16 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\traftmq.v1\x1a\rcommand.proto\"P\n" +
+	"\x0einternal.proto\x12\traftmq.v1\x1a\rcommand.proto\"\x82\x01\n" +
+	"\vDirectReply\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
+	"\n" +
+	"properties\x18\x02 \x01(\v2\x15.raftmq.v1.PropertiesR\n" +
+	"properties\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\fR\x04body\x12\x14\n" +
+	"\x05probe\x18\x04 \x01(\bR\x05probe\"1\n" +
+	"\x11DirectReplyResult\x12\x1c\n" +
+	"\tdelivered\x18\x01 \x01(\bR\tdelivered\"P\n" +
 	"\x0eForwardRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
 	"\bcommands\x18\x02 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xcf\x01\n" +
@@ -376,9 +505,10 @@ const file_internal_proto_rawDesc = "" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
 	"\x1dFORWARD_ERROR_OUTCOME_UNKNOWN\x10\x02\x12\x18\n" +
 	"\x14FORWARD_ERROR_CLOSED\x10\x03\x12\x18\n" +
-	"\x14FORWARD_ERROR_FAILED\x10\x042P\n" +
+	"\x14FORWARD_ERROR_FAILED\x10\x042\x8f\x01\n" +
 	"\bInternal\x12D\n" +
-	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01B'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01\x12=\n" +
+	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResultB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -393,26 +523,32 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_internal_proto_goTypes = []any{
-	(ForwardError)(0),       // 0: raftmq.v1.ForwardError
-	(*ForwardRequest)(nil),  // 1: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil), // 2: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),        // 3: raftmq.v1.NodeMeta
-	(*Command)(nil),         // 4: raftmq.v1.Command
-	(*Result)(nil),          // 5: raftmq.v1.Result
+	(ForwardError)(0),         // 0: raftmq.v1.ForwardError
+	(*DirectReply)(nil),       // 1: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil), // 2: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),    // 3: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 4: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),          // 5: raftmq.v1.NodeMeta
+	(*Properties)(nil),        // 6: raftmq.v1.Properties
+	(*Command)(nil),           // 7: raftmq.v1.Command
+	(*Result)(nil),            // 8: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	4, // 0: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	5, // 1: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
-	0, // 2: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	1, // 3: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	2, // 4: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	6, // 0: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	7, // 1: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	8, // 2: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	0, // 3: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
+	3, // 4: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	1, // 5: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	4, // 6: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	2, // 7: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	6, // [6:8] is the sub-list for method output_type
+	4, // [4:6] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -427,7 +563,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

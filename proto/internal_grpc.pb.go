@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Internal_Forward_FullMethodName = "/raftmq.v1.Internal/Forward"
+	Internal_Reply_FullMethodName   = "/raftmq.v1.Internal/Reply"
 )
 
 // InternalClient is the client API for Internal service.
@@ -35,6 +36,11 @@ type InternalClient interface {
 	// long-lived stream. Requests are pipelined: the leader answers each
 	// request id once, in any order.
 	Forward(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRequest, ForwardResponse], error)
+	// Reply carries a direct reply-to message (or, with probe, the question
+	// whether its consumer is still there) to the node whose channel the
+	// reply-to name designates. Replies never enter the log: like
+	// RabbitMQ's, they are transient and delivered at most once.
+	Reply(ctx context.Context, in *DirectReply, opts ...grpc.CallOption) (*DirectReplyResult, error)
 }
 
 type internalClient struct {
@@ -58,6 +64,16 @@ func (c *internalClient) Forward(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Internal_ForwardClient = grpc.BidiStreamingClient[ForwardRequest, ForwardResponse]
 
+func (c *internalClient) Reply(ctx context.Context, in *DirectReply, opts ...grpc.CallOption) (*DirectReplyResult, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DirectReplyResult)
+	err := c.cc.Invoke(ctx, Internal_Reply_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -68,6 +84,11 @@ type InternalServer interface {
 	// long-lived stream. Requests are pipelined: the leader answers each
 	// request id once, in any order.
 	Forward(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error
+	// Reply carries a direct reply-to message (or, with probe, the question
+	// whether its consumer is still there) to the node whose channel the
+	// reply-to name designates. Replies never enter the log: like
+	// RabbitMQ's, they are transient and delivered at most once.
+	Reply(context.Context, *DirectReply) (*DirectReplyResult, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -80,6 +101,9 @@ type UnimplementedInternalServer struct{}
 
 func (UnimplementedInternalServer) Forward(grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]) error {
 	return status.Error(codes.Unimplemented, "method Forward not implemented")
+}
+func (UnimplementedInternalServer) Reply(context.Context, *DirectReply) (*DirectReplyResult, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reply not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -109,13 +133,36 @@ func _Internal_Forward_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Internal_ForwardServer = grpc.BidiStreamingServer[ForwardRequest, ForwardResponse]
 
+func _Internal_Reply_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DirectReply)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).Reply(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_Reply_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).Reply(ctx, req.(*DirectReply))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Internal_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "raftmq.v1.Internal",
 	HandlerType: (*InternalServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Reply",
+			Handler:    _Internal_Reply_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Forward",

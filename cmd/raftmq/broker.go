@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/raftmq/raftmq/amqp"
 	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
@@ -17,6 +18,12 @@ type broker struct {
 	metrics *api.Metrics
 }
 
+// The AMQP server carries direct replies to other nodes through the node.
+var _ interface {
+	amqp.Broker
+	amqp.Replier
+} = (*broker)(nil)
+
 func (b *broker) NodeID() string { return b.node.NodeID() }
 
 func (b *broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
@@ -29,6 +36,11 @@ func (b *broker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*pro
 	start := time.Now()
 	defer func() { b.metrics.ObserveApply(time.Since(start)) }()
 	return b.node.SubmitBatch(ctx, cmds)
+}
+
+// Reply carries a direct reply to another node's channel (amqp.Replier).
+func (b *broker) Reply(ctx context.Context, node string, r *proto.DirectReply) (bool, error) {
+	return b.node.Reply(ctx, node, r)
 }
 
 func (b *broker) Authenticate(user, password string) (tags []string, ok bool) {

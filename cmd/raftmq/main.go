@@ -149,6 +149,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		BootstrapExpect:    cfg.BootstrapExpect,
 		GRPCServer:         grpcSrv,
 		Effects:            amqpSrv,
+		Replies:            amqpSrv,
 		DefaultUser:        cfg.DefaultUser,
 		DefaultPassword:    cfg.DefaultPassword,
 		NodeDownAfter:      cfg.NodeDownAfter,

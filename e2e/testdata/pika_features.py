@@ -1,6 +1,6 @@
-"""Drives priorities, the delivery limit and a single active consumer
-through pika, each with its publisher, consumer and observer on different
-URLs (nodes).
+"""Drives priorities, the delivery limit, a single active consumer and
+direct reply-to through pika, each with its publisher, consumer and
+observer on different URLs (nodes).
 
 usage: pika_features.py URL0 URL1 URL2
 Exits 0 when every check holds; prints what failed otherwise.
@@ -100,6 +100,54 @@ def single_active(pub, first, second):
     pub.queue_delete("pika-sac")
 
 
+def direct_reply_to(requester, responder, observer):
+    """An RPC through amq.rabbitmq.reply-to: requester, responder and
+    observer each on their own node."""
+    fresh(observer, "pika-rpc")
+    replies = []
+    requester.basic_consume("amq.rabbitmq.reply-to",
+                            lambda c, m, p, b: replies.append((m, p, b)),
+                            auto_ack=True)
+    requests = []
+    responder.basic_consume("pika-rpc",
+                            lambda c, m, p, b: requests.append((m, p, b)))
+    requester.basic_publish("", "pika-rpc", b"ping", pika.BasicProperties(
+        reply_to="amq.rabbitmq.reply-to", correlation_id="rpc-1"))
+    pump(responder.connection, lambda: requests)
+    check(len(requests) == 1, "requests %r" % requests)
+    method, props, body = requests[0]
+    name = props.reply_to
+    check(name.startswith("amq.rabbitmq.reply-to."), "reply_to %r" % name)
+    # The observer checks that the requester is still there.
+    ok = observer.queue_declare(name, passive=True).method
+    check(ok.message_count == 0 and ok.consumer_count == 1,
+          "passive declare of the reply name %r" % ok)
+    responder.basic_publish("", name, b"pong:" + body, pika.BasicProperties(
+        correlation_id=props.correlation_id))
+    responder.basic_ack(method.delivery_tag)
+    pump(requester.connection, lambda: replies)
+    check(len(replies) == 1, "replies %r" % replies)
+    method, props, body = replies[0]
+    check(body == b"pong:ping" and props.correlation_id == "rpc-1"
+          and method.routing_key == name and method.exchange == "",
+          "reply %r %r %r" % (method, props, body))
+    # A consumer that would acknowledge is refused.
+    ch = observer.connection.channel()
+    try:
+        ch.basic_consume("amq.rabbitmq.reply-to", lambda *a: None)
+        check(False, "an acknowledging reply consumer was accepted")
+    except pika.exceptions.ChannelClosedByBroker as e:
+        check(e.reply_code == 406 and "cannot acknowledge" in e.reply_text,
+              "refusal %r" % e)
+    # A forged name is not the requester's.
+    try:
+        observer.connection.channel().queue_declare(name[:-1] + "x", passive=True)
+        check(False, "a forged reply name exists")
+    except pika.exceptions.ChannelClosedByBroker as e:
+        check(e.reply_code == 404, "forged name: %r" % e)
+    observer.queue_delete("pika-rpc")
+
+
 def main():
     # Fresh connections for each check: on Debian's pika, a connection
     # whose consume generator was cancelled dispatched no basic_consume
@@ -109,7 +157,9 @@ def main():
     priorities(*channels(3)[0::2])
     delivery_limit(*channels(3))
     single_active(*channels(3))
-    print("pika: priorities, delivery limit and single active consumer hold")
+    direct_reply_to(*channels(3))
+    print("pika: priorities, delivery limit, single active consumer and "
+          "direct reply-to hold")
 
 
 main()
