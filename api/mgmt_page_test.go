@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/raftmq/raftmq/proto"
@@ -113,6 +114,59 @@ func BenchmarkManagementQueuePage(b *testing.B) {
 	for b.Loop() {
 		if w := serveAs(m, "/api/queues?page=1&page_size=100&sort=messages&sort_reverse=true"); w.Code != http.StatusOK {
 			b.Fatal(w.Code)
+		}
+	}
+}
+
+// TestManagementServesTheConsole: the console's page is served at / without
+// credentials, the API beside it still asks for them.
+func TestManagementServesTheConsole(t *testing.T) {
+	m := manyQueuesManagement(1)
+	w := httptest.NewRecorder()
+	m.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `<script src="app.js"`) {
+		t.Fatalf("GET /: %d %.200s", w.Code, w.Body)
+	}
+	w = httptest.NewRecorder()
+	m.ServeHTTP(w, httptest.NewRequest("GET", "/api/queues", nil))
+	if w.Code != http.StatusUnauthorized {
+		t.Fatalf("GET /api/queues without credentials: %d", w.Code)
+	}
+	if w := serveAs(m, "/api/nope"); w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), `"Object Not Found"`) {
+		t.Fatalf("GET /api/nope: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestManagementChallengeAndScripts: a 401 carries RabbitMQ's
+// WWW-Authenticate challenge, wrong credentials or none, except to a
+// script's request (X-Requested-With: XMLHttpRequest, as the console
+// sends): a browser would answer the challenge with a login dialog of its
+// own over the console's.
+func TestManagementChallengeAndScripts(t *testing.T) {
+	m := manyQueuesManagement(1)
+	for _, tc := range []struct {
+		user, pass, path string
+		script           bool
+	}{
+		{"", "", "/api/overview", false},
+		{"root", "wrong", "/api/overview", false},
+		{"root", "wrong", "/api/overview", true},
+		{"joe", "pw-joe", "/api/overview", true},      // no management tag
+		{"watcher", "pw-watcher", "/api/users", true}, // not an administrator
+		{"watcher", "pw-watcher", "/api/users", false},
+	} {
+		r := httptest.NewRequest("GET", tc.path, nil)
+		if tc.user != "" {
+			r.SetBasicAuth(tc.user, tc.pass)
+		}
+		if tc.script {
+			r.Header.Set("X-Requested-With", "XMLHttpRequest")
+		}
+		w := httptest.NewRecorder()
+		m.ServeHTTP(w, r)
+		challenge := w.Header().Get("WWW-Authenticate")
+		if w.Code != http.StatusUnauthorized || (challenge == "") != tc.script {
+			t.Fatalf("%s as %q (script %v): %d, WWW-Authenticate %q", tc.path, tc.user, tc.script, w.Code, challenge)
 		}
 	}
 }
