@@ -1,0 +1,313 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// chromiumPath is the browser the console tests drive: Debian's chromium
+// (or another Chromium-based browser on PATH).
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// artifactsDir is where the console tests save their screenshots:
+// $RAFTMQ_E2E_ARTIFACTS when set (CI keeps it), else the test's temporary
+// directory.
+func artifactsDir(t *testing.T) string {
+	if d := os.Getenv("RAFTMQ_E2E_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// browser is one headless chromium tab whose console is watched: every
+// console error, browser-log error and uncaught exception of the page is
+// kept, and the test fails on any of them unless it expected them.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+	dir string // where screenshots go
+
+	mu       sync.Mutex
+	problems []string
+	// allow401 lets a step expect the browser's log line for a 401 answer
+	// (a wrong password).
+	allow401 bool
+}
+
+func newBrowser(t *testing.T, dir string) *browser {
+	t.Helper()
+	path := chromiumPath()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.WindowSize(1440, 1000),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-gpu", true),
+	)
+	if os.Geteuid() == 0 {
+		// Chromium refuses to run as root with its sandbox on.
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	b := &browser{t: t, ctx: ctx, dir: dir}
+	// Start the browser now, with no deadline: a deadline on the first run
+	// would end the browser with it.
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			bad := m.IsException() || m.Type == chromedp.ConsoleError
+			b.mu.Lock()
+			if bad && b.allow401 && m.Source == "network" && strings.Contains(m.Text, "401") {
+				bad = false
+			}
+			if bad {
+				b.problems = append(b.problems, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line+1))
+			}
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+// run runs the steps within a minute, failing the test with what went
+// wrong in the page.
+func (b *browser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		text, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		b.screenshot("failed")
+		b.t.Fatalf("%s: %v\nconsole: %v\npage:\n%s", what, err, b.seen(), text)
+	}
+	b.check(what)
+}
+
+func (b *browser) seen() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.problems...)
+}
+
+// check fails the test on any console error or exception seen so far.
+func (b *browser) check(what string) {
+	b.t.Helper()
+	if p := b.seen(); len(p) > 0 {
+		b.t.Fatalf("after %s, the page reported: %s", what, strings.Join(p, "; "))
+	}
+}
+
+// screenshot saves the whole page as name.png and logs the path.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	// From the top: the page's sticky header would otherwise be drawn
+	// where the window last scrolled to.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`)); err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(b.dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s", path)
+}
+
+// until waits for a JavaScript condition of the page.
+func until(cond string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(50*time.Millisecond))
+}
+
+// setValue sets the value of the form field sel selects, as a user's
+// choice would (with its input and change events).
+func setValue(sel, value string) chromedp.Action[chromedp.Void] {
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%s); e.value = %s;
+		e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); return e.value === %[2]s; })()`,
+		strconv.Quote(sel), strconv.Quote(value))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		ok, err := chromedp.Evaluate[bool](js)(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s cannot take the value %q", sel, value)
+		}
+		return chromedp.Void{}, err
+	}
+}
+
+// TestConsole drives the web console of a three-node cluster's follower in
+// headless chromium: a wrong password is refused on the login form, the
+// right one logs in, the overview shows the three raft members, a queue is
+// added from the queue list, and a message is published to it and got back
+// through the queue's page. The page must log no error and throw nothing.
+//
+// RAFTMQ_E2E_CONSOLE_QUEUES=10000 first declares that many more queues and
+// also screenshots the queue list's first page sorted by depth.
+func TestConsole(t *testing.T) {
+	if chromiumPath() == "" {
+		t.Skip("chromium is not installed (Debian: apt-get install chromium): the web console is not tested in a browser")
+	}
+	c := StartCluster(t, 3)
+	node := followerOf(t, c)
+	extra, _ := strconv.Atoi(os.Getenv("RAFTMQ_E2E_CONSOLE_QUEUES"))
+	if extra > 0 {
+		declareQueues(t, node, extra)
+	}
+	dir := artifactsDir(t)
+	b := newBrowser(t, dir)
+	url := "http://" + node.ManagementAddr + "/"
+
+	b.mu.Lock()
+	b.allow401 = true
+	b.mu.Unlock()
+	b.run("wrong password",
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.ID("login-username")),
+		chromedp.SendKeys(chromedp.ID("login-username"), "guest"),
+		chromedp.SendKeys(chromedp.ID("login-password"), "wrong"),
+		chromedp.Click(chromedp.ID("login-submit")),
+		until(`(document.querySelector('#login-error:not([hidden])') || {}).textContent === 'Login failed'`),
+	)
+	b.mu.Lock()
+	b.allow401 = false
+	b.mu.Unlock()
+
+	b.run("log in",
+		setValue("#login-password", ""),
+		chromedp.SendKeys(chromedp.ID("login-password"), "guest"),
+		chromedp.Click(chromedp.ID("login-submit")),
+		chromedp.WaitVisible(chromedp.ID("nodes-table")),
+		until(`document.querySelectorAll('#nodes-table tbody tr').length === 3 && document.querySelectorAll('#nodes-table .tag.leader').length === 1`),
+		until(`document.querySelector('#whoami').textContent === 'guest'`),
+	)
+	b.screenshot("console-overview")
+
+	const queue = "console q/1" // a space and a slash: the page must encode both
+	b.run("add a queue from the queue list",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
+		chromedp.WaitVisible(chromedp.ID("queues-table")),
+		until(`/in all/.test(document.querySelector('.count').textContent)`),
+		chromedp.Click(chromedp.CSS(`details > summary`)),
+		chromedp.SendKeys(chromedp.CSS(`#add-queue input[name="name"]`), queue),
+		chromedp.SendKeys(chromedp.CSS(`#add-queue textarea[name="arguments"]`), `{"x-message-ttl": 3600000}`),
+		chromedp.Click(chromedp.CSS(`#add-queue button[type="submit"]`)),
+		until(`document.querySelector('#banner-text').textContent === 'Queue `+queue+` declared'`),
+		until(`[...document.querySelectorAll('#queues-table a')].some(a => a.textContent === '`+queue+`')`),
+	)
+	b.run("open the queue",
+		chromedp.Click(chromedp.CSS(`#queues-table a[href="#/queues/%2F/`+strings.ReplaceAll(strings.ReplaceAll(queue, " ", "%20"), "/", "%2F")+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("queue-ready")),
+		until(`document.querySelector('#queue-ready').textContent === '0'`),
+		until(`document.querySelector('#queue-details').textContent.includes('1 h')`),
+	)
+	const payload = "hello from the console ✓"
+	b.run("publish a message",
+		chromedp.SendKeys(chromedp.ID("publish-payload"), payload),
+		chromedp.Click(chromedp.ID("publish-submit")),
+		until(`document.querySelector('#banner-text').textContent === 'Message published'`),
+		until(`document.querySelector('#queue-ready').textContent === '1'`),
+	)
+	b.run("get it back",
+		setValue(`#get select[name="ackmode"]`, "ack_requeue_false"),
+		chromedp.Click(chromedp.ID("get-submit")),
+		until(`(document.querySelector('#got .payload') || {}).textContent === '`+payload+`'`),
+		until(`document.querySelector('#queue-ready').textContent === '0'`),
+	)
+	b.screenshot("console-queue")
+
+	if extra > 0 {
+		b.run("the queue list sorted by depth",
+			chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
+			chromedp.WaitVisible(chromedp.ID("queues-table")),
+			chromedp.Click(chromedp.CSS(`th[data-sort="messages"]`)),
+			until(`document.querySelector('th[data-sort="messages"]').classList.contains('sorted-desc') && /in all/.test(document.querySelector('.count').textContent)`),
+		)
+		b.screenshot("console-queues-" + strconv.Itoa(extra))
+	}
+
+	b.run("log out",
+		chromedp.Click(chromedp.ID("logout")),
+		chromedp.WaitVisible(chromedp.ID("login-username")),
+	)
+	b.check("the whole session")
+}
+
+// declareQueues declares n queues bulk-00000.. with a few messages in
+// some, over several channels at once.
+func declareQueues(t *testing.T, n *Node, count int) {
+	t.Helper()
+	conn, err := amqp.Dial(n.AMQPURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	const workers = 8
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			ch, err := conn.Channel()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer ch.Close()
+			for i := w; i < count; i += workers {
+				name := fmt.Sprintf("bulk-%05d", i)
+				if _, err := ch.QueueDeclare(name, true, false, false, false, nil); err != nil {
+					errs <- err
+					return
+				}
+				for range i % 7 {
+					if err := ch.Publish("", name, false, false, amqp.Publishing{Body: []byte("x")}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatalf("declaring %d queues: %v", count, err)
+		}
+	}
+	t.Logf("declared %d queues in %v", count, time.Since(start).Round(time.Millisecond))
+}
