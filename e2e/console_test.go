@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,9 +153,11 @@ func (b *browser) screenshot(name string) {
 	b.t.Logf("screenshot: %s", path)
 }
 
-// until waits for a JavaScript condition of the page.
+// until waits for a JavaScript condition of the page; one that cannot be
+// evaluated yet (its element is not there) is not met.
 func until(cond string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(50*time.Millisecond))
+	return chromedp.Poll[chromedp.Void]("(() => { try { return ("+cond+"); } catch (e) { return false; } })()",
+		chromedp.WithPollingInterval(50*time.Millisecond))
 }
 
 // setValue sets the value of the form field sel selects, as a user's
@@ -175,7 +179,9 @@ func setValue(sel, value string) chromedp.Action[chromedp.Void] {
 // headless chromium: a wrong password is refused on the login form, the
 // right one logs in, the overview shows the three raft members, a queue is
 // added from the queue list, and a message is published to it and got back
-// through the queue's page. The page must log no error and throw nothing.
+// through the queue's page; the other pages render, and a client's
+// connection is closed from the connection list. The page must log no
+// error and throw nothing.
 //
 // RAFTMQ_E2E_CONSOLE_QUEUES=10000 first declares that many more queues and
 // also screenshots the queue list's first page sorted by depth.
@@ -188,6 +194,16 @@ func TestConsole(t *testing.T) {
 	extra, _ := strconv.Atoi(os.Getenv("RAFTMQ_E2E_CONSOLE_QUEUES"))
 	if extra > 0 {
 		declareQueues(t, node, extra)
+		start := time.Now()
+		req, _ := http.NewRequest("GET", "http://"+node.ManagementAddr+"/api/queues?page=1&page_size=100&sort=messages&sort_reverse=true", nil)
+		req.SetBasicAuth("guest", "guest")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		t.Logf("the API answered the first page of %d queues sorted by depth (%d bytes) in %v", extra, n, time.Since(start).Round(time.Millisecond))
 	}
 	dir := artifactsDir(t)
 	b := newBrowser(t, dir)
@@ -228,7 +244,10 @@ func TestConsole(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`#add-queue textarea[name="arguments"]`), `{"x-message-ttl": 3600000}`),
 		chromedp.Click(chromedp.CSS(`#add-queue button[type="submit"]`)),
 		until(`document.querySelector('#banner-text').textContent === 'Queue `+queue+` declared'`),
-		until(`[...document.querySelectorAll('#queues-table a')].some(a => a.textContent === '`+queue+`')`),
+		// Found with the listing's name filter, on whichever page it is.
+		chromedp.SendKeys(chromedp.CSS(`input.filter`), "console q"),
+		until(`document.querySelectorAll('#queues-table tbody tr').length === 1 &&
+			document.querySelector('#queues-table tbody a').textContent === '`+queue+`'`),
 	)
 	b.run("open the queue",
 		chromedp.Click(chromedp.CSS(`#queues-table a[href="#/queues/%2F/`+strings.ReplaceAll(strings.ReplaceAll(queue, " ", "%20"), "/", "%2F")+`"]`)),
@@ -255,10 +274,52 @@ func TestConsole(t *testing.T) {
 		b.run("the queue list sorted by depth",
 			chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
 			chromedp.WaitVisible(chromedp.ID("queues-table")),
+			setValue("input.filter", ""),
+			until(fmt.Sprintf(`(t => / in all$/.test(t) && Number(t.replace(/\D/g, '')) === %d)(document.querySelector('.count').textContent)`, extra+1)),
 			chromedp.Click(chromedp.CSS(`th[data-sort="messages"]`)),
-			until(`document.querySelector('th[data-sort="messages"]').classList.contains('sorted-desc') && /in all/.test(document.querySelector('.count').textContent)`),
+			until(`document.querySelector('th[data-sort="messages"]').classList.contains('sorted-desc') &&
+				document.querySelector('#queues-table tbody tr td:nth-child(7)').textContent === '6'`),
 		)
 		b.screenshot("console-queues-" + strconv.Itoa(extra))
+	}
+
+	b.run("exchanges, with the default exchange's page",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="exchanges"]`)),
+		chromedp.WaitVisible(chromedp.ID("exchanges-table")),
+		until(`[...document.querySelectorAll('#exchanges-table a')].some(a => a.textContent === 'amq.topic')`),
+		chromedp.Click(chromedp.CSS(`#exchanges-table a[href="#/exchanges/%2F/"]`)),
+		until(`document.querySelector('#exchange-details dl') !== null && document.querySelector('h1').textContent.includes('(AMQP default)')`),
+	)
+	b.run("policies, users and permissions",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="policies"]`)),
+		until(`/No policies/.test(document.querySelector('#policies').textContent)`),
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="users"]`)),
+		until(`/guest/.test(document.querySelector('#users').textContent) && /\.\*/.test(document.querySelector('#permissions').textContent)`),
+	)
+
+	// A client's connection, closed from the console: the first click arms
+	// the button, the second closes it on its node.
+	conn, err := amqp.Dial(c.Nodes[0].AMQPURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	b.run("close a connection",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="connections"]`)),
+		until(`document.querySelectorAll('#connections-table button.close-conn').length === 1`),
+		chromedp.Click(chromedp.CSS(`button.close-conn`)),
+		until(`document.querySelector('button.close-conn').classList.contains('armed')`),
+		chromedp.Click(chromedp.CSS(`button.close-conn`)),
+		until(`document.querySelector('#banner-text').textContent === 'Connection closed'`),
+	)
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp.ConnectionForced || !strings.Contains(e.Reason, "raftmq console") {
+			t.Fatalf("the connection closed with %v", e)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection closed from the console is still open")
 	}
 
 	b.run("log out",
