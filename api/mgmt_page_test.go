@@ -34,6 +34,26 @@ type unlockedView struct{ *fakeNode }
 
 func (n unlockedView) View(fn func(State)) { fn(n.state) }
 
+// listingPage is the page object of a paged listing, RabbitMQ's shape.
+type listingPage struct {
+	Items         []map[string]any `json:"items"`
+	Page          int              `json:"page"`
+	PageCount     int              `json:"page_count"`
+	PageSize      int              `json:"page_size"`
+	TotalCount    int              `json:"total_count"`
+	FilteredCount int              `json:"filtered_count"`
+	ItemCount     int              `json:"item_count"`
+}
+
+func decodePage(t *testing.T, w *httptest.ResponseRecorder) listingPage {
+	t.Helper()
+	var page listingPage
+	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil {
+		t.Fatalf("%v: %s", err, w.Body)
+	}
+	return page
+}
+
 func serveAs(h http.Handler, path string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("GET", path, nil)
 	r.SetBasicAuth("root", "pw-root")
@@ -56,18 +76,7 @@ func TestManagementQueuePageOfMany(t *testing.T) {
 	if w.Code != http.StatusOK {
 		t.Fatalf("paged listing: %d %s", w.Code, w.Body)
 	}
-	var page struct {
-		Items         []map[string]any `json:"items"`
-		Page          int              `json:"page"`
-		PageCount     int              `json:"page_count"`
-		PageSize      int              `json:"page_size"`
-		TotalCount    int              `json:"total_count"`
-		FilteredCount int              `json:"filtered_count"`
-		ItemCount     int              `json:"item_count"`
-	}
-	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil {
-		t.Fatal(err)
-	}
+	page := decodePage(t, w)
 	if len(page.Items) != 100 || page.ItemCount != 100 || page.Page != 3 || page.PageCount != 100 || page.PageSize != 100 ||
 		page.TotalCount != total || page.FilteredCount != total {
 		t.Fatalf("page: %d items, %+v", len(page.Items), page)
@@ -95,14 +104,7 @@ func TestManagementFilteredPage(t *testing.T) {
 	if w.Code != http.StatusOK {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	var page struct {
-		Items         []map[string]any `json:"items"`
-		FilteredCount int              `json:"filtered_count"`
-		TotalCount    int              `json:"total_count"`
-	}
-	if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil {
-		t.Fatal(err)
-	}
+	page := decodePage(t, w)
 	if page.FilteredCount != 100 || page.TotalCount != 300 || len(page.Items) != 5 ||
 		page.Items[0]["name"] != "q00105" || len(page.Items[0]) != 2 {
 		t.Fatalf("page: %s", w.Body)

@@ -266,6 +266,14 @@ function armDangerButtons() {
   }, true);
 }
 
+// onSubmit makes fn(form) the action of the form's submit button.
+function onSubmit(form, what, fn) {
+  form.addEventListener('submit', ev => {
+    ev.preventDefault();
+    act(what, () => fn(form));
+  });
+}
+
 // act runs an action of a button or form, shows its outcome and refreshes.
 async function act(what, fn) {
   try {
@@ -453,17 +461,13 @@ function queuesPage() {
     </form></details></div>`;
   function bind(main) {
     list.bind(main);
-    $('#add-queue', main).addEventListener('submit', ev => {
-      ev.preventDefault();
-      const f = ev.target;
-      act('Add queue', async () => {
-        const args = parseJSONField(f.arguments.value, 'Arguments');
-        if (f.type.value !== 'classic') args['x-queue-type'] = f.type.value;
-        await api('PUT', `queues/${enc(f.vhost.value)}/${enc(f.name.value)}`, { durable: f.durable.checked, auto_delete: f.auto_delete.checked, arguments: args });
-        const n = f.name.value;
-        f.name.value = '';
-        return `Queue ${n} declared`;
-      });
+    onSubmit($('#add-queue', main), 'Add queue', async f => {
+      const args = parseJSONField(f.arguments.value, 'Arguments');
+      if (f.type.value !== 'classic') args['x-queue-type'] = f.type.value;
+      await api('PUT', `queues/${enc(f.vhost.value)}/${enc(f.name.value)}`, { durable: f.durable.checked, auto_delete: f.auto_delete.checked, arguments: args });
+      const n = f.name.value;
+      f.name.value = '';
+      return `Queue ${n} declared`;
     });
   }
   return { html, bind, refresh: list.load };
@@ -484,20 +488,16 @@ function publishForm(id, routingKey) {
 }
 
 function bindPublish(form, vhost, exchange, routingKey) {
-  form.addEventListener('submit', ev => {
-    ev.preventDefault();
-    const f = ev.target;
-    act('Publish', async () => {
-      const props = parseJSONField(f.properties.value, 'Properties');
-      const headers = parseJSONField(f.headers.value, 'Headers');
-      if (Object.keys(headers).length) props.headers = headers;
-      props.delivery_mode = Number(f.delivery_mode.value);
-      const rk = routingKey === undefined ? f.routing_key.value : routingKey;
-      const r = await api('POST', `exchanges/${enc(vhost)}/${enc(exchange || 'amq.default')}/publish`,
-        { properties: props, routing_key: rk, payload: f.payload.value, payload_encoding: f.payload_encoding.value });
-      if (!r.routed) throw new Error('Message published, but not routed to any queue');
-      return 'Message published';
-    });
+  onSubmit(form, 'Publish', async f => {
+    const props = parseJSONField(f.properties.value, 'Properties');
+    const headers = parseJSONField(f.headers.value, 'Headers');
+    if (Object.keys(headers).length) props.headers = headers;
+    props.delivery_mode = Number(f.delivery_mode.value);
+    const rk = routingKey === undefined ? f.routing_key.value : routingKey;
+    const r = await api('POST', `exchanges/${enc(vhost)}/${enc(exchange || 'amq.default')}/publish`,
+      { properties: props, routing_key: rk, payload: f.payload.value, payload_encoding: f.payload_encoding.value });
+    if (!r.routed) throw new Error('Message published, but not routed to any queue');
+    return 'Message published';
   });
 }
 
@@ -591,13 +591,9 @@ queuesPage.detail = (vhost, name) => {
   function bind(main) {
     bindPublish($('#publish', main), vhost, '', name);
     bindUnbind($('#bindings-panel', main));
-    $('#bind-queue', main).addEventListener('submit', ev => {
-      ev.preventDefault();
-      const f = ev.target;
-      act('Bind', async () => {
-        await api('POST', `bindings/${enc(vhost)}/e/${enc(f.source.value)}/q/${enc(name)}`, { routing_key: f.routing_key.value, arguments: parseJSONField(f.arguments.value, 'Arguments') });
-        return 'Binding added';
-      });
+    onSubmit($('#bind-queue', main), 'Bind', async f => {
+      await api('POST', `bindings/${enc(vhost)}/e/${enc(f.source.value)}/q/${enc(name)}`, { routing_key: f.routing_key.value, arguments: parseJSONField(f.arguments.value, 'Arguments') });
+      return 'Binding added';
     });
     $('#get', main).addEventListener('submit', async ev => {
       ev.preventDefault();
@@ -662,14 +658,10 @@ function exchangesPage() {
     </form></details></div>`;
   function bind(main) {
     list.bind(main);
-    $('#add-exchange', main).addEventListener('submit', ev => {
-      ev.preventDefault();
-      const f = ev.target;
-      act('Add exchange', async () => {
-        await api('PUT', `exchanges/${enc(f.vhost.value)}/${enc(f.name.value)}`, { type: f.type.value, durable: f.durable.checked,
-          auto_delete: f.auto_delete.checked, internal: f.internal.checked, arguments: parseJSONField(f.arguments.value, 'Arguments') });
-        return `Exchange ${f.name.value} declared`;
-      });
+    onSubmit($('#add-exchange', main), 'Add exchange', async f => {
+      await api('PUT', `exchanges/${enc(f.vhost.value)}/${enc(f.name.value)}`, { type: f.type.value, durable: f.durable.checked,
+        auto_delete: f.auto_delete.checked, internal: f.internal.checked, arguments: parseJSONField(f.arguments.value, 'Arguments') });
+      return `Exchange ${f.name.value} declared`;
     });
   }
   return { html, bind, refresh: list.load };
@@ -707,13 +699,9 @@ exchangesPage.detail = (vhost, name) => {
     bindUnbind($('#bindings-panel', main));
     const bf = $('#bind-exchange', main);
     if (bf) {
-      bf.addEventListener('submit', ev => {
-        ev.preventDefault();
-        const f = ev.target;
-        act('Bind', async () => {
-          await api('POST', `bindings/${enc(vhost)}/e/${enc(wire)}/${f.kind.value}/${enc(f.destination.value)}`, { routing_key: f.routing_key.value, arguments: parseJSONField(f.arguments.value, 'Arguments') });
-          return 'Binding added';
-        });
+      onSubmit(bf, 'Bind', async f => {
+        await api('POST', `bindings/${enc(vhost)}/e/${enc(wire)}/${f.kind.value}/${enc(f.destination.value)}`, { routing_key: f.routing_key.value, arguments: parseJSONField(f.arguments.value, 'Arguments') });
+        return 'Binding added';
       });
     }
     const del = $('#delete', main);
@@ -786,13 +774,10 @@ function policiesPage() {
     });
     const f = $('#add-policy', main);
     if (f) {
-      f.addEventListener('submit', ev => {
-        ev.preventDefault();
-        act('Save policy', async () => {
-          await api('PUT', `policies/${enc(f.vhost.value)}/${enc(f.name.value)}`, { pattern: f.pattern.value, 'apply-to': f.apply_to.value,
-            priority: Number(f.priority.value), definition: parseJSONField(f.definition.value, 'Definition') });
-          return `Policy ${f.name.value} saved`;
-        });
+      onSubmit(f, 'Save policy', async () => {
+        await api('PUT', `policies/${enc(f.vhost.value)}/${enc(f.name.value)}`, { pattern: f.pattern.value, 'apply-to': f.apply_to.value,
+          priority: Number(f.priority.value), definition: parseJSONField(f.definition.value, 'Definition') });
+        return `Policy ${f.name.value} saved`;
       });
     }
   }
@@ -848,24 +833,16 @@ function usersPage() {
       const p = ev.target.closest('button.del-perm.armed');
       if (p) act('Clear permissions', async () => { await api('DELETE', p.dataset.path); return 'Permissions cleared'; });
     });
-    $('#add-user', main).addEventListener('submit', ev => {
-      ev.preventDefault();
-      const f = ev.target;
-      act('Save user', async () => {
-        const body = { tags: f.tags.value };
-        if (f.password.value) body.password = f.password.value;
-        await api('PUT', `users/${enc(f.name.value)}`, body);
-        f.password.value = '';
-        return `User ${f.name.value} saved`;
-      });
+    onSubmit($('#add-user', main), 'Save user', async f => {
+      const body = { tags: f.tags.value };
+      if (f.password.value) body.password = f.password.value;
+      await api('PUT', `users/${enc(f.name.value)}`, body);
+      f.password.value = '';
+      return `User ${f.name.value} saved`;
     });
-    $('#set-permission', main).addEventListener('submit', ev => {
-      ev.preventDefault();
-      const f = ev.target;
-      act('Set permissions', async () => {
-        await api('PUT', `permissions/${enc(f.vhost.value)}/${enc(f.user.value)}`, { configure: f.configure.value, write: f.write.value, read: f.read.value });
-        return `Permissions of ${f.user.value} in ${f.vhost.value} set`;
-      });
+    onSubmit($('#set-permission', main), 'Set permissions', async f => {
+      await api('PUT', `permissions/${enc(f.vhost.value)}/${enc(f.user.value)}`, { configure: f.configure.value, write: f.write.value, read: f.read.value });
+      return `Permissions of ${f.user.value} in ${f.vhost.value} set`;
     });
   }
   return { html, bind, refresh };
