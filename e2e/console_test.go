@@ -191,8 +191,9 @@ func setValue(sel, value string) chromedp.Action[chromedp.Void] {
 // connection is closed from the connection list. The page must log no
 // error and throw nothing.
 //
-// RAFTMQ_E2E_CONSOLE_QUEUES=10000 first declares that many more queues and
-// also screenshots the queue list's first page sorted by depth.
+// RAFTMQ_E2E_CONSOLE_QUEUES=10000 first declares that many more queues,
+// times the API's first page of them and screenshots the queue list's
+// first page sorted by depth.
 func TestConsole(t *testing.T) {
 	if chromiumPath() == "" {
 		t.Skip("chromium is not installed (Debian: apt-get install chromium): the web console is not tested in a browser")
@@ -200,8 +201,10 @@ func TestConsole(t *testing.T) {
 	c := StartCluster(t, 3)
 	node := followerOf(t, c)
 	extra, _ := strconv.Atoi(os.Getenv("RAFTMQ_E2E_CONSOLE_QUEUES"))
+	// 25 queues make two pages of 20 in the queue list.
+	bulk := 25 + max(extra, 0)
+	declareQueues(t, node, bulk)
 	if extra > 0 {
-		declareQueues(t, node, extra)
 		start := time.Now()
 		req, _ := http.NewRequest("GET", "http://"+node.ManagementAddr+"/api/queues?page=1&page_size=100&sort=messages&sort_reverse=true", nil)
 		req.SetBasicAuth("guest", "guest")
@@ -211,7 +214,7 @@ func TestConsole(t *testing.T) {
 		}
 		n, _ := io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		t.Logf("the API answered the first page of %d queues sorted by depth (%d bytes) in %v", extra, n, time.Since(start).Round(time.Millisecond))
+		t.Logf("the API answered the first page of %d queues sorted by depth (%d bytes) in %v", bulk, n, time.Since(start).Round(time.Millisecond))
 	}
 	dir := artifactsDir(t)
 	b := newBrowser(t, dir)
@@ -239,10 +242,24 @@ func TestConsole(t *testing.T) {
 	b.screenshot("console-overview")
 
 	const queue = "console q/1" // a space and a slash: the page must encode both
-	b.run("add a queue from the queue list",
+	pages := (bulk + 19) / 20
+	b.run("page through the queue list",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
 		chromedp.WaitVisible(chromedp.ID("queues-table")),
-		until(`/in all/.test(document.querySelector('.count').textContent)`),
+		setValue("select.size", "20"),
+		until(fmt.Sprintf(`document.querySelector('.pageinfo').textContent === 'page 1 of %d' &&
+			document.querySelectorAll('#queues-table tbody tr').length === 20`, pages)),
+		chromedp.Click(chromedp.CSS(`button.next`)),
+		until(fmt.Sprintf(`document.querySelector('.pageinfo').textContent === 'page 2 of %d' &&
+			document.querySelector('#queues-table tbody a').textContent === 'bulk-00020'`, pages)),
+		chromedp.Click(chromedp.CSS(`button.first`)),
+		until(fmt.Sprintf(`document.querySelector('.pageinfo').textContent === 'page 1 of %d' &&
+			document.querySelector('#queues-table tbody a').textContent === 'bulk-00000' && document.querySelector('button.prev').disabled`, pages)),
+		chromedp.Click(chromedp.CSS(`button.last`)),
+		until(fmt.Sprintf(`document.querySelector('.pageinfo').textContent === 'page %d of %[1]d' &&
+			document.querySelector('button.next').disabled && !document.querySelector('button.first').disabled`, pages)),
+	)
+	b.run("add a queue from the queue list",
 		chromedp.Click(chromedp.CSS(`details > summary`)),
 		chromedp.SendKeys(chromedp.CSS(`#add-queue input[name="name"]`), queue),
 		chromedp.SendKeys(chromedp.CSS(`#add-queue textarea[name="arguments"]`), `{"x-message-ttl": 3600000}`),
@@ -284,18 +301,16 @@ func TestConsole(t *testing.T) {
 	)
 	b.screenshot("console-queue")
 
-	if extra > 0 {
-		b.run("the queue list sorted by depth",
-			chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
-			chromedp.WaitVisible(chromedp.ID("queues-table")),
-			setValue("input.filter", ""),
-			until(fmt.Sprintf(`(t => / in all$/.test(t) && Number(t.replace(/\D/g, '')) === %d)(document.querySelector('.count').textContent)`, extra+1)),
-			chromedp.Click(chromedp.CSS(`th[data-sort="messages"]`)),
-			until(`document.querySelector('th[data-sort="messages"]').classList.contains('sorted-desc') &&
-				document.querySelector('#queues-table tbody tr td:nth-child(7)').textContent === '6'`),
-		)
-		b.screenshot("console-queues-" + strconv.Itoa(extra))
-	}
+	b.run("the queue list sorted by depth",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
+		chromedp.WaitVisible(chromedp.ID("queues-table")),
+		setValue("input.filter", ""),
+		until(fmt.Sprintf(`(t => / in all$/.test(t) && Number(t.replace(/\D/g, '')) === %d)(document.querySelector('.count').textContent)`, bulk+1)),
+		chromedp.Click(chromedp.CSS(`th[data-sort="messages"]`)),
+		until(`document.querySelector('th[data-sort="messages"]').classList.contains('sorted-desc') &&
+			document.querySelector('#queues-table tbody tr td:nth-child(7)').textContent === '6'`),
+	)
+	b.screenshot("console-queues-" + strconv.Itoa(bulk+1))
 
 	b.run("exchanges, with the default exchange's page",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="exchanges"]`)),

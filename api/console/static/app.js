@@ -306,9 +306,11 @@ function pagedList(key, path, columns, opts = {}) {
       <input type="search" placeholder="Filter by name" class="filter" value="${esc(st.name)}" aria-label="Filter by name">
       <label class="nowrap"><input type="checkbox" class="regex"${st.regex ? ' checked' : ''}> regex</label>
       <span class="pager">
+        <button type="button" class="secondary first" aria-label="First page">«</button>
         <button type="button" class="secondary prev" aria-label="Previous page">‹</button>
         <span class="pageinfo muted"></span>
         <button type="button" class="secondary next" aria-label="Next page">›</button>
+        <button type="button" class="secondary last" aria-label="Last page">»</button>
         <select class="size" aria-label="Page size">${[20, 50, 100, 500].map(n => `<option${n === st.size ? ' selected' : ''}>${n}</option>`).join('')}</select>
       </span>
       <span class="count muted"></span>
@@ -334,8 +336,9 @@ function pagedList(key, path, columns, opts = {}) {
       ? data.items.map(it => `<tr>${columns.map(c => `<td${c.num ? ' class="num"' : ''}>${c.cell(it)}</td>`).join('')}</tr>`).join('')
       : `<tr><td colspan="${columns.length}" class="empty">${st.name ? 'Nothing matches the filter.' : 'None.'}</td></tr>`;
     $('.pageinfo', root).textContent = `page ${data.page} of ${Math.max(data.page_count, 1)}`;
-    $('.prev', root).disabled = data.page <= 1;
-    $('.next', root).disabled = data.page >= data.page_count;
+    st.pages = data.page_count;
+    $('.first', root).disabled = $('.prev', root).disabled = data.page <= 1;
+    $('.last', root).disabled = $('.next', root).disabled = data.page >= data.page_count;
     $('.count', root).textContent = data.filtered_count === data.total_count
       ? `${data.total_count.toLocaleString()} in all`
       : `${data.filtered_count.toLocaleString()} of ${data.total_count.toLocaleString()} match`;
@@ -352,6 +355,8 @@ function pagedList(key, path, columns, opts = {}) {
       timer = setTimeout(() => { st.name = ev.target.value; st.page = 1; reload(); }, 250);
     });
     $('.regex', root).addEventListener('change', ev => { st.regex = ev.target.checked; st.page = 1; reload(); });
+    $('.first', root).addEventListener('click', () => { st.page = 1; reload(); });
+    $('.last', root).addEventListener('click', () => { st.page = Math.max(1, st.pages || 1); reload(); });
     $('.prev', root).addEventListener('click', () => { st.page = Math.max(1, st.page - 1); reload(); });
     $('.next', root).addEventListener('click', () => { st.page++; reload(); });
     $('.size', root).addEventListener('change', ev => { st.size = Number(ev.target.value); st.page = 1; reload(); });
