@@ -319,12 +319,14 @@ func TestConsole(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#exchanges-table a[href="#/exchanges/%2F/"]`)),
 		until(`document.querySelector('#exchange-details dl') !== null && document.querySelector('h1').textContent.includes('(AMQP default)')`),
 	)
+	b.screenshot("console-exchange")
 	b.run("policies, users and permissions",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="policies"]`)),
 		until(`/No policies/.test(document.querySelector('#policies').textContent)`),
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="users"]`)),
 		until(`/guest/.test(document.querySelector('#users').textContent) && /\.\*/.test(document.querySelector('#permissions').textContent)`),
 	)
+	b.screenshot("console-users")
 
 	// A client's connection, closed from the console: the first click arms
 	// the button, the second closes it on its node.
@@ -334,9 +336,12 @@ func TestConsole(t *testing.T) {
 	}
 	defer conn.Close()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
-	b.run("close a connection",
+	b.run("the connection list",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="connections"]`)),
 		until(`document.querySelectorAll('#connections-table button.close-conn').length === 1`),
+	)
+	b.screenshot("console-connections")
+	b.run("close a connection",
 		chromedp.Click(chromedp.CSS(`button.close-conn`)),
 		until(`document.querySelector('button.close-conn').classList.contains('armed')`),
 		chromedp.Click(chromedp.CSS(`button.close-conn`)),
