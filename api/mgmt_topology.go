@@ -82,6 +82,12 @@ func queueSortKey(x *proto.QueueInfo, k string) (any, bool) {
 		return x.GetConsumers(), true
 	case "message_bytes":
 		return x.GetReadyBytes(), true
+	case "effective_message_ttl":
+		return optMs(x.GetEffectiveMessageTtl()), true
+	case "next_death":
+		return optTime(x.GetEarliestDeadlineMs()), true
+	case "lease_due":
+		return optTime(x.GetLeaseDueMs()), true
 	}
 	return nil, false
 }
