@@ -360,7 +360,55 @@ func TestConsole(t *testing.T) {
 		chromedp.Click(chromedp.ID("logout")),
 		chromedp.WaitVisible(chromedp.ID("login-username")),
 	)
+
+	// A user tagged management only: no nodes, no users, no policies, and
+	// the API refusing the policies page leaves the user logged in.
+	apiPut(t, node, "/api/users/viewer", `{"password": "pw-viewer", "tags": "management"}`)
+	apiPut(t, node, "/api/permissions/%2F/viewer", `{"configure": ".*", "write": ".*", "read": ".*"}`)
+	b.run("log in as a management user",
+		setValue("#login-username", "viewer"),
+		setValue("#login-password", "pw-viewer"),
+		chromedp.Click(chromedp.ID("login-submit")),
+		// The page logged in to is the one logged out of (connections).
+		until(`document.querySelector('#whoami').textContent === 'viewer' && document.querySelector('#connections-table') !== null`),
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="overview"]`)),
+		until(`/shown to users tagged monitoring/.test(document.querySelector('#nodes').textContent)`),
+		until(`document.querySelector('#whoami').textContent === 'viewer' && document.querySelector('#nav-users').hidden && document.querySelector('#nav-policies').hidden`),
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
+		until(`[...document.querySelectorAll('#queues-table a')].some(a => a.textContent === 'bulk-00000')`),
+	)
+	b.expectRefusal(http.StatusUnauthorized)
+	b.run("a page the user may not see",
+		chromedp.Navigate(url+"#/policies"),
+		until(`/Not policymaker user/.test(document.querySelector('#banner:not(.info) #banner-text').textContent)`),
+		until(`!document.querySelector('#top').hidden && document.querySelector('#whoami').textContent === 'viewer'`),
+	)
+	b.expectRefusal(0)
+	b.run("log out again",
+		chromedp.Click(chromedp.ID("logout")),
+		chromedp.WaitVisible(chromedp.ID("login-username")),
+	)
 	b.check("the whole session")
+}
+
+// apiPut sends body to the management API of n as guest.
+func apiPut(t *testing.T, n *Node, path, body string) {
+	t.Helper()
+	req, err := http.NewRequest("PUT", "http://"+n.ManagementAddr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("guest", "guest")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("PUT %s: %d %s", path, resp.StatusCode, b)
+	}
 }
 
 // declareQueues declares n queues bulk-00000.. with a few messages in

@@ -88,8 +88,12 @@ class ApiError extends Error {
   }
 }
 
+function authHeaders() {
+  return { Authorization: 'Basic ' + S.auth, 'X-Requested-With': 'XMLHttpRequest' };
+}
+
 async function api(method, path, body, headers = {}) {
-  const h = { Authorization: 'Basic ' + S.auth, 'X-Requested-With': 'XMLHttpRequest', ...headers };
+  const h = { ...authHeaders(), ...headers };
   if (body !== undefined) h['Content-Type'] = 'application/json';
   let resp;
   try {
@@ -104,12 +108,23 @@ async function api(method, path, body, headers = {}) {
   }
   if (!resp.ok) {
     const err = new ApiError(resp.status, (data && data.error) || `HTTP ${resp.status}`, data && data.reason);
-    if (resp.status === 401 && S.whoami) {
-      logout(`Logged out: ${err.reason}`);
+    if (resp.status === 401 && S.whoami && await loginLost()) {
+      logout('Logged out: the login is no longer accepted.');
     }
     throw err;
   }
   return data;
+}
+
+// loginLost tells the two kinds of 401 apart: a login the node no longer
+// accepts (password changed, user deleted or untagged) ends the session, a
+// right the user lacks (policies without policymaker) is only an error.
+async function loginLost() {
+  try {
+    return (await fetch('api/whoami', { headers: authHeaders(), cache: 'no-store' })).status === 401;
+  } catch (e) {
+    return false;
+  }
 }
 
 // ---- banner: every failure is shown, none leaves a blank page ----
@@ -172,6 +187,7 @@ function logout(message) {
   S.auth = null;
   S.whoami = null;
   S.page = null;
+  S.lists = {}; // the next user starts with unfiltered first pages
   sessionStorage.removeItem('raftmq.auth');
   clearBanner();
   showLogin(message);
@@ -186,6 +202,7 @@ async function start() {
   sessionStorage.setItem('raftmq.auth', S.auth);
   $('#whoami').textContent = S.whoami.name;
   $('#nav-users').hidden = !isAdmin();
+  $('#nav-policies').hidden = !isMonitor() && !S.whoami.tags.includes('policymaker');
   $('#top').hidden = false;
   const vhosts = await api('GET', 'vhosts?columns=name');
   const sel = $('#vhost');
