@@ -69,8 +69,6 @@ function due(iso, overdueWord) {
 
 function yes(b) { return b ? '●' : ''; }
 
-function json(v) { return esc(JSON.stringify(v, null, 2)); }
-
 function shortJSON(v) {
   if (!v || typeof v !== 'object' || Object.keys(v).length === 0) return '';
   return Object.entries(v).map(([k, x]) => `<span class="tag" title="${esc(k)}: ${esc(JSON.stringify(x))}">${esc(k)}: ${esc(typeof x === 'string' ? x : JSON.stringify(x))}</span>`).join(' ');
