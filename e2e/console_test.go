@@ -292,6 +292,8 @@ func TestConsole(t *testing.T) {
 		chromedp.Click(chromedp.ID("publish-submit")),
 		until(`document.querySelector('#banner-text').textContent === 'Message published'`),
 		until(`document.querySelector('#queue-ready').textContent === '1'`),
+		// It dies in an hour (the queue's x-message-ttl): raftmq's next_death.
+		until(`/^in \d+ min/.test([...document.querySelectorAll('#queue-details dt')].find(d => d.textContent === 'Next death').nextElementSibling.textContent)`),
 	)
 	b.run("get it back",
 		setValue(`#get select[name="ackmode"]`, "ack_requeue_false"),
