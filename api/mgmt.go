@@ -20,9 +20,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/raftmq/raftmq/api/console"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
+
+var consoleHandler = console.Handler()
 
 // ManagementOptions configure NewManagement.
 type ManagementOptions struct {
@@ -280,10 +283,15 @@ type req struct {
 
 // ServeHTTP implements http.Handler.
 func (m *Management) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("X-Requested-With") == "XMLHttpRequest" {
+		w = noChallenge{w}
+	}
 	path := r.URL.EscapedPath()
 	rest, ok := strings.CutPrefix(path, "/api/")
 	if !ok && path != "/api" {
-		writeError(w, notFound())
+		// The web console is served without credentials, as RabbitMQ's
+		// is: the page logs in to the API with the user's.
+		consoleHandler.ServeHTTP(w, r)
 		return
 	}
 	var segs []string
@@ -312,6 +320,20 @@ func (m *Management) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeError(w, he)
 	}
+}
+
+// noChallenge answers a script's request (the web console's, marked as
+// such with X-Requested-With): its 401 has no WWW-Authenticate challenge,
+// which would make the browser ask for credentials of its own over the
+// console's login form (headless, stall the request). Other clients get
+// the challenge on every 401, as from RabbitMQ.
+type noChallenge struct{ http.ResponseWriter }
+
+func (w noChallenge) WriteHeader(code int) {
+	if code == http.StatusUnauthorized {
+		w.Header().Del("WWW-Authenticate")
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func (q *req) seg(i int) string {

@@ -66,6 +66,32 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, l
 	return out
 }
 
+// queueSortKey is the value of queueJSON's field k read from the queue
+// itself, for the keys a listing is usually sorted by.
+func queueSortKey(x *proto.QueueInfo, k string) (any, bool) {
+	switch k {
+	case "vhost":
+		return x.GetVhost(), true
+	case "messages":
+		return x.GetReady() + x.GetUnacked(), true
+	case "messages_ready":
+		return x.GetReady(), true
+	case "messages_unacknowledged":
+		return x.GetUnacked(), true
+	case "consumers":
+		return x.GetConsumers(), true
+	case "message_bytes":
+		return x.GetReadyBytes(), true
+	case "effective_message_ttl":
+		return optMs(x.GetEffectiveMessageTtl()), true
+	case "next_death":
+		return optTime(x.GetEarliestDeadlineMs()), true
+	case "lease_due":
+		return optTime(x.GetLeaseDueMs()), true
+	}
+	return nil, false
+}
+
 // optMs is a duration in ms, or null when unset (-1).
 func optMs(v int64) any {
 	if v < 0 {
@@ -109,16 +135,17 @@ func (q *req) queues() error {
 			if err != nil {
 				return err
 			}
-			var out []map[string]any
+			var rows []*row
 			q.view(func(s State) {
 				pols, leader, members := q.topology(s)
 				for _, x := range s.Queues(vhost) {
 					if q.user.seesVhost(x.GetVhost()) {
-						out = append(out, q.queueJSON(x, pols, leader, members))
+						rows = append(rows, &row{name: x.GetName(), key: func(k string) (any, bool) { return queueSortKey(x, k) },
+							build: func() map[string]any { return q.queueJSON(x, pols, leader, members) }})
 					}
 				}
 			})
-			q.list(out)
+			q.listRows(rows)
 			return nil
 		})
 	}
@@ -414,15 +441,15 @@ func (q *req) exchanges() error {
 			if err != nil {
 				return err
 			}
-			var out []map[string]any
+			var rows []*row
 			q.view(func(s State) {
 				for _, x := range s.Exchanges(vhost) {
 					if q.user.seesVhost(x.GetVhost()) {
-						out = append(out, exchangeJSON(x))
+						rows = append(rows, &row{name: x.GetName(), build: func() map[string]any { return exchangeJSON(x) }})
 					}
 				}
 			})
-			q.list(out)
+			q.listRows(rows)
 			return nil
 		})
 	}
