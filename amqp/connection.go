@@ -51,6 +51,10 @@ type conn struct {
 	connectedAt   time.Time
 	clientProduct string
 	clientVersion string
+	// clientName is the client's connection_name property; clientProps
+	// every property it sent, as the admin listing shows them.
+	clientName  string
+	clientProps *proto.Table
 	// certUser is the subject CN of the client's verified TLS certificate;
 	// certVerified is set when the client presented one (EXTERNAL).
 	certUser     string
@@ -427,6 +431,12 @@ func (c *conn) handshake() error {
 	if v, ok := startOk.ClientProperties.Get("version"); ok {
 		c.clientVersion, _ = v.(string)
 	}
+	if v, ok := startOk.ClientProperties.Get("connection_name"); ok {
+		c.clientName, _ = v.(string)
+	}
+	// A value the log's tables cannot carry leaves the listing without the
+	// properties; it is no reason to refuse the client.
+	c.clientProps, _ = tableToProto(startOk.ClientProperties)
 	user, e := c.authenticate(startOk.Mechanism, startOk.Response)
 	if e != nil {
 		return c.handshakeFail(e)

@@ -1544,8 +1544,13 @@ type ConnectionInfo struct {
 	HeartbeatS    uint32                 `protobuf:"varint,10,opt,name=heartbeat_s,json=heartbeatS" json:"heartbeat_s,omitempty"`
 	FrameMax      uint32                 `protobuf:"varint,11,opt,name=frame_max,json=frameMax" json:"frame_max,omitempty"`
 	Tls           bool                   `protobuf:"varint,12,opt,name=tls" json:"tls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The client's connection_name property (RabbitMQ's user_provided_name);
+	// empty when it sent none.
+	UserProvidedName string `protobuf:"bytes,13,opt,name=user_provided_name,json=userProvidedName" json:"user_provided_name,omitempty"`
+	// Every client property the client sent in connection.start-ok.
+	ClientProperties *Table `protobuf:"bytes,14,opt,name=client_properties,json=clientProperties" json:"client_properties,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ConnectionInfo) Reset() {
@@ -1660,6 +1665,20 @@ func (x *ConnectionInfo) GetTls() bool {
 		return x.Tls
 	}
 	return false
+}
+
+func (x *ConnectionInfo) GetUserProvidedName() string {
+	if x != nil {
+		return x.UserProvidedName
+	}
+	return ""
+}
+
+func (x *ConnectionInfo) GetClientProperties() *Table {
+	if x != nil {
+		return x.ClientProperties
+	}
+	return nil
 }
 
 type ListConnectionsResponse struct {
@@ -3481,7 +3500,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x15ListConsumersResponse\x125\n" +
 	"\tconsumers\x18\x01 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\".\n" +
 	"\x16ListConnectionsRequest\x12\x14\n" +
-	"\x05local\x18\x01 \x01(\bR\x05local\"\xd4\x02\n" +
+	"\x05local\x18\x01 \x01(\bR\x05local\"\xc1\x03\n" +
 	"\x0eConnectionInfo\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -3496,7 +3515,9 @@ const file_admin_proto_rawDesc = "" +
 	" \x01(\rR\n" +
 	"heartbeatS\x12\x1b\n" +
 	"\tframe_max\x18\v \x01(\rR\bframeMax\x12\x10\n" +
-	"\x03tls\x18\f \x01(\bR\x03tls\"V\n" +
+	"\x03tls\x18\f \x01(\bR\x03tls\x12,\n" +
+	"\x12user_provided_name\x18\r \x01(\tR\x10userProvidedName\x12=\n" +
+	"\x11client_properties\x18\x0e \x01(\v2\x10.raftmq.v1.TableR\x10clientProperties\"V\n" +
 	"\x17ListConnectionsResponse\x12;\n" +
 	"\vconnections\x18\x01 \x03(\v2\x19.raftmq.v1.ConnectionInfoR\vconnections\"T\n" +
 	"\x16CloseConnectionRequest\x12\x12\n" +
@@ -3717,72 +3738,73 @@ var file_admin_proto_depIdxs = []int32{
 	59, // 7: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
 	58, // 8: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
 	20, // 9: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	23, // 10: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	60, // 11: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	60, // 12: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
-	32, // 13: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
-	42, // 14: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
-	48, // 15: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
-	54, // 16: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	0,  // 17: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	3,  // 18: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	5,  // 19: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	8,  // 20: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	11, // 21: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	12, // 22: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	14, // 23: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	7,  // 24: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	7,  // 25: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	7,  // 26: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	22, // 27: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	25, // 28: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	27, // 29: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	29, // 30: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	31, // 31: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	34, // 32: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	36, // 33: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	38, // 34: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	40, // 35: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	7,  // 36: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	44, // 37: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	46, // 38: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	7,  // 39: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	50, // 40: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	52, // 41: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	7,  // 42: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	56, // 43: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
-	2,  // 44: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	4,  // 45: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	6,  // 46: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	10, // 47: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	9,  // 48: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	13, // 49: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	15, // 50: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	17, // 51: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	19, // 52: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	21, // 53: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	24, // 54: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	26, // 55: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	28, // 56: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	30, // 57: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	33, // 58: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	35, // 59: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	37, // 60: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	39, // 61: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	41, // 62: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	43, // 63: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	45, // 64: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	47, // 65: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	49, // 66: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	51, // 67: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	53, // 68: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	55, // 69: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	57, // 70: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	44, // [44:71] is the sub-list for method output_type
-	17, // [17:44] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	58, // 10: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	23, // 11: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
+	60, // 12: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	60, // 13: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	32, // 14: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
+	42, // 15: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
+	48, // 16: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
+	54, // 17: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
+	0,  // 18: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	3,  // 19: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	5,  // 20: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	8,  // 21: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	11, // 22: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	12, // 23: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	14, // 24: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	7,  // 25: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	7,  // 26: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	7,  // 27: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	22, // 28: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	25, // 29: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	27, // 30: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	29, // 31: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	31, // 32: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	34, // 33: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	36, // 34: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	38, // 35: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	40, // 36: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	7,  // 37: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	44, // 38: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	46, // 39: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	7,  // 40: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	50, // 41: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	52, // 42: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	7,  // 43: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	56, // 44: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	2,  // 45: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	4,  // 46: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	6,  // 47: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	10, // 48: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	9,  // 49: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	13, // 50: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	15, // 51: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	17, // 52: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	19, // 53: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	21, // 54: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	24, // 55: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	26, // 56: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	28, // 57: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	30, // 58: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	33, // 59: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	35, // 60: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	37, // 61: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	39, // 62: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	41, // 63: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	43, // 64: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	45, // 65: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	47, // 66: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	49, // 67: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	51, // 68: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	53, // 69: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	55, // 70: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	57, // 71: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	45, // [45:72] is the sub-list for method output_type
+	18, // [18:45] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }

@@ -91,7 +91,8 @@ func (f *fakeAdmin) ListConsumers(_ context.Context, r *proto.ListRequest) (*pro
 }
 func (f *fakeAdmin) ListConnections(_ context.Context, r *proto.ListConnectionsRequest) (*proto.ListConnectionsResponse, error) {
 	return &proto.ListConnectionsResponse{Connections: []*proto.ConnectionInfo{
-		{Node: "n1", Id: "c7", Peer: "10.0.0.9:40000", User: "guest", Vhost: "/", Channels: 2},
+		{Node: "n1", Id: "c7", Peer: "10.0.0.9:40000", User: "guest", Vhost: "/", Channels: 2, UserProvidedName: "orders-worker",
+			ClientProperties: &proto.Table{Fields: []*proto.Field{{Key: "connection_name", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("orders-worker")}}}}}},
 		{Node: "n2", Id: "c1", Peer: "10.0.0.8:40001", User: "app", Vhost: "prod", Channels: 1},
 	}}, f.record(r)
 }

@@ -90,6 +90,8 @@ a-much-longer-queue-name  0               0                        0            
 			request: &proto.ListConnectionsRequest{}},
 		{name: "list_connections local", args: []string{"list_connections", "--local", "id"},
 			stdout: "id\nc7\nc1\n", request: &proto.ListConnectionsRequest{Local: true}},
+		{name: "list_connections client name", args: []string{"list_connections", "id", "user_provided_name", "client_properties"},
+			stdout: "id  user_provided_name  client_properties\nc7  orders-worker       {\"connection_name\":\"orders-worker\"}\nc1                      {}\n"},
 		{name: "close_connection", args: []string{"close_connection", "n2", "c1", "maintenance"},
 			stdout: "Closed connection c1 on node n2\n", request: &proto.CloseConnectionRequest{Node: "n2", Id: "c1", Reason: "maintenance"}},
 		{name: "set_policy", args: []string{"set_policy", "ttl", "^orders$", `{"message-ttl":60000,"dead-letter-exchange":"dlx"}`, "--priority", "1", "--apply-to", "queues"},

@@ -349,6 +349,10 @@ var connectionColumns = []column[*proto.ConnectionInfo]{
 	{"timeout", func(x *proto.ConnectionInfo) any { return x.GetHeartbeatS() }},
 	{"frame_max", func(x *proto.ConnectionInfo) any { return x.GetFrameMax() }},
 	{"ssl", func(x *proto.ConnectionInfo) any { return x.GetTls() }},
+	{"client_properties", func(x *proto.ConnectionInfo) any { return api.TableJSON(x.GetClientProperties()) }},
+	// The management API's name for the client's connection_name property
+	// (rabbitmqctl shows it inside client_properties only).
+	{"user_provided_name", func(x *proto.ConnectionInfo) any { return x.GetUserProvidedName() }},
 }
 
 func listConnections(c *call) error {
