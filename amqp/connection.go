@@ -183,6 +183,7 @@ func (c *conn) end(err error) {
 		c.recordClosed()
 		if c.opened.Load() {
 			c.srv.openConns.Add(-1)
+			c.srv.counts.connClosed.Add(1)
 		}
 		c.srv.removeConn(c)
 	})
@@ -198,6 +199,7 @@ func (c *conn) stopChannels() []*channel {
 	}
 	c.channels = map[uint16]*channel{}
 	c.mu.Unlock()
+	c.srv.counts.chClosed.Add(uint64(len(chans)))
 	for _, ch := range chans {
 		ch.stop()
 		if cancels, held := ch.heldRequeue(); held != nil {
@@ -499,6 +501,7 @@ func (c *conn) handshake() error {
 	}
 	c.vhost = open.VirtualHost
 	c.opened.Store(true)
+	c.srv.counts.connOpened.Add(1)
 	c.send(0, &wire.ConnectionOpenOk{})
 	c.logp.Store(c.logger().With("vhost", c.vhost))
 	c.logger().Debug("connection open", "channel_max", c.channelMax, "frame_max", c.frameMax, "heartbeat", c.heartbeatInterval())
@@ -752,6 +755,7 @@ func (c *conn) openChannel(id uint16) {
 	c.mu.Lock()
 	c.channels[id] = ch
 	c.mu.Unlock()
+	c.srv.counts.chOpened.Add(1)
 	go ch.run()
 	c.send(id, &wire.ChannelOpenOk{})
 }
@@ -762,6 +766,7 @@ func (c *conn) removeChannel(ch *channel) {
 	c.mu.Lock()
 	if c.channels[ch.id] == ch {
 		delete(c.channels, ch.id)
+		c.srv.counts.chClosed.Add(1)
 	}
 	c.mu.Unlock()
 }

@@ -144,6 +144,7 @@ type Server struct {
 
 	// openConns counts connections past connection.open (MaxConnections).
 	openConns atomic.Int64
+	counts    counters
 
 	// life ends when Close gives up waiting for connections: what they
 	// still try to record in the log stops then.

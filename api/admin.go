@@ -38,6 +38,7 @@ type AdminServer struct {
 	ownPool     *PeerPool // the pool NewAdminServer made, closed by Close
 	peerTimeout time.Duration
 	log         *slog.Logger
+	counters    func() NodeCounters
 }
 
 // NewAdminServer returns the Admin service of the node in d. Register it
@@ -49,6 +50,7 @@ func NewAdminServer(d Deps) *AdminServer {
 		peers:       d.Peers,
 		peerTimeout: d.PeerTimeout,
 		log:         d.Logger,
+		counters:    d.Counters,
 	}
 	if s.peers == nil {
 		s.ownPool = NewPeerPool()
@@ -62,6 +64,14 @@ func NewAdminServer(d Deps) *AdminServer {
 	}
 	s.log = s.log.With("component", "api")
 	return s
+}
+
+// nodeCounters reads this node's own AMQP counters (zeros without them).
+func (s *AdminServer) nodeCounters() NodeCounters {
+	if s.counters == nil {
+		return NodeCounters{}
+	}
+	return s.counters()
 }
 
 // Close closes the connections to peers the server opened itself (not

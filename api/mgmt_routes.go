@@ -202,19 +202,16 @@ func (q *req) overview() error {
 			"messages_unacknowledged": unacked, "messages_unacknowledged_details": rate(),
 		},
 	}
+	// Counts as they are now, rates from the last two samples; confirm is
+	// this node's publishers' alone (the log does not see confirms).
+	var now map[string]uint64
+	if haveStats {
+		now = globalCounts(stats, q.m.admin.nodeCounters())
+	}
+	ms := q.m.rates.stats(now, func(s *counterSample) map[string]uint64 { return s.global }, globalRateKeys...)
 	// raftmq reads no message from disk outside its log: disk_reads and
 	// disk_writes stay 0.
-	ms := map[string]any{"disk_reads": 0, "disk_reads_details": rate(), "disk_writes": 0, "disk_writes_details": rate()}
-	if haveStats {
-		for k, v := range map[string]any{
-			"publish": stats.Published, "publish_details": rate(),
-			"deliver_get": stats.Delivered, "deliver_get_details": rate(),
-			"ack": stats.Acked, "ack_details": rate(),
-			"redeliver": stats.Requeued, "redeliver_details": rate(),
-		} {
-			ms[k] = v
-		}
-	}
+	ms["disk_reads"], ms["disk_reads_details"], ms["disk_writes"], ms["disk_writes_details"] = 0, rate(), 0, rate()
 	out["message_stats"] = ms
 	q.ok(out)
 	return nil

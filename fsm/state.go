@@ -117,6 +117,7 @@ type queueState struct {
 	argDeliveryLimit *int64 // x-delivery-limit (features.go)
 	sac              bool   // x-single-active-consumer
 	prioritized      int    // consumers with a nonzero x-priority
+	counts           queueCounts
 }
 
 type consumer struct {

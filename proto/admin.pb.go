@@ -577,8 +577,15 @@ type QueueInfo struct {
 	// When the x-expires lease falls due (unix ms); 0 when none.
 	LeaseDueMs      int64  `protobuf:"varint,17,opt,name=lease_due_ms,json=leaseDueMs" json:"lease_due_ms,omitempty"`
 	OwnerConnection string `protobuf:"bytes,18,opt,name=owner_connection,json=ownerConnection" json:"owner_connection,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Bytes of the bodies delivered and not yet acknowledged.
+	UnackedBytes uint64 `protobuf:"varint,19,opt,name=unacked_bytes,json=unackedBytes" json:"unacked_bytes,omitempty"`
+	// RabbitMQ's messages_persistent and head_message_timestamp (unix
+	// seconds, 0 for none): the state does not track them yet, so they are
+	// 0.
+	MessagesPersistent   uint64 `protobuf:"varint,20,opt,name=messages_persistent,json=messagesPersistent" json:"messages_persistent,omitempty"`
+	HeadMessageTimestamp int64  `protobuf:"varint,21,opt,name=head_message_timestamp,json=headMessageTimestamp" json:"head_message_timestamp,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
@@ -735,6 +742,27 @@ func (x *QueueInfo) GetOwnerConnection() string {
 		return x.OwnerConnection
 	}
 	return ""
+}
+
+func (x *QueueInfo) GetUnackedBytes() uint64 {
+	if x != nil {
+		return x.UnackedBytes
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetMessagesPersistent() uint64 {
+	if x != nil {
+		return x.MessagesPersistent
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetHeadMessageTimestamp() int64 {
+	if x != nil {
+		return x.HeadMessageTimestamp
+	}
+	return 0
 }
 
 type ListQueuesResponse struct {
@@ -3419,7 +3447,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
-	"consistent\"\x93\x05\n" +
+	"consistent\"\x9f\x06\n" +
 	"\tQueueInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -3442,7 +3470,10 @@ const file_admin_proto_rawDesc = "" +
 	"\x1eeffective_dead_letter_exchange\x18\x10 \x01(\tR\x1beffectiveDeadLetterExchange\x12 \n" +
 	"\flease_due_ms\x18\x11 \x01(\x03R\n" +
 	"leaseDueMs\x12)\n" +
-	"\x10owner_connection\x18\x12 \x01(\tR\x0fownerConnection\"B\n" +
+	"\x10owner_connection\x18\x12 \x01(\tR\x0fownerConnection\x12#\n" +
+	"\runacked_bytes\x18\x13 \x01(\x04R\funackedBytes\x12/\n" +
+	"\x13messages_persistent\x18\x14 \x01(\x04R\x12messagesPersistent\x124\n" +
+	"\x16head_message_timestamp\x18\x15 \x01(\x03R\x14headMessageTimestamp\"B\n" +
 	"\x12ListQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.raftmq.v1.QueueInfoR\x06queues\"[\n" +
 	"\x0fGetQueueRequest\x12\x14\n" +

@@ -174,7 +174,8 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	sec.auth.SetNode(apiNode)
 	peers := sec.peers()
 	defer peers.Close()
-	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api")})
+	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
+		Counters: func() api.NodeCounters { return api.NodeCounters(amqpSrv.Counters()) }})
 	defer admin.Close()
 	proto.RegisterAdminServer(grpcSrv, admin)
 	var amqpOpen atomic.Bool
