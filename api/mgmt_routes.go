@@ -46,6 +46,14 @@ func (q *req) route() error {
 		return q.get(q.channels)
 	case "consumers":
 		return q.get(q.consumers)
+	case "parameters":
+		return q.parameters()
+	case "global-parameters":
+		return q.globalParameters()
+	case "vhost-limits":
+		return q.vhostLimits()
+	case "topic-permissions":
+		return q.topicPermissions()
 	case "policies":
 		return q.policies(false)
 	case "operator-policies":
@@ -317,6 +325,12 @@ func (q *req) vhostJSON(s State, v *proto.VhostInfo) map[string]any {
 
 func (q *req) vhosts() error {
 	name := q.seg(1)
+	if len(q.segs) == 3 && q.seg(2) == "topic-permissions" {
+		if !q.user.admin() {
+			return notAuthorised("Not administrator user")
+		}
+		return q.get(func() error { q.list(nil); return nil })
+	}
 	if len(q.segs) == 3 && q.seg(2) == "permissions" {
 		if !q.user.admin() {
 			return notAuthorised("Not administrator user")
@@ -419,6 +433,9 @@ func (q *req) users() error {
 		return notAuthorised("Not administrator user")
 	}
 	name := q.seg(1)
+	if len(q.segs) == 3 && q.seg(2) == "topic-permissions" {
+		return q.get(func() error { q.list(nil); return nil })
+	}
 	if len(q.segs) == 3 && q.seg(2) == "permissions" {
 		return q.get(func() error {
 			return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetUser() == name })
