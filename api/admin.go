@@ -39,6 +39,7 @@ type AdminServer struct {
 	peerTimeout time.Duration
 	log         *slog.Logger
 	counters    func() NodeCounters
+	resources   func() Resources
 }
 
 // NewAdminServer returns the Admin service of the node in d. Register it
@@ -51,6 +52,7 @@ func NewAdminServer(d Deps) *AdminServer {
 		peerTimeout: d.PeerTimeout,
 		log:         d.Logger,
 		counters:    d.Counters,
+		resources:   d.Resources,
 	}
 	if s.peers == nil {
 		s.ownPool = NewPeerPool()
@@ -209,6 +211,8 @@ func (s *AdminServer) clusterStatus() *proto.ClusterStatusResponse {
 		Nodes:        s.node.Members(),
 	}
 	s.node.View(func(m State) { resp.ClockMs = m.Clock() })
+	r := s.nodeResources()
+	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
 	return resp
 }
 

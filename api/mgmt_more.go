@@ -403,9 +403,9 @@ func (q *req) health() error {
 		return nil
 	}
 	switch q.seg(2) {
-	case "alarms", "local-alarms", "virtual-hosts":
-		// raftmq raises no resource alarm that stops a node; blocked
-		// publishers under memory pressure show on their connections.
+	case "alarms", "local-alarms":
+		return q.alarmsCheck(q.seg(2) == "local-alarms")
+	case "virtual-hosts":
 	case "ready-to-serve-clients":
 		if reason := notReady(q.m.node); reason != "" {
 			return failed(reason)

@@ -260,6 +260,7 @@ func (q *req) nodes() error {
 	rs := q.m.node.RaftStats()
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
+	statuses := q.m.admin.nodeStatuses(q.ctx)
 	var out []map[string]any
 	for _, mb := range q.m.node.Members() {
 		n := map[string]any{
@@ -269,6 +270,13 @@ func (q *req) nodes() error {
 			// raftmq's own: the node's place in the raft cluster.
 			"raft_suffrage": mb.GetSuffrage(), "raft_leader": mb.GetLeader(), "health": mb.GetHealth(),
 			"amqp_addr": mb.GetAmqpAddr(), "grpc_addr": mb.GetGrpcAddr(), "raft_addr": mb.GetRaftAddr(),
+		}
+		if st, ok := statuses[mb.GetId()]; ok {
+			// The node's own answer; a node that did not answer keeps the
+			// defaults above.
+			n["mem_alarm"] = slices.Contains(st.GetAlarms(), "memory")
+			n["disk_free_alarm"] = slices.Contains(st.GetAlarms(), "disk")
+			n["disk_free"], n["disk_free_limit"] = st.GetDiskFree(), st.GetDiskFreeLimit()
 		}
 		if mb.GetId() == self {
 			n["os_pid"] = strconv.Itoa(os.Getpid())

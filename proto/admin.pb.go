@@ -175,7 +175,14 @@ type ClusterStatusResponse struct {
 	LastLogIndex uint64                 `protobuf:"varint,8,opt,name=last_log_index,json=lastLogIndex" json:"last_log_index,omitempty"`
 	Nodes        []*NodeStatus          `protobuf:"bytes,9,rep,name=nodes" json:"nodes,omitempty"`
 	// The state machine's log clock (unix ms).
-	ClockMs       int64 `protobuf:"varint,10,opt,name=clock_ms,json=clockMs" json:"clock_ms,omitempty"`
+	ClockMs int64 `protobuf:"varint,10,opt,name=clock_ms,json=clockMs" json:"clock_ms,omitempty"`
+	// This node's raised resource alarms ("disk", "memory"), which block
+	// its publishers.
+	Alarms []string `protobuf:"bytes,11,rep,name=alarms" json:"alarms,omitempty"`
+	// The free space of its data dir and --disk-free-limit, in bytes
+	// (disk_free 0 before the first check).
+	DiskFree      uint64 `protobuf:"varint,12,opt,name=disk_free,json=diskFree" json:"disk_free,omitempty"`
+	DiskFreeLimit uint64 `protobuf:"varint,13,opt,name=disk_free_limit,json=diskFreeLimit" json:"disk_free_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -276,6 +283,27 @@ func (x *ClusterStatusResponse) GetNodes() []*NodeStatus {
 func (x *ClusterStatusResponse) GetClockMs() int64 {
 	if x != nil {
 		return x.ClockMs
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetAlarms() []string {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+func (x *ClusterStatusResponse) GetDiskFree() uint64 {
+	if x != nil {
+		return x.DiskFree
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetDiskFreeLimit() uint64 {
+	if x != nil {
+		return x.DiskFreeLimit
 	}
 	return 0
 }
@@ -3416,7 +3444,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tamqp_addr\x18\x04 \x01(\tR\bamqpAddr\x12\x16\n" +
 	"\x06health\x18\x05 \x01(\tR\x06health\x12\x1a\n" +
 	"\bsuffrage\x18\x06 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\a \x01(\bR\x06leader\"\xd7\x02\n" +
+	"\x06leader\x18\a \x01(\bR\x06leader\"\xb4\x03\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -3430,7 +3458,10 @@ const file_admin_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\b \x01(\x04R\flastLogIndex\x12+\n" +
 	"\x05nodes\x18\t \x03(\v2\x15.raftmq.v1.NodeStatusR\x05nodes\x12\x19\n" +
 	"\bclock_ms\x18\n" +
-	" \x01(\x03R\aclockMs\"4\n" +
+	" \x01(\x03R\aclockMs\x12\x16\n" +
+	"\x06alarms\x18\v \x03(\tR\x06alarms\x12\x1b\n" +
+	"\tdisk_free\x18\f \x01(\x04R\bdiskFree\x12&\n" +
+	"\x0fdisk_free_limit\x18\r \x01(\x04R\rdiskFreeLimit\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
