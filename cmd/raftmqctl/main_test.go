@@ -65,6 +65,11 @@ n2    10.0.0.2:5681  10.0.0.2:5680  10.0.0.2:5672  alive   voter     false
 orders                    10              2                        1          ttl     60000                  {"x-message-ttl":60000}
 a-much-longer-queue-name  0               0                        0                  -1                     {}
 `, request: &proto.ListQueuesRequest{Vhost: "prod", Consistent: true}},
+		{name: "list_queues bytes", args: []string{"list_queues", "name", "message_bytes", "message_bytes_ready", "message_bytes_unacknowledged", "messages_persistent", "head_message_timestamp"},
+			// An empty last column is padded like any other.
+			stdout: "name                      message_bytes  message_bytes_ready  message_bytes_unacknowledged  messages_persistent  head_message_timestamp\n" +
+				"orders                    120            100                  20                            0" + strings.Repeat(" ", 20) + "\n" +
+				"a-much-longer-queue-name  0              0                    0                             0" + strings.Repeat(" ", 20) + "\n"},
 		{name: "list_queues json", args: []string{"--json", "list_queues", "name", "messages", "earliest_deadline"},
 			stdout: `[
   {

@@ -210,7 +210,18 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"messages", func(q *proto.QueueInfo) any { return q.GetReady() + q.GetUnacked() }},
 	{"messages_ready", func(q *proto.QueueInfo) any { return q.GetReady() }},
 	{"messages_unacknowledged", func(q *proto.QueueInfo) any { return q.GetUnacked() }},
+	{"message_bytes", func(q *proto.QueueInfo) any { return q.GetReadyBytes() + q.GetUnackedBytes() }},
 	{"message_bytes_ready", func(q *proto.QueueInfo) any { return q.GetReadyBytes() }},
+	{"message_bytes_unacknowledged", func(q *proto.QueueInfo) any { return q.GetUnackedBytes() }},
+	// The state does not track persistent messages or the head message's
+	// timestamp yet: 0 and empty until it does.
+	{"messages_persistent", func(q *proto.QueueInfo) any { return q.GetMessagesPersistent() }},
+	{"head_message_timestamp", func(q *proto.QueueInfo) any {
+		if ts := q.GetHeadMessageTimestamp(); ts != 0 {
+			return ts
+		}
+		return ""
+	}},
 	{"consumers", func(q *proto.QueueInfo) any { return q.GetConsumers() }},
 	{"policy", func(q *proto.QueueInfo) any { return q.GetPolicy() }},
 	{"operator_policy", func(q *proto.QueueInfo) any { return q.GetOperatorPolicy() }},
