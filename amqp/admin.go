@@ -53,16 +53,18 @@ func (c *conn) info() *proto.ConnectionInfo {
 	n := len(c.channels)
 	c.mu.Unlock()
 	return &proto.ConnectionInfo{
-		Node:          c.srv.node().NodeID(),
-		Id:            c.id,
-		Peer:          c.nc.RemoteAddr().String(),
-		User:          c.user,
-		Vhost:         c.vhost,
-		Channels:      uint32(n),
-		ClientProduct: c.clientProduct,
-		ClientVersion: c.clientVersion,
-		ConnectedAtMs: c.connectedAt.UnixMilli(),
-		HeartbeatS:    uint32(c.heartbeatInterval() / time.Second),
-		FrameMax:      c.frameMax,
+		Node:             c.srv.node().NodeID(),
+		Id:               c.id,
+		Peer:             c.nc.RemoteAddr().String(),
+		User:             c.user,
+		Vhost:            c.vhost,
+		Channels:         uint32(n),
+		ClientProduct:    c.clientProduct,
+		ClientVersion:    c.clientVersion,
+		UserProvidedName: c.clientName,
+		ClientProperties: c.clientProps,
+		ConnectedAtMs:    c.connectedAt.UnixMilli(),
+		HeartbeatS:       uint32(c.heartbeatInterval() / time.Second),
+		FrameMax:         c.frameMax,
 	}
 }

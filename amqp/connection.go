@@ -51,6 +51,10 @@ type conn struct {
 	connectedAt   time.Time
 	clientProduct string
 	clientVersion string
+	// clientName is the client's connection_name property; clientProps
+	// every property it sent, as the admin listing shows them.
+	clientName  string
+	clientProps *proto.Table
 	// certUser is the subject CN of the client's verified TLS certificate;
 	// certVerified is set when the client presented one (EXTERNAL).
 	certUser     string
@@ -179,6 +183,7 @@ func (c *conn) end(err error) {
 		c.recordClosed()
 		if c.opened.Load() {
 			c.srv.openConns.Add(-1)
+			c.srv.counts.connClosed.Add(1)
 		}
 		c.srv.removeConn(c)
 	})
@@ -194,6 +199,7 @@ func (c *conn) stopChannels() []*channel {
 	}
 	c.channels = map[uint16]*channel{}
 	c.mu.Unlock()
+	c.srv.counts.chClosed.Add(uint64(len(chans)))
 	for _, ch := range chans {
 		ch.stop()
 		if cancels, held := ch.heldRequeue(); held != nil {
@@ -427,6 +433,12 @@ func (c *conn) handshake() error {
 	if v, ok := startOk.ClientProperties.Get("version"); ok {
 		c.clientVersion, _ = v.(string)
 	}
+	if v, ok := startOk.ClientProperties.Get("connection_name"); ok {
+		c.clientName, _ = v.(string)
+	}
+	// A value the log's tables cannot carry leaves the listing without the
+	// properties; it is no reason to refuse the client.
+	c.clientProps, _ = tableToProto(startOk.ClientProperties)
 	user, e := c.authenticate(startOk.Mechanism, startOk.Response)
 	if e != nil {
 		return c.handshakeFail(e)
@@ -489,6 +501,7 @@ func (c *conn) handshake() error {
 	}
 	c.vhost = open.VirtualHost
 	c.opened.Store(true)
+	c.srv.counts.connOpened.Add(1)
 	c.send(0, &wire.ConnectionOpenOk{})
 	c.logp.Store(c.logger().With("vhost", c.vhost))
 	c.logger().Debug("connection open", "channel_max", c.channelMax, "frame_max", c.frameMax, "heartbeat", c.heartbeatInterval())
@@ -742,6 +755,7 @@ func (c *conn) openChannel(id uint16) {
 	c.mu.Lock()
 	c.channels[id] = ch
 	c.mu.Unlock()
+	c.srv.counts.chOpened.Add(1)
 	go ch.run()
 	c.send(id, &wire.ChannelOpenOk{})
 }
@@ -752,6 +766,7 @@ func (c *conn) removeChannel(ch *channel) {
 	c.mu.Lock()
 	if c.channels[ch.id] == ch {
 		delete(c.channels, ch.id)
+		c.srv.counts.chClosed.Add(1)
 	}
 	c.mu.Unlock()
 }

@@ -56,12 +56,19 @@ func (w *MemoryWatcher) Check() bool {
 	case !w.alarm && used >= w.limit:
 		w.alarm = true
 		w.srv.log.Warn("memory high-water mark passed: publishers blocked", "heap_bytes", used, "limit_bytes", w.limit)
-		w.srv.Block(MemoryBlockedReason)
+		w.srv.SetAlarm(AlarmMemory, true)
 	case w.alarm && used < w.limit:
 		w.alarm = false
 		w.srv.log.Info("memory back under the high-water mark: publishers unblocked", "heap_bytes", used, "limit_bytes", w.limit)
-		w.srv.Unblock()
+		w.srv.SetAlarm(AlarmMemory, false)
 	}
+	return w.alarm
+}
+
+// Alarm reports whether the alarm is raised.
+func (w *MemoryWatcher) Alarm() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	return w.alarm
 }
 

@@ -720,6 +720,7 @@ func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
 			ackFrom = seq
 		}
 		ackTo = seq
+		ch.c.srv.counts.confirmed.Add(1)
 	}
 	flushAcks()
 	return nil

@@ -144,6 +144,12 @@ type Server struct {
 
 	// openConns counts connections past connection.open (MaxConnections).
 	openConns atomic.Int64
+	counts    counters
+
+	// alarms are the raised resource alarms (SetAlarm); alarmMu orders
+	// their changes, so Block and Unblock follow the set.
+	alarmMu sync.Mutex
+	alarms  map[string]bool
 
 	// life ends when Close gives up waiting for connections: what they
 	// still try to record in the log stops then.

@@ -408,6 +408,30 @@ func TestServer_ListAndCloseConnection(t *testing.T) {
 	eventually(t, 5*time.Second, "no connections", func() bool { return len(ts.srv.List()) == 0 })
 }
 
+// TestServer_ListConnectionName: the client's connection_name property
+// (RabbitMQ's user_provided_name) and its other properties are listed.
+func TestServer_ListConnectionName(t *testing.T) {
+	ts := startServer(t, Config{})
+	props := amqp091.NewConnectionProperties()
+	props.SetClientConnectionName("orders-worker")
+	c, err := amqp091.DialConfig(ts.url, amqp091.Config{Properties: props})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	list := ts.srv.Connections().List()
+	if len(list) != 1 || list[0].GetUserProvidedName() != "orders-worker" {
+		t.Fatalf("list = %v", list)
+	}
+	got := map[string]bool{}
+	for _, f := range list[0].GetClientProperties().GetFields() {
+		got[f.GetKey()] = true
+	}
+	if !got["connection_name"] || !got["product"] || !got["capabilities"] {
+		t.Fatalf("client properties %v", list[0].GetClientProperties())
+	}
+}
+
 func TestServer_ServeNeedsBroker(t *testing.T) {
 	s := NewServer(Config{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

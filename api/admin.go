@@ -38,6 +38,8 @@ type AdminServer struct {
 	ownPool     *PeerPool // the pool NewAdminServer made, closed by Close
 	peerTimeout time.Duration
 	log         *slog.Logger
+	counters    func() NodeCounters
+	resources   func() Resources
 }
 
 // NewAdminServer returns the Admin service of the node in d. Register it
@@ -49,6 +51,8 @@ func NewAdminServer(d Deps) *AdminServer {
 		peers:       d.Peers,
 		peerTimeout: d.PeerTimeout,
 		log:         d.Logger,
+		counters:    d.Counters,
+		resources:   d.Resources,
 	}
 	if s.peers == nil {
 		s.ownPool = NewPeerPool()
@@ -62,6 +66,14 @@ func NewAdminServer(d Deps) *AdminServer {
 	}
 	s.log = s.log.With("component", "api")
 	return s
+}
+
+// nodeCounters reads this node's own AMQP counters (zeros without them).
+func (s *AdminServer) nodeCounters() NodeCounters {
+	if s.counters == nil {
+		return NodeCounters{}
+	}
+	return s.counters()
 }
 
 // Close closes the connections to peers the server opened itself (not
@@ -199,6 +211,8 @@ func (s *AdminServer) clusterStatus() *proto.ClusterStatusResponse {
 		Nodes:        s.node.Members(),
 	}
 	s.node.View(func(m State) { resp.ClockMs = m.Clock() })
+	r := s.nodeResources()
+	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
 	return resp
 }
 

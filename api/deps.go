@@ -125,6 +125,10 @@ type Deps struct {
 	// Peers dials other nodes' Admin services; nil uses a pool with
 	// insecure transport credentials.
 	Peers Peers
+	// Counters reads this node's own AMQP counters; nil reads zeros.
+	Counters func() NodeCounters
+	// Resources reads this node's resource alarms; nil reports none.
+	Resources func() Resources
 	// PeerTimeout bounds each call fanned out to a peer (default 2s).
 	PeerTimeout time.Duration
 	// Logger defaults to slog.Default().

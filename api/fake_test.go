@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/proto"
 )
@@ -181,7 +182,7 @@ func (c *fakeConns) List() []*proto.ConnectionInfo {
 	defer c.mu.Unlock()
 	out := make([]*proto.ConnectionInfo, 0, len(c.list))
 	for _, x := range c.list {
-		out = append(out, &proto.ConnectionInfo{Node: x.Node, Id: x.Id, Peer: x.Peer, User: x.User, Vhost: x.Vhost, Channels: x.Channels})
+		out = append(out, gproto.Clone(x).(*proto.ConnectionInfo))
 	}
 	return out
 }

@@ -32,6 +32,12 @@ type MetricsOptions struct {
 	// them.
 	MemoryUsed  func() uint64
 	MemoryLimit uint64
+	// Counters reads this node's own AMQP counters (connections and
+	// channels opened and closed, confirms); nil omits their series.
+	Counters func() NodeCounters
+	// Resources reads this node's alarms and free disk space; nil omits
+	// their series.
+	Resources func() Resources
 	// ClusterName is the rabbitmq_cluster label of rabbitmq_identity_info
 	// (default "raftmq", as the management API's cluster name).
 	ClusterName string

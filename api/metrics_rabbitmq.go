@@ -36,6 +36,10 @@ type rabbitDescs struct {
 	gReceived, gRouted, gDelivered, gAcked                  *prometheus.Desc
 	raftTerm, raftCommit, raftApplied, raftWritten          *prometheus.Desc
 	memUsed, memLimit, openFDs, maxFDs                      *prometheus.Desc
+	// This node's own counts and alarms (MetricsOptions.Counters and
+	// Resources).
+	connOpened, connClosed, chOpened, chClosed, gConfirmed, chConfirmed *prometheus.Desc
+	diskFree, diskLimit, diskAlarm, memAlarm                            *prometheus.Desc
 	// unsplit are RabbitMQ's other delivery counters, by ack mode and
 	// basic.get; raftmq's log counts every delivery in one.
 	unsplit []*prometheus.Desc
@@ -88,10 +92,20 @@ func newRabbitDescs() *rabbitDescs {
 			d("channel_get_total", "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
 			d("channel_get_ack_total", "Total number of messages fetched with basic.get in manual acknowledgement mode"),
 		},
-		memUsed:  d("process_resident_memory_bytes", "Memory used in bytes"),
-		memLimit: d("resident_memory_limit_bytes", "Memory high watermark in bytes"),
-		openFDs:  d("process_open_fds", "Open file descriptors"),
-		maxFDs:   d("process_max_fds", "Open file descriptors limit"),
+		connOpened:  d("connections_opened_total", "Total number of connections opened"),
+		connClosed:  d("connections_closed_total", "Total number of connections closed or terminated"),
+		chOpened:    d("channels_opened_total", "Total number of channels opened"),
+		chClosed:    d("channels_closed_total", "Total number of channels closed"),
+		gConfirmed:  d("global_messages_confirmed_total", "Total number of messages confirmed to publishers", p),
+		chConfirmed: d("channel_messages_confirmed_total", "Total number of messages published into an exchange and confirmed on the channel"),
+		diskFree:    d("disk_space_available_bytes", "Disk space available in bytes"),
+		diskLimit:   d("disk_space_available_limit_bytes", "Free disk space low watermark in bytes"),
+		diskAlarm:   d("alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect"),
+		memAlarm:    d("alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect"),
+		memUsed:     d("process_resident_memory_bytes", "Memory used in bytes"),
+		memLimit:    d("resident_memory_limit_bytes", "Memory high watermark in bytes"),
+		openFDs:     d("process_open_fds", "Open file descriptors"),
+		maxFDs:      d("process_max_fds", "Open file descriptors limit"),
 	}
 }
 
@@ -102,7 +116,9 @@ func (c *rabbitCollector) Describe(ch chan<- *prometheus.Desc) {
 		r.qPublished, r.chPublished, r.chDeliveredAck, r.chAcked, r.chConsumers,
 		r.gReceived, r.gRouted, r.gDelivered, r.gAcked,
 		r.raftTerm, r.raftCommit, r.raftApplied, r.raftWritten,
-		r.memUsed, r.memLimit, r.openFDs, r.maxFDs}
+		r.memUsed, r.memLimit, r.openFDs, r.maxFDs,
+		r.connOpened, r.connClosed, r.chOpened, r.chClosed, r.gConfirmed, r.chConfirmed,
+		r.diskFree, r.diskLimit, r.diskAlarm, r.memAlarm}
 	common = append(common, r.unsplit...)
 	if c.perObject {
 		common = append(common, r.pqReady, r.pqUnacked, r.pqMessages, r.pqReadyBytes, r.pqConsume)
@@ -157,6 +173,24 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(r.openFDs, open)
 		gauge(r.maxFDs, max)
 	}
+	// Connections, channels and confirms are each node's own, as in
+	// RabbitMQ: every node reports its count.
+	if o.Counters != nil {
+		nc := o.Counters()
+		counter(r.connOpened, nc.ConnectionsOpened)
+		counter(r.connClosed, nc.ConnectionsClosed)
+		counter(r.chOpened, nc.ChannelsOpened)
+		counter(r.chClosed, nc.ChannelsClosed)
+		counter(r.gConfirmed, nc.Confirmed, "amqp091")
+		counter(r.chConfirmed, nc.Confirmed)
+	}
+	if o.Resources != nil {
+		res := o.Resources()
+		gauge(r.diskFree, res.DiskFree)
+		gauge(r.diskLimit, res.DiskFreeLimit)
+		emit(r.diskAlarm, prometheus.UntypedValue, boolValue(res.DiskAlarm))
+		emit(r.memAlarm, prometheus.UntypedValue, boolValue(res.MemAlarm))
+	}
 
 	// Cluster-wide state from the leader only (see rabbitCollector).
 	if !n.IsLeader() || o.Stats == nil {
@@ -206,6 +240,13 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(r.pqReadyBytes, q.rbytes, q.vhost, q.name)
 		gauge(r.pqConsume, uint64(q.consumers), q.vhost, q.name)
 	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // clusterPermanentID is rabbitmq_cluster_permanent_id: RabbitMQ generates

@@ -57,12 +57,13 @@ type Management struct {
 	addr    string
 	maxBody int64
 	started time.Time
+	rates   rates
 }
 
 // NewManagement returns the management API handler.
 func NewManagement(o ManagementOptions) *Management {
 	m := &Management{admin: o.Admin, node: o.Admin.node, log: o.Logger, cluster: o.ClusterName, addr: o.Addr,
-		maxBody: o.MaxBodyBytes, started: time.Now()}
+		maxBody: o.MaxBodyBytes, started: time.Now(), rates: rates{now: time.Now}}
 	if m.log == nil {
 		m.log = o.Admin.log
 	}
@@ -312,6 +313,7 @@ func (m *Management) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, m.maxBody)
+	m.rates.observe(m.sample)
 	q := &req{m: m, w: w, r: r, ctx: r.Context(), user: user, segs: segs}
 	if err := q.route(); err != nil {
 		he := fromStatus(err)

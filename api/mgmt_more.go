@@ -43,14 +43,23 @@ func (q *req) connectionList() []*proto.ConnectionInfo {
 
 func connectionJSON(c *proto.ConnectionInfo) map[string]any {
 	host, port, _ := splitHostPort(c.GetPeer())
-	return map[string]any{
+	props := map[string]any{"product": c.GetClientProduct(), "version": c.GetClientVersion()}
+	if c.GetClientProperties() != nil {
+		props = TableJSON(c.GetClientProperties())
+	}
+	out := map[string]any{
 		"name": connectionName(c), "node": c.GetNode(), "id": c.GetId(),
 		"peer_host": host, "peer_port": port, "user": c.GetUser(), "vhost": c.GetVhost(),
 		"channels": c.GetChannels(), "ssl": c.GetTls(), "protocol": "AMQP 0-9-1", "type": "network",
 		"state": "running", "auth_mechanism": "PLAIN", "timeout": c.GetHeartbeatS(), "frame_max": c.GetFrameMax(),
 		"connected_at": c.GetConnectedAtMs(), "user_who_performed_action": c.GetUser(),
-		"client_properties": map[string]any{"product": c.GetClientProduct(), "version": c.GetClientVersion()},
+		"client_properties": props,
 	}
+	// RabbitMQ shows the key only for a client that named its connection.
+	if n := c.GetUserProvidedName(); n != "" {
+		out["user_provided_name"] = n
+	}
+	return out
 }
 
 func (q *req) connections() error {
@@ -399,9 +408,9 @@ func (q *req) health() error {
 		return nil
 	}
 	switch q.seg(2) {
-	case "alarms", "local-alarms", "virtual-hosts":
-		// raftmq raises no resource alarm that stops a node; blocked
-		// publishers under memory pressure show on their connections.
+	case "alarms", "local-alarms":
+		return q.alarmsCheck(q.seg(2) == "local-alarms")
+	case "virtual-hosts":
 	case "ready-to-serve-clients":
 		if reason := notReady(q.m.node); reason != "" {
 			return failed(reason)

@@ -19,7 +19,11 @@ func TestManagementObjects(t *testing.T) {
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
 	conns := &fakeConns{list: []*proto.ConnectionInfo{
-		{Node: n.NodeID(), Id: "c1", Peer: "127.0.0.1:40001", User: "guest", Vhost: "/", Channels: 1},
+		{Node: n.NodeID(), Id: "c1", Peer: "127.0.0.1:40001", User: "guest", Vhost: "/", Channels: 1,
+			UserProvidedName: "orders-worker", ClientProperties: &proto.Table{Fields: []*proto.Field{
+				{Key: "connection_name", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("orders-worker")}}},
+				{Key: "product", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("amqp091-go")}}},
+			}}},
 	}}
 	admin := NewAdminServer(Deps{Node: FromCluster(n), Conns: conns})
 	t.Cleanup(func() { _ = admin.Close() })
@@ -39,6 +43,10 @@ func TestManagementObjects(t *testing.T) {
 	name := n.NodeID() + "/c1"
 	if len(cs) != 1 || cs[0]["name"] != "127.0.0.1:40001 -> "+name || cs[0]["peer_port"] != float64(40001) || cs[0]["user"] != "guest" {
 		t.Fatalf("connections %v", cs)
+	}
+	if cp, _ := cs[0]["client_properties"].(map[string]any); cs[0]["user_provided_name"] != "orders-worker" ||
+		cp["connection_name"] != "orders-worker" || cp["product"] != "amqp091-go" {
+		t.Fatalf("client's name and properties %v", cs[0])
 	}
 	path := "/api/connections/" + url.PathEscape(cs[0]["name"].(string))
 	var one map[string]any

@@ -46,6 +46,14 @@ func (q *req) route() error {
 		return q.get(q.channels)
 	case "consumers":
 		return q.get(q.consumers)
+	case "parameters":
+		return q.parameters()
+	case "global-parameters":
+		return q.globalParameters()
+	case "vhost-limits":
+		return q.vhostLimits()
+	case "topic-permissions":
+		return q.topicPermissions()
 	case "policies":
 		return q.policies(false)
 	case "operator-policies":
@@ -202,19 +210,16 @@ func (q *req) overview() error {
 			"messages_unacknowledged": unacked, "messages_unacknowledged_details": rate(),
 		},
 	}
+	// Counts as they are now, rates from the last two samples; confirm is
+	// this node's publishers' alone (the log does not see confirms).
+	var now map[string]uint64
+	if haveStats {
+		now = globalCounts(stats, q.m.admin.nodeCounters())
+	}
+	ms := q.m.rates.stats(now, func(s *counterSample) map[string]uint64 { return s.global }, globalRateKeys...)
 	// raftmq reads no message from disk outside its log: disk_reads and
 	// disk_writes stay 0.
-	ms := map[string]any{"disk_reads": 0, "disk_reads_details": rate(), "disk_writes": 0, "disk_writes_details": rate()}
-	if haveStats {
-		for k, v := range map[string]any{
-			"publish": stats.Published, "publish_details": rate(),
-			"deliver_get": stats.Delivered, "deliver_get_details": rate(),
-			"ack": stats.Acked, "ack_details": rate(),
-			"redeliver": stats.Requeued, "redeliver_details": rate(),
-		} {
-			ms[k] = v
-		}
-	}
+	ms["disk_reads"], ms["disk_reads_details"], ms["disk_writes"], ms["disk_writes_details"] = 0, rate(), 0, rate()
 	out["message_stats"] = ms
 	q.ok(out)
 	return nil
@@ -255,6 +260,7 @@ func (q *req) nodes() error {
 	rs := q.m.node.RaftStats()
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
+	statuses := q.m.admin.nodeStatuses(q.ctx)
 	var out []map[string]any
 	for _, mb := range q.m.node.Members() {
 		n := map[string]any{
@@ -264,6 +270,13 @@ func (q *req) nodes() error {
 			// raftmq's own: the node's place in the raft cluster.
 			"raft_suffrage": mb.GetSuffrage(), "raft_leader": mb.GetLeader(), "health": mb.GetHealth(),
 			"amqp_addr": mb.GetAmqpAddr(), "grpc_addr": mb.GetGrpcAddr(), "raft_addr": mb.GetRaftAddr(),
+		}
+		if st, ok := statuses[mb.GetId()]; ok {
+			// The node's own answer; a node that did not answer keeps the
+			// defaults above.
+			n["mem_alarm"] = slices.Contains(st.GetAlarms(), "memory")
+			n["disk_free_alarm"] = slices.Contains(st.GetAlarms(), "disk")
+			n["disk_free"], n["disk_free_limit"] = st.GetDiskFree(), st.GetDiskFreeLimit()
 		}
 		if mb.GetId() == self {
 			n["os_pid"] = strconv.Itoa(os.Getpid())
@@ -320,6 +333,12 @@ func (q *req) vhostJSON(s State, v *proto.VhostInfo) map[string]any {
 
 func (q *req) vhosts() error {
 	name := q.seg(1)
+	if len(q.segs) == 3 && q.seg(2) == "topic-permissions" {
+		if !q.user.admin() {
+			return notAuthorised("Not administrator user")
+		}
+		return q.get(func() error { q.list(nil); return nil })
+	}
 	if len(q.segs) == 3 && q.seg(2) == "permissions" {
 		if !q.user.admin() {
 			return notAuthorised("Not administrator user")
@@ -422,6 +441,9 @@ func (q *req) users() error {
 		return notAuthorised("Not administrator user")
 	}
 	name := q.seg(1)
+	if len(q.segs) == 3 && q.seg(2) == "topic-permissions" {
+		return q.get(func() error { q.list(nil); return nil })
+	}
 	if len(q.segs) == 3 && q.seg(2) == "permissions" {
 		return q.get(func() error {
 			return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetUser() == name })

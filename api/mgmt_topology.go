@@ -54,7 +54,11 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, l
 		"messages":       x.GetReady() + x.GetUnacked(),
 		"messages_ready": x.GetReady(), "messages_unacknowledged": x.GetUnacked(),
 		"messages_details": rate(), "messages_ready_details": rate(), "messages_unacknowledged_details": rate(),
-		"message_bytes": x.GetReadyBytes(), "message_bytes_ready": x.GetReadyBytes(),
+		"message_bytes": x.GetReadyBytes() + x.GetUnackedBytes(), "message_bytes_ready": x.GetReadyBytes(),
+		"message_bytes_unacknowledged": x.GetUnackedBytes(),
+		// The state does not track these yet.
+		"messages_persistent": x.GetMessagesPersistent(), "head_message_timestamp": optSeconds(x.GetHeadMessageTimestamp()),
+		"message_stats":     q.m.queueStats(x.GetVhost(), x.GetName()),
 		"owner_pid_details": owner,
 		// raftmq's own.
 		"effective_message_ttl":          optMs(x.GetEffectiveMessageTtl()),
@@ -98,6 +102,14 @@ func optMs(v int64) any {
 		return nil
 	}
 	return v
+}
+
+// optSeconds is a unix-seconds timestamp, or null when 0.
+func optSeconds(s int64) any {
+	if s == 0 {
+		return nil
+	}
+	return s
 }
 
 // optTime is a unix-ms instant as RFC 3339 text, or null when 0.

@@ -212,9 +212,10 @@ func (m *Machine) vhostsOf(name string) []*vhost {
 // Queues lists the queues of a vhost ("" = all), sorted by vhost and name.
 func (m *Machine) Queues(vhost string) []*proto.QueueInfo {
 	var out []*proto.QueueInfo
+	unacked := m.unackedBytes()
 	for _, v := range m.vhostsOf(vhost) {
 		for _, k := range sortedKeys(v.queues) {
-			out = append(out, m.queueInfo(v.queues[k]))
+			out = append(out, v.queues[k].withUnacked(m.queueInfo(v.queues[k]), unacked))
 		}
 	}
 	return out
@@ -230,7 +231,7 @@ func (m *Machine) Queue(vhost, name string) (*proto.QueueInfo, bool) {
 	if !ok {
 		return nil, false
 	}
-	return m.queueInfo(q), true
+	return q.withUnacked(m.queueInfo(q), m.unackedBytes()), true
 }
 
 func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {

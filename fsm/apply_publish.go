@@ -88,6 +88,7 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 			continue
 		}
 		s.stats.Routed++
+		q.counts.published++
 		s.enqueue(q, m, true)
 	}
 	return res
@@ -111,6 +112,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 		ch := s.channel(c.GetChannel())
 		ch.nextTag++
 		s.stats.Delivered++
+		q.countDelivery(m, c.GetNoAck())
 		if c.GetNoAck() {
 			s.stats.Acked++
 		} else {

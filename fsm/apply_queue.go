@@ -391,6 +391,7 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 	c.ch.nextTag++
 	tag := c.ch.nextTag
 	s.stats.Delivered++
+	q.countDelivery(m, c.noAck)
 	if c.noAck {
 		s.stats.Acked++
 	} else {

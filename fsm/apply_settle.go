@@ -132,6 +132,7 @@ func (s *state) applySettle(c *proto.Settle) *proto.Result {
 		return r
 	}
 	s.stats.Acked += uint64(len(ps))
+	countAcks(ps)
 	s.redispatch(release(ps))
 	return &proto.Result{}
 }

@@ -120,6 +120,7 @@ type queueState struct {
 	argDeliveryLimit *int64 // x-delivery-limit (features.go)
 	sac              bool   // x-single-active-consumer
 	prioritized      int    // consumers with a nonzero x-priority
+	counts           queueCounts
 	// lastKey is the routing key of the last message enqueued, which the
 	// next one with an equal key shares instead of holding its own copy
 	// (memory only, not state).

@@ -175,7 +175,14 @@ type ClusterStatusResponse struct {
 	LastLogIndex uint64                 `protobuf:"varint,8,opt,name=last_log_index,json=lastLogIndex" json:"last_log_index,omitempty"`
 	Nodes        []*NodeStatus          `protobuf:"bytes,9,rep,name=nodes" json:"nodes,omitempty"`
 	// The state machine's log clock (unix ms).
-	ClockMs       int64 `protobuf:"varint,10,opt,name=clock_ms,json=clockMs" json:"clock_ms,omitempty"`
+	ClockMs int64 `protobuf:"varint,10,opt,name=clock_ms,json=clockMs" json:"clock_ms,omitempty"`
+	// This node's raised resource alarms ("disk", "memory"), which block
+	// its publishers.
+	Alarms []string `protobuf:"bytes,11,rep,name=alarms" json:"alarms,omitempty"`
+	// The free space of its data dir and --disk-free-limit, in bytes
+	// (disk_free 0 before the first check).
+	DiskFree      uint64 `protobuf:"varint,12,opt,name=disk_free,json=diskFree" json:"disk_free,omitempty"`
+	DiskFreeLimit uint64 `protobuf:"varint,13,opt,name=disk_free_limit,json=diskFreeLimit" json:"disk_free_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -276,6 +283,27 @@ func (x *ClusterStatusResponse) GetNodes() []*NodeStatus {
 func (x *ClusterStatusResponse) GetClockMs() int64 {
 	if x != nil {
 		return x.ClockMs
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetAlarms() []string {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+func (x *ClusterStatusResponse) GetDiskFree() uint64 {
+	if x != nil {
+		return x.DiskFree
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetDiskFreeLimit() uint64 {
+	if x != nil {
+		return x.DiskFreeLimit
 	}
 	return 0
 }
@@ -577,8 +605,15 @@ type QueueInfo struct {
 	// When the x-expires lease falls due (unix ms); 0 when none.
 	LeaseDueMs      int64  `protobuf:"varint,17,opt,name=lease_due_ms,json=leaseDueMs" json:"lease_due_ms,omitempty"`
 	OwnerConnection string `protobuf:"bytes,18,opt,name=owner_connection,json=ownerConnection" json:"owner_connection,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Bytes of the bodies delivered and not yet acknowledged.
+	UnackedBytes uint64 `protobuf:"varint,19,opt,name=unacked_bytes,json=unackedBytes" json:"unacked_bytes,omitempty"`
+	// RabbitMQ's messages_persistent and head_message_timestamp (unix
+	// seconds, 0 for none): the state does not track them yet, so they are
+	// 0.
+	MessagesPersistent   uint64 `protobuf:"varint,20,opt,name=messages_persistent,json=messagesPersistent" json:"messages_persistent,omitempty"`
+	HeadMessageTimestamp int64  `protobuf:"varint,21,opt,name=head_message_timestamp,json=headMessageTimestamp" json:"head_message_timestamp,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
@@ -735,6 +770,27 @@ func (x *QueueInfo) GetOwnerConnection() string {
 		return x.OwnerConnection
 	}
 	return ""
+}
+
+func (x *QueueInfo) GetUnackedBytes() uint64 {
+	if x != nil {
+		return x.UnackedBytes
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetMessagesPersistent() uint64 {
+	if x != nil {
+		return x.MessagesPersistent
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetHeadMessageTimestamp() int64 {
+	if x != nil {
+		return x.HeadMessageTimestamp
+	}
+	return 0
 }
 
 type ListQueuesResponse struct {
@@ -1544,8 +1600,13 @@ type ConnectionInfo struct {
 	HeartbeatS    uint32                 `protobuf:"varint,10,opt,name=heartbeat_s,json=heartbeatS" json:"heartbeat_s,omitempty"`
 	FrameMax      uint32                 `protobuf:"varint,11,opt,name=frame_max,json=frameMax" json:"frame_max,omitempty"`
 	Tls           bool                   `protobuf:"varint,12,opt,name=tls" json:"tls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The client's connection_name property (RabbitMQ's user_provided_name);
+	// empty when it sent none.
+	UserProvidedName string `protobuf:"bytes,13,opt,name=user_provided_name,json=userProvidedName" json:"user_provided_name,omitempty"`
+	// Every client property the client sent in connection.start-ok.
+	ClientProperties *Table `protobuf:"bytes,14,opt,name=client_properties,json=clientProperties" json:"client_properties,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ConnectionInfo) Reset() {
@@ -1660,6 +1721,20 @@ func (x *ConnectionInfo) GetTls() bool {
 		return x.Tls
 	}
 	return false
+}
+
+func (x *ConnectionInfo) GetUserProvidedName() string {
+	if x != nil {
+		return x.UserProvidedName
+	}
+	return ""
+}
+
+func (x *ConnectionInfo) GetClientProperties() *Table {
+	if x != nil {
+		return x.ClientProperties
+	}
+	return nil
 }
 
 type ListConnectionsResponse struct {
@@ -3369,7 +3444,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tamqp_addr\x18\x04 \x01(\tR\bamqpAddr\x12\x16\n" +
 	"\x06health\x18\x05 \x01(\tR\x06health\x12\x1a\n" +
 	"\bsuffrage\x18\x06 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\a \x01(\bR\x06leader\"\xd7\x02\n" +
+	"\x06leader\x18\a \x01(\bR\x06leader\"\xb4\x03\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -3383,7 +3458,10 @@ const file_admin_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\b \x01(\x04R\flastLogIndex\x12+\n" +
 	"\x05nodes\x18\t \x03(\v2\x15.raftmq.v1.NodeStatusR\x05nodes\x12\x19\n" +
 	"\bclock_ms\x18\n" +
-	" \x01(\x03R\aclockMs\"4\n" +
+	" \x01(\x03R\aclockMs\x12\x16\n" +
+	"\x06alarms\x18\v \x03(\tR\x06alarms\x12\x1b\n" +
+	"\tdisk_free\x18\f \x01(\x04R\bdiskFree\x12&\n" +
+	"\x0fdisk_free_limit\x18\r \x01(\x04R\rdiskFreeLimit\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
@@ -3400,7 +3478,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
-	"consistent\"\x93\x05\n" +
+	"consistent\"\x9f\x06\n" +
 	"\tQueueInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -3423,7 +3501,10 @@ const file_admin_proto_rawDesc = "" +
 	"\x1eeffective_dead_letter_exchange\x18\x10 \x01(\tR\x1beffectiveDeadLetterExchange\x12 \n" +
 	"\flease_due_ms\x18\x11 \x01(\x03R\n" +
 	"leaseDueMs\x12)\n" +
-	"\x10owner_connection\x18\x12 \x01(\tR\x0fownerConnection\"B\n" +
+	"\x10owner_connection\x18\x12 \x01(\tR\x0fownerConnection\x12#\n" +
+	"\runacked_bytes\x18\x13 \x01(\x04R\funackedBytes\x12/\n" +
+	"\x13messages_persistent\x18\x14 \x01(\x04R\x12messagesPersistent\x124\n" +
+	"\x16head_message_timestamp\x18\x15 \x01(\x03R\x14headMessageTimestamp\"B\n" +
 	"\x12ListQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.raftmq.v1.QueueInfoR\x06queues\"[\n" +
 	"\x0fGetQueueRequest\x12\x14\n" +
@@ -3481,7 +3562,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x15ListConsumersResponse\x125\n" +
 	"\tconsumers\x18\x01 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\".\n" +
 	"\x16ListConnectionsRequest\x12\x14\n" +
-	"\x05local\x18\x01 \x01(\bR\x05local\"\xd4\x02\n" +
+	"\x05local\x18\x01 \x01(\bR\x05local\"\xc1\x03\n" +
 	"\x0eConnectionInfo\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -3496,7 +3577,9 @@ const file_admin_proto_rawDesc = "" +
 	" \x01(\rR\n" +
 	"heartbeatS\x12\x1b\n" +
 	"\tframe_max\x18\v \x01(\rR\bframeMax\x12\x10\n" +
-	"\x03tls\x18\f \x01(\bR\x03tls\"V\n" +
+	"\x03tls\x18\f \x01(\bR\x03tls\x12,\n" +
+	"\x12user_provided_name\x18\r \x01(\tR\x10userProvidedName\x12=\n" +
+	"\x11client_properties\x18\x0e \x01(\v2\x10.raftmq.v1.TableR\x10clientProperties\"V\n" +
 	"\x17ListConnectionsResponse\x12;\n" +
 	"\vconnections\x18\x01 \x03(\v2\x19.raftmq.v1.ConnectionInfoR\vconnections\"T\n" +
 	"\x16CloseConnectionRequest\x12\x12\n" +
@@ -3717,72 +3800,73 @@ var file_admin_proto_depIdxs = []int32{
 	59, // 7: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
 	58, // 8: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
 	20, // 9: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	23, // 10: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	60, // 11: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	60, // 12: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
-	32, // 13: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
-	42, // 14: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
-	48, // 15: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
-	54, // 16: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	0,  // 17: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	3,  // 18: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	5,  // 19: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	8,  // 20: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	11, // 21: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	12, // 22: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	14, // 23: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	7,  // 24: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	7,  // 25: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	7,  // 26: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	22, // 27: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	25, // 28: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	27, // 29: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	29, // 30: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	31, // 31: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	34, // 32: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	36, // 33: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	38, // 34: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	40, // 35: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	7,  // 36: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	44, // 37: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	46, // 38: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	7,  // 39: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	50, // 40: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	52, // 41: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	7,  // 42: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	56, // 43: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
-	2,  // 44: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	4,  // 45: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	6,  // 46: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	10, // 47: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	9,  // 48: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	13, // 49: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	15, // 50: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	17, // 51: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	19, // 52: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	21, // 53: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	24, // 54: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	26, // 55: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	28, // 56: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	30, // 57: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	33, // 58: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	35, // 59: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	37, // 60: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	39, // 61: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	41, // 62: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	43, // 63: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	45, // 64: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	47, // 65: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	49, // 66: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	51, // 67: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	53, // 68: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	55, // 69: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	57, // 70: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	44, // [44:71] is the sub-list for method output_type
-	17, // [17:44] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	58, // 10: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	23, // 11: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
+	60, // 12: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	60, // 13: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	32, // 14: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
+	42, // 15: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
+	48, // 16: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
+	54, // 17: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
+	0,  // 18: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	3,  // 19: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	5,  // 20: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	8,  // 21: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	11, // 22: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	12, // 23: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	14, // 24: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	7,  // 25: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	7,  // 26: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	7,  // 27: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	22, // 28: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	25, // 29: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	27, // 30: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	29, // 31: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	31, // 32: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	34, // 33: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	36, // 34: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	38, // 35: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	40, // 36: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	7,  // 37: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	44, // 38: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	46, // 39: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	7,  // 40: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	50, // 41: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	52, // 42: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	7,  // 43: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	56, // 44: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	2,  // 45: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	4,  // 46: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	6,  // 47: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	10, // 48: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	9,  // 49: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	13, // 50: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	15, // 51: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	17, // 52: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	19, // 53: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	21, // 54: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	24, // 55: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	26, // 56: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	28, // 57: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	30, // 58: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	33, // 59: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	35, // 60: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	37, // 61: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	39, // 62: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	41, // 63: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	43, // 64: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	45, // 65: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	47, // 66: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	49, // 67: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	51, // 68: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	53, // 69: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	55, // 70: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	57, // 71: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	45, // [45:72] is the sub-list for method output_type
+	18, // [18:45] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }

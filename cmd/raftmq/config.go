@@ -64,6 +64,9 @@ type limitsConfig struct {
 	MaxConnectionBuffer   int
 	WriteTimeout          time.Duration
 	VMMemoryHighWatermark int64 // bytes of Go heap; 0: 40% of the system's memory
+	// DiskFreeLimit is the data dir's free space below which publishers
+	// are blocked.
+	DiskFreeLimit byteSize
 }
 
 // defaultRaftTimeout is raft's heartbeat and election timeout. Followers
@@ -118,6 +121,8 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.IntVar(&c.Limits.MaxConnectionBuffer, "max-connection-buffer", amqp.DefaultMaxBufferedBytes, "bytes a connection may have waiting to be written before it is closed as not reading")
 	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", amqp.DefaultWriteTimeout, "a connection whose socket takes nothing for this long is closed")
 	fs.Int64Var(&c.Limits.VMMemoryHighWatermark, "vm-memory-high-watermark", 0, "Go heap bytes above which publishers are blocked; 0 means 40% of the system's (or cgroup's) memory")
+	c.Limits.DiskFreeLimit = defaultDiskFreeLimit
+	fs.Var(&c.Limits.DiskFreeLimit, "disk-free-limit", "free space of the data dir below which publishers are blocked: bytes, or with a unit (500MB, 2GB, 1GiB); 0 never blocks")
 
 	// The environment first, so that flags given on the command line win.
 	var envErr error

@@ -170,14 +170,22 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if watermark == 0 {
 		watermark = defaultMemoryWatermark()
 	}
+	memWatch := amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil)
+	diskWatch := amqp.NewDiskWatcher(amqpSrv, cfg.DataDir, uint64(cfg.Limits.DiskFreeLimit), nil)
+	resources := func() api.Resources {
+		free, limit, alarm, _ := diskWatch.State()
+		return api.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
+	}
 	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: api.ClusterStats(node),
-		MemoryUsed: amqp.HeapBytes, MemoryLimit: uint64(watermark)})
+		MemoryUsed: amqp.HeapBytes, MemoryLimit: uint64(watermark), Resources: resources,
+		Counters: func() api.NodeCounters { return api.NodeCounters(amqpSrv.Counters()) }})
 	amqpSrv.SetBroker(&broker{node: node, metrics: metrics})
 
 	sec.auth.SetNode(apiNode)
 	peers := sec.peers()
 	defer peers.Close()
-	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api")})
+	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
+		Counters: func() api.NodeCounters { return api.NodeCounters(amqpSrv.Counters()) }, Resources: resources})
 	defer admin.Close()
 	proto.RegisterAdminServer(grpcSrv, admin)
 	var amqpOpen atomic.Bool
@@ -211,10 +219,12 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		}
 	}()
 	go reloadCertificates(ctx, logger, hup, certs)
-	go amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil).Run(ctx, memoryCheckInterval)
+	go memWatch.Run(ctx, memoryCheckInterval)
+	go diskWatch.Run(ctx, diskCheckInterval)
 	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpAddr, "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
-		"http", httpLn.Addr().String(), "management", mgmt.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark)
+		"http", httpLn.Addr().String(), "management", mgmt.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark,
+		"disk_free_limit", uint64(cfg.Limits.DiskFreeLimit))
 
 	var runErr error
 	select {
@@ -247,6 +257,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 // memoryCheckInterval is how often the Go heap is compared with the
 // memory high-water mark.
 const memoryCheckInterval = time.Second
+
+// diskCheckInterval is how often the data dir's free space is compared
+// with --disk-free-limit (RabbitMQ checks every 1 to 10 s).
+const diskCheckInterval = 5 * time.Second
 
 // checkAMQPS loads the AMQPS certificate and checks its address when a
 // certificate is configured (the listener opens with the AMQP one); it

@@ -91,6 +91,7 @@ func (m *management) serve(ctx context.Context, admin *api.AdminServer, ready <-
 	if m.ln != nil {
 		m.srv = &http.Server{Handler: m.api, ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- m.srv.Serve(m.ln) }()
+		go m.api.Run(ctx)
 	}
 	if m.defs == nil {
 		return

@@ -58,7 +58,7 @@ func (f *fakeAdmin) RemoveNode(_ context.Context, r *proto.RemoveNodeRequest) (*
 }
 func (f *fakeAdmin) ListQueues(_ context.Context, r *proto.ListQueuesRequest) (*proto.ListQueuesResponse, error) {
 	return &proto.ListQueuesResponse{Queues: []*proto.QueueInfo{
-		{Vhost: "/", Name: "orders", Durable: true, Ready: 10, Unacked: 2, Consumers: 1, Policy: "ttl",
+		{Vhost: "/", Name: "orders", Durable: true, Ready: 10, Unacked: 2, Consumers: 1, Policy: "ttl", ReadyBytes: 100, UnackedBytes: 20,
 			EffectiveMessageTtl: 60000, EffectiveExpires: -1, EarliestDeadlineMs: 1700000060000,
 			Arguments: &proto.Table{Fields: []*proto.Field{{Key: "x-message-ttl", Value: &proto.Value{Kind: &proto.Value_Int32{Int32: 60000}}}}}},
 		{Vhost: "/", Name: "a-much-longer-queue-name", EffectiveMessageTtl: -1, EffectiveExpires: -1},
@@ -91,7 +91,8 @@ func (f *fakeAdmin) ListConsumers(_ context.Context, r *proto.ListRequest) (*pro
 }
 func (f *fakeAdmin) ListConnections(_ context.Context, r *proto.ListConnectionsRequest) (*proto.ListConnectionsResponse, error) {
 	return &proto.ListConnectionsResponse{Connections: []*proto.ConnectionInfo{
-		{Node: "n1", Id: "c7", Peer: "10.0.0.9:40000", User: "guest", Vhost: "/", Channels: 2},
+		{Node: "n1", Id: "c7", Peer: "10.0.0.9:40000", User: "guest", Vhost: "/", Channels: 2, UserProvidedName: "orders-worker",
+			ClientProperties: &proto.Table{Fields: []*proto.Field{{Key: "connection_name", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("orders-worker")}}}}}},
 		{Node: "n2", Id: "c1", Peer: "10.0.0.8:40001", User: "app", Vhost: "prod", Channels: 1},
 	}}, f.record(r)
 }

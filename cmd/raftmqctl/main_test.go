@@ -65,6 +65,11 @@ n2    10.0.0.2:5681  10.0.0.2:5680  10.0.0.2:5672  alive   voter     false
 orders                    10              2                        1          ttl     60000                  {"x-message-ttl":60000}
 a-much-longer-queue-name  0               0                        0                  -1                     {}
 `, request: &proto.ListQueuesRequest{Vhost: "prod", Consistent: true}},
+		{name: "list_queues bytes", args: []string{"list_queues", "name", "message_bytes", "message_bytes_ready", "message_bytes_unacknowledged", "messages_persistent", "head_message_timestamp"},
+			// An empty last column is padded like any other.
+			stdout: "name                      message_bytes  message_bytes_ready  message_bytes_unacknowledged  messages_persistent  head_message_timestamp\n" +
+				"orders                    120            100                  20                            0" + strings.Repeat(" ", 20) + "\n" +
+				"a-much-longer-queue-name  0              0                    0                             0" + strings.Repeat(" ", 20) + "\n"},
 		{name: "list_queues json", args: []string{"--json", "list_queues", "name", "messages", "earliest_deadline"},
 			stdout: `[
   {
@@ -90,6 +95,8 @@ a-much-longer-queue-name  0               0                        0            
 			request: &proto.ListConnectionsRequest{}},
 		{name: "list_connections local", args: []string{"list_connections", "--local", "id"},
 			stdout: "id\nc7\nc1\n", request: &proto.ListConnectionsRequest{Local: true}},
+		{name: "list_connections client name", args: []string{"list_connections", "id", "user_provided_name", "client_properties"},
+			stdout: "id  user_provided_name  client_properties\nc7  orders-worker       {\"connection_name\":\"orders-worker\"}\nc1                      {}\n"},
 		{name: "close_connection", args: []string{"close_connection", "n2", "c1", "maintenance"},
 			stdout: "Closed connection c1 on node n2\n", request: &proto.CloseConnectionRequest{Node: "n2", Id: "c1", Reason: "maintenance"}},
 		{name: "set_policy", args: []string{"set_policy", "ttl", "^orders$", `{"message-ttl":60000,"dead-letter-exchange":"dlx"}`, "--priority", "1", "--apply-to", "queues"},

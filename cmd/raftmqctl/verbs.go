@@ -210,7 +210,18 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"messages", func(q *proto.QueueInfo) any { return q.GetReady() + q.GetUnacked() }},
 	{"messages_ready", func(q *proto.QueueInfo) any { return q.GetReady() }},
 	{"messages_unacknowledged", func(q *proto.QueueInfo) any { return q.GetUnacked() }},
+	{"message_bytes", func(q *proto.QueueInfo) any { return q.GetReadyBytes() + q.GetUnackedBytes() }},
 	{"message_bytes_ready", func(q *proto.QueueInfo) any { return q.GetReadyBytes() }},
+	{"message_bytes_unacknowledged", func(q *proto.QueueInfo) any { return q.GetUnackedBytes() }},
+	// The state does not track persistent messages or the head message's
+	// timestamp yet: 0 and empty until it does.
+	{"messages_persistent", func(q *proto.QueueInfo) any { return q.GetMessagesPersistent() }},
+	{"head_message_timestamp", func(q *proto.QueueInfo) any {
+		if ts := q.GetHeadMessageTimestamp(); ts != 0 {
+			return ts
+		}
+		return ""
+	}},
 	{"consumers", func(q *proto.QueueInfo) any { return q.GetConsumers() }},
 	{"policy", func(q *proto.QueueInfo) any { return q.GetPolicy() }},
 	{"operator_policy", func(q *proto.QueueInfo) any { return q.GetOperatorPolicy() }},
@@ -349,6 +360,10 @@ var connectionColumns = []column[*proto.ConnectionInfo]{
 	{"timeout", func(x *proto.ConnectionInfo) any { return x.GetHeartbeatS() }},
 	{"frame_max", func(x *proto.ConnectionInfo) any { return x.GetFrameMax() }},
 	{"ssl", func(x *proto.ConnectionInfo) any { return x.GetTls() }},
+	{"client_properties", func(x *proto.ConnectionInfo) any { return api.TableJSON(x.GetClientProperties()) }},
+	// The management API's name for the client's connection_name property
+	// (rabbitmqctl shows it inside client_properties only).
+	{"user_provided_name", func(x *proto.ConnectionInfo) any { return x.GetUserProvidedName() }},
 }
 
 func listConnections(c *call) error {

@@ -1,0 +1,29 @@
+package amqp
+
+import "sync/atomic"
+
+// Counters are this node's cumulative counts of its clients' connections,
+// channels and publisher confirms. They are the node's own, as RabbitMQ's
+// node-local metrics are: the replicated state does not see channels that
+// only publish, nor confirms.
+type Counters struct {
+	ConnectionsOpened, ConnectionsClosed uint64
+	ChannelsOpened, ChannelsClosed       uint64
+	// Confirmed counts the messages confirmed to publishers (basic.ack in
+	// confirm mode; one per message however the acks are coalesced).
+	Confirmed uint64
+}
+
+type counters struct {
+	connOpened, connClosed, chOpened, chClosed, confirmed atomic.Uint64
+}
+
+// Counters returns the node's counters.
+func (s *Server) Counters() Counters {
+	c := &s.counts
+	return Counters{ConnectionsOpened: c.connOpened.Load(), ConnectionsClosed: c.connClosed.Load(),
+		ChannelsOpened: c.chOpened.Load(), ChannelsClosed: c.chClosed.Load(), Confirmed: c.confirmed.Load()}
+}
+
+// Counters returns the node's counters.
+func (a Connections) Counters() Counters { return a.s.Counters() }

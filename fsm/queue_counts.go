@@ -1,0 +1,74 @@
+package fsm
+
+import (
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
+)
+
+// QueueCounts counts the messages that went through a queue, for the
+// management API's per-queue message rates: copies routed to it,
+// deliveries and basic.get results, acknowledgements (no-ack deliveries
+// included, as Stats counts them) and redeliveries.
+//
+// Every replica applies the same commands, so they agree, but they are
+// kept out of the snapshot (its format stays as it is) and out of
+// QueueInfo (which a restored machine must reproduce): a node that
+// restores a snapshot counts from 0 again. They are read as rates, where
+// that costs one sample.
+type QueueCounts struct {
+	Vhost, Name                              string
+	Published, Delivered, Acked, Redelivered uint64
+}
+
+type queueCounts struct {
+	published, delivered, acked, redelivered uint64
+}
+
+// countDelivery counts a delivery or a basic.get result of q.
+func (q *queueState) countDelivery(m *queue.Message, noAck bool) {
+	q.counts.delivered++
+	if m.Redelivered {
+		q.counts.redelivered++
+	}
+	if noAck {
+		q.counts.acked++
+	}
+}
+
+// countAcks counts the acknowledgements of ps on their queues.
+func countAcks(ps []*pending) {
+	for _, p := range ps {
+		p.q.counts.acked++
+	}
+}
+
+// QueueCounts returns the counters of every queue, sorted by vhost and
+// name.
+func (m *Machine) QueueCounts() []QueueCounts {
+	var out []QueueCounts
+	for _, v := range m.vhostsOf("") {
+		for _, k := range sortedKeys(v.queues) {
+			c := v.queues[k].counts
+			out = append(out, QueueCounts{Vhost: v.name, Name: k, Published: c.published, Delivered: c.delivered, Acked: c.acked, Redelivered: c.redelivered})
+		}
+	}
+	return out
+}
+
+// unackedBytes sums the bodies delivered and not yet acknowledged, by
+// queue.
+func (m *Machine) unackedBytes() map[*queueState]uint64 {
+	out := map[*queueState]uint64{}
+	for _, ch := range m.channels {
+		for _, p := range ch.unacked {
+			out[p.q] += uint64(p.m.Size())
+		}
+	}
+	return out
+}
+
+// withUnacked fills the unacknowledged bytes of qi.
+func (q *queueState) withUnacked(qi *proto.QueueInfo, unacked map[*queueState]uint64) *proto.QueueInfo {
+	qi.UnackedBytes = unacked[q]
+	return qi
+}
