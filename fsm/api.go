@@ -237,7 +237,11 @@ func (m *Machine) Queue(vhost, name string) (*proto.QueueInfo, bool) {
 func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {
 	qi := &proto.QueueInfo{Vhost: q.vhost, Name: q.name, Durable: q.durable, Exclusive: q.exclusive, AutoDelete: q.autoDelete,
 		Arguments: cloneTable(q.args), Ready: uint64(q.q.Len()), Unacked: uint64(q.unacked), Consumers: uint32(len(q.consumers)),
-		ReadyBytes: uint64(q.q.Bytes()), EffectiveMessageTtl: -1, EffectiveExpires: -1}
+		ReadyBytes: uint64(q.q.Bytes()), EffectiveMessageTtl: -1, EffectiveExpires: -1,
+		MessagesPersistent: uint64(q.q.Persistent())}
+	if h := q.q.Peek(); h != nil {
+		qi.HeadMessageTimestamp = int64(h.Properties().GetTimestamp())
+	}
 	if q.policy != nil {
 		qi.Policy = q.policy.def.GetName()
 	}

@@ -55,20 +55,32 @@ func (m *Machine) QueueCounts() []QueueCounts {
 	return out
 }
 
-// unackedBytes sums the bodies delivered and not yet acknowledged, by
-// queue.
-func (m *Machine) unackedBytes() map[*queueState]uint64 {
-	out := map[*queueState]uint64{}
+// unackedSums are what a queue's deliveries not yet acknowledged add up to.
+type unackedSums struct {
+	bytes, persistent uint64
+}
+
+// unackedBytes sums the bodies delivered and not yet acknowledged, and
+// counts the persistent ones, by queue.
+func (m *Machine) unackedBytes() map[*queueState]unackedSums {
+	out := map[*queueState]unackedSums{}
 	for _, ch := range m.channels {
 		for _, p := range ch.unacked {
-			out[p.q] += uint64(p.m.Size())
+			u := out[p.q]
+			u.bytes += uint64(p.m.Size())
+			if p.m.Persistent {
+				u.persistent++
+			}
+			out[p.q] = u
 		}
 	}
 	return out
 }
 
-// withUnacked fills the unacknowledged bytes of qi.
-func (q *queueState) withUnacked(qi *proto.QueueInfo, unacked map[*queueState]uint64) *proto.QueueInfo {
-	qi.UnackedBytes = unacked[q]
+// withUnacked fills what qi counts of the unacknowledged deliveries: their
+// bytes, and the persistent ones among all of the queue's messages.
+func (q *queueState) withUnacked(qi *proto.QueueInfo, unacked map[*queueState]unackedSums) *proto.QueueInfo {
+	qi.UnackedBytes = unacked[q].bytes
+	qi.MessagesPersistent += unacked[q].persistent
 	return qi
 }

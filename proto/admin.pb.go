@@ -607,9 +607,10 @@ type QueueInfo struct {
 	OwnerConnection string `protobuf:"bytes,18,opt,name=owner_connection,json=ownerConnection" json:"owner_connection,omitempty"`
 	// Bytes of the bodies delivered and not yet acknowledged.
 	UnackedBytes uint64 `protobuf:"varint,19,opt,name=unacked_bytes,json=unackedBytes" json:"unacked_bytes,omitempty"`
-	// RabbitMQ's messages_persistent and head_message_timestamp (unix
-	// seconds, 0 for none): the state does not track them yet, so they are
-	// 0.
+	// RabbitMQ's messages_persistent (ready and unacknowledged messages
+	// published with delivery mode 2) and head_message_timestamp (the
+	// timestamp property of the message at the head, unix seconds; 0 for
+	// none).
 	MessagesPersistent   uint64 `protobuf:"varint,20,opt,name=messages_persistent,json=messagesPersistent" json:"messages_persistent,omitempty"`
 	HeadMessageTimestamp int64  `protobuf:"varint,21,opt,name=head_message_timestamp,json=headMessageTimestamp" json:"head_message_timestamp,omitempty"`
 	unknownFields        protoimpl.UnknownFields

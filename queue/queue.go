@@ -133,6 +133,8 @@ type Queue struct {
 	free    []int32
 	index   ttl.Index
 	seq     uint64
+	// persistent counts the ready messages with delivery mode 2.
+	persistent int
 }
 
 // lane is the FIFO of one priority, a slice used as a deque.
@@ -164,6 +166,9 @@ func (q *Queue) lane(m *Message) *lane {
 // Len is the number of ready messages.
 func (q *Queue) Len() int { return q.count }
 
+// Persistent is the number of ready messages published persistent.
+func (q *Queue) Persistent() int { return q.persistent }
+
 // Bytes is the total body size of the ready messages.
 func (q *Queue) Bytes() int64 { return q.bytes }
 
@@ -189,6 +194,9 @@ func (q *Queue) track(m *Message) {
 	m.slot = s
 	q.count++
 	q.bytes += m.Size()
+	if m.Persistent {
+		q.persistent++
+	}
 	if m.Deadline != ttl.NoDeadline {
 		q.index.Push(uint64(s), m.Deadline)
 	}
@@ -203,6 +211,9 @@ func (q *Queue) untrack(m *Message) {
 	m.slot = -1
 	q.count--
 	q.bytes -= m.Size()
+	if m.Persistent {
+		q.persistent--
+	}
 }
 
 // PushBack appends a ready message to the tail of its priority.
@@ -335,6 +346,9 @@ func (q *Queue) PopExpired(now int64) []*Message {
 		m.slot = -1
 		q.count--
 		q.bytes -= m.Size()
+		if m.Persistent {
+			q.persistent--
+		}
 	}
 	// Compact each lane in one pass.
 	for p := range q.lanes {

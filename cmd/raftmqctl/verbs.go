@@ -84,8 +84,7 @@ var verbs = map[string]verb{
 	"cluster_status": {args: "", max: 0, run: clusterStatus},
 	"list_queues": {args: "[column ...]", max: -1, run: listQueues,
 		help: "leader and members are the raft group's leader and voters, which hold every queue;\n" +
-			"state is always running. message_bytes, messages_persistent and head_message_timestamp\n" +
-			"are not offered: the admin API does not report them.",
+			"state is always running.",
 		columns: columnNames(queueColumns), defaults: queueDefaults},
 	"list_exchanges": {args: "[column ...]", max: -1, run: listExchanges,
 		columns: columnNames(exchangeColumns), defaults: exchangeDefaults},
@@ -213,8 +212,6 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"message_bytes", func(q *proto.QueueInfo) any { return q.GetReadyBytes() + q.GetUnackedBytes() }},
 	{"message_bytes_ready", func(q *proto.QueueInfo) any { return q.GetReadyBytes() }},
 	{"message_bytes_unacknowledged", func(q *proto.QueueInfo) any { return q.GetUnackedBytes() }},
-	// The state does not track persistent messages or the head message's
-	// timestamp yet: 0 and empty until it does.
 	{"messages_persistent", func(q *proto.QueueInfo) any { return q.GetMessagesPersistent() }},
 	{"head_message_timestamp", func(q *proto.QueueInfo) any {
 		if ts := q.GetHeadMessageTimestamp(); ts != 0 {
