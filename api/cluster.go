@@ -111,5 +111,6 @@ func fromFSMStats(st fsm.Stats) StateStats {
 		Queues:         st.Queues,
 		ReadyBytes:     st.ReadyBytes,
 		LeaseDueQueues: st.LeaseDueQueues,
+		Deaths:         st.Deaths,
 	}
 }

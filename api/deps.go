@@ -114,6 +114,9 @@ type StateStats struct {
 	Queues         uint64
 	ReadyBytes     uint64
 	LeaseDueQueues uint64
+	// Deaths are fsm.Stats.Deaths: by reason (fsm.DeathReasons), without
+	// and with a dead-letter exchange.
+	Deaths [4][2]uint64
 }
 
 // Deps are the admin service's collaborators.

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/procfs"
+
+	"github.com/raftmq/raftmq/fsm"
 )
 
 // rabbitCollector serves the names, label sets and types of RabbitMQ's
@@ -34,8 +36,11 @@ type rabbitDescs struct {
 	pqReady, pqUnacked, pqMessages, pqReadyBytes, pqConsume *prometheus.Desc
 	chPublished, chDeliveredAck, chAcked, chConsumers       *prometheus.Desc
 	gReceived, gRouted, gDelivered, gAcked                  *prometheus.Desc
-	raftTerm, raftCommit, raftApplied, raftWritten          *prometheus.Desc
-	memUsed, memLimit, openFDs, maxFDs                      *prometheus.Desc
+	// dead is rabbitmq_global_messages_dead_lettered_<reason>_total, in
+	// fsm.DeathReasons' order.
+	dead                                           []*prometheus.Desc
+	raftTerm, raftCommit, raftApplied, raftWritten *prometheus.Desc
+	memUsed, memLimit, openFDs, maxFDs             *prometheus.Desc
 	// This node's own counts and alarms (MetricsOptions.Counters and
 	// Resources).
 	connOpened, connClosed, chOpened, chClosed, gConfirmed, chConfirmed *prometheus.Desc
@@ -102,10 +107,18 @@ func newRabbitDescs() *rabbitDescs {
 		diskLimit:   d("disk_space_available_limit_bytes", "Free disk space low watermark in bytes"),
 		diskAlarm:   d("alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect"),
 		memAlarm:    d("alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect"),
-		memUsed:     d("process_resident_memory_bytes", "Memory used in bytes"),
-		memLimit:    d("resident_memory_limit_bytes", "Memory high watermark in bytes"),
-		openFDs:     d("process_open_fds", "Open file descriptors"),
-		maxFDs:      d("process_max_fds", "Open file descriptors limit"),
+		dead: func() []*prometheus.Desc {
+			var out []*prometheus.Desc
+			for _, reason := range fsm.DeathReasons {
+				out = append(out, d("global_messages_dead_lettered_"+reason+"_total",
+					"Total number of messages dead-lettered due to "+reason, "queue_type", "dead_letter_strategy"))
+			}
+			return out
+		}(),
+		memUsed:  d("process_resident_memory_bytes", "Memory used in bytes"),
+		memLimit: d("resident_memory_limit_bytes", "Memory high watermark in bytes"),
+		openFDs:  d("process_open_fds", "Open file descriptors"),
+		maxFDs:   d("process_max_fds", "Open file descriptors limit"),
 	}
 }
 
@@ -120,6 +133,7 @@ func (c *rabbitCollector) Describe(ch chan<- *prometheus.Desc) {
 		r.connOpened, r.connClosed, r.chOpened, r.chClosed, r.gConfirmed, r.chConfirmed,
 		r.diskFree, r.diskLimit, r.diskAlarm, r.memAlarm}
 	common = append(common, r.unsplit...)
+	common = append(common, r.dead...)
 	if c.perObject {
 		common = append(common, r.pqReady, r.pqUnacked, r.pqMessages, r.pqReadyBytes, r.pqConsume)
 	} else {
@@ -214,6 +228,13 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(r.gRouted, s.Routed, "amqp091")
 	counter(r.gDelivered, s.Delivered, "amqp091")
 	counter(r.gAcked, s.Acked, "amqp091")
+	// Every raftmq queue is replicated through the log, as a quorum
+	// queue is; a death without a dead-letter exchange is "disabled",
+	// one with it "at_most_once" (no publisher confirms between queues).
+	for i, d := range r.dead {
+		counter(d, s.Deaths[i][0], "rabbit_quorum_queue", "disabled")
+		counter(d, s.Deaths[i][1], "rabbit_quorum_queue", "at_most_once")
+	}
 	if !c.perObject {
 		gauge(r.qReady, s.Ready)
 		gauge(r.qUnacked, s.Unacked)

@@ -56,7 +56,8 @@ func rabbitNode(id, leader string, box *statsBox) (*fakeNode, http.Handler) {
 }
 
 func TestRabbitMetrics_LeaderReportsRabbitMQNames(t *testing.T) {
-	box := &statsBox{s: StateStats{Published: 10, Routed: 12, Delivered: 7, Acked: 6, Ready: 6, Unacked: 2, ReadyBytes: 60, Queues: 2, Consumers: 1}}
+	box := &statsBox{s: StateStats{Published: 10, Routed: 12, Delivered: 7, Acked: 6, Ready: 6, Unacked: 2, ReadyBytes: 60, Queues: 2, Consumers: 1,
+		Deaths: [4][2]uint64{{3, 4}, {0, 5}, {1, 0}, {0, 2}}}}
 	_, h := rabbitNode("n1", "n1", box)
 	got, types := scrapeTyped(t, h, "/metrics")
 
@@ -90,6 +91,11 @@ func TestRabbitMetrics_LeaderReportsRabbitMQNames(t *testing.T) {
 	wantSample(t, got, `rabbitmq_global_messages_routed_total{protocol="amqp091"}`, 12)
 	wantSample(t, got, `rabbitmq_global_messages_delivered_total{protocol="amqp091"}`, 7)
 	wantSample(t, got, `rabbitmq_global_messages_acknowledged_total{protocol="amqp091"}`, 6)
+	wantSample(t, got, `rabbitmq_global_messages_dead_lettered_expired_total{dead_letter_strategy="disabled",queue_type="rabbit_quorum_queue"}`, 3)
+	wantSample(t, got, `rabbitmq_global_messages_dead_lettered_expired_total{dead_letter_strategy="at_most_once",queue_type="rabbit_quorum_queue"}`, 4)
+	wantSample(t, got, `rabbitmq_global_messages_dead_lettered_maxlen_total{dead_letter_strategy="at_most_once",queue_type="rabbit_quorum_queue"}`, 5)
+	wantSample(t, got, `rabbitmq_global_messages_dead_lettered_rejected_total{dead_letter_strategy="disabled",queue_type="rabbit_quorum_queue"}`, 1)
+	wantSample(t, got, `rabbitmq_global_messages_dead_lettered_delivery_limit_total{dead_letter_strategy="at_most_once",queue_type="rabbit_quorum_queue"}`, 2)
 	wantSample(t, got, "rabbitmq_raft_term_total", 4)
 	wantSample(t, got, "rabbitmq_raft_log_commit_index", 30)
 	wantSample(t, got, "rabbitmq_raft_log_last_applied_index", 29)

@@ -151,6 +151,13 @@ func (s *state) channel(ref *proto.ChannelRef) *channel {
 // exchange; without one (or with a missing one) the message is dropped.
 func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	dlx, ok := q.dlx()
+	if s.atLeast(5) {
+		for i, r := range DeathReasons {
+			if r == reason {
+				s.stats.Deaths[i][boolIndex(ok)]++
+			}
+		}
+	}
 	if !ok {
 		return
 	}
@@ -202,6 +209,13 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 		s.stats.DeadLettered++
 		s.enqueue(t, nm, true)
 	}
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // encodeProps is the form messages hold their properties in (queue.Message

@@ -27,7 +27,8 @@ const (
 	// features flag (features.go), 6 each channel's settlement time and
 	// each unacknowledged delivery's assignment time and held flag
 	// (consumer_timeout.go), 7 names each message's body instead of
-	// holding it (queue.Body) and holds its properties encoded.
+	// holding it (queue.Body), holds its properties encoded, and adds
+	// the deaths by reason (Stats.Deaths).
 	snapVersion = 7
 	// bodyRefFormat is the first format that names bodies.
 	bodyRefFormat = 7
@@ -131,6 +132,12 @@ func (s *state) encodeTo(e *enc) {
 	st := s.stats
 	for _, v := range []uint64{st.Published, st.Routed, st.Delivered, st.Acked, st.Requeued, st.Expired, st.DeadLettered, st.Dropped, st.Rejected, st.Purged, st.Refused} {
 		e.u(v)
+	}
+	if v >= bodyRefFormat {
+		for _, r := range st.Deaths {
+			e.u(r[0])
+			e.u(r[1])
+		}
 	}
 	e.u(uint64(len(s.users)))
 	for _, k := range sortedKeys(s.users) {
@@ -524,6 +531,12 @@ func decodeState(b []byte) (*state, error) {
 	st := &s.stats
 	for _, p := range []*uint64{&st.Published, &st.Routed, &st.Delivered, &st.Acked, &st.Requeued, &st.Expired, &st.DeadLettered, &st.Dropped, &st.Rejected, &st.Purged, &st.Refused} {
 		*p = d.u()
+	}
+	if version >= bodyRefFormat {
+		for i := range st.Deaths {
+			st.Deaths[i][0] = d.u()
+			st.Deaths[i][1] = d.u()
+		}
 	}
 	for n := d.n(); n > 0 && d.err == nil; n-- {
 		u := &user{name: d.s(), hash: d.by(), alg: d.s()}

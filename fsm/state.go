@@ -31,7 +31,14 @@ type Stats struct {
 	Overdue      uint64 // queued messages whose deadline is <= the clock
 	// LeaseDueQueues counts queues whose x-expires lease is due.
 	LeaseDueQueues uint64
+	// Deaths counts messages that died, by reason (DeathReasons) and by
+	// whether their queue had a dead-letter exchange ([1]) or not ([0]),
+	// from protocol level 5 on.
+	Deaths [4][2]uint64
 }
+
+// DeathReasons are the reasons Stats.Deaths counts, in its order.
+var DeathReasons = [4]string{ttl.ReasonExpired, ttl.ReasonMaxLen, ttl.ReasonRejected, ReasonDeliveryLimit}
 
 type state struct {
 	clock int64

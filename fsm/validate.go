@@ -73,7 +73,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  4. ConsumerTimeout; deliveries record when they were assigned, a
 //     queue declared from this level on refuses an invalid
 //     x-consumer-timeout, and a policy an invalid consumer-timeout
-const Protocol = 4
+//  5. deaths are counted by reason and dead-letter strategy (Stats.Deaths)
+const Protocol = 5
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
