@@ -43,6 +43,10 @@ var DeathReasons = [4]string{ttl.ReasonExpired, ttl.ReasonMaxLen, ttl.ReasonReje
 type state struct {
 	clock int64
 	index uint64
+	// inline is set when a restore gave messages their bodies inline
+	// (a snapshot format before 7): snapshots then copy messages for a
+	// later encoding instead of encoding under the lock (snapshot).
+	inline bool
 	// pos is the position of the command being applied in its entry:
 	// with index, the name of a published body (queue.Body).
 	pos         uint32
