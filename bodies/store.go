@@ -263,6 +263,10 @@ func (s *Store) getFile(k Key) ([]byte, bool, error) {
 }
 
 // inFile says whether a file the store keeps has k.
+// InFile says whether a body file holds k: a key that no longer needs
+// its log entry.
+func (s *Store) InFile(k Key) bool { return s.inFile(k, true) }
+
 func (s *Store) inFile(k Key, activeOnly bool) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

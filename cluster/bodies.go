@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/hashicorp/raft"
 
@@ -398,4 +400,43 @@ func (b *batchBodies) read(ref queue.Body) ([]byte, error) {
 		return nil, fmt.Errorf("cluster: body %d/%d: no body store", ref.Index, ref.Pos)
 	}
 	return b.store.Get(bodies.Key{Index: ref.Index, Pos: ref.Pos})
+}
+
+// holdDenseLog lowers the compaction point to below the oldest live body
+// while the log is mostly live bodies: relocating such a log (a backlog
+// waiting for its consumers) would copy it for next to no disk gained,
+// and the copy competes with the traffic. Once consumers have taken more
+// than half of it, the log is compacted and what is left relocated. Only
+// the write-ahead log's size can be read cheaply (its segment files); a
+// bolt log always relocates.
+func (n *Node) holdDenseLog(live []bodies.Live, to uint64) uint64 {
+	if n.logKind != LogStoreWAL {
+		return to
+	}
+	// The oldest body only the log holds; bodies already in files pin
+	// nothing.
+	oldest, liveBytes := uint64(0), int64(0)
+	for _, l := range live {
+		if l.Key.Index <= to && oldest == 0 && !n.bodies.InFile(l.Key) {
+			oldest = l.Key.Index
+		}
+		liveBytes += l.Size
+	}
+	if oldest == 0 {
+		return to
+	}
+	entries, err := os.ReadDir(filepath.Join(n.cfg.DataDir, walDir))
+	if err != nil {
+		return to
+	}
+	var logBytes int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			logBytes += info.Size()
+		}
+	}
+	if 2*liveBytes < logBytes {
+		return to
+	}
+	return oldest - 1
 }

@@ -238,6 +238,7 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		if t := s.n.cfg.TrailingLogs; s.index > t {
 			to = s.index - t
 		}
+		to = s.n.holdDenseLog(live, to)
 		if err := store.Retain(live, to); err != nil {
 			// The pin stays where it was: the log is kept, nothing lost.
 			s.n.log.Error("body store: cannot relocate the bodies of the compacted log", "err", err)

@@ -245,6 +245,8 @@ type Node struct {
 	// bodies reads message bodies back (bodies.go); nil only in tests
 	// that build a Node by hand.
 	bodies *bodies.Store
+	// logKind is the log store's kind (LogStoreWAL, LogStoreBolt).
+	logKind string
 	// bodyToken marks the bodies this node appends to the snapshots it
 	// sends (bodiesSnapshots).
 	bodyToken [tokenLen]byte
@@ -375,6 +377,7 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	n.store = store
+	n.logKind = kind
 	n.log.Info("raft log store", "kind", kind)
 	hlog := newHCLogger(n.log.With("subsystem", "raft"))
 	files, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)

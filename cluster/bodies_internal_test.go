@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/bodies"
+)
+
+// A write-ahead log that is mostly live bodies is held below its oldest
+// one instead of being relocated; once less than half of it is live, the
+// compaction point stands and the store relocates what is left. A bolt
+// log is never held.
+func TestHoldDenseLog(t *testing.T) {
+	dir := t.TempDir()
+	store, err := bodies.Open(filepath.Join(dir, "bodies"), raft.NewInmemStore(), bodies.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	n := &Node{cfg: Config{DataDir: dir}, logKind: LogStoreWAL, bodies: store}
+	if err := os.MkdirAll(filepath.Join(dir, walDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setLog := func(size int) {
+		if err := os.WriteFile(filepath.Join(dir, walDir, "00001.wal"), make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := []bodies.Live{{Key: bodies.Key{Index: 10}, Size: 300}, {Key: bodies.Key{Index: 20}, Size: 300}, {Key: bodies.Key{Index: 90}, Size: 100}}
+
+	setLog(1000) // 700 of 1000 bytes live: held below entry 10
+	if got := n.holdDenseLog(live, 50); got != 9 {
+		t.Fatalf("dense log: compaction point %d, want 9", got)
+	}
+	setLog(2000) // 700 of 2000: compacted to 50, relocating 10 and 20
+	if got := n.holdDenseLog(live, 50); got != 50 {
+		t.Fatalf("sparse log: compaction point %d, want 50", got)
+	}
+	setLog(1000)
+	if got := n.holdDenseLog(live[2:], 50); got != 50 {
+		t.Fatalf("nothing live below the compaction point: %d, want 50", got)
+	}
+	n.logKind = LogStoreBolt
+	if got := n.holdDenseLog(live, 50); got != 50 {
+		t.Fatalf("bolt log: compaction point %d, want 50", got)
+	}
+}
