@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -31,23 +30,12 @@ import (
 )
 
 func main() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
-	}
 	if wantsVersion(os.Args[1:]) {
 		fmt.Println(api.ProductVersion())
 		os.Exit(0)
 	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 }
-
-// defaultGCPercent is the garbage collector's target unless GOGC says
-// otherwise. A broker's heap is mostly message bodies, which hold no
-// pointers and cost the collector little to mark, so collecting at 1.5×
-// the live heap rather than 2× costs little CPU and brings the resident
-// size per queued 1 KiB message under 2 KiB (2.19 KiB at 100, 1.92 at 50,
-// with 1,000,000 queued; docs/performance.md).
-const defaultGCPercent = 50
 
 func run(args []string, env func(string) string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "probe" {
