@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -439,4 +440,41 @@ func (n *Node) holdDenseLog(live []bodies.Live, to uint64) uint64 {
 		return to
 	}
 	return oldest - 1
+}
+
+// reclaimLoop snapshots once most of the bodies the last snapshot named
+// are gone. Bodies are reclaimed (log compacted, body files deleted) only
+// when a snapshot no longer names them, and raft snapshots by entry
+// count: a drained backlog on a cluster that then goes quiet would keep
+// its disk for as long as nothing else is written.
+func (n *Node) reclaimLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.cfg.SnapshotInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			n.reclaimBodies()
+		case <-n.closing:
+			return
+		}
+	}
+}
+
+func (n *Node) reclaimBodies() {
+	named := n.snapLive.Load()
+	if named == 0 || n.Err() != nil {
+		return
+	}
+	var queued uint64
+	n.View(func(m *fsm.Machine) {
+		st := m.Stats()
+		queued = st.Ready + st.Unacked
+	})
+	if int64(queued)*2 > named {
+		return
+	}
+	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		n.log.Warn("snapshot to reclaim message bodies", "err", err)
+	}
 }

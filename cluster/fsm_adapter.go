@@ -188,6 +188,7 @@ func (a *fsmAdapter) restoreBodies(sr *snapshotReader, index uint64) error {
 	if store == nil {
 		return nil
 	}
+	a.n.snapLive.Store(int64(len(live)))
 	if follow && token != a.n.bodyToken {
 		if err := importBodies(store, sr.r, live); err != nil {
 			return err
@@ -238,6 +239,7 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		if t := s.n.cfg.TrailingLogs; s.index > t {
 			to = s.index - t
 		}
+		s.n.snapLive.Store(int64(len(live)))
 		to = s.n.holdDenseLog(live, to)
 		if err := store.Retain(live, to); err != nil {
 			// The pin stays where it was: the log is kept, nothing lost.

@@ -247,6 +247,8 @@ type Node struct {
 	bodies *bodies.Store
 	// logKind is the log store's kind (LogStoreWAL, LogStoreBolt).
 	logKind string
+	// snapLive is how many bodies the last snapshot named (reclaimLoop).
+	snapLive atomic.Int64
 	// bodyToken marks the bodies this node appends to the snapshots it
 	// sends (bodiesSnapshots).
 	bodyToken [tokenLen]byte
@@ -348,11 +350,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.GRPCServer != nil {
 		n.registerInternal(cfg.GRPCServer)
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go n.runBatcher()
 	go n.runCompleter()
 	go n.monitorLeadership()
 	go n.housekeeping()
+	go n.reclaimLoop()
 	n.loadPeers()
 	if len(n.joinSeeds()) > 0 {
 		n.wg.Add(1)
