@@ -130,10 +130,15 @@ func (w *DiskWatcher) State() (free, limit uint64, alarm, ok bool) {
 
 // Run checks every interval until ctx is done.
 func (w *DiskWatcher) Run(ctx context.Context, interval time.Duration) {
+	checkEvery(ctx, interval, func() { w.Check() })
+}
+
+// checkEvery runs check at once and then every interval until ctx is done.
+func checkEvery(ctx context.Context, interval time.Duration, check func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		w.Check()
+		check()
 		select {
 		case <-ctx.Done():
 			return

@@ -74,14 +74,5 @@ func (w *MemoryWatcher) Alarm() bool {
 
 // Run checks every interval until ctx is done.
 func (w *MemoryWatcher) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		w.Check()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	checkEvery(ctx, interval, func() { w.Check() })
 }

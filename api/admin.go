@@ -362,6 +362,20 @@ func (s *AdminServer) ListConnections(ctx context.Context, req *proto.ListConnec
 	if req.GetLocal() {
 		return out, nil
 	}
+	askPeers(ctx, s, "list connections", func(ctx context.Context, c proto.AdminClient) (*proto.ListConnectionsResponse, error) {
+		return c.ListConnections(ctx, &proto.ListConnectionsRequest{Local: true})
+	}, func(_ string, r *proto.ListConnectionsResponse) {
+		out.Connections = append(out.Connections, r.GetConnections()...)
+	})
+	sortConnections(out.Connections)
+	return out, nil
+}
+
+// askPeers calls ask on the Admin service of every other alive member in
+// parallel, each within the peer timeout and with the caller's
+// credentials, and hands each answer to keep, one at a time; a peer that
+// cannot be reached or fails is logged (what) and left out.
+func askPeers[T any](ctx context.Context, s *AdminServer, what string, ask func(context.Context, proto.AdminClient) (T, error), keep func(id string, r T)) {
 	self := s.node.NodeID()
 	var (
 		mu sync.Mutex
@@ -373,27 +387,25 @@ func (s *AdminServer) ListConnections(ctx context.Context, req *proto.ListConnec
 		}
 		c, err := s.peers.Admin(m.GetGrpcAddr())
 		if err != nil {
-			s.log.Warn("list connections: peer unreachable", "node", m.GetId(), "err", err)
+			s.log.Warn(what+": peer unreachable", "node", m.GetId(), "err", err)
 			continue
 		}
 		wg.Add(1)
-		go func(id string, c proto.AdminClient) {
+		go func(id string) {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(withCallerCredentials(ctx), s.peerTimeout)
 			defer cancel()
-			r, err := c.ListConnections(pctx, &proto.ListConnectionsRequest{Local: true})
+			r, err := ask(pctx, c)
 			if err != nil {
-				s.log.Warn("list connections: peer failed", "node", id, "err", err)
+				s.log.Warn(what+": peer failed", "node", id, "err", err)
 				return
 			}
 			mu.Lock()
-			out.Connections = append(out.Connections, r.GetConnections()...)
+			keep(id, r)
 			mu.Unlock()
-		}(m.GetId(), c)
+		}(m.GetId())
 	}
 	wg.Wait()
-	sortConnections(out.Connections)
-	return out, nil
 }
 
 // sortConnections orders connections by node, then id.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"sync"
 
 	"github.com/raftmq/raftmq/proto"
 )
@@ -56,37 +55,10 @@ type nodeAlarm struct{ node, resource string }
 // timeout). A member that does not answer is left out and logged, as
 // ListConnections leaves it out.
 func (s *AdminServer) nodeStatuses(ctx context.Context) map[string]*proto.ClusterStatusResponse {
-	self := s.node.NodeID()
-	out := map[string]*proto.ClusterStatusResponse{self: s.clusterStatus()}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, m := range s.node.Members() {
-		if m.GetId() == self || m.GetGrpcAddr() == "" || (m.GetHealth() != "" && m.GetHealth() != "alive") {
-			continue
-		}
-		c, err := s.peers.Admin(m.GetGrpcAddr())
-		if err != nil {
-			s.log.Warn("node status: peer unreachable", "node", m.GetId(), "err", err)
-			continue
-		}
-		wg.Add(1)
-		go func(id string) {
-			defer wg.Done()
-			pctx, cancel := context.WithTimeout(withCallerCredentials(ctx), s.peerTimeout)
-			defer cancel()
-			r, err := c.ClusterStatus(pctx, &proto.ClusterStatusRequest{})
-			if err != nil {
-				s.log.Warn("node status: peer failed", "node", id, "err", err)
-				return
-			}
-			mu.Lock()
-			out[id] = r
-			mu.Unlock()
-		}(m.GetId())
-	}
-	wg.Wait()
+	out := map[string]*proto.ClusterStatusResponse{s.node.NodeID(): s.clusterStatus()}
+	askPeers(ctx, s, "node status", func(ctx context.Context, c proto.AdminClient) (*proto.ClusterStatusResponse, error) {
+		return c.ClusterStatus(ctx, &proto.ClusterStatusRequest{})
+	}, func(id string, r *proto.ClusterStatusResponse) { out[id] = r })
 	return out
 }
 
