@@ -12,17 +12,28 @@ type Counters struct {
 	// Confirmed counts the messages confirmed to publishers (basic.ack in
 	// confirm mode; one per message however the acks are coalesced).
 	Confirmed uint64
+	// Returned and Dropped count the publishes the log routed to no
+	// queue: returned with basic.return (mandatory) or dropped.
+	Returned, Dropped uint64
+	// GetEmpty counts the basic.get answered with basic.get-empty.
+	GetEmpty uint64
+	// QueuesDeclared counts the queue.declare (not passive) that
+	// succeeded, whether they created the queue or found it.
+	QueuesDeclared uint64
 }
 
 type counters struct {
 	connOpened, connClosed, chOpened, chClosed, confirmed atomic.Uint64
+	returned, dropped, getEmpty, queuesDeclared           atomic.Uint64
 }
 
 // Counters returns the node's counters.
 func (s *Server) Counters() Counters {
 	c := &s.counts
 	return Counters{ConnectionsOpened: c.connOpened.Load(), ConnectionsClosed: c.connClosed.Load(),
-		ChannelsOpened: c.chOpened.Load(), ChannelsClosed: c.chClosed.Load(), Confirmed: c.confirmed.Load()}
+		ChannelsOpened: c.chOpened.Load(), ChannelsClosed: c.chClosed.Load(), Confirmed: c.confirmed.Load(),
+		Returned: c.returned.Load(), Dropped: c.dropped.Load(), GetEmpty: c.getEmpty.Load(),
+		QueuesDeclared: c.queuesDeclared.Load()}
 }
 
 // Counters returns the node's counters.

@@ -290,6 +290,9 @@ func (ch *channel) handleQueueDeclare(m *wire.QueueDeclare) *wire.Error {
 		name = res.GetQueue()
 	}
 	ch.lastQueue = name
+	if !m.Passive {
+		ch.c.srv.counts.queuesDeclared.Add(1)
+	}
 	if !m.NoWait {
 		ch.c.send(ch.id, &wire.QueueDeclareOk{Queue: name, MessageCount: res.GetMessageCount(), ConsumerCount: res.GetConsumerCount()})
 	}
@@ -534,6 +537,7 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 	}
 	g := res.GetGet()
 	if g == nil {
+		ch.c.srv.counts.getEmpty.Add(1)
 		ch.c.send(ch.id, &wire.BasicGetEmpty{})
 		return nil
 	}
@@ -664,9 +668,15 @@ func (ch *channel) publishCommand(ref *proto.ChannelRef, it item) (*proto.Comman
 }
 
 // returnUnroutable sends basic.return for a mandatory publish the log
-// routed nowhere.
+// routed nowhere, and counts the publish as returned or dropped.
 func (ch *channel) returnUnroutable(it item, r *proto.Result) {
-	if m := it.m.(*wire.BasicPublish); m.Mandatory && !r.GetRouted() {
+	if r.GetRouted() {
+		return
+	}
+	if m := it.m.(*wire.BasicPublish); !m.Mandatory {
+		ch.c.srv.counts.dropped.Add(1)
+	} else {
+		ch.c.srv.counts.returned.Add(1)
 		ch.c.sendContent(ch.id, &wire.BasicReturn{
 			ReplyCode: wire.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
 		}, it.props, it.body)

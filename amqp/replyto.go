@@ -227,7 +227,9 @@ func (ch *channel) sendReply(it item, p *proto.Publish) {
 	if !delivered {
 		ch.c.logger().Debug("direct reply dropped: no such reply consumer", "channel", ch.id, "name", p.GetRoutingKey())
 	}
-	ch.returnUnroutable(it, &proto.Result{})
+	// A delivered reply is returned all the same when mandatory (it went
+	// to no queue), but one that is not mandatory was not dropped.
+	ch.returnUnroutable(it, &proto.Result{Routed: delivered && !it.m.(*wire.BasicPublish).Mandatory})
 }
 
 // takeReply writes a reply for the channel's reply consumer when key is

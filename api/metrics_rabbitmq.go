@@ -45,6 +45,7 @@ type rabbitDescs struct {
 	// Resources).
 	connOpened, connClosed, chOpened, chClosed, gConfirmed, chConfirmed *prometheus.Desc
 	diskFree, diskLimit, diskAlarm, memAlarm                            *prometheus.Desc
+	unroutableReturned, unroutableDropped, getEmpty, queuesDeclared     *prometheus.Desc
 	// unsplit are RabbitMQ's other delivery counters, by ack mode and
 	// basic.get; raftmq's log counts every delivery in one.
 	unsplit []*prometheus.Desc
@@ -97,16 +98,20 @@ func newRabbitDescs() *rabbitDescs {
 			d("channel_get_total", "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
 			d("channel_get_ack_total", "Total number of messages fetched with basic.get in manual acknowledgement mode"),
 		},
-		connOpened:  d("connections_opened_total", "Total number of connections opened"),
-		connClosed:  d("connections_closed_total", "Total number of connections closed or terminated"),
-		chOpened:    d("channels_opened_total", "Total number of channels opened"),
-		chClosed:    d("channels_closed_total", "Total number of channels closed"),
-		gConfirmed:  d("global_messages_confirmed_total", "Total number of messages confirmed to publishers", p),
-		chConfirmed: d("channel_messages_confirmed_total", "Total number of messages published into an exchange and confirmed on the channel"),
-		diskFree:    d("disk_space_available_bytes", "Disk space available in bytes"),
-		diskLimit:   d("disk_space_available_limit_bytes", "Free disk space low watermark in bytes"),
-		diskAlarm:   d("alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect"),
-		memAlarm:    d("alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect"),
+		connOpened:         d("connections_opened_total", "Total number of connections opened"),
+		connClosed:         d("connections_closed_total", "Total number of connections closed or terminated"),
+		chOpened:           d("channels_opened_total", "Total number of channels opened"),
+		chClosed:           d("channels_closed_total", "Total number of channels closed"),
+		gConfirmed:         d("global_messages_confirmed_total", "Total number of messages confirmed to publishers", p),
+		chConfirmed:        d("channel_messages_confirmed_total", "Total number of messages published into an exchange and confirmed on the channel"),
+		unroutableReturned: d("channel_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable"),
+		unroutableDropped:  d("channel_messages_unroutable_dropped_total", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable"),
+		getEmpty:           d("channel_get_empty_total", "Total number of times basic.get operations fetched no message"),
+		queuesDeclared:     d("queues_declared_total", "Total number of queues declared"),
+		diskFree:           d("disk_space_available_bytes", "Disk space available in bytes"),
+		diskLimit:          d("disk_space_available_limit_bytes", "Free disk space low watermark in bytes"),
+		diskAlarm:          d("alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect"),
+		memAlarm:           d("alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect"),
 		dead: func() []*prometheus.Desc {
 			var out []*prometheus.Desc
 			for _, reason := range fsm.DeathReasons {
@@ -131,7 +136,8 @@ func (c *rabbitCollector) Describe(ch chan<- *prometheus.Desc) {
 		r.raftTerm, r.raftCommit, r.raftApplied, r.raftWritten,
 		r.memUsed, r.memLimit, r.openFDs, r.maxFDs,
 		r.connOpened, r.connClosed, r.chOpened, r.chClosed, r.gConfirmed, r.chConfirmed,
-		r.diskFree, r.diskLimit, r.diskAlarm, r.memAlarm}
+		r.diskFree, r.diskLimit, r.diskAlarm, r.memAlarm,
+		r.unroutableReturned, r.unroutableDropped, r.getEmpty, r.queuesDeclared}
 	common = append(common, r.unsplit...)
 	common = append(common, r.dead...)
 	if c.perObject {
@@ -187,8 +193,9 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(r.openFDs, open)
 		gauge(r.maxFDs, max)
 	}
-	// Connections, channels and confirms are each node's own, as in
-	// RabbitMQ: every node reports its count.
+	// Connections, channels, confirms, unroutable publishes, empty gets
+	// and queue declarations are each node's own (the node that served
+	// the client), as in RabbitMQ: every node reports its count.
 	if o.Counters != nil {
 		nc := o.Counters()
 		counter(r.connOpened, nc.ConnectionsOpened)
@@ -197,6 +204,10 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(r.chClosed, nc.ChannelsClosed)
 		counter(r.gConfirmed, nc.Confirmed, "amqp091")
 		counter(r.chConfirmed, nc.Confirmed)
+		counter(r.unroutableReturned, nc.Returned)
+		counter(r.unroutableDropped, nc.Dropped)
+		counter(r.getEmpty, nc.GetEmpty)
+		counter(r.queuesDeclared, nc.QueuesDeclared)
 	}
 	if o.Resources != nil {
 		res := o.Resources()

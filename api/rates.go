@@ -19,6 +19,9 @@ type NodeCounters struct {
 	ConnectionsOpened, ConnectionsClosed uint64
 	ChannelsOpened, ChannelsClosed       uint64
 	Confirmed                            uint64
+	Returned, Dropped                    uint64
+	GetEmpty                             uint64
+	QueuesDeclared                       uint64
 }
 
 // counterSample is one reading of the message counters: the cluster's

@@ -110,7 +110,8 @@ func TestRabbitMetrics_NodeCountersAndDisk(t *testing.T) {
 	box := &resourceBox{r: Resources{DiskAlarm: true, DiskFree: 1 << 20, DiskFreeLimit: 1 << 30}}
 	m := NewMetrics(MetricsOptions{Node: n, Resources: box.get,
 		Counters: func() NodeCounters {
-			return NodeCounters{ConnectionsOpened: 5, ConnectionsClosed: 3, ChannelsOpened: 9, ChannelsClosed: 4, Confirmed: 42}
+			return NodeCounters{ConnectionsOpened: 5, ConnectionsClosed: 3, ChannelsOpened: 9, ChannelsClosed: 4, Confirmed: 42,
+				Returned: 6, Dropped: 7, GetEmpty: 8, QueuesDeclared: 11}
 		}})
 	got, types := scrapeTyped(t, NewHTTPHandler(HTTPDeps{Node: n, Metrics: m}), "/metrics")
 	wantSample(t, got, "rabbitmq_connections_opened_total", 5)
@@ -119,6 +120,10 @@ func TestRabbitMetrics_NodeCountersAndDisk(t *testing.T) {
 	wantSample(t, got, "rabbitmq_channels_closed_total", 4)
 	wantSample(t, got, `rabbitmq_global_messages_confirmed_total{protocol="amqp091"}`, 42)
 	wantSample(t, got, "rabbitmq_channel_messages_confirmed_total", 42)
+	wantSample(t, got, "rabbitmq_channel_messages_unroutable_returned_total", 6)
+	wantSample(t, got, "rabbitmq_channel_messages_unroutable_dropped_total", 7)
+	wantSample(t, got, "rabbitmq_channel_get_empty_total", 8)
+	wantSample(t, got, "rabbitmq_queues_declared_total", 11)
 	wantSample(t, got, "rabbitmq_disk_space_available_bytes", 1<<20)
 	wantSample(t, got, "rabbitmq_disk_space_available_limit_bytes", 1<<30)
 	wantSample(t, got, "rabbitmq_alarms_free_disk_space_watermark", 1)
