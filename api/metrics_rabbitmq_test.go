@@ -206,3 +206,83 @@ func TestRabbitMetrics_MemoryAndFDs(t *testing.T) {
 		t.Fatal("a memory limit without the option")
 	}
 }
+
+// overviewNames are the metric names the panel expressions of Grafana's
+// "RabbitMQ-Overview" dashboard (rabbitmq-server's
+// deps/rabbitmq_prometheus/docker/grafana/dashboards) use, written out by
+// hand. Each expression joins its series to rabbitmq_identity_info on
+// instance, taking rabbitmq_cluster and rabbitmq_node from it. Not served,
+// so their panels stay empty: rabbitmq_channel_messages_unconfirmed (no
+// node keeps a count of its unconfirmed publishes),
+// rabbitmq_queues_created_total and rabbitmq_queues_deleted_total (the
+// log does not tell a declare that created from one that found, and
+// queues are deleted by the state machine too: auto-delete, exclusive
+// owners, expiry), rabbitmq_process_{max,open}_tcp_sockets (the Erlang
+// VM's socket limit, which a Go process does not have).
+var overviewNames = []string{
+	"rabbitmq_identity_info",
+	"rabbitmq_build_info",
+	"rabbitmq_queue_messages_ready",
+	"rabbitmq_queue_messages_unacked",
+	"rabbitmq_queues",
+	"rabbitmq_connections",
+	"rabbitmq_channels",
+	"rabbitmq_channel_consumers",
+	"rabbitmq_channel_messages_published_total",
+	"rabbitmq_channel_messages_confirmed_total",
+	"rabbitmq_queue_messages_published_total",
+	"rabbitmq_channel_messages_unroutable_dropped_total",
+	"rabbitmq_channel_messages_unroutable_returned_total",
+	"rabbitmq_channel_messages_delivered_total",
+	"rabbitmq_channel_messages_delivered_ack_total",
+	"rabbitmq_channel_messages_redelivered_total",
+	"rabbitmq_channel_messages_acked_total",
+	"rabbitmq_channel_get_total",
+	"rabbitmq_channel_get_ack_total",
+	"rabbitmq_channel_get_empty_total",
+	"rabbitmq_queues_declared_total",
+	"rabbitmq_channels_opened_total",
+	"rabbitmq_channels_closed_total",
+	"rabbitmq_connections_opened_total",
+	"rabbitmq_connections_closed_total",
+	"rabbitmq_resident_memory_limit_bytes",
+	"rabbitmq_process_resident_memory_bytes",
+	"rabbitmq_disk_space_available_bytes",
+	"rabbitmq_process_max_fds",
+	"rabbitmq_process_open_fds",
+}
+
+// TestRabbitMetrics_OverviewDashboardNames: a leader configured as
+// cmd/raftmq configures it serves every name RabbitMQ-Overview reads, and
+// rabbitmq_identity_info carries the two labels its joins take.
+func TestRabbitMetrics_OverviewDashboardNames(t *testing.T) {
+	if _, _, ok := fileDescriptors(); !ok {
+		t.Skip("no /proc: rabbitmq_process_{open,max}_fds are not served here")
+	}
+	n := newFakeNode("n1")
+	n.leaderID = "n1"
+	// /metrics/per-object has queue series only for queues that exist.
+	n.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "orders", Ready: 1}}
+	box := &statsBox{s: StateStats{Published: 3, Ready: 1, Queues: 1}}
+	m := NewMetrics(MetricsOptions{Node: n, Conns: &fakeConns{}, Stats: box.get, ClusterName: "prod",
+		MemoryUsed: func() uint64 { return 1 }, MemoryLimit: 2,
+		Counters:  func() NodeCounters { return NodeCounters{} },
+		Resources: (&resourceBox{r: Resources{DiskFree: 1}}).get})
+	h := NewHTTPHandler(HTTPDeps{Node: n, Metrics: m})
+	for _, path := range []string{"/metrics", "/metrics/per-object"} {
+		got, _ := scrapeTyped(t, h, path)
+		names := map[string]bool{}
+		for k := range got {
+			name, labels, _ := strings.Cut(k, "{")
+			names[name] = true
+			if name == "rabbitmq_identity_info" && (!strings.Contains(labels, `rabbitmq_cluster="prod"`) || !strings.Contains(labels, `rabbitmq_node="n1"`)) {
+				t.Errorf("%s: identity without the join's labels: %s", path, k)
+			}
+		}
+		for _, name := range overviewNames {
+			if !names[name] {
+				t.Errorf("%s: %s missing", path, name)
+			}
+		}
+	}
+}
