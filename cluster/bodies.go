@@ -172,41 +172,61 @@ type snapshotReader struct {
 
 var errSnapshotFraming = errors.New("cluster: snapshot damaged (framing)")
 
-// state returns the state machine's snapshot bytes and whether the file
-// is in the framed format (false: the whole file was the state).
-func (s *snapshotReader) state() ([]byte, bool, error) {
+// framed reports whether the file is in the framed format and reads its
+// header (false: the whole file is the state, written before framing).
+func (s *snapshotReader) framed() (bool, error) {
 	head, err := s.r.Peek(len(snapFrameMagic))
 	if err != nil {
-		return nil, false, fmt.Errorf("cluster: snapshot too short: %w", err)
+		return false, fmt.Errorf("cluster: snapshot too short: %w", err)
 	}
 	if string(head) != snapFrameMagic {
-		b, err := io.ReadAll(s.r)
-		return b, false, err
+		return false, nil
 	}
 	var hdr [5]byte
 	if _, err := io.ReadFull(s.r, hdr[:]); err != nil {
-		return nil, true, err
+		return true, errSnapshotFraming
 	}
 	if hdr[4] != snapFrameVersion {
-		return nil, true, fmt.Errorf("cluster: snapshot framing version %d, this version reads %d: written by a newer version", hdr[4], snapFrameVersion)
+		return true, fmt.Errorf("cluster: snapshot framing version %d, this version reads %d: written by a newer version", hdr[4], snapFrameVersion)
 	}
-	var out bytes.Buffer
+	return true, nil
+}
+
+// chunks copies the state machine's chunks to w, up to the empty chunk
+// that ends them.
+func (s *snapshotReader) chunks(w io.Writer) error {
 	for {
 		var h [4]byte
 		if _, err := io.ReadFull(s.r, h[:]); err != nil {
-			return nil, true, errSnapshotFraming
+			return errSnapshotFraming
 		}
 		n := binary.BigEndian.Uint32(h[:])
 		if n == 0 {
-			return out.Bytes(), true, nil
+			return nil
 		}
 		if n > maxChunk {
-			return nil, true, errSnapshotFraming
+			return errSnapshotFraming
 		}
-		if _, err := io.CopyN(&out, s.r, int64(n)); err != nil {
-			return nil, true, errSnapshotFraming
+		if _, err := io.CopyN(w, s.r, int64(n)); err != nil {
+			return errSnapshotFraming
 		}
 	}
+}
+
+// state returns the state machine's snapshot bytes and whether the file
+// is in the framed format.
+func (s *snapshotReader) state() ([]byte, bool, error) {
+	framed, err := s.framed()
+	if err != nil {
+		return nil, framed, err
+	}
+	var out bytes.Buffer
+	if !framed {
+		_, err = io.Copy(&out, s.r)
+	} else {
+		err = s.chunks(&out)
+	}
+	return out.Bytes(), framed, err
 }
 
 // bodyList reads the named bodies.
@@ -277,7 +297,9 @@ func (s *bodiesSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, er
 	framed, live, follow, err := sr.skim()
 	rc.Close()
 	if err != nil {
-		return nil, nil, fmt.Errorf("cluster: snapshot %s: %w", id, err)
+		err = fmt.Errorf("cluster: snapshot %s: %w", id, err)
+		s.fail(id, err)
+		return nil, nil, err
 	}
 	meta, rc, err = s.snapshotStore.Open(id)
 	if err != nil || !framed || follow {
@@ -294,28 +316,11 @@ func (s *bodiesSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, er
 
 // skim reads a snapshot file through, keeping only the named bodies.
 func (s *snapshotReader) skim() (framed bool, live []bodies.Live, follow bool, err error) {
-	head, err := s.r.Peek(len(snapFrameMagic))
-	if err != nil || string(head) != snapFrameMagic {
-		return false, nil, false, nil
+	if framed, err = s.framed(); !framed || err != nil {
+		return framed, nil, false, err
 	}
-	if _, err := s.r.Discard(len(snapFrameMagic) + 1); err != nil {
-		return true, nil, false, errSnapshotFraming
-	}
-	for {
-		var h [4]byte
-		if _, err := io.ReadFull(s.r, h[:]); err != nil {
-			return true, nil, false, errSnapshotFraming
-		}
-		n := binary.BigEndian.Uint32(h[:])
-		if n == 0 {
-			break
-		}
-		if n > maxChunk {
-			return true, nil, false, errSnapshotFraming
-		}
-		if _, err := s.r.Discard(int(n)); err != nil {
-			return true, nil, false, errSnapshotFraming
-		}
+	if err = s.chunks(io.Discard); err != nil {
+		return true, nil, false, err
 	}
 	if live, err = s.bodyList(); err != nil {
 		return true, nil, false, err

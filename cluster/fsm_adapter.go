@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -159,7 +158,7 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	m := fsm.New()
-	if err := m.Restore(bytes.NewReader(state)); err != nil {
+	if err := m.RestoreBytes(state); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	if framed {

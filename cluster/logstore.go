@@ -228,14 +228,19 @@ type snapshotStore struct {
 func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
 	if err != nil {
-		s.mu.Lock()
-		if s.failed == nil {
-			s.failed = map[string]error{}
-		}
-		s.failed[id] = err
-		s.mu.Unlock()
+		s.fail(id, err)
 	}
 	return meta, rc, err
+}
+
+// fail records why snapshot id could not be opened (unreadable).
+func (s *snapshotStore) fail(id string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed == nil {
+		s.failed = map[string]error{}
+	}
+	s.failed[id] = err
 }
 
 // unreadable is the DataError of a start on which no snapshot could be

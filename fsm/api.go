@@ -161,6 +161,10 @@ func ReadBody(env *proto.Envelope, b queue.Body) ([]byte, bool) {
 // Restore replaces the state with one read from a snapshot.
 func (m *Machine) Restore(r io.Reader) error { return m.restore(r) }
 
+// RestoreBytes is Restore from a snapshot already in memory, which it
+// decodes without copying (its strings and tables are copied out).
+func (m *Machine) RestoreBytes(b []byte) error { return m.restoreBytes(b) }
+
 // Digest hashes the canonical encoding of the state: equal digests mean
 // byte-identical replicas.
 func (m *Machine) Digest() [32]byte { return m.digest() }
@@ -212,7 +216,7 @@ func (m *Machine) vhostsOf(name string) []*vhost {
 // Queues lists the queues of a vhost ("" = all), sorted by vhost and name.
 func (m *Machine) Queues(vhost string) []*proto.QueueInfo {
 	var out []*proto.QueueInfo
-	unacked := m.unackedBytes()
+	unacked := m.unackedSums()
 	for _, v := range m.vhostsOf(vhost) {
 		for _, k := range sortedKeys(v.queues) {
 			out = append(out, v.queues[k].withUnacked(m.queueInfo(v.queues[k]), unacked))
@@ -231,7 +235,7 @@ func (m *Machine) Queue(vhost, name string) (*proto.QueueInfo, bool) {
 	if !ok {
 		return nil, false
 	}
-	return q.withUnacked(m.queueInfo(q), m.unackedBytes()), true
+	return q.withUnacked(m.queueInfo(q), m.unackedSums()), true
 }
 
 func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {

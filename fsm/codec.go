@@ -514,6 +514,10 @@ func (s *state) restore(r io.Reader) error {
 	if err != nil {
 		return err
 	}
+	return s.restoreBytes(b)
+}
+
+func (s *state) restoreBytes(b []byte) error {
 	n, err := decodeState(b)
 	if err != nil {
 		return err

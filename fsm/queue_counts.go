@@ -60,9 +60,9 @@ type unackedSums struct {
 	bytes, persistent uint64
 }
 
-// unackedBytes sums the bodies delivered and not yet acknowledged, and
+// unackedSums sums the bodies delivered and not yet acknowledged, and
 // counts the persistent ones, by queue.
-func (m *Machine) unackedBytes() map[*queueState]unackedSums {
+func (m *Machine) unackedSums() map[*queueState]unackedSums {
 	out := map[*queueState]unackedSums{}
 	for _, ch := range m.channels {
 		for _, p := range ch.unacked {

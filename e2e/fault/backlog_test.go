@@ -122,6 +122,10 @@ func drainBacklog(c *cluster, depth int) error {
 		}
 		conn, ch, err := open(c.nodes[i%len(c.nodes)])
 		if err != nil {
+			if i%len(c.nodes) == len(c.nodes)-1 {
+				// No node took a connection: a retry spell, not a spin.
+				pause(context.Background(), 200*time.Millisecond)
+			}
 			continue
 		}
 		err = func() error {

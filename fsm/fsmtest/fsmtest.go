@@ -42,9 +42,9 @@ func Body(b queue.Body) []byte {
 	return published.bodies[[2]uint64{b.Index, uint64(b.Pos)}]
 }
 
-// Fill puts the bodies into deliveries and get results, as the node that
+// fill puts the bodies into deliveries and get results, as the node that
 // carries them out does.
-func Fill(res []*proto.Result, ds []*fsm.Delivery) {
+func fill(res []*proto.Result, ds []*fsm.Delivery) {
 	for _, d := range ds {
 		if d.Body == nil {
 			d.Body = Body(d.BodyRef)
@@ -140,7 +140,7 @@ func Apply(t testing.TB, m *fsm.Machine, stamp int64, cmds ...*proto.Command) ([
 	if len(res) != len(cmds) {
 		t.Fatalf("Apply: %d results for %d commands", len(res), len(cmds))
 	}
-	Fill(res, r.Deliveries)
+	fill(res, r.Deliveries)
 	return res, r
 }
 
