@@ -8,17 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/proto"
-)
-
-// AMQP reply codes a command Result carries.
-const (
-	codeAccessRefused      = 403
-	codeNotFound           = 404
-	codeResourceLocked     = 405
-	codePreconditionFailed = 406
-	codeNotImplemented     = 540
-	codeInternalError      = 541
 )
 
 // resultError turns a command Result with a non-zero code into a gRPC
@@ -33,16 +24,16 @@ func resultError(r *proto.Result) error {
 // codeForResult maps an AMQP reply code to a gRPC code.
 func codeForResult(c uint32) codes.Code {
 	switch c {
-	case codeNotFound:
+	case reply.NotFound:
 		return codes.NotFound
-	case codePreconditionFailed, codeResourceLocked:
+	case reply.PreconditionFailed, reply.ResourceLocked:
 		return codes.FailedPrecondition
-	case codeAccessRefused:
+	case reply.AccessRefused:
 		return codes.PermissionDenied
-	case codeNotImplemented:
+	case reply.NotImplemented:
 		// A command kind some node of the cluster does not support yet.
 		return codes.Unimplemented
-	case codeInternalError:
+	case reply.InternalError:
 		// The leader refused a malformed command: a bug of the proposer.
 		return codes.Internal
 	default:
