@@ -2,13 +2,8 @@ package api
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
 )
@@ -60,10 +56,6 @@ func (m AuthMode) String() string {
 	}
 	return "auto"
 }
-
-// Metadata keys of a call's credentials: "authorization" carries
-// "Basic base64(username:password)", as HTTP basic authentication does.
-const authorizationKey = "authorization"
 
 // adminPrefix is the full method prefix of the Admin service; other
 // services on the server (the internal forwarding service authenticates
@@ -252,17 +244,8 @@ func overTLS(ctx context.Context) bool {
 // credentialsOf reads the call's basic credentials.
 func credentialsOf(ctx context.Context) (user, password string, ok bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(authorizationKey) {
-		enc, found := strings.CutPrefix(v, "Basic ")
-		if !found {
-			continue
-		}
-		raw, err := base64.StdEncoding.DecodeString(enc)
-		if err != nil {
-			continue
-		}
-		user, password, ok = strings.Cut(string(raw), ":")
-		if ok {
+	for _, v := range md.Get(client.AuthorizationKey) {
+		if user, password, ok = client.ParseBasic(v); ok {
 			return user, password, true
 		}
 	}
@@ -275,64 +258,8 @@ func credentialsOf(ctx context.Context) (user, password string, ok bool) {
 // through anyway).
 func withCallerCredentials(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(authorizationKey); len(v) > 0 {
-		return metadata.AppendToOutgoingContext(ctx, authorizationKey, v[0])
+	if v := md.Get(client.AuthorizationKey); len(v) > 0 {
+		return metadata.AppendToOutgoingContext(ctx, client.AuthorizationKey, v[0])
 	}
 	return ctx
-}
-
-// BasicCredentials are per-call credentials carrying a username and
-// password for the Admin service. They may travel without TLS (loopback);
-// beyond loopback, use TLS so the password is not sent in clear.
-type BasicCredentials struct {
-	Username, Password string
-}
-
-// GetRequestMetadata implements credentials.PerRPCCredentials.
-func (b BasicCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	tok := base64.StdEncoding.EncodeToString([]byte(b.Username + ":" + b.Password))
-	return map[string]string{authorizationKey: "Basic " + tok}, nil
-}
-
-// RequireTransportSecurity implements credentials.PerRPCCredentials.
-func (BasicCredentials) RequireTransportSecurity() bool { return false }
-
-var _ credentials.PerRPCCredentials = BasicCredentials{}
-
-// ClientTLS is the TLS configuration of an admin client (raftmqctl): it
-// verifies the node's certificate against the CA in caFile, not its host
-// name (nodes are often reached by IP address; see cluster.TLS), and
-// presents the client certificate in certFile and keyFile when given (a
-// node with cluster TLS requires one signed by the cluster CA).
-func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
-	if caFile == "" {
-		return nil, errors.New("TLS needs the cluster CA certificate (--tls-ca)")
-	}
-	caPEM, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("%s: no PEM certificate found", caFile)
-	}
-	c := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, // the chain is verified below, without the host name
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := cluster.VerifyChain(pool, cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
-			return err
-		},
-	}
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("a client certificate needs its key, and a key its certificate (--tls-cert, --tls-key)")
-	}
-	if certFile != "" {
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, err
-		}
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c, nil
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
@@ -180,7 +181,7 @@ func (f fakeStream) Context() context.Context { return f.ctx }
 
 // TestAuth_OverMutualTLS serves the Admin service with the cluster's TLS
 // and the checks in mode always, and calls it with an administrator's
-// client certificate (no node name) and BasicCredentials, with a node's
+// client certificate (no node name) and client.BasicCredentials, with a node's
 // certificate, and with a certificate of another CA.
 func TestAuth_OverMutualTLS(t *testing.T) {
 	ca := testpki.New(t, "test CA")
@@ -197,23 +198,23 @@ func TestAuth_OverMutualTLS(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	dial := func(sec *cluster.TLS, creds *BasicCredentials) proto.AdminClient {
+	dial := func(sec *cluster.TLS, creds *client.BasicCredentials) proto.AdminClient {
 		return dialAdmin(t, lis.Addr().String(), credentials.NewTLS(sec.ClientConfig()), creds)
 	}
 	ctx := ctxT(t)
 	ops := clustertest.NodeTLS(t, ca, "ops")
 	_, err = dial(ops, nil).Digest(ctx, &proto.DigestRequest{})
 	wantCode(t, err, codes.Unauthenticated, "username")
-	_, err = dial(ops, &BasicCredentials{"joe", "pw-joe"}).Digest(ctx, &proto.DigestRequest{})
+	_, err = dial(ops, &client.BasicCredentials{Username: "joe", Password: "pw-joe"}).Digest(ctx, &proto.DigestRequest{})
 	wantCode(t, err, codes.PermissionDenied, "joe")
-	if _, err := dial(ops, &BasicCredentials{"root", "pw-root"}).Digest(ctx, &proto.DigestRequest{}); err != nil {
+	if _, err := dial(ops, &client.BasicCredentials{Username: "root", Password: "pw-root"}).Digest(ctx, &proto.DigestRequest{}); err != nil {
 		t.Fatalf("administrator: %v", err)
 	}
 	if _, err := dial(clustertest.NodeTLS(t, ca, "n2"), nil).Digest(ctx, &proto.DigestRequest{}); err != nil {
 		t.Fatalf("a member's certificate: %v", err)
 	}
 	other := testpki.New(t, "another CA")
-	_, err = dial(clustertest.NodeTLS(t, other, "n2"), &BasicCredentials{"root", "pw-root"}).Digest(ctx, &proto.DigestRequest{})
+	_, err = dial(clustertest.NodeTLS(t, other, "n2"), &client.BasicCredentials{Username: "root", Password: "pw-root"}).Digest(ctx, &proto.DigestRequest{})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a certificate of another CA: %v, want the handshake to fail", err)
 	}
@@ -232,7 +233,7 @@ func TestParseAuthMode(t *testing.T) {
 
 // startAuthNode is startNode with the checks of mode on the server; its
 // client sends creds (nil: none).
-func startAuthNode(t *testing.T, node *fakeNode, mode AuthMode, creds *BasicCredentials) *testNode {
+func startAuthNode(t *testing.T, node *fakeNode, mode AuthMode, creds *client.BasicCredentials) *testNode {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -259,7 +260,7 @@ func TestAuth_CallerCredentialsFollowForwardedCalls(t *testing.T) {
 	follower.id = "n2"
 	follower.leaderID = "n1"
 	l := startAuthNode(t, leader, AuthAlways, nil)
-	f := startAuthNode(t, follower, AuthAlways, &BasicCredentials{"watcher", "pw-watcher"})
+	f := startAuthNode(t, follower, AuthAlways, &client.BasicCredentials{Username: "watcher", Password: "pw-watcher"})
 	setMembers(l, f)
 	qs, err := f.client.ListQueues(ctxT(t), &proto.ListQueuesRequest{Consistent: true})
 	if err != nil || len(qs.GetQueues()) != 1 || qs.GetQueues()[0].GetName() != "on-leader" {
@@ -272,7 +273,7 @@ func TestAuth_CallerCredentialsFollowForwardedCalls(t *testing.T) {
 
 // dialAdmin is an Admin client of addr over transport, sending creds with
 // every call (nil: none).
-func dialAdmin(t *testing.T, addr string, transport credentials.TransportCredentials, creds *BasicCredentials) proto.AdminClient {
+func dialAdmin(t *testing.T, addr string, transport credentials.TransportCredentials, creds *client.BasicCredentials) proto.AdminClient {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
 	if creds != nil {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -525,64 +524,4 @@ func valueFromJSON(v any) (*proto.Value, error) {
 		return &proto.Value{Kind: &proto.Value_Array{Array: a}}, nil
 	}
 	return nil, fmt.Errorf("unsupported JSON value %T", v)
-}
-
-// TableJSON is a field table as a JSON object (never null: RabbitMQ shows
-// {}), as the management API and raftmqctl's JSON output show arguments.
-func TableJSON(t *proto.Table) map[string]any {
-	out := make(map[string]any, len(t.GetFields()))
-	for _, f := range t.GetFields() {
-		out[f.GetKey()] = ValueJSON(f.GetValue())
-	}
-	return out
-}
-
-// ValueJSON is one field value as JSON: byte arrays in base64, decimals as
-// numbers.
-func ValueJSON(v *proto.Value) any {
-	switch k := v.GetKind().(type) {
-	case *proto.Value_Bool:
-		return k.Bool
-	case *proto.Value_Int8:
-		return k.Int8
-	case *proto.Value_Uint8:
-		return k.Uint8
-	case *proto.Value_Int16:
-		return k.Int16
-	case *proto.Value_Uint16:
-		return k.Uint16
-	case *proto.Value_Int32:
-		return k.Int32
-	case *proto.Value_Uint32:
-		return k.Uint32
-	case *proto.Value_Int64:
-		return k.Int64
-	case *proto.Value_Float32:
-		return k.Float32
-	case *proto.Value_Float64:
-		return k.Float64
-	case *proto.Value_Decimal:
-		f := float64(k.Decimal.GetValue())
-		for range k.Decimal.GetScale() {
-			f /= 10
-		}
-		return f
-	case *proto.Value_LongString:
-		return string(k.LongString)
-	case *proto.Value_ShortString:
-		return k.ShortString
-	case *proto.Value_ByteArray:
-		return base64.StdEncoding.EncodeToString(k.ByteArray)
-	case *proto.Value_Timestamp:
-		return k.Timestamp
-	case *proto.Value_Table:
-		return TableJSON(k.Table)
-	case *proto.Value_Array:
-		a := make([]any, 0, len(k.Array.GetValues()))
-		for _, e := range k.Array.GetValues() {
-			a = append(a, ValueJSON(e))
-		}
-		return a
-	}
-	return nil
 }

@@ -53,12 +53,12 @@ func (m *Management) Export(vhost string) map[string]any {
 		}
 		for _, p := range s.Policies(vhost, false) {
 			o := map[string]any{"name": p.GetName(), "pattern": p.GetPattern(), "apply-to": p.GetApplyTo(),
-				"definition": PolicyDefinitionJSON(p.GetDefinition()), "priority": p.GetPriority()}
+				"definition": proto.PolicyDefinitionJSON(p.GetDefinition()), "priority": p.GetPriority()}
 			policies = append(policies, withVhost(o, p.GetVhost()))
 		}
 		for _, p := range s.Policies(vhost, true) {
 			o := map[string]any{"component": "operator_policy", "name": p.GetName(), "value": map[string]any{
-				"pattern": p.GetPattern(), "apply-to": p.GetApplyTo(), "definition": PolicyDefinitionJSON(p.GetDefinition()),
+				"pattern": p.GetPattern(), "apply-to": p.GetApplyTo(), "definition": proto.PolicyDefinitionJSON(p.GetDefinition()),
 				"priority": p.GetPriority()}}
 			params = append(params, withVhost(o, p.GetVhost()))
 		}
@@ -69,7 +69,7 @@ func (m *Management) Export(vhost string) map[string]any {
 				continue
 			}
 			o := map[string]any{"name": x.GetName(), "durable": x.GetDurable(), "auto_delete": x.GetAutoDelete(),
-				"arguments": TableJSON(x.GetArguments())}
+				"arguments": proto.TableJSON(x.GetArguments())}
 			queues = append(queues, withVhost(o, x.GetVhost()))
 		}
 		for _, x := range s.Exchanges(vhost) {
@@ -77,7 +77,7 @@ func (m *Management) Export(vhost string) map[string]any {
 				continue
 			}
 			o := map[string]any{"name": x.GetName(), "type": x.GetType(), "durable": x.GetDurable(),
-				"auto_delete": x.GetAutoDelete(), "internal": x.GetInternal(), "arguments": TableJSON(x.GetArguments())}
+				"auto_delete": x.GetAutoDelete(), "internal": x.GetInternal(), "arguments": proto.TableJSON(x.GetArguments())}
 			exchanges = append(exchanges, withVhost(o, x.GetVhost()))
 		}
 		for _, b := range s.Bindings(vhost) {
@@ -85,7 +85,7 @@ func (m *Management) Export(vhost string) map[string]any {
 				continue
 			}
 			o := map[string]any{"source": b.GetSource(), "destination": b.GetDestination(),
-				"destination_type": b.GetDestinationKind(), "routing_key": b.GetRoutingKey(), "arguments": TableJSON(b.GetArguments())}
+				"destination_type": b.GetDestinationKind(), "routing_key": b.GetRoutingKey(), "arguments": proto.TableJSON(b.GetArguments())}
 			bindings = append(bindings, withVhost(o, b.GetVhost()))
 		}
 	})
@@ -209,7 +209,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		}
 		if len(unknown) > 0 {
 			warn("%s '%s' in vhost '%s': keys %v are not applied by raftmq and were left out", kind, name, v, unknown)
-			if len(PolicyDefinitionJSON(req.GetDefinition())) == 0 {
+			if len(proto.PolicyDefinitionJSON(req.GetDefinition())) == 0 {
 				warn("%s '%s' in vhost '%s' skipped: nothing raftmq applies is left", kind, name, v)
 				return
 			}
@@ -267,7 +267,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 			}
 			// Every raftmq queue is replicated through the raft log: a
 			// classic or quorum queue is what it is anyway.
-			t, _ := TableJSON(d.GetArguments())[k].(string)
+			t, _ := proto.TableJSON(d.GetArguments())[k].(string)
 			return t == "classic" || t == "quorum"
 		})
 		if len(extra) > 0 {

@@ -45,7 +45,7 @@ func connectionJSON(c *proto.ConnectionInfo) map[string]any {
 	host, port, _ := splitHostPort(c.GetPeer())
 	props := map[string]any{"product": c.GetClientProduct(), "version": c.GetClientVersion()}
 	if c.GetClientProperties() != nil {
-		props = TableJSON(c.GetClientProperties())
+		props = proto.TableJSON(c.GetClientProperties())
 	}
 	out := map[string]any{
 		"name": connectionName(c), "node": c.GetNode(), "id": c.GetId(),
@@ -183,7 +183,7 @@ func (q *req) consumers() error {
 			out = append(out, map[string]any{
 				"consumer_tag": c.GetConsumer().GetTag(), "exclusive": c.GetExclusive(), "ack_required": !c.GetNoAck(),
 				"prefetch_count": c.GetPrefetch(), "active": c.GetActive(), "activity_status": c.GetActivityStatus(),
-				"arguments": TableJSON(c.GetArguments()), "queue": map[string]any{"name": c.GetQueue(), "vhost": c.GetVhost()},
+				"arguments": proto.TableJSON(c.GetArguments()), "queue": map[string]any{"name": c.GetQueue(), "vhost": c.GetVhost()},
 				"channel_details": details,
 			})
 		}
@@ -193,40 +193,6 @@ func (q *req) consumers() error {
 }
 
 // ---- policies ----
-
-// PolicyDefinitionJSON is a policy definition with RabbitMQ's keys, as the
-// management API and raftmqctl show it.
-func PolicyDefinitionJSON(d *proto.PolicyDefinition) map[string]any {
-	out := map[string]any{}
-	if d.MessageTtl != nil {
-		out["message-ttl"] = d.GetMessageTtl()
-	}
-	if d.Expires != nil {
-		out["expires"] = d.GetExpires()
-	}
-	if d.DeadLetterExchange != nil {
-		out["dead-letter-exchange"] = d.GetDeadLetterExchange()
-	}
-	if d.DeadLetterRoutingKey != nil {
-		out["dead-letter-routing-key"] = d.GetDeadLetterRoutingKey()
-	}
-	if d.MaxLength != nil {
-		out["max-length"] = d.GetMaxLength()
-	}
-	if d.MaxLengthBytes != nil {
-		out["max-length-bytes"] = d.GetMaxLengthBytes()
-	}
-	if d.Overflow != nil {
-		out["overflow"] = d.GetOverflow()
-	}
-	if d.DeliveryLimit != nil {
-		out["delivery-limit"] = d.GetDeliveryLimit()
-	}
-	if d.ConsumerTimeout != nil {
-		out["consumer-timeout"] = d.GetConsumerTimeout()
-	}
-	return out
-}
 
 // policyDefFromJSON reads the keys raftmq applies; the others come back in
 // unknown so that the caller refuses them (the API) or reports them (an
@@ -277,7 +243,7 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 
 func policyJSON(p *proto.PolicyInfo) map[string]any {
 	return map[string]any{"vhost": p.GetVhost(), "name": p.GetName(), "pattern": p.GetPattern(),
-		"apply-to": p.GetApplyTo(), "definition": PolicyDefinitionJSON(p.GetDefinition()), "priority": p.GetPriority()}
+		"apply-to": p.GetApplyTo(), "definition": proto.PolicyDefinitionJSON(p.GetDefinition()), "priority": p.GetPriority()}
 }
 
 // policyFromJSON reads a policy body (PUT /api/policies/v/n, or one policy

@@ -21,20 +21,20 @@ import (
 // next message dies, when the x-expires lease falls due).
 func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, leader string, members []string) map[string]any {
 	typ := "classic"
-	if v, ok := TableJSON(x.GetArguments())["x-queue-type"].(string); ok && v != "" {
+	if v, ok := proto.TableJSON(x.GetArguments())["x-queue-type"].(string); ok && v != "" {
 		typ = v
 	}
 	var pol, opol any
 	def := map[string]any{}
 	if p, ok := pols[x.GetVhost()+"\x00op\x00"+x.GetOperatorPolicy()]; ok && x.GetOperatorPolicy() != "" {
 		opol = p.GetName()
-		for k, v := range PolicyDefinitionJSON(p.GetDefinition()) {
+		for k, v := range proto.PolicyDefinitionJSON(p.GetDefinition()) {
 			def[k] = v
 		}
 	}
 	if p, ok := pols[x.GetVhost()+"\x00\x00"+x.GetPolicy()]; ok && x.GetPolicy() != "" {
 		pol = p.GetName()
-		for k, v := range PolicyDefinitionJSON(p.GetDefinition()) {
+		for k, v := range proto.PolicyDefinitionJSON(p.GetDefinition()) {
 			if _, set := def[k]; !set {
 				def[k] = v
 			}
@@ -46,7 +46,7 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, l
 	}
 	out := map[string]any{
 		"name": x.GetName(), "vhost": x.GetVhost(), "durable": x.GetDurable(), "exclusive": x.GetExclusive(),
-		"auto_delete": x.GetAutoDelete(), "arguments": TableJSON(x.GetArguments()),
+		"auto_delete": x.GetAutoDelete(), "arguments": proto.TableJSON(x.GetArguments()),
 		"node": leader, "leader": leader, "members": members, "online": members,
 		"type": typ, "state": "running",
 		"policy": pol, "operator_policy": opol, "effective_policy_definition": def,
@@ -366,7 +366,7 @@ func propertiesJSON(p *proto.Properties) map[string]any {
 		out["timestamp"] = p.GetTimestamp()
 	}
 	if p.Headers != nil {
-		out["headers"] = TableJSON(p.GetHeaders())
+		out["headers"] = proto.TableJSON(p.GetHeaders())
 	}
 	return out
 }
@@ -437,7 +437,7 @@ func wireExchange(name string) string {
 func exchangeJSON(x *proto.ExchangeInfo) map[string]any {
 	out := map[string]any{
 		"name": x.GetName(), "vhost": x.GetVhost(), "type": x.GetType(), "durable": x.GetDurable(),
-		"auto_delete": x.GetAutoDelete(), "internal": x.GetInternal(), "arguments": TableJSON(x.GetArguments()),
+		"auto_delete": x.GetAutoDelete(), "internal": x.GetInternal(), "arguments": proto.TableJSON(x.GetArguments()),
 		"user_who_performed_action": "",
 	}
 	if x.GetPolicy() != "" {
@@ -658,7 +658,7 @@ func propertiesKey(rk string, args *proto.Table) string {
 	if len(args.GetFields()) == 0 {
 		return k
 	}
-	j, _ := json.Marshal(TableJSON(args))
+	j, _ := json.Marshal(proto.TableJSON(args))
 	sum := sha256.Sum256(j)
 	return k + "~" + base64.RawURLEncoding.EncodeToString(sum[:8])
 }
@@ -667,7 +667,7 @@ func bindingJSON(b *proto.BindingInfo) map[string]any {
 	return map[string]any{
 		"source": b.GetSource(), "vhost": b.GetVhost(), "destination": b.GetDestination(),
 		"destination_type": b.GetDestinationKind(), "routing_key": b.GetRoutingKey(),
-		"arguments": TableJSON(b.GetArguments()), "properties_key": propertiesKey(b.GetRoutingKey(), b.GetArguments()),
+		"arguments": proto.TableJSON(b.GetArguments()), "properties_key": propertiesKey(b.GetRoutingKey(), b.GetArguments()),
 	}
 }
 

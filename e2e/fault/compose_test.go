@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/e2e"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -323,7 +323,7 @@ func (c *cluster) ready(i int) error {
 func (c *cluster) admin(i int) (proto.AdminClient, func()) {
 	cc, err := grpc.NewClient(net.JoinHostPort(c.nodes[i].ip, "5680"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(api.BasicCredentials{Username: user, Password: password}))
+		grpc.WithPerRPCCredentials(client.BasicCredentials{Username: user, Password: password}))
 	if err != nil {
 		c.t.Fatal(err)
 	}
