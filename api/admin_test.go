@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	protobuf "google.golang.org/protobuf/proto"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -49,7 +50,7 @@ func TestAdmin_Reads(t *testing.T) {
 	n.state.vhosts = []*proto.VhostInfo{{Name: "/"}, {Name: "v2"}}
 	n.state.applied = 42
 	n.state.clock = 1700
-	n.stats = RaftStats{State: "Leader", Term: 3, CommitIndex: 42, AppliedIndex: 42, LastLogIndex: 43}
+	n.stats = ops.RaftStats{State: "Leader", Term: 3, CommitIndex: 42, AppliedIndex: 42, LastLogIndex: 43}
 	tn := startNode(t, n, nil)
 	setMembers(tn)
 	ctx := ctxT(t)
@@ -308,11 +309,11 @@ func TestAdmin_ResultCodes(t *testing.T) {
 func TestAdmin_ConsistentReadForwardsToLeader(t *testing.T) {
 	leader := newFakeNode("n1")
 	leader.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "on-leader"}}
-	leader.stats = RaftStats{State: "Leader"}
+	leader.stats = ops.RaftStats{State: "Leader"}
 	follower := newFakeNode("n2")
 	follower.leaderID = "n1"
 	follower.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "on-follower"}}
-	follower.stats = RaftStats{State: "Follower"}
+	follower.stats = ops.RaftStats{State: "Follower"}
 	l := startNode(t, leader, nil)
 	f := startNode(t, follower, nil)
 	setMembers(l, f)
@@ -445,7 +446,7 @@ type consistentNode struct {
 	consistent int
 }
 
-func (c *consistentNode) ConsistentView(_ context.Context, fn func(State)) error {
+func (c *consistentNode) ConsistentView(_ context.Context, fn func(ops.State)) error {
 	c.mu.Lock()
 	c.consistent++
 	c.mu.Unlock()

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/api/client"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
-	"github.com/raftmq/raftmq/fsm"
 )
 
 // AuthMode says when the Admin service asks for a user's credentials.
@@ -94,13 +94,13 @@ var monitoringMethods = map[string]bool{
 type Auth struct {
 	mode      AuthMode
 	plaintext bool
-	node      atomic.Pointer[Node]
+	node      atomic.Pointer[ops.Node]
 }
 
 // NewAuth returns the checks of mode against node's users and members.
 // node may be nil when the gRPC server must exist before the node does:
 // SetNode gives it later, and calls before that are Unavailable.
-func NewAuth(mode AuthMode, node Node) *Auth {
+func NewAuth(mode AuthMode, node ops.Node) *Auth {
 	a := &Auth{mode: mode}
 	if node != nil {
 		a.SetNode(node)
@@ -117,7 +117,7 @@ func (a *Auth) AllowPlaintext() *Auth {
 }
 
 // SetNode sets the node whose users and members the checks use.
-func (a *Auth) SetNode(n Node) { a.node.Store(&n) }
+func (a *Auth) SetNode(n ops.Node) { a.node.Store(&n) }
 
 // Mode is the mode the checks apply.
 func (a *Auth) Mode() AuthMode { return a.mode }
@@ -167,11 +167,11 @@ func (a *Auth) Check(ctx context.Context, fullMethod string) error {
 	if !ok {
 		return status.Error(codes.Unauthenticated, "the admin API needs the username and password of an administrator from this address (--admin-auth)")
 	}
-	tags, ok := authenticate(node, user, password)
+	login, ok := ops.Authenticate(node, user, password)
 	if !ok {
 		return status.Error(codes.Unauthenticated, "invalid username or password")
 	}
-	if slices.Contains(tags, "administrator") || (monitoringMethods[method] && slices.Contains(tags, "monitoring")) {
+	if slices.Contains(login.Tags, "administrator") || (monitoringMethods[method] && slices.Contains(login.Tags, "monitoring")) {
 		return nil
 	}
 	if monitoringMethods[method] {
@@ -180,30 +180,9 @@ func (a *Auth) Check(ctx context.Context, fullMethod string) error {
 	return status.Errorf(codes.PermissionDenied, "user %q is not tagged administrator", user)
 }
 
-// authenticate checks a password against the user's stored hash with the
-// state machine's check (the one AMQP logins use) and returns the tags.
-func authenticate(node Node, user, password string) (tags []string, ok bool) {
-	var hash []byte
-	node.View(func(s State) {
-		hash, _, ok = s.UserPasswordHash(user)
-		if !ok {
-			return
-		}
-		for _, u := range s.Users() {
-			if u.GetName() == user {
-				tags = slices.Clone(u.GetTags())
-			}
-		}
-	})
-	if !ok || !fsm.CheckPassword(hash, fsm.PasswordSaltLen, password) {
-		return nil, false
-	}
-	return tags, true
-}
-
 // fromMember reports whether the caller's verified certificate names a
 // member of the cluster.
-func fromMember(ctx context.Context, node Node) bool {
+func fromMember(ctx context.Context, node ops.Node) bool {
 	c := cluster.PeerCertificate(ctx)
 	if c == nil {
 		return false
@@ -250,16 +229,4 @@ func credentialsOf(ctx context.Context) (user, password string, ok bool) {
 		}
 	}
 	return "", "", false
-}
-
-// withCallerCredentials passes the incoming call's credentials on to a call
-// this node makes to another node for it, so that the other node checks
-// the same user (a node certificate, when the cluster has one, lets it
-// through anyway).
-func withCallerCredentials(ctx context.Context) context.Context {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(client.AuthorizationKey); len(v) > 0 {
-		return metadata.AppendToOutgoingContext(ctx, client.AuthorizationKey, v[0])
-	}
-	return ctx
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/api/client"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
@@ -190,7 +191,7 @@ func TestAuth_OverMutualTLS(t *testing.T) {
 	srv := grpc.NewServer(append(cluster.ServerOptions(clustertest.NodeTLS(t, ca, "n1")),
 		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(auth.StreamInterceptor()))...)
-	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node}))
+	proto.RegisterAdminServer(srv, NewAdminServer(ops.New(ops.Deps{Node: node})))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -239,11 +240,11 @@ func startAuthNode(t *testing.T, node *fakeNode, mode AuthMode, creds *client.Ba
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := NewPeerPool()
+	pool := ops.NewPeerPool()
 	t.Cleanup(func() { _ = pool.Close() })
 	auth := NewAuth(mode, node)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))
-	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node, Peers: pool}))
+	proto.RegisterAdminServer(srv, NewAdminServer(ops.New(ops.Deps{Node: node, Peers: pool})))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	addr := lis.Addr().String()

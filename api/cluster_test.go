@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
@@ -19,14 +20,14 @@ import (
 
 // serveAdmin serves the Admin service of node on loopback and returns a
 // client of it.
-func serveAdmin(t *testing.T, node Node) proto.AdminClient {
+func serveAdmin(t *testing.T, node ops.Node) proto.AdminClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	proto.RegisterAdminServer(srv, NewAdminServer(Deps{Node: node}))
+	proto.RegisterAdminServer(srv, NewAdminServer(ops.New(ops.Deps{Node: node})))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -40,7 +41,7 @@ func serveAdmin(t *testing.T, node Node) proto.AdminClient {
 func TestFromCluster_SingleNode(t *testing.T) {
 	c := clustertest.New(t, 1)
 	cn := c.WaitForLeader(clustertest.Timeout)
-	node := FromCluster(cn)
+	node := ops.FromCluster(cn)
 	client := serveAdmin(t, node)
 	ctx := ctxT(t)
 
@@ -54,7 +55,7 @@ func TestFromCluster_SingleNode(t *testing.T) {
 	}
 
 	// Readiness follows the node: the leader's defaults get applied.
-	h := NewHTTPHandler(HTTPDeps{Node: node, Stats: ClusterStats(cn)})
+	h := NewHTTPHandler(HTTPDeps{Node: node, Stats: ops.ClusterStats(cn)})
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		if code, body := get(t, h, "/readyz"); code != http.StatusOK {
 			return fmt.Errorf("/readyz %d %s", code, body)
@@ -86,14 +87,6 @@ func TestFromCluster_SingleNode(t *testing.T) {
 	}
 }
 
-func TestFromFSMStats(t *testing.T) {
-	got := fromFSMStats(fsm.Stats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1, Dropped: 1, Refused: 2, Rejected: 4, Ready: 5})
-	want := StateStats{Published: 7, Expired: 3, DeadLettered: 2, Overdue: 1, Dropped: 7, Ready: 5}
-	if got != want {
-		t.Fatalf("fromFSMStats %+v, want %+v", got, want)
-	}
-}
-
 // On a real three-node cluster, RabbitMQ's names follow what is published,
 // and only the leader reports the replicated state, so a sum over the nodes
 // is the cluster's number.
@@ -101,7 +94,7 @@ func TestRabbitMetrics_ThreeNodes(t *testing.T) {
 	c := clustertest.New(t, 3)
 	leader := c.WaitForLeader(clustertest.Timeout)
 	handler := func(cn *cluster.Node) http.Handler {
-		return NewHTTPHandler(HTTPDeps{Metrics: NewMetrics(MetricsOptions{Node: FromCluster(cn), Stats: ClusterStats(cn)}), Node: FromCluster(cn)})
+		return NewHTTPHandler(HTTPDeps{Metrics: NewMetrics(MetricsOptions{Node: ops.FromCluster(cn), Stats: ops.ClusterStats(cn)}), Node: ops.FromCluster(cn)})
 	}
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		ok := false

@@ -11,10 +11,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	gproto "google.golang.org/protobuf/proto"
 
+	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
-// fakeState is an in-memory State for tests.
+// fakeState is an in-memory ops.State for tests.
 type fakeState struct {
 	queues      []*proto.QueueInfo
 	exchanges   []*proto.ExchangeInfo
@@ -68,19 +70,21 @@ func (f *fakeState) Digest() [32]byte                     { return sha256.Sum256
 func (f *fakeState) AppliedIndex() uint64                 { return f.applied }
 func (f *fakeState) Clock() int64                         { return f.clock }
 func (f *fakeState) Initialized() bool                    { return f.initialized }
+func (f *fakeState) Stats() fsm.Stats                     { return fsm.Stats{} }
+func (f *fakeState) QueueCounts() []fsm.QueueCounts       { return nil }
 func (f *fakeState) UserPasswordHash(n string) ([]byte, string, bool) {
 	h, ok := f.hashes[n]
 	return h, "rabbit_password_hashing_sha256", ok
 }
 
-// fakeNode is a Node whose log is a list of submitted commands.
+// fakeNode is a ops.Node whose log is a list of submitted commands.
 type fakeNode struct {
 	mu        sync.Mutex
 	id        string
 	leaderID  string
 	state     *fakeState
 	members   []*proto.NodeStatus
-	stats     RaftStats
+	stats     ops.RaftStats
 	submitted []*proto.Command
 	// result answers a submitted command; nil means success.
 	result      func(*proto.Command) *proto.Result
@@ -133,7 +137,7 @@ func (n *fakeNode) submittedCount() int {
 	defer n.mu.Unlock()
 	return len(n.submitted)
 }
-func (n *fakeNode) View(fn func(State)) {
+func (n *fakeNode) View(fn func(ops.State)) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	fn(n.state)
@@ -143,7 +147,7 @@ func (n *fakeNode) update(fn func(*fakeState)) {
 	defer n.mu.Unlock()
 	fn(n.state)
 }
-func (n *fakeNode) RaftStats() RaftStats {
+func (n *fakeNode) RaftStats() ops.RaftStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.stats
@@ -170,7 +174,7 @@ func (n *fakeNode) RemoveNode(_ context.Context, id string) error {
 	return nil
 }
 
-// fakeConns is a Connections over a fixed list.
+// fakeConns is a ops.Connections over a fixed list.
 type fakeConns struct {
 	mu     sync.Mutex
 	list   []*proto.ConnectionInfo
@@ -214,14 +218,14 @@ func startNode(t *testing.T, node *fakeNode, conns *fakeConns) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := NewPeerPool()
+	pool := ops.NewPeerPool()
 	t.Cleanup(func() { _ = pool.Close() })
 	srv := grpc.NewServer()
-	deps := Deps{Node: node, Peers: pool}
+	deps := ops.Deps{Node: node, Peers: pool}
 	if conns != nil {
 		deps.Conns = conns
 	}
-	proto.RegisterAdminServer(srv, NewAdminServer(deps))
+	proto.RegisterAdminServer(srv, NewAdminServer(ops.New(deps)))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

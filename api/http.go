@@ -6,19 +6,20 @@ import (
 	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/raftmq/raftmq/api/ops"
 )
 
 // HTTPDeps configure NewHTTPHandler.
 type HTTPDeps struct {
 	// Node is the local node (required).
-	Node Node
+	Node ops.Node
 	// Metrics is served on /metrics; nil builds one from Node, Conns,
 	// Stats, PerQueue and MaxQueues (use NewMetrics directly to keep its
 	// ObserveApply hook).
 	Metrics *Metrics
 	// Conns, Stats, PerQueue and MaxQueues are as in MetricsOptions.
-	Conns     Connections
-	Stats     func() StateStats
+	Conns     ops.Connections
+	Stats     func() ops.StateStats
 	PerQueue  bool
 	MaxQueues int
 	// Pprof serves net/http/pprof under /debug/pprof/.
@@ -48,7 +49,7 @@ func NewHTTPHandler(o HTTPDeps) http.Handler {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		reason := notReady(o.Node)
+		reason := ops.NotReady(o.Node)
 		if reason == "" && o.Serving != nil && !o.Serving() {
 			reason = "the AMQP listener is not open yet"
 		}
@@ -67,28 +68,4 @@ func NewHTTPHandler(o HTTPDeps) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
-}
-
-// notReady returns why the node is not ready, "" when it is.
-func notReady(n Node) string {
-	self := n.NodeID()
-	member := false
-	for _, m := range n.Members() {
-		if m.GetId() == self && m.GetSuffrage() != "" {
-			member = true
-			break
-		}
-	}
-	if !member {
-		return "not a member of the raft configuration"
-	}
-	if id, _ := n.Leader(); id == "" {
-		return "no leader is known"
-	}
-	initialized := false
-	n.View(func(s State) { initialized = s.Initialized() })
-	if !initialized {
-		return "the leader's defaults are not applied yet"
-	}
-	return ""
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -54,10 +55,10 @@ func wantSample(t *testing.T, got map[string]float64, series string, v float64) 
 
 type statsBox struct {
 	mu sync.Mutex
-	s  StateStats
+	s  ops.StateStats
 }
 
-func (b *statsBox) get() StateStats {
+func (b *statsBox) get() ops.StateStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.s
@@ -65,12 +66,12 @@ func (b *statsBox) get() StateStats {
 
 func TestMetrics_SeriesMove(t *testing.T) {
 	n := newFakeNode("n1")
-	n.stats = RaftStats{State: "Follower", Term: 2, CommitIndex: 10, AppliedIndex: 9, LastLogIndex: 11, LogSizeBytes: 4096}
+	n.stats = ops.RaftStats{State: "Follower", Term: 2, CommitIndex: 10, AppliedIndex: 9, LastLogIndex: 11, LogSizeBytes: 4096}
 	n.members = []*proto.NodeStatus{{Id: "n1", Health: "alive", Suffrage: "voter"}, {Id: "n2", Health: "suspect"}}
 	n.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "a", Ready: 5, Unacked: 1, Consumers: 2}, {Vhost: "/", Name: "b"}, {Vhost: "/", Name: "c"}}
 	n.state.clock = 5000
 	conns := &fakeConns{list: []*proto.ConnectionInfo{{Id: "c1", Channels: 3}}}
-	box := &statsBox{s: StateStats{Published: 10, Delivered: 4, Acked: 3, Expired: 2, DeadLettered: 1, Dropped: 1, Ready: 5, Unacked: 1, Overdue: 0, Consumers: 2, Queues: 3}}
+	box := &statsBox{s: ops.StateStats{Published: 10, Delivered: 4, Acked: 3, Expired: 2, DeadLettered: 1, Dropped: 1, Ready: 5, Unacked: 1, Overdue: 0, Consumers: 2, Queues: 3}}
 	m := NewMetrics(MetricsOptions{Node: n, Conns: conns, Stats: box.get, PerQueue: true, MaxQueues: 2})
 	h := NewHTTPHandler(HTTPDeps{Node: n, Metrics: m})
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/raftmq/raftmq/api/ops"
 )
 
 // raftStates are the values of the raftmq_raft_state gauge's label.
@@ -13,12 +14,12 @@ var raftStates = []string{"Follower", "Candidate", "Leader", "Shutdown"}
 // MetricsOptions configure NewMetrics.
 type MetricsOptions struct {
 	// Node is the local node (required).
-	Node Node
+	Node ops.Node
 	// Conns is the local AMQP server; nil reports no connections.
-	Conns Connections
+	Conns ops.Connections
 	// Stats reads the state machine's counters at scrape time; nil reports
 	// none.
-	Stats func() StateStats
+	Stats func() ops.StateStats
 	// PerQueue adds per-queue series (labels vhost, queue).
 	PerQueue bool
 	// MaxQueues bounds the per-queue series to the first MaxQueues queues
@@ -34,10 +35,10 @@ type MetricsOptions struct {
 	MemoryLimit uint64
 	// Counters reads this node's own AMQP counters (connections and
 	// channels opened and closed, confirms); nil omits their series.
-	Counters func() NodeCounters
+	Counters func() ops.NodeCounters
 	// Resources reads this node's alarms and free disk space; nil omits
 	// their series.
-	Resources func() Resources
+	Resources func() ops.Resources
 	// ClusterName is the rabbitmq_cluster label of rabbitmq_identity_info
 	// (default "raftmq", as the management API's cluster name).
 	ClusterName string
@@ -221,7 +222,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		consumers              uint32
 	}
 	var rows []qrow
-	n.View(func(st State) {
+	n.View(func(st ops.State) {
 		clock = st.Clock()
 		if !m.o.PerQueue {
 			return

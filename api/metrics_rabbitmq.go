@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/procfs"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
 )
 
@@ -65,7 +66,7 @@ func newRabbitDescs() *rabbitDescs {
 		build: d("build_info", "RabbitMQ & Erlang/OTP version info",
 			"rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version", "erlang_version",
 			"product_name", "product_version"),
-		connections:    d("connections", "Connections currently open"),
+		connections:    d("connections", "ops.Connections currently open"),
 		channels:       d("channels", "Channels currently open"),
 		queues:         d("queues", "Queues available"),
 		consumers:      d("consumers", "Consumers currently connected"),
@@ -165,8 +166,8 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 
 	// RabbitMQ types identity_info and build_info untyped.
 	emit(r.identity, prometheus.UntypedValue, 1, n.NodeID(), o.ClusterName, clusterPermanentID(o.ClusterName))
-	emit(r.build, prometheus.UntypedValue, 1, compatVersion, compatVersion, clientGolangVersion(), runtime.Version(),
-		"raftmq", ProductVersion())
+	emit(r.build, prometheus.UntypedValue, 1, ops.CompatVersion, ops.CompatVersion, clientGolangVersion(), runtime.Version(),
+		"raftmq", ops.ProductVersion())
 
 	var conns, chans uint64
 	if o.Conns != nil {
@@ -260,7 +261,7 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 		consumers              uint32
 	}
 	var rows []row
-	n.View(func(st State) {
+	n.View(func(st ops.State) {
 		for _, q := range st.Queues("") {
 			rows = append(rows, row{q.GetVhost(), q.GetName(), q.GetReady(), q.GetUnacked(), q.GetReadyBytes(), q.GetConsumers()})
 		}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -45,7 +45,7 @@ func scrapeTyped(t *testing.T, h http.Handler, path string) (map[string]float64,
 func rabbitNode(id, leader string, box *statsBox) (*fakeNode, http.Handler) {
 	n := newFakeNode(id)
 	n.leaderID = leader
-	n.stats = RaftStats{State: "Follower", Term: 4, CommitIndex: 30, AppliedIndex: 29, LastLogIndex: 31}
+	n.stats = ops.RaftStats{State: "Follower", Term: 4, CommitIndex: 30, AppliedIndex: 29, LastLogIndex: 31}
 	n.state.queues = []*proto.QueueInfo{
 		{Vhost: "/", Name: "orders", Ready: 5, Unacked: 2, ReadyBytes: 50, Consumers: 1},
 		{Vhost: "v2", Name: "audit", Ready: 1},
@@ -56,7 +56,7 @@ func rabbitNode(id, leader string, box *statsBox) (*fakeNode, http.Handler) {
 }
 
 func TestRabbitMetrics_LeaderReportsRabbitMQNames(t *testing.T) {
-	box := &statsBox{s: StateStats{Published: 10, Routed: 12, Delivered: 7, Acked: 6, Ready: 6, Unacked: 2, ReadyBytes: 60, Queues: 2, Consumers: 1,
+	box := &statsBox{s: ops.StateStats{Published: 10, Routed: 12, Delivered: 7, Acked: 6, Ready: 6, Unacked: 2, ReadyBytes: 60, Queues: 2, Consumers: 1,
 		Deaths: [4][2]uint64{{3, 4}, {0, 5}, {1, 0}, {0, 2}}}}
 	_, h := rabbitNode("n1", "n1", box)
 	got, types := scrapeTyped(t, h, "/metrics")
@@ -131,7 +131,7 @@ func TestRabbitMetrics_LeaderReportsRabbitMQNames(t *testing.T) {
 }
 
 func TestRabbitMetrics_PerObject(t *testing.T) {
-	box := &statsBox{s: StateStats{Ready: 6, Unacked: 2, Queues: 2}}
+	box := &statsBox{s: ops.StateStats{Ready: 6, Unacked: 2, Queues: 2}}
 	_, h := rabbitNode("n1", "n1", box)
 	got, types := scrapeTyped(t, h, "/metrics/per-object")
 	wantSample(t, got, `rabbitmq_queue_messages_ready{queue="orders",vhost="/"}`, 5)
@@ -152,7 +152,7 @@ func TestRabbitMetrics_PerObject(t *testing.T) {
 // A follower reports only what is its own, so sum() over the cluster counts
 // the replicated state once.
 func TestRabbitMetrics_FollowerOmitsClusterState(t *testing.T) {
-	box := &statsBox{s: StateStats{Published: 10, Ready: 6, Queues: 2, Consumers: 1}}
+	box := &statsBox{s: ops.StateStats{Published: 10, Ready: 6, Queues: 2, Consumers: 1}}
 	n, h := rabbitNode("n2", "n1", box)
 	for _, path := range []string{"/metrics", "/metrics/per-object"} {
 		got, _ := scrapeTyped(t, h, path)
@@ -173,12 +173,6 @@ func TestRabbitMetrics_FollowerOmitsClusterState(t *testing.T) {
 	got, _ := scrapeTyped(t, h, "/metrics")
 	wantSample(t, got, "rabbitmq_queue_messages_ready", 6)
 	wantSample(t, got, "rabbitmq_queues", 2)
-}
-
-func TestFromFSMStats_Routed(t *testing.T) {
-	if s := fromFSMStats(fsm.Stats{Published: 2, Routed: 5}); s.Routed != 5 || s.Published != 2 {
-		t.Fatalf("%+v", s)
-	}
 }
 
 // The memory series are the alarm's own measure and limit, on every node,
@@ -263,11 +257,11 @@ func TestRabbitMetrics_OverviewDashboardNames(t *testing.T) {
 	n.leaderID = "n1"
 	// /metrics/per-object has queue series only for queues that exist.
 	n.state.queues = []*proto.QueueInfo{{Vhost: "/", Name: "orders", Ready: 1}}
-	box := &statsBox{s: StateStats{Published: 3, Ready: 1, Queues: 1}}
+	box := &statsBox{s: ops.StateStats{Published: 3, Ready: 1, Queues: 1}}
 	m := NewMetrics(MetricsOptions{Node: n, Conns: &fakeConns{}, Stats: box.get, ClusterName: "prod",
 		MemoryUsed: func() uint64 { return 1 }, MemoryLimit: 2,
-		Counters:  func() NodeCounters { return NodeCounters{} },
-		Resources: (&resourceBox{r: Resources{DiskFree: 1}}).get})
+		Counters:  func() ops.NodeCounters { return ops.NodeCounters{} },
+		Resources: (&resourceBox{r: ops.Resources{DiskFree: 1}}).get})
 	h := NewHTTPHandler(HTTPDeps{Node: n, Metrics: m})
 	for _, path := range []string{"/metrics", "/metrics/per-object"} {
 		got, _ := scrapeTyped(t, h, path)

@@ -16,11 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/api/console"
-	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -28,9 +26,9 @@ var consoleHandler = console.Handler()
 
 // ManagementOptions configure NewManagement.
 type ManagementOptions struct {
-	// Admin is the node's admin service (required): every write of the
-	// management API is one of its operations.
-	Admin *AdminServer
+	// Ops are the node's operations (required): every write of the
+	// management API is one of them.
+	Ops *ops.Service
 	// ClusterName is reported by /api/overview and /api/cluster-name
 	// (default "raftmq").
 	ClusterName string
@@ -46,11 +44,11 @@ type ManagementOptions struct {
 
 // Management serves RabbitMQ's management HTTP API (the routes and JSON
 // shapes of RabbitMQ 3.10's rabbitmq_management plugin that tools use) over
-// one node. Reads come from the node's applied state; writes are the admin
-// service's operations, so they go through the log from any node.
+// one node. Reads come from the node's applied state; writes are the
+// node's operations, so they go through the log from any node.
 type Management struct {
-	admin   *AdminServer
-	node    Node
+	ops     *ops.Service
+	node    ops.Node
 	log     *slog.Logger
 	cluster string
 	addr    string
@@ -61,10 +59,10 @@ type Management struct {
 
 // NewManagement returns the management API handler.
 func NewManagement(o ManagementOptions) *Management {
-	m := &Management{admin: o.Admin, node: o.Admin.node, log: o.Logger, cluster: o.ClusterName, addr: o.Addr,
+	m := &Management{ops: o.Ops, node: o.Ops.Node(), log: o.Logger, cluster: o.ClusterName, addr: o.Addr,
 		maxBody: o.MaxBodyBytes, started: time.Now(), rates: rates{now: time.Now}}
 	if m.log == nil {
-		m.log = o.Admin.log
+		m.log = o.Ops.Logger()
 	}
 	m.log = m.log.With("component", "management")
 	if m.cluster == "" {
@@ -75,10 +73,6 @@ func NewManagement(o ManagementOptions) *Management {
 	}
 	return m
 }
-
-// compatVersion is the RabbitMQ version whose management API raftmq
-// mimics; tools pick their code paths by it.
-const compatVersion = "3.10.8"
 
 // ---- errors ----
 
@@ -107,45 +101,33 @@ func methodNotAllowed() *httpError {
 	return &httpError{http.StatusMethodNotAllowed, "Method Not Allowed", "Method Not Allowed"}
 }
 
-// amqpReplyPrefix matches the "406 PRECONDITION_FAILED - " a refused
-// command's status carries; RabbitMQ's reason is the text after it.
-var amqpReplyPrefix = regexp.MustCompile(`^\d{3} [A-Z_]+ - `)
-
-// fromStatus maps an admin service error to RabbitMQ's HTTP answer: a
+// fromError maps an operation's error to RabbitMQ's HTTP answer: a
 // missing object is 404, a refusal (inequivalent arguments, a locked or
-// used queue, a reserved name) is 400 with the AMQP text, as RabbitMQ's
-// management plugin answers them.
-func fromStatus(err error) *httpError {
+// used queue, a reserved name) is 400 with the AMQP reply text, as
+// RabbitMQ's management plugin answers them.
+func fromError(err error) *httpError {
 	var he *httpError
 	if errors.As(err, &he) {
 		return he
 	}
-	st, ok := status.FromError(err)
-	if !ok {
+	var e *ops.Error
+	if !errors.As(err, &e) {
 		return &httpError{http.StatusInternalServerError, "internal_server_error", err.Error()}
 	}
-	msg := st.Message()
-	code := ""
-	if len(msg) > 3 {
-		code = msg[:3]
-	}
-	reason := amqpReplyPrefix.ReplaceAllString(msg, "")
-	switch st.Code() {
-	case codes.NotFound:
+	switch e.Kind {
+	case ops.NotFound:
 		return notFound()
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.AlreadyExists:
-		return badRequest("%s", reason)
-	case codes.PermissionDenied:
-		if code == "403" {
-			return badRequest("%s", reason)
+	case ops.Invalid, ops.Precondition, ops.Exists, ops.Unknown:
+		return badRequest("%s", e.Text)
+	case ops.Denied:
+		if e.Code == reply.AccessRefused {
+			return badRequest("%s", e.Text)
 		}
-		return notAuthorised(reason)
-	case codes.Unknown:
-		return badRequest("%s", reason)
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return &httpError{http.StatusServiceUnavailable, "unavailable", msg}
+		return notAuthorised(e.Text)
+	case ops.Unavailable, ops.Timeout:
+		return &httpError{http.StatusServiceUnavailable, "unavailable", e.Error()}
 	}
-	return &httpError{http.StatusInternalServerError, "internal_server_error", msg}
+	return &httpError{http.StatusInternalServerError, "internal_server_error", e.Error()}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -229,27 +211,11 @@ func (m *Management) authenticate(r *http.Request) (*mgmtUser, *httpError) {
 	if !ok {
 		return nil, notAuthorised("Login failed")
 	}
-	u := &mgmtUser{name: name, perms: map[string]*proto.PermissionInfo{}}
-	var hash []byte
-	found := false
-	m.node.View(func(s State) {
-		hash, _, found = s.UserPasswordHash(name)
-		hash = slices.Clone(hash)
-		for _, x := range s.Users() {
-			if x.GetName() == name {
-				u.tags = slices.Clone(x.GetTags())
-			}
-		}
-		for _, p := range s.Permissions() {
-			if p.GetUser() == name {
-				u.perms[p.GetVhost()] = &proto.PermissionInfo{User: p.GetUser(), Vhost: p.GetVhost(),
-					Configure: p.GetConfigure(), Write: p.GetWrite(), Read: p.GetRead()}
-			}
-		}
-	})
-	if !found || !fsm.CheckPassword(hash, fsm.PasswordSaltLen, password) {
+	login, ok := ops.Authenticate(m.node, name, password)
+	if !ok {
 		return nil, notAuthorised("Login failed")
 	}
+	u := &mgmtUser{name: name, tags: login.Tags, perms: login.Perms}
 	if name == "guest" && !loopbackRemote(r.RemoteAddr) {
 		// RabbitMQ's default loopback_users.
 		return nil, notAuthorised("User can only log in via localhost")
@@ -315,7 +281,7 @@ func (m *Management) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.rates.observe(m.sample)
 	q := &req{m: m, w: w, r: r, ctx: r.Context(), user: user, segs: segs}
 	if err := q.route(); err != nil {
-		he := fromStatus(err)
+		he := fromError(err)
 		if he.status >= 500 {
 			m.log.Warn("management request failed", "method", r.Method, "path", path, "err", he.reason)
 		}

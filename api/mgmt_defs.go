@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -38,7 +39,7 @@ func (m *Management) Export(vhost string) map[string]any {
 		}
 		return o
 	}
-	m.node.View(func(s State) {
+	m.node.View(func(s ops.State) {
 		if !scoped {
 			for _, u := range s.Users() {
 				j := userJSON(s, u)
@@ -90,8 +91,8 @@ func (m *Management) Export(vhost string) map[string]any {
 		}
 	})
 	out := map[string]any{
-		"rabbit_version": compatVersion, "rabbitmq_version": compatVersion,
-		"product_name": "raftmq", "product_version": ProductVersion(),
+		"rabbit_version": ops.CompatVersion, "rabbitmq_version": ops.CompatVersion,
+		"product_name": "raftmq", "product_version": ops.ProductVersion(),
 		"policies": nonNil(policies), "parameters": nonNil(params),
 		"queues": nonNil(queues), "exchanges": nonNil(exchanges), "bindings": nonNil(bindings),
 	}
@@ -127,7 +128,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		m.log.Warn("definitions import: " + msg)
 	}
 	fail := func(what string, err error) {
-		msg := fmt.Sprintf("%s: %v", what, fromStatus(err).reason)
+		msg := fmt.Sprintf("%s: %v", what, fromError(err).reason)
 		res.Errors = append(res.Errors, msg)
 		m.log.Error("definitions import: " + msg)
 	}
@@ -150,7 +151,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		if v, ok := o["vhost"].(string); ok && v != "" {
 			return v
 		}
-		return defaultVhost
+		return ops.DefaultVhost
 	}
 	if vhost != "" {
 		for _, k := range []string{"users", "vhosts", "permissions", "topic_permissions", "global_parameters"} {
@@ -171,7 +172,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		if l, ok := v["limits"].(map[string]any); ok && len(l) > 0 {
 			warn("vhost '%s': limits %v are not applied (raftmq has no per-vhost limits)", name, keysOf(l))
 		}
-		if _, err := m.admin.AddVhost(ctx, &proto.AddVhostRequest{Name: name, Description: desc}); err != nil {
+		if _, err := m.ops.AddVhost(ctx, &proto.AddVhostRequest{Name: name, Description: desc}); err != nil {
 			fail("vhost '"+name+"'", err)
 		}
 	}
@@ -214,7 +215,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 				return
 			}
 		}
-		if _, err := m.admin.SetPolicy(ctx, req); err != nil {
+		if _, err := m.ops.SetPolicy(ctx, req); err != nil {
 			fail(fmt.Sprintf("%s '%s' in vhost '%s'", kind, name, v), err)
 		}
 	}
@@ -249,7 +250,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		if extra := unhonoured(d.GetArguments(), honouredExchangeArgs); len(extra) > 0 {
 			warn("exchange '%s' in vhost '%s': arguments %v are kept but not applied by raftmq", name, v, extra)
 		}
-		if err := m.admin.DeclareExchange(ctx, d); err != nil {
+		if err := m.ops.DeclareExchange(ctx, d); err != nil {
 			fail(fmt.Sprintf("exchange '%s' in vhost '%s'", name, v), err)
 		}
 	}
@@ -273,7 +274,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 		if len(extra) > 0 {
 			warn("queue '%s' in vhost '%s': arguments %v are kept but not applied by raftmq", name, v, extra)
 		}
-		if _, err := m.admin.DeclareQueue(ctx, d); err != nil {
+		if _, err := m.ops.DeclareQueue(ctx, d); err != nil {
 			fail(fmt.Sprintf("queue '%s' in vhost '%s'", name, v), err)
 		}
 	}
@@ -291,7 +292,7 @@ func (m *Management) Import(ctx context.Context, defs map[string]any, vhost stri
 			fail(what, badRequest("destination_type must be queue or exchange"))
 			continue
 		}
-		if err := m.admin.Bind(ctx, &proto.Bind{Vhost: v, Source: src, Destination: dst, DestinationIsExchange: kind == "exchange",
+		if err := m.ops.Bind(ctx, &proto.Bind{Vhost: v, Source: src, Destination: dst, DestinationIsExchange: kind == "exchange",
 			RoutingKey: rk, Arguments: args}); err != nil {
 			fail(what, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -28,7 +29,7 @@ func connectionName(c *proto.ConnectionInfo) string {
 // connectionList is every node's connections the user may see: monitors
 // see all, others their own.
 func (q *req) connectionList() []*proto.ConnectionInfo {
-	resp, err := q.m.admin.ListConnections(q.ctx, &proto.ListConnectionsRequest{})
+	resp, err := q.m.ops.ListConnections(q.ctx, &proto.ListConnectionsRequest{})
 	if err != nil {
 		return nil
 	}
@@ -100,7 +101,7 @@ func (q *req) connections() error {
 		if reason == "" {
 			reason = "Closed via management plugin"
 		}
-		if _, err := q.m.admin.CloseConnection(q.ctx, &proto.CloseConnectionRequest{Node: found.GetNode(), Id: found.GetId(), Reason: reason}); err != nil {
+		if _, err := q.m.ops.CloseConnection(q.ctx, &proto.CloseConnectionRequest{Node: found.GetNode(), Id: found.GetId(), Reason: reason}); err != nil {
 			return err
 		}
 		q.noContent()
@@ -119,7 +120,7 @@ func (q *req) channelList(keep func(*proto.ChannelRef) bool) []map[string]any {
 	}
 	seen := map[string]map[string]any{}
 	var order []string
-	q.view(func(s State) {
+	q.view(func(s ops.State) {
 		for _, c := range s.Consumers("") {
 			ch := c.GetConsumer().GetChannel()
 			conn, ok := conns[ch.GetNode()+"\x00"+ch.GetConnection()]
@@ -164,7 +165,7 @@ func (q *req) consumers() error {
 		conns[c.GetNode()+"\x00"+c.GetId()] = c
 	}
 	var out []map[string]any
-	q.view(func(s State) {
+	q.view(func(s ops.State) {
 		for _, c := range s.Consumers(vhost) {
 			if !q.user.seesVhost(c.GetVhost()) {
 				continue
@@ -298,7 +299,7 @@ func (q *req) policies(operator bool) error {
 			return notAuthorised("Not policymaker user")
 		}
 		var out []map[string]any
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			for _, p := range s.Policies(vhost, operator) {
 				if (name == "" || p.GetName() == name) && (q.user.monitor() || allowed(p.GetVhost())) {
 					out = append(out, policyJSON(p))
@@ -333,12 +334,12 @@ func (q *req) policies(operator bool) error {
 			return badRequest("raftmq does not apply the policy keys %v", unknown)
 		}
 		existed := false
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			for _, p := range s.Policies(vhost, operator) {
 				existed = existed || p.GetName() == name
 			}
 		})
-		if _, err := q.m.admin.SetPolicy(q.ctx, req); err != nil {
+		if _, err := q.m.ops.SetPolicy(q.ctx, req); err != nil {
 			return err
 		}
 		q.created(existed)
@@ -350,7 +351,7 @@ func (q *req) policies(operator bool) error {
 		if !allowed(vhost) {
 			return notAuthorised("Not policymaker user")
 		}
-		if _, err := q.m.admin.ClearPolicy(q.ctx, &proto.ClearPolicyRequest{Vhost: vhost, Name: name, Operator: operator}); err != nil {
+		if _, err := q.m.ops.ClearPolicy(q.ctx, &proto.ClearPolicyRequest{Vhost: vhost, Name: name, Operator: operator}); err != nil {
 			return err
 		}
 		q.noContent()
@@ -378,7 +379,7 @@ func (q *req) health() error {
 		return q.alarmsCheck(q.seg(2) == "local-alarms")
 	case "virtual-hosts":
 	case "ready-to-serve-clients":
-		if reason := notReady(q.m.node); reason != "" {
+		if reason := ops.NotReady(q.m.node); reason != "" {
 			return failed(reason)
 		}
 	case "node-is-quorum-critical":
@@ -430,13 +431,13 @@ func (q *req) aliveness() error {
 	}
 	ctx, cancel := context.WithTimeout(q.ctx, 10*time.Second)
 	defer cancel()
-	if _, err := q.m.admin.DeclareQueue(ctx, &proto.QueueDeclare{Vhost: vhost, Name: "aliveness-test"}); err != nil {
+	if _, err := q.m.ops.DeclareQueue(ctx, &proto.QueueDeclare{Vhost: vhost, Name: "aliveness-test"}); err != nil {
 		return err
 	}
-	if _, err := q.m.admin.Publish(ctx, &proto.Publish{Vhost: vhost, RoutingKey: "aliveness-test", Body: []byte("test_message")}); err != nil {
+	if _, err := q.m.ops.Publish(ctx, &proto.Publish{Vhost: vhost, RoutingKey: "aliveness-test", Body: []byte("test_message")}); err != nil {
 		return err
 	}
-	msgs, err := q.m.admin.GetMessages(ctx, vhost, "aliveness-test", 1, false)
+	msgs, err := q.m.ops.GetMessages(ctx, vhost, "aliveness-test", 1, false)
 	if err != nil {
 		return err
 	}
@@ -460,12 +461,12 @@ func (m *Management) putUser(ctx context.Context, name string, b map[string]any)
 		oldHash []byte
 		oldAlg  string
 	)
-	m.node.View(func(s State) {
+	m.node.View(func(s ops.State) {
 		oldHash, oldAlg, existed = s.UserPasswordHash(name)
 		oldHash = slices.Clone(oldHash)
 	})
 	if pw, ok := b["password"].(string); ok {
-		_, err := m.admin.AddUserOrReplace(ctx, name, pw, tags)
+		_, err := m.ops.AddUserOrReplace(ctx, name, pw, tags)
 		return existed, err
 	}
 	if h, ok := b["password_hash"].(string); ok {
@@ -483,23 +484,12 @@ func (m *Management) putUser(ctx context.Context, name string, b map[string]any)
 		if len(hash) != 0 && len(hash) != fsm.PasswordSaltLen+32 {
 			return existed, badRequest("password_hash must hold a %d-byte salt and a SHA-256 digest", fsm.PasswordSaltLen)
 		}
-		return existed, m.admin.PutUser(ctx, name, hash, alg, tags)
+		return existed, m.ops.PutUser(ctx, name, hash, alg, tags)
 	}
 	if !existed {
 		return false, badRequest("Mandatory field 'password' or 'password_hash' is missing")
 	}
-	return true, m.admin.PutUser(ctx, name, oldHash, oldAlg, tags)
-}
-
-// AddUserOrReplace writes a user with a new salted hash of password,
-// whether it exists or not (the management API's PUT /api/users/u; the
-// gRPC AddUser refuses an existing user).
-func (s *AdminServer) AddUserOrReplace(ctx context.Context, name, password string, tags []string) (bool, error) {
-	hash, err := hashPassword(password)
-	if err != nil {
-		return false, err
-	}
-	return true, s.PutUser(ctx, name, hash, fsm.PasswordHashAlgorithm, tags)
+	return true, m.ops.PutUser(ctx, name, oldHash, oldAlg, tags)
 }
 
 // putPermission sets a user's permissions in a vhost from a body with
@@ -515,7 +505,7 @@ func (m *Management) putPermission(ctx context.Context, vhost, user string, b ma
 		}
 	}
 	userFound, vhostFound := false, false
-	m.node.View(func(s State) {
+	m.node.View(func(s ops.State) {
 		for _, u := range s.Users() {
 			userFound = userFound || u.GetName() == user
 		}
@@ -529,6 +519,6 @@ func (m *Management) putPermission(ctx context.Context, vhost, user string, b ma
 	if !userFound || !vhostFound {
 		return false, badRequest("no_such_user_or_vhost: user '%s', vhost '%s'", user, vhost)
 	}
-	_, err = m.admin.SetPermissions(ctx, &proto.SetPermissionsRequest{User: user, Vhost: vhost, Configure: pats[0], Write: pats[1], Read: pats[2]})
+	_, err = m.ops.SetPermissions(ctx, &proto.SetPermissionsRequest{User: user, Vhost: vhost, Configure: pats[0], Write: pats[1], Read: pats[2]})
 	return existed, err
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -25,9 +26,9 @@ func TestManagementObjects(t *testing.T) {
 				{Key: "product", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("amqp091-go")}}},
 			}}},
 	}}
-	admin := NewAdminServer(Deps{Node: FromCluster(n), Conns: conns})
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n), Conns: conns})
 	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(NewManagement(ManagementOptions{Admin: admin}))
+	srv := httptest.NewServer(NewManagement(ManagementOptions{Ops: admin}))
 	t.Cleanup(srv.Close)
 	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
@@ -63,10 +64,10 @@ func TestManagementObjects(t *testing.T) {
 	// A consumer on that connection shows with its channel.
 	g.must(http.StatusCreated, "PUT", "/api/queues/%2F/work", nil)
 	ch := &proto.ChannelRef{Node: n.NodeID(), Connection: "c1", Channel: 3}
-	if _, err := admin.submit(ctxT(t), &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
+	if r, err := n.Submit(ctxT(t), &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{
 		Vhost: "/", Queue: "work", Consumer: &proto.ConsumerRef{Channel: ch, Tag: "ctag-1"}, Prefetch: 5,
-	}}}); err != nil {
-		t.Fatal(err)
+	}}}); err != nil || r.GetCode() != 0 {
+		t.Fatal(err, r)
 	}
 	var consumers, channels []map[string]any
 	g.getJSON("/api/consumers/%2F", &consumers)

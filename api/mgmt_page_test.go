@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -23,7 +24,7 @@ func manyQueuesManagement(n int) *Management {
 				Ready: uint64(i % 97), EffectiveMessageTtl: -1, EffectiveExpires: -1})
 		}
 	})
-	return NewManagement(ManagementOptions{Admin: NewAdminServer(Deps{Node: unlockedView{node}})})
+	return NewManagement(ManagementOptions{Ops: ops.New(ops.Deps{Node: unlockedView{node}})})
 }
 
 // unlockedView is a fake node whose View does not hold the node's lock,
@@ -32,7 +33,7 @@ func manyQueuesManagement(n int) *Management {
 // tests using it change nothing while serving.
 type unlockedView struct{ *fakeNode }
 
-func (n unlockedView) View(fn func(State)) { fn(n.state) }
+func (n unlockedView) View(fn func(ops.State)) { fn(n.state) }
 
 // listingPage is the page object of a paged listing, RabbitMQ's shape.
 type listingPage struct {

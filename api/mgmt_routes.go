@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -83,7 +83,7 @@ func nonNil[T any](s []T) []T {
 }
 
 // view runs fn on the applied state.
-func (q *req) view(fn func(State)) { q.m.node.View(fn) }
+func (q *req) view(fn func(ops.State)) { q.m.node.View(fn) }
 
 // vhostScope is the vhost a listing is limited to: segment 1 when the path
 // has one (checked as vhostArg does), "" for every vhost the user sees.
@@ -99,7 +99,7 @@ func (q *req) vhostScope() (string, error) {
 func (q *req) vhostArg(i int) (string, error) {
 	v := q.seg(i)
 	exists := false
-	q.view(func(s State) {
+	q.view(func(s ops.State) {
 		for _, x := range s.Vhosts() {
 			if x.GetName() == v {
 				exists = true
@@ -117,24 +117,6 @@ func (q *req) vhostArg(i int) (string, error) {
 
 // ---- overview and nodes ----
 
-// Version is the release this build is, set with -ldflags
-// "-X github.com/raftmq/raftmq/api.Version=v1.2.3".
-var Version string
-
-// ProductVersion is the version raftmq reports (raftmq --version, the
-// management API's product_version): Version when the build set it, else
-// the module version `go install module@version` records, else "dev" (a
-// build from a work tree carries none).
-func ProductVersion() string {
-	if Version != "" {
-		return Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
-
 var exchangeTypes = []map[string]any{
 	{"name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": true},
 	{"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": true},
@@ -149,9 +131,8 @@ func (q *req) overview() error {
 		queues, exchanges, consumers int
 		ready, unacked               uint64
 		stats                        fsm.Stats
-		haveStats                    bool
 	)
-	q.view(func(s State) {
+	q.view(func(s ops.State) {
 		for _, x := range s.Queues("") {
 			if q.user.seesVhost(x.GetVhost()) {
 				queues++
@@ -165,9 +146,7 @@ func (q *req) overview() error {
 				exchanges++
 			}
 		}
-		if ms, ok := s.(interface{ Stats() fsm.Stats }); ok {
-			stats, haveStats = ms.Stats(), true
-		}
+		stats = s.Stats()
 	})
 	conns := q.connectionList()
 	channels := 0
@@ -185,10 +164,10 @@ func (q *req) overview() error {
 		listeners = append(listeners, map[string]any{"node": self, "protocol": "http", "ip_address": host, "port": port, "socket_opts": map[string]any{}})
 	}
 	out := map[string]any{
-		"management_version":  compatVersion,
-		"rabbitmq_version":    compatVersion,
+		"management_version":  ops.CompatVersion,
+		"rabbitmq_version":    ops.CompatVersion,
 		"product_name":        "raftmq",
-		"product_version":     ProductVersion(),
+		"product_version":     ops.ProductVersion(),
 		"rates_mode":          "none",
 		"cluster_name":        q.m.cluster,
 		"node":                self,
@@ -212,10 +191,7 @@ func (q *req) overview() error {
 	}
 	// Counts as they are now, rates from the last two samples; confirm is
 	// this node's publishers' alone (the log does not see confirms).
-	var now map[string]uint64
-	if haveStats {
-		now = globalCounts(stats, q.m.admin.nodeCounters())
-	}
+	now := globalCounts(stats, q.m.ops.NodeCounters())
 	ms := q.m.rates.stats(now, func(s *counterSample) map[string]uint64 { return s.global }, globalRateKeys...)
 	// raftmq reads no message from disk outside its log: disk_reads and
 	// disk_writes stay 0.
@@ -260,7 +236,7 @@ func (q *req) nodes() error {
 	rs := q.m.node.RaftStats()
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
-	statuses := q.m.admin.nodeStatuses(q.ctx)
+	statuses := q.m.ops.NodeStatuses(q.ctx)
 	var out []map[string]any
 	for _, mb := range q.m.node.Members() {
 		n := map[string]any{
@@ -307,7 +283,7 @@ func (q *req) nodes() error {
 
 // ---- vhosts ----
 
-func (q *req) vhostJSON(s State, v *proto.VhostInfo) map[string]any {
+func (q *req) vhostJSON(s ops.State, v *proto.VhostInfo) map[string]any {
 	var ready, unacked uint64
 	for _, x := range s.Queues(v.GetName()) {
 		ready += x.GetReady()
@@ -350,7 +326,7 @@ func (q *req) vhosts() error {
 	switch q.r.Method {
 	case http.MethodGet:
 		var out []map[string]any
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			for _, v := range s.Vhosts() {
 				if q.user.seesVhost(v.GetName()) && (name == "" || v.GetName() == name) {
 					out = append(out, q.vhostJSON(s, v))
@@ -379,12 +355,12 @@ func (q *req) vhosts() error {
 			return err
 		}
 		existed := false
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			for _, v := range s.Vhosts() {
 				existed = existed || v.GetName() == name
 			}
 		})
-		if _, err := q.m.admin.AddVhost(q.ctx, &proto.AddVhostRequest{Name: name, Description: desc}); err != nil {
+		if _, err := q.m.ops.AddVhost(q.ctx, &proto.AddVhostRequest{Name: name, Description: desc}); err != nil {
 			return err
 		}
 		q.created(existed)
@@ -393,7 +369,7 @@ func (q *req) vhosts() error {
 		if !q.user.admin() {
 			return notAuthorised("Not administrator user")
 		}
-		if _, err := q.m.admin.DeleteVhost(q.ctx, &proto.DeleteVhostRequest{Name: name}); err != nil {
+		if _, err := q.m.ops.DeleteVhost(q.ctx, &proto.DeleteVhostRequest{Name: name}); err != nil {
 			return err
 		}
 		q.noContent()
@@ -404,7 +380,7 @@ func (q *req) vhosts() error {
 
 // ---- users and permissions ----
 
-func userJSON(s State, u *proto.UserInfo) map[string]any {
+func userJSON(s ops.State, u *proto.UserInfo) map[string]any {
 	hash, alg, _ := s.UserPasswordHash(u.GetName())
 	if alg == "" {
 		alg = fsm.PasswordHashAlgorithm
@@ -452,7 +428,7 @@ func (q *req) users() error {
 	switch q.r.Method {
 	case http.MethodGet:
 		var out []map[string]any
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			for _, u := range s.Users() {
 				if name == "" || u.GetName() == name {
 					out = append(out, userJSON(s, u))
@@ -483,7 +459,7 @@ func (q *req) users() error {
 		q.created(existed)
 		return nil
 	case http.MethodDelete:
-		if _, err := q.m.admin.DeleteUser(q.ctx, &proto.DeleteUserRequest{Name: name}); err != nil {
+		if _, err := q.m.ops.DeleteUser(q.ctx, &proto.DeleteUserRequest{Name: name}); err != nil {
 			return err
 		}
 		q.noContent()
@@ -494,7 +470,7 @@ func (q *req) users() error {
 
 func (q *req) listPermissions(keep func(*proto.PermissionInfo) bool) error {
 	var out []map[string]any
-	q.view(func(s State) {
+	q.view(func(s ops.State) {
 		for _, p := range s.Permissions() {
 			if keep(p) {
 				out = append(out, permissionJSON(p))
@@ -520,7 +496,7 @@ func (q *req) permissions() error {
 	switch q.r.Method {
 	case http.MethodGet:
 		var out map[string]any
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			for _, p := range s.Permissions() {
 				if p.GetVhost() == vhost && p.GetUser() == user {
 					out = permissionJSON(p)
@@ -544,7 +520,7 @@ func (q *req) permissions() error {
 		q.created(existed)
 		return nil
 	case http.MethodDelete:
-		if _, err := q.m.admin.ClearPermissions(q.ctx, &proto.ClearPermissionsRequest{User: user, Vhost: vhost}); err != nil {
+		if _, err := q.m.ops.ClearPermissions(q.ctx, &proto.ClearPermissionsRequest{User: user, Vhost: vhost}); err != nil {
 			return err
 		}
 		q.noContent()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
@@ -75,9 +76,9 @@ func (c mgmtClient) getJSON(path string, v any) {
 // serveManagement serves the management API of node n on loopback.
 func serveManagement(t *testing.T, n *cluster.Node) string {
 	t.Helper()
-	admin := NewAdminServer(Deps{Node: FromCluster(n)})
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n)})
 	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(NewManagement(ManagementOptions{Admin: admin}))
+	srv := httptest.NewServer(NewManagement(ManagementOptions{Ops: admin}))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -89,7 +90,7 @@ func followerManagement(t *testing.T) (*clustertest.Cluster, *cluster.Node, mgmt
 	leader := c.WaitForLeader(clustertest.Timeout)
 	follower := c.Followers()[0]
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if reason := notReady(FromCluster(follower)); reason != "" {
+		if reason := ops.NotReady(ops.FromCluster(follower)); reason != "" {
 			return fmt.Errorf("follower: %s", reason)
 		}
 		return nil
@@ -270,7 +271,7 @@ func TestManagementAuth(t *testing.T) {
 	mgr.must(http.StatusUnauthorized, "PUT", "/api/policies/v2/p", map[string]any{"pattern": ".*", "definition": map[string]any{"max-length": 1}})
 
 	// guest is refused beyond loopback, as RabbitMQ's loopback_users.
-	h := NewManagement(ManagementOptions{Admin: NewAdminServer(Deps{Node: FromCluster(n)})})
+	h := NewManagement(ManagementOptions{Ops: ops.New(ops.Deps{Node: ops.FromCluster(n)})})
 	r := httptest.NewRequest("GET", "/api/overview", nil)
 	r.RemoteAddr = "192.0.2.7:40000"
 	r.SetBasicAuth("guest", "guest")

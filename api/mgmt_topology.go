@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -121,7 +122,7 @@ func optTime(ms int64) any {
 }
 
 // topology returns what queueJSON needs besides the queue.
-func (q *req) topology(s State) (map[string]*proto.PolicyInfo, string, []string) {
+func (q *req) topology(s ops.State) (map[string]*proto.PolicyInfo, string, []string) {
 	pols := map[string]*proto.PolicyInfo{}
 	for _, p := range s.Policies("", false) {
 		pols[p.GetVhost()+"\x00\x00"+p.GetName()] = p
@@ -148,7 +149,7 @@ func (q *req) queues() error {
 				return err
 			}
 			var rows []*row
-			q.view(func(s State) {
+			q.view(func(s ops.State) {
 				pols, leader, members := q.topology(s)
 				for _, x := range s.Queues(vhost) {
 					if q.user.seesVhost(x.GetVhost()) {
@@ -175,7 +176,7 @@ func (q *req) queues() error {
 		if e := q.user.may(vhost, permRead, "queue", name); e != nil {
 			return e
 		}
-		if _, err := q.m.admin.PurgeQueue(q.ctx, &proto.PurgeQueueRequest{Vhost: vhost, Name: name}); err != nil {
+		if _, err := q.m.ops.PurgeQueue(q.ctx, &proto.PurgeQueueRequest{Vhost: vhost, Name: name}); err != nil {
 			return err
 		}
 		q.noContent()
@@ -185,7 +186,7 @@ func (q *req) queues() error {
 	case "bindings":
 		return q.get(func() error {
 			var out []map[string]any
-			q.view(func(s State) {
+			q.view(func(s ops.State) {
 				for _, b := range q.bindingList(s, vhost) {
 					if b.GetDestination() == name && b.GetDestinationKind() == "queue" {
 						out = append(out, bindingJSON(b))
@@ -201,7 +202,7 @@ func (q *req) queues() error {
 	switch q.r.Method {
 	case http.MethodGet:
 		var out map[string]any
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			if x, ok := s.Queue(vhost, name); ok {
 				pols, leader, members := q.topology(s)
 				out = q.queueJSON(x, pols, leader, members)
@@ -225,8 +226,8 @@ func (q *req) queues() error {
 			return err
 		}
 		existed := false
-		q.view(func(s State) { _, existed = s.Queue(vhost, name) })
-		if _, err := q.m.admin.DeclareQueue(q.ctx, d); err != nil {
+		q.view(func(s ops.State) { _, existed = s.Queue(vhost, name) })
+		if _, err := q.m.ops.DeclareQueue(q.ctx, d); err != nil {
 			return err
 		}
 		q.created(existed)
@@ -235,7 +236,7 @@ func (q *req) queues() error {
 		if e := q.user.may(vhost, permConfigure, "queue", name); e != nil {
 			return e
 		}
-		if _, err := q.m.admin.DeleteQueue(q.ctx, &proto.DeleteQueueRequest{Vhost: vhost, Name: name,
+		if _, err := q.m.ops.DeleteQueue(q.ctx, &proto.DeleteQueueRequest{Vhost: vhost, Name: name,
 			IfEmpty: q.queryBool("if-empty"), IfUnused: q.queryBool("if-unused")}); err != nil {
 			return err
 		}
@@ -307,7 +308,7 @@ func (q *req) queueGet(vhost, name string) error {
 	if err != nil {
 		return err
 	}
-	msgs, err := q.m.admin.GetMessages(q.ctx, vhost, name, int(count), requeue)
+	msgs, err := q.m.ops.GetMessages(q.ctx, vhost, name, int(count), requeue)
 	if err != nil {
 		return err
 	}
@@ -454,7 +455,7 @@ func (q *req) exchanges() error {
 				return err
 			}
 			var rows []*row
-			q.view(func(s State) {
+			q.view(func(s ops.State) {
 				for _, x := range s.Exchanges(vhost) {
 					if q.user.seesVhost(x.GetVhost()) {
 						rows = append(rows, &row{name: x.GetName(), build: func() map[string]any { return exchangeJSON(x) }})
@@ -481,7 +482,7 @@ func (q *req) exchanges() error {
 		}
 		return q.get(func() error {
 			var out []map[string]any
-			q.view(func(s State) {
+			q.view(func(s ops.State) {
 				for _, b := range q.bindingList(s, vhost) {
 					if (dir == "source" && b.GetSource() == name) ||
 						(dir == "destination" && b.GetDestinationKind() == "exchange" && b.GetDestination() == name) {
@@ -496,7 +497,7 @@ func (q *req) exchanges() error {
 		return notFound()
 	}
 	exists := func() (x *proto.ExchangeInfo) {
-		q.view(func(s State) {
+		q.view(func(s ops.State) {
 			for _, e := range s.Exchanges(vhost) {
 				if e.GetName() == name {
 					x = e
@@ -526,7 +527,7 @@ func (q *req) exchanges() error {
 			return err
 		}
 		existed := exists() != nil
-		if err := q.m.admin.DeclareExchange(q.ctx, d); err != nil {
+		if err := q.m.ops.DeclareExchange(q.ctx, d); err != nil {
 			return err
 		}
 		q.created(existed)
@@ -535,7 +536,7 @@ func (q *req) exchanges() error {
 		if e := q.user.may(vhost, permConfigure, "exchange", name); e != nil {
 			return e
 		}
-		if err := q.m.admin.DeleteExchange(q.ctx, vhost, name, q.queryBool("if-unused")); err != nil {
+		if err := q.m.ops.DeleteExchange(q.ctx, vhost, name, q.queryBool("if-unused")); err != nil {
 			return err
 		}
 		q.noContent()
@@ -618,7 +619,7 @@ func (q *req) publish(vhost, exchange string) error {
 			return err
 		}
 	}
-	routed, err := q.m.admin.Publish(q.ctx, &proto.Publish{Vhost: vhost, Exchange: exchange, RoutingKey: rk, Properties: props, Body: body})
+	routed, err := q.m.ops.Publish(q.ctx, &proto.Publish{Vhost: vhost, Exchange: exchange, RoutingKey: rk, Properties: props, Body: body})
 	if err != nil {
 		return err
 	}
@@ -631,7 +632,7 @@ func (q *req) publish(vhost, exchange string) error {
 // bindingList is the vhost's bindings ("" = all visible ones) with the
 // default exchange's implicit binding of every queue first, as RabbitMQ
 // lists them.
-func (q *req) bindingList(s State, vhost string) []*proto.BindingInfo {
+func (q *req) bindingList(s ops.State, vhost string) []*proto.BindingInfo {
 	var out []*proto.BindingInfo
 	for _, x := range s.Queues(vhost) {
 		if q.user.seesVhost(x.GetVhost()) {
@@ -679,7 +680,7 @@ func (q *req) bindings() error {
 				return err
 			}
 			var out []map[string]any
-			q.view(func(s State) {
+			q.view(func(s ops.State) {
 				for _, b := range q.bindingList(s, vhost) {
 					out = append(out, bindingJSON(b))
 				}
@@ -703,7 +704,7 @@ func (q *req) bindings() error {
 		dest = wireExchange(dest)
 	}
 	var matching []*proto.BindingInfo
-	q.view(func(s State) {
+	q.view(func(s ops.State) {
 		for _, b := range q.bindingList(s, vhost) {
 			if b.GetSource() == source && b.GetDestination() == dest && b.GetDestinationKind() == kind {
 				matching = append(matching, b)
@@ -732,7 +733,7 @@ func (q *req) bindings() error {
 			if e := q.mayBind(vhost, source, kind, dest); e != nil {
 				return e
 			}
-			if err := q.m.admin.Unbind(q.ctx, &proto.Unbind{Vhost: vhost, Source: source, Destination: dest,
+			if err := q.m.ops.Unbind(q.ctx, &proto.Unbind{Vhost: vhost, Source: source, Destination: dest,
 				DestinationIsExchange: kind == "exchange", RoutingKey: found.GetRoutingKey(), Arguments: found.GetArguments()}); err != nil {
 				return err
 			}
@@ -765,7 +766,7 @@ func (q *req) bindings() error {
 		if err != nil {
 			return err
 		}
-		if err := q.m.admin.Bind(q.ctx, &proto.Bind{Vhost: vhost, Source: source, Destination: dest,
+		if err := q.m.ops.Bind(q.ctx, &proto.Bind{Vhost: vhost, Source: source, Destination: dest,
 			DestinationIsExchange: kind == "exchange", RoutingKey: rk, Arguments: args}); err != nil {
 			return err
 		}

@@ -5,24 +5,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
 )
 
 // rateInterval is how often message counters are sampled for the
 // management API's rates: RabbitMQ's collect_statistics_interval (5 s).
 const rateInterval = 5 * time.Second
-
-// NodeCounters are this node's own cumulative counts of its AMQP clients
-// (amqp.Counters): RabbitMQ counts them per node too, and the replicated
-// state does not see them.
-type NodeCounters struct {
-	ConnectionsOpened, ConnectionsClosed uint64
-	ChannelsOpened, ChannelsClosed       uint64
-	Confirmed                            uint64
-	Returned, Dropped                    uint64
-	GetEmpty                             uint64
-	QueuesDeclared                       uint64
-}
 
 // counterSample is one reading of the message counters: the cluster's
 // from the replicated state (every node applies the same log, so any node
@@ -105,7 +94,7 @@ var (
 )
 
 // globalCounts are the overview's counters now.
-func globalCounts(st fsm.Stats, own NodeCounters) map[string]uint64 {
+func globalCounts(st fsm.Stats, own ops.NodeCounters) map[string]uint64 {
 	return map[string]uint64{"publish": st.Published, "deliver_get": st.Delivered, "ack": st.Acked,
 		"redeliver": st.Requeued, "confirm": own.Confirmed}
 }
@@ -114,18 +103,14 @@ func globalCounts(st fsm.Stats, own NodeCounters) map[string]uint64 {
 func (m *Management) sample() *counterSample {
 	s := &counterSample{queues: map[[2]string]map[string]uint64{}}
 	var st fsm.Stats
-	m.node.View(func(v State) {
-		if x, ok := v.(interface{ Stats() fsm.Stats }); ok {
-			st = x.Stats()
-		}
-		if x, ok := v.(interface{ QueueCounts() []fsm.QueueCounts }); ok {
-			for _, c := range x.QueueCounts() {
-				s.queues[[2]string{c.Vhost, c.Name}] = map[string]uint64{"publish": c.Published, "deliver_get": c.Delivered,
-					"ack": c.Acked, "redeliver": c.Redelivered}
-			}
+	m.node.View(func(v ops.State) {
+		st = v.Stats()
+		for _, c := range v.QueueCounts() {
+			s.queues[[2]string{c.Vhost, c.Name}] = map[string]uint64{"publish": c.Published, "deliver_get": c.Delivered,
+				"ack": c.Acked, "redeliver": c.Redelivered}
 		}
 	})
-	s.global = globalCounts(st, m.admin.nodeCounters())
+	s.global = globalCounts(st, m.ops.NodeCounters())
 	return s
 }
 

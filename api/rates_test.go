@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -67,9 +68,9 @@ func TestRates_LastTwoSamples(t *testing.T) {
 func TestManagement_MessageRates(t *testing.T) {
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
-	admin := NewAdminServer(Deps{Node: FromCluster(n), Counters: func() NodeCounters { return NodeCounters{Confirmed: 12} }})
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n), Counters: func() ops.NodeCounters { return ops.NodeCounters{Confirmed: 12} }})
 	t.Cleanup(func() { _ = admin.Close() })
-	m := NewManagement(ManagementOptions{Admin: admin})
+	m := NewManagement(ManagementOptions{Ops: admin})
 	clock := &fakeClock{t: time.Unix(1000, 0)}
 	m.rates.now = clock.now
 	srv := httptest.NewServer(m)

@@ -1,35 +1,9 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"slices"
-
-	"github.com/raftmq/raftmq/proto"
 )
-
-// Resources are a node's resource alarms and what the disk alarm
-// compares, as /api/nodes, the alarm health checks and the metrics show
-// them.
-type Resources struct {
-	MemAlarm  bool
-	DiskAlarm bool
-	// DiskFree is the free space of the data dir at the last check (0
-	// before it), DiskFreeLimit the --disk-free-limit.
-	DiskFree, DiskFreeLimit uint64
-}
-
-// Alarms names the raised alarms as the admin API reports them.
-func (r Resources) Alarms() []string {
-	var out []string
-	if r.DiskAlarm {
-		out = append(out, "disk")
-	}
-	if r.MemAlarm {
-		out = append(out, "memory")
-	}
-	return out
-}
 
 // alarmResource is RabbitMQ's name of an alarm's resource in the health
 // checks' answers.
@@ -40,27 +14,8 @@ func alarmResource(a string) string {
 	return a
 }
 
-func (s *AdminServer) nodeResources() Resources {
-	if s.resources == nil {
-		return Resources{}
-	}
-	return s.resources()
-}
-
 // nodeAlarm is one raised alarm of one node.
 type nodeAlarm struct{ node, resource string }
-
-// nodeStatuses is every alive member's ClusterStatus, by node id: this
-// node's own, the others' asked in parallel (each within the peer
-// timeout). A member that does not answer is left out and logged, as
-// ListConnections leaves it out.
-func (s *AdminServer) nodeStatuses(ctx context.Context) map[string]*proto.ClusterStatusResponse {
-	out := map[string]*proto.ClusterStatusResponse{s.node.NodeID(): s.clusterStatus()}
-	askPeers(ctx, s, "node status", func(ctx context.Context, c proto.AdminClient) (*proto.ClusterStatusResponse, error) {
-		return c.ClusterStatus(ctx, &proto.ClusterStatusRequest{})
-	}, func(id string, r *proto.ClusterStatusResponse) { out[id] = r })
-	return out
-}
 
 // alarmsCheck is /api/health/checks/alarms (every node's alarms) and
 // local-alarms (this node's), in RabbitMQ's shapes.
@@ -69,11 +24,11 @@ func (q *req) alarmsCheck(local bool) error {
 	where := "in the cluster"
 	if local {
 		where = "on the node"
-		for _, a := range q.m.admin.nodeResources().Alarms() {
+		for _, a := range q.m.ops.Resources().Alarms() {
 			alarms = append(alarms, nodeAlarm{q.m.node.NodeID(), a})
 		}
 	} else {
-		sts := q.m.admin.nodeStatuses(q.ctx)
+		sts := q.m.ops.NodeStatuses(q.ctx)
 		ids := make([]string, 0, len(sts))
 		for id := range sts {
 			ids = append(ids, id)

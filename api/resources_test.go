@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -16,11 +17,11 @@ import (
 // resourceBox is a node's resources a test changes.
 type resourceBox struct {
 	mu sync.Mutex
-	r  Resources
+	r  ops.Resources
 }
 
-func (b *resourceBox) get() Resources { b.mu.Lock(); defer b.mu.Unlock(); return b.r }
-func (b *resourceBox) set(r Resources) {
+func (b *resourceBox) get() ops.Resources { b.mu.Lock(); defer b.mu.Unlock(); return b.r }
+func (b *resourceBox) set(r ops.Resources) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.r = r
@@ -32,10 +33,10 @@ func (b *resourceBox) set(r Resources) {
 func TestManagement_Alarms(t *testing.T) {
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
-	box := &resourceBox{r: Resources{DiskFree: 5 << 30, DiskFreeLimit: 1 << 30}}
-	admin := NewAdminServer(Deps{Node: FromCluster(n), Resources: box.get})
+	box := &resourceBox{r: ops.Resources{DiskFree: 5 << 30, DiskFreeLimit: 1 << 30}}
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n), Resources: box.get})
 	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(NewManagement(ManagementOptions{Admin: admin}))
+	srv := httptest.NewServer(NewManagement(ManagementOptions{Ops: admin}))
 	t.Cleanup(srv.Close)
 	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
@@ -61,7 +62,7 @@ func TestManagement_Alarms(t *testing.T) {
 		t.Fatalf("node %v", nf)
 	}
 
-	box.set(Resources{DiskAlarm: true, MemAlarm: true, DiskFree: 1 << 20, DiskFreeLimit: 1 << 30})
+	box.set(ops.Resources{DiskAlarm: true, MemAlarm: true, DiskFree: 1 << 20, DiskFreeLimit: 1 << 30})
 	for check, where := range map[string]string{"alarms": "in the cluster", "local-alarms": "on the node"} {
 		body := g.must(http.StatusServiceUnavailable, "GET", "/api/health/checks/"+check, nil)
 		var got struct {
@@ -80,7 +81,7 @@ func TestManagement_Alarms(t *testing.T) {
 	if nf := nodeFields(); nf["disk_free_alarm"] != true || nf["mem_alarm"] != true || nf["disk_free"] != float64(1<<20) {
 		t.Fatalf("node with alarms %v", nf)
 	}
-	box.set(Resources{DiskFree: 2 << 30, DiskFreeLimit: 1 << 30})
+	box.set(ops.Resources{DiskFree: 2 << 30, DiskFreeLimit: 1 << 30})
 	g.must(http.StatusOK, "GET", "/api/health/checks/alarms", nil)
 }
 
@@ -88,9 +89,9 @@ func TestManagement_Alarms(t *testing.T) {
 // and disk space in ClusterStatus, which the management API asks every
 // member for.
 func TestAdmin_ClusterStatusCarriesAlarms(t *testing.T) {
-	box := &resourceBox{r: Resources{DiskAlarm: true, DiskFree: 10, DiskFreeLimit: 100}}
+	box := &resourceBox{r: ops.Resources{DiskAlarm: true, DiskFree: 10, DiskFreeLimit: 100}}
 	node := newFakeNode("n1")
-	admin := NewAdminServer(Deps{Node: node, Resources: box.get})
+	admin := ops.New(ops.Deps{Node: node, Resources: box.get})
 	t.Cleanup(func() { _ = admin.Close() })
 	r, err := admin.ClusterStatus(ctxT(t), &proto.ClusterStatusRequest{})
 	if err != nil {
@@ -107,10 +108,10 @@ func TestAdmin_ClusterStatusCarriesAlarms(t *testing.T) {
 func TestRabbitMetrics_NodeCountersAndDisk(t *testing.T) {
 	n := newFakeNode("n2")
 	n.leaderID = "n1"
-	box := &resourceBox{r: Resources{DiskAlarm: true, DiskFree: 1 << 20, DiskFreeLimit: 1 << 30}}
+	box := &resourceBox{r: ops.Resources{DiskAlarm: true, DiskFree: 1 << 20, DiskFreeLimit: 1 << 30}}
 	m := NewMetrics(MetricsOptions{Node: n, Resources: box.get,
-		Counters: func() NodeCounters {
-			return NodeCounters{ConnectionsOpened: 5, ConnectionsClosed: 3, ChannelsOpened: 9, ChannelsClosed: 4, Confirmed: 42,
+		Counters: func() ops.NodeCounters {
+			return ops.NodeCounters{ConnectionsOpened: 5, ConnectionsClosed: 3, ChannelsOpened: 9, ChannelsClosed: 4, Confirmed: 42,
 				Returned: 6, Dropped: 7, GetEmpty: 8, QueuesDeclared: 11}
 		}})
 	got, types := scrapeTyped(t, NewHTTPHandler(HTTPDeps{Node: n, Metrics: m}), "/metrics")

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 )
 
@@ -253,11 +254,11 @@ func (s *security) serverOptions() []grpc.ServerOption {
 }
 
 // peers dials other nodes' Admin services with the node's certificate.
-func (s *security) peers() *api.PeerPool {
+func (s *security) peers() *ops.PeerPool {
 	if s.tls == nil {
-		return api.NewPeerPool()
+		return ops.NewPeerPool()
 	}
-	return api.NewPeerPool(grpc.WithTransportCredentials(credentials.NewTLS(s.tls.ClientConfig())))
+	return ops.NewPeerPool(grpc.WithTransportCredentials(credentials.NewTLS(s.tls.ClientConfig())))
 }
 
 // warn logs how the links are secured and the settings that leave

@@ -25,13 +25,14 @@ import (
 
 	"github.com/raftmq/raftmq/amqp"
 	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/proto"
 )
 
 func main() {
 	if wantsVersion(os.Args[1:]) {
-		fmt.Println(api.ProductVersion())
+		fmt.Println(ops.ProductVersion())
 		os.Exit(0)
 	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
@@ -153,29 +154,29 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
-	apiNode := api.FromCluster(node)
+	apiNode := ops.FromCluster(node)
 	watermark := cfg.Limits.VMMemoryHighWatermark
 	if watermark == 0 {
 		watermark = defaultMemoryWatermark()
 	}
 	memWatch := amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil)
 	diskWatch := amqp.NewDiskWatcher(amqpSrv, cfg.DataDir, uint64(cfg.Limits.DiskFreeLimit), nil)
-	resources := func() api.Resources {
+	resources := func() ops.Resources {
 		free, limit, alarm, _ := diskWatch.State()
-		return api.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
+		return ops.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
 	}
-	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: api.ClusterStats(node),
+	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryUsed: amqp.HeapBytes, MemoryLimit: uint64(watermark), Resources: resources,
-		Counters: func() api.NodeCounters { return api.NodeCounters(amqpSrv.Counters()) }})
+		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
 	amqpSrv.SetBroker(&broker{node: node, metrics: metrics})
 
 	sec.auth.SetNode(apiNode)
 	peers := sec.peers()
 	defer peers.Close()
-	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
-		Counters: func() api.NodeCounters { return api.NodeCounters(amqpSrv.Counters()) }, Resources: resources})
-	defer admin.Close()
-	proto.RegisterAdminServer(grpcSrv, admin)
+	operations := ops.New(ops.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
+		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources})
+	defer operations.Close()
+	proto.RegisterAdminServer(grpcSrv, api.NewAdminServer(operations))
 	var amqpOpen atomic.Bool
 	httpSrv := &http.Server{
 		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof, Serving: amqpOpen.Load}),
@@ -185,7 +186,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	errc := make(chan error, 5)
 	go func() { errc <- grpcSrv.Serve(grpcLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
-	mgmt.serve(ctx, admin, node.Ready(), logger, errc)
+	mgmt.serve(ctx, operations, node.Ready(), logger, errc)
 	// The AMQP listeners open only once the node can authenticate logins,
 	// as RabbitMQ's do: a client that connects as soon as the port opens
 	// must not be refused. /readyz waits for them too.

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/internal/testpki"
@@ -45,7 +45,7 @@ func TestManagementTLSAndLoadDefinitions(t *testing.T) {
 
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
-	admin := api.NewAdminServer(api.Deps{Node: api.FromCluster(n)})
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n)})
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

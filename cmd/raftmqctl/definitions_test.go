@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -22,9 +23,9 @@ func noGRPC(string) (proto.AdminClient, error) { return nil, nil }
 func TestDefinitionsVerbs(t *testing.T) {
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
-	admin := api.NewAdminServer(api.Deps{Node: api.FromCluster(n)})
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n)})
 	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(api.NewManagement(api.ManagementOptions{Admin: admin}))
+	srv := httptest.NewServer(api.NewManagement(api.ManagementOptions{Ops: admin}))
 	t.Cleanup(srv.Close)
 	file := filepath.Join("..", "..", "api", "testdata", "rabbitmq-3.10.8", "definitions.json")
 

@@ -1,13 +1,11 @@
-package api
+package ops
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -23,25 +21,20 @@ type BatchSubmitter interface {
 	SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error)
 }
 
-// SubmitBatch implements BatchSubmitter for a cluster node.
-func (c clusterNode) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
-	return c.n.SubmitBatch(ctx, cmds)
-}
-
 // DeclareQueue declares a queue (not exclusive: an HTTP client owns no
 // connection) and returns the command's result.
-func (s *AdminServer) DeclareQueue(ctx context.Context, d *proto.QueueDeclare) (*proto.Result, error) {
+func (s *Service) DeclareQueue(ctx context.Context, d *proto.QueueDeclare) (*proto.Result, error) {
 	if d.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "queue name must not be empty")
+		return nil, fail(Invalid, "queue name must not be empty")
 	}
 	d.Vhost = orDefaultVhost(d.GetVhost())
 	return s.submit(ctx, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
 }
 
 // DeclareExchange declares an exchange.
-func (s *AdminServer) DeclareExchange(ctx context.Context, d *proto.ExchangeDeclare) error {
+func (s *Service) DeclareExchange(ctx context.Context, d *proto.ExchangeDeclare) error {
 	if d.GetName() == "" {
-		return status.Error(codes.InvalidArgument, "exchange name must not be empty")
+		return fail(Invalid, "exchange name must not be empty")
 	}
 	d.Vhost = orDefaultVhost(d.GetVhost())
 	_, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: d}})
@@ -49,7 +42,7 @@ func (s *AdminServer) DeclareExchange(ctx context.Context, d *proto.ExchangeDecl
 }
 
 // DeleteExchange deletes an exchange.
-func (s *AdminServer) DeleteExchange(ctx context.Context, vhost, name string, ifUnused bool) error {
+func (s *Service) DeleteExchange(ctx context.Context, vhost, name string, ifUnused bool) error {
 	_, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{
 		Vhost: orDefaultVhost(vhost), Name: name, IfUnused: ifUnused,
 	}}})
@@ -57,21 +50,21 @@ func (s *AdminServer) DeleteExchange(ctx context.Context, vhost, name string, if
 }
 
 // Bind binds a queue or an exchange to an exchange.
-func (s *AdminServer) Bind(ctx context.Context, b *proto.Bind) error {
+func (s *Service) Bind(ctx context.Context, b *proto.Bind) error {
 	b.Vhost = orDefaultVhost(b.GetVhost())
 	_, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_Bind{Bind: b}})
 	return err
 }
 
 // Unbind removes a binding.
-func (s *AdminServer) Unbind(ctx context.Context, b *proto.Unbind) error {
+func (s *Service) Unbind(ctx context.Context, b *proto.Unbind) error {
 	b.Vhost = orDefaultVhost(b.GetVhost())
 	_, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_Unbind{Unbind: b}})
 	return err
 }
 
 // Publish publishes one message and reports whether it reached a queue.
-func (s *AdminServer) Publish(ctx context.Context, p *proto.Publish) (routed bool, err error) {
+func (s *Service) Publish(ctx context.Context, p *proto.Publish) (routed bool, err error) {
 	p.Vhost = orDefaultVhost(p.GetVhost())
 	r, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_Publish{Publish: p}})
 	if err != nil {
@@ -85,13 +78,13 @@ func (s *AdminServer) Publish(ctx context.Context, p *proto.Publish) (routed boo
 // without, they are gone. The gets and the close of the channel they used
 // travel in one log entry when the node can batch, so no delivery stays
 // pending on a channel nobody holds.
-func (s *AdminServer) GetMessages(ctx context.Context, vhost, queue string, count int, requeue bool) ([]*proto.GetOk, error) {
+func (s *Service) GetMessages(ctx context.Context, vhost, queue string, count int, requeue bool) ([]*proto.GetOk, error) {
 	if count < 1 {
 		count = 1
 	}
 	id := make([]byte, 8)
 	if _, err := rand.Read(id); err != nil {
-		return nil, status.Errorf(codes.Internal, "channel id: %v", err)
+		return nil, fail(Internal, "channel id: %v", err)
 	}
 	ch := &proto.ChannelRef{Node: s.node.NodeID(), Connection: "mgmt-" + hex.EncodeToString(id), Channel: 1}
 	cmds := make([]*proto.Command, 0, count+1)
@@ -105,21 +98,21 @@ func (s *AdminServer) GetMessages(ctx context.Context, vhost, queue string, coun
 	if b, ok := s.node.(BatchSubmitter); ok {
 		rs, err := b.SubmitBatch(ctx, cmds)
 		if err != nil {
-			return nil, nodeError(err, codes.Unavailable, "submit")
+			return nil, nodeError(err, Unavailable, "submit")
 		}
 		results = rs
 	} else {
 		for _, c := range cmds {
 			r, err := s.node.Submit(ctx, c)
 			if err != nil {
-				return nil, nodeError(err, codes.Unavailable, "submit")
+				return nil, nodeError(err, Unavailable, "submit")
 			}
 			results = append(results, r)
 		}
 	}
 	var out []*proto.GetOk
 	for _, r := range results[:count] {
-		if err := resultError(r); err != nil {
+		if err := refusal(r); err != nil {
 			return nil, err
 		}
 		if g := r.GetGet(); g != nil {
@@ -131,12 +124,23 @@ func (s *AdminServer) GetMessages(ctx context.Context, vhost, queue string, coun
 
 // PutUser writes a user with a password hash made elsewhere (a definitions
 // import carries RabbitMQ's own hashes, which raftmq checks the same way).
-func (s *AdminServer) PutUser(ctx context.Context, name string, hash []byte, algorithm string, tags []string) error {
+func (s *Service) PutUser(ctx context.Context, name string, hash []byte, algorithm string, tags []string) error {
 	if name == "" {
-		return status.Error(codes.InvalidArgument, "user name must not be empty")
+		return fail(Invalid, "user name must not be empty")
 	}
 	_, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_UserPut{UserPut: &proto.UserPut{
 		Name: name, PasswordHash: hash, HashAlgorithm: algorithm, Tags: tags,
 	}}})
 	return err
+}
+
+// AddUserOrReplace writes a user with a new salted hash of password,
+// whether it exists or not (the management API's PUT /api/users/u; the
+// gRPC AddUser refuses an existing user).
+func (s *Service) AddUserOrReplace(ctx context.Context, name, password string, tags []string) (bool, error) {
+	hash, err := hashPassword(password)
+	if err != nil {
+		return false, err
+	}
+	return true, s.PutUser(ctx, name, hash, fsm.PasswordHashAlgorithm, tags)
 }

@@ -1,4 +1,4 @@
-package api
+package ops
 
 import (
 	"context"
@@ -71,6 +71,11 @@ func (c clusterNode) TransferLeadership(_ context.Context, id string) error {
 // RemoveNode implements Node.
 func (c clusterNode) RemoveNode(_ context.Context, id string) error {
 	return c.n.RemoveNode(id)
+}
+
+// SubmitBatch implements BatchSubmitter for a cluster node.
+func (c clusterNode) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	return c.n.SubmitBatch(ctx, cmds)
 }
 
 // machineState is the machine as a State; the assertion below keeps the

@@ -1,14 +1,15 @@
-package api
+package ops
 
 import (
 	"context"
 	"log/slog"
 	"time"
 
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
-// Node is what the admin service and the health checks need from a cluster
+// Node is what the operations and the health checks need from a cluster
 // node. A *cluster.Node is adapted to it by the binary's wiring.
 type Node interface {
 	// NodeID is this node's id.
@@ -73,6 +74,10 @@ type State interface {
 	// Initialized reports whether the leader's defaults (the default vhost
 	// and user) have been applied.
 	Initialized() bool
+	// Stats are the machine's cumulative counters and gauges.
+	Stats() fsm.Stats
+	// QueueCounts are each queue's cumulative message counters.
+	QueueCounts() []fsm.QueueCounts
 	UserCredentials
 }
 
@@ -119,7 +124,7 @@ type StateStats struct {
 	Deaths [4][2]uint64
 }
 
-// Deps are the admin service's collaborators.
+// Deps are the operations' collaborators.
 type Deps struct {
 	// Node is the local cluster node (required).
 	Node Node
@@ -136,4 +141,39 @@ type Deps struct {
 	PeerTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// Resources are a node's resource alarms and what the disk alarm
+// compares, as /api/nodes, the alarm health checks and the metrics show
+// them.
+type Resources struct {
+	MemAlarm  bool
+	DiskAlarm bool
+	// DiskFree is the free space of the data dir at the last check (0
+	// before it), DiskFreeLimit the --disk-free-limit.
+	DiskFree, DiskFreeLimit uint64
+}
+
+// Alarms names the raised alarms as the admin API reports them.
+func (r Resources) Alarms() []string {
+	var out []string
+	if r.DiskAlarm {
+		out = append(out, "disk")
+	}
+	if r.MemAlarm {
+		out = append(out, "memory")
+	}
+	return out
+}
+
+// NodeCounters are this node's own cumulative counts of its AMQP clients
+// (amqp.Counters): RabbitMQ counts them per node too, and the replicated
+// state does not see them.
+type NodeCounters struct {
+	ConnectionsOpened, ConnectionsClosed uint64
+	ChannelsOpened, ChannelsClosed       uint64
+	Confirmed                            uint64
+	Returned, Dropped                    uint64
+	GetEmpty                             uint64
+	QueuesDeclared                       uint64
 }
