@@ -1,15 +1,13 @@
-// Package api serves a node's operator surfaces over the operations layer
-// (package ops): the raftmq.v1.Admin gRPC service (NewAdminServer),
-// RabbitMQ's management HTTP API with its console (NewManagement),
-// Prometheus metrics (NewMetrics) and the health endpoints
-// (NewHTTPHandler).
+// Package api holds a node's operator surfaces, each in a package of its
+// own over one operations layer:
 //
-// Every read and write of the gRPC service and the management API is an
-// ops.Service method; an *ops.Error becomes a gRPC status or RabbitMQ's
-// HTTP error by its kind and reply code.
+//   - ops: every read and write the surfaces offer, called in process,
+//     with typed errors that carry the AMQP reply code and text;
+//   - grpcadmin: the raftmq.v1.Admin gRPC service and its authentication;
+//   - mgmt: RabbitMQ's management HTTP API and the web console;
+//   - metrics: Prometheus metrics and the health endpoints;
+//   - client: credentials and dialing for a client of the Admin service
+//     (raftmqctl), which links none of the server.
 //
-// Auth (auth.go) guards the Admin service as gRPC interceptors: beyond
-// loopback (or always) a caller needs an administrator's username and
-// password, except other nodes, which present a certificate naming a member
-// (see docs/security.md).
+// DESIGN.md says why the surfaces are split this way.
 package api

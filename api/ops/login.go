@@ -96,3 +96,11 @@ func ProductVersion() string {
 // CompatVersion is the RabbitMQ version whose management API and metrics
 // raftmq mimics; tools pick their code paths by it.
 const CompatVersion = "3.10.8"
+
+// ClusterPermanentID is RabbitMQ's cluster_permanent_id (the metrics'
+// rabbitmq_cluster_permanent_id, the management API's internal_cluster_id): RabbitMQ generates
+// one per cluster; raftmq's cluster is named by its cluster name, so the id
+// is derived from it and stays the same across restarts and nodes.
+func ClusterPermanentID(cluster string) string {
+	return "rabbitmq-cluster-id-" + cluster
+}

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 )
@@ -75,7 +75,7 @@ func (s *clusterSecurity) check() error {
 			return err
 		}
 	}
-	_, err := api.ParseAuthMode(s.AdminAuth)
+	_, err := grpcadmin.ParseAuthMode(s.AdminAuth)
 	return err
 }
 
@@ -183,7 +183,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 type security struct {
 	tls       *cluster.TLS // an operator's or the secret's; nil: none
 	keys      [][]byte     // nil: plain gossip
-	auth      *api.Auth
+	auth      *grpcadmin.Auth
 	plaintext bool   // admin credentials accepted without TLS
 	caFile    string // the derived CA's certificate, for raftmqctl ("": none)
 	generated string // the secret file generated at this start ("": none)
@@ -233,11 +233,11 @@ func (s *clusterSecurity) load(dataDir, nodeID string, alone bool) (*security, e
 		}
 		out.keys = [][]byte{k}
 	}
-	mode, err := api.ParseAuthMode(s.AdminAuth)
+	mode, err := grpcadmin.ParseAuthMode(s.AdminAuth)
 	if err != nil {
 		return nil, err
 	}
-	out.auth = api.NewAuth(mode, nil)
+	out.auth = grpcadmin.NewAuth(mode, nil)
 	if s.AdminPlaintext {
 		out.auth.AllowPlaintext()
 		out.plaintext = true
@@ -275,7 +275,7 @@ func (s *security) warn(logger *slog.Logger, grpcAddr net.Addr) {
 		logger.Info("links between nodes use TLS from the cluster secret; raftmqctl reaches the admin API over TLS with --tls-ca", "ca", s.caFile)
 	}
 	switch {
-	case s.auth.Mode() == api.AuthNever && beyond:
+	case s.auth.Mode() == grpcadmin.AuthNever && beyond:
 		logger.Warn("the admin API asks for no credentials and listens beyond loopback (--admin-auth never)", "grpc", grpcAddr.String())
 	case s.tls.FromSecret() && beyond && s.plaintext:
 		logger.Warn("the admin API takes credentials without TLS from beyond loopback (--admin-plaintext): passwords of plain connections travel in clear", "grpc", grpcAddr.String())

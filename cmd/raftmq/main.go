@@ -24,7 +24,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/raftmq/raftmq/amqp"
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
+	"github.com/raftmq/raftmq/api/metrics"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/proto"
@@ -98,7 +99,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	mgmt, err := listenManagement(cfg.Management)
+	mgmtSrv, err := listenManagement(cfg.Management)
 	if err != nil {
 		return err
 	}
@@ -165,10 +166,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		free, limit, alarm, _ := diskWatch.State()
 		return ops.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
 	}
-	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
+	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryUsed: amqp.HeapBytes, MemoryLimit: uint64(watermark), Resources: resources,
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
-	amqpSrv.SetBroker(&broker{node: node, metrics: metrics})
+	amqpSrv.SetBroker(&broker{node: node, metrics: nodeMetrics})
 
 	sec.auth.SetNode(apiNode)
 	peers := sec.peers()
@@ -176,17 +177,17 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	operations := ops.New(ops.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources})
 	defer operations.Close()
-	proto.RegisterAdminServer(grpcSrv, api.NewAdminServer(operations))
+	proto.RegisterAdminServer(grpcSrv, grpcadmin.New(operations))
 	var amqpOpen atomic.Bool
 	httpSrv := &http.Server{
-		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof, Serving: amqpOpen.Load}),
+		Handler:           metrics.NewHandler(metrics.HandlerOptions{Node: apiNode, Metrics: nodeMetrics, Pprof: cfg.Pprof, Serving: amqpOpen.Load}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
 	errc := make(chan error, 5)
 	go func() { errc <- grpcSrv.Serve(grpcLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
-	mgmt.serve(ctx, operations, node.Ready(), logger, errc)
+	mgmtSrv.serve(ctx, operations, node.Ready(), logger, errc)
 	// The AMQP listeners open only once the node can authenticate logins,
 	// as RabbitMQ's do: a client that connects as soon as the port opens
 	// must not be refused. /readyz waits for them too.
@@ -212,7 +213,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	go diskWatch.Run(ctx, diskCheckInterval)
 	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpAddr, "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
-		"http", httpLn.Addr().String(), "management", mgmt.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark,
+		"http", httpLn.Addr().String(), "management", mgmtSrv.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark,
 		"disk_free_limit", uint64(cfg.Limits.DiskFreeLimit))
 
 	var runErr error
@@ -232,7 +233,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(shutdownCtx)
-	mgmt.shutdown(shutdownCtx)
+	mgmtSrv.shutdown(shutdownCtx)
 	if err := node.Close(); err != nil && runErr == nil {
 		runErr = err
 	}

@@ -24,7 +24,7 @@ func TestManagementTLSAndLoadDefinitions(t *testing.T) {
 	dir := t.TempDir()
 	ca := testpki.New(t, "test CA")
 	f := ca.WriteFiles(t, dir, "mgmt", ca.Issue(t, testpki.Server, "mgmt", "127.0.0.1"))
-	defs, err := os.ReadFile(filepath.Join("..", "..", "api", "testdata", "rabbitmq-3.10.8", "definitions.json"))
+	defs, err := os.ReadFile(filepath.Join("..", "..", "api", "mgmt", "testdata", "rabbitmq-3.10.8", "definitions.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

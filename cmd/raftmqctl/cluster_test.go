@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
@@ -36,7 +36,7 @@ func startClusterAdmin(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	proto.RegisterAdminServer(srv, api.NewAdminServer(ops.New(ops.Deps{Node: node})))
+	proto.RegisterAdminServer(srv, grpcadmin.New(ops.New(ops.Deps{Node: node})))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()

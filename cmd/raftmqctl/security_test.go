@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
@@ -31,10 +31,10 @@ func TestRun_TLSAndCredentials(t *testing.T) {
 		}
 		return nil
 	})
-	auth := api.NewAuth(api.AuthAlways, node)
+	auth := grpcadmin.NewAuth(grpcadmin.AuthAlways, node)
 	srv := grpc.NewServer(append(cluster.ServerOptions(c.Nodes[0].Config.TLS),
 		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))...)
-	proto.RegisterAdminServer(srv, api.NewAdminServer(ops.New(ops.Deps{Node: node})))
+	proto.RegisterAdminServer(srv, grpcadmin.New(ops.New(ops.Deps{Node: node})))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
