@@ -119,19 +119,28 @@ func tagsOf(v any) []string {
 	return out
 }
 
+// userTopicPermissions: raftmq checks no topic permissions.
+func (q *req) userTopicPermissions() error {
+	if !q.user.admin() {
+		return notAuthorised("Not administrator user")
+	}
+	q.list(nil)
+	return nil
+}
+
+func (q *req) userPermissions() error {
+	if !q.user.admin() {
+		return notAuthorised("Not administrator user")
+	}
+	name := q.arg("user")
+	return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetUser() == name })
+}
+
 func (q *req) users() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
-	name := q.seg(1)
-	if len(q.segs) == 3 && q.seg(2) == "topic-permissions" {
-		return q.get(func() error { q.list(nil); return nil })
-	}
-	if len(q.segs) == 3 && q.seg(2) == "permissions" {
-		return q.get(func() error {
-			return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetUser() == name })
-		})
-	}
+	name := q.arg("user")
 	switch q.r.Method {
 	case http.MethodGet:
 		var out []map[string]any
@@ -196,9 +205,9 @@ func (q *req) permissions() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
-	vhost, user := q.seg(1), q.seg(2)
+	vhost, user := q.arg("vhost"), q.arg("user")
 	if vhost == "" {
-		return q.get(func() error { return q.listPermissions(func(*proto.PermissionInfo) bool { return true }) })
+		return q.listPermissions(func(*proto.PermissionInfo) bool { return true })
 	}
 	switch q.r.Method {
 	case http.MethodGet:
