@@ -25,11 +25,9 @@ func (m *Server) routes() *http.ServeMux {
 	handle((*req).nodes, "GET /api/nodes", "GET /api/nodes/{node}")
 
 	handle((*req).vhosts, "GET /api/vhosts", "GET /api/vhosts/{vhost}", "PUT /api/vhosts/{vhost}", "DELETE /api/vhosts/{vhost}")
-	handle((*req).vhostPermissions, "GET /api/vhosts/{vhost}/permissions")
-	handle((*req).vhostTopicPermissions, "GET /api/vhosts/{vhost}/topic-permissions")
+	handle((*req).permissionsOf, "GET /api/vhosts/{vhost}/permissions", "GET /api/users/{user}/permissions")
+	handle((*req).noTopicPermissions, "GET /api/vhosts/{vhost}/topic-permissions", "GET /api/users/{user}/topic-permissions")
 	handle((*req).users, "GET /api/users", "GET /api/users/{user}", "PUT /api/users/{user}", "DELETE /api/users/{user}")
-	handle((*req).userPermissions, "GET /api/users/{user}/permissions")
-	handle((*req).userTopicPermissions, "GET /api/users/{user}/topic-permissions")
 	handle((*req).permissions, "GET /api/permissions",
 		"GET /api/permissions/{vhost}/{user}", "PUT /api/permissions/{vhost}/{user}", "DELETE /api/permissions/{vhost}/{user}")
 
@@ -84,6 +82,13 @@ func (m *Server) routes() *http.ServeMux {
 	mux.Handle("/api/", unrouted)
 	mux.Handle("/api", unrouted)
 	return mux
+}
+
+// object is the vhost (checked as vhostArg does) and the name of the
+// queue or exchange the path names.
+func (q *req) object() (vhost, name string, err error) {
+	vhost, err = q.vhostArg()
+	return vhost, q.arg("name"), err
 }
 
 // arg is the path's {name} segment, unescaped ("" when the route has none),

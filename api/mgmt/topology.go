@@ -162,11 +162,10 @@ func (q *req) queues() error {
 
 // queuePurge serves DELETE /api/queues/v/q/contents.
 func (q *req) queuePurge() error {
-	vhost, err := q.vhostArg()
+	vhost, name, err := q.object()
 	if err != nil {
 		return err
 	}
-	name := q.arg("name")
 	if e := q.user.may(vhost, permRead, "queue", name); e != nil {
 		return e
 	}
@@ -179,15 +178,22 @@ func (q *req) queuePurge() error {
 
 // queueBindings serves GET /api/queues/v/q/bindings.
 func (q *req) queueBindings() error {
-	vhost, err := q.vhostArg()
+	vhost, name, err := q.object()
 	if err != nil {
 		return err
 	}
-	name := q.arg("name")
+	return q.listBindings(vhost, func(b *proto.BindingInfo) bool {
+		return b.GetDestination() == name && b.GetDestinationKind() == "queue"
+	})
+}
+
+// listBindings lists the bindings of vhost ("": every vhost the user
+// sees) that keep takes.
+func (q *req) listBindings(vhost string, keep func(*proto.BindingInfo) bool) error {
 	var out []map[string]any
 	q.view(func(s ops.State) {
 		for _, b := range q.bindingList(s, vhost) {
-			if b.GetDestination() == name && b.GetDestinationKind() == "queue" {
+			if keep(b) {
 				out = append(out, bindingJSON(b))
 			}
 		}
@@ -198,11 +204,10 @@ func (q *req) queueBindings() error {
 
 // queue serves one queue: GET, PUT (declare), DELETE.
 func (q *req) queue() error {
-	vhost, err := q.vhostArg()
+	vhost, name, err := q.object()
 	if err != nil {
 		return err
 	}
-	name := q.arg("name")
 	switch q.r.Method {
 	case http.MethodGet:
 		var out map[string]any
@@ -272,11 +277,10 @@ func queueDeclareFromJSON(vhost, name string, b map[string]any) (*proto.QueueDec
 // a string and anything else as base64, base64 always base64; truncate
 // cuts the payload to that many bytes.
 func (q *req) queueGet() error {
-	vhost, err := q.vhostArg()
+	vhost, name, err := q.object()
 	if err != nil {
 		return err
 	}
-	name := q.arg("name")
 	if e := q.user.may(vhost, permRead, "queue", name); e != nil {
 		return e
 	}
@@ -477,31 +481,24 @@ func (q *req) exchangeBindings() error {
 	if dir != "source" && dir != "destination" {
 		return notFound()
 	}
-	vhost, err := q.vhostArg()
+	vhost, name, err := q.object()
 	if err != nil {
 		return err
 	}
-	name := wireExchange(q.arg("name"))
-	var out []map[string]any
-	q.view(func(s ops.State) {
-		for _, b := range q.bindingList(s, vhost) {
-			if (dir == "source" && b.GetSource() == name) ||
-				(dir == "destination" && b.GetDestinationKind() == "exchange" && b.GetDestination() == name) {
-				out = append(out, bindingJSON(b))
-			}
-		}
+	name = wireExchange(name)
+	return q.listBindings(vhost, func(b *proto.BindingInfo) bool {
+		return (dir == "source" && b.GetSource() == name) ||
+			(dir == "destination" && b.GetDestinationKind() == "exchange" && b.GetDestination() == name)
 	})
-	q.list(out)
-	return nil
 }
 
 // exchange serves one exchange: GET, PUT (declare), DELETE.
 func (q *req) exchange() error {
-	vhost, err := q.vhostArg()
+	vhost, name, err := q.object()
 	if err != nil {
 		return err
 	}
-	name := wireExchange(q.arg("name"))
+	name = wireExchange(name)
 	exists := func() (x *proto.ExchangeInfo) {
 		q.view(func(s ops.State) {
 			for _, e := range s.Exchanges(vhost) {
@@ -583,11 +580,11 @@ func exchangeDeclareFromJSON(vhost, name string, b map[string]any) (*proto.Excha
 // payload_encoding string or base64, routing_key, properties; the answer
 // says whether a queue took it.
 func (q *req) publish() error {
-	vhost, err := q.vhostArg()
+	vhost, exchange, err := q.object()
 	if err != nil {
 		return err
 	}
-	exchange := wireExchange(q.arg("name"))
+	exchange = wireExchange(exchange)
 	if e := q.user.may(vhost, permWrite, "exchange", exchange); e != nil {
 		return e
 	}
@@ -685,14 +682,7 @@ func (q *req) bindings() error {
 	if err != nil {
 		return err
 	}
-	var out []map[string]any
-	q.view(func(s ops.State) {
-		for _, b := range q.bindingList(s, vhost) {
-			out = append(out, bindingJSON(b))
-		}
-	})
-	q.list(out)
-	return nil
+	return q.listBindings(vhost, func(*proto.BindingInfo) bool { return true })
 }
 
 // binding serves /api/bindings/v/e/source/{q|e}/dest: the bindings

@@ -119,21 +119,26 @@ func tagsOf(v any) []string {
 	return out
 }
 
-// userTopicPermissions: raftmq checks no topic permissions.
-func (q *req) userTopicPermissions() error {
+// permissionsOf serves /api/vhosts/v/permissions and
+// /api/users/u/permissions: the permissions in the vhost, or of the user.
+func (q *req) permissionsOf() error {
+	if !q.user.admin() {
+		return notAuthorised("Not administrator user")
+	}
+	vhost, user := q.arg("vhost"), q.arg("user")
+	return q.listPermissions(func(p *proto.PermissionInfo) bool {
+		return (vhost != "" && p.GetVhost() == vhost) || (user != "" && p.GetUser() == user)
+	})
+}
+
+// noTopicPermissions serves /api/vhosts/v/topic-permissions and
+// /api/users/u/topic-permissions: raftmq checks no topic permissions.
+func (q *req) noTopicPermissions() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
 	q.list(nil)
 	return nil
-}
-
-func (q *req) userPermissions() error {
-	if !q.user.admin() {
-		return notAuthorised("Not administrator user")
-	}
-	name := q.arg("user")
-	return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetUser() == name })
 }
 
 func (q *req) users() error {

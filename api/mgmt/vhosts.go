@@ -31,23 +31,6 @@ func (q *req) vhostJSON(s ops.State, v *proto.VhostInfo) map[string]any {
 	}
 }
 
-// vhostTopicPermissions: raftmq checks no topic permissions.
-func (q *req) vhostTopicPermissions() error {
-	if !q.user.admin() {
-		return notAuthorised("Not administrator user")
-	}
-	q.list(nil)
-	return nil
-}
-
-func (q *req) vhostPermissions() error {
-	if !q.user.admin() {
-		return notAuthorised("Not administrator user")
-	}
-	name := q.arg("vhost")
-	return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetVhost() == name })
-}
-
 func (q *req) vhosts() error {
 	name := q.arg("vhost")
 	switch q.r.Method {
