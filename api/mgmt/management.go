@@ -16,9 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/api/mgmt/console"
 	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -122,7 +122,7 @@ func fromError(err error) *httpError {
 	case ops.Invalid, ops.Precondition, ops.Exists, ops.Unknown:
 		return badRequest("%s", e.Text)
 	case ops.Denied:
-		if e.Code == reply.AccessRefused {
+		if e.Code == replycode.AccessRefused {
 			return badRequest("%s", e.Text)
 		}
 		return notAuthorised(e.Text)

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -91,15 +91,15 @@ func refusal(r *proto.Result) error {
 // replyKind is the kind of a refusal with reply code c.
 func replyKind(c uint16) Kind {
 	switch c {
-	case reply.NotFound:
+	case replycode.NotFound:
 		return NotFound
-	case reply.PreconditionFailed, reply.ResourceLocked:
+	case replycode.PreconditionFailed, replycode.ResourceLocked:
 		return Precondition
-	case reply.AccessRefused:
+	case replycode.AccessRefused:
 		return Denied
-	case reply.NotImplemented:
+	case replycode.NotImplemented:
 		return Unimplemented
-	case reply.InternalError:
+	case replycode.InternalError:
 		return Internal
 	}
 	return Unknown
