@@ -106,7 +106,7 @@ func replyKind(c uint16) Kind {
 }
 
 // nodeError turns an error of the node (not a command result) into an
-// *Error: one already is passes through, a peer's status keeps its kind, a
+// *Error: an *Error passes through, a peer's status keeps its kind, a
 // context error keeps its meaning, and anything else gets kind k.
 func nodeError(err error, k Kind, what string) error {
 	if err == nil {
