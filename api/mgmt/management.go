@@ -276,11 +276,12 @@ func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // routable is r with its path as the mux matches it. RabbitMQ's API takes
 // a trailing slash (/api/queues/ is /api/queues), which is dropped here.
-// And Go's ServeMux takes a segment that unescapes to "/" alone for a
-// trailing slash, so "%2F", the default vhost, would match no {wildcard}:
-// a segment that unescapes to "/" and any number of NULs gets one NUL more
-// (q.arg takes it off again), a one-to-one mapping that turns no name into
-// another and matches no literal of a route.
+// And two segments Go's ServeMux cannot take as a {wildcard}: "%2F", the
+// default vhost, which it mistakes for a trailing slash, and an empty one
+// (the default exchange's name), which it cleans away with a redirect. A
+// segment whose value is "" or "/", followed by any number of NULs, gets
+// one NUL more (q.arg takes it off again): a one-to-one mapping, so no
+// name is mistaken for another, and no literal of a route is touched.
 func routable(r *http.Request) *http.Request {
 	escaped := r.URL.EscapedPath()
 	path := escaped
@@ -288,9 +289,9 @@ func routable(r *http.Request) *http.Request {
 		path = strings.TrimSuffix(path, "/")
 	}
 	segs := strings.Split(path, "/")
-	for i, s := range segs {
-		if u, err := url.PathUnescape(s); err == nil && onlySlash(u) {
-			segs[i] = s + "%00"
+	for i := 1; i < len(segs); i++ {
+		if u, err := url.PathUnescape(segs[i]); err == nil && nulPadded(u) {
+			segs[i] += "%00"
 		}
 	}
 	path = strings.Join(segs, "/")
@@ -304,10 +305,10 @@ func routable(r *http.Request) *http.Request {
 	return r
 }
 
-// onlySlash reports whether a segment's value is "/" followed by NULs
-// only.
-func onlySlash(v string) bool {
-	return strings.HasPrefix(v, "/") && strings.Trim(v[1:], "\x00") == ""
+// nulPadded reports whether a segment's value is "" or "/", followed by
+// any number of NULs: the values routable pads.
+func nulPadded(v string) bool {
+	return strings.Trim(strings.TrimPrefix(v, "/"), "\x00") == ""
 }
 
 // serve is a route's handler: fn answers, or returns the error to answer

@@ -25,15 +25,15 @@ func (q *req) parameters() error {
 	if !q.user.policymaker() && !q.user.monitor() {
 		return notAuthorised("Not policymaker user")
 	}
-	component, name := q.arg("component"), q.arg("name")
-	if q.arg("vhost") != "" {
+	component := q.arg("component")
+	if q.has("vhost") {
 		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
-		if name != "" {
+		if q.has("name") {
 			return notFound()
 		}
 		q.list(nil)
@@ -96,14 +96,14 @@ func (q *req) globalParameters() error {
 // vhostLimits serves /api/vhost-limits[/vhost[/name]]: no vhost has
 // limits (--max-queues-per-vhost is each node's configuration).
 func (q *req) vhostLimits() error {
-	if q.arg("vhost") != "" {
+	if q.has("vhost") {
 		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
-		if q.arg("vhost") == "" && !q.user.monitor() {
+		if !q.has("vhost") && !q.user.monitor() {
 			return notAuthorised("Not monitor user")
 		}
 		q.list(nil)
@@ -130,14 +130,14 @@ func (q *req) topicPermissions() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
-	if q.arg("vhost") != "" {
+	if q.has("vhost") {
 		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
-		if q.arg("user") != "" {
+		if q.has("user") {
 			return notFound()
 		}
 		q.list(nil)

@@ -92,14 +92,17 @@ func (q *req) object() (vhost, name string, err error) {
 }
 
 // arg is the path's {name} segment, unescaped ("" when the route has none),
-// without the NUL that routable gave a "/".
+// without the NUL routable added.
 func (q *req) arg(name string) string {
 	v := q.r.PathValue(name)
-	if len(v) > 1 && onlySlash(v) {
+	if v != "" && v != "/" && nulPadded(v) {
 		return v[:len(v)-1]
 	}
 	return v
 }
+
+// has reports whether the route has a {name} segment (which may be empty).
+func (q *req) has(name string) bool { return q.r.PathValue(name) != "" }
 
 func nonNil[T any](s []T) []T {
 	if s == nil {
@@ -115,7 +118,7 @@ func (q *req) view(fn func(ops.State)) { q.m.node.View(fn) }
 // when it has one (checked as vhostArg does), "" for every vhost the user
 // sees.
 func (q *req) vhostScope() (string, error) {
-	if q.arg("vhost") == "" {
+	if !q.has("vhost") {
 		return "", nil
 	}
 	return q.vhostArg()

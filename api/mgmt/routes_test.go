@@ -12,9 +12,10 @@ import (
 )
 
 // TestRoutes_PathSegments: a {wildcard} is one segment, unescaped: "%2F" is
-// the vhost "/" (which Go's ServeMux alone would not match), a name may
-// hold slashes, a vhost "/" followed by a NUL stays a vhost of its own, and
-// a trailing slash is taken as RabbitMQ takes it. What no route serves is
+// the vhost "/" and an empty segment the default exchange (neither of
+// which Go's ServeMux alone would match), a name may hold slashes, a vhost
+// "/" followed by a NUL stays a vhost of its own, and a trailing slash is
+// taken as RabbitMQ takes it. What no route serves is
 // RabbitMQ's 404, or its 405 where the path takes other methods, in its
 // JSON shape.
 func TestRoutes_PathSegments(t *testing.T) {
@@ -68,9 +69,13 @@ func TestRoutes_PathSegments(t *testing.T) {
 	if v := object("/api/vhosts/%2F"); v["name"] != "/" {
 		t.Fatalf("vhost %v", v)
 	}
-	// The default exchange's implicit binding.
+	// The default exchange's implicit binding, also found by its empty
+	// name in the path.
 	if bs := list("/api/queues/%2F/a%2Fb/bindings"); len(bs) != 1 || bs[0]["destination"] != "a/b" || bs[0]["vhost"] != "/" {
 		t.Fatalf("bindings %v", bs)
+	}
+	if bs := list("/api/bindings/%2F/e//q/a%2Fb"); len(bs) != 1 || bs[0]["source"] != "" || bs[0]["destination"] != "a/b" {
+		t.Fatalf("bindings from the default exchange %v", bs)
 	}
 
 	for _, c := range []struct {

@@ -710,7 +710,8 @@ func (q *req) binding() error {
 			}
 		}
 	})
-	if props := q.arg("props"); props != "" {
+	if q.has("props") {
+		props := q.arg("props")
 		var found *proto.BindingInfo
 		for _, b := range matching {
 			if propertiesKey(b.GetRoutingKey(), b.GetArguments()) == props {
