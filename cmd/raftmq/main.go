@@ -26,12 +26,13 @@ import (
 	"github.com/raftmq/raftmq/amqp"
 	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
 func main() {
 	if wantsVersion(os.Args[1:]) {
-		fmt.Println(api.ProductVersion())
+		fmt.Println(version.String())
 		os.Exit(0)
 	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
