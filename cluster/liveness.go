@@ -3,14 +3,11 @@ package cluster
 import (
 	"slices"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // HealthSuspect is a member gossip still finds alive (or never heard of)
-// but raft does not reach: the leader's heartbeats to it fail, or, for
-// the leader itself, a follower has not heard from it for a heartbeat
-// timeout.
+// but raft does not reach: the leader's heartbeats to it fail. (A dead
+// leader is one for the leader elected after it.)
 //
 // Gossip takes seconds to declare a member dead (memberlist's suspicion
 // timeout, longer in bigger clusters), so a killed node would show alive
@@ -53,8 +50,7 @@ func (n *Node) unreachable() []string {
 }
 
 // suspects is whom raft does not reach as this node knows it: its own
-// reach on the leader; elsewhere, what the leader gossips, and the leader
-// itself when it has been silent for a heartbeat timeout.
+// reach on the leader, elsewhere what the leader gossips.
 func (n *Node) suspects() map[string]bool {
 	out := map[string]bool{}
 	if n.IsLeader() {
@@ -72,11 +68,6 @@ func (n *Node) suspects() map[string]bool {
 			if id != n.cfg.NodeID {
 				out[id] = true
 			}
-		}
-	}
-	if n.raft.State() == raft.Follower {
-		if last := n.raft.LastContact(); !last.IsZero() && time.Since(last) > n.cfg.HeartbeatTimeout {
-			out[leader] = true
 		}
 	}
 	return out

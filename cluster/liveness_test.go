@@ -38,7 +38,7 @@ func healthOn(t *testing.T, ns []*cluster.Node, id, want string) {
 // back.
 func TestMembers_KilledFollowerIsSuspectFromRaft(t *testing.T) {
 	c := clustertest.New(t, 3, clustertest.WithConfig(slowGossip))
-	l := c.WaitForLeader(clustertest.Timeout)
+	c.WaitForLeader(clustertest.Timeout)
 	victim := c.Followers()[0]
 	vi := c.Index(victim.NodeID())
 	for _, nd := range c.Nodes {
@@ -46,9 +46,6 @@ func TestMembers_KilledFollowerIsSuspectFromRaft(t *testing.T) {
 	}
 	c.Kill(vi)
 	healthOn(t, c.Live(), victim.NodeID(), cluster.HealthSuspect)
-	if got := c.Leader(); got == nil || got.NodeID() != l.NodeID() {
-		t.Fatalf("the leader changed: the test wants the first one's view")
-	}
 	c.Restart(vi)
 	healthOn(t, c.Live(), victim.NodeID(), cluster.HealthAlive)
 }

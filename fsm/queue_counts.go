@@ -78,9 +78,11 @@ type unackedSums struct {
 // assignments: the consumer's unacked beyond its prefetch, counted from
 // the end of its channel's list. Only the prefetch, the credit and the
 // ascending list are read, all replicated state, so every replica shows
-// the same numbers (a consumer cancelled but not yet gone from its
-// channel is left out: a restored replica no longer knows it). Nothing here is written back: this is a view, and the
-// state, its digest and its snapshot are unchanged.
+// the same numbers. A cancelled consumer's deliveries, which stay on its
+// channel, are left out: a restored replica no longer knows whose they
+// are (and the node hands back what it held right after the cancel).
+// Nothing here is written back: this is a view, and the state, its digest
+// and its snapshot are unchanged.
 
 // heldCount is how many of c's deliveries count as held by its node.
 func (c *consumer) heldCount() uint32 {
