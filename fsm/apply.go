@@ -161,6 +161,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applySetProtocol(x.SetProtocol)
 	case *proto.Command_ConsumerTimeout:
 		return s.applyConsumerTimeout(x.ConsumerTimeout)
+	case *proto.Command_ReleaseDelayed:
+		return s.applyReleaseDelayed(x.ReleaseDelayed)
 	default:
 		if c.GetIgnorable() {
 			return &proto.Result{}

@@ -28,8 +28,9 @@ const (
 	// each unacknowledged delivery's assignment time and held flag
 	// (consumer_timeout.go), 7 names each message's body instead of
 	// holding it (queue.Body), holds its properties encoded, and adds
-	// the deaths by reason (Stats.Deaths).
-	snapVersion = 7
+	// the deaths by reason (Stats.Deaths), 8 the messages of delayed
+	// exchanges (apply_delayed.go).
+	snapVersion = 8
 	// bodyRefFormat is the first format that names bodies.
 	bodyRefFormat = 7
 )
@@ -247,6 +248,9 @@ func (s *state) encodeTo(e *enc) {
 			}
 		}
 	}
+	if e.version() >= 8 {
+		encDelayed(e, &s.delayed)
+	}
 	e.flushBytes()
 }
 
@@ -432,6 +436,7 @@ func (s *state) snapshot() (io.WriterTo, error) {
 	for _, ch := range s.channels {
 		n += len(ch.unacked)
 	}
+	n += len(s.delayed.h)
 	// About 35 bytes a message; sized once, not grown by doubling.
 	e := &enc{b: make([]byte, 0, 64<<10+40*n), collect: true, names: make([]queue.Body, 0, n)}
 	s.encodeTo(e)
@@ -587,6 +592,7 @@ func decodeState(b []byte) (*state, error) {
 		v := newVhost(d.s(), d.s())
 		for xn := d.n(); xn > 0 && d.err == nil; xn-- {
 			x := &exchange{name: d.s(), typ: d.s(), durable: d.bo(), autoDelete: d.bo(), intern: d.bo(), args: d.table()}
+			x.via = restoredVia(x)
 			for bn := d.n(); bn > 0 && d.err == nil; bn-- {
 				x.bindings = append(x.bindings, &binding{dest: d.s(), toExchange: d.bo(), key: d.s(), args: d.table()})
 			}
@@ -674,6 +680,9 @@ func decodeState(b []byte) (*state, error) {
 			p.q.unacked++
 			ch.unacked = append(ch.unacked, p)
 		}
+	}
+	if version >= 8 && !decDelayed(d, s) {
+		return nil, errCorrupt
 	}
 	if d.err != nil {
 		return nil, d.err

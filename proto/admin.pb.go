@@ -1107,17 +1107,22 @@ func (x *DeleteQueueResponse) GetMessageCount() uint32 {
 }
 
 type ExchangeInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
-	Type          string                 `protobuf:"bytes,3,opt,name=type" json:"type,omitempty"`
-	Durable       bool                   `protobuf:"varint,4,opt,name=durable" json:"durable,omitempty"`
-	AutoDelete    bool                   `protobuf:"varint,5,opt,name=auto_delete,json=autoDelete" json:"auto_delete,omitempty"`
-	Internal      bool                   `protobuf:"varint,6,opt,name=internal" json:"internal,omitempty"`
-	Arguments     *Table                 `protobuf:"bytes,7,opt,name=arguments" json:"arguments,omitempty"`
-	Policy        string                 `protobuf:"bytes,8,opt,name=policy" json:"policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Vhost      string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	Type       string                 `protobuf:"bytes,3,opt,name=type" json:"type,omitempty"`
+	Durable    bool                   `protobuf:"varint,4,opt,name=durable" json:"durable,omitempty"`
+	AutoDelete bool                   `protobuf:"varint,5,opt,name=auto_delete,json=autoDelete" json:"auto_delete,omitempty"`
+	Internal   bool                   `protobuf:"varint,6,opt,name=internal" json:"internal,omitempty"`
+	Arguments  *Table                 `protobuf:"bytes,7,opt,name=arguments" json:"arguments,omitempty"`
+	Policy     string                 `protobuf:"bytes,8,opt,name=policy" json:"policy,omitempty"`
+	// Messages an x-delayed-message exchange holds until their delay is
+	// over (the delayed-message plugin's messages_delayed).
+	MessagesDelayed uint64 `protobuf:"varint,9,opt,name=messages_delayed,json=messagesDelayed" json:"messages_delayed,omitempty"`
+	// The log time (unix ms) the earliest of them is due; 0 for none.
+	NextDelayedDueMs int64 `protobuf:"varint,10,opt,name=next_delayed_due_ms,json=nextDelayedDueMs" json:"next_delayed_due_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExchangeInfo) Reset() {
@@ -1204,6 +1209,20 @@ func (x *ExchangeInfo) GetPolicy() string {
 		return x.Policy
 	}
 	return ""
+}
+
+func (x *ExchangeInfo) GetMessagesDelayed() uint64 {
+	if x != nil {
+		return x.MessagesDelayed
+	}
+	return 0
+}
+
+func (x *ExchangeInfo) GetNextDelayedDueMs() int64 {
+	if x != nil {
+		return x.NextDelayedDueMs
+	}
+	return 0
 }
 
 type ListExchangesResponse struct {
@@ -3525,7 +3544,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tif_unused\x18\x03 \x01(\bR\bifUnused\x12\x19\n" +
 	"\bif_empty\x18\x04 \x01(\bR\aifEmpty\":\n" +
 	"\x13DeleteQueueResponse\x12#\n" +
-	"\rmessage_count\x18\x01 \x01(\rR\fmessageCount\"\xeb\x01\n" +
+	"\rmessage_count\x18\x01 \x01(\rR\fmessageCount\"\xc5\x02\n" +
 	"\fExchangeInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3535,7 +3554,10 @@ const file_admin_proto_rawDesc = "" +
 	"autoDelete\x12\x1a\n" +
 	"\binternal\x18\x06 \x01(\bR\binternal\x12.\n" +
 	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\x12\x16\n" +
-	"\x06policy\x18\b \x01(\tR\x06policy\"N\n" +
+	"\x06policy\x18\b \x01(\tR\x06policy\x12)\n" +
+	"\x10messages_delayed\x18\t \x01(\x04R\x0fmessagesDelayed\x12-\n" +
+	"\x13next_delayed_due_ms\x18\n" +
+	" \x01(\x03R\x10nextDelayedDueMs\"N\n" +
 	"\x15ListExchangesResponse\x125\n" +
 	"\texchanges\x18\x01 \x03(\v2\x17.raftmq.v1.ExchangeInfoR\texchanges\"\xd9\x01\n" +
 	"\vBindingInfo\x12\x14\n" +
