@@ -318,7 +318,7 @@ func (s *state) release(d *delayedMsg) {
 	if props.Headers == nil {
 		props.Headers = &proto.Table{}
 	}
-	setHeader(props.Headers, "x-delay", &proto.Value{Kind: &proto.Value_Int64{Int64: -(m.Deadline - m.Enqueued)}})
+	setHeader(props.Headers, "x-delay", releasedDelay(m.Deadline-m.Enqueued))
 	keys := append([]string{m.RoutingKey}, headerKeys(props.GetHeaders(), "CC")...)
 	keys = append(keys, m.BCC()...)
 	msgTTL := int64(-1)
@@ -339,6 +339,17 @@ func (s *state) release(d *delayedMsg) {
 		}
 	}
 	s.publishCopies(targets, d.x.name, m.RoutingKey, props, encodeProps(props), m.BCC(), m.Body, inline, msgTTL, &proto.Result{})
+}
+
+// releasedDelay is the x-delay of a released copy: minus the delay, a
+// signed 32-bit integer where it fits, as the plugin wrote it for years
+// (a long from RabbitMQ 4 on). pika 1.2 reads a negative long as a huge
+// unsigned number, and delays beyond 24 days are rare.
+func releasedDelay(d int64) *proto.Value {
+	if d <= math.MaxInt32 {
+		return &proto.Value{Kind: &proto.Value_Int32{Int32: int32(-d)}}
+	}
+	return &proto.Value{Kind: &proto.Value_Int64{Int64: -d}}
 }
 
 // nextDelayed is the due time and sequence of the earliest delayed message.

@@ -154,7 +154,7 @@ func TestDelayed_ReleasedAtDueTimeWithNegatedHeader(t *testing.T) {
 		t.Fatalf("delivery %+v", d)
 	}
 	v, _ := headerOf(d.Properties, "x-delay")
-	if v.GetInt64() != -5000 {
+	if v.GetInt32() != -5000 {
 		t.Fatalf("x-delay of the released copy %v, want -5000", v)
 	}
 	// A second release, as a new leader might propose, releases nothing.
@@ -439,7 +439,7 @@ func TestDelayed_DeadLetteredIntoADelayedExchange(t *testing.T) {
 	if _, ok := headerOf(r.GetGet().GetProperties(), "x-death"); !ok {
 		t.Fatal("the released dead-lettered copy lost x-death")
 	}
-	if v, _ := headerOf(r.GetGet().GetProperties(), "x-delay"); v.GetInt64() != -300 {
+	if v, _ := headerOf(r.GetGet().GetProperties(), "x-delay"); v.GetInt32() != -300 {
 		t.Fatalf("x-delay %v", v)
 	}
 }
@@ -517,4 +517,24 @@ func BenchmarkDelayedMemory(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/delayed")
 	runtime.KeepAlive(m)
+}
+
+// TestDelayed_ReleasedHeaderType: minus the delay as a signed 32-bit
+// integer where it fits (the plugin's type, which every client reads),
+// a long beyond.
+func TestDelayed_ReleasedHeaderType(t *testing.T) {
+	m := delayedSetup(t, "direct")
+	fsmtest.One(t, m, 1000, publish("dx", "k", "short", withDelay(i64(math.MaxInt32))))
+	fsmtest.One(t, m, 1000, publish("dx", "k", "long", withDelay(i64(math.MaxInt32+1))))
+	fsmtest.One(t, m, 1000, consume("q", "c", ch1, 0))
+	_, rec := fsmtest.One(t, m, 1000+math.MaxInt32+1, fsmtest.ReleaseDelayed(10))
+	if len(rec.Deliveries) != 2 {
+		t.Fatalf("%d released", len(rec.Deliveries))
+	}
+	if v, _ := headerOf(rec.Deliveries[0].Properties, "x-delay"); v.GetKind().(*proto.Value_Int32).Int32 != -math.MaxInt32 {
+		t.Fatalf("short: %v", v)
+	}
+	if v, _ := headerOf(rec.Deliveries[1].Properties, "x-delay"); v.GetKind().(*proto.Value_Int64).Int64 != -math.MaxInt32-1 {
+		t.Fatalf("long: %v", v)
+	}
 }
