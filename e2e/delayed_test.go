@@ -188,12 +188,17 @@ func TestDelayed_AMQP091(t *testing.T) {
 		}
 		dl := consumeOn(t, consConn, "dl-order-q")
 		pub := confirming(t, pubConn)
+		start := time.Now()
 		for _, d := range []int32{2400, 800, 1600} {
 			confirmOne(t, pub, "dl-order", "any", false, delayed(fmt.Sprint(d), d))
 		}
-		for _, want := range []string{"800", "1600", "2400"} {
-			if d := receiveOne(t, dl, 30*time.Second); string(d.Body) != want {
-				t.Fatalf("got %q, want %q", d.Body, want)
+		for _, want := range []int{800, 1600, 2400} {
+			d := receiveOne(t, dl, 30*time.Second)
+			if string(d.Body) != fmt.Sprint(want) {
+				t.Fatalf("got %q, want %d", d.Body, want)
+			}
+			if el := time.Since(start); el < time.Duration(want)*time.Millisecond {
+				t.Fatalf("%q delivered after %v, before its delay", d.Body, el)
 			}
 		}
 	})
