@@ -304,6 +304,18 @@ func (s *state) applyReleaseDelayed(c *proto.ReleaseDelayed) *proto.Result {
 	return &proto.Result{}
 }
 
+// applyCancelDelayed drops one delayed message before its release.
+func (s *state) applyCancelDelayed(c *proto.CancelDelayed) *proto.Result {
+	for i, d := range s.delayed.h {
+		if d.m.Seq == c.GetSeq() && d.v.name == c.GetVhost() && d.x.name == c.GetExchange() {
+			heap.Remove(&s.delayed, i)
+			d.x.delayed--
+			return &proto.Result{}
+		}
+	}
+	return refused(404, "NOT_FOUND - no delayed message "+strconv.FormatUint(c.GetSeq(), 10)+" in "+rs("exchange", c.GetExchange(), c.GetVhost()))
+}
+
 // release routes a delayed message now, as a publish to its exchange with
 // x-delay set to minus the delay (the plugin's mark of a released message,
 // which no delayed exchange delays again). Its copies enter their queues
@@ -360,18 +372,6 @@ func (s *state) nextDelayed() (due int64, seq uint64, ok bool) {
 	return s.delayed.h[0].m.Deadline, s.delayed.h[0].m.Seq, true
 }
 
-// DelayedInfo describes one message waiting in a delayed exchange.
-type DelayedInfo struct {
-	Vhost, Exchange, RoutingKey string
-	// Seq orders delayed messages of one due time; unique in the state.
-	Seq uint64
-	// DelayedMs is when it was delayed, DueMs when it is released (log
-	// time, unix ms).
-	DelayedMs, DueMs int64
-	BodySize         uint32
-	Properties       *proto.Properties
-}
-
 // NextDelayed returns the due time (log time, unix ms) and sequence of the
 // earliest delayed message: the leader releases it once its clock reaches
 // that time.
@@ -381,9 +381,9 @@ func (m *Machine) NextDelayed() (due int64, seq uint64, ok bool) { return m.next
 // due first; vhost and exchange ("" for all) select them. It walks the
 // heap in order without sorting it: cost grows with what it skips and
 // returns, not with every message held.
-func (m *Machine) Delayed(vhost, exchange string, limit int) []DelayedInfo {
+func (m *Machine) Delayed(vhost, exchange string, limit int) []*proto.DelayedMessageInfo {
 	h := m.delayed.h
-	var out []DelayedInfo
+	var out []*proto.DelayedMessageInfo
 	if len(h) == 0 || limit <= 0 {
 		return out
 	}
@@ -399,7 +399,7 @@ func (m *Machine) Delayed(vhost, exchange string, limit int) []DelayedInfo {
 		if (vhost != "" && d.v.name != vhost) || (exchange != "" && d.x.name != exchange) {
 			continue
 		}
-		out = append(out, DelayedInfo{Vhost: d.v.name, Exchange: d.x.name, RoutingKey: d.m.RoutingKey, Seq: d.m.Seq,
+		out = append(out, &proto.DelayedMessageInfo{Vhost: d.v.name, Exchange: d.x.name, RoutingKey: d.m.RoutingKey, Seq: d.m.Seq,
 			DelayedMs: d.m.Enqueued, DueMs: d.m.Deadline, BodySize: d.m.Body.Size, Properties: d.m.Properties()})
 	}
 	return out

@@ -538,3 +538,55 @@ func TestDelayed_ReleasedHeaderType(t *testing.T) {
 		t.Fatalf("long: %v", v)
 	}
 }
+
+// TestDelayed_Cancel: a listed message can be dropped before its release,
+// once; the others are released as before.
+func TestDelayed_Cancel(t *testing.T) {
+	m := delayedSetup(t, "direct")
+	for i := 0; i < 5; i++ {
+		fsmtest.One(t, m, 1000, publish("dx", "k", fmt.Sprint(i), withDelay(i64(int64(100*(i+1))))))
+	}
+	l := m.Delayed("/", "dx", 10)
+	victim := l[2]
+	if victim.GetRoutingKey() != "k" || victim.GetDueMs() != 1300 {
+		t.Fatalf("listed %v", victim)
+	}
+	r, _ := fsmtest.One(t, m, 1000, fsmtest.CancelDelayed("/", "other", victim.GetSeq()))
+	if r.GetCode() != 404 {
+		t.Fatalf("cancel in the wrong exchange: %v", r)
+	}
+	r, _ = fsmtest.One(t, m, 1000, fsmtest.CancelDelayed("/", "dx", victim.GetSeq()))
+	mustOK(t, r)
+	if r, _ = fsmtest.One(t, m, 1000, fsmtest.CancelDelayed("/", "dx", victim.GetSeq())); r.GetCode() != 404 ||
+		r.GetText() != fmt.Sprintf("NOT_FOUND - no delayed message %d in exchange 'dx' in vhost '/'", victim.GetSeq()) {
+		t.Fatalf("second cancel: %v", r)
+	}
+	if x := exchangeInfo(t, m, "dx"); x.GetMessagesDelayed() != 4 {
+		t.Fatalf("dx %v", x)
+	}
+	roundTrip(t, m)
+	fsmtest.One(t, m, 1000, consume("q", "c", ch1, 0))
+	_, rec := fsmtest.One(t, m, 2000, fsmtest.ReleaseDelayed(10))
+	var got []string
+	for _, d := range rec.Deliveries {
+		got = append(got, string(d.Body))
+	}
+	if strings.Join(got, " ") != "0 1 3 4" {
+		t.Fatalf("released %v", got)
+	}
+}
+
+// TestDelayed_ValidateRelease: the batch bound is enforced where the
+// command enters the log.
+func TestDelayed_ValidateRelease(t *testing.T) {
+	if err := fsm.Validate(fsmtest.ReleaseDelayed(fsm.MaxReleaseBatch), fsm.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := fsm.Validate(fsmtest.ReleaseDelayed(fsm.MaxReleaseBatch+1), fsm.Limits{}).(*fsm.InvalidError)
+	if !ok || e.Code != 406 {
+		t.Fatalf("limit above the bound: %v", e)
+	}
+	if e, ok := fsm.Validate(fsmtest.CancelDelayed("/", "dx", 0), fsm.Limits{}).(*fsm.InvalidError); !ok || e.Code != 541 {
+		t.Fatalf("cancel of 0: %v", e)
+	}
+}

@@ -91,6 +91,7 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = 2
 	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = 4
 	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = delayedLevel
+	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = delayedLevel
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -547,6 +548,12 @@ func (v *validator) command(c *proto.Command) {
 			v.fail(codeInternalError, "release limit 0")
 		case l > MaxReleaseBatch:
 			v.fail(codePreconditionFailed, "release limit %d is above %d", l, MaxReleaseBatch)
+		}
+	case *proto.Command_CancelDelayed:
+		v.name("vhost name", x.CancelDelayed.GetVhost(), true)
+		v.name("exchange name", x.CancelDelayed.GetExchange(), true)
+		if x.CancelDelayed.GetSeq() == 0 {
+			v.fail(codeInternalError, "delayed message 0")
 		}
 	case *proto.Command_SetProtocol:
 		switch l := x.SetProtocol.GetLevel(); {

@@ -7,3 +7,9 @@ import "github.com/raftmq/raftmq/proto"
 func ReleaseDelayed(limit uint32) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_ReleaseDelayed{ReleaseDelayed: &proto.ReleaseDelayed{Limit: limit}}}
 }
+
+// CancelDelayed is the command dropping delayed message seq of an
+// exchange.
+func CancelDelayed(vhost, exchange string, seq uint64) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_CancelDelayed{CancelDelayed: &proto.CancelDelayed{Vhost: vhost, Exchange: exchange, Seq: seq}}}
+}
