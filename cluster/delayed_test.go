@@ -337,3 +337,45 @@ func TestCluster_DelayedThroughFreezeAndPartition(t *testing.T) {
 	}
 	c.AssertSameDigest(t)
 }
+
+// While a server announces level 5 (the release before delayed
+// exchanges), an x-delayed-message declare is refused as an unknown type
+// and ReleaseDelayed is not proposed; once it is upgraded, the level is
+// raised and the exchange works.
+func TestCluster_DelayedWaitsForEveryServerAtLevel6(t *testing.T) {
+	const old = 2
+	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0), clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		if i == old {
+			cfg.Protocol = 5
+		}
+	}))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitDefaults(t, c, l)
+	waitLevel(t, c, 5)
+	res := mustSubmit(t, l, delayedExchange("dx", "direct"))
+	if res[0].GetCode() != 503 || res[0].GetText() != "COMMAND_INVALID - invalid exchange type 'x-delayed-message'" {
+		t.Fatalf("declare at level 5: %v", res[0])
+	}
+	rel, err := l.SubmitBatch(ctxT(t, 10*time.Second), []*proto.Command{{Cmd: &proto.Command_ReleaseDelayed{ReleaseDelayed: &proto.ReleaseDelayed{Limit: 1}}}})
+	if err != nil || rel[0].GetCode() != 540 {
+		t.Fatalf("ReleaseDelayed while a server announces 5: %v %v, want 540", rel, err)
+	}
+
+	c.Kill(old)
+	c.Nodes[old].Config.Protocol = fsm.Protocol
+	c.Restart(old)
+	waitLevel(t, c, fsm.Protocol)
+	l = c.WaitForLeader(clustertest.Timeout)
+	requireFSM(t, mustSubmit(t, l, delayedExchange("dx", "direct"), queueDeclare("/", "q"), bindQueue("dx", "q", "k")))
+	requireFSM(t, mustSubmit(t, c.Nodes[old].Node(), publishDelayed("dx", "k", "m", 100)))
+	c.AdvanceClock(100 * time.Millisecond)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, x := range c.Live() {
+			if d, r := delayedCounts(x, "q"); d != 0 || r != 1 {
+				return fmt.Errorf("%s: delayed %d ready %d", x.NodeID(), d, r)
+			}
+		}
+		return nil
+	})
+	c.AssertSameDigest(t)
+}
