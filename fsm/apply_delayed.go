@@ -35,8 +35,9 @@ const DelayedReleaseBatch = 1000
 // delayedMsg is one message waiting in a delayed exchange. m holds what a
 // queued message does, with Deadline the due time, Enqueued the time it
 // was delayed and Seq its place among the delayed messages (ties of one
-// due time release in that order); v and x are where it waits. About 145
-// bytes of metadata a message (BenchmarkDelayedMemory).
+// due time release in that order); v and x are where it waits. 144 bytes,
+// about 172 with its heap slot and encoded properties
+// (BenchmarkDelayedMemory).
 type delayedMsg struct {
 	m queue.Message
 	v *vhost
@@ -271,6 +272,17 @@ func (s *state) hold(v *vhost, x *exchange, delay int64, rk string, enc []byte, 
 	}
 	x.delayed++
 	heap.Push(&s.delayed, d)
+}
+
+// dropDelayedOf removes the delayed messages of a deleted vhost; a scan of
+// every delayed message only when one of its exchanges holds some.
+func (s *state) dropDelayedOf(v *vhost) {
+	for _, x := range v.exchanges {
+		if x.delayed > 0 {
+			s.dropDelayed(func(d *delayedMsg) bool { return d.v == v })
+			return
+		}
+	}
 }
 
 // dropDelayed removes the delayed messages del selects (their exchange or

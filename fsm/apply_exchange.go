@@ -102,7 +102,9 @@ func (s *state) isDestination(v *vhost, name string) bool {
 
 func (s *state) deleteExchange(v *vhost, x *exchange) {
 	delete(v.exchanges, x.name)
-	s.dropDelayed(func(d *delayedMsg) bool { return d.x == x })
+	if x.delayed > 0 {
+		s.dropDelayed(func(d *delayedMsg) bool { return d.x == x })
+	}
 	s.removeBindingsTo(v, x.name, true)
 }
 
