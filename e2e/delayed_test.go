@@ -203,6 +203,24 @@ func TestDelayed_AMQP091(t *testing.T) {
 		}
 	})
 
+	t.Run("headers routing", func(t *testing.T) {
+		declareDelayed(t, setup, "dl-headers", "headers")
+		mustDeclare(t, setup, "dl-headers-q", nil)
+		if err := setup.QueueBind("dl-headers-q", "", "dl-headers", false, amqp.Table{"x-match": "all", "kind": "job"}); err != nil {
+			t.Fatal(err)
+		}
+		dl := consumeOn(t, consConn, "dl-headers-q")
+		pub := confirming(t, pubConn)
+		start := time.Now()
+		confirmOne(t, pub, "dl-headers", "", false, amqp.Publishing{Body: []byte("other"), Headers: amqp.Table{"kind": "other", "x-delay": int32(500)}})
+		confirmOne(t, pub, "dl-headers", "", false, amqp.Publishing{Body: []byte("job"), Headers: amqp.Table{"kind": "job", "x-delay": int32(1000)}})
+		d := receiveOne(t, dl, 30*time.Second)
+		if string(d.Body) != "job" || time.Since(start) < time.Second {
+			t.Fatalf("got %q after %v", d.Body, time.Since(start))
+		}
+		none(t, dl, 300*time.Millisecond)
+	})
+
 	t.Run("routed with the bindings of the release", func(t *testing.T) {
 		declareDelayed(t, setup, "dl-topic", "topic")
 		mustDeclare(t, setup, "dl-early", nil)
