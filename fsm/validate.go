@@ -74,7 +74,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     queue declared from this level on refuses an invalid
 //     x-consumer-timeout, and a policy an invalid consumer-timeout
 //  5. deaths are counted by reason and dead-letter strategy (Stats.Deaths)
-//  6. x-delayed-message exchanges and ReleaseDelayed (apply_delayed.go)
+//  6. x-delayed-message exchanges, ReleaseDelayed and CancelDelayed
+//     (apply_delayed.go)
 const Protocol = 6
 
 // kindProtocol is the protocol version that introduced each command kind
