@@ -246,7 +246,8 @@ func (s *state) publishDelayed(c *proto.Publish, v *vhost, x *exchange, keys []s
 }
 
 // holdDeadLettered keeps a dead-lettered copy of m in the delayed
-// exchanges its dead-lettering met (s.routing.held).
+// exchanges its dead-lettering met (s.routing.held). Like a delayed
+// publish, it counts as routed when it is released, not now.
 func (s *state) holdDeadLettered(v *vhost, m *queue.Message, rk string, enc []byte) {
 	inline, ok := m.Inline()
 	if !ok {
@@ -256,7 +257,6 @@ func (s *state) holdDeadLettered(v *vhost, m *queue.Message, rk string, enc []by
 	}
 	delay := s.routing.delay
 	for _, hx := range append([]*exchange(nil), s.routing.held...) {
-		s.stats.DeadLettered++
 		s.hold(v, hx, delay, rk, enc, nil, m.Body, inline)
 	}
 }
@@ -333,6 +333,9 @@ func (s *state) applyCancelDelayed(c *proto.CancelDelayed) *proto.Result {
 // which no delayed exchange delays again). Its copies enter their queues
 // now, so queue and message TTLs count from the release.
 func (s *state) release(d *delayedMsg) {
+	if releaseHook != nil {
+		releaseHook(s.clock, d.m.Deadline)
+	}
 	d.x.delayed--
 	m := &d.m
 	props := m.Properties()
@@ -375,6 +378,9 @@ func releasedDelay(d int64) *proto.Value {
 	}
 	return &proto.Value{Kind: &proto.Value_Int64{Int64: -d}}
 }
+
+// releaseHook lets tests observe every release.
+var releaseHook func(now, due int64)
 
 // nextDelayed is the due time and sequence of the earliest delayed message.
 func (s *state) nextDelayed() (due int64, seq uint64, ok bool) {
