@@ -590,3 +590,30 @@ func TestDelayed_ValidateRelease(t *testing.T) {
 		t.Fatalf("cancel of 0: %v", e)
 	}
 }
+
+// BenchmarkReleaseDelayed releases DelayedReleaseBatch messages due at
+// once into a queue with a consumer, as one leader proposal does.
+func BenchmarkReleaseDelayed(b *testing.B) {
+	m := delayedSetup(b, "direct")
+	fsmtest.One(b, m, 1000, consume("q", "c", ch1, 0))
+	cmds := make([]*proto.Command, 0, fsm.DelayedReleaseBatch)
+	for i := 0; i < fsm.DelayedReleaseBatch; i++ {
+		cmds = append(cmds, publish("dx", "k", "", withDelay(i64(10))))
+	}
+	release := &proto.Envelope{Commands: []*proto.Command{fsmtest.ReleaseDelayed(fsm.DelayedReleaseBatch)}}
+	ack := &proto.Envelope{Commands: []*proto.Command{settle(ch1, 0, true)}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		now := int64(2000 + 100*i)
+		m.Apply(fsm.Entry{Index: m.AppliedIndex() + 1, Envelope: &proto.Envelope{StampMs: now, Commands: cmds}}, nil)
+		release.StampMs = now + 10
+		b.StartTimer()
+		m.Apply(fsm.Entry{Index: m.AppliedIndex() + 1, Envelope: release}, nil)
+		b.StopTimer()
+		ack.StampMs = now + 10
+		m.Apply(fsm.Entry{Index: m.AppliedIndex() + 1, Envelope: ack}, nil)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*fsm.DelayedReleaseBatch), "ns/message")
+}
