@@ -33,6 +33,8 @@ const (
 	snapVersion = 8
 	// bodyRefFormat is the first format that names bodies.
 	bodyRefFormat = 7
+	// delayedFormat is the first format that holds delayed messages.
+	delayedFormat = 8
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -121,6 +123,12 @@ func (s *state) encode() []byte {
 // encodeTo writes the state to e; with e.lazy, messages are copied for a
 // later encoding instead (see lazySnapshot).
 func (s *state) encodeTo(e *enc) {
+	if e.format == 0 && !s.atLeast(delayedLevel) {
+		// Below level 6 no exchange holds delayed messages: format 7
+		// says as much, and a node of the release before, still in the
+		// cluster during a rolling upgrade, can restore it.
+		e.format = delayedFormat - 1
+	}
 	v := e.version()
 	e.b = append(e.b, snapMagic...)
 	e.u(v)
@@ -248,7 +256,7 @@ func (s *state) encodeTo(e *enc) {
 			}
 		}
 	}
-	if e.version() >= 8 {
+	if e.version() >= delayedFormat {
 		encDelayed(e, &s.delayed)
 	}
 	e.flushBytes()
@@ -681,7 +689,7 @@ func decodeState(b []byte) (*state, error) {
 			ch.unacked = append(ch.unacked, p)
 		}
 	}
-	if version >= 8 && !decDelayed(d, s) {
+	if version >= delayedFormat && !decDelayed(d, s) {
 		return nil, errCorrupt
 	}
 	if d.err != nil {

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"runtime"
@@ -616,4 +617,27 @@ func BenchmarkReleaseDelayed(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*fsm.DelayedReleaseBatch), "ns/message")
+}
+
+// TestDelayed_SnapshotFormatFollowsTheLevel: below level 6 a snapshot is
+// written in format 7, which the release before reads; from 6 on in 8.
+func TestDelayed_SnapshotFormatFollowsTheLevel(t *testing.T) {
+	for _, c := range []struct {
+		level  uint32
+		format byte
+	}{{5, 7}, {fsm.Protocol, 8}} {
+		m := fsmtest.NewAt(t, c.level)
+		w, err := m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if _, err := w.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if got := buf.Bytes()[4]; got != c.format {
+			t.Errorf("level %d: format %d, want %d", c.level, got, c.format)
+		}
+		roundTrip(t, m)
+	}
 }
