@@ -20,6 +20,7 @@ import (
 
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/internal/replycode"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -809,7 +810,9 @@ func serverProperties() wire.Table {
 		{Key: "information", Value: "Licensed under the MIT License"},
 		{Key: "platform", Value: "Go " + runtime.Version()},
 		{Key: "product", Value: "raftmq"},
-		{Key: "version", Value: Version},
+		// The build's version, as raftmq --version and the management API
+		// report it: the product is raftmq, not a RabbitMQ release.
+		{Key: "version", Value: version.String()},
 	}
 }
 

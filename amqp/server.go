@@ -33,9 +33,6 @@ const (
 	DefaultMaxBufferedBytes = 16 << 20
 )
 
-// Version is the server version announced in connection.start.
-const Version = "0.1.0"
-
 // Errors of Serve.
 var (
 	// ErrServerClosed is returned by Serve after Close.

@@ -12,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/internal/replycode"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -40,6 +41,18 @@ func assertServing(t *testing.T, ts *testServer) {
 
 func channelClosed(c *proto.Command) *proto.ChannelClosed       { return c.GetChannelClosed() }
 func connectionClosed(c *proto.Command) *proto.ConnectionClosed { return c.GetConnectionClosed() }
+
+// connection.start announces the build's version, the one raftmq
+// --version and the management API report.
+func TestServer_AnnouncesTheBuildVersion(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v9.8.7"
+	ts := startServer(t, Config{})
+	if v := dial(t, ts).Properties["version"]; v != "v9.8.7" {
+		t.Fatalf("server property version = %v, want the build's v9.8.7", v)
+	}
+}
 
 func TestServer_HundredChannels(t *testing.T) {
 	ts := startServer(t, Config{})

@@ -188,7 +188,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			}
 		}
 		q.lastUsed = s.clock
-		return &proto.Result{Queue: name, MessageCount: uint32(q.q.Len()), ConsumerCount: uint32(len(q.consumers))}
+		return &proto.Result{Queue: name, MessageCount: uint32(q.q.Len()) + q.held(), ConsumerCount: uint32(len(q.consumers))}
 	}
 	if c.GetPassive() {
 		return notFound("queue", name, c.GetVhost())

@@ -90,7 +90,7 @@ func New(o Options) *Metrics {
 		lastLog:      d("raft_last_log_index", "Index of the last raft log entry."),
 		logSize:      d("raft_log_size_bytes", "Size of the raft log on disk."),
 		hasLeader:    d("raft_leader_known", "1 when this node knows a leader."),
-		members:      d("cluster_members", "Members of the cluster by memberlist health.", "health"),
+		members:      d("cluster_members", "Members of the cluster by health (suspect: the raft leader does not reach it).", "health"),
 		clock:        d("log_clock_seconds", "Log time of the last applied entry (unix seconds)."),
 		published:    d("messages_published_total", "Messages published."),
 		delivered:    d("messages_delivered_total", "Messages delivered to consumers or basic.get."),

@@ -1,10 +1,10 @@
 package ops
 
 import (
-	"runtime/debug"
 	"slices"
 
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -75,23 +75,10 @@ func NotReady(n Node) string {
 	return ""
 }
 
-// Version is the release this build is, set with -ldflags
-// "-X github.com/raftmq/raftmq/api/ops.Version=v1.2.3".
-var Version string
-
 // ProductVersion is the version raftmq reports (raftmq --version, the
-// management API's product_version, the metrics' build info): Version when
-// the build set it, else the module version `go install module@version`
-// records, else "dev" (a build from a work tree carries none).
-func ProductVersion() string {
-	if Version != "" {
-		return Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+// management API's product_version, the metrics' build info, AMQP's
+// connection.start): internal/version's, so no surface can disagree.
+func ProductVersion() string { return version.String() }
 
 // CompatVersion is the RabbitMQ version whose management API and metrics
 // raftmq mimics; tools pick their code paths by it.

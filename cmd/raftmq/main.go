@@ -28,12 +28,13 @@ import (
 	"github.com/raftmq/raftmq/api/metrics"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
 func main() {
 	if wantsVersion(os.Args[1:]) {
-		fmt.Println(ops.ProductVersion())
+		fmt.Println(version.String())
 		os.Exit(0)
 	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/internal/version"
 )
 
 func TestWantsVersion(t *testing.T) {
@@ -31,9 +32,9 @@ func TestProductVersion(t *testing.T) {
 	if got := ops.ProductVersion(); got != "dev" {
 		t.Fatalf("ProductVersion() = %q, want dev", got)
 	}
-	old := ops.Version
-	t.Cleanup(func() { ops.Version = old })
-	ops.Version = "v1.2.3"
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v1.2.3"
 	if got := ops.ProductVersion(); got != "v1.2.3" {
 		t.Fatalf("ProductVersion() with -ldflags = %q", got)
 	}
