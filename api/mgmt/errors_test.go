@@ -10,7 +10,8 @@ import (
 )
 
 // An operation's error becomes RabbitMQ's HTTP answer by its kind and
-// reply code; the reason is the reply text without the code.
+// reply code; the reason of a refusal is the reply text after the code's
+// name, as RabbitMQ's management API gives it.
 func TestFromError(t *testing.T) {
 	for _, c := range []struct {
 		err    error
@@ -18,10 +19,10 @@ func TestFromError(t *testing.T) {
 		reason string
 	}{
 		{&ops.Error{Kind: ops.NotFound, Code: replycode.NotFound, Text: "NOT_FOUND - no queue 'q' in vhost '/'"}, http.StatusNotFound, "Not Found"},
-		{&ops.Error{Kind: ops.Precondition, Code: replycode.PreconditionFailed, Text: "PRECONDITION_FAILED - in use"}, http.StatusBadRequest, "PRECONDITION_FAILED - in use"},
-		{&ops.Error{Kind: ops.Denied, Code: replycode.AccessRefused, Text: "ACCESS_REFUSED - reserved"}, http.StatusBadRequest, "ACCESS_REFUSED - reserved"},
+		{&ops.Error{Kind: ops.Precondition, Code: replycode.PreconditionFailed, Text: "PRECONDITION_FAILED - in use"}, http.StatusBadRequest, "in use"},
+		{&ops.Error{Kind: ops.Denied, Code: replycode.AccessRefused, Text: "ACCESS_REFUSED - reserved"}, http.StatusBadRequest, "reserved"},
 		{&ops.Error{Kind: ops.Denied, Text: "user \"joe\" is not tagged administrator"}, http.StatusUnauthorized, "user \"joe\" is not tagged administrator"},
-		{&ops.Error{Kind: ops.Unknown, Code: replycode.NotAllowed, Text: "NOT_ALLOWED - tag"}, http.StatusBadRequest, "NOT_ALLOWED - tag"},
+		{&ops.Error{Kind: ops.Unknown, Code: replycode.NotAllowed, Text: "NOT_ALLOWED - tag"}, http.StatusBadRequest, "tag"},
 		{&ops.Error{Kind: ops.Invalid, Text: "queue name must not be empty"}, http.StatusBadRequest, "queue name must not be empty"},
 		{&ops.Error{Kind: ops.Unavailable, Text: "no leader is known"}, http.StatusServiceUnavailable, "no leader is known"},
 		{&ops.Error{Kind: ops.Internal, Code: replycode.InternalError, Text: "INTERNAL_ERROR - bug"}, http.StatusInternalServerError, "541 INTERNAL_ERROR - bug"},

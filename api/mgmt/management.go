@@ -120,12 +120,12 @@ func fromError(err error) *httpError {
 	case ops.NotFound:
 		return notFound()
 	case ops.Invalid, ops.Precondition, ops.Exists, ops.Unknown:
-		return badRequest("%s", e.Text)
+		return badRequest("%s", e.Detail())
 	case ops.Denied:
 		if e.Code == replycode.AccessRefused {
-			return badRequest("%s", e.Text)
+			return badRequest("%s", e.Detail())
 		}
-		return notAuthorised(e.Text)
+		return notAuthorised(e.Detail())
 	case ops.Unavailable, ops.Timeout:
 		return &httpError{http.StatusServiceUnavailable, "unavailable", e.Error()}
 	}

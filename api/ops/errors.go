@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -71,6 +72,16 @@ func (e *Error) Error() string {
 		return fmt.Sprintf("%d %s", e.Code, e.Text)
 	}
 	return e.Text
+}
+
+// Detail is the reply text after the code's name ("no queue 'q' in vhost
+// '/'" of "NOT_FOUND - no queue 'q' in vhost '/'"), the reason RabbitMQ's
+// management API gives; the text itself for a failure without a code.
+func (e *Error) Detail() string {
+	if e.Code == 0 {
+		return e.Text
+	}
+	return strings.TrimPrefix(e.Text, replycode.Name(e.Code)+" - ")
 }
 
 // fail returns an *Error of kind k.
