@@ -375,7 +375,7 @@ func (n *Node) startRaft() error {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("cluster: data dir: %w", err)
 	}
-	store, kind, err := openLogStore(cfg.DataDir, cfg.LogStore)
+	store, kind, err := openLogStore(cfg.DataDir, cfg.LogStore, n.log)
 	if err != nil {
 		return err
 	}
