@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
+
+	"github.com/raftmq/raftmq/proto"
 )
 
 // overWAL is an entry raft-wal writes but refuses to read back.
@@ -320,4 +323,69 @@ func TestOpenLogStore_MigrationSurvivesACrash(t *testing.T) {
 		}
 		checkMigrated(t, dataDir, logs)
 	})
+}
+
+// A node whose log holds an entry over raft-wal's limit, written as
+// releases before side files wrote it (the log itself, by raft-wal),
+// starts and serves the message.
+func TestNode_StartsOnALogWrittenWithAnOversizedEntry(t *testing.T) {
+	dir := t.TempDir()
+	const size = overWAL
+	body := patterned(size, 7)
+	cfg := soloConfig(dir, LogStoreWAL)
+	cfg.MaxMessageSize = size
+
+	inlineLimit = 1 << 62
+	t.Cleanup(func() { inlineLimit = inlineMax })
+	n, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	<-n.Ready()
+	for _, c := range []*proto.Command{
+		{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true}}},
+		{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: body, Properties: &proto.Properties{}}}},
+	} {
+		if res, err := n.Submit(ctx, c); err != nil || res.GetCode() != 0 {
+			t.Fatalf("submit: %v, %v", res, err)
+		}
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	inlineLimit = inlineMax
+
+	// The fixture is the bug: raft-wal refuses one of its entries.
+	big, err := oversizedRecords(filepath.Join(dir, walDir))
+	if err != nil || len(big) != 1 {
+		t.Fatalf("oversized records: %v, %v; want one", big, err)
+	}
+	if n := len(sideFiles(t, filepath.Join(dir, walDir))); n != 0 {
+		t.Fatalf("%d side files in the old release's log", n)
+	}
+
+	n, err = Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	select {
+	case <-n.Ready():
+	case <-ctx.Done():
+		t.Fatal("not ready after the migration")
+	}
+	ch := &proto.ChannelRef{Node: "solo", Connection: "c", Channel: 1}
+	res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{Vhost: "/", Queue: "q", NoAck: true, Channel: ch}}})
+	if err != nil || res.GetCode() != 0 {
+		t.Fatalf("get: %v, %v", res, err)
+	}
+	if got := res.GetGet().GetBody(); !bytes.Equal(got, body) {
+		t.Fatalf("got %d bytes back, want the %d published", len(got), len(body))
+	}
+	if n := len(sideFiles(t, filepath.Join(dir, walDir))); n != 1 {
+		t.Fatalf("%d side files after the migration, want 1", n)
+	}
 }

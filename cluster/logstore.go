@@ -121,7 +121,7 @@ func openLogStore(dir, kind string, log *slog.Logger) (store logStore, _ string,
 		}
 		return nil, "", openError(bad, err)
 	}
-	large, err := withLargeEntries(&walStore{WAL: w, dir: path}, path, inlineMax)
+	large, err := withLargeEntries(&walStore{WAL: w, dir: path}, path, inlineLimit)
 	if err != nil {
 		_ = w.Close()
 		if de := (*DataError)(nil); errors.As(err, &de) {
