@@ -92,7 +92,6 @@ func testMaxSizeMessages(t *testing.T, store string) {
 	victim := c.Followers()[0]
 	vi := c.Index(victim.NodeID())
 	c.Kill(vi)
-	other := c.Followers()[0]
 
 	pub := func(body []byte) *proto.Command {
 		return &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", Exchange: "x", Body: body, Properties: &proto.Properties{}}}}
@@ -102,17 +101,14 @@ func testMaxSizeMessages(t *testing.T, store string) {
 	// The largest through the forwarding stream, one byte under on the
 	// leader.
 	for k, p := range []struct {
-		on   *cluster.Node
-		size int
-	}{{other, max}, {l, max - 1}} {
+		follower bool
+		size     int
+	}{{true, max}, {false, max - 1}} {
 		body := largeBody(p.size, byte(k+1))
 		want = append(want, sha256.Sum256(body))
-		res := mustSubmit(t, p.on, pub(body))
-		if res[0].GetCode() != 0 || !res[0].GetRouted() {
-			t.Fatalf("publish of %d bytes: %+v", p.size, res[0])
-		}
-		lastPublish = res[0].GetIndex()
+		lastPublish = publishConfirmed(t, c, p.follower, pub(body))
 	}
+	l = c.WaitForLeader(clustertest.Timeout)
 	res, err := l.SubmitBatch(ctxT(t, clustertest.Timeout), []*proto.Command{pub(largeBody(max+1, 9))})
 	wantText := fmt.Sprintf("message size %d is larger than configured max size %d", max+1, max)
 	if err != nil || res[0].GetCode() != 406 || !strings.Contains(res[0].GetText(), wantText) {
@@ -178,6 +174,31 @@ func tickOn(t *testing.T, c *clustertest.Cluster) uint64 {
 		res, err := c.WaitForLeader(clustertest.Timeout).SubmitBatch(ctxT(t, clustertest.Timeout), []*proto.Command{tick()})
 		if err != nil {
 			return err
+		}
+		index = res[0].GetIndex()
+		return nil
+	})
+	return index
+}
+
+// publishConfirmed submits a publish until it is confirmed, on a follower
+// (forwarded to the leader) or on the leader, and returns its index. An
+// outcome lost to a leadership change is published again, as a publisher
+// does after a nack: a duplicate is delivered too, and counts once.
+func publishConfirmed(t *testing.T, c *clustertest.Cluster, follower bool, cmd *proto.Command) uint64 {
+	t.Helper()
+	var index uint64
+	clustertest.Eventually(t, 3*clustertest.Timeout, func() error {
+		on := c.WaitForLeader(clustertest.Timeout)
+		if f := c.Followers(); follower && len(f) > 0 {
+			on = f[0]
+		}
+		res, err := on.SubmitBatch(ctxT(t, clustertest.Timeout), []*proto.Command{cmd})
+		if err != nil {
+			return err
+		}
+		if res[0].GetCode() != 0 || !res[0].GetRouted() {
+			t.Fatalf("publish: %+v", res[0])
 		}
 		index = res[0].GetIndex()
 		return nil
