@@ -263,29 +263,29 @@ func (s *largeEntries) writeSide(l *raft.Log) (uint32, error) {
 }
 
 func (s *largeEntries) GetLog(index uint64, l *raft.Log) error {
-	if err := s.logStore.GetLog(index, l); err != nil || l.Type != markerType {
-		return err
-	}
-	typ, n, crc, err := parseMarker(l.Data)
-	name := filepath.Join(s.dir, sideName(l.Index, l.Term))
-	if err == nil {
-		l.Data, err = readSide(name, l.Index, l.Term, n, crc)
-		if errors.Is(err, os.ErrNotExist) {
-			// A truncation may have removed the entry since its marker was
-			// read.
-			var again raft.Log
-			if gerr := s.logStore.GetLog(index, &again); errors.Is(gerr, raft.ErrLogNotFound) {
-				return gerr
+	for attempt := 0; ; attempt++ {
+		if err := s.logStore.GetLog(index, l); err != nil || l.Type != markerType {
+			return err
+		}
+		typ, n, crc, err := parseMarker(l.Data)
+		name := filepath.Join(s.dir, sideName(l.Index, l.Term))
+		if err == nil {
+			var data []byte
+			data, err = readSide(name, l.Index, l.Term, n, crc)
+			if err == nil {
+				l.Data, l.Type = data, typ
+				return nil
 			}
 		}
-	}
-	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && attempt == 0 {
+			// A truncation removed the entry after its marker was read:
+			// read again (it may be gone, or another entry now).
+			continue
+		}
 		de := &DataError{Path: name, Err: fmt.Errorf("log entry %d: %w", index, err)}
 		s.bad.Store(de)
 		return de
 	}
-	l.Type = typ
-	return nil
 }
 
 // readSide reads the data of entry (index, term) from its side file with
