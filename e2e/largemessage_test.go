@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -13,10 +14,24 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// largeMax is the --max-message-size of the large-message test: above the
-// 64 MiB record raft-wal reads back, which a publish of this size made
-// every node of a cluster unable to start again.
-const largeMax = 72 << 20
+// defaultLargeMax is the --max-message-size of the large-message test:
+// above the 64 MiB record raft-wal reads back, which a publish of this
+// size made every node of a cluster unable to start again. Set
+// RAFTMQ_E2E_LARGE_MAX (bytes, up to 536870912) to run it at another
+// size; the largest takes several GiB of memory across the processes.
+const defaultLargeMax = 72 << 20
+
+func largeMaxSize(t *testing.T) int {
+	v := os.Getenv("RAFTMQ_E2E_LARGE_MAX")
+	if v == "" {
+		return defaultLargeMax
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 2 {
+		t.Fatalf("RAFTMQ_E2E_LARGE_MAX=%q: want a size in bytes", v)
+	}
+	return n
+}
 
 // largeBody is message id's body of n bytes: regenerated to compare, so
 // the test holds few of them at once.
@@ -41,6 +56,7 @@ type largeMsg struct {
 // after a confirm.
 func TestLargeMessages_AtTheLimitSurviveStopsAndKills(t *testing.T) {
 	skipShort(t)
+	largeMax := largeMaxSize(t)
 	c := StartClusterWith(t, 3, func(_ int, n *Node) {
 		n.ExtraArgs = append(n.ExtraArgs, "--max-message-size", strconv.Itoa(largeMax))
 	})
