@@ -5,7 +5,7 @@
 //
 // A node wires it up like this:
 //
-//	srv := amqp.NewServer(amqp.Config{MaxMessageSize: 128 << 20, Logger: logger})
+//	srv := amqp.NewServer(amqp.Config{MaxMessageSize: 16 << 20, Logger: logger})
 //	// srv is the fsm.Sink of the node's state machine.
 //	node := startNode(..., srv)
 //	srv.SetBroker(node) // node implements amqp.Broker

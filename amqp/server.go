@@ -22,7 +22,7 @@ const (
 	DefaultChannelMax       = 2047
 	DefaultFrameMax         = 131072
 	DefaultHeartbeat        = 60 * time.Second
-	DefaultMaxMessageSize   = 128 << 20
+	DefaultMaxMessageSize   = 16 << 20 // RabbitMQ 4's max_message_size
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultCloseTimeout     = 3 * time.Second
 	// DefaultWriteTimeout is RabbitMQ's default TCP send timeout (15 s):
@@ -52,7 +52,8 @@ type Config struct {
 	// value proposes no heartbeats.
 	Heartbeat time.Duration
 	// MaxMessageSize is the largest message body accepted from a publisher,
-	// in bytes.
+	// in bytes (default DefaultMaxMessageSize; at most fsm.MaxBodySize,
+	// 512 MiB, RabbitMQ's own bound and the largest the log takes).
 	MaxMessageSize int
 	// HandshakeTimeout bounds the time from accept to connection.open.
 	HandshakeTimeout time.Duration
@@ -105,6 +106,7 @@ func (c *Config) fill() {
 	if c.MaxMessageSize <= 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize
 	}
+	c.MaxMessageSize = min(c.MaxMessageSize, fsm.MaxBodySize)
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}

@@ -263,7 +263,7 @@ func TestServer_BadFrames(t *testing.T) {
 		rc.write(wire.AppendHeaderFrame(nil, 1, &wire.ContentHeader{ClassID: wire.ClassBasic, BodySize: DefaultMaxMessageSize + 1}))
 		m := rc.method()
 		cl, ok := m.(*wire.ChannelClose)
-		want := "PRECONDITION_FAILED - message size 134217729 is larger than configured max size 134217728"
+		want := "PRECONDITION_FAILED - message size 16777217 is larger than configured max size 16777216"
 		if !ok || cl.ReplyCode != replycode.PreconditionFailed || cl.ReplyText != want {
 			t.Fatalf("got %#v", m)
 		}

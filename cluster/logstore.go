@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,8 +79,17 @@ func exists(path string) bool {
 }
 
 // openLogStore opens (creating if needed) the log store of kind in dir. A
-// store that cannot be opened is a *DataError naming its file.
-func openLogStore(dir, kind string) (store logStore, _ string, err error) {
+// store that cannot be opened is a *DataError naming its file. A
+// write-ahead log keeps entries over inlineMax out of line (largelog.go),
+// and one written before that, holding entries raft-wal cannot read, is
+// migrated first (walmigrate.go).
+func openLogStore(dir, kind string, log *slog.Logger) (store logStore, _ string, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := prepareWAL(dir, log.Warn); err != nil {
+		return nil, "", err
+	}
 	kind, err = resolveLogStore(dir, kind)
 	if err != nil {
 		return nil, "", err
@@ -111,7 +121,15 @@ func openLogStore(dir, kind string) (store logStore, _ string, err error) {
 		}
 		return nil, "", openError(bad, err)
 	}
-	return &walStore{WAL: w, dir: path}, kind, nil
+	large, err := withLargeEntries(&walStore{WAL: w, dir: path}, path, inlineLimit)
+	if err != nil {
+		_ = w.Close()
+		if de := (*DataError)(nil); errors.As(err, &de) {
+			return nil, "", de
+		}
+		return nil, "", openError(path, err)
+	}
+	return large, kind, nil
 }
 
 // openError is a store's failure to open path: a *DataError when the

@@ -50,7 +50,7 @@ func TestOpenLogStore_KeepsWhatTheDirHolds(t *testing.T) {
 	for _, kind := range []string{LogStoreWAL, LogStoreBolt} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
-			s, got, err := openLogStore(dir, kind)
+			s, got, err := openLogStore(dir, kind, nil)
 			if err != nil || got != kind {
 				t.Fatalf("open %s: %q, %v", kind, got, err)
 			}
@@ -68,7 +68,7 @@ func TestOpenLogStore_KeepsWhatTheDirHolds(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			s, got, err = openLogStore(dir, LogStoreAuto)
+			s, got, err = openLogStore(dir, LogStoreAuto, nil)
 			if err != nil || got != kind {
 				t.Fatalf("reopen auto: %q, %v; want %q", got, err, kind)
 			}

@@ -381,7 +381,7 @@ func (n *Node) startRaft() error {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("cluster: data dir: %w", err)
 	}
-	store, kind, err := openLogStore(cfg.DataDir, cfg.LogStore)
+	store, kind, err := openLogStore(cfg.DataDir, cfg.LogStore, n.log)
 	if err != nil {
 		return err
 	}
@@ -403,10 +403,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("cluster: body store: %w", err)
 	}
 	snaps := &snapshotStore{SnapshotStore: files, dir: filepath.Join(cfg.DataDir, "snapshots")}
-	logs, err := raft.NewLogCache(512, holdingLogs{logStore: store, pin: n.bodies.Pin})
-	if err != nil {
-		return fmt.Errorf("cluster: log cache: %w", err)
-	}
+	logs := newLogCache(512, logCacheBytes, holdingLogs{logStore: store, pin: n.bodies.Pin})
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)

@@ -53,6 +53,7 @@ func TestConfig_BadValuesAreRefused(t *testing.T) {
 		{args: []string{"--bootstrap-expect", "0"}},
 		{env: map[string]string{"RAFTMQ_BOOTSTRAP_EXPECT": "three"}},
 		{args: []string{"--max-message-size", "0"}},
+		{args: []string{"--max-message-size", "536870913"}},
 		{args: []string{"stray"}},
 		{args: []string{"--tls-cert", "c.pem"}},
 		{args: []string{"--tls-key", "k.pem"}},
