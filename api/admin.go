@@ -213,6 +213,7 @@ func (s *AdminServer) clusterStatus() *proto.ClusterStatusResponse {
 	s.node.View(func(m State) { resp.ClockMs = m.Clock() })
 	r := s.nodeResources()
 	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
+	resp.ClockProblem = clockProblem(s.node)
 	return resp
 }
 

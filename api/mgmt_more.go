@@ -410,6 +410,8 @@ func (q *req) health() error {
 	switch q.seg(2) {
 	case "alarms", "local-alarms":
 		return q.alarmsCheck(q.seg(2) == "local-alarms")
+	case "clocks", "local-clock":
+		return q.clockCheck(q.seg(2) == "local-clock")
 	case "virtual-hosts":
 	case "ready-to-serve-clients":
 		if reason := notReady(q.m.node); reason != "" {
