@@ -8,4 +8,4 @@ func (n *Node) RaiseProtocol(ctx context.Context) { n.raiseProtocol(ctx) }
 
 // ClockRound returns a channel closed when the node's next round of
 // clock readings finishes.
-func (n *Node) ClockRound() <-chan struct{} { return n.qclock.rounds.wait() }
+func (n *Node) ClockRound() <-chan struct{} { return n.qclock.roundDone.wait() }

@@ -61,8 +61,9 @@ type quorumClock struct {
 	legacy  map[string]bool
 	problem string // why this node's clock is unfit, "" when it is fine
 
-	rounds *broadcast // a sampling round finished
-	kick   chan struct{}
+	rounds    *broadcast // a reading was taken, or a sampling round finished
+	roundDone *broadcast // a sampling round finished
+	kick      chan struct{}
 }
 
 func newQuorumClock(cfg Config) *quorumClock {
@@ -72,11 +73,12 @@ func newQuorumClock(cfg Config) *quorumClock {
 		maxOffset: int64(cfg.MaxClockOffset),
 		// A reading ages with the drift between two oscillators; a few
 		// missed rounds are harmless, a peer gone for long is not read.
-		stale:   max(5*cfg.ClockSampleInterval, 5*time.Second),
-		samples: map[string]clockSample{},
-		legacy:  map[string]bool{},
-		rounds:  newBroadcast(),
-		kick:    make(chan struct{}, 1),
+		stale:     max(5*cfg.ClockSampleInterval, 5*time.Second),
+		samples:   map[string]clockSample{},
+		legacy:    map[string]bool{},
+		rounds:    newBroadcast(),
+		roundDone: newBroadcast(),
+		kick:      make(chan struct{}, 1),
 	}
 }
 
@@ -209,6 +211,15 @@ func (n *Node) sampleClocks(ctx context.Context) {
 			voters = append(voters, string(s.ID))
 		}
 	}
+	c.mu.Lock()
+	c.voters = voters
+	for id := range c.samples {
+		if !slices.Contains(voters, id) {
+			delete(c.samples, id)
+			delete(c.legacy, id)
+		}
+	}
+	c.mu.Unlock()
 	members := n.members.all()
 	var wg sync.WaitGroup
 	for _, id := range voters {
@@ -233,6 +244,9 @@ func (n *Node) sampleClocks(ctx context.Context) {
 			m0 := c.clock.Monotonic()
 			r, err := proto.NewInternalClient(conn).Clock(ctx, &proto.ClockRequest{})
 			m1 := c.clock.Monotonic()
+			// A term that waits for its first reading goes on as soon
+			// as a quorum is read, not after the slowest peer.
+			defer c.rounds.signal()
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			switch {
@@ -251,16 +265,8 @@ func (n *Node) sampleClocks(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	c.mu.Lock()
-	c.voters = voters
-	for id := range c.samples {
-		if !slices.Contains(voters, id) {
-			delete(c.samples, id)
-			delete(c.legacy, id)
-		}
-	}
-	c.mu.Unlock()
 	c.rounds.signal()
+	c.roundDone.signal()
 }
 
 // checkClock compares this node's wall clock with the quorum's. One
