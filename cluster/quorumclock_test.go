@@ -38,10 +38,13 @@ type clockTick struct {
 	stamp int64
 }
 
+// ttlMsg is a message with a TTL, or (lease) a queue with an x-expires
+// lease, and what the good clocks read when it was published or declared.
 type ttlMsg struct {
 	queue     string
 	published time.Time
 	ttl       time.Duration
+	lease     bool
 }
 
 func newClockRun(t *testing.T, opts ...clustertest.Option) *clockRun {
@@ -105,6 +108,14 @@ func (r *clockRun) publish(ttl time.Duration) {
 	r.msgs = append(r.msgs, ttlMsg{queue: q, published: r.truth, ttl: ttl})
 }
 
+// lease declares a queue with an x-expires lease, never used.
+func (r *clockRun) lease(ttl time.Duration) {
+	r.t.Helper()
+	q := fmt.Sprintf("lease-%d", len(r.msgs))
+	requireFSM(r.t, mustSubmit(r.t, r.c.Live()[0], declareWithArgs(q, int32Arg("x-expires", int32(ttl.Milliseconds())))))
+	r.msgs = append(r.msgs, ttlMsg{queue: q, published: r.truth, ttl: ttl, lease: true})
+}
+
 // leader returns the index of the leader once there is one.
 func (r *clockRun) leader() int {
 	r.t.Helper()
@@ -156,8 +167,9 @@ func (r *clockRun) checkRate(d time.Duration) {
 	}
 }
 
-// checkDeaths waits until every message has died and checks that none
-// died more than maxEarly before its deadline as the good clocks see it.
+// checkDeaths waits until every message has died and every lease fell
+// due, and checks that none did more than maxEarly before its deadline as
+// the good clocks see it.
 func (r *clockRun) checkDeaths() {
 	r.t.Helper()
 	n := r.c.Live()[0]
@@ -165,9 +177,13 @@ func (r *clockRun) checkDeaths() {
 		if r.truth.Before(m.published.Add(m.ttl)) {
 			r.t.Fatalf("the run ended before %s's deadline", m.queue)
 		}
+		match := isExpireOf(m.queue)
+		if m.lease {
+			match = func(cmd *proto.Command) bool { return cmd.GetExpireQueue().GetQueue().GetName() == m.queue }
+		}
 		var death uint64
 		clustertest.Eventually(r.t, clustertest.Timeout, func() error {
-			got := findCommands(r.t, n, isExpireOf(m.queue))
+			got := findCommands(r.t, n, match)
 			if len(got) == 0 {
 				return fmt.Errorf("%s: no Expire in the log", m.queue)
 			}
@@ -207,8 +223,10 @@ func testBadLeaderClock(t *testing.T, off time.Duration, atStart bool, why strin
 	}
 	r.publish(time.Second)
 	r.publish(5 * time.Second)
+	r.lease(4 * time.Second)
 	r.step(time.Second)
 	r.publish(3 * time.Second)
+	r.lease(2 * time.Second)
 	if !atStart {
 		r.lead(bad)
 		r.c.Nodes[bad].Clock.Step(off)
