@@ -60,6 +60,10 @@ type quorumClock struct {
 	samples map[string]clockSample
 	legacy  map[string]bool
 	problem string // why this node's clock is unfit, "" when it is fine
+	// agreed is the last estimate a quorum of clocks agreed on, and when
+	// it was made: a term starts from it (startLogTime).
+	agreed   int64
+	agreedAt time.Time
 
 	rounds    *broadcast // a reading was taken, or a sampling round finished
 	roundDone *broadcast // a sampling round finished
@@ -119,11 +123,30 @@ func (c *quorumClock) estimate() clockEstimate {
 			}
 		}
 		e.agreed = near >= q
+		if e.agreed {
+			c.agreed, c.agreedAt = e.offset, time.Now()
+		}
 		return e
 	case selfVoter && len(offs)+legacy >= q:
 		return clockEstimate{ok: true, offset: own, own: own, legacy: true}
 	}
 	return clockEstimate{own: own}
+}
+
+// agreedMaxAge bounds how long a node trusts the last estimate a quorum
+// agreed on: it is kept against the monotonic clock, which two oscillators
+// move apart by at most a few hundred microseconds a minute.
+const agreedMaxAge = 10 * time.Minute
+
+// lastAgreed returns the last estimate a quorum of clocks agreed on, if it
+// is recent.
+func (c *quorumClock) lastAgreed() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.agreedAt.IsZero() || time.Since(c.agreedAt) > agreedMaxAge {
+		return 0, false
+	}
+	return c.agreed, true
 }
 
 // best returns the voter other than this node whose clock is closest to
@@ -337,7 +360,8 @@ func (n *Node) handOver(ref int64, problem string) bool {
 	return true
 }
 
-// startLogTime starts log time for a term at the log's clock and waits
+// startLogTime starts log time for a term at the log's clock (or the last
+// time a quorum of clocks agreed on, if later) and waits
 // for a reading of the quorum's clocks, so that the term's first stamp is
 // anchored to them. Without one within LeaderWait the term goes on from
 // the log's clock by the monotonic clock alone, unless the log has no
@@ -347,6 +371,14 @@ func (n *Node) handOver(ref int64, problem string) bool {
 // It returns false when the term ends first or leadership was handed over.
 func (n *Node) startLogTime(ctx context.Context, clock int64) bool {
 	n.stamp.reset(clock)
+	// The log may have been idle since its last stamp. What a quorum's
+	// clocks agreed on lately, read by this node as a follower, says how
+	// much time has passed since, even when the clocks it can read now
+	// do not agree (one of two an hour behind would otherwise leave log
+	// time as far behind as the log was idle).
+	if off, ok := n.qclock.lastAgreed(); ok {
+		n.stamp.anchor(off)
+	}
 	select {
 	case n.qclock.kick <- struct{}{}:
 	default:

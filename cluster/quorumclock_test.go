@@ -303,3 +303,40 @@ func TestClock_LeaderBehindWithOnlyTwoVoters(t *testing.T) {
 	r.checkRate(3 * time.Second)
 	r.checkDeaths()
 }
+
+// idle lets d pass on every clock with nothing written.
+func (r *clockRun) idle(d time.Duration) {
+	for i, nd := range r.c.Nodes {
+		nd.Clock.Advance(time.Duration(float64(d) * r.rate[i]))
+	}
+	r.truth = r.truth.Add(d)
+}
+
+// The log idles for ten minutes, then the leader dies and leaves two
+// voters whose clocks are an hour apart. Whichever leads next starts log
+// time from what the three clocks last agreed on, not from the log's last
+// stamp ten minutes back nor from the lower of the two clocks.
+func TestClock_IdleLogThenTwoVotersApart(t *testing.T) {
+	r := newClockRun(t)
+	r.chunk = 500 * time.Millisecond
+	first := r.leader()
+	behind, good := (first+1)%3, (first+2)%3
+	r.c.Nodes[behind].Clock.Step(-time.Hour)
+	r.publish(10*time.Minute + 20*time.Second)
+	r.idle(10 * time.Minute)
+	for _, i := range []int{behind, good} { // both read the three clocks since
+		<-r.c.Nodes[i].Node().ClockRound()
+		<-r.c.Nodes[i].Node().ClockRound()
+	}
+	r.c.Kill(first)
+	r.tick()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if l := r.c.WaitForLeader(clustertest.Timeout); l.NodeID() != r.c.Nodes[good].ID {
+			return fmt.Errorf("%s leads", l.NodeID())
+		}
+		return nil
+	})
+	r.checkRate(2 * time.Second)
+	r.step(20 * time.Second)
+	r.checkDeaths()
+}

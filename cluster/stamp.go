@@ -103,3 +103,12 @@ func (s *stamper) offset() int64 {
 	lt := s.advance()
 	return lt - int64(s.ltMono)
 }
+
+// anchor moves log time forward to what the clocks of a quorum read, given
+// as an offset from the monotonic clock, if that is later.
+func (s *stamper) anchor(offset int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	s.lt = max(s.lt, int64(s.ltMono)+offset)
+}
