@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"sync"
 
+	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 )
 
@@ -64,7 +65,7 @@ func (ch *channel) authorize(m wire.Method, a access, kind, name string) *wire.E
 	if ok && c.perms.match([3]string{conf, write, read}, a, name) {
 		return nil
 	}
-	return wire.ChanError(wire.AccessRefused, m.ClassID(), m.MethodID(),
+	return wire.ChanError(reply.AccessRefused, m.ClassID(), m.MethodID(),
 		"access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, c.vhost, c.user)
 }
 
@@ -106,6 +107,6 @@ func (ch *channel) checkUserID(m wire.Method, p *wire.Properties) *wire.Error {
 	if p == nil || p.Flags&wire.FlagUserID == 0 || p.UserID == ch.c.user {
 		return nil
 	}
-	return wire.ChanError(wire.PreconditionFailed, m.ClassID(), m.MethodID(),
+	return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(),
 		"user_id property set to '%s' but authenticated user was '%s'", p.UserID, ch.c.user)
 }

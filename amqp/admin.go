@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -31,7 +32,7 @@ func (s *Server) CloseConnection(id, reason string) bool {
 	if c == nil {
 		return false
 	}
-	c.fail(wire.ConnError(wire.ConnectionForced, 0, 0, "%s", reason))
+	c.fail(wire.ConnError(reply.ConnectionForced, 0, 0, "%s", reason))
 	return true
 }
 

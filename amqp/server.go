@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -31,9 +32,6 @@ const (
 	// for the socket and not yet written.
 	DefaultMaxBufferedBytes = 16 << 20
 )
-
-// Version is the server version announced in connection.start.
-const Version = "0.1.0"
 
 // Errors of Serve.
 var (
@@ -274,7 +272,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.fail(wire.ConnError(wire.ConnectionForced, 0, 0, "broker forced connection closure with reason 'shutdown'"))
+		c.fail(wire.ConnError(reply.ConnectionForced, 0, 0, "broker forced connection closure with reason 'shutdown'"))
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -435,7 +433,7 @@ func (s *Server) ChannelTimedOut(ref *proto.ChannelRef, timeout int64) {
 	if ch == nil {
 		return
 	}
-	ch.fail(wire.ChanError(wire.PreconditionFailed, 0, 0,
+	ch.fail(wire.ChanError(reply.PreconditionFailed, 0, 0,
 		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
 			"This timeout value can be configured, see consumers doc guide to learn more", ref.GetChannel(), timeout))
 }
@@ -462,7 +460,7 @@ func (s *Server) NodeDown(node string) {
 	for _, c := range conns {
 		// One opened later is a new connection the log knows.
 		if c.opened.Load() {
-			c.fail(wire.ConnError(wire.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
+			c.fail(wire.ConnError(reply.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
 		}
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -39,6 +41,18 @@ func assertServing(t *testing.T, ts *testServer) {
 
 func channelClosed(c *proto.Command) *proto.ChannelClosed       { return c.GetChannelClosed() }
 func connectionClosed(c *proto.Command) *proto.ConnectionClosed { return c.GetConnectionClosed() }
+
+// connection.start announces the build's version, the one raftmq
+// --version and the management API report.
+func TestServer_AnnouncesTheBuildVersion(t *testing.T) {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v9.8.7"
+	ts := startServer(t, Config{})
+	if v := dial(t, ts).Properties["version"]; v != "v9.8.7" {
+		t.Fatalf("server property version = %v, want the build's v9.8.7", v)
+	}
+}
 
 func TestServer_HundredChannels(t *testing.T) {
 	ts := startServer(t, Config{})
@@ -190,7 +204,7 @@ func TestServer_BadFrames(t *testing.T) {
 			t.Fatal("no channel.open-ok")
 		}
 		rc.write(wire.AppendFrame(nil, wire.FrameBody, 1, make([]byte, 5000)))
-		rc.expectConnectionClose(wire.FrameError)
+		rc.expectConnectionClose(reply.FrameError)
 		assertServing(t, ts)
 	})
 	t.Run("bad frame end", func(t *testing.T) {
@@ -199,14 +213,14 @@ func TestServer_BadFrames(t *testing.T) {
 		f := wire.AppendMethodFrame(nil, 1, &wire.ChannelOpen{})
 		f[len(f)-1] = 'x'
 		rc.write(f)
-		rc.expectConnectionClose(wire.FrameError)
+		rc.expectConnectionClose(reply.FrameError)
 		assertServing(t, ts)
 	})
 	t.Run("method on an unopened channel", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
 		rc.handshake(0, 0)
 		rc.send(7, &wire.QueueDeclare{Queue: "q"})
-		cl := rc.expectConnectionClose(wire.ChannelError)
+		cl := rc.expectConnectionClose(reply.ChannelError)
 		if cl.FailingClassID != 50 || cl.FailingMethodID != 10 {
 			t.Fatalf("close names %d.%d", cl.FailingClassID, cl.FailingMethodID)
 		}
@@ -216,13 +230,13 @@ func TestServer_BadFrames(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
 		rc.handshake(0, 0)
 		rc.send(DefaultChannelMax+1, &wire.ChannelOpen{})
-		rc.expectConnectionClose(wire.NotAllowed)
+		rc.expectConnectionClose(reply.NotAllowed)
 	})
 	t.Run("unknown method", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
 		rc.handshake(0, 0)
 		rc.write(wire.AppendFrame(nil, wire.FrameMethod, 0, []byte{0, 10, 0, 99}))
-		rc.expectConnectionClose(wire.CommandInvalid)
+		rc.expectConnectionClose(reply.CommandInvalid)
 	})
 	t.Run("content header without a method", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
@@ -230,7 +244,7 @@ func TestServer_BadFrames(t *testing.T) {
 		rc.send(1, &wire.ChannelOpen{})
 		rc.method()
 		rc.write(wire.AppendHeaderFrame(nil, 1, &wire.ContentHeader{ClassID: wire.ClassBasic}))
-		rc.expectConnectionClose(wire.UnexpectedFrame)
+		rc.expectConnectionClose(reply.UnexpectedFrame)
 	})
 	t.Run("second channel.open", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
@@ -238,7 +252,7 @@ func TestServer_BadFrames(t *testing.T) {
 		rc.send(1, &wire.ChannelOpen{})
 		rc.method()
 		rc.send(1, &wire.ChannelOpen{})
-		rc.expectConnectionClose(wire.ChannelError)
+		rc.expectConnectionClose(reply.ChannelError)
 	})
 	t.Run("message over the maximum size", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
@@ -250,7 +264,7 @@ func TestServer_BadFrames(t *testing.T) {
 		m := rc.method()
 		cl, ok := m.(*wire.ChannelClose)
 		want := "PRECONDITION_FAILED - message size 134217729 is larger than configured max size 134217728"
-		if !ok || cl.ReplyCode != wire.PreconditionFailed || cl.ReplyText != want {
+		if !ok || cl.ReplyCode != reply.PreconditionFailed || cl.ReplyText != want {
 			t.Fatalf("got %#v", m)
 		}
 		// Until close-ok, the channel ignores what the client still sends.
@@ -276,7 +290,7 @@ func TestServer_Authentication(t *testing.T) {
 	ts := startServer(t, Config{})
 	_, err := amqp091.Dial("amqp://guest:wrong@" + ts.addr + "/")
 	var ae *amqp091.Error
-	if !errors.As(err, &ae) || ae.Code != wire.AccessRefused {
+	if !errors.As(err, &ae) || ae.Code != reply.AccessRefused {
 		t.Fatalf("wrong password: %v, want 403", err)
 	}
 	c, err := amqp091.DialConfig("amqp://"+ts.addr+"/", amqp091.Config{SASL: []amqp091.Authentication{&amqp091.AMQPlainAuth{Username: "alice", Password: "secret"}}})
@@ -285,7 +299,7 @@ func TestServer_Authentication(t *testing.T) {
 	}
 	_ = c.Close()
 	_, err = amqp091.Dial("amqp://guest:guest@" + ts.addr + "/nope")
-	if !errors.As(err, &ae) || ae.Code != wire.NotAllowed {
+	if !errors.As(err, &ae) || ae.Code != reply.NotAllowed {
 		t.Fatalf("unknown vhost: %v, want 530", err)
 	}
 	c, err = amqp091.Dial("amqp://alice:secret@" + ts.addr + "/other")
@@ -328,7 +342,7 @@ func TestServer_GuestOnlyFromLoopback(t *testing.T) {
 	rc.method()
 	rc.send(0, &wire.ConnectionStartOk{Mechanism: "PLAIN", Response: "\x00guest\x00guest"})
 	m := rc.method()
-	if cl, ok := m.(*wire.ConnectionClose); !ok || cl.ReplyCode != wire.AccessRefused {
+	if cl, ok := m.(*wire.ConnectionClose); !ok || cl.ReplyCode != reply.AccessRefused {
 		t.Fatalf("got %#v, want 403", m)
 	}
 }
@@ -347,7 +361,7 @@ func TestServer_CloseForcesConnections(t *testing.T) {
 	_ = ts.srv.Close()
 	select {
 	case err := <-closed:
-		if err == nil || err.Code != wire.ConnectionForced {
+		if err == nil || err.Code != reply.ConnectionForced {
 			t.Fatalf("close: %v, want 320", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -401,7 +415,7 @@ func TestServer_ListAndCloseConnection(t *testing.T) {
 	if !ts.srv.Connections().Close(info.Id, "maintenance") {
 		t.Fatal("connection not found")
 	}
-	e := mustClosedWith(t, closed, wire.ConnectionForced)
+	e := mustClosedWith(t, closed, reply.ConnectionForced)
 	if e.Reason != "CONNECTION_FORCED - maintenance" {
 		t.Fatalf("reason %q", e.Reason)
 	}

@@ -90,7 +90,13 @@ func (t *memberTable) set(n *memberlist.Node, health string) {
 type gossipDelegate struct{ n *Node }
 
 func (d gossipDelegate) NodeMeta(limit int) []byte {
-	b, _ := gproto.Marshal(d.n.localMeta())
+	meta := d.n.localMeta()
+	b, _ := gproto.Marshal(meta)
+	if len(b) > limit && len(meta.Unreachable) > 0 {
+		// What raft reaches is a hint the others can do without.
+		meta.Unreachable = nil
+		b, _ = gproto.Marshal(meta)
+	}
 	if len(b) > limit {
 		d.n.log.Error("node metadata exceeds the gossip limit", "size", len(b), "limit", limit)
 		return nil
@@ -128,6 +134,12 @@ func (n *Node) localMeta() *proto.NodeMeta {
 		Leaving:  n.leaving.Load(),
 		BootMs:   n.bootMs,
 		Protocol: n.protocol.Load(),
+		Unreachable: func() []string {
+			if p := n.gossipedUnreachable.Load(); p != nil {
+				return *p
+			}
+			return nil
+		}(),
 	}
 }
 
@@ -356,8 +368,9 @@ type MemberInfo struct {
 	RaftAddr string
 	GRPCAddr string
 	AMQPAddr string
-	// Health is alive, dead or left ("" when the node is in the raft
-	// configuration but was never seen through gossip).
+	// Health is alive, suspect (raft does not reach it: liveness.go),
+	// dead or left ("" when the node is in the raft configuration but was
+	// never seen through gossip, and raft has not failed to reach it).
 	Health string
 	// Suffrage is voter, nonvoter or "" when not in the raft configuration.
 	Suffrage string
@@ -371,9 +384,14 @@ type MemberInfo struct {
 // sorted by id.
 func (n *Node) Members() []MemberInfo {
 	byID := map[string]*MemberInfo{}
+	suspect := n.suspects()
 	for id, m := range n.members.all() {
+		h := m.health
+		if h == HealthAlive && suspect[id] {
+			h = HealthSuspect
+		}
 		byID[id] = &MemberInfo{ID: id, RaftAddr: m.meta.GetRaftAddr(), GRPCAddr: m.meta.GetGrpcAddr(),
-			AMQPAddr: m.meta.GetAmqpAddr(), Health: m.health, Protocol: m.meta.GetProtocol()}
+			AMQPAddr: m.meta.GetAmqpAddr(), Health: h, Protocol: m.meta.GetProtocol()}
 	}
 	self := n.localMeta()
 	byID[self.Id] = &MemberInfo{ID: self.Id, RaftAddr: self.RaftAddr, GRPCAddr: self.GrpcAddr, AMQPAddr: self.AmqpAddr, Health: HealthAlive,
@@ -383,6 +401,9 @@ func (n *Node) Members() []MemberInfo {
 			mi, ok := byID[string(s.ID)]
 			if !ok {
 				mi = &MemberInfo{ID: string(s.ID), RaftAddr: string(s.Address)}
+				if suspect[mi.ID] {
+					mi.Health = HealthSuspect
+				}
 				byID[string(s.ID)] = mi
 			}
 			if s.Suffrage == raft.Voter {

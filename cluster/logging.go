@@ -6,7 +6,10 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"regexp"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -17,7 +20,7 @@ func newHCLogger(l *slog.Logger) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:            "raft",
 		Level:           hclog.Info,
-		Output:          &levelWriter{l: l},
+		Output:          newLevelWriter(l),
 		DisableTime:     true,
 		IncludeLocation: false,
 	})
@@ -26,15 +29,24 @@ func newHCLogger(l *slog.Logger) hclog.Logger {
 // newStdLogger returns a *log.Logger (what memberlist logs through) that
 // writes to l, keeping each line's "[LEVEL]" tag.
 func newStdLogger(l *slog.Logger) *log.Logger {
-	return log.New(&levelWriter{l: l}, "", 0)
+	return log.New(newLevelWriter(l), "", 0)
 }
 
-// levelWriter turns "[WARN]  text" lines into slog records.
-type levelWriter struct{ l *slog.Logger }
+// levelWriter turns "[WARN]  text" lines into slog records, and a warning
+// or error that repeats into one line and a summary a minute (repeats).
+type levelWriter struct {
+	l   *slog.Logger
+	rep *repeats
+}
 
 var _ io.Writer = (*levelWriter)(nil)
 
+func newLevelWriter(l *slog.Logger) *levelWriter {
+	return &levelWriter{l: l, rep: newRepeats(time.Now)}
+}
+
 func (w *levelWriter) Write(p []byte) (int, error) {
+	ctx := context.Background()
 	for _, line := range bytes.Split(bytes.TrimRight(p, "\n"), []byte("\n")) {
 		s := string(line)
 		lvl := slog.LevelInfo
@@ -49,9 +61,117 @@ func (w *levelWriter) Write(p []byte) (int, error) {
 				break
 			}
 		}
-		if w.l.Enabled(context.Background(), lvl) {
-			w.l.Log(context.Background(), lvl, s)
+		if !w.l.Enabled(ctx, lvl) {
+			continue
+		}
+		log, notes := w.rep.admit(lvl, s)
+		for _, n := range notes {
+			w.l.Log(ctx, n.lvl, n.msg, "repeated", n.times, "over", n.over)
+		}
+		if log {
+			w.l.Log(ctx, lvl, s)
 		}
 	}
 	return len(p), nil
+}
+
+// Repeated warnings and errors.
+//
+// While a peer is down, raft's leader logs a failed heartbeat or append
+// several times a second, and memberlist its failed probes: an operator
+// gets thousands of identical errors that bury everything else. The first
+// of a kind is logged as it comes; then, while it keeps coming, one line a
+// repeatWindow says how often it came (with its latest text: the error
+// may change); once it has not come for a repeatWindow, a line says how
+// many came since the last summary, and the next one is logged in full
+// again. A kind is the line without its volatile values: raft's message
+// and the peer it names, or for a line of free text the whole line.
+const (
+	repeatWindow = time.Minute
+	// maxRepeatKinds bounds the kinds remembered: beyond it, a new kind
+	// is logged every time, as before.
+	maxRepeatKinds = 256
+)
+
+type repeats struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	kinds map[string]*repeat
+}
+
+type repeat struct {
+	lvl         slog.Level
+	last        string    // the latest line of the kind
+	since, seen time.Time // start of the counting, latest line
+	times       int       // lines not logged since
+}
+
+// repeatNote is a summary line of a kind.
+type repeatNote struct {
+	lvl   slog.Level
+	msg   string
+	times int
+	over  time.Duration
+}
+
+func newRepeats(now func() time.Time) *repeats {
+	return &repeats{now: now, kinds: map[string]*repeat{}}
+}
+
+// admit reports whether the line is logged, and the summaries due.
+// Summaries of kinds that stopped are due at the next line of any kind.
+func (r *repeats) admit(lvl slog.Level, s string) (bool, []repeatNote) {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var notes []repeatNote
+	for k, e := range r.kinds {
+		if now.Sub(e.seen) >= repeatWindow {
+			if e.times > 0 {
+				notes = append(notes, repeatNote{lvl: slog.LevelInfo, msg: "stopped repeating: " + e.last,
+					times: e.times, over: e.seen.Sub(e.since).Round(time.Second)})
+			}
+			delete(r.kinds, k)
+		}
+	}
+	if lvl < slog.LevelWarn {
+		return true, notes
+	}
+	k := repeatKind(s)
+	e, ok := r.kinds[k]
+	if !ok {
+		if len(r.kinds) < maxRepeatKinds {
+			r.kinds[k] = &repeat{lvl: lvl, last: s, since: now, seen: now}
+		}
+		return true, notes
+	}
+	e.last, e.seen = s, now
+	e.times++
+	if over := now.Sub(e.since); over >= repeatWindow {
+		notes = append(notes, repeatNote{lvl: e.lvl, msg: "still repeating: " + s, times: e.times, over: over.Round(time.Second)})
+		e.times, e.since = 0, now
+	}
+	return false, notes
+}
+
+// hclogPair is the start of an hclog key=value pair after the message:
+// ": peer=" or ": server-id=".
+var hclogPairs = regexp.MustCompile(`: [A-Za-z][\w.-]*=`)
+
+// hclogPeer is the value naming a peer in raft's lines.
+var hclogPeer = regexp.MustCompile(`\b(?:peer|server-id|id)=("[^"]*"|\S+)`)
+
+// repeatKind is what lines of one kind share: for raft's "name: message:
+// k=v ..." the message and the peer it names, leaving out the error and
+// timings; for any other line the line itself.
+func repeatKind(s string) string {
+	loc := hclogPairs.FindStringIndex(s)
+	if loc == nil {
+		return s
+	}
+	k := s[:loc[0]]
+	if m := hclogPeer.FindStringSubmatch(s[loc[0]:]); m != nil {
+		k += " " + m[1]
+	}
+	return k
 }

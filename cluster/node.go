@@ -288,6 +288,10 @@ type Node struct {
 	hasState atomic.Bool
 	leaving  atomic.Bool
 
+	// gossipedUnreachable is what the leader gossips raft does not reach
+	// (liveness.go).
+	gossipedUnreachable atomic.Pointer[[]string]
+
 	applyQ    chan *pending
 	completeQ chan inflightEntry
 	sem       chan struct{}
@@ -369,6 +373,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	go n.reclaimLoop()
+	n.wg.Add(1)
+	go n.publishReach()
 	n.loadPeers()
 	if len(n.joinSeeds()) > 0 {
 		n.wg.Add(1)

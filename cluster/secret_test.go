@@ -23,6 +23,7 @@ import (
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/certchain"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -51,10 +52,10 @@ func TestSecret_DerivationIsDeterministicAndDistinct(t *testing.T) {
 	// Each leaf verifies against the other node's pool, and not against
 	// another secret's.
 	leaf := b.Certificate.Leaf
-	if _, err := cluster.VerifyChain(a.CA, []*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth); err != nil {
+	if _, err := certchain.Verify(a.CA, []*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth); err != nil {
 		t.Fatalf("n2's leaf against n1's CA: %v", err)
 	}
-	if _, err := cluster.VerifyChain(secretTLS(t, otherSecret, "x").CA, []*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth); err == nil {
+	if _, err := certchain.Verify(secretTLS(t, otherSecret, "x").CA, []*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth); err == nil {
 		t.Fatal("a leaf of one secret verified against another secret's CA")
 	}
 	if names := cluster.CertNames(leaf); len(names) != 1 || names[0] != "n2" {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftmq/raftmq/internal/certchain"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -109,7 +110,7 @@ func (t *TLS) clientConfig(check func(*x509.Certificate) error) *tls.Config {
 		// that crypto/tls would otherwise require to match.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			leaf, err := VerifyChain(t.CA, cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
+			leaf, err := certchain.Verify(t.CA, cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
 			if err != nil {
 				return err
 			}
@@ -119,27 +120,6 @@ func (t *TLS) clientConfig(check func(*x509.Certificate) error) *tls.Config {
 			return nil
 		},
 	}
-}
-
-// VerifyChain verifies a peer's certificates (leaf first) against roots for
-// the given usage, ignoring host names, and returns the leaf.
-func VerifyChain(roots *x509.CertPool, certs []*x509.Certificate, usage x509.ExtKeyUsage) (*x509.Certificate, error) {
-	if len(certs) == 0 {
-		return nil, errors.New("cluster: the peer presented no certificate")
-	}
-	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
-		inter.AddCert(c)
-	}
-	_, err := certs[0].Verify(x509.VerifyOptions{
-		Roots:         roots,
-		Intermediates: inter,
-		KeyUsages:     []x509.ExtKeyUsage{usage},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cluster: peer certificate: %w", err)
-	}
-	return certs[0], nil
 }
 
 // CertNames are the names a certificate gives its holder: its Common Name

@@ -172,7 +172,7 @@ func TestRabbitmqadminThroughFollower(t *testing.T) {
 	}
 
 	// RabbitMQ's own export imports through the follower.
-	defsFile := filepath.Join("..", "api", "testdata", "rabbitmq-3.10.8", "definitions.json")
+	defsFile := filepath.Join("..", "api", "mgmt", "testdata", "rabbitmq-3.10.8", "definitions.json")
 	admin("import", defsFile)
 	for _, u := range []struct{ user, pass, vhost string }{{"ops", "0ps", ""}, {"alice", "s3cret", "orders"}, {"guest", "guest", "orders"}} {
 		conn, err := amqp.Dial("amqp://" + u.user + ":" + u.pass + "@" + c.Nodes[2].AMQPAddr + "/" + u.vhost)

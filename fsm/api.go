@@ -315,7 +315,7 @@ func (m *Machine) Consumers(vhost string) []*proto.ConsumerInfo {
 			for i, c := range q.consumers {
 				active, status := q.activity(i)
 				out = append(out, &proto.ConsumerInfo{Vhost: v.name, Queue: k, Consumer: pb.Clone(c.ref).(*proto.ConsumerRef),
-					NoAck: c.noAck, Exclusive: c.exclusive, Prefetch: c.prefetch, Unacked: uint64(c.unacked), Arguments: cloneTable(c.args),
+					NoAck: c.noAck, Exclusive: c.exclusive, Prefetch: c.prefetch, Unacked: uint64(c.unacked - c.heldCount()), Arguments: cloneTable(c.args),
 					Active: active, ActivityStatus: status})
 			}
 		}
@@ -409,6 +409,13 @@ func (m *Machine) Stats() Stats {
 				}
 			})
 		}
+	}
+	for _, ch := range m.channels {
+		ch.eachHeld(func(p *pending) {
+			st.Ready++
+			st.ReadyBytes += uint64(p.m.Size())
+			st.Unacked--
+		})
 	}
 	return st
 }

@@ -5,6 +5,7 @@ import (
 
 	pb "google.golang.org/protobuf/proto"
 
+	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -19,7 +20,7 @@ func validType(t string) bool {
 func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	x, ok := v.exchanges[c.GetName()]
 	if c.GetPassive() {
@@ -29,27 +30,27 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 		return &proto.Result{}
 	}
 	if c.GetName() == "" {
-		return refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	if !validType(c.GetType()) {
-		return refused(503, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
+		return refused(reply.CommandInvalid, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
 	}
 	if ok {
 		if x.typ != c.GetType() {
-			return refused(406, "PRECONDITION_FAILED - inequivalent arg 'type' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+c.GetType()+"' but current is '"+x.typ+"'")
+			return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'type' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+c.GetType()+"' but current is '"+x.typ+"'")
 		}
 		for _, f := range []struct {
 			name      string
 			got, have bool
 		}{{"durable", c.GetDurable(), x.durable}, {"auto_delete", c.GetAutoDelete(), x.autoDelete}, {"internal", c.GetInternal(), x.intern}} {
 			if f.got != f.have {
-				return refused(406, "PRECONDITION_FAILED - inequivalent arg '"+f.name+"' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(f.got)+"' but current is '"+boolText(f.have)+"'")
+				return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '"+f.name+"' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(f.got)+"' but current is '"+boolText(f.have)+"'")
 			}
 		}
 		return &proto.Result{}
 	}
 	if strings.HasPrefix(c.GetName(), "amq.") || c.GetName() == "" {
-		return refused(403, "ACCESS_REFUSED - exchange name '"+c.GetName()+"' contains reserved prefix 'amq.*'")
+		return refused(reply.AccessRefused, "ACCESS_REFUSED - exchange name '"+c.GetName()+"' contains reserved prefix 'amq.*'")
 	}
 	v.exchanges[c.GetName()] = &exchange{name: c.GetName(), typ: c.GetType(), durable: c.GetDurable(),
 		autoDelete: c.GetAutoDelete(), intern: c.GetInternal(), args: c.GetArguments()}
@@ -66,20 +67,20 @@ func boolText(b bool) string {
 func (s *state) applyExchangeDelete(c *proto.ExchangeDelete) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	if c.GetName() == "" {
-		return refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	if strings.HasPrefix(c.GetName(), "amq.") {
-		return refused(403, "ACCESS_REFUSED - deletion of system "+rs("exchange", c.GetName(), c.GetVhost())+" refused")
+		return refused(reply.AccessRefused, "ACCESS_REFUSED - deletion of system "+rs("exchange", c.GetName(), c.GetVhost())+" refused")
 	}
 	x, ok := v.exchanges[c.GetName()]
 	if !ok {
 		return &proto.Result{}
 	}
 	if c.GetIfUnused() && (len(x.bindings) > 0 || s.isDestination(v, x.name)) {
-		return refused(406, "PRECONDITION_FAILED - "+rs("exchange", c.GetName(), c.GetVhost())+" in use")
+		return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - "+rs("exchange", c.GetName(), c.GetVhost())+" in use")
 	}
 	s.deleteExchange(v, x)
 	return &proto.Result{}
@@ -140,7 +141,7 @@ func bindTarget(v *vhost, c interface {
 	GetConnection() *proto.ConnectionRef
 }) (*exchange, *proto.Result) {
 	if c.GetSource() == "" {
-		return nil, refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return nil, refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	x, ok := v.exchanges[c.GetSource()]
 	if !ok {
@@ -148,7 +149,7 @@ func bindTarget(v *vhost, c interface {
 	}
 	if c.GetDestinationIsExchange() {
 		if c.GetDestination() == "" {
-			return nil, refused(403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+			return nil, refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 		}
 		if _, ok := v.exchanges[c.GetDestination()]; !ok {
 			return nil, notFound("exchange", c.GetDestination(), c.GetVhost())
@@ -170,7 +171,7 @@ func connRefKey(c *proto.ConnectionRef) string { return connKey(c.GetNode(), c.G
 func (s *state) applyBind(c *proto.Bind) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	x, r := bindTarget(v, c)
 	if r != nil {
@@ -188,7 +189,7 @@ func (s *state) applyBind(c *proto.Bind) *proto.Result {
 func (s *state) applyUnbind(c *proto.Unbind) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(404, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	x, r := bindTarget(v, c)
 	if r != nil {

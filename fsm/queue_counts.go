@@ -55,13 +55,74 @@ func (m *Machine) QueueCounts() []QueueCounts {
 	return out
 }
 
-// unackedSums are what a queue's deliveries not yet acknowledged add up to.
+// unackedSums are what a queue's deliveries not yet acknowledged add up
+// to, and the part of them that counts as ready.
 type unackedSums struct {
 	bytes, persistent uint64
+	held, heldBytes   uint64
 }
 
-// unackedSums sums the bodies delivered and not yet acknowledged, and
-// counts the persistent ones, by queue.
+// Deliveries held by a consumer's node.
+//
+// A consumer with look-ahead (credit above its prefetch: amqp/window.go)
+// may be assigned more deliveries than its prefetch; its node writes at
+// most prefetch of them to the client and holds the rest until acks free
+// room. What the client has not seen is, to an operator, still waiting in
+// the queue: RabbitMQ shows a queue of 200 with one consumer of prefetch
+// 30 as 170 ready and 30 unacknowledged. So every count shown outside
+// (queue listings, declare-ok, basic.get-ok, totals) takes the deliveries
+// of a live consumer beyond its prefetch as ready, not unacknowledged.
+//
+// Which ones the node holds is not in the log, but it writes in
+// assignment order, so the held ones are the consumer's latest
+// assignments: the consumer's unacked beyond its prefetch, counted from
+// the end of its channel's list. Only the prefetch, the credit and the
+// ascending list are read, all replicated state, so every replica shows
+// the same numbers. A cancelled consumer's deliveries, which stay on its
+// channel, are left out: a restored replica no longer knows whose they
+// are (and the node hands back what it held right after the cancel).
+// Nothing here is written back: this is a view, and the state, its digest
+// and its snapshot are unchanged.
+
+// heldCount is how many of c's deliveries count as held by its node.
+func (c *consumer) heldCount() uint32 {
+	if c == nil || c.gone || c.noAck || c.prefetch == 0 || c.credit <= c.prefetch || c.unacked <= c.prefetch {
+		return 0
+	}
+	return c.unacked - c.prefetch
+}
+
+// eachHeld calls f with every delivery of ch that counts as held.
+func (ch *channel) eachHeld(f func(*pending)) {
+	var seen map[*consumer]uint32
+	for i := len(ch.unacked) - 1; i >= 0; i-- {
+		p := ch.unacked[i]
+		n := p.c.heldCount()
+		if n == 0 {
+			continue
+		}
+		if seen == nil {
+			seen = map[*consumer]uint32{}
+		}
+		if seen[p.c] < n {
+			seen[p.c]++
+			f(p)
+		}
+	}
+}
+
+// held counts the deliveries of q that count as held, for the message
+// counts of replies to q's clients.
+func (q *queueState) held() uint32 {
+	var n uint32
+	for _, c := range q.consumers {
+		n += c.heldCount()
+	}
+	return n
+}
+
+// unackedSums sums the bodies delivered and not yet acknowledged, counts
+// the persistent ones, and those held, by queue.
 func (m *Machine) unackedSums() map[*queueState]unackedSums {
 	out := map[*queueState]unackedSums{}
 	for _, ch := range m.channels {
@@ -73,14 +134,25 @@ func (m *Machine) unackedSums() map[*queueState]unackedSums {
 			}
 			out[p.q] = u
 		}
+		ch.eachHeld(func(p *pending) {
+			u := out[p.q]
+			u.held++
+			u.heldBytes += uint64(p.m.Size())
+			out[p.q] = u
+		})
 	}
 	return out
 }
 
 // withUnacked fills what qi counts of the unacknowledged deliveries: their
-// bytes, and the persistent ones among all of the queue's messages.
+// bytes, the persistent ones among all of the queue's messages, and moves
+// those held to ready.
 func (q *queueState) withUnacked(qi *proto.QueueInfo, unacked map[*queueState]unackedSums) *proto.QueueInfo {
-	qi.UnackedBytes = unacked[q].bytes
-	qi.MessagesPersistent += unacked[q].persistent
+	u := unacked[q]
+	qi.UnackedBytes = u.bytes - u.heldBytes
+	qi.MessagesPersistent += u.persistent
+	qi.Ready += u.held
+	qi.Unacked -= u.held
+	qi.ReadyBytes += u.heldBytes
 	return qi
 }

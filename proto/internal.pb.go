@@ -448,7 +448,10 @@ type NodeMeta struct {
 	// older than this field, which applies version 1). The leader proposes
 	// a command kind only once every server of the raft configuration
 	// announces the version that introduced it.
-	Protocol      uint32 `protobuf:"varint,9,opt,name=protocol" json:"protocol,omitempty"`
+	Protocol uint32 `protobuf:"varint,9,opt,name=protocol" json:"protocol,omitempty"`
+	// From the leader: the servers of the raft configuration its heartbeats
+	// do not reach now, which every node shows as suspect ahead of gossip.
+	Unreachable   []string `protobuf:"bytes,10,rep,name=unreachable" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -546,6 +549,13 @@ func (x *NodeMeta) GetProtocol() uint32 {
 	return 0
 }
 
+func (x *NodeMeta) GetUnreachable() []string {
+	if x != nil {
+		return x.Unreachable
+	}
+	return nil
+}
+
 var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
@@ -573,7 +583,7 @@ const file_internal_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\x0e2\x17.raftmq.v1.ForwardErrorR\x05error\x12\x1d\n" +
 	"\n" +
 	"error_text\x18\x05 \x01(\tR\terrorText\x12\x1b\n" +
-	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\xf7\x01\n" +
+	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\x99\x02\n" +
 	"\bNodeMeta\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
@@ -583,7 +593,9 @@ const file_internal_proto_rawDesc = "" +
 	"\thas_state\x18\x06 \x01(\bR\bhasState\x12\x18\n" +
 	"\aleaving\x18\a \x01(\bR\aleaving\x12\x17\n" +
 	"\aboot_ms\x18\b \x01(\x03R\x06bootMs\x12\x1a\n" +
-	"\bprotocol\x18\t \x01(\rR\bprotocol*\x9b\x01\n" +
+	"\bprotocol\x18\t \x01(\rR\bprotocol\x12 \n" +
+	"\vunreachable\x18\n" +
+	" \x03(\tR\vunreachable*\x9b\x01\n" +
 	"\fForwardError\x12\x16\n" +
 	"\x12FORWARD_ERROR_NONE\x10\x00\x12\x1c\n" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +

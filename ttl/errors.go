@@ -3,11 +3,9 @@ package ttl
 import (
 	"strconv"
 	"strings"
-)
 
-// PreconditionFailed is the AMQP reply code RabbitMQ uses for every refused
-// TTL or expiry value (406 PRECONDITION_FAILED).
-const PreconditionFailed uint16 = 406
+	"github.com/raftmq/raftmq/amqp/reply"
+)
 
 // Error is a refusal of a TTL/expiry value: AMQP reply code 406
 // PRECONDITION_FAILED with RabbitMQ's reply text. A refused queue argument
@@ -22,7 +20,7 @@ type Error struct {
 func (e *Error) Error() string { return e.Text }
 
 func precondition(text string) *Error {
-	return &Error{Code: PreconditionFailed, Text: "PRECONDITION_FAILED - " + text}
+	return &Error{Code: reply.PreconditionFailed, Text: "PRECONDITION_FAILED - " + text}
 }
 
 // queueResource formats a queue the way RabbitMQ's rabbit_misc:rs/1 does.

@@ -18,6 +18,10 @@ import (
 // They never read a clock, never do I/O, never spawn goroutines".
 var purePackages = []string{"ttl", "queue", "fsm"}
 
+// replyPackage holds the AMQP reply codes every layer names; it imports
+// nothing (TestReplyImportsNothing), so a pure package may use it.
+const replyPackage = "github.com/raftmq/raftmq/amqp/reply"
+
 // forbiddenImport reports whether a pure package may not import path
 // directly. Only direct imports count: the protobuf runtime the state
 // machine needs imports os itself.
@@ -80,11 +84,27 @@ func TestPureImports(t *testing.T) {
 			if forbiddenImport(imp) {
 				t.Errorf("package %s imports %s", pkg, imp)
 			}
-			// ttl imports the standard library only, and no os.
-			if pkg == "ttl" && (imp == "os" || strings.Contains(strings.SplitN(imp, "/", 2)[0], ".")) {
+			// ttl imports the standard library only, and no os; the reply
+			// codes, which import nothing, are the one exception.
+			if pkg == "ttl" && imp != replyPackage && (imp == "os" || strings.Contains(strings.SplitN(imp, "/", 2)[0], ".")) {
 				t.Errorf("package ttl imports %s: it may import the standard library only, without os", imp)
 			}
 		}
+	}
+}
+
+func TestReplyImportsNothing(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go tool not found")
+	}
+	cmd := exec.Command("go", "list", "-f", "{{range .Imports}}{{.}}\n{{end}}", replyPackage)
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", replyPackage, err)
+	}
+	if imps := strings.Fields(string(out)); len(imps) > 0 {
+		t.Errorf("%s imports %v: it must import nothing", replyPackage, imps)
 	}
 }
 

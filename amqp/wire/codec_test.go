@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/amqp/reply"
 )
 
 // sampleTable holds one value of every supported type.
@@ -85,11 +87,11 @@ func TestMethod_BitsArePacked(t *testing.T) {
 func TestDecodeMethod_Unknown(t *testing.T) {
 	_, err := DecodeMethod([]byte{0, 60, 0, 99})
 	e, ok := AsError(err)
-	if !ok || e.Code != CommandInvalid || !e.Hard {
+	if !ok || e.Code != reply.CommandInvalid || !e.Hard {
 		t.Fatalf("unknown method: %v", err)
 	}
 	_, err = DecodeMethod([]byte{0, 60})
-	if e, ok := AsError(err); !ok || e.Code != FrameError {
+	if e, ok := AsError(err); !ok || e.Code != reply.FrameError {
 		t.Fatalf("short method: %v", err)
 	}
 }
@@ -223,11 +225,11 @@ func TestReadFrame_Errors(t *testing.T) {
 		in   []byte
 		code uint16
 	}{
-		"over frame-max":         {big, FrameError},
-		"huge declared size":     {[]byte{FrameBody, 0, 1, 0xff, 0xff, 0xff, 0xff}, FrameError},
-		"wrong frame end":        {badEnd, FrameError},
-		"unknown type":           {AppendFrame(nil, 9, 0, nil), FrameError},
-		"heartbeat on a channel": {AppendFrame(nil, FrameHeartbeat, 1, nil), FrameError},
+		"over frame-max":         {big, reply.FrameError},
+		"huge declared size":     {[]byte{FrameBody, 0, 1, 0xff, 0xff, 0xff, 0xff}, reply.FrameError},
+		"wrong frame end":        {badEnd, reply.FrameError},
+		"unknown type":           {AppendFrame(nil, 9, 0, nil), reply.FrameError},
+		"heartbeat on a channel": {AppendFrame(nil, FrameHeartbeat, 1, nil), reply.FrameError},
 		"truncated":              {AppendFrame(nil, FrameBody, 1, make([]byte, 300))[:100], 0},
 	}
 	for name, c := range cases {
@@ -285,31 +287,20 @@ func TestAppendContent_SplitsBody(t *testing.T) {
 }
 
 func TestError_Close(t *testing.T) {
-	e := ChanError(NotFound, 50, 10, "no queue '%s' in vhost '/'", "q")
+	e := ChanError(reply.NotFound, 50, 10, "no queue '%s' in vhost '/'", "q")
 	c, ok := e.Close().(*ChannelClose)
 	if !ok || c.ReplyCode != 404 || c.FailingClassID != 50 || c.FailingMethodID != 10 || c.ReplyText != "NOT_FOUND - no queue 'q' in vhost '/'" {
 		t.Fatalf("close = %#v", e.Close())
 	}
-	h := ConnError(FrameError, 0, 0, "bad")
+	h := ConnError(reply.FrameError, 0, 0, "bad")
 	if _, ok := h.Close().(*ConnectionClose); !ok {
 		t.Fatalf("hard error closes with %T", h.Close())
 	}
-	if !IsHardError(NotAllowed) || IsHardError(NotFound) || ReplyText(PreconditionFailed) != "PRECONDITION_FAILED" {
+	if !reply.IsHard(reply.NotAllowed) || reply.IsHard(reply.NotFound) || reply.Name(reply.PreconditionFailed) != "PRECONDITION_FAILED" {
 		t.Fatal("reply code tables are wrong")
 	}
-	long := ChanError(NotFound, 0, 0, "%s", string(bytes.Repeat([]byte("x"), 400))).Close().AppendTo(nil)
+	long := ChanError(reply.NotFound, 0, 0, "%s", string(bytes.Repeat([]byte("x"), 400))).Close().AppendTo(nil)
 	if _, err := DecodeMethod(long); err != nil {
 		t.Fatalf("a long reply text must still encode: %v", err)
-	}
-}
-
-func TestReplyCodes(t *testing.T) {
-	want := map[uint16]int{ReplySuccess: 200, AccessRefused: 403, NotFound: 404, ResourceLocked: 405,
-		PreconditionFailed: 406, FrameError: 501, CommandInvalid: 503, ChannelError: 504,
-		UnexpectedFrame: 505, NotAllowed: 530, NotImplemented: 540, InternalError: 541}
-	for got, w := range want {
-		if int(got) != w {
-			t.Errorf("%d != %d", got, w)
-		}
 	}
 }

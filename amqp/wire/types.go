@@ -3,6 +3,8 @@ package wire
 import (
 	"errors"
 	"fmt"
+
+	"github.com/raftmq/raftmq/amqp/reply"
 )
 
 // Method is one AMQP method: its identity and its encoding.
@@ -64,7 +66,7 @@ func ChanError(code uint16, classID, methodID uint16, format string, args ...any
 
 func replyText(code uint16, format string, args ...any) string {
 	text := fmt.Sprintf(format, args...)
-	if name := ReplyText(code); name != "" {
+	if name := reply.Name(code); name != "" {
 		return name + " - " + text
 	}
 	return text

@@ -3,7 +3,8 @@
 
 package wire
 
-// Protocol version and constants from the specification.
+// Protocol version and constants from the specification. The reply codes
+// are package reply's, which every layer of raftmq may import.
 const (
 	// ProtocolMajor is the major protocol version.
 	ProtocolMajor = 0
@@ -26,44 +27,6 @@ const (
 	FrameMinSize = 4096
 	// FrameEnd is the specification constant frame-end.
 	FrameEnd = 206
-	// ReplySuccess is the specification constant reply-success.
-	ReplySuccess = 200
-	// ContentTooLarge is the specification constant content-too-large (soft-error).
-	ContentTooLarge = 311
-	// NoRoute is the specification constant no-route (soft-error).
-	NoRoute = 312
-	// NoConsumers is the specification constant no-consumers (soft-error).
-	NoConsumers = 313
-	// ConnectionForced is the specification constant connection-forced (hard-error).
-	ConnectionForced = 320
-	// InvalidPath is the specification constant invalid-path (hard-error).
-	InvalidPath = 402
-	// AccessRefused is the specification constant access-refused (soft-error).
-	AccessRefused = 403
-	// NotFound is the specification constant not-found (soft-error).
-	NotFound = 404
-	// ResourceLocked is the specification constant resource-locked (soft-error).
-	ResourceLocked = 405
-	// PreconditionFailed is the specification constant precondition-failed (soft-error).
-	PreconditionFailed = 406
-	// FrameError is the specification constant frame-error (hard-error).
-	FrameError = 501
-	// SyntaxError is the specification constant syntax-error (hard-error).
-	SyntaxError = 502
-	// CommandInvalid is the specification constant command-invalid (hard-error).
-	CommandInvalid = 503
-	// ChannelError is the specification constant channel-error (hard-error).
-	ChannelError = 504
-	// UnexpectedFrame is the specification constant unexpected-frame (hard-error).
-	UnexpectedFrame = 505
-	// ResourceError is the specification constant resource-error (hard-error).
-	ResourceError = 506
-	// NotAllowed is the specification constant not-allowed (hard-error).
-	NotAllowed = 530
-	// NotImplemented is the specification constant not-implemented (hard-error).
-	NotImplemented = 540
-	// InternalError is the specification constant internal-error (hard-error).
-	InternalError = 541
 )
 
 // Class ids.
@@ -83,59 +46,3 @@ const (
 	// ClassConfirm is the id of the confirm class.
 	ClassConfirm = 85
 )
-
-// ReplyText returns the specification name of a reply code, such as
-// "NOT_FOUND" for 404, or "" for a code the specification does not define.
-func ReplyText(code uint16) string {
-	switch code {
-	case ReplySuccess:
-		return "REPLY_SUCCESS"
-	case ContentTooLarge:
-		return "CONTENT_TOO_LARGE"
-	case NoRoute:
-		return "NO_ROUTE"
-	case NoConsumers:
-		return "NO_CONSUMERS"
-	case ConnectionForced:
-		return "CONNECTION_FORCED"
-	case InvalidPath:
-		return "INVALID_PATH"
-	case AccessRefused:
-		return "ACCESS_REFUSED"
-	case NotFound:
-		return "NOT_FOUND"
-	case ResourceLocked:
-		return "RESOURCE_LOCKED"
-	case PreconditionFailed:
-		return "PRECONDITION_FAILED"
-	case FrameError:
-		return "FRAME_ERROR"
-	case SyntaxError:
-		return "SYNTAX_ERROR"
-	case CommandInvalid:
-		return "COMMAND_INVALID"
-	case ChannelError:
-		return "CHANNEL_ERROR"
-	case UnexpectedFrame:
-		return "UNEXPECTED_FRAME"
-	case ResourceError:
-		return "RESOURCE_ERROR"
-	case NotAllowed:
-		return "NOT_ALLOWED"
-	case NotImplemented:
-		return "NOT_IMPLEMENTED"
-	case InternalError:
-		return "INTERNAL_ERROR"
-	}
-	return ""
-}
-
-// IsHardError reports whether the specification classes a reply code as a
-// connection (hard) error.
-func IsHardError(code uint16) bool {
-	switch code {
-	case ConnectionForced, InvalidPath, FrameError, SyntaxError, CommandInvalid, ChannelError, UnexpectedFrame, ResourceError, NotAllowed, NotImplemented, InternalError:
-		return true
-	}
-	return false
-}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/amqp"
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/metrics"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -15,7 +15,7 @@ import (
 // through the log, credentials and vhosts are read from the applied state.
 type broker struct {
 	node    *cluster.Node
-	metrics *api.Metrics
+	metrics *metrics.Metrics
 }
 
 // The AMQP server carries direct replies to other nodes through the node.

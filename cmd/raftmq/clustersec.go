@@ -18,7 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 )
 
@@ -74,7 +75,7 @@ func (s *clusterSecurity) check() error {
 			return err
 		}
 	}
-	_, err := api.ParseAuthMode(s.AdminAuth)
+	_, err := grpcadmin.ParseAuthMode(s.AdminAuth)
 	return err
 }
 
@@ -182,7 +183,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 type security struct {
 	tls       *cluster.TLS // an operator's or the secret's; nil: none
 	keys      [][]byte     // nil: plain gossip
-	auth      *api.Auth
+	auth      *grpcadmin.Auth
 	plaintext bool   // admin credentials accepted without TLS
 	caFile    string // the derived CA's certificate, for raftmqctl ("": none)
 	generated string // the secret file generated at this start ("": none)
@@ -232,11 +233,11 @@ func (s *clusterSecurity) load(dataDir, nodeID string, alone bool) (*security, e
 		}
 		out.keys = [][]byte{k}
 	}
-	mode, err := api.ParseAuthMode(s.AdminAuth)
+	mode, err := grpcadmin.ParseAuthMode(s.AdminAuth)
 	if err != nil {
 		return nil, err
 	}
-	out.auth = api.NewAuth(mode, nil)
+	out.auth = grpcadmin.NewAuth(mode, nil)
 	if s.AdminPlaintext {
 		out.auth.AllowPlaintext()
 		out.plaintext = true
@@ -253,11 +254,11 @@ func (s *security) serverOptions() []grpc.ServerOption {
 }
 
 // peers dials other nodes' Admin services with the node's certificate.
-func (s *security) peers() *api.PeerPool {
+func (s *security) peers() *ops.PeerPool {
 	if s.tls == nil {
-		return api.NewPeerPool()
+		return ops.NewPeerPool()
 	}
-	return api.NewPeerPool(grpc.WithTransportCredentials(credentials.NewTLS(s.tls.ClientConfig())))
+	return ops.NewPeerPool(grpc.WithTransportCredentials(credentials.NewTLS(s.tls.ClientConfig())))
 }
 
 // warn logs how the links are secured and the settings that leave
@@ -274,7 +275,7 @@ func (s *security) warn(logger *slog.Logger, grpcAddr net.Addr) {
 		logger.Info("links between nodes use TLS from the cluster secret; raftmqctl reaches the admin API over TLS with --tls-ca", "ca", s.caFile)
 	}
 	switch {
-	case s.auth.Mode() == api.AuthNever && beyond:
+	case s.auth.Mode() == grpcadmin.AuthNever && beyond:
 		logger.Warn("the admin API asks for no credentials and listens beyond loopback (--admin-auth never)", "grpc", grpcAddr.String())
 	case s.tls.FromSecret() && beyond && s.plaintext:
 		logger.Warn("the admin API takes credentials without TLS from beyond loopback (--admin-plaintext): passwords of plain connections travel in clear", "grpc", grpcAddr.String())

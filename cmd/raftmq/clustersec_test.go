@@ -10,7 +10,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/internal/testpki"
 )
 
@@ -62,7 +62,7 @@ func TestClusterSecurity_Load(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sec.tls == nil || len(sec.keys) != 1 || sec.auth.Mode() != api.AuthNever {
+	if sec.tls == nil || len(sec.keys) != 1 || sec.auth.Mode() != grpcadmin.AuthNever {
 		t.Fatalf("loaded %+v", sec)
 	}
 	s.TLSCA = s.TLSKey // not a certificate

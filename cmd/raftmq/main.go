@@ -24,14 +24,17 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/raftmq/raftmq/amqp"
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
+	"github.com/raftmq/raftmq/api/metrics"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
 func main() {
 	if wantsVersion(os.Args[1:]) {
-		fmt.Println(api.ProductVersion())
+		fmt.Println(version.String())
 		os.Exit(0)
 	}
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
@@ -97,7 +100,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	mgmt, err := listenManagement(cfg.Management)
+	mgmtSrv, err := listenManagement(cfg.Management)
 	if err != nil {
 		return err
 	}
@@ -154,39 +157,39 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
 	}
-	apiNode := api.FromCluster(node)
+	apiNode := ops.FromCluster(node)
 	watermark := cfg.Limits.VMMemoryHighWatermark
 	if watermark == 0 {
 		watermark = defaultMemoryWatermark()
 	}
 	memWatch := amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil)
 	diskWatch := amqp.NewDiskWatcher(amqpSrv, cfg.DataDir, uint64(cfg.Limits.DiskFreeLimit), nil)
-	resources := func() api.Resources {
+	resources := func() ops.Resources {
 		free, limit, alarm, _ := diskWatch.State()
-		return api.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
+		return ops.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
 	}
-	metrics := api.NewMetrics(api.MetricsOptions{Node: apiNode, Conns: amqpSrv.Connections(), Stats: api.ClusterStats(node),
+	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryUsed: amqp.HeapBytes, MemoryLimit: uint64(watermark), Resources: resources,
-		Counters: func() api.NodeCounters { return api.NodeCounters(amqpSrv.Counters()) }})
-	amqpSrv.SetBroker(&broker{node: node, metrics: metrics})
+		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
+	amqpSrv.SetBroker(&broker{node: node, metrics: nodeMetrics})
 
 	sec.auth.SetNode(apiNode)
 	peers := sec.peers()
 	defer peers.Close()
-	admin := api.NewAdminServer(api.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
-		Counters: func() api.NodeCounters { return api.NodeCounters(amqpSrv.Counters()) }, Resources: resources})
-	defer admin.Close()
-	proto.RegisterAdminServer(grpcSrv, admin)
+	operations := ops.New(ops.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
+		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources})
+	defer operations.Close()
+	proto.RegisterAdminServer(grpcSrv, grpcadmin.New(operations))
 	var amqpOpen atomic.Bool
 	httpSrv := &http.Server{
-		Handler:           api.NewHTTPHandler(api.HTTPDeps{Node: apiNode, Metrics: metrics, Pprof: cfg.Pprof, Serving: amqpOpen.Load}),
+		Handler:           metrics.NewHandler(metrics.HandlerOptions{Node: apiNode, Metrics: nodeMetrics, Pprof: cfg.Pprof, Serving: amqpOpen.Load}),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
 	errc := make(chan error, 5)
 	go func() { errc <- grpcSrv.Serve(grpcLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
-	mgmt.serve(ctx, admin, node.Ready(), logger, errc)
+	mgmtSrv.serve(ctx, operations, node.Ready(), logger, errc)
 	// The AMQP listeners open only once the node can authenticate logins,
 	// as RabbitMQ's do: a client that connects as soon as the port opens
 	// must not be refused. /readyz waits for them too.
@@ -212,7 +215,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	go diskWatch.Run(ctx, diskCheckInterval)
 	logger.Info("raftmq node started", "node", cfg.NodeID, "amqp", amqpAddr, "amqps", amqpsAddr,
 		"grpc", grpcLn.Addr().String(), "raft", cfg.RaftAddr, "gossip", cfg.GossipAddr,
-		"http", httpLn.Addr().String(), "management", mgmt.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark,
+		"http", httpLn.Addr().String(), "management", mgmtSrv.addr(), "data", cfg.DataDir, "vm_memory_high_watermark", watermark,
 		"disk_free_limit", uint64(cfg.Limits.DiskFreeLimit))
 
 	var runErr error
@@ -232,7 +235,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(shutdownCtx)
-	mgmt.shutdown(shutdownCtx)
+	mgmtSrv.shutdown(shutdownCtx)
 	if err := node.Close(); err != nil && runErr == nil {
 		runErr = err
 	}

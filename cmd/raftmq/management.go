@@ -12,7 +12,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/mgmt"
+	"github.com/raftmq/raftmq/api/ops"
 )
 
 // managementConfig configures RabbitMQ's management HTTP API.
@@ -35,7 +36,7 @@ func (m *managementConfig) flags(fs *flag.FlagSet) {
 type management struct {
 	ln   net.Listener
 	srv  *http.Server
-	api  *api.Management
+	api  *mgmt.Server
 	defs []byte
 }
 
@@ -86,8 +87,8 @@ func (m *management) addr() string {
 
 // serve serves the API over admin (when enabled) and, once ready fires,
 // imports the definitions file (when given).
-func (m *management) serve(ctx context.Context, admin *api.AdminServer, ready <-chan struct{}, logger *slog.Logger, errc chan<- error) {
-	m.api = api.NewManagement(api.ManagementOptions{Admin: admin, Addr: m.addr(), Logger: logger})
+func (m *management) serve(ctx context.Context, operations *ops.Service, ready <-chan struct{}, logger *slog.Logger, errc chan<- error) {
+	m.api = mgmt.New(mgmt.Options{Ops: operations, Addr: m.addr(), Logger: logger})
 	if m.ln != nil {
 		m.srv = &http.Server{Handler: m.api, ReadHeaderTimeout: 5 * time.Second}
 		go func() { errc <- m.srv.Serve(m.ln) }()

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/internal/testpki"
@@ -24,7 +24,7 @@ func TestManagementTLSAndLoadDefinitions(t *testing.T) {
 	dir := t.TempDir()
 	ca := testpki.New(t, "test CA")
 	f := ca.WriteFiles(t, dir, "mgmt", ca.Issue(t, testpki.Server, "mgmt", "127.0.0.1"))
-	defs, err := os.ReadFile(filepath.Join("..", "..", "api", "testdata", "rabbitmq-3.10.8", "definitions.json"))
+	defs, err := os.ReadFile(filepath.Join("..", "..", "api", "mgmt", "testdata", "rabbitmq-3.10.8", "definitions.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestManagementTLSAndLoadDefinitions(t *testing.T) {
 
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
-	admin := api.NewAdminServer(api.Deps{Node: api.FromCluster(n)})
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n)})
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

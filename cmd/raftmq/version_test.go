@@ -4,7 +4,8 @@ import (
 	"io"
 	"testing"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/internal/version"
 )
 
 func TestWantsVersion(t *testing.T) {
@@ -28,13 +29,13 @@ func TestWantsVersion(t *testing.T) {
 
 func TestProductVersion(t *testing.T) {
 	// A test binary has no module version: "dev" unless -ldflags set one.
-	if got := api.ProductVersion(); got != "dev" {
+	if got := ops.ProductVersion(); got != "dev" {
 		t.Fatalf("ProductVersion() = %q, want dev", got)
 	}
-	old := api.Version
-	t.Cleanup(func() { api.Version = old })
-	api.Version = "v1.2.3"
-	if got := api.ProductVersion(); got != "v1.2.3" {
+	old := version.Version
+	t.Cleanup(func() { version.Version = old })
+	version.Version = "v1.2.3"
+	if got := ops.ProductVersion(); got != "v1.2.3" {
 		t.Fatalf("ProductVersion() with -ldflags = %q", got)
 	}
 }

@@ -10,7 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -20,11 +21,11 @@ import (
 func startClusterAdmin(t *testing.T) string {
 	t.Helper()
 	c := clustertest.New(t, 1)
-	node := api.FromCluster(c.WaitForLeader(clustertest.Timeout))
+	node := ops.FromCluster(c.WaitForLeader(clustertest.Timeout))
 	// Wait for the leader's defaults (the default vhost) to be applied.
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		ready := false
-		node.View(func(s api.State) { ready = s.Initialized() })
+		node.View(func(s ops.State) { ready = s.Initialized() })
 		if !ready {
 			return errors.New("defaults not applied yet")
 		}
@@ -35,7 +36,7 @@ func startClusterAdmin(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	proto.RegisterAdminServer(srv, api.NewAdminServer(api.Deps{Node: node}))
+	proto.RegisterAdminServer(srv, grpcadmin.New(ops.New(ops.Deps{Node: node})))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()

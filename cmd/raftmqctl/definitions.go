@@ -41,7 +41,7 @@ func (c *call) management(method, path string, body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, usagef("--management-url: %v", err)
 	}
-	user, pass := c.o.sec.username, c.o.sec.password
+	user, pass := c.o.sec.Username, c.o.sec.Password
 	if user == "" {
 		user, pass = "guest", "guest"
 	}

@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/mgmt"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -22,11 +23,11 @@ func noGRPC(string) (proto.AdminClient, error) { return nil, nil }
 func TestDefinitionsVerbs(t *testing.T) {
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
-	admin := api.NewAdminServer(api.Deps{Node: api.FromCluster(n)})
+	admin := ops.New(ops.Deps{Node: ops.FromCluster(n)})
 	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(api.NewManagement(api.ManagementOptions{Admin: admin}))
+	srv := httptest.NewServer(mgmt.New(mgmt.Options{Ops: admin}))
 	t.Cleanup(srv.Close)
-	file := filepath.Join("..", "..", "api", "testdata", "rabbitmq-3.10.8", "definitions.json")
+	file := filepath.Join("..", "..", "api", "mgmt", "testdata", "rabbitmq-3.10.8", "definitions.json")
 
 	var out, errb bytes.Buffer
 	// The leader's defaults (guest) may still be on their way.

@@ -29,13 +29,10 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -56,31 +53,12 @@ func main() {
 
 // dialSecurity is how raftmqctl authenticates to a node: a user's
 // credentials and TLS files (all optional).
-type dialSecurity struct {
-	username, password     string
-	tlsCA, tlsCert, tlsKey string
-}
+type dialSecurity = client.Security
 
 // dialNode returns an Admin client of the node at addr. The connection is
 // established by the first call.
 func dialNode(addr string, sec dialSecurity) (proto.AdminClient, error) {
-	creds := insecure.NewCredentials()
-	if sec.tlsCA != "" || sec.tlsCert != "" || sec.tlsKey != "" {
-		c, err := api.ClientTLS(sec.tlsCA, sec.tlsCert, sec.tlsKey)
-		if err != nil {
-			return nil, err
-		}
-		creds = credentials.NewTLS(c)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if sec.username != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(api.BasicCredentials{Username: sec.username, Password: sec.password}))
-	}
-	cc, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return proto.NewAdminClient(cc), nil
+	return client.Dial(addr, sec)
 }
 
 // options are the global and verb flags.
@@ -145,11 +123,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.description, "description", "", "add_vhost: description")
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
 	fs.StringVar(&o.managementURL, "management-url", envOr("RAFTMQ_MANAGEMENT_URL", defaultManagementURL), "management HTTP API of a node, for export_definitions and import_definitions (env RAFTMQ_MANAGEMENT_URL)")
-	fs.StringVar(&o.sec.username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
-	fs.StringVar(&o.sec.password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
-	fs.StringVar(&o.sec.tlsCA, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA (with the cluster secret: a node's <data-dir>/cluster-ca.pem): connect with TLS (env RAFTMQ_TLS_CA)")
-	fs.StringVar(&o.sec.tlsCert, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM client certificate signed by the cluster CA (env RAFTMQ_TLS_CERT)")
-	fs.StringVar(&o.sec.tlsKey, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM key of --tls-cert (env RAFTMQ_TLS_KEY)")
+	fs.StringVar(&o.sec.Username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
+	fs.StringVar(&o.sec.Password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
+	fs.StringVar(&o.sec.CAFile, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA (with the cluster secret: a node's <data-dir>/cluster-ca.pem): connect with TLS (env RAFTMQ_TLS_CA)")
+	fs.StringVar(&o.sec.CertFile, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM client certificate signed by the cluster CA (env RAFTMQ_TLS_CERT)")
+	fs.StringVar(&o.sec.KeyFile, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM key of --tls-cert (env RAFTMQ_TLS_KEY)")
 	return fs
 }
 

@@ -8,7 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/grpcadmin"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/internal/testpki"
@@ -21,19 +22,19 @@ import (
 func TestRun_TLSAndCredentials(t *testing.T) {
 	ca := testpki.New(t, "test CA")
 	c := clustertest.New(t, 1, clustertest.WithTLS(t, ca))
-	node := api.FromCluster(c.WaitForLeader(clustertest.Timeout))
+	node := ops.FromCluster(c.WaitForLeader(clustertest.Timeout))
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		ready := false
-		node.View(func(s api.State) { ready = s.Initialized() })
+		node.View(func(s ops.State) { ready = s.Initialized() })
 		if !ready {
 			return errors.New("defaults not applied yet")
 		}
 		return nil
 	})
-	auth := api.NewAuth(api.AuthAlways, node)
+	auth := grpcadmin.NewAuth(grpcadmin.AuthAlways, node)
 	srv := grpc.NewServer(append(cluster.ServerOptions(c.Nodes[0].Config.TLS),
 		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))...)
-	proto.RegisterAdminServer(srv, api.NewAdminServer(api.Deps{Node: node}))
+	proto.RegisterAdminServer(srv, grpcadmin.New(ops.New(ops.Deps{Node: node})))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

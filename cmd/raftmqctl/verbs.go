@@ -7,7 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/raftmq/raftmq/api"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -209,7 +208,7 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"durable", func(q *proto.QueueInfo) any { return q.GetDurable() }},
 	{"exclusive", func(q *proto.QueueInfo) any { return q.GetExclusive() }},
 	{"auto_delete", func(q *proto.QueueInfo) any { return q.GetAutoDelete() }},
-	{"arguments", func(q *proto.QueueInfo) any { return api.TableJSON(q.GetArguments()) }},
+	{"arguments", func(q *proto.QueueInfo) any { return proto.TableJSON(q.GetArguments()) }},
 	{"messages", func(q *proto.QueueInfo) any { return q.GetReady() + q.GetUnacked() }},
 	{"messages_ready", func(q *proto.QueueInfo) any { return q.GetReady() }},
 	{"messages_unacknowledged", func(q *proto.QueueInfo) any { return q.GetUnacked() }},
@@ -244,7 +243,7 @@ var queueColumns = []column[*proto.QueueInfo]{
 // queueType is the queue's x-queue-type argument, "classic" without one
 // as RabbitMQ reports it.
 func queueType(q *proto.QueueInfo) any {
-	if t, ok := api.TableJSON(q.GetArguments())["x-queue-type"].(string); ok && t != "" {
+	if t, ok := proto.TableJSON(q.GetArguments())["x-queue-type"].(string); ok && t != "" {
 		return t
 	}
 	return "classic"
@@ -285,7 +284,7 @@ var exchangeColumns = []column[*proto.ExchangeInfo]{
 	{"durable", func(x *proto.ExchangeInfo) any { return x.GetDurable() }},
 	{"auto_delete", func(x *proto.ExchangeInfo) any { return x.GetAutoDelete() }},
 	{"internal", func(x *proto.ExchangeInfo) any { return x.GetInternal() }},
-	{"arguments", func(x *proto.ExchangeInfo) any { return api.TableJSON(x.GetArguments()) }},
+	{"arguments", func(x *proto.ExchangeInfo) any { return proto.TableJSON(x.GetArguments()) }},
 	{"policy", func(x *proto.ExchangeInfo) any { return x.GetPolicy() }},
 }
 
@@ -306,7 +305,7 @@ var bindingColumns = []column[*proto.BindingInfo]{
 	{"destination_name", func(b *proto.BindingInfo) any { return b.GetDestination() }},
 	{"destination_kind", func(b *proto.BindingInfo) any { return b.GetDestinationKind() }},
 	{"routing_key", func(b *proto.BindingInfo) any { return b.GetRoutingKey() }},
-	{"arguments", func(b *proto.BindingInfo) any { return api.TableJSON(b.GetArguments()) }},
+	{"arguments", func(b *proto.BindingInfo) any { return proto.TableJSON(b.GetArguments()) }},
 	{"vhost", func(b *proto.BindingInfo) any { return b.GetVhost() }},
 }
 
@@ -334,7 +333,7 @@ var consumerColumns = []column[*proto.ConsumerInfo]{
 	{"messages_unacknowledged", func(x *proto.ConsumerInfo) any { return x.GetUnacked() }},
 	{"active", func(x *proto.ConsumerInfo) any { return x.GetActive() }},
 	{"activity_status", func(x *proto.ConsumerInfo) any { return x.GetActivityStatus() }},
-	{"arguments", func(x *proto.ConsumerInfo) any { return api.TableJSON(x.GetArguments()) }},
+	{"arguments", func(x *proto.ConsumerInfo) any { return proto.TableJSON(x.GetArguments()) }},
 }
 
 func listConsumers(c *call) error {
@@ -361,7 +360,7 @@ var connectionColumns = []column[*proto.ConnectionInfo]{
 	{"timeout", func(x *proto.ConnectionInfo) any { return x.GetHeartbeatS() }},
 	{"frame_max", func(x *proto.ConnectionInfo) any { return x.GetFrameMax() }},
 	{"ssl", func(x *proto.ConnectionInfo) any { return x.GetTls() }},
-	{"client_properties", func(x *proto.ConnectionInfo) any { return api.TableJSON(x.GetClientProperties()) }},
+	{"client_properties", func(x *proto.ConnectionInfo) any { return proto.TableJSON(x.GetClientProperties()) }},
 	// The management API's name for the client's connection_name property
 	// (rabbitmqctl shows it inside client_properties only).
 	{"user_provided_name", func(x *proto.ConnectionInfo) any { return x.GetUserProvidedName() }},
@@ -460,7 +459,7 @@ var policyColumns = []column[*proto.PolicyInfo]{
 	{"name", func(p *proto.PolicyInfo) any { return p.GetName() }},
 	{"pattern", func(p *proto.PolicyInfo) any { return p.GetPattern() }},
 	{"apply_to", func(p *proto.PolicyInfo) any { return p.GetApplyTo() }},
-	{"definition", func(p *proto.PolicyInfo) any { return api.PolicyDefinitionJSON(p.GetDefinition()) }},
+	{"definition", func(p *proto.PolicyInfo) any { return proto.PolicyDefinitionJSON(p.GetDefinition()) }},
 	{"priority", func(p *proto.PolicyInfo) any { return p.GetPriority() }},
 }
 

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/raftmq/raftmq/api"
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/e2e"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -147,8 +147,12 @@ func startCluster(t *testing.T, name string) *cluster {
 	secret := e2e.NewSecret(t) // the compose file requires one
 	for attempt := 0; attempt < 5; attempt++ {
 		subnet := fmt.Sprintf("172.30.%d", 100+rand.IntN(150))
+		// The test calls the admin API on the containers' addresses
+		// without TLS: the compose file takes credentials in clear only
+		// when told to.
 		c.env = append(os.Environ(), "RAFTMQ_IMAGE="+image, "RAFTMQ_SUBNET="+subnet,
-			"RAFTMQ_USER="+user, "RAFTMQ_PASSWORD="+password, "RAFTMQ_CLUSTER_SECRET="+secret)
+			"RAFTMQ_USER="+user, "RAFTMQ_PASSWORD="+password, "RAFTMQ_CLUSTER_SECRET="+secret,
+			"RAFTMQ_ADMIN_PLAINTEXT=true")
 		for i := 1; i <= 3; i++ {
 			for _, p := range []string{"AMQP", "GRPC", "HTTP", "MANAGEMENT"} {
 				_, port, _ := net.SplitHostPort(e2e.FreeAddr(t))
@@ -323,7 +327,7 @@ func (c *cluster) ready(i int) error {
 func (c *cluster) admin(i int) (proto.AdminClient, func()) {
 	cc, err := grpc.NewClient(net.JoinHostPort(c.nodes[i].ip, "5680"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(api.BasicCredentials{Username: user, Password: password}))
+		grpc.WithPerRPCCredentials(client.BasicCredentials{Username: user, Password: password}))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -18,19 +18,20 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 func main() {
 	specPath := flag.String("spec", "", "specification XML")
-	out := flag.String("out", "", "output directory")
+	out := flag.String("out", "", "output directory of the codec")
+	replyOut := flag.String("reply", "", "output directory of the reply codes")
 	flag.Parse()
-	if *specPath == "" || *out == "" {
-		fmt.Fprintln(os.Stderr, "usage: gen -spec FILE -out DIR")
+	if *specPath == "" || *out == "" || *replyOut == "" {
+		fmt.Fprintln(os.Stderr, "usage: gen -spec FILE -out DIR -reply DIR")
 		os.Exit(2)
 	}
-	if err := run(*specPath, *out); err != nil {
+	if err := run(*specPath, *out, *replyOut); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(specPath, out string) error {
+func run(specPath, out, replyOut string) error {
 	s, err := load(specPath)
 	if err != nil {
 		return err
@@ -41,16 +42,17 @@ func run(specPath, out string) error {
 	}
 	funcs["upper"] = func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
 	files := []struct {
-		name, tmpl string
-		data       any
+		dir, name, tmpl string
+		data            any
 	}{
-		{"zz_generated_constants.go", constantsTemplate, struct {
+		{out, "zz_generated_constants.go", constantsTemplate, struct {
 			*model
 			Major, Minor, Revision int
 		}{m, s.Major, s.Minor, s.Revision}},
-		{"zz_generated_methods.go", methodsTemplate, m},
-		{"zz_generated_properties.go", propertiesTemplate, m},
-		{"zz_generated_samples_test.go", samplesTemplate, m},
+		{out, "zz_generated_methods.go", methodsTemplate, m},
+		{out, "zz_generated_properties.go", propertiesTemplate, m},
+		{out, "zz_generated_samples_test.go", samplesTemplate, m},
+		{replyOut, "zz_generated_codes.go", replyTemplate, m},
 	}
 	for _, f := range files {
 		t, err := template.New(f.name).Funcs(funcs).Parse(f.tmpl)
@@ -65,7 +67,7 @@ func run(specPath, out string) error {
 		if err != nil {
 			return fmt.Errorf("%s: format: %w\n%s", f.name, err, buf.Bytes())
 		}
-		if err := os.WriteFile(filepath.Join(out, f.name), src, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(f.dir, f.name), src, 0o644); err != nil {
 			return err
 		}
 	}

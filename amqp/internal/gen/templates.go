@@ -46,6 +46,9 @@ var funcs = template.FuncMap{
 		}
 		return "nil"
 	},
+	// isReply tells a reply code (a soft or hard error, or reply-success)
+	// from the framing constants.
+	"isReply": func(c constModel) bool { return c.Kind != "" || c.Value == 200 },
 	"hasBits": func(fs []fieldModel) bool {
 		for _, f := range fs {
 			if f.Type == "bit" {
@@ -59,7 +62,8 @@ var funcs = template.FuncMap{
 const constantsTemplate = header + `
 package wire
 
-// Protocol version and constants from the specification.
+// Protocol version and constants from the specification. The reply codes
+// are package reply's, which every layer of raftmq may import.
 const (
 	// ProtocolMajor is the major protocol version.
 	ProtocolMajor = {{.Major}}
@@ -70,10 +74,10 @@ const (
 )
 
 const (
-{{- range .Constants}}
-	// {{.GoName}} is the specification constant {{.Doc}}{{if .Kind}} ({{.Kind}}){{end}}.
+{{- range .Constants}}{{if not (isReply .)}}
+	// {{.GoName}} is the specification constant {{.Doc}}.
 	{{.GoName}} = {{.Value}}
-{{- end}}
+{{- end}}{{end}}
 )
 
 // Class ids.
@@ -83,12 +87,24 @@ const (
 	Class{{.GoName}} = {{.Index}}
 {{- end}}
 )
+`
 
-// ReplyText returns the specification name of a reply code, such as
+const replyTemplate = header + `
+package reply
+
+// Reply codes of the specification.
+const (
+{{- range .Constants}}{{if isReply .}}
+	// {{.GoName}} is the specification constant {{.Doc}}{{if .Kind}} ({{.Kind}}){{end}}.
+	{{.GoName}} = {{.Value}}
+{{- end}}{{end}}
+)
+
+// Name returns the specification name of a reply code, such as
 // "NOT_FOUND" for 404, or "" for a code the specification does not define.
-func ReplyText(code uint16) string {
+func Name(code uint16) string {
 	switch code {
-{{- range .Constants}}{{if or .Kind (eq .Value 200)}}
+{{- range .Constants}}{{if isReply .}}
 	case {{.GoName}}:
 		return "{{upper .Doc}}"
 {{- end}}{{end}}
@@ -96,9 +112,9 @@ func ReplyText(code uint16) string {
 	return ""
 }
 
-// IsHardError reports whether the specification classes a reply code as a
+// IsHard reports whether the specification classes a reply code as a
 // connection (hard) error.
-func IsHardError(code uint16) bool {
+func IsHard(code uint16) bool {
 	switch code {
 	case {{$first := true}}{{range .Constants}}{{if eq .Kind "hard-error"}}{{if not $first}}, {{end}}{{$first = false}}{{.GoName}}{{end}}{{end}}:
 		return true
@@ -113,6 +129,8 @@ package wire
 import (
 	"fmt"
 	"time"
+
+	"github.com/raftmq/raftmq/amqp/reply"
 )
 
 var _ = time.Time{}
@@ -197,16 +215,16 @@ func DecodeMethod(payload []byte) (Method, error) {
 	d := decoder{b: payload}
 	classID, methodID := d.short(), d.short()
 	if d.err != nil {
-		return nil, &Error{Code: FrameError, Text: "FRAME_ERROR - method frame too short", Hard: true}
+		return nil, &Error{Code: reply.FrameError, Text: "FRAME_ERROR - method frame too short", Hard: true}
 	}
 	m := newMethod(classID, methodID)
 	if m == nil {
-		return nil, &Error{Code: CommandInvalid, ClassID: classID, MethodID: methodID, Hard: true,
+		return nil, &Error{Code: reply.CommandInvalid, ClassID: classID, MethodID: methodID, Hard: true,
 			Text: fmt.Sprintf("COMMAND_INVALID - unknown method %d.%d", classID, methodID)}
 	}
 	m.(interface{ decode(*decoder) }).decode(&d)
 	if d.err != nil {
-		return nil, &Error{Code: FrameError, ClassID: classID, MethodID: methodID, Hard: true,
+		return nil, &Error{Code: reply.FrameError, ClassID: classID, MethodID: methodID, Hard: true,
 			Text: fmt.Sprintf("FRAME_ERROR - cannot decode %s: %v", m.Name(), d.err)}
 	}
 	return m, nil

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// records keeps what a logger wrote.
+type records struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	s := rec.Level.String() + " " + rec.Message
+	rec.Attrs(func(a slog.Attr) bool {
+		s += " " + a.Key + "=" + a.Value.String()
+		return true
+	})
+	r.mu.Lock()
+	r.recs = append(r.recs, s)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *records) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.recs
+	r.recs = nil
+	return out
+}
+
+// While a peer is down raft logs a failed heartbeat every few hundred
+// milliseconds: one line in full, then a summary a minute with the count
+// and the latest error, then a line when it stops. Another peer's errors
+// and other lines are not held back.
+func TestLevelWriter_SummarisesRepeatedErrors(t *testing.T) {
+	rec := &records{}
+	now := time.Unix(1000, 0)
+	w := &levelWriter{l: slog.New(rec), rep: newRepeats(func() time.Time { return now })}
+	hb := func(peer, err string) {
+		fmt.Fprintf(w, "[ERROR] raft: failed to heartbeat to: peer=%s backoff time=%dms error=%q\n", peer, 10+now.Second(), err)
+	}
+
+	hb("10.0.0.2:5681", "dial tcp 10.0.0.2:5681: connect: connection refused")
+	if got := rec.take(); len(got) != 1 || !strings.HasPrefix(got[0], "ERROR raft: failed to heartbeat to: peer=10.0.0.2:5681") {
+		t.Fatalf("first failure: %q", got)
+	}
+	// 200 more over the next minute (every 300 ms), one with another error.
+	for i := 1; i <= 199; i++ {
+		now = now.Add(300 * time.Millisecond)
+		hb("10.0.0.2:5681", "dial tcp 10.0.0.2:5681: connect: connection refused")
+	}
+	fmt.Fprintln(w, "[INFO]  raft: entering leader state")
+	fmt.Fprintln(w, "[WARN]  raft: failed to contact: server-id=n3 time=500ms")
+	hb("10.0.0.3:5681", "i/o timeout")
+	if got := rec.take(); len(got) != 3 || !strings.Contains(got[0], "entering leader") || !strings.Contains(got[1], "server-id=n3") || !strings.Contains(got[2], "10.0.0.3") {
+		t.Fatalf("other lines held back or repeats let through: %q", got)
+	}
+	now = now.Add(300 * time.Millisecond) // a minute since the first
+	hb("10.0.0.2:5681", "dial tcp 10.0.0.2:5681: i/o timeout")
+	got := rec.take()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "ERROR still repeating: raft: failed to heartbeat to: peer=10.0.0.2:5681") ||
+		!strings.Contains(got[0], "i/o timeout") || !strings.HasSuffix(got[0], "repeated=200 over=1m0s") {
+		t.Fatalf("summary: %q", got)
+	}
+	// Ten more, then quiet for a minute: the next line of any kind brings
+	// the count since the summary; the next failure is logged in full.
+	for range 10 {
+		now = now.Add(300 * time.Millisecond)
+		hb("10.0.0.2:5681", "connection refused")
+	}
+	now = now.Add(repeatWindow)
+	fmt.Fprintln(w, "[INFO]  raft: pipelining replication: peer=10.0.0.2:5681")
+	got = rec.take()
+	if len(got) != 2 || !strings.HasPrefix(got[0], "INFO stopped repeating: raft: failed to heartbeat to: peer=10.0.0.2:5681") ||
+		!strings.HasSuffix(got[0], "repeated=10 over=3s") || !strings.Contains(got[1], "pipelining") {
+		t.Fatalf("after it stopped: %q", got)
+	}
+	hb("10.0.0.2:5681", "connection refused")
+	if got := rec.take(); len(got) != 1 || !strings.HasPrefix(got[0], "ERROR raft: failed to heartbeat") {
+		t.Fatalf("a new failure after the quiet: %q", got)
+	}
+}
+
+// Free-text lines (memberlist's) repeat only when identical, and the kinds
+// remembered are bounded: beyond them every line is logged.
+func TestRepeats_FreeTextAndBound(t *testing.T) {
+	now := time.Unix(0, 0)
+	r := newRepeats(func() time.Time { return now })
+	if ok, _ := r.admit(slog.LevelWarn, "memberlist: Failed to send ping: timeout"); !ok {
+		t.Fatal("first line held")
+	}
+	if ok, _ := r.admit(slog.LevelWarn, "memberlist: Failed to send ping: timeout"); ok {
+		t.Fatal("identical repeat logged")
+	}
+	if ok, _ := r.admit(slog.LevelWarn, "memberlist: Failed to send ping: refused"); !ok {
+		t.Fatal("a different line held")
+	}
+	for i := range maxRepeatKinds {
+		r.admit(slog.LevelError, fmt.Sprintf("line %d", i))
+	}
+	if len(r.kinds) != maxRepeatKinds {
+		t.Fatalf("%d kinds remembered, want at most %d", len(r.kinds), maxRepeatKinds)
+	}
+	for range 2 {
+		if ok, _ := r.admit(slog.LevelError, "one line too many"); !ok {
+			t.Fatal("a line beyond the bound held")
+		}
+	}
+}
