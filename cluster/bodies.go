@@ -474,7 +474,7 @@ func (n *Node) reclaimBodies() {
 	var queued uint64
 	n.View(func(m *fsm.Machine) {
 		st := m.Stats()
-		queued = st.Ready + st.Unacked
+		queued = st.Ready + st.Unacked + st.Delayed
 	})
 	if int64(queued)*2 > named {
 		return

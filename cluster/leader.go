@@ -87,7 +87,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){n.initDefaults, n.expiryLoop, n.leaseLoop, n.consumerTimeoutLoop, n.reconcileLoop} {
+	for _, loop := range []func(context.Context){n.initDefaults, n.expiryLoop, n.leaseLoop, n.consumerTimeoutLoop, n.delayedLoop, n.reconcileLoop} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -274,11 +274,12 @@ func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {
 // Exchanges lists the exchanges of a vhost ("" = all), sorted.
 func (m *Machine) Exchanges(vhost string) []*proto.ExchangeInfo {
 	var out []*proto.ExchangeInfo
+	due := m.delayedDue()
 	for _, v := range m.vhostsOf(vhost) {
 		for _, k := range sortedKeys(v.exchanges) {
 			x := v.exchanges[k]
 			xi := &proto.ExchangeInfo{Vhost: v.name, Name: x.name, Type: x.typ, Durable: x.durable, AutoDelete: x.autoDelete, Internal: x.intern,
-				Arguments: cloneTable(x.args)}
+				Arguments: cloneTable(x.args), MessagesDelayed: uint64(x.delayed), NextDelayedDueMs: due[x]}
 			if p := best(v.policies, x.name, "exchanges"); p != nil {
 				xi.Policy = p.def.GetName()
 			}
@@ -393,6 +394,7 @@ func (m *Machine) Vhosts() []*proto.VhostInfo {
 func (m *Machine) Stats() Stats {
 	st := m.stats
 	st.Queues, st.Ready, st.ReadyBytes, st.Unacked, st.Consumers, st.Overdue, st.LeaseDueQueues = 0, 0, 0, 0, 0, 0, 0
+	st.Delayed = uint64(len(m.delayed.h))
 	for _, v := range m.vhosts {
 		for _, q := range v.queues {
 			st.Queues++

@@ -162,6 +162,10 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applySetProtocol(x.SetProtocol)
 	case *proto.Command_ConsumerTimeout:
 		return s.applyConsumerTimeout(x.ConsumerTimeout)
+	case *proto.Command_ReleaseDelayed:
+		return s.applyReleaseDelayed(x.ReleaseDelayed)
+	case *proto.Command_CancelDelayed:
+		return s.applyCancelDelayed(x.CancelDelayed)
 	default:
 		if c.GetIgnorable() {
 			return &proto.Result{}

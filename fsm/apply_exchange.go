@@ -32,7 +32,7 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 	if c.GetName() == "" {
 		return refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
-	if !validType(c.GetType()) {
+	if !validType(c.GetType()) && !s.delayedType(c.GetType()) {
 		return refused(reply.CommandInvalid, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
 	}
 	if ok {
@@ -52,8 +52,12 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 	if strings.HasPrefix(c.GetName(), "amq.") || c.GetName() == "" {
 		return refused(reply.AccessRefused, "ACCESS_REFUSED - exchange name '"+c.GetName()+"' contains reserved prefix 'amq.*'")
 	}
+	via, r := delayedVia(c.GetType(), c.GetArguments())
+	if r != nil {
+		return r
+	}
 	v.exchanges[c.GetName()] = &exchange{name: c.GetName(), typ: c.GetType(), durable: c.GetDurable(),
-		autoDelete: c.GetAutoDelete(), intern: c.GetInternal(), args: c.GetArguments()}
+		autoDelete: c.GetAutoDelete(), intern: c.GetInternal(), args: c.GetArguments(), via: via}
 	return &proto.Result{}
 }
 
@@ -99,6 +103,9 @@ func (s *state) isDestination(v *vhost, name string) bool {
 
 func (s *state) deleteExchange(v *vhost, x *exchange) {
 	delete(v.exchanges, x.name)
+	if x.delayed > 0 {
+		s.dropDelayed(func(d *delayedMsg) bool { return d.x == x })
+	}
 	s.removeBindingsTo(v, x.name, true)
 }
 
@@ -209,6 +216,7 @@ func (s *state) applyUnbind(c *proto.Unbind) *proto.Result {
 // each at most once, in a deterministic order.
 func (s *state) route(v *vhost, x *exchange, keys []string, headers *proto.Table) []*queueState {
 	s.mark++
+	s.routing.reset()
 	var out []*queueState
 	s.routeInto(v, x, keys, headers, &out)
 	return out
@@ -229,8 +237,11 @@ func (s *state) routeInto(v *vhost, x *exchange, keys []string, headers *proto.T
 		}
 		return
 	}
+	if s.holds(x, headers) {
+		return
+	}
 	for _, b := range x.bindings {
-		if !matches(x.typ, b, keys, headers) {
+		if !matches(x.routingType(), b, keys, headers) {
 			continue
 		}
 		if b.toExchange {

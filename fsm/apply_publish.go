@@ -64,21 +64,34 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	s.stats.Published++
 	targets := s.route(v, x, keys, props.GetHeaders())
 	res := &proto.Result{Routed: len(targets) > 0}
+	body := queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}
+	if len(s.routing.held) > 0 {
+		// An x-delayed-message exchange on the way holds the message
+		// (apply_delayed.go).
+		return s.publishDelayed(c, v, x, keys, props, bcc, body, targets, msgTTL)
+	}
 	if len(targets) == 0 {
 		return res
 	}
-	enc := encodeProps(props)
-	body := queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}
-	rk := c.GetRoutingKey()
+	s.publishCopies(targets, x.name, c.GetRoutingKey(), props, encodeProps(props), bcc, body, nil, msgTTL, res)
+	return res
+}
+
+// publishCopies enqueues one copy of a published message in each target.
+func (s *state) publishCopies(targets []*queueState, xname, rk string, props *proto.Properties, enc []byte, bcc []string,
+	body queue.Body, inline []byte, msgTTL int64, res *proto.Result) {
 	for _, q := range targets {
 		if q.lastKey != rk {
 			q.lastKey = rk
 		}
 		// x.name and q.lastKey equal what the command holds; sharing
 		// them keeps one copy of each name for a whole backlog.
-		m := &queue.Message{Exchange: x.name, RoutingKey: q.lastKey, Props: enc,
+		m := &queue.Message{Exchange: xname, RoutingKey: q.lastKey, Props: enc,
 			Body: body, Enqueued: s.clock, MsgTTL: msgTTL}
 		m.SetBCC(bcc)
+		if inline != nil {
+			m.SetInline(inline)
+		}
 		setPropsFlags(m, props)
 		if q.overflow() != "drop-head" && q.overLimit(1, m.Size()) {
 			res.Rejected = true
@@ -92,7 +105,6 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 		q.counts.published++
 		s.enqueue(q, m, true)
 	}
-	return res
 }
 
 func (s *state) applyGet(c *proto.Get) *proto.Result {
@@ -194,6 +206,11 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	}
 	targets := s.route(v, x, rk, props.GetHeaders())
 	enc := encodeProps(props)
+	if len(s.routing.held) > 0 {
+		// Dead-lettered into an x-delayed-message exchange with an
+		// x-delay header: it waits there, as the plugin's would.
+		s.holdDeadLettered(v, m, rk[0], enc)
+	}
 	for _, t := range targets {
 		if ttl.Cycle(deaths, t.name) {
 			continue

@@ -40,6 +40,7 @@ func (s *state) applyVhostDelete(c *proto.VhostDelete) *proto.Result {
 		s.deleteQueue(v.queues[qk], true)
 	}
 	delete(s.vhosts, c.GetName())
+	s.dropDelayedOf(v)
 	for _, k := range sortedKeys(s.perms) {
 		if s.perms[k].GetVhost() == c.GetName() {
 			delete(s.perms, k)

@@ -28,10 +28,13 @@ const (
 	// each unacknowledged delivery's assignment time and held flag
 	// (consumer_timeout.go), 7 names each message's body instead of
 	// holding it (queue.Body), holds its properties encoded, and adds
-	// the deaths by reason (Stats.Deaths).
-	snapVersion = 7
+	// the deaths by reason (Stats.Deaths), 8 the messages of delayed
+	// exchanges (apply_delayed.go).
+	snapVersion = 8
 	// bodyRefFormat is the first format that names bodies.
 	bodyRefFormat = 7
+	// delayedFormat is the first format that holds delayed messages.
+	delayedFormat = 8
 )
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -120,6 +123,12 @@ func (s *state) encode() []byte {
 // encodeTo writes the state to e; with e.lazy, messages are copied for a
 // later encoding instead (see lazySnapshot).
 func (s *state) encodeTo(e *enc) {
+	if e.format == 0 && !s.atLeast(delayedLevel) {
+		// Below level 6 no exchange holds delayed messages: format 7
+		// says as much, and a node of the release before, still in the
+		// cluster during a rolling upgrade, can restore it.
+		e.format = delayedFormat - 1
+	}
 	v := e.version()
 	e.b = append(e.b, snapMagic...)
 	e.u(v)
@@ -246,6 +255,9 @@ func (s *state) encodeTo(e *enc) {
 				e.bo(p.held)
 			}
 		}
+	}
+	if e.version() >= delayedFormat {
+		encDelayed(e, &s.delayed)
 	}
 	e.flushBytes()
 }
@@ -432,6 +444,7 @@ func (s *state) snapshot() (io.WriterTo, error) {
 	for _, ch := range s.channels {
 		n += len(ch.unacked)
 	}
+	n += len(s.delayed.h)
 	// About 35 bytes a message; sized once, not grown by doubling.
 	e := &enc{b: make([]byte, 0, 64<<10+40*n), collect: true, names: make([]queue.Body, 0, n)}
 	s.encodeTo(e)
@@ -587,6 +600,7 @@ func decodeState(b []byte) (*state, error) {
 		v := newVhost(d.s(), d.s())
 		for xn := d.n(); xn > 0 && d.err == nil; xn-- {
 			x := &exchange{name: d.s(), typ: d.s(), durable: d.bo(), autoDelete: d.bo(), intern: d.bo(), args: d.table()}
+			x.via = restoredVia(x)
 			for bn := d.n(); bn > 0 && d.err == nil; bn-- {
 				x.bindings = append(x.bindings, &binding{dest: d.s(), toExchange: d.bo(), key: d.s(), args: d.table()})
 			}
@@ -674,6 +688,9 @@ func decodeState(b []byte) (*state, error) {
 			p.q.unacked++
 			ch.unacked = append(ch.unacked, p)
 		}
+	}
+	if version >= delayedFormat && !decDelayed(d, s) {
+		return nil, errCorrupt
 	}
 	if d.err != nil {
 		return nil, d.err

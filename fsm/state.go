@@ -32,6 +32,8 @@ type Stats struct {
 	Overdue      uint64 // queued messages whose deadline is <= the clock
 	// LeaseDueQueues counts queues whose x-expires lease is due.
 	LeaseDueQueues uint64
+	// Delayed counts the messages waiting in x-delayed-message exchanges.
+	Delayed uint64
 	// Deaths counts messages that died, by reason (DeathReasons) and by
 	// whether their queue had a dead-letter exchange ([1]) or not ([0]),
 	// from protocol level 5 on.
@@ -69,6 +71,12 @@ type state struct {
 	stats    Stats
 	mark     uint64 // routing generation, not part of the state
 	sink     Sink
+
+	// delayed holds the messages of x-delayed-message exchanges waiting
+	// for their due time (apply_delayed.go).
+	delayed delayedSet
+	// routing is what route learnt of delayed exchanges (not state).
+	routing routeScratch
 }
 
 type user struct {
@@ -97,6 +105,11 @@ type exchange struct {
 	args                        *proto.Table
 	bindings                    []*binding
 	mark                        uint64
+	// via is how an x-delayed-message exchange routes (its
+	// x-delayed-type), "" for every other exchange; delayed counts the
+	// messages it holds (apply_delayed.go). Both derive from the state.
+	via     string
+	delayed int
 }
 
 type binding struct {

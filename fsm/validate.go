@@ -68,7 +68,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     queue declared from this level on refuses an invalid
 //     x-consumer-timeout, and a policy an invalid consumer-timeout
 //  5. deaths are counted by reason and dead-letter strategy (Stats.Deaths)
-const Protocol = 5
+//  6. x-delayed-message exchanges, ReleaseDelayed and CancelDelayed
+//     (apply_delayed.go)
+const Protocol = 6
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -83,6 +85,8 @@ func init() {
 	}
 	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = 2
 	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = 4
+	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = delayedLevel
+	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = delayedLevel
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -532,6 +536,19 @@ func (v *validator) command(c *proto.Command) {
 		v.channel("channel", x.ConsumerTimeout.GetChannel())
 		if d := x.ConsumerTimeout.GetDefaultMs(); d < 0 {
 			v.fail(reply.InternalError, "consumer timeout default %d is negative", d)
+		}
+	case *proto.Command_ReleaseDelayed:
+		switch l := x.ReleaseDelayed.GetLimit(); {
+		case l == 0:
+			v.fail(reply.InternalError, "release limit 0")
+		case l > MaxReleaseBatch:
+			v.fail(reply.PreconditionFailed, "release limit %d is above %d", l, MaxReleaseBatch)
+		}
+	case *proto.Command_CancelDelayed:
+		v.name("vhost name", x.CancelDelayed.GetVhost(), true)
+		v.name("exchange name", x.CancelDelayed.GetExchange(), true)
+		if x.CancelDelayed.GetSeq() == 0 {
+			v.fail(reply.InternalError, "delayed message 0")
 		}
 	case *proto.Command_SetProtocol:
 		switch l := x.SetProtocol.GetLevel(); {

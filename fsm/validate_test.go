@@ -95,12 +95,14 @@ func validCommands() []*proto.Command {
 		{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{Consumer: cons}}},
 		fsmtest.SetProtocol(fsm.Protocol),
 		fsmtest.ConsumerTimeout(ch1, fsm.DefaultConsumerTimeout),
+		fsmtest.ReleaseDelayed(fsm.DelayedReleaseBatch),
+		fsmtest.CancelDelayed("/", "dx", 7),
 	}
 }
 
 // laterKinds are the kinds introduced after the first protocol, with the
 // protocol of each.
-var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4}
+var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6}
 
 // oneofKinds lists the Command oneof's fields.
 func oneofKinds() []protoreflect.FieldDescriptor {

@@ -25,6 +25,310 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListDelayedMessagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "" for every vhost, every exchange.
+	Vhost    string `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Exchange string `protobuf:"bytes,2,opt,name=exchange" json:"exchange,omitempty"`
+	// At most this many (0: the server's default).
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDelayedMessagesRequest) Reset() {
+	*x = ListDelayedMessagesRequest{}
+	mi := &file_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDelayedMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDelayedMessagesRequest) ProtoMessage() {}
+
+func (x *ListDelayedMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDelayedMessagesRequest.ProtoReflect.Descriptor instead.
+func (*ListDelayedMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListDelayedMessagesRequest) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *ListDelayedMessagesRequest) GetExchange() string {
+	if x != nil {
+		return x.Exchange
+	}
+	return ""
+}
+
+func (x *ListDelayedMessagesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type DelayedMessageInfo struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Vhost      string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Exchange   string                 `protobuf:"bytes,2,opt,name=exchange" json:"exchange,omitempty"`
+	RoutingKey string                 `protobuf:"bytes,3,opt,name=routing_key,json=routingKey" json:"routing_key,omitempty"`
+	// Unique among the delayed messages; names one for CancelDelayedMessage.
+	Seq uint64 `protobuf:"varint,4,opt,name=seq" json:"seq,omitempty"`
+	// When it was held and when it is released (log time, unix ms).
+	DelayedMs     int64       `protobuf:"varint,5,opt,name=delayed_ms,json=delayedMs" json:"delayed_ms,omitempty"`
+	DueMs         int64       `protobuf:"varint,6,opt,name=due_ms,json=dueMs" json:"due_ms,omitempty"`
+	BodySize      uint32      `protobuf:"varint,7,opt,name=body_size,json=bodySize" json:"body_size,omitempty"`
+	Properties    *Properties `protobuf:"bytes,8,opt,name=properties" json:"properties,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelayedMessageInfo) Reset() {
+	*x = DelayedMessageInfo{}
+	mi := &file_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelayedMessageInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelayedMessageInfo) ProtoMessage() {}
+
+func (x *DelayedMessageInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelayedMessageInfo.ProtoReflect.Descriptor instead.
+func (*DelayedMessageInfo) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DelayedMessageInfo) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *DelayedMessageInfo) GetExchange() string {
+	if x != nil {
+		return x.Exchange
+	}
+	return ""
+}
+
+func (x *DelayedMessageInfo) GetRoutingKey() string {
+	if x != nil {
+		return x.RoutingKey
+	}
+	return ""
+}
+
+func (x *DelayedMessageInfo) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DelayedMessageInfo) GetDelayedMs() int64 {
+	if x != nil {
+		return x.DelayedMs
+	}
+	return 0
+}
+
+func (x *DelayedMessageInfo) GetDueMs() int64 {
+	if x != nil {
+		return x.DueMs
+	}
+	return 0
+}
+
+func (x *DelayedMessageInfo) GetBodySize() uint32 {
+	if x != nil {
+		return x.BodySize
+	}
+	return 0
+}
+
+func (x *DelayedMessageInfo) GetProperties() *Properties {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+type ListDelayedMessagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*DelayedMessageInfo  `protobuf:"bytes,1,rep,name=messages" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDelayedMessagesResponse) Reset() {
+	*x = ListDelayedMessagesResponse{}
+	mi := &file_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDelayedMessagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDelayedMessagesResponse) ProtoMessage() {}
+
+func (x *ListDelayedMessagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDelayedMessagesResponse.ProtoReflect.Descriptor instead.
+func (*ListDelayedMessagesResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListDelayedMessagesResponse) GetMessages() []*DelayedMessageInfo {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type CancelDelayedMessageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Exchange      string                 `protobuf:"bytes,2,opt,name=exchange" json:"exchange,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelDelayedMessageRequest) Reset() {
+	*x = CancelDelayedMessageRequest{}
+	mi := &file_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelDelayedMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelDelayedMessageRequest) ProtoMessage() {}
+
+func (x *CancelDelayedMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelDelayedMessageRequest.ProtoReflect.Descriptor instead.
+func (*CancelDelayedMessageRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CancelDelayedMessageRequest) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *CancelDelayedMessageRequest) GetExchange() string {
+	if x != nil {
+		return x.Exchange
+	}
+	return ""
+}
+
+func (x *CancelDelayedMessageRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type CancelDelayedMessageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelDelayedMessageResponse) Reset() {
+	*x = CancelDelayedMessageResponse{}
+	mi := &file_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelDelayedMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelDelayedMessageResponse) ProtoMessage() {}
+
+func (x *CancelDelayedMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelDelayedMessageResponse.ProtoReflect.Descriptor instead.
+func (*CancelDelayedMessageResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{4}
+}
+
 type ClusterStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consistent    bool                   `protobuf:"varint,1,opt,name=consistent" json:"consistent,omitempty"`
@@ -34,7 +338,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +350,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +363,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterStatusRequest) GetConsistent() bool {
@@ -86,7 +390,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -98,7 +402,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -111,7 +415,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -192,7 +496,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +508,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +521,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -328,7 +632,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +644,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +657,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -372,7 +676,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +688,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +701,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -416,7 +720,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +732,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +745,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -459,7 +763,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +775,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +788,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 type ListRequest struct {
@@ -498,7 +802,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +814,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +827,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRequest) GetVhost() string {
@@ -550,7 +854,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +866,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +879,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListQueuesRequest) GetVhost() string {
@@ -629,7 +933,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +945,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +958,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueueInfo) GetVhost() string {
@@ -813,7 +1117,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +1129,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +1142,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -859,7 +1163,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1175,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1188,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetQueueRequest) GetVhost() string {
@@ -918,7 +1222,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1234,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1247,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PurgeQueueRequest) GetVhost() string {
@@ -969,7 +1273,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1285,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1298,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PurgeQueueResponse) GetMessageCount() uint32 {
@@ -1016,7 +1320,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1332,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1345,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteQueueRequest) GetVhost() string {
@@ -1081,7 +1385,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1397,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1410,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteQueueResponse) GetMessageCount() uint32 {
@@ -1117,22 +1421,27 @@ func (x *DeleteQueueResponse) GetMessageCount() uint32 {
 }
 
 type ExchangeInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
-	Type          string                 `protobuf:"bytes,3,opt,name=type" json:"type,omitempty"`
-	Durable       bool                   `protobuf:"varint,4,opt,name=durable" json:"durable,omitempty"`
-	AutoDelete    bool                   `protobuf:"varint,5,opt,name=auto_delete,json=autoDelete" json:"auto_delete,omitempty"`
-	Internal      bool                   `protobuf:"varint,6,opt,name=internal" json:"internal,omitempty"`
-	Arguments     *Table                 `protobuf:"bytes,7,opt,name=arguments" json:"arguments,omitempty"`
-	Policy        string                 `protobuf:"bytes,8,opt,name=policy" json:"policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Vhost      string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	Type       string                 `protobuf:"bytes,3,opt,name=type" json:"type,omitempty"`
+	Durable    bool                   `protobuf:"varint,4,opt,name=durable" json:"durable,omitempty"`
+	AutoDelete bool                   `protobuf:"varint,5,opt,name=auto_delete,json=autoDelete" json:"auto_delete,omitempty"`
+	Internal   bool                   `protobuf:"varint,6,opt,name=internal" json:"internal,omitempty"`
+	Arguments  *Table                 `protobuf:"bytes,7,opt,name=arguments" json:"arguments,omitempty"`
+	Policy     string                 `protobuf:"bytes,8,opt,name=policy" json:"policy,omitempty"`
+	// Messages an x-delayed-message exchange holds until their delay is
+	// over (the delayed-message plugin's messages_delayed).
+	MessagesDelayed uint64 `protobuf:"varint,9,opt,name=messages_delayed,json=messagesDelayed" json:"messages_delayed,omitempty"`
+	// The log time (unix ms) the earliest of them is due; 0 for none.
+	NextDelayedDueMs int64 `protobuf:"varint,10,opt,name=next_delayed_due_ms,json=nextDelayedDueMs" json:"next_delayed_due_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExchangeInfo) Reset() {
 	*x = ExchangeInfo{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1453,7 @@ func (x *ExchangeInfo) String() string {
 func (*ExchangeInfo) ProtoMessage() {}
 
 func (x *ExchangeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1466,7 @@ func (x *ExchangeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeInfo.ProtoReflect.Descriptor instead.
 func (*ExchangeInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExchangeInfo) GetVhost() string {
@@ -1216,6 +1525,20 @@ func (x *ExchangeInfo) GetPolicy() string {
 	return ""
 }
 
+func (x *ExchangeInfo) GetMessagesDelayed() uint64 {
+	if x != nil {
+		return x.MessagesDelayed
+	}
+	return 0
+}
+
+func (x *ExchangeInfo) GetNextDelayedDueMs() int64 {
+	if x != nil {
+		return x.NextDelayedDueMs
+	}
+	return 0
+}
+
 type ListExchangesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Exchanges     []*ExchangeInfo        `protobuf:"bytes,1,rep,name=exchanges" json:"exchanges,omitempty"`
@@ -1225,7 +1548,7 @@ type ListExchangesResponse struct {
 
 func (x *ListExchangesResponse) Reset() {
 	*x = ListExchangesResponse{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1560,7 @@ func (x *ListExchangesResponse) String() string {
 func (*ListExchangesResponse) ProtoMessage() {}
 
 func (x *ListExchangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1573,7 @@ func (x *ListExchangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExchangesResponse.ProtoReflect.Descriptor instead.
 func (*ListExchangesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListExchangesResponse) GetExchanges() []*ExchangeInfo {
@@ -1275,7 +1598,7 @@ type BindingInfo struct {
 
 func (x *BindingInfo) Reset() {
 	*x = BindingInfo{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1610,7 @@ func (x *BindingInfo) String() string {
 func (*BindingInfo) ProtoMessage() {}
 
 func (x *BindingInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1623,7 @@ func (x *BindingInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindingInfo.ProtoReflect.Descriptor instead.
 func (*BindingInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BindingInfo) GetVhost() string {
@@ -1354,7 +1677,7 @@ type ListBindingsResponse struct {
 
 func (x *ListBindingsResponse) Reset() {
 	*x = ListBindingsResponse{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1689,7 @@ func (x *ListBindingsResponse) String() string {
 func (*ListBindingsResponse) ProtoMessage() {}
 
 func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1702,7 @@ func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBindingsResponse.ProtoReflect.Descriptor instead.
 func (*ListBindingsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListBindingsResponse) GetBindings() []*BindingInfo {
@@ -1410,7 +1733,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1745,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1758,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConsumerInfo) GetVhost() string {
@@ -1517,7 +1840,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1852,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1865,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{21}
+	return file_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -1562,7 +1885,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1897,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1910,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{22}
+	return file_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListConnectionsRequest) GetLocal() bool {
@@ -1622,7 +1945,7 @@ type ConnectionInfo struct {
 
 func (x *ConnectionInfo) Reset() {
 	*x = ConnectionInfo{}
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1957,7 @@ func (x *ConnectionInfo) String() string {
 func (*ConnectionInfo) ProtoMessage() {}
 
 func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1970,7 @@ func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionInfo.ProtoReflect.Descriptor instead.
 func (*ConnectionInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ConnectionInfo) GetNode() string {
@@ -1757,7 +2080,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +2092,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2105,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{24}
+	return file_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionInfo {
@@ -1803,7 +2126,7 @@ type CloseConnectionRequest struct {
 
 func (x *CloseConnectionRequest) Reset() {
 	*x = CloseConnectionRequest{}
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +2138,7 @@ func (x *CloseConnectionRequest) String() string {
 func (*CloseConnectionRequest) ProtoMessage() {}
 
 func (x *CloseConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +2151,7 @@ func (x *CloseConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConnectionRequest.ProtoReflect.Descriptor instead.
 func (*CloseConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{25}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CloseConnectionRequest) GetNode() string {
@@ -1860,7 +2183,7 @@ type CloseConnectionResponse struct {
 
 func (x *CloseConnectionResponse) Reset() {
 	*x = CloseConnectionResponse{}
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2195,7 @@ func (x *CloseConnectionResponse) String() string {
 func (*CloseConnectionResponse) ProtoMessage() {}
 
 func (x *CloseConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2208,7 @@ func (x *CloseConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConnectionResponse.ProtoReflect.Descriptor instead.
 func (*CloseConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{26}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 type SetPolicyRequest struct {
@@ -1904,7 +2227,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2239,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2252,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{27}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetPolicyRequest) GetVhost() string {
@@ -1989,7 +2312,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2324,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2337,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{28}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 type ClearPolicyRequest struct {
@@ -2028,7 +2351,7 @@ type ClearPolicyRequest struct {
 
 func (x *ClearPolicyRequest) Reset() {
 	*x = ClearPolicyRequest{}
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2363,7 @@ func (x *ClearPolicyRequest) String() string {
 func (*ClearPolicyRequest) ProtoMessage() {}
 
 func (x *ClearPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2376,7 @@ func (x *ClearPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ClearPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClearPolicyRequest) GetVhost() string {
@@ -2085,7 +2408,7 @@ type ClearPolicyResponse struct {
 
 func (x *ClearPolicyResponse) Reset() {
 	*x = ClearPolicyResponse{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2420,7 @@ func (x *ClearPolicyResponse) String() string {
 func (*ClearPolicyResponse) ProtoMessage() {}
 
 func (x *ClearPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2433,7 @@ func (x *ClearPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ClearPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 type ListPoliciesRequest struct {
@@ -2124,7 +2447,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2459,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2472,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListPoliciesRequest) GetVhost() string {
@@ -2188,7 +2511,7 @@ type PolicyInfo struct {
 
 func (x *PolicyInfo) Reset() {
 	*x = PolicyInfo{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2523,7 @@ func (x *PolicyInfo) String() string {
 func (*PolicyInfo) ProtoMessage() {}
 
 func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2536,7 @@ func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyInfo.ProtoReflect.Descriptor instead.
 func (*PolicyInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PolicyInfo) GetVhost() string {
@@ -2274,7 +2597,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2609,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2622,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{33}
+	return file_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
@@ -2320,7 +2643,7 @@ type AddUserRequest struct {
 
 func (x *AddUserRequest) Reset() {
 	*x = AddUserRequest{}
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2655,7 @@ func (x *AddUserRequest) String() string {
 func (*AddUserRequest) ProtoMessage() {}
 
 func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2668,7 @@ func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserRequest.ProtoReflect.Descriptor instead.
 func (*AddUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{34}
+	return file_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AddUserRequest) GetName() string {
@@ -2377,7 +2700,7 @@ type AddUserResponse struct {
 
 func (x *AddUserResponse) Reset() {
 	*x = AddUserResponse{}
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2712,7 @@ func (x *AddUserResponse) String() string {
 func (*AddUserResponse) ProtoMessage() {}
 
 func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2725,7 @@ func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserResponse.ProtoReflect.Descriptor instead.
 func (*AddUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{35}
+	return file_admin_proto_rawDescGZIP(), []int{40}
 }
 
 type DeleteUserRequest struct {
@@ -2414,7 +2737,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2749,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2762,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{36}
+	return file_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -2457,7 +2780,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2792,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2805,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{37}
+	return file_admin_proto_rawDescGZIP(), []int{42}
 }
 
 type ChangePasswordRequest struct {
@@ -2495,7 +2818,7 @@ type ChangePasswordRequest struct {
 
 func (x *ChangePasswordRequest) Reset() {
 	*x = ChangePasswordRequest{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2830,7 @@ func (x *ChangePasswordRequest) String() string {
 func (*ChangePasswordRequest) ProtoMessage() {}
 
 func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2843,7 @@ func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordRequest.ProtoReflect.Descriptor instead.
 func (*ChangePasswordRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ChangePasswordRequest) GetName() string {
@@ -2545,7 +2868,7 @@ type ChangePasswordResponse struct {
 
 func (x *ChangePasswordResponse) Reset() {
 	*x = ChangePasswordResponse{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2880,7 @@ func (x *ChangePasswordResponse) String() string {
 func (*ChangePasswordResponse) ProtoMessage() {}
 
 func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2893,7 @@ func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordResponse.ProtoReflect.Descriptor instead.
 func (*ChangePasswordResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 type SetUserTagsRequest struct {
@@ -2583,7 +2906,7 @@ type SetUserTagsRequest struct {
 
 func (x *SetUserTagsRequest) Reset() {
 	*x = SetUserTagsRequest{}
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2918,7 @@ func (x *SetUserTagsRequest) String() string {
 func (*SetUserTagsRequest) ProtoMessage() {}
 
 func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2931,7 @@ func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetUserTagsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{40}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetUserTagsRequest) GetName() string {
@@ -2633,7 +2956,7 @@ type SetUserTagsResponse struct {
 
 func (x *SetUserTagsResponse) Reset() {
 	*x = SetUserTagsResponse{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2968,7 @@ func (x *SetUserTagsResponse) String() string {
 func (*SetUserTagsResponse) ProtoMessage() {}
 
 func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2981,7 @@ func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetUserTagsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 type UserInfo struct {
@@ -2671,7 +2994,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +3006,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +3019,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UserInfo) GetName() string {
@@ -2722,7 +3045,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3057,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3070,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListUsersResponse) GetUsers() []*UserInfo {
@@ -2770,7 +3093,7 @@ type SetPermissionsRequest struct {
 
 func (x *SetPermissionsRequest) Reset() {
 	*x = SetPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +3105,7 @@ func (x *SetPermissionsRequest) String() string {
 func (*SetPermissionsRequest) ProtoMessage() {}
 
 func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +3118,7 @@ func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*SetPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetPermissionsRequest) GetUser() string {
@@ -2841,7 +3164,7 @@ type SetPermissionsResponse struct {
 
 func (x *SetPermissionsResponse) Reset() {
 	*x = SetPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3176,7 @@ func (x *SetPermissionsResponse) String() string {
 func (*SetPermissionsResponse) ProtoMessage() {}
 
 func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3189,7 @@ func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*SetPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 type ClearPermissionsRequest struct {
@@ -2879,7 +3202,7 @@ type ClearPermissionsRequest struct {
 
 func (x *ClearPermissionsRequest) Reset() {
 	*x = ClearPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3214,7 @@ func (x *ClearPermissionsRequest) String() string {
 func (*ClearPermissionsRequest) ProtoMessage() {}
 
 func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3227,7 @@ func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClearPermissionsRequest) GetUser() string {
@@ -2929,7 +3252,7 @@ type ClearPermissionsResponse struct {
 
 func (x *ClearPermissionsResponse) Reset() {
 	*x = ClearPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3264,7 @@ func (x *ClearPermissionsResponse) String() string {
 func (*ClearPermissionsResponse) ProtoMessage() {}
 
 func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3277,7 @@ func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 type PermissionInfo struct {
@@ -2970,7 +3293,7 @@ type PermissionInfo struct {
 
 func (x *PermissionInfo) Reset() {
 	*x = PermissionInfo{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3305,7 @@ func (x *PermissionInfo) String() string {
 func (*PermissionInfo) ProtoMessage() {}
 
 func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3318,7 @@ func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionInfo.ProtoReflect.Descriptor instead.
 func (*PermissionInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PermissionInfo) GetUser() string {
@@ -3042,7 +3365,7 @@ type ListPermissionsResponse struct {
 
 func (x *ListPermissionsResponse) Reset() {
 	*x = ListPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3377,7 @@ func (x *ListPermissionsResponse) String() string {
 func (*ListPermissionsResponse) ProtoMessage() {}
 
 func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3390,7 @@ func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListPermissionsResponse) GetPermissions() []*PermissionInfo {
@@ -3087,7 +3410,7 @@ type AddVhostRequest struct {
 
 func (x *AddVhostRequest) Reset() {
 	*x = AddVhostRequest{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3422,7 @@ func (x *AddVhostRequest) String() string {
 func (*AddVhostRequest) ProtoMessage() {}
 
 func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3435,7 @@ func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostRequest.ProtoReflect.Descriptor instead.
 func (*AddVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AddVhostRequest) GetName() string {
@@ -3137,7 +3460,7 @@ type AddVhostResponse struct {
 
 func (x *AddVhostResponse) Reset() {
 	*x = AddVhostResponse{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3149,7 +3472,7 @@ func (x *AddVhostResponse) String() string {
 func (*AddVhostResponse) ProtoMessage() {}
 
 func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3162,7 +3485,7 @@ func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostResponse.ProtoReflect.Descriptor instead.
 func (*AddVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 type DeleteVhostRequest struct {
@@ -3174,7 +3497,7 @@ type DeleteVhostRequest struct {
 
 func (x *DeleteVhostRequest) Reset() {
 	*x = DeleteVhostRequest{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3509,7 @@ func (x *DeleteVhostRequest) String() string {
 func (*DeleteVhostRequest) ProtoMessage() {}
 
 func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3522,7 @@ func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeleteVhostRequest) GetName() string {
@@ -3217,7 +3540,7 @@ type DeleteVhostResponse struct {
 
 func (x *DeleteVhostResponse) Reset() {
 	*x = DeleteVhostResponse{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3552,7 @@ func (x *DeleteVhostResponse) String() string {
 func (*DeleteVhostResponse) ProtoMessage() {}
 
 func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3565,7 @@ func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 type VhostInfo struct {
@@ -3255,7 +3578,7 @@ type VhostInfo struct {
 
 func (x *VhostInfo) Reset() {
 	*x = VhostInfo{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3267,7 +3590,7 @@ func (x *VhostInfo) String() string {
 func (*VhostInfo) ProtoMessage() {}
 
 func (x *VhostInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3280,7 +3603,7 @@ func (x *VhostInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VhostInfo.ProtoReflect.Descriptor instead.
 func (*VhostInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *VhostInfo) GetName() string {
@@ -3306,7 +3629,7 @@ type ListVhostsResponse struct {
 
 func (x *ListVhostsResponse) Reset() {
 	*x = ListVhostsResponse{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3318,7 +3641,7 @@ func (x *ListVhostsResponse) String() string {
 func (*ListVhostsResponse) ProtoMessage() {}
 
 func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3331,7 +3654,7 @@ func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVhostsResponse.ProtoReflect.Descriptor instead.
 func (*ListVhostsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListVhostsResponse) GetVhosts() []*VhostInfo {
@@ -3349,7 +3672,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3684,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3697,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 type DigestResponse struct {
@@ -3389,7 +3712,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3724,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3737,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DigestResponse) GetNodeId() string {
@@ -3442,7 +3765,31 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\traftmq.v1\x1a\rcommand.proto\"6\n" +
+	"\vadmin.proto\x12\traftmq.v1\x1a\rcommand.proto\"d\n" +
+	"\x1aListDelayedMessagesRequest\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
+	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x83\x02\n" +
+	"\x12DelayedMessageInfo\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
+	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x1f\n" +
+	"\vrouting_key\x18\x03 \x01(\tR\n" +
+	"routingKey\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"delayed_ms\x18\x05 \x01(\x03R\tdelayedMs\x12\x15\n" +
+	"\x06due_ms\x18\x06 \x01(\x03R\x05dueMs\x12\x1b\n" +
+	"\tbody_size\x18\a \x01(\rR\bbodySize\x125\n" +
+	"\n" +
+	"properties\x18\b \x01(\v2\x15.raftmq.v1.PropertiesR\n" +
+	"properties\"X\n" +
+	"\x1bListDelayedMessagesResponse\x129\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1d.raftmq.v1.DelayedMessageInfoR\bmessages\"a\n" +
+	"\x1bCancelDelayedMessageRequest\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
+	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x1e\n" +
+	"\x1cCancelDelayedMessageResponse\"6\n" +
 	"\x14ClusterStatusRequest\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x01 \x01(\bR\n" +
@@ -3536,7 +3883,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tif_unused\x18\x03 \x01(\bR\bifUnused\x12\x19\n" +
 	"\bif_empty\x18\x04 \x01(\bR\aifEmpty\":\n" +
 	"\x13DeleteQueueResponse\x12#\n" +
-	"\rmessage_count\x18\x01 \x01(\rR\fmessageCount\"\xeb\x01\n" +
+	"\rmessage_count\x18\x01 \x01(\rR\fmessageCount\"\xc5\x02\n" +
 	"\fExchangeInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3546,7 +3893,10 @@ const file_admin_proto_rawDesc = "" +
 	"autoDelete\x12\x1a\n" +
 	"\binternal\x18\x06 \x01(\bR\binternal\x12.\n" +
 	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\x12\x16\n" +
-	"\x06policy\x18\b \x01(\tR\x06policy\"N\n" +
+	"\x06policy\x18\b \x01(\tR\x06policy\x12)\n" +
+	"\x10messages_delayed\x18\t \x01(\x04R\x0fmessagesDelayed\x12-\n" +
+	"\x13next_delayed_due_ms\x18\n" +
+	" \x01(\x03R\x10nextDelayedDueMs\"N\n" +
 	"\x15ListExchangesResponse\x125\n" +
 	"\texchanges\x18\x01 \x03(\v2\x17.raftmq.v1.ExchangeInfoR\texchanges\"\xd9\x01\n" +
 	"\vBindingInfo\x12\x14\n" +
@@ -3690,7 +4040,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x0eDigestResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x16\n" +
-	"\x06digest\x18\x03 \x01(\tR\x06digest2\xb4\x10\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest2\x83\x12\n" +
 	"\x05Admin\x12R\n" +
 	"\rClusterStatus\x12\x1f.raftmq.v1.ClusterStatusRequest\x1a .raftmq.v1.ClusterStatusResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.raftmq.v1.TransferLeadershipRequest\x1a%.raftmq.v1.TransferLeadershipResponse\x12I\n" +
@@ -3723,7 +4073,9 @@ const file_admin_proto_rawDesc = "" +
 	"\vDeleteVhost\x12\x1d.raftmq.v1.DeleteVhostRequest\x1a\x1e.raftmq.v1.DeleteVhostResponse\x12C\n" +
 	"\n" +
 	"ListVhosts\x12\x16.raftmq.v1.ListRequest\x1a\x1d.raftmq.v1.ListVhostsResponse\x12=\n" +
-	"\x06Digest\x12\x18.raftmq.v1.DigestRequest\x1a\x19.raftmq.v1.DigestResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x06Digest\x12\x18.raftmq.v1.DigestRequest\x1a\x19.raftmq.v1.DigestResponse\x12d\n" +
+	"\x13ListDelayedMessages\x12%.raftmq.v1.ListDelayedMessagesRequest\x1a&.raftmq.v1.ListDelayedMessagesResponse\x12g\n" +
+	"\x14CancelDelayedMessage\x12&.raftmq.v1.CancelDelayedMessageRequest\x1a'.raftmq.v1.CancelDelayedMessageResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -3737,148 +4089,160 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_admin_proto_goTypes = []any{
-	(*ClusterStatusRequest)(nil),       // 0: raftmq.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                 // 1: raftmq.v1.NodeStatus
-	(*ClusterStatusResponse)(nil),      // 2: raftmq.v1.ClusterStatusResponse
-	(*TransferLeadershipRequest)(nil),  // 3: raftmq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 4: raftmq.v1.TransferLeadershipResponse
-	(*RemoveNodeRequest)(nil),          // 5: raftmq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 6: raftmq.v1.RemoveNodeResponse
-	(*ListRequest)(nil),                // 7: raftmq.v1.ListRequest
-	(*ListQueuesRequest)(nil),          // 8: raftmq.v1.ListQueuesRequest
-	(*QueueInfo)(nil),                  // 9: raftmq.v1.QueueInfo
-	(*ListQueuesResponse)(nil),         // 10: raftmq.v1.ListQueuesResponse
-	(*GetQueueRequest)(nil),            // 11: raftmq.v1.GetQueueRequest
-	(*PurgeQueueRequest)(nil),          // 12: raftmq.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 13: raftmq.v1.PurgeQueueResponse
-	(*DeleteQueueRequest)(nil),         // 14: raftmq.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 15: raftmq.v1.DeleteQueueResponse
-	(*ExchangeInfo)(nil),               // 16: raftmq.v1.ExchangeInfo
-	(*ListExchangesResponse)(nil),      // 17: raftmq.v1.ListExchangesResponse
-	(*BindingInfo)(nil),                // 18: raftmq.v1.BindingInfo
-	(*ListBindingsResponse)(nil),       // 19: raftmq.v1.ListBindingsResponse
-	(*ConsumerInfo)(nil),               // 20: raftmq.v1.ConsumerInfo
-	(*ListConsumersResponse)(nil),      // 21: raftmq.v1.ListConsumersResponse
-	(*ListConnectionsRequest)(nil),     // 22: raftmq.v1.ListConnectionsRequest
-	(*ConnectionInfo)(nil),             // 23: raftmq.v1.ConnectionInfo
-	(*ListConnectionsResponse)(nil),    // 24: raftmq.v1.ListConnectionsResponse
-	(*CloseConnectionRequest)(nil),     // 25: raftmq.v1.CloseConnectionRequest
-	(*CloseConnectionResponse)(nil),    // 26: raftmq.v1.CloseConnectionResponse
-	(*SetPolicyRequest)(nil),           // 27: raftmq.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),          // 28: raftmq.v1.SetPolicyResponse
-	(*ClearPolicyRequest)(nil),         // 29: raftmq.v1.ClearPolicyRequest
-	(*ClearPolicyResponse)(nil),        // 30: raftmq.v1.ClearPolicyResponse
-	(*ListPoliciesRequest)(nil),        // 31: raftmq.v1.ListPoliciesRequest
-	(*PolicyInfo)(nil),                 // 32: raftmq.v1.PolicyInfo
-	(*ListPoliciesResponse)(nil),       // 33: raftmq.v1.ListPoliciesResponse
-	(*AddUserRequest)(nil),             // 34: raftmq.v1.AddUserRequest
-	(*AddUserResponse)(nil),            // 35: raftmq.v1.AddUserResponse
-	(*DeleteUserRequest)(nil),          // 36: raftmq.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),         // 37: raftmq.v1.DeleteUserResponse
-	(*ChangePasswordRequest)(nil),      // 38: raftmq.v1.ChangePasswordRequest
-	(*ChangePasswordResponse)(nil),     // 39: raftmq.v1.ChangePasswordResponse
-	(*SetUserTagsRequest)(nil),         // 40: raftmq.v1.SetUserTagsRequest
-	(*SetUserTagsResponse)(nil),        // 41: raftmq.v1.SetUserTagsResponse
-	(*UserInfo)(nil),                   // 42: raftmq.v1.UserInfo
-	(*ListUsersResponse)(nil),          // 43: raftmq.v1.ListUsersResponse
-	(*SetPermissionsRequest)(nil),      // 44: raftmq.v1.SetPermissionsRequest
-	(*SetPermissionsResponse)(nil),     // 45: raftmq.v1.SetPermissionsResponse
-	(*ClearPermissionsRequest)(nil),    // 46: raftmq.v1.ClearPermissionsRequest
-	(*ClearPermissionsResponse)(nil),   // 47: raftmq.v1.ClearPermissionsResponse
-	(*PermissionInfo)(nil),             // 48: raftmq.v1.PermissionInfo
-	(*ListPermissionsResponse)(nil),    // 49: raftmq.v1.ListPermissionsResponse
-	(*AddVhostRequest)(nil),            // 50: raftmq.v1.AddVhostRequest
-	(*AddVhostResponse)(nil),           // 51: raftmq.v1.AddVhostResponse
-	(*DeleteVhostRequest)(nil),         // 52: raftmq.v1.DeleteVhostRequest
-	(*DeleteVhostResponse)(nil),        // 53: raftmq.v1.DeleteVhostResponse
-	(*VhostInfo)(nil),                  // 54: raftmq.v1.VhostInfo
-	(*ListVhostsResponse)(nil),         // 55: raftmq.v1.ListVhostsResponse
-	(*DigestRequest)(nil),              // 56: raftmq.v1.DigestRequest
-	(*DigestResponse)(nil),             // 57: raftmq.v1.DigestResponse
-	(*Table)(nil),                      // 58: raftmq.v1.Table
-	(*ConsumerRef)(nil),                // 59: raftmq.v1.ConsumerRef
-	(*PolicyDefinition)(nil),           // 60: raftmq.v1.PolicyDefinition
+	(*ListDelayedMessagesRequest)(nil),   // 0: raftmq.v1.ListDelayedMessagesRequest
+	(*DelayedMessageInfo)(nil),           // 1: raftmq.v1.DelayedMessageInfo
+	(*ListDelayedMessagesResponse)(nil),  // 2: raftmq.v1.ListDelayedMessagesResponse
+	(*CancelDelayedMessageRequest)(nil),  // 3: raftmq.v1.CancelDelayedMessageRequest
+	(*CancelDelayedMessageResponse)(nil), // 4: raftmq.v1.CancelDelayedMessageResponse
+	(*ClusterStatusRequest)(nil),         // 5: raftmq.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                   // 6: raftmq.v1.NodeStatus
+	(*ClusterStatusResponse)(nil),        // 7: raftmq.v1.ClusterStatusResponse
+	(*TransferLeadershipRequest)(nil),    // 8: raftmq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),   // 9: raftmq.v1.TransferLeadershipResponse
+	(*RemoveNodeRequest)(nil),            // 10: raftmq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),           // 11: raftmq.v1.RemoveNodeResponse
+	(*ListRequest)(nil),                  // 12: raftmq.v1.ListRequest
+	(*ListQueuesRequest)(nil),            // 13: raftmq.v1.ListQueuesRequest
+	(*QueueInfo)(nil),                    // 14: raftmq.v1.QueueInfo
+	(*ListQueuesResponse)(nil),           // 15: raftmq.v1.ListQueuesResponse
+	(*GetQueueRequest)(nil),              // 16: raftmq.v1.GetQueueRequest
+	(*PurgeQueueRequest)(nil),            // 17: raftmq.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),           // 18: raftmq.v1.PurgeQueueResponse
+	(*DeleteQueueRequest)(nil),           // 19: raftmq.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),          // 20: raftmq.v1.DeleteQueueResponse
+	(*ExchangeInfo)(nil),                 // 21: raftmq.v1.ExchangeInfo
+	(*ListExchangesResponse)(nil),        // 22: raftmq.v1.ListExchangesResponse
+	(*BindingInfo)(nil),                  // 23: raftmq.v1.BindingInfo
+	(*ListBindingsResponse)(nil),         // 24: raftmq.v1.ListBindingsResponse
+	(*ConsumerInfo)(nil),                 // 25: raftmq.v1.ConsumerInfo
+	(*ListConsumersResponse)(nil),        // 26: raftmq.v1.ListConsumersResponse
+	(*ListConnectionsRequest)(nil),       // 27: raftmq.v1.ListConnectionsRequest
+	(*ConnectionInfo)(nil),               // 28: raftmq.v1.ConnectionInfo
+	(*ListConnectionsResponse)(nil),      // 29: raftmq.v1.ListConnectionsResponse
+	(*CloseConnectionRequest)(nil),       // 30: raftmq.v1.CloseConnectionRequest
+	(*CloseConnectionResponse)(nil),      // 31: raftmq.v1.CloseConnectionResponse
+	(*SetPolicyRequest)(nil),             // 32: raftmq.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),            // 33: raftmq.v1.SetPolicyResponse
+	(*ClearPolicyRequest)(nil),           // 34: raftmq.v1.ClearPolicyRequest
+	(*ClearPolicyResponse)(nil),          // 35: raftmq.v1.ClearPolicyResponse
+	(*ListPoliciesRequest)(nil),          // 36: raftmq.v1.ListPoliciesRequest
+	(*PolicyInfo)(nil),                   // 37: raftmq.v1.PolicyInfo
+	(*ListPoliciesResponse)(nil),         // 38: raftmq.v1.ListPoliciesResponse
+	(*AddUserRequest)(nil),               // 39: raftmq.v1.AddUserRequest
+	(*AddUserResponse)(nil),              // 40: raftmq.v1.AddUserResponse
+	(*DeleteUserRequest)(nil),            // 41: raftmq.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),           // 42: raftmq.v1.DeleteUserResponse
+	(*ChangePasswordRequest)(nil),        // 43: raftmq.v1.ChangePasswordRequest
+	(*ChangePasswordResponse)(nil),       // 44: raftmq.v1.ChangePasswordResponse
+	(*SetUserTagsRequest)(nil),           // 45: raftmq.v1.SetUserTagsRequest
+	(*SetUserTagsResponse)(nil),          // 46: raftmq.v1.SetUserTagsResponse
+	(*UserInfo)(nil),                     // 47: raftmq.v1.UserInfo
+	(*ListUsersResponse)(nil),            // 48: raftmq.v1.ListUsersResponse
+	(*SetPermissionsRequest)(nil),        // 49: raftmq.v1.SetPermissionsRequest
+	(*SetPermissionsResponse)(nil),       // 50: raftmq.v1.SetPermissionsResponse
+	(*ClearPermissionsRequest)(nil),      // 51: raftmq.v1.ClearPermissionsRequest
+	(*ClearPermissionsResponse)(nil),     // 52: raftmq.v1.ClearPermissionsResponse
+	(*PermissionInfo)(nil),               // 53: raftmq.v1.PermissionInfo
+	(*ListPermissionsResponse)(nil),      // 54: raftmq.v1.ListPermissionsResponse
+	(*AddVhostRequest)(nil),              // 55: raftmq.v1.AddVhostRequest
+	(*AddVhostResponse)(nil),             // 56: raftmq.v1.AddVhostResponse
+	(*DeleteVhostRequest)(nil),           // 57: raftmq.v1.DeleteVhostRequest
+	(*DeleteVhostResponse)(nil),          // 58: raftmq.v1.DeleteVhostResponse
+	(*VhostInfo)(nil),                    // 59: raftmq.v1.VhostInfo
+	(*ListVhostsResponse)(nil),           // 60: raftmq.v1.ListVhostsResponse
+	(*DigestRequest)(nil),                // 61: raftmq.v1.DigestRequest
+	(*DigestResponse)(nil),               // 62: raftmq.v1.DigestResponse
+	(*Properties)(nil),                   // 63: raftmq.v1.Properties
+	(*Table)(nil),                        // 64: raftmq.v1.Table
+	(*ConsumerRef)(nil),                  // 65: raftmq.v1.ConsumerRef
+	(*PolicyDefinition)(nil),             // 66: raftmq.v1.PolicyDefinition
 }
 var file_admin_proto_depIdxs = []int32{
-	1,  // 0: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
-	58, // 1: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
-	9,  // 2: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	58, // 3: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
-	16, // 4: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
-	58, // 5: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
-	18, // 6: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
-	59, // 7: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
-	58, // 8: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
-	20, // 9: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	58, // 10: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
-	23, // 11: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	60, // 12: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	60, // 13: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
-	32, // 14: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
-	42, // 15: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
-	48, // 16: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
-	54, // 17: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	0,  // 18: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	3,  // 19: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	5,  // 20: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	8,  // 21: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	11, // 22: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	12, // 23: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	14, // 24: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	7,  // 25: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	7,  // 26: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	7,  // 27: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	22, // 28: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	25, // 29: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	27, // 30: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	29, // 31: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	31, // 32: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	34, // 33: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	36, // 34: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	38, // 35: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	40, // 36: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	7,  // 37: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	44, // 38: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	46, // 39: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	7,  // 40: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	50, // 41: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	52, // 42: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	7,  // 43: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	56, // 44: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
-	2,  // 45: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	4,  // 46: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	6,  // 47: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	10, // 48: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	9,  // 49: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	13, // 50: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	15, // 51: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	17, // 52: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	19, // 53: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	21, // 54: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	24, // 55: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	26, // 56: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	28, // 57: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	30, // 58: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	33, // 59: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	35, // 60: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	37, // 61: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	39, // 62: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	41, // 63: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	43, // 64: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	45, // 65: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	47, // 66: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	49, // 67: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	51, // 68: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	53, // 69: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	55, // 70: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	57, // 71: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	45, // [45:72] is the sub-list for method output_type
-	18, // [18:45] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	63, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
+	1,  // 1: raftmq.v1.ListDelayedMessagesResponse.messages:type_name -> raftmq.v1.DelayedMessageInfo
+	6,  // 2: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
+	64, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
+	14, // 4: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	64, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
+	21, // 6: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
+	64, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
+	23, // 8: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
+	65, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
+	64, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
+	25, // 11: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	64, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	28, // 13: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
+	66, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	66, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	37, // 16: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
+	47, // 17: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
+	53, // 18: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
+	59, // 19: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
+	5,  // 20: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	8,  // 21: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	10, // 22: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	13, // 23: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	16, // 24: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	17, // 25: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	19, // 26: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	12, // 27: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	12, // 28: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	12, // 29: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	27, // 30: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	30, // 31: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	32, // 32: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	34, // 33: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	36, // 34: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	39, // 35: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	41, // 36: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	43, // 37: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	45, // 38: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	12, // 39: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	49, // 40: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	51, // 41: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	12, // 42: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	55, // 43: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	57, // 44: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	12, // 45: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	61, // 46: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	0,  // 47: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
+	3,  // 48: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
+	7,  // 49: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	9,  // 50: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	11, // 51: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	15, // 52: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	14, // 53: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	18, // 54: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	20, // 55: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	22, // 56: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	24, // 57: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	26, // 58: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	29, // 59: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	31, // 60: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	33, // 61: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	35, // 62: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	38, // 63: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	40, // 64: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	42, // 65: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	44, // 66: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	46, // 67: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	48, // 68: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	50, // 69: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	52, // 70: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	54, // 71: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	56, // 72: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	58, // 73: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	60, // 74: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	62, // 75: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	2,  // 76: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
+	4,  // 77: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
+	49, // [49:78] is the sub-list for method output_type
+	20, // [20:49] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -3893,7 +4257,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,33 +23,35 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ClusterStatus_FullMethodName      = "/raftmq.v1.Admin/ClusterStatus"
-	Admin_TransferLeadership_FullMethodName = "/raftmq.v1.Admin/TransferLeadership"
-	Admin_RemoveNode_FullMethodName         = "/raftmq.v1.Admin/RemoveNode"
-	Admin_ListQueues_FullMethodName         = "/raftmq.v1.Admin/ListQueues"
-	Admin_GetQueue_FullMethodName           = "/raftmq.v1.Admin/GetQueue"
-	Admin_PurgeQueue_FullMethodName         = "/raftmq.v1.Admin/PurgeQueue"
-	Admin_DeleteQueue_FullMethodName        = "/raftmq.v1.Admin/DeleteQueue"
-	Admin_ListExchanges_FullMethodName      = "/raftmq.v1.Admin/ListExchanges"
-	Admin_ListBindings_FullMethodName       = "/raftmq.v1.Admin/ListBindings"
-	Admin_ListConsumers_FullMethodName      = "/raftmq.v1.Admin/ListConsumers"
-	Admin_ListConnections_FullMethodName    = "/raftmq.v1.Admin/ListConnections"
-	Admin_CloseConnection_FullMethodName    = "/raftmq.v1.Admin/CloseConnection"
-	Admin_SetPolicy_FullMethodName          = "/raftmq.v1.Admin/SetPolicy"
-	Admin_ClearPolicy_FullMethodName        = "/raftmq.v1.Admin/ClearPolicy"
-	Admin_ListPolicies_FullMethodName       = "/raftmq.v1.Admin/ListPolicies"
-	Admin_AddUser_FullMethodName            = "/raftmq.v1.Admin/AddUser"
-	Admin_DeleteUser_FullMethodName         = "/raftmq.v1.Admin/DeleteUser"
-	Admin_ChangePassword_FullMethodName     = "/raftmq.v1.Admin/ChangePassword"
-	Admin_SetUserTags_FullMethodName        = "/raftmq.v1.Admin/SetUserTags"
-	Admin_ListUsers_FullMethodName          = "/raftmq.v1.Admin/ListUsers"
-	Admin_SetPermissions_FullMethodName     = "/raftmq.v1.Admin/SetPermissions"
-	Admin_ClearPermissions_FullMethodName   = "/raftmq.v1.Admin/ClearPermissions"
-	Admin_ListPermissions_FullMethodName    = "/raftmq.v1.Admin/ListPermissions"
-	Admin_AddVhost_FullMethodName           = "/raftmq.v1.Admin/AddVhost"
-	Admin_DeleteVhost_FullMethodName        = "/raftmq.v1.Admin/DeleteVhost"
-	Admin_ListVhosts_FullMethodName         = "/raftmq.v1.Admin/ListVhosts"
-	Admin_Digest_FullMethodName             = "/raftmq.v1.Admin/Digest"
+	Admin_ClusterStatus_FullMethodName        = "/raftmq.v1.Admin/ClusterStatus"
+	Admin_TransferLeadership_FullMethodName   = "/raftmq.v1.Admin/TransferLeadership"
+	Admin_RemoveNode_FullMethodName           = "/raftmq.v1.Admin/RemoveNode"
+	Admin_ListQueues_FullMethodName           = "/raftmq.v1.Admin/ListQueues"
+	Admin_GetQueue_FullMethodName             = "/raftmq.v1.Admin/GetQueue"
+	Admin_PurgeQueue_FullMethodName           = "/raftmq.v1.Admin/PurgeQueue"
+	Admin_DeleteQueue_FullMethodName          = "/raftmq.v1.Admin/DeleteQueue"
+	Admin_ListExchanges_FullMethodName        = "/raftmq.v1.Admin/ListExchanges"
+	Admin_ListBindings_FullMethodName         = "/raftmq.v1.Admin/ListBindings"
+	Admin_ListConsumers_FullMethodName        = "/raftmq.v1.Admin/ListConsumers"
+	Admin_ListConnections_FullMethodName      = "/raftmq.v1.Admin/ListConnections"
+	Admin_CloseConnection_FullMethodName      = "/raftmq.v1.Admin/CloseConnection"
+	Admin_SetPolicy_FullMethodName            = "/raftmq.v1.Admin/SetPolicy"
+	Admin_ClearPolicy_FullMethodName          = "/raftmq.v1.Admin/ClearPolicy"
+	Admin_ListPolicies_FullMethodName         = "/raftmq.v1.Admin/ListPolicies"
+	Admin_AddUser_FullMethodName              = "/raftmq.v1.Admin/AddUser"
+	Admin_DeleteUser_FullMethodName           = "/raftmq.v1.Admin/DeleteUser"
+	Admin_ChangePassword_FullMethodName       = "/raftmq.v1.Admin/ChangePassword"
+	Admin_SetUserTags_FullMethodName          = "/raftmq.v1.Admin/SetUserTags"
+	Admin_ListUsers_FullMethodName            = "/raftmq.v1.Admin/ListUsers"
+	Admin_SetPermissions_FullMethodName       = "/raftmq.v1.Admin/SetPermissions"
+	Admin_ClearPermissions_FullMethodName     = "/raftmq.v1.Admin/ClearPermissions"
+	Admin_ListPermissions_FullMethodName      = "/raftmq.v1.Admin/ListPermissions"
+	Admin_AddVhost_FullMethodName             = "/raftmq.v1.Admin/AddVhost"
+	Admin_DeleteVhost_FullMethodName          = "/raftmq.v1.Admin/DeleteVhost"
+	Admin_ListVhosts_FullMethodName           = "/raftmq.v1.Admin/ListVhosts"
+	Admin_Digest_FullMethodName               = "/raftmq.v1.Admin/Digest"
+	Admin_ListDelayedMessages_FullMethodName  = "/raftmq.v1.Admin/ListDelayedMessages"
+	Admin_CancelDelayedMessage_FullMethodName = "/raftmq.v1.Admin/CancelDelayedMessage"
 )
 
 // AdminClient is the client API for Admin service.
@@ -88,6 +90,10 @@ type AdminClient interface {
 	ListVhosts(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListVhostsResponse, error)
 	// State digest of this node (equal digests mean identical replicas).
 	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
+	// Messages waiting in x-delayed-message exchanges, earliest due first.
+	ListDelayedMessages(ctx context.Context, in *ListDelayedMessagesRequest, opts ...grpc.CallOption) (*ListDelayedMessagesResponse, error)
+	// Drops one delayed message before its release (CancelDelayed).
+	CancelDelayedMessage(ctx context.Context, in *CancelDelayedMessageRequest, opts ...grpc.CallOption) (*CancelDelayedMessageResponse, error)
 }
 
 type adminClient struct {
@@ -368,6 +374,26 @@ func (c *adminClient) Digest(ctx context.Context, in *DigestRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) ListDelayedMessages(ctx context.Context, in *ListDelayedMessagesRequest, opts ...grpc.CallOption) (*ListDelayedMessagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDelayedMessagesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListDelayedMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) CancelDelayedMessage(ctx context.Context, in *CancelDelayedMessageRequest, opts ...grpc.CallOption) (*CancelDelayedMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelDelayedMessageResponse)
+	err := c.cc.Invoke(ctx, Admin_CancelDelayedMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -404,6 +430,10 @@ type AdminServer interface {
 	ListVhosts(context.Context, *ListRequest) (*ListVhostsResponse, error)
 	// State digest of this node (equal digests mean identical replicas).
 	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
+	// Messages waiting in x-delayed-message exchanges, earliest due first.
+	ListDelayedMessages(context.Context, *ListDelayedMessagesRequest) (*ListDelayedMessagesResponse, error)
+	// Drops one delayed message before its release (CancelDelayed).
+	CancelDelayedMessage(context.Context, *CancelDelayedMessageRequest) (*CancelDelayedMessageResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -494,6 +524,12 @@ func (UnimplementedAdminServer) ListVhosts(context.Context, *ListRequest) (*List
 }
 func (UnimplementedAdminServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Digest not implemented")
+}
+func (UnimplementedAdminServer) ListDelayedMessages(context.Context, *ListDelayedMessagesRequest) (*ListDelayedMessagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDelayedMessages not implemented")
+}
+func (UnimplementedAdminServer) CancelDelayedMessage(context.Context, *CancelDelayedMessageRequest) (*CancelDelayedMessageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelDelayedMessage not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1002,6 +1038,42 @@ func _Admin_Digest_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListDelayedMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDelayedMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListDelayedMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListDelayedMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListDelayedMessages(ctx, req.(*ListDelayedMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_CancelDelayedMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelDelayedMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CancelDelayedMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CancelDelayedMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CancelDelayedMessage(ctx, req.(*CancelDelayedMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1116,6 +1188,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Digest",
 			Handler:    _Admin_Digest_Handler,
+		},
+		{
+			MethodName: "ListDelayedMessages",
+			Handler:    _Admin_ListDelayedMessages_Handler,
+		},
+		{
+			MethodName: "CancelDelayedMessage",
+			Handler:    _Admin_CancelDelayedMessage_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -126,6 +126,8 @@ type Command struct {
 	//	*Command_RestartLeases
 	//	*Command_SetProtocol
 	//	*Command_ConsumerTimeout
+	//	*Command_ReleaseDelayed
+	//	*Command_CancelDelayed
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -438,6 +440,24 @@ func (x *Command) GetConsumerTimeout() *ConsumerTimeout {
 	return nil
 }
 
+func (x *Command) GetReleaseDelayed() *ReleaseDelayed {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ReleaseDelayed); ok {
+			return x.ReleaseDelayed
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCancelDelayed() *CancelDelayed {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CancelDelayed); ok {
+			return x.CancelDelayed
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPolicySet() *PolicySet {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PolicySet); ok {
@@ -576,6 +596,14 @@ type Command_ConsumerTimeout struct {
 	ConsumerTimeout *ConsumerTimeout `protobuf:"bytes,45,opt,name=consumer_timeout,json=consumerTimeout,oneof"`
 }
 
+type Command_ReleaseDelayed struct {
+	ReleaseDelayed *ReleaseDelayed `protobuf:"bytes,46,opt,name=release_delayed,json=releaseDelayed,oneof"`
+}
+
+type Command_CancelDelayed struct {
+	CancelDelayed *CancelDelayed `protobuf:"bytes,47,opt,name=cancel_delayed,json=cancelDelayed,oneof"`
+}
+
 type Command_PolicySet struct {
 	PolicySet *PolicySet `protobuf:"bytes,50,opt,name=policy_set,json=policySet,oneof"`
 }
@@ -641,6 +669,10 @@ func (*Command_RestartLeases) isCommand_Cmd() {}
 func (*Command_SetProtocol) isCommand_Cmd() {}
 
 func (*Command_ConsumerTimeout) isCommand_Cmd() {}
+
+func (*Command_ReleaseDelayed) isCommand_Cmd() {}
+
+func (*Command_CancelDelayed) isCommand_Cmd() {}
 
 func (*Command_PolicySet) isCommand_Cmd() {}
 
@@ -3257,6 +3289,120 @@ func (x *ConsumerTimeout) GetDefaultMs() int64 {
 	return 0
 }
 
+// ReleaseDelayed routes the messages of x-delayed-message exchanges whose
+// delay is over at the entry's stamp, earliest due first (ties in the
+// order they were delayed), at most limit of them: a burst due in one
+// millisecond is released over several bounded entries. Messages not yet
+// due stay; a second proposal releases the next ones or nothing.
+// Protocol level 6.
+type ReleaseDelayed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         uint32                 `protobuf:"varint,1,opt,name=limit" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseDelayed) Reset() {
+	*x = ReleaseDelayed{}
+	mi := &file_command_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseDelayed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseDelayed) ProtoMessage() {}
+
+func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseDelayed.ProtoReflect.Descriptor instead.
+func (*ReleaseDelayed) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReleaseDelayed) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// CancelDelayed drops the message a delayed exchange holds with this
+// sequence number (DelayedMessageInfo.seq) before its release; 404 when
+// that exchange holds none (released, cancelled, or never there).
+// Protocol level 6.
+type CancelDelayed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Exchange      string                 `protobuf:"bytes,2,opt,name=exchange" json:"exchange,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelDelayed) Reset() {
+	*x = CancelDelayed{}
+	mi := &file_command_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelDelayed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelDelayed) ProtoMessage() {}
+
+func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelDelayed.ProtoReflect.Descriptor instead.
+func (*CancelDelayed) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CancelDelayed) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *CancelDelayed) GetExchange() string {
+	if x != nil {
+		return x.Exchange
+	}
+	return ""
+}
+
+func (x *CancelDelayed) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // ExpireQueue deletes a queue whose x-expires lease is due at the entry's
 // stamp and which is still unused.
 type ExpireQueue struct {
@@ -3268,7 +3414,7 @@ type ExpireQueue struct {
 
 func (x *ExpireQueue) Reset() {
 	*x = ExpireQueue{}
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3426,7 @@ func (x *ExpireQueue) String() string {
 func (*ExpireQueue) ProtoMessage() {}
 
 func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3439,7 @@ func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireQueue.ProtoReflect.Descriptor instead.
 func (*ExpireQueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{37}
+	return file_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExpireQueue) GetQueue() *QueueRef {
@@ -3312,7 +3458,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3470,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3483,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{38}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 // RestartLeases restarts every queue's x-expires lease at the entry's
@@ -3353,7 +3499,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3365,7 +3511,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3378,7 +3524,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -3397,7 +3543,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3555,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3568,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -3454,7 +3600,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3612,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3625,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3562,7 +3708,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3720,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3733,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -3650,7 +3796,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +3808,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +3821,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -3726,7 +3872,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3738,7 +3884,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3751,7 +3897,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -3845,7 +3991,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +4003,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +4016,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{45}
+	return file_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -3944,7 +4090,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xff\r\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x88\x0f\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -3978,7 +4124,9 @@ const file_command_proto_rawDesc = "" +
 	"\x04tick\x18* \x01(\v2\x0f.raftmq.v1.TickH\x00R\x04tick\x12A\n" +
 	"\x0erestart_leases\x18+ \x01(\v2\x18.raftmq.v1.RestartLeasesH\x00R\rrestartLeases\x12;\n" +
 	"\fset_protocol\x18, \x01(\v2\x16.raftmq.v1.SetProtocolH\x00R\vsetProtocol\x12G\n" +
-	"\x10consumer_timeout\x18- \x01(\v2\x1a.raftmq.v1.ConsumerTimeoutH\x00R\x0fconsumerTimeout\x125\n" +
+	"\x10consumer_timeout\x18- \x01(\v2\x1a.raftmq.v1.ConsumerTimeoutH\x00R\x0fconsumerTimeout\x12D\n" +
+	"\x0frelease_delayed\x18. \x01(\v2\x19.raftmq.v1.ReleaseDelayedH\x00R\x0ereleaseDelayed\x12A\n" +
+	"\x0ecancel_delayed\x18/ \x01(\v2\x18.raftmq.v1.CancelDelayedH\x00R\rcancelDelayed\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
 	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClearB\x05\n" +
@@ -4197,7 +4345,13 @@ const file_command_proto_rawDesc = "" +
 	"\x0fConsumerTimeout\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12\x1d\n" +
 	"\n" +
-	"default_ms\x18\x02 \x01(\x03R\tdefaultMs\"8\n" +
+	"default_ms\x18\x02 \x01(\x03R\tdefaultMs\"&\n" +
+	"\x0eReleaseDelayed\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\"S\n" +
+	"\rCancelDelayed\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
+	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"8\n" +
 	"\vExpireQueue\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftmq.v1.QueueRefR\x05queue\"\x06\n" +
 	"\x04Tick\"\x0f\n" +
@@ -4269,7 +4423,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4308,15 +4462,17 @@ var file_command_proto_goTypes = []any{
 	(*NodeDown)(nil),         // 34: raftmq.v1.NodeDown
 	(*Expire)(nil),           // 35: raftmq.v1.Expire
 	(*ConsumerTimeout)(nil),  // 36: raftmq.v1.ConsumerTimeout
-	(*ExpireQueue)(nil),      // 37: raftmq.v1.ExpireQueue
-	(*Tick)(nil),             // 38: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 39: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 40: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 41: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 42: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 43: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 44: raftmq.v1.Result
-	(*GetOk)(nil),            // 45: raftmq.v1.GetOk
+	(*ReleaseDelayed)(nil),   // 37: raftmq.v1.ReleaseDelayed
+	(*CancelDelayed)(nil),    // 38: raftmq.v1.CancelDelayed
+	(*ExpireQueue)(nil),      // 39: raftmq.v1.ExpireQueue
+	(*Tick)(nil),             // 40: raftmq.v1.Tick
+	(*RestartLeases)(nil),    // 41: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 42: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 43: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 44: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 45: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 46: raftmq.v1.Result
+	(*GetOk)(nil),            // 47: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -4344,52 +4500,54 @@ var file_command_proto_depIdxs = []int32{
 	33, // 22: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
 	34, // 23: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
 	35, // 24: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
-	37, // 25: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
-	38, // 26: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	39, // 27: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	40, // 28: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	39, // 25: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
+	40, // 26: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
+	41, // 27: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	42, // 28: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
 	36, // 29: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
-	42, // 30: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	43, // 31: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 32: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 33: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 34: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 35: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 36: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 37: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 38: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 39: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	6,  // 40: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 41: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 42: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 43: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 44: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 45: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 46: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 47: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 48: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 49: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 50: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 51: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 52: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 53: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 54: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 55: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 56: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 57: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 58: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 59: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 60: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 61: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 62: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	41, // 63: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	45, // 64: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 65: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	66, // [66:66] is the sub-list for method output_type
-	66, // [66:66] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	37, // 30: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
+	38, // 31: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
+	44, // 32: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	45, // 33: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	3,  // 34: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 35: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 36: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 37: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 38: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 39: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 40: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 41: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	6,  // 42: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 43: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 44: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 45: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 46: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 47: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 48: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 49: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 50: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 51: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 52: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 53: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 54: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 55: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 56: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 57: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 58: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 59: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 60: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 61: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 62: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 63: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 64: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	43, // 65: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	47, // 66: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 67: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	68, // [68:68] is the sub-list for method output_type
+	68, // [68:68] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4427,6 +4585,8 @@ func file_command_proto_init() {
 		(*Command_RestartLeases)(nil),
 		(*Command_SetProtocol)(nil),
 		(*Command_ConsumerTimeout)(nil),
+		(*Command_ReleaseDelayed)(nil),
+		(*Command_CancelDelayed)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
 	}
@@ -4456,7 +4616,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
