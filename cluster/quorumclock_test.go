@@ -9,6 +9,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -29,7 +30,9 @@ type clockRun struct {
 	rate  []float64
 	chunk time.Duration // the longest step between ticks, at most maxEarly
 	ticks []clockTick
-	msgs  []ttlMsg
+	// hasDelayed: the delayed exchange dx and its queue dq are declared.
+	hasDelayed bool
+	msgs       []ttlMsg
 }
 
 type clockTick struct {
@@ -38,13 +41,18 @@ type clockTick struct {
 	stamp int64
 }
 
-// ttlMsg is a message with a TTL, or (lease) a queue with an x-expires
-// lease, and what the good clocks read when it was published or declared.
+// ttlMsg is a message with a TTL, a queue with an x-expires lease
+// (lease), or a message an x-delayed-message exchange holds for ttl
+// (delayed: its entry and stamp), and what the good clocks read when it
+// was published or declared.
 type ttlMsg struct {
 	queue     string
 	published time.Time
 	ttl       time.Duration
 	lease     bool
+	delayed   bool
+	index     uint64
+	stamp     int64
 }
 
 func newClockRun(t *testing.T, opts ...clustertest.Option) *clockRun {
@@ -116,6 +124,29 @@ func (r *clockRun) lease(ttl time.Duration) {
 	r.msgs = append(r.msgs, ttlMsg{queue: q, published: r.truth, ttl: ttl, lease: true})
 }
 
+// delay publishes a message through an x-delayed-message exchange with
+// an x-delay of d.
+func (r *clockRun) delay(d time.Duration) {
+	r.t.Helper()
+	n := r.c.Live()[0]
+	if !r.hasDelayed {
+		clustertest.Eventually(r.t, clustertest.Timeout, func() error {
+			var level uint32
+			n.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+			if level < fsm.Protocol {
+				return fmt.Errorf("protocol level %d", level)
+			}
+			return nil
+		})
+		requireFSM(r.t, mustSubmit(r.t, n, delayedExchange("dx", "direct"), queueDeclare("/", "dq"), bindQueue("dx", "dq", "k")))
+		r.hasDelayed = true
+	}
+	res := mustSubmit(r.t, n, publishDelayed("dx", "k", "m", d.Milliseconds()))
+	requireFSM(r.t, res)
+	r.msgs = append(r.msgs, ttlMsg{queue: "dq", published: r.truth, ttl: d, delayed: true,
+		index: res[0].GetIndex(), stamp: entryStamp(r.t, n, res[0].GetIndex())})
+}
+
 // leader returns the index of the leader once there is one.
 func (r *clockRun) leader() int {
 	r.t.Helper()
@@ -167,9 +198,9 @@ func (r *clockRun) checkRate(d time.Duration) {
 	}
 }
 
-// checkDeaths waits until every message has died and every lease fell
-// due, and checks that none did more than maxEarly before its deadline as
-// the good clocks see it.
+// checkDeaths waits until every message has died, every lease fell due
+// and every delayed message was released, and checks that none did more
+// than maxEarly before its deadline as the good clocks see it.
 func (r *clockRun) checkDeaths() {
 	r.t.Helper()
 	n := r.c.Live()[0]
@@ -181,14 +212,20 @@ func (r *clockRun) checkDeaths() {
 		if m.lease {
 			match = func(cmd *proto.Command) bool { return cmd.GetExpireQueue().GetQueue().GetName() == m.queue }
 		}
+		if m.delayed {
+			// ReleaseDelayed names no message: this one's is the first
+			// after it stamped at or past its due time.
+			match = func(cmd *proto.Command) bool { return cmd.GetReleaseDelayed() != nil }
+		}
 		var death uint64
 		clustertest.Eventually(r.t, clustertest.Timeout, func() error {
-			got := findCommands(r.t, n, match)
-			if len(got) == 0 {
-				return fmt.Errorf("%s: no Expire in the log", m.queue)
+			for _, c := range findCommands(r.t, n, match) {
+				if !m.delayed || (c.index > m.index && c.stamp >= m.stamp+m.ttl.Milliseconds()) {
+					death = c.index
+					return nil
+				}
 			}
-			death = got[0].index
-			return nil
+			return fmt.Errorf("%s: not dead or released in the log", m.queue)
 		})
 		var before clockTick
 		for _, tk := range r.ticks {
@@ -224,9 +261,11 @@ func testBadLeaderClock(t *testing.T, off time.Duration, atStart bool, why strin
 	r.publish(time.Second)
 	r.publish(5 * time.Second)
 	r.lease(4 * time.Second)
+	r.delay(2 * time.Second)
 	r.step(time.Second)
 	r.publish(3 * time.Second)
 	r.lease(2 * time.Second)
+	r.delay(4 * time.Second)
 	if !atStart {
 		r.lead(bad)
 		r.c.Nodes[bad].Clock.Step(off)
