@@ -64,6 +64,9 @@ type quorumClock struct {
 	// it was made: a term starts from it (startLogTime).
 	agreed   int64
 	agreedAt time.Time
+	// kept: leadership was kept with the clock off, for want of a voter
+	// to hand it to (warned once).
+	kept bool
 
 	rounds    *broadcast // a reading was taken, or a sampling round finished
 	roundDone *broadcast // a sampling round finished
@@ -324,6 +327,9 @@ func (n *Node) checkClock() {
 	c.mu.Lock()
 	was := c.problem
 	c.problem = problem
+	if problem == "" {
+		c.kept = false
+	}
 	c.mu.Unlock()
 	switch {
 	case problem != "" && was == "":
@@ -339,9 +345,17 @@ func (n *Node) checkClock() {
 // handOver transfers leadership to the voter whose clock is closest to
 // ref and reports whether it did.
 func (n *Node) handOver(ref int64, problem string) bool {
-	id, ok := n.qclock.best(ref)
-	if !ok {
+	c := n.qclock
+	id, ok := c.best(ref)
+	c.mu.Lock()
+	warn := !ok && !c.kept
+	c.kept = !ok
+	c.mu.Unlock()
+	if warn {
+		// Once per stretch: the check runs every ClockSampleInterval.
 		n.log.Warn("clock off, but no voter's clock is fit to take over: keeping leadership", "problem", problem)
+	}
+	if !ok {
 		return false
 	}
 	addr := ""
