@@ -4,8 +4,8 @@ import (
 	"regexp"
 	"sync"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 // access is one of RabbitMQ's three permission kinds.
@@ -65,7 +65,7 @@ func (ch *channel) authorize(m wire.Method, a access, kind, name string) *wire.E
 	if ok && c.perms.match([3]string{conf, write, read}, a, name) {
 		return nil
 	}
-	return wire.ChanError(reply.AccessRefused, m.ClassID(), m.MethodID(),
+	return wire.ChanError(replycode.AccessRefused, m.ClassID(), m.MethodID(),
 		"access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, c.vhost, c.user)
 }
 
@@ -107,6 +107,6 @@ func (ch *channel) checkUserID(m wire.Method, p *wire.Properties) *wire.Error {
 	if p == nil || p.Flags&wire.FlagUserID == 0 || p.UserID == ch.c.user {
 		return nil
 	}
-	return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(),
+	return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(),
 		"user_id property set to '%s' but authenticated user was '%s'", p.UserID, ch.c.user)
 }

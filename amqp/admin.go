@@ -4,8 +4,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -32,7 +32,7 @@ func (s *Server) CloseConnection(id, reason string) bool {
 	if c == nil {
 		return false
 	}
-	c.fail(wire.ConnError(reply.ConnectionForced, 0, 0, "%s", reason))
+	c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "%s", reason))
 	return true
 }
 

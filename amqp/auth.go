@@ -5,8 +5,8 @@ import (
 	"crypto/tls"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 // tlsHandshake completes the TLS handshake of a connection accepted on a
@@ -57,11 +57,11 @@ func (c *conn) mechanisms() string {
 func (c *conn) authenticate(mechanism, response string) (string, *wire.Error) {
 	refused := func(user, why string) *wire.Error {
 		c.logger().Warn("authentication failed", "user", user, "mechanism", mechanism, "reason", why)
-		return wire.ConnError(reply.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. For details see the broker logfile.", mechanism)
+		return wire.ConnError(replycode.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. For details see the broker logfile.", mechanism)
 	}
 	guestRemote := func(user string) *wire.Error {
 		c.logger().Warn("guest refused from a remote address", "user", user)
-		return wire.ConnError(reply.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. User 'guest' can only connect via localhost", mechanism)
+		return wire.ConnError(replycode.AccessRefused, 10, 11, "Login was refused using authentication mechanism %s. User 'guest' can only connect via localhost", mechanism)
 	}
 	if mechanism == "EXTERNAL" {
 		// The response (an authorization identity) is ignored: the user is
@@ -82,7 +82,7 @@ func (c *conn) authenticate(mechanism, response string) (string, *wire.Error) {
 	}
 	user, pass, err := credentials(mechanism, response)
 	if err != nil {
-		return "", wire.ConnError(reply.AccessRefused, 10, 11, "%v", err)
+		return "", wire.ConnError(replycode.AccessRefused, 10, 11, "%v", err)
 	}
 	if user == "guest" && !isLoopback(c.nc.RemoteAddr()) {
 		return "", guestRemote(user)

@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -159,7 +159,7 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 	switch f.Type {
 	case wire.FrameMethod:
 		if ch.content != nil {
-			return wire.ConnError(reply.UnexpectedFrame, ch.content.m.ClassID(), ch.content.m.MethodID(),
+			return wire.ConnError(replycode.UnexpectedFrame, ch.content.m.ClassID(), ch.content.m.MethodID(),
 				"expected content header for class 60, got non content header frame instead")
 		}
 		m, err := wire.DecodeMethod(f.Payload)
@@ -169,7 +169,7 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		}
 		switch m := m.(type) {
 		case *wire.ChannelOpen:
-			return wire.ConnError(reply.ChannelError, 20, 10, "second 'channel.open' seen")
+			return wire.ConnError(replycode.ChannelError, 20, 10, "second 'channel.open' seen")
 		case *wire.BasicPublish:
 			// While publishers are blocked (memory alarm) the reader of a
 			// publishing connection stops here.
@@ -178,7 +178,7 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 			return nil
 		}
 		if m.HasContent() || m.ClassID() == wire.ClassConnection {
-			return wire.ConnError(reply.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not allowed here", m.Name())
+			return wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not allowed here", m.Name())
 		}
 		switch m.(type) {
 		case *wire.TxSelect:
@@ -197,7 +197,7 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		ch.push(item{m: m})
 	case wire.FrameHeader:
 		if ch.content == nil || ch.header != nil {
-			return wire.ConnError(reply.UnexpectedFrame, 0, 0, "unexpected content header frame on channel %d", ch.id)
+			return wire.ConnError(replycode.UnexpectedFrame, 0, 0, "unexpected content header frame on channel %d", ch.id)
 		}
 		h, err := wire.DecodeContentHeader(f.Payload)
 		if err != nil {
@@ -206,7 +206,7 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		}
 		if max := uint64(ch.c.srv.cfg.MaxMessageSize); h.BodySize > max {
 			ch.content = nil
-			return wire.ChanError(reply.PreconditionFailed, 60, 40, "message size %d is larger than configured max size %d", h.BodySize, max)
+			return wire.ChanError(replycode.PreconditionFailed, 60, 40, "message size %d is larger than configured max size %d", h.BodySize, max)
 		}
 		ch.header = h
 		ch.content.props = &h.Properties
@@ -215,10 +215,10 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		}
 	case wire.FrameBody:
 		if ch.header == nil {
-			return wire.ConnError(reply.UnexpectedFrame, 0, 0, "unexpected content body frame on channel %d", ch.id)
+			return wire.ConnError(replycode.UnexpectedFrame, 0, 0, "unexpected content body frame on channel %d", ch.id)
 		}
 		if uint64(len(ch.content.body))+uint64(len(f.Payload)) > ch.header.BodySize {
-			return wire.ConnError(reply.FrameError, 60, 40, "content body is larger than the %d bytes its header announced", ch.header.BodySize)
+			return wire.ConnError(replycode.FrameError, 60, 40, "content body is larger than the %d bytes its header announced", ch.header.BodySize)
 		}
 		if ch.content.body == nil {
 			// Sized by what arrived, never by the untrusted announced size
@@ -331,11 +331,11 @@ func (ch *channel) handle(it item) bool {
 		ch.finish(true)
 		return true
 	case *wire.ChannelCloseOk:
-		ch.c.fail(wire.ConnError(reply.ChannelError, 20, 41, "unexpected channel.close-ok on channel %d", ch.id))
+		ch.c.fail(wire.ConnError(replycode.ChannelError, 20, 41, "unexpected channel.close-ok on channel %d", ch.id))
 		return false
 	case *wire.ChannelFlow:
 		if !m.Active {
-			ch.c.fail(wire.ConnError(reply.NotImplemented, 20, 20, "active=false"))
+			ch.c.fail(wire.ConnError(replycode.NotImplemented, 20, 20, "active=false"))
 			return false
 		}
 		ch.c.send(ch.id, &wire.ChannelFlowOk{Active: true})

@@ -18,8 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -424,7 +424,7 @@ func (c *conn) handshake() error {
 	}
 	startOk, ok := m.(*wire.ConnectionStartOk)
 	if !ok {
-		return c.handshakeFail(wire.ConnError(reply.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.start-ok, got %s", m.Name()))
+		return c.handshakeFail(wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.start-ok, got %s", m.Name()))
 	}
 	if v, ok := startOk.ClientProperties.Get("capabilities"); ok {
 		c.caps, _ = v.(wire.Table)
@@ -456,7 +456,7 @@ func (c *conn) handshake() error {
 	}
 	tuneOk, ok := m.(*wire.ConnectionTuneOk)
 	if !ok {
-		return c.handshakeFail(wire.ConnError(reply.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.tune-ok, got %s", m.Name()))
+		return c.handshakeFail(wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.tune-ok, got %s", m.Name()))
 	}
 	if tuneOk.ChannelMax != 0 && tuneOk.ChannelMax < c.channelMax {
 		c.channelMax = tuneOk.ChannelMax
@@ -464,9 +464,9 @@ func (c *conn) handshake() error {
 	switch fm := tuneOk.FrameMax; {
 	case fm == 0:
 	case fm < wire.FrameMinSize:
-		return c.handshakeFail(wire.ConnError(reply.NotAllowed, 10, 31, "frame_max=%d < %d min size", fm, wire.FrameMinSize))
+		return c.handshakeFail(wire.ConnError(replycode.NotAllowed, 10, 31, "frame_max=%d < %d min size", fm, wire.FrameMinSize))
 	case fm > cfg.FrameMax:
-		return c.handshakeFail(wire.ConnError(reply.NotAllowed, 10, 31, "frame_max=%d > %d max size", fm, cfg.FrameMax))
+		return c.handshakeFail(wire.ConnError(replycode.NotAllowed, 10, 31, "frame_max=%d > %d max size", fm, cfg.FrameMax))
 	default:
 		c.frameMax = fm
 	}
@@ -479,13 +479,13 @@ func (c *conn) handshake() error {
 	}
 	open, ok := m.(*wire.ConnectionOpen)
 	if !ok {
-		return c.handshakeFail(wire.ConnError(reply.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.open, got %s", m.Name()))
+		return c.handshakeFail(wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "expected connection.open, got %s", m.Name()))
 	}
 	if !c.srv.node().VhostExists(open.VirtualHost) {
-		return c.handshakeFail(wire.ConnError(reply.NotAllowed, 10, 40, "vhost %s not found", open.VirtualHost))
+		return c.handshakeFail(wire.ConnError(replycode.NotAllowed, 10, 40, "vhost %s not found", open.VirtualHost))
 	}
 	if _, _, _, ok := c.srv.node().Permission(c.user, open.VirtualHost); !ok {
-		return c.handshakeFail(wire.ConnError(reply.NotAllowed, 10, 40, "access to vhost '%s' refused for user '%s'", open.VirtualHost, c.user))
+		return c.handshakeFail(wire.ConnError(replycode.NotAllowed, 10, 40, "access to vhost '%s' refused for user '%s'", open.VirtualHost, c.user))
 	}
 	// RabbitMQ checks its node connection limit (connection_max) at
 	// connection.open too, and refuses with connection.close 530
@@ -496,7 +496,7 @@ func (c *conn) handshake() error {
 		if n := c.srv.openConns.Add(1); n > int64(max) {
 			c.srv.openConns.Add(-1)
 			c.logger().Warn("connection refused: node connection limit reached", "limit", max)
-			return c.handshakeFail(wire.ConnError(reply.NotAllowed, 10, 40, "connection refused: node connection limit (%d) is reached", max))
+			return c.handshakeFail(wire.ConnError(replycode.NotAllowed, 10, 40, "connection refused: node connection limit (%d) is reached", max))
 		}
 	} else {
 		c.srv.openConns.Add(1)
@@ -532,7 +532,7 @@ func (c *conn) handshakeMethod(deadline time.Time) (wire.Method, error) {
 		case f.Type == wire.FrameHeartbeat:
 			continue
 		case f.Type != wire.FrameMethod || f.Channel != 0:
-			return nil, c.handshakeFail(wire.ConnError(reply.UnexpectedFrame, 0, 0, "expected a method frame on channel 0 during the handshake, got %v", f))
+			return nil, c.handshakeFail(wire.ConnError(replycode.UnexpectedFrame, 0, 0, "expected a method frame on channel 0 during the handshake, got %v", f))
 		}
 		m, err := wire.DecodeMethod(f.Payload)
 		if err != nil {
@@ -648,7 +648,7 @@ func (c *conn) handleFrame(f wire.Frame) (done bool, err error) {
 	}
 	if f.Channel == 0 {
 		if f.Type != wire.FrameMethod {
-			c.fail(wire.ConnError(reply.UnexpectedFrame, 0, 0, "content frame on channel 0"))
+			c.fail(wire.ConnError(replycode.UnexpectedFrame, 0, 0, "content frame on channel 0"))
 			return false, nil
 		}
 		m, err := wire.DecodeMethod(f.Payload)
@@ -661,13 +661,13 @@ func (c *conn) handleFrame(f wire.Frame) (done bool, err error) {
 	}
 	if f.Channel > c.channelMax {
 		// Like RabbitMQ's channel_max: a connection error 530.
-		c.fail(wire.ConnError(reply.NotAllowed, 0, 0, "channel %d is above the negotiated channel_max (%d)", f.Channel, c.channelMax))
+		c.fail(wire.ConnError(replycode.NotAllowed, 0, 0, "channel %d is above the negotiated channel_max (%d)", f.Channel, c.channelMax))
 		return false, nil
 	}
 	ch := c.channel(f.Channel)
 	if ch == nil {
 		if f.Type != wire.FrameMethod {
-			c.fail(wire.ConnError(reply.ChannelError, 0, 0, "expected 'channel.open' on channel %d", f.Channel))
+			c.fail(wire.ConnError(replycode.ChannelError, 0, 0, "expected 'channel.open' on channel %d", f.Channel))
 			return false, nil
 		}
 		m, err := wire.DecodeMethod(f.Payload)
@@ -677,7 +677,7 @@ func (c *conn) handleFrame(f wire.Frame) (done bool, err error) {
 			return false, nil
 		}
 		if _, ok := m.(*wire.ChannelOpen); !ok {
-			c.fail(wire.ConnError(reply.ChannelError, m.ClassID(), m.MethodID(), "expected 'channel.open' on channel %d", f.Channel))
+			c.fail(wire.ConnError(replycode.ChannelError, m.ClassID(), m.MethodID(), "expected 'channel.open' on channel %d", f.Channel))
 			return false, nil
 		}
 		c.openChannel(f.Channel)
@@ -716,11 +716,11 @@ func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
 		c.send(0, &wire.ConnectionCloseOk{})
 		return true, nil
 	case *wire.ConnectionCloseOk:
-		c.fail(wire.ConnError(reply.ChannelError, 10, 51, "unexpected connection.close-ok"))
+		c.fail(wire.ConnError(replycode.ChannelError, 10, 51, "unexpected connection.close-ok"))
 	case *wire.ConnectionBlocked, *wire.ConnectionUnblocked:
-		c.fail(wire.ConnError(reply.CommandInvalid, m.ClassID(), m.MethodID(), "%s is sent by the server", m.Name()))
+		c.fail(wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "%s is sent by the server", m.Name()))
 	default:
-		c.fail(wire.ConnError(reply.CommandInvalid, m.ClassID(), m.MethodID(), "unexpected %s on channel 0", m.Name()))
+		c.fail(wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "unexpected %s on channel 0", m.Name()))
 	}
 	return false, nil
 }

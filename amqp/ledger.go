@@ -5,9 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/ttl"
 )
 
@@ -438,7 +438,7 @@ func (l *ledger) acked(m wire.Method, tag uint64, multiple, take bool) ([]writte
 	if !multiple {
 		w, ok := l.written[tag]
 		if !ok {
-			return nil, wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
+			return nil, wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
 		}
 		if take {
 			delete(l.written, tag)
@@ -447,7 +447,7 @@ func (l *ledger) acked(m wire.Method, tag uint64, multiple, take bool) ([]writte
 	}
 	if tag != 0 {
 		if _, ok := l.written[tag]; !ok {
-			return nil, wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
+			return nil, wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
 		}
 	}
 	n := 0

@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/ttl"
 )
@@ -99,12 +99,12 @@ func TestLedger_Acks(t *testing.T) {
 		{name: "reject", m: &wire.BasicReject{DeliveryTag: 2}, tags: []uint64{2}, writes: [][2]uint64{{4, 3}}},
 		// The first ack writes the held log tag 3, the second takes it.
 		{name: "tag 0 multiple with nothing outstanding is a no-op", before: []wire.Method{ack(0, true), ack(0, true)}, m: ack(0, true)},
-		{name: "unknown tag", m: ack(9, false), code: reply.PreconditionFailed},
-		{name: "unknown tag with multiple", m: ack(9, true), code: reply.PreconditionFailed},
-		{name: "tag 0 without multiple", m: ack(0, false), code: reply.PreconditionFailed},
-		{name: "repeated tag", before: []wire.Method{ack(1, false)}, m: ack(1, false), code: reply.PreconditionFailed},
-		{name: "tag covered by a multiple ack", before: []wire.Method{ack(3, true)}, m: &wire.BasicNack{DeliveryTag: 2}, code: reply.PreconditionFailed},
-		{name: "held tag not written yet", m: ack(4, false), code: reply.PreconditionFailed},
+		{name: "unknown tag", m: ack(9, false), code: replycode.PreconditionFailed},
+		{name: "unknown tag with multiple", m: ack(9, true), code: replycode.PreconditionFailed},
+		{name: "tag 0 without multiple", m: ack(0, false), code: replycode.PreconditionFailed},
+		{name: "repeated tag", before: []wire.Method{ack(1, false)}, m: ack(1, false), code: replycode.PreconditionFailed},
+		{name: "tag covered by a multiple ack", before: []wire.Method{ack(3, true)}, m: &wire.BasicNack{DeliveryTag: 2}, code: replycode.PreconditionFailed},
+		{name: "held tag not written yet", m: ack(4, false), code: replycode.PreconditionFailed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := setup(t)

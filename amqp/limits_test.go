@@ -7,9 +7,9 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -37,7 +37,7 @@ func TestLimits_ChannelMaxIsNegotiatedAndEnforced(t *testing.T) {
 		}
 	}
 	rc.send(4, &wire.ChannelOpen{})
-	cl := rc.expectConnectionClose(reply.NotAllowed)
+	cl := rc.expectConnectionClose(replycode.NotAllowed)
 	if !strings.Contains(cl.ReplyText, "channel_max (3)") {
 		t.Fatalf("close text %q", cl.ReplyText)
 	}
@@ -76,7 +76,7 @@ func TestLimits_FrameMaxIsNegotiatedAndEnforced(t *testing.T) {
 	rc := dialRaw(t, ts.addr)
 	rc.handshake(0, 8192)
 	rc.write(wire.AppendFrame(nil, wire.FrameMethod, 1, make([]byte, 9000)))
-	rc.expectConnectionClose(reply.FrameError)
+	rc.expectConnectionClose(replycode.FrameError)
 }
 
 func TestLimits_MaxConnectionsRefusesWith530(t *testing.T) {
@@ -85,7 +85,7 @@ func TestLimits_MaxConnectionsRefusesWith530(t *testing.T) {
 	dial(t, ts)
 	_, err := amqp091.Dial(ts.url)
 	var ae *amqp091.Error
-	if !errors.As(err, &ae) || ae.Code != reply.NotAllowed || !strings.Contains(ae.Reason, "node connection limit (2) is reached") {
+	if !errors.As(err, &ae) || ae.Code != replycode.NotAllowed || !strings.Contains(ae.Reason, "node connection limit (2) is reached") {
 		t.Fatalf("third connection: %v, want 530 NOT_ALLOWED", err)
 	}
 	if n := ts.srv.openConns.Load(); n != 2 {
@@ -116,7 +116,7 @@ func TestLimits_MaxQueuesPerVhostRefusesNewQueuesWith406(t *testing.T) {
 		_, ch := openChannel(t, ts)
 		_, err := ch.QueueDeclare(name, false, false, false, false, nil)
 		var ae *amqp091.Error
-		if !errors.As(err, &ae) || ae.Code != reply.PreconditionFailed || !strings.Contains(ae.Reason, "queue limit in vhost '/' (2) is reached") {
+		if !errors.As(err, &ae) || ae.Code != replycode.PreconditionFailed || !strings.Contains(ae.Reason, "queue limit in vhost '/' (2) is reached") {
 			t.Fatalf("declare %q over the limit: %v, want 406", name, err)
 		}
 	}
@@ -147,7 +147,7 @@ func TestLimits_MessageOverMaxSizeIs406OnTheChannel(t *testing.T) {
 	if err := ch.Publish("", "q", false, false, amqp091.Publishing{Body: make([]byte, 101)}); err != nil {
 		t.Fatal(err)
 	}
-	e := mustClosedWith(t, closed, reply.PreconditionFailed)
+	e := mustClosedWith(t, closed, replycode.PreconditionFailed)
 	if e.Reason != "PRECONDITION_FAILED - message size 101 is larger than configured max size 100" || e.Server != true {
 		t.Fatalf("close %+v", e)
 	}

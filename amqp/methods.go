@@ -5,8 +5,8 @@ import (
 	"encoding/base64"
 	"strings"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -79,7 +79,7 @@ func (ch *channel) handleMethod(it item) *wire.Error {
 		return ch.handleRecover(m, m.Requeue, false)
 	case *wire.ConfirmSelect:
 		if ch.tx {
-			return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "cannot switch from tx to confirm mode")
+			return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "cannot switch from tx to confirm mode")
 		}
 		ch.confirm = true
 		if !m.Nowait {
@@ -94,7 +94,7 @@ func (ch *channel) handleMethod(it item) *wire.Error {
 		return ch.handleTxRollback(m)
 	}
 	m := it.m
-	return wire.ConnError(reply.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not a client method", m.Name())
+	return wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not a client method", m.Name())
 }
 
 // submit sends one command and turns a refusal into the exception for m.
@@ -115,7 +115,7 @@ func (ch *channel) submitError(m wire.Method, err error) *wire.Error {
 		return nil
 	}
 	ch.c.logger().Warn("command failed", "channel", ch.id, "method", m.Name(), "err", err)
-	return wire.ConnError(reply.InternalError, m.ClassID(), m.MethodID(), "%s could not be committed: %v", m.Name(), err)
+	return wire.ConnError(replycode.InternalError, m.ClassID(), m.MethodID(), "%s could not be committed: %v", m.Name(), err)
 }
 
 // resultError converts a refused command's result into an AMQP exception:
@@ -123,10 +123,10 @@ func (ch *channel) submitError(m wire.Method, err error) *wire.Error {
 func resultError(m wire.Method, r *proto.Result) *wire.Error {
 	code := uint16(r.GetCode())
 	text := r.GetText()
-	if name := reply.Name(code); name != "" && !strings.HasPrefix(text, name) {
+	if name := replycode.Name(code); name != "" && !strings.HasPrefix(text, name) {
 		text = name + " - " + text
 	}
-	return &wire.Error{Code: code, ClassID: m.ClassID(), MethodID: m.MethodID(), Text: text, Hard: reply.IsHard(code)}
+	return &wire.Error{Code: code, ClassID: m.ClassID(), MethodID: m.MethodID(), Text: text, Hard: replycode.IsHard(code)}
 }
 
 func (ch *channel) vhost() string { return ch.c.vhost }
@@ -141,7 +141,7 @@ func (ch *channel) queueName(m wire.Method, name string) (string, *wire.Error) {
 		// spec: if the client did not previously declare a queue, and the
 		// queue name in this method is empty, the server MUST raise a
 		// connection exception with reply code 530 (not allowed).
-		return "", wire.ConnError(reply.NotAllowed, m.ClassID(), m.MethodID(), "no previously declared queue")
+		return "", wire.ConnError(replycode.NotAllowed, m.ClassID(), m.MethodID(), "no previously declared queue")
 	}
 	return ch.lastQueue, nil
 }
@@ -155,7 +155,7 @@ func randomName(prefix string) string {
 func tableArg(m wire.Method, t wire.Table) (*proto.Table, *wire.Error) {
 	pt, err := tableToProto(t)
 	if err != nil {
-		return nil, wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid arguments: %v", err)
+		return nil, wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid arguments: %v", err)
 	}
 	return pt, nil
 }
@@ -315,7 +315,7 @@ func (ch *channel) checkQueueLimit(m *wire.QueueDeclare, name string) *wire.Erro
 	if exists || n < limit {
 		return nil
 	}
-	return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(),
+	return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(),
 		"cannot declare queue '%s': queue limit in vhost '%s' (%d) is reached", name, ch.vhost(), limit)
 }
 
@@ -418,7 +418,7 @@ func (ch *channel) handleQueueDelete(m *wire.QueueDelete) *wire.Error {
 // that has no per-consumer limit, which bounds every consumer by it.
 func (ch *channel) handleQos(m *wire.BasicQos) *wire.Error {
 	if m.PrefetchSize != 0 {
-		return wire.ConnError(reply.NotImplemented, m.ClassID(), m.MethodID(), "prefetch_size!=0 (%d)", m.PrefetchSize)
+		return wire.ConnError(replycode.NotImplemented, m.ClassID(), m.MethodID(), "prefetch_size!=0 (%d)", m.PrefetchSize)
 	}
 	if m.Global {
 		ch.prefetchGlobal = m.PrefetchCount
@@ -463,7 +463,7 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	fresh := ch.led.startConsume(tag, prefetch, credit > prefetch)
 	ch.mu.Unlock()
 	if !fresh {
-		return wire.ConnError(reply.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)
+		return wire.ConnError(replycode.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)
 	}
 
 	ch.stateful = true
@@ -557,9 +557,9 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 // handleRecover requeues every unacknowledged delivery of the channel.
 // requeue=false (redeliver to the same consumer) is refused with 540
 // NOT_IMPLEMENTED, as RabbitMQ refuses it.
-func (ch *channel) handleRecover(m wire.Method, requeue bool, answer bool) *wire.Error {
+func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.Error {
 	if !requeue {
-		return wire.ConnError(reply.NotImplemented, m.ClassID(), m.MethodID(), "requeue=false")
+		return wire.ConnError(replycode.NotImplemented, m.ClassID(), m.MethodID(), "requeue=false")
 	}
 	// The deliveries this node assigned so far, by name: one the log
 	// assigns while this is on its way is new, and is delivered as usual.
@@ -568,7 +568,7 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, answer bool) *wire
 			return e
 		}
 	}
-	if answer {
+	if reply {
 		ch.c.send(ch.id, &wire.BasicRecoverOk{})
 	}
 	return nil
@@ -620,7 +620,7 @@ func (ch *channel) handlePublishes(run []item) *wire.Error {
 		var e *wire.Error
 		if m.Immediate {
 			// RabbitMQ refuses immediate=true the same way.
-			e = wire.ConnError(reply.NotImplemented, m.ClassID(), m.MethodID(), "immediate=true")
+			e = wire.ConnError(replycode.NotImplemented, m.ClassID(), m.MethodID(), "immediate=true")
 		} else if e = ch.rewriteReplyTo(it); e == nil {
 			cmd, e = ch.publishCommand(ref, *it)
 		}
@@ -660,7 +660,7 @@ func (ch *channel) publishCommand(ref *proto.ChannelRef, it item) (*proto.Comman
 	}
 	props, err := propertiesToProto(it.props)
 	if err != nil {
-		return nil, wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid properties: %v", err)
+		return nil, wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "invalid properties: %v", err)
 	}
 	return &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{
 		Vhost: ch.vhost(), Exchange: m.Exchange, RoutingKey: m.RoutingKey, Mandatory: m.Mandatory,
@@ -679,7 +679,7 @@ func (ch *channel) returnUnroutable(it item, r *proto.Result) {
 	} else {
 		ch.c.srv.counts.returned.Add(1)
 		ch.c.sendContent(ch.id, &wire.BasicReturn{
-			ReplyCode: reply.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
+			ReplyCode: replycode.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
 		}, it.props, it.body)
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/ttl"
 )
@@ -650,7 +650,7 @@ func TestMethods_LastDeclaredQueue(t *testing.T) {
 	rc.send(2, &wire.ChannelOpen{})
 	rc.method()
 	rc.send(2, &wire.BasicGet{})
-	rc.expectConnectionClose(reply.NotAllowed)
+	rc.expectConnectionClose(replycode.NotAllowed)
 }
 
 // RabbitMQ refuses basic.recover with requeue=false as not implemented, a

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -136,15 +136,15 @@ func (ch *channel) consumeReplies(m *wire.BasicConsume) *wire.Error {
 	defer ch.mu.Unlock()
 	switch {
 	case ch.led.tagInUse(tag):
-		return wire.ConnError(reply.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)
+		return wire.ConnError(replycode.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)
 	case !m.NoAck:
-		return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "reply consumer cannot acknowledge")
+		return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "reply consumer cannot acknowledge")
 	case ch.led.replyName() != "":
-		return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "reply consumer already set")
+		return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "reply consumer already set")
 	case len(name) > maxShortString:
 		// A node id of more than about 180 bytes leaves no room for the
 		// rest of the name in a short string.
-		return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(),
+		return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(),
 			"direct reply-to needs a shorter node id than '%s'", addr.node)
 	}
 	ch.led.setReply(&replyConsumer{tag: tag, name: name, key: addr.key})
@@ -178,7 +178,7 @@ func (ch *channel) rewriteReplyTo(it *item) *wire.Error {
 	name := ch.led.replyName()
 	ch.mu.Unlock()
 	if name == "" {
-		return wire.ChanError(reply.PreconditionFailed, it.m.ClassID(), it.m.MethodID(), "fast reply consumer does not exist")
+		return wire.ChanError(replycode.PreconditionFailed, it.m.ClassID(), it.m.MethodID(), "fast reply consumer does not exist")
 	}
 	p := *it.props
 	p.ReplyTo = name
@@ -198,7 +198,7 @@ func (ch *channel) declareReplies(m *wire.QueueDeclare) *wire.Error {
 		exists = ch.c.srv.sendReply(ch.c.ctx, &proto.DirectReply{Name: name, Probe: true})
 	}
 	if !exists {
-		return wire.ChanError(reply.NotFound, m.ClassID(), m.MethodID(), "no queue '%s' in vhost '%s'", name, ch.vhost())
+		return wire.ChanError(replycode.NotFound, m.ClassID(), m.MethodID(), "no queue '%s' in vhost '%s'", name, ch.vhost())
 	}
 	ch.lastQueue = name
 	if !m.NoWait {

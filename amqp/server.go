@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -272,7 +272,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.fail(wire.ConnError(reply.ConnectionForced, 0, 0, "broker forced connection closure with reason 'shutdown'"))
+		c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "broker forced connection closure with reason 'shutdown'"))
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -433,7 +433,7 @@ func (s *Server) ChannelTimedOut(ref *proto.ChannelRef, timeout int64) {
 	if ch == nil {
 		return
 	}
-	ch.fail(wire.ChanError(reply.PreconditionFailed, 0, 0,
+	ch.fail(wire.ChanError(replycode.PreconditionFailed, 0, 0,
 		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
 			"This timeout value can be configured, see consumers doc guide to learn more", ref.GetChannel(), timeout))
 }
@@ -460,7 +460,7 @@ func (s *Server) NodeDown(node string) {
 	for _, c := range conns {
 		// One opened later is a new connection the log knows.
 		if c.opened.Load() {
-			c.fail(wire.ConnError(reply.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
+			c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
 		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -204,7 +204,7 @@ func TestServer_BadFrames(t *testing.T) {
 			t.Fatal("no channel.open-ok")
 		}
 		rc.write(wire.AppendFrame(nil, wire.FrameBody, 1, make([]byte, 5000)))
-		rc.expectConnectionClose(reply.FrameError)
+		rc.expectConnectionClose(replycode.FrameError)
 		assertServing(t, ts)
 	})
 	t.Run("bad frame end", func(t *testing.T) {
@@ -213,14 +213,14 @@ func TestServer_BadFrames(t *testing.T) {
 		f := wire.AppendMethodFrame(nil, 1, &wire.ChannelOpen{})
 		f[len(f)-1] = 'x'
 		rc.write(f)
-		rc.expectConnectionClose(reply.FrameError)
+		rc.expectConnectionClose(replycode.FrameError)
 		assertServing(t, ts)
 	})
 	t.Run("method on an unopened channel", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
 		rc.handshake(0, 0)
 		rc.send(7, &wire.QueueDeclare{Queue: "q"})
-		cl := rc.expectConnectionClose(reply.ChannelError)
+		cl := rc.expectConnectionClose(replycode.ChannelError)
 		if cl.FailingClassID != 50 || cl.FailingMethodID != 10 {
 			t.Fatalf("close names %d.%d", cl.FailingClassID, cl.FailingMethodID)
 		}
@@ -230,13 +230,13 @@ func TestServer_BadFrames(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
 		rc.handshake(0, 0)
 		rc.send(DefaultChannelMax+1, &wire.ChannelOpen{})
-		rc.expectConnectionClose(reply.NotAllowed)
+		rc.expectConnectionClose(replycode.NotAllowed)
 	})
 	t.Run("unknown method", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
 		rc.handshake(0, 0)
 		rc.write(wire.AppendFrame(nil, wire.FrameMethod, 0, []byte{0, 10, 0, 99}))
-		rc.expectConnectionClose(reply.CommandInvalid)
+		rc.expectConnectionClose(replycode.CommandInvalid)
 	})
 	t.Run("content header without a method", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
@@ -244,7 +244,7 @@ func TestServer_BadFrames(t *testing.T) {
 		rc.send(1, &wire.ChannelOpen{})
 		rc.method()
 		rc.write(wire.AppendHeaderFrame(nil, 1, &wire.ContentHeader{ClassID: wire.ClassBasic}))
-		rc.expectConnectionClose(reply.UnexpectedFrame)
+		rc.expectConnectionClose(replycode.UnexpectedFrame)
 	})
 	t.Run("second channel.open", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
@@ -252,7 +252,7 @@ func TestServer_BadFrames(t *testing.T) {
 		rc.send(1, &wire.ChannelOpen{})
 		rc.method()
 		rc.send(1, &wire.ChannelOpen{})
-		rc.expectConnectionClose(reply.ChannelError)
+		rc.expectConnectionClose(replycode.ChannelError)
 	})
 	t.Run("message over the maximum size", func(t *testing.T) {
 		rc := dialRaw(t, ts.addr)
@@ -264,7 +264,7 @@ func TestServer_BadFrames(t *testing.T) {
 		m := rc.method()
 		cl, ok := m.(*wire.ChannelClose)
 		want := "PRECONDITION_FAILED - message size 134217729 is larger than configured max size 134217728"
-		if !ok || cl.ReplyCode != reply.PreconditionFailed || cl.ReplyText != want {
+		if !ok || cl.ReplyCode != replycode.PreconditionFailed || cl.ReplyText != want {
 			t.Fatalf("got %#v", m)
 		}
 		// Until close-ok, the channel ignores what the client still sends.
@@ -290,7 +290,7 @@ func TestServer_Authentication(t *testing.T) {
 	ts := startServer(t, Config{})
 	_, err := amqp091.Dial("amqp://guest:wrong@" + ts.addr + "/")
 	var ae *amqp091.Error
-	if !errors.As(err, &ae) || ae.Code != reply.AccessRefused {
+	if !errors.As(err, &ae) || ae.Code != replycode.AccessRefused {
 		t.Fatalf("wrong password: %v, want 403", err)
 	}
 	c, err := amqp091.DialConfig("amqp://"+ts.addr+"/", amqp091.Config{SASL: []amqp091.Authentication{&amqp091.AMQPlainAuth{Username: "alice", Password: "secret"}}})
@@ -299,7 +299,7 @@ func TestServer_Authentication(t *testing.T) {
 	}
 	_ = c.Close()
 	_, err = amqp091.Dial("amqp://guest:guest@" + ts.addr + "/nope")
-	if !errors.As(err, &ae) || ae.Code != reply.NotAllowed {
+	if !errors.As(err, &ae) || ae.Code != replycode.NotAllowed {
 		t.Fatalf("unknown vhost: %v, want 530", err)
 	}
 	c, err = amqp091.Dial("amqp://alice:secret@" + ts.addr + "/other")
@@ -342,7 +342,7 @@ func TestServer_GuestOnlyFromLoopback(t *testing.T) {
 	rc.method()
 	rc.send(0, &wire.ConnectionStartOk{Mechanism: "PLAIN", Response: "\x00guest\x00guest"})
 	m := rc.method()
-	if cl, ok := m.(*wire.ConnectionClose); !ok || cl.ReplyCode != reply.AccessRefused {
+	if cl, ok := m.(*wire.ConnectionClose); !ok || cl.ReplyCode != replycode.AccessRefused {
 		t.Fatalf("got %#v, want 403", m)
 	}
 }
@@ -361,7 +361,7 @@ func TestServer_CloseForcesConnections(t *testing.T) {
 	_ = ts.srv.Close()
 	select {
 	case err := <-closed:
-		if err == nil || err.Code != reply.ConnectionForced {
+		if err == nil || err.Code != replycode.ConnectionForced {
 			t.Fatalf("close: %v, want 320", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -415,7 +415,7 @@ func TestServer_ListAndCloseConnection(t *testing.T) {
 	if !ts.srv.Connections().Close(info.Id, "maintenance") {
 		t.Fatal("connection not found")
 	}
-	e := mustClosedWith(t, closed, reply.ConnectionForced)
+	e := mustClosedWith(t, closed, replycode.ConnectionForced)
 	if e.Reason != "CONNECTION_FORCED - maintenance" {
 		t.Fatalf("reason %q", e.Reason)
 	}

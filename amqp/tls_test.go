@@ -10,8 +10,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/internal/testpki"
 )
 
@@ -76,7 +76,7 @@ func TestTLS_PlainAndExternal(t *testing.T) {
 	// A certificate for a user that does not exist: 403, like a bad password.
 	_, err = amqp091.DialTLS_ExternalAuth(amqps, clientTLS(ca, ca.Issue(t, testpki.Client, "mallory")))
 	var ae *amqp091.Error
-	if !errors.As(err, &ae) || ae.Code != reply.AccessRefused {
+	if !errors.As(err, &ae) || ae.Code != replycode.AccessRefused {
 		t.Fatalf("EXTERNAL as an unknown user: %v, want 403", err)
 	}
 

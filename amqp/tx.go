@@ -3,8 +3,8 @@ package amqp
 import (
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -25,7 +25,7 @@ const maxTxBatch = 4096
 
 func (ch *channel) handleTxSelect(m *wire.TxSelect) *wire.Error {
 	if ch.confirm {
-		return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "cannot switch from confirm to tx mode")
+		return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "cannot switch from confirm to tx mode")
 	}
 	ch.tx = true
 	ch.c.send(ch.id, &wire.TxSelectOk{})
@@ -37,7 +37,7 @@ func (ch *channel) bufferTx(run []item) *wire.Error {
 	for _, it := range run {
 		if p, ok := it.m.(*wire.BasicPublish); ok {
 			if p.Immediate {
-				return wire.ConnError(reply.NotImplemented, p.ClassID(), p.MethodID(), "immediate=true")
+				return wire.ConnError(replycode.NotImplemented, p.ClassID(), p.MethodID(), "immediate=true")
 			}
 			// As in RabbitMQ, a request's reply_to is taken (or refused)
 			// when it is published, not at commit.
@@ -52,7 +52,7 @@ func (ch *channel) bufferTx(run []item) *wire.Error {
 
 func (ch *channel) handleTxCommit(m *wire.TxCommit) *wire.Error {
 	if !ch.tx {
-		return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "channel is not transactional")
+		return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "channel is not transactional")
 	}
 	items := ch.txItems
 	ch.txItems = nil
@@ -118,7 +118,7 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 
 func (ch *channel) handleTxRollback(m *wire.TxRollback) *wire.Error {
 	if !ch.tx {
-		return wire.ChanError(reply.PreconditionFailed, m.ClassID(), m.MethodID(), "channel is not transactional")
+		return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "channel is not transactional")
 	}
 	ch.txItems = nil
 	ch.c.send(ch.id, &wire.TxRollbackOk{})

@@ -9,9 +9,9 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/bodies"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	gproto "google.golang.org/protobuf/proto"
@@ -113,7 +113,7 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 				if err != nil {
 					n.log.Error("basic.get: the message body cannot be read", "err", err)
 					gproto.Reset(r)
-					r.Index, r.Code, r.Text = l.Index, reply.InternalError, "INTERNAL_ERROR - the message body cannot be read on this node"
+					r.Index, r.Code, r.Text = l.Index, replycode.InternalError, "INTERNAL_ERROR - the message body cannot be read on this node"
 					continue
 				}
 				g.Body, g.BodyIndex, g.BodyPos = body, 0, 0

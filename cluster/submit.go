@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	gproto "google.golang.org/protobuf/proto"
 )
@@ -81,7 +81,7 @@ func (n *Node) admit(p *pending, have *uint32) {
 		}
 		var ie *fsm.InvalidError
 		if !errors.As(err, &ie) {
-			ie = &fsm.InvalidError{Code: reply.InternalError, Text: "INTERNAL_ERROR - " + err.Error()}
+			ie = &fsm.InvalidError{Code: replycode.InternalError, Text: "INTERNAL_ERROR - " + err.Error()}
 		}
 		p.refused[i] = ie.Result()
 		n.log.Warn("refused a command before proposing it", "text", ie.Text)

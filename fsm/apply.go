@@ -3,7 +3,7 @@ package fsm
 import (
 	"fmt"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -85,7 +85,7 @@ func (s *state) apply(e Entry, sink Sink) []*proto.Result {
 // whose behaviour it does not know.
 func (s *state) applySetProtocol(c *proto.SetProtocol) *proto.Result {
 	if l := c.GetLevel(); l > Protocol {
-		return refused(reply.NotImplemented, fmt.Sprintf("NOT_IMPLEMENTED - protocol level %d is above %d, the highest this node applies", l, Protocol))
+		return refused(replycode.NotImplemented, fmt.Sprintf("NOT_IMPLEMENTED - protocol level %d is above %d, the highest this node applies", l, Protocol))
 	}
 	if s.level < 4 && c.GetLevel() >= 4 {
 		s.startConsumerTimeouts()

@@ -3,7 +3,7 @@ package fsm
 import (
 	"strconv"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -29,12 +29,12 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 	}
 	for _, x := range ch.consumers {
 		if x.ref.GetTag() == tag {
-			return refused(reply.NotAllowed, "NOT_ALLOWED - attempt to reuse consumer tag '"+tag+"'")
+			return refused(replycode.NotAllowed, "NOT_ALLOWED - attempt to reuse consumer tag '"+tag+"'")
 		}
 	}
 	for _, x := range q.consumers {
 		if x.exclusive || (c.GetExclusive() && len(q.consumers) > 0) {
-			return refused(reply.AccessRefused, "ACCESS_REFUSED - "+rs("queue", q.name, q.vhost)+" in exclusive use")
+			return refused(replycode.AccessRefused, "ACCESS_REFUSED - "+rs("queue", q.name, q.vhost)+" in exclusive use")
 		}
 	}
 	cs := &consumer{ref: &proto.ConsumerRef{Channel: ch.ref, Tag: tag}, q: q, ch: ch, noAck: c.GetNoAck(),

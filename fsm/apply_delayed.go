@@ -6,7 +6,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
@@ -115,11 +115,11 @@ func delayedVia(typ string, args *proto.Table) (string, *proto.Result) {
 	}
 	switch {
 	case !ok:
-		return "", refused(reply.PreconditionFailed, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing exchange type")
+		return "", refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing exchange type")
 	case t == DelayedExchangeType:
-		return "", refused(reply.PreconditionFailed, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'")
+		return "", refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'")
 	case !validType(t):
-		return "", refused(reply.CommandInvalid, "COMMAND_INVALID - unknown exchange type '"+t+"'")
+		return "", refused(replycode.CommandInvalid, "COMMAND_INVALID - unknown exchange type '"+t+"'")
 	}
 	return t, nil
 }
@@ -326,7 +326,7 @@ func (s *state) applyCancelDelayed(c *proto.CancelDelayed) *proto.Result {
 			return &proto.Result{}
 		}
 	}
-	return refused(reply.NotFound, "NOT_FOUND - no delayed message "+strconv.FormatUint(c.GetSeq(), 10)+" in "+rs("exchange", c.GetExchange(), c.GetVhost()))
+	return refused(replycode.NotFound, "NOT_FOUND - no delayed message "+strconv.FormatUint(c.GetSeq(), 10)+" in "+rs("exchange", c.GetExchange(), c.GetVhost()))
 }
 
 // release routes a delayed message now, as a publish to its exchange with

@@ -5,7 +5,7 @@ import (
 
 	pb "google.golang.org/protobuf/proto"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -20,7 +20,7 @@ func validType(t string) bool {
 func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	x, ok := v.exchanges[c.GetName()]
 	if c.GetPassive() {
@@ -30,27 +30,27 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 		return &proto.Result{}
 	}
 	if c.GetName() == "" {
-		return refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return refused(replycode.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	if !validType(c.GetType()) && !s.delayedType(c.GetType()) {
-		return refused(reply.CommandInvalid, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
+		return refused(replycode.CommandInvalid, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
 	}
 	if ok {
 		if x.typ != c.GetType() {
-			return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'type' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+c.GetType()+"' but current is '"+x.typ+"'")
+			return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'type' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+c.GetType()+"' but current is '"+x.typ+"'")
 		}
 		for _, f := range []struct {
 			name      string
 			got, have bool
 		}{{"durable", c.GetDurable(), x.durable}, {"auto_delete", c.GetAutoDelete(), x.autoDelete}, {"internal", c.GetInternal(), x.intern}} {
 			if f.got != f.have {
-				return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '"+f.name+"' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(f.got)+"' but current is '"+boolText(f.have)+"'")
+				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '"+f.name+"' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(f.got)+"' but current is '"+boolText(f.have)+"'")
 			}
 		}
 		return &proto.Result{}
 	}
 	if strings.HasPrefix(c.GetName(), "amq.") || c.GetName() == "" {
-		return refused(reply.AccessRefused, "ACCESS_REFUSED - exchange name '"+c.GetName()+"' contains reserved prefix 'amq.*'")
+		return refused(replycode.AccessRefused, "ACCESS_REFUSED - exchange name '"+c.GetName()+"' contains reserved prefix 'amq.*'")
 	}
 	via, r := delayedVia(c.GetType(), c.GetArguments())
 	if r != nil {
@@ -71,20 +71,20 @@ func boolText(b bool) string {
 func (s *state) applyExchangeDelete(c *proto.ExchangeDelete) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	if c.GetName() == "" {
-		return refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return refused(replycode.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	if strings.HasPrefix(c.GetName(), "amq.") {
-		return refused(reply.AccessRefused, "ACCESS_REFUSED - deletion of system "+rs("exchange", c.GetName(), c.GetVhost())+" refused")
+		return refused(replycode.AccessRefused, "ACCESS_REFUSED - deletion of system "+rs("exchange", c.GetName(), c.GetVhost())+" refused")
 	}
 	x, ok := v.exchanges[c.GetName()]
 	if !ok {
 		return &proto.Result{}
 	}
 	if c.GetIfUnused() && (len(x.bindings) > 0 || s.isDestination(v, x.name)) {
-		return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - "+rs("exchange", c.GetName(), c.GetVhost())+" in use")
+		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("exchange", c.GetName(), c.GetVhost())+" in use")
 	}
 	s.deleteExchange(v, x)
 	return &proto.Result{}
@@ -148,7 +148,7 @@ func bindTarget(v *vhost, c interface {
 	GetConnection() *proto.ConnectionRef
 }) (*exchange, *proto.Result) {
 	if c.GetSource() == "" {
-		return nil, refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return nil, refused(replycode.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	x, ok := v.exchanges[c.GetSource()]
 	if !ok {
@@ -156,7 +156,7 @@ func bindTarget(v *vhost, c interface {
 	}
 	if c.GetDestinationIsExchange() {
 		if c.GetDestination() == "" {
-			return nil, refused(reply.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+			return nil, refused(replycode.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 		}
 		if _, ok := v.exchanges[c.GetDestination()]; !ok {
 			return nil, notFound("exchange", c.GetDestination(), c.GetVhost())
@@ -178,7 +178,7 @@ func connRefKey(c *proto.ConnectionRef) string { return connKey(c.GetNode(), c.G
 func (s *state) applyBind(c *proto.Bind) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	x, r := bindTarget(v, c)
 	if r != nil {
@@ -196,7 +196,7 @@ func (s *state) applyBind(c *proto.Bind) *proto.Result {
 func (s *state) applyUnbind(c *proto.Unbind) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	x, r := bindTarget(v, c)
 	if r != nil {

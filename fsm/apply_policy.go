@@ -5,7 +5,7 @@ import (
 
 	pb "google.golang.org/protobuf/proto"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
@@ -14,12 +14,12 @@ import (
 func validatePolicy(c *proto.PolicySet) (*regexp.Regexp, *proto.Result) {
 	re, err := regexp.Compile(c.GetPattern())
 	if err != nil {
-		return nil, refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid pattern '"+c.GetPattern()+"'")
+		return nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid pattern '"+c.GetPattern()+"'")
 	}
 	switch c.GetApplyTo() {
 	case "", "queues", "exchanges", "all":
 	default:
-		return nil, refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid apply-to '"+c.GetApplyTo()+"'")
+		return nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid apply-to '"+c.GetApplyTo()+"'")
 	}
 	d := c.GetDefinition()
 	if d == nil {
@@ -36,16 +36,16 @@ func validatePolicy(c *proto.PolicySet) (*regexp.Regexp, *proto.Result) {
 		}
 	}
 	if (d.MaxLength != nil && d.GetMaxLength() < 0) || (d.MaxLengthBytes != nil && d.GetMaxLengthBytes() < 0) {
-		return nil, refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid max-length")
+		return nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid max-length")
 	}
 	if d.DeliveryLimit != nil && d.GetDeliveryLimit() < -1 {
-		return nil, refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid delivery-limit")
+		return nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid delivery-limit")
 	}
 	if d.Overflow != nil {
 		switch d.GetOverflow() {
 		case "drop-head", "reject-publish", "reject-publish-dlx":
 		default:
-			return nil, refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid overflow '"+d.GetOverflow()+"'")
+			return nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid overflow '"+d.GetOverflow()+"'")
 		}
 	}
 	return re, nil
@@ -54,14 +54,14 @@ func validatePolicy(c *proto.PolicySet) (*regexp.Regexp, *proto.Result) {
 func (s *state) applyPolicySet(c *proto.PolicySet) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	re, r := validatePolicy(c)
 	if r != nil {
 		return r
 	}
 	if d := c.GetDefinition(); s.atLeast(4) && d != nil && d.ConsumerTimeout != nil && d.GetConsumerTimeout() < 0 {
-		return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid consumer-timeout")
+		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid consumer-timeout")
 	}
 	p := &policy{def: pb.Clone(c).(*proto.PolicySet), re: re}
 	if p.def.Definition == nil {
@@ -79,14 +79,14 @@ func (s *state) applyPolicySet(c *proto.PolicySet) *proto.Result {
 func (s *state) applyPolicyClear(c *proto.PolicyClear) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	m := v.policies
 	if c.GetOperator() {
 		m = v.operator
 	}
 	if _, ok := m[c.GetName()]; !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no policy '"+c.GetName()+"' in vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no policy '"+c.GetName()+"' in vhost '"+c.GetVhost()+"'")
 	}
 	delete(m, c.GetName())
 	s.reapplyPolicies(v)

@@ -3,7 +3,7 @@ package fsm
 import (
 	pb "google.golang.org/protobuf/proto"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
@@ -38,14 +38,14 @@ func withoutHeader(p *proto.Properties, key string) *proto.Properties {
 func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	x, ok := v.exchanges[c.GetExchange()]
 	if !ok {
 		return notFound("exchange", c.GetExchange(), c.GetVhost())
 	}
 	if x.intern {
-		return refused(reply.AccessRefused, "ACCESS_REFUSED - cannot publish to internal "+rs("exchange", x.name, c.GetVhost()))
+		return refused(replycode.AccessRefused, "ACCESS_REFUSED - cannot publish to internal "+rs("exchange", x.name, c.GetVhost()))
 	}
 	msgTTL := int64(-1)
 	if c.GetProperties() != nil && c.GetProperties().Expiration != nil {

@@ -7,7 +7,7 @@ import (
 
 	pb "google.golang.org/protobuf/proto"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
@@ -33,7 +33,7 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 		case "x-max-length", "x-max-length-bytes":
 			n, ok := valueAny(v).(int64)
 			if !ok || n < 0 {
-				return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
+				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
 			}
 			if f.GetKey() == "x-max-length" {
 				q.argMaxLen = ttl.Some(n)
@@ -43,7 +43,7 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 		case "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow":
 			sv, ok := valueString(v)
 			if !ok {
-				return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
+				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
 			}
 			switch f.GetKey() {
 			case "x-dead-letter-exchange":
@@ -52,7 +52,7 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 				q.argDLRK = &sv
 			default:
 				if sv != "drop-head" && sv != "reject-publish" && sv != "reject-publish-dlx" {
-					return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid arg 'x-overflow' for "+rs("queue", q.name, q.vhost))
+					return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg 'x-overflow' for "+rs("queue", q.name, q.vhost))
 				}
 				q.argOverflow = sv
 			}
@@ -72,7 +72,7 @@ func ttlRefusal(err error) *proto.Result {
 	if e, ok := err.(*ttl.Error); ok {
 		return refused(uint32(e.Code), e.Text)
 	}
-	return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - "+err.Error())
+	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+err.Error())
 }
 
 var equivalenceKeys = []string{"x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow"}
@@ -151,7 +151,7 @@ func typeName(v *proto.Value) string {
 func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	name := c.GetName()
 	if name == "" && !c.GetPassive() {
@@ -170,10 +170,10 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 		}
 		if !c.GetPassive() {
 			if q.durable != c.GetDurable() {
-				return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'durable' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetDurable())+"' but current is '"+boolText(q.durable)+"'")
+				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'durable' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetDurable())+"' but current is '"+boolText(q.durable)+"'")
 			}
 			if q.autoDelete != c.GetAutoDelete() {
-				return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'auto_delete' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetAutoDelete())+"' but current is '"+boolText(q.autoDelete)+"'")
+				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'auto_delete' for "+rs("queue", name, c.GetVhost())+": received '"+boolText(c.GetAutoDelete())+"' but current is '"+boolText(q.autoDelete)+"'")
 			}
 			keys := equivalenceKeys
 			if q.features {
@@ -183,7 +183,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 				a, aok := tableGet(c.GetArguments(), k)
 				b, bok := tableGet(q.args, k)
 				if aok != bok || (aok && !argEqual(a, b)) {
-					return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '"+k+"' for "+rs("queue", name, c.GetVhost())+": received "+describe(a, aok)+" but current is "+describe(b, bok))
+					return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '"+k+"' for "+rs("queue", name, c.GetVhost())+": received "+describe(a, aok)+" but current is "+describe(b, bok))
 				}
 			}
 		}
@@ -194,7 +194,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 		return notFound("queue", name, c.GetVhost())
 	}
 	if strings.HasPrefix(name, "amq.") && c.GetName() != "" {
-		return refused(reply.AccessRefused, "ACCESS_REFUSED - queue name '"+name+"' contains reserved prefix 'amq.*'")
+		return refused(replycode.AccessRefused, "ACCESS_REFUSED - queue name '"+name+"' contains reserved prefix 'amq.*'")
 	}
 	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
 		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(3)}
@@ -218,7 +218,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 func (s *state) lookupQueue(vh, name string, conn *proto.ConnectionRef) (*queueState, *proto.Result) {
 	v, ok := s.vhosts[vh]
 	if !ok {
-		return nil, refused(reply.NotFound, "NOT_FOUND - no vhost '"+vh+"'")
+		return nil, refused(replycode.NotFound, "NOT_FOUND - no vhost '"+vh+"'")
 	}
 	q, ok := v.queues[name]
 	if !ok {
@@ -233,16 +233,16 @@ func (s *state) lookupQueue(vh, name string, conn *proto.ConnectionRef) (*queueS
 func (s *state) applyQueueDelete(c *proto.QueueDelete) *proto.Result {
 	q, r := s.lookupQueue(c.GetVhost(), c.GetName(), c.GetConnection())
 	if r != nil {
-		if r.Code == reply.NotFound {
+		if r.Code == replycode.NotFound {
 			return &proto.Result{Queue: c.GetName()}
 		}
 		return r
 	}
 	if c.GetIfUnused() && len(q.consumers) > 0 {
-		return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" in use")
+		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" in use")
 	}
 	if c.GetIfEmpty() && q.q.Len() > 0 {
-		return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" not empty")
+		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" not empty")
 	}
 	n := q.q.Len()
 	s.deleteQueue(q, true)

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
@@ -37,7 +37,7 @@ func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, t
 		ch.unacked = nil
 		return out, ch, nil
 	}
-	unknown := refused(reply.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(tag, 10))
+	unknown := refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(tag, 10))
 	if !ok {
 		return nil, nil, unknown
 	}
@@ -73,7 +73,7 @@ func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*pending, *chan
 			idx[k], found = slices.BinarySearchFunc(ch.unacked, t, func(p *pending, t uint64) int { return cmp.Compare(p.tag, t) })
 		}
 		if !found {
-			return nil, nil, refused(reply.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(t, 10))
+			return nil, nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(t, 10))
 		}
 	}
 	out := make([]*pending, len(idx))

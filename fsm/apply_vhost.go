@@ -3,7 +3,7 @@ package fsm
 import (
 	"slices"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -34,7 +34,7 @@ func newVhost(name, desc string) *vhost {
 func (s *state) applyVhostDelete(c *proto.VhostDelete) *proto.Result {
 	v, ok := s.vhosts[c.GetName()]
 	if !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetName()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetName()+"'")
 	}
 	for _, qk := range sortedKeys(v.queues) {
 		s.deleteQueue(v.queues[qk], true)
@@ -57,7 +57,7 @@ func (s *state) applyUserPut(c *proto.UserPut) *proto.Result {
 
 func (s *state) applyUserDelete(c *proto.UserDelete) *proto.Result {
 	if _, ok := s.users[c.GetName()]; !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no user '"+c.GetName()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no user '"+c.GetName()+"'")
 	}
 	delete(s.users, c.GetName())
 	for _, k := range sortedKeys(s.perms) {
@@ -70,10 +70,10 @@ func (s *state) applyUserDelete(c *proto.UserDelete) *proto.Result {
 
 func (s *state) applyPermissionSet(c *proto.PermissionSet) *proto.Result {
 	if _, ok := s.users[c.GetUser()]; !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no user '"+c.GetUser()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no user '"+c.GetUser()+"'")
 	}
 	if _, ok := s.vhosts[c.GetVhost()]; !ok {
-		return refused(reply.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
+		return refused(replycode.NotFound, "NOT_FOUND - no vhost '"+c.GetVhost()+"'")
 	}
 	s.perms[c.GetUser()+"\x00"+c.GetVhost()] = &proto.PermissionInfo{User: c.GetUser(), Vhost: c.GetVhost(),
 		Configure: c.GetConfigure(), Write: c.GetWrite(), Read: c.GetRead()}

@@ -3,7 +3,7 @@ package fsm
 import (
 	"strconv"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 )
@@ -44,7 +44,7 @@ var unsupportedConsumeArgs = map[string]bool{
 }
 
 func invalidArg(key string, q *queueState, why string) *proto.Result {
-	return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+key+"' for "+rs("queue", q.name, q.vhost)+": "+why)
+	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+key+"' for "+rs("queue", q.name, q.vhost)+": "+why)
 }
 
 // parseFeatureArg validates one declare argument of the features above;
@@ -86,14 +86,14 @@ func parseFeatureArg(q *queueState, key string, v *proto.Value) *proto.Result {
 		case "stream":
 			// A RabbitMQ queue type raftmq lacks: refused rather than
 			// silently made a queue that consumers drain.
-			return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - raftmq does not support queue type '"+t+"'")
+			return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - raftmq does not support queue type '"+t+"'")
 		default:
 			// RabbitMQ's own refusal of a type it does not know.
 			return invalidArg(key, q, "\"unsupported queue type '"+t+"'\"")
 		}
 	default:
 		if unsupportedQueueArgs[key] {
-			return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - raftmq does not support queue argument '"+key+"' (stream queues)")
+			return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - raftmq does not support queue argument '"+key+"' (stream queues)")
 		}
 	}
 	return nil
@@ -103,7 +103,7 @@ func parseFeatureArg(q *queueState, key string, v *proto.Value) *proto.Result {
 func checkConsumeArgs(args *proto.Table) *proto.Result {
 	for _, f := range args.GetFields() {
 		if unsupportedConsumeArgs[f.GetKey()] {
-			return refused(reply.PreconditionFailed, "PRECONDITION_FAILED - raftmq does not support consumer argument '"+f.GetKey()+"' (stream queues)")
+			return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - raftmq does not support consumer argument '"+f.GetKey()+"' (stream queues)")
 		}
 	}
 	return nil

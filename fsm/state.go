@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
@@ -228,11 +228,11 @@ func rs(kind, name, vh string) string { return kind + " '" + name + "' in vhost 
 func refused(code uint32, text string) *proto.Result { return &proto.Result{Code: code, Text: text} }
 
 func notFound(kind, name, vh string) *proto.Result {
-	return refused(reply.NotFound, "NOT_FOUND - no "+kind+" '"+name+"' in vhost '"+vh+"'")
+	return refused(replycode.NotFound, "NOT_FOUND - no "+kind+" '"+name+"' in vhost '"+vh+"'")
 }
 
 func locked(name, vh string) *proto.Result {
-	return refused(reply.ResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked "+rs("queue", name, vh)+". It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.")
+	return refused(replycode.ResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked "+rs("queue", name, vh)+". It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.")
 }
 
 // queueTTL is the effective queue message TTL (argument, policy, operator).

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -141,13 +141,13 @@ func kindName(c *proto.Command) string {
 }
 
 func malformed(text string) *InvalidError {
-	return &InvalidError{Code: reply.InternalError, Text: "INTERNAL_ERROR - invalid command: " + text}
+	return &InvalidError{Code: replycode.InternalError, Text: "INTERNAL_ERROR - invalid command: " + text}
 }
 
 // Unsupported is the refusal of a command whose kind needs protocol
 // version need while some server of the cluster announces only have.
 func Unsupported(c *proto.Command, need, have uint32) *InvalidError {
-	return &InvalidError{Code: reply.NotImplemented, Text: fmt.Sprintf(
+	return &InvalidError{Code: replycode.NotImplemented, Text: fmt.Sprintf(
 		"NOT_IMPLEMENTED - command %s needs protocol version %d, and a node of the cluster supports only %d",
 		kindName(c), need, have)}
 }
@@ -205,9 +205,9 @@ func (v *validator) fail(code uint32, format string, args ...any) {
 	if v.err == nil {
 		prefix := "PRECONDITION_FAILED - "
 		switch code {
-		case reply.InternalError:
+		case replycode.InternalError:
 			prefix = "INTERNAL_ERROR - invalid command: "
-		case reply.NotImplemented:
+		case replycode.NotImplemented:
 			prefix = "NOT_IMPLEMENTED - "
 		}
 		v.err = &InvalidError{Code: code, Text: prefix + fmt.Sprintf(format, args...)}
@@ -218,28 +218,28 @@ func (v *validator) fail(code uint32, format string, args ...any) {
 func (v *validator) name(what, s string, required bool) {
 	switch {
 	case required && s == "":
-		v.fail(reply.InternalError, "%s is empty", what)
+		v.fail(replycode.InternalError, "%s is empty", what)
 	case len(s) > MaxNameLen:
-		v.fail(reply.PreconditionFailed, "%s is %d bytes long, longer than %d", what, len(s), MaxNameLen)
+		v.fail(replycode.PreconditionFailed, "%s is %d bytes long, longer than %d", what, len(s), MaxNameLen)
 	}
 }
 
 func (v *validator) text(what, s string, max int) {
 	if len(s) > max {
-		v.fail(reply.PreconditionFailed, "%s is %d bytes long, longer than %d", what, len(s), max)
+		v.fail(replycode.PreconditionFailed, "%s is %d bytes long, longer than %d", what, len(s), max)
 	}
 }
 
 func (v *validator) list(what string, n int) {
 	if n > MaxListLen {
-		v.fail(reply.PreconditionFailed, "%s has %d elements, more than %d", what, n, MaxListLen)
+		v.fail(replycode.PreconditionFailed, "%s has %d elements, more than %d", what, n, MaxListLen)
 	}
 }
 
 func (v *validator) connection(what string, r *proto.ConnectionRef, required bool) {
 	if r == nil {
 		if required {
-			v.fail(reply.InternalError, "%s is missing", what)
+			v.fail(replycode.InternalError, "%s is missing", what)
 		}
 		return
 	}
@@ -249,19 +249,19 @@ func (v *validator) connection(what string, r *proto.ConnectionRef, required boo
 
 func (v *validator) channel(what string, r *proto.ChannelRef) {
 	if r == nil {
-		v.fail(reply.InternalError, "%s is missing", what)
+		v.fail(replycode.InternalError, "%s is missing", what)
 		return
 	}
 	v.name(what+" node", r.GetNode(), true)
 	v.name(what+" connection", r.GetConnection(), true)
 	if r.GetChannel() > math.MaxUint16 {
-		v.fail(reply.InternalError, "%s number %d is out of range", what, r.GetChannel())
+		v.fail(replycode.InternalError, "%s number %d is out of range", what, r.GetChannel())
 	}
 }
 
 func (v *validator) consumer(what string, r *proto.ConsumerRef) {
 	if r == nil {
-		v.fail(reply.InternalError, "%s is missing", what)
+		v.fail(replycode.InternalError, "%s is missing", what)
 		return
 	}
 	v.channel(what+" channel", r.GetChannel())
@@ -275,11 +275,11 @@ func (v *validator) consumer(what string, r *proto.ConsumerRef) {
 func (v *validator) queueRef(what string, r *proto.QueueRef) {
 	switch {
 	case r == nil:
-		v.fail(reply.InternalError, "%s is missing", what)
+		v.fail(replycode.InternalError, "%s is missing", what)
 	case r.GetVhost() == "":
-		v.fail(reply.InternalError, "%s vhost is empty", what)
+		v.fail(replycode.InternalError, "%s vhost is empty", what)
 	case r.GetName() == "":
-		v.fail(reply.InternalError, "%s name is empty", what)
+		v.fail(replycode.InternalError, "%s name is empty", what)
 	}
 }
 
@@ -288,13 +288,13 @@ func (v *validator) table(what string, t *proto.Table, depth int) {
 		return
 	}
 	if depth > MaxTableDepth {
-		v.fail(reply.PreconditionFailed, "%s nests deeper than %d", what, MaxTableDepth)
+		v.fail(replycode.PreconditionFailed, "%s nests deeper than %d", what, MaxTableDepth)
 		return
 	}
 	v.list(what, len(t.GetFields()))
 	for _, f := range t.GetFields() {
 		if f == nil {
-			v.fail(reply.InternalError, "%s has a nil field", what)
+			v.fail(replycode.InternalError, "%s has a nil field", what)
 			return
 		}
 		v.name(what+" key", f.GetKey(), false)
@@ -316,17 +316,17 @@ func truncate(s string) string {
 // fits the wire type it stands for.
 func (v *validator) value(what string, x *proto.Value, depth int) {
 	if x == nil {
-		v.fail(reply.InternalError, "%s has no value", what)
+		v.fail(replycode.InternalError, "%s has no value", what)
 		return
 	}
 	inRange := func(n, lo, hi int64) {
 		if n < lo || n > hi {
-			v.fail(reply.InternalError, "%s value %d does not fit its type", what, n)
+			v.fail(replycode.InternalError, "%s value %d does not fit its type", what, n)
 		}
 	}
 	switch k := x.GetKind().(type) {
 	case nil:
-		v.fail(reply.InternalError, "%s has no value", what)
+		v.fail(replycode.InternalError, "%s has no value", what)
 	case *proto.Value_Int8:
 		inRange(int64(k.Int8), math.MinInt8, math.MaxInt8)
 	case *proto.Value_Uint8:
@@ -337,7 +337,7 @@ func (v *validator) value(what string, x *proto.Value, depth int) {
 		inRange(int64(k.Uint16), 0, math.MaxUint16)
 	case *proto.Value_Decimal:
 		if k.Decimal == nil {
-			v.fail(reply.InternalError, "%s has no value", what)
+			v.fail(replycode.InternalError, "%s has no value", what)
 			return
 		}
 		inRange(int64(k.Decimal.GetScale()), 0, math.MaxUint8)
@@ -345,17 +345,17 @@ func (v *validator) value(what string, x *proto.Value, depth int) {
 		v.name(what, k.ShortString, false)
 	case *proto.Value_Table:
 		if k.Table == nil {
-			v.fail(reply.InternalError, "%s has no value", what)
+			v.fail(replycode.InternalError, "%s has no value", what)
 			return
 		}
 		v.table(what, k.Table, depth+1)
 	case *proto.Value_Array:
 		if k.Array == nil {
-			v.fail(reply.InternalError, "%s has no value", what)
+			v.fail(replycode.InternalError, "%s has no value", what)
 			return
 		}
 		if depth+1 > MaxTableDepth {
-			v.fail(reply.PreconditionFailed, "%s nests deeper than %d", what, MaxTableDepth)
+			v.fail(replycode.PreconditionFailed, "%s nests deeper than %d", what, MaxTableDepth)
 			return
 		}
 		v.list(what, len(k.Array.GetValues()))
@@ -385,10 +385,10 @@ func (v *validator) properties(p *proto.Properties) {
 		}
 	}
 	if p.DeliveryMode != nil && p.GetDeliveryMode() > math.MaxUint8 {
-		v.fail(reply.InternalError, "delivery-mode %d is out of range", p.GetDeliveryMode())
+		v.fail(replycode.InternalError, "delivery-mode %d is out of range", p.GetDeliveryMode())
 	}
 	if p.Priority != nil && p.GetPriority() > math.MaxUint8 {
-		v.fail(reply.InternalError, "priority %d is out of range", p.GetPriority())
+		v.fail(replycode.InternalError, "priority %d is out of range", p.GetPriority())
 	}
 	v.table("headers", p.GetHeaders(), 0)
 }
@@ -467,7 +467,7 @@ func (v *validator) command(c *proto.Command) {
 		v.name("routing key", p.GetRoutingKey(), false)
 		v.properties(p.GetProperties())
 		if n := len(p.GetBody()); n > v.maxBody {
-			v.fail(reply.PreconditionFailed, "message size %d is larger than configured max size %d", n, v.maxBody)
+			v.fail(replycode.PreconditionFailed, "message size %d is larger than configured max size %d", n, v.maxBody)
 		}
 		if p.GetChannel() != nil {
 			v.channel("publishing channel", p.GetChannel())
@@ -535,32 +535,32 @@ func (v *validator) command(c *proto.Command) {
 	case *proto.Command_ConsumerTimeout:
 		v.channel("channel", x.ConsumerTimeout.GetChannel())
 		if d := x.ConsumerTimeout.GetDefaultMs(); d < 0 {
-			v.fail(reply.InternalError, "consumer timeout default %d is negative", d)
+			v.fail(replycode.InternalError, "consumer timeout default %d is negative", d)
 		}
 	case *proto.Command_ReleaseDelayed:
 		switch l := x.ReleaseDelayed.GetLimit(); {
 		case l == 0:
-			v.fail(reply.InternalError, "release limit 0")
+			v.fail(replycode.InternalError, "release limit 0")
 		case l > MaxReleaseBatch:
-			v.fail(reply.PreconditionFailed, "release limit %d is above %d", l, MaxReleaseBatch)
+			v.fail(replycode.PreconditionFailed, "release limit %d is above %d", l, MaxReleaseBatch)
 		}
 	case *proto.Command_CancelDelayed:
 		v.name("vhost name", x.CancelDelayed.GetVhost(), true)
 		v.name("exchange name", x.CancelDelayed.GetExchange(), true)
 		if x.CancelDelayed.GetSeq() == 0 {
-			v.fail(reply.InternalError, "delayed message 0")
+			v.fail(replycode.InternalError, "delayed message 0")
 		}
 	case *proto.Command_SetProtocol:
 		switch l := x.SetProtocol.GetLevel(); {
 		case l == 0:
-			v.fail(reply.InternalError, "protocol level 0")
+			v.fail(replycode.InternalError, "protocol level 0")
 		case l > Protocol:
-			v.fail(reply.NotImplemented, "protocol level %d is above %d, the highest this node applies", l, Protocol)
+			v.fail(replycode.NotImplemented, "protocol level %d is above %d, the highest this node applies", l, Protocol)
 		}
 	default:
 		// Validate returned before for a command of no kind; a kind added
 		// to the oneof must be given its checks here.
-		v.fail(reply.InternalError, "command of kind %s has no validation", kindName(c))
+		v.fail(replycode.InternalError, "command of kind %s has no validation", kindName(c))
 	}
 }
 

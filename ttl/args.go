@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 // MaxTTL is the largest TTL or expiry RabbitMQ accepts, in milliseconds:
@@ -196,7 +196,7 @@ func expirationError(s, detail string) *Error {
 // "Validation failed".
 func PolicyMessageTTL(v int64) error {
 	if v < 0 || v > MaxTTL {
-		return &Error{Code: reply.PreconditionFailed, Text: strconv.FormatInt(v, 10) + " is not a valid message TTL"}
+		return &Error{Code: replycode.PreconditionFailed, Text: strconv.FormatInt(v, 10) + " is not a valid message TTL"}
 	}
 	return nil
 }
@@ -205,7 +205,7 @@ func PolicyMessageTTL(v int64) error {
 // ("0 is not a valid queue expiry" otherwise).
 func PolicyExpires(v int64) error {
 	if v < 1 || v > MaxTTL {
-		return &Error{Code: reply.PreconditionFailed, Text: strconv.FormatInt(v, 10) + " is not a valid queue expiry"}
+		return &Error{Code: replycode.PreconditionFailed, Text: strconv.FormatInt(v, 10) + " is not a valid queue expiry"}
 	}
 	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 // Error is a refusal of a TTL/expiry value: AMQP reply code 406
@@ -20,7 +20,7 @@ type Error struct {
 func (e *Error) Error() string { return e.Text }
 
 func precondition(text string) *Error {
-	return &Error{Code: reply.PreconditionFailed, Text: "PRECONDITION_FAILED - " + text}
+	return &Error{Code: replycode.PreconditionFailed, Text: "PRECONDITION_FAILED - " + text}
 }
 
 // queueResource formats a queue the way RabbitMQ's rabbit_misc:rs/1 does.

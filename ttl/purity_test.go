@@ -20,7 +20,7 @@ var purePackages = []string{"ttl", "queue", "fsm"}
 
 // replyPackage holds the AMQP reply codes every layer names; it imports
 // nothing (TestReplyImportsNothing), so a pure package may use it.
-const replyPackage = "github.com/raftmq/raftmq/amqp/reply"
+const replyPackage = "github.com/raftmq/raftmq/internal/replycode"
 
 // forbiddenImport reports whether a pure package may not import path
 // directly. Only direct imports count: the protobuf runtime the state

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 // sampleTable holds one value of every supported type.
@@ -87,11 +87,11 @@ func TestMethod_BitsArePacked(t *testing.T) {
 func TestDecodeMethod_Unknown(t *testing.T) {
 	_, err := DecodeMethod([]byte{0, 60, 0, 99})
 	e, ok := AsError(err)
-	if !ok || e.Code != reply.CommandInvalid || !e.Hard {
+	if !ok || e.Code != replycode.CommandInvalid || !e.Hard {
 		t.Fatalf("unknown method: %v", err)
 	}
 	_, err = DecodeMethod([]byte{0, 60})
-	if e, ok := AsError(err); !ok || e.Code != reply.FrameError {
+	if e, ok := AsError(err); !ok || e.Code != replycode.FrameError {
 		t.Fatalf("short method: %v", err)
 	}
 }
@@ -225,11 +225,11 @@ func TestReadFrame_Errors(t *testing.T) {
 		in   []byte
 		code uint16
 	}{
-		"over frame-max":         {big, reply.FrameError},
-		"huge declared size":     {[]byte{FrameBody, 0, 1, 0xff, 0xff, 0xff, 0xff}, reply.FrameError},
-		"wrong frame end":        {badEnd, reply.FrameError},
-		"unknown type":           {AppendFrame(nil, 9, 0, nil), reply.FrameError},
-		"heartbeat on a channel": {AppendFrame(nil, FrameHeartbeat, 1, nil), reply.FrameError},
+		"over frame-max":         {big, replycode.FrameError},
+		"huge declared size":     {[]byte{FrameBody, 0, 1, 0xff, 0xff, 0xff, 0xff}, replycode.FrameError},
+		"wrong frame end":        {badEnd, replycode.FrameError},
+		"unknown type":           {AppendFrame(nil, 9, 0, nil), replycode.FrameError},
+		"heartbeat on a channel": {AppendFrame(nil, FrameHeartbeat, 1, nil), replycode.FrameError},
 		"truncated":              {AppendFrame(nil, FrameBody, 1, make([]byte, 300))[:100], 0},
 	}
 	for name, c := range cases {
@@ -287,19 +287,19 @@ func TestAppendContent_SplitsBody(t *testing.T) {
 }
 
 func TestError_Close(t *testing.T) {
-	e := ChanError(reply.NotFound, 50, 10, "no queue '%s' in vhost '/'", "q")
+	e := ChanError(replycode.NotFound, 50, 10, "no queue '%s' in vhost '/'", "q")
 	c, ok := e.Close().(*ChannelClose)
 	if !ok || c.ReplyCode != 404 || c.FailingClassID != 50 || c.FailingMethodID != 10 || c.ReplyText != "NOT_FOUND - no queue 'q' in vhost '/'" {
 		t.Fatalf("close = %#v", e.Close())
 	}
-	h := ConnError(reply.FrameError, 0, 0, "bad")
+	h := ConnError(replycode.FrameError, 0, 0, "bad")
 	if _, ok := h.Close().(*ConnectionClose); !ok {
 		t.Fatalf("hard error closes with %T", h.Close())
 	}
-	if !reply.IsHard(reply.NotAllowed) || reply.IsHard(reply.NotFound) || reply.Name(reply.PreconditionFailed) != "PRECONDITION_FAILED" {
+	if !replycode.IsHard(replycode.NotAllowed) || replycode.IsHard(replycode.NotFound) || replycode.Name(replycode.PreconditionFailed) != "PRECONDITION_FAILED" {
 		t.Fatal("reply code tables are wrong")
 	}
-	long := ChanError(reply.NotFound, 0, 0, "%s", string(bytes.Repeat([]byte("x"), 400))).Close().AppendTo(nil)
+	long := ChanError(replycode.NotFound, 0, 0, "%s", string(bytes.Repeat([]byte("x"), 400))).Close().AppendTo(nil)
 	if _, err := DecodeMethod(long); err != nil {
 		t.Fatalf("a long reply text must still encode: %v", err)
 	}

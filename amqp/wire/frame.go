@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 // Frame sizes.
@@ -47,10 +47,10 @@ func ReadFrame(r *bufio.Reader, frameMax uint32) (Frame, error) {
 	switch f.Type {
 	case FrameMethod, FrameHeader, FrameBody, FrameHeartbeat:
 	default:
-		return Frame{}, ConnError(reply.FrameError, 0, 0, "type %d, first 16 octets = %x: unknown frame type", f.Type, hdr)
+		return Frame{}, ConnError(replycode.FrameError, 0, 0, "type %d, first 16 octets = %x: unknown frame type", f.Type, hdr)
 	}
 	if uint64(size) > uint64(frameMax)-FrameOverhead {
-		return Frame{}, ConnError(reply.FrameError, 0, 0, "frame size %d is larger than negotiated maximum %d", uint64(size)+FrameOverhead, frameMax)
+		return Frame{}, ConnError(replycode.FrameError, 0, 0, "frame size %d is larger than negotiated maximum %d", uint64(size)+FrameOverhead, frameMax)
 	}
 	f.Payload = make([]byte, size)
 	if _, err := io.ReadFull(r, f.Payload); err != nil {
@@ -61,10 +61,10 @@ func ReadFrame(r *bufio.Reader, frameMax uint32) (Frame, error) {
 		return Frame{}, unexpectedEOF(err)
 	}
 	if end != FrameEnd {
-		return Frame{}, ConnError(reply.FrameError, 0, 0, "frame end octet is 0x%02x, not 0x%02x", end, FrameEnd)
+		return Frame{}, ConnError(replycode.FrameError, 0, 0, "frame end octet is 0x%02x, not 0x%02x", end, FrameEnd)
 	}
 	if f.Type == FrameHeartbeat && f.Channel != 0 {
-		return Frame{}, ConnError(reply.FrameError, 0, 0, "heartbeat frame on channel %d", f.Channel)
+		return Frame{}, ConnError(replycode.FrameError, 0, 0, "heartbeat frame on channel %d", f.Channel)
 	}
 	return f, nil
 }
@@ -159,11 +159,11 @@ func DecodeContentHeader(p []byte) (*ContentHeader, error) {
 	d := decoder{b: p}
 	h := &ContentHeader{ClassID: d.short(), Weight: d.short(), BodySize: d.longlong()}
 	if d.err == nil && h.ClassID != ClassBasic {
-		return nil, ConnError(reply.FrameError, h.ClassID, 0, "content header for class %d", h.ClassID)
+		return nil, ConnError(replycode.FrameError, h.ClassID, 0, "content header for class %d", h.ClassID)
 	}
 	h.Properties.decode(&d)
 	if d.err != nil {
-		return nil, ConnError(reply.FrameError, h.ClassID, 0, "cannot decode content header: %v", d.err)
+		return nil, ConnError(replycode.FrameError, h.ClassID, 0, "cannot decode content header: %v", d.err)
 	}
 	return h, nil
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 // Method is one AMQP method: its identity and its encoding.
@@ -66,7 +66,7 @@ func ChanError(code uint16, classID, methodID uint16, format string, args ...any
 
 func replyText(code uint16, format string, args ...any) string {
 	text := fmt.Sprintf(format, args...)
-	if name := reply.Name(code); name != "" {
+	if name := replycode.Name(code); name != "" {
 		return name + " - " + text
 	}
 	return text

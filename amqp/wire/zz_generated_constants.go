@@ -4,7 +4,7 @@
 package wire
 
 // Protocol version and constants from the specification. The reply codes
-// are package reply's, which every layer of raftmq may import.
+// are package replycode's, which every layer of raftmq may import.
 const (
 	// ProtocolMajor is the major protocol version.
 	ProtocolMajor = 0

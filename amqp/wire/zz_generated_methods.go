@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 var _ = time.Time{}
@@ -2632,16 +2632,16 @@ func DecodeMethod(payload []byte) (Method, error) {
 	d := decoder{b: payload}
 	classID, methodID := d.short(), d.short()
 	if d.err != nil {
-		return nil, &Error{Code: reply.FrameError, Text: "FRAME_ERROR - method frame too short", Hard: true}
+		return nil, &Error{Code: replycode.FrameError, Text: "FRAME_ERROR - method frame too short", Hard: true}
 	}
 	m := newMethod(classID, methodID)
 	if m == nil {
-		return nil, &Error{Code: reply.CommandInvalid, ClassID: classID, MethodID: methodID, Hard: true,
+		return nil, &Error{Code: replycode.CommandInvalid, ClassID: classID, MethodID: methodID, Hard: true,
 			Text: fmt.Sprintf("COMMAND_INVALID - unknown method %d.%d", classID, methodID)}
 	}
 	m.(interface{ decode(*decoder) }).decode(&d)
 	if d.err != nil {
-		return nil, &Error{Code: reply.FrameError, ClassID: classID, MethodID: methodID, Hard: true,
+		return nil, &Error{Code: replycode.FrameError, ClassID: classID, MethodID: methodID, Hard: true,
 			Text: fmt.Sprintf("FRAME_ERROR - cannot decode %s: %v", m.Name(), d.err)}
 	}
 	return m, nil

@@ -19,7 +19,7 @@ type Server struct {
 	ops *ops.Service
 }
 
-// NewAdminServer returns the Admin service over o. Register it with
+// New returns the Admin service over o. Register it with
 // proto.RegisterAdminServer.
 func New(o *ops.Service) *Server { return &Server{ops: o} }
 

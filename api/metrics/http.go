@@ -9,12 +9,12 @@ import (
 	"github.com/raftmq/raftmq/api/ops"
 )
 
-// HandlerOptions configure NewHTTPHandler.
+// HandlerOptions configure NewHandler.
 type HandlerOptions struct {
 	// Node is the local node (required).
 	Node ops.Node
 	// Metrics is served on /metrics; nil builds one from Node, Conns,
-	// Stats, PerQueue and MaxQueues (use NewMetrics directly to keep its
+	// Stats, PerQueue and MaxQueues (use New directly to keep its
 	// ObserveApply hook).
 	Metrics *Metrics
 	// Conns, Stats, PerQueue and MaxQueues are as in Options.
@@ -30,7 +30,7 @@ type HandlerOptions struct {
 	Serving func() bool
 }
 
-// NewHTTPHandler serves /metrics and /metrics/per-object (the same with
+// NewHandler serves /metrics and /metrics/per-object (the same with
 // RabbitMQ's queue series per queue), /healthz (200 while the process
 // runs), /readyz (200 once the node is a member of a cluster with a known
 // leader, has applied the leader's defaults and serves AMQP, 503 with the

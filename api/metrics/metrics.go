@@ -11,7 +11,7 @@ import (
 // raftStates are the values of the raftmq_raft_state gauge's label.
 var raftStates = []string{"Follower", "Candidate", "Leader", "Shutdown"}
 
-// Options configure NewMetrics.
+// Options configure New.
 type Options struct {
 	// Node is the local node (required).
 	Node ops.Node
@@ -61,7 +61,7 @@ type Metrics struct {
 	qReady, qUnacked, qConsumers, qReadyBytes                              *prometheus.Desc
 }
 
-// NewMetrics returns the collector of o.Node registered, with the Go and
+// New returns the collector of o.Node registered, with the Go and
 // process collectors, in its own registry.
 func New(o Options) *Metrics {
 	if o.MaxQueues <= 0 {

@@ -53,27 +53,40 @@ func connectionJSON(c *proto.ConnectionInfo) map[string]any {
 	return out
 }
 
+// connection is the connection the path names, by its name or id; nil
+// when there is none.
+func (q *req) connection(conns []*proto.ConnectionInfo) *proto.ConnectionInfo {
+	name := q.arg("name")
+	var found *proto.ConnectionInfo
+	for _, c := range conns {
+		if connectionName(c) == name || c.GetId() == name {
+			found = c
+		}
+	}
+	return found
+}
+
+func (q *req) connectionChannels() error {
+	found := q.connection(q.connectionList())
+	if found == nil {
+		return notFound()
+	}
+	q.list(q.channelList(func(ch *proto.ChannelRef) bool { return ch.GetConnection() == found.GetId() }))
+	return nil
+}
+
 func (q *req) connections() error {
-	name := q.seg(1)
+	name := q.arg("name")
 	var found *proto.ConnectionInfo
 	conns := q.connectionList()
 	if name != "" {
-		for _, c := range conns {
-			if connectionName(c) == name || c.GetId() == name {
-				found = c
-			}
-		}
-		if found == nil {
+		if found = q.connection(conns); found == nil {
 			return notFound()
 		}
 	}
 	switch q.r.Method {
 	case http.MethodGet:
 		if found != nil {
-			if q.seg(2) == "channels" {
-				q.list(q.channelList(func(ch *proto.ChannelRef) bool { return ch.GetConnection() == found.GetId() }))
-				return nil
-			}
 			q.ok(connectionJSON(found))
 			return nil
 		}

@@ -13,22 +13,20 @@ import (
 )
 
 func (q *req) health() error {
-	if q.r.Method != http.MethodGet {
-		return methodNotAllowed()
-	}
-	if q.seg(1) != "checks" {
-		return notFound()
-	}
 	okJSON := map[string]string{"status": "ok"}
 	failed := func(reason string) error {
 		writeJSON(q.w, http.StatusServiceUnavailable, map[string]string{"status": "failed", "reason": reason})
 		return nil
 	}
-	switch q.seg(2) {
+	check := q.arg("check")
+	if q.arg("port") != "" {
+		check = "port-listener"
+	}
+	switch check {
 	case "alarms", "local-alarms":
-		return q.alarmsCheck(q.seg(2) == "local-alarms")
+		return q.alarmsCheck(check == "local-alarms")
 	case "clocks", "local-clock":
-		return q.clockCheck(q.seg(2) == "local-clock")
+		return q.clockCheck(check == "local-clock")
 	case "virtual-hosts":
 	case "ready-to-serve-clients":
 		if reason := ops.NotReady(q.m.node); reason != "" {
@@ -48,7 +46,7 @@ func (q *req) health() error {
 			return failed(fmt.Sprintf("stopping this node would leave %d of %d raft voters, fewer than a majority", alive-1, voters))
 		}
 	case "port-listener":
-		port := q.seg(3)
+		port := q.arg("port")
 		for _, mb := range q.m.node.Members() {
 			if mb.GetId() == q.m.node.NodeID() && (portOf(mb.GetAmqpAddr()) == port || portOf(mb.GetGrpcAddr()) == port) {
 				q.ok(okJSON)
@@ -71,10 +69,7 @@ func (q *req) health() error {
 // message to it and takes it back, all through the log, as RabbitMQ's
 // check does.
 func (q *req) aliveness() error {
-	if q.r.Method != http.MethodGet {
-		return methodNotAllowed()
-	}
-	vhost, err := q.vhostArg(1)
+	vhost, err := q.vhostArg()
 	if err != nil {
 		return err
 	}

@@ -16,15 +16,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
 	"github.com/raftmq/raftmq/api/mgmt/console"
 	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
 var consoleHandler = console.Handler()
 
-// Options configure NewManagement.
+// Options configure New.
 type Options struct {
 	// Ops are the node's operations (required): every write of the
 	// management API is one of them.
@@ -42,7 +42,7 @@ type Options struct {
 	MaxBodyBytes int64
 }
 
-// Management serves RabbitMQ's management HTTP API (the routes and JSON
+// Server serves RabbitMQ's management HTTP API (the routes and JSON
 // shapes of RabbitMQ 3.10's rabbitmq_management plugin that tools use) over
 // one node. Reads come from the node's applied state; writes are the
 // node's operations, so they go through the log from any node.
@@ -55,9 +55,10 @@ type Server struct {
 	maxBody int64
 	started time.Time
 	rates   rates
+	mux     *http.ServeMux
 }
 
-// NewManagement returns the management API handler.
+// New returns the management API handler.
 func New(o Options) *Server {
 	m := &Server{ops: o.Ops, node: o.Ops.Node(), log: o.Logger, cluster: o.ClusterName, addr: o.Addr,
 		maxBody: o.MaxBodyBytes, started: time.Now(), rates: rates{now: time.Now}}
@@ -71,6 +72,7 @@ func New(o Options) *Server {
 	if m.maxBody <= 0 {
 		m.maxBody = 64 << 20
 	}
+	m.mux = m.routes()
 	return m
 }
 
@@ -118,12 +120,12 @@ func fromError(err error) *httpError {
 	case ops.NotFound:
 		return notFound()
 	case ops.Invalid, ops.Precondition, ops.Exists, ops.Unknown:
-		return badRequest("%s", e.Text)
+		return badRequest("%s", e.Detail())
 	case ops.Denied:
-		if e.Code == reply.AccessRefused {
-			return badRequest("%s", e.Text)
+		if e.Code == replycode.AccessRefused {
+			return badRequest("%s", e.Detail())
 		}
-		return notAuthorised(e.Text)
+		return notAuthorised(e.Detail())
 	case ops.Unavailable, ops.Timeout:
 		return &httpError{http.StatusServiceUnavailable, "unavailable", e.Error()}
 	}
@@ -244,33 +246,23 @@ type req struct {
 	r    *http.Request
 	ctx  context.Context
 	user *mgmtUser
-	segs []string // the path after /api/, each segment unescaped
 }
 
-// ServeHTTP implements http.Handler.
+// userKey carries the authenticated caller from ServeHTTP to the route.
+type userKey struct{}
+
+// ServeHTTP implements http.Handler: the console's files without
+// credentials, the API (routes) with them.
 func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("X-Requested-With") == "XMLHttpRequest" {
 		w = noChallenge{w}
 	}
 	path := r.URL.EscapedPath()
-	rest, ok := strings.CutPrefix(path, "/api/")
-	if !ok && path != "/api" {
+	if !strings.HasPrefix(path, "/api/") && path != "/api" {
 		// The web console is served without credentials, as RabbitMQ's
 		// is: the page logs in to the API with the user's.
 		consoleHandler.ServeHTTP(w, r)
 		return
-	}
-	var segs []string
-	for _, s := range strings.Split(strings.TrimSuffix(rest, "/"), "/") {
-		if s == "" && len(segs) == 0 {
-			continue
-		}
-		u, err := url.PathUnescape(s)
-		if err != nil {
-			writeError(w, badRequest("bad path segment %q", s))
-			return
-		}
-		segs = append(segs, u)
 	}
 	user, herr := m.authenticate(r)
 	if herr != nil {
@@ -279,14 +271,60 @@ func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, m.maxBody)
 	m.rates.observe(m.sample)
-	q := &req{m: m, w: w, r: r, ctx: r.Context(), user: user, segs: segs}
-	if err := q.route(); err != nil {
-		he := fromError(err)
-		if he.status >= 500 {
-			m.log.Warn("management request failed", "method", r.Method, "path", path, "err", he.reason)
-		}
-		writeError(w, he)
+	m.mux.ServeHTTP(w, routable(r.WithContext(context.WithValue(r.Context(), userKey{}, user))))
+}
+
+// routable is r with its path as the mux matches it. RabbitMQ's API takes
+// a trailing slash (/api/queues/ is /api/queues), which is dropped here.
+// And two segments Go's ServeMux cannot take as a {wildcard}: "%2F", the
+// default vhost, which it mistakes for a trailing slash, and an empty one
+// (the default exchange's name), which it cleans away with a redirect. A
+// segment whose value is "" or "/", followed by any number of NULs, gets
+// one NUL more (q.arg takes it off again): a one-to-one mapping, so no
+// name is mistaken for another, and no literal of a route is touched.
+func routable(r *http.Request) *http.Request {
+	escaped := r.URL.EscapedPath()
+	path := escaped
+	if len(path) > len("/api/") {
+		path = strings.TrimSuffix(path, "/")
 	}
+	segs := strings.Split(path, "/")
+	for i := 1; i < len(segs); i++ {
+		if u, err := url.PathUnescape(segs[i]); err == nil && nulPadded(u) {
+			segs[i] += "%00"
+		}
+	}
+	path = strings.Join(segs, "/")
+	if path == escaped {
+		return r
+	}
+	u := *r.URL
+	u.RawPath = path
+	u.Path, _ = url.PathUnescape(path)
+	r.URL = &u
+	return r
+}
+
+// nulPadded reports whether a segment's value is "" or "/", followed by
+// any number of NULs: the values routable pads.
+func nulPadded(v string) bool {
+	return strings.Trim(strings.TrimPrefix(v, "/"), "\x00") == ""
+}
+
+// serve is a route's handler: fn answers, or returns the error to answer
+// in RabbitMQ's shape.
+func (m *Server) serve(fn func(*req) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, _ := r.Context().Value(userKey{}).(*mgmtUser)
+		q := &req{m: m, w: w, r: r, ctx: r.Context(), user: user}
+		if err := fn(q); err != nil {
+			he := fromError(err)
+			if he.status >= 500 {
+				m.log.Warn("management request failed", "method", r.Method, "path", r.URL.EscapedPath(), "err", he.reason)
+			}
+			writeError(w, he)
+		}
+	})
 }
 
 // noChallenge answers a script's request (the web console's, marked as
@@ -301,13 +339,6 @@ func (w noChallenge) WriteHeader(code int) {
 		w.Header().Del("WWW-Authenticate")
 	}
 	w.ResponseWriter.WriteHeader(code)
-}
-
-func (q *req) seg(i int) string {
-	if i < len(q.segs) {
-		return q.segs[i]
-	}
-	return ""
 }
 
 // body decodes the request's JSON object; an empty body is an empty

@@ -112,9 +112,10 @@ func TestManagementFollowerTopologyPublishGet(t *testing.T) {
 	})
 	// Again with the same arguments: nothing changes, 204.
 	c.must(http.StatusNoContent, "PUT", "/api/queues/%2F/q1", map[string]any{"durable": true, "arguments": map[string]any{"x-message-ttl": 60000}})
-	// Different arguments: RabbitMQ's 400 with the AMQP text.
+	// Different arguments: RabbitMQ's 400 with the AMQP text after the
+	// code's name, as RabbitMQ's reason reads.
 	code, body, _ := c.do("PUT", "/api/queues/%2F/q1", map[string]any{"durable": true})
-	if code != http.StatusBadRequest || !strings.Contains(string(body), "inequivalent arg") || !strings.Contains(string(body), `"error":"bad_request"`) {
+	if code != http.StatusBadRequest || !strings.Contains(string(body), `"reason":"inequivalent arg 'x-message-ttl'`) || !strings.Contains(string(body), `"error":"bad_request"`) {
 		t.Fatalf("inequivalent declare: %d %s", code, body)
 	}
 

@@ -164,7 +164,7 @@ func (q *req) nodes() error {
 		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b map[string]any) int { return strings.Compare(a["name"].(string), b["name"].(string)) })
-	if name := q.seg(1); name != "" {
+	if name := q.arg("node"); name != "" {
 		for _, n := range out {
 			if n["name"] == name {
 				q.ok(n)

@@ -25,29 +25,23 @@ func (q *req) parameters() error {
 	if !q.user.policymaker() && !q.user.monitor() {
 		return notAuthorised("Not policymaker user")
 	}
-	component := q.seg(1)
-	if len(q.segs) >= 3 {
-		if _, err := q.vhostArg(2); err != nil {
+	component := q.arg("component")
+	if q.has("vhost") {
+		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
-		if len(q.segs) >= 4 {
+		if q.has("name") {
 			return notFound()
 		}
 		q.list(nil)
 		return nil
 	case http.MethodPut:
-		if len(q.segs) < 4 {
-			return methodNotAllowed()
-		}
 		// RabbitMQ's answer for a component no plugin registered.
 		return badRequest("Validation failed\n\ncomponent %s not found\n", component)
 	case http.MethodDelete:
-		if len(q.segs) < 4 {
-			return methodNotAllowed()
-		}
 		return notFound()
 	}
 	return methodNotAllowed()
@@ -63,7 +57,7 @@ func (q *req) globalParameters() error {
 		{"name": "cluster_name", "value": q.m.cluster},
 		{"name": "internal_cluster_id", "value": ops.ClusterPermanentID(q.m.cluster)},
 	}
-	name := q.seg(1)
+	name := q.arg("name")
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
 		if name == "" {
@@ -102,14 +96,14 @@ func (q *req) globalParameters() error {
 // vhostLimits serves /api/vhost-limits[/vhost[/name]]: no vhost has
 // limits (--max-queues-per-vhost is each node's configuration).
 func (q *req) vhostLimits() error {
-	if len(q.segs) >= 2 {
-		if _, err := q.vhostArg(1); err != nil {
+	if q.has("vhost") {
+		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
-		if len(q.segs) < 2 && !q.user.monitor() {
+		if !q.has("vhost") && !q.user.monitor() {
 			return notAuthorised("Not monitor user")
 		}
 		q.list(nil)
@@ -118,16 +112,10 @@ func (q *req) vhostLimits() error {
 		if !q.user.admin() {
 			return notAuthorised("Not administrator user")
 		}
-		if len(q.segs) < 3 {
-			return methodNotAllowed()
-		}
 		return unsupportedWrite("virtual host limits (--max-queues-per-vhost limits the queues of every vhost on a node)")
 	case http.MethodDelete:
 		if !q.user.admin() {
 			return notAuthorised("Not administrator user")
-		}
-		if len(q.segs) < 3 {
-			return methodNotAllowed()
 		}
 		// As RabbitMQ answers clearing a limit that is not set.
 		q.noContent()
@@ -142,27 +130,21 @@ func (q *req) topicPermissions() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
-	if len(q.segs) >= 2 {
-		if _, err := q.vhostArg(1); err != nil {
+	if q.has("vhost") {
+		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
-		if len(q.segs) >= 3 {
+		if q.has("user") {
 			return notFound()
 		}
 		q.list(nil)
 		return nil
 	case http.MethodPut:
-		if len(q.segs) < 3 {
-			return methodNotAllowed()
-		}
 		return unsupportedWrite("topic permissions: its topic exchanges check only the write and read permissions")
 	case http.MethodDelete:
-		if len(q.segs) < 3 {
-			return methodNotAllowed()
-		}
 		// As RabbitMQ answers clearing topic permissions that are not set.
 		q.noContent()
 		return nil

@@ -88,9 +88,9 @@ func policyFromJSON(vhost, name string, b map[string]any, operator bool) (*proto
 }
 
 func (q *req) policies(operator bool) error {
-	vhost, name := q.seg(1), q.seg(2)
+	vhost, name := q.arg("vhost"), q.arg("name")
 	if vhost != "" {
-		if _, err := q.vhostArg(1); err != nil {
+		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}

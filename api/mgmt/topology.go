@@ -142,62 +142,71 @@ func (q *req) topology(s ops.State) (map[string]*proto.PolicyInfo, string, []str
 }
 
 func (q *req) queues() error {
-	if len(q.segs) <= 2 {
-		return q.get(func() error {
-			vhost, err := q.vhostScope()
-			if err != nil {
-				return err
-			}
-			var rows []*row
-			q.view(func(s ops.State) {
-				pols, leader, members := q.topology(s)
-				for _, x := range s.Queues(vhost) {
-					if q.user.seesVhost(x.GetVhost()) {
-						rows = append(rows, &row{name: x.GetName(), key: func(k string) (any, bool) { return queueSortKey(x, k) },
-							build: func() map[string]any { return q.queueJSON(x, pols, leader, members) }})
-					}
-				}
-			})
-			q.listRows(rows)
-			return nil
-		})
-	}
-	vhost, err := q.vhostArg(1)
+	vhost, err := q.vhostScope()
 	if err != nil {
 		return err
 	}
-	name := q.seg(2)
-	switch q.seg(3) {
-	case "":
-	case "contents":
-		if q.r.Method != http.MethodDelete {
-			return methodNotAllowed()
+	var rows []*row
+	q.view(func(s ops.State) {
+		pols, leader, members := q.topology(s)
+		for _, x := range s.Queues(vhost) {
+			if q.user.seesVhost(x.GetVhost()) {
+				rows = append(rows, &row{name: x.GetName(), key: func(k string) (any, bool) { return queueSortKey(x, k) },
+					build: func() map[string]any { return q.queueJSON(x, pols, leader, members) }})
+			}
 		}
-		if e := q.user.may(vhost, permRead, "queue", name); e != nil {
-			return e
+	})
+	q.listRows(rows)
+	return nil
+}
+
+// queuePurge serves DELETE /api/queues/v/q/contents.
+func (q *req) queuePurge() error {
+	vhost, name, err := q.object()
+	if err != nil {
+		return err
+	}
+	if e := q.user.may(vhost, permRead, "queue", name); e != nil {
+		return e
+	}
+	if _, err := q.m.ops.PurgeQueue(q.ctx, &proto.PurgeQueueRequest{Vhost: vhost, Name: name}); err != nil {
+		return err
+	}
+	q.noContent()
+	return nil
+}
+
+// queueBindings serves GET /api/queues/v/q/bindings.
+func (q *req) queueBindings() error {
+	vhost, name, err := q.object()
+	if err != nil {
+		return err
+	}
+	return q.listBindings(vhost, func(b *proto.BindingInfo) bool {
+		return b.GetDestination() == name && b.GetDestinationKind() == "queue"
+	})
+}
+
+// listBindings lists the bindings of vhost ("": every vhost the user
+// sees) that keep takes.
+func (q *req) listBindings(vhost string, keep func(*proto.BindingInfo) bool) error {
+	var out []map[string]any
+	q.view(func(s ops.State) {
+		for _, b := range q.bindingList(s, vhost) {
+			if keep(b) {
+				out = append(out, bindingJSON(b))
+			}
 		}
-		if _, err := q.m.ops.PurgeQueue(q.ctx, &proto.PurgeQueueRequest{Vhost: vhost, Name: name}); err != nil {
-			return err
-		}
-		q.noContent()
-		return nil
-	case "get":
-		return q.queueGet(vhost, name)
-	case "bindings":
-		return q.get(func() error {
-			var out []map[string]any
-			q.view(func(s ops.State) {
-				for _, b := range q.bindingList(s, vhost) {
-					if b.GetDestination() == name && b.GetDestinationKind() == "queue" {
-						out = append(out, bindingJSON(b))
-					}
-				}
-			})
-			q.list(out)
-			return nil
-		})
-	default:
-		return notFound()
+	})
+	q.list(out)
+	return nil
+}
+
+// queue serves one queue: GET, PUT (declare), DELETE.
+func (q *req) queue() error {
+	vhost, name, err := q.object()
+	if err != nil {
+		return err
 	}
 	switch q.r.Method {
 	case http.MethodGet:
@@ -267,9 +276,10 @@ func queueDeclareFromJSON(vhost, name string, b map[string]any) (*proto.QueueDec
 // reject_requeue_false) takes them; encoding auto gives a UTF-8 payload as
 // a string and anything else as base64, base64 always base64; truncate
 // cuts the payload to that many bytes.
-func (q *req) queueGet(vhost, name string) error {
-	if q.r.Method != http.MethodPost {
-		return methodNotAllowed()
+func (q *req) queueGet() error {
+	vhost, name, err := q.object()
+	if err != nil {
+		return err
 	}
 	if e := q.user.may(vhost, permRead, "queue", name); e != nil {
 		return e
@@ -448,54 +458,47 @@ func exchangeJSON(x *proto.ExchangeInfo) map[string]any {
 }
 
 func (q *req) exchanges() error {
-	if len(q.segs) <= 2 {
-		return q.get(func() error {
-			vhost, err := q.vhostScope()
-			if err != nil {
-				return err
-			}
-			var rows []*row
-			q.view(func(s ops.State) {
-				for _, x := range s.Exchanges(vhost) {
-					if q.user.seesVhost(x.GetVhost()) {
-						rows = append(rows, &row{name: x.GetName(), build: func() map[string]any { return exchangeJSON(x) }})
-					}
-				}
-			})
-			q.listRows(rows)
-			return nil
-		})
-	}
-	vhost, err := q.vhostArg(1)
+	vhost, err := q.vhostScope()
 	if err != nil {
 		return err
 	}
-	name := wireExchange(q.seg(2))
-	switch q.seg(3) {
-	case "":
-	case "publish":
-		return q.publish(vhost, name)
-	case "bindings":
-		dir := q.seg(4)
-		if dir != "source" && dir != "destination" {
-			return notFound()
+	var rows []*row
+	q.view(func(s ops.State) {
+		for _, x := range s.Exchanges(vhost) {
+			if q.user.seesVhost(x.GetVhost()) {
+				rows = append(rows, &row{name: x.GetName(), build: func() map[string]any { return exchangeJSON(x) }})
+			}
 		}
-		return q.get(func() error {
-			var out []map[string]any
-			q.view(func(s ops.State) {
-				for _, b := range q.bindingList(s, vhost) {
-					if (dir == "source" && b.GetSource() == name) ||
-						(dir == "destination" && b.GetDestinationKind() == "exchange" && b.GetDestination() == name) {
-						out = append(out, bindingJSON(b))
-					}
-				}
-			})
-			q.list(out)
-			return nil
-		})
-	default:
+	})
+	q.listRows(rows)
+	return nil
+}
+
+// exchangeBindings serves GET /api/exchanges/v/x/bindings/source and
+// .../destination.
+func (q *req) exchangeBindings() error {
+	dir := q.arg("direction")
+	if dir != "source" && dir != "destination" {
 		return notFound()
 	}
+	vhost, name, err := q.object()
+	if err != nil {
+		return err
+	}
+	name = wireExchange(name)
+	return q.listBindings(vhost, func(b *proto.BindingInfo) bool {
+		return (dir == "source" && b.GetSource() == name) ||
+			(dir == "destination" && b.GetDestinationKind() == "exchange" && b.GetDestination() == name)
+	})
+}
+
+// exchange serves one exchange: GET, PUT (declare), DELETE.
+func (q *req) exchange() error {
+	vhost, name, err := q.object()
+	if err != nil {
+		return err
+	}
+	name = wireExchange(name)
 	exists := func() (x *proto.ExchangeInfo) {
 		q.view(func(s ops.State) {
 			for _, e := range s.Exchanges(vhost) {
@@ -576,10 +579,12 @@ func exchangeDeclareFromJSON(vhost, name string, b map[string]any) (*proto.Excha
 // publish serves POST /api/exchanges/v/x/publish: payload with
 // payload_encoding string or base64, routing_key, properties; the answer
 // says whether a queue took it.
-func (q *req) publish(vhost, exchange string) error {
-	if q.r.Method != http.MethodPost {
-		return methodNotAllowed()
+func (q *req) publish() error {
+	vhost, exchange, err := q.object()
+	if err != nil {
+		return err
 	}
+	exchange = wireExchange(exchange)
 	if e := q.user.may(vhost, permWrite, "exchange", exchange); e != nil {
 		return e
 	}
@@ -673,33 +678,27 @@ func bindingJSON(b *proto.BindingInfo) map[string]any {
 }
 
 func (q *req) bindings() error {
-	if len(q.segs) <= 2 {
-		return q.get(func() error {
-			vhost, err := q.vhostScope()
-			if err != nil {
-				return err
-			}
-			var out []map[string]any
-			q.view(func(s ops.State) {
-				for _, b := range q.bindingList(s, vhost) {
-					out = append(out, bindingJSON(b))
-				}
-			})
-			q.list(out)
-			return nil
-		})
-	}
-	// /bindings/v/e/source/{q|e}/dest[/props]
-	if len(q.segs) < 6 || q.seg(2) != "e" || (q.seg(4) != "q" && q.seg(4) != "e") || len(q.segs) > 7 {
-		return notFound()
-	}
-	vhost, err := q.vhostArg(1)
+	vhost, err := q.vhostScope()
 	if err != nil {
 		return err
 	}
-	source, dest := wireExchange(q.seg(3)), q.seg(5)
+	return q.listBindings(vhost, func(*proto.BindingInfo) bool { return true })
+}
+
+// binding serves /api/bindings/v/e/source/{q|e}/dest: the bindings
+// between the two (GET) or a new one (POST); with /props, the one binding
+// of that properties key (GET, DELETE).
+func (q *req) binding() error {
+	if q.arg("kind") != "q" && q.arg("kind") != "e" {
+		return notFound()
+	}
+	vhost, err := q.vhostArg()
+	if err != nil {
+		return err
+	}
+	source, dest := wireExchange(q.arg("source")), q.arg("dest")
 	kind := "queue"
-	if q.seg(4) == "e" {
+	if q.arg("kind") == "e" {
 		kind = "exchange"
 		dest = wireExchange(dest)
 	}
@@ -711,8 +710,8 @@ func (q *req) bindings() error {
 			}
 		}
 	})
-	if len(q.segs) == 7 {
-		props := q.seg(6)
+	if q.has("props") {
+		props := q.arg("props")
 		var found *proto.BindingInfo
 		for _, b := range matching {
 			if propertiesKey(b.GetRoutingKey(), b.GetArguments()) == props {

@@ -119,19 +119,33 @@ func tagsOf(v any) []string {
 	return out
 }
 
+// permissionsOf serves /api/vhosts/v/permissions and
+// /api/users/u/permissions: the permissions in the vhost, or of the user.
+func (q *req) permissionsOf() error {
+	if !q.user.admin() {
+		return notAuthorised("Not administrator user")
+	}
+	vhost, user := q.arg("vhost"), q.arg("user")
+	return q.listPermissions(func(p *proto.PermissionInfo) bool {
+		return (vhost != "" && p.GetVhost() == vhost) || (user != "" && p.GetUser() == user)
+	})
+}
+
+// noTopicPermissions serves /api/vhosts/v/topic-permissions and
+// /api/users/u/topic-permissions: raftmq checks no topic permissions.
+func (q *req) noTopicPermissions() error {
+	if !q.user.admin() {
+		return notAuthorised("Not administrator user")
+	}
+	q.list(nil)
+	return nil
+}
+
 func (q *req) users() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
-	name := q.seg(1)
-	if len(q.segs) == 3 && q.seg(2) == "topic-permissions" {
-		return q.get(func() error { q.list(nil); return nil })
-	}
-	if len(q.segs) == 3 && q.seg(2) == "permissions" {
-		return q.get(func() error {
-			return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetUser() == name })
-		})
-	}
+	name := q.arg("user")
 	switch q.r.Method {
 	case http.MethodGet:
 		var out []map[string]any
@@ -196,9 +210,9 @@ func (q *req) permissions() error {
 	if !q.user.admin() {
 		return notAuthorised("Not administrator user")
 	}
-	vhost, user := q.seg(1), q.seg(2)
+	vhost, user := q.arg("vhost"), q.arg("user")
 	if vhost == "" {
-		return q.get(func() error { return q.listPermissions(func(*proto.PermissionInfo) bool { return true }) })
+		return q.listPermissions(func(*proto.PermissionInfo) bool { return true })
 	}
 	switch q.r.Method {
 	case http.MethodGet:

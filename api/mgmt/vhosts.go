@@ -32,21 +32,7 @@ func (q *req) vhostJSON(s ops.State, v *proto.VhostInfo) map[string]any {
 }
 
 func (q *req) vhosts() error {
-	name := q.seg(1)
-	if len(q.segs) == 3 && q.seg(2) == "topic-permissions" {
-		if !q.user.admin() {
-			return notAuthorised("Not administrator user")
-		}
-		return q.get(func() error { q.list(nil); return nil })
-	}
-	if len(q.segs) == 3 && q.seg(2) == "permissions" {
-		if !q.user.admin() {
-			return notAuthorised("Not administrator user")
-		}
-		return q.get(func() error {
-			return q.listPermissions(func(p *proto.PermissionInfo) bool { return p.GetVhost() == name })
-		})
-	}
+	name := q.arg("vhost")
 	switch q.r.Method {
 	case http.MethodGet:
 		var out []map[string]any

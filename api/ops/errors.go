@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -73,6 +74,16 @@ func (e *Error) Error() string {
 	return e.Text
 }
 
+// Detail is the reply text after the code's name ("no queue 'q' in vhost
+// '/'" of "NOT_FOUND - no queue 'q' in vhost '/'"), the reason RabbitMQ's
+// management API gives; the text itself for a failure without a code.
+func (e *Error) Detail() string {
+	if e.Code == 0 {
+		return e.Text
+	}
+	return strings.TrimPrefix(e.Text, replycode.Name(e.Code)+" - ")
+}
+
 // fail returns an *Error of kind k.
 func fail(k Kind, format string, a ...any) *Error {
 	return &Error{Kind: k, Text: fmt.Sprintf(format, a...)}
@@ -91,22 +102,22 @@ func refusal(r *proto.Result) error {
 // replyKind is the kind of a refusal with reply code c.
 func replyKind(c uint16) Kind {
 	switch c {
-	case reply.NotFound:
+	case replycode.NotFound:
 		return NotFound
-	case reply.PreconditionFailed, reply.ResourceLocked:
+	case replycode.PreconditionFailed, replycode.ResourceLocked:
 		return Precondition
-	case reply.AccessRefused:
+	case replycode.AccessRefused:
 		return Denied
-	case reply.NotImplemented:
+	case replycode.NotImplemented:
 		return Unimplemented
-	case reply.InternalError:
+	case replycode.InternalError:
 		return Internal
 	}
 	return Unknown
 }
 
 // nodeError turns an error of the node (not a command result) into an
-// *Error: one already is passes through, a peer's status keeps its kind, a
+// *Error: an *Error passes through, a peer's status keeps its kind, a
 // context error keeps its meaning, and anything else gets kind k.
 func nodeError(err error, k Kind, what string) error {
 	if err == nil {

@@ -63,7 +63,7 @@ const constantsTemplate = header + `
 package wire
 
 // Protocol version and constants from the specification. The reply codes
-// are package reply's, which every layer of raftmq may import.
+// are package replycode's, which every layer of raftmq may import.
 const (
 	// ProtocolMajor is the major protocol version.
 	ProtocolMajor = {{.Major}}
@@ -90,7 +90,7 @@ const (
 `
 
 const replyTemplate = header + `
-package reply
+package replycode
 
 // Reply codes of the specification.
 const (
@@ -130,7 +130,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/raftmq/raftmq/amqp/reply"
+	"github.com/raftmq/raftmq/internal/replycode"
 )
 
 var _ = time.Time{}
@@ -215,16 +215,16 @@ func DecodeMethod(payload []byte) (Method, error) {
 	d := decoder{b: payload}
 	classID, methodID := d.short(), d.short()
 	if d.err != nil {
-		return nil, &Error{Code: reply.FrameError, Text: "FRAME_ERROR - method frame too short", Hard: true}
+		return nil, &Error{Code: replycode.FrameError, Text: "FRAME_ERROR - method frame too short", Hard: true}
 	}
 	m := newMethod(classID, methodID)
 	if m == nil {
-		return nil, &Error{Code: reply.CommandInvalid, ClassID: classID, MethodID: methodID, Hard: true,
+		return nil, &Error{Code: replycode.CommandInvalid, ClassID: classID, MethodID: methodID, Hard: true,
 			Text: fmt.Sprintf("COMMAND_INVALID - unknown method %d.%d", classID, methodID)}
 	}
 	m.(interface{ decode(*decoder) }).decode(&d)
 	if d.err != nil {
-		return nil, &Error{Code: reply.FrameError, ClassID: classID, MethodID: methodID, Hard: true,
+		return nil, &Error{Code: replycode.FrameError, ClassID: classID, MethodID: methodID, Hard: true,
 			Text: fmt.Sprintf("FRAME_ERROR - cannot decode %s: %v", m.Name(), d.err)}
 	}
 	return m, nil

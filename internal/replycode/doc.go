@@ -1,4 +1,4 @@
-// Package reply holds the AMQP 0-9-1 reply codes (404 NOT_FOUND, 406
+// Package replycode holds the AMQP 0-9-1 reply codes (404 NOT_FOUND, 406
 // PRECONDITION_FAILED, ...), generated from the specification with the
 // codec of package wire.
 //
@@ -10,4 +10,4 @@
 //
 // The constants are untyped so that they fit both the wire's uint16 reply
 // code and a command Result's uint32.
-package reply
+package replycode
