@@ -5,9 +5,13 @@ import "time"
 // Clock is the source of time for the leader's stamps and the leader-only
 // schedulers. Tests inject a fake one.
 type Clock interface {
-	// Now is the current wall time.
+	// Now is the current wall time: what an operator or NTP may step.
 	Now() time.Time
-	// NewTimer starts a timer that fires once after d.
+	// Monotonic is the time elapsed since an arbitrary origin on a clock
+	// nobody sets (it may run fast or slow, but it never jumps). Log time
+	// advances by it (quorumclock.go).
+	Monotonic() time.Duration
+	// NewTimer starts a timer that fires once after d of monotonic time.
 	NewTimer(d time.Duration) Timer
 }
 
@@ -24,7 +28,13 @@ func RealClock() Clock { return realClock{} }
 
 type realClock struct{}
 
+// processStart carries Go's monotonic reading: time.Since subtracts the
+// monotonic readings, never the wall times.
+var processStart = time.Now()
+
 func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Monotonic() time.Duration { return time.Since(processStart) }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 

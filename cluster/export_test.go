@@ -5,3 +5,7 @@ import "context"
 // RaiseProtocol runs one round of the leader's protocol-level check now,
 // so a test can tell "not raised" from "not checked yet".
 func (n *Node) RaiseProtocol(ctx context.Context) { n.raiseProtocol(ctx) }
+
+// ClockRound returns a channel closed when the node's next round of
+// clock readings finishes.
+func (n *Node) ClockRound() <-chan struct{} { return n.qclock.roundDone.wait() }

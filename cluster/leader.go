@@ -70,10 +70,12 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 		}
 	}
 	// Everything committed before this term is applied: the log clock is the
-	// latest stamp any earlier leader gave, so ours continue from there.
-	var clock int64
-	n.View(func(m *fsm.Machine) { clock = m.Clock() })
-	n.stamp.raise(clock)
+	// latest stamp any earlier leader gave, so ours continue from there,
+	// anchored to the quorum's clocks (quorumclock.go).
+	clock := n.logClock()
+	if !n.startLogTime(lt.ctx, clock) {
+		return
+	}
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
 	n.fwd.retire()

@@ -67,6 +67,12 @@ type Config struct {
 	// Clock stamps the log and drives the leader's schedulers (default: the
 	// wall clock).
 	Clock Clock
+	// MaxClockOffset is how far this node's wall clock may be from the
+	// quorum's before it refuses to lead (default DefaultMaxClockOffset).
+	MaxClockOffset time.Duration
+	// ClockSampleInterval is how often the node reads the voters' clocks
+	// (default 1 s).
+	ClockSampleInterval time.Duration
 	// Logger receives the node's logs (default: slog.Default()).
 	Logger *slog.Logger
 	// DefaultUser and DefaultPassword are the user the first leader creates
@@ -191,6 +197,8 @@ func (c *Config) setDefaults() error {
 	def(&c.ReconcileInterval, 5*time.Second)
 	def(&c.JoinRetryInterval, time.Second)
 	def(&c.LeaderWait, 10*time.Second)
+	def(&c.MaxClockOffset, DefaultMaxClockOffset)
+	def(&c.ClockSampleInterval, time.Second)
 	if c.ConsumerTimeout == 0 {
 		c.ConsumerTimeout = fsm.DefaultConsumerTimeout * time.Millisecond
 	}
@@ -304,6 +312,9 @@ type Node struct {
 	closeMu  sync.Mutex
 	closed   bool
 	wg       sync.WaitGroup
+
+	// qclock holds the voters' clock readings (quorumclock.go).
+	qclock *quorumClock
 }
 
 // Start opens the node's storage, starts raft, memberlist and the
@@ -319,7 +330,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:       cfg,
 		log:       cfg.Logger.With("node", cfg.NodeID),
-		stamp:     &stamper{clock: cfg.Clock},
+		qclock:    newQuorumClock(cfg),
 		machine:   fsm.New(),
 		applied:   newAppliedIndex(),
 		changed:   newBroadcast(),
@@ -335,6 +346,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
 	n.protocol.Store(cfg.Protocol)
+	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
 	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
@@ -354,7 +366,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.GRPCServer != nil {
 		n.registerInternal(cfg.GRPCServer)
 	}
-	n.wg.Add(5)
+	n.wg.Add(6)
+	go n.clockLoop()
 	go n.runBatcher()
 	go n.runCompleter()
 	go n.monitorLeadership()

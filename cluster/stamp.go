@@ -1,42 +1,114 @@
 package cluster
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
-// stamper hands out the leader's stamps (unix ms). It is the only place that
-// reads the clock for the log: stamp = max(last stamp, now), so log time
-// never goes backwards, and raise lifts the floor to the state machine's
-// clock when a node becomes leader, so a leader whose clock is behind its
-// predecessor's keeps time moving forward.
+// slewDiv sets how fast log time closes a small lead over the quorum's
+// clocks: it runs at (1 - 1/slewDiv) of the real rate until it meets them,
+// so it never stands still.
+const slewDiv = 10
+
+// quorumTime says what the quorum's wall clocks read, as an offset from
+// this node's monotonic clock (unix ns minus monotonic ns): quorumClock.
+type quorumTime interface {
+	estimate() clockEstimate
+}
+
+// stamper hands out the leader's stamps (unix ms). It is the only place
+// that reads time for the log. Log time advances by the leader's monotonic
+// clock from where the log left it (reset, at the start of a term) and is
+// anchored to the quorum's wall clocks (quorumclock.go), never to this
+// node's alone:
+//
+//   - the quorum's clocks ahead of log time: log time jumps to them (an
+//     idle log after a failover, a leader whose clock ran slow);
+//   - log time ahead by at most the slew window (drift of the leader's
+//     oscillator, sampling noise): it runs at 90% of the real rate until
+//     it meets them;
+//   - log time ahead by more (the quorum's clocks stepped back together,
+//     or an earlier release's leader pushed it): it runs at the real rate,
+//     as the monotonic clock says; it neither waits for the clocks nor
+//     slows for an hour.
+//
+// Stamps never go back: a stamp is at least the last one.
 type stamper struct {
-	clock Clock
-	mu    sync.Mutex
-	last  int64
+	clock  Clock
+	quorum quorumTime // nil: the monotonic clock alone
+	window int64      // the slew window, ns
+
+	mu     sync.Mutex
+	last   int64         // the last stamp handed out, ms
+	lt     int64         // log time at ltMono, unix ns
+	ltMono time.Duration // the monotonic reading lt was taken at
+}
+
+func newStamper(clock Clock, q quorumTime, window time.Duration) *stamper {
+	return &stamper{clock: clock, quorum: q, window: int64(window), ltMono: clock.Monotonic()}
+}
+
+// advance moves log time to the present and returns it (unix ns).
+// Locks: s.mu held.
+func (s *stamper) advance() int64 {
+	m := s.clock.Monotonic()
+	el := max(int64(m-s.ltMono), 0)
+	lt := s.lt + el
+	if s.quorum != nil {
+		if e := s.quorum.estimate(); e.ok {
+			qt := int64(m) + e.offset
+			switch {
+			case qt >= lt:
+				lt = qt
+			case lt-qt <= s.window:
+				lt = max(qt, s.lt+el-el/slewDiv)
+			}
+		}
+	}
+	s.lt, s.ltMono = lt, m
+	return lt
 }
 
 // next returns the stamp for the next log entry.
 func (s *stamper) next() int64 {
-	now := s.clock.Now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now > s.last {
-		s.last = now
-	}
+	s.last = max(s.last, s.advance()/int64(time.Millisecond))
 	return s.last
 }
 
 // peek returns what next would return now, without consuming it.
 func (s *stamper) peek() int64 {
-	now := s.clock.Now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return max(now, s.last)
+	return max(s.last, s.advance()/int64(time.Millisecond))
 }
 
-// raise makes every later stamp at least floor.
-func (s *stamper) raise(floor int64) {
+// reset starts log time of a new term at the log's clock (the latest
+// stamp any earlier leader wrote): it continues from there by the
+// monotonic clock until the quorum's clocks say more.
+func (s *stamper) reset(clockMs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if floor > s.last {
-		s.last = floor
-	}
+	s.last = clockMs
+	s.lt = clockMs * int64(time.Millisecond)
+	s.ltMono = s.clock.Monotonic()
+}
+
+// offset is log time now minus the monotonic clock (unix ns minus
+// monotonic ns), comparable with the quorum's clockEstimate.
+func (s *stamper) offset() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lt := s.advance()
+	return lt - int64(s.ltMono)
+}
+
+// anchor moves log time forward to what the clocks of a quorum read, given
+// as an offset from the monotonic clock, if that is later.
+func (s *stamper) anchor(offset int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	s.lt = max(s.lt, int64(s.ltMono)+offset)
 }

@@ -37,50 +37,6 @@ func assertMonotonicLog(t testing.TB, n *cluster.Node) {
 	}
 }
 
-func TestCluster_LogTimeNeverGoesBackWhenNewLeaderIsBehind(t *testing.T) {
-	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0))
-	l := c.WaitForLeader(clustertest.Timeout)
-	// The leader's clock runs an hour ahead of the others.
-	ahead := t0.Add(time.Hour)
-	c.Nodes[c.Index(l.NodeID())].Clock.Set(ahead)
-	res := mustSubmit(t, l, tick())
-	if got := logClock(l); got != ahead.UnixMilli() {
-		t.Fatalf("log clock %d after a tick stamped at %d", got, ahead.UnixMilli())
-	}
-	c.WaitApplied(res[0].GetIndex())
-
-	// Hand leadership to a node whose clock is an hour behind.
-	f := c.Followers()[0]
-	if err := l.TransferLeadership(f.NodeID()); err != nil {
-		t.Fatal(err)
-	}
-	nl := c.WaitForLeader(clustertest.Timeout)
-	if nl.NodeID() != f.NodeID() {
-		t.Fatalf("leadership went to %s, asked for %s", nl.NodeID(), f.NodeID())
-	}
-	for _, n := range c.Live() {
-		mustSubmit(t, n, tick(), vhostPut("x"))
-	}
-	// The new leader's clock moves, but stays behind: stamps hold.
-	c.Nodes[c.Index(f.NodeID())].Clock.Advance(time.Minute)
-	last := mustSubmit(t, nl, tick())
-	c.WaitApplied(last[0].GetIndex())
-	for _, n := range c.Live() {
-		assertMonotonicLog(t, n)
-		_, st := stamps(t, n)
-		if got := st[len(st)-1]; got < ahead.UnixMilli() {
-			t.Fatalf("%s: last stamp %d is behind the earlier leader's %d", n.NodeID(), got, ahead.UnixMilli())
-		}
-	}
-	// Once the new leader's clock passes the old one, time moves again.
-	c.Nodes[c.Index(f.NodeID())].Clock.Set(ahead.Add(time.Second))
-	mustSubmit(t, nl, tick())
-	if got := logClock(nl); got != ahead.Add(time.Second).UnixMilli() {
-		t.Fatalf("log clock %d, want %d", got, ahead.Add(time.Second).UnixMilli())
-	}
-	c.AssertSameDigest(t)
-}
-
 func TestCluster_DefaultsInOneEntry(t *testing.T) {
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
 		cfg.DefaultUser, cfg.DefaultPassword = "admin", "s3cret"

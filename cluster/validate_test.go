@@ -141,9 +141,11 @@ func TestForward_InvalidCommandsFailAlone(t *testing.T) {
 func TestForward_FollowerCallerGetsTheRefusal(t *testing.T) {
 	const maxBody = 1 << 10
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) { cfg.MaxMessageSize = maxBody }))
-	c.WaitForLeader(clustertest.Timeout)
+	// The declare needs "/": before the defaults entry it is refused, and
+	// every publish after it is unroutable.
+	waitDefaults(t, c, c.WaitForLeader(clustertest.Timeout))
 	f := c.Followers()[0]
-	mustSubmit(t, f, queueDeclare("/", "q"))
+	requireFSM(t, mustSubmit(t, f, queueDeclare("/", "q")))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -487,6 +487,9 @@ type ClusterStatusResponse struct {
 	// (disk_free 0 before the first check).
 	DiskFree      uint64 `protobuf:"varint,12,opt,name=disk_free,json=diskFree" json:"disk_free,omitempty"`
 	DiskFreeLimit uint64 `protobuf:"varint,13,opt,name=disk_free_limit,json=diskFreeLimit" json:"disk_free_limit,omitempty"`
+	// Why this node's wall clock is unfit for leading (it differs from the
+	// quorum's by more than --max-clock-offset), empty when it is fine.
+	ClockProblem  string `protobuf:"bytes,14,opt,name=clock_problem,json=clockProblem" json:"clock_problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -610,6 +613,13 @@ func (x *ClusterStatusResponse) GetDiskFreeLimit() uint64 {
 		return x.DiskFreeLimit
 	}
 	return 0
+}
+
+func (x *ClusterStatusResponse) GetClockProblem() string {
+	if x != nil {
+		return x.ClockProblem
+	}
+	return ""
 }
 
 type TransferLeadershipRequest struct {
@@ -3792,7 +3802,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tamqp_addr\x18\x04 \x01(\tR\bamqpAddr\x12\x16\n" +
 	"\x06health\x18\x05 \x01(\tR\x06health\x12\x1a\n" +
 	"\bsuffrage\x18\x06 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\a \x01(\bR\x06leader\"\xb4\x03\n" +
+	"\x06leader\x18\a \x01(\bR\x06leader\"\xd9\x03\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -3809,7 +3819,8 @@ const file_admin_proto_rawDesc = "" +
 	" \x01(\x03R\aclockMs\x12\x16\n" +
 	"\x06alarms\x18\v \x03(\tR\x06alarms\x12\x1b\n" +
 	"\tdisk_free\x18\f \x01(\x04R\bdiskFree\x12&\n" +
-	"\x0fdisk_free_limit\x18\r \x01(\x04R\rdiskFreeLimit\"4\n" +
+	"\x0fdisk_free_limit\x18\r \x01(\x04R\rdiskFreeLimit\x12#\n" +
+	"\rclock_problem\x18\x0e \x01(\tR\fclockProblem\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +

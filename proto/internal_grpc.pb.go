@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Internal_Forward_FullMethodName = "/raftmq.v1.Internal/Forward"
 	Internal_Reply_FullMethodName   = "/raftmq.v1.Internal/Reply"
+	Internal_Clock_FullMethodName   = "/raftmq.v1.Internal/Clock"
 )
 
 // InternalClient is the client API for Internal service.
@@ -41,6 +42,10 @@ type InternalClient interface {
 	// reply-to name designates. Replies never enter the log: like
 	// RabbitMQ's, they are transient and delivered at most once.
 	Reply(ctx context.Context, in *DirectReply, opts ...grpc.CallOption) (*DirectReplyResult, error)
+	// Clock reads the callee's wall clock. Every node samples the voters'
+	// clocks with it, so that log time follows a quorum of clocks and a node
+	// can tell when its own clock is off (cluster/quorumclock.go).
+	Clock(ctx context.Context, in *ClockRequest, opts ...grpc.CallOption) (*ClockReading, error)
 }
 
 type internalClient struct {
@@ -74,6 +79,16 @@ func (c *internalClient) Reply(ctx context.Context, in *DirectReply, opts ...grp
 	return out, nil
 }
 
+func (c *internalClient) Clock(ctx context.Context, in *ClockRequest, opts ...grpc.CallOption) (*ClockReading, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClockReading)
+	err := c.cc.Invoke(ctx, Internal_Clock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -89,6 +104,10 @@ type InternalServer interface {
 	// reply-to name designates. Replies never enter the log: like
 	// RabbitMQ's, they are transient and delivered at most once.
 	Reply(context.Context, *DirectReply) (*DirectReplyResult, error)
+	// Clock reads the callee's wall clock. Every node samples the voters'
+	// clocks with it, so that log time follows a quorum of clocks and a node
+	// can tell when its own clock is off (cluster/quorumclock.go).
+	Clock(context.Context, *ClockRequest) (*ClockReading, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -104,6 +123,9 @@ func (UnimplementedInternalServer) Forward(grpc.BidiStreamingServer[ForwardReque
 }
 func (UnimplementedInternalServer) Reply(context.Context, *DirectReply) (*DirectReplyResult, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reply not implemented")
+}
+func (UnimplementedInternalServer) Clock(context.Context, *ClockRequest) (*ClockReading, error) {
+	return nil, status.Error(codes.Unimplemented, "method Clock not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -151,6 +173,24 @@ func _Internal_Reply_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_Clock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).Clock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_Clock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).Clock(ctx, req.(*ClockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -161,6 +201,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reply",
 			Handler:    _Internal_Reply_Handler,
+		},
+		{
+			MethodName: "Clock",
+			Handler:    _Internal_Clock_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

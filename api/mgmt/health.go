@@ -25,6 +25,8 @@ func (q *req) health() error {
 	switch check {
 	case "alarms", "local-alarms":
 		return q.alarmsCheck(check == "local-alarms")
+	case "clocks", "local-clock":
+		return q.clockCheck(check == "local-clock")
 	case "virtual-hosts":
 	case "ready-to-serve-clients":
 		if reason := ops.NotReady(q.m.node); reason != "" {
@@ -139,5 +141,40 @@ func (q *req) alarmsCheck(local bool) error {
 	}
 	writeJSON(q.w, http.StatusServiceUnavailable, map[string]any{"status": "failed",
 		"reason": "There are alarms in effect " + where, "alarms": list})
+	return nil
+}
+
+// clockCheck is /api/health/checks/clocks (every node's wall clock) and
+// local-clock (this node's), raftmq's own: a clock further from the
+// voters' than --max-clock-offset fails it, with the reason per node. Such
+// a node does not lead; log time does not follow its clock either way.
+func (q *req) clockCheck(local bool) error {
+	problems := map[string]string{}
+	if local {
+		if p := ops.ClockProblem(q.m.node); p != "" {
+			problems[q.m.node.NodeID()] = p
+		}
+	} else {
+		for id, st := range q.m.ops.NodeStatuses(q.ctx) {
+			if p := st.GetClockProblem(); p != "" {
+				problems[id] = p
+			}
+		}
+	}
+	if len(problems) == 0 {
+		q.ok(map[string]string{"status": "ok"})
+		return nil
+	}
+	ids := make([]string, 0, len(problems))
+	for id := range problems {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	list := make([]map[string]string, 0, len(ids))
+	for _, id := range ids {
+		list = append(list, map[string]string{"node": id, "reason": problems[id]})
+	}
+	writeJSON(q.w, http.StatusServiceUnavailable, map[string]any{"status": "failed",
+		"reason": ids[0] + ": " + problems[ids[0]], "clocks": list})
 	return nil
 }

@@ -38,6 +38,9 @@ func (c clusterNode) ConsistentView(ctx context.Context, fn func(State)) error {
 	return c.n.ConsistentView(ctx, func(m *fsm.Machine) { fn(machineState(m)) })
 }
 
+// ClockProblem implements ClockChecker.
+func (c clusterNode) ClockProblem() string { return c.n.ClockProblem() }
+
 // RaftStats implements Node.
 func (c clusterNode) RaftStats() RaftStats {
 	s := c.n.Stats()

@@ -45,6 +45,21 @@ type ConsistentViewer interface {
 	ConsistentView(ctx context.Context, fn func(s State)) error
 }
 
+// ClockChecker is implemented by a Node that checks its wall clock
+// against the voters': ClockProblem says why the clock is unfit to lead
+// (further from the quorum's than --max-clock-offset), "" when it is fine.
+type ClockChecker interface {
+	ClockProblem() string
+}
+
+// ClockProblem is n's ClockProblem, "" for a Node that does not check.
+func ClockProblem(n Node) string {
+	if c, ok := n.(ClockChecker); ok {
+		return c.ClockProblem()
+	}
+	return ""
+}
+
 // RaftStats is raft's state on one node.
 type RaftStats struct {
 	// State is "Leader", "Follower", "Candidate" or "Shutdown".

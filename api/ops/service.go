@@ -128,6 +128,7 @@ func (s *Service) clusterStatus() *proto.ClusterStatusResponse {
 	s.node.View(func(m State) { resp.ClockMs = m.Clock() })
 	r := s.Resources()
 	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
+	resp.ClockProblem = ClockProblem(s.node)
 	return resp
 }
 

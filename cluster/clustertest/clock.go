@@ -7,10 +7,15 @@ import (
 	"github.com/raftmq/raftmq/cluster"
 )
 
-// FakeClock is a cluster.Clock that moves only when told to.
+// FakeClock is a cluster.Clock that moves only when told to. It has a wall
+// reading and a monotonic one: Advance moves both (time passes, at
+// whatever rate the test says this node's oscillator runs), Set and Step
+// move only the wall clock (an operator or NTP stepping it). Timers run
+// on the monotonic reading, as Go's do.
 type FakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
+	mono   time.Duration
 	timers map[*fakeTimer]struct{}
 }
 
@@ -18,7 +23,7 @@ var _ cluster.Clock = (*FakeClock)(nil)
 
 // NewFakeClock returns a fake clock showing start.
 func NewFakeClock(start time.Time) *FakeClock {
-	return &FakeClock{now: start, timers: map[*fakeTimer]struct{}{}}
+	return &FakeClock{now: start, mono: time.Hour, timers: map[*fakeTimer]struct{}{}}
 }
 
 // Now implements cluster.Clock.
@@ -28,12 +33,19 @@ func (c *FakeClock) Now() time.Time {
 	return c.now
 }
 
+// Monotonic implements cluster.Clock.
+func (c *FakeClock) Monotonic() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
 // NewTimer implements cluster.Clock: the timer fires when the clock is
-// advanced or set to its deadline or later.
+// advanced by d or more.
 func (c *FakeClock) NewTimer(d time.Duration) cluster.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &fakeTimer{clock: c, ch: make(chan time.Time, 1), at: c.now.Add(d)}
+	t := &fakeTimer{clock: c, ch: make(chan time.Time, 1), at: c.mono + d}
 	if d <= 0 {
 		t.ch <- c.now
 		return t
@@ -42,27 +54,35 @@ func (c *FakeClock) NewTimer(d time.Duration) cluster.Timer {
 	return t
 }
 
-// Advance moves the clock forward by d and fires the timers that fell due.
+// Advance lets d pass: both readings move forward by d, and the timers
+// that fell due fire.
 func (c *FakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.mono += d
 	c.fire()
 }
 
-// Set moves the clock to t (possibly backwards) and fires the timers that
-// fell due.
+// Set sets the wall clock to t (possibly backwards). The monotonic reading
+// and the timers do not move.
 func (c *FakeClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = t
-	c.fire()
+}
+
+// Step moves the wall clock by d (negative: backwards), as Set does.
+func (c *FakeClock) Step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
 
 // fire delivers every due timer. Locks: c.mu held.
 func (c *FakeClock) fire() {
 	for t := range c.timers {
-		if !t.at.After(c.now) {
+		if t.at <= c.mono {
 			delete(c.timers, t)
 			t.ch <- c.now
 		}
@@ -72,7 +92,7 @@ func (c *FakeClock) fire() {
 type fakeTimer struct {
 	clock *FakeClock
 	ch    chan time.Time
-	at    time.Time
+	at    time.Duration
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }

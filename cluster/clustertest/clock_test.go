@@ -30,9 +30,17 @@ func TestFakeClock_TimersFireWhenDue(t *testing.T) {
 	if !fired(a) || fired(b) {
 		t.Fatal("only the 100 ms timer is due")
 	}
-	c.Set(start.Add(time.Second))
+	c.Set(start.Add(time.Hour + 100*time.Millisecond))
+	c.Step(-time.Hour)
+	if fired(b) {
+		t.Fatal("stepping the wall clock fired a timer")
+	}
+	if got := c.Monotonic(); got != time.Hour+100*time.Millisecond {
+		t.Fatalf("stepping the wall clock moved the monotonic reading to %v", got)
+	}
+	c.Advance(900 * time.Millisecond)
 	if !fired(b) || fired(stopped) {
-		t.Fatal("Set fires due timers, never stopped ones")
+		t.Fatal("Advance fires due timers, never stopped ones")
 	}
 	if b.Stop() {
 		t.Fatal("Stop of a fired timer reported active")

@@ -36,6 +36,7 @@ type config struct {
 	Pprof           bool
 	NodeDownAfter   time.Duration
 	RaftTimeout     time.Duration
+	MaxClockOffset  time.Duration
 	Cluster         clusterSecurity
 
 	// TLS is the AMQPS listener and its certificates.
@@ -103,6 +104,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 1500*time.Millisecond, "how long a member stays dead (in gossip, or unreached by the leader's raft) before its consumers are cancelled")
+	fs.DurationVar(&c.MaxClockOffset, "max-clock-offset", 500*time.Millisecond, "how far this node's wall clock may be from the voters' (the quorum's) before it hands leadership over and its clock health check fails")
 	fs.DurationVar(&c.RaftTimeout, "raft-timeout", defaultRaftTimeout, "how long followers go without hearing from the leader before they elect another (raft's heartbeat and election timeouts; the leader's lease is half of it)")
 	c.Cluster.flags(fs)
 	c.Management.flags(fs)
@@ -161,6 +163,9 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	}
 	if c.RaftTimeout < 50*time.Millisecond {
 		return nil, fmt.Errorf("--raft-timeout must be at least 50ms, got %v", c.RaftTimeout)
+	}
+	if c.MaxClockOffset < time.Millisecond || c.MaxClockOffset > time.Minute {
+		return nil, fmt.Errorf("--max-clock-offset must be between 1ms and 1m, got %v", c.MaxClockOffset)
 	}
 	if c.Lookahead < 0 {
 		return nil, fmt.Errorf("--consumer-lookahead must not be negative, got %d", c.Lookahead)

@@ -20,7 +20,7 @@ func TestConfig_DefaultsRunASingleNode(t *testing.T) {
 	if c.DataDir != "raftmq-data" || c.AMQPAddr != ":5672" || c.GRPCAddr != ":5680" ||
 		c.RaftAddr != ":5681" || c.GossipAddr != ":7946" || c.HTTPAddr != ":15692" ||
 		c.BootstrapExpect != 1 || len(c.Join) != 0 || c.NodeID == "" || c.RaftTimeout != 500*time.Millisecond ||
-		c.ConsumerTimeout != 1800000 {
+		c.ConsumerTimeout != 1800000 || c.MaxClockOffset != 500*time.Millisecond {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -69,6 +69,8 @@ func TestConfig_BadValuesAreRefused(t *testing.T) {
 		{env: map[string]string{"RAFTMQ_VM_MEMORY_HIGH_WATERMARK": "-5"}},
 		{args: []string{"--raft-timeout", "10ms"}},
 		{args: []string{"--consumer-timeout", "-1"}},
+		{args: []string{"--max-clock-offset", "0s"}},
+		{args: []string{"--max-clock-offset", "2m"}},
 		{env: map[string]string{"RAFTMQ_CONSUMER_TIMEOUT": "30m"}},
 	} {
 		if _, err := parseConfig(tc.args, envMap(tc.env), io.Discard); err == nil {

@@ -144,6 +144,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		DefaultUser:        cfg.DefaultUser,
 		DefaultPassword:    cfg.DefaultPassword,
 		NodeDownAfter:      cfg.NodeDownAfter,
+		MaxClockOffset:     cfg.MaxClockOffset,
 		HeartbeatTimeout:   cfg.RaftTimeout,
 		ElectionTimeout:    cfg.RaftTimeout,
 		LeaderLeaseTimeout: cfg.RaftTimeout / 2,

@@ -141,7 +141,11 @@ func clusterStatus(c *call) error {
 	fmt.Fprintf(c.out, "Leader: %s\n", leader)
 	fmt.Fprintf(c.out, "Raft: state %s, term %d, commit index %d, applied index %d, last log index %d\n",
 		r.GetRaftState(), r.GetTerm(), r.GetCommitIndex(), r.GetAppliedIndex(), r.GetLastLogIndex())
-	fmt.Fprintf(c.out, "Log clock (unix ms): %d\n\n", r.GetClockMs())
+	fmt.Fprintf(c.out, "Log clock (unix ms): %d\n", r.GetClockMs())
+	if p := r.GetClockProblem(); p != "" {
+		fmt.Fprintf(c.out, "Clock: %s (this node does not lead)\n", p)
+	}
+	fmt.Fprintln(c.out)
 	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "node\traft_addr\tgrpc_addr\tamqp_addr\thealth\tsuffrage\tleader")
 	for _, n := range r.GetNodes() {

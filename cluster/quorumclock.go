@@ -1,0 +1,442 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultMaxClockOffset is how far a node's wall clock may be from the
+// quorum's before it refuses to lead (CockroachDB's default).
+const DefaultMaxClockOffset = 500 * time.Millisecond
+
+// clockSampleTimeout bounds one reading of a peer's clock.
+const clockSampleTimeout = time.Second
+
+// clockSample is one reading of a voter's wall clock, against this node's
+// monotonic clock: the peer's wall time (unix ns) minus the monotonic
+// reading halfway through the call.
+type clockSample struct {
+	offset int64
+	at     time.Time // when it was taken (real time: it only ages samples)
+}
+
+// clockEstimate is what the quorum's clocks read, as an offset from this
+// node's monotonic clock (unix ns minus monotonic ns).
+type clockEstimate struct {
+	ok     bool  // a quorum of the voters' clocks was read
+	offset int64 // the quorum's
+	own    int64 // this node's wall clock's
+	// legacy: voters of an earlier release do not answer Clock, and
+	// without them no quorum was read: offset is this node's own clock,
+	// as those releases stamped.
+	legacy bool
+	// agreed: a quorum of the voters' clocks read within MaxClockOffset of
+	// offset. With every voter read and at most a minority off, it holds;
+	// with only a bare quorum read and one of them off, it does not, and
+	// nothing tells the right clock from the wrong one.
+	agreed bool
+}
+
+// quorumClock keeps the latest reading of each voter's wall clock. Every
+// node samples (clockLoop), so every node knows whether its own clock is
+// fit to lead; the leader's estimate anchors log time (stamp.go).
+type quorumClock struct {
+	clock     Clock
+	self      string
+	maxOffset int64
+	stale     time.Duration
+
+	mu      sync.Mutex
+	voters  []string // the voters of the configuration at the last round
+	samples map[string]clockSample
+	legacy  map[string]bool
+	problem string // why this node's clock is unfit, "" when it is fine
+	// agreed is the last estimate a quorum of clocks agreed on, and when
+	// it was made: a term starts from it (startLogTime).
+	agreed   int64
+	agreedAt time.Time
+	// kept: leadership was kept with the clock off, for want of a voter
+	// to hand it to (warned once).
+	kept bool
+
+	rounds    *broadcast // a reading was taken, or a sampling round finished
+	roundDone *broadcast // a sampling round finished
+	kick      chan struct{}
+}
+
+func newQuorumClock(cfg Config) *quorumClock {
+	return &quorumClock{
+		clock:     cfg.Clock,
+		self:      cfg.NodeID,
+		maxOffset: int64(cfg.MaxClockOffset),
+		// A reading ages with the drift between two oscillators; a few
+		// missed rounds are harmless, a peer gone for long is not read.
+		stale:     max(5*cfg.ClockSampleInterval, 5*time.Second),
+		samples:   map[string]clockSample{},
+		legacy:    map[string]bool{},
+		rounds:    newBroadcast(),
+		roundDone: newBroadcast(),
+		kick:      make(chan struct{}, 1),
+	}
+}
+
+// estimate reads the quorum's clocks from the latest samples. Of the k
+// voters read (this node, if a voter, counts once, read now), with q a
+// majority of all voters, it takes the q-th highest: at least a quorum of
+// clocks read that time or later, so no minority of clocks ahead can move
+// it forward, and with every voter read no minority behind can hold it
+// back (with three voters: the median). Fewer than q read: no estimate.
+func (c *quorumClock) estimate() clockEstimate {
+	m := c.clock.Monotonic()
+	own := c.clock.Now().UnixNano() - int64(m)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	offs := make([]int64, 0, len(c.voters))
+	selfVoter, legacy := false, 0
+	for _, id := range c.voters {
+		if id == c.self {
+			selfVoter = true
+			offs = append(offs, own)
+			continue
+		}
+		if s, ok := c.samples[id]; ok && time.Since(s.at) <= c.stale {
+			offs = append(offs, s.offset)
+		} else if c.legacy[id] {
+			legacy++
+		}
+	}
+	q := len(c.voters)/2 + 1
+	switch {
+	case len(c.voters) > 0 && len(offs) >= q:
+		slices.Sort(offs)
+		e := clockEstimate{ok: true, offset: offs[len(offs)-q], own: own}
+		near := 0
+		for _, o := range offs {
+			if abs(o-e.offset) <= c.maxOffset {
+				near++
+			}
+		}
+		e.agreed = near >= q
+		if e.agreed {
+			c.agreed, c.agreedAt = e.offset, time.Now()
+		}
+		return e
+	case selfVoter && len(offs)+legacy >= q:
+		return clockEstimate{ok: true, offset: own, own: own, legacy: true}
+	}
+	return clockEstimate{own: own}
+}
+
+// agreedMaxAge bounds how long a node trusts the last estimate a quorum
+// agreed on: it is kept against the monotonic clock, which two oscillators
+// move apart by at most a few hundred microseconds a minute.
+const agreedMaxAge = 10 * time.Minute
+
+// lastAgreed returns the last estimate a quorum of clocks agreed on, if it
+// is recent.
+func (c *quorumClock) lastAgreed() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.agreedAt.IsZero() || time.Since(c.agreedAt) > agreedMaxAge {
+		return 0, false
+	}
+	return c.agreed, true
+}
+
+// best returns the voter other than this node whose clock is closest to
+// ref, if it is within the limit: the one to hand leadership to.
+func (c *quorumClock) best(ref int64) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var id string
+	var dist int64
+	for _, v := range c.voters {
+		s, ok := c.samples[v]
+		if v == c.self || !ok || time.Since(s.at) > c.stale {
+			continue
+		}
+		if d := abs(s.offset - ref); d <= c.maxOffset && (id == "" || d < dist) {
+			id, dist = v, d
+		}
+	}
+	return id, id != ""
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// forget drops id's reading.
+func (c *quorumClock) forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.samples, id)
+}
+
+// ClockProblem says why this node's wall clock is unfit to lead (it is
+// further from the quorum's than MaxClockOffset), "" when it is fine or
+// no quorum of clocks has been read.
+func (n *Node) ClockProblem() string {
+	n.qclock.mu.Lock()
+	defer n.qclock.mu.Unlock()
+	return n.qclock.problem
+}
+
+// clockLoop reads the voters' clocks every ClockSampleInterval (and at
+// once when a term starts), then checks this node's own against them.
+func (n *Node) clockLoop() {
+	defer n.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTicker(n.cfg.ClockSampleInterval)
+	defer t.Stop()
+	for {
+		n.sampleClocks(ctx)
+		n.checkClock()
+		select {
+		case <-t.C:
+		case <-n.qclock.kick:
+		case <-n.closing:
+			return
+		}
+	}
+}
+
+// sampleClocks reads the clock of every voter in parallel. A reading is
+// taken against this node's monotonic clock at the middle of the call,
+// so it is off by at most half the round trip; one whose round trip
+// exceeds MaxClockOffset says too little and is dropped.
+func (n *Node) sampleClocks(ctx context.Context) {
+	c := n.qclock
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	var voters []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, string(s.ID))
+		}
+	}
+	c.mu.Lock()
+	c.voters = voters
+	for id := range c.samples {
+		if !slices.Contains(voters, id) {
+			delete(c.samples, id)
+			delete(c.legacy, id)
+		}
+	}
+	c.mu.Unlock()
+	members := n.members.all()
+	var wg sync.WaitGroup
+	for _, id := range voters {
+		m, ok := members[id]
+		if id == n.cfg.NodeID {
+			continue
+		}
+		if !ok || m.health != HealthAlive || m.meta.GetGrpcAddr() == "" {
+			c.forget(id)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := n.replyConns.conn(n, id, m.meta.GetGrpcAddr())
+			if err != nil {
+				c.forget(id)
+				return
+			}
+			ctx, cancel := context.WithTimeout(ctx, clockSampleTimeout)
+			defer cancel()
+			m0 := c.clock.Monotonic()
+			r, err := proto.NewInternalClient(conn).Clock(ctx, &proto.ClockRequest{})
+			m1 := c.clock.Monotonic()
+			// A term that waits for its first reading goes on as soon
+			// as a quorum is read, not after the slowest peer.
+			defer c.rounds.signal()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			switch {
+			case status.Code(err) == codes.Unimplemented:
+				c.legacy[id] = true
+			case err != nil:
+				// Unreachable now: its last reading says nothing of
+				// whether it is in a quorum now.
+				delete(c.samples, id)
+			case int64(m1-m0) > c.maxOffset:
+				n.log.Debug("clock reading dropped: round trip too long", "peer", id, "rtt", m1-m0)
+			default:
+				delete(c.legacy, id)
+				c.samples[id] = clockSample{offset: r.GetWallUnixNanos() - int64(m0+(m1-m0)/2), at: time.Now()}
+			}
+		}()
+	}
+	wg.Wait()
+	c.rounds.signal()
+	c.roundDone.signal()
+}
+
+// checkClock compares this node's wall clock with the quorum's. One
+// further off than MaxClockOffset is reported (log, ClockProblem) and, on
+// the leader, hands leadership to the voter whose clock is closest to the
+// quorum's. Log time does not follow a lone clock either way; stepping
+// down keeps a node whose clock is wrong from leading a cluster whose
+// clocks cannot all be read, and tells the operator which node to fix.
+//
+// When the clocks read do not agree (a bare quorum read, one of them off)
+// the leader takes log time as the referee: it was anchored to a quorum's
+// clocks before and has advanced by the monotonic clock since, so the
+// clock that disagrees with it is the wrong one.
+func (n *Node) checkClock() {
+	c := n.qclock
+	e := c.estimate()
+	ref, against, judged := e.offset, "the quorum's", e.ok && !e.legacy && e.agreed
+	leading := n.lead.Load() != nil
+	if leading && e.ok && !e.legacy && !e.agreed {
+		ref, against, judged = n.stamp.offset(), "log time", true
+	}
+	problem := ""
+	if judged {
+		if d := time.Duration(e.own - ref); abs(int64(d)) > c.maxOffset {
+			dir := "ahead of"
+			if d < 0 {
+				dir, d = "behind", -d
+			}
+			problem = fmt.Sprintf("wall clock %v %s %s, more than --max-clock-offset %v", d.Round(time.Millisecond), dir, against, time.Duration(c.maxOffset))
+		}
+	}
+	c.mu.Lock()
+	was := c.problem
+	c.problem = problem
+	if problem == "" {
+		c.kept = false
+	}
+	c.mu.Unlock()
+	switch {
+	case problem != "" && was == "":
+		n.log.Warn("this node will not lead: its clock is off", "problem", problem)
+	case problem == "" && was != "":
+		n.log.Info("this node's clock agrees with the quorum's again")
+	}
+	if problem != "" && leading {
+		n.handOver(ref, problem)
+	}
+}
+
+// handOver transfers leadership to the voter whose clock is closest to
+// ref and reports whether it did.
+func (n *Node) handOver(ref int64, problem string) bool {
+	c := n.qclock
+	id, ok := c.best(ref)
+	c.mu.Lock()
+	warn := !ok && !c.kept
+	c.kept = !ok
+	c.mu.Unlock()
+	if warn {
+		// Once per stretch: the check runs every ClockSampleInterval.
+		n.log.Warn("clock off, but no voter's clock is fit to take over: keeping leadership", "problem", problem)
+	}
+	if !ok {
+		return false
+	}
+	addr := ""
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				addr = string(s.Address)
+			}
+		}
+	}
+	n.log.Warn("handing leadership over: this node's clock is off", "to", id, "problem", problem)
+	if err := n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error(); err != nil {
+		n.log.Warn("leadership transfer failed", "to", id, "err", err)
+		return false
+	}
+	return true
+}
+
+// startLogTime starts log time for a term at the log's clock (or the last
+// time a quorum of clocks agreed on, if later) and waits
+// for a reading of the quorum's clocks, so that the term's first stamp is
+// anchored to them. Without one within LeaderWait the term goes on from
+// the log's clock by the monotonic clock alone, unless the log has no
+// time yet (a new cluster): then it keeps waiting, since starting at the
+// epoch would make the first reading kill every message. A node whose own
+// clock the reading finds off hands leadership over before it serves.
+// It returns false when the term ends first or leadership was handed over.
+func (n *Node) startLogTime(ctx context.Context, clock int64) bool {
+	n.stamp.reset(clock)
+	// The log may have been idle since its last stamp. What a quorum's
+	// clocks agreed on lately, read by this node as a follower, says how
+	// much time has passed since, even when the clocks it can read now
+	// do not agree (one of two an hour behind would otherwise leave log
+	// time as far behind as the log was idle).
+	if off, ok := n.qclock.lastAgreed(); ok {
+		n.stamp.anchor(off)
+	}
+	select {
+	case n.qclock.kick <- struct{}{}:
+	default:
+	}
+	giveUp := time.NewTimer(n.cfg.LeaderWait)
+	defer giveUp.Stop()
+	warned := false
+	for {
+		wait := n.qclock.rounds.wait()
+		if e := n.qclock.estimate(); e.ok {
+			if d := abs(e.own - e.offset); e.agreed && !e.legacy && d > n.qclock.maxOffset {
+				problem := fmt.Sprintf("wall clock %v from the quorum's, more than --max-clock-offset %v", time.Duration(d).Round(time.Millisecond), n.cfg.MaxClockOffset)
+				if n.handOver(e.offset, problem) {
+					return false
+				}
+			}
+			return true
+		}
+		select {
+		case <-wait:
+		case <-giveUp.C:
+			if clock > 0 {
+				n.log.Warn("no quorum of clocks read: log time goes on from the log's by this node's monotonic clock")
+				return true
+			}
+			if !warned {
+				n.log.Warn("no quorum of clocks read: a new cluster waits for one before it stamps")
+				warned = true
+			}
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// Clock implements proto.InternalServer: this node's wall clock, for the
+// callers' quorumClock. Its callers are checked by registerInternal.
+func (fs *forwardServer) Clock(context.Context, *proto.ClockRequest) (*proto.ClockReading, error) {
+	return &proto.ClockReading{WallUnixNanos: fs.n.cfg.Clock.Now().UnixNano()}, nil
+}
+
+// logClock is the state machine's clock: the latest stamp in the log.
+func (n *Node) logClock() int64 {
+	var clock int64
+	n.View(func(m *fsm.Machine) { clock = m.Clock() })
+	return clock
+}
