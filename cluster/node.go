@@ -253,6 +253,7 @@ type Node struct {
 	// sends (bodiesSnapshots).
 	bodyToken [tokenLen]byte
 	trans     *raft.NetworkTransport
+	layer     *streamLayer
 	list      *memberlist.Memberlist
 	fwd       *forwarder
 	advert    string // advertised raft address
@@ -410,7 +411,8 @@ func (n *Node) startRaft() error {
 		_ = ln.Close()
 		return err
 	}
-	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links}
+	layer := newStreamLayer(ln, n.advert, cfg.Links)
+	n.layer = layer
 	if cfg.TLS != nil {
 		layer.tls = n.tlsServerConfig()
 		layer.dial = n.dialTLS
@@ -826,7 +828,13 @@ func (n *Node) Close() error {
 	n.replyConns.close()
 	var err error
 	if n.raft != nil {
-		err = n.raft.Shutdown().Error()
+		// Raft's shutdown waits for its RPCs in flight: a vote asked of a
+		// peer that stopped answering, or whose address is gone, would
+		// hold it for the transport's timeout. Once raft stops, nothing
+		// is waiting for their answers.
+		f := n.raft.Shutdown()
+		n.layer.abort()
+		err = f.Error()
 	}
 	if n.list != nil {
 		_ = n.list.Shutdown() // ends a join in progress
@@ -879,9 +887,49 @@ type streamLayer struct {
 	tls    *tls.Config
 	dial   func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
 
+	// dials ends when abort is called: dials in progress give up.
+	dials     context.Context
+	stopDials context.CancelFunc
+
 	mu       sync.Mutex
 	accepted map[net.Conn]struct{}
+	dialed   map[net.Conn]struct{}
 	closed   bool
+	aborted  bool
+}
+
+func newStreamLayer(ln net.Listener, advert string, links *Links) *streamLayer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &streamLayer{ln: ln, advert: advert, links: links, dials: ctx, stopDials: cancel,
+		dialed: map[net.Conn]struct{}{}}
+}
+
+// abort ends what raft's own goroutines wait for on the network: dials in
+// progress and the connections this node dialed (requests in flight,
+// pooled connections). Called when raft shuts down.
+func (s *streamLayer) abort() {
+	s.stopDials()
+	s.mu.Lock()
+	s.aborted = true
+	conns := s.dialed
+	s.dialed = map[net.Conn]struct{}{}
+	s.mu.Unlock()
+	for c := range conns {
+		_ = c.(*dialedConn).Conn.Close()
+	}
+}
+
+// dialedConn leaves its stream layer's set when closed.
+type dialedConn struct {
+	net.Conn
+	layer *streamLayer
+}
+
+func (c *dialedConn) Close() error {
+	c.layer.mu.Lock()
+	delete(c.layer.dialed, c)
+	c.layer.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // Accept implements net.Listener; it keeps the connections so that Close
@@ -937,10 +985,25 @@ func (s *streamLayer) Close() error {
 
 func (s *streamLayer) Addr() net.Addr { return advertAddr(s.advert) }
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	var err error
 	if s.dial != nil {
-		return s.dial(context.Background(), string(addr), timeout)
+		c, err = s.dial(s.dials, string(addr), timeout)
+	} else {
+		c, err = s.links.dial(s.dials, string(addr), timeout)
 	}
-	return s.links.dial(context.Background(), string(addr), timeout)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.aborted {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	dc := &dialedConn{Conn: c, layer: s}
+	s.dialed[dc] = struct{}{}
+	return dc, nil
 }
 
 type advertAddr string
