@@ -253,7 +253,7 @@ type Node struct {
 	// sends (bodiesSnapshots).
 	bodyToken [tokenLen]byte
 	trans     *raft.NetworkTransport
-	layer     *streamLayer
+	out       *outbound // the connections it dialed, ended by Close
 	list      *memberlist.Memberlist
 	fwd       *forwarder
 	advert    string // advertised raft address
@@ -329,6 +329,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ready:     make(chan struct{}),
 		closing:   make(chan struct{}),
 		failed:    make(chan struct{}),
+		out:       newOutbound(),
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
 	n.protocol.Store(cfg.Protocol)
@@ -411,8 +412,7 @@ func (n *Node) startRaft() error {
 		_ = ln.Close()
 		return err
 	}
-	layer := newStreamLayer(ln, n.advert, cfg.Links)
-	n.layer = layer
+	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links, out: n.out}
 	if cfg.TLS != nil {
 		layer.tls = n.tlsServerConfig()
 		layer.dial = n.dialTLS
@@ -824,17 +824,15 @@ func (n *Node) Close() error {
 	n.closed = true
 	close(n.closing)
 	n.closeMu.Unlock()
+	// Nothing waits for a peer's answer from now on: what raft and gRPC
+	// have in flight to peers that stopped answering ends now rather
+	// than at its timeout.
+	n.out.abort()
 	n.fwd.close()
 	n.replyConns.close()
 	var err error
 	if n.raft != nil {
-		// Raft's shutdown waits for its RPCs in flight: a vote asked of a
-		// peer that stopped answering, or whose address is gone, would
-		// hold it for the transport's timeout. Once raft stops, nothing
-		// is waiting for their answers.
-		f := n.raft.Shutdown()
-		n.layer.abort()
-		err = f.Error()
+		err = n.raft.Shutdown().Error()
 	}
 	if n.list != nil {
 		_ = n.list.Shutdown() // ends a join in progress
@@ -887,49 +885,12 @@ type streamLayer struct {
 	tls    *tls.Config
 	dial   func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
 
-	// dials ends when abort is called: dials in progress give up.
-	dials     context.Context
-	stopDials context.CancelFunc
+	// out dials: the node's Close ends those connections.
+	out *outbound
 
 	mu       sync.Mutex
 	accepted map[net.Conn]struct{}
-	dialed   map[net.Conn]struct{}
 	closed   bool
-	aborted  bool
-}
-
-func newStreamLayer(ln net.Listener, advert string, links *Links) *streamLayer {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &streamLayer{ln: ln, advert: advert, links: links, dials: ctx, stopDials: cancel,
-		dialed: map[net.Conn]struct{}{}}
-}
-
-// abort ends what raft's own goroutines wait for on the network: dials in
-// progress and the connections this node dialed (requests in flight,
-// pooled connections). Called when raft shuts down.
-func (s *streamLayer) abort() {
-	s.stopDials()
-	s.mu.Lock()
-	s.aborted = true
-	conns := s.dialed
-	s.dialed = map[net.Conn]struct{}{}
-	s.mu.Unlock()
-	for c := range conns {
-		_ = c.(*dialedConn).Conn.Close()
-	}
-}
-
-// dialedConn leaves its stream layer's set when closed.
-type dialedConn struct {
-	net.Conn
-	layer *streamLayer
-}
-
-func (c *dialedConn) Close() error {
-	c.layer.mu.Lock()
-	delete(c.layer.dialed, c)
-	c.layer.mu.Unlock()
-	return c.Conn.Close()
 }
 
 // Accept implements net.Listener; it keeps the connections so that Close
@@ -985,25 +946,11 @@ func (s *streamLayer) Close() error {
 
 func (s *streamLayer) Addr() net.Addr { return advertAddr(s.advert) }
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	var c net.Conn
-	var err error
+	dial := s.links.dial
 	if s.dial != nil {
-		c, err = s.dial(s.dials, string(addr), timeout)
-	} else {
-		c, err = s.links.dial(s.dials, string(addr), timeout)
+		dial = s.dial
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.aborted {
-		_ = c.Close()
-		return nil, net.ErrClosed
-	}
-	dc := &dialedConn{Conn: c, layer: s}
-	s.dialed[dc] = struct{}{}
-	return dc, nil
+	return s.out.dial(context.Background(), string(addr), timeout, dial)
 }
 
 type advertAddr string
