@@ -67,7 +67,8 @@ type conn struct {
 	wroteAny   atomic.Bool // a frame was written since the last heartbeat tick
 	closeOnce  sync.Once
 	downOnce   sync.Once
-	recordOnce sync.Once // ConnectionClosed submitted
+	recordOnce sync.Once     // ConnectionClosed submitted
+	recorded   chan struct{} // closed when ConnectionClosed committed or was given up (set by recordOnce)
 	// heldAtClose are the unseen requeues of what the stopped channels
 	// held, sent with ConnectionClosed after cancelAtClose, the cancels of
 	// their consumers (window.go's heldRequeue says why; guarded by mu).
@@ -182,7 +183,7 @@ func (c *conn) end(err error) {
 		case <-time.After(c.srv.cfg.CloseTimeout):
 		}
 		c.lingerClose()
-		c.recordClosed()
+		c.awaitRecord()
 		if c.opened.Load() {
 			c.srv.openConns.Add(-1)
 			c.srv.counts.connClosed.Add(1)
@@ -214,12 +215,51 @@ func (c *conn) stopChannels() []*channel {
 	return chans
 }
 
-// recordClosed submits ConnectionClosed once, for an opened connection:
-// the broker cancels its consumers, requeues its unacknowledged messages
-// and deletes its exclusive queues.
-func (c *conn) recordClosed() {
-	if c.opened.Load() {
-		c.recordOnce.Do(c.submitConnectionClosed)
+// recordClosed starts submitting ConnectionClosed, once, for an opened
+// connection (the broker cancels its consumers, requeues its
+// unacknowledged messages and deletes its exclusive queues), and returns
+// a channel closed once it committed or was given up. A connection never
+// opened has nothing in the log: its channel is closed at once.
+func (c *conn) recordClosed() <-chan struct{} {
+	if !c.opened.Load() {
+		return closedChan
+	}
+	c.recordOnce.Do(func() {
+		c.recorded = make(chan struct{})
+		go func() {
+			defer close(c.recorded)
+			c.submitConnectionClosed()
+		}()
+	})
+	return c.recorded
+}
+
+// closedChan is a channel that is closed.
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// closeRecordWait bounds how long a connection's end waits for its
+// ConnectionClosed to commit. With a quorum that takes milliseconds, and
+// the client's next connection then finds the old one's messages back in
+// their queues. Without one it can take for ever: a client's
+// connection.close waited for its close-ok as long as the quorum was gone
+// (the node's heartbeats kept the connection alive meanwhile), and a node
+// being stopped after the others waited for its connections' ends until
+// it gave up on them. Past the wait the record
+// goes on in the background until it commits or the server closes; a
+// node that stops before then is declared down by the leader, or declares
+// its previous run down itself when it starts again, which releases the
+// same consumers, deliveries and exclusive queues.
+const closeRecordWait = 500 * time.Millisecond
+
+// awaitRecord starts recording the connection's end and waits for the
+// commit, at most closeRecordWait.
+func (c *conn) awaitRecord() {
+	t := time.NewTimer(closeRecordWait)
+	defer t.Stop()
+	select {
+	case <-c.recordClosed():
+	case <-t.C:
+		c.logger().Info("connection closed before its end reached the log; recording it in the background")
 	}
 }
 
@@ -703,7 +743,9 @@ func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
 		// queues and its exclusive queues are gone, so its next
 		// connection sees them that way. The workers finish the method
 		// in hand first (within CloseTimeout), so none of their commands
-		// follows ConnectionClosed in the log.
+		// follows ConnectionClosed in the log. The commit is awaited for
+		// closeRecordWait at most: without a quorum the client is let go
+		// and the record goes on without it.
 		wait, cancel := context.WithTimeout(context.Background(), c.srv.cfg.CloseTimeout)
 		defer cancel()
 		for _, ch := range c.stopChannels() {
@@ -712,7 +754,7 @@ func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
 			case <-wait.Done():
 			}
 		}
-		c.recordClosed()
+		c.awaitRecord()
 		c.send(0, &wire.ConnectionCloseOk{})
 		return true, nil
 	case *wire.ConnectionCloseOk:

@@ -126,6 +126,48 @@ func TestClose_RetriedUntilItCommits(t *testing.T) {
 	})
 }
 
+// A client's connection.close is answered while the log cannot take the
+// connection's end (no quorum: the other nodes are down): the client is
+// let go, and the end is recorded once the log takes commands again. A
+// close that waited for the commit held the client as long as the quorum
+// was gone, and the node's heartbeats kept its connection alive meanwhile.
+func TestClose_AnsweredWithoutAQuorum(t *testing.T) {
+	ts := startServer(t, Config{})
+	var quorum atomic.Bool
+	var refused atomic.Int32
+	ts.broker.mu.Lock()
+	ts.broker.fail = func(cmds []*proto.Command) error {
+		if quorum.Load() || !slices.ContainsFunc(cmds, func(c *proto.Command) bool { return c.GetConnectionClosed() != nil }) {
+			return nil
+		}
+		refused.Add(1)
+		return errors.New("cluster: no leader")
+	}
+	ts.broker.mu.Unlock()
+	conn, ch := openChannel(t, ts)
+	consumeLogTags(t, ts, ch, "q", 3)
+
+	closed := make(chan error, 1)
+	go func() { closed <- conn.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("connection close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection.close not answered while the log takes no ConnectionClosed")
+	}
+	if refused.Load() == 0 || len(commandsOf(ts.broker, (*proto.Command).GetConnectionClosed)) != 0 {
+		t.Fatalf("ConnectionClosed refused %d times, committed %d; want refused, not committed",
+			refused.Load(), len(commandsOf(ts.broker, (*proto.Command).GetConnectionClosed)))
+	}
+
+	quorum.Store(true)
+	eventually(t, 10*time.Second, "ConnectionClosed to commit once the log takes commands", func() bool {
+		return len(commandsOf(ts.broker, (*proto.Command).GetConnectionClosed)) == 1
+	})
+}
+
 // A node that applies its own NodeDown (it was cut off longer than the
 // cluster waits, yet runs) closes its clients' connections: the log no
 // longer has their channels or consumers. Another node's NodeDown closes

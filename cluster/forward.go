@@ -221,7 +221,7 @@ func (n *Node) dialInternal(id, addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return links.dial(ctx, addr, 5*time.Second)
+			return n.out.dial(ctx, addr, 5*time.Second, links.dial)
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: forwardKeepalive, Timeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxForwardMessage), grpc.MaxCallRecvMsgSize(MaxForwardMessage)),

@@ -240,3 +240,34 @@ func TestCluster_NodeDeclaredDownWhileAliveLearnsIt(t *testing.T) {
 		}
 	}
 }
+
+// A node whose peers stopped answering (frozen, or their addresses gone
+// with their containers) stops at once: raft's shutdown waits for its
+// requests in flight, and those waited for the transport's timeout (10 s)
+// on peers that never answer. A whole-cluster stop took that long on the
+// last node down.
+func TestCluster_CloseDoesNotWaitForSilentPeers(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.WaitForLeader(clustertest.Timeout)
+	mustSubmit(t, leader, tick())
+	var others []string
+	for _, f := range c.Followers() {
+		others = append(others, f.NodeID())
+	}
+	c.Freeze(others...)
+	// Once it has lost its lease, its heartbeats to the others are
+	// stuck on connections that carry nothing.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if leader.IsLeader() {
+			return errors.New("still leads")
+		}
+		return nil
+	})
+	start := time.Now()
+	c.Kill(c.Index(leader.NodeID()))
+	// The transport's timeout is 10 s; what it waits for is gone at once.
+	if took := time.Since(start); took >= 5*time.Second {
+		t.Fatalf("closing the node took %v: it waited for peers that do not answer", took)
+	}
+	c.Heal()
+}

@@ -261,6 +261,7 @@ type Node struct {
 	// sends (bodiesSnapshots).
 	bodyToken [tokenLen]byte
 	trans     *raft.NetworkTransport
+	out       *outbound // the connections it dialed, ended by Close
 	list      *memberlist.Memberlist
 	fwd       *forwarder
 	advert    string // advertised raft address
@@ -343,6 +344,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ready:     make(chan struct{}),
 		closing:   make(chan struct{}),
 		failed:    make(chan struct{}),
+		out:       newOutbound(),
 		bootMs:    cfg.Clock.Now().UnixMilli(),
 	}
 	n.protocol.Store(cfg.Protocol)
@@ -426,7 +428,7 @@ func (n *Node) startRaft() error {
 		_ = ln.Close()
 		return err
 	}
-	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links}
+	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links, out: n.out}
 	if cfg.TLS != nil {
 		layer.tls = n.tlsServerConfig()
 		layer.dial = n.dialTLS
@@ -838,6 +840,10 @@ func (n *Node) Close() error {
 	n.closed = true
 	close(n.closing)
 	n.closeMu.Unlock()
+	// Nothing waits for a peer's answer from now on: what raft and gRPC
+	// have in flight to peers that stopped answering ends now rather
+	// than at its timeout.
+	n.out.abort()
 	n.fwd.close()
 	n.replyConns.close()
 	var err error
@@ -894,6 +900,9 @@ type streamLayer struct {
 	links  *Links
 	tls    *tls.Config
 	dial   func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
+
+	// out dials: the node's Close ends those connections.
+	out *outbound
 
 	mu       sync.Mutex
 	accepted map[net.Conn]struct{}
@@ -953,10 +962,11 @@ func (s *streamLayer) Close() error {
 
 func (s *streamLayer) Addr() net.Addr { return advertAddr(s.advert) }
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	dial := s.links.dial
 	if s.dial != nil {
-		return s.dial(context.Background(), string(addr), timeout)
+		dial = s.dial
 	}
-	return s.links.dial(context.Background(), string(addr), timeout)
+	return s.out.dial(context.Background(), string(addr), timeout, dial)
 }
 
 type advertAddr string

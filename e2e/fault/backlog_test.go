@@ -39,7 +39,7 @@ func backlogScenario(t *testing.T, c *cluster) {
 		t.Fatalf("fill the backlog: %v", err)
 	}
 	t.Logf("backlog: %d messages confirmed in %s", depth, time.Since(start).Round(time.Millisecond))
-	outage(true, (*cluster).kill, (*cluster).start)(t, c)
+	outage(true, cutFor, (*cluster).kill, (*cluster).start)(t, c)
 	start = time.Now()
 	if err := drainBacklog(c, depth); err != nil {
 		t.Error(err)

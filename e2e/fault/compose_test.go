@@ -262,28 +262,97 @@ func (c *cluster) comeBack(i int) {
 	}
 }
 
-// cut disconnects node i from the cluster's network; heal puts it back
-// at its address.
-func (c *cluster) cut(i int) {
-	c.docker("network", "disconnect", "-f", c.network, c.nodes[i].container)
-}
-func (c *cluster) heal(i int) {
-	c.docker("network", "connect", "--ip", c.nodes[i].ip, c.network, c.nodes[i].container)
-}
+// isolate cuts node i off from its peers and leaves it reachable from
+// the test: every packet between it and another node's address is
+// dropped (raft, gossip, forwarding, replies), while the host, which
+// reaches each node through the network's gateway, keeps talking to its
+// AMQP, admin and HTTP ports. The cut is silent, as a switch that fails
+// or a firewall rule would make it: nothing refuses, nothing resets.
+//
+// The rules go into node i's own network namespace (iptables run through
+// nsenter from the host: the image, built FROM scratch, has no iptables)
+// and name only the addresses of this project's network, so nothing
+// outside the cluster is touched. A network disconnect would have taken
+// the AMQP port away from the clients too, and the node would never
+// face a client it can no longer serve. rejoin removes the rules.
+func (c *cluster) isolate(i int) { c.peerRules(i, "-I") }
+func (c *cluster) rejoin(i int)  { c.peerRules(i, "-D") }
 
-// stopAll and startAll stop and start the whole cluster.
-func (c *cluster) stopAll() {
-	if out, err := c.compose("stop", "-t", "20"); err != nil {
-		c.t.Fatalf("compose stop: %v\n%s", err, out)
+// peerRules inserts (-I) or deletes (-D) the DROP rules between node i
+// and its peers in node i's network namespace: dropping both directions
+// at one end cuts the link.
+func (c *cluster) peerRules(i int, op string) {
+	c.t.Helper()
+	n := c.nodes[i]
+	pid := strings.TrimSpace(c.docker("inspect", "-f", "{{.State.Pid}}", n.container))
+	if pid == "" || pid == "0" {
+		c.t.Fatalf("%s has no process to cut off (pid %q)", n.id, pid)
+	}
+	for j, peer := range c.nodes {
+		if j == i {
+			continue
+		}
+		for _, rule := range [][]string{
+			{"INPUT", "-s", peer.ip + "/32"},
+			{"OUTPUT", "-d", peer.ip + "/32"},
+		} {
+			args := append([]string{"-t", pid, "-n", "iptables", "-w", op}, rule...)
+			args = append(args, "-j", "DROP")
+			if out, err := exec.Command("nsenter", args...).CombinedOutput(); err != nil {
+				c.t.Fatalf("nsenter %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
 	}
 }
+
+// partitionReady reports why isolate cannot work here ("" when it can):
+// entering a container's network namespace and changing its firewall
+// takes root on the docker host and the host's nsenter and iptables.
+func partitionReady() string {
+	if os.Geteuid() != 0 {
+		return "cutting a node off needs root (nsenter into its network namespace)"
+	}
+	for _, tool := range []string{"nsenter", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "cutting a node off needs " + tool + " on the docker host"
+		}
+	}
+	return ""
+}
+
+// stopAll and startAll stop (SIGTERM, as an operator would) and start
+// the whole cluster, every node at once. They call docker, not the compose
+// tool: its own start-up, a second or more of it on a loaded machine each
+// time, would count in the pause the scenario measures.
+func (c *cluster) stopAll() { c.dockerEach("stop", "-t", "20") }
 
 func (c *cluster) startAll() {
-	if out, err := c.compose("start"); err != nil {
-		c.t.Fatalf("compose start: %v\n%s", err, out)
-	}
+	c.dockerEach("start")
 	for i := range c.nodes {
 		c.comeBack(i)
+	}
+}
+
+// dockerEach runs a docker command on every node's container at once.
+func (c *cluster) dockerEach(args ...string) {
+	c.t.Helper()
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := append(append([]string{}, args...), n.container)
+			if out, err := exec.CommandContext(ctx, "docker", cmd...).CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("docker %s: %v\n%s", strings.Join(cmd, " "), err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.t.Fatal(err)
 	}
 }
 

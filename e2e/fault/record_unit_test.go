@@ -69,6 +69,43 @@ func TestCheck_FindsLossLatenessAndUnflaggedDuplicates(t *testing.T) {
 	}
 }
 
+// The dead-letter lateness counts the messages confirmed within
+// fastConfirm only, and a scenario's bounds on it and on the longest
+// pause without confirms are violations when passed.
+func TestCheck_DeathLatenessAndPauseBounds(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	r := recorded(t0) // c: published at 20ms, confirmed 5ms later, dead 10ms after its deadline
+	// Confirmed 3 s after its publish: its stamp is anywhere in between,
+	// so its lateness says nothing and is left out.
+	r.published(&sent{id: "slow", queue: delayQueue, ttl: time.Second, at: ms(0)})
+	r.confirmed("slow", ms(3000))
+	r.delivered(delivery{id: "slow", queue: deadQueue, at: ms(4000), reason: "expired"})
+	rep, bad := r.check("slow confirm", limits{deliveryGrace: 50 * time.Millisecond, deathLate: time.Second}, t0, ms(3000))
+	if rep.lateSamples != 1 || rep.latenessP99 != 10*time.Millisecond || len(bad) != 0 {
+		t.Fatalf("lateness p99 %v over %d samples, violations %v; want 10ms over c alone, none", rep.latenessP99, rep.lateSamples, bad)
+	}
+
+	// Confirmed at once and dead-lettered 3 s late: over a 2 s bound.
+	r.published(&sent{id: "stuck", queue: delayQueue, ttl: time.Second, at: ms(100)})
+	r.confirmed("stuck", ms(150))
+	r.delivered(delivery{id: "stuck", queue: deadQueue, at: ms(4100), reason: "expired"})
+	rep, bad = r.check("late death", limits{deliveryGrace: 50 * time.Millisecond, deathLate: 2 * time.Second, pause: 2 * time.Second}, t0, ms(4000))
+	all := strings.Join(bad, "\n")
+	if rep.latenessP99 != 3*time.Second || !strings.Contains(all, "99th percentile") {
+		t.Fatalf("lateness p99 %v, violations:\n%s\nwant 3s and a lateness violation", rep.latenessP99, all)
+	}
+	// The last confirm is at 3000ms and the window ends at 4000ms; the
+	// longest gap is 150ms -> 3000ms.
+	if rep.maxPause != 2850*time.Millisecond || !strings.Contains(all, "no confirm for 2.85s") {
+		t.Fatalf("max pause %v, violations:\n%s\nwant 2.85s and a pause violation", rep.maxPause, all)
+	}
+	// Without bounds the same records are no violation.
+	if _, bad := r.check("unbounded", limits{deliveryGrace: 50 * time.Millisecond}, t0, ms(4000)); len(bad) != 0 {
+		t.Fatalf("violations without bounds: %v", bad)
+	}
+}
+
 func TestLeaseResult_Violations(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	base := leaseResult{name: "q", declared: t0, expires: 3 * time.Second, allowed: time.Second}
