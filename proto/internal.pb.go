@@ -86,6 +86,78 @@ func (ForwardError) EnumDescriptor() ([]byte, []int) {
 	return file_internal_proto_rawDescGZIP(), []int{0}
 }
 
+type PingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+type PingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingResponse) Reset() {
+	*x = PingResponse{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingResponse) ProtoMessage() {}
+
+func (x *PingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
+func (*PingResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
 // DirectReply is a message published to the default exchange with a
 // routing key amq.rabbitmq.reply-to.<suffix>, for the channel that suffix
 // designates.
@@ -104,7 +176,7 @@ type DirectReply struct {
 
 func (x *DirectReply) Reset() {
 	*x = DirectReply{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +188,7 @@ func (x *DirectReply) String() string {
 func (*DirectReply) ProtoMessage() {}
 
 func (x *DirectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +201,7 @@ func (x *DirectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
 func (*DirectReply) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DirectReply) GetName() string {
@@ -171,7 +243,7 @@ type DirectReplyResult struct {
 
 func (x *DirectReplyResult) Reset() {
 	*x = DirectReplyResult{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +255,7 @@ func (x *DirectReplyResult) String() string {
 func (*DirectReplyResult) ProtoMessage() {}
 
 func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +268,7 @@ func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
 func (*DirectReplyResult) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DirectReplyResult) GetDelivered() bool {
@@ -218,7 +290,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +302,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +315,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -278,7 +350,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +362,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +375,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{3}
+	return file_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -374,7 +446,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +458,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +471,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{4}
+	return file_internal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -469,7 +541,9 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\traftmq.v1\x1a\rcommand.proto\"\x82\x01\n" +
+	"\x0einternal.proto\x12\traftmq.v1\x1a\rcommand.proto\"\r\n" +
+	"\vPingRequest\"\x0e\n" +
+	"\fPingResponse\"\x82\x01\n" +
 	"\vDirectReply\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\n" +
@@ -505,10 +579,11 @@ const file_internal_proto_rawDesc = "" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
 	"\x1dFORWARD_ERROR_OUTCOME_UNKNOWN\x10\x02\x12\x18\n" +
 	"\x14FORWARD_ERROR_CLOSED\x10\x03\x12\x18\n" +
-	"\x14FORWARD_ERROR_FAILED\x10\x042\x8f\x01\n" +
+	"\x14FORWARD_ERROR_FAILED\x10\x042\xc8\x01\n" +
 	"\bInternal\x12D\n" +
 	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01\x12=\n" +
-	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResultB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResult\x127\n" +
+	"\x04Ping\x12\x16.raftmq.v1.PingRequest\x1a\x17.raftmq.v1.PingResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -523,32 +598,36 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_internal_proto_goTypes = []any{
 	(ForwardError)(0),         // 0: raftmq.v1.ForwardError
-	(*DirectReply)(nil),       // 1: raftmq.v1.DirectReply
-	(*DirectReplyResult)(nil), // 2: raftmq.v1.DirectReplyResult
-	(*ForwardRequest)(nil),    // 3: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 4: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),          // 5: raftmq.v1.NodeMeta
-	(*Properties)(nil),        // 6: raftmq.v1.Properties
-	(*Command)(nil),           // 7: raftmq.v1.Command
-	(*Result)(nil),            // 8: raftmq.v1.Result
+	(*PingRequest)(nil),       // 1: raftmq.v1.PingRequest
+	(*PingResponse)(nil),      // 2: raftmq.v1.PingResponse
+	(*DirectReply)(nil),       // 3: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil), // 4: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),    // 5: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),   // 6: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),          // 7: raftmq.v1.NodeMeta
+	(*Properties)(nil),        // 8: raftmq.v1.Properties
+	(*Command)(nil),           // 9: raftmq.v1.Command
+	(*Result)(nil),            // 10: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	6, // 0: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	7, // 1: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	8, // 2: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
-	0, // 3: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	3, // 4: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	1, // 5: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	4, // 6: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	2, // 7: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8,  // 0: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	9,  // 1: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	10, // 2: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	0,  // 3: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
+	5,  // 4: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	3,  // 5: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	1,  // 6: raftmq.v1.Internal.Ping:input_type -> raftmq.v1.PingRequest
+	6,  // 7: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	4,  // 8: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	2,  // 9: raftmq.v1.Internal.Ping:output_type -> raftmq.v1.PingResponse
+	7,  // [7:10] is the sub-list for method output_type
+	4,  // [4:7] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -563,7 +642,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

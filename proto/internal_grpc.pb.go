@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Internal_Forward_FullMethodName = "/raftmq.v1.Internal/Forward"
 	Internal_Reply_FullMethodName   = "/raftmq.v1.Internal/Reply"
+	Internal_Ping_FullMethodName    = "/raftmq.v1.Internal/Ping"
 )
 
 // InternalClient is the client API for Internal service.
@@ -41,6 +42,11 @@ type InternalClient interface {
 	// reply-to name designates. Replies never enter the log: like
 	// RabbitMQ's, they are transient and delivered at most once.
 	Reply(ctx context.Context, in *DirectReply, opts ...grpc.CallOption) (*DirectReplyResult, error)
+	// Ping is answered at once, by the gRPC server alone. A node that has
+	// not heard from a leader for a while pings the other voters to tell
+	// an election among peers it reaches from being cut off from a
+	// majority (cluster's quorum watch).
+	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
 
 type internalClient struct {
@@ -74,6 +80,16 @@ func (c *internalClient) Reply(ctx context.Context, in *DirectReply, opts ...grp
 	return out, nil
 }
 
+func (c *internalClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PingResponse)
+	err := c.cc.Invoke(ctx, Internal_Ping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -89,6 +105,11 @@ type InternalServer interface {
 	// reply-to name designates. Replies never enter the log: like
 	// RabbitMQ's, they are transient and delivered at most once.
 	Reply(context.Context, *DirectReply) (*DirectReplyResult, error)
+	// Ping is answered at once, by the gRPC server alone. A node that has
+	// not heard from a leader for a while pings the other voters to tell
+	// an election among peers it reaches from being cut off from a
+	// majority (cluster's quorum watch).
+	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -104,6 +125,9 @@ func (UnimplementedInternalServer) Forward(grpc.BidiStreamingServer[ForwardReque
 }
 func (UnimplementedInternalServer) Reply(context.Context, *DirectReply) (*DirectReplyResult, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reply not implemented")
+}
+func (UnimplementedInternalServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -151,6 +175,24 @@ func _Internal_Reply_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).Ping(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_Ping_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).Ping(ctx, req.(*PingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -161,6 +203,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reply",
 			Handler:    _Internal_Reply_Handler,
+		},
+		{
+			MethodName: "Ping",
+			Handler:    _Internal_Ping_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
