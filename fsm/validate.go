@@ -74,7 +74,10 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     queue declared from this level on refuses an invalid
 //     x-consumer-timeout, and a policy an invalid consumer-timeout
 //  5. deaths are counted by reason and dead-letter strategy (Stats.Deaths)
-const Protocol = 5
+//  7. a consumer's lookahead credit (beyond its prefetch) is used only
+//     while its channel settled or was first assigned something within
+//     LookaheadIdleMs of log time (lookahead.go)
+const Protocol = 7
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
