@@ -201,6 +201,9 @@ func (n *Node) checkQuorum(now time.Time) {
 // the node is suspect before it carries out any of it.
 func (n *Node) checkStall(now time.Time) {
 	w := n.watch
+	if w == nil {
+		return // a node built by hand in a test
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.lastCheck.IsZero() && now.Sub(w.lastCheck) >= n.suspectAfter() {
@@ -383,8 +386,8 @@ func (g gateSink) NodeDown(node string) {
 
 // effects is the Sink the adapter hands this node's effects to.
 func (n *Node) effects() fsm.Sink {
-	if n.cfg.Effects == nil {
-		return nil
+	if n.cfg.Effects == nil || n.watch == nil {
+		return n.cfg.Effects
 	}
 	return gateSink{w: n.watch, next: n.cfg.Effects}
 }
