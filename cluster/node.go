@@ -281,7 +281,6 @@ type Node struct {
 	members  *memberTable
 	reach    *reach       // whom this node's raft and pings reach (reach.go)
 	watch    *quorumWatch // this node's own contact with a majority (quorum.go)
-	started  time.Time
 	hasState atomic.Bool
 	leaving  atomic.Bool
 
@@ -327,7 +326,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		members:   newMemberTable(),
 		reach:     newReach(),
 		watch:     newQuorumWatch(),
-		started:   time.Now(),
 		applyQ:    make(chan *pending, 4096),
 		completeQ: make(chan inflightEntry, cfg.MaxInflightEntries),
 		sem:       make(chan struct{}, cfg.MaxInflightEntries),

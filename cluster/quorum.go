@@ -125,9 +125,9 @@ func (n *Node) voterIDs() (ids []string, self bool) {
 // quorumContact is when this node last knew itself part of a majority:
 // as leader, when the quorum-th freshest voter (itself counting as now)
 // last answered; otherwise when a leader last contacted it (raft sets
-// that on stepping down, too); never before the node started.
+// that on stepping down, too).
 func (n *Node) quorumContact(now time.Time, voters []string) time.Time {
-	t := maxTime(n.raft.LastContact(), n.started)
+	t := n.raft.LastContact()
 	if n.raft.State() != raft.Leader {
 		return t
 	}
@@ -157,8 +157,10 @@ func (n *Node) majorityAnswers(now time.Time, voters []string) bool {
 func (n *Node) checkQuorum(now time.Time) {
 	w := n.watch
 	voters, self := n.voterIDs()
-	if !self {
-		// Not a voter (yet): there is no majority to lose.
+	if !self || n.raft.LastContact().IsZero() && n.raft.State() != raft.Leader {
+		// Not a voter (yet), or not yet in touch with a leader since the
+		// start: there is no majority to lose yet, and no client either
+		// (the AMQP listener waits for the node's first entries).
 		w.mu.Lock()
 		w.lastCheck = now
 		w.mu.Unlock()
