@@ -124,12 +124,18 @@ func (n *Node) voterIDs() (ids []string, self bool) {
 
 // quorumContact is when this node last knew itself part of a majority:
 // as leader, when the quorum-th freshest voter (itself counting as now)
-// last answered; otherwise when a leader last contacted it (raft sets
-// that on stepping down, too).
+// last answered; otherwise when a leader last contacted it. Raft sets
+// that contact time when a leader steps down, too, which for a leader
+// cut off from the others is a lease after it lost them: until it hears
+// of another leader, when the quorum-th voter last answered it counts.
 func (n *Node) quorumContact(now time.Time, voters []string) time.Time {
 	t := n.raft.LastContact()
-	if n.raft.State() != raft.Leader {
+	leading := n.raft.State() == raft.Leader
+	if !leading && !n.reach.wasLeader() {
 		return t
+	}
+	if !leading {
+		t = time.Time{}
 	}
 	acks := []time.Time{now}
 	for _, id := range voters {

@@ -119,10 +119,17 @@ func (p *pauses) list() []string {
 // come; it resumes once it is back and has caught up. The majority's
 // nodes never pause.
 func TestCluster_PartitionedNodePausesAndResumesAfterHeal(t *testing.T) {
+	t.Run("follower", func(t *testing.T) { testPartitionedNodePauses(t, false) })
+	t.Run("leader", func(t *testing.T) { testPartitionedNodePauses(t, true) })
+}
+
+func testPartitionedNodePauses(t *testing.T, leader bool) {
 	ps := []*pauses{{}, {}, {}}
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(i int, cfg *cluster.Config) { cfg.Pauser = ps[i] }))
-	c.WaitForLeader(clustertest.Timeout)
-	victim := c.Followers()[0]
+	victim := c.WaitForLeader(clustertest.Timeout)
+	if !leader {
+		victim = c.Followers()[0]
+	}
 	vi := c.Index(victim.NodeID())
 	mustSubmit(t, victim, tick())
 	for i, p := range ps {

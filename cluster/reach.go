@@ -48,6 +48,8 @@ type reach struct {
 	// it, recorded when that leader went away (watchLeaders).
 	prevLeader string
 	prevHeard  time.Time
+	// ledLast: the last leader this node knew of was itself.
+	ledLast bool
 }
 
 func newReach() *reach {
@@ -91,6 +93,19 @@ func (r *reach) leaderGone(id string, heard time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.prevLeader, r.prevHeard = id, heard
+}
+
+func (r *reach) setLedLast(v bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ledLast = v
+}
+
+// wasLeader reports whether the last leader this node knew of was itself.
+func (r *reach) wasLeader() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ledLast
 }
 
 // silentFor is how long the server id has not answered the leader: since
@@ -189,6 +204,9 @@ func (n *Node) watchLeaders(r *raft.Raft) {
 				next := string(lo.LeaderID)
 				if cur != "" && cur != n.cfg.NodeID && next != cur {
 					n.reach.leaderGone(cur, r.LastContact())
+				}
+				if next != "" {
+					n.reach.setLedLast(next == n.cfg.NodeID)
 				}
 				cur = next
 			case <-n.closing:
