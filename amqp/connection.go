@@ -542,7 +542,18 @@ func (c *conn) handshake() error {
 		c.srv.openConns.Add(1)
 	}
 	c.vhost = open.VirtualHost
-	c.opened.Store(true)
+	// Opened under the server's lock, so a Pause either sees this
+	// connection opened (and closes it) or is seen here.
+	c.srv.mu.Lock()
+	paused := c.srv.paused
+	if paused == "" {
+		c.opened.Store(true)
+	}
+	c.srv.mu.Unlock()
+	if paused != "" {
+		c.srv.openConns.Add(-1)
+		return c.handshakeFail(wire.ConnError(replycode.ConnectionForced, 10, 40, "%s", paused))
+	}
 	c.srv.counts.connOpened.Add(1)
 	c.send(0, &wire.ConnectionOpenOk{})
 	c.logp.Store(c.logger().With("vhost", c.vhost))

@@ -3,6 +3,7 @@ package amqp
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,5 +210,36 @@ func TestOverdueRequeue_RetriedUntilItCommits(t *testing.T) {
 	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
 	if n := tries.Load(); n != 2 || !slices.Equal(r.Tags, []uint64{9}) || !r.Unseen {
 		t.Fatalf("%d attempts, committed %v; want 2 attempts and an unseen requeue of 9", n, r)
+	}
+}
+
+// A node cut off from the majority pauses: its clients' connections close
+// with 320 CONNECTION_FORCED and the node's reason, and a client that
+// tries again is refused at connection.open with the same until the node
+// resumes, so clients move to a node that can serve them.
+func TestServer_PauseClosesAndRefusesConnectionsUntilResume(t *testing.T) {
+	ts := startServer(t, Config{})
+	conn, ch := openChannel(t, ts)
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	consumeLogTags(t, ts, ch, "q", 1)
+
+	const reason = "broker forced connection closure with reason 'no quorum': cut off"
+	ts.srv.Pause(reason)
+	e := mustClosedWith(t, closed, amqp091.ConnectionForced)
+	if !strings.Contains(e.Reason, reason) {
+		t.Fatalf("closed with %q, want the node's reason", e.Reason)
+	}
+	if got := ts.srv.Paused(); got != reason {
+		t.Fatalf("Paused() = %q", got)
+	}
+	_, err := amqp091.Dial(ts.url)
+	var ae *amqp091.Error
+	if !errors.As(err, &ae) || ae.Code != amqp091.ConnectionForced || !strings.Contains(ae.Reason, reason) {
+		t.Fatalf("a connection while paused: %v, want 320 with the reason", err)
+	}
+	ts.srv.Resume()
+	_, ch2 := openChannel(t, ts)
+	if _, err := ch2.QueueDeclare("again", false, false, false, false, nil); err != nil {
+		t.Fatalf("a connection after Resume: %v", err)
 	}
 }

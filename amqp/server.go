@@ -138,6 +138,7 @@ type Server struct {
 	conns     map[string]*conn
 	closed    bool
 	blocked   string // reason while blocked, "" otherwise
+	paused    string // reason while paused (Pause), "" otherwise
 	isBlocked bool
 	unblocked chan struct{} // closed by Unblock; readers of publishing connections wait on it
 	wg        sync.WaitGroup
@@ -465,6 +466,43 @@ func (s *Server) NodeDown(node string) {
 			c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
 		}
 	}
+}
+
+// Pause closes every opened client connection with 320
+// CONNECTION_FORCED and reason, and refuses connections at
+// connection.open with the same until Resume. The node calls it when it
+// has lost contact with a majority of the cluster, as RabbitMQ's
+// pause_minority stops a minority node: its clients move to a node that
+// can serve them, instead of waiting for confirms and deliveries that
+// cannot come. What they held is requeued by the log when the cluster
+// declares the node down.
+func (s *Server) Pause(reason string) {
+	if reason == "" {
+		reason = "broker forced connection closure with reason 'no quorum'"
+	}
+	s.mu.Lock()
+	s.paused = reason
+	conns := s.snapshotConns()
+	s.mu.Unlock()
+	for _, c := range conns {
+		if c.opened.Load() {
+			c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "%s", reason))
+		}
+	}
+}
+
+// Resume takes clients again after Pause.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	s.paused = ""
+	s.mu.Unlock()
+}
+
+// Paused reports why the server refuses clients ("" when it does not).
+func (s *Server) Paused() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
 }
 
 func (s *Server) channelOf(ref *proto.ChannelRef) *channel {

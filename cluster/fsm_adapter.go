@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/bodies"
@@ -93,7 +94,8 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 			bb.envs[l.Index] = envs[i]
 		}
 	}
-	sink := localSink{node: n.cfg.NodeID, next: n.cfg.Effects, bodies: bb, log: n.log}
+	n.checkStall(time.Now())
+	sink := localSink{node: n.cfg.NodeID, next: n.effects(), bodies: bb, log: n.log}
 	var last uint64
 	n.stateMu.Lock()
 	for i, l := range logs[:stop] {

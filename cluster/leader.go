@@ -79,7 +79,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
 	n.fwd.retire()
-	n.reach.reset()
+	n.resetReach()
 	n.lead.Store(lt)
 	n.changed.signal()
 	if wasDown {
@@ -337,7 +337,7 @@ func (n *Node) consumerTimeoutLoop(ctx context.Context) {
 // the start of the term, and whenever membership or a member's metadata
 // changes (an upgraded node rejoins announcing its protocol).
 func (n *Node) reconcileLoop(ctx context.Context) {
-	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/4+time.Millisecond))
+	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/8+time.Millisecond))
 	defer tick.Stop()
 	downed := map[string]bool{}
 	for {
@@ -358,6 +358,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 	if err := f.Error(); err != nil {
 		return
 	}
+	now := time.Now()
 	inConfig := map[string]raft.Server{}
 	for _, s := range f.Configuration().Servers {
 		inConfig[string(s.ID)] = s
@@ -369,7 +370,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 		srv, in := inConfig[id]
 		switch m.health {
 		case HealthAlive:
-			if _, failing := n.reach.unreachedSince(id); !failing {
+			if !in || n.reach.silentFor(id, now) < n.cfg.NodeDownAfter/2 {
 				delete(downed, id)
 			}
 			addr := m.meta.GetRaftAddr()
@@ -399,26 +400,24 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 		}
 	}
 	// Whatever gossip says (it may never have heard of the server, or
-	// still think it alive), a server whose heartbeats have failed since
-	// its last contact NodeDownAfter ago is down.
+	// still think it alive), a server that has answered none of the
+	// leader's raft RPCs for NodeDownAfter is down (reach.go).
 	members := n.members.all()
 	for id := range inConfig {
 		if id == n.cfg.NodeID {
 			continue
 		}
-		since, failing := n.reach.unreachedSince(id)
-		if !failing {
-			if m, known := members[id]; !known || m.health == HealthAlive {
+		silent := n.reach.silentFor(id, now)
+		if silent < n.cfg.NodeDownAfter {
+			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.health == HealthAlive) {
 				delete(downed, id) // reached again: a later loss counts anew
 			}
 			continue
 		}
-		if time.Since(since) >= n.cfg.NodeDownAfter {
-			if !downed[id] {
-				n.log.Warn("raft cannot reach a server", "id", id, "last_contact", since)
-			}
-			n.proposeNodeDown(ctx, id, downed)
+		if !downed[id] {
+			n.log.Warn("a server has not answered raft for NodeDownAfter", "id", id, "silent", silent.Round(time.Millisecond))
 		}
+		n.proposeNodeDown(ctx, id, downed)
 	}
 }
 

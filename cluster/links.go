@@ -54,9 +54,12 @@ func (l *Links) Block(addrs ...string) {
 	}
 }
 
-// Freeze stalls the links to addrs: new dials fail, gossip packets are
-// dropped, and live connections stay open but pass nothing (reads and
-// writes wait, within their deadlines) until Heal.
+// Freeze stalls the links to addrs: gossip packets are dropped, and
+// connections, live ones and new ones alike, stay open but pass nothing
+// (reads and writes wait, within their deadlines) until Heal. A new dial
+// connects, as the kernel of a stopped process still accepts connections:
+// a dial that failed at once let raft notice a frozen peer at its next
+// heartbeat, which a real one never does. Gossip's own dials still fail.
 func (l *Links) Freeze(addrs ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -85,9 +88,10 @@ func (l *Links) Allowed(addr string) bool {
 	return !l.blocked[addr] && !l.frozen[addr]
 }
 
-// dial connects to addr unless it is blocked, and tracks the connection.
+// dial connects to addr unless it is blocked, and tracks the connection
+// (which stalls while addr is frozen).
 func (l *Links) dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
-	if !l.Allowed(addr) {
+	if l.isBlocked(addr) {
 		return nil, errLinkDown
 	}
 	d := net.Dialer{Timeout: timeout}
@@ -98,14 +102,24 @@ func (l *Links) dial(ctx context.Context, addr string, timeout time.Duration) (n
 	return l.track(c, addr)
 }
 
-// track registers a connection to addr so Block can close it.
+func (l *Links) isBlocked(addr string) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.blocked[addr]
+}
+
+// track registers a connection to addr so Block can close it and Freeze
+// stall it.
 func (l *Links) track(c net.Conn, addr string) (net.Conn, error) {
 	if l == nil {
 		return c, nil
 	}
 	lc := &linkConn{Conn: c, addr: addr, links: l, closed: make(chan struct{})}
 	l.mu.Lock()
-	if l.blocked[addr] || l.frozen[addr] {
+	if l.blocked[addr] {
 		l.mu.Unlock()
 		_ = c.Close()
 		return nil, errLinkDown

@@ -36,12 +36,13 @@ func (n *Node) unreachable() []string {
 		return nil
 	}
 	var out []string
+	now := time.Now()
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
 		if id == n.cfg.NodeID {
 			continue
 		}
-		if _, failing := n.reach.unreachedSince(id); failing {
+		if n.reach.silentFor(id, now) >= n.unreachedAfter() {
 			out = append(out, id)
 		}
 	}
@@ -102,4 +103,11 @@ func (n *Node) publishReach() {
 		}
 		published = now
 	}
+}
+
+// unreachedAfter is how long a server may leave the leader's raft RPCs
+// unanswered before operators see it suspect: a few of the heartbeats the
+// leader sends every HeartbeatTimeout/10, well before NodeDownAfter.
+func (n *Node) unreachedAfter() time.Duration {
+	return max(n.cfg.HeartbeatTimeout/3, n.cfg.NodeDownAfter/8)
 }

@@ -64,6 +64,9 @@ type Config struct {
 	// Replies receives the direct replies other nodes send to this node's
 	// channels (nil: they are dropped).
 	Replies ReplySink
+	// Pauser is told when this node loses contact with a majority of the
+	// cluster for NodeDownAfter, and when it has it again (quorum.go).
+	Pauser Pauser
 	// Clock stamps the log and drives the leader's schedulers (default: the
 	// wall clock).
 	Clock Clock
@@ -285,7 +288,8 @@ type Node struct {
 	changed *broadcast                 // leader, readiness or membership changed
 
 	members  *memberTable
-	reach    *reach // the leader's view of whom raft reaches
+	reach    *reach       // whom this node's raft and pings reach (reach.go)
+	watch    *quorumWatch // this node's own contact with a majority (quorum.go)
 	hasState atomic.Bool
 	leaving  atomic.Bool
 
@@ -337,6 +341,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		changed:   newBroadcast(),
 		members:   newMemberTable(),
 		reach:     newReach(),
+		watch:     newQuorumWatch(),
 		applyQ:    make(chan *pending, 4096),
 		completeQ: make(chan inflightEntry, cfg.MaxInflightEntries),
 		sem:       make(chan struct{}, cfg.MaxInflightEntries),
@@ -377,6 +382,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.reclaimLoop()
 	n.wg.Add(1)
 	go n.publishReach()
+	go n.watchQuorum()
 	n.loadPeers()
 	if len(n.joinSeeds()) > 0 {
 		n.wg.Add(1)
@@ -463,7 +469,7 @@ func (n *Node) startRaft() error {
 	n.hasState.Store(has)
 	n.restart = has
 	r, err := newRaft(func() (*raft.Raft, error) {
-		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{snapshotStore: snaps, store: n.bodies, token: n.bodyToken}, noPipeline{n.trans})
+		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{snapshotStore: snaps, store: n.bodies, token: n.bodyToken}, reachTransport{noPipeline{n.trans}, n.reach})
 	}, store, snaps, logStorePath(cfg.DataDir, kind))
 	if err != nil {
 		var de *DataError
@@ -479,7 +485,7 @@ func (n *Node) startRaft() error {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	}))
-	n.watchHeartbeats(r)
+	n.watchLeaders(r)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

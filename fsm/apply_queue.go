@@ -339,6 +339,7 @@ func (s *state) kill(q *queueState, m *queue.Message, reason string) {
 // dispatch hands ready messages to consumers with credit, round-robin, and
 // kills overdue messages met at the head.
 func (s *state) dispatch(q *queueState, fresh *queue.Message) {
+	s.capLookahead(q)
 	for len(q.consumers) > 0 {
 		m := q.q.Peek()
 		if m == nil {
@@ -382,7 +383,7 @@ func (q *queueState) nextConsumer() *consumer {
 // hasCredit reports whether c may be assigned one more delivery.
 func (c *consumer) hasCredit() bool {
 	limit := c.prefetch
-	if c.credit > limit && limit != 0 {
+	if c.credit > limit && limit != 0 && !c.capped {
 		limit = c.credit
 	}
 	return limit == 0 || c.unacked < limit

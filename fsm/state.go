@@ -164,6 +164,9 @@ type consumer struct {
 	args      *proto.Table
 	gone      bool
 	priority  int64 // x-priority (features.go)
+	// capped is set at each dispatch from level 7 on when the consumer's
+	// lookahead is idle (lookahead.go): derived, not state.
+	capped bool
 }
 
 type channel struct {

@@ -70,7 +70,10 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  5. deaths are counted by reason and dead-letter strategy (Stats.Deaths)
 //  6. x-delayed-message exchanges, ReleaseDelayed and CancelDelayed
 //     (apply_delayed.go)
-const Protocol = 6
+//  7. a consumer's lookahead credit (beyond its prefetch) is used only
+//     while its channel settled or was first assigned something within
+//     LookaheadIdleMs of log time (lookahead.go)
+const Protocol = 7
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once

@@ -141,6 +141,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		GRPCServer:         grpcSrv,
 		Effects:            amqpSrv,
 		Replies:            amqpSrv,
+		Pauser:             amqpSrv,
 		DefaultUser:        cfg.DefaultUser,
 		DefaultPassword:    cfg.DefaultPassword,
 		NodeDownAfter:      cfg.NodeDownAfter,
