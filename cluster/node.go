@@ -380,7 +380,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	go n.reclaimLoop()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.publishReach()
 	go n.watchQuorum()
 	n.loadPeers()
