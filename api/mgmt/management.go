@@ -53,14 +53,13 @@ type Server struct {
 	cluster string
 	addr    string
 	maxBody int64
-	started time.Time
 	rates   rates
 }
 
 // NewManagement returns the management API handler.
 func New(o Options) *Server {
 	m := &Server{ops: o.Ops, node: o.Ops.Node(), log: o.Logger, cluster: o.ClusterName, addr: o.Addr,
-		maxBody: o.MaxBodyBytes, started: time.Now(), rates: rates{now: time.Now}}
+		maxBody: o.MaxBodyBytes, rates: rates{now: time.Now}}
 	if m.log == nil {
 		m.log = o.Ops.Logger()
 	}

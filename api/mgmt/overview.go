@@ -2,12 +2,10 @@ package mgmt
 
 import (
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
@@ -128,10 +126,6 @@ func (q *req) nodes() error {
 	if !q.user.monitor() {
 		return notAuthorised("Not monitor user")
 	}
-	self := q.m.node.NodeID()
-	rs := q.m.node.RaftStats()
-	var mem runtime.MemStats
-	runtime.ReadMemStats(&mem)
 	statuses := q.m.ops.NodeStatuses(q.ctx)
 	var out []map[string]any
 	for _, mb := range q.m.node.Members() {
@@ -144,22 +138,24 @@ func (q *req) nodes() error {
 			"amqp_addr": mb.GetAmqpAddr(), "grpc_addr": mb.GetGrpcAddr(), "raft_addr": mb.GetRaftAddr(),
 		}
 		if st, ok := statuses[mb.GetId()]; ok {
-			// The node's own answer; a node that did not answer keeps the
-			// defaults above.
+			// The node's own answer (asked over gRPC for the others); a
+			// node that did not answer keeps the defaults above and has
+			// no figures.
 			n["mem_alarm"] = slices.Contains(st.GetAlarms(), "memory")
 			n["disk_free_alarm"] = slices.Contains(st.GetAlarms(), "disk")
 			n["disk_free"], n["disk_free_limit"] = st.GetDiskFree(), st.GetDiskFreeLimit()
-		}
-		if mb.GetId() == self {
-			n["os_pid"] = strconv.Itoa(os.Getpid())
-			n["uptime"] = time.Since(q.m.started).Milliseconds()
-			n["mem_used"] = mem.Sys
-			n["processors"] = runtime.NumCPU()
-			n["proc_used"] = runtime.NumGoroutine()
-			n["raft_state"] = rs.State
-			n["raft_term"] = rs.Term
-			n["raft_commit_index"] = rs.CommitIndex
-			n["raft_applied_index"] = rs.AppliedIndex
+			n["mem_used"], n["mem_limit"] = st.GetMemUsed(), st.GetMemLimit()
+			if st.GetFdTotal() > 0 {
+				n["fd_used"], n["fd_total"] = st.GetFdUsed(), st.GetFdTotal()
+			}
+			n["uptime"] = st.GetUptimeMs()
+			n["os_pid"] = strconv.FormatInt(st.GetOsPid(), 10)
+			n["processors"] = st.GetProcessors()
+			n["proc_used"] = st.GetGoroutines()
+			n["raft_state"] = st.GetRaftState()
+			n["raft_term"] = st.GetTerm()
+			n["raft_commit_index"] = st.GetCommitIndex()
+			n["raft_applied_index"] = st.GetAppliedIndex()
 		}
 		out = append(out, n)
 	}

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"os"
 	"regexp"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/procstat"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -231,6 +234,14 @@ func (s *Service) clusterStatus() *proto.ClusterStatusResponse {
 	s.node.View(func(m State) { resp.ClockMs = m.Clock() })
 	r := s.Resources()
 	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
+	// The process's own figures, so any node's /api/nodes shows every
+	// member's.
+	resp.MemUsed, resp.MemLimit = procstat.ResidentMemory(), r.MemLimit
+	resp.FdUsed, resp.FdTotal, _ = procstat.FileDescriptors()
+	resp.UptimeMs = procstat.Uptime().Milliseconds()
+	resp.OsPid = int64(os.Getpid())
+	resp.Processors = uint32(runtime.NumCPU())
+	resp.Goroutines = uint64(runtime.NumGoroutine())
 	return resp
 }
 
