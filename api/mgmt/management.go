@@ -244,6 +244,9 @@ type req struct {
 	ctx  context.Context
 	user *mgmtUser
 	segs []string // the path after /api/, each segment unescaped
+	// msgRange and lenRange are the samples asked for with
+	// msg_rates_age/_incr and lengths_age/_incr (nil: none).
+	msgRange, lenRange *rng
 }
 
 // ServeHTTP implements http.Handler.
@@ -279,7 +282,11 @@ func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, m.maxBody)
 	m.rates.observe(m.sample)
 	q := &req{m: m, w: w, r: r, ctx: r.Context(), user: user, segs: segs}
-	if err := q.route(); err != nil {
+	err := q.parseRanges()
+	if err == nil {
+		err = q.route()
+	}
+	if err != nil {
 		he := fromError(err)
 		if he.status >= 500 {
 			m.log.Warn("management request failed", "method", r.Method, "path", path, "err", he.reason)

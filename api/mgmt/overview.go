@@ -77,16 +77,13 @@ func (q *req) overview() error {
 		"object_totals": map[string]int{
 			"queues": queues, "exchanges": exchanges, "consumers": consumers, "connections": len(conns), "channels": channels,
 		},
-		"queue_totals": map[string]any{
-			"messages": ready + unacked, "messages_details": rate(),
-			"messages_ready": ready, "messages_ready_details": rate(),
-			"messages_unacknowledged": unacked, "messages_unacknowledged_details": rate(),
-		},
+		"queue_totals": q.m.rates.details(map[string]uint64{"messages": ready + unacked, "messages_ready": ready,
+			"messages_unacknowledged": unacked}, nil, q.lenRange, true, lengthKeys...),
 	}
 	// Counts as they are now, rates from the last two samples; confirm is
 	// this node's publishers' alone (the log does not see confirms).
 	now := globalCounts(stats, q.m.ops.NodeCounters())
-	ms := q.m.rates.stats(now, func(s *counterSample) map[string]uint64 { return s.global }, globalRateKeys...)
+	ms := q.m.rates.details(now, nil, q.msgRange, false, globalRateKeys...)
 	// raftmq reads no message from disk outside its log: disk_reads and
 	// disk_writes stay 0.
 	ms["disk_reads"], ms["disk_reads_details"], ms["disk_writes"], ms["disk_writes_details"] = 0, rate(), 0, rate()
