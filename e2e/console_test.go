@@ -325,7 +325,6 @@ func TestConsole(t *testing.T) {
 	)
 	b.screenshot("console-queue-charts")
 
-
 	b.run("the queue list sorted by depth",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
 		chromedp.WaitVisible(chromedp.ID("queues-table")),

@@ -945,7 +945,7 @@ function niceMax(v) {
 function axisNum(v) {
   if (v >= 1e6) return (v / 1e6).toLocaleString() + 'M';
   if (v >= 1e3) return (v / 1e3).toLocaleString() + 'k';
-  return Number.isInteger(v) ? String(v) : v.toFixed(1);
+  return String(parseFloat(v.toFixed(2)));
 }
 
 // svgChart draws series ([{key, label, color, points}]) over the last
