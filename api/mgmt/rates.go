@@ -96,7 +96,8 @@ func (r *rates) observe(take func() *counterSample) {
 	s.at = now
 	h := histSample{at: now, global: s.global}
 	if r.last == nil {
-		r.base = s.queues
+		// A copy: base changes as samples fold into it.
+		r.base = maps.Clone(s.queues)
 	} else {
 		h.changed = map[[2]string]map[string]uint64{}
 		for k, v := range s.queues {
