@@ -185,11 +185,15 @@ func setValue(sel, value string) chromedp.Action[chromedp.Void] {
 
 // TestConsole drives the web console of a three-node cluster's follower in
 // headless chromium: a wrong password is refused on the login form, the
-// right one logs in, the overview shows the three raft members, a queue is
-// added from the queue list, and a message is published to it and got back
-// through the queue's page; the other pages render, and a client's
-// connection is closed from the connection list. The page must log no
-// error and throw nothing.
+// right one logs in, the overview shows the three raft members with each
+// one's own memory, disk, file descriptors and uptime, a queue is added
+// from the queue list, and a message is published to it and got back
+// through the queue's page, whose charts then show the publish and the
+// delivery; the overview's charts show publishes, deliveries, acks and
+// dead-lettered messages; the channel list shows a consumer's channel, a
+// virtual host is added and deleted on the admin page; the other pages
+// render, and a client's connection is closed from the connection list.
+// The page must log no error and throw nothing.
 //
 // RAFTMQ_E2E_CONSOLE_QUEUES=10000 first declares that many more queues,
 // times the API's first page of them and screenshots the queue list's
@@ -240,6 +244,16 @@ func TestConsole(t *testing.T) {
 		until(`document.querySelector('#whoami').textContent === 'guest'`),
 	)
 	b.screenshot("console-overview")
+	// Every member's own memory, disk, file descriptors and uptime, asked
+	// by the follower that serves the page.
+	b.run("every node's resources",
+		until(`[...document.querySelectorAll('#nodes-table tbody tr')].length === 3 &&
+			[...document.querySelectorAll('#nodes-table tbody tr')].every(tr =>
+				/\d (MiB|GiB|KiB) of \d/.test(tr.querySelector('td.mem').textContent) &&
+				/\d (MiB|GiB|TiB)/.test(tr.querySelector('td.disk').textContent) &&
+				/\d+ of \d+/.test(tr.querySelector('td.fds').textContent) &&
+				/\d+ (ms|s|min|h|d)\b/.test(tr.querySelector('td.uptime').textContent))`),
+	)
 
 	const queue = "console q/1" // a space and a slash: the page must encode both
 	pages := (bulk + 19) / 20
@@ -302,6 +316,14 @@ func TestConsole(t *testing.T) {
 		until(`document.querySelector('#queue-ready').textContent === '0'`),
 	)
 	b.screenshot("console-queue")
+	// The queue's charts: the publish and the get above, between two of
+	// the API's samples (every 5 s; the page refreshes every 5 s).
+	b.run("the queue's rate charts",
+		until(`Number(document.querySelector('#queue-rates polyline[data-series="publish"]').dataset.max) > 0 &&
+			Number(document.querySelector('#queue-rates polyline[data-series="deliver_get"]').dataset.max) > 0 &&
+			document.querySelector('#queue-depths polyline[data-series="messages_ready"]') !== null`),
+	)
+	b.screenshot("console-queue-charts")
 
 	b.run("the queue list sorted by depth",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
@@ -313,6 +335,46 @@ func TestConsole(t *testing.T) {
 			document.querySelector('#queues-table tbody tr td:nth-child(7)').textContent === '6'`),
 	)
 	b.screenshot("console-queues-" + strconv.Itoa(bulk+1))
+
+	// Messages that die of their TTL into a dead-letter queue, for the
+	// overview's dead-letter rate.
+	{
+		conn, err := amqp.Dial(node.AMQPURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare("console-dead", true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare("console-ttl", true, false, false, false, amqp.Table{"x-message-ttl": int32(1),
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "console-dead"}); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			if err := ch.Publish("", "console-ttl", false, false, amqp.Publishing{Body: []byte("dies")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.Close()
+	}
+	b.run("the overview's rate charts",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="overview"]`)),
+		chromedp.WaitVisible(chromedp.ID("overview-rates")),
+		until(`['publish', 'deliver_get', 'ack', 'dead_lettered'].every(k =>
+			Number(document.querySelector('#overview-rates polyline[data-series="' + k + '"]').dataset.max) > 0) &&
+			Number(document.querySelector('#overview-depths polyline[data-series="messages_ready"]').dataset.max) > 0`),
+		// The window can be narrowed to the last minute.
+		setValue("select.chart-age", "60"),
+		until(`/−1 min/.test(document.querySelector('#overview-rates svg').textContent) &&
+			Number(document.querySelector('#overview-rates polyline[data-series="publish"]').dataset.n) <= 13`),
+		setValue("select.chart-age", "600"),
+		until(`/−10 min/.test(document.querySelector('#overview-rates svg').textContent)`),
+	)
+	b.screenshot("console-charts")
 
 	b.run("exchanges, with the default exchange's page",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="exchanges"]`)),
@@ -338,6 +400,46 @@ func TestConsole(t *testing.T) {
 	}
 	defer conn.Close()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	// A consumer's channel, for the channel list.
+	cch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cch.Qos(7, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cch.Consume("bulk-00001", "console-consumer", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.run("the channel list",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="channels"]`)),
+		chromedp.WaitVisible(chromedp.ID("channels-table")),
+		until(`document.querySelectorAll('#channels-table tbody tr').length === 1 &&
+			document.querySelector('#channels-table tbody tr td:nth-child(7)').textContent === '7' &&
+			document.querySelector('#channels-table tbody tr td:nth-child(6)').textContent === '1'`),
+	)
+	b.screenshot("console-channels")
+
+	b.run("add a virtual host on the admin page",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="admin"]`)),
+		chromedp.WaitVisible(chromedp.ID("vhosts-table")),
+		until(`document.querySelector('#vhosts-table tr[data-vhost="/"]') !== null && document.querySelector('#no-vhost-limits') !== null`),
+		chromedp.Click(chromedp.CSS(`.panel details > summary`)),
+		chromedp.SendKeys(chromedp.CSS(`#add-vhost input[name="name"]`), "console vh"),
+		chromedp.SendKeys(chromedp.CSS(`#add-vhost input[name="description"]`), "made in the console"),
+		chromedp.Click(chromedp.CSS(`#add-vhost button[type="submit"]`)),
+		until(`document.querySelector('#banner-text').textContent === 'Virtual host console vh added'`),
+		until(`(r => r !== null && /made in the console/.test(r.textContent) && /running on 3/.test(r.textContent))(document.querySelector('#vhosts-table tr[data-vhost="console vh"]'))`),
+	)
+	b.screenshot("console-admin")
+	b.run("delete it",
+		chromedp.Click(chromedp.CSS(`button.del-vhost[data-name="console vh"]`)),
+		until(`document.querySelector('button.del-vhost[data-name="console vh"]').classList.contains('armed')`),
+		chromedp.Click(chromedp.CSS(`button.del-vhost[data-name="console vh"]`)),
+		until(`document.querySelector('#banner-text').textContent === 'Virtual host console vh deleted' &&
+			document.querySelector('#vhosts-table tr[data-vhost="console vh"]') === null`),
+	)
+
 	b.run("the connection list",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="connections"]`)),
 		until(`document.querySelectorAll('#connections-table button.close-conn').length === 1`),
@@ -375,7 +477,8 @@ func TestConsole(t *testing.T) {
 		until(`document.querySelector('#whoami').textContent === 'viewer' && document.querySelector('#connections-table') !== null`),
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="overview"]`)),
 		until(`/shown to users tagged monitoring/.test(document.querySelector('#nodes').textContent)`),
-		until(`document.querySelector('#whoami').textContent === 'viewer' && document.querySelector('#nav-users').hidden && document.querySelector('#nav-policies').hidden`),
+		until(`document.querySelector('#whoami').textContent === 'viewer' && document.querySelector('#nav-users').hidden && document.querySelector('#nav-policies').hidden &&
+			document.querySelector('#nav-admin').hidden`),
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="queues"]`)),
 		until(`[...document.querySelectorAll('#queues-table a')].some(a => a.textContent === 'bulk-00000')`),
 	)

@@ -170,6 +170,9 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 				s.stats.Deaths[i][boolIndex(ok)]++
 			}
 		}
+		if ok {
+			q.counts.deadLettered++
+		}
 	}
 	if !ok {
 		return

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/raftmq/raftmq/fsm"
@@ -9,8 +10,10 @@ import (
 
 // From level 5 each death is counted by reason and by whether its queue
 // dead-letters it; below, only the dead-lettered total counts, so a log
-// replayed from before the level and a snapshot taken then agree.
+// replayed from before the level and a snapshot taken then agree. The
+// queue the dead-lettered messages died in counts them too.
 func TestMachine_DeathsByReason(t *testing.T) {
+	var counts []fsm.QueueCounts
 	run := func(level uint32) fsm.Stats {
 		m := fsmtest.NewAt(t, level)
 		fsmtest.One(t, m, 2, declare("dead", nil))
@@ -22,6 +25,7 @@ func TestMachine_DeathsByReason(t *testing.T) {
 		fsmtest.One(t, m, 20, expire("plain", "dl"))
 		fsmtest.One(t, m, 21, get("dead", false))
 		fsmtest.One(t, m, 22, discard(ch1, 1, false))
+		counts = m.QueueCounts()
 		return m.Stats()
 	}
 	st := run(5)
@@ -30,6 +34,13 @@ func TestMachine_DeathsByReason(t *testing.T) {
 	}
 	if st.DeadLettered != 2 {
 		t.Fatalf("dead-lettered %d", st.DeadLettered)
+	}
+	dead := map[string]uint64{}
+	for _, c := range counts {
+		dead[c.Name] = c.DeadLettered
+	}
+	if want := map[string]uint64{"dead": 0, "plain": 0, "dl": 2}; !maps.Equal(dead, want) {
+		t.Fatalf("dead-lettered by queue %v, want %v", dead, want)
 	}
 	if st := run(4); st.Deaths != [4][2]uint64{} || st.DeadLettered != 2 {
 		t.Fatalf("level 4: deaths %v, dead-lettered %d", st.Deaths, st.DeadLettered)

@@ -18,10 +18,14 @@ import (
 type QueueCounts struct {
 	Vhost, Name                              string
 	Published, Delivered, Acked, Redelivered uint64
+	// DeadLettered counts the messages that died in the queue (TTL,
+	// max-length, rejection, delivery limit) with a dead-letter exchange
+	// set, from protocol level 5 on, as Stats.Deaths[i][1] counts them.
+	DeadLettered uint64
 }
 
 type queueCounts struct {
-	published, delivered, acked, redelivered uint64
+	published, delivered, acked, redelivered, deadLettered uint64
 }
 
 // countDelivery counts a delivery or a basic.get result of q.
@@ -49,7 +53,8 @@ func (m *Machine) QueueCounts() []QueueCounts {
 	for _, v := range m.vhostsOf("") {
 		for _, k := range sortedKeys(v.queues) {
 			c := v.queues[k].counts
-			out = append(out, QueueCounts{Vhost: v.name, Name: k, Published: c.published, Delivered: c.delivered, Acked: c.acked, Redelivered: c.redelivered})
+			out = append(out, QueueCounts{Vhost: v.name, Name: k, Published: c.published, Delivered: c.delivered, Acked: c.acked, Redelivered: c.redelivered,
+				DeadLettered: c.deadLettered})
 		}
 	}
 	return out

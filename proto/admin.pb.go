@@ -487,9 +487,22 @@ type ClusterStatusResponse struct {
 	// (disk_free 0 before the first check).
 	DiskFree      uint64 `protobuf:"varint,12,opt,name=disk_free,json=diskFree" json:"disk_free,omitempty"`
 	DiskFreeLimit uint64 `protobuf:"varint,13,opt,name=disk_free_limit,json=diskFreeLimit" json:"disk_free_limit,omitempty"`
+	// The process's resident memory in bytes (see docs/management.md).
+	MemUsed uint64 `protobuf:"varint,14,opt,name=mem_used,json=memUsed" json:"mem_used,omitempty"`
+	// Its open file descriptors and their limit (0 where unknown).
+	FdUsed  uint64 `protobuf:"varint,15,opt,name=fd_used,json=fdUsed" json:"fd_used,omitempty"`
+	FdTotal uint64 `protobuf:"varint,16,opt,name=fd_total,json=fdTotal" json:"fd_total,omitempty"`
+	// How long the process has run, in milliseconds.
+	UptimeMs int64 `protobuf:"varint,17,opt,name=uptime_ms,json=uptimeMs" json:"uptime_ms,omitempty"`
+	// Its operating system process id, CPUs and goroutines.
+	OsPid      int64  `protobuf:"varint,18,opt,name=os_pid,json=osPid" json:"os_pid,omitempty"`
+	Processors uint32 `protobuf:"varint,19,opt,name=processors" json:"processors,omitempty"`
+	Goroutines uint64 `protobuf:"varint,20,opt,name=goroutines" json:"goroutines,omitempty"`
+	// Its memory alarm's limit (--vm-memory-high-watermark) in bytes.
+	MemLimit uint64 `protobuf:"varint,21,opt,name=mem_limit,json=memLimit" json:"mem_limit,omitempty"`
 	// Why this node's wall clock is unfit for leading (it differs from the
 	// quorum's by more than --max-clock-offset), empty when it is fine.
-	ClockProblem  string `protobuf:"bytes,14,opt,name=clock_problem,json=clockProblem" json:"clock_problem,omitempty"`
+	ClockProblem  string `protobuf:"bytes,22,opt,name=clock_problem,json=clockProblem" json:"clock_problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +624,62 @@ func (x *ClusterStatusResponse) GetDiskFree() uint64 {
 func (x *ClusterStatusResponse) GetDiskFreeLimit() uint64 {
 	if x != nil {
 		return x.DiskFreeLimit
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetMemUsed() uint64 {
+	if x != nil {
+		return x.MemUsed
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetFdUsed() uint64 {
+	if x != nil {
+		return x.FdUsed
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetFdTotal() uint64 {
+	if x != nil {
+		return x.FdTotal
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetUptimeMs() int64 {
+	if x != nil {
+		return x.UptimeMs
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetOsPid() int64 {
+	if x != nil {
+		return x.OsPid
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetProcessors() uint32 {
+	if x != nil {
+		return x.Processors
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetGoroutines() uint64 {
+	if x != nil {
+		return x.Goroutines
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetMemLimit() uint64 {
+	if x != nil {
+		return x.MemLimit
 	}
 	return 0
 }
@@ -3802,7 +3871,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tamqp_addr\x18\x04 \x01(\tR\bamqpAddr\x12\x16\n" +
 	"\x06health\x18\x05 \x01(\tR\x06health\x12\x1a\n" +
 	"\bsuffrage\x18\x06 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\a \x01(\bR\x06leader\"\xd9\x03\n" +
+	"\x06leader\x18\a \x01(\bR\x06leader\"\xb9\x05\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -3819,8 +3888,20 @@ const file_admin_proto_rawDesc = "" +
 	" \x01(\x03R\aclockMs\x12\x16\n" +
 	"\x06alarms\x18\v \x03(\tR\x06alarms\x12\x1b\n" +
 	"\tdisk_free\x18\f \x01(\x04R\bdiskFree\x12&\n" +
-	"\x0fdisk_free_limit\x18\r \x01(\x04R\rdiskFreeLimit\x12#\n" +
-	"\rclock_problem\x18\x0e \x01(\tR\fclockProblem\"4\n" +
+	"\x0fdisk_free_limit\x18\r \x01(\x04R\rdiskFreeLimit\x12\x19\n" +
+	"\bmem_used\x18\x0e \x01(\x04R\amemUsed\x12\x17\n" +
+	"\afd_used\x18\x0f \x01(\x04R\x06fdUsed\x12\x19\n" +
+	"\bfd_total\x18\x10 \x01(\x04R\afdTotal\x12\x1b\n" +
+	"\tuptime_ms\x18\x11 \x01(\x03R\buptimeMs\x12\x15\n" +
+	"\x06os_pid\x18\x12 \x01(\x03R\x05osPid\x12\x1e\n" +
+	"\n" +
+	"processors\x18\x13 \x01(\rR\n" +
+	"processors\x12\x1e\n" +
+	"\n" +
+	"goroutines\x18\x14 \x01(\x04R\n" +
+	"goroutines\x12\x1b\n" +
+	"\tmem_limit\x18\x15 \x01(\x04R\bmemLimit\x12#\n" +
+	"\rclock_problem\x18\x16 \x01(\tR\fclockProblem\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +

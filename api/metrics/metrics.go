@@ -25,13 +25,9 @@ type Options struct {
 	// MaxQueues bounds the per-queue series to the first MaxQueues queues
 	// (default 500).
 	MaxQueues int
-	// MemoryUsed and MemoryLimit are what the node's memory alarm compares
-	// (its Go heap and vm_memory_high_watermark), reported as RabbitMQ's
-	// rabbitmq_process_resident_memory_bytes and
-	// rabbitmq_resident_memory_limit_bytes so "memory available before
-	// publishers are blocked" is the alarm's own margin. Nil or 0 omits
-	// them.
-	MemoryUsed  func() uint64
+	// MemoryLimit is the memory alarm's vm_memory_high_watermark,
+	// reported as rabbitmq_resident_memory_limit_bytes beside the
+	// process's resident memory; 0 omits it.
 	MemoryLimit uint64
 	// Counters reads this node's own AMQP counters (connections and
 	// channels opened and closed, confirms); nil omits their series.

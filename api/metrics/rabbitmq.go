@@ -5,10 +5,10 @@ import (
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/procfs"
 
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/procstat"
 )
 
 // rabbitCollector serves the names, label sets and types of RabbitMQ's
@@ -186,11 +186,15 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(r.raftApplied, rs.AppliedIndex)
 	gauge(r.raftWritten, rs.LastLogIndex)
 
-	if o.MemoryUsed != nil && o.MemoryLimit > 0 {
-		gauge(r.memUsed, o.MemoryUsed())
+	// The process's resident memory, as RabbitMQ reports its own (not
+	// the Go heap, a fraction of it). The alarm compares the heap, which
+	// is smaller: the limit minus this figure understates the margin
+	// before publishers are blocked, never overstates it.
+	gauge(r.memUsed, procstat.ResidentMemory())
+	if o.MemoryLimit > 0 {
 		gauge(r.memLimit, o.MemoryLimit)
 	}
-	if open, max, ok := fileDescriptors(); ok {
+	if open, max, ok := procstat.FileDescriptors(); ok {
 		gauge(r.openFDs, open)
 		gauge(r.maxFDs, max)
 	}
@@ -293,22 +297,4 @@ func clientGolangVersion() string {
 		}
 	}
 	return "unknown"
-}
-
-// fileDescriptors returns the process's open file descriptors and their
-// limit where /proc gives them (ok false elsewhere).
-func fileDescriptors() (open, max uint64, ok bool) {
-	p, err := procfs.Self()
-	if err != nil {
-		return 0, 0, false
-	}
-	n, err := p.FileDescriptorsLen()
-	if err != nil {
-		return 0, 0, false
-	}
-	l, err := p.Limits()
-	if err != nil || l.OpenFiles <= 0 {
-		return 0, 0, false
-	}
-	return uint64(n), l.OpenFiles, true
 }

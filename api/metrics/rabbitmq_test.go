@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/api/ops/opstest"
+	"github.com/raftmq/raftmq/internal/procstat"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -176,21 +179,34 @@ func TestRabbitMetrics_FollowerOmitsClusterState(t *testing.T) {
 	wantSample(t, got, "rabbitmq_queues", 2)
 }
 
-// The memory series are the alarm's own measure and limit, on every node,
-// so the dashboard's "memory available before publishers blocked" is the
-// alarm's margin.
+// The memory series are the process's resident memory and the alarm's
+// limit, on every node. The resident memory is the process's (within 25%
+// of /proc's VmRSS read just after, as it moves between the readings),
+// not the Go heap, a fraction of it.
 func TestRabbitMetrics_MemoryAndFDs(t *testing.T) {
 	n := opstest.NewNode("n2")
 	n.LeaderID = "n1"
-	used := uint64(300)
-	m := New(Options{Node: n, MemoryUsed: func() uint64 { return used }, MemoryLimit: 1000})
+	m := New(Options{Node: n, MemoryLimit: 1000})
 	got, types := scrapeTyped(t, NewHandler(HandlerOptions{Node: n, Metrics: m}), "/metrics")
-	wantSample(t, got, "rabbitmq_process_resident_memory_bytes", 300)
 	wantSample(t, got, "rabbitmq_resident_memory_limit_bytes", 1000)
+	if st, err := procfs.NewDefaultFS(); err == nil {
+		p, err := st.Self()
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, err := p.NewStatus()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rss := float64(status.VmRSS)
+		if v := got["rabbitmq_process_resident_memory_bytes"]; v < rss*3/4 || v > rss*5/4 {
+			t.Fatalf("rabbitmq_process_resident_memory_bytes %v, VmRSS %v", v, rss)
+		}
+	}
 	if types["rabbitmq_resident_memory_limit_bytes"] != "gauge" {
 		t.Fatalf("type %q", types["rabbitmq_resident_memory_limit_bytes"])
 	}
-	if _, _, ok := fileDescriptors(); ok {
+	if _, _, ok := procstat.FileDescriptors(); ok {
 		if got["rabbitmq_process_open_fds"] < 1 || got["rabbitmq_process_max_fds"] < got["rabbitmq_process_open_fds"] {
 			t.Fatalf("fds %v of %v", got["rabbitmq_process_open_fds"], got["rabbitmq_process_max_fds"])
 		}
@@ -251,7 +267,7 @@ var overviewNames = []string{
 // cmd/raftmq configures it serves every name RabbitMQ-Overview reads, and
 // rabbitmq_identity_info carries the two labels its joins take.
 func TestRabbitMetrics_OverviewDashboardNames(t *testing.T) {
-	if _, _, ok := fileDescriptors(); !ok {
+	if _, _, ok := procstat.FileDescriptors(); !ok {
 		t.Skip("no /proc: rabbitmq_process_{open,max}_fds are not served here")
 	}
 	n := opstest.NewNode("n1")
@@ -260,9 +276,9 @@ func TestRabbitMetrics_OverviewDashboardNames(t *testing.T) {
 	n.State.QueueList = []*proto.QueueInfo{{Vhost: "/", Name: "orders", Ready: 1}}
 	box := &statsBox{s: ops.StateStats{Published: 3, Ready: 1, Queues: 1}}
 	m := New(Options{Node: n, Conns: &opstest.Conns{}, Stats: box.get, ClusterName: "prod",
-		MemoryUsed: func() uint64 { return 1 }, MemoryLimit: 2,
-		Counters:  func() ops.NodeCounters { return ops.NodeCounters{} },
-		Resources: (&opstest.ResourceBox{R: ops.Resources{DiskFree: 1}}).Get})
+		MemoryLimit: 2,
+		Counters:    func() ops.NodeCounters { return ops.NodeCounters{} },
+		Resources:   (&opstest.ResourceBox{R: ops.Resources{DiskFree: 1}}).Get})
 	h := NewHandler(HandlerOptions{Node: n, Metrics: m})
 	for _, path := range []string{"/metrics", "/metrics/per-object"} {
 		got, _ := scrapeTyped(t, h, path)

@@ -53,7 +53,6 @@ type Server struct {
 	cluster string
 	addr    string
 	maxBody int64
-	started time.Time
 	rates   rates
 	mux     *http.ServeMux
 }
@@ -61,7 +60,7 @@ type Server struct {
 // New returns the management API handler.
 func New(o Options) *Server {
 	m := &Server{ops: o.Ops, node: o.Ops.Node(), log: o.Logger, cluster: o.ClusterName, addr: o.Addr,
-		maxBody: o.MaxBodyBytes, started: time.Now(), rates: rates{now: time.Now}}
+		maxBody: o.MaxBodyBytes, rates: rates{now: time.Now}}
 	if m.log == nil {
 		m.log = o.Ops.Logger()
 	}
@@ -246,6 +245,9 @@ type req struct {
 	r    *http.Request
 	ctx  context.Context
 	user *mgmtUser
+	// msgRange and lenRange are the samples asked for with
+	// msg_rates_age/_incr and lengths_age/_incr (nil: none).
+	msgRange, lenRange *rng
 }
 
 // userKey carries the authenticated caller from ServeHTTP to the route.
@@ -317,7 +319,11 @@ func (m *Server) serve(fn func(*req) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, _ := r.Context().Value(userKey{}).(*mgmtUser)
 		q := &req{m: m, w: w, r: r, ctx: r.Context(), user: user}
-		if err := fn(q); err != nil {
+		err := q.parseRanges()
+		if err == nil {
+			err = fn(q)
+		}
+		if err != nil {
 			he := fromError(err)
 			if he.status >= 500 {
 				m.log.Warn("management request failed", "method", r.Method, "path", r.URL.EscapedPath(), "err", he.reason)

@@ -2,12 +2,10 @@ package mgmt
 
 import (
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/fsm"
@@ -79,16 +77,13 @@ func (q *req) overview() error {
 		"object_totals": map[string]int{
 			"queues": queues, "exchanges": exchanges, "consumers": consumers, "connections": len(conns), "channels": channels,
 		},
-		"queue_totals": map[string]any{
-			"messages": ready + unacked, "messages_details": rate(),
-			"messages_ready": ready, "messages_ready_details": rate(),
-			"messages_unacknowledged": unacked, "messages_unacknowledged_details": rate(),
-		},
+		"queue_totals": q.m.rates.details(map[string]uint64{"messages": ready + unacked, "messages_ready": ready,
+			"messages_unacknowledged": unacked}, nil, q.lenRange, true, lengthKeys...),
 	}
 	// Counts as they are now, rates from the last two samples; confirm is
 	// this node's publishers' alone (the log does not see confirms).
 	now := globalCounts(stats, q.m.ops.NodeCounters())
-	ms := q.m.rates.stats(now, func(s *counterSample) map[string]uint64 { return s.global }, globalRateKeys...)
+	ms := q.m.rates.details(now, nil, q.msgRange, false, globalRateKeys...)
 	// raftmq reads no message from disk outside its log: disk_reads and
 	// disk_writes stay 0.
 	ms["disk_reads"], ms["disk_reads_details"], ms["disk_writes"], ms["disk_writes_details"] = 0, rate(), 0, rate()
@@ -128,10 +123,6 @@ func (q *req) nodes() error {
 	if !q.user.monitor() {
 		return notAuthorised("Not monitor user")
 	}
-	self := q.m.node.NodeID()
-	rs := q.m.node.RaftStats()
-	var mem runtime.MemStats
-	runtime.ReadMemStats(&mem)
 	statuses := q.m.ops.NodeStatuses(q.ctx)
 	var out []map[string]any
 	for _, mb := range q.m.node.Members() {
@@ -144,22 +135,24 @@ func (q *req) nodes() error {
 			"amqp_addr": mb.GetAmqpAddr(), "grpc_addr": mb.GetGrpcAddr(), "raft_addr": mb.GetRaftAddr(),
 		}
 		if st, ok := statuses[mb.GetId()]; ok {
-			// The node's own answer; a node that did not answer keeps the
-			// defaults above.
+			// The node's own answer (asked over gRPC for the others); a
+			// node that did not answer keeps the defaults above and has
+			// no figures.
 			n["mem_alarm"] = slices.Contains(st.GetAlarms(), "memory")
 			n["disk_free_alarm"] = slices.Contains(st.GetAlarms(), "disk")
 			n["disk_free"], n["disk_free_limit"] = st.GetDiskFree(), st.GetDiskFreeLimit()
-		}
-		if mb.GetId() == self {
-			n["os_pid"] = strconv.Itoa(os.Getpid())
-			n["uptime"] = time.Since(q.m.started).Milliseconds()
-			n["mem_used"] = mem.Sys
-			n["processors"] = runtime.NumCPU()
-			n["proc_used"] = runtime.NumGoroutine()
-			n["raft_state"] = rs.State
-			n["raft_term"] = rs.Term
-			n["raft_commit_index"] = rs.CommitIndex
-			n["raft_applied_index"] = rs.AppliedIndex
+			n["mem_used"], n["mem_limit"] = st.GetMemUsed(), st.GetMemLimit()
+			if st.GetFdTotal() > 0 {
+				n["fd_used"], n["fd_total"] = st.GetFdUsed(), st.GetFdTotal()
+			}
+			n["uptime"] = st.GetUptimeMs()
+			n["os_pid"] = strconv.FormatInt(st.GetOsPid(), 10)
+			n["processors"] = st.GetProcessors()
+			n["proc_used"] = st.GetGoroutines()
+			n["raft_state"] = st.GetRaftState()
+			n["raft_term"] = st.GetTerm()
+			n["raft_commit_index"] = st.GetCommitIndex()
+			n["raft_applied_index"] = st.GetAppliedIndex()
 		}
 		out = append(out, n)
 	}

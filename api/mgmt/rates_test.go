@@ -32,8 +32,9 @@ func TestRates_LastTwoSamples(t *testing.T) {
 	r := &rates{now: clock.now}
 	v := uint64(0)
 	take := func() *counterSample { return &counterSample{global: map[string]uint64{"publish": v}} }
-	pick := func(s *counterSample) map[string]uint64 { return s.global }
-	rateNow := func() float64 { return r.stats(nil, pick, "publish")["publish_details"].(map[string]float64)["rate"] }
+	rateNow := func() float64 {
+		return r.details(nil, nil, nil, false, "publish")["publish_details"].(map[string]any)["rate"].(float64)
+	}
 
 	r.observe(take)
 	if got := rateNow(); got != 0 {
@@ -42,7 +43,7 @@ func TestRates_LastTwoSamples(t *testing.T) {
 	v = 50
 	clock.add(2 * time.Second)
 	r.observe(take) // too early: no new sample
-	if got := r.stats(nil, pick, "publish")["publish"]; got != uint64(0) {
+	if got := r.details(nil, nil, nil, false, "publish")["publish"]; got != uint64(0) {
 		t.Fatalf("count from a sample taken too early: %v", got)
 	}
 	clock.add(3 * time.Second)
@@ -58,7 +59,7 @@ func TestRates_LastTwoSamples(t *testing.T) {
 		t.Fatalf("counter reset: rate %v", got)
 	}
 	// Counts given as of now win over the last sample's.
-	if got := r.stats(map[string]uint64{"publish": 7}, pick, "publish")["publish"]; got != uint64(7) {
+	if got := r.details(map[string]uint64{"publish": 7}, nil, nil, false, "publish")["publish"]; got != uint64(7) {
 		t.Fatalf("count now %v", got)
 	}
 }

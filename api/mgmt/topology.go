@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -45,21 +46,21 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, l
 	if x.GetOwnerConnection() != "" {
 		owner = map[string]any{"name": x.GetOwnerConnection()}
 	}
-	out := map[string]any{
+	key := [2]string{x.GetVhost(), x.GetName()}
+	out := q.m.rates.details(map[string]uint64{"messages": x.GetReady() + x.GetUnacked(), "messages_ready": x.GetReady(),
+		"messages_unacknowledged": x.GetUnacked()}, &key, q.lenRange, true, lengthKeys...)
+	maps.Copy(out, map[string]any{
 		"name": x.GetName(), "vhost": x.GetVhost(), "durable": x.GetDurable(), "exclusive": x.GetExclusive(),
 		"auto_delete": x.GetAutoDelete(), "arguments": proto.TableJSON(x.GetArguments()),
 		"node": leader, "leader": leader, "members": members, "online": members,
 		"type": typ, "state": "running",
 		"policy": pol, "operator_policy": opol, "effective_policy_definition": def,
 		"consumers": x.GetConsumers(), "exclusive_consumer_tag": nil, "single_active_consumer_tag": nil,
-		"messages":       x.GetReady() + x.GetUnacked(),
-		"messages_ready": x.GetReady(), "messages_unacknowledged": x.GetUnacked(),
-		"messages_details": rate(), "messages_ready_details": rate(), "messages_unacknowledged_details": rate(),
 		"message_bytes": x.GetReadyBytes() + x.GetUnackedBytes(), "message_bytes_ready": x.GetReadyBytes(),
 		"message_bytes_unacknowledged": x.GetUnackedBytes(),
 		// The state does not track these yet.
 		"messages_persistent": x.GetMessagesPersistent(), "head_message_timestamp": optSeconds(x.GetHeadMessageTimestamp()),
-		"message_stats":     q.m.queueStats(x.GetVhost(), x.GetName()),
+		"message_stats":     q.m.queueStats(x.GetVhost(), x.GetName(), q.msgRange),
 		"owner_pid_details": owner,
 		// raftmq's own.
 		"effective_message_ttl":          optMs(x.GetEffectiveMessageTtl()),
@@ -67,7 +68,7 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, l
 		"effective_dead_letter_exchange": x.GetEffectiveDeadLetterExchange(),
 		"next_death":                     optTime(x.GetEarliestDeadlineMs()),
 		"lease_due":                      optTime(x.GetLeaseDueMs()),
-	}
+	})
 	return out
 }
 

@@ -167,6 +167,8 @@ type Resources struct {
 	// DiskFree is the free space of the data dir at the last check (0
 	// before it), DiskFreeLimit the --disk-free-limit.
 	DiskFree, DiskFreeLimit uint64
+	// MemLimit is the memory alarm's limit (--vm-memory-high-watermark).
+	MemLimit uint64
 }
 
 // Alarms names the raised alarms as the admin API reports them.

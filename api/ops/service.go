@@ -5,13 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"os"
 	"regexp"
+	"runtime"
 	"sort"
 	"time"
 
 	protobuf "google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/procstat"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -129,6 +132,14 @@ func (s *Service) clusterStatus() *proto.ClusterStatusResponse {
 	r := s.Resources()
 	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
 	resp.ClockProblem = ClockProblem(s.node)
+	// The process's own figures, so any node's /api/nodes shows every
+	// member's.
+	resp.MemUsed, resp.MemLimit = procstat.ResidentMemory(), r.MemLimit
+	resp.FdUsed, resp.FdTotal, _ = procstat.FileDescriptors()
+	resp.UptimeMs = procstat.Uptime().Milliseconds()
+	resp.OsPid = int64(os.Getpid())
+	resp.Processors = uint32(runtime.NumCPU())
+	resp.Goroutines = uint64(runtime.NumGoroutine())
 	return resp
 }
 

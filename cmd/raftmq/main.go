@@ -167,10 +167,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	diskWatch := amqp.NewDiskWatcher(amqpSrv, cfg.DataDir, uint64(cfg.Limits.DiskFreeLimit), nil)
 	resources := func() ops.Resources {
 		free, limit, alarm, _ := diskWatch.State()
-		return ops.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
+		return ops.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit, MemLimit: uint64(watermark)}
 	}
 	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
-		MemoryUsed: amqp.HeapBytes, MemoryLimit: uint64(watermark), Resources: resources,
+		MemoryLimit: uint64(watermark), Resources: resources,
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
 	amqpSrv.SetBroker(&broker{node: node, metrics: nodeMetrics})
 

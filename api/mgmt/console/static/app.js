@@ -200,6 +200,7 @@ async function start() {
   sessionStorage.setItem('raftmq.auth', S.auth);
   $('#whoami').textContent = S.whoami.name;
   $('#nav-users').hidden = !isAdmin();
+  $('#nav-admin').hidden = !isAdmin();
   $('#nav-policies').hidden = !isMonitor() && !S.whoami.tags.includes('policymaker');
   $('#top').hidden = false;
   const vhosts = await api('GET', 'vhosts?columns=name');
@@ -239,7 +240,7 @@ async function route() {
   const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
   const name = parts[0] || 'overview';
   for (const a of $$('#nav a')) a.classList.toggle('active', a.dataset.page === name);
-  const pages = { overview: overviewPage, connections: connectionsPage, exchanges: exchangesPage, queues: queuesPage, policies: policiesPage, users: usersPage };
+  const pages = { overview: overviewPage, connections: connectionsPage, channels: channelsPage, exchanges: exchangesPage, queues: queuesPage, policies: policiesPage, users: usersPage, admin: adminPage };
   const make = pages[name];
   // A fresh element per page drops the listeners the last page bound.
   const main = document.createElement('main');
@@ -396,11 +397,13 @@ function link(kind, it, label) {
 function overviewPage() {
   const html = `<h1>Overview</h1>
     <div class="panel"><h2>Totals</h2><div class="cards" id="totals"></div></div>
+    ${chartPanels('overview')}
     <div class="panel"><h2>Nodes</h2><div class="table-wrap" id="nodes"></div></div>
     <div class="panel"><h2>Listeners</h2><div class="table-wrap" id="listeners"></div></div>`;
   async function refresh() {
-    const o = await api('GET', 'overview');
+    const o = await api('GET', 'overview?' + historyQuery());
     S.overview = o;
+    drawCharts('overview', o.message_stats, o.queue_totals);
     const qt = o.queue_totals || {}, ot = o.object_totals || {}, ms = o.message_stats || {};
     const card = (n, l, r) => `<div class="card"><div class="n">${num(n)}</div><div class="l">${l}${r ? ' · ' + r : ''}</div></div>`;
     $('#totals').innerHTML = [
@@ -423,17 +426,19 @@ function overviewPage() {
     const nodes = await api('GET', 'nodes');
     $('#nodes').innerHTML = `<table id="nodes-table"><thead><tr><th>Name</th><th>State</th><th>Raft role</th><th>Suffrage</th>
       <th class="num">Term</th><th class="num">Commit index</th><th class="num">Applied index</th>
-      <th>AMQP</th><th>Raft</th><th class="num">Uptime</th><th class="num">Memory</th><th class="num">Goroutines</th></tr></thead><tbody>${
-      nodes.map(n => `<tr>
+      <th>AMQP</th><th>Memory</th><th>Disk free</th><th>File descriptors</th><th class="num">Uptime</th><th class="num">Goroutines</th></tr></thead><tbody>${
+      nodes.map(n => `<tr data-node="${esc(n.name)}">
         <td class="nowrap">${esc(n.name)}${n.name === o.node ? ' <span class="tag">this node</span>' : ''}</td>
         <td>${n.running ? `<span class="ok">${esc(n.health || 'running')}</span>` : `<span class="tag bad">${esc(n.health || 'stopped')}</span>`}</td>
         <td>${n.raft_leader ? '<span class="tag leader">leader</span>' : n.raft_state ? esc(n.raft_state.toLowerCase()) : 'follower'}</td>
         <td>${esc(n.raft_suffrage)}</td>
         <td class="num">${num(n.raft_term)}</td><td class="num">${num(n.raft_commit_index)}</td><td class="num">${num(n.raft_applied_index)}</td>
-        <td>${esc(n.amqp_addr)}</td><td>${esc(n.raft_addr)}</td>
-        <td class="num">${n.uptime !== undefined ? dur(n.uptime) : ''}</td><td class="num">${bytes(n.mem_used)}</td><td class="num">${num(n.proc_used)}</td>
+        <td title="raft ${esc(n.raft_addr)}">${esc(n.amqp_addr)}</td>
+        ${nodeResourceCells(n)}
+        <td class="num">${num(n.proc_used)}</td>
       </tr>`).join('')}</tbody></table>
-      <p class="muted">Raft term and indexes are those of the node that served this page; every node serves its own.</p>`;
+      <p class="muted">Each node's own figures, asked from it by the node that served this page; a node that does not answer shows none.
+      Memory is the process's resident memory, of the memory alarm's limit.</p>`;
   }
   return { html, refresh };
 }
@@ -546,6 +551,7 @@ queuesPage.detail = (vhost, name) => {
       <div class="panel"><h2>Details</h2><div id="queue-details" class="empty">Loading…</div></div>
       <div class="panel"><h2>Messages</h2><div id="queue-counts"></div></div>
     </div>
+    ${chartPanels('queue')}
     <div class="panel" id="bindings-panel"><h2>Bindings</h2><div id="queue-bindings"></div>
       <details><summary>Add a binding</summary>
       <form class="row" id="bind-queue">
@@ -579,7 +585,8 @@ queuesPage.detail = (vhost, name) => {
         <button type="button" class="danger" id="delete">Delete queue</button>
       </div></div>`;
   async function refresh() {
-    const [q, bindings] = await Promise.all([api('GET', base), api('GET', base + '/bindings')]);
+    const [q, bindings] = await Promise.all([api('GET', base + '?' + historyQuery()), api('GET', base + '/bindings')]);
+    drawCharts('queue', q.message_stats, q);
     const eff = q.effective_policy_definition || {};
     $('#queue-details').classList.remove('empty');
     $('#queue-details').innerHTML = `<dl class="props">
@@ -868,6 +875,204 @@ function usersPage() {
   return { html, bind, refresh };
 }
 
+// ---- charts: message rates and queue depths over the last minutes ----
+//
+// The management API keeps 10 minutes of samples (one every 5 s) on the
+// node that serves the console; a page asks for them with RabbitMQ's
+// msg_rates_age/_incr and lengths_age/_incr and draws them here as inline
+// SVG.
+
+const CHART_INCR = 5; // seconds, the API's sampling interval
+const RATE_SERIES = [
+  ['publish', 'publish', '#2b5d8c'], ['deliver_get', 'deliver', '#067647'], ['ack', 'ack', '#7a5af8'],
+  ['redeliver', 'redeliver', '#b54708'], ['dead_lettered', 'dead-letter', '#b42318'],
+];
+const DEPTH_SERIES = [['messages_ready', 'ready', '#2b5d8c'], ['messages_unacknowledged', 'unacked', '#b54708']];
+
+function chartAge() {
+  const v = Number(sessionStorage.getItem('raftmq.chartAge'));
+  return [60, 300, 600].includes(v) ? v : 600;
+}
+
+function historyQuery() {
+  const age = chartAge();
+  return `msg_rates_age=${age}&msg_rates_incr=${CHART_INCR}&lengths_age=${age}&lengths_incr=${CHART_INCR}`;
+}
+
+function bindChartWindow() {
+  document.addEventListener('change', ev => {
+    if (!ev.target.matches('select.chart-age')) return;
+    sessionStorage.setItem('raftmq.chartAge', ev.target.value);
+    refresh();
+  });
+}
+
+// chartPanels is the markup of a page's two charts, ids prefixed.
+function chartPanels(prefix) {
+  const age = chartAge();
+  const opts = [[60, 'last minute'], [300, 'last 5 minutes'], [600, 'last 10 minutes']]
+    .map(([v, l]) => `<option value="${v}"${v === age ? ' selected' : ''}>${l}</option>`).join('');
+  return `<div class="grid charts">
+    <div class="panel"><h2>Message rates <select class="chart-age" aria-label="Chart window">${opts}</select></h2><div class="chart" id="${prefix}-rates"></div></div>
+    <div class="panel"><h2>Queued messages</h2><div class="chart" id="${prefix}-depths"></div></div></div>`;
+}
+
+// ratePoints turns a counter's samples (newest first) into per-second
+// rates between neighbours, oldest first; a counter that went back (a
+// node that restarted) gives no negative rate.
+function ratePoints(details) {
+  const s = (details && details.samples) || [];
+  const out = [];
+  for (let i = s.length - 2; i >= 0; i--) {
+    const dt = (s[i].timestamp - s[i + 1].timestamp) / 1000;
+    if (dt > 0) out.push({ t: s[i].timestamp, v: Math.max(0, (s[i].sample - s[i + 1].sample) / dt) });
+  }
+  return out;
+}
+
+function levelPoints(details) {
+  return ((details && details.samples) || []).map(x => ({ t: x.timestamp, v: x.sample })).reverse();
+}
+
+// niceMax rounds a chart's top up to 1, 2 or 5 times a power of ten.
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+function axisNum(v) {
+  if (v >= 1e6) return (v / 1e6).toLocaleString() + 'M';
+  if (v >= 1e3) return (v / 1e3).toLocaleString() + 'k';
+  return String(parseFloat(v.toFixed(2)));
+}
+
+// svgChart draws series ([{key, label, color, points}]) over the last
+// age seconds up to end (ms), as lines with a labelled grid.
+function svgChart(series, age, end, unit) {
+  const W = 560, H = 170, L = 44, R = 8, T = 8, B = 20;
+  const start = end - age * 1000;
+  const top = niceMax(Math.max(0, ...series.flatMap(x => x.points.map(p => p.v))));
+  const x = t => L + (W - L - R) * (t - start) / (end - start);
+  const y = v => T + (H - T - B) * (1 - v / top);
+  const grid = [0, 0.25, 0.5, 0.75, 1].map(f => `<line class="gridline" x1="${L}" x2="${W - R}" y1="${y(top * f)}" y2="${y(top * f)}"/>
+    <text class="axis" x="${L - 4}" y="${y(top * f) + 4}" text-anchor="end">${axisNum(top * f)}</text>`).join('');
+  const ticks = [0, 0.5, 1].map(f => `<text class="axis" x="${L + (W - L - R) * f}" y="${H - 4}" text-anchor="${f === 0 ? 'start' : f === 1 ? 'end' : 'middle'}">${
+    f === 1 ? 'now' : '−' + dur(age * 1000 * (1 - f))}</text>`).join('');
+  const lines = series.map(sr => {
+    const pts = sr.points.filter(p => p.t >= start);
+    const max = Math.max(0, ...pts.map(p => p.v));
+    return `<polyline data-series="${esc(sr.key)}" data-n="${pts.length}" data-max="${max}" fill="none" stroke="${sr.color}" stroke-width="1.6"
+      points="${pts.map(p => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ')}"><title>${esc(sr.label)}</title></polyline>`;
+  }).join('');
+  const legend = series.map(sr => {
+    const last = sr.points.length ? sr.points[sr.points.length - 1].v : null;
+    return `<span class="legend-item"><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" height="10" rx="2" fill="${sr.color}"/></svg>${esc(sr.label)} <span class="muted">${last === null ? '—' : axisNum(last) + unit}</span></span>`;
+  }).join('');
+  return `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(series.map(s => s.label).join(', '))}">${grid}${ticks}${lines}</svg>
+    <div class="legend">${legend}</div>`;
+}
+
+// drawCharts fills the charts of a page from message_stats and the
+// object that has the depths' *_details (a queue, queue_totals).
+function drawCharts(prefix, ms, depths) {
+  const rates = $(`#${prefix}-rates`), levels = $(`#${prefix}-depths`);
+  if (!rates || !levels) return;
+  ms = ms || {};
+  depths = depths || {};
+  const age = chartAge();
+  const stamps = [...RATE_SERIES.map(([k]) => ms[k + '_details']), ...DEPTH_SERIES.map(([k]) => depths[k + '_details'])]
+    .flatMap(d => (d && d.samples && d.samples.length ? [d.samples[0].timestamp] : []));
+  const end = stamps.length ? Math.max(...stamps) : Date.now();
+  const rs = RATE_SERIES.filter(([k]) => ms[k + '_details']).map(([k, label, color]) => ({ key: k, label, color, points: ratePoints(ms[k + '_details']) }));
+  const ds = DEPTH_SERIES.filter(([k]) => depths[k + '_details']).map(([k, label, color]) => ({ key: k, label, color, points: levelPoints(depths[k + '_details']) }));
+  rates.innerHTML = rs.length ? svgChart(rs, age, end, '/s') : '<p class="empty">No message rates.</p>';
+  levels.innerHTML = ds.length ? svgChart(ds, age, end, '') : '<p class="empty">No queue depths.</p>';
+}
+
+// ---- node resources ----
+
+// nodeResourceCells are a node's memory, disk, file descriptor and uptime
+// cells, from the node's own answer (empty when it did not answer).
+function nodeResourceCells(n) {
+  // A meter, not a styled bar: the console's CSP allows no inline style.
+  const bar = (used, limit) => limit > 0
+    ? `<meter min="0" max="${limit}" value="${Math.min(used, limit)}" title="${Math.round(100 * used / limit)}%"></meter>` : '';
+  const mem = typeof n.mem_used === 'number'
+    ? `${bytes(n.mem_used)}${n.mem_limit ? ` <span class="muted">of ${bytes(n.mem_limit)}</span>` : ''} ${bar(n.mem_used, n.mem_limit)}${n.mem_alarm ? ' <span class="tag bad">alarm</span>' : ''}` : '';
+  const disk = typeof n.disk_free === 'number' && n.disk_free > 0
+    ? `${bytes(n.disk_free)}${n.disk_free_limit ? ` <span class="muted">limit ${bytes(n.disk_free_limit)}</span>` : ''}${n.disk_free_alarm ? ' <span class="tag bad">alarm</span>' : ''}` : '';
+  const fds = typeof n.fd_used === 'number' ? `${num(n.fd_used)} <span class="muted">of ${num(n.fd_total)}</span> ${bar(n.fd_used, n.fd_total)}` : '';
+  return `<td class="mem nowrap">${mem}</td><td class="disk nowrap">${disk}</td><td class="fds nowrap">${fds}</td>
+    <td class="num uptime">${typeof n.uptime === 'number' ? dur(n.uptime) : ''}</td>`;
+}
+
+// ---- channels ----
+
+function channelsPage() {
+  const list = pagedList('channels', () => 'channels', [
+    { title: 'Channel', sort: 'name', cell: it => `<span class="name">${esc(it.name)}</span>` },
+    { title: 'Node', sort: 'node', cell: it => esc(it.node) },
+    { title: 'User', sort: 'user', cell: it => esc(it.user) },
+    { title: 'Virtual host', sort: 'vhost', cell: it => vhostLabel(it.vhost) },
+    { title: 'State', cell: it => esc(it.state) },
+    { title: 'Consumers', sort: 'consumer_count', num: true, cell: it => num(it.consumer_count) },
+    { title: 'Prefetch', sort: 'prefetch_count', num: true, cell: it => num(it.prefetch_count) },
+    { title: 'Unacked', sort: 'messages_unacknowledged', num: true, cell: it => num(it.messages_unacknowledged) },
+  ], { numericDesc: true });
+  const html = `<h1>Channels</h1><div class="panel">${list.html}
+    <p class="muted">The channels that have consumers, on every node (the replicated log knows a channel by its consumers; a connection's channel count includes the others).</p></div>`;
+  return { html, bind: list.bind, refresh: list.load };
+}
+
+// ---- admin: virtual hosts and limits ----
+
+function adminPage() {
+  if (!isAdmin()) {
+    return { html: '<div class="panel">Virtual hosts and limits are for users tagged administrator.</div>', refresh: async () => {} };
+  }
+  const html = `<h1>Virtual hosts</h1>
+    <div class="panel"><div class="table-wrap" id="vhosts"></div>
+      <details><summary>Add a virtual host</summary>
+      <form class="row" id="add-vhost">
+        <label>Name <input name="name" required autocomplete="off"></label>
+        <label>Description <input name="description"></label>
+        <button type="submit">Add virtual host</button>
+      </form></details></div>
+    <h1>Limits</h1>
+    <div class="panel"><div class="table-wrap" id="vhost-limits"></div></div>`;
+  async function refresh() {
+    const [vhosts, limits] = await Promise.all([api('GET', 'vhosts'), api('GET', 'vhost-limits')]);
+    $('#vhosts').innerHTML = `<table id="vhosts-table"><thead><tr><th>Name</th><th>Description</th><th class="num">Messages</th><th class="num">Ready</th><th class="num">Unacked</th><th>Cluster state</th><th></th></tr></thead><tbody>${
+      vhosts.map(v => {
+        const states = Object.values(v.cluster_state || {});
+        const running = states.filter(x => x === 'running').length;
+        return `<tr data-vhost="${esc(v.name)}"><td class="name">${vhostLabel(v.name)}</td><td>${esc(v.description)}</td>
+        <td class="num">${num(v.messages)}</td><td class="num">${num(v.messages_ready)}</td><td class="num">${num(v.messages_unacknowledged)}</td>
+        <td>${running === states.length ? `<span class="ok">running on ${states.length}</span>` : `<span class="tag warn">running on ${running} of ${states.length}</span>`}</td>
+        <td>${v.name === '/' ? '' : `<button type="button" class="danger del-vhost" data-name="${esc(v.name)}">Delete</button>`}</td></tr>`;
+      }).join('')}</tbody></table>`;
+    $('#vhost-limits').innerHTML = (limits.length ? `<table><thead><tr><th>Virtual host</th><th>Limits</th></tr></thead><tbody>${
+      limits.map(l => `<tr><td>${vhostLabel(l.vhost)}</td><td>${shortJSON(l.value)}</td></tr>`).join('')}</tbody></table>`
+      : '<p class="empty" id="no-vhost-limits">No virtual host has limits of its own.</p>') +
+      '<p class="muted">raftmq sets its limits per node: --max-queues-per-vhost bounds the queues of every virtual host, the connection and channel limits each node\'s clients (docs/operations.md).</p>';
+  }
+  function bind(main) {
+    main.addEventListener('click', ev => {
+      const b = ev.target.closest('button.del-vhost.armed');
+      if (b) act('Delete virtual host', async () => { await api('DELETE', `vhosts/${enc(b.dataset.name)}`); return `Virtual host ${b.dataset.name} deleted`; });
+    });
+    onSubmit($('#add-vhost', main), 'Add virtual host', async f => {
+      await api('PUT', `vhosts/${enc(f.name.value)}`, { description: f.description.value });
+      const name = f.name.value;
+      f.reset();
+      return `Virtual host ${name} added`;
+    });
+  }
+  return { html, bind, refresh };
+}
+
 // ---- start ----
 
 document.addEventListener('DOMContentLoaded', () => {
@@ -875,6 +1080,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#logout').addEventListener('click', () => logout('Logged out.'));
   $('#banner-close').addEventListener('click', clearBanner);
   $('#refresh').addEventListener('change', schedule);
+  bindChartWindow();
   $('#vhost').addEventListener('change', ev => {
     S.vhost = ev.target.value;
     sessionStorage.setItem('raftmq.vhost', S.vhost);
