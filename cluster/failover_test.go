@@ -151,7 +151,7 @@ func TestCluster_PartitionedMinorityCannotCommit(t *testing.T) {
 	} else {
 		t.Logf("cut-off follower: %v", err)
 	}
-	last = mustSubmit(t, c.Leader(), tick())[0].GetIndex()
+	last = mustSubmit(t, c.WaitForLeader(clustertest.Timeout), tick())[0].GetIndex()
 	c.Heal()
 	c.WaitApplied(last)
 	mustSubmit(t, f, tick())
