@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
+	"weak"
 
 	"github.com/hashicorp/raft"
 )
@@ -83,6 +85,52 @@ type largeEntries struct {
 	// side lists the indexes that have side files, ascending.
 	side []uint64
 	bad  atomic.Pointer[DataError]
+
+	// recent finds the data of large entries that are still in memory.
+	recent recentEntries
+}
+
+// recentEntries remembers, without keeping them alive, the data of the
+// last large entries appended or read. While raft still holds an entry it
+// appended (to apply it and replicate it) or one a follower's append is
+// being sent from, a read of the same entry shares those bytes instead of
+// reading the file into a new copy: on a leader, every follower's
+// replication of a 512 MiB publish would otherwise hold a copy of its
+// own. Log data is never written after it is appended.
+type recentEntries struct {
+	mu    sync.Mutex
+	slots [4]recentEntry
+	next  int
+}
+
+type recentEntry struct {
+	index, term uint64
+	n           int
+	crc         uint32
+	p           weak.Pointer[byte]
+}
+
+func (r *recentEntries) put(index, term uint64, crc uint32, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.slots[r.next] = recentEntry{index: index, term: term, n: len(data), crc: crc, p: weak.Make(&data[0])}
+	r.next = (r.next + 1) % len(r.slots)
+}
+
+func (r *recentEntries) get(index, term, n uint64, crc uint32) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.slots {
+		if e.index == index && e.term == term && uint64(e.n) == n && e.crc == crc {
+			if p := e.p.Value(); p != nil {
+				return unsafe.Slice(p, e.n)
+			}
+		}
+	}
+	return nil
 }
 
 // withLargeEntries wraps store, whose files are in dir, and removes the
@@ -169,6 +217,7 @@ func (s *largeEntries) StoreLogs(logs []*raft.Log) error {
 	defer s.mu.Unlock()
 	var out []*raft.Log // the logs with markers, made only when needed
 	var wrote []uint64
+	var crcs []uint32
 	for i, l := range logs {
 		if len(l.Data) <= s.max {
 			if out != nil {
@@ -185,6 +234,7 @@ func (s *largeEntries) StoreLogs(logs []*raft.Log) error {
 			return err
 		}
 		wrote = append(wrote, l.Index)
+		crcs = append(crcs, crc)
 		m := *l
 		m.Type = markerType
 		m.Data = marker(l.Type, len(l.Data), crc)
@@ -199,6 +249,13 @@ func (s *largeEntries) StoreLogs(logs []*raft.Log) error {
 	}
 	if err := s.logStore.StoreLogs(out); err != nil {
 		return err
+	}
+	k := 0
+	for _, l := range logs {
+		if len(l.Data) > s.max {
+			s.recent.put(l.Index, l.Term, crcs[k], l.Data)
+			k++
+		}
 	}
 	for _, index := range wrote {
 		if i, found := slices.BinarySearch(s.side, index); !found {
@@ -270,9 +327,14 @@ func (s *largeEntries) GetLog(index uint64, l *raft.Log) error {
 		typ, n, crc, err := parseMarker(l.Data)
 		name := filepath.Join(s.dir, sideName(l.Index, l.Term))
 		if err == nil {
+			if data := s.recent.get(l.Index, l.Term, n, crc); data != nil {
+				l.Data, l.Type = data, typ
+				return nil
+			}
 			var data []byte
 			data, err = readSide(name, l.Index, l.Term, n, crc)
 			if err == nil {
+				s.recent.put(l.Index, l.Term, crc, data)
 				l.Data, l.Type = data, typ
 				return nil
 			}
