@@ -286,7 +286,7 @@ func parseMarker(b []byte) (typ raft.LogType, n uint64, crc uint32, err error) {
 // writeSide writes l's data to its side file, durably, and returns the
 // data's checksum.
 func (s *largeEntries) writeSide(l *raft.Log) (uint32, error) {
-	crc := crc32.Checksum(l.Data, crcTable)
+	crc := checksum(l.Data)
 	name := filepath.Join(s.dir, sideName(l.Index, l.Term))
 	tmp := name + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -375,7 +375,7 @@ func readSide(name string, index, term, n uint64, crc uint32) ([]byte, error) {
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, fmt.Errorf("side file: %w", err)
 	}
-	if crc32.Checksum(data, crcTable) != crc {
+	if checksum(data) != crc {
 		return nil, errors.New("side file checksum mismatch")
 	}
 	return data, nil
@@ -420,6 +420,20 @@ func (s *largeEntries) damage() *DataError {
 		return de
 	}
 	return s.logStore.damage()
+}
+
+// checksum is the CRC-32C of b, a MiB at a time: the checksum's assembly
+// loop cannot be preempted, and a garbage collection that must stop the
+// world would wait for it to get through hundreds of MiB, holding every
+// other goroutine of the process (heartbeats included).
+func checksum(b []byte) uint32 {
+	var crc uint32
+	for len(b) > 0 {
+		n := min(len(b), 1<<20)
+		crc = crc32.Update(crc, crcTable, b[:n])
+		b = b[n:]
+	}
+	return crc
 }
 
 // syncDir makes the names in dir durable.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -415,4 +416,11 @@ func TestLargeEntries_ReadsShareBytesStillInMemory(t *testing.T) {
 		t.Fatal("reads of an entry still in memory made copies")
 	}
 	runtime.KeepAlive(appended)
+}
+
+func TestChecksum_IsCRC32C(t *testing.T) {
+	b := patterned(3<<20+5, 6)
+	if got, want := checksum(b), crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)); got != want {
+		t.Fatalf("checksum %08x, want %08x", got, want)
+	}
 }
