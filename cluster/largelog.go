@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
+	"weak"
 
 	"github.com/hashicorp/raft"
 )
@@ -83,6 +85,52 @@ type largeEntries struct {
 	// side lists the indexes that have side files, ascending.
 	side []uint64
 	bad  atomic.Pointer[DataError]
+
+	// recent finds the data of large entries that are still in memory.
+	recent recentEntries
+}
+
+// recentEntries remembers, without keeping them alive, the data of the
+// last large entries appended or read. While raft still holds an entry it
+// appended (to apply it and replicate it) or one a follower's append is
+// being sent from, a read of the same entry shares those bytes instead of
+// reading the file into a new copy: on a leader, every follower's
+// replication of a 512 MiB publish would otherwise hold a copy of its
+// own. Log data is never written after it is appended.
+type recentEntries struct {
+	mu    sync.Mutex
+	slots [4]recentEntry
+	next  int
+}
+
+type recentEntry struct {
+	index, term uint64
+	n           int
+	crc         uint32
+	p           weak.Pointer[byte]
+}
+
+func (r *recentEntries) put(index, term uint64, crc uint32, data []byte) {
+	if len(data) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.slots[r.next] = recentEntry{index: index, term: term, n: len(data), crc: crc, p: weak.Make(&data[0])}
+	r.next = (r.next + 1) % len(r.slots)
+}
+
+func (r *recentEntries) get(index, term, n uint64, crc uint32) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.slots {
+		if e.index == index && e.term == term && uint64(e.n) == n && e.crc == crc {
+			if p := e.p.Value(); p != nil {
+				return unsafe.Slice(p, e.n)
+			}
+		}
+	}
+	return nil
 }
 
 // withLargeEntries wraps store, whose files are in dir, and removes the
@@ -169,6 +217,7 @@ func (s *largeEntries) StoreLogs(logs []*raft.Log) error {
 	defer s.mu.Unlock()
 	var out []*raft.Log // the logs with markers, made only when needed
 	var wrote []uint64
+	var crcs []uint32
 	for i, l := range logs {
 		if len(l.Data) <= s.max {
 			if out != nil {
@@ -185,6 +234,7 @@ func (s *largeEntries) StoreLogs(logs []*raft.Log) error {
 			return err
 		}
 		wrote = append(wrote, l.Index)
+		crcs = append(crcs, crc)
 		m := *l
 		m.Type = markerType
 		m.Data = marker(l.Type, len(l.Data), crc)
@@ -199,6 +249,13 @@ func (s *largeEntries) StoreLogs(logs []*raft.Log) error {
 	}
 	if err := s.logStore.StoreLogs(out); err != nil {
 		return err
+	}
+	k := 0
+	for _, l := range logs {
+		if len(l.Data) > s.max {
+			s.recent.put(l.Index, l.Term, crcs[k], l.Data)
+			k++
+		}
 	}
 	for _, index := range wrote {
 		if i, found := slices.BinarySearch(s.side, index); !found {
@@ -229,7 +286,7 @@ func parseMarker(b []byte) (typ raft.LogType, n uint64, crc uint32, err error) {
 // writeSide writes l's data to its side file, durably, and returns the
 // data's checksum.
 func (s *largeEntries) writeSide(l *raft.Log) (uint32, error) {
-	crc := crc32.Checksum(l.Data, crcTable)
+	crc := checksum(l.Data)
 	name := filepath.Join(s.dir, sideName(l.Index, l.Term))
 	tmp := name + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -270,9 +327,14 @@ func (s *largeEntries) GetLog(index uint64, l *raft.Log) error {
 		typ, n, crc, err := parseMarker(l.Data)
 		name := filepath.Join(s.dir, sideName(l.Index, l.Term))
 		if err == nil {
+			if data := s.recent.get(l.Index, l.Term, n, crc); data != nil {
+				l.Data, l.Type = data, typ
+				return nil
+			}
 			var data []byte
 			data, err = readSide(name, l.Index, l.Term, n, crc)
 			if err == nil {
+				s.recent.put(l.Index, l.Term, crc, data)
 				l.Data, l.Type = data, typ
 				return nil
 			}
@@ -313,7 +375,7 @@ func readSide(name string, index, term, n uint64, crc uint32) ([]byte, error) {
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, fmt.Errorf("side file: %w", err)
 	}
-	if crc32.Checksum(data, crcTable) != crc {
+	if checksum(data) != crc {
 		return nil, errors.New("side file checksum mismatch")
 	}
 	return data, nil
@@ -358,6 +420,20 @@ func (s *largeEntries) damage() *DataError {
 		return de
 	}
 	return s.logStore.damage()
+}
+
+// checksum is the CRC-32C of b, a MiB at a time: the checksum's assembly
+// loop cannot be preempted, and a garbage collection that must stop the
+// world would wait for it to get through hundreds of MiB, holding every
+// other goroutine of the process (heartbeats included).
+func checksum(b []byte) uint32 {
+	var crc uint32
+	for len(b) > 0 {
+		n := min(len(b), 1<<20)
+		crc = crc32.Update(crc, crcTable, b[:n])
+		b = b[n:]
+	}
+	return crc
 }
 
 // syncDir makes the names in dir durable.

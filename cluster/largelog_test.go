@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -387,5 +389,38 @@ func TestNode_StartsOnALogWrittenWithAnOversizedEntry(t *testing.T) {
 	}
 	if n := len(sideFiles(t, filepath.Join(dir, walDir))); n != 1 {
 		t.Fatalf("%d side files after the migration, want 1", n)
+	}
+}
+
+// While the appended bytes of a large entry are alive (raft holds them
+// to apply and replicate the entry), reads share them rather than each
+// reading the side file into a copy of its own.
+func TestLargeEntries_ReadsShareBytesStillInMemory(t *testing.T) {
+	s, _, err := openLogStore(t.TempDir(), LogStoreWAL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	appended := &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: patterned(inlineMax+1, 4)}
+	if err := s.StoreLogs([]*raft.Log{appended}); err != nil {
+		t.Fatal(err)
+	}
+	var a, b raft.Log
+	if err := s.GetLog(1, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.GetLog(1, &b); err != nil {
+		t.Fatal(err)
+	}
+	if &a.Data[0] != &appended.Data[0] || &b.Data[0] != &appended.Data[0] || a.Type != raft.LogCommand {
+		t.Fatal("reads of an entry still in memory made copies")
+	}
+	runtime.KeepAlive(appended)
+}
+
+func TestChecksum_IsCRC32C(t *testing.T) {
+	b := patterned(3<<20+5, 6)
+	if got, want := checksum(b), crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)); got != want {
+		t.Fatalf("checksum %08x, want %08x", got, want)
 	}
 }

@@ -1,0 +1,31 @@
+package cluster
+
+import "github.com/hashicorp/raft"
+
+// maxAppendBytes bounds the entry data of one append a leader sends a
+// follower. raft batches up to MaxAppendEntries entries per round trip
+// whatever their size, and the transport gives a round trip 10 s: a
+// follower behind by a few large publishes was sent them all at once,
+// and the round trip failed and was retried whole. The entries past the
+// budget are left for the next round trip (raft takes the last entry sent
+// as the follower's progress); the first always goes.
+const maxAppendBytes = 64 << 20
+
+// AppendEntries implements raft.Transport with the byte budget.
+func (t noPipeline) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	args.Entries = appendBudget(args.Entries, maxAppendBytes)
+	return t.NetworkTransport.AppendEntries(id, target, args, resp)
+}
+
+// appendBudget is the longest prefix of entries, at least one, whose data
+// fits budget.
+func appendBudget(entries []*raft.Log, budget int) []*raft.Log {
+	total := 0
+	for i, e := range entries {
+		total += len(e.Data)
+		if total > budget && i > 0 {
+			return entries[:i]
+		}
+	}
+	return entries
+}
