@@ -53,7 +53,7 @@ type Config struct {
 	Heartbeat time.Duration
 	// MaxMessageSize is the largest message body accepted from a publisher,
 	// in bytes (default DefaultMaxMessageSize; at most fsm.MaxBodySize,
-	// 512 MiB, RabbitMQ's own bound and the largest the log takes).
+	// 128 MiB).
 	MaxMessageSize int
 	// HandshakeTimeout bounds the time from accept to connection.open.
 	HandshakeTimeout time.Duration

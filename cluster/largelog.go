@@ -95,7 +95,7 @@ type largeEntries struct {
 // appended (to apply it and replicate it) or one a follower's append is
 // being sent from, a read of the same entry shares those bytes instead of
 // reading the file into a new copy: on a leader, every follower's
-// replication of a 512 MiB publish would otherwise hold a copy of its
+// replication of a 128 MiB publish would otherwise hold a copy of its
 // own. Log data is never written after it is appended.
 type recentEntries struct {
 	mu    sync.Mutex

@@ -17,7 +17,7 @@ import (
 // defaultLargeMax is the --max-message-size of the large-message test:
 // above the 64 MiB record raft-wal reads back, which a publish of this
 // size made every node of a cluster unable to start again. Set
-// RAFTMQ_E2E_LARGE_MAX (bytes, up to 536870912) to run it at another
+// RAFTMQ_E2E_LARGE_MAX (bytes, up to 134217728) to run it at another
 // size; the largest takes several GiB of memory across the processes.
 const defaultLargeMax = 72 << 20
 

@@ -28,8 +28,14 @@ const (
 	// MaxTableDepth bounds the nesting of field tables and arrays.
 	MaxTableDepth = 64
 	// MaxBodySize is the largest message body a node may be configured to
-	// accept, and the default of Limits.MaxBody.
-	MaxBodySize = 512 << 20
+	// accept, and the default of Limits.MaxBody: 128 MiB, RabbitMQ 3's
+	// default. RabbitMQ allows up to 512 MiB, but a publish that large is
+	// held several times in each node's memory while it commits, and on
+	// the reference machine (2 cores) it starved heartbeats into repeated
+	// elections; 128 MiB commits and survives restarts there
+	// (docs/operations.md, Limits). Only checked before the log: entries an
+	// earlier release accepted still apply.
+	MaxBodySize = 128 << 20
 )
 
 // Limits are the bounds of Validate that depend on the node's

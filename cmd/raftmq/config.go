@@ -98,7 +98,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 1, "bootstrap the cluster once this many nodes see each other")
 	fs.StringVar(&c.DefaultUser, "default-user", "guest", "user created when a new cluster bootstraps")
 	fs.StringVar(&c.DefaultPassword, "default-password", "guest", "password of the default user")
-	fs.IntVar(&c.MaxMessageSize, "max-message-size", amqp.DefaultMaxMessageSize, "largest message body accepted, in bytes (at most 536870912, 512 MiB)")
+	fs.IntVar(&c.MaxMessageSize, "max-message-size", amqp.DefaultMaxMessageSize, "largest message body accepted, in bytes (at most 134217728, 128 MiB)")
 	fs.IntVar(&c.Lookahead, "consumer-lookahead", 10, "a consumer with a prefetch of at least 10 may be assigned this many times its prefetch beyond it, held by its node and written as it acks (at most 2,000 more); 0 turns it off")
 	fs.Int64Var(&c.ConsumerTimeout, "consumer-timeout", 1800000, "ms a delivery may stay unacknowledged before its channel is closed with 406 (RabbitMQ's consumer_timeout), unless its queue sets x-consumer-timeout or a consumer-timeout policy; 0 means none")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
