@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/amqp"
+	"github.com/raftmq/raftmq/api/client"
 )
 
 // config is what a node is started with. Every flag is also an environment
@@ -84,7 +85,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.SetOutput(stderr)
 	var join string
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id, unique in the cluster (default: the host name)")
-	fs.StringVar(&c.DataDir, "data-dir", "raftmq-data", "folder for the Raft log, snapshots and node state")
+	fs.StringVar(&c.DataDir, "data-dir", client.DefaultDataDir, "folder for the Raft log, snapshots and node state")
 	fs.StringVar(&c.RaftLogStore, "raft-log-store", "auto", "raft log store: wal (segment files), bolt (raft-boltdb), or auto (what the data dir holds, else wal)")
 	fs.StringVar(&c.AMQPAddr, "amqp-addr", ":5672", "AMQP 0-9-1 listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":5680", "gRPC listen address (admin API and internal forwarding)")

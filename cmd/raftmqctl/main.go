@@ -7,6 +7,11 @@
 // raftmqctl --help lists the verbs; raftmqctl help VERB (or VERB --help)
 // describes one, with the columns a list verb accepts.
 //
+// On the node's host, raftmqctl run by the node's OS user proves itself
+// with the admin secret in the node's data dir (--data-dir, default
+// raftmq's; or --secret-file), as rabbitmqctl does with the Erlang cookie;
+// anyone else needs an administrator's credentials, from loopback too.
+//
 // Beyond loopback a node asks for an administrator's --username and
 // --password (or RAFTMQ_USERNAME, RAFTMQ_PASSWORD), over TLS unless the node
 // allows them in clear: a node with cluster TLS needs --tls-ca, --tls-cert
@@ -23,7 +28,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +94,9 @@ type options struct {
 	managementURL string
 
 	sec dialSecurity
+	// dataDir and secretFile say where the node's local admin secret is
+	// (secretFile wins).
+	dataDir, secretFile string
 }
 
 // usageError is a mistake in the command line: exit code 2.
@@ -125,6 +136,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.managementURL, "management-url", envOr("RAFTMQ_MANAGEMENT_URL", defaultManagementURL), "management HTTP API of a node, for export_definitions and import_definitions (env RAFTMQ_MANAGEMENT_URL)")
 	fs.StringVar(&o.sec.Username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
 	fs.StringVar(&o.sec.Password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
+	fs.StringVar(&o.dataDir, "data-dir", envOr("RAFTMQ_DATA_DIR", client.DefaultDataDir), "data dir of the node on this host, whose admin secret raftmqctl presents to a node on loopback (env RAFTMQ_DATA_DIR, as raftmq's)")
+	fs.StringVar(&o.secretFile, "secret-file", os.Getenv("RAFTMQ_ADMIN_SECRET_FILE"), "file holding the node's admin secret, presented to the node whatever its address (env RAFTMQ_ADMIN_SECRET_FILE)")
 	fs.StringVar(&o.sec.CAFile, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA (with the cluster secret: a node's <data-dir>/cluster-ca.pem): connect with TLS (env RAFTMQ_TLS_CA)")
 	fs.StringVar(&o.sec.CertFile, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM client certificate signed by the cluster CA (env RAFTMQ_TLS_CERT)")
 	fs.StringVar(&o.sec.KeyFile, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM key of --tls-cert (env RAFTMQ_TLS_KEY)")
@@ -196,6 +209,11 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 		fmt.Fprintf(stderr, "raftmqctl: %v\n", err)
 		return exitUsage
 	}
+	secretNote, err := o.loadSecret()
+	if err != nil {
+		fmt.Fprintf(stderr, "raftmqctl: %v\n", err)
+		return exitUsage
+	}
 	client, err := dial(o.node, o.sec)
 	if err != nil {
 		fmt.Fprintf(stderr, "raftmqctl: cannot reach %s: %v\n", o.node, err)
@@ -223,7 +241,52 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 	}
 	st := status.Convert(err)
 	fmt.Fprintf(stderr, "Error: %s: %s\n", st.Code(), st.Message())
+	if st.Code() == codes.Unauthenticated && secretNote != "" {
+		fmt.Fprintf(stderr, "raftmqctl: %s\n", secretNote)
+	}
 	return exitFailed
+}
+
+// loadSecret sets o.sec.Secret from the node's admin secret file. An
+// explicit --secret-file must be readable. The data dir's file is read
+// only for a node on loopback (a node elsewhere has a secret of its own,
+// and this one must not travel); when it is missing or unreadable the
+// call goes without it, and note says why for the node's refusal.
+func (o *options) loadSecret() (note string, err error) {
+	if o.secretFile != "" {
+		if o.sec.Secret, err = client.ReadSecret(o.secretFile); err != nil {
+			return "", fmt.Errorf("--secret-file: %w", err)
+		}
+		return "", nil
+	}
+	if o.dataDir == "" || !loopbackNode(o.node) {
+		return "", nil
+	}
+	path := filepath.Join(o.dataDir, client.SecretFileName)
+	o.sec.Secret, err = client.ReadSecret(path)
+	switch {
+	case err == nil:
+		return "", nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("no admin secret at %s: give the node's data dir (--data-dir, RAFTMQ_DATA_DIR) or an administrator's --username and --password", path), nil
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("cannot read the admin secret %s: run raftmqctl as the node's OS user, or give an administrator's --username and --password", path), nil
+	}
+	return fmt.Sprintf("cannot read the admin secret: %v", err), nil
+}
+
+// loopbackNode reports whether addr (host:port) names this host's
+// loopback.
+func loopbackNode(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // unreachable reports whether err says the node could not be connected to
@@ -346,6 +409,9 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "  --no-table-headers         tables without their header row")
 	fmt.Fprintln(w, "  -t, --timeout seconds      deadline of the call (default 30)")
 	fmt.Fprintln(w, "  --consistent               read from the leader")
+	fmt.Fprintln(w, "  --data-dir dir             data dir of the node on this host: its admin secret is sent to a")
+	fmt.Fprintln(w, "                             node on loopback (env RAFTMQ_DATA_DIR, default "+client.DefaultDataDir+")")
+	fmt.Fprintln(w, "  --secret-file file         the node's admin secret, sent to any node (env RAFTMQ_ADMIN_SECRET_FILE)")
 	fmt.Fprintln(w, "  --username u --password p  an administrator (env RAFTMQ_USERNAME, RAFTMQ_PASSWORD)")
 	fmt.Fprintln(w, "  --tls-ca ca.pem --tls-cert c.pem --tls-key c.key")
 	fmt.Fprintln(w, "  --management-url url       a node's management HTTP API, for the definitions verbs")
