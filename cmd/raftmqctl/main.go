@@ -123,6 +123,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "no informational lines")
 	fs.BoolVar(&o.quiet, "q", false, "shorthand for --quiet")
 	fs.BoolVar(&o.noHeaders, "no-table-headers", false, "tables without their header row")
+	fs.Var(silentFlag{o}, "silent", "no informational lines and no table headers (rabbitmqctl's -s)")
+	fs.Var(silentFlag{o}, "s", "shorthand for --silent")
 	fs.BoolVar(&o.consistent, "consistent", false, "read from the leader")
 	o.timeout = 30 * time.Second
 	fs.Var(timeoutFlag{&o.timeout}, "timeout", "deadline of the call: seconds, as rabbitmqctl, or a duration such as 500ms")
@@ -197,8 +199,7 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 	}
 	v, ok := verbs[name]
 	if !ok {
-		fmt.Fprintf(stderr, "raftmqctl: unknown verb %q\n", name)
-		printUsage(stderr)
+		unknownVerb(stderr, name)
 		return exitUsage
 	}
 	if len(vargs) < v.min || (v.max >= 0 && len(vargs) > v.max) {
@@ -335,6 +336,90 @@ func (f formatterFlag) Set(s string) error {
 	return nil
 }
 
+// silentFlag is --silent and -s: rabbitmqctl's -q and --no-table-headers
+// at once.
+type silentFlag struct{ o *options }
+
+func (f silentFlag) IsBoolFlag() bool { return true }
+
+func (f silentFlag) String() string {
+	if f.o == nil {
+		return "false"
+	}
+	return strconv.FormatBool(f.o.quiet && f.o.noHeaders)
+}
+
+func (f silentFlag) Set(s string) error {
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	if on {
+		f.o.quiet, f.o.noHeaders = true, true
+	}
+	return nil
+}
+
+// unknownVerb says a verb does not exist, as rabbitmqctl does, naming the
+// closest verb when one is close, instead of the whole usage.
+func unknownVerb(w io.Writer, name string) {
+	fmt.Fprintf(w, "Command '%s' not found.\n", name)
+	if s := closestVerb(name); s != "" {
+		fmt.Fprintf(w, "Did you mean '%s'?\n", s)
+	}
+	fmt.Fprintln(w, "raftmqctl --help lists the verbs.")
+}
+
+// closestVerb is the verb nearest to name in edits, when that is at most a
+// third of name's length (at least 1), or the only verb name begins; ""
+// when none is close.
+func closestVerb(name string) string {
+	best, bestD := "", len(name)/3
+	if bestD < 1 {
+		bestD = 1
+	}
+	bestD++
+	names := make([]string, 0, len(verbs))
+	for n := range verbs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var prefixed []string
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestD {
+			best, bestD = n, d
+		}
+		if len(name) >= 3 && strings.HasPrefix(n, name) {
+			prefixed = append(prefixed, n)
+		}
+	}
+	if best == "" && len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 // timeoutFlag is --timeout and -t: a number is seconds, as rabbitmqctl's
 // -t, and a Go duration ("500ms", "2m") is taken as written.
 type timeoutFlag struct{ d *time.Duration }
@@ -374,8 +459,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 	}
 	v, ok := verbs[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "raftmqctl: unknown verb %q\n", args[0])
-		printUsage(stderr)
+		unknownVerb(stderr, args[0])
 		return exitUsage
 	}
 	printVerbUsage(stdout, args[0], v)
@@ -407,6 +491,7 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "  --formatter json|table     output format (--json: json)")
 	fmt.Fprintln(w, "  -q, --quiet                no informational lines")
 	fmt.Fprintln(w, "  --no-table-headers         tables without their header row")
+	fmt.Fprintln(w, "  -s, --silent               -q and --no-table-headers")
 	fmt.Fprintln(w, "  -t, --timeout seconds      deadline of the call (default 30)")
 	fmt.Fprintln(w, "  --consistent               read from the leader")
 	fmt.Fprintln(w, "  --data-dir dir             data dir of the node on this host: its admin secret is sent to a")

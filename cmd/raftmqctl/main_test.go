@@ -193,7 +193,8 @@ func TestRun_ClusterStatusJSON(t *testing.T) {
 func TestRun_UsageErrors(t *testing.T) {
 	cases := []verbCase{
 		{name: "no verb", args: nil, code: exitUsage, stderr: "verbs:"},
-		{name: "unknown verb lists verbs", args: []string{"list_queue"}, code: exitUsage, stderr: "list_queues [column ...]"},
+		{name: "unknown verb names the closest", args: []string{"list_queue"}, code: exitUsage, stderr: "Did you mean 'list_queues'?"},
+		{name: "unknown verb far from any", args: []string{"frobnicate"}, code: exitUsage, stderr: "Command 'frobnicate' not found.\nraftmqctl --help lists the verbs.\n"},
 		{name: "unknown flag", args: []string{"--bogus", "list_queues"}, code: exitUsage, stderr: "bogus"},
 		{name: "missing args", args: []string{"set_policy", "a", ".*"}, code: exitUsage, stderr: "usage: raftmqctl set_policy NAME PATTERN DEFINITION"},
 		{name: "too many args", args: []string{"purge_queue", "a", "b"}, code: exitUsage, stderr: "usage: raftmqctl purge_queue NAME"},
