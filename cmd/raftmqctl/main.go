@@ -49,6 +49,8 @@ const (
 	exitOK          = 0
 	exitFailed      = 1
 	exitUsage       = 64 // EX_USAGE, as rabbitmqctl
+	exitDataErr     = 65 // EX_DATAERR: rabbitmqctl's for a vhost that does not exist
+	exitNoUser      = 67 // EX_NOUSER: rabbitmqctl's for a user that does not exist
 	exitUnavailable = 69 // EX_UNAVAILABLE
 )
 
@@ -226,6 +228,14 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 	if err == nil {
 		return exitOK
 	}
+	if re, ok := notFoundError(name, &o, vargs, err); ok {
+		err = re
+	}
+	var re rabbitError
+	if errors.As(err, &re) {
+		fmt.Fprintln(stderr, re.text)
+		return re.code
+	}
 	var ee exitError
 	if errors.As(err, &ee) {
 		fmt.Fprintf(stderr, "raftmqctl: %v\n", ee.msg)
@@ -310,6 +320,44 @@ type exitError struct {
 }
 
 func (e exitError) Error() string { return e.msg }
+
+// rabbitError ends a verb as rabbitmqctl ends it: its text as printed,
+// and its exit code.
+type rabbitError struct {
+	code int
+	text string
+}
+
+func (e rabbitError) Error() string { return e.text }
+
+// noSuchVhost is rabbitmqctl's answer for a vhost that does not exist,
+// where it checks before acting (list_permissions, delete_vhost).
+func noSuchVhost(vhost string) rabbitError {
+	return rabbitError{exitDataErr, fmt.Sprintf("Virtual host '%s' does not exist", vhost)}
+}
+
+// notFoundError turns the node's refusal of a verb for a user or vhost that
+// does not exist into rabbitmqctl's wording and exit code for that verb
+// (RabbitMQ 3.10's rabbitmqctl words them differently from verb to verb).
+func notFoundError(verbName string, o *options, args []string, err error) (rabbitError, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.NotFound {
+		return rabbitError{}, false
+	}
+	noUser := strings.Contains(st.Message(), "no user '")
+	noVhost := strings.Contains(st.Message(), "no vhost '")
+	switch {
+	case noUser && (verbName == "delete_user" || verbName == "change_password" || verbName == "set_user_tags"):
+		return rabbitError{exitNoUser, fmt.Sprintf("Error:\nUser %q does not exist", args[0])}, true
+	case noUser && (verbName == "set_permissions" || verbName == "clear_permissions"):
+		return rabbitError{exitNoUser, fmt.Sprintf("Error:\nUser %s does not exist", args[0])}, true
+	case noVhost && verbName == "set_permissions":
+		return rabbitError{exitUnavailable, fmt.Sprintf("Error:\nVirtual host %s does not exist", o.vhost)}, true
+	case noVhost && verbName == "delete_vhost":
+		return noSuchVhost(args[0]), true
+	}
+	return rabbitError{}, false
+}
 
 // errHelp is parseArgs' answer to --help or -h.
 var errHelp = errors.New("help requested")

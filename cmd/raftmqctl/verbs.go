@@ -548,6 +548,17 @@ func listPermissions(c *call) error {
 		return err
 	}
 	c.inform("Listing permissions for vhost %s ...", c.o.vhost)
+	if len(r.GetPermissions()) == 0 {
+		// rabbitmqctl refuses a vhost that does not exist, where the
+		// node answers with no permissions.
+		v, err := c.c.ListVhosts(c.ctx, &proto.ListRequest{Vhost: c.o.vhost, Consistent: c.o.consistent})
+		if err != nil {
+			return err
+		}
+		if len(v.GetVhosts()) == 0 {
+			return noSuchVhost(c.o.vhost)
+		}
+	}
 	return listing(c, r.GetPermissions(), permissionColumns, permissionDefaults)
 }
 
