@@ -233,7 +233,9 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 	}
 	var re rabbitError
 	if errors.As(err, &re) {
-		fmt.Fprintln(stderr, re.text)
+		if re.text != "" {
+			fmt.Fprintln(stderr, re.text)
+		}
 		return re.code
 	}
 	var ee exitError

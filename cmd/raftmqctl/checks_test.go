@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// statusAdmin answers ClusterStatus with st.
+type statusAdmin struct {
+	fakeAdmin
+	st *proto.ClusterStatusResponse
+}
+
+func (s *statusAdmin) ClusterStatus(context.Context, *proto.ClusterStatusRequest) (*proto.ClusterStatusResponse, error) {
+	return s.st, nil
+}
+
+func runErr(t *testing.T, fake proto.AdminServer, args ...string) (int, string, string) {
+	t.Helper()
+	dial, _ := startFake(t, fake)
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb, dial)
+	return code, out.String(), errb.String()
+}
+
+func TestRun_CheckRunning(t *testing.T) {
+	code, out, errs := runErr(t, &fakeAdmin{}, "check_running")
+	if code != exitOK || out != "raftmq on node n1 is fully booted and running\n" || !strings.Contains(errs, "Checking if raftmq is running") {
+		t.Fatalf("running: exit %d, out %q, err %q", code, out, errs)
+	}
+	code, out, _ = runErr(t, &fakeAdmin{}, "--formatter", "json", "check_running")
+	if code != exitOK || out != "{\n  \"message\": \"raftmq on node n1 is fully booted and running\"\n}\n" {
+		t.Fatalf("json: exit %d, out %q", code, out)
+	}
+	for _, st := range []*proto.ClusterStatusResponse{
+		{NodeId: "n3", RaftState: "Follower"},
+		{NodeId: "n3", RaftState: "Follower", LeaderId: "n1"},
+	} {
+		code, out, errs = runErr(t, &statusAdmin{st: st}, "-q", "check_running")
+		if code != exitUnavailable || out != "" || !strings.HasPrefix(errs, "Error:\nraftmq on node n3 is not running or has not fully booted yet: ") {
+			t.Fatalf("%v: exit %d, out %q, err %q", st, code, out, errs)
+		}
+	}
+}
+
+func TestRun_CheckLocalAlarms(t *testing.T) {
+	code, out, _ := runErr(t, &fakeAdmin{}, "check_local_alarms")
+	if code != exitOK || out != "Node n1 reported no local alarms\n" {
+		t.Fatalf("no alarms: exit %d, out %q", code, out)
+	}
+	alarmed := &statusAdmin{st: &proto.ClusterStatusResponse{NodeId: "n1", LeaderId: "n1", AppliedIndex: 5, Alarms: []string{"memory", "disk"}}}
+	code, out, errs := runErr(t, alarmed, "-s", "check_local_alarms")
+	if code != exitUnavailable || out != "" || errs != "Error:\nNode n1 reported local alarms: memory, disk\n" {
+		t.Fatalf("alarms: exit %d, out %q, err %q", code, out, errs)
+	}
+	code, out, errs = runErr(t, alarmed, "--formatter", "json", "check_local_alarms")
+	if code != exitUnavailable || !strings.Contains(out, `"result": "error"`) || errs != "" {
+		t.Fatalf("alarms in json: exit %d, out %q, err %q", code, out, errs)
+	}
+}
+
+func TestRun_CheckPortConnectivity(t *testing.T) {
+	open := func() (net.Listener, string) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l, l.Addr().String()
+	}
+	_, amqpAddr := open()
+	_, grpcAddr := open()
+	closed, raftAddr := open()
+	_, amqpPort, _ := net.SplitHostPort(amqpAddr)
+	st := &proto.ClusterStatusResponse{NodeId: "n1", LeaderId: "n1", AppliedIndex: 1, Nodes: []*proto.NodeStatus{
+		// A listener on every interface is reached at --node's host.
+		{Id: "n1", AmqpAddr: "0.0.0.0:" + amqpPort, GrpcAddr: grpcAddr, RaftAddr: raftAddr},
+	}}
+	code, out, errs := runErr(t, &statusAdmin{st: st}, "--node", "127.0.0.1:1", "check_port_connectivity")
+	_, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	_, raftPort, _ := net.SplitHostPort(raftAddr)
+	if want := "Successfully connected to ports " + amqpPort + ", " + grpcPort + ", " + raftPort + " on node n1.\n"; code != exitOK || out != want {
+		t.Fatalf("all open: exit %d, out %q, err %q; want %q", code, out, errs, want)
+	}
+	closed.Close()
+	code, out, errs = runErr(t, &statusAdmin{st: st}, "--node", "127.0.0.1:1", "check_port_connectivity")
+	if code != exitUnavailable || out != "" || !strings.Contains(errs, raftAddr+" (raft)") || strings.Contains(errs, grpcAddr) {
+		t.Fatalf("raft closed: exit %d, out %q, err %q", code, out, errs)
+	}
+}
