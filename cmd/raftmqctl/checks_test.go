@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -91,5 +92,49 @@ func TestRun_CheckPortConnectivity(t *testing.T) {
 	code, out, errs = runErr(t, &statusAdmin{st: st}, "--node", "127.0.0.1:1", "check_port_connectivity")
 	if code != exitUnavailable || out != "" || !strings.Contains(errs, raftAddr+" (raft)") || strings.Contains(errs, grpcAddr) {
 		t.Fatalf("raft closed: exit %d, out %q, err %q", code, out, errs)
+	}
+}
+
+func TestRun_Report(t *testing.T) {
+	code, out, errs := runErr(t, &fakeAdmin{}, "report")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	// Every section under its heading, per vhost for the vhost's listings,
+	// in rabbitmqctl's order.
+	last := -1
+	for _, want := range []string{
+		"Status of node localhost:5680 ...\nNode: n1\n",
+		"Cluster status of node localhost:5680 ...\nCluster status of node n1\n",
+		"Listing connections ...\nnode  id  peer",
+		"Listing channels ...\npid ",
+		"Listing queues for vhost / ...\nname ",
+		"Listing exchanges for vhost / ...\n",
+		"Listing bindings for vhost / ...\n",
+		"Listing permissions for vhost \"/\" ...\nuser ",
+		"Listing policies for vhost \"/\" ...\n",
+		"Listing queues for vhost prod ...\n",
+		"Listing policies for vhost \"prod\" ...\n",
+	} {
+		i := strings.Index(out, want)
+		if i < 0 || i < last {
+			t.Fatalf("report lacks %q after offset %d:\n%s", want, last, out)
+		}
+		last = i
+	}
+	if strings.Contains(errs, "Listing queues") {
+		t.Fatalf("section headings on stderr: %q", errs)
+	}
+	code, out, errs = runErr(t, &fakeAdmin{}, "--formatter", "json", "report")
+	var doc struct {
+		Status  map[string]any                       `json:"status"`
+		Vhosts  map[string]map[string]json.RawMessage `json:"vhosts"`
+		Channel []map[string]any                     `json:"channels"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != exitOK || err != nil {
+		t.Fatalf("json: exit %d, %v, %s\n%s", code, err, errs, out)
+	}
+	if doc.Status["node_id"] != "n1" || len(doc.Vhosts["prod"]["queues"]) == 0 || len(doc.Channel) != 2 {
+		t.Fatalf("json report: %s", out)
 	}
 }
