@@ -127,9 +127,9 @@ func TestRun_Report(t *testing.T) {
 	}
 	code, out, errs = runErr(t, &fakeAdmin{}, "--formatter", "json", "report")
 	var doc struct {
-		Status  map[string]any                       `json:"status"`
+		Status  map[string]any                        `json:"status"`
 		Vhosts  map[string]map[string]json.RawMessage `json:"vhosts"`
-		Channel []map[string]any                     `json:"channels"`
+		Channel []map[string]any                      `json:"channels"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); code != exitOK || err != nil {
 		t.Fatalf("json: exit %d, %v, %s\n%s", code, err, errs, out)
