@@ -3428,6 +3428,149 @@ func (x *DigestResponse) GetDigest() string {
 	return ""
 }
 
+type EnvironmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvironmentRequest) Reset() {
+	*x = EnvironmentRequest{}
+	mi := &file_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvironmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvironmentRequest) ProtoMessage() {}
+
+func (x *EnvironmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvironmentRequest.ProtoReflect.Descriptor instead.
+func (*EnvironmentRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{58}
+}
+
+// Setting is one of a node's settings: a flag's name (without dashes) and
+// its value as the node runs with it.
+type Setting struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Setting) Reset() {
+	*x = Setting{}
+	mi := &file_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Setting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Setting) ProtoMessage() {}
+
+func (x *Setting) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Setting.ProtoReflect.Descriptor instead.
+func (*Setting) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *Setting) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Setting) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type EnvironmentResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	// Sorted by name. A secret's value is "<set>" or "".
+	Settings      []*Setting `protobuf:"bytes,2,rep,name=settings" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvironmentResponse) Reset() {
+	*x = EnvironmentResponse{}
+	mi := &file_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvironmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvironmentResponse) ProtoMessage() {}
+
+func (x *EnvironmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvironmentResponse.ProtoReflect.Descriptor instead.
+func (*EnvironmentResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *EnvironmentResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *EnvironmentResponse) GetSettings() []*Setting {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -3679,7 +3822,14 @@ const file_admin_proto_rawDesc = "" +
 	"\x0eDigestResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x16\n" +
-	"\x06digest\x18\x03 \x01(\tR\x06digest2\xb4\x10\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\"\x14\n" +
+	"\x12EnvironmentRequest\"3\n" +
+	"\aSetting\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"^\n" +
+	"\x13EnvironmentResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
+	"\bsettings\x18\x02 \x03(\v2\x12.raftmq.v1.SettingR\bsettings2\x82\x11\n" +
 	"\x05Admin\x12R\n" +
 	"\rClusterStatus\x12\x1f.raftmq.v1.ClusterStatusRequest\x1a .raftmq.v1.ClusterStatusResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.raftmq.v1.TransferLeadershipRequest\x1a%.raftmq.v1.TransferLeadershipResponse\x12I\n" +
@@ -3712,7 +3862,8 @@ const file_admin_proto_rawDesc = "" +
 	"\vDeleteVhost\x12\x1d.raftmq.v1.DeleteVhostRequest\x1a\x1e.raftmq.v1.DeleteVhostResponse\x12C\n" +
 	"\n" +
 	"ListVhosts\x12\x16.raftmq.v1.ListRequest\x1a\x1d.raftmq.v1.ListVhostsResponse\x12=\n" +
-	"\x06Digest\x12\x18.raftmq.v1.DigestRequest\x1a\x19.raftmq.v1.DigestResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x06Digest\x12\x18.raftmq.v1.DigestRequest\x1a\x19.raftmq.v1.DigestResponse\x12L\n" +
+	"\vEnvironment\x12\x1d.raftmq.v1.EnvironmentRequest\x1a\x1e.raftmq.v1.EnvironmentResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -3726,7 +3877,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_admin_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),       // 0: raftmq.v1.ClusterStatusRequest
 	(*NodeStatus)(nil),                 // 1: raftmq.v1.NodeStatus
@@ -3786,88 +3937,94 @@ var file_admin_proto_goTypes = []any{
 	(*ListVhostsResponse)(nil),         // 55: raftmq.v1.ListVhostsResponse
 	(*DigestRequest)(nil),              // 56: raftmq.v1.DigestRequest
 	(*DigestResponse)(nil),             // 57: raftmq.v1.DigestResponse
-	(*Table)(nil),                      // 58: raftmq.v1.Table
-	(*ConsumerRef)(nil),                // 59: raftmq.v1.ConsumerRef
-	(*PolicyDefinition)(nil),           // 60: raftmq.v1.PolicyDefinition
+	(*EnvironmentRequest)(nil),         // 58: raftmq.v1.EnvironmentRequest
+	(*Setting)(nil),                    // 59: raftmq.v1.Setting
+	(*EnvironmentResponse)(nil),        // 60: raftmq.v1.EnvironmentResponse
+	(*Table)(nil),                      // 61: raftmq.v1.Table
+	(*ConsumerRef)(nil),                // 62: raftmq.v1.ConsumerRef
+	(*PolicyDefinition)(nil),           // 63: raftmq.v1.PolicyDefinition
 }
 var file_admin_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
-	58, // 1: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
+	61, // 1: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
 	9,  // 2: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	58, // 3: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
+	61, // 3: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
 	16, // 4: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
-	58, // 5: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
+	61, // 5: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
 	18, // 6: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
-	59, // 7: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
-	58, // 8: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
+	62, // 7: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
+	61, // 8: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
 	20, // 9: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	58, // 10: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	61, // 10: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
 	23, // 11: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	60, // 12: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	60, // 13: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	63, // 12: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	63, // 13: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
 	32, // 14: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
 	42, // 15: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
 	48, // 16: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
 	54, // 17: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	0,  // 18: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	3,  // 19: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	5,  // 20: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	8,  // 21: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	11, // 22: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	12, // 23: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	14, // 24: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	7,  // 25: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	7,  // 26: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	7,  // 27: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	22, // 28: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	25, // 29: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	27, // 30: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	29, // 31: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	31, // 32: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	34, // 33: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	36, // 34: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	38, // 35: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	40, // 36: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	7,  // 37: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	44, // 38: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	46, // 39: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	7,  // 40: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	50, // 41: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	52, // 42: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	7,  // 43: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	56, // 44: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
-	2,  // 45: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	4,  // 46: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	6,  // 47: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	10, // 48: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	9,  // 49: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	13, // 50: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	15, // 51: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	17, // 52: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	19, // 53: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	21, // 54: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	24, // 55: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	26, // 56: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	28, // 57: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	30, // 58: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	33, // 59: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	35, // 60: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	37, // 61: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	39, // 62: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	41, // 63: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	43, // 64: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	45, // 65: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	47, // 66: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	49, // 67: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	51, // 68: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	53, // 69: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	55, // 70: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	57, // 71: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	45, // [45:72] is the sub-list for method output_type
-	18, // [18:45] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	59, // 18: raftmq.v1.EnvironmentResponse.settings:type_name -> raftmq.v1.Setting
+	0,  // 19: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	3,  // 20: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	5,  // 21: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	8,  // 22: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	11, // 23: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	12, // 24: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	14, // 25: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	7,  // 26: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	7,  // 27: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	7,  // 28: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	22, // 29: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	25, // 30: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	27, // 31: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	29, // 32: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	31, // 33: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	34, // 34: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	36, // 35: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	38, // 36: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	40, // 37: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	7,  // 38: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	44, // 39: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	46, // 40: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	7,  // 41: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	50, // 42: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	52, // 43: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	7,  // 44: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	56, // 45: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	58, // 46: raftmq.v1.Admin.Environment:input_type -> raftmq.v1.EnvironmentRequest
+	2,  // 47: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	4,  // 48: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	6,  // 49: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	10, // 50: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	9,  // 51: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	13, // 52: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	15, // 53: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	17, // 54: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	19, // 55: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	21, // 56: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	24, // 57: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	26, // 58: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	28, // 59: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	30, // 60: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	33, // 61: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	35, // 62: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	37, // 63: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	39, // 64: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	41, // 65: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	43, // 66: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	45, // 67: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	47, // 68: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	49, // 69: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	51, // 70: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	53, // 71: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	55, // 72: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	57, // 73: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	60, // 74: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
+	47, // [47:75] is the sub-list for method output_type
+	19, // [19:47] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -3882,7 +4039,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,7 @@ const (
 	Admin_DeleteVhost_FullMethodName        = "/raftmq.v1.Admin/DeleteVhost"
 	Admin_ListVhosts_FullMethodName         = "/raftmq.v1.Admin/ListVhosts"
 	Admin_Digest_FullMethodName             = "/raftmq.v1.Admin/Digest"
+	Admin_Environment_FullMethodName        = "/raftmq.v1.Admin/Environment"
 )
 
 // AdminClient is the client API for Admin service.
@@ -88,6 +89,8 @@ type AdminClient interface {
 	ListVhosts(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListVhostsResponse, error)
 	// State digest of this node (equal digests mean identical replicas).
 	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
+	// This node's settings (rabbitmqctl environment), secrets withheld.
+	Environment(ctx context.Context, in *EnvironmentRequest, opts ...grpc.CallOption) (*EnvironmentResponse, error)
 }
 
 type adminClient struct {
@@ -368,6 +371,16 @@ func (c *adminClient) Digest(ctx context.Context, in *DigestRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) Environment(ctx context.Context, in *EnvironmentRequest, opts ...grpc.CallOption) (*EnvironmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnvironmentResponse)
+	err := c.cc.Invoke(ctx, Admin_Environment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -404,6 +417,8 @@ type AdminServer interface {
 	ListVhosts(context.Context, *ListRequest) (*ListVhostsResponse, error)
 	// State digest of this node (equal digests mean identical replicas).
 	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
+	// This node's settings (rabbitmqctl environment), secrets withheld.
+	Environment(context.Context, *EnvironmentRequest) (*EnvironmentResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -494,6 +509,9 @@ func (UnimplementedAdminServer) ListVhosts(context.Context, *ListRequest) (*List
 }
 func (UnimplementedAdminServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Digest not implemented")
+}
+func (UnimplementedAdminServer) Environment(context.Context, *EnvironmentRequest) (*EnvironmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Environment not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1002,6 +1020,24 @@ func _Admin_Digest_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Environment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnvironmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Environment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Environment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Environment(ctx, req.(*EnvironmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1116,6 +1152,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Digest",
 			Handler:    _Admin_Digest_Handler,
+		},
+		{
+			MethodName: "Environment",
+			Handler:    _Admin_Environment_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -90,6 +90,7 @@ func TestAuth_Check(t *testing.T) {
 		{"monitoring reads queues", AuthAuto, read, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.OK},
 		{"monitoring does not write", AuthAuto, write, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
 		{"monitoring does not list users", AuthAuto, users, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
+		{"monitoring does not read the environment", AuthAuto, "/raftmq.v1.Admin/Environment", callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
 		{"always: loopback needs credentials", AuthAlways, write, callCtx(loopbackAddr, "", "", nil), codes.Unauthenticated},
 		{"always: loopback administrator", AuthAlways, write, callCtx(loopbackAddr, "root", "pw-root", nil), codes.OK},
 		{"never: remote without credentials", AuthNever, write, callCtx(remoteAddr, "", "", nil), codes.OK},

@@ -138,3 +138,10 @@ func TestRun_Report(t *testing.T) {
 		t.Fatalf("json report: %s", out)
 	}
 }
+
+func TestRun_Environment(t *testing.T) {
+	code, out, errs := runErr(t, &fakeAdmin{}, "environment")
+	if code != exitOK || out != "name            value\namqp-addr       :5672\ncluster-secret  <set>\n" || !strings.Contains(errs, "Application environment of node n1 ...") {
+		t.Fatalf("exit %d, out %q, err %q", code, out, errs)
+	}
+}

@@ -14,7 +14,7 @@ import (
 
 func init() {
 	verbs["report"] = verb{max: 0, run: report,
-		help: "status, cluster_status, list_connections, list_channels, and for every vhost list_queues,\n" +
+		help: "status, cluster_status, list_connections, list_channels, environment, and for every vhost list_queues,\n" +
 			"list_exchanges, list_bindings, list_permissions and list_policies, each with its default\n" +
 			"columns under its heading. With --formatter json: one document keyed by section."}
 }
@@ -37,6 +37,7 @@ func report(c *call) error {
 		{"cluster_status", "Cluster status of node " + node + " ...", "", clusterStatus},
 		{"connections", "Listing connections ...", "", listConnections},
 		{"channels", "Listing channels ...", "", listChannels},
+		{"environment", "Application environment of node " + node + " ...", "", environment},
 	}
 	for _, v := range r.GetVhosts() {
 		vh := v.GetName()
