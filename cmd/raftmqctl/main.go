@@ -1,8 +1,8 @@
 // Command raftmqctl administers a raftmq cluster through a node's gRPC admin
 // API. Its verbs mirror rabbitmqctl's:
 //
-//	raftmqctl [--node host:port] [-p vhost] [--formatter json|table] [-q] [--no-table-headers]
-//	          [--consistent] [-t seconds] VERB [ARGS...]
+//	raftmqctl [--node host:port] [-p vhost] [--formatter json|table] [-q] [-s] [--no-table-headers]
+//	          [--consistent] [-t seconds] [--data-dir dir | --secret-file file] VERB [ARGS...]
 //
 // raftmqctl --help lists the verbs; raftmqctl help VERB (or VERB --help)
 // describes one, with the columns a list verb accepts.
@@ -19,7 +19,9 @@
 // cluster secret takes --tls-ca alone, the cluster-ca.pem in its data dir.
 //
 // Exit codes are rabbitmqctl's: 0 success, 1 the call failed, 64 usage
-// error (EX_USAGE), 69 the node cannot be reached or is not ready.
+// error (EX_USAGE), 65 a vhost that does not exist (EX_DATAERR), 67 a user
+// that does not exist (EX_NOUSER), 69 the node cannot be reached or is not
+// ready, or a check failed.
 package main
 
 import (
