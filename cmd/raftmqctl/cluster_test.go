@@ -111,6 +111,7 @@ func TestRun_NotFoundAsRabbitmqctl(t *testing.T) {
 		{[]string{"set_user_tags", "nouser", "a"}, 67, "Error:\nUser \"nouser\" does not exist\n"},
 		{[]string{"set_permissions", "nouser", ".*", ".*", ".*"}, 67, "Error:\nUser nouser does not exist\n"},
 		{[]string{"set_permissions", "-p", "nosuch", "guest", ".*", ".*", ".*"}, 69, "Error:\nVirtual host nosuch does not exist\n"},
+		{[]string{"clear_permissions", "nouser"}, 67, "Error:\nUser nouser does not exist\n"},
 		{[]string{"delete_vhost", "nosuch"}, 65, "Virtual host 'nosuch' does not exist\n"},
 		{[]string{"-q", "list_permissions", "-p", "nosuch"}, 65, "Virtual host 'nosuch' does not exist\n"},
 		{[]string{"-q", "list_queues", "-p", "nosuch"}, 0, ""},

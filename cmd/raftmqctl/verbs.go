@@ -563,6 +563,19 @@ func setPermissions(c *call) error {
 }
 
 func clearPermissions(c *call) error {
+	// The node clears nothing for a user that does not exist, and says
+	// nothing; rabbitmqctl refuses it (exit 67), and so does raftmqctl.
+	users, err := c.c.ListUsers(c.ctx, &proto.ListRequest{Consistent: c.o.consistent})
+	if err != nil {
+		return err
+	}
+	known := false
+	for _, u := range users.GetUsers() {
+		known = known || u.GetName() == c.args[0]
+	}
+	if !known {
+		return rabbitError{exitNoUser, fmt.Sprintf("Error:\nUser %s does not exist", c.args[0])}
+	}
 	if _, err := c.c.ClearPermissions(c.ctx, &proto.ClearPermissionsRequest{User: c.args[0], Vhost: c.o.vhost}); err != nil {
 		return err
 	}
