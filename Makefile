@@ -30,7 +30,7 @@ clean:
 # The image is built FROM scratch around a static binary: no registry needed.
 .PHONY: image cluster-up cluster-down
 image:
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o deploy/raftmq ./cmd/raftmq
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w $(LDFLAGS)' -o deploy/ ./cmd/raftmq ./cmd/raftmqctl
 	docker build -t raftmq:dev -f deploy/Dockerfile deploy
 
 # docker compose (v2 plugin) where it exists, else docker-compose (v1).

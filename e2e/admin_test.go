@@ -29,7 +29,9 @@ func ctl(t *testing.T, n *Node, args ...string) string {
 
 func ctlRun(t *testing.T, n *Node, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(CtlBinary(t), append([]string{"--node", n.GRPCAddr}, args...)...)
+	// Run as the node's OS user, raftmqctl proves itself with the admin
+	// secret of the node's data dir.
+	cmd := exec.Command(CtlBinary(t), append([]string{"--node", n.GRPCAddr, "--data-dir", n.DataDir}, args...)...)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -122,7 +122,7 @@ func invalidCommandsFailAlone(t *testing.T, c *Cluster) {
 }
 
 // adminStillServed: the port that refuses outsiders' internal calls still
-// serves raftmqctl's admin calls, plain (loopback) and over TLS with the CA
+// serves raftmqctl's admin calls, plain (loopback, with the admin secret) and over TLS with the CA
 // certificate the node wrote into its data dir.
 func adminStillServed(t *testing.T, c *Cluster) {
 	for _, n := range c.Nodes {
@@ -157,8 +157,8 @@ func TestAdversary_NoSecretNoCluster(t *testing.T) {
 	}
 }
 
-// status of a node as raftmqctl cluster_status --json gives it (loopback:
-// no credentials needed with the default --admin-auth auto).
+// status of a node as raftmqctl cluster_status --json gives it (the node's
+// admin secret, no password, with the default --admin-auth auto).
 type nodeStatus struct {
 	NodeID      string `json:"node_id"`
 	LeaderID    string `json:"leader_id"`

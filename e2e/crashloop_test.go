@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -233,7 +235,12 @@ func crashLeader(c *Cluster) (int, error) {
 }
 
 func crashStatus(n *Node) (*proto.ClusterStatusResponse, error) {
-	cc, err := grpc.NewClient(n.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	secret, err := client.ReadSecret(filepath.Join(n.DataDir, client.SecretFileName))
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(n.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(client.SecretCredentials{Secret: secret}))
 	if err != nil {
 		return nil, err
 	}

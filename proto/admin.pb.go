@@ -3830,6 +3830,149 @@ func (x *DigestResponse) GetDigest() string {
 	return ""
 }
 
+type EnvironmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvironmentRequest) Reset() {
+	*x = EnvironmentRequest{}
+	mi := &file_admin_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvironmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvironmentRequest) ProtoMessage() {}
+
+func (x *EnvironmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvironmentRequest.ProtoReflect.Descriptor instead.
+func (*EnvironmentRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{63}
+}
+
+// Setting is one of a node's settings: a flag's name (without dashes) and
+// its value as the node runs with it.
+type Setting struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Setting) Reset() {
+	*x = Setting{}
+	mi := &file_admin_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Setting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Setting) ProtoMessage() {}
+
+func (x *Setting) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Setting.ProtoReflect.Descriptor instead.
+func (*Setting) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *Setting) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Setting) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type EnvironmentResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	// Sorted by name. A secret's value is "<set>" or "".
+	Settings      []*Setting `protobuf:"bytes,2,rep,name=settings" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvironmentResponse) Reset() {
+	*x = EnvironmentResponse{}
+	mi := &file_admin_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvironmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvironmentResponse) ProtoMessage() {}
+
+func (x *EnvironmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvironmentResponse.ProtoReflect.Descriptor instead.
+func (*EnvironmentResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *EnvironmentResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *EnvironmentResponse) GetSettings() []*Setting {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -4121,7 +4264,14 @@ const file_admin_proto_rawDesc = "" +
 	"\x0eDigestResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x16\n" +
-	"\x06digest\x18\x03 \x01(\tR\x06digest2\x83\x12\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\"\x14\n" +
+	"\x12EnvironmentRequest\"3\n" +
+	"\aSetting\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"^\n" +
+	"\x13EnvironmentResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
+	"\bsettings\x18\x02 \x03(\v2\x12.raftmq.v1.SettingR\bsettings2\xd1\x12\n" +
 	"\x05Admin\x12R\n" +
 	"\rClusterStatus\x12\x1f.raftmq.v1.ClusterStatusRequest\x1a .raftmq.v1.ClusterStatusResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.raftmq.v1.TransferLeadershipRequest\x1a%.raftmq.v1.TransferLeadershipResponse\x12I\n" +
@@ -4156,7 +4306,8 @@ const file_admin_proto_rawDesc = "" +
 	"ListVhosts\x12\x16.raftmq.v1.ListRequest\x1a\x1d.raftmq.v1.ListVhostsResponse\x12=\n" +
 	"\x06Digest\x12\x18.raftmq.v1.DigestRequest\x1a\x19.raftmq.v1.DigestResponse\x12d\n" +
 	"\x13ListDelayedMessages\x12%.raftmq.v1.ListDelayedMessagesRequest\x1a&.raftmq.v1.ListDelayedMessagesResponse\x12g\n" +
-	"\x14CancelDelayedMessage\x12&.raftmq.v1.CancelDelayedMessageRequest\x1a'.raftmq.v1.CancelDelayedMessageResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x14CancelDelayedMessage\x12&.raftmq.v1.CancelDelayedMessageRequest\x1a'.raftmq.v1.CancelDelayedMessageResponse\x12L\n" +
+	"\vEnvironment\x12\x1d.raftmq.v1.EnvironmentRequest\x1a\x1e.raftmq.v1.EnvironmentResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -4170,7 +4321,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_admin_proto_goTypes = []any{
 	(*ListDelayedMessagesRequest)(nil),   // 0: raftmq.v1.ListDelayedMessagesRequest
 	(*DelayedMessageInfo)(nil),           // 1: raftmq.v1.DelayedMessageInfo
@@ -4235,95 +4386,101 @@ var file_admin_proto_goTypes = []any{
 	(*ListVhostsResponse)(nil),           // 60: raftmq.v1.ListVhostsResponse
 	(*DigestRequest)(nil),                // 61: raftmq.v1.DigestRequest
 	(*DigestResponse)(nil),               // 62: raftmq.v1.DigestResponse
-	(*Properties)(nil),                   // 63: raftmq.v1.Properties
-	(*Table)(nil),                        // 64: raftmq.v1.Table
-	(*ConsumerRef)(nil),                  // 65: raftmq.v1.ConsumerRef
-	(*PolicyDefinition)(nil),             // 66: raftmq.v1.PolicyDefinition
+	(*EnvironmentRequest)(nil),           // 63: raftmq.v1.EnvironmentRequest
+	(*Setting)(nil),                      // 64: raftmq.v1.Setting
+	(*EnvironmentResponse)(nil),          // 65: raftmq.v1.EnvironmentResponse
+	(*Properties)(nil),                   // 66: raftmq.v1.Properties
+	(*Table)(nil),                        // 67: raftmq.v1.Table
+	(*ConsumerRef)(nil),                  // 68: raftmq.v1.ConsumerRef
+	(*PolicyDefinition)(nil),             // 69: raftmq.v1.PolicyDefinition
 }
 var file_admin_proto_depIdxs = []int32{
-	63, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
+	66, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
 	1,  // 1: raftmq.v1.ListDelayedMessagesResponse.messages:type_name -> raftmq.v1.DelayedMessageInfo
 	6,  // 2: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
-	64, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
+	67, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
 	14, // 4: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	64, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
+	67, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
 	21, // 6: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
-	64, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
+	67, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
 	23, // 8: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
-	65, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
-	64, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
+	68, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
+	67, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
 	25, // 11: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	64, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	67, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
 	28, // 13: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	66, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	66, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	69, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	69, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
 	37, // 16: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
 	47, // 17: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
 	53, // 18: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
 	59, // 19: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	5,  // 20: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	8,  // 21: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	10, // 22: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	13, // 23: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	16, // 24: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	17, // 25: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	19, // 26: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	12, // 27: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	12, // 28: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	12, // 29: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	27, // 30: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	30, // 31: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	32, // 32: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	34, // 33: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	36, // 34: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	39, // 35: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	41, // 36: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	43, // 37: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	45, // 38: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	12, // 39: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	49, // 40: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	51, // 41: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	12, // 42: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	55, // 43: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	57, // 44: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	12, // 45: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	61, // 46: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
-	0,  // 47: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
-	3,  // 48: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
-	7,  // 49: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	9,  // 50: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	11, // 51: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	15, // 52: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	14, // 53: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	18, // 54: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	20, // 55: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	22, // 56: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	24, // 57: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	26, // 58: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	29, // 59: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	31, // 60: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	33, // 61: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	35, // 62: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	38, // 63: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	40, // 64: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	42, // 65: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	44, // 66: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	46, // 67: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	48, // 68: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	50, // 69: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	52, // 70: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	54, // 71: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	56, // 72: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	58, // 73: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	60, // 74: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	62, // 75: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	2,  // 76: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
-	4,  // 77: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
-	49, // [49:78] is the sub-list for method output_type
-	20, // [20:49] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	64, // 20: raftmq.v1.EnvironmentResponse.settings:type_name -> raftmq.v1.Setting
+	5,  // 21: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	8,  // 22: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	10, // 23: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	13, // 24: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	16, // 25: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	17, // 26: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	19, // 27: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	12, // 28: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	12, // 29: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	12, // 30: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	27, // 31: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	30, // 32: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	32, // 33: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	34, // 34: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	36, // 35: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	39, // 36: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	41, // 37: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	43, // 38: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	45, // 39: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	12, // 40: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	49, // 41: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	51, // 42: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	12, // 43: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	55, // 44: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	57, // 45: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	12, // 46: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	61, // 47: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	0,  // 48: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
+	3,  // 49: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
+	63, // 50: raftmq.v1.Admin.Environment:input_type -> raftmq.v1.EnvironmentRequest
+	7,  // 51: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	9,  // 52: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	11, // 53: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	15, // 54: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	14, // 55: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	18, // 56: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	20, // 57: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	22, // 58: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	24, // 59: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	26, // 60: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	29, // 61: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	31, // 62: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	33, // 63: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	35, // 64: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	38, // 65: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	40, // 66: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	42, // 67: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	44, // 68: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	46, // 69: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	48, // 70: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	50, // 71: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	52, // 72: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	54, // 73: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	56, // 74: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	58, // 75: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	60, // 76: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	62, // 77: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	2,  // 78: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
+	4,  // 79: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
+	65, // 80: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
+	51, // [51:81] is the sub-list for method output_type
+	21, // [21:51] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -4338,7 +4495,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,50 @@ import (
 // "Basic base64(username:password)", as HTTP basic authentication does.
 const AuthorizationKey = "authorization"
 
+// SecretKey is the call metadata that carries a node's local admin
+// secret: the content of SecretFileName in its data dir, which only the
+// broker's OS user can read, as rabbitmqctl proves itself with the Erlang
+// cookie.
+const SecretKey = "raftmq-admin-secret"
+
+// SecretFileName is the file, in a node's data dir, that holds its local
+// admin secret.
+const SecretFileName = "admin-secret"
+
+// DefaultDataDir is raftmq's data dir when none is given, relative to the
+// working directory; raftmqctl looks for the secret there by default.
+const DefaultDataDir = "raftmq-data"
+
+// ReadSecret reads a local admin secret file (surrounding white space is
+// not part of the secret).
+func ReadSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s: empty admin secret file", path)
+	}
+	return s, nil
+}
+
+// SecretCredentials are per-call credentials carrying a node's local admin
+// secret.
+type SecretCredentials struct{ Secret string }
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (s SecretCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{SecretKey: s.Secret}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials: the
+// secret is sent to a node on the same host (loopback) in clear, and
+// beyond it the node takes it only over TLS.
+func (SecretCredentials) RequireTransportSecurity() bool { return false }
+
+var _ credentials.PerRPCCredentials = SecretCredentials{}
+
 // BasicCredentials are per-call credentials carrying a username and
 // password for the Admin service. They may travel without TLS (loopback);
 // beyond loopback, use TLS so the password is not sent in clear.
@@ -104,6 +148,9 @@ func TLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 type Security struct {
 	// Username and Password are sent with every call when Username is set.
 	Username, Password string
+	// Secret is a node's local admin secret (ReadSecret), sent with
+	// every call when set.
+	Secret string
 	// CAFile, CertFile and KeyFile turn TLS on (see TLS).
 	CAFile, CertFile, KeyFile string
 }
@@ -122,6 +169,9 @@ func Dial(addr string, sec Security) (proto.AdminClient, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if sec.Username != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(BasicCredentials{Username: sec.Username, Password: sec.Password}))
+	}
+	if sec.Secret != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(SecretCredentials{Secret: sec.Secret}))
 	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {

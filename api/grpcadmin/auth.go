@@ -2,6 +2,7 @@ package grpcadmin
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"net"
 	"slices"
@@ -24,17 +25,26 @@ import (
 type AuthMode int
 
 const (
-	// AuthAuto asks every caller except those connecting from a loopback
-	// address (the node's own host, as rabbitmqctl trusts local access) and
-	// other nodes of the cluster (identified by their certificates).
+	// AuthAuto lets through other nodes of the cluster (identified by
+	// their certificates), callers that present the node's local admin
+	// secret (the file in its data dir only the node's OS user can read,
+	// as rabbitmqctl presents the Erlang cookie), and administrators with
+	// their passwords. A caller's address proves nothing: every user and
+	// container that shares the host's loopback would be trusted.
 	AuthAuto AuthMode = iota
-	// AuthAlways asks every caller except other nodes of the cluster.
+	// AuthAlways asks every caller except other nodes of the cluster for
+	// a user's credentials; the local admin secret is not taken.
 	AuthAlways
 	// AuthNever asks nobody (the service is as open as its listener).
 	AuthNever
+	// AuthLoopback is AuthAuto that also trusts any caller connecting from
+	// a loopback address, whoever runs it: the behaviour of raftmq before
+	// the local admin secret, for a host where every local user and
+	// program is trusted.
+	AuthLoopback
 )
 
-// ParseAuthMode reads auto, always or never.
+// ParseAuthMode reads auto, always, never or loopback.
 func ParseAuthMode(s string) (AuthMode, error) {
 	switch s {
 	case "auto", "":
@@ -43,8 +53,10 @@ func ParseAuthMode(s string) (AuthMode, error) {
 		return AuthAlways, nil
 	case "never":
 		return AuthNever, nil
+	case "loopback":
+		return AuthLoopback, nil
 	}
-	return 0, fmt.Errorf("admin auth must be auto, always or never, not %q", s)
+	return 0, fmt.Errorf("admin auth must be auto, always, never or loopback, not %q", s)
 }
 
 func (m AuthMode) String() string {
@@ -53,9 +65,14 @@ func (m AuthMode) String() string {
 		return "always"
 	case AuthNever:
 		return "never"
+	case AuthLoopback:
+		return "loopback"
 	}
 	return "auto"
 }
+
+// TakesSecret reports whether the mode accepts the local admin secret.
+func (m AuthMode) TakesSecret() bool { return m == AuthAuto || m == AuthLoopback }
 
 // adminPrefix is the full method prefix of the Admin service; other
 // services on the server (the internal forwarding service authenticates
@@ -84,16 +101,20 @@ var monitoringMethods = map[string]bool{
 //   - the caller presented a certificate verified by the gRPC server's TLS
 //     (the cluster CA) that names a member of the cluster: another node,
 //     forwarding a call or gathering connections;
-//   - the mode is auto and the caller's address is loopback;
+//   - the mode is loopback and the caller's address is loopback;
+//   - the mode is auto or loopback and the call carries the local admin
+//     secret (SetLocalSecret); a wrong secret is Unauthenticated;
 //   - otherwise the call carries the username and password of a user
 //     tagged administrator (monitoring suffices for the reads listed in
 //     monitoringMethods). A missing or wrong password is Unauthenticated; a
 //     user without the tag is PermissionDenied. Beyond loopback those
 //     credentials are taken only over TLS (a password must not cross the
-//     network in clear) unless AllowPlaintext was called.
+//     network in clear) unless AllowPlaintext was called; so is the
+//     secret.
 type Auth struct {
 	mode      AuthMode
 	plaintext bool
+	secret    []byte
 	node      atomic.Pointer[ops.Node]
 }
 
@@ -113,6 +134,14 @@ func NewAuth(mode AuthMode, node ops.Node) *Auth {
 // the operator trusts, such as the compose example's private one).
 func (a *Auth) AllowPlaintext() *Auth {
 	a.plaintext = true
+	return a
+}
+
+// SetLocalSecret sets the local admin secret callers may present instead
+// of a user's credentials (modes auto and loopback; see LocalSecret).
+// Without it no secret is taken.
+func (a *Auth) SetLocalSecret(secret []byte) *Auth {
+	a.secret = slices.Clone(secret)
 	return a
 }
 
@@ -157,15 +186,28 @@ func (a *Auth) Check(ctx context.Context, fullMethod string) error {
 		return nil
 	}
 	loopback := fromLoopback(ctx)
-	if a.mode == AuthAuto && loopback {
+	if a.mode == AuthLoopback && loopback {
 		return nil
 	}
 	if !loopback && !a.plaintext && !overTLS(ctx) {
 		return status.Error(codes.Unauthenticated, "the admin API takes credentials from beyond loopback over TLS only: configure --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, or allow plain connections with --admin-plaintext")
 	}
 	user, password, ok := credentialsOf(ctx)
+	if given, has := secretOf(ctx); has && a.mode.TakesSecret() && len(a.secret) > 0 {
+		if subtle.ConstantTimeCompare([]byte(given), a.secret) == 1 {
+			return nil
+		}
+		// A stale secret file beside a user's password must not lock
+		// the user out: the password decides then.
+		if !ok {
+			return status.Error(codes.Unauthenticated, "wrong admin secret: it is not the one in this node's data dir (raftmqctl --data-dir or --secret-file)")
+		}
+	}
 	if !ok {
-		return status.Error(codes.Unauthenticated, "the admin API needs the username and password of an administrator from this address (--admin-auth)")
+		if a.mode.TakesSecret() {
+			return status.Error(codes.Unauthenticated, "the admin API needs the node's admin secret (raftmqctl run by the node's OS user reads it from the data dir: --data-dir or --secret-file) or the username and password of an administrator")
+		}
+		return status.Error(codes.Unauthenticated, "the admin API needs the username and password of an administrator (--admin-auth always)")
 	}
 	login, ok := ops.Authenticate(node, user, password)
 	if !ok {
@@ -218,6 +260,16 @@ func overTLS(ctx context.Context) bool {
 	}
 	_, isTLS := p.AuthInfo.(credentials.TLSInfo)
 	return isTLS
+}
+
+// secretOf reads the call's local admin secret.
+func secretOf(ctx context.Context) (string, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(client.SecretKey)
+	if len(v) == 0 {
+		return "", false
+	}
+	return v[0], true
 }
 
 // credentialsOf reads the call's basic credentials.

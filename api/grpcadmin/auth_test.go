@@ -77,7 +77,10 @@ func TestAuth_Check(t *testing.T) {
 		ctx    context.Context
 		want   codes.Code
 	}{
-		{"auto: loopback needs nothing", AuthAuto, write, callCtx(loopbackAddr, "", "", nil), codes.OK},
+		{"auto: loopback without credentials", AuthAuto, write, callCtx(loopbackAddr, "", "", nil), codes.Unauthenticated},
+		{"auto: loopback administrator", AuthAuto, write, callCtx(loopbackAddr, "root", "pw-root", nil), codes.OK},
+		{"loopback: loopback needs nothing", AuthLoopback, write, callCtx(loopbackAddr, "", "", nil), codes.OK},
+		{"loopback: remote without credentials", AuthLoopback, write, callCtx(remoteAddr, "", "", nil), codes.Unauthenticated},
 		{"auto: remote without credentials", AuthAuto, write, callCtx(remoteAddr, "", "", nil), codes.Unauthenticated},
 		{"auto: remote administrator", AuthAuto, write, callCtx(remoteAddr, "root", "pw-root", nil), codes.OK},
 		{"auto: wrong password", AuthAuto, write, callCtx(remoteAddr, "root", "pw-joe", nil), codes.Unauthenticated},
@@ -87,6 +90,7 @@ func TestAuth_Check(t *testing.T) {
 		{"monitoring reads queues", AuthAuto, read, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.OK},
 		{"monitoring does not write", AuthAuto, write, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
 		{"monitoring does not list users", AuthAuto, users, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
+		{"monitoring does not read the environment", AuthAuto, "/raftmq.v1.Admin/Environment", callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
 		{"always: loopback needs credentials", AuthAlways, write, callCtx(loopbackAddr, "", "", nil), codes.Unauthenticated},
 		{"always: loopback administrator", AuthAlways, write, callCtx(loopbackAddr, "root", "pw-root", nil), codes.OK},
 		{"never: remote without credentials", AuthNever, write, callCtx(remoteAddr, "", "", nil), codes.OK},
@@ -118,7 +122,7 @@ func TestAuth_Check(t *testing.T) {
 		{"remote administrator over TLS", AuthAuto, tlsCtx(remoteAddr, "root", "pw-root"), codes.OK},
 		{"remote without credentials over TLS", AuthAuto, tlsCtx(remoteAddr, "", ""), codes.Unauthenticated},
 		{"always: loopback administrator in clear", AuthAlways, callCtx(loopbackAddr, "root", "pw-root", nil), codes.OK},
-		{"auto: loopback in clear", AuthAuto, callCtx(loopbackAddr, "", "", nil), codes.OK},
+		{"loopback: loopback in clear", AuthLoopback, callCtx(loopbackAddr, "", "", nil), codes.OK},
 		{"a member's certificate", AuthAlways, callCtx(remoteAddr, "", "", nodeCert), codes.OK},
 	} {
 		err := NewAuth(tc.mode, n).Check(tc.ctx, write)
@@ -131,6 +135,56 @@ func TestAuth_Check(t *testing.T) {
 	}
 	if err := NewAuth(AuthAuto, nil).Check(callCtx(remoteAddr, "root", "pw-root", nil), write); status.Code(err) != codes.Unavailable {
 		t.Errorf("before SetNode: %v", err)
+	}
+}
+
+// withSecret adds a local admin secret to a call's metadata.
+func withSecret(ctx context.Context, secret string) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	md = md.Copy()
+	md.Set(client.SecretKey, secret)
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+// TestAuth_LocalSecret: in auto mode the caller's address proves nothing;
+// the node's local admin secret does, and a wrong one is refused like a
+// wrong password.
+func TestAuth_LocalSecret(t *testing.T) {
+	n := opstest.AuthNode()
+	secret := strings.Repeat("ab", 32)
+	const write = "/raftmq.v1.Admin/AddUser"
+	for _, tc := range []struct {
+		name      string
+		mode      AuthMode
+		plaintext bool
+		ctx       context.Context
+		want      codes.Code
+	}{
+		{"auto: loopback with the secret", AuthAuto, false, withSecret(callCtx(loopbackAddr, "", "", nil), secret), codes.OK},
+		{"auto: loopback without it", AuthAuto, false, callCtx(loopbackAddr, "", "", nil), codes.Unauthenticated},
+		{"auto: loopback with a wrong one", AuthAuto, false, withSecret(callCtx(loopbackAddr, "", "", nil), strings.Repeat("cd", 32)), codes.Unauthenticated},
+		{"auto: an empty one", AuthAuto, false, withSecret(callCtx(loopbackAddr, "", "", nil), ""), codes.Unauthenticated},
+		{"auto: a wrong one beside a password", AuthAuto, false, withSecret(callCtx(loopbackAddr, "root", "pw-root", nil), "nope"), codes.OK},
+		{"auto: a wrong one beside a wrong password", AuthAuto, false, withSecret(callCtx(loopbackAddr, "root", "pw-joe", nil), "nope"), codes.Unauthenticated},
+		{"auto: remote with the secret in clear", AuthAuto, false, withSecret(callCtx(remoteAddr, "", "", nil), secret), codes.Unauthenticated},
+		{"auto: remote with the secret, plaintext allowed", AuthAuto, true, withSecret(callCtx(remoteAddr, "", "", nil), secret), codes.OK},
+		{"loopback: the secret from loopback", AuthLoopback, false, withSecret(callCtx(loopbackAddr, "", "", nil), "nope"), codes.OK},
+		{"always: the secret is not taken", AuthAlways, false, withSecret(callCtx(loopbackAddr, "", "", nil), secret), codes.Unauthenticated},
+	} {
+		a := NewAuth(tc.mode, n).SetLocalSecret([]byte(secret))
+		if tc.plaintext {
+			a.AllowPlaintext()
+		}
+		err := a.Check(tc.ctx, write)
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// Without a secret set (mode always, or a node built without one),
+	// presenting any secret, even an empty one, lets nobody in.
+	err := NewAuth(AuthAuto, n).Check(withSecret(callCtx(loopbackAddr, "", "", nil), ""), write)
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(status.Convert(err).Message(), "--data-dir") {
+		t.Errorf("no secret set: %v", err)
 	}
 }
 

@@ -42,6 +42,11 @@ func answer[T any](r T, err error) (T, error) {
 	return r, nil
 }
 
+// Environment implements proto.Server.
+func (s *Server) Environment(ctx context.Context, req *proto.EnvironmentRequest) (*proto.EnvironmentResponse, error) {
+	return answer(s.ops.Environment(ctx, req))
+}
+
 // ClusterStatus implements proto.Server.
 func (s *Server) ClusterStatus(ctx context.Context, req *proto.ClusterStatusRequest) (*proto.ClusterStatusResponse, error) {
 	return answer(s.ops.ClusterStatus(ctx, req))

@@ -491,3 +491,19 @@ func TestAdmin_NoAMQPServer(t *testing.T) {
 	_, err = client.CloseConnection(ctx, &proto.CloseConnectionRequest{})
 	wantCode(t, err, codes.InvalidArgument, "connection id")
 }
+
+// TestAdmin_Environment answers with the node's settings as the node gives
+// them, and with none when it gives none.
+func TestAdmin_Environment(t *testing.T) {
+	n := opstest.NewNode("n1")
+	settings := []*proto.Setting{{Name: "amqp-addr", Value: ":5672"}, {Name: "cluster-secret", Value: "<set>"}}
+	srv := New(ops.New(ops.Deps{Node: n, Environment: func() []*proto.Setting { return settings }}))
+	r, err := srv.Environment(opstest.Context(t), &proto.EnvironmentRequest{})
+	if err != nil || r.GetNodeId() != "n1" || len(r.GetSettings()) != 2 || r.GetSettings()[1].GetValue() != "<set>" {
+		t.Fatalf("environment: %v, %v", r, err)
+	}
+	r, err = New(ops.New(ops.Deps{Node: n})).Environment(opstest.Context(t), &proto.EnvironmentRequest{})
+	if err != nil || len(r.GetSettings()) != 0 {
+		t.Fatalf("without settings: %v, %v", r, err)
+	}
+}

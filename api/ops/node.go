@@ -152,6 +152,9 @@ type Deps struct {
 	Counters func() NodeCounters
 	// Resources reads this node's resource alarms; nil reports none.
 	Resources func() Resources
+	// Environment lists this node's settings for rabbitmqctl environment,
+	// secrets withheld; nil lists none.
+	Environment func() []*proto.Setting
 	// PeerTimeout bounds each call fanned out to a peer (default 2s).
 	PeerTimeout time.Duration
 	// Logger defaults to slog.Default().

@@ -33,6 +33,7 @@ type Service struct {
 	log         *slog.Logger
 	counters    func() NodeCounters
 	resources   func() Resources
+	environment func() []*proto.Setting
 }
 
 // New returns the operations of the node in d.
@@ -45,6 +46,7 @@ func New(d Deps) *Service {
 		log:         d.Logger,
 		counters:    d.Counters,
 		resources:   d.Resources,
+		environment: d.Environment,
 	}
 	if s.peers == nil {
 		s.ownPool = NewPeerPool()
@@ -577,6 +579,16 @@ func (s *Service) ListVhosts(ctx context.Context, req *proto.ListRequest) (*prot
 		}
 		return out
 	})
+}
+
+// Environment answers raftmq.v1.Admin's Environment: this node's
+// settings, as Deps.Environment gives them.
+func (s *Service) Environment(_ context.Context, _ *proto.EnvironmentRequest) (*proto.EnvironmentResponse, error) {
+	resp := &proto.EnvironmentResponse{NodeId: s.node.NodeID()}
+	if s.environment != nil {
+		resp.Settings = s.environment()
+	}
+	return resp, nil
 }
 
 // Digest answers raftmq.v1.Admin's Digest: this node's state digest.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
@@ -47,7 +48,7 @@ func (s *clusterSecurity) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.Secret, "cluster-secret", "", "secret shared by every node of the cluster (at least 16 bytes): without --cluster-tls-*, raft, forwarding and gossip run over TLS and encryption derived from it; a lone node without one generates one in its data dir")
 	fs.StringVar(&s.SecretFile, "cluster-secret-file", "", "file holding the cluster secret (surrounding white space ignored), instead of --cluster-secret")
 	fs.StringVar(&s.GossipKey, "gossip-key", "", "base64 key of 16, 24 or 32 bytes encrypting gossip (comma-separated: the first encrypts, all decrypt)")
-	fs.StringVar(&s.AdminAuth, "admin-auth", "auto", "admin API credentials: auto (required beyond loopback), always or never")
+	fs.StringVar(&s.AdminAuth, "admin-auth", "auto", "admin API access: auto (the local admin secret in the data dir, or an administrator's password), always (a password), never (anyone), or loopback (auto, and anyone connecting from loopback)")
 	fs.BoolVar(&s.AdminPlaintext, "admin-plaintext", false, "accept admin credentials from beyond loopback without TLS (only on a network you trust)")
 }
 
@@ -187,6 +188,9 @@ type security struct {
 	plaintext bool   // admin credentials accepted without TLS
 	caFile    string // the derived CA's certificate, for raftmqctl ("": none)
 	generated string // the secret file generated at this start ("": none)
+	// adminSecret is the local admin secret's file when generated at this
+	// start ("": none or not new).
+	adminSecret string
 }
 
 // load reads the files and builds what the node uses. nodeID names the
@@ -238,6 +242,16 @@ func (s *clusterSecurity) load(dataDir, nodeID string, alone bool) (*security, e
 		return nil, err
 	}
 	out.auth = grpcadmin.NewAuth(mode, nil)
+	if mode.TakesSecret() {
+		local, created, err := grpcadmin.LocalSecret(dataDir)
+		if err != nil {
+			return nil, err
+		}
+		out.auth.SetLocalSecret(local)
+		if created {
+			out.adminSecret = filepath.Join(dataDir, client.SecretFileName)
+		}
+	}
 	if s.AdminPlaintext {
 		out.auth.AllowPlaintext()
 		out.plaintext = true
@@ -274,7 +288,12 @@ func (s *security) warn(logger *slog.Logger, grpcAddr net.Addr) {
 	if s.tls.FromSecret() {
 		logger.Info("links between nodes use TLS from the cluster secret; raftmqctl reaches the admin API over TLS with --tls-ca", "ca", s.caFile)
 	}
+	if s.adminSecret != "" {
+		logger.Info("generated the local admin secret: raftmqctl run by this user on this host reads it (--data-dir)", "file", s.adminSecret)
+	}
 	switch {
+	case s.auth.Mode() == grpcadmin.AuthLoopback:
+		logger.Warn("the admin API trusts every caller from loopback, whoever runs it: other users and containers sharing this host's loopback administer the node (--admin-auth loopback)", "grpc", grpcAddr.String())
 	case s.auth.Mode() == grpcadmin.AuthNever && beyond:
 		logger.Warn("the admin API asks for no credentials and listens beyond loopback (--admin-auth never)", "grpc", grpcAddr.String())
 	case s.tls.FromSecret() && beyond && s.plaintext:

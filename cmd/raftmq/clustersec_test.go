@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/internal/testpki"
 )
@@ -207,5 +208,47 @@ func TestClusterSecurity_SecretSources(t *testing.T) {
 	// A node that is to join others never runs without a secret.
 	if _, err := (&clusterSecurity{}).load(t.TempDir(), "n1", false); err == nil {
 		t.Fatal("a joining node without a secret loaded")
+	}
+}
+
+// TestClusterSecurity_AdminSecret: a node whose admin auth takes the local
+// secret makes it in its data dir at the first start and keeps it; one
+// that takes passwords only makes none; a secret file others may read
+// stops the node.
+func TestClusterSecurity_AdminSecret(t *testing.T) {
+	secret32 := strings.Repeat("s", 32)
+	for _, mode := range []string{"auto", "loopback"} {
+		dir := t.TempDir()
+		s := clusterSecurity{Secret: secret32, AdminAuth: mode}
+		sec, err := s.load(dir, "n1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, client.SecretFileName)
+		if sec.adminSecret != path {
+			t.Fatalf("%s: generated %q, want %q", mode, sec.adminSecret, path)
+		}
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", mode, fi, err)
+		}
+		if sec, err = s.load(dir, "n1", false); err != nil || sec.adminSecret != "" {
+			t.Fatalf("%s, second start: %q %v", mode, sec.adminSecret, err)
+		}
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.load(dir, "n1", false); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+			t.Fatalf("%s, world-readable secret: %v", mode, err)
+		}
+	}
+	for _, mode := range []string{"always", "never"} {
+		dir := t.TempDir()
+		if _, err := (&clusterSecurity{Secret: secret32, AdminAuth: mode}).load(dir, "n1", false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, client.SecretFileName)); !os.IsNotExist(err) {
+			t.Fatalf("%s: admin secret made: %v", mode, err)
+		}
 	}
 }

@@ -9,13 +9,19 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/amqp"
+	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // config is what a node is started with. Every flag is also an environment
 // variable RAFTMQ_<NAME> (dashes become underscores); a flag given on the
 // command line wins over the environment.
 type config struct {
+	// Settings are every flag's value as parsed, secrets withheld
+	// (raftmqctl environment).
+	Settings []*proto.Setting
+
 	NodeID          string
 	DataDir         string
 	RaftLogStore    string
@@ -86,7 +92,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.SetOutput(stderr)
 	var join string
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's id, unique in the cluster (default: the host name)")
-	fs.StringVar(&c.DataDir, "data-dir", "raftmq-data", "folder for the Raft log, snapshots and node state")
+	fs.StringVar(&c.DataDir, "data-dir", client.DefaultDataDir, "folder for the Raft log, snapshots and node state")
 	fs.StringVar(&c.RaftLogStore, "raft-log-store", "auto", "raft log store: wal (segment files), bolt (raft-boltdb), or auto (what the data dir holds, else wal)")
 	fs.StringVar(&c.AMQPAddr, "amqp-addr", ":5672", "AMQP 0-9-1 listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":5680", "gRPC listen address (admin API and internal forwarding)")
@@ -188,7 +194,29 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	if err := c.Limits.check(); err != nil {
 		return nil, err
 	}
+	c.Settings = settingsOf(fs, c)
 	return c, nil
+}
+
+// secretFlags are the flags whose values raftmqctl environment withholds.
+var secretFlags = map[string]bool{"cluster-secret": true, "default-password": true, "gossip-key": true}
+
+// settingsOf lists every flag with the value the node runs with, sorted
+// by name, for raftmqctl environment: a secret only says whether it is
+// set.
+func settingsOf(fs *flag.FlagSet, c *config) []*proto.Setting {
+	var out []*proto.Setting
+	fs.VisitAll(func(f *flag.Flag) {
+		v := f.Value.String()
+		switch {
+		case f.Name == "node-id":
+			v = c.NodeID
+		case secretFlags[f.Name] && v != "":
+			v = "<set>"
+		}
+		out = append(out, &proto.Setting{Name: f.Name, Value: v})
+	})
+	return out
 }
 
 // check validates the AMQPS settings and fills in the verify default.

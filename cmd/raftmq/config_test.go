@@ -4,8 +4,12 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/proto"
 )
 
 func envMap(m map[string]string) func(string) string {
@@ -141,5 +145,55 @@ func TestConfig_ConsumerTimeout(t *testing.T) {
 	}
 	if d := consumerTimeout(math.MaxInt64); d <= 0 {
 		t.Fatalf("the largest value gives %v", d)
+	}
+}
+
+// TestConfig_Settings: raftmqctl environment lists every flag with the
+// value the node runs with, wherever it came from, and withholds secrets.
+func TestConfig_Settings(t *testing.T) {
+	env := envMap(map[string]string{
+		"RAFTMQ_CLUSTER_SECRET":   "0123456789abcdef",
+		"RAFTMQ_DEFAULT_PASSWORD": "hunter2-hunter2",
+		"RAFTMQ_MAX_CONNECTIONS":  "10",
+		"RAFTMQ_GOSSIP_KEY":       "MDEyMzQ1Njc4OWFiY2RlZg==",
+		"RAFTMQ_ADMIN_PLAINTEXT":  "true",
+		"RAFTMQ_BOOTSTRAP_EXPECT": "1",
+	})
+	c, err := parseConfig([]string{"--node-id", "n9", "--channel-max", "100"}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range c.Settings {
+		got[s.GetName()] = s.GetValue()
+	}
+	for name, want := range map[string]string{
+		"node-id": "n9", "channel-max": "100", "max-connections": "10", "amqp-addr": ":5672",
+		"admin-plaintext": "true", "admin-auth": "auto",
+		"cluster-secret": "<set>", "default-password": "<set>", "gossip-key": "<set>",
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %q, want %q", name, got[name], want)
+		}
+	}
+	for _, s := range c.Settings {
+		for _, secret := range []string{"0123456789abcdef", "hunter2", "MDEyMzQ1"} {
+			if strings.Contains(s.GetValue(), secret) {
+				t.Errorf("%s shows a secret: %q", s.GetName(), s.GetValue())
+			}
+		}
+	}
+	if !slices.IsSortedFunc(c.Settings, func(a, b *proto.Setting) int { return strings.Compare(a.GetName(), b.GetName()) }) {
+		t.Error("settings are not sorted by name")
+	}
+	// A secret left unset says so.
+	c, err = parseConfig(nil, envMap(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range c.Settings {
+		if s.GetName() == "cluster-secret" && s.GetValue() != "" {
+			t.Errorf("unset cluster-secret shows %q", s.GetValue())
+		}
 	}
 }

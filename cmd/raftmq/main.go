@@ -178,7 +178,8 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	peers := sec.peers()
 	defer peers.Close()
 	operations := ops.New(ops.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
-		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources})
+		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources,
+		Environment: func() []*proto.Setting { return cfg.Settings }})
 	defer operations.Close()
 	proto.RegisterAdminServer(grpcSrv, grpcadmin.New(operations))
 	var amqpOpen atomic.Bool

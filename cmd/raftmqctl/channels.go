@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/raftmq/raftmq/proto"
@@ -34,9 +35,11 @@ func (r *channelRow) unacked() uint64 {
 	return n
 }
 
-var channelDefaults = []string{"node", "connection", "number", "user", "consumer_count", "messages_unacknowledged"}
+// channelDefaults are rabbitmqctl's.
+var channelDefaults = []string{"pid", "user", "consumer_count", "messages_unacknowledged"}
 
 var channelColumns = []column[*channelRow]{
+	{"pid", func(r *channelRow) any { return channelPid(r.ref) }},
 	{"node", func(r *channelRow) any { return r.ref.GetNode() }},
 	{"connection", func(r *channelRow) any { return r.ref.GetConnection() }},
 	{"number", func(r *channelRow) any { return r.ref.GetChannel() }},
@@ -45,6 +48,13 @@ var channelColumns = []column[*channelRow]{
 	{"vhost", func(r *channelRow) any { return r.conn.GetVhost() }},
 	{"consumer_count", func(r *channelRow) any { return len(r.consumers) }},
 	{"messages_unacknowledged", func(r *channelRow) any { return r.unacked() }},
+}
+
+// channelPid names a channel where rabbitmqctl shows its Erlang process,
+// <node.connection.number>, in list_channels' pid and list_consumers'
+// channel_pid alike.
+func channelPid(ref *proto.ChannelRef) string {
+	return fmt.Sprintf("<%s.%s.%d>", ref.GetNode(), ref.GetConnection(), ref.GetChannel())
 }
 
 func listChannels(c *call) error {

@@ -53,7 +53,7 @@ func TestRun_Help(t *testing.T) {
 	for _, args := range [][]string{{"help", "list_queue"}, {"list_queue"}} {
 		out.Reset()
 		errb.Reset()
-		if code := run(args, &out, &errb, nil); code != 64 || !strings.Contains(errb.String(), `unknown verb "list_queue"`) {
+		if code := run(args, &out, &errb, nil); code != 64 || errb.String() != "Command 'list_queue' not found.\nDid you mean 'list_queues'?\nraftmqctl --help lists the verbs.\n" {
 			t.Fatalf("%v: exit %d, stderr %q", args, code, errb.String())
 		}
 	}
@@ -68,6 +68,8 @@ func TestRun_GlobalOptions(t *testing.T) {
 			stdout: "name\n/\nprod\n"},
 		{name: "no table headers", args: []string{"--no-table-headers", "list_queues", "-q"},
 			stdout: "orders                    12\na-much-longer-queue-name  0\n"},
+		{name: "silent is -q and no headers", args: []string{"-s", "list_vhosts"}, stdout: "/\nprod\n"},
+		{name: "--silent", args: []string{"list_vhosts", "--silent"}, stdout: "/\nprod\n"},
 		{name: "bad formatter", args: []string{"--formatter", "yaml", "list_vhosts"}, code: exitUsage, stderr: "json or table"},
 		{name: "bad -t", args: []string{"-t", "0", "list_vhosts"}, code: exitUsage, stderr: "positive"},
 	}

@@ -94,3 +94,40 @@ func TestRun_AgainstSingleNodeCluster(t *testing.T) {
 		t.Fatalf("after clear_policy: %q", out)
 	}
 }
+
+// TestRun_NotFoundAsRabbitmqctl: a user or vhost that does not exist ends
+// each verb with the text and exit code RabbitMQ 3.10.8's rabbitmqctl
+// gives (measured against it); listing the queues, exchanges or consumers
+// of a missing vhost is an empty listing there too.
+func TestRun_NotFoundAsRabbitmqctl(t *testing.T) {
+	addr := startClusterAdmin(t)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"delete_user", "nouser"}, 67, "Error:\nUser \"nouser\" does not exist\n"},
+		{[]string{"change_password", "nouser", "x"}, 67, "Error:\nUser \"nouser\" does not exist\n"},
+		{[]string{"set_user_tags", "nouser", "a"}, 67, "Error:\nUser \"nouser\" does not exist\n"},
+		{[]string{"set_permissions", "nouser", ".*", ".*", ".*"}, 67, "Error:\nUser nouser does not exist\n"},
+		{[]string{"set_permissions", "-p", "nosuch", "guest", ".*", ".*", ".*"}, 69, "Error:\nVirtual host nosuch does not exist\n"},
+		{[]string{"clear_permissions", "nouser"}, 67, "Error:\nUser nouser does not exist\n"},
+		{[]string{"delete_vhost", "nosuch"}, 65, "Virtual host 'nosuch' does not exist\n"},
+		{[]string{"-q", "list_permissions", "-p", "nosuch"}, 65, "Virtual host 'nosuch' does not exist\n"},
+		{[]string{"-q", "list_queues", "-p", "nosuch"}, 0, ""},
+		{[]string{"-q", "list_exchanges", "-p", "nosuch"}, 0, ""},
+		{[]string{"-q", "list_consumers", "-p", "nosuch"}, 0, ""},
+		// A vhost without permissions still lists (none).
+		{[]string{"-q", "--no-table-headers", "list_permissions", "-p", "empty"}, 0, ""},
+	} {
+		if tc.args[len(tc.args)-1] == "empty" {
+			if code, _, errs := ctl(t, addr, "add_vhost", "empty"); code != exitOK {
+				t.Fatalf("add_vhost: %d %s", code, errs)
+			}
+		}
+		code, _, errs := ctl(t, addr, tc.args...)
+		if code != tc.code || errs != tc.stderr {
+			t.Errorf("%v: exit %d, stderr %q; want %d, %q", tc.args, code, errs, tc.code, tc.stderr)
+		}
+	}
+}

@@ -148,6 +148,11 @@ func (f *fakeAdmin) DeleteVhost(_ context.Context, r *proto.DeleteVhostRequest) 
 func (f *fakeAdmin) ListVhosts(_ context.Context, r *proto.ListRequest) (*proto.ListVhostsResponse, error) {
 	return &proto.ListVhostsResponse{Vhosts: []*proto.VhostInfo{{Name: "/", Description: "Default virtual host"}, {Name: "prod"}}}, f.record(r)
 }
+func (f *fakeAdmin) Environment(_ context.Context, r *proto.EnvironmentRequest) (*proto.EnvironmentResponse, error) {
+	return &proto.EnvironmentResponse{NodeId: "n1", Settings: []*proto.Setting{
+		{Name: "amqp-addr", Value: ":5672"}, {Name: "cluster-secret", Value: "<set>"},
+	}}, f.record(r)
+}
 func (f *fakeAdmin) Digest(_ context.Context, r *proto.DigestRequest) (*proto.DigestResponse, error) {
 	return &proto.DigestResponse{NodeId: "n1", AppliedIndex: 42, Digest: "ab12"}, f.record(r)
 }

@@ -1,11 +1,16 @@
 // Command raftmqctl administers a raftmq cluster through a node's gRPC admin
 // API. Its verbs mirror rabbitmqctl's:
 //
-//	raftmqctl [--node host:port] [-p vhost] [--formatter json|table] [-q] [--no-table-headers]
-//	          [--consistent] [-t seconds] VERB [ARGS...]
+//	raftmqctl [--node host:port] [-p vhost] [--formatter json|table] [-q] [-s] [--no-table-headers]
+//	          [--consistent] [-t seconds] [--data-dir dir | --secret-file file] VERB [ARGS...]
 //
 // raftmqctl --help lists the verbs; raftmqctl help VERB (or VERB --help)
 // describes one, with the columns a list verb accepts.
+//
+// On the node's host, raftmqctl run by the node's OS user proves itself
+// with the admin secret in the node's data dir (--data-dir, default
+// raftmq's; or --secret-file), as rabbitmqctl does with the Erlang cookie;
+// anyone else needs an administrator's credentials, from loopback too.
 //
 // Beyond loopback a node asks for an administrator's --username and
 // --password (or RAFTMQ_USERNAME, RAFTMQ_PASSWORD), over TLS unless the node
@@ -14,7 +19,9 @@
 // cluster secret takes --tls-ca alone, the cluster-ca.pem in its data dir.
 //
 // Exit codes are rabbitmqctl's: 0 success, 1 the call failed, 64 usage
-// error (EX_USAGE), 69 the node cannot be reached or is not ready.
+// error (EX_USAGE), 65 a vhost that does not exist (EX_DATAERR), 67 a user
+// that does not exist (EX_NOUSER), 69 the node cannot be reached or is not
+// ready, or a check failed.
 package main
 
 import (
@@ -23,7 +30,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +51,8 @@ const (
 	exitOK          = 0
 	exitFailed      = 1
 	exitUsage       = 64 // EX_USAGE, as rabbitmqctl
+	exitDataErr     = 65 // EX_DATAERR: rabbitmqctl's for a vhost that does not exist
+	exitNoUser      = 67 // EX_NOUSER: rabbitmqctl's for a user that does not exist
 	exitUnavailable = 69 // EX_UNAVAILABLE
 )
 
@@ -86,6 +98,9 @@ type options struct {
 	managementURL string
 
 	sec dialSecurity
+	// dataDir and secretFile say where the node's local admin secret is
+	// (secretFile wins).
+	dataDir, secretFile string
 }
 
 // usageError is a mistake in the command line: exit code 2.
@@ -112,6 +127,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "no informational lines")
 	fs.BoolVar(&o.quiet, "q", false, "shorthand for --quiet")
 	fs.BoolVar(&o.noHeaders, "no-table-headers", false, "tables without their header row")
+	fs.Var(silentFlag{o}, "silent", "no informational lines and no table headers (rabbitmqctl's -s)")
+	fs.Var(silentFlag{o}, "s", "shorthand for --silent")
 	fs.BoolVar(&o.consistent, "consistent", false, "read from the leader")
 	o.timeout = 30 * time.Second
 	fs.Var(timeoutFlag{&o.timeout}, "timeout", "deadline of the call: seconds, as rabbitmqctl, or a duration such as 500ms")
@@ -125,6 +142,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.managementURL, "management-url", envOr("RAFTMQ_MANAGEMENT_URL", defaultManagementURL), "management HTTP API of a node, for export_definitions and import_definitions (env RAFTMQ_MANAGEMENT_URL)")
 	fs.StringVar(&o.sec.Username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
 	fs.StringVar(&o.sec.Password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
+	fs.StringVar(&o.dataDir, "data-dir", envOr("RAFTMQ_DATA_DIR", client.DefaultDataDir), "data dir of the node on this host, whose admin secret raftmqctl presents to a node on loopback (env RAFTMQ_DATA_DIR, as raftmq's)")
+	fs.StringVar(&o.secretFile, "secret-file", os.Getenv("RAFTMQ_ADMIN_SECRET_FILE"), "file holding the node's admin secret, presented to the node whatever its address (env RAFTMQ_ADMIN_SECRET_FILE)")
 	fs.StringVar(&o.sec.CAFile, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA (with the cluster secret: a node's <data-dir>/cluster-ca.pem): connect with TLS (env RAFTMQ_TLS_CA)")
 	fs.StringVar(&o.sec.CertFile, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM client certificate signed by the cluster CA (env RAFTMQ_TLS_CERT)")
 	fs.StringVar(&o.sec.KeyFile, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM key of --tls-cert (env RAFTMQ_TLS_KEY)")
@@ -184,8 +203,7 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 	}
 	v, ok := verbs[name]
 	if !ok {
-		fmt.Fprintf(stderr, "raftmqctl: unknown verb %q\n", name)
-		printUsage(stderr)
+		unknownVerb(stderr, name)
 		return exitUsage
 	}
 	if len(vargs) < v.min || (v.max >= 0 && len(vargs) > v.max) {
@@ -193,6 +211,11 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 		return exitUsage
 	}
 	if err := v.check(&o, vargs); err != nil {
+		fmt.Fprintf(stderr, "raftmqctl: %v\n", err)
+		return exitUsage
+	}
+	secretNote, err := o.loadSecret()
+	if err != nil {
 		fmt.Fprintf(stderr, "raftmqctl: %v\n", err)
 		return exitUsage
 	}
@@ -206,6 +229,16 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 	err = v.run(&call{ctx: ctx, c: client, o: &o, args: vargs, out: stdout, info: stderr})
 	if err == nil {
 		return exitOK
+	}
+	if re, ok := notFoundError(name, &o, vargs, err); ok {
+		err = re
+	}
+	var re rabbitError
+	if errors.As(err, &re) {
+		if re.text != "" {
+			fmt.Fprintln(stderr, re.text)
+		}
+		return re.code
 	}
 	var ee exitError
 	if errors.As(err, &ee) {
@@ -223,7 +256,52 @@ func runWith(args []string, stdout, stderr io.Writer, dial func(addr string, sec
 	}
 	st := status.Convert(err)
 	fmt.Fprintf(stderr, "Error: %s: %s\n", st.Code(), st.Message())
+	if st.Code() == codes.Unauthenticated && secretNote != "" {
+		fmt.Fprintf(stderr, "raftmqctl: %s\n", secretNote)
+	}
 	return exitFailed
+}
+
+// loadSecret sets o.sec.Secret from the node's admin secret file. An
+// explicit --secret-file must be readable. The data dir's file is read
+// only for a node on loopback (a node elsewhere has a secret of its own,
+// and this one must not travel); when it is missing or unreadable the
+// call goes without it, and note says why for the node's refusal.
+func (o *options) loadSecret() (note string, err error) {
+	if o.secretFile != "" {
+		if o.sec.Secret, err = client.ReadSecret(o.secretFile); err != nil {
+			return "", fmt.Errorf("--secret-file: %w", err)
+		}
+		return "", nil
+	}
+	if o.dataDir == "" || !loopbackNode(o.node) {
+		return "", nil
+	}
+	path := filepath.Join(o.dataDir, client.SecretFileName)
+	o.sec.Secret, err = client.ReadSecret(path)
+	switch {
+	case err == nil:
+		return "", nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("no admin secret at %s: give the node's data dir (--data-dir, RAFTMQ_DATA_DIR) or an administrator's --username and --password", path), nil
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("cannot read the admin secret %s: run raftmqctl as the node's OS user, or give an administrator's --username and --password", path), nil
+	}
+	return fmt.Sprintf("cannot read the admin secret: %v", err), nil
+}
+
+// loopbackNode reports whether addr (host:port) names this host's
+// loopback.
+func loopbackNode(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // unreachable reports whether err says the node could not be connected to
@@ -246,6 +324,44 @@ type exitError struct {
 }
 
 func (e exitError) Error() string { return e.msg }
+
+// rabbitError ends a verb as rabbitmqctl ends it: its text as printed,
+// and its exit code.
+type rabbitError struct {
+	code int
+	text string
+}
+
+func (e rabbitError) Error() string { return e.text }
+
+// noSuchVhost is rabbitmqctl's answer for a vhost that does not exist,
+// where it checks before acting (list_permissions, delete_vhost).
+func noSuchVhost(vhost string) rabbitError {
+	return rabbitError{exitDataErr, fmt.Sprintf("Virtual host '%s' does not exist", vhost)}
+}
+
+// notFoundError turns the node's refusal of a verb for a user or vhost that
+// does not exist into rabbitmqctl's wording and exit code for that verb
+// (RabbitMQ 3.10's rabbitmqctl words them differently from verb to verb).
+func notFoundError(verbName string, o *options, args []string, err error) (rabbitError, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.NotFound {
+		return rabbitError{}, false
+	}
+	noUser := strings.Contains(st.Message(), "no user '")
+	noVhost := strings.Contains(st.Message(), "no vhost '")
+	switch {
+	case noUser && (verbName == "delete_user" || verbName == "change_password" || verbName == "set_user_tags"):
+		return rabbitError{exitNoUser, fmt.Sprintf("Error:\nUser %q does not exist", args[0])}, true
+	case noUser && (verbName == "set_permissions" || verbName == "clear_permissions"):
+		return rabbitError{exitNoUser, fmt.Sprintf("Error:\nUser %s does not exist", args[0])}, true
+	case noVhost && verbName == "set_permissions":
+		return rabbitError{exitUnavailable, fmt.Sprintf("Error:\nVirtual host %s does not exist", o.vhost)}, true
+	case noVhost && verbName == "delete_vhost":
+		return noSuchVhost(args[0]), true
+	}
+	return rabbitError{}, false
+}
 
 // errHelp is parseArgs' answer to --help or -h.
 var errHelp = errors.New("help requested")
@@ -270,6 +386,90 @@ func (f formatterFlag) Set(s string) error {
 		return fmt.Errorf("must be json or table, not %q", s)
 	}
 	return nil
+}
+
+// silentFlag is --silent and -s: rabbitmqctl's -q and --no-table-headers
+// at once.
+type silentFlag struct{ o *options }
+
+func (f silentFlag) IsBoolFlag() bool { return true }
+
+func (f silentFlag) String() string {
+	if f.o == nil {
+		return "false"
+	}
+	return strconv.FormatBool(f.o.quiet && f.o.noHeaders)
+}
+
+func (f silentFlag) Set(s string) error {
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	if on {
+		f.o.quiet, f.o.noHeaders = true, true
+	}
+	return nil
+}
+
+// unknownVerb says a verb does not exist, as rabbitmqctl does, naming the
+// closest verb when one is close, instead of the whole usage.
+func unknownVerb(w io.Writer, name string) {
+	fmt.Fprintf(w, "Command '%s' not found.\n", name)
+	if s := closestVerb(name); s != "" {
+		fmt.Fprintf(w, "Did you mean '%s'?\n", s)
+	}
+	fmt.Fprintln(w, "raftmqctl --help lists the verbs.")
+}
+
+// closestVerb is the verb nearest to name in edits, when that is at most a
+// third of name's length (at least 1), or the only verb name begins; ""
+// when none is close.
+func closestVerb(name string) string {
+	best, bestD := "", len(name)/3
+	if bestD < 1 {
+		bestD = 1
+	}
+	bestD++
+	names := make([]string, 0, len(verbs))
+	for n := range verbs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var prefixed []string
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestD {
+			best, bestD = n, d
+		}
+		if len(name) >= 3 && strings.HasPrefix(n, name) {
+			prefixed = append(prefixed, n)
+		}
+	}
+	if best == "" && len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // timeoutFlag is --timeout and -t: a number is seconds, as rabbitmqctl's
@@ -311,8 +511,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 	}
 	v, ok := verbs[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "raftmqctl: unknown verb %q\n", args[0])
-		printUsage(stderr)
+		unknownVerb(stderr, args[0])
 		return exitUsage
 	}
 	printVerbUsage(stdout, args[0], v)
@@ -344,8 +543,12 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "  --formatter json|table     output format (--json: json)")
 	fmt.Fprintln(w, "  -q, --quiet                no informational lines")
 	fmt.Fprintln(w, "  --no-table-headers         tables without their header row")
+	fmt.Fprintln(w, "  -s, --silent               -q and --no-table-headers")
 	fmt.Fprintln(w, "  -t, --timeout seconds      deadline of the call (default 30)")
 	fmt.Fprintln(w, "  --consistent               read from the leader")
+	fmt.Fprintln(w, "  --data-dir dir             data dir of the node on this host: its admin secret is sent to a")
+	fmt.Fprintln(w, "                             node on loopback (env RAFTMQ_DATA_DIR, default "+client.DefaultDataDir+")")
+	fmt.Fprintln(w, "  --secret-file file         the node's admin secret, sent to any node (env RAFTMQ_ADMIN_SECRET_FILE)")
 	fmt.Fprintln(w, "  --username u --password p  an administrator (env RAFTMQ_USERNAME, RAFTMQ_PASSWORD)")
 	fmt.Fprintln(w, "  --tls-ca ca.pem --tls-cert c.pem --tls-key c.key")
 	fmt.Fprintln(w, "  --management-url url       a node's management HTTP API, for the definitions verbs")

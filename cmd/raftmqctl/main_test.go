@@ -90,6 +90,10 @@ a-much-longer-queue-name  0               0                        0            
 			stdout: "source_name  source_kind  destination_name  destination_kind  routing_key  arguments\namq.topic    exchange     orders            queue             order.*      {}\n"},
 		{name: "list_consumers", args: []string{"list_consumers", "queue_name", "consumer_tag", "ack_required", "prefetch_count", "messages_unacknowledged", "active", "activity_status"},
 			stdout: "queue_name  consumer_tag  ack_required  prefetch_count  messages_unacknowledged  active  activity_status\norders      ctag-1        true          10              2                        true    single_active\norders      ctag-2        true          10              0                        false   waiting\n"},
+		{name: "list_consumers defaults are rabbitmqctl's", args: []string{"list_consumers"},
+			stdout: "queue_name  channel_pid  consumer_tag  ack_required  prefetch_count  active  arguments\norders      <n1.c7.1>    ctag-1        true          10              true    {}\norders      <n2.c1.1>    ctag-2        true          10              false   {}\n"},
+		{name: "list_connections rabbitmqctl columns", args: []string{"list_connections", "name", "peer_host", "peer_port", "state"},
+			stdout: "name                             peer_host  peer_port  state\n10.0.0.9:40000 -> 10.0.0.1:5672  10.0.0.9   40000      running\n10.0.0.8:40001 -> 10.0.0.2:5672  10.0.0.8   40001      running\n"},
 		{name: "list_connections", args: []string{"list_connections"},
 			stdout:  "node  id  peer            user   vhost  channels\nn1    c7  10.0.0.9:40000  guest  /      2\nn2    c1  10.0.0.8:40001  app    prod   1\n",
 			request: &proto.ListConnectionsRequest{}},
@@ -193,7 +197,8 @@ func TestRun_ClusterStatusJSON(t *testing.T) {
 func TestRun_UsageErrors(t *testing.T) {
 	cases := []verbCase{
 		{name: "no verb", args: nil, code: exitUsage, stderr: "verbs:"},
-		{name: "unknown verb lists verbs", args: []string{"list_queue"}, code: exitUsage, stderr: "list_queues [column ...]"},
+		{name: "unknown verb names the closest", args: []string{"list_queue"}, code: exitUsage, stderr: "Did you mean 'list_queues'?"},
+		{name: "unknown verb far from any", args: []string{"frobnicate"}, code: exitUsage, stderr: "Command 'frobnicate' not found.\nraftmqctl --help lists the verbs.\n"},
 		{name: "unknown flag", args: []string{"--bogus", "list_queues"}, code: exitUsage, stderr: "bogus"},
 		{name: "missing args", args: []string{"set_policy", "a", ".*"}, code: exitUsage, stderr: "usage: raftmqctl set_policy NAME PATTERN DEFINITION"},
 		{name: "too many args", args: []string{"purge_queue", "a", "b"}, code: exitUsage, stderr: "usage: raftmqctl purge_queue NAME"},

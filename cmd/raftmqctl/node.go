@@ -135,3 +135,25 @@ func clusterView(ctx context.Context, c proto.AdminClient, consistent bool) (lea
 	sort.Strings(members)
 	return r.GetLeaderId(), members, nil
 }
+
+func init() {
+	verbs["environment"] = verb{args: "[column ...]", max: -1, run: environment,
+		columns: columnNames(settingColumns), defaults: []string{"name", "value"},
+		help: "The node's settings: every raftmq flag with the value the node runs with (from its command\n" +
+			"line, its environment or the default). Secrets (--cluster-secret, --default-password,\n" +
+			"--gossip-key) show only <set>."}
+}
+
+var settingColumns = []column[*proto.Setting]{
+	{"name", func(s *proto.Setting) any { return s.GetName() }},
+	{"value", func(s *proto.Setting) any { return s.GetValue() }},
+}
+
+func environment(c *call) error {
+	r, err := c.c.Environment(c.ctx, &proto.EnvironmentRequest{})
+	if err != nil {
+		return err
+	}
+	c.inform("Application environment of node %s ...", r.GetNodeId())
+	return listing(c, r.GetSettings(), settingColumns, []string{"name", "value"})
+}

@@ -165,8 +165,10 @@ func TestRun_ListQueuesRaftColumns(t *testing.T) {
 
 func TestRun_ListChannels(t *testing.T) {
 	runCase(t, &fakeAdmin{}, verbCase{args: []string{"list_channels"},
-		stdout: "node  connection  number  user   consumer_count  messages_unacknowledged\nn1    c7          1       guest  1               2\nn2    c1          1       app    1               0\n",
+		stdout: "pid        user   consumer_count  messages_unacknowledged\n<n1.c7.1>  guest  1               2\n<n2.c1.1>  app    1               0\n",
 		stderr: "Listing channels ...", request: &proto.ListRequest{}})
+	runCase(t, &fakeAdmin{}, verbCase{args: []string{"list_channels", "node", "connection", "number"},
+		stdout: "node  connection  number\nn1    c7          1\nn2    c1          1\n"})
 	runCase(t, &fakeAdmin{}, verbCase{args: []string{"list_channels", "connection", "vhost", "peer"},
 		stdout: "connection  vhost  peer\nc7          /      10.0.0.9:40000\nc1          prod   10.0.0.8:40001\n"})
 }

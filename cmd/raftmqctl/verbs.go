@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"text/tabwriter"
 
@@ -318,10 +319,12 @@ func listBindings(c *call) error {
 	return listing(c, r.GetBindings(), bindingColumns, bindingDefaults)
 }
 
-var consumerDefaults = []string{"queue_name", "node", "connection", "channel", "consumer_tag", "ack_required", "prefetch_count", "active", "activity_status", "arguments"}
+// consumerDefaults are rabbitmqctl's.
+var consumerDefaults = []string{"queue_name", "channel_pid", "consumer_tag", "ack_required", "prefetch_count", "active", "arguments"}
 
 var consumerColumns = []column[*proto.ConsumerInfo]{
 	{"queue_name", func(x *proto.ConsumerInfo) any { return x.GetQueue() }},
+	{"channel_pid", func(x *proto.ConsumerInfo) any { return channelPid(x.GetConsumer().GetChannel()) }},
 	{"vhost", func(x *proto.ConsumerInfo) any { return x.GetVhost() }},
 	{"node", func(x *proto.ConsumerInfo) any { return x.GetConsumer().GetChannel().GetNode() }},
 	{"connection", func(x *proto.ConsumerInfo) any { return x.GetConsumer().GetChannel().GetConnection() }},
@@ -351,6 +354,14 @@ var connectionColumns = []column[*proto.ConnectionInfo]{
 	{"node", func(x *proto.ConnectionInfo) any { return x.GetNode() }},
 	{"id", func(x *proto.ConnectionInfo) any { return x.GetId() }},
 	{"peer", func(x *proto.ConnectionInfo) any { return x.GetPeer() }},
+	{"peer_host", func(x *proto.ConnectionInfo) any { h, _ := splitHostPort(x.GetPeer()); return h }},
+	{"peer_port", func(x *proto.ConnectionInfo) any { _, p := splitHostPort(x.GetPeer()); return p }},
+	// Every connection listed is open: the admin API lists none that are
+	// still in the handshake or closing, nor RabbitMQ's flow states.
+	{"state", func(*proto.ConnectionInfo) any { return "running" }},
+	// name is RabbitMQ's "peer -> node address", filled in by
+	// listConnections from the node's AMQP address.
+	{"name", nil},
 	{"user", func(x *proto.ConnectionInfo) any { return x.GetUser() }},
 	{"vhost", func(x *proto.ConnectionInfo) any { return x.GetVhost() }},
 	{"channels", func(x *proto.ConnectionInfo) any { return x.GetChannels() }},
@@ -371,8 +382,34 @@ func listConnections(c *call) error {
 	if err != nil {
 		return err
 	}
+	cols := append([]column[*proto.ConnectionInfo]{}, connectionColumns...)
+	amqpAddr := map[string]string{}
+	if wants(c.args, "name") {
+		// Only asked for when shown: it is one more call.
+		st, err := c.c.ClusterStatus(c.ctx, &proto.ClusterStatusRequest{Consistent: c.o.consistent})
+		if err != nil {
+			return err
+		}
+		for _, n := range st.GetNodes() {
+			amqpAddr[n.GetId()] = n.GetAmqpAddr()
+		}
+	}
+	for i := range cols {
+		if cols[i].name == "name" {
+			cols[i].get = func(x *proto.ConnectionInfo) any { return x.GetPeer() + " -> " + amqpAddr[x.GetNode()] }
+		}
+	}
 	c.inform("Listing connections ...")
-	return listing(c, r.GetConnections(), connectionColumns, connectionDefaults)
+	return listing(c, r.GetConnections(), cols, connectionDefaults)
+}
+
+// splitHostPort is a peer address's host and port ("" when it has none).
+func splitHostPort(addr string) (host, port string) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, ""
+	}
+	return h, p
 }
 
 func closeConnection(c *call) error {
@@ -530,6 +567,19 @@ func setPermissions(c *call) error {
 }
 
 func clearPermissions(c *call) error {
+	// The node clears nothing for a user that does not exist, and says
+	// nothing; rabbitmqctl refuses it (exit 67), and so does raftmqctl.
+	users, err := c.c.ListUsers(c.ctx, &proto.ListRequest{Consistent: c.o.consistent})
+	if err != nil {
+		return err
+	}
+	known := false
+	for _, u := range users.GetUsers() {
+		known = known || u.GetName() == c.args[0]
+	}
+	if !known {
+		return rabbitError{exitNoUser, fmt.Sprintf("Error:\nUser %s does not exist", c.args[0])}
+	}
 	if _, err := c.c.ClearPermissions(c.ctx, &proto.ClearPermissionsRequest{User: c.args[0], Vhost: c.o.vhost}); err != nil {
 		return err
 	}
@@ -552,6 +602,17 @@ func listPermissions(c *call) error {
 		return err
 	}
 	c.inform("Listing permissions for vhost %s ...", c.o.vhost)
+	if len(r.GetPermissions()) == 0 {
+		// rabbitmqctl refuses a vhost that does not exist, where the
+		// node answers with no permissions.
+		v, err := c.c.ListVhosts(c.ctx, &proto.ListRequest{Vhost: c.o.vhost, Consistent: c.o.consistent})
+		if err != nil {
+			return err
+		}
+		if len(v.GetVhosts()) == 0 {
+			return noSuchVhost(c.o.vhost)
+		}
+	}
 	return listing(c, r.GetPermissions(), permissionColumns, permissionDefaults)
 }
 

@@ -58,7 +58,7 @@ var composeCommand = sync.OnceValue(func() []string {
 	return nil
 })
 
-// buildImage builds cmd/raftmq statically and the deploy/Dockerfile image
+// buildImage builds cmd/raftmq and cmd/raftmqctl statically and the deploy/Dockerfile image
 // around it, once per test binary.
 var buildImage = sync.OnceValues(func() (string, error) {
 	root, err := e2e.ModuleRoot()
@@ -70,7 +70,7 @@ var buildImage = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "raftmq"), "./cmd/raftmq")
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+string(filepath.Separator), "./cmd/raftmq", "./cmd/raftmqctl")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
