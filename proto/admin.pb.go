@@ -27,11 +27,14 @@ const (
 
 type ListDelayedMessagesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "" for every vhost, every exchange.
+	// "" for every vhost, every exchange. An exchange named must exist in
+	// its vhost ("" is "/") and be an x-delayed-message exchange.
 	Vhost    string `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
 	Exchange string `protobuf:"bytes,2,opt,name=exchange" json:"exchange,omitempty"`
 	// At most this many (0: the server's default).
-	Limit         uint32 `protobuf:"varint,3,opt,name=limit" json:"limit,omitempty"`
+	Limit uint32 `protobuf:"varint,3,opt,name=limit" json:"limit,omitempty"`
+	// Skip this many of the earliest first: with limit, a page.
+	Offset        uint32 `protobuf:"varint,4,opt,name=offset" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -83,6 +86,13 @@ func (x *ListDelayedMessagesRequest) GetExchange() string {
 func (x *ListDelayedMessagesRequest) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListDelayedMessagesRequest) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
 	}
 	return 0
 }
@@ -190,8 +200,10 @@ func (x *DelayedMessageInfo) GetProperties() *Properties {
 }
 
 type ListDelayedMessagesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*DelayedMessageInfo  `protobuf:"bytes,1,rep,name=messages" json:"messages,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*DelayedMessageInfo  `protobuf:"bytes,1,rep,name=messages" json:"messages,omitempty"`
+	// How many wait in all (in the exchange, or everywhere).
+	Total         uint64 `protobuf:"varint,2,opt,name=total" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +243,13 @@ func (x *ListDelayedMessagesResponse) GetMessages() []*DelayedMessageInfo {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *ListDelayedMessagesResponse) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
 }
 
 type CancelDelayedMessageRequest struct {
@@ -329,6 +348,102 @@ func (*CancelDelayedMessageResponse) Descriptor() ([]byte, []int) {
 	return file_admin_proto_rawDescGZIP(), []int{4}
 }
 
+type PurgeDelayedMessagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Exchange      string                 `protobuf:"bytes,2,opt,name=exchange" json:"exchange,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeDelayedMessagesRequest) Reset() {
+	*x = PurgeDelayedMessagesRequest{}
+	mi := &file_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeDelayedMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeDelayedMessagesRequest) ProtoMessage() {}
+
+func (x *PurgeDelayedMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeDelayedMessagesRequest.ProtoReflect.Descriptor instead.
+func (*PurgeDelayedMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PurgeDelayedMessagesRequest) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *PurgeDelayedMessagesRequest) GetExchange() string {
+	if x != nil {
+		return x.Exchange
+	}
+	return ""
+}
+
+type PurgeDelayedMessagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageCount  uint32                 `protobuf:"varint,1,opt,name=message_count,json=messageCount" json:"message_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeDelayedMessagesResponse) Reset() {
+	*x = PurgeDelayedMessagesResponse{}
+	mi := &file_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeDelayedMessagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeDelayedMessagesResponse) ProtoMessage() {}
+
+func (x *PurgeDelayedMessagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeDelayedMessagesResponse.ProtoReflect.Descriptor instead.
+func (*PurgeDelayedMessagesResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PurgeDelayedMessagesResponse) GetMessageCount() uint32 {
+	if x != nil {
+		return x.MessageCount
+	}
+	return 0
+}
+
 type ClusterStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consistent    bool                   `protobuf:"varint,1,opt,name=consistent" json:"consistent,omitempty"`
@@ -338,7 +453,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +465,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +478,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClusterStatusRequest) GetConsistent() bool {
@@ -390,7 +505,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +517,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +530,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -493,7 +608,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +620,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +633,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -622,7 +737,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +749,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +762,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -666,7 +781,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +793,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +806,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -710,7 +825,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +837,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +850,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveNodeRequest) GetNodeId() string {
@@ -753,7 +868,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +880,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +893,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 type ListRequest struct {
@@ -792,7 +907,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +919,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +932,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetVhost() string {
@@ -844,7 +959,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +971,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +984,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListQueuesRequest) GetVhost() string {
@@ -923,7 +1038,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1050,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1063,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueInfo) GetVhost() string {
@@ -1107,7 +1222,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1234,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1247,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1153,7 +1268,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1280,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1293,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetQueueRequest) GetVhost() string {
@@ -1212,7 +1327,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1339,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1352,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PurgeQueueRequest) GetVhost() string {
@@ -1263,7 +1378,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1390,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1403,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PurgeQueueResponse) GetMessageCount() uint32 {
@@ -1310,7 +1425,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1437,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1450,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteQueueRequest) GetVhost() string {
@@ -1375,7 +1490,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1502,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1515,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteQueueResponse) GetMessageCount() uint32 {
@@ -1431,7 +1546,7 @@ type ExchangeInfo struct {
 
 func (x *ExchangeInfo) Reset() {
 	*x = ExchangeInfo{}
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1558,7 @@ func (x *ExchangeInfo) String() string {
 func (*ExchangeInfo) ProtoMessage() {}
 
 func (x *ExchangeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1571,7 @@ func (x *ExchangeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeInfo.ProtoReflect.Descriptor instead.
 func (*ExchangeInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{21}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExchangeInfo) GetVhost() string {
@@ -1538,7 +1653,7 @@ type ListExchangesResponse struct {
 
 func (x *ListExchangesResponse) Reset() {
 	*x = ListExchangesResponse{}
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1665,7 @@ func (x *ListExchangesResponse) String() string {
 func (*ListExchangesResponse) ProtoMessage() {}
 
 func (x *ListExchangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1678,7 @@ func (x *ListExchangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExchangesResponse.ProtoReflect.Descriptor instead.
 func (*ListExchangesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{22}
+	return file_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListExchangesResponse) GetExchanges() []*ExchangeInfo {
@@ -1588,7 +1703,7 @@ type BindingInfo struct {
 
 func (x *BindingInfo) Reset() {
 	*x = BindingInfo{}
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1715,7 @@ func (x *BindingInfo) String() string {
 func (*BindingInfo) ProtoMessage() {}
 
 func (x *BindingInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1728,7 @@ func (x *BindingInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindingInfo.ProtoReflect.Descriptor instead.
 func (*BindingInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BindingInfo) GetVhost() string {
@@ -1667,7 +1782,7 @@ type ListBindingsResponse struct {
 
 func (x *ListBindingsResponse) Reset() {
 	*x = ListBindingsResponse{}
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1794,7 @@ func (x *ListBindingsResponse) String() string {
 func (*ListBindingsResponse) ProtoMessage() {}
 
 func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1807,7 @@ func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBindingsResponse.ProtoReflect.Descriptor instead.
 func (*ListBindingsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{24}
+	return file_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListBindingsResponse) GetBindings() []*BindingInfo {
@@ -1723,7 +1838,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1850,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1863,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{25}
+	return file_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ConsumerInfo) GetVhost() string {
@@ -1830,7 +1945,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1957,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1970,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{26}
+	return file_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -1875,7 +1990,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2002,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2015,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{27}
+	return file_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListConnectionsRequest) GetLocal() bool {
@@ -1935,7 +2050,7 @@ type ConnectionInfo struct {
 
 func (x *ConnectionInfo) Reset() {
 	*x = ConnectionInfo{}
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2062,7 @@ func (x *ConnectionInfo) String() string {
 func (*ConnectionInfo) ProtoMessage() {}
 
 func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2075,7 @@ func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionInfo.ProtoReflect.Descriptor instead.
 func (*ConnectionInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{28}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ConnectionInfo) GetNode() string {
@@ -2070,7 +2185,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2197,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2210,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionInfo {
@@ -2116,7 +2231,7 @@ type CloseConnectionRequest struct {
 
 func (x *CloseConnectionRequest) Reset() {
 	*x = CloseConnectionRequest{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2243,7 @@ func (x *CloseConnectionRequest) String() string {
 func (*CloseConnectionRequest) ProtoMessage() {}
 
 func (x *CloseConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2256,7 @@ func (x *CloseConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConnectionRequest.ProtoReflect.Descriptor instead.
 func (*CloseConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CloseConnectionRequest) GetNode() string {
@@ -2173,7 +2288,7 @@ type CloseConnectionResponse struct {
 
 func (x *CloseConnectionResponse) Reset() {
 	*x = CloseConnectionResponse{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2300,7 @@ func (x *CloseConnectionResponse) String() string {
 func (*CloseConnectionResponse) ProtoMessage() {}
 
 func (x *CloseConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2313,7 @@ func (x *CloseConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConnectionResponse.ProtoReflect.Descriptor instead.
 func (*CloseConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 type SetPolicyRequest struct {
@@ -2217,7 +2332,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2344,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2357,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetPolicyRequest) GetVhost() string {
@@ -2302,7 +2417,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2429,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2442,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{33}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 type ClearPolicyRequest struct {
@@ -2341,7 +2456,7 @@ type ClearPolicyRequest struct {
 
 func (x *ClearPolicyRequest) Reset() {
 	*x = ClearPolicyRequest{}
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2468,7 @@ func (x *ClearPolicyRequest) String() string {
 func (*ClearPolicyRequest) ProtoMessage() {}
 
 func (x *ClearPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2481,7 @@ func (x *ClearPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ClearPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{34}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClearPolicyRequest) GetVhost() string {
@@ -2398,7 +2513,7 @@ type ClearPolicyResponse struct {
 
 func (x *ClearPolicyResponse) Reset() {
 	*x = ClearPolicyResponse{}
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2525,7 @@ func (x *ClearPolicyResponse) String() string {
 func (*ClearPolicyResponse) ProtoMessage() {}
 
 func (x *ClearPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2538,7 @@ func (x *ClearPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ClearPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{35}
+	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
 type ListPoliciesRequest struct {
@@ -2437,7 +2552,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2564,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2577,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{36}
+	return file_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListPoliciesRequest) GetVhost() string {
@@ -2501,7 +2616,7 @@ type PolicyInfo struct {
 
 func (x *PolicyInfo) Reset() {
 	*x = PolicyInfo{}
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2628,7 @@ func (x *PolicyInfo) String() string {
 func (*PolicyInfo) ProtoMessage() {}
 
 func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2641,7 @@ func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyInfo.ProtoReflect.Descriptor instead.
 func (*PolicyInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{37}
+	return file_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PolicyInfo) GetVhost() string {
@@ -2587,7 +2702,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2714,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2727,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
@@ -2633,7 +2748,7 @@ type AddUserRequest struct {
 
 func (x *AddUserRequest) Reset() {
 	*x = AddUserRequest{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2760,7 @@ func (x *AddUserRequest) String() string {
 func (*AddUserRequest) ProtoMessage() {}
 
 func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2773,7 @@ func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserRequest.ProtoReflect.Descriptor instead.
 func (*AddUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AddUserRequest) GetName() string {
@@ -2690,7 +2805,7 @@ type AddUserResponse struct {
 
 func (x *AddUserResponse) Reset() {
 	*x = AddUserResponse{}
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2817,7 @@ func (x *AddUserResponse) String() string {
 func (*AddUserResponse) ProtoMessage() {}
 
 func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2830,7 @@ func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserResponse.ProtoReflect.Descriptor instead.
 func (*AddUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{40}
+	return file_admin_proto_rawDescGZIP(), []int{42}
 }
 
 type DeleteUserRequest struct {
@@ -2727,7 +2842,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2854,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2867,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -2770,7 +2885,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2897,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2910,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 type ChangePasswordRequest struct {
@@ -2808,7 +2923,7 @@ type ChangePasswordRequest struct {
 
 func (x *ChangePasswordRequest) Reset() {
 	*x = ChangePasswordRequest{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +2935,7 @@ func (x *ChangePasswordRequest) String() string {
 func (*ChangePasswordRequest) ProtoMessage() {}
 
 func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +2948,7 @@ func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordRequest.ProtoReflect.Descriptor instead.
 func (*ChangePasswordRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ChangePasswordRequest) GetName() string {
@@ -2858,7 +2973,7 @@ type ChangePasswordResponse struct {
 
 func (x *ChangePasswordResponse) Reset() {
 	*x = ChangePasswordResponse{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2985,7 @@ func (x *ChangePasswordResponse) String() string {
 func (*ChangePasswordResponse) ProtoMessage() {}
 
 func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2998,7 @@ func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordResponse.ProtoReflect.Descriptor instead.
 func (*ChangePasswordResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 type SetUserTagsRequest struct {
@@ -2896,7 +3011,7 @@ type SetUserTagsRequest struct {
 
 func (x *SetUserTagsRequest) Reset() {
 	*x = SetUserTagsRequest{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3023,7 @@ func (x *SetUserTagsRequest) String() string {
 func (*SetUserTagsRequest) ProtoMessage() {}
 
 func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3036,7 @@ func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetUserTagsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetUserTagsRequest) GetName() string {
@@ -2946,7 +3061,7 @@ type SetUserTagsResponse struct {
 
 func (x *SetUserTagsResponse) Reset() {
 	*x = SetUserTagsResponse{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3073,7 @@ func (x *SetUserTagsResponse) String() string {
 func (*SetUserTagsResponse) ProtoMessage() {}
 
 func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3086,7 @@ func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetUserTagsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 type UserInfo struct {
@@ -2984,7 +3099,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3111,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3124,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UserInfo) GetName() string {
@@ -3035,7 +3150,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3162,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3175,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListUsersResponse) GetUsers() []*UserInfo {
@@ -3083,7 +3198,7 @@ type SetPermissionsRequest struct {
 
 func (x *SetPermissionsRequest) Reset() {
 	*x = SetPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3210,7 @@ func (x *SetPermissionsRequest) String() string {
 func (*SetPermissionsRequest) ProtoMessage() {}
 
 func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3223,7 @@ func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*SetPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetPermissionsRequest) GetUser() string {
@@ -3154,7 +3269,7 @@ type SetPermissionsResponse struct {
 
 func (x *SetPermissionsResponse) Reset() {
 	*x = SetPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3281,7 @@ func (x *SetPermissionsResponse) String() string {
 func (*SetPermissionsResponse) ProtoMessage() {}
 
 func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3294,7 @@ func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*SetPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 type ClearPermissionsRequest struct {
@@ -3192,7 +3307,7 @@ type ClearPermissionsRequest struct {
 
 func (x *ClearPermissionsRequest) Reset() {
 	*x = ClearPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3319,7 @@ func (x *ClearPermissionsRequest) String() string {
 func (*ClearPermissionsRequest) ProtoMessage() {}
 
 func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3332,7 @@ func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ClearPermissionsRequest) GetUser() string {
@@ -3242,7 +3357,7 @@ type ClearPermissionsResponse struct {
 
 func (x *ClearPermissionsResponse) Reset() {
 	*x = ClearPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3369,7 @@ func (x *ClearPermissionsResponse) String() string {
 func (*ClearPermissionsResponse) ProtoMessage() {}
 
 func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3382,7 @@ func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 type PermissionInfo struct {
@@ -3283,7 +3398,7 @@ type PermissionInfo struct {
 
 func (x *PermissionInfo) Reset() {
 	*x = PermissionInfo{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3295,7 +3410,7 @@ func (x *PermissionInfo) String() string {
 func (*PermissionInfo) ProtoMessage() {}
 
 func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3308,7 +3423,7 @@ func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionInfo.ProtoReflect.Descriptor instead.
 func (*PermissionInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PermissionInfo) GetUser() string {
@@ -3355,7 +3470,7 @@ type ListPermissionsResponse struct {
 
 func (x *ListPermissionsResponse) Reset() {
 	*x = ListPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3482,7 @@ func (x *ListPermissionsResponse) String() string {
 func (*ListPermissionsResponse) ProtoMessage() {}
 
 func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3495,7 @@ func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListPermissionsResponse) GetPermissions() []*PermissionInfo {
@@ -3400,7 +3515,7 @@ type AddVhostRequest struct {
 
 func (x *AddVhostRequest) Reset() {
 	*x = AddVhostRequest{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3527,7 @@ func (x *AddVhostRequest) String() string {
 func (*AddVhostRequest) ProtoMessage() {}
 
 func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3540,7 @@ func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostRequest.ProtoReflect.Descriptor instead.
 func (*AddVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AddVhostRequest) GetName() string {
@@ -3450,7 +3565,7 @@ type AddVhostResponse struct {
 
 func (x *AddVhostResponse) Reset() {
 	*x = AddVhostResponse{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3577,7 @@ func (x *AddVhostResponse) String() string {
 func (*AddVhostResponse) ProtoMessage() {}
 
 func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3590,7 @@ func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostResponse.ProtoReflect.Descriptor instead.
 func (*AddVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 type DeleteVhostRequest struct {
@@ -3487,7 +3602,7 @@ type DeleteVhostRequest struct {
 
 func (x *DeleteVhostRequest) Reset() {
 	*x = DeleteVhostRequest{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3614,7 @@ func (x *DeleteVhostRequest) String() string {
 func (*DeleteVhostRequest) ProtoMessage() {}
 
 func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3627,7 @@ func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteVhostRequest) GetName() string {
@@ -3530,7 +3645,7 @@ type DeleteVhostResponse struct {
 
 func (x *DeleteVhostResponse) Reset() {
 	*x = DeleteVhostResponse{}
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3657,7 @@ func (x *DeleteVhostResponse) String() string {
 func (*DeleteVhostResponse) ProtoMessage() {}
 
 func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3670,7 @@ func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{58}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 type VhostInfo struct {
@@ -3568,7 +3683,7 @@ type VhostInfo struct {
 
 func (x *VhostInfo) Reset() {
 	*x = VhostInfo{}
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3695,7 @@ func (x *VhostInfo) String() string {
 func (*VhostInfo) ProtoMessage() {}
 
 func (x *VhostInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3708,7 @@ func (x *VhostInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VhostInfo.ProtoReflect.Descriptor instead.
 func (*VhostInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{59}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *VhostInfo) GetName() string {
@@ -3619,7 +3734,7 @@ type ListVhostsResponse struct {
 
 func (x *ListVhostsResponse) Reset() {
 	*x = ListVhostsResponse{}
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3746,7 @@ func (x *ListVhostsResponse) String() string {
 func (*ListVhostsResponse) ProtoMessage() {}
 
 func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3759,7 @@ func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVhostsResponse.ProtoReflect.Descriptor instead.
 func (*ListVhostsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{60}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListVhostsResponse) GetVhosts() []*VhostInfo {
@@ -3662,7 +3777,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3674,7 +3789,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3687,7 +3802,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{61}
+	return file_admin_proto_rawDescGZIP(), []int{63}
 }
 
 type DigestResponse struct {
@@ -3702,7 +3817,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +3829,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +3842,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{62}
+	return file_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DigestResponse) GetNodeId() string {
@@ -3755,11 +3870,12 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\traftmq.v1\x1a\rcommand.proto\"d\n" +
+	"\vadmin.proto\x12\traftmq.v1\x1a\rcommand.proto\"|\n" +
 	"\x1aListDelayedMessagesRequest\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
 	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x83\x02\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\rR\x06offset\"\x83\x02\n" +
 	"\x12DelayedMessageInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
 	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x1f\n" +
@@ -3772,14 +3888,20 @@ const file_admin_proto_rawDesc = "" +
 	"\tbody_size\x18\a \x01(\rR\bbodySize\x125\n" +
 	"\n" +
 	"properties\x18\b \x01(\v2\x15.raftmq.v1.PropertiesR\n" +
-	"properties\"X\n" +
+	"properties\"n\n" +
 	"\x1bListDelayedMessagesResponse\x129\n" +
-	"\bmessages\x18\x01 \x03(\v2\x1d.raftmq.v1.DelayedMessageInfoR\bmessages\"a\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1d.raftmq.v1.DelayedMessageInfoR\bmessages\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total\"a\n" +
 	"\x1bCancelDelayedMessageRequest\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
 	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x1e\n" +
-	"\x1cCancelDelayedMessageResponse\"6\n" +
+	"\x1cCancelDelayedMessageResponse\"O\n" +
+	"\x1bPurgeDelayedMessagesRequest\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
+	"\bexchange\x18\x02 \x01(\tR\bexchange\"C\n" +
+	"\x1cPurgeDelayedMessagesResponse\x12#\n" +
+	"\rmessage_count\x18\x01 \x01(\rR\fmessageCount\"6\n" +
 	"\x14ClusterStatusRequest\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x01 \x01(\bR\n" +
@@ -4029,7 +4151,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x0eDigestResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x16\n" +
-	"\x06digest\x18\x03 \x01(\tR\x06digest2\x83\x12\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest2\xec\x12\n" +
 	"\x05Admin\x12R\n" +
 	"\rClusterStatus\x12\x1f.raftmq.v1.ClusterStatusRequest\x1a .raftmq.v1.ClusterStatusResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.raftmq.v1.TransferLeadershipRequest\x1a%.raftmq.v1.TransferLeadershipResponse\x12I\n" +
@@ -4064,7 +4186,8 @@ const file_admin_proto_rawDesc = "" +
 	"ListVhosts\x12\x16.raftmq.v1.ListRequest\x1a\x1d.raftmq.v1.ListVhostsResponse\x12=\n" +
 	"\x06Digest\x12\x18.raftmq.v1.DigestRequest\x1a\x19.raftmq.v1.DigestResponse\x12d\n" +
 	"\x13ListDelayedMessages\x12%.raftmq.v1.ListDelayedMessagesRequest\x1a&.raftmq.v1.ListDelayedMessagesResponse\x12g\n" +
-	"\x14CancelDelayedMessage\x12&.raftmq.v1.CancelDelayedMessageRequest\x1a'.raftmq.v1.CancelDelayedMessageResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x14CancelDelayedMessage\x12&.raftmq.v1.CancelDelayedMessageRequest\x1a'.raftmq.v1.CancelDelayedMessageResponse\x12g\n" +
+	"\x14PurgeDelayedMessages\x12&.raftmq.v1.PurgeDelayedMessagesRequest\x1a'.raftmq.v1.PurgeDelayedMessagesResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -4078,157 +4201,161 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_admin_proto_goTypes = []any{
 	(*ListDelayedMessagesRequest)(nil),   // 0: raftmq.v1.ListDelayedMessagesRequest
 	(*DelayedMessageInfo)(nil),           // 1: raftmq.v1.DelayedMessageInfo
 	(*ListDelayedMessagesResponse)(nil),  // 2: raftmq.v1.ListDelayedMessagesResponse
 	(*CancelDelayedMessageRequest)(nil),  // 3: raftmq.v1.CancelDelayedMessageRequest
 	(*CancelDelayedMessageResponse)(nil), // 4: raftmq.v1.CancelDelayedMessageResponse
-	(*ClusterStatusRequest)(nil),         // 5: raftmq.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),                   // 6: raftmq.v1.NodeStatus
-	(*ClusterStatusResponse)(nil),        // 7: raftmq.v1.ClusterStatusResponse
-	(*TransferLeadershipRequest)(nil),    // 8: raftmq.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil),   // 9: raftmq.v1.TransferLeadershipResponse
-	(*RemoveNodeRequest)(nil),            // 10: raftmq.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),           // 11: raftmq.v1.RemoveNodeResponse
-	(*ListRequest)(nil),                  // 12: raftmq.v1.ListRequest
-	(*ListQueuesRequest)(nil),            // 13: raftmq.v1.ListQueuesRequest
-	(*QueueInfo)(nil),                    // 14: raftmq.v1.QueueInfo
-	(*ListQueuesResponse)(nil),           // 15: raftmq.v1.ListQueuesResponse
-	(*GetQueueRequest)(nil),              // 16: raftmq.v1.GetQueueRequest
-	(*PurgeQueueRequest)(nil),            // 17: raftmq.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),           // 18: raftmq.v1.PurgeQueueResponse
-	(*DeleteQueueRequest)(nil),           // 19: raftmq.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),          // 20: raftmq.v1.DeleteQueueResponse
-	(*ExchangeInfo)(nil),                 // 21: raftmq.v1.ExchangeInfo
-	(*ListExchangesResponse)(nil),        // 22: raftmq.v1.ListExchangesResponse
-	(*BindingInfo)(nil),                  // 23: raftmq.v1.BindingInfo
-	(*ListBindingsResponse)(nil),         // 24: raftmq.v1.ListBindingsResponse
-	(*ConsumerInfo)(nil),                 // 25: raftmq.v1.ConsumerInfo
-	(*ListConsumersResponse)(nil),        // 26: raftmq.v1.ListConsumersResponse
-	(*ListConnectionsRequest)(nil),       // 27: raftmq.v1.ListConnectionsRequest
-	(*ConnectionInfo)(nil),               // 28: raftmq.v1.ConnectionInfo
-	(*ListConnectionsResponse)(nil),      // 29: raftmq.v1.ListConnectionsResponse
-	(*CloseConnectionRequest)(nil),       // 30: raftmq.v1.CloseConnectionRequest
-	(*CloseConnectionResponse)(nil),      // 31: raftmq.v1.CloseConnectionResponse
-	(*SetPolicyRequest)(nil),             // 32: raftmq.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),            // 33: raftmq.v1.SetPolicyResponse
-	(*ClearPolicyRequest)(nil),           // 34: raftmq.v1.ClearPolicyRequest
-	(*ClearPolicyResponse)(nil),          // 35: raftmq.v1.ClearPolicyResponse
-	(*ListPoliciesRequest)(nil),          // 36: raftmq.v1.ListPoliciesRequest
-	(*PolicyInfo)(nil),                   // 37: raftmq.v1.PolicyInfo
-	(*ListPoliciesResponse)(nil),         // 38: raftmq.v1.ListPoliciesResponse
-	(*AddUserRequest)(nil),               // 39: raftmq.v1.AddUserRequest
-	(*AddUserResponse)(nil),              // 40: raftmq.v1.AddUserResponse
-	(*DeleteUserRequest)(nil),            // 41: raftmq.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),           // 42: raftmq.v1.DeleteUserResponse
-	(*ChangePasswordRequest)(nil),        // 43: raftmq.v1.ChangePasswordRequest
-	(*ChangePasswordResponse)(nil),       // 44: raftmq.v1.ChangePasswordResponse
-	(*SetUserTagsRequest)(nil),           // 45: raftmq.v1.SetUserTagsRequest
-	(*SetUserTagsResponse)(nil),          // 46: raftmq.v1.SetUserTagsResponse
-	(*UserInfo)(nil),                     // 47: raftmq.v1.UserInfo
-	(*ListUsersResponse)(nil),            // 48: raftmq.v1.ListUsersResponse
-	(*SetPermissionsRequest)(nil),        // 49: raftmq.v1.SetPermissionsRequest
-	(*SetPermissionsResponse)(nil),       // 50: raftmq.v1.SetPermissionsResponse
-	(*ClearPermissionsRequest)(nil),      // 51: raftmq.v1.ClearPermissionsRequest
-	(*ClearPermissionsResponse)(nil),     // 52: raftmq.v1.ClearPermissionsResponse
-	(*PermissionInfo)(nil),               // 53: raftmq.v1.PermissionInfo
-	(*ListPermissionsResponse)(nil),      // 54: raftmq.v1.ListPermissionsResponse
-	(*AddVhostRequest)(nil),              // 55: raftmq.v1.AddVhostRequest
-	(*AddVhostResponse)(nil),             // 56: raftmq.v1.AddVhostResponse
-	(*DeleteVhostRequest)(nil),           // 57: raftmq.v1.DeleteVhostRequest
-	(*DeleteVhostResponse)(nil),          // 58: raftmq.v1.DeleteVhostResponse
-	(*VhostInfo)(nil),                    // 59: raftmq.v1.VhostInfo
-	(*ListVhostsResponse)(nil),           // 60: raftmq.v1.ListVhostsResponse
-	(*DigestRequest)(nil),                // 61: raftmq.v1.DigestRequest
-	(*DigestResponse)(nil),               // 62: raftmq.v1.DigestResponse
-	(*Properties)(nil),                   // 63: raftmq.v1.Properties
-	(*Table)(nil),                        // 64: raftmq.v1.Table
-	(*ConsumerRef)(nil),                  // 65: raftmq.v1.ConsumerRef
-	(*PolicyDefinition)(nil),             // 66: raftmq.v1.PolicyDefinition
+	(*PurgeDelayedMessagesRequest)(nil),  // 5: raftmq.v1.PurgeDelayedMessagesRequest
+	(*PurgeDelayedMessagesResponse)(nil), // 6: raftmq.v1.PurgeDelayedMessagesResponse
+	(*ClusterStatusRequest)(nil),         // 7: raftmq.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),                   // 8: raftmq.v1.NodeStatus
+	(*ClusterStatusResponse)(nil),        // 9: raftmq.v1.ClusterStatusResponse
+	(*TransferLeadershipRequest)(nil),    // 10: raftmq.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),   // 11: raftmq.v1.TransferLeadershipResponse
+	(*RemoveNodeRequest)(nil),            // 12: raftmq.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),           // 13: raftmq.v1.RemoveNodeResponse
+	(*ListRequest)(nil),                  // 14: raftmq.v1.ListRequest
+	(*ListQueuesRequest)(nil),            // 15: raftmq.v1.ListQueuesRequest
+	(*QueueInfo)(nil),                    // 16: raftmq.v1.QueueInfo
+	(*ListQueuesResponse)(nil),           // 17: raftmq.v1.ListQueuesResponse
+	(*GetQueueRequest)(nil),              // 18: raftmq.v1.GetQueueRequest
+	(*PurgeQueueRequest)(nil),            // 19: raftmq.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),           // 20: raftmq.v1.PurgeQueueResponse
+	(*DeleteQueueRequest)(nil),           // 21: raftmq.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),          // 22: raftmq.v1.DeleteQueueResponse
+	(*ExchangeInfo)(nil),                 // 23: raftmq.v1.ExchangeInfo
+	(*ListExchangesResponse)(nil),        // 24: raftmq.v1.ListExchangesResponse
+	(*BindingInfo)(nil),                  // 25: raftmq.v1.BindingInfo
+	(*ListBindingsResponse)(nil),         // 26: raftmq.v1.ListBindingsResponse
+	(*ConsumerInfo)(nil),                 // 27: raftmq.v1.ConsumerInfo
+	(*ListConsumersResponse)(nil),        // 28: raftmq.v1.ListConsumersResponse
+	(*ListConnectionsRequest)(nil),       // 29: raftmq.v1.ListConnectionsRequest
+	(*ConnectionInfo)(nil),               // 30: raftmq.v1.ConnectionInfo
+	(*ListConnectionsResponse)(nil),      // 31: raftmq.v1.ListConnectionsResponse
+	(*CloseConnectionRequest)(nil),       // 32: raftmq.v1.CloseConnectionRequest
+	(*CloseConnectionResponse)(nil),      // 33: raftmq.v1.CloseConnectionResponse
+	(*SetPolicyRequest)(nil),             // 34: raftmq.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),            // 35: raftmq.v1.SetPolicyResponse
+	(*ClearPolicyRequest)(nil),           // 36: raftmq.v1.ClearPolicyRequest
+	(*ClearPolicyResponse)(nil),          // 37: raftmq.v1.ClearPolicyResponse
+	(*ListPoliciesRequest)(nil),          // 38: raftmq.v1.ListPoliciesRequest
+	(*PolicyInfo)(nil),                   // 39: raftmq.v1.PolicyInfo
+	(*ListPoliciesResponse)(nil),         // 40: raftmq.v1.ListPoliciesResponse
+	(*AddUserRequest)(nil),               // 41: raftmq.v1.AddUserRequest
+	(*AddUserResponse)(nil),              // 42: raftmq.v1.AddUserResponse
+	(*DeleteUserRequest)(nil),            // 43: raftmq.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),           // 44: raftmq.v1.DeleteUserResponse
+	(*ChangePasswordRequest)(nil),        // 45: raftmq.v1.ChangePasswordRequest
+	(*ChangePasswordResponse)(nil),       // 46: raftmq.v1.ChangePasswordResponse
+	(*SetUserTagsRequest)(nil),           // 47: raftmq.v1.SetUserTagsRequest
+	(*SetUserTagsResponse)(nil),          // 48: raftmq.v1.SetUserTagsResponse
+	(*UserInfo)(nil),                     // 49: raftmq.v1.UserInfo
+	(*ListUsersResponse)(nil),            // 50: raftmq.v1.ListUsersResponse
+	(*SetPermissionsRequest)(nil),        // 51: raftmq.v1.SetPermissionsRequest
+	(*SetPermissionsResponse)(nil),       // 52: raftmq.v1.SetPermissionsResponse
+	(*ClearPermissionsRequest)(nil),      // 53: raftmq.v1.ClearPermissionsRequest
+	(*ClearPermissionsResponse)(nil),     // 54: raftmq.v1.ClearPermissionsResponse
+	(*PermissionInfo)(nil),               // 55: raftmq.v1.PermissionInfo
+	(*ListPermissionsResponse)(nil),      // 56: raftmq.v1.ListPermissionsResponse
+	(*AddVhostRequest)(nil),              // 57: raftmq.v1.AddVhostRequest
+	(*AddVhostResponse)(nil),             // 58: raftmq.v1.AddVhostResponse
+	(*DeleteVhostRequest)(nil),           // 59: raftmq.v1.DeleteVhostRequest
+	(*DeleteVhostResponse)(nil),          // 60: raftmq.v1.DeleteVhostResponse
+	(*VhostInfo)(nil),                    // 61: raftmq.v1.VhostInfo
+	(*ListVhostsResponse)(nil),           // 62: raftmq.v1.ListVhostsResponse
+	(*DigestRequest)(nil),                // 63: raftmq.v1.DigestRequest
+	(*DigestResponse)(nil),               // 64: raftmq.v1.DigestResponse
+	(*Properties)(nil),                   // 65: raftmq.v1.Properties
+	(*Table)(nil),                        // 66: raftmq.v1.Table
+	(*ConsumerRef)(nil),                  // 67: raftmq.v1.ConsumerRef
+	(*PolicyDefinition)(nil),             // 68: raftmq.v1.PolicyDefinition
 }
 var file_admin_proto_depIdxs = []int32{
-	63, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
+	65, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
 	1,  // 1: raftmq.v1.ListDelayedMessagesResponse.messages:type_name -> raftmq.v1.DelayedMessageInfo
-	6,  // 2: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
-	64, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
-	14, // 4: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	64, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
-	21, // 6: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
-	64, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
-	23, // 8: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
-	65, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
-	64, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
-	25, // 11: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	64, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
-	28, // 13: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	66, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	66, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
-	37, // 16: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
-	47, // 17: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
-	53, // 18: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
-	59, // 19: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	5,  // 20: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	8,  // 21: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	10, // 22: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	13, // 23: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	16, // 24: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	17, // 25: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	19, // 26: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	12, // 27: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	12, // 28: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	12, // 29: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	27, // 30: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	30, // 31: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	32, // 32: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	34, // 33: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	36, // 34: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	39, // 35: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	41, // 36: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	43, // 37: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	45, // 38: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	12, // 39: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	49, // 40: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	51, // 41: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	12, // 42: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	55, // 43: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	57, // 44: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	12, // 45: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	61, // 46: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	8,  // 2: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
+	66, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
+	16, // 4: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	66, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
+	23, // 6: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
+	66, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
+	25, // 8: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
+	67, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
+	66, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
+	27, // 11: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	66, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	30, // 13: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
+	68, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	68, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	39, // 16: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
+	49, // 17: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
+	55, // 18: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
+	61, // 19: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
+	7,  // 20: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	10, // 21: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	12, // 22: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	15, // 23: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	18, // 24: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	19, // 25: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	21, // 26: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	14, // 27: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	14, // 28: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	14, // 29: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	29, // 30: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	32, // 31: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	34, // 32: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	36, // 33: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	38, // 34: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	41, // 35: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	43, // 36: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	45, // 37: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	47, // 38: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	14, // 39: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	51, // 40: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	53, // 41: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	14, // 42: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	57, // 43: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	59, // 44: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	14, // 45: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	63, // 46: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
 	0,  // 47: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
 	3,  // 48: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
-	7,  // 49: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	9,  // 50: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	11, // 51: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	15, // 52: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	14, // 53: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	18, // 54: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	20, // 55: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	22, // 56: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	24, // 57: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	26, // 58: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	29, // 59: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	31, // 60: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	33, // 61: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	35, // 62: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	38, // 63: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	40, // 64: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	42, // 65: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	44, // 66: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	46, // 67: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	48, // 68: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	50, // 69: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	52, // 70: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	54, // 71: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	56, // 72: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	58, // 73: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	60, // 74: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	62, // 75: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	2,  // 76: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
-	4,  // 77: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
-	49, // [49:78] is the sub-list for method output_type
-	20, // [20:49] is the sub-list for method input_type
+	5,  // 49: raftmq.v1.Admin.PurgeDelayedMessages:input_type -> raftmq.v1.PurgeDelayedMessagesRequest
+	9,  // 50: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	11, // 51: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	13, // 52: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	17, // 53: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	16, // 54: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	20, // 55: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	22, // 56: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	24, // 57: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	26, // 58: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	28, // 59: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	31, // 60: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	33, // 61: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	35, // 62: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	37, // 63: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	40, // 64: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	42, // 65: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	44, // 66: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	46, // 67: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	48, // 68: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	50, // 69: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	52, // 70: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	54, // 71: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	56, // 72: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	58, // 73: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	60, // 74: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	62, // 75: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	64, // 76: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	2,  // 77: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
+	4,  // 78: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
+	6,  // 79: raftmq.v1.Admin.PurgeDelayedMessages:output_type -> raftmq.v1.PurgeDelayedMessagesResponse
+	50, // [50:80] is the sub-list for method output_type
+	20, // [20:50] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -4246,7 +4373,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ const (
 	Admin_Digest_FullMethodName               = "/raftmq.v1.Admin/Digest"
 	Admin_ListDelayedMessages_FullMethodName  = "/raftmq.v1.Admin/ListDelayedMessages"
 	Admin_CancelDelayedMessage_FullMethodName = "/raftmq.v1.Admin/CancelDelayedMessage"
+	Admin_PurgeDelayedMessages_FullMethodName = "/raftmq.v1.Admin/PurgeDelayedMessages"
 )
 
 // AdminClient is the client API for Admin service.
@@ -94,6 +95,8 @@ type AdminClient interface {
 	ListDelayedMessages(ctx context.Context, in *ListDelayedMessagesRequest, opts ...grpc.CallOption) (*ListDelayedMessagesResponse, error)
 	// Drops one delayed message before its release (CancelDelayed).
 	CancelDelayedMessage(ctx context.Context, in *CancelDelayedMessageRequest, opts ...grpc.CallOption) (*CancelDelayedMessageResponse, error)
+	// Drops every message an x-delayed-message exchange holds (PurgeDelayed).
+	PurgeDelayedMessages(ctx context.Context, in *PurgeDelayedMessagesRequest, opts ...grpc.CallOption) (*PurgeDelayedMessagesResponse, error)
 }
 
 type adminClient struct {
@@ -394,6 +397,16 @@ func (c *adminClient) CancelDelayedMessage(ctx context.Context, in *CancelDelaye
 	return out, nil
 }
 
+func (c *adminClient) PurgeDelayedMessages(ctx context.Context, in *PurgeDelayedMessagesRequest, opts ...grpc.CallOption) (*PurgeDelayedMessagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeDelayedMessagesResponse)
+	err := c.cc.Invoke(ctx, Admin_PurgeDelayedMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -434,6 +447,8 @@ type AdminServer interface {
 	ListDelayedMessages(context.Context, *ListDelayedMessagesRequest) (*ListDelayedMessagesResponse, error)
 	// Drops one delayed message before its release (CancelDelayed).
 	CancelDelayedMessage(context.Context, *CancelDelayedMessageRequest) (*CancelDelayedMessageResponse, error)
+	// Drops every message an x-delayed-message exchange holds (PurgeDelayed).
+	PurgeDelayedMessages(context.Context, *PurgeDelayedMessagesRequest) (*PurgeDelayedMessagesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -530,6 +545,9 @@ func (UnimplementedAdminServer) ListDelayedMessages(context.Context, *ListDelaye
 }
 func (UnimplementedAdminServer) CancelDelayedMessage(context.Context, *CancelDelayedMessageRequest) (*CancelDelayedMessageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelDelayedMessage not implemented")
+}
+func (UnimplementedAdminServer) PurgeDelayedMessages(context.Context, *PurgeDelayedMessagesRequest) (*PurgeDelayedMessagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeDelayedMessages not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1074,6 +1092,24 @@ func _Admin_CancelDelayedMessage_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_PurgeDelayedMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeDelayedMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PurgeDelayedMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PurgeDelayedMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PurgeDelayedMessages(ctx, req.(*PurgeDelayedMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1196,6 +1232,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelDelayedMessage",
 			Handler:    _Admin_CancelDelayedMessage_Handler,
+		},
+		{
+			MethodName: "PurgeDelayedMessages",
+			Handler:    _Admin_PurgeDelayedMessages_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
