@@ -444,6 +444,7 @@ func exchangeJSON(x *proto.ExchangeInfo) map[string]any {
 	if x.GetPolicy() != "" {
 		out["policy"] = x.GetPolicy()
 	}
+	delayedExchangeJSON(x, out)
 	return out
 }
 
@@ -475,6 +476,8 @@ func (q *req) exchanges() error {
 	case "":
 	case "publish":
 		return q.publish(vhost, name)
+	case "delayed":
+		return q.delayed(vhost, name)
 	case "bindings":
 		dir := q.seg(4)
 		if dir != "source" && dir != "destination" {

@@ -92,8 +92,11 @@ var _ interface {
 func ClusterStats(n *cluster.Node) func() StateStats {
 	return func() StateStats {
 		var st fsm.Stats
-		n.View(func(m *fsm.Machine) { st = m.Stats() })
-		return fromFSMStats(st)
+		var rel fsm.ReleaseStats
+		n.View(func(m *fsm.Machine) { st, rel = m.Stats(), m.Releases() })
+		out := fromFSMStats(st)
+		out.Releases = rel
+		return out
 	}
 }
 
@@ -117,5 +120,6 @@ func fromFSMStats(st fsm.Stats) StateStats {
 		ReadyBytes:     st.ReadyBytes,
 		LeaseDueQueues: st.LeaseDueQueues,
 		Deaths:         st.Deaths,
+		Delayed:        st.Delayed,
 	}
 }
