@@ -85,6 +85,8 @@ type options struct {
 	// definitions verbs (definitions.go).
 	managementURL string
 
+	delayed delayedOptions // delayed.go
+
 	sec dialSecurity
 }
 
@@ -123,6 +125,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.description, "description", "", "add_vhost: description")
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
 	fs.StringVar(&o.managementURL, "management-url", envOr("RAFTMQ_MANAGEMENT_URL", defaultManagementURL), "management HTTP API of a node, for export_definitions and import_definitions (env RAFTMQ_MANAGEMENT_URL)")
+	delayedFlags(fs, &o.delayed)
 	fs.StringVar(&o.sec.Username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
 	fs.StringVar(&o.sec.Password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
 	fs.StringVar(&o.sec.CAFile, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM certificate of the cluster CA (with the cluster secret: a node's <data-dir>/cluster-ca.pem): connect with TLS (env RAFTMQ_TLS_CA)")
