@@ -201,3 +201,42 @@ func TestFSMAdapter_EmptyCommandOfAnOldLogReplays(t *testing.T) {
 		t.Fatalf("err %v, applied %d, clock %d", n.Err(), n.AppliedIndex(), n.machine.Clock())
 	}
 }
+
+// A restore replaces the machine but keeps its release counts, which are
+// not in the snapshot: a node's metrics counters do not go back.
+func TestFSMAdapter_RestoreKeepsReleaseCounts(t *testing.T) {
+	a, n := testAdapter()
+	str := func(s string) *proto.Value { return &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(s)}} }
+	setup := []*proto.Command{
+		{Cmd: &proto.Command_SetProtocol{SetProtocol: &proto.SetProtocol{Level: fsm.Protocol}}},
+		{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "dx", Type: fsm.DelayedExchangeType,
+			Arguments: &proto.Table{Fields: []*proto.Field{{Key: "x-delayed-type", Value: str("direct")}}}}}},
+		{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", Exchange: "dx", Properties: &proto.Properties{Headers: &proto.Table{
+			Fields: []*proto.Field{{Key: "x-delay", Value: &proto.Value{Kind: &proto.Value_Int64{Int64: 10}}}}}}}}},
+	}
+	release := &proto.Command{Cmd: &proto.Command_ReleaseDelayed{ReleaseDelayed: &proto.ReleaseDelayed{Limit: 10}}}
+	a.ApplyBatch([]*raft.Log{
+		entry(t, 1, &proto.Envelope{Version: 1, StampMs: 100, Commands: setup}),
+		entry(t, 2, &proto.Envelope{Version: 1, StampMs: 150, Commands: []*proto.Command{release}}),
+	})
+	want := n.machine.Releases()
+	if want.Released != 1 || want.LateSumMs != 40 {
+		t.Fatalf("releases %+v", want)
+	}
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := snap.Persist(&memSink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	before := n.machine
+	if err := a.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if n.machine == before || n.machine.Releases() != want {
+		t.Fatalf("after the restore: %+v, want %+v", n.machine.Releases(), want)
+	}
+}

@@ -170,6 +170,7 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 		}
 	}
 	a.n.stateMu.Lock()
+	m.KeepReleases(a.n.machine)
 	a.n.machine = m
 	idx := m.AppliedIndex()
 	a.n.stateMu.Unlock()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -384,6 +385,7 @@ func TestConsole(t *testing.T) {
 		until(`document.querySelector('#exchange-details dl') !== null && document.querySelector('h1').textContent.includes('(AMQP default)')`),
 	)
 	b.screenshot("console-exchange")
+	consoleDelayed(t, b, node)
 	b.run("policies, users and permissions",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="policies"]`)),
 		until(`/No policies/.test(document.querySelector('#policies').textContent)`),
@@ -494,6 +496,108 @@ func TestConsole(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("login-username")),
 	)
 	b.check("the whole session")
+}
+
+// consoleDelayed: a delayed exchange's waiting messages show in the
+// exchange list and on its page, earliest due first, and one is cancelled
+// there (the first click arms the button), then the rest are purged.
+func consoleDelayed(t *testing.T, b *browser, node *Node) {
+	t.Helper()
+	conn, err := amqp.Dial(node.AMQPURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const x = "console delayed"
+	if err := ch.ExchangeDeclare(x, "x-delayed-message", true, false, false, false, amqp.Table{"x-delayed-type": "direct"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("console-delayed-q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("console-delayed-q", "k", x, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	// Due in 3, 1 and 2 hours: listed 1, 2, 3 h.
+	for _, h := range []int{3, 1, 2} {
+		dc, err := ch.PublishWithDeferredConfirm(x, "k", false, false, amqp.Publishing{Body: []byte(strings.Repeat("x", h)),
+			Headers: amqp.Table{"x-delay": int32(h * 3600_000), "hours": int32(h)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dc.Wait() {
+			t.Fatal("a delayed publish was nacked")
+		}
+	}
+	rows := `document.querySelectorAll('#delayed-table tbody tr[data-seq]')`
+	b.run("the delayed exchange in the exchange list",
+		chromedp.Click(chromedp.CSS(`#nav a[data-page="exchanges"]`)),
+		chromedp.WaitVisible(chromedp.ID("exchanges-table")),
+		until(`[...document.querySelectorAll('#exchanges-table tbody tr')].some(r => r.querySelector('a').textContent === '`+x+`' &&
+			/^3 next in (59 min|1 h)/.test(r.querySelector('td:nth-child(5)').textContent))`),
+		chromedp.Click(chromedp.CSS(`#exchanges-table a[href="#/exchanges/%2F/console%20delayed"]`)),
+		chromedp.WaitVisible(chromedp.ID("delayed-panel")),
+		until(rows+`.length === 3 && /^3 waiting; the next is due in (59 min|1 h)/.test(document.querySelector('#delayed-summary').textContent)`),
+		// Earliest first, with its headers and size.
+		until(`[...`+rows+`].map(r => r.querySelector('td:nth-child(5)').textContent).join() === '1 B,2 B,3 B' &&
+			`+rows+`[0].querySelector('td:nth-child(4)').textContent.includes('hours: 1') && `+rows+`[0].querySelector('td:nth-child(3)').textContent === 'k'`),
+	)
+	b.screenshot("console-delayed")
+	seq, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](rows+`[0].dataset.seq`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run("cancel the earliest",
+		chromedp.Click(chromedp.CSS(`#delayed-table tr[data-seq="`+seq+`"] button.delayed-cancel`)),
+		until(`document.querySelector('#delayed-table tr[data-seq="`+seq+`"] button.delayed-cancel').classList.contains('armed')`),
+		chromedp.Click(chromedp.CSS(`#delayed-table tr[data-seq="`+seq+`"] button.delayed-cancel`)),
+		until(`document.querySelector('#banner-text').textContent === 'Delayed message `+seq+` cancelled'`),
+		until(rows+`.length === 2 && !document.querySelector('#delayed-table tr[data-seq="`+seq+`"]') &&
+			/^2 waiting; the next is due in (1 h 59 min|2 h)/.test(document.querySelector('#delayed-summary').textContent)`),
+	)
+	if got := delayedCount(t, node, x); got != 2 {
+		t.Fatalf("after the cancel, the API says %v wait", got)
+	}
+	b.run("purge the rest",
+		chromedp.Click(chromedp.ID("delayed-purge")),
+		until(`document.querySelector('#delayed-purge').classList.contains('armed')`),
+		chromedp.Click(chromedp.ID("delayed-purge")),
+		until(`document.querySelector('#banner-text').textContent === 'Purged 2 delayed messages'`),
+		until(rows+`.length === 0 && document.querySelector('#delayed-summary').textContent === 'No message waits.' && document.querySelector('#delayed-purge').disabled`),
+	)
+	if got := delayedCount(t, node, x); got != 0 {
+		t.Fatalf("after the purge, the API says %v wait", got)
+	}
+}
+
+// delayedCount is messages_delayed of exchange x in / as n's management API
+// answers it.
+func delayedCount(t *testing.T, n *Node, x string) float64 {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+n.ManagementAddr+"/api/exchanges/%2F/"+strings.ReplaceAll(x, " ", "%20"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		MessagesDelayed float64 `json:"messages_delayed"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.MessagesDelayed
 }
 
 // apiPut sends body to the management API of n as guest.

@@ -166,6 +166,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyReleaseDelayed(x.ReleaseDelayed)
 	case *proto.Command_CancelDelayed:
 		return s.applyCancelDelayed(x.CancelDelayed)
+	case *proto.Command_PurgeDelayed:
+		return s.applyPurgeDelayed(x.PurgeDelayed)
 	default:
 		if c.GetIgnorable() {
 			return &proto.Result{}

@@ -56,6 +56,8 @@ func randomDelayedCommand(r *rand.Rand, m *Machine) *proto.Command {
 	case k < 42:
 		seq := uint64(1 + r.Intn(int(m.delayed.seq+1)))
 		return &proto.Command{Cmd: &proto.Command_CancelDelayed{CancelDelayed: &proto.CancelDelayed{Vhost: "/", Exchange: "dx", Seq: seq}}}
+	case k < 43:
+		return &proto.Command{Cmd: &proto.Command_PurgeDelayed{PurgeDelayed: &proto.PurgeDelayed{Vhost: "/", Exchange: "dx"}}}
 	}
 	return randomCommand(r)
 }
@@ -74,7 +76,7 @@ func TestDelayed_PropertyRandomSequences(t *testing.T) {
 	if testing.Short() {
 		sequences = 30
 	}
-	var released, held, cancelled uint64
+	var released, held, cancelled, purged uint64
 	for seed := 0; seed < sequences; seed++ {
 		r := rand.New(rand.NewSource(int64(seed)))
 		a, b := New(), New()
@@ -109,6 +111,9 @@ func TestDelayed_PropertyRandomSequences(t *testing.T) {
 				if cmds[j].GetReleaseDelayed() != nil {
 					released++
 				}
+				if cmds[j].GetPurgeDelayed() != nil {
+					purged += uint64(ra[j].GetMessageCount())
+				}
 			}
 			if len(a.delayed.h) > before {
 				held += uint64(len(a.delayed.h) - before)
@@ -140,8 +145,8 @@ func TestDelayed_PropertyRandomSequences(t *testing.T) {
 			t.Fatalf("seed %d: digests differ", seed)
 		}
 	}
-	t.Logf("%d messages held, %d release commands, %d cancelled", held, released, cancelled)
-	if held == 0 || cancelled == 0 {
+	t.Logf("%d messages held, %d release commands, %d cancelled, %d purged", held, released, cancelled, purged)
+	if held == 0 || cancelled == 0 || purged == 0 {
 		t.Fatal("the workload misses paths")
 	}
 }

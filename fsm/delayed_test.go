@@ -577,6 +577,77 @@ func TestDelayed_Cancel(t *testing.T) {
 	}
 }
 
+// TestDelayed_Purge: a purge drops every message one delayed exchange
+// holds, none of another's, and counts them; a missing exchange is 404 and
+// one of another type 406.
+func TestDelayed_Purge(t *testing.T) {
+	m := delayedSetup(t, "direct")
+	fsmtest.One(t, m, 1000, delayedX("other", "direct"))
+	fsmtest.One(t, m, 1000, bind("other", "q", "k", false, nil))
+	for i := 0; i < 5; i++ {
+		fsmtest.One(t, m, 1000, publish("dx", "k", fmt.Sprint(i), withDelay(i64(int64(100*(i+1))))))
+	}
+	fsmtest.One(t, m, 1000, publish("other", "k", "kept", withDelay(i64(50))))
+	r, _ := fsmtest.One(t, m, 1000, fsmtest.PurgeDelayed("/", "dx"))
+	mustOK(t, r)
+	if r.GetMessageCount() != 5 {
+		t.Fatalf("purged %d", r.GetMessageCount())
+	}
+	if x := exchangeInfo(t, m, "dx"); x.GetMessagesDelayed() != 0 || x.GetNextDelayedDueMs() != 0 {
+		t.Fatalf("dx %v", x)
+	}
+	if l := m.Delayed("/", "", 10); len(l) != 1 || l[0].GetExchange() != "other" {
+		t.Fatalf("left %v", l)
+	}
+	if r, _ := fsmtest.One(t, m, 1000, fsmtest.PurgeDelayed("/", "dx")); r.GetCode() != 0 || r.GetMessageCount() != 0 {
+		t.Fatalf("second purge %v", r)
+	}
+	if r, _ := fsmtest.One(t, m, 1000, fsmtest.PurgeDelayed("/", "nope")); r.GetCode() != 404 ||
+		r.GetText() != "NOT_FOUND - no exchange 'nope' in vhost '/'" {
+		t.Fatalf("missing exchange %v", r)
+	}
+	if r, _ := fsmtest.One(t, m, 1000, fsmtest.PurgeDelayed("/", "amq.direct")); r.GetCode() != 406 ||
+		r.GetText() != "PRECONDITION_FAILED - exchange 'amq.direct' in vhost '/' is not an x-delayed-message exchange" {
+		t.Fatalf("direct exchange %v", r)
+	}
+	m = roundTrip(t, m)
+	fsmtest.One(t, m, 1000, consume("q", "c", ch1, 0))
+	_, rec := fsmtest.One(t, m, 5000, fsmtest.ReleaseDelayed(10))
+	if len(rec.Deliveries) != 1 || string(rec.Deliveries[0].Body) != "kept" {
+		t.Fatalf("released %v", rec.Deliveries)
+	}
+}
+
+// TestDelayed_ReleaseStats: each release is counted with its lateness in
+// log time, and the counts survive a KeepReleases.
+func TestDelayed_ReleaseStats(t *testing.T) {
+	m := delayedSetup(t, "direct")
+	for _, d := range []int64{100, 200, 300} {
+		fsmtest.One(t, m, 1000, publish("dx", "k", "b", withDelay(i64(d))))
+	}
+	fsmtest.One(t, m, 1100, fsmtest.ReleaseDelayed(10)) // on time
+	fsmtest.One(t, m, 1300, fsmtest.ReleaseDelayed(10)) // 100 and 0 late
+	st := m.Releases()
+	if st.Released != 3 || st.LateSumMs != 100 {
+		t.Fatalf("stats %+v", st)
+	}
+	var want [len(fsm.ReleaseLatenessBucketsMs) + 1]uint64
+	want[0] = 2 // 0 ms
+	for i, b := range fsm.ReleaseLatenessBucketsMs {
+		if b == 100 {
+			want[i] = 1
+		}
+	}
+	if st.Late != want {
+		t.Fatalf("late %v, want %v", st.Late, want)
+	}
+	n := fsm.New()
+	n.KeepReleases(m)
+	if n.Releases() != st {
+		t.Fatalf("kept %+v", n.Releases())
+	}
+}
+
 // TestDelayed_ValidateRelease: the batch bound is enforced where the
 // command enters the log.
 func TestDelayed_ValidateRelease(t *testing.T) {

@@ -77,6 +77,9 @@ type state struct {
 	delayed delayedSet
 	// routing is what route learnt of delayed exchanges (not state).
 	routing routeScratch
+	// releases counts what this replica released (not state: see
+	// ReleaseStats).
+	releases ReleaseStats
 }
 
 type user struct {

@@ -74,8 +74,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     queue declared from this level on refuses an invalid
 //     x-consumer-timeout, and a policy an invalid consumer-timeout
 //  5. deaths are counted by reason and dead-letter strategy (Stats.Deaths)
-//  6. x-delayed-message exchanges, ReleaseDelayed and CancelDelayed
-//     (apply_delayed.go)
+//  6. x-delayed-message exchanges, ReleaseDelayed, CancelDelayed and
+//     PurgeDelayed (apply_delayed.go)
 //  7. a consumer's lookahead credit (beyond its prefetch) is used only
 //     while its channel settled or was first assigned something within
 //     LookaheadIdleMs of log time (lookahead.go)
@@ -96,6 +96,7 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = 4
 	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = delayedLevel
 	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = delayedLevel
+	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = delayedLevel
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -559,6 +560,9 @@ func (v *validator) command(c *proto.Command) {
 		if x.CancelDelayed.GetSeq() == 0 {
 			v.fail(replycode.InternalError, "delayed message 0")
 		}
+	case *proto.Command_PurgeDelayed:
+		v.name("vhost name", x.PurgeDelayed.GetVhost(), true)
+		v.name("exchange name", x.PurgeDelayed.GetExchange(), true)
 	case *proto.Command_SetProtocol:
 		switch l := x.SetProtocol.GetLevel(); {
 		case l == 0:

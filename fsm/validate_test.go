@@ -97,12 +97,13 @@ func validCommands() []*proto.Command {
 		fsmtest.ConsumerTimeout(ch1, fsm.DefaultConsumerTimeout),
 		fsmtest.ReleaseDelayed(fsm.DelayedReleaseBatch),
 		fsmtest.CancelDelayed("/", "dx", 7),
+		fsmtest.PurgeDelayed("/", "dx"),
 	}
 }
 
 // laterKinds are the kinds introduced after the first protocol, with the
 // protocol of each.
-var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6}
+var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6}
 
 // oneofKinds lists the Command oneof's fields.
 func oneofKinds() []protoreflect.FieldDescriptor {

@@ -53,6 +53,7 @@ const (
 	Admin_ListDelayedMessages_FullMethodName  = "/raftmq.v1.Admin/ListDelayedMessages"
 	Admin_CancelDelayedMessage_FullMethodName = "/raftmq.v1.Admin/CancelDelayedMessage"
 	Admin_Environment_FullMethodName          = "/raftmq.v1.Admin/Environment"
+	Admin_PurgeDelayedMessages_FullMethodName = "/raftmq.v1.Admin/PurgeDelayedMessages"
 )
 
 // AdminClient is the client API for Admin service.
@@ -97,6 +98,8 @@ type AdminClient interface {
 	CancelDelayedMessage(ctx context.Context, in *CancelDelayedMessageRequest, opts ...grpc.CallOption) (*CancelDelayedMessageResponse, error)
 	// This node's settings (rabbitmqctl environment), secrets withheld.
 	Environment(ctx context.Context, in *EnvironmentRequest, opts ...grpc.CallOption) (*EnvironmentResponse, error)
+	// Drops every message an x-delayed-message exchange holds (PurgeDelayed).
+	PurgeDelayedMessages(ctx context.Context, in *PurgeDelayedMessagesRequest, opts ...grpc.CallOption) (*PurgeDelayedMessagesResponse, error)
 }
 
 type adminClient struct {
@@ -407,6 +410,16 @@ func (c *adminClient) Environment(ctx context.Context, in *EnvironmentRequest, o
 	return out, nil
 }
 
+func (c *adminClient) PurgeDelayedMessages(ctx context.Context, in *PurgeDelayedMessagesRequest, opts ...grpc.CallOption) (*PurgeDelayedMessagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeDelayedMessagesResponse)
+	err := c.cc.Invoke(ctx, Admin_PurgeDelayedMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -449,6 +462,8 @@ type AdminServer interface {
 	CancelDelayedMessage(context.Context, *CancelDelayedMessageRequest) (*CancelDelayedMessageResponse, error)
 	// This node's settings (rabbitmqctl environment), secrets withheld.
 	Environment(context.Context, *EnvironmentRequest) (*EnvironmentResponse, error)
+	// Drops every message an x-delayed-message exchange holds (PurgeDelayed).
+	PurgeDelayedMessages(context.Context, *PurgeDelayedMessagesRequest) (*PurgeDelayedMessagesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -548,6 +563,9 @@ func (UnimplementedAdminServer) CancelDelayedMessage(context.Context, *CancelDel
 }
 func (UnimplementedAdminServer) Environment(context.Context, *EnvironmentRequest) (*EnvironmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Environment not implemented")
+}
+func (UnimplementedAdminServer) PurgeDelayedMessages(context.Context, *PurgeDelayedMessagesRequest) (*PurgeDelayedMessagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeDelayedMessages not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1110,6 +1128,24 @@ func _Admin_Environment_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_PurgeDelayedMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeDelayedMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PurgeDelayedMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PurgeDelayedMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PurgeDelayedMessages(ctx, req.(*PurgeDelayedMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1236,6 +1272,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Environment",
 			Handler:    _Admin_Environment_Handler,
+		},
+		{
+			MethodName: "PurgeDelayedMessages",
+			Handler:    _Admin_PurgeDelayedMessages_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

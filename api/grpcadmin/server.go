@@ -181,3 +181,18 @@ func (s *Server) ListVhosts(ctx context.Context, req *proto.ListRequest) (*proto
 func (s *Server) Digest(ctx context.Context, req *proto.DigestRequest) (*proto.DigestResponse, error) {
 	return answer(s.ops.Digest(ctx, req))
 }
+
+// ListDelayedMessages implements proto.Server.
+func (s *Server) ListDelayedMessages(ctx context.Context, req *proto.ListDelayedMessagesRequest) (*proto.ListDelayedMessagesResponse, error) {
+	return answer(s.ops.ListDelayedMessages(ctx, req))
+}
+
+// CancelDelayedMessage implements proto.Server.
+func (s *Server) CancelDelayedMessage(ctx context.Context, req *proto.CancelDelayedMessageRequest) (*proto.CancelDelayedMessageResponse, error) {
+	return answer(s.ops.CancelDelayedMessage(ctx, req))
+}
+
+// PurgeDelayedMessages implements proto.Server.
+func (s *Server) PurgeDelayedMessages(ctx context.Context, req *proto.PurgeDelayedMessagesRequest) (*proto.PurgeDelayedMessagesResponse, error) {
+	return answer(s.ops.PurgeDelayedMessages(ctx, req))
+}

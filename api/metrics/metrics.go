@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/fsm"
 )
 
 // raftStates are the values of the raftmq_raft_state gauge's label.
@@ -55,6 +56,7 @@ type Metrics struct {
 	ready, unacked, readyBytes, overdue, queues, consumers                 *prometheus.Desc
 	connections, channels                                                  *prometheus.Desc
 	qReady, qUnacked, qConsumers, qReadyBytes                              *prometheus.Desc
+	delayed, xDelayed, released, lateness                                  *prometheus.Desc
 }
 
 // New returns the collector of o.Node registered, with the Go and
@@ -106,6 +108,11 @@ func New(o Options) *Metrics {
 		qUnacked:     d("queue_messages_unacked", "Messages unacknowledged in a queue.", "vhost", "queue"),
 		qConsumers:   d("queue_consumers", "Consumers of a queue.", "vhost", "queue"),
 		qReadyBytes:  d("queue_messages_ready_bytes", "Body bytes of ready messages in a queue.", "vhost", "queue"),
+		delayed:      d("messages_delayed", "Messages waiting in x-delayed-message exchanges, all exchanges."),
+		xDelayed:     d("exchange_messages_delayed", "Messages waiting in an x-delayed-message exchange.", "vhost", "exchange"),
+		released:     d("delayed_messages_released_total", "Delayed messages released (routed at their due time), as this node applied them since it started."),
+		lateness: d("delayed_release_lateness_seconds", "How late delayed messages were released: the release entry's log time minus their due time, "+
+			"as this node applied them since it started."),
 	}
 	// /metrics/per-object is /metrics with RabbitMQ's queue series per
 	// queue rather than summed, as RabbitMQ serves the two.
@@ -137,6 +144,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		m.published, m.delivered, m.acked, m.expired, m.deadLettered, m.dropped,
 		m.ready, m.unacked, m.readyBytes, m.overdue, m.queues, m.consumers,
 		m.connections, m.channels, m.qReady, m.qUnacked, m.qConsumers, m.qReadyBytes,
+		m.delayed, m.xDelayed, m.released, m.lateness,
 	} {
 		ch <- d
 	}
@@ -199,6 +207,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.overdue, float64(s.Overdue))
 		gauge(m.queues, float64(s.Queues))
 		gauge(m.consumers, float64(s.Consumers))
+		gauge(m.delayed, float64(s.Delayed))
+		counter(m.released, s.Releases.Released)
+		ch <- latenessHistogram(m.lateness, s.Releases)
 	}
 
 	var conns, chans int
@@ -218,8 +229,18 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		consumers              uint32
 	}
 	var rows []qrow
+	type xrow struct {
+		vhost, name string
+		delayed     uint64
+	}
+	var xrows []xrow
 	n.View(func(st ops.State) {
 		clock = st.Clock()
+		for _, x := range st.Exchanges("") {
+			if x.GetType() == fsm.DelayedExchangeType {
+				xrows = append(xrows, xrow{x.GetVhost(), x.GetName(), x.GetMessagesDelayed()})
+			}
+		}
 		if !m.o.PerQueue {
 			return
 		}
@@ -237,4 +258,20 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.qConsumers, float64(r.consumers), r.vhost, r.name)
 		gauge(m.qReadyBytes, float64(r.rbytes), r.vhost, r.name)
 	}
+	for _, x := range xrows {
+		gauge(m.xDelayed, float64(x.delayed), x.vhost, x.name)
+	}
+}
+
+// latenessHistogram is the release lateness counts as a histogram in
+// seconds: the state machine counts them per bucket, Prometheus wants
+// each bucket's count to include the buckets below.
+func latenessHistogram(d *prometheus.Desc, r fsm.ReleaseStats) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(fsm.ReleaseLatenessBucketsMs))
+	var cum uint64
+	for i, le := range fsm.ReleaseLatenessBucketsMs {
+		cum += r.Late[i]
+		buckets[float64(le)/1000] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, r.Released, float64(r.LateSumMs)/1000, buckets)
 }

@@ -40,6 +40,8 @@ func (m *Server) routes() *http.ServeMux {
 	handle((*req).exchange, "GET /api/exchanges/{vhost}/{name}", "PUT /api/exchanges/{vhost}/{name}", "DELETE /api/exchanges/{vhost}/{name}")
 	handle((*req).publish, "POST /api/exchanges/{vhost}/{name}/publish")
 	handle((*req).exchangeBindings, "GET /api/exchanges/{vhost}/{name}/bindings/{direction}")
+	handle((*req).delayedMessages, "GET /api/exchanges/{vhost}/{name}/delayed", "DELETE /api/exchanges/{vhost}/{name}/delayed")
+	handle((*req).delayedMessage, "DELETE /api/exchanges/{vhost}/{name}/delayed/{seq}")
 	handle((*req).bindings, "GET /api/bindings", "GET /api/bindings/{vhost}")
 	handle((*req).binding, "GET /api/bindings/{vhost}/e/{source}/{kind}/{dest}", "POST /api/bindings/{vhost}/e/{source}/{kind}/{dest}",
 		"GET /api/bindings/{vhost}/e/{source}/{kind}/{dest}/{props}", "DELETE /api/bindings/{vhost}/e/{source}/{kind}/{dest}/{props}")

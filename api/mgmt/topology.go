@@ -455,6 +455,7 @@ func exchangeJSON(x *proto.ExchangeInfo) map[string]any {
 	if x.GetPolicy() != "" {
 		out["policy"] = x.GetPolicy()
 	}
+	delayedExchangeJSON(x, out)
 	return out
 }
 

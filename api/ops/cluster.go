@@ -95,8 +95,11 @@ var _ interface {
 func ClusterStats(n *cluster.Node) func() StateStats {
 	return func() StateStats {
 		var st fsm.Stats
-		n.View(func(m *fsm.Machine) { st = m.Stats() })
-		return fromFSMStats(st)
+		var rel fsm.ReleaseStats
+		n.View(func(m *fsm.Machine) { st, rel = m.Stats(), m.Releases() })
+		out := fromFSMStats(st)
+		out.Releases = rel
+		return out
 	}
 }
 
@@ -120,5 +123,6 @@ func fromFSMStats(st fsm.Stats) StateStats {
 		ReadyBytes:     st.ReadyBytes,
 		LeaseDueQueues: st.LeaseDueQueues,
 		Deaths:         st.Deaths,
+		Delayed:        st.Delayed,
 	}
 }

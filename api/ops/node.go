@@ -93,6 +93,11 @@ type State interface {
 	Stats() fsm.Stats
 	// QueueCounts are each queue's cumulative message counters.
 	QueueCounts() []fsm.QueueCounts
+	// Delayed lists up to limit messages waiting in delayed exchanges,
+	// earliest due first ("" selects every vhost or exchange).
+	Delayed(vhost, exchange string, limit int) []*proto.DelayedMessageInfo
+	// Releases count the delayed messages released and their lateness.
+	Releases() fsm.ReleaseStats
 	UserCredentials
 }
 
@@ -137,6 +142,10 @@ type StateStats struct {
 	// Deaths are fsm.Stats.Deaths: by reason (fsm.DeathReasons), without
 	// and with a dead-letter exchange.
 	Deaths [4][2]uint64
+	// Delayed counts the messages waiting in delayed exchanges.
+	Delayed uint64
+	// Releases are fsm.Machine.Releases.
+	Releases fsm.ReleaseStats
 }
 
 // Deps are the operations' collaborators.

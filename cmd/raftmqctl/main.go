@@ -97,6 +97,8 @@ type options struct {
 	// definitions verbs (definitions.go).
 	managementURL string
 
+	delayed delayedOptions // delayed.go
+
 	sec dialSecurity
 	// dataDir and secretFile say where the node's local admin secret is
 	// (secretFile wins).
@@ -140,6 +142,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.description, "description", "", "add_vhost: description")
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
 	fs.StringVar(&o.managementURL, "management-url", envOr("RAFTMQ_MANAGEMENT_URL", defaultManagementURL), "management HTTP API of a node, for export_definitions and import_definitions (env RAFTMQ_MANAGEMENT_URL)")
+	delayedFlags(fs, &o.delayed)
 	fs.StringVar(&o.sec.Username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")
 	fs.StringVar(&o.sec.Password, "password", os.Getenv("RAFTMQ_PASSWORD"), "password of --username (env RAFTMQ_PASSWORD, which ps does not show)")
 	fs.StringVar(&o.dataDir, "data-dir", envOr("RAFTMQ_DATA_DIR", client.DefaultDataDir), "data dir of the node on this host, whose admin secret raftmqctl presents to a node on loopback (env RAFTMQ_DATA_DIR, as raftmq's)")

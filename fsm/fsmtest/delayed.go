@@ -13,3 +13,9 @@ func ReleaseDelayed(limit uint32) *proto.Command {
 func CancelDelayed(vhost, exchange string, seq uint64) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_CancelDelayed{CancelDelayed: &proto.CancelDelayed{Vhost: vhost, Exchange: exchange, Seq: seq}}}
 }
+
+// PurgeDelayed is the command dropping every delayed message of an
+// exchange.
+func PurgeDelayed(vhost, exchange string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_PurgeDelayed{PurgeDelayed: &proto.PurgeDelayed{Vhost: vhost, Exchange: exchange}}}
+}

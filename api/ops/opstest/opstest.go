@@ -30,6 +30,9 @@ type State struct {
 	Applied      uint64
 	ClockMs      int64
 	Ready        bool
+	// DelayedList are the delayed messages, earliest due first.
+	DelayedList  []*proto.DelayedMessageInfo
+	ReleaseStats fsm.ReleaseStats
 }
 
 func byVhost[T interface{ GetVhost() string }](all []T, vhost string) []T {
@@ -72,6 +75,16 @@ func (f *State) Clock() int64                         { return f.ClockMs }
 func (f *State) Initialized() bool                    { return f.Ready }
 func (f *State) Stats() fsm.Stats                     { return fsm.Stats{} }
 func (f *State) QueueCounts() []fsm.QueueCounts       { return nil }
+func (f *State) Releases() fsm.ReleaseStats           { return f.ReleaseStats }
+func (f *State) Delayed(v, x string, limit int) []*proto.DelayedMessageInfo {
+	var out []*proto.DelayedMessageInfo
+	for _, d := range byVhost(f.DelayedList, v) {
+		if len(out) < limit && (x == "" || d.GetExchange() == x) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 func (f *State) UserPasswordHash(n string) ([]byte, string, bool) {
 	h, ok := f.Hashes[n]
 	return h, "rabbit_password_hashing_sha256", ok

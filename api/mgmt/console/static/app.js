@@ -668,6 +668,7 @@ function exchangesPage() {
     { title: 'Name', sort: 'name', cell: it => link('exchanges', it, it.name || '(AMQP default)') },
     { title: 'Type', sort: 'type', cell: it => esc(it.type) },
     { title: 'Features', cell: it => features({ durable: it.durable, auto_delete: it.auto_delete, arguments: it.arguments, policy: it.policy }) + (it.internal ? '<span class="tag">internal</span>' : '') },
+    { title: 'Delayed', num: true, cell: delayedCell },
     { title: 'In', num: true, cell: it => rate(it.message_stats && it.message_stats.publish_in_details) },
     { title: 'Out', num: true, cell: it => rate(it.message_stats && it.message_stats.publish_out_details) },
   ]);
@@ -676,11 +677,11 @@ function exchangesPage() {
     <form class="stack" id="add-exchange">
       <label>Virtual host <select name="vhost">${vhostOptions(S.vhost || '/')}</select></label>
       <label>Name <input name="name" required></label>
-      <label>Type <select name="type"><option>direct</option><option>fanout</option><option>topic</option><option>headers</option></select></label>
+      <label>Type <select name="type"><option>direct</option><option>fanout</option><option>topic</option><option>headers</option><option>x-delayed-message</option></select></label>
       <label class="inline"><input type="checkbox" name="durable" checked> durable</label>
       <label class="inline"><input type="checkbox" name="auto_delete"> auto-delete</label>
       <label class="inline"><input type="checkbox" name="internal"> internal</label>
-      <label>Arguments (JSON) <textarea name="arguments" placeholder='{"alternate-exchange": "unrouted"}'></textarea></label>
+      <label>Arguments (JSON) <textarea name="arguments" placeholder='{"alternate-exchange": "unrouted"} — x-delayed-message needs {"x-delayed-type": "direct"}'></textarea></label>
       <div><button type="submit">Add exchange</button></div>
     </form></details></div>`;
   function bind(main) {
@@ -697,6 +698,7 @@ function exchangesPage() {
 exchangesPage.detail = (vhost, name) => {
   const wire = name === 'amq.default' ? '' : name;
   const base = `exchanges/${enc(vhost)}/${enc(name || 'amq.default')}`;
+  const delayed = delayedView(base);
   const html = `<h1>Exchange <span class="name">${esc(wire || '(AMQP default)')}</span> <span class="muted">in ${vhostLabel(vhost)}</span></h1>
     <div class="panel"><h2>Details</h2><div id="exchange-details" class="empty">Loading…</div></div>
     <div class="panel" id="bindings-panel"><h2>Bindings from this exchange</h2><div id="bindings-source"></div>
@@ -709,6 +711,7 @@ exchangesPage.detail = (vhost, name) => {
         <label>Arguments (JSON) <input name="arguments" placeholder="{}"></label>
         <button type="submit">Bind</button>
       </form></details>` : ''}</div>
+    ${delayed.html}
     <div class="panel"><h2>Publish message</h2>${publishForm('publish')}</div>
     ${wire && !wire.startsWith('amq.') ? '<div class="panel"><h2>Delete</h2><button type="button" class="danger" id="delete">Delete exchange</button></div>' : ''}`;
   async function refresh() {
@@ -720,10 +723,12 @@ exchangesPage.detail = (vhost, name) => {
       <dt>Policy</dt><dd>${esc(x.policy || '—')}</dd><dt>Arguments</dt><dd>${shortJSON(x.arguments) || '—'}</dd></dl>`;
     $('#bindings-source').innerHTML = wire ? bindingsTable(src, vhost, wire) : '<p class="muted">The default exchange is bound to every queue by its name.</p>';
     $('#bindings-destination').innerHTML = bindingsTable(dst, vhost, wire);
+    await delayed.refresh(x);
   }
   function bind(main) {
     bindPublish($('#publish', main), vhost, name);
     bindUnbind($('#bindings-panel', main));
+    delayed.bind(main);
     const bf = $('#bind-exchange', main);
     if (bf) {
       onSubmit(bf, 'Bind', async f => {
@@ -741,6 +746,79 @@ exchangesPage.detail = (vhost, name) => {
   }
   return { html, bind, refresh };
 };
+
+// ---- delayed messages (x-delayed-message exchanges) ----
+
+// delayedCell is an exchange's waiting messages in the exchanges list
+// (empty for exchanges of other types).
+function delayedCell(x) {
+  if (typeof x.messages_delayed !== 'number') return '';
+  return num(x.messages_delayed) + (x.next_delayed_due ? ` <span class="muted">next ${due(x.next_delayed_due, 'due')}</span>` : '');
+}
+
+// delayedView is the delayed-messages panel of an exchange's page: the
+// messages waiting, a page at a time, earliest due first, each with a
+// cancel button, and a purge button. It stays hidden for other types.
+function delayedView(base) {
+  const size = 20;
+  let page = 1;
+  let root;
+  const html = `<div class="panel" id="delayed-panel" hidden><h2>Delayed messages</h2>
+    <p id="delayed-summary"></p>
+    <div class="toolbar"><span class="pager">
+      <button type="button" class="secondary" id="delayed-prev" aria-label="Earlier delayed messages">‹</button>
+      <span class="muted" id="delayed-pageinfo"></span>
+      <button type="button" class="secondary" id="delayed-next" aria-label="Later delayed messages">›</button></span>
+      <button type="button" class="danger" id="delayed-purge">Purge delayed messages</button></div>
+    <div class="table-wrap"><table id="delayed-table"><thead><tr><th class="num">Seq</th><th>Due</th><th>Routing key</th><th>Headers</th><th class="num">Size</th><th></th></tr></thead><tbody></tbody></table></div></div>`;
+  async function refresh(x) {
+    if (!root || !root.isConnected) return;
+    if (x.type !== 'x-delayed-message') { root.hidden = true; return; }
+    root.hidden = false;
+    let data;
+    try {
+      data = await api('GET', `${base}/delayed?page=${page}&page_size=${size}`);
+    } catch (e) {
+      // The messages moved on (released, cancelled): back to the first page.
+      if (e.status === 400 && page > 1) { page = 1; return refresh(x); }
+      throw e;
+    }
+    $('#delayed-summary', root).innerHTML = x.messages_delayed
+      ? `${num(x.messages_delayed)} waiting; the next is due ${due(x.next_delayed_due, 'overdue by')}.`
+      : 'No message waits.';
+    $('tbody', root).innerHTML = data.items.length ? data.items.map(m => `<tr data-seq="${esc(m.seq)}">
+      <td class="num">${esc(m.seq)}</td><td>${due(m.due, 'overdue by')}</td><td>${esc(m.routing_key)}</td>
+      <td>${shortJSON(m.headers)}</td><td class="num">${bytes(m.payload_bytes)}</td>
+      <td><button type="button" class="danger delayed-cancel" data-seq="${esc(m.seq)}">Cancel</button></td></tr>`).join('')
+      : '<tr><td colspan="6" class="empty">None.</td></tr>';
+    $('#delayed-pageinfo', root).textContent = `page ${data.page} of ${Math.max(data.page_count, 1)}`;
+    $('#delayed-prev', root).disabled = data.page <= 1;
+    $('#delayed-next', root).disabled = data.page >= data.page_count;
+    $('#delayed-purge', root).disabled = !x.messages_delayed;
+  }
+  function bind(main) {
+    root = $('#delayed-panel', main);
+    const reload = () => S.page && S.page.refresh().catch(showError);
+    $('#delayed-prev', root).addEventListener('click', () => { page = Math.max(1, page - 1); reload(); });
+    $('#delayed-next', root).addEventListener('click', () => { page++; reload(); });
+    root.addEventListener('click', ev => {
+      const b = ev.target.closest('button.armed');
+      if (!b) return;
+      if (b.id === 'delayed-purge') {
+        act('Purge', async () => {
+          const r = await api('DELETE', `${base}/delayed`);
+          return `Purged ${r.message_count} delayed messages`;
+        });
+      } else if (b.classList.contains('delayed-cancel')) {
+        act('Cancel', async () => {
+          await api('DELETE', `${base}/delayed/${enc(b.dataset.seq)}`);
+          return `Delayed message ${b.dataset.seq} cancelled`;
+        });
+      }
+    });
+  }
+  return { html, bind, refresh };
+}
 
 // ---- connections ----
 
