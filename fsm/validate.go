@@ -70,7 +70,12 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  5. deaths are counted by reason and dead-letter strategy (Stats.Deaths)
 //  6. x-delayed-message exchanges, ReleaseDelayed and CancelDelayed
 //     (apply_delayed.go)
-const Protocol = 6
+//  9. queues declared from this level on count returns as RabbitMQ 4.3
+//     (acquired-count, delivery-count; the delivery limit on the
+//     latter) and have delayed retry; ReleaseDelayed releases their
+//     waiting messages; Requeue.failed and the delayed-retry policy keys
+//     (apply_retry.go). Levels 7 and 8 are other changes'.
+const Protocol = 9
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -90,13 +95,28 @@ func init() {
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
-// command of no kind this binary knows.
+// command of no kind this binary knows. Fields added to a kind later need
+// their level too: a server of an earlier release refuses a field it does
+// not know.
 func CommandProtocol(c *proto.Command) uint32 {
 	f := c.ProtoReflect().WhichOneof(cmdOneof)
 	if f == nil {
 		return 0
 	}
+	if retryFields(c) {
+		return retryLevel
+	}
 	return kindProtocol[f.Number()]
+}
+
+// retryFields reports whether c sets a field of level 9: Requeue.failed
+// or a delayed-retry policy key.
+func retryFields(c *proto.Command) bool {
+	if c.GetRequeue().GetFailed() {
+		return true
+	}
+	d := c.GetPolicySet().GetDefinition()
+	return d != nil && (d.DelayedRetryType != nil || d.DelayedRetryMin != nil || d.DelayedRetryMax != nil || d.DelayedRetryMultiplier != nil)
 }
 
 var cmdOneof = (&proto.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("cmd")
