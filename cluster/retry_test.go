@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -66,3 +67,57 @@ func TestCluster_DelayedRetryThroughLeaderChange(t *testing.T) {
 	check(true)
 	c.AssertSameDigest(t)
 }
+
+// While a server announces a level below 9 (a node of an earlier release
+// during a rolling upgrade), a basic.reject is sent as the nack it means
+// there instead of being refused, and a delayed-retry policy is refused
+// by the leader; once every server has level 9, the reject counts.
+func TestCluster_RejectBelowLevel9IsANack(t *testing.T) {
+	const old = 2
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		if i == old {
+			cfg.Protocol = 6
+		}
+	}))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitLevel(t, c, 6)
+	f := c.Followers()[0]
+	ch := &proto.ChannelRef{Node: f.NodeID(), Connection: "c1", Channel: 1}
+	requeueOnce := func() *proto.Result {
+		t.Helper()
+		requireFSM(t, mustSubmit(t, f, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "lq", Body: []byte("m")}}}))
+		res := mustSubmit(t, f, &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{Vhost: "/", Queue: "lq", Channel: ch, NoAck: false}}})
+		requireFSM(t, res)
+		rej := &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ch, Tags: []uint64{res[0].GetGet().GetDeliveryTag()}, Failed: true}}}
+		return mustSubmit(t, f, rej)[0]
+	}
+	requireFSM(t, mustSubmit(t, l, queueDeclare("/", "lq")))
+	if r := requeueOnce(); r.GetCode() != 0 {
+		t.Fatalf("reject below level 9: %v", r)
+	}
+	pol := &proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: "/", Name: "p", Pattern: ".*", ApplyTo: "queues",
+		Definition: &proto.PolicyDefinition{DelayedRetryMin: ptrTo(int64(100))}}}}
+	if r, err := l.Submit(ctxT(t, 10*time.Second), pol); err != nil || r.GetCode() != 540 {
+		t.Fatalf("a delayed-retry policy below level 9: %v %v", r, err)
+	}
+	c.Kill(old)
+	c.Nodes[old].Config.Protocol = fsm.Protocol
+	c.Restart(old)
+	waitLevel(t, c, fsm.Protocol)
+	requireFSM(t, mustSubmit(t, f, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "lq"}}}))
+	requireFSM(t, mustSubmit(t, l, queueDeclare("/", "lq")))
+	requireFSM(t, []*proto.Result{requeueOnce()})
+	res := mustSubmit(t, f, &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{Vhost: "/", Queue: "lq", Channel: ch, NoAck: true}}})
+	requireFSM(t, res)
+	var failed bool
+	for _, fld := range res[0].GetGet().GetProperties().GetHeaders().GetFields() {
+		failed = failed || (fld.GetKey() == "x-delivery-count" && fld.GetValue().GetInt64() == 1)
+	}
+	if !failed {
+		t.Fatalf("a reject at level 9 counted no failed attempt: %v", res[0].GetGet().GetProperties())
+	}
+	requireFSM(t, mustSubmit(t, l, pol))
+	c.AssertSameDigest(t)
+}
+
+func ptrTo[T any](v T) *T { return &v }
