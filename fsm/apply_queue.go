@@ -245,7 +245,7 @@ func (s *state) applyQueueDelete(c *proto.QueueDelete) *proto.Result {
 	if c.GetIfUnused() && len(q.consumers) > 0 {
 		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" in use")
 	}
-	if c.GetIfEmpty() && q.q.Len() > 0 {
+	if c.GetIfEmpty() && (q.q.Len() > 0 || q.retrying > 0) {
 		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" not empty")
 	}
 	n := q.q.Len()

@@ -252,6 +252,10 @@ func TestRetry_SnapshotPurgeDeleteTTL(t *testing.T) {
 	if qi := queueInfo(t, m, "p"); qi.GetMessagesDelayed() != 0 {
 		t.Fatalf("purge left %d waiting", qi.GetMessagesDelayed())
 	}
+	// A message waiting is content: delete if-empty refuses.
+	if r, _ := fsmtest.One(t, m, 1002, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "q", IfEmpty: true}}}); r.GetCode() != 406 {
+		t.Fatalf("delete if-empty of a queue whose message waits: %v", r)
+	}
 	fsmtest.One(t, m, 1002, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "q"}}})
 	fsmtest.One(t, restored, 1301, release())
 	fsmtest.One(t, replay, 1301, release())
