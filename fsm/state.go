@@ -149,15 +149,17 @@ type queueState struct {
 	// restoring it from a snapshot must agree).
 	features         bool
 	argDeliveryLimit *int64 // x-delivery-limit (features.go)
+	sac              bool   // x-single-active-consumer
+	prioritized      int    // consumers with a nonzero x-priority
+	counts           queueCounts
+
 	// retryLevel: declared at protocol level 9 or later, so returns are
 	// counted as RabbitMQ 4.3 counts them and delayed retry applies
 	// (apply_retry.go); retrying counts its messages waiting there.
-	retryLevel  bool
-	argRetry    retryArgs
-	retrying    int
-	sac         bool // x-single-active-consumer
-	prioritized int  // consumers with a nonzero x-priority
-	counts      queueCounts
+	retryLevel bool
+	argRetry   retryArgs
+	retrying   int
+
 	// lastKey is the routing key of the last message enqueued, which the
 	// next one with an equal key shares instead of holding its own copy
 	// (memory only, not state).
