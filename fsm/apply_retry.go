@@ -216,7 +216,8 @@ func (q *queueState) retryDelay(m *queue.Message, failed bool) (int64, bool) {
 		} else {
 			d = lo * n
 		}
-	} else {
+	} else if mult > 1 {
+		// At most 32 rounds: d at least doubles each until the cap.
 		for i := int64(1); i < n && d < capAt; i++ {
 			if d > capAt/mult {
 				d = capAt

@@ -353,3 +353,22 @@ func TestRetry_Validation(t *testing.T) {
 		t.Fatalf("a delayed-retry policy needs level %d, want 9", got)
 	}
 }
+
+// A multiplier of 1 keeps the wait at min (LavinMQ's constant back-off).
+func TestRetry_MultiplierOneIsConstant(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.Apply(t, m, 1000, declare("q", table("x-delayed-retry-type", str("all"), "x-delayed-retry-min", i64(50),
+		"x-delayed-retry-multiplier", i64(1), "x-delivery-limit", i64(-1))), publish("", "q", "x", nil))
+	var got []int64
+	for i := 0; i < 3; i++ {
+		now := m.Clock() + 1
+		tag, _ := getTag(t, m, now, "q")
+		fsmtest.One(t, m, now, reject(ch1, tag))
+		due := queueInfo(t, m, "q").GetNextRetryDueMs()
+		got = append(got, due-now)
+		waitsFor(t, m, "q", due)
+	}
+	if fmt.Sprint(got) != "[50 50 50]" {
+		t.Fatalf("delays %v, want [50 50 50]", got)
+	}
+}
