@@ -440,7 +440,7 @@ func (ch *channel) requeueOverdue() {
 	if len(tags) == 0 {
 		return
 	}
-	cmd := settleTags(ch.ref(), tags, true)
+	cmd := settleTags(ch.ref(), tags, true, false)
 	cmd.GetRequeue().Unseen = true
 	if _, err := ch.c.srv.node().Submit(ch.c.ctx, cmd); err != nil {
 		if ch.c.ctx.Err() != nil {

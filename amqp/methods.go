@@ -512,7 +512,7 @@ func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
 	}
 	if len(held) > 0 {
 		// What this node held for the consumer goes back to the queue.
-		cmd := settleTags(ch.ref(), held, true)
+		cmd := settleTags(ch.ref(), held, true, false)
 		cmd.GetRequeue().Unseen = true
 		if _, e := ch.submit(m, cmd); e != nil {
 			return e
@@ -564,7 +564,7 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 	// The deliveries this node assigned so far, by name: one the log
 	// assigns while this is on its way is new, and is delivered as usual.
 	if tags := ch.recoverTags(); len(tags) > 0 {
-		if _, e := ch.submit(m, settleTags(ch.ref(), tags, true)); e != nil {
+		if _, e := ch.submit(m, settleTags(ch.ref(), tags, true, false)); e != nil {
 			return e
 		}
 	}

@@ -76,16 +76,18 @@ func (ch *channel) translateAck(m wire.Method, tx bool, now int64) (*proto.Comma
 	ref := ch.ref()
 	switch m := m.(type) {
 	case *wire.BasicNack:
-		return settleTags(ref, tags, m.Requeue), pending, nil
+		return settleTags(ref, tags, m.Requeue, false), pending, nil
 	case *wire.BasicReject:
-		return settleTags(ref, tags, m.Requeue), pending, nil
+		// RabbitMQ 4.3 counts a reject as a failed delivery attempt and
+		// a nack as a return only (fsm/apply_retry.go).
+		return settleTags(ref, tags, m.Requeue, true), pending, nil
 	}
 	return &proto.Command{Cmd: &proto.Command_Settle{Settle: &proto.Settle{Channel: ref, Tags: tags}}}, pending, nil
 }
 
-func settleTags(ref *proto.ChannelRef, tags []uint64, requeue bool) *proto.Command {
+func settleTags(ref *proto.ChannelRef, tags []uint64, requeue, failed bool) *proto.Command {
 	if requeue {
-		return &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ref, Tags: tags}}}
+		return &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ref, Tags: tags, Failed: failed}}}
 	}
 	return &proto.Command{Cmd: &proto.Command_Discard{Discard: &proto.Discard{Channel: ref, Tags: tags}}}
 }
@@ -132,7 +134,7 @@ func (ch *channel) heldRequeue() (cancels []*proto.Command, requeue *proto.Comma
 			Consumer: &proto.ConsumerRef{Channel: ref, Tag: tag},
 		}}})
 	}
-	requeue = settleTags(ref, out.unseen, true)
+	requeue = settleTags(ref, out.unseen, true, false)
 	requeue.GetRequeue().Unseen = true
 	return cancels, requeue
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
-// delayedLoop releases the messages of x-delayed-message exchanges: it
+// delayedLoop releases the messages of x-delayed-message exchanges, and
+// from protocol level 8 the returned messages waiting out their queue's
+// delayed retry (fsm/apply_retry.go), with one ReleaseDelayed: it
 // sleeps on the Clock until the earliest due time, then proposes
 // ReleaseDelayed, one bounded batch per entry, until nothing is due. The
 // state machine decides what is due by the entry's stamp, so a proposal
@@ -27,7 +29,7 @@ func (n *Node) delayedLoop(ctx context.Context) {
 		var due int64
 		var seq uint64
 		var ok bool
-		n.View(func(m *fsm.Machine) { due, seq, ok = m.NextDelayed() })
+		n.View(func(m *fsm.Machine) { due, seq, ok = m.NextRelease() })
 		var timer Timer
 		if ok {
 			now := n.stamp.peek()
@@ -45,7 +47,7 @@ func (n *Node) delayedLoop(ctx context.Context) {
 				}
 				var seq2 uint64
 				var ok2 bool
-				n.View(func(m *fsm.Machine) { _, seq2, ok2 = m.NextDelayed() })
+				n.View(func(m *fsm.Machine) { _, seq2, ok2 = m.NextRelease() })
 				if err == nil && (!ok2 || seq2 != seq) {
 					backoff = 0
 					continue

@@ -182,6 +182,7 @@ func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto
 	if len(cmds) == 0 {
 		return nil, nil
 	}
+	n.gateFailed(cmds)
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline {
 		deadline = time.Now().Add(n.cfg.LeaderWait)
@@ -451,4 +452,21 @@ func mapRaftError(err error) error {
 		return notAppendedf(ErrNoLeader, "%v", err)
 	}
 	return err
+}
+
+// gateFailed clears Requeue.failed (basic.reject) while the log this node
+// applied is below protocol level 8: below it a reject means what a nack
+// does, and a server of an earlier release would refuse the field.
+func (n *Node) gateFailed(cmds []*proto.Command) {
+	var level uint32
+	for _, c := range cmds {
+		if r := c.GetRequeue(); r.GetFailed() {
+			if level == 0 {
+				n.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+			}
+			if level < fsm.RetryLevel {
+				r.Failed = false
+			}
+		}
+	}
 }

@@ -265,6 +265,10 @@ func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {
 	if d, ok := q.leaseDue(); ok {
 		qi.LeaseDueMs = d
 	}
+	if q.retrying > 0 {
+		qi.MessagesDelayed = uint64(q.retrying)
+		qi.NextRetryDueMs = m.nextRetryDue(q)
+	}
 	if q.owner != "" {
 		qi.OwnerConnection = strings.ReplaceAll(strings.TrimSuffix(q.owner, "\x00"), "\x00", "/")
 	}

@@ -311,6 +311,11 @@ func (s *state) dropDelayed(del func(*delayedMsg) bool) {
 // twice.
 func (s *state) applyReleaseDelayed(c *proto.ReleaseDelayed) *proto.Result {
 	limit := min(c.GetLimit(), MaxReleaseBatch)
+	if s.atLeast(retryLevel) {
+		// From level 8 the delayed retries of queues are released too.
+		s.releaseDue(limit)
+		return &proto.Result{}
+	}
 	for n := uint32(0); n < limit && len(s.delayed.h) > 0 && s.delayed.h[0].m.Deadline <= s.clock; n++ {
 		s.release(heap.Pop(&s.delayed).(*delayedMsg))
 	}

@@ -63,6 +63,11 @@ func (s *state) applyPolicySet(c *proto.PolicySet) *proto.Result {
 	if d := c.GetDefinition(); s.atLeast(4) && d != nil && d.ConsumerTimeout != nil && d.GetConsumerTimeout() < 0 {
 		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid consumer-timeout")
 	}
+	if s.atLeast(retryLevel) {
+		if r := checkRetryPolicy(c.GetDefinition()); r != nil {
+			return r
+		}
+	}
 	p := &policy{def: pb.Clone(c).(*proto.PolicySet), re: re}
 	if p.def.Definition == nil {
 		p.def.Definition = &proto.PolicyDefinition{}

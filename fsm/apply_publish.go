@@ -137,7 +137,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 			q.unacked++
 		}
 		g := &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()) + q.held(), Properties: deliveryProps(m)}
+			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()) + q.held(), Properties: deliveryProps(q, m)}
 		if b, ok := m.Inline(); ok {
 			g.Body = b
 		} else {

@@ -179,6 +179,9 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			if q.features {
 				keys = append(slices.Clone(keys), featureEquivalenceKeys...)
 			}
+			if q.retryLevel {
+				keys = append(keys, retryEquivalenceKeys...)
+			}
 			for _, k := range keys {
 				a, aok := tableGet(c.GetArguments(), k)
 				b, bok := tableGet(q.args, k)
@@ -197,7 +200,8 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 		return refused(replycode.AccessRefused, "ACCESS_REFUSED - queue name '"+name+"' contains reserved prefix 'amq.*'")
 	}
 	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
-		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(3)}
+		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(3),
+		retryLevel: s.atLeast(retryLevel)}
 	if c.GetExclusive() {
 		q.owner = owner
 	}
@@ -241,7 +245,7 @@ func (s *state) applyQueueDelete(c *proto.QueueDelete) *proto.Result {
 	if c.GetIfUnused() && len(q.consumers) > 0 {
 		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" in use")
 	}
-	if c.GetIfEmpty() && q.q.Len() > 0 {
+	if c.GetIfEmpty() && (q.q.Len() > 0 || q.retrying > 0) {
 		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" not empty")
 	}
 	n := q.q.Len()
@@ -256,6 +260,7 @@ func (s *state) applyQueuePurge(c *proto.QueuePurge) *proto.Result {
 	}
 	n := q.q.Purge()
 	s.stats.Purged += uint64(n)
+	n += s.dropRetries(q)
 	return &proto.Result{Queue: q.name, MessageCount: uint32(n)}
 }
 
@@ -272,6 +277,7 @@ func (s *state) deleteQueue(q *queueState, notify bool) {
 	}
 	q.consumers = nil
 	s.stats.Purged += uint64(q.q.Purge())
+	s.dropRetries(q)
 	q.deleted = true
 	delete(v.queues, q.name)
 	s.stats.Queues--
@@ -406,7 +412,7 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 		q.unacked++
 	}
 	d := &Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-		RoutingKey: m.RoutingKey, Properties: deliveryProps(m), BodyRef: m.Body, Deadline: m.Deadline, NoAck: c.noAck}
+		RoutingKey: m.RoutingKey, Properties: deliveryProps(q, m), BodyRef: m.Body, Deadline: m.Deadline, NoAck: c.noAck}
 	d.Body, _ = m.Inline()
 	s.sink.Deliver(d)
 }

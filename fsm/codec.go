@@ -29,8 +29,10 @@ const (
 	// (consumer_timeout.go), 7 names each message's body instead of
 	// holding it (queue.Body), holds its properties encoded, and adds
 	// the deaths by reason (Stats.Deaths), 8 the messages of delayed
-	// exchanges (apply_delayed.go).
-	snapVersion = 8
+	// exchanges (apply_delayed.go), 9 each queue's retryLevel flag, each
+	// message's failed attempts and the messages waiting out a delayed
+	// retry (apply_retry.go).
+	snapVersion = 9
 	// bodyRefFormat is the first format that names bodies.
 	bodyRefFormat = 7
 	// delayedFormat is the first format that holds delayed messages.
@@ -128,6 +130,9 @@ func (s *state) encodeTo(e *enc) {
 		// says as much, and a node of the release before, still in the
 		// cluster during a rolling upgrade, can restore it.
 		e.format = delayedFormat - 1
+	} else if e.format == 0 && !s.atLeast(retryLevel) {
+		// Likewise below level 8 nothing waits for a delayed retry.
+		e.format = retryFormat - 1
 	}
 	v := e.version()
 	e.b = append(e.b, snapMagic...)
@@ -210,6 +215,9 @@ func (s *state) encodeTo(e *enc) {
 			if e.version() >= 5 {
 				e.bo(q.features)
 			}
+			if e.version() >= retryFormat {
+				e.bo(q.retryLevel)
+			}
 			e.u(uint64(q.q.Len()))
 			e.reserve(q.q.Len())
 			q.q.Each(func(m *queue.Message) { e.message(m) })
@@ -259,6 +267,9 @@ func (s *state) encodeTo(e *enc) {
 	if e.version() >= delayedFormat {
 		encDelayed(e, &s.delayed)
 	}
+	if e.version() >= retryFormat {
+		encRetry(e, &s.retry)
+	}
 	e.flushBytes()
 }
 
@@ -303,6 +314,9 @@ func encMessage(e *enc, m *queue.Message) {
 	e.bo(m.Redelivered)
 	if e.version() >= 5 {
 		e.i(m.Returns)
+	}
+	if e.version() >= retryFormat {
+		e.i(m.Failures())
 	}
 }
 
@@ -419,6 +433,9 @@ func decMessage(d *dec) *queue.Message {
 	if d.version >= 5 {
 		m.Returns = d.i()
 	}
+	if d.version >= retryFormat {
+		m.SetFailures(d.i())
+	}
 	return m
 }
 
@@ -433,7 +450,7 @@ func (s *state) snapshot() (io.WriterTo, error) {
 	if s.inline {
 		e := &enc{b: make([]byte, 0, 4096), lazy: true}
 		s.encodeTo(e)
-		return &lazySnapshot{parts: e.parts}, nil
+		return &lazySnapshot{parts: e.parts, format: e.version()}, nil
 	}
 	n := 0
 	for _, v := range s.vhosts {
@@ -444,7 +461,7 @@ func (s *state) snapshot() (io.WriterTo, error) {
 	for _, ch := range s.channels {
 		n += len(ch.unacked)
 	}
-	n += len(s.delayed.h)
+	n += len(s.delayed.h) + len(s.retry.h)
 	// About 35 bytes a message; sized once, not grown by doubling.
 	e := &enc{b: make([]byte, 0, 64<<10+40*n), collect: true, names: make([]queue.Body, 0, n)}
 	s.encodeTo(e)
@@ -461,6 +478,8 @@ type part struct {
 type lazySnapshot struct {
 	parts []part
 	names []queue.Body // the named bodies, gathered as the state was encoded
+	// format is the header's: the messages are encoded in it too.
+	format uint64
 }
 
 func (l *lazySnapshot) WriteTo(w io.Writer) (int64, error) {
@@ -470,7 +489,7 @@ func (l *lazySnapshot) WriteTo(w io.Writer) (int64, error) {
 		total += int64(n)
 		return err
 	}
-	buf := &enc{b: make([]byte, 0, 64<<10)}
+	buf := &enc{b: make([]byte, 0, 64<<10), format: l.format}
 	for _, p := range l.parts {
 		if p.msgs == nil {
 			if err := write(p.b); err != nil {
@@ -627,6 +646,9 @@ func decodeState(b []byte) (*state, error) {
 			if version >= 5 {
 				q.features = d.bo()
 			}
+			if version >= retryFormat {
+				q.retryLevel = d.bo()
+			}
 			if r := restoreQueueArgs(q); r != nil {
 				return nil, errCorrupt
 			}
@@ -690,6 +712,9 @@ func decodeState(b []byte) (*state, error) {
 		}
 	}
 	if version >= delayedFormat && !decDelayed(d, s) {
+		return nil, errCorrupt
+	}
+	if version >= retryFormat && !decRetry(d, s) {
 		return nil, errCorrupt
 	}
 	if d.err != nil {

@@ -691,12 +691,13 @@ func BenchmarkReleaseDelayed(b *testing.B) {
 }
 
 // TestDelayed_SnapshotFormatFollowsTheLevel: below level 6 a snapshot is
-// written in format 7, which the release before reads; from 6 on in 8.
+// written in format 7, which the release before reads; from 6 on in 8,
+// from 9 on in 9 (apply_retry.go).
 func TestDelayed_SnapshotFormatFollowsTheLevel(t *testing.T) {
 	for _, c := range []struct {
 		level  uint32
 		format byte
-	}{{5, 7}, {fsm.Protocol, 8}} {
+	}{{5, 7}, {6, 8}, {fsm.Protocol, 9}} {
 		m := fsmtest.NewAt(t, c.level)
 		w, err := m.Snapshot()
 		if err != nil {

@@ -19,8 +19,9 @@ func deliveryCount(t *testing.T, d *fsm.Delivery) int64 {
 }
 
 // The case: limit 2, a dead-letter exchange and a consumer that
-// nacks with requeue: delivered three times, then dead-lettered with
-// reason delivery_limit.
+// rejects with requeue: delivered three times, then dead-lettered with
+// reason delivery_limit. (From level 8 a nack counts no failed attempt:
+// retry_test.go.)
 func TestMachine_DeliveryLimitDeadLetters(t *testing.T) {
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1, exchangeDeclare("dlx", "fanout", nil), declare("dead", nil), bind("dlx", "dead", "", false, nil),
@@ -35,7 +36,7 @@ func TestMachine_DeliveryLimitDeadLetters(t *testing.T) {
 		}
 		counts = append(counts, deliveryCount(t, d))
 		m = roundTrip(t, m) // the count is state: it survives a snapshot
-		_, rec = fsmtest.One(t, m, 4, requeue(ch2, tag, false))
+		_, rec = fsmtest.One(t, m, 4, reject(ch2, tag))
 	}
 	if len(counts) != 3 || counts[0] != 0 || counts[1] != 1 || counts[2] != 2 {
 		t.Fatalf("x-delivery-count of the deliveries %v, want [0 1 2]", counts)
@@ -61,7 +62,7 @@ func TestMachine_DeliveryLimitDefaultPolicyAndUnseen(t *testing.T) {
 		if i == 20 {
 			// Unseen returns (a node handing back what its client never
 			// saw) do not count.
-			unseen := requeue(ch1, r.GetGet().GetDeliveryTag(), false)
+			unseen := reject(ch1, r.GetGet().GetDeliveryTag())
 			unseen.GetRequeue().Unseen = true
 			fsmtest.One(t, m, 2, unseen)
 			if ready(t, m, "def") != 1 {
@@ -69,7 +70,7 @@ func TestMachine_DeliveryLimitDefaultPolicyAndUnseen(t *testing.T) {
 			}
 			r, _ = fsmtest.One(t, m, 2, get("def", false))
 		}
-		fsmtest.One(t, m, 2, requeue(ch1, r.GetGet().GetDeliveryTag(), false))
+		fsmtest.One(t, m, 2, reject(ch1, r.GetGet().GetDeliveryTag()))
 	}
 	if n := ready(t, m, "def"); n != 0 {
 		t.Fatalf("default limit: %d ready after 21 returns", n)
@@ -84,13 +85,13 @@ func TestMachine_DeliveryLimitDefaultPolicyAndUnseen(t *testing.T) {
 		fsmtest.One(t, m, 4, publish("", c.q, "x", nil))
 		for i := 0; i < c.returns; i++ {
 			r, _ := fsmtest.One(t, m, 4, get(c.q, false))
-			fsmtest.One(t, m, 4, requeue(ch1, r.GetGet().GetDeliveryTag(), false))
+			fsmtest.One(t, m, 4, reject(ch1, r.GetGet().GetDeliveryTag()))
 		}
 		if ready(t, m, c.q) != 1 {
 			t.Fatalf("%s: gone after %d returns", c.q, c.returns)
 		}
 		r, _ := fsmtest.One(t, m, 4, get(c.q, false))
-		fsmtest.One(t, m, 4, requeue(ch1, r.GetGet().GetDeliveryTag(), false))
+		fsmtest.One(t, m, 4, reject(ch1, r.GetGet().GetDeliveryTag()))
 		if want := map[string]uint64{"none": 1}[c.q]; ready(t, m, c.q) != want {
 			t.Fatalf("%s: %d ready after %d returns", c.q, ready(t, m, c.q), c.returns+1)
 		}

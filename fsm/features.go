@@ -92,6 +92,9 @@ func parseFeatureArg(q *queueState, key string, v *proto.Value) *proto.Result {
 			return invalidArg(key, q, "\"unsupported queue type '"+t+"'\"")
 		}
 	default:
+		if ok, r := parseRetryArg(q, key, v); ok {
+			return r
+		}
 		if unsupportedQueueArgs[key] {
 			return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - raftmq does not support queue argument '"+key+"' (stream queues)")
 		}
@@ -144,6 +147,9 @@ func (s *state) returned(q *queueState, m *queue.Message) bool {
 	if !q.features {
 		return false
 	}
+	if q.retryLevel {
+		return s.returnedAt8(q, m)
+	}
 	m.Returns++
 	if limit := q.deliveryLimit(); limit >= 0 && m.Returns > limit {
 		s.stats.Rejected++
@@ -161,7 +167,10 @@ const ReasonDeliveryLimit = "delivery_limit"
 // was returned, the x-delivery-count header says how many times (RabbitMQ
 // 4's quorum queue header). Properties() decodes a fresh value, so the
 // header goes on that and never on what the queue holds.
-func deliveryProps(m *queue.Message) *proto.Properties {
+func deliveryProps(q *queueState, m *queue.Message) *proto.Properties {
+	if q.retryLevel {
+		return retryProps(m)
+	}
 	p := m.Properties()
 	if m.Returns == 0 {
 		return p

@@ -70,6 +70,13 @@ func requeue(ch *proto.ChannelRef, tag uint64, multiple bool) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ch, DeliveryTag: tag, Multiple: multiple}}}
 }
 
+// reject is basic.reject with requeue: a failed delivery attempt.
+func reject(ch *proto.ChannelRef, tag uint64) *proto.Command {
+	c := requeue(ch, tag, false)
+	c.GetRequeue().Failed = true
+	return c
+}
+
 func discard(ch *proto.ChannelRef, tag uint64, multiple bool) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_Discard{Discard: &proto.Discard{Channel: ch, DeliveryTag: tag, Multiple: multiple}}}
 }

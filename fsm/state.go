@@ -75,6 +75,12 @@ type state struct {
 	// delayed holds the messages of x-delayed-message exchanges waiting
 	// for their due time (apply_delayed.go).
 	delayed delayedSet
+	// retry holds the returned messages waiting out a delayed retry
+	// (apply_retry.go).
+	retry retrySet
+	// failing says whether the returns of the command being applied are
+	// failed delivery attempts (failedReturn; not state).
+	failing bool
 	// routing is what route learnt of delayed exchanges (not state).
 	routing routeScratch
 	// releases counts what this replica released (not state: see
@@ -149,6 +155,14 @@ type queueState struct {
 	sac              bool   // x-single-active-consumer
 	prioritized      int    // consumers with a nonzero x-priority
 	counts           queueCounts
+
+	// retryLevel: declared at protocol level 8 or later, so returns are
+	// counted as RabbitMQ 4.3 counts them and delayed retry applies
+	// (apply_retry.go); retrying counts its messages waiting there.
+	retryLevel bool
+	argRetry   retryArgs
+	retrying   int
+
 	// lastKey is the routing key of the last message enqueued, which the
 	// next one with an equal key shares instead of holding its own copy
 	// (memory only, not state).

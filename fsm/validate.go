@@ -79,7 +79,12 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  7. a consumer's lookahead credit (beyond its prefetch) is used only
 //     while its channel settled or was first assigned something within
 //     LookaheadIdleMs of log time (lookahead.go)
-const Protocol = 7
+//  8. queues declared from this level on count returns as RabbitMQ 4.3
+//     (acquired-count, delivery-count; the delivery limit on the
+//     latter) and have delayed retry; ReleaseDelayed releases their
+//     waiting messages; Requeue.failed and the delayed-retry policy keys
+//     (apply_retry.go)
+const Protocol = 8
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -100,13 +105,28 @@ func init() {
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
-// command of no kind this binary knows.
+// command of no kind this binary knows. Fields added to a kind later need
+// their level too: a server of an earlier release refuses a field it does
+// not know.
 func CommandProtocol(c *proto.Command) uint32 {
 	f := c.ProtoReflect().WhichOneof(cmdOneof)
 	if f == nil {
 		return 0
 	}
+	if retryFields(c) {
+		return retryLevel
+	}
 	return kindProtocol[f.Number()]
+}
+
+// retryFields reports whether c sets a field of level 8: Requeue.failed
+// or a delayed-retry policy key.
+func retryFields(c *proto.Command) bool {
+	if c.GetRequeue().GetFailed() {
+		return true
+	}
+	d := c.GetPolicySet().GetDefinition()
+	return d != nil && (d.DelayedRetryType != nil || d.DelayedRetryMin != nil || d.DelayedRetryMax != nil || d.DelayedRetryMultiplier != nil)
 }
 
 var cmdOneof = (&proto.Command{}).ProtoReflect().Descriptor().Oneofs().ByName("cmd")

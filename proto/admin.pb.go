@@ -1111,8 +1111,13 @@ type QueueInfo struct {
 	// none).
 	MessagesPersistent   uint64 `protobuf:"varint,20,opt,name=messages_persistent,json=messagesPersistent" json:"messages_persistent,omitempty"`
 	HeadMessageTimestamp int64  `protobuf:"varint,21,opt,name=head_message_timestamp,json=headMessageTimestamp" json:"head_message_timestamp,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Returned messages waiting out their delayed retry: neither ready nor
+	// unacknowledged (RabbitMQ 4.3's delayed count); the earliest due time
+	// (unix ms, 0 for none).
+	MessagesDelayed uint64 `protobuf:"varint,22,opt,name=messages_delayed,json=messagesDelayed" json:"messages_delayed,omitempty"`
+	NextRetryDueMs  int64  `protobuf:"varint,23,opt,name=next_retry_due_ms,json=nextRetryDueMs" json:"next_retry_due_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
@@ -1288,6 +1293,20 @@ func (x *QueueInfo) GetMessagesPersistent() uint64 {
 func (x *QueueInfo) GetHeadMessageTimestamp() int64 {
 	if x != nil {
 		return x.HeadMessageTimestamp
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetMessagesDelayed() uint64 {
+	if x != nil {
+		return x.MessagesDelayed
+	}
+	return 0
+}
+
+func (x *QueueInfo) GetNextRetryDueMs() int64 {
+	if x != nil {
+		return x.NextRetryDueMs
 	}
 	return 0
 }
@@ -4183,7 +4202,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
-	"consistent\"\x9f\x06\n" +
+	"consistent\"\xf5\x06\n" +
 	"\tQueueInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -4209,7 +4228,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x10owner_connection\x18\x12 \x01(\tR\x0fownerConnection\x12#\n" +
 	"\runacked_bytes\x18\x13 \x01(\x04R\funackedBytes\x12/\n" +
 	"\x13messages_persistent\x18\x14 \x01(\x04R\x12messagesPersistent\x124\n" +
-	"\x16head_message_timestamp\x18\x15 \x01(\x03R\x14headMessageTimestamp\"B\n" +
+	"\x16head_message_timestamp\x18\x15 \x01(\x03R\x14headMessageTimestamp\x12)\n" +
+	"\x10messages_delayed\x18\x16 \x01(\x04R\x0fmessagesDelayed\x12)\n" +
+	"\x11next_retry_due_ms\x18\x17 \x01(\x03R\x0enextRetryDueMs\"B\n" +
 	"\x12ListQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.raftmq.v1.QueueInfoR\x06queues\"[\n" +
 	"\x0fGetQueueRequest\x12\x14\n" +

@@ -2915,7 +2915,12 @@ type Requeue struct {
 	// back without the redelivered flag.
 	Unseen bool `protobuf:"varint,5,opt,name=unseen" json:"unseen,omitempty"`
 	// As Settle.tags.
-	Tags          []uint64 `protobuf:"varint,6,rep,packed,name=tags" json:"tags,omitempty"`
+	Tags []uint64 `protobuf:"varint,6,rep,packed,name=tags" json:"tags,omitempty"`
+	// basic.reject with requeue: the delivery attempt failed, which from
+	// protocol level 8 counts in the message's delivery-count (a nack
+	// counts in its acquired-count only). Set only once the log is at
+	// level 8, so that a server of an earlier release never sees it.
+	Failed        bool `protobuf:"varint,7,opt,name=failed" json:"failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2990,6 +2995,13 @@ func (x *Requeue) GetTags() []uint64 {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *Requeue) GetFailed() bool {
+	if x != nil {
+		return x.Failed
+	}
+	return false
 }
 
 // Discard is basic.nack/basic.reject without requeue: the message is
@@ -3666,8 +3678,15 @@ type PolicyDefinition struct {
 	// before its channel is closed; the smaller of it and the queue's
 	// x-consumer-timeout applies.
 	ConsumerTimeout *int64 `protobuf:"varint,9,opt,name=consumer_timeout,json=consumerTimeout" json:"consumer_timeout,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// delayed-retry-type, -min, -max (RabbitMQ 4.3) and -multiplier
+	// (LavinMQ): how long a returned message waits before it is ready
+	// again (apply_retry.go); from protocol level 8.
+	DelayedRetryType       *string `protobuf:"bytes,10,opt,name=delayed_retry_type,json=delayedRetryType" json:"delayed_retry_type,omitempty"`
+	DelayedRetryMin        *int64  `protobuf:"varint,11,opt,name=delayed_retry_min,json=delayedRetryMin" json:"delayed_retry_min,omitempty"`
+	DelayedRetryMax        *int64  `protobuf:"varint,12,opt,name=delayed_retry_max,json=delayedRetryMax" json:"delayed_retry_max,omitempty"`
+	DelayedRetryMultiplier *int64  `protobuf:"varint,13,opt,name=delayed_retry_multiplier,json=delayedRetryMultiplier" json:"delayed_retry_multiplier,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *PolicyDefinition) Reset() {
@@ -3759,6 +3778,34 @@ func (x *PolicyDefinition) GetDeliveryLimit() int64 {
 func (x *PolicyDefinition) GetConsumerTimeout() int64 {
 	if x != nil && x.ConsumerTimeout != nil {
 		return *x.ConsumerTimeout
+	}
+	return 0
+}
+
+func (x *PolicyDefinition) GetDelayedRetryType() string {
+	if x != nil && x.DelayedRetryType != nil {
+		return *x.DelayedRetryType
+	}
+	return ""
+}
+
+func (x *PolicyDefinition) GetDelayedRetryMin() int64 {
+	if x != nil && x.DelayedRetryMin != nil {
+		return *x.DelayedRetryMin
+	}
+	return 0
+}
+
+func (x *PolicyDefinition) GetDelayedRetryMax() int64 {
+	if x != nil && x.DelayedRetryMax != nil {
+		return *x.DelayedRetryMax
+	}
+	return 0
+}
+
+func (x *PolicyDefinition) GetDelayedRetryMultiplier() int64 {
+	if x != nil && x.DelayedRetryMultiplier != nil {
+		return *x.DelayedRetryMultiplier
 	}
 	return 0
 }
@@ -4392,14 +4439,15 @@ const file_command_proto_rawDesc = "" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
 	"\bmultiple\x18\x03 \x01(\bR\bmultiple\x12\x12\n" +
-	"\x04tags\x18\x04 \x03(\x04R\x04tags\"\xb7\x01\n" +
+	"\x04tags\x18\x04 \x03(\x04R\x04tags\"\xcf\x01\n" +
 	"\aRequeue\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
 	"\bmultiple\x18\x03 \x01(\bR\bmultiple\x12\x10\n" +
 	"\x03all\x18\x04 \x01(\bR\x03all\x12\x16\n" +
 	"\x06unseen\x18\x05 \x01(\bR\x06unseen\x12\x12\n" +
-	"\x04tags\x18\x06 \x03(\x04R\x04tags\"\x8d\x01\n" +
+	"\x04tags\x18\x06 \x03(\x04R\x04tags\x12\x16\n" +
+	"\x06failed\x18\a \x01(\bR\x06failed\"\x8d\x01\n" +
 	"\aDiscard\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
@@ -4433,7 +4481,7 @@ const file_command_proto_rawDesc = "" +
 	"\x04Tick\"\x0f\n" +
 	"\rRestartLeases\"#\n" +
 	"\vSetProtocol\x12\x14\n" +
-	"\x05level\x18\x01 \x01(\rR\x05level\"\xac\x03\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\"\x88\x05\n" +
 	"\x10PolicyDefinition\x12&\n" +
 	"\vmessage_ttl\x18\x01 \x01(\x03B\x05\xaa\x01\x02\b\x01R\n" +
 	"messageTtl\x12\x1f\n" +
@@ -4445,7 +4493,12 @@ const file_command_proto_rawDesc = "" +
 	"\x10max_length_bytes\x18\x06 \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0emaxLengthBytes\x12!\n" +
 	"\boverflow\x18\a \x01(\tB\x05\xaa\x01\x02\b\x01R\boverflow\x12,\n" +
 	"\x0edelivery_limit\x18\b \x01(\x03B\x05\xaa\x01\x02\b\x01R\rdeliveryLimit\x120\n" +
-	"\x10consumer_timeout\x18\t \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0fconsumerTimeout\"\xdf\x01\n" +
+	"\x10consumer_timeout\x18\t \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0fconsumerTimeout\x123\n" +
+	"\x12delayed_retry_type\x18\n" +
+	" \x01(\tB\x05\xaa\x01\x02\b\x01R\x10delayedRetryType\x121\n" +
+	"\x11delayed_retry_min\x18\v \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0fdelayedRetryMin\x121\n" +
+	"\x11delayed_retry_max\x18\f \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0fdelayedRetryMax\x12?\n" +
+	"\x18delayed_retry_multiplier\x18\r \x01(\x03B\x05\xaa\x01\x02\b\x01R\x16delayedRetryMultiplier\"\xdf\x01\n" +
 	"\tPolicySet\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +

@@ -98,5 +98,17 @@ func PolicyDefinitionJSON(d *PolicyDefinition) map[string]any {
 	if d.ConsumerTimeout != nil {
 		out["consumer-timeout"] = d.GetConsumerTimeout()
 	}
+	if d.DelayedRetryType != nil {
+		out["delayed-retry-type"] = d.GetDelayedRetryType()
+	}
+	if d.DelayedRetryMin != nil {
+		out["delayed-retry-min"] = d.GetDelayedRetryMin()
+	}
+	if d.DelayedRetryMax != nil {
+		out["delayed-retry-max"] = d.GetDelayedRetryMax()
+	}
+	if d.DelayedRetryMultiplier != nil {
+		out["delayed-retry-multiplier"] = d.GetDelayedRetryMultiplier()
+	}
 	return out
 }

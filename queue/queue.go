@@ -57,6 +57,31 @@ type Body struct {
 type rare struct {
 	bcc    []string
 	inline []byte
+	// failures is the delivery-count of RabbitMQ 4.3 (failed delivery
+	// attempts, fsm/apply_retry.go), where Returns is its acquired-count.
+	// Few messages fail, so the rest do not pay for it.
+	failures int64
+}
+
+// Failures is the message's count of failed delivery attempts.
+func (m *Message) Failures() int64 {
+	if m.x == nil {
+		return 0
+	}
+	return m.x.failures
+}
+
+// SetFailures sets the count of failed delivery attempts. The rare part
+// is copied first: a copy of the message may share it.
+func (m *Message) SetFailures(n int64) {
+	if m.x == nil && n == 0 {
+		return
+	}
+	r := &rare{failures: n}
+	if m.x != nil {
+		r.bcc, r.inline = m.x.bcc, m.x.inline
+	}
+	m.x = r
 }
 
 func (m *Message) rare() *rare {

@@ -21,7 +21,8 @@ import (
 // reports.
 var honouredQueueArgs = []string{"x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
 	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow",
-	"x-max-priority", "x-delivery-limit", "x-single-active-consumer", "x-consumer-timeout"}
+	"x-max-priority", "x-delivery-limit", "x-single-active-consumer", "x-consumer-timeout",
+	"x-delayed-retry-type", "x-delayed-retry-min", "x-delayed-retry-max", "x-delayed-retry-multiplier"}
 
 // honouredExchangeArgs are the exchange arguments raftmq acts on.
 var honouredExchangeArgs = []string{"alternate-exchange"}

@@ -99,8 +99,18 @@ func TestManagementObjects(t *testing.T) {
 		pol["definition"].(map[string]any)["consumer-timeout"] != float64(60000) {
 		t.Fatalf("policy %v", pol)
 	}
+	// RabbitMQ 4.3's delayed-retry keys, and LavinMQ's multiplier.
+	retry := map[string]any{"delayed-retry-type": "failed", "delayed-retry-min": float64(100), "delayed-retry-max": float64(900), "delayed-retry-multiplier": float64(3)}
+	g.must(http.StatusCreated, "PUT", "/api/policies/%2F/retry", map[string]any{"pattern": "^retry$", "apply-to": "queues", "definition": retry})
+	g.getJSON("/api/policies/%2F/retry", &pol)
+	if fmt.Sprint(pol["definition"]) != fmt.Sprint(retry) {
+		t.Fatalf("retry policy %v, want %v", pol["definition"], retry)
+	}
 	var q map[string]any
 	g.getJSON("/api/queues/%2F/work", &q)
+	if d, ok := q["messages_delayed"]; !ok || d != float64(0) {
+		t.Fatalf("messages_delayed %v", d)
+	}
 	def := q["effective_policy_definition"].(map[string]any)
 	// The operator policy's stricter TTL wins over the policy's here, as
 	// its value is what raftmq applies (the lower of the two).

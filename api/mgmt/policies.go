@@ -15,7 +15,8 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 	def = &proto.PolicyDefinition{}
 	for k := range b {
 		switch k {
-		case "message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit", "consumer-timeout":
+		case "message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit", "consumer-timeout",
+			"delayed-retry-min", "delayed-retry-max", "delayed-retry-multiplier":
 			n, err := fieldInt(b, k, 0)
 			if err != nil {
 				return nil, nil, err
@@ -31,10 +32,16 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 				def.DeliveryLimit = &n
 			case "consumer-timeout":
 				def.ConsumerTimeout = &n
+			case "delayed-retry-min":
+				def.DelayedRetryMin = &n
+			case "delayed-retry-max":
+				def.DelayedRetryMax = &n
+			case "delayed-retry-multiplier":
+				def.DelayedRetryMultiplier = &n
 			default:
 				def.MaxLengthBytes = &n
 			}
-		case "dead-letter-exchange", "dead-letter-routing-key", "overflow":
+		case "dead-letter-exchange", "dead-letter-routing-key", "overflow", "delayed-retry-type":
 			s, err := fieldString(b, k, "")
 			if err != nil {
 				return nil, nil, err
@@ -44,6 +51,8 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 				def.DeadLetterExchange = &s
 			case "dead-letter-routing-key":
 				def.DeadLetterRoutingKey = &s
+			case "delayed-retry-type":
+				def.DelayedRetryType = &s
 			default:
 				def.Overflow = &s
 			}

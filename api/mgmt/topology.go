@@ -68,6 +68,10 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, l
 		"effective_dead_letter_exchange": x.GetEffectiveDeadLetterExchange(),
 		"next_death":                     optTime(x.GetEarliestDeadlineMs()),
 		"lease_due":                      optTime(x.GetLeaseDueMs()),
+		// Returned messages waiting out a delayed retry, in neither
+		// count above.
+		"messages_delayed": x.GetMessagesDelayed(),
+		"next_retry_due":   optTime(x.GetNextRetryDueMs()),
 	})
 	return out
 }

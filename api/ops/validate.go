@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -67,6 +68,27 @@ func validatePolicy(name, pattern, applyTo string, def *proto.PolicyDefinition) 
 		empty = false
 		if def.GetConsumerTimeout() < 0 {
 			return fmt.Errorf("consumer-timeout %d must be >= 0", def.GetConsumerTimeout())
+		}
+	}
+	if def.DelayedRetryType != nil {
+		empty = false
+		switch def.GetDelayedRetryType() {
+		case "disabled", "all", "failed", "returned":
+		default:
+			return fmt.Errorf("delayed-retry-type %q must be one of disabled, all, failed, returned", def.GetDelayedRetryType())
+		}
+	}
+	// The largest delay is the delayed exchange's (fsm.MaxDelay).
+	for _, f := range []struct {
+		key string
+		v   *int64
+		min int64
+	}{{"delayed-retry-min", def.DelayedRetryMin, 0}, {"delayed-retry-max", def.DelayedRetryMax, 0}, {"delayed-retry-multiplier", def.DelayedRetryMultiplier, 1}} {
+		if f.v != nil {
+			empty = false
+			if *f.v < f.min || *f.v > fsm.MaxDelay {
+				return fmt.Errorf("%s %d must be within %d..%d", f.key, *f.v, f.min, int64(fsm.MaxDelay))
+			}
 		}
 	}
 	if def.DeadLetterExchange != nil {

@@ -125,6 +125,10 @@ type policyJSON struct {
 	Overflow             *string `json:"overflow"`
 	DeliveryLimit        *int64  `json:"delivery-limit"`
 	ConsumerTimeout      *int64  `json:"consumer-timeout"`
+	DelayedRetryType     *string `json:"delayed-retry-type"`
+	DelayedRetryMin      *int64  `json:"delayed-retry-min"`
+	DelayedRetryMax      *int64  `json:"delayed-retry-max"`
+	DelayedRetryMult     *int64  `json:"delayed-retry-multiplier"`
 }
 
 // parseDefinition reads a policy definition; unknown keys are an error.
@@ -143,5 +147,7 @@ func parseDefinition(s string) (*proto.PolicyDefinition, error) {
 		DeadLetterExchange: p.DeadLetterExchange, DeadLetterRoutingKey: p.DeadLetterRoutingKey,
 		MaxLength: p.MaxLength, MaxLengthBytes: p.MaxLengthBytes, Overflow: p.Overflow,
 		DeliveryLimit: p.DeliveryLimit, ConsumerTimeout: p.ConsumerTimeout,
+		DelayedRetryType: p.DelayedRetryType, DelayedRetryMin: p.DelayedRetryMin, DelayedRetryMax: p.DelayedRetryMax,
+		DelayedRetryMultiplier: p.DelayedRetryMult,
 	}, nil
 }
