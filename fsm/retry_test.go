@@ -346,11 +346,11 @@ func TestRetry_Validation(t *testing.T) {
 		}
 	}
 	rej := reject(ch1, 1)
-	if got := fsm.CommandProtocol(rej); got != 9 {
-		t.Fatalf("Requeue.failed needs level %d, want 9", got)
+	if got := fsm.CommandProtocol(rej); got != fsm.RetryLevel {
+		t.Fatalf("Requeue.failed needs level %d, want %d", got, fsm.RetryLevel)
 	}
-	if got := fsm.CommandProtocol(policySet("p", ".*", 0, false, &proto.PolicyDefinition{DelayedRetryMin: ptr(int64(1))})); got != 9 {
-		t.Fatalf("a delayed-retry policy needs level %d, want 9", got)
+	if got := fsm.CommandProtocol(policySet("p", ".*", 0, false, &proto.PolicyDefinition{DelayedRetryMin: ptr(int64(1))})); got != fsm.RetryLevel {
+		t.Fatalf("a delayed-retry policy needs level %d, want %d", got, fsm.RetryLevel)
 	}
 }
 
