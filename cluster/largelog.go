@@ -339,10 +339,20 @@ func (s *largeEntries) GetLog(index uint64, l *raft.Log) error {
 				return nil
 			}
 		}
-		if errors.Is(err, os.ErrNotExist) && attempt == 0 {
-			// A truncation removed the entry after its marker was read:
-			// read again (it may be gone, or another entry now).
-			continue
+		if errors.Is(err, os.ErrNotExist) {
+			// A truncation of the head removed the entry's file. raft-wal
+			// still reads an entry below its first index while the entry
+			// is in the open segment, so ask the log where it starts: raft
+			// then sends the snapshot instead.
+			if first, ferr := s.logStore.FirstIndex(); ferr == nil && index < first {
+				return raft.ErrLogNotFound
+			}
+			if attempt == 0 {
+				// A truncation of the tail removed the entry after its
+				// marker was read: read again (it may be gone, or
+				// another entry now).
+				continue
+			}
 		}
 		de := &DataError{Path: name, Err: fmt.Errorf("log entry %d: %w", index, err)}
 		s.bad.Store(de)

@@ -424,3 +424,44 @@ func TestChecksum_IsCRC32C(t *testing.T) {
 		t.Fatalf("checksum %08x, want %08x", got, want)
 	}
 }
+
+// An entry kept beside the log and removed with the log's head is not
+// found, as raft expects of a compacted entry (it then sends the
+// snapshot), not damage: raft-wal still reads such an entry's marker while
+// it is in the open segment.
+func TestLargeEntries_HeadTruncatedIsNotFound(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := openLogStore(dir, LogStoreWAL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := []*raft.Log{
+		{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("small")},
+		{Index: 2, Term: 1, Type: raft.LogCommand, Data: patterned(inlineMax+1, 5)},
+		{Index: 3, Term: 1, Type: raft.LogCommand, Data: []byte("kept")},
+	}
+	if err := s.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	// Reopened, so that no read is served from the bytes just appended.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, err = openLogStore(dir, LogStoreAuto, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.DeleteRange(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	var l raft.Log
+	if err := s.GetLog(2, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog of a compacted entry kept beside the log: %v, want raft.ErrLogNotFound", err)
+	}
+	if de := s.damage(); de != nil {
+		t.Fatalf("the store reports damage: %v", de)
+	}
+	if err := s.GetLog(3, &l); err != nil || string(l.Data) != "kept" {
+		t.Fatalf("GetLog(3) = %q, %v", l.Data, err)
+	}
+}
