@@ -25,9 +25,17 @@ const MaxForwardMessage = 1 << 30
 // forwarding stream, so a dead leader is noticed without traffic.
 const forwardKeepalive = 10 * time.Second
 
+// handshakeTimeout bounds a new connection's TLS and HTTP/2 handshake on
+// the node's gRPC server. gRPC's default is 120 s, and its Stop waits for
+// every handshake in progress: a peer that connected and then went silent
+// (a frozen process's connection, a half-open one) held a stopping node
+// that long. A live peer or raftmqctl completes it in milliseconds.
+const handshakeTimeout = 3 * time.Second
+
 // baseServerOptions are ServerOptions without credentials.
 func baseServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.MaxRecvMsgSize(MaxForwardMessage),
 		grpc.MaxSendMsgSize(MaxForwardMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
