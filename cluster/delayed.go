@@ -59,19 +59,7 @@ func (n *Node) delayedLoop(ctx context.Context) {
 				timer = n.cfg.Clock.NewTimer(time.Duration(due-now) * time.Millisecond)
 			}
 		}
-		var fire <-chan time.Time
-		if timer != nil {
-			fire = timer.C()
-		}
-		select {
-		case <-fire:
-		case <-applied:
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
+		if !awaitDue(ctx, timer, applied) {
 			return
 		}
 	}

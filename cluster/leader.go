@@ -255,22 +255,27 @@ func (n *Node) dueLoop(ctx context.Context, what string,
 				timer = n.cfg.Clock.NewTimer(time.Duration(at-now) * time.Millisecond)
 			}
 		}
-		var fire <-chan time.Time
-		if timer != nil {
-			fire = timer.C()
-		}
-		select {
-		case <-fire:
-		case <-applied:
-		case <-ctx.Done():
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
+		if !awaitDue(ctx, timer, applied) {
 			return
 		}
 	}
+}
+
+// awaitDue waits for a scheduler's timer (nil: none), the next apply
+// (applied, nil to ignore applies), or the end of ctx, and reports whether
+// the scheduler goes on.
+func awaitDue(ctx context.Context, timer Timer, applied <-chan struct{}) bool {
+	var fire <-chan time.Time
+	if timer != nil {
+		fire = timer.C()
+		defer timer.Stop()
+	}
+	select {
+	case <-fire:
+	case <-applied:
+	case <-ctx.Done():
+	}
+	return ctx.Err() == nil
 }
 
 // expiryLoop proposes ONE Expire naming every queue with a message due.
