@@ -373,6 +373,9 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			continue
 		}
 		srv, in := inConfig[id]
+		if m.health != HealthAlive {
+			n.removed.Delete(id)
+		}
 		switch m.health {
 		case HealthAlive:
 			if !in || n.reach.silentFor(id, now) < n.cfg.NodeDownAfter/2 {
@@ -380,6 +383,9 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			}
 			addr := m.meta.GetRaftAddr()
 			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
+				continue
+			}
+			if _, gone := n.removed.Load(id); gone && !in {
 				continue
 			}
 			if err := n.verifyPeer(ctx, id, addr); err != nil {

@@ -265,6 +265,11 @@ type Node struct {
 	bodyToken [tokenLen]byte
 	trans     *raft.NetworkTransport
 	out       *outbound // the connections it dialed, ended by Close
+	// removed holds the servers an operator removed (RemoveNode) while
+	// they were alive: reconcile adds alive members as voters, and would
+	// undo the removal at its next round. An id is forgotten once gossip
+	// no longer sees the member alive, so a node that comes back joins.
+	removed sync.Map
 	list      *memberlist.Memberlist
 	fwd       *forwarder
 	advert    string // advertised raft address
@@ -762,7 +767,9 @@ func (n *Node) RemoveNode(id string) error {
 	if _, ok := n.server(id); !ok {
 		return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 	}
+	n.removed.Store(id, true)
 	if err := n.await(context.Background(), n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
+		n.removed.Delete(id)
 		return fmt.Errorf("cluster: remove %s: %w", id, mapRaftError(err))
 	}
 	return nil
