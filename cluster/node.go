@@ -270,9 +270,9 @@ type Node struct {
 	// undo the removal at its next round. An id is forgotten once gossip
 	// no longer sees the member alive, so a node that comes back joins.
 	removed sync.Map
-	list      *memberlist.Memberlist
-	fwd       *forwarder
-	advert    string // advertised raft address
+	list    *memberlist.Memberlist
+	fwd     *forwarder
+	advert  string // advertised raft address
 	// replyConns carry direct replies to other nodes (reply.go).
 	replyConns peerConns
 
