@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -363,24 +361,7 @@ func TestDelayed_AMQP091(t *testing.T) {
 // consumer on different nodes.
 func TestDelayed_Pika(t *testing.T) {
 	skipShort(t)
-	py := ""
-	for _, cand := range []string{"/usr/bin/python3", "python3"} {
-		if p, err := exec.LookPath(cand); err == nil && exec.Command(p, "-c", "import pika").Run() == nil {
-			py = p
-			break
-		}
-	}
-	if py == "" {
-		t.Skip("no python3 with pika (Debian package python3-pika)")
-	}
+	py := pythonWithPika(t)
 	c := StartCluster(t, 3)
-	script, err := filepath.Abs(filepath.Join("testdata", "pika_delayed.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(py, script, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("pika script: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
+	runPika(t, "pika_delayed.py", py, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL())
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -373,26 +372,9 @@ func TestFeatures_UnsupportedArgumentsRefused(t *testing.T) {
 // TestFeatures_Pika runs the same features through pika (Debian's
 // python3-pika), a client with its own framing and table encoding.
 func TestFeatures_Pika(t *testing.T) {
-	py := ""
-	for _, cand := range []string{"/usr/bin/python3", "python3"} {
-		if p, err := exec.LookPath(cand); err == nil && exec.Command(p, "-c", "import pika").Run() == nil {
-			py = p
-			break
-		}
-	}
-	if py == "" {
-		t.Skip("no python3 with pika (Debian package python3-pika)")
-	}
+	py := pythonWithPika(t)
 	urls := brokerURLs(t, 3)
-	script, err := filepath.Abs(filepath.Join("testdata", "pika_features.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(py, append([]string{script}, urls...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("pika script: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
+	runPika(t, "pika_features.py", py, urls...)
 }
 
 func TestFeatures_ConsumerPriorityAcrossNodes(t *testing.T) {

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"errors"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -153,25 +151,8 @@ func TestDelayedRetry_AMQP091(t *testing.T) {
 // consumer on different nodes.
 func TestDelayedRetry_Pika(t *testing.T) {
 	skipShort(t)
-	py := ""
-	for _, cand := range []string{"/usr/bin/python3", "python3"} {
-		if p, err := exec.LookPath(cand); err == nil && exec.Command(p, "-c", "import pika").Run() == nil {
-			py = p
-			break
-		}
-	}
-	if py == "" {
-		t.Skip("no python3 with pika (Debian package python3-pika)")
-	}
+	py := pythonWithPika(t)
 	c := StartCluster(t, 3)
 	waitRetryLevel(t, dial(t, c.Nodes[1]))
-	script, err := filepath.Abs(filepath.Join("testdata", "pika_retry.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(py, script, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("pika script: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
+	runPika(t, "pika_retry.py", py, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL())
 }
