@@ -1,0 +1,7 @@
+//go:build !unix
+
+package offheap
+
+func mapBytes(int) ([]byte, bool) { return nil, false }
+
+func unmapBytes([]byte) {}
