@@ -50,14 +50,14 @@ func TestQueue_PriorityExpiryIsPerMessage(t *testing.T) {
 		t.Fatalf("earliest %d %v", d, ok)
 	}
 	out := q.PopExpired(100)
-	if len(out) != 1 || text(out[0]) != "lo" {
+	if len(out) != 1 || text(&out[0]) != "lo" {
 		t.Fatalf("expired %v", out)
 	}
 	if got := bodies(&q); got != "himid" {
 		t.Fatalf("left %q", got)
 	}
 	out = q.PopExpired(500)
-	if len(out) != 1 || text(out[0]) != "hi" || q.Len() != 1 || text(q.Peek()) != "mid" {
+	if len(out) != 1 || text(&out[0]) != "hi" || q.Len() != 1 || text(q.Peek()) != "mid" {
 		t.Fatalf("second expiry %v, head %v", out, q.Peek())
 	}
 	m := q.PopFront()

@@ -54,15 +54,15 @@ func TestQueue_PopExpired(t *testing.T) {
 	}
 	var got string
 	for _, m := range q.PopExpired(300) {
-		got += text(m)
+		got += text(&m)
 	}
 	if got != "1234" || bodies(&q) != "k9" || q.Len() != 2 {
 		t.Fatalf("expired %q, left %q", got, bodies(&q))
 	}
 	m := q.PopFront()
-	q.SetDeadline(q.Peek(), 50)
+	q.UpdateDeadlines(func(*Message) int64 { return 50 })
 	if text(m) != "k" || len(q.PopExpired(60)) != 1 || q.Len() != 0 {
-		t.Fatal("SetDeadline")
+		t.Fatal("UpdateDeadlines")
 	}
 }
 

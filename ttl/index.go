@@ -6,7 +6,8 @@ package ttl
 // which entries leave never depends on the order in which they came in.
 //
 // Layout, for memory: the heap is a 4-ary heap in one slice of 16-byte
-// entries (deadline and a 32-bit reference to the id's slot). Ids are
+// entries (deadline, a 32-bit reference to the id's slot and 32 bits the
+// caller may use, PushAux). Ids are
 // grouped in pages of 32 consecutive ids; a page holds, per id, the id's
 // position in the heap. Only pages holding at least one id exist, in one
 // pointer-free arena the garbage collector never scans, and a small map
@@ -37,6 +38,7 @@ const (
 type entry struct {
 	deadline int64
 	ref      uint32
+	aux      uint32 // the caller's, carried along (PushAux); 0 by Push
 }
 
 type page struct {
@@ -81,11 +83,17 @@ func (x *Index) Len() int { return len(x.heap) }
 
 // Push adds id with its deadline. Pushing an id that is already present
 // moves it to the new deadline (like Update).
-func (x *Index) Push(id uint64, deadline int64) {
+func (x *Index) Push(id uint64, deadline int64) { x.PushAux(id, deadline, 0) }
+
+// PushAux is Push with a 32-bit value of the caller's kept with the entry
+// (PopDueAux returns it), which costs nothing: it fills the entry's
+// padding.
+func (x *Index) PushAux(id uint64, deadline int64, aux uint32) {
 	key := id >> pageBits
 	p, ok := x.dir[key]
 	if ok {
 		if s := x.pages[p].slot[id&pageMask]; s != 0 {
+			x.heap[s-1].aux = aux
 			x.set(int(s)-1, deadline)
 			return
 		}
@@ -93,7 +101,7 @@ func (x *Index) Push(id uint64, deadline int64) {
 		p = x.alloc(key)
 	}
 	x.pages[p].n++
-	e := entry{deadline: deadline, ref: p<<pageBits | uint32(id&pageMask)}
+	e := entry{deadline: deadline, ref: p<<pageBits | uint32(id&pageMask), aux: aux}
 	x.heap = append(x.heap, e)
 	x.up(len(x.heap)-1, e)
 }
@@ -142,6 +150,14 @@ func (x *Index) Peek() (id uint64, deadline int64, ok bool) {
 // how many it popped. fn may Push, Remove or Update; an entry it pushes with
 // a deadline <= now is popped in the same call.
 func (x *Index) PopDue(now int64, fn func(id uint64, deadline int64)) int {
+	if fn == nil {
+		return x.PopDueAux(now, nil)
+	}
+	return x.PopDueAux(now, func(id uint64, deadline int64, _ uint32) { fn(id, deadline) })
+}
+
+// PopDueAux is PopDue, giving fn each entry's aux value too.
+func (x *Index) PopDueAux(now int64, fn func(id uint64, deadline int64, aux uint32)) int {
 	n := 0
 	for len(x.heap) > 0 && x.heap[0].deadline <= now {
 		e := x.heap[0]
@@ -149,7 +165,28 @@ func (x *Index) PopDue(now int64, fn func(id uint64, deadline int64)) int {
 		x.removeAt(0)
 		n++
 		if fn != nil {
-			fn(id, e.deadline)
+			fn(id, e.deadline, e.aux)
+		}
+	}
+	return n
+}
+
+// CountDue returns how many entries have a deadline <= now, visiting only
+// those and their children: O(due), not O(Len).
+func (x *Index) CountDue(now int64) int {
+	if len(x.heap) == 0 || x.heap[0].deadline > now {
+		return 0
+	}
+	n := 0
+	stack := []int{0}
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		n++
+		for c := arity*i + 1; c < min(arity*i+1+arity, len(x.heap)); c++ {
+			if x.heap[c].deadline <= now {
+				stack = append(stack, c)
+			}
 		}
 	}
 	return n

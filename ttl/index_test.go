@@ -333,3 +333,38 @@ func TestIndexSparseRemovalCompacts(t *testing.T) {
 		t.Fatalf("popped %d, want %d", len(got), len(want))
 	}
 }
+
+// PushAux keeps the caller's value with the entry, PopDueAux returns it,
+// and CountDue counts what PopDue would pop without popping it.
+func TestIndex_AuxAndCountDue(t *testing.T) {
+	var x Index
+	r := rand.New(rand.NewSource(1))
+	want := map[uint64]uint32{}
+	dl := map[uint64]int64{}
+	for id := uint64(0); id < 2000; id++ {
+		d := int64(r.Intn(1000))
+		x.PushAux(id, d, uint32(id*7))
+		want[id], dl[id] = uint32(id*7), d
+	}
+	x.PushAux(5, 2000, 99) // moves, with a new aux
+	want[5], dl[5] = 99, 2000
+	for _, now := range []int64{-1, 0, 100, 500, 999, 5000} {
+		n := 0
+		for _, d := range dl {
+			if d <= now {
+				n++
+			}
+		}
+		if got := x.CountDue(now); got != n {
+			t.Fatalf("CountDue(%d) = %d, want %d", now, got, n)
+		}
+	}
+	popped := x.PopDueAux(999, func(id uint64, d int64, aux uint32) {
+		if aux != want[id] || d != dl[id] {
+			t.Fatalf("id %d: aux %d deadline %d, want %d %d", id, aux, d, want[id], dl[id])
+		}
+	})
+	if popped != 1999 || x.Len() != 1 || x.CountDue(1999) != 0 || x.CountDue(2000) != 1 {
+		t.Fatalf("popped %d, left %d", popped, x.Len())
+	}
+}
