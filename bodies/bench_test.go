@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // The body size of the 1,000,000-key benchmarks; Open reads no body, so
@@ -212,4 +213,80 @@ func BenchmarkOpen1M(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(heap, "heapB/body")
+}
+
+// One body of 1 KiB out of a batch entry of 130 publishes (about 140 KB,
+// what the batcher makes at 20,000 publishes a second), at the middle
+// and at the end of the entry: by the decode of the whole Envelope, by
+// a scan of every command (what Get did on a cache miss until it read
+// one body), and by the scan up to the command (Get now); the last two
+// as Get serves them, copied out of the entry.
+func BenchmarkBodyOfBatchEntry(b *testing.B) {
+	var cmds []*proto.Command
+	for i := range 130 {
+		cmds = append(cmds, publishCmd(body(Key{Index: 1, Pos: uint32(i)}, 1024)))
+	}
+	data := envelope(b, cmds...)
+	ways := []struct {
+		name string
+		get  func(pos uint32) ([]byte, error)
+	}{
+		{"decode", func(pos uint32) ([]byte, error) { return decodedBody(data, pos) }},
+		{"scan-all", func(pos uint32) ([]byte, error) {
+			e, err := scanEntry(data)
+			if err != nil {
+				return nil, err
+			}
+			b, err := e.body(pos)
+			return bytes.Clone(b), err
+		}},
+		{"scan-to", func(pos uint32) ([]byte, error) {
+			b, err := entryBody(data, pos)
+			return bytes.Clone(b), err
+		}},
+	}
+	for _, w := range ways {
+		for _, pos := range []uint32{64, 129} {
+			b.Run(w.name+"/pos="+strconv.Itoa(int(pos)), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if got, err := w.get(pos); err != nil || len(got) != 1024 {
+						b.Fatal(len(got), err)
+					}
+				}
+				b.ReportMetric(float64(len(data)), "entry-bytes")
+			})
+		}
+	}
+}
+
+// Get in an order that is not the log's, as a delayed exchange releases:
+// 1 KiB bodies out of 200 entries of 130 publishes, the cache keeping
+// only the entry read last, so nearly every Get reads its entry again.
+func BenchmarkGetOutOfOrder(b *testing.B) {
+	for name, open := range map[string]func(testing.TB) *testLog{
+		"inmem": inmemLog,
+		"wal":   func(tb testing.TB) *testLog { return walLog(tb, b.TempDir()) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			l := open(b)
+			keys := l.entries(200, 130, 1024)
+			rand.New(rand.NewPCG(1, 2)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+			s, err := Open(b.TempDir(), l.logs, Options{CacheBytes: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			b.ReportAllocs()
+			b.SetBytes(1024)
+			i := 0
+			for b.Loop() {
+				if _, err := s.Get(keys[i%len(keys)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(s.Stats().LogReads)/float64(i), "logreads/op")
+		})
+	}
 }

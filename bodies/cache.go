@@ -5,8 +5,9 @@ import (
 	"sync"
 )
 
-// entryCache keeps the last decoded log entries read, so that the Gets of
-// the bodies of one batch entry read and scan it once. Least recently
+// entryCache keeps the data of the last log entries read, so that the
+// Gets of the bodies of one batch entry read it once (each Get then scans
+// the entry up to its command). Least recently
 // used first out, within a count and a byte budget; the newest entry
 // stays whatever its size. It has its own lock: a Get from the log never
 // waits for the store's.
@@ -21,7 +22,7 @@ type entryCache struct {
 
 type cached struct {
 	index uint64
-	e     *entryBodies
+	data  []byte
 }
 
 func (c *entryCache) init(n int, bytes int64) {
@@ -30,29 +31,29 @@ func (c *entryCache) init(n int, bytes int64) {
 	c.byIndex = map[uint64]*list.Element{}
 }
 
-func (c *entryCache) get(index uint64) *entryBodies {
+func (c *entryCache) get(index uint64) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byIndex[index]
 	if !ok {
-		return nil
+		return nil, false
 	}
 	c.order.MoveToFront(el)
-	return el.Value.(*cached).e
+	return el.Value.(*cached).data, true
 }
 
-func (c *entryCache) put(index uint64, e *entryBodies) {
+func (c *entryCache) put(index uint64, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.byIndex[index]; ok {
 		return
 	}
-	c.byIndex[index] = c.order.PushFront(&cached{index: index, e: e})
-	c.bytes += int64(e.size)
+	c.byIndex[index] = c.order.PushFront(&cached{index: index, data: data})
+	c.bytes += int64(len(data))
 	for c.order.Len() > 1 && (c.order.Len() > c.maxN || c.bytes > c.maxBytes) {
 		old := c.order.Remove(c.order.Back()).(*cached)
 		delete(c.byIndex, old.index)
-		c.bytes -= int64(old.e.size)
+		c.bytes -= int64(len(old.data))
 	}
 }
 

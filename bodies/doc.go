@@ -16,7 +16,8 @@
 //
 //   - Store.maint serialises whatever changes the set of files: Retain,
 //     ReadBodies, the deletion of obsolete files (at the end of the last
-//     hold, or in Retain) and Close. It also owns nextSeq. Writers build
+//     hold, in Retain, or as a holder lets go of maint after the last
+//     hold ended while it held it: unlockMaint) and Close. It also owns nextSeq. Writers build
 //     their files without any other lock, since only they touch them
 //     before they are installed.
 //   - Store.mu (a RWMutex) guards the list of files, each file's obsolete

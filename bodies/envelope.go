@@ -6,6 +6,7 @@ import (
 
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/protobuf/encoding/protowire"
+	gproto "google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -13,9 +14,10 @@ import (
 // descriptors so that they cannot drift from proto/command.proto.
 var (
 	commandDesc  protoreflect.MessageDescriptor
-	envCommands  protowire.Number // Envelope.commands
-	cmdPublish   protowire.Number // Command.publish
-	publishBody  protowire.Number // Publish.body
+	envCommands  protowire.Number             // Envelope.commands
+	cmdPublish   protowire.Number             // Command.publish
+	publishBody  protowire.Number             // Publish.body
+	cmdOneof     protoreflect.OneofDescriptor // Command.cmd
 	cmdOneofNums map[protowire.Number]bool
 )
 
@@ -26,7 +28,8 @@ func init() {
 	cmdPublish = fieldNumber(cmd, "publish")
 	publishBody = fieldNumber((&proto.Publish{}).ProtoReflect().Descriptor(), "body")
 	cmdOneofNums = map[protowire.Number]bool{}
-	members := cmd.Oneofs().ByName("cmd").Fields()
+	cmdOneof = cmd.Oneofs().ByName("cmd")
+	members := cmdOneof.Fields()
 	for i := range members.Len() {
 		cmdOneofNums[members.Get(i).Number()] = true
 	}
@@ -103,6 +106,45 @@ func walkCommands(data []byte, fn func(pos uint32, cmd []byte) bool) error {
 		data = data[n:]
 	}
 	return nil
+}
+
+// entryBody is the body of the Publish command at pos of a log entry's
+// data, aliasing data. EnvelopeBody reads it without decoding the entry:
+// it skips the commands before pos and stops there. Data it does not
+// read as such a command is decoded whole (decodedBody), so that an
+// entry of a shape the scanner does not follow is read as the state
+// machine reads it, and the errors name what is there.
+func entryBody(data []byte, pos uint32) ([]byte, error) {
+	if b, err := EnvelopeBody(data, pos); err == nil {
+		return b, nil
+	}
+	return decodedBody(data, pos)
+}
+
+// decodedBody is the body of the Publish command at pos of an entry's
+// data by proto.Unmarshal of the whole Envelope: every command and body
+// decoded to take one.
+func decodedBody(data []byte, pos uint32) ([]byte, error) {
+	env := &proto.Envelope{}
+	if err := gproto.Unmarshal(data, env); err != nil {
+		return nil, fmt.Errorf("bodies: %w: %v", errNotEnvelope, err)
+	}
+	cmds := env.GetCommands()
+	if int64(pos) >= int64(len(cmds)) {
+		return nil, fmt.Errorf("%w: the entry has %d commands", errNoCommand, len(cmds))
+	}
+	p := cmds[pos].GetPublish()
+	if p == nil {
+		var kind protowire.Number
+		if fd := cmds[pos].ProtoReflect().WhichOneof(cmdOneof); fd != nil {
+			kind = fd.Number()
+		}
+		return nil, fmt.Errorf("command %d: %w", pos, notPublish(kind))
+	}
+	if p.Body == nil {
+		return []byte{}, nil
+	}
+	return p.Body, nil
 }
 
 // errNotPublish is a command of another kind than Publish.
@@ -194,17 +236,16 @@ func publishBodyOf(msg []byte) (body []byte, ok bool, _ error) {
 	return body, ok, nil
 }
 
-// entryBodies is the body of every command of an entry (ok false for a
-// command that is not a Publish, whose error is then kept): one scan for
-// every Get of the entry.
+// entryBodies is the body of every command of an entry (the error of a
+// command that is not a Publish is kept instead): one scan for the
+// relocation of many bodies of the entry.
 type entryBodies struct {
 	bodies [][]byte
 	errs   map[uint32]error
-	size   int // of the entry's data, for the cache's budget
 }
 
 func scanEntry(data []byte) (*entryBodies, error) {
-	e := &entryBodies{size: len(data)}
+	e := &entryBodies{}
 	err := walkCommands(data, func(pos uint32, cmd []byte) bool {
 		b, err := commandBody(cmd)
 		if err != nil {

@@ -2,6 +2,7 @@ package bodies
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/raftmq/raftmq/proto"
@@ -167,4 +168,87 @@ func FuzzEnvelopeBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+// entryCases are entries of the shapes a log holds: batches of
+// publishes among other commands, empty and absent bodies, a large
+// publish (over the 4 MiB that the node's log keeps inline), and the
+// wire forms proto.Marshal does not write.
+func entryCases(t testing.TB) map[string][]byte {
+	batch := func(n, size int) []*proto.Command {
+		var cmds []*proto.Command
+		for i := range n {
+			cmds = append(cmds, publishCmd(body(Key{Index: 7, Pos: uint32(i)}, size)))
+		}
+		return cmds
+	}
+	headers := publishCmd([]byte("with headers"))
+	headers.GetPublish().Mandatory = true
+	headers.GetPublish().Properties.Headers = &proto.Table{Fields: []*proto.Field{
+		{Key: "x-delay", Value: &proto.Value{Kind: &proto.Value_Int64{Int64: 5000}}},
+	}}
+	noBody := publishCmd(nil)
+	noBody.GetPublish().Body = nil
+	return map[string][]byte{
+		"batch of 130":      envelope(t, batch(130, 1024)...),
+		"one publish":       envelope(t, publishCmd([]byte("only"))),
+		"empty bodies":      envelope(t, publishCmd([]byte{}), publishCmd([]byte("x")), noBody, publishCmd([]byte{})),
+		"mixed":             envelope(t, settleCmd(), publishCmd([]byte("a")), tickCmd(), headers, settleCmd(), publishCmd([]byte("b"))),
+		"ignorable":         envelope(t, &proto.Command{Ignorable: true, Cmd: &proto.Command_Publish{Publish: &proto.Publish{Body: []byte("ig")}}}),
+		"large":             envelope(t, publishCmd([]byte("before")), publishCmd(bytes.Repeat([]byte{0xa5}, 5<<20)), publishCmd([]byte("after"))),
+		"no commands":       envelope(t),
+		"empty data":        {},
+		"no publish":        envelope(t, settleCmd(), tickCmd()),
+		"empty command":     envelope(t, &proto.Command{}, publishCmd([]byte("second"))),
+		"version and stamp": append(envelope(t, publishCmd([]byte("p"))), envelope(t, publishCmd([]byte("q")))...),
+		"truncated":         envelope(t, batch(3, 100)...)[:250],
+	}
+}
+
+// The scan (EnvelopeBody), entryBody and the decode of the whole entry
+// give the same body, or the same kind of error, at every position of
+// every entry shape; and the scan serves every Publish itself.
+func TestEntryBody_AgreesWithDecode(t *testing.T) {
+	for name, data := range entryCases(t) {
+		t.Run(name, func(t *testing.T) {
+			var env proto.Envelope
+			uerr := gproto.Unmarshal(data, &env)
+			n := uint32(len(env.GetCommands()))
+			publishes := 0
+			for pos := range n + 2 {
+				want, werr := decodedBody(data, pos)
+				fast, ferr := EnvelopeBody(data, pos)
+				got, gerr := entryBody(data, pos)
+				if uerr != nil {
+					// A damaged entry: the scan does not read past
+					// the command it wants, so it may serve one
+					// before the damage. The entry was applied, so
+					// it unmarshalled then: the log's checksums catch
+					// damage since. It must not panic.
+					continue
+				}
+				if pos < n && env.GetCommands()[pos].GetPublish() != nil {
+					publishes++
+					if werr != nil || ferr != nil || gerr != nil {
+						t.Fatalf("pos %d: decode %v, scan %v, entryBody %v", pos, werr, ferr, gerr)
+					}
+					if !bytes.Equal(fast, want) || !bytes.Equal(got, want) || fast == nil || got == nil {
+						t.Fatalf("pos %d: scan %q, entryBody %q; the decode says %q", pos, trunc(fast), trunc(got), trunc(want))
+					}
+					continue
+				}
+				if werr == nil || ferr == nil || gerr == nil {
+					t.Fatalf("pos %d: decode %q %v, scan %q %v, entryBody %q %v: want errors", pos, trunc(want), werr, trunc(fast), ferr, trunc(got), gerr)
+				}
+				for _, kind := range []error{errNoCommand, errNotPublish, errNotEnvelope} {
+					if errors.Is(gerr, kind) != errors.Is(werr, kind) {
+						t.Fatalf("pos %d: entryBody %v, the decode %v", pos, gerr, werr)
+					}
+				}
+			}
+			if name == "batch of 130" && publishes != 130 {
+				t.Fatalf("%d publishes", publishes)
+			}
+		})
+	}
 }

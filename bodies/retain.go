@@ -37,7 +37,7 @@ func (s *Store) Retain(live []Live, truncateTo uint64) error {
 		}
 	}
 	s.maint.Lock()
-	defer s.maint.Unlock()
+	defer s.unlockMaint()
 	s.mu.RLock()
 	closed := s.closed
 	var files []*file
@@ -168,7 +168,7 @@ func (s *Store) relocate(live []Live, claimed []bool, truncateTo uint64) (_ []*f
 		if !slices.Contains(runClaimed, false) {
 			continue
 		}
-		e, err := s.entry(index, false)
+		data, err := s.entry(index, false)
 		if errors.Is(err, raft.ErrLogNotFound) {
 			for r := range run {
 				if !runClaimed[r] {
@@ -179,6 +179,13 @@ func (s *Store) relocate(live []Live, claimed []bool, truncateTo uint64) (_ []*f
 				}
 			}
 			continue
+		}
+		var e *entryBodies
+		if err == nil {
+			e, err = scanEntry(data)
+			if err != nil {
+				err = fmt.Errorf("bodies: log entry %d: %w", index, err)
+			}
 		}
 		if err != nil {
 			b.abort()

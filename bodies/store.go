@@ -1,6 +1,7 @@
 package bodies
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -58,7 +59,7 @@ type Options struct {
 	// per snapshot) does not leave thousands of files.
 	SmallFileSize int64
 	MaxSmallFiles int
-	// CacheEntries and CacheBytes bound the cache of decoded log entries
+	// CacheEntries and CacheBytes bound the cache of log entries read
 	// (64 entries, 16 MiB); the entry read last is kept whatever its size.
 	CacheEntries int
 	CacheBytes   int64
@@ -224,9 +225,10 @@ func (s *Store) closeFiles() {
 }
 
 // Get returns the body of k: from a body file, else from its log entry.
-// The bytes must not be modified (they may be shared with the entry
-// cache and other readers). k must be a key of a committed entry: an
-// uncommitted entry that raft later replaces could stay in the cache.
+// The bytes are the caller's own: a body from a log entry is copied out
+// of it, so a delivered message does not keep its whole batch entry
+// (about 130 publishes) in memory. k must be a key of a committed entry:
+// an uncommitted entry that raft later replaces could stay in the cache.
 func (s *Store) Get(k Key) ([]byte, error) {
 	b, ok, err := s.getFile(k)
 	if ok || err != nil {
@@ -241,7 +243,10 @@ func (s *Store) Get(k Key) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%w: %v is in no body file and its log entry is gone", ErrMissing, k)
 	}
-	return b, err
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(b), nil
 }
 
 // getFile reads k from the newest file that has it.
@@ -283,13 +288,14 @@ func (s *Store) inFile(k Key, activeOnly bool) bool {
 }
 
 // getLog reads k from its log entry, through the cache; cached says
-// whether an entry read from the log joins it.
+// whether an entry read from the log joins it. The body aliases the
+// entry's data.
 func (s *Store) getLog(k Key, cached bool) ([]byte, error) {
-	e, err := s.entry(k.Index, cached)
+	data, err := s.entry(k.Index, cached)
 	if err != nil {
 		return nil, err
 	}
-	b, err := e.body(k.Pos)
+	b, err := entryBody(data, k.Pos)
 	if errors.Is(err, errNotPublish) || errors.Is(err, errNoCommand) {
 		// No state holds such a key; if one does, its body is missing.
 		return nil, fmt.Errorf("%w: %v: log entry %d: %v", ErrMissing, k, k.Index, err)
@@ -300,11 +306,11 @@ func (s *Store) getLog(k Key, cached bool) ([]byte, error) {
 	return b, nil
 }
 
-// entry is the decoded log entry at index.
-func (s *Store) entry(index uint64, cached bool) (*entryBodies, error) {
-	if e := s.cache.get(index); e != nil {
+// entry is the data of the command entry at index, as it was appended.
+func (s *Store) entry(index uint64, cached bool) ([]byte, error) {
+	if data, ok := s.cache.get(index); ok {
 		s.stats.cacheHits.Add(1)
-		return e, nil
+		return data, nil
 	}
 	var l raft.Log
 	s.stats.logReads.Add(1)
@@ -317,14 +323,10 @@ func (s *Store) entry(index uint64, cached bool) (*entryBodies, error) {
 	if l.Type != raft.LogCommand {
 		return nil, fmt.Errorf("bodies: log entry %d is a %v, not a command", index, l.Type)
 	}
-	e, err := scanEntry(l.Data)
-	if err != nil {
-		return nil, fmt.Errorf("bodies: log entry %d: %w", index, err)
-	}
 	if cached {
-		s.cache.put(index, e)
+		s.cache.put(index, l.Data)
 	}
-	return e, nil
+	return l.Data, nil
 }
 
 // Has says whether Get(k) would find a body.
@@ -376,9 +378,39 @@ func (s *Store) release() {
 	// obsolete files before it lets go, or the next Retain does: the
 	// sender of a snapshot does not wait for a Retain's copying.
 	if s.maint.TryLock() {
-		defer s.maint.Unlock()
+		defer s.unlockMaint()
 		_ = s.deleteObsolete()
 	}
+}
+
+// unlockMaint lets go of maint, then deletes the files that a hold
+// released while maint was held left obsolete. Every holder of maint lets
+// go through here: such a release could not take maint itself (release),
+// and the holder's own deleteObsolete had found the hold still on, so
+// without this the files waited for the next Retain, which comes only
+// with the next snapshot (a node with nothing more to write kept the
+// bodies of a drained backlog on disk).
+func (s *Store) unlockMaint() {
+	s.maint.Unlock()
+	for s.obsoleteUnheld() && s.maint.TryLock() {
+		_ = s.deleteObsolete()
+		s.maint.Unlock()
+	}
+}
+
+// obsoleteUnheld reports whether obsolete files wait that no hold keeps.
+func (s *Store) obsoleteUnheld() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.holds > 0 || s.closed {
+		return false
+	}
+	for _, f := range s.files {
+		if f.obsolete {
+			return true
+		}
+	}
+	return false
 }
 
 // deleteObsolete deletes the obsolete files unless a hold keeps them
@@ -423,7 +455,7 @@ func (s *Store) deleteObsolete() error {
 // disk and are deleted by a later Retain.
 func (s *Store) Close() error {
 	s.maint.Lock()
-	defer s.maint.Unlock()
+	defer s.unlockMaint()
 	err := s.deleteObsolete()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,6 +1,7 @@
 package bodies
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -8,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"github.com/hashicorp/raft"
 )
 
 func logKinds(t *testing.T) map[string]func() *testLog {
@@ -304,14 +308,23 @@ func TestRestart_KeepsEverything(t *testing.T) {
 	}
 }
 
-func TestHold_KeepsFilesAndPin(t *testing.T) {
-	l := inmemLog(t)
-	keys := l.entries(20, 2, 100)
-	dir := t.TempDir()
-	s := openStore(t, dir, l, Options{})
+// heldObsolete stores the bodies of entries up to 10 in a file, takes a
+// hold, then retains nothing up to 20: the file is obsolete, kept by the
+// hold.
+func heldObsolete(t *testing.T) (l *testLog, keys []Key, dir string, s *Store, release func()) {
+	t.Helper()
+	l = inmemLog(t)
+	keys = l.entries(20, 2, 100)
+	dir = t.TempDir()
+	s = openStore(t, dir, l, Options{})
 	retain(t, s, l.live(keys), 10)
-	release := s.Hold()
+	release = s.Hold()
 	retain(t, s, nil, 20)
+	return l, keys, dir, s, release
+}
+
+func TestHold_KeepsFilesAndPin(t *testing.T) {
+	l, keys, dir, s, release := heldObsolete(t)
 	if s.Pin() != 11 {
 		t.Fatalf("pin %d moved while held", s.Pin())
 	}
@@ -324,6 +337,22 @@ func TestHold_KeepsFilesAndPin(t *testing.T) {
 	release() // a second call is harmless
 	if s.Pin() != 21 || len(dirFiles(t, dir)) != 0 {
 		t.Fatalf("released: pin %d, files %v", s.Pin(), dirFiles(t, dir))
+	}
+}
+
+// The last hold ends while another holds maint (a Retain copying, a
+// ReadBodies): that release cannot delete, and the holder had already
+// looked, so the holder deletes as it lets go.
+func TestHold_ReleasedWhileMaintHeldStillDeletes(t *testing.T) {
+	_, _, dir, s, release := heldObsolete(t)
+	if n := len(dirFiles(t, dir)); n != 1 {
+		t.Fatalf("held: %d files, want the obsolete one kept", n)
+	}
+	s.maint.Lock() // a holder past its own deleteObsolete
+	release()      // cannot take maint
+	s.unlockMaint()
+	if files := dirFiles(t, dir); len(files) != 0 {
+		t.Fatalf("after the hold and the holder let go: files %v", files)
 	}
 }
 
@@ -440,5 +469,42 @@ func TestOpen_KeepsTheSourcesOfAnUnfinishedRewrite(t *testing.T) {
 	l.check(s, live)
 	if st := s.Stats(); st.FileBodies > int64(len(live))*2 {
 		t.Fatalf("%d bodies in files for %d live: the duplicates stayed", st.FileBodies, len(live))
+	}
+}
+
+// A body Get reads from a log entry is a copy: a delivered message held
+// in memory does not keep its whole batch entry, and a caller that
+// changes it changes neither the entry nor the next Get.
+func TestGet_FromLogCopiesTheBodyOutOfTheEntry(t *testing.T) {
+	l := inmemLog(t)
+	keys := l.batch(130, 1024)
+	s, err := Open(t.TempDir(), l.logs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var entry raft.Log
+	if err := l.logs.GetLog(keys[0].Index, &entry); err != nil {
+		t.Fatal(err)
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(entry.Data)))
+	hi := lo + uintptr(len(entry.Data))
+	for _, k := range []Key{keys[0], keys[64], keys[129]} {
+		for range 2 { // read from the log, then from the cache
+			b, err := s.Get(k)
+			if err != nil || !bytes.Equal(b, l.want[k]) {
+				t.Fatalf("Get(%v): %d bytes, %v", k, len(b), err)
+			}
+			if p := uintptr(unsafe.Pointer(unsafe.SliceData(b))); p >= lo && p < hi {
+				t.Fatalf("Get(%v) is a slice of its log entry", k)
+			}
+			if cap(b) > 2*len(l.want[k]) {
+				t.Fatalf("Get(%v): %d bytes in a slice of capacity %d", k, len(b), cap(b))
+			}
+			b[0]++
+		}
+	}
+	if st := s.Stats(); st.LogReads != 1 {
+		t.Errorf("%d log reads: want the entry read once", st.LogReads)
 	}
 }

@@ -71,7 +71,7 @@ func (s *Store) ReadBodies(r io.Reader, keys []Key) (err error) {
 		return err
 	}
 	s.maint.Lock()
-	defer s.maint.Unlock()
+	defer s.unlockMaint()
 	s.mu.RLock()
 	closed := s.closed
 	s.mu.RUnlock()
