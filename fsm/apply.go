@@ -43,8 +43,9 @@ func (e *LevelError) Error() string {
 // it with this binary's behaviour would diverge as well.
 func CheckEntry(e Entry) error {
 	for i, c := range e.Envelope.GetCommands() {
-		m := c.ProtoReflect()
-		if m.WhichOneof(cmdOneof) == nil && !c.GetIgnorable() && len(m.GetUnknown()) > 0 {
+		// GetCmd is nil exactly when no kind is set (WhichOneof, without
+		// reflection: every replica checks every command).
+		if c.GetCmd() == nil && !c.GetIgnorable() && len(c.ProtoReflect().GetUnknown()) > 0 {
 			return &UnknownCommandError{Index: e.Index, Position: i}
 		}
 		if l := c.GetSetProtocol().GetLevel(); l > Protocol {

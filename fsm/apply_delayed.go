@@ -10,6 +10,7 @@ import (
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
+	pb "google.golang.org/protobuf/proto"
 )
 
 // DelayedExchangeType is the exchange type of the delayed-message plugin:
@@ -33,16 +34,73 @@ const MaxReleaseBatch = 10000
 // DelayedReleaseBatch is how many messages a leader releases per command.
 const DelayedReleaseBatch = 1000
 
-// delayedMsg is one message waiting in a delayed exchange. m holds what a
-// queued message does, with Deadline the due time, Enqueued the time it
-// was delayed and Seq its place among the delayed messages (ties of one
-// due time release in that order); v and x are where it waits. 144 bytes,
-// about 172 with its heap slot and encoded properties
-// (BenchmarkDelayedMemory).
-type delayedMsg struct {
-	m queue.Message
+// delayedRec is one message waiting in a delayed exchange: 48 bytes
+// without a pointer, so that a million waiting messages are nothing for
+// the garbage collector to mark. due is its due time, enq the time it was
+// delayed, seq its place among the delayed messages (ties of one due time
+// release in that order). What it shares with other messages (exchange,
+// routing key, encoded properties, BCC keys) is in the state machine's
+// queue.Table (meta); where it waits is delayedSet.at[at]; what few have
+// (an inline body) is in delayedSet.extra.
+type delayedRec struct {
+	due, enq   int64
+	seq, index uint64 // index: Body.Index
+	pos, size  uint32 // Body.Pos, Body.Size
+	meta       uint32 // queue.Table handle
+	at         uint32 // delayedSet.at
+}
+
+// recs is the heap's slice of records, in blocks of recBlock: a growing
+// heap adds a block rather than copying itself, so that a million waiting
+// messages leave no earlier, smaller copies resident.
+type recs struct {
+	b [][]delayedRec
+	n int
+}
+
+const recBlock = 1024
+
+func (r *recs) len() int { return r.n }
+
+func (r *recs) at(i int) *delayedRec { return &r.b[i/recBlock][i%recBlock] }
+
+func (r *recs) push(x delayedRec) {
+	if r.n/recBlock == len(r.b) {
+		r.b = append(r.b, make([]delayedRec, recBlock))
+	}
+	r.b[r.n/recBlock][r.n%recBlock] = x
+	r.n++
+}
+
+// truncate keeps the first n records, freeing the blocks past the one
+// after the last in use (one spare, so that a heap at a block's edge does
+// not allocate and free it in turn).
+func (r *recs) truncate(n int) {
+	r.n = n
+	keep := min((n+recBlock-1)/recBlock+1, len(r.b))
+	if n == 0 {
+		keep = 0
+	}
+	clear(r.b[keep:])
+	r.b = r.b[:keep]
+}
+
+// delayedAt is where delayed messages wait: an exchange holding some has
+// one (exchange.at) until its last leaves, so a record names it in four
+// bytes. Not state: ids are never written.
+type delayedAt struct {
 	v *vhost
 	x *exchange
+}
+
+// delayedExtra is what few delayed messages have: a body they hold
+// (restored from an old snapshot, or dead-lettered from one) and the
+// counts a restored message may carry.
+type delayedExtra struct {
+	inline      []byte
+	returns     int64
+	failures    int64
+	redelivered bool
 }
 
 // delayedSet is a min-heap on (due, seq). Its slice order is state: heap
@@ -50,26 +108,138 @@ type delayedMsg struct {
 // and a restore reads it back as it was, so every replica holds the same
 // order whichever way it got there.
 type delayedSet struct {
-	h   []*delayedMsg
+	h   recs
 	seq uint64 // the last Seq given
+	at  []delayedAt
+	// freeAt are the ids of at no exchange holds.
+	freeAt []uint32
+	extra  map[uint64]delayedExtra // by seq
+	// out is the record the last Pop took (Pop returns nil: a record
+	// boxed in an interface would be an allocation per message).
+	out delayedRec
 }
 
-func (d *delayedSet) Len() int { return len(d.h) }
+func (d *delayedSet) Len() int { return d.h.len() }
 func (d *delayedSet) Less(i, j int) bool {
-	a, b := &d.h[i].m, &d.h[j].m
-	if a.Deadline != b.Deadline {
-		return a.Deadline < b.Deadline
+	a, b := d.h.at(i), d.h.at(j)
+	if a.due != b.due {
+		return a.due < b.due
 	}
-	return a.Seq < b.Seq
+	return a.seq < b.seq
 }
-func (d *delayedSet) Swap(i, j int) { d.h[i], d.h[j] = d.h[j], d.h[i] }
-func (d *delayedSet) Push(x any)    { d.h = append(d.h, x.(*delayedMsg)) }
+func (d *delayedSet) Swap(i, j int) {
+	a, b := d.h.at(i), d.h.at(j)
+	*a, *b = *b, *a
+}
+func (d *delayedSet) Push(any) { panic("delayedSet: push with add") }
 func (d *delayedSet) Pop() any {
-	n := len(d.h) - 1
-	x := d.h[n]
-	d.h[n] = nil
-	d.h = d.h[:n]
-	return x
+	n := d.h.len() - 1
+	d.out = *d.h.at(n)
+	d.h.truncate(n)
+	return nil
+}
+
+// add puts r on the heap, as heap.Push would (Fix of the last is its up).
+func (d *delayedSet) add(r delayedRec) {
+	d.h.push(r)
+	heap.Fix(d, d.h.len()-1)
+}
+
+// pop removes and returns the earliest record.
+func (d *delayedSet) pop() delayedRec {
+	heap.Pop(d)
+	return d.out
+}
+
+// remove removes and returns the record at i.
+func (d *delayedSet) remove(i int) delayedRec {
+	heap.Remove(d, i)
+	return d.out
+}
+
+// where is the vhost and exchange r waits in.
+func (d *delayedSet) where(r *delayedRec) (*vhost, *exchange) {
+	a := &d.at[r.at]
+	return a.v, a.x
+}
+
+// enter counts one more message held by x, giving x an id on its first.
+func (d *delayedSet) enter(v *vhost, x *exchange) uint32 {
+	if x.delayed == 0 {
+		if n := len(d.freeAt); n > 0 {
+			x.at = d.freeAt[n-1]
+			d.freeAt = d.freeAt[:n-1]
+			d.at[x.at] = delayedAt{v: v, x: x}
+		} else {
+			x.at = uint32(len(d.at))
+			d.at = append(d.at, delayedAt{v: v, x: x})
+		}
+	}
+	x.delayed++
+	return x.at
+}
+
+// leave counts one message less held by x, freeing its id with its last.
+func (d *delayedSet) leave(x *exchange) {
+	if x.delayed--; x.delayed > 0 {
+		return
+	}
+	d.at[x.at] = delayedAt{}
+	if len(d.freeAt)+1 == len(d.at) {
+		d.at, d.freeAt = nil, nil
+		return
+	}
+	d.freeAt = append(d.freeAt, x.at)
+}
+
+// keep adds m, waiting in x, to the heap (at its end, without ordering,
+// when ordered is false: a restore reads the slice as it was).
+func (s *state) keep(v *vhost, x *exchange, m *queue.Message, ordered bool) {
+	d := &s.delayed
+	r := delayedRec{due: m.Deadline, enq: m.Enqueued, seq: m.Seq, index: m.Body.Index, pos: m.Body.Pos, size: m.Body.Size,
+		meta: s.meta.Intern(m), at: d.enter(v, x)}
+	var e delayedExtra
+	if b, ok := m.Inline(); ok && b != nil {
+		e.inline = b
+	}
+	e.returns, e.failures, e.redelivered = m.Returns, m.Failures(), m.Redelivered
+	if e.inline != nil || e.returns != 0 || e.failures != 0 || e.redelivered {
+		if d.extra == nil {
+			d.extra = map[uint64]delayedExtra{}
+		}
+		d.extra[r.seq] = e
+	}
+	if ordered {
+		d.add(r)
+	} else {
+		d.h.push(r)
+	}
+}
+
+// delayedMessage sets m from r (m is overwritten).
+func (s *state) delayedMessage(r *delayedRec, m *queue.Message) {
+	*m = queue.Message{Body: queue.Body{Index: r.index, Pos: r.pos, Size: r.size}, Enqueued: r.enq, Deadline: r.due, Seq: r.seq}
+	s.meta.Fill(m, r.meta)
+	if e, ok := s.delayed.extra[r.seq]; ok {
+		if e.inline != nil {
+			m.SetInline(e.inline)
+		}
+		m.Returns, m.Redelivered = e.returns, e.redelivered
+		m.SetFailures(e.failures)
+	}
+}
+
+// forget drops what r holds beyond the heap slot it leaves.
+func (s *state) forget(r *delayedRec) {
+	s.meta.Release(r.meta)
+	if s.delayed.extra != nil {
+		delete(s.delayed.extra, r.seq)
+		if len(s.delayed.extra) == 0 {
+			s.delayed.extra = nil
+		}
+	}
+	_, x := s.delayed.where(r)
+	s.delayed.leave(x)
 }
 
 // routeScratch is what route learns about delayed exchanges on its way:
@@ -238,8 +408,9 @@ func (s *state) publishDelayed(c *proto.Publish, v *vhost, x *exchange, keys []s
 		}
 	}
 	enc := encodeProps(props)
+	kept := s.heldProps(props, enc)
 	for _, hx := range held {
-		s.hold(v, hx, delay, c.GetRoutingKey(), enc, bcc, body, nil)
+		s.hold(v, hx, delay, c.GetRoutingKey(), kept, bcc, body, nil)
 	}
 	res := &proto.Result{Routed: true}
 	s.publishCopies(targets, x.name, c.GetRoutingKey(), props, enc, bcc, body, nil, msgTTL, res)
@@ -257,22 +428,73 @@ func (s *state) holdDeadLettered(v *vhost, m *queue.Message, rk string, enc []by
 		inline = []byte{}
 	}
 	delay := s.routing.delay
+	if s.atLeast(sharedDelayLevel) {
+		// A copy of its own: no clone needed (heldProps).
+		var p proto.Properties
+		if pb.Unmarshal(enc, &p) == nil {
+			if _, ok := tableGet(p.GetHeaders(), "x-delay"); ok {
+				enc = withoutDelay(&p)
+			}
+		}
+	}
 	for _, hx := range append([]*exchange(nil), s.routing.held...) {
 		s.hold(v, hx, delay, rk, enc, nil, m.Body, inline)
 	}
 }
 
+// sharedDelayLevel is the protocol level from which a delayed exchange
+// keeps a message's properties without its x-delay value (heldProps).
+const sharedDelayLevel = 9
+
+// heldDelay stands in a held message's properties for the x-delay it was
+// published with. No held message had an x-delay that reads as 0 (0 routes
+// at once), so it cannot be taken for one.
+var heldDelay = &proto.Value{Kind: &proto.Value_Int32{Int32: 0}}
+
+// heldProps is the encoding a delayed exchange keeps of a message's
+// properties (enc is props encoded). From sharedDelayLevel the first
+// x-delay's value is heldDelay: the delay is in the record (due minus
+// enqueued), the release writes minus it in that place (release), and
+// messages published alike but for their delays share one table entry
+// rather than one each (a million waiting messages held a million
+// otherwise identical entries, most of their memory).
+func (s *state) heldProps(props *proto.Properties, enc []byte) []byte {
+	if !s.atLeast(sharedDelayLevel) {
+		return enc
+	}
+	if _, ok := tableGet(props.GetHeaders(), "x-delay"); !ok {
+		return enc
+	}
+	// props is the command's, read by others: the change goes to a copy.
+	return withoutDelay(pb.Clone(props).(*proto.Properties))
+}
+
+// withoutDelay encodes p, which it changes, with its first x-delay's value
+// set to heldDelay; p has an x-delay header.
+func withoutDelay(p *proto.Properties) []byte {
+	setHeader(p.Headers, "x-delay", heldDelay)
+	return encodeProps(p)
+}
+
+// listedDelay is the x-delay shown of a waiting message kept without it:
+// the delay, a signed 32-bit integer where it fits.
+func listedDelay(d int64) *proto.Value {
+	if d <= math.MaxInt32 {
+		return &proto.Value{Kind: &proto.Value_Int32{Int32: int32(d)}}
+	}
+	return &proto.Value{Kind: &proto.Value_Int64{Int64: d}}
+}
+
 // hold adds a message to x's delayed messages, due after its x-delay.
 func (s *state) hold(v *vhost, x *exchange, delay int64, rk string, enc []byte, bcc []string, body queue.Body, inline []byte) {
 	s.delayed.seq++
-	d := &delayedMsg{v: v, x: x, m: queue.Message{Exchange: x.name, RoutingKey: rk, Props: enc, Body: body,
-		Enqueued: s.clock, Deadline: s.clock + delay, MsgTTL: -1, Seq: s.delayed.seq}}
-	d.m.SetBCC(bcc)
+	m := queue.Message{Exchange: x.name, RoutingKey: rk, Props: enc, Body: body,
+		Enqueued: s.clock, Deadline: s.clock + delay, MsgTTL: -1, Seq: s.delayed.seq}
+	m.SetBCC(bcc)
 	if inline != nil {
-		d.m.SetInline(inline)
+		m.SetInline(inline)
 	}
-	x.delayed++
-	heap.Push(&s.delayed, d)
+	s.keep(v, x, &m, true)
 }
 
 // dropDelayedOf removes the delayed messages of a deleted vhost; a scan of
@@ -280,27 +502,31 @@ func (s *state) hold(v *vhost, x *exchange, delay int64, rk string, enc []byte, 
 func (s *state) dropDelayedOf(v *vhost) {
 	for _, x := range v.exchanges {
 		if x.delayed > 0 {
-			s.dropDelayed(func(d *delayedMsg) bool { return d.v == v })
+			s.dropDelayed(func(dv *vhost, _ *exchange) bool { return dv == v })
 			return
 		}
 	}
 }
 
-// dropDelayed removes the delayed messages del selects (their exchange or
-// vhost was deleted): they would have routed nowhere.
-func (s *state) dropDelayed(del func(*delayedMsg) bool) {
-	if len(s.delayed.h) == 0 {
+// dropDelayed removes the delayed messages waiting where del selects
+// (their exchange or vhost was deleted): they would have routed nowhere.
+func (s *state) dropDelayed(del func(*vhost, *exchange) bool) {
+	if s.delayed.h.len() == 0 {
 		return
 	}
-	n := len(s.delayed.h)
-	s.delayed.h = deleteFunc(s.delayed.h, func(d *delayedMsg) bool {
-		if del(d) {
-			d.x.delayed--
-			return true
+	n := s.delayed.h.len()
+	w := 0
+	for i := 0; i < n; i++ {
+		r := *s.delayed.h.at(i)
+		if del(s.delayed.where(&r)) {
+			s.forget(&r)
+			continue
 		}
-		return false
-	})
-	if len(s.delayed.h) != n {
+		*s.delayed.h.at(w) = r
+		w++
+	}
+	s.delayed.h.truncate(w)
+	if s.delayed.h.len() != n {
 		heap.Init(&s.delayed)
 	}
 }
@@ -316,18 +542,22 @@ func (s *state) applyReleaseDelayed(c *proto.ReleaseDelayed) *proto.Result {
 		s.releaseDue(limit)
 		return &proto.Result{}
 	}
-	for n := uint32(0); n < limit && len(s.delayed.h) > 0 && s.delayed.h[0].m.Deadline <= s.clock; n++ {
-		s.release(heap.Pop(&s.delayed).(*delayedMsg))
+	for n := uint32(0); n < limit && s.delayed.h.len() > 0 && s.delayed.h.at(0).due <= s.clock; n++ {
+		s.release(s.delayed.pop())
 	}
 	return &proto.Result{}
 }
 
 // applyCancelDelayed drops one delayed message before its release.
 func (s *state) applyCancelDelayed(c *proto.CancelDelayed) *proto.Result {
-	for i, d := range s.delayed.h {
-		if d.m.Seq == c.GetSeq() && d.v.name == c.GetVhost() && d.x.name == c.GetExchange() {
-			heap.Remove(&s.delayed, i)
-			d.x.delayed--
+	for i := 0; i < s.delayed.h.len(); i++ {
+		r := s.delayed.h.at(i)
+		if r.seq != c.GetSeq() {
+			continue
+		}
+		if v, x := s.delayed.where(r); v.name == c.GetVhost() && x.name == c.GetExchange() {
+			out := s.delayed.remove(i)
+			s.forget(&out)
 			return &proto.Result{}
 		}
 	}
@@ -350,7 +580,7 @@ func (s *state) applyPurgeDelayed(c *proto.PurgeDelayed) *proto.Result {
 	}
 	n := x.delayed
 	if n > 0 {
-		s.dropDelayed(func(d *delayedMsg) bool { return d.x == x })
+		s.dropDelayed(func(_ *vhost, dx *exchange) bool { return dx == x })
 	}
 	return &proto.Result{MessageCount: uint32(min(n, math.MaxUint32))}
 }
@@ -395,13 +625,15 @@ func (m *Machine) KeepReleases(old *Machine) { m.releases = old.releases }
 // x-delay set to minus the delay (the plugin's mark of a released message,
 // which no delayed exchange delays again). Its copies enter their queues
 // now, so queue and message TTLs count from the release.
-func (s *state) release(d *delayedMsg) {
+func (s *state) release(r delayedRec) {
 	if releaseHook != nil {
-		releaseHook(s.clock, d.m.Deadline)
+		releaseHook(s.clock, r.due)
 	}
-	s.releases.observe(s.clock - d.m.Deadline)
-	d.x.delayed--
-	m := &d.m
+	s.releases.observe(s.clock - r.due)
+	m := &queue.Message{}
+	s.delayedMessage(&r, m)
+	v, x := s.delayed.where(&r)
+	s.forget(&r)
 	props := m.Properties()
 	if props == nil {
 		props = &proto.Properties{}
@@ -418,7 +650,7 @@ func (s *state) release(d *delayedMsg) {
 			msgTTL = n
 		}
 	}
-	targets := s.route(d.v, d.x, keys, props.GetHeaders())
+	targets := s.route(v, x, keys, props.GetHeaders())
 	if len(targets) == 0 {
 		return
 	}
@@ -429,7 +661,7 @@ func (s *state) release(d *delayedMsg) {
 			inline = []byte{}
 		}
 	}
-	s.publishCopies(targets, d.x.name, m.RoutingKey, props, encodeProps(props), m.BCC(), m.Body, inline, msgTTL, &proto.Result{})
+	s.publishCopies(targets, x.name, m.RoutingKey, props, encodeProps(props), m.BCC(), m.Body, inline, msgTTL, &proto.Result{})
 }
 
 // releasedDelay is the x-delay of a released copy: minus the delay, a
@@ -448,10 +680,10 @@ var releaseHook func(now, due int64)
 
 // nextDelayed is the due time and sequence of the earliest delayed message.
 func (s *state) nextDelayed() (due int64, seq uint64, ok bool) {
-	if len(s.delayed.h) == 0 {
+	if s.delayed.h.len() == 0 {
 		return 0, 0, false
 	}
-	return s.delayed.h[0].m.Deadline, s.delayed.h[0].m.Seq, true
+	return s.delayed.h.at(0).due, s.delayed.h.at(0).seq, true
 }
 
 // NextDelayed returns the due time (log time, unix ms) and sequence of the
@@ -464,25 +696,33 @@ func (m *Machine) NextDelayed() (due int64, seq uint64, ok bool) { return m.next
 // heap in order without sorting it: cost grows with what it skips and
 // returns, not with every message held.
 func (m *Machine) Delayed(vhost, exchange string, limit int) []*proto.DelayedMessageInfo {
-	h := m.delayed.h
+	h := &m.delayed.h
 	var out []*proto.DelayedMessageInfo
-	if len(h) == 0 || limit <= 0 {
+	if h.len() == 0 || limit <= 0 {
 		return out
 	}
 	front := &indexHeap{set: &m.delayed, idx: []int{0}}
 	for front.Len() > 0 && len(out) < limit {
 		i := heap.Pop(front).(int)
 		for _, c := range []int{2*i + 1, 2*i + 2} {
-			if c < len(h) {
+			if c < h.len() {
 				heap.Push(front, c)
 			}
 		}
-		d := h[i]
-		if (vhost != "" && d.v.name != vhost) || (exchange != "" && d.x.name != exchange) {
+		r := h.at(i)
+		v, x := m.delayed.where(r)
+		if (vhost != "" && v.name != vhost) || (exchange != "" && x.name != exchange) {
 			continue
 		}
-		out = append(out, &proto.DelayedMessageInfo{Vhost: d.v.name, Exchange: d.x.name, RoutingKey: d.m.RoutingKey, Seq: d.m.Seq,
-			DelayedMs: d.m.Enqueued, DueMs: d.m.Deadline, BodySize: d.m.Body.Size, Properties: d.m.Properties()})
+		var dm queue.Message
+		m.delayedMessage(r, &dm)
+		props := dm.Properties()
+		if d, ok := DelayOf(props.GetHeaders()); ok && d == 0 {
+			// Kept without its value (heldProps): the delay it asked for.
+			setHeader(props.Headers, "x-delay", listedDelay(dm.Deadline-dm.Enqueued))
+		}
+		out = append(out, &proto.DelayedMessageInfo{Vhost: v.name, Exchange: x.name, RoutingKey: dm.RoutingKey, Seq: dm.Seq,
+			DelayedMs: dm.Enqueued, DueMs: dm.Deadline, BodySize: dm.Body.Size, Properties: props})
 	}
 	return out
 }
@@ -506,25 +746,32 @@ func (f *indexHeap) Pop() any {
 
 // delayedDue is the earliest due time of each exchange holding messages.
 func (s *state) delayedDue() map[*exchange]int64 {
-	if len(s.delayed.h) == 0 {
+	if s.delayed.h.len() == 0 {
 		return nil
 	}
 	out := map[*exchange]int64{}
-	for _, d := range s.delayed.h {
-		if t, ok := out[d.x]; !ok || d.m.Deadline < t {
-			out[d.x] = d.m.Deadline
+	for i := 0; i < s.delayed.h.len(); i++ {
+		r := s.delayed.h.at(i)
+		_, x := s.delayed.where(r)
+		if t, ok := out[x]; !ok || r.due < t {
+			out[x] = r.due
 		}
 	}
 	return out
 }
 
 // encDelayed writes the delayed messages in heap order (see delayedSet).
-func encDelayed(e *enc, ds *delayedSet) {
+func encDelayed(e *enc, s *state) {
+	ds := &s.delayed
 	e.u(ds.seq)
-	e.u(uint64(len(ds.h)))
-	for _, d := range ds.h {
-		e.s(d.v.name)
-		e.message(&d.m)
+	e.u(uint64(ds.h.len()))
+	var m queue.Message
+	for i := 0; i < ds.h.len(); i++ {
+		r := ds.h.at(i)
+		v, _ := ds.where(r)
+		e.s(v.name)
+		s.delayedMessage(r, &m)
+		e.message(&m)
 	}
 }
 
@@ -532,7 +779,7 @@ func encDelayed(e *enc, ds *delayedSet) {
 func decDelayed(d *dec, s *state) bool {
 	s.delayed.seq = d.u()
 	n := d.n()
-	s.delayed.h = make([]*delayedMsg, 0, n)
+	s.delayed.h = recs{}
 	for ; n > 0 && d.err == nil; n-- {
 		vh := d.s()
 		m := decMessage(d)
@@ -545,8 +792,7 @@ func decDelayed(d *dec, s *state) bool {
 			return false
 		}
 		m.Exchange = x.name
-		x.delayed++
-		s.delayed.h = append(s.delayed.h, &delayedMsg{m: *m, v: v, x: x})
+		s.keep(v, x, m, false)
 	}
 	return d.err == nil
 }

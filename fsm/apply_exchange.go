@@ -104,7 +104,7 @@ func (s *state) isDestination(v *vhost, name string) bool {
 func (s *state) deleteExchange(v *vhost, x *exchange) {
 	delete(v.exchanges, x.name)
 	if x.delayed > 0 {
-		s.dropDelayed(func(d *delayedMsg) bool { return d.x == x })
+		s.dropDelayed(func(_ *vhost, dx *exchange) bool { return dx == x })
 	}
 	s.removeBindingsTo(v, x.name, true)
 }

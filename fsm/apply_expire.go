@@ -17,8 +17,9 @@ func (s *state) applyExpire(c *proto.Expire) *proto.Result {
 		if !ok {
 			continue
 		}
-		for _, m := range q.q.PopExpired(s.clock) {
-			s.kill(q, m, ttl.ReasonExpired)
+		due := q.q.PopExpired(s.clock)
+		for i := range due {
+			s.kill(q, &due[i], ttl.ReasonExpired)
 		}
 	}
 	return &proto.Result{}

@@ -129,11 +129,7 @@ func (s *state) reapplyPolicies(v *vhost) {
 			continue
 		}
 		q.policy, q.opPolicy = matchPolicies(v, q.name, "queues")
-		var ms []*queue.Message
-		q.q.Each(func(m *queue.Message) { ms = append(ms, m) })
-		for _, m := range ms {
-			q.q.SetDeadline(m, deadlineOf(q, m))
-		}
+		q.q.UpdateDeadlines(func(m *queue.Message) int64 { return deadlineOf(q, m) })
 		s.enforceLimits(q)
 	}
 }

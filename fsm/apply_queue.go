@@ -202,6 +202,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
 		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(3),
 		retryLevel: s.atLeast(retryLevel)}
+	q.q.SetTable(s.meta)
 	if c.GetExclusive() {
 		q.owner = owner
 	}
@@ -297,9 +298,10 @@ func (s *state) enqueue(q *queueState, m *queue.Message, fresh bool) {
 		f = m
 	}
 	s.dispatch(q, f)
-	if fresh && m.Deadline <= s.clock && m.Queued() {
-		q.q.Remove(m)
-		s.kill(q, m, ttl.ReasonExpired)
+	if fresh && m.Deadline <= s.clock {
+		if r := q.q.Remove(m); r != nil {
+			s.kill(q, r, ttl.ReasonExpired)
+		}
 	}
 }
 
@@ -347,22 +349,22 @@ func (s *state) kill(q *queueState, m *queue.Message, reason string) {
 func (s *state) dispatch(q *queueState, fresh *queue.Message) {
 	s.capLookahead(q)
 	for len(q.consumers) > 0 {
-		m := q.q.Peek()
-		if m == nil {
+		seq, deadline, ok := q.q.Head()
+		if !ok {
 			return
 		}
-		if m.Deadline <= s.clock && m != fresh {
-			q.q.PopFront()
-			s.kill(q, m, ttl.ReasonExpired)
+		isFresh := fresh != nil && seq == fresh.Seq
+		if deadline <= s.clock && !isFresh {
+			s.kill(q, q.q.PopFront(), ttl.ReasonExpired)
 			continue
 		}
 		c := q.nextConsumer()
 		if c == nil {
 			return
 		}
-		q.q.PopFront()
+		m := q.q.PopFront()
 		if deliverHook != nil {
-			deliverHook(s.clock, m, m == fresh)
+			deliverHook(s.clock, m, isFresh)
 		}
 		s.deliver(q, c, m)
 	}
@@ -410,6 +412,9 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 		c.ch.unacked = append(c.ch.unacked, p)
 		c.unacked++
 		q.unacked++
+	}
+	if f, ok := s.sink.(DeliveryFilter); ok && !f.WantsDeliveries(c.ref) {
+		return
 	}
 	d := &Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
 		RoutingKey: m.RoutingKey, Properties: deliveryProps(q, m), BodyRef: m.Body, Deadline: m.Deadline, NoAck: c.noAck}

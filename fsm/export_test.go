@@ -27,3 +27,7 @@ func SnapshotAs(m *Machine, version uint64, level uint32) ([]byte, error) {
 	m.encodeTo(e)
 	return e.b, nil
 }
+
+// TableEntries is the number of live entries of the table of shared
+// message fields.
+func (m *Machine) TableEntries() int { return m.meta.Entries() }

@@ -111,6 +111,7 @@ func roundTrip(t testing.TB, m *fsm.Machine) *fsm.Machine {
 		t.Fatal(err)
 	}
 	n := restoreFrom(t, w)
+	w.(fsm.Releaser).Release()
 	if n.Digest() != m.Digest() {
 		t.Fatal("digest differs after snapshot round trip")
 	}

@@ -3,12 +3,15 @@ package fsm_test
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/fsm/fsmtest"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 )
 
 // Every entity survives a snapshot round trip, and the restored machine
@@ -110,5 +113,77 @@ func TestMachine_SnapshotIsTheStateWhenTaken(t *testing.T) {
 	}
 	if restoreFrom(t, w).Digest() != want {
 		t.Fatal("the snapshot holds changes applied after it was taken")
+	}
+}
+
+// From the second snapshot on, the buffer is sized from the bytes a
+// message took in the one before: messages far larger than the first
+// guess (long message ids here) cost no regrowth, a copy of the whole
+// encoding so far under the lock.
+func TestSnapshot_SizedFromTheLastOne(t *testing.T) {
+	snapAllocs := func(id string) float64 {
+		m := fsmtest.New(t)
+		fsmtest.One(t, m, 2, declare("q", nil))
+		var batch []*proto.Command
+		for j := range 20000 {
+			batch = append(batch, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: []byte("b"),
+				Properties: &proto.Properties{MessageId: ptr(fmt.Sprintf(id, j))}}}})
+			if len(batch) == 1000 {
+				fsmtest.Apply(t, m, 3, batch...)
+				batch = batch[:0]
+			}
+		}
+		w, err := m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.(fsm.Releaser).Release()
+		return testing.AllocsPerRun(2, func() {
+			w, err := m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.(fsm.Releaser).Release()
+		})
+	}
+	short, long := snapAllocs("%d"), snapAllocs("%0300d")
+	if long > short {
+		t.Fatalf("a snapshot of messages with 300-byte ids made %v allocations, with short ids %v: its buffer grew", long, short)
+	}
+}
+
+// A large snapshot's encoding is outside the heap: taking it grows the
+// heap by little more than its list of bodies, what it writes restores
+// the same state, and Release gives it back.
+func TestSnapshot_LargeEncodingOutsideTheHeap(t *testing.T) {
+	const n = 200_000
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", nil))
+	fill(m, "q", n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	w, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	names := int64(n * unsafe.Sizeof(queue.Body{}))
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc) - names; grew > int64(buf.Len())/4 {
+		t.Fatalf("a snapshot of %d bytes grew the heap by %d bytes beyond its list of bodies", buf.Len(), grew)
+	}
+	if got := len(w.(fsm.BodyLister).Bodies()); got != n {
+		t.Fatalf("%d bodies listed", got)
+	}
+	if restoreBytes(t, buf.Bytes()).Digest() != m.Digest() {
+		t.Fatal("digest differs after the round trip")
+	}
+	w.(fsm.Releaser).Release()
+	if got := len(w.(fsm.BodyLister).Bodies()); got != 0 {
+		t.Fatalf("%d bodies listed after Release", got)
 	}
 }

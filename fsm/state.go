@@ -58,6 +58,9 @@ type state struct {
 	users       map[string]*user
 	perms       map[string]*proto.PermissionInfo // user \x00 vhost
 	channels    map[string]*channel
+	// meta holds, once, what the ready messages of every queue share
+	// (queue.Table): not state, memory only.
+	meta *queue.Table
 	// level is the log's protocol level (SetProtocol): which definition
 	// of the existing command kinds applies (atLeast). 1 for a log that
 	// never raised it.
@@ -70,7 +73,10 @@ type state struct {
 	tagFloor uint64
 	stats    Stats
 	mark     uint64 // routing generation, not part of the state
-	sink     Sink
+	// snapPerMsg is the bytes a message took in the last snapshot this
+	// state encoded (0: none yet), the next one's size guess: not state.
+	snapPerMsg int
+	sink       Sink
 
 	// delayed holds the messages of x-delayed-message exchanges waiting
 	// for their due time (apply_delayed.go).
@@ -119,6 +125,9 @@ type exchange struct {
 	// messages it holds (apply_delayed.go). Both derive from the state.
 	via     string
 	delayed int
+	// at is the exchange's id among the places of delayed messages
+	// (delayedSet.at) while it holds some; not state.
+	at uint32
 }
 
 type binding struct {
@@ -217,6 +226,7 @@ func (s *state) init() {
 	s.users = map[string]*user{}
 	s.perms = map[string]*proto.PermissionInfo{}
 	s.channels = map[string]*channel{}
+	s.meta = &queue.Table{}
 }
 
 // atLeast reports whether the log's protocol level is at least l. A

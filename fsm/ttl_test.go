@@ -237,3 +237,22 @@ func TestMachine_DeadLetterCycle(t *testing.T) {
 		t.Fatal("rejected message not dead-lettered back")
 	}
 }
+
+// Stats counts as overdue the ready messages whose deadline has passed,
+// in queues with a TTL, and none while every deadline is ahead.
+func TestStats_OverdueCountsPassedDeadlines(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("ttl", table("x-message-ttl", i64(1000))))
+	fsmtest.One(t, m, 2, declare("plain", nil))
+	for i := 0; i < 3; i++ {
+		fsmtest.One(t, m, 3, publish("", "ttl", "x", nil))
+		fsmtest.One(t, m, 3, publish("", "plain", "x", nil))
+	}
+	if st := m.Stats(); st.Ready != 6 || st.Overdue != 0 {
+		t.Fatalf("before the deadline: ready %d overdue %d", st.Ready, st.Overdue)
+	}
+	fsmtest.One(t, m, 5000, publish("", "plain", "x", nil))
+	if st := m.Stats(); st.Ready != 7 || st.Overdue != 3 {
+		t.Fatalf("after the deadline: ready %d overdue %d, want 7 and 3", st.Ready, st.Overdue)
+	}
+}

@@ -300,6 +300,46 @@ func TestValidate_RefusesUnknownFields(t *testing.T) {
 	if e := invalid(t, fsm.Validate(c, fsm.Limits{})); e.Code != 541 || !strings.Contains(e.Text, "fields this node does not know") {
 		t.Fatalf("unknown field in properties: %v", e)
 	}
+	// Deeper: in a table nested in a header (a list element, a oneof
+	// member), and in the channel of a publish (a oneof's message).
+	deep := withUnknownField(t, &proto.Decimal{Scale: 1, Value: 2})
+	nested := &proto.Table{Fields: []*proto.Field{{Key: "a", Value: &proto.Value{Kind: &proto.Value_Int32{Int32: 1}}}, {Key: "d", Value: &proto.Value{Kind: &proto.Value_Decimal{Decimal: deep}}}}}
+	headers := &proto.Table{Fields: []*proto.Field{{Key: "t", Value: &proto.Value{Kind: &proto.Value_Table{Table: nested}}}}}
+	c = publish("", "q", "", &proto.Properties{Headers: headers})
+	if e := invalid(t, fsm.Validate(c, fsm.Limits{})); e.Code != 541 || !strings.Contains(e.Text, "fields this node does not know") {
+		t.Fatalf("unknown field in a nested header: %v", e)
+	}
+	deep.ProtoReflect().SetUnknown(nil)
+	if err := fsm.Validate(c, fsm.Limits{}); err != nil {
+		t.Fatalf("the same publish without the unknown field: %v", err)
+	}
+	// A bad value still names its header.
+	bad := &proto.Table{Fields: []*proto.Field{{Key: "ok", Value: &proto.Value{Kind: &proto.Value_Int32{Int32: 1}}},
+		{Key: "t", Value: &proto.Value{Kind: &proto.Value_Table{Table: &proto.Table{Fields: []*proto.Field{{Key: "small", Value: &proto.Value{Kind: &proto.Value_Int8{Int8: 300}}}}}}}}}}
+	if e := invalid(t, fsm.Validate(publish("", "q", "", &proto.Properties{Headers: bad}), fsm.Limits{})); !strings.Contains(e.Text, "field 't' field 'small' value 300") {
+		t.Fatalf("bad nested value: %v", e)
+	}
+	c.GetPublish().Channel = withUnknownField(t, &proto.ChannelRef{Node: "n", Connection: "c", Channel: 1})
+	if e := invalid(t, fsm.Validate(c, fsm.Limits{})); e.Code != 541 || !strings.Contains(e.Text, "fields this node does not know") {
+		t.Fatalf("unknown field in the publish's channel: %v", e)
+	}
+}
+
+// BenchmarkValidate_Publish is the leader's check of one publish with a
+// few headers, before it is proposed.
+func BenchmarkValidate_Publish(b *testing.B) {
+	headers := &proto.Table{Fields: []*proto.Field{
+		{Key: "a", Value: &proto.Value{Kind: &proto.Value_Int32{Int32: 1}}},
+		{Key: "b", Value: &proto.Value{Kind: &proto.Value_ShortString{ShortString: "x"}}},
+	}}
+	c := &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: make([]byte, 1024),
+		Properties: &proto.Properties{DeliveryMode: ptr[uint32](2), Headers: headers}, Channel: &proto.ChannelRef{Node: "n1", Connection: "c1", Channel: 1}}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := fsm.Validate(c, fsm.Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // TestApply_EveryKindWithoutItsMessage: apply refuses what Validate calls
