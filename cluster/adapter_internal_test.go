@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -141,6 +142,9 @@ func TestLocalSink_KeepsOnlyThisNodesEffects(t *testing.T) {
 	ref := func(node, tag string) *proto.ConsumerRef {
 		return &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: node}, Tag: tag}
 	}
+	if !s.WantsDeliveries(ref("me", "a")) || s.WantsDeliveries(ref("other", "b")) {
+		t.Fatal("the sink asks for other nodes' deliveries, or not for its own")
+	}
 	s.Deliver(&fsm.Delivery{Consumer: ref("me", "a")})
 	s.Deliver(&fsm.Delivery{Consumer: ref("other", "b")})
 	s.ConsumerCancelled(ref("other", "c"))
@@ -238,5 +242,41 @@ func TestFSMAdapter_RestoreKeepsReleaseCounts(t *testing.T) {
 	}
 	if n.machine == before || n.machine.Releases() != want {
 		t.Fatalf("after the restore: %+v, want %+v", n.machine.Releases(), want)
+	}
+}
+
+// After a large snapshot the node gives its free heap back to the
+// operating system at once (returnMemory), after a small one it leaves it
+// to the runtime.
+func TestSnapshotRelease_LargeReturnsFreeHeap(t *testing.T) {
+	n := &Node{}
+	var st runtime.MemStats
+	garbage := func() {
+		b := make([][]byte, 64)
+		for i := range b {
+			b[i] = make([]byte, 1<<20)
+		}
+		runtime.KeepAlive(b)
+		runtime.GC()
+	}
+	forced := func() uint32 { runtime.ReadMemStats(&st); return st.NumForcedGC }
+
+	n.snapLive.Store(returnAfterBodies - 1)
+	garbage()
+	before := forced()
+	fsmSnapshot{n: n}.Release()
+	if after := forced(); after != before {
+		t.Fatalf("a small snapshot forced %d collections", after-before)
+	}
+
+	n.snapLive.Store(returnAfterBodies)
+	garbage()
+	before = forced()
+	fsmSnapshot{n: n}.Release()
+	if after := forced(); after != before+1 {
+		t.Fatalf("a large snapshot forced %d collections, want 1", after-before)
+	}
+	if kept := st.HeapIdle - st.HeapReleased; kept > 16<<20 {
+		t.Fatalf("%d bytes of free heap still resident after a large snapshot", kept)
 	}
 }

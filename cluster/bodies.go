@@ -459,24 +459,34 @@ func (n *Node) reclaimLoop() {
 	for {
 		select {
 		case <-tick.C:
-			n.reclaimBodies()
+			if n.Err() != nil {
+				continue
+			}
+			// Both read the same count: the state is read once a tick.
+			queued := n.heldMessages()
+			n.reclaimBodies(queued)
+			n.scaleSnapshotThreshold(queued)
 		case <-n.closing:
 			return
 		}
 	}
 }
 
-func (n *Node) reclaimBodies() {
-	named := n.snapLive.Load()
-	if named == 0 || n.Err() != nil {
-		return
-	}
-	var queued uint64
+// heldMessages is the messages the state holds: ready, unacked, delayed.
+func (n *Node) heldMessages() uint64 {
+	var held uint64
 	n.View(func(m *fsm.Machine) {
 		st := m.Stats()
-		queued = st.Ready + st.Unacked + st.Delayed
+		held = st.Ready + st.Unacked + st.Delayed
 	})
-	if int64(queued)*2 > named {
+	return held
+}
+
+// reclaimBodies snapshots once the state holds less than half the bodies
+// the last snapshot named (queued: heldMessages).
+func (n *Node) reclaimBodies(queued uint64) {
+	named := n.snapLive.Load()
+	if named == 0 || int64(queued)*2 > named {
 		return
 	}
 	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {

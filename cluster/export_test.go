@@ -9,3 +9,9 @@ func (n *Node) RaiseProtocol(ctx context.Context) { n.raiseProtocol(ctx) }
 // ClockRound returns a channel closed when the node's next round of
 // clock readings finishes.
 func (n *Node) ClockRound() <-chan struct{} { return n.qclock.roundDone.wait() }
+
+// RaftSnapshotThreshold is raft's entry threshold for a snapshot now.
+func (n *Node) RaftSnapshotThreshold() uint64 { return n.raft.ReloadableConfig().SnapshotThreshold }
+
+// ScaleSnapshotThreshold runs one round of the threshold's scaling now.
+func (n *Node) ScaleSnapshotThreshold() { n.scaleSnapshotThreshold(n.heldMessages()) }

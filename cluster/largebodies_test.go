@@ -96,7 +96,7 @@ func testMaxSizeMessages(t *testing.T, store string) {
 		q := fmt.Sprintf("q%d", i)
 		cmds = append(cmds, queueDeclare("/", q), &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "x", Destination: q}}})
 	}
-	mustSubmit(t, l, cmds...)
+	submitOK(t, c, cmds...)
 	victim := c.Followers()[0]
 	vi := c.Index(victim.NodeID())
 	c.Kill(vi)

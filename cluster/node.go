@@ -95,10 +95,20 @@ type Config struct {
 	// load (default 2 ms: about 3 ms of lag; raft allows 1 ms at least).
 	CommitTimeout time.Duration
 	// SnapshotThreshold, SnapshotInterval and TrailingLogs tune raft
-	// snapshots (defaults 8192 entries, 30 s, 10240 entries).
+	// snapshots (defaults 8192 entries, 30 s, 10240 entries). Left at its
+	// default, the entry threshold grows with the messages the state
+	// holds (snapthreshold.go); a value set here is kept as it is.
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
+	// SnapshotBytes also snapshots once this many bytes of entries were
+	// appended to the log since the last snapshot (or the last attempt),
+	// whatever their count: message bodies live in the entries, so a few
+	// thousand of them can be gigabytes, all read again at restart
+	// (default DefaultSnapshotBytes; negative: by entry count alone).
+	SnapshotBytes int64
+	// scaleSnapshotThreshold: SnapshotThreshold was left at its default.
+	scaleSnapshotThreshold bool
 	// NodeDownAfter is how long a member stays dead in gossip, or a server
 	// unreached by the leader's raft, before the leader proposes NodeDown
 	// for it (default DefaultNodeDownAfter).
@@ -206,10 +216,14 @@ func (c *Config) setDefaults() error {
 		c.ConsumerTimeout = fsm.DefaultConsumerTimeout * time.Millisecond
 	}
 	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+		c.scaleSnapshotThreshold = true
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 10240
+	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = DefaultSnapshotBytes
 	}
 	if c.MaxBatchCommands <= 0 {
 		c.MaxBatchCommands = 1024
@@ -260,6 +274,9 @@ type Node struct {
 	logKind string
 	// snapLive is how many bodies the last snapshot named (reclaimLoop).
 	snapLive atomic.Int64
+	// logBytes meters the bytes appended to the log, for snapshots by
+	// size (snapbytes.go).
+	logBytes *logMeter
 	// bodyToken marks the bodies this node appends to the snapshots it
 	// sends (bodiesSnapshots).
 	bodyToken [tokenLen]byte
@@ -385,6 +402,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	go n.reclaimLoop()
+	if n.logBytes.budget > 0 {
+		n.wg.Add(1)
+		go n.snapshotBytesLoop()
+	}
 	n.wg.Add(2)
 	go n.publishReach()
 	go n.watchQuorum()
@@ -420,7 +441,8 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("cluster: snapshot store: %w", err)
 	}
 	n.bodyToken = newBodyToken()
-	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), store, bodies.Options{})
+	bodyLog := &bodyLogs{LogStore: store}
+	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), bodyLog, bodies.Options{})
 	if err != nil {
 		var ce *bodies.CorruptError
 		if errors.As(err, &ce) {
@@ -429,7 +451,10 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("cluster: body store: %w", err)
 	}
 	snaps := &snapshotStore{SnapshotStore: files, dir: filepath.Join(cfg.DataDir, "snapshots")}
-	logs := newLogCache(512, logCacheBytes, holdingLogs{logStore: store, pin: n.bodies.Pin})
+	cache := newLogCache(512, logCacheBytes, holdingLogs{logStore: store, pin: n.bodies.Pin})
+	bodyLog.cache.Store(cache)
+	n.logBytes = newLogMeter(cfg.SnapshotBytes)
+	logs := meteredLogs{logCache: cache, meter: n.logBytes}
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)
@@ -473,8 +498,11 @@ func (n *Node) startRaft() error {
 	}
 	n.hasState.Store(has)
 	n.restart = has
+	gaps := newGapBridge(n.trans.Consumer(), logs, snaps, func(from, to uint64) {
+		n.log.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
+	})
 	r, err := newRaft(func() (*raft.Raft, error) {
-		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{snapshotStore: snaps, store: n.bodies, token: n.bodyToken}, reachTransport{noPipeline{n.trans}, n.reach})
+		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{snapshotStore: snaps, store: n.bodies, token: n.bodyToken}, reachTransport{noPipeline{n.trans}, n.reach, gaps.out})
 	}, store, snaps, logStorePath(cfg.DataDir, kind))
 	if err != nil {
 		var de *DataError
@@ -485,6 +513,11 @@ func (n *Node) startRaft() error {
 	}
 	n.raft = r
 	n.raftRef.Store(r)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		gaps.run(n.closing)
+	}()
 	obs := make(chan raft.Observation, 16)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)

@@ -23,10 +23,35 @@ const clockSampleTimeout = time.Second
 
 // clockSample is one reading of a voter's wall clock, against this node's
 // monotonic clock: the peer's wall time (unix ns) minus the monotonic
-// reading halfway through the call.
+// reading halfway through the call. The peer read its clock somewhere in
+// the call, so its true offset lies in [lo, hi]: the wall time minus the
+// monotonic readings at the answer and at the request.
 type clockSample struct {
 	offset int64
+	lo, hi int64
 	at     time.Time // when it was taken (real time: it only ages samples)
+}
+
+// reading is the sample of a peer whose wall clock read wall (unix ns)
+// during a call sent at m0 and answered at m1 on this node's monotonic
+// clock.
+func reading(wall int64, m0, m1 time.Duration) clockSample {
+	return clockSample{offset: wall - int64(m0+(m1-m0)/2), lo: wall - int64(m1), hi: wall - int64(m0), at: time.Now()}
+}
+
+// near is the offset within the reading's bounds closest to own: a peer
+// whose clock agrees with this node's within the call's round trip reads
+// as this node's clock, not as the middle of the call. The middle is off
+// by up to half the round trip, either way, at every reading: log time,
+// which follows the quorum's clocks forward at once, would run ahead of
+// every clock by that much on a slow call and release a delayed message
+// before its due time. A clock truly off reads as off, by no more than
+// the middle would.
+func (s clockSample) near(own int64) int64 {
+	if s.hi <= s.lo {
+		return s.offset
+	}
+	return min(max(own, s.lo), s.hi)
 }
 
 // clockEstimate is what the quorum's clocks read, as an offset from this
@@ -109,7 +134,7 @@ func (c *quorumClock) estimate() clockEstimate {
 			continue
 		}
 		if s, ok := c.samples[id]; ok && time.Since(s.at) <= c.stale {
-			offs = append(offs, s.offset)
+			offs = append(offs, s.near(own))
 		} else if c.legacy[id] {
 			legacy++
 		}
@@ -286,7 +311,7 @@ func (n *Node) sampleClocks(ctx context.Context) {
 				n.log.Debug("clock reading dropped: round trip too long", "peer", id, "rtt", m1-m0)
 			default:
 				delete(c.legacy, id)
-				c.samples[id] = clockSample{offset: r.GetWallUnixNanos() - int64(m0+(m1-m0)/2), at: time.Now()}
+				c.samples[id] = reading(r.GetWallUnixNanos(), m0, m1)
 			}
 		}()
 	}

@@ -71,3 +71,45 @@ func TestQuorumClock_Estimate(t *testing.T) {
 		t.Errorf("one fresh of three: %+v", e)
 	}
 }
+
+// A reading is off by up to half its round trip: a peer that read its
+// clock late in a slow call (a request that waited, an answer that did
+// not) looks ahead by up to that much. When the clocks of the leader and
+// its peers agree, log time must not run ahead of them on such a reading:
+// a delayed message would then be released before its due time on every
+// clock (the delayed-message fault scenario saw releases up to 47 ms
+// early on a loaded machine). A clock truly off still reads off.
+func TestQuorumClock_ReadingWithinItsRoundTrip(t *testing.T) {
+	clk := &manualClock{}
+	clk.set(1_000_000)
+	c := newQuorumClock(Config{NodeID: "a", Clock: clk, MaxClockOffset: 500 * time.Millisecond})
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	own := clk.Now().UnixNano() - int64(clk.Monotonic())
+	// Each peer's clock agrees with this node's; the calls took 80 and
+	// 120 ms, sent at monotonic -100 ms and -150 ms, and each peer read
+	// its clock at the very end of the call.
+	readAt := func(m1 time.Duration) int64 { return own + int64(m1) }
+	c.mu.Lock()
+	c.voters = []string{"a", "b", "c"}
+	c.samples = map[string]clockSample{
+		"b": reading(readAt(-ms(20)), -ms(100), -ms(20)),
+		"c": reading(readAt(-ms(30)), -ms(150), -ms(30)),
+	}
+	c.mu.Unlock()
+	if e := c.estimate(); !e.ok || e.offset != own {
+		t.Errorf("clocks that agree, read in slow calls: estimate %v ahead of them (ok %v), want 0",
+			time.Duration(e.offset-own), e.ok)
+	}
+	// Both peers an hour ahead, read within 100 ms: the quorum's clocks
+	// are an hour ahead, give or take half the round trip.
+	hour := int64(time.Hour)
+	c.mu.Lock()
+	c.samples = map[string]clockSample{
+		"b": reading(own+hour-int64(ms(50)), -ms(100), 0),
+		"c": reading(own+hour-int64(ms(50)), -ms(100), 0),
+	}
+	c.mu.Unlock()
+	if e := c.estimate(); !e.ok || e.offset < own+hour-int64(ms(100)) || e.offset > own+hour {
+		t.Errorf("peers an hour ahead: estimate %v from this clock, want an hour within the round trip", time.Duration(e.offset-own))
+	}
+}

@@ -110,9 +110,9 @@ func (r *clockRun) tick() {
 func (r *clockRun) publish(ttl time.Duration) {
 	r.t.Helper()
 	q := fmt.Sprintf("ttl-%d", len(r.msgs))
-	n := r.c.Live()[0]
-	requireFSM(r.t, mustSubmit(r.t, n, declareWithArgs(q, int32Arg("x-message-ttl", int32(ttl.Milliseconds())))))
-	requireFSM(r.t, mustSubmit(r.t, n, publishTo(q, "m")))
+	// One entry: found in the log, the queue holds its message.
+	r.submitOnce(func(c *proto.Command) bool { return c.GetQueueDeclare().GetName() == q },
+		declareWithArgs(q, int32Arg("x-message-ttl", int32(ttl.Milliseconds()))), publishTo(q, "m"))
 	r.msgs = append(r.msgs, ttlMsg{queue: q, published: r.truth, ttl: ttl})
 }
 
@@ -120,7 +120,8 @@ func (r *clockRun) publish(ttl time.Duration) {
 func (r *clockRun) lease(ttl time.Duration) {
 	r.t.Helper()
 	q := fmt.Sprintf("lease-%d", len(r.msgs))
-	requireFSM(r.t, mustSubmit(r.t, r.c.Live()[0], declareWithArgs(q, int32Arg("x-expires", int32(ttl.Milliseconds())))))
+	r.submitOnce(func(c *proto.Command) bool { return c.GetQueueDeclare().GetName() == q },
+		declareWithArgs(q, int32Arg("x-expires", int32(ttl.Milliseconds()))))
 	r.msgs = append(r.msgs, ttlMsg{queue: q, published: r.truth, ttl: ttl, lease: true})
 }
 
@@ -138,13 +139,42 @@ func (r *clockRun) delay(d time.Duration) {
 			}
 			return nil
 		})
-		requireFSM(r.t, mustSubmit(r.t, n, delayedExchange("dx", "direct"), queueDeclare("/", "dq"), bindQueue("dx", "dq", "k")))
+		r.submitOnce(func(c *proto.Command) bool { return c.GetExchangeDeclare().GetName() == "dx" },
+			delayedExchange("dx", "direct"), queueDeclare("/", "dq"), bindQueue("dx", "dq", "k"))
 		r.hasDelayed = true
 	}
-	res := mustSubmit(r.t, n, publishDelayed("dx", "k", "m", d.Milliseconds()))
-	requireFSM(r.t, res)
-	r.msgs = append(r.msgs, ttlMsg{queue: "dq", published: r.truth, ttl: d, delayed: true,
-		index: res[0].GetIndex(), stamp: entryStamp(r.t, n, res[0].GetIndex())})
+	body := fmt.Sprintf("delayed-%d", len(r.msgs))
+	e := r.submitOnce(func(c *proto.Command) bool { return string(c.GetPublish().GetBody()) == body },
+		publishDelayed("dx", "k", body, d.Milliseconds()))
+	r.msgs = append(r.msgs, ttlMsg{queue: "dq", published: r.truth, ttl: d, delayed: true, index: e.index, stamp: e.stamp})
+}
+
+// submitOnce puts cmds into the log as one entry, exactly once, and
+// returns that entry. A leader whose clock is wrong hands leadership on
+// at once, so a submission may meet the hand-over and not know whether
+// it committed; mine tells the entry in the log, and it is sent again
+// only if a tick committed since shows it is not there.
+func (r *clockRun) submitOnce(mine func(*proto.Command) bool, cmds ...*proto.Command) stampedCmd {
+	r.t.Helper()
+	for {
+		n := r.c.Live()[0]
+		res, err := n.SubmitBatch(ctxT(r.t, 10*time.Second), cmds)
+		if err == nil {
+			requireFSM(r.t, res)
+			checkResults(r.t, n, cmds, res)
+			return stampedCmd{res[0].GetIndex(), entryStamp(r.t, n, res[0].GetIndex()), cmds[0]}
+		}
+		if !errors.Is(err, cluster.ErrOutcomeUnknown) {
+			r.t.Fatalf("submit on %s: %v", n.NodeID(), err)
+		}
+		// A leader commits the entries of earlier terms it holds with its
+		// first own one: once a tick has applied, the outcome is settled
+		// on the node that applied it.
+		r.tick()
+		if found := findCommands(r.t, r.c.Live()[0], mine); len(found) > 0 {
+			return found[0]
+		}
+	}
 }
 
 // leader returns the index of the leader once there is one.

@@ -144,11 +144,16 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// reachTransport records every raft RPC a server answers.
+// reachTransport records every raft RPC a server answers, and gives raft
+// the RPCs it receives through rpcs (gapBridge).
 type reachTransport struct {
 	noPipeline
-	r *reach
+	r    *reach
+	rpcs <-chan raft.RPC
 }
+
+// Consumer implements raft.Transport.
+func (t reachTransport) Consumer() <-chan raft.RPC { return t.rpcs }
 
 func (t reachTransport) answered(id raft.ServerID, err error) error {
 	if err == nil {
