@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -142,7 +143,33 @@ func (a *ackSender) end() {
 
 // submitAcks sends a run of basic.ack, basic.nack and basic.reject to the
 // log as one batch and returns the exception for the first one refused.
+// The plain acks of the run travel as one Settle naming all their tags
+// (mergeSettles): a consumer acks each message alone, and a command per
+// ack was validated on the leader, encoded, decoded by every follower and
+// applied with a result of its own, per message.
 func (ch *channel) submitAcks(run []item) *wire.Error {
+	cmds, firsts, groups := mergeSettles(run)
+	results, err := ch.c.srv.node().SubmitBatch(ch.c.ctx, cmds)
+	if err != nil {
+		return ch.resolveAcks(firsts, cmds, err)
+	}
+	for i, r := range results {
+		if r.GetCode() == 0 {
+			continue
+		}
+		if g := groups[i]; len(g) > 1 {
+			// A Settle settles all its tags or none (fsm takeTags), so
+			// nothing of the merged one was settled: its acks go again one
+			// by one, as they came, and the first refused one is raised.
+			return ch.submitEach(g)
+		}
+		return resultError(firsts[i].m, r)
+	}
+	return nil
+}
+
+// submitEach submits each acknowledgement of run as its own command.
+func (ch *channel) submitEach(run []item) *wire.Error {
 	cmds := make([]*proto.Command, len(run))
 	for i, it := range run {
 		cmds[i] = it.cmd
@@ -158,6 +185,48 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 	}
 	return nil
 }
+
+// mergeSettles folds the plain acknowledgements of run (Settle commands
+// naming tags) into one Settle naming all their tags, placed where the
+// first of them was; nacks and rejects stay as they are. The tags of a
+// channel's acknowledgements are disjoint, so settling them together is
+// settling them one after the other. It returns the commands, for each
+// the item it answers for (the first it carries) and, for the merged one,
+// the items it carries (nil for the others).
+func mergeSettles(run []item) (cmds []*proto.Command, firsts []item, groups [][]item) {
+	cmds = make([]*proto.Command, 0, len(run))
+	firsts = make([]item, 0, len(run))
+	groups = make([][]item, 0, len(run))
+	merged := -1 // index in cmds of the Settle that takes the next plain ack
+	for _, it := range run {
+		s := it.cmd.GetSettle()
+		if s == nil || len(s.GetTags()) == 0 || s.GetMultiple() || s.GetDeliveryTag() != 0 {
+			cmds, firsts, groups = append(cmds, it.cmd), append(firsts, it), append(groups, nil)
+			continue
+		}
+		if merged >= 0 && len(cmds[merged].GetSettle().GetTags())+len(s.GetTags()) > maxSettleTags {
+			merged = -1
+		}
+		if merged < 0 {
+			merged = len(cmds)
+			cmds, firsts, groups = append(cmds, it.cmd), append(firsts, it), append(groups, []item{it})
+			continue
+		}
+		m := cmds[merged].GetSettle()
+		if len(groups[merged]) == 1 {
+			// The item's own command stays as it was, for submitEach.
+			m = &proto.Settle{Channel: m.GetChannel(), Tags: slices.Clone(m.GetTags())}
+			cmds[merged] = &proto.Command{Cmd: &proto.Command_Settle{Settle: m}}
+		}
+		m.Tags = append(m.Tags, s.GetTags()...)
+		groups[merged] = append(groups[merged], it)
+	}
+	return cmds, firsts, groups
+}
+
+// maxSettleTags bounds the tags of one merged Settle, far below what a
+// command may name (fsm.MaxListLen).
+const maxSettleTags = 1 << 16
 
 // resolveAcks settles a run of acknowledgements whose submission failed
 // without saying whether it committed (a leader change, a lost quorum).

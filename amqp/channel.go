@@ -220,12 +220,19 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		if uint64(len(ch.content.body))+uint64(len(f.Payload)) > ch.header.BodySize {
 			return wire.ConnError(replycode.FrameError, 60, 40, "content body is larger than the %d bytes its header announced", ch.header.BodySize)
 		}
-		if ch.content.body == nil {
+		switch {
+		case ch.content.body == nil && uint64(len(f.Payload)) == ch.header.BodySize:
+			// The whole body in one frame: the frame's payload is the
+			// channel's (ReadFrame allocates each), no copy.
+			ch.content.body = f.Payload
+		case ch.content.body == nil:
 			// Sized by what arrived, never by the untrusted announced size
 			// alone.
 			ch.content.body = make([]byte, 0, min(ch.header.BodySize, uint64(16*len(f.Payload))))
+			fallthrough
+		default:
+			ch.content.body = append(ch.content.body, f.Payload...)
 		}
-		ch.content.body = append(ch.content.body, f.Payload...)
 		if uint64(len(ch.content.body)) == ch.header.BodySize {
 			ch.complete()
 		}

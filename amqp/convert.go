@@ -151,7 +151,10 @@ func propertiesToProto(p *wire.Properties) (*proto.Properties, error) {
 		if p.Flags&flag == 0 {
 			return nil
 		}
-		return &v
+		// A copy declared here, not v's address: v would be moved to the
+		// heap on every call, a property present or not (ten a publish).
+		x := v
+		return &x
 	}
 	u32 := func(flag uint16, v uint8) *uint32 {
 		if p.Flags&flag == 0 {

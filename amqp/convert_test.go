@@ -83,3 +83,15 @@ func normalizeEmpty(t wire.Table) wire.Table {
 	}
 	return t
 }
+
+// BenchmarkPropertiesToProto is a persistent publish's properties (only
+// delivery-mode set), converted once per publish.
+func BenchmarkPropertiesToProto(b *testing.B) {
+	p := &wire.Properties{Flags: wire.FlagDeliveryMode, DeliveryMode: 2}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := propertiesToProto(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -176,6 +176,9 @@ func TestWindow_MultipleAckCoversOnlyWhatWasWritten(t *testing.T) {
 	if d := receive(t, a, 1)[0]; d.DeliveryTag != 12 {
 		t.Fatalf("held delivery written as wire tag %d, want 12", d.DeliveryTag)
 	}
+	// Acks queued together reach the log as one Settle (mergeSettles);
+	// the multiple ack is looked at alone once the first has settled.
+	eventually(t, 5*time.Second, "settle of log tag 1", func() bool { return slices.Equal(lastSettleTags(ts), []uint64{1}) })
 	if err := gotB[0].Ack(true); err != nil {
 		t.Fatal(err)
 	}

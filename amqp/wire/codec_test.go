@@ -231,6 +231,7 @@ func TestReadFrame_Errors(t *testing.T) {
 		"unknown type":           {AppendFrame(nil, 9, 0, nil), replycode.FrameError},
 		"heartbeat on a channel": {AppendFrame(nil, FrameHeartbeat, 1, nil), replycode.FrameError},
 		"truncated":              {AppendFrame(nil, FrameBody, 1, make([]byte, 300))[:100], 0},
+		"truncated header":       {AppendFrame(nil, FrameBody, 1, nil)[:4], 0},
 	}
 	for name, c := range cases {
 		_, err := ReadFrame(bufio.NewReader(bytes.NewReader(c.in)), FrameMinSize)
@@ -302,5 +303,21 @@ func TestError_Close(t *testing.T) {
 	long := ChanError(replycode.NotFound, 0, 0, "%s", string(bytes.Repeat([]byte("x"), 400))).Close().AppendTo(nil)
 	if _, err := DecodeMethod(long); err != nil {
 		t.Fatalf("a long reply text must still encode: %v", err)
+	}
+}
+
+// BenchmarkReadFrame is one body frame of 1 KiB; its payload is the one
+// allocation.
+func BenchmarkReadFrame(b *testing.B) {
+	frame := AppendFrame(nil, FrameBody, 1, make([]byte, 1024))
+	in := bytes.NewReader(frame)
+	r := bufio.NewReader(in)
+	b.ReportAllocs()
+	for b.Loop() {
+		in.Reset(frame)
+		r.Reset(in)
+		if _, err := ReadFrame(r, FrameMinSize); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

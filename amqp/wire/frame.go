@@ -38,8 +38,13 @@ func ReadFrame(r *bufio.Reader, frameMax uint32) (Frame, error) {
 	if frameMax < FrameMinSize {
 		frameMax = FrameMinSize
 	}
-	var hdr [FrameHeaderSize]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	// The header is read in the reader's buffer: an array of its own
+	// escapes through io.ReadFull, an allocation per frame.
+	hdr, err := r.Peek(FrameHeaderSize)
+	if err != nil {
+		if len(hdr) > 0 && err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
 		return Frame{}, err
 	}
 	f := Frame{Type: hdr[0], Channel: binary.BigEndian.Uint16(hdr[1:3])}
@@ -47,8 +52,9 @@ func ReadFrame(r *bufio.Reader, frameMax uint32) (Frame, error) {
 	switch f.Type {
 	case FrameMethod, FrameHeader, FrameBody, FrameHeartbeat:
 	default:
-		return Frame{}, ConnError(replycode.FrameError, 0, 0, "type %d, first 16 octets = %x: unknown frame type", f.Type, hdr)
+		return Frame{}, ConnError(replycode.FrameError, 0, 0, "type %d, first 16 octets = %x: unknown frame type", f.Type, [FrameHeaderSize]byte(hdr))
 	}
+	_, _ = r.Discard(FrameHeaderSize) // Peek made them buffered
 	if uint64(size) > uint64(frameMax)-FrameOverhead {
 		return Frame{}, ConnError(replycode.FrameError, 0, 0, "frame size %d is larger than negotiated maximum %d", uint64(size)+FrameOverhead, frameMax)
 	}
