@@ -617,7 +617,9 @@ type ClusterStatusResponse struct {
 	MemLimit uint64 `protobuf:"varint,21,opt,name=mem_limit,json=memLimit" json:"mem_limit,omitempty"`
 	// Why this node's wall clock is unfit for leading (it differs from the
 	// quorum's by more than --max-clock-offset), empty when it is fine.
-	ClockProblem  string `protobuf:"bytes,22,opt,name=clock_problem,json=clockProblem" json:"clock_problem,omitempty"`
+	ClockProblem string `protobuf:"bytes,22,opt,name=clock_problem,json=clockProblem" json:"clock_problem,omitempty"`
+	// The raftmq release the node runs (internal/version).
+	Version       string `protobuf:"bytes,23,opt,name=version" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -802,6 +804,13 @@ func (x *ClusterStatusResponse) GetMemLimit() uint64 {
 func (x *ClusterStatusResponse) GetClockProblem() string {
 	if x != nil {
 		return x.ClockProblem
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
 	}
 	return ""
 }
@@ -4155,7 +4164,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tamqp_addr\x18\x04 \x01(\tR\bamqpAddr\x12\x16\n" +
 	"\x06health\x18\x05 \x01(\tR\x06health\x12\x1a\n" +
 	"\bsuffrage\x18\x06 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\a \x01(\bR\x06leader\"\xb9\x05\n" +
+	"\x06leader\x18\a \x01(\bR\x06leader\"\xd3\x05\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -4185,7 +4194,8 @@ const file_admin_proto_rawDesc = "" +
 	"goroutines\x18\x14 \x01(\x04R\n" +
 	"goroutines\x12\x1b\n" +
 	"\tmem_limit\x18\x15 \x01(\x04R\bmemLimit\x12#\n" +
-	"\rclock_problem\x18\x16 \x01(\tR\fclockProblem\"4\n" +
+	"\rclock_problem\x18\x16 \x01(\tR\fclockProblem\x12\x18\n" +
+	"\aversion\x18\x17 \x01(\tR\aversion\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +

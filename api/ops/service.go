@@ -15,6 +15,7 @@ import (
 
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/internal/procstat"
+	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -139,6 +140,7 @@ func (s *Service) clusterStatus() *proto.ClusterStatusResponse {
 	resp.MemUsed, resp.MemLimit = procstat.ResidentMemory(), r.MemLimit
 	resp.FdUsed, resp.FdTotal, _ = procstat.FileDescriptors()
 	resp.UptimeMs = procstat.Uptime().Milliseconds()
+	resp.Version = version.String()
 	resp.OsPid = int64(os.Getpid())
 	resp.Processors = uint32(runtime.NumCPU())
 	resp.Goroutines = uint64(runtime.NumGoroutine())

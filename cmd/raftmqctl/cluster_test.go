@@ -20,9 +20,16 @@ import (
 // service on loopback; it returns the service's address.
 func startClusterAdmin(t *testing.T) string {
 	t.Helper()
+	node := readyNode(t)
+	return serveAdmin(t, ops.New(ops.Deps{Node: node}))
+}
+
+// readyNode starts a single-node cluster and returns it once the leader's
+// defaults (the default vhost) are applied.
+func readyNode(t *testing.T) ops.Node {
+	t.Helper()
 	c := clustertest.New(t, 1)
 	node := ops.FromCluster(c.WaitForLeader(clustertest.Timeout))
-	// Wait for the leader's defaults (the default vhost) to be applied.
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		ready := false
 		node.View(func(s ops.State) { ready = s.Initialized() })
@@ -31,12 +38,19 @@ func startClusterAdmin(t *testing.T) string {
 		}
 		return nil
 	})
+	return node
+}
+
+// serveAdmin serves svc as the Admin service on loopback and returns its
+// address.
+func serveAdmin(t *testing.T, svc *ops.Service) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	proto.RegisterAdminServer(srv, grpcadmin.New(ops.New(ops.Deps{Node: node})))
+	proto.RegisterAdminServer(srv, grpcadmin.New(svc))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return lis.Addr().String()

@@ -3,17 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc"
-
-	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/api/ops"
-	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -22,16 +16,7 @@ import (
 // due in 10, 20 and 30 minutes, and a direct exchange plain.
 func startDelayedAdmin(t *testing.T) string {
 	t.Helper()
-	c := clustertest.New(t, 1)
-	node := ops.FromCluster(c.WaitForLeader(clustertest.Timeout))
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		ready := false
-		node.View(func(s ops.State) { ready = s.Initialized() })
-		if !ready {
-			return errors.New("defaults not applied yet")
-		}
-		return nil
-	})
+	node := readyNode(t)
 	svc := ops.New(ops.Deps{Node: node})
 	ctx := context.Background()
 	str := func(s string) *proto.Value { return &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(s)}} }
@@ -53,15 +38,7 @@ func startDelayedAdmin(t *testing.T) string {
 			t.Fatalf("%v: %v %v", cmd, r, err)
 		}
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	proto.RegisterAdminServer(srv, grpcadmin.New(svc))
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return serveAdmin(t, svc)
 }
 
 func TestDelayedVerbs(t *testing.T) {

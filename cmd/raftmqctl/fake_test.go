@@ -40,7 +40,7 @@ func str(v string) *string { return &v }
 
 func (f *fakeAdmin) ClusterStatus(_ context.Context, r *proto.ClusterStatusRequest) (*proto.ClusterStatusResponse, error) {
 	return &proto.ClusterStatusResponse{NodeId: "n1", LeaderId: "n1", LeaderAddr: "10.0.0.1:5681", RaftState: "Leader",
-		Term: 3, CommitIndex: 42, AppliedIndex: 42, LastLogIndex: 43, ClockMs: 1700000000000,
+		Term: 3, CommitIndex: 42, AppliedIndex: 42, LastLogIndex: 43, ClockMs: 1700000000000, Version: "v1.2.3", UptimeMs: 3723500,
 		Nodes: []*proto.NodeStatus{
 			{Id: "n1", RaftAddr: "10.0.0.1:5681", GrpcAddr: "10.0.0.1:5680", AmqpAddr: "10.0.0.1:5672", Health: "alive", Suffrage: "voter", Leader: true},
 			{Id: "n2", RaftAddr: "10.0.0.2:5681", GrpcAddr: "10.0.0.2:5680", AmqpAddr: "10.0.0.2:5672", Health: "alive", Suffrage: "voter"},

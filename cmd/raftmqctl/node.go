@@ -17,8 +17,8 @@ import (
 
 func init() {
 	verbs["status"] = verb{max: 0, run: nodeStatus,
-		help: "The node's id, raft state and term, the leader, its listeners and the cluster's members.\n" +
-			"The admin API does not report the node's version or uptime, so neither is shown."}
+		help: "The node's id, version, uptime, raft state and term, the leader, its listeners and the\n" +
+			"cluster's members."}
 	verbs["ping"] = verb{max: 0, run: ping,
 		help: "Exit 0 when the node answers, 69 when it does not within -t."}
 	verbs["await_startup"] = verb{max: 0, run: awaitStartup,
@@ -62,6 +62,7 @@ func nodeStatus(c *call) error {
 			"node_id": r.GetNodeId(), "raft_state": r.GetRaftState(), "term": r.GetTerm(),
 			"leader_id": r.GetLeaderId(), "leader_addr": r.GetLeaderAddr(),
 			"applied_index": r.GetAppliedIndex(), "listeners": ls, "members": members,
+			"raftmq_version": r.GetVersion(), "uptime": r.GetUptimeMs() / 1000,
 		})
 	}
 	leader := r.GetLeaderId()
@@ -69,6 +70,9 @@ func nodeStatus(c *call) error {
 		leader = "(none)"
 	}
 	fmt.Fprintf(c.out, "Node: %s\n", r.GetNodeId())
+	// rabbitmqctl status's wording for the two.
+	fmt.Fprintf(c.out, "raftmq version: %s\n", r.GetVersion())
+	fmt.Fprintf(c.out, "Uptime (seconds): %d\n", r.GetUptimeMs()/1000)
 	fmt.Fprintf(c.out, "Raft state: %s (term %d, applied index %d)\n", r.GetRaftState(), r.GetTerm(), r.GetAppliedIndex())
 	fmt.Fprintf(c.out, "Leader: %s\n", leader)
 	fmt.Fprintln(c.out, "Listeners:")

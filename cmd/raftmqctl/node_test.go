@@ -17,6 +17,8 @@ import (
 func TestRun_NodeVerbs(t *testing.T) {
 	cases := []verbCase{
 		{name: "status", args: []string{"status"}, stdout: `Node: n1
+raftmq version: v1.2.3
+Uptime (seconds): 3723
 Raft state: Leader (term 3, applied index 42)
 Leader: n1
 Listeners:
@@ -49,7 +51,9 @@ Cluster members: 2
   ],
   "node_id": "n1",
   "raft_state": "Leader",
-  "term": 3
+  "raftmq_version": "v1.2.3",
+  "term": 3,
+  "uptime": 3723
 }
 `},
 		{name: "ping", args: []string{"ping"}, stdout: "Ping succeeded\n"},
