@@ -118,3 +118,25 @@ func (b *batchingConn) Close() error {
 	<-b.done
 	return err
 }
+
+// openConsumer dials uri and consumes o.Queue with o's prefetch and ack
+// mode; the caller closes the connection.
+func openConsumer(uri string, o *options) (*amqp.Connection, <-chan amqp.Delivery, error) {
+	conn, err := dial(uri)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Qos(o.Prefetch, 0, false)
+	}
+	var ds <-chan amqp.Delivery
+	if err == nil {
+		ds, err = ch.Consume(o.Queue, "", o.AutoAck, false, false, false, nil)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, ds, nil
+}

@@ -118,7 +118,7 @@ func runExpiry(ctx context.Context, o *options, out io.Writer) (*report, error) 
 	po := *o
 	po.Expiration = ttlMs
 	start := time.Now()
-	if err := produce(ctx, o.URIs[0], &po, &c, confirmLat); err != nil {
+	if err := produce(ctx, o.URIs[0], &po, &c, confirmLat, nil); err != nil {
 		return nil, err
 	}
 	pubEnd := time.Now()

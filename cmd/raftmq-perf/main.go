@@ -54,6 +54,20 @@ type options struct {
 	HeadTTL    time.Duration
 	Interval   time.Duration
 	CPUProfile string
+	// Slow, when set, prints every delivery whose end-to-end latency is at
+	// least this long, with when it was published and received, so that a
+	// stall can be matched with a trace of the brokers.
+	Slow time.Duration
+	PIDs []int
+	// Delayed mode (delayed.go).
+	DelayMin    time.Duration
+	DelaySpread time.Duration
+	DelaySame   time.Duration
+	Exchange    string
+	Phase       string
+	Expect      string
+	Grace       time.Duration
+	Linger      time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -74,14 +88,31 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.Queue, "queue", "perf", "queue name")
 	qargs := fs.String("queue-args", "", `queue arguments as JSON, e.g. {"x-message-ttl":2000,"x-max-length":100000}`)
 	fs.StringVar(&o.Expiration, "expiration", "", "per-message expiration (ms, as a string)")
-	fs.StringVar(&o.Mode, "mode", "throughput", "throughput, or expiry: publish -count messages with -ttl into a dead-lettered queue and measure how late they die")
+	fs.StringVar(&o.Mode, "mode", "throughput", "throughput; expiry: publish -count messages with -ttl into a dead-lettered queue and measure how late they die; "+
+		"delayed: publish -count messages with an x-delay through an x-delayed-message exchange and measure how late they arrive")
 	fs.DurationVar(&o.TTL, "ttl", 2*time.Second, "expiry mode: the messages' TTL")
 	fs.DurationVar(&o.HeadTTL, "head-ttl", 0, "expiry mode: first publish one message with this TTL, so the others sit behind it")
 	fs.DurationVar(&o.Interval, "interval", time.Second, "how often a progress line is printed")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the tool's own CPU profile to this file")
+	fs.DurationVar(&o.Slow, "slow", 0, "print each delivery whose end-to-end latency is at least this (0: none), with its publish and receive times")
+	pids := fs.String("pids", "", "comma-separated process ids of the brokers' nodes (this machine): the report gains their CPU seconds per 100,000 messages and their resident anonymous memory (in delayed mode, before and after publishing)")
+	fs.DurationVar(&o.DelaySpread, "delay-spread", 10*time.Second, "delayed mode: delays spread uniformly over this window, after -delay-min")
+	fs.DurationVar(&o.DelayMin, "delay-min", 0, "delayed mode: the shortest delay")
+	fs.DurationVar(&o.DelaySame, "delay-same", 0, "delayed mode: every message due at one instant, this long after the start (instead of -delay-spread)")
+	fs.StringVar(&o.Exchange, "exchange", "", "delayed mode: the x-delayed-message exchange (default: the queue's name + \"-dx\")")
+	fs.StringVar(&o.Phase, "phase", "", "delayed mode: publish (and save what was confirmed in -expect) or consume (what -expect names); empty: both at once")
+	fs.StringVar(&o.Expect, "expect", "", "delayed mode: the file of expected messages that -phase publish writes and -phase consume reads")
+	fs.DurationVar(&o.Grace, "grace", 30*time.Second, "delayed mode: how long after the last due time the consumer waits for missing messages")
+	fs.DurationVar(&o.Linger, "linger", 2*time.Second, "delayed mode: how long the consumer goes on once everything arrived, to see duplicates")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	var err error
+	if o.PIDs, err = parsePIDs(*pids); err != nil {
+		return nil, err
+	}
+	durationSet := false
+	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
 	for _, u := range strings.Split(*uris, ",") {
 		if u = strings.TrimSpace(u); u != "" {
 			o.URIs = append(o.URIs, u)
@@ -108,10 +139,15 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-size must be at least 16 (the body carries timestamps), got %d", o.Size)
 	case o.Producers < 0 || o.Consumers < 0 || o.Confirm < 0 || o.Prefetch < 0 || o.Count < 0 || o.Rate < 0:
 		return nil, errors.New("counts and rates must not be negative")
-	case o.Mode != "throughput" && o.Mode != "expiry":
-		return nil, fmt.Errorf("-mode must be throughput or expiry, got %q", o.Mode)
+	case o.Mode != "throughput" && o.Mode != "expiry" && o.Mode != "delayed":
+		return nil, fmt.Errorf("-mode must be throughput, expiry or delayed, got %q", o.Mode)
 	case o.Mode == "expiry" && o.Count == 0:
 		o.Count = 10000
+	}
+	if o.Mode == "delayed" {
+		if err := checkDelayed(o, durationSet); err != nil {
+			return nil, err
+		}
 	}
 	return o, nil
 }
@@ -168,9 +204,13 @@ type report struct {
 	DeathLateness    *summary `json:"death_lateness,omitempty"`
 	DeadLettered     int64    `json:"dead_lettered,omitempty"`
 	DeadLetteredLost int64    `json:"dead_lettered_missing,omitempty"`
+	// Delayed is the delayed mode's account of what arrived and when.
+	Delayed *delayedReport `json:"delayed,omitempty"`
 	// MaxConfirmGapMs is the longest time without a confirm while
 	// publishing.
 	MaxConfirmGapMs float64 `json:"max_confirm_gap_ms,omitempty"`
+	// Brokers is what -pids names cost over the run (brokers.go).
+	*Brokers
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -194,10 +234,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
+	before, err := sampleBrokers(o.PIDs)
+	if err != nil {
+		fmt.Fprintf(stderr, "raftmq-perf: -pids: %v\n", err)
+		return 2
+	}
 	rep, err := execute(ctx, o, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "raftmq-perf: %v\n", err)
 		return 1
+	}
+	if rep.Brokers, err = brokersSince(before, rep); err != nil {
+		fmt.Fprintf(stderr, "raftmq-perf: -pids: %v (the report goes without it)\n", err)
 	}
 	printReport(stdout, rep)
 	return 0
@@ -206,8 +254,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // execute runs the load described by o and returns the final report;
 // progress lines go to out.
 func execute(ctx context.Context, o *options, out io.Writer) (*report, error) {
-	if o.Mode == "expiry" {
+	switch o.Mode {
+	case "expiry":
 		return runExpiry(ctx, o, out)
+	case "delayed":
+		return runDelayed(ctx, o, out)
 	}
 	setup, err := dial(o.URIs[0])
 	if err != nil {
@@ -253,7 +304,7 @@ func execute(ctx context.Context, o *options, out io.Writer) (*report, error) {
 		producersWG.Add(1)
 		go func(uri string) {
 			defer producersWG.Done()
-			if err := produce(pubCtx, uri, o, &c, confirmLat); err != nil && pubCtx.Err() == nil {
+			if err := produce(pubCtx, uri, o, &c, confirmLat, nil); err != nil && pubCtx.Err() == nil {
 				errc <- fmt.Errorf("producer: %w", err)
 			}
 		}(o.URIs[i%len(o.URIs)])
@@ -340,7 +391,22 @@ func bodyTime(body []byte) (time.Time, bool) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(body))), true
 }
 
-func produce(ctx context.Context, uri string, o *options, c *counters, confirmLat *latencies) error {
+// shaper shapes the messages of one producer: shape fills the body of its
+// n-th message, sent at now, and says where it goes and with which headers;
+// confirmed hears of the broker's answer to it. nil: stamped bodies to
+// o.Queue through the default exchange.
+type shaper interface {
+	shape(n int, now time.Time, body []byte) (exchange, key string, headers amqp.Table)
+	confirmed(n int, ack bool)
+}
+
+// sentMsg is what a producer remembers of a message until its confirm.
+type sentMsg struct {
+	t time.Time
+	n int
+}
+
+func produce(ctx context.Context, uri string, o *options, c *counters, confirmLat *latencies, sh shaper) error {
 	conn, err := dial(uri)
 	if err != nil {
 		return err
@@ -356,7 +422,7 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 	}
 	var (
 		inflight chan struct{}
-		sent     sync.Map // seq -> time.Time
+		sent     sync.Map // seq -> sentMsg
 		confDone = make(chan struct{})
 	)
 	if o.Confirm > 0 {
@@ -370,8 +436,12 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 			for cf := range confirms {
 				now := time.Now()
 				c.gaps.mark(now)
-				if t, ok := sent.LoadAndDelete(cf.DeliveryTag); ok {
-					confirmLat.add(now.Sub(t.(time.Time)))
+				if v, ok := sent.LoadAndDelete(cf.DeliveryTag); ok {
+					s := v.(sentMsg)
+					confirmLat.add(now.Sub(s.t))
+					if sh != nil {
+						sh.confirmed(s.n, cf.Ack)
+					}
 				}
 				if cf.Ack {
 					c.confirmed.Add(1)
@@ -426,13 +496,18 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 			break
 		}
 		now := time.Now()
-		stampBody(body, now)
+		exchange, key, headers := "", o.Queue, amqp.Table(nil)
+		if sh != nil {
+			exchange, key, headers = sh.shape(n, now, body)
+		} else {
+			stampBody(body, now)
+		}
 		seq := ch.GetNextPublishSeqNo()
 		if inflight != nil {
-			sent.Store(seq, now)
+			sent.Store(seq, sentMsg{t: now, n: n})
 		}
-		if err := ch.PublishWithContext(ctx, "", o.Queue, false, false, amqp.Publishing{
-			DeliveryMode: mode, Body: body, Expiration: o.Expiration,
+		if err := ch.PublishWithContext(ctx, exchange, key, false, false, amqp.Publishing{
+			DeliveryMode: mode, Body: body, Expiration: o.Expiration, Headers: headers,
 		}); err != nil {
 			if ctx.Err() != nil {
 				// The deadline passed before the publish went out (the
@@ -463,22 +538,11 @@ func produce(ctx context.Context, uri string, o *options, c *counters, confirmLa
 }
 
 func consume(ctx context.Context, uri string, o *options, c *counters, e2eLat *latencies, ready chan<- struct{}) error {
-	conn, err := dial(uri)
+	conn, ds, err := openConsumer(uri, o)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	if err := ch.Qos(o.Prefetch, 0, false); err != nil {
-		return err
-	}
-	ds, err := ch.Consume(o.Queue, "", o.AutoAck, false, false, false, nil)
-	if err != nil {
-		return err
-	}
 	close(ready)
 	for {
 		select {
@@ -489,7 +553,13 @@ func consume(ctx context.Context, uri string, o *options, c *counters, e2eLat *l
 				return errors.New("delivery channel closed")
 			}
 			if t, ok := bodyTime(d.Body); ok {
-				e2eLat.add(time.Since(t))
+				now := time.Now()
+				lat := now.Sub(t)
+				e2eLat.add(lat)
+				if o.Slow > 0 && lat >= o.Slow {
+					fmt.Fprintf(os.Stderr, "slow delivery: %.1f ms, published %s, received %s\n",
+						ms(lat), t.UTC().Format("15:04:05.000000"), now.UTC().Format("15:04:05.000000"))
+				}
 			}
 			c.consumed.Add(1)
 			if !o.AutoAck {
@@ -503,23 +573,28 @@ func consume(ctx context.Context, uri string, o *options, c *counters, e2eLat *l
 
 func printReport(w io.Writer, r *report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nmetric\tcount\trate/s\tp50 ms\tp95 ms\tp99 ms\tmax ms")
-	fmt.Fprintf(tw, "published\t%d\t%.0f\t\t\t\t\n", r.Published, r.PublishRate)
-	fmt.Fprintf(tw, "confirmed\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.Confirmed, r.ConfirmRate,
-		r.ConfirmLatency.P50, r.ConfirmLatency.P95, r.ConfirmLatency.P99, r.ConfirmLatency.Max)
-	fmt.Fprintf(tw, "consumed\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.Consumed, r.ConsumeRate,
-		r.EndToEndLatency.P50, r.EndToEndLatency.P95, r.EndToEndLatency.P99, r.EndToEndLatency.Max)
+	fmt.Fprintln(tw, "\nmetric\tcount\trate/s\tp50 ms\tp95 ms\tp99 ms\tp99.9 ms\tmax ms")
+	fmt.Fprintf(tw, "published\t%d\t%.0f\t\t\t\t\t\n", r.Published, r.PublishRate)
+	fmt.Fprintf(tw, "confirmed\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.Confirmed, r.ConfirmRate,
+		r.ConfirmLatency.P50, r.ConfirmLatency.P95, r.ConfirmLatency.P99, r.ConfirmLatency.P999, r.ConfirmLatency.Max)
+	fmt.Fprintf(tw, "consumed\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.Consumed, r.ConsumeRate,
+		r.EndToEndLatency.P50, r.EndToEndLatency.P95, r.EndToEndLatency.P99, r.EndToEndLatency.P999, r.EndToEndLatency.Max)
 	if r.Mode == "throughput" && r.Seconds > 0 {
-		fmt.Fprintf(tw, "consumed in run\t%d\t%.0f\t\t\t\t\n", r.ConsumedInRun, float64(r.ConsumedInRun)/r.Seconds)
+		fmt.Fprintf(tw, "consumed in run\t%d\t%.0f\t\t\t\t\t\n", r.ConsumedInRun, float64(r.ConsumedInRun)/r.Seconds)
 	}
 	if r.MaxConfirmGapMs > 0 {
-		fmt.Fprintf(tw, "longest wait for a confirm\t\t\t\t\t\t%.2f\n", r.MaxConfirmGapMs)
+		fmt.Fprintf(tw, "longest wait for a confirm\t\t\t\t\t\t\t%.2f\n", r.MaxConfirmGapMs)
+	}
+	if d := r.Delayed; d != nil {
+		l := d.Lateness
+		fmt.Fprintf(tw, "delay lateness\t%d\t\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", d.Received, l.P50, l.P95, l.P99, l.P999, l.Max)
 	}
 	if r.DeathLateness != nil {
 		l := r.DeathLateness
-		fmt.Fprintf(tw, "death lateness\t%d\t\t%.2f\t%.2f\t%.2f\t%.2f\n", r.DeadLettered, l.P50, l.P95, l.P99, l.Max)
+		fmt.Fprintf(tw, "death lateness\t%d\t\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", r.DeadLettered, l.P50, l.P95, l.P99, l.P999, l.Max)
 	}
 	tw.Flush()
+	r.Brokers.print(w)
 	b, _ := json.Marshal(r)
 	fmt.Fprintf(w, "%s\n", b)
 }

@@ -20,7 +20,7 @@ func TestOptions_ParseAndRefuse(t *testing.T) {
 	if len(o.URIs) != 2 || o.QueueArgs["x-message-ttl"] != int64(2000) || o.QueueArgs["x-queue-mode"] != "lazy" {
 		t.Fatalf("options = %+v", o)
 	}
-	for _, bad := range [][]string{{"-size", "8"}, {"-mode", "nope"}, {"-queue-args", "{"}, {"-uri", ","}, {"-rate", "-1"}} {
+	for _, bad := range [][]string{{"-size", "8"}, {"-mode", "nope"}, {"-queue-args", "{"}, {"-uri", ","}, {"-rate", "-1"}, {"-pids", "1,x"}} {
 		if _, err := parseOptions(bad, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

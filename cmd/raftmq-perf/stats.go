@@ -39,6 +39,7 @@ type summary struct {
 	P50   float64 `json:"p50_ms"`
 	P95   float64 `json:"p95_ms"`
 	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p99_9_ms"`
 	Max   float64 `json:"max_ms"`
 }
 
@@ -62,7 +63,7 @@ func summarize(ds []time.Duration) summary {
 		i := int(math.Ceil(p*float64(len(ds)))) - 1
 		return ds[max(0, min(i, len(ds)-1))]
 	}
-	return summary{Count: len(ds), P50: ms(rank(0.50)), P95: ms(rank(0.95)), P99: ms(rank(0.99)), Max: ms(ds[len(ds)-1])}
+	return summary{Count: len(ds), P50: ms(rank(0.50)), P95: ms(rank(0.95)), P99: ms(rank(0.99)), P999: ms(rank(0.999)), Max: ms(ds[len(ds)-1])}
 }
 
 // ms is d in milliseconds.

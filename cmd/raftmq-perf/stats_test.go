@@ -11,8 +11,14 @@ func TestSummarize_NearestRank(t *testing.T) {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
 	s := summarize(ds)
-	if s.Count != 100 || s.P50 != 50 || s.P95 != 95 || s.P99 != 99 || s.Max != 100 {
+	if s.Count != 100 || s.P50 != 50 || s.P95 != 95 || s.P99 != 99 || s.P999 != 100 || s.Max != 100 {
 		t.Fatalf("summary = %+v", s)
+	}
+	for i := 101; i <= 2000; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	if s := summarize(ds); s.P99 != 1980 || s.P999 != 1998 || s.Max != 2000 {
+		t.Fatalf("summary of 2,000 = %+v", s)
 	}
 	if z := summarize(nil); z != (summary{}) {
 		t.Fatalf("empty summary = %+v", z)

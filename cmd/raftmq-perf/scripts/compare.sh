@@ -5,11 +5,18 @@
 #   cmd/raftmq-perf/scripts/compare.sh [raftmq|rabbitmq]... > results.jsonl
 # DURATION (default 25s) sets the length of the throughput runs; ONLY (an
 # extended regular expression) keeps the runs whose names match it
-# (backlog-* is one run, kill-leader another).
+# (backlog-* is one run, kill-leader another). DIR and PORTS go to
+# three-nodes.sh (raftmq); RABBITMQ_DIR is the RabbitMQ nodes' directory.
+# Every run but kill-leader passes the nodes' process ids to raftmq-perf
+# (-pids), so its JSON line has the brokers' CPU seconds per 100,000
+# messages (cpu_s_per_100k) and, for the backlog fill, their anonymous
+# resident memory per queued message (bytes_per_queued).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 scripts=cmd/raftmq-perf/scripts
 duration=${DURATION:-25s}
+raftmq_dir=${DIR:-/tmp/raftmq-perf}
+rabbitmq_dir=${RABBITMQ_DIR:-/tmp/rabbitmq-perf}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 go build -o "$out/raftmq-perf" ./cmd/raftmq-perf
@@ -24,7 +31,16 @@ run() {
 
 # up SYSTEM: a fresh cluster (no backlog left by the run before), its URLs.
 up() {
-  if [ "$1" = raftmq ]; then "$scripts/three-nodes.sh"; else "$scripts/rabbitmq-three-nodes.sh"; fi
+  if [ "$1" = raftmq ]; then DIR=$raftmq_dir "$scripts/three-nodes.sh"; else DIR=$rabbitmq_dir "$scripts/rabbitmq-three-nodes.sh"; fi
+}
+# pids SYSTEM: the nodes' process ids (RabbitMQ: the beam processes), comma-separated.
+pids() {
+  if [ "$1" = raftmq ]; then
+    awk 1 "$raftmq_dir"/n{1,2,3}.pid | paste -sd,
+  else
+    # RabbitMQ writes its pid files without a newline.
+    awk 1 "$rabbitmq_dir"/n{1,2,3}/pid | paste -sd,
+  fi
 }
 # leader_pid SYSTEM: the process of the node that leads (raftmq: the raft
 # leader; RabbitMQ: the first node, where the queue was declared and so
@@ -32,30 +48,25 @@ up() {
 leader_pid() {
   if [ "$1" = raftmq ]; then
     for i in 1 2 3; do
-      if curl -s "http://127.0.0.1:2569$((i + 4))/metrics" | grep -q 'raftmq_raft_state{state="Leader"} 1'; then
-        cat "${DIR:-/tmp/raftmq-perf}/n$i.pid"; return
+      if curl -s "http://127.0.0.1:$((25694 + i + ${PORTS:-0}))/metrics" | grep -q 'raftmq_raft_state{state="Leader"} 1'; then
+        cat "$raftmq_dir/n$i.pid"; return
       fi
     done
     echo "no raftmq leader" >&2; return 1
   fi
-  cat "${DIR:-/tmp/rabbitmq-perf}/n1/pid"
+  cat "$rabbitmq_dir/n1/pid"
 }
 wanted() { [[ $1 =~ ${ONLY:-.} ]]; }
 # rss SYSTEM NAME: each node's anonymous resident memory (KiB), a JSON line.
 rss() {
-  local pids=() p list=
-  if [ "$1" = raftmq ]; then
-    for i in 1 2 3; do pids+=("$(cat "${DIR:-/tmp/raftmq-perf}/n$i.pid")"); done
-  else
-    for i in 1 2 3; do pids+=("$(cat "${DIR:-/tmp/rabbitmq-perf}/n$i/pid")"); done
-  fi
-  for p in "${pids[@]}"; do
+  local p list=
+  for p in $(pids "$1" | tr , ' '); do
     list+="${list:+,}$(awk '/^RssAnon:/ {print $2}' "/proc/$p/status")"
   done
   printf '{"system":"%s","run":"%s","result":{"rss_anon_kib":[%s]}}\n' "$1" "$2" "$list"
 }
 down() {
-  if [ "$1" = raftmq ]; then "$scripts/three-nodes.sh" stop; else "$scripts/rabbitmq-three-nodes.sh" stop; fi
+  if [ "$1" = raftmq ]; then DIR=$raftmq_dir "$scripts/three-nodes.sh" stop; else DIR=$rabbitmq_dir "$scripts/rabbitmq-three-nodes.sh" stop; fi
   sleep 2
 }
 
@@ -71,10 +82,11 @@ for s in "${systems[@]}"; do
     wanted "$name" || continue
     uri=$(up "$s" </dev/null)
     # shellcheck disable=SC2086 # extra holds several flags
-    run "$s" "$name" -uri "$uri" -size 1024 -persistent -confirm 256 -prefetch 100 "${args[@]}" $extra </dev/null
+    run "$s" "$name" -uri "$uri" -pids "$(pids "$s")" -size 1024 -persistent -confirm 256 -prefetch 100 "${args[@]}" $extra </dev/null
     down "$s" </dev/null
   done <<RUNS
 one-publisher -producers 1 -consumers 1 -duration $duration -queue c1
+cpu-200k -producers 1 -consumers 1 -count 200000 -duration 10m -queue cc
 four-publishers -producers 4 -consumers 1 -duration $duration -queue c4
 four-publishers-20k -producers 4 -consumers 1 -rate 5150 -duration $duration -queue c4r
 paced-1000 -producers 1 -consumers 1 -rate 1000 -duration $duration -queue cp
@@ -89,9 +101,9 @@ RUNS
   # anonymous resident memory is read with the backlog in place.
   if wanted backlog; then
     uri=$(up "$s" </dev/null)
-    run "$s" backlog-fill -uri "$uri" -size 1024 -persistent -confirm 256 -producers 2 -consumers 0 -count $((${BACKLOG:-500000} / 2)) -duration 30m -queue backlog "${args[@]}" </dev/null
+    run "$s" backlog-fill -uri "$uri" -pids "$(pids "$s")" -size 1024 -persistent -confirm 256 -producers 2 -consumers 0 -count $((${BACKLOG:-500000} / 2)) -duration 30m -queue backlog "${args[@]}" </dev/null
     rss "$s" backlog-rss
-    run "$s" paced-behind-backlog -uri "$uri" -size 1024 -persistent -confirm 256 -prefetch 100 -producers 1 -consumers 1 -rate 1000 -duration "$duration" -queue cpb "${args[@]}" </dev/null
+    run "$s" paced-behind-backlog -uri "$uri" -pids "$(pids "$s")" -size 1024 -persistent -confirm 256 -prefetch 100 -producers 1 -consumers 1 -rate 1000 -duration "$duration" -queue cpb "${args[@]}" </dev/null
     down "$s" </dev/null
   fi
   wanted kill-leader || continue

@@ -1,14 +1,52 @@
 #!/usr/bin/env bash
 # Starts three raftmq nodes on loopback for load runs and prints their AMQP
 # URLs; `three-nodes.sh stop` stops them. Data goes to ${DIR:-/tmp/raftmq-perf}.
+# PORTS=N moves every port up by N, so that two clusters can run side by side
+# (give each its own DIR). NODE_GODEBUG, when set, is the nodes' GODEBUG
+# (e.g. gctrace=1: a line per collection in each node's log).
+# `three-nodes.sh restart` stops all three and starts
+# them again on their data (SIG=KILL to kill them instead of SIGTERM), and
+# prints the seconds until every node serves: AMQP connect and a publish
+# the broker confirmed, on each node.
 #   cmd/raftmq-perf/scripts/three-nodes.sh
 #   go run ./cmd/raftmq-perf -uri "$(cmd/raftmq-perf/scripts/three-nodes.sh urls)"
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 dir=${DIR:-/tmp/raftmq-perf}
-urls="amqp://guest:guest@127.0.0.1:25672/,amqp://guest:guest@127.0.0.1:25673/,amqp://guest:guest@127.0.0.1:25674/"
+o=${PORTS:-0}
+urls="amqp://guest:guest@127.0.0.1:$((25672 + o))/,amqp://guest:guest@127.0.0.1:$((25673 + o))/,amqp://guest:guest@127.0.0.1:$((25674 + o))/"
+# launch: start the three nodes on the data in $dir.
+launch() {
+  RAFTMQ_CLUSTER_SECRET=$(cat "$dir/secret")
+  export RAFTMQ_CLUSTER_SECRET
+  for i in 1 2 3; do
+    env ${NODE_GODEBUG:+GODEBUG="$NODE_GODEBUG"} "$dir/raftmq" --node-id "n$i" --data-dir "$dir/n$i" --bootstrap-expect 3 --join "127.0.0.1:$((27941 + o))" \
+      --amqp-addr "127.0.0.1:$((25671 + i + o))" --grpc-addr "127.0.0.1:$((25680 + i + o))" --raft-addr "127.0.0.1:$((25690 + i + o))" \
+      --gossip-addr "127.0.0.1:$((27940 + i + o))" --http-addr "127.0.0.1:$((25694 + i + o))" --management-addr "" --pprof >>"$dir/n$i.log" 2>&1 &
+    echo $! >"$dir/n$i.pid"
+  done
+}
 case "${1:-start}" in
   urls) echo "$urls"; exit 0 ;;
+  restart)
+    [ -x "$dir/raftmq-perf" ] && [ -f "$dir/secret" ] || { echo "no cluster started in $dir" >&2; exit 1; }
+    if [ "${SIG:-TERM}" = KILL ]; then
+      for i in 1 2 3; do kill -9 "$(cat "$dir/n$i.pid")" 2>/dev/null || true; done
+    fi
+    "$0" stop
+    start=$(date +%s.%N)
+    launch
+    # Serving: each node takes a connection and confirms a publish.
+    for i in 1 2 3; do
+      u="amqp://guest:guest@127.0.0.1:$((25671 + i + o))/"
+      for _ in $(seq 1 600); do
+        if ! kill -0 "$(cat "$dir/n$i.pid")" 2>/dev/null; then echo "n$i exited:" >&2; tail -3 "$dir/n$i.log" >&2; exit 1; fi
+        if "$dir/raftmq-perf" -uri "$u" -producers 1 -consumers 0 -count 1 -duration 5s -queue restart-probe 2>/dev/null | grep -q '"confirmed":1,'; then break; fi
+        sleep 0.1
+      done
+    done
+    echo "serving after $(echo "$(date +%s.%N) - $start" | bc) s"
+    exit 0 ;;
   stop)
     for i in 1 2 3; do [ -f "$dir/n$i.pid" ] && kill "$(cat "$dir/n$i.pid")" 2>/dev/null || true; done
     # Wait for them to exit, so a start right after finds the ports free.
@@ -22,21 +60,17 @@ esac
 "$0" stop
 rm -rf "$dir" && mkdir -p "$dir"
 CGO_ENABLED=0 go build -o "$dir/raftmq" ./cmd/raftmq
-# The nodes share a cluster secret; a fresh one for each run.
-RAFTMQ_CLUSTER_SECRET=$(head -c 32 /dev/urandom | base64)
-export RAFTMQ_CLUSTER_SECRET
-for i in 1 2 3; do
-  "$dir/raftmq" --node-id "n$i" --data-dir "$dir/n$i" --bootstrap-expect 3 --join 127.0.0.1:27941 \
-    --amqp-addr "127.0.0.1:2567$((i + 1))" --grpc-addr "127.0.0.1:2568$i" --raft-addr "127.0.0.1:2569$i" \
-    --gossip-addr "127.0.0.1:2794$i" --http-addr "127.0.0.1:2569$((i + 4))" --management-addr "" --pprof >"$dir/n$i.log" 2>&1 &
-  echo $! >"$dir/n$i.pid"
-done
+go build -o "$dir/raftmq-perf" ./cmd/raftmq-perf
+# The nodes share a cluster secret; a fresh one for each cluster, kept for
+# its restarts.
+(umask 077; head -c 32 /dev/urandom | base64 >"$dir/secret")
+launch
 for i in 1 2 3; do
   for _ in $(seq 1 150); do
     if ! kill -0 "$(cat "$dir/n$i.pid")" 2>/dev/null; then
       echo "n$i exited (is another broker on its ports?):" >&2; tail -3 "$dir/n$i.log" >&2; exit 1
     fi
-    if "$dir/raftmq" probe "http://127.0.0.1:2569$((i + 4))/readyz" 2>/dev/null; then break; fi
+    if "$dir/raftmq" probe "http://127.0.0.1:$((25694 + i + o))/readyz" 2>/dev/null; then break; fi
     sleep 0.2
   done
 done
