@@ -41,3 +41,24 @@ func ConsumeAcking(ctx context.Context, ch *amqp.Channel, queue string, prefetch
 		}
 	}
 }
+
+// HeaderInt reads an integer header whatever width the broker chose.
+func HeaderInt(h amqp.Table, key string) (int64, bool) {
+	switch v := h[key].(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int8:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	}
+	return 0, false
+}

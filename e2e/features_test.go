@@ -163,23 +163,6 @@ func TestFeatures_PriorityAcrossNodes(t *testing.T) {
 	expectNothing(t, d, 300*time.Millisecond)
 }
 
-// headerInt reads an integer header whatever width the broker chose.
-func headerInt(h amqp.Table, key string) (int64, bool) {
-	switch v := h[key].(type) {
-	case int64:
-		return v, true
-	case int32:
-		return int64(v), true
-	case int16:
-		return int64(v), true
-	case int8:
-		return int64(v), true
-	case uint8:
-		return int64(v), true
-	}
-	return 0, false
-}
-
 func TestFeatures_DeliveryLimitDeadLettersAcrossNodes(t *testing.T) {
 	urls := brokerURLs(t, 3)
 	pub := channel(t, dialURL(t, urls[0]))
@@ -205,7 +188,7 @@ func TestFeatures_DeliveryLimitDeadLettersAcrossNodes(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		m := receive(t, d, 1, 30*time.Second)[0]
-		n, has := headerInt(m.Headers, "x-delivery-count")
+		n, has := HeaderInt(m.Headers, "x-delivery-count")
 		if (i == 0 && has) || (i > 0 && (!has || n != int64(i))) || m.Redelivered != (i > 0) {
 			t.Fatalf("delivery %d: x-delivery-count %v (%v), redelivered %v", i+1, m.Headers["x-delivery-count"], has, m.Redelivered)
 		}

@@ -19,6 +19,17 @@
 // may stop confirms for at most 5 s. TestFaultSingleActiveConsumer kills
 // the node of a single-active-consumer queue's active consumer and checks
 // that the other takes over alone and in the queue's order.
+// TestFaultDelayed publishes 10,000 persistent messages with confirms to
+// an x-delayed-message exchange, with x-delay drawn uniformly from 1 to
+// 20 s, a publisher per node and two consumers of each publisher's queue
+// on the other two nodes (each moving on when its node dies), kills
+// the leader with kill -9 and starts it again, then freezes the new
+// leader for 6 s, all while the messages wait; it checks that every
+// confirmed message was released exactly once (a repeat must carry the
+// redelivered flag), none before its send time plus its delay (one host
+// clock: no allowance), each with x-delay set to minus its delay, and
+// that the 99th percentile of lateness, over messages confirmed within
+// 200 ms, is at most 2 s.
 //
 // A cut is made in the node's own network namespace: iptables, run on the
 // docker host through nsenter, drops every packet between the node and

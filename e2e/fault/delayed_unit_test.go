@@ -1,0 +1,108 @@
+package fault
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Without docker: the delayed scenario's checker catches an early
+// release, a second release, a lost message, a late 99th percentile and
+// a released copy without its x-delay mark, and takes a flagged
+// redelivery for what it is.
+func TestDelayedCheck(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	// clean: 100 messages sent 10 ms apart with delays of 1 s and up,
+	// confirmed 5 ms after their send, each received 20 ms after its due
+	// time; m001 is also redelivered, flagged, after its consumer's node
+	// died, and u (never confirmed) arrives once all the same.
+	clean := func() (map[string]*delayedSent, []delayedDelivery) {
+		sent := map[string]*delayedSent{}
+		var got []delayedDelivery
+		for i := range 100 {
+			id := fmt.Sprintf("m%03d", i)
+			delay := time.Second + time.Duration(i)*time.Millisecond
+			s := &delayedSent{id: id, delay: delay, at: ms(10 * i), confirmed: ms(10*i + 5)}
+			sent[id] = s
+			got = append(got, delayedDelivery{id: id, at: s.at.Add(delay + 20*time.Millisecond), mark: -delay.Milliseconds(), marked: true, node: "raftmq2"})
+		}
+		got = append(got, delayedDelivery{id: "m001", at: ms(5000), redelivered: true, mark: -1001, marked: true, node: "raftmq3"})
+		sent["u"] = &delayedSent{id: "u", delay: time.Second, at: ms(0)}
+		got = append(got, delayedDelivery{id: "u", at: ms(1500), mark: -1000, marked: true, node: "raftmq1"})
+		return sent, got
+	}
+	sent, got := clean()
+	rep, bad := delayedViolations("clean", sent, got, 2*time.Second, faultWindows{})
+	if len(bad) != 0 {
+		t.Fatalf("violations in a clean run: %v", bad)
+	}
+	if rep.published != 101 || rep.confirmed != 100 || rep.released != 100 || rep.unconfirmed != 1 || rep.redeliveries != 1 ||
+		rep.lost != 0 || rep.doubles != 0 || rep.early != 0 || rep.lateSamples != 100 || rep.lateP99 != 20*time.Millisecond {
+		t.Fatalf("report of a clean run: %+v", rep)
+	}
+
+	for _, tc := range []struct {
+		name string
+		bend func(map[string]*delayedSent, []delayedDelivery) []delayedDelivery
+		want string
+	}{
+		{"early", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
+			g[7].at = s["m007"].at.Add(s["m007"].delay - time.Millisecond)
+			return g
+		}, "m007 (x-delay 1.007s) received by raftmq2 1ms early"},
+		{"released twice", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
+			return append(g, delayedDelivery{id: "m042", at: ms(9000), mark: -1042, marked: true, node: "raftmq1"})
+		}, "m042 released again"},
+		{"unconfirmed released twice", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
+			return append(g, delayedDelivery{id: "u", at: ms(1600), mark: -1000, marked: true, node: "raftmq1"})
+		}, "u released again"},
+		{"lost", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
+			return append(g[:3], g[4:]...)
+		}, "confirmed message m003 (x-delay 1.003s) was never released"},
+		{"late p99", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
+			// Two of a hundred 3 s late put the 99th percentile there.
+			for _, i := range []int{10, 20} {
+				g[i].at = g[i].at.Add(3 * time.Second)
+			}
+			return g
+		}, "at the 99th percentile (of 100 confirmed within 200ms), more than 2s"},
+		{"unmarked", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
+			g[5].marked = false
+			return g
+		}, "m005 released with x-delay"},
+		{"never published", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
+			return append(g, delayedDelivery{id: "ghost", at: ms(100)})
+		}, `delivery of "ghost"`},
+	} {
+		sent, got := clean()
+		bad := func() []string {
+			_, bad := delayedViolations(tc.name, sent, tc.bend(sent, got), 2*time.Second, faultWindows{})
+			return bad
+		}()
+		if !strings.Contains(strings.Join(bad, "\n"), tc.want) {
+			t.Errorf("%s: violations %v, want one saying %q", tc.name, bad, tc.want)
+		}
+	}
+
+	// One late message in a hundred is within the 99th percentile, and a
+	// publish the fault held up (confirmed late) is not a sample.
+	sent, got = clean()
+	got[10].at = got[10].at.Add(3 * time.Second)
+	sent["m020"].confirmed = sent["m020"].at.Add(time.Second)
+	got[20].at = got[20].at.Add(3 * time.Second)
+	rep, bad = delayedViolations("one late", sent, got, 2*time.Second, faultWindows{})
+	if len(bad) != 0 || rep.lateSamples != 99 || rep.lateMax != 3020*time.Millisecond {
+		t.Errorf("one late in a hundred and one held-up publish: violations %v, report %+v", bad, rep)
+	}
+
+	// What fell due during each fault is counted.
+	rep, _ = delayedViolations("windows", sent, got, 2*time.Second, faultWindows{
+		killFrom: ms(1000), killTo: ms(1100), freezeFrom: ms(1500), freezeTo: ms(2000)})
+	// Message i is due at 1000 + 11i ms.
+	if rep.dueInKill != 10 || rep.dueInFreeze != 45 {
+		t.Errorf("due in the kill %d, want 10 (m000..m009); due in the freeze %d, want 45 (m046..m090)",
+			rep.dueInKill, rep.dueInFreeze)
+	}
+}
