@@ -16,7 +16,7 @@ test:
 
 # The docker fault-injection suite alone, with its tables.
 fault:
-	go test -count=1 -v -run 'TestFaults|TestFaultSingleActiveConsumer' -timeout 30m ./e2e/fault/
+	go test -count=1 -v -run 'TestFaults|TestFaultSingleActiveConsumer|TestFaultDelayed' -timeout 30m ./e2e/fault/
 
 generate:
 	go generate ./...
