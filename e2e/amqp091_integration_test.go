@@ -41,7 +41,9 @@ func TestAMQP091Integration(t *testing.T) {
 		t.Skipf("amqp091-go's tests cannot run here:\n%s", out.String())
 	}
 	if err != nil {
-		t.Fatalf("amqp091-integration.sh: %v\n%s", err, out.String())
+		// The whole output is long and a report may keep only its ends:
+		// the failing tests' own lines come first.
+		t.Fatalf("amqp091-integration.sh: %v\nthe failing tests:\n%s\nthe whole output:\n%s", err, failedTests(out.String()), out.String())
 	}
 	// A -run that matched nothing would pass without testing anything.
 	if !strings.Contains(out.String(), "--- PASS: TestConnectionRecoveryPublish") {
@@ -54,6 +56,40 @@ func TestAMQP091Integration(t *testing.T) {
 	}
 }
 
+// failedTests picks out of go test -v output the lines of each test that
+// failed: the lines printed under its name (go test heads a test's lines
+// with "=== RUN", "=== CONT" or "=== NAME" and the test's name), its
+// "--- FAIL" line, and any panic or package FAIL line.
+func failedTests(out string) string {
+	lines := map[string][]string{}
+	var cur string
+	var b strings.Builder
+	for _, line := range strings.Split(out, "\n") {
+		trim := strings.TrimSpace(line)
+		for _, head := range []string{"=== RUN", "=== CONT", "=== NAME", "=== PAUSE"} {
+			if name, ok := strings.CutPrefix(trim, head); ok {
+				cur = strings.TrimSpace(name)
+			}
+		}
+		switch {
+		case strings.HasPrefix(trim, "--- FAIL: "):
+			name, _, _ := strings.Cut(strings.TrimPrefix(trim, "--- FAIL: "), " ")
+			for _, l := range lines[name] {
+				b.WriteString(l + "\n")
+			}
+			b.WriteString(line + "\n")
+		case strings.HasPrefix(trim, "panic:"), strings.HasPrefix(trim, "FAIL"):
+			b.WriteString(line + "\n")
+		case cur != "" && !strings.HasPrefix(trim, "===") && !strings.HasPrefix(trim, "--- "):
+			lines[cur] = append(lines[cur], line)
+		}
+	}
+	if b.Len() == 0 {
+		return "(none named: see the whole output)\n"
+	}
+	return b.String()
+}
+
 // slicesWithout drops the environment entries that start with prefix, so
 // that a caller's AMQP_URL does not send the script to another broker.
 func slicesWithout(env []string, prefix string) []string {
@@ -64,4 +100,26 @@ func slicesWithout(env []string, prefix string) []string {
 		}
 	}
 	return out
+}
+
+func TestFailedTests_NamesOnlyTheFailuresLines(t *testing.T) {
+	out := strings.Join([]string{
+		"=== RUN   TestGood",
+		"    good_test.go:1: fine",
+		"--- PASS: TestGood (0.00s)",
+		"=== RUN   TestBad",
+		"=== PAUSE TestBad",
+		"=== RUN   TestOther",
+		"    other_test.go:2: other",
+		"=== CONT  TestBad",
+		"    bad_test.go:3: timed out",
+		"--- PASS: TestOther (0.00s)",
+		"--- FAIL: TestBad (1.00s)",
+		"FAIL",
+	}, "\n")
+	got := failedTests(out)
+	want := "    bad_test.go:3: timed out\n--- FAIL: TestBad (1.00s)\nFAIL\n"
+	if got != want {
+		t.Fatalf("failedTests:\n%q\nwant\n%q", got, want)
+	}
 }
