@@ -106,3 +106,24 @@ func TestDelayedCheck(t *testing.T) {
 			rep.dueInKill, rep.dueInFreeze)
 	}
 }
+
+// The table reports the 2 s target met or missed; the scenario fails only
+// past its bound.
+func TestDelayedTable_ReportsTheTarget(t *testing.T) {
+	for _, tc := range []struct {
+		p99  time.Duration
+		want string
+	}{
+		{1500 * time.Millisecond, "2s met"},
+		{2500 * time.Millisecond, "2s MISSED"},
+	} {
+		var b strings.Builder
+		writeDelayedTable(&b, []delayedReport{{scenario: "x", lateP99: tc.p99, target: delayedLateP99, nodesBack: true}})
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("p99 %v: table\n%s\nwithout %q", tc.p99, b.String(), tc.want)
+		}
+	}
+	if delayedLateBound <= delayedLateP99 {
+		t.Fatalf("the scenario fails at %v, below its target %v", delayedLateBound, delayedLateP99)
+	}
+}
