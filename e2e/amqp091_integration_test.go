@@ -63,8 +63,14 @@ func TestAMQP091Integration(t *testing.T) {
 func failedTests(out string) string {
 	lines := map[string][]string{}
 	var cur string
+	var tail int
 	var b strings.Builder
 	for _, line := range strings.Split(out, "\n") {
+		if tail > 0 {
+			b.WriteString(line + "\n")
+			tail--
+			continue
+		}
 		trim := strings.TrimSpace(line)
 		for _, head := range []string{"=== RUN", "=== CONT", "=== NAME", "=== PAUSE"} {
 			if name, ok := strings.CutPrefix(trim, head); ok {
@@ -78,8 +84,14 @@ func failedTests(out string) string {
 				b.WriteString(l + "\n")
 			}
 			b.WriteString(line + "\n")
-		case strings.HasPrefix(trim, "panic:"), strings.HasPrefix(trim, "FAIL"):
+		case strings.HasPrefix(trim, "FAIL"):
 			b.WriteString(line + "\n")
+		case strings.HasPrefix(trim, "panic:"), strings.HasPrefix(trim, "goleak:"):
+			// The package's TestMain checks for leaked goroutines once
+			// every test passed; that and a panic name no test: the
+			// lines after them say what.
+			b.WriteString(line + "\n")
+			tail = 40
 		case cur != "" && !strings.HasPrefix(trim, "===") && !strings.HasPrefix(trim, "--- "):
 			lines[cur] = append(lines[cur], line)
 		}
@@ -116,9 +128,12 @@ func TestFailedTests_NamesOnlyTheFailuresLines(t *testing.T) {
 		"--- PASS: TestOther (0.00s)",
 		"--- FAIL: TestBad (1.00s)",
 		"FAIL",
+		"goleak: Errors on successful test run: found unexpected goroutines:",
+		"[Goroutine 7 in state select]",
 	}, "\n")
 	got := failedTests(out)
-	want := "    bad_test.go:3: timed out\n--- FAIL: TestBad (1.00s)\nFAIL\n"
+	want := "    bad_test.go:3: timed out\n--- FAIL: TestBad (1.00s)\nFAIL\n" +
+		"goleak: Errors on successful test run: found unexpected goroutines:\n[Goroutine 7 in state select]\n"
 	if got != want {
 		t.Fatalf("failedTests:\n%q\nwant\n%q", got, want)
 	}
