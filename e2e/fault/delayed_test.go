@@ -153,17 +153,7 @@ func (r *delayedRecorder) delivered(d delayedDelivery) {
 func (r *delayedRecorder) missing() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	seen := make(map[string]bool, len(r.got))
-	for _, d := range r.got {
-		seen[d.id] = true
-	}
-	n := 0
-	for id, s := range r.sent {
-		if !s.confirmed.IsZero() && !seen[id] {
-			n++
-		}
-	}
-	return n
+	return unreceived(r.sent, r.got, func(s *delayedSent) bool { return !s.confirmed.IsZero() }, func(d delayedDelivery) string { return d.id })
 }
 
 // snapshot copies what was recorded, for the checker.

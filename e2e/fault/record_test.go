@@ -89,13 +89,20 @@ func (r *recorder) confirmedCount() int {
 func (r *recorder) missing() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	seen := make(map[string]bool, len(r.deliveries))
-	for _, d := range r.deliveries {
-		seen[d.id] = true
+	return unreceived(r.sent, r.deliveries, func(s *sent) bool { return !s.confirmed.IsZero() }, func(d delivery) string { return d.id })
+}
+
+// unreceived counts the messages of sent (by id) that were confirmed
+// and that no delivery of got names: what a drain still waits for. Both
+// scenarios' recorders ask it of their own records.
+func unreceived[S, D any](sent map[string]S, got []D, confirmed func(S) bool, id func(D) string) int {
+	seen := make(map[string]bool, len(got))
+	for _, d := range got {
+		seen[id(d)] = true
 	}
 	n := 0
-	for id, s := range r.sent {
-		if !s.confirmed.IsZero() && !seen[id] {
+	for k, s := range sent {
+		if confirmed(s) && !seen[k] {
 			n++
 		}
 	}

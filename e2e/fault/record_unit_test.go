@@ -157,3 +157,25 @@ func TestWriteTable_SaysWhenANodeDidNotComeBack(t *testing.T) {
 		t.Fatalf("nodes-back column wrong:\n%s", b.String())
 	}
 }
+
+// A drain waits for the confirmed messages no consumer has named: not for
+// an unconfirmed one, nor for one received twice.
+func TestUnreceived(t *testing.T) {
+	r := newRecorder()
+	t0 := time.Unix(1000, 0)
+	for _, id := range []string{"a", "b", "c", "u"} {
+		r.published(&sent{id: id, at: t0})
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		r.confirmed(id, t0)
+	}
+	if n := r.missing(); n != 3 {
+		t.Fatalf("nothing received: %d missing, want 3", n)
+	}
+	r.delivered(delivery{id: "a"})
+	r.delivered(delivery{id: "a", redelivered: true})
+	r.delivered(delivery{id: "u"})
+	if n := r.missing(); n != 2 {
+		t.Fatalf("a and u received: %d missing, want 2", n)
+	}
+}
