@@ -620,20 +620,5 @@ func consumeDelayedOnce(ctx context.Context, uri string, o *options, t *delayTra
 	default:
 		close(ready)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case d, ok := <-ds:
-			if !ok {
-				return errors.New("delivery channel closed")
-			}
-			t.arrive(d.Body, time.Now(), d.Redelivered)
-			if !o.AutoAck {
-				if err := d.Ack(false); err != nil {
-					return err
-				}
-			}
-		}
-	}
+	return receive(ctx, ds, o.AutoAck, func(d amqp.Delivery) { t.arrive(d.Body, time.Now(), d.Redelivered) })
 }

@@ -544,6 +544,23 @@ func consume(ctx context.Context, uri string, o *options, c *counters, e2eLat *l
 	}
 	defer conn.Close()
 	close(ready)
+	return receive(ctx, ds, o.AutoAck, func(d amqp.Delivery) {
+		if t, ok := bodyTime(d.Body); ok {
+			now := time.Now()
+			lat := now.Sub(t)
+			e2eLat.add(lat)
+			if o.Slow > 0 && lat >= o.Slow {
+				fmt.Fprintf(os.Stderr, "slow delivery: %.1f ms, published %s, received %s\n",
+					ms(lat), t.UTC().Format("15:04:05.000000"), now.UTC().Format("15:04:05.000000"))
+			}
+		}
+		c.consumed.Add(1)
+	})
+}
+
+// receive hands each delivery of ds to got and acks it (unless autoAck)
+// until ctx ends (nil) or the deliveries stop or an ack fails (an error).
+func receive(ctx context.Context, ds <-chan amqp.Delivery, autoAck bool, got func(amqp.Delivery)) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -552,17 +569,8 @@ func consume(ctx context.Context, uri string, o *options, c *counters, e2eLat *l
 			if !ok {
 				return errors.New("delivery channel closed")
 			}
-			if t, ok := bodyTime(d.Body); ok {
-				now := time.Now()
-				lat := now.Sub(t)
-				e2eLat.add(lat)
-				if o.Slow > 0 && lat >= o.Slow {
-					fmt.Fprintf(os.Stderr, "slow delivery: %.1f ms, published %s, received %s\n",
-						ms(lat), t.UTC().Format("15:04:05.000000"), now.UTC().Format("15:04:05.000000"))
-				}
-			}
-			c.consumed.Add(1)
-			if !o.AutoAck {
+			got(d)
+			if !autoAck {
 				if err := d.Ack(false); err != nil {
 					return err
 				}

@@ -30,6 +30,18 @@ const (
 	image    = "raftmq:e2e-fault"
 )
 
+// skipWithoutDocker skips a fault scenario with -short and where no
+// docker engine answers, saying which.
+func skipWithoutDocker(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("fault suite: skipped with -short")
+	}
+	if why := dockerReady(); why != "" {
+		t.Skipf("fault suite needs docker: %s", why)
+	}
+}
+
 // dockerReady reports why docker cannot run the suite ("" when it can).
 func dockerReady() string {
 	if _, err := exec.LookPath("docker"); err != nil {

@@ -432,12 +432,7 @@ func consumeDelayed(ctx context.Context, c *cluster, rec *delayedRecorder, p, fi
 }
 
 func TestFaultDelayed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault suite: skipped with -short")
-	}
-	if why := dockerReady(); why != "" {
-		t.Skipf("fault suite needs docker: %s", why)
-	}
+	skipWithoutDocker(t)
 	c := startCluster(t, "delayed")
 	if err := c.withChannel(30*time.Second, func(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(delayedExchange, "x-delayed-message", true, false, false, false,

@@ -144,12 +144,7 @@ var (
 )
 
 func TestFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault suite: skipped with -short")
-	}
-	if why := dockerReady(); why != "" {
-		t.Skipf("fault suite needs docker: %s", why)
-	}
+	skipWithoutDocker(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			if sc.needs != nil {

@@ -199,12 +199,7 @@ func (c *cluster) awaitStatuses(i int, want map[string]string) error {
 }
 
 func TestFaultSingleActiveConsumer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault suite: skipped with -short")
-	}
-	if why := dockerReady(); why != "" {
-		t.Skipf("fault suite needs docker: %s", why)
-	}
+	skipWithoutDocker(t)
 	c := startCluster(t, "sac")
 	if err := c.withChannel(30*time.Second, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(sacQueue, true, false, false, false, amqp.Table{"x-single-active-consumer": true})
