@@ -17,8 +17,6 @@ const (
 	accessRead
 )
 
-var accessNames = [...]string{"configure", "write", "read"}
-
 // permissions caches a user's compiled permission regexps in one vhost. The
 // strings are read from the applied state on every check, so a change made
 // through the log applies to open connections at once; they are compiled

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -162,19 +161,6 @@ func dirFiles(t testing.TB, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
-}
-
-func dirBytes(t testing.TB, dir string) int64 {
-	t.Helper()
-	var n int64
-	for _, name := range dirFiles(t, dir) {
-		st, err := os.Stat(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += st.Size()
-	}
-	return n
 }
 
 func every(keys []Key, n int) []Key {

@@ -10,15 +10,6 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// keysOf is the keys of live.
-func keysOf(live []Live) []Key {
-	out := make([]Key, len(live))
-	for i, l := range live {
-		out[i] = l.Key
-	}
-	return out
-}
-
 func TestStream_ToAFollowerWithAnEmptyLog(t *testing.T) {
 	l := walLog(t, t.TempDir())
 	keys := l.entries(100, 5, 700)

@@ -154,8 +154,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 
 // counters are the run's totals, updated by every client.
 type counters struct {
-	published, confirmed, nacked, consumed, returned atomic.Int64
-	gaps                                             confirmGaps
+	published, confirmed, nacked, consumed atomic.Int64
+	gaps                                   confirmGaps
 }
 
 // confirmGaps tracks the longest time without any confirm, from the start
