@@ -603,20 +603,8 @@ func delayedCount(t *testing.T, n *Node, x string) float64 {
 // apiPut sends body to the management API of n as guest.
 func apiPut(t *testing.T, n *Node, path, body string) {
 	t.Helper()
-	req, err := http.NewRequest("PUT", "http://"+n.ManagementAddr+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.SetBasicAuth("guest", "guest")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("PUT %s: %d %s", path, resp.StatusCode, b)
+	if code, b := apiSend(t, n, "PUT", path, body); code/100 != 2 {
+		t.Fatalf("PUT %s: %d %s", path, code, b)
 	}
 }
 

@@ -332,15 +332,7 @@ func TestDelayed_AMQP091(t *testing.T) {
 		for i := range 10 {
 			confirmOne(t, pub, "dl-restart", "k", false, delayed(fmt.Sprint(i), int32(delay)))
 		}
-		for i := range c.Nodes {
-			c.Kill(i)
-		}
-		for i := range c.Nodes {
-			c.Start(i)
-		}
-		for i := range c.Nodes {
-			c.WaitReady(i, 60*time.Second)
-		}
+		c.RestartAll(60 * time.Second)
 		dl := consumeOn(t, dial(t, c.Nodes[2]), "dl-restart-q")
 		seen := map[string]bool{}
 		for range 10 {

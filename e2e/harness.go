@@ -255,6 +255,20 @@ func (c *Cluster) waitAllReady(timeout time.Duration) error {
 	return nil
 }
 
+// RestartAll kills every node, starts them all again with their data and
+// waits up to timeout for each to be ready.
+func (c *Cluster) RestartAll(timeout time.Duration) {
+	for i := range c.Nodes {
+		c.Kill(i)
+	}
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	for i := range c.Nodes {
+		c.WaitReady(i, timeout)
+	}
+}
+
 // Start (re)starts node i with its data directory kept.
 func (c *Cluster) Start(i int) {
 	c.t.Helper()

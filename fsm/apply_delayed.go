@@ -252,6 +252,11 @@ type routeScratch struct {
 	// probe routes through delayed exchanges as their x-delayed-type,
 	// to learn where a message would go now (mandatory).
 	probe bool
+	// draws counts the x-local-random choices of the command at
+	// drawIndex, drawPos (state.draw).
+	drawIndex uint64
+	drawPos   uint32
+	draws     uint64
 }
 
 func (r *routeScratch) reset() {
@@ -401,7 +406,7 @@ func (s *state) publishDelayed(c *proto.Publish, v *vhost, x *exchange, keys []s
 	delay := s.routing.delay
 	if c.GetMandatory() {
 		s.routing.probe = true
-		now := s.route(v, x, keys, props.GetHeaders())
+		now := s.route(v, x, keys, props)
 		s.routing.probe = false
 		if len(now) == 0 {
 			return &proto.Result{}
@@ -650,7 +655,7 @@ func (s *state) release(r delayedRec) {
 			msgTTL = n
 		}
 	}
-	targets := s.route(v, x, keys, props.GetHeaders())
+	targets := s.route(v, x, keys, props)
 	if len(targets) == 0 {
 		return
 	}

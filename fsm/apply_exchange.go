@@ -32,7 +32,7 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 	if c.GetName() == "" {
 		return refused(replycode.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
-	if !validType(c.GetType()) && !s.delayedType(c.GetType()) {
+	if !validType(c.GetType()) && !s.delayedType(c.GetType()) && !s.pickDeclared(c.GetType()) {
 		return refused(replycode.CommandInvalid, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
 	}
 	if ok {
@@ -54,6 +54,9 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 	}
 	via, r := delayedVia(c.GetType(), c.GetArguments())
 	if r != nil {
+		return r
+	}
+	if r := pickArgs(c.GetType(), c.GetArguments()); r != nil {
 		return r
 	}
 	v.exchanges[c.GetName()] = &exchange{name: c.GetName(), typ: c.GetType(), durable: c.GetDurable(),
@@ -117,6 +120,7 @@ func (s *state) removeBindingsTo(v *vhost, name string, toExchange bool) {
 		x := v.exchanges[k]
 		n := len(x.bindings)
 		x.bindings = deleteFunc(x.bindings, func(b *binding) bool { return b.dest == name && b.toExchange == toExchange })
+		x.ring = nil
 		if n > 0 && len(x.bindings) == 0 && x.autoDelete {
 			emptied = append(emptied, x)
 		}
@@ -184,12 +188,16 @@ func (s *state) applyBind(c *proto.Bind) *proto.Result {
 	if r != nil {
 		return r
 	}
+	if r := pickBinding(v, x, c.GetDestination(), c.GetDestinationIsExchange(), c.GetRoutingKey()); r != nil {
+		return r
+	}
 	for _, b := range x.bindings {
 		if b.dest == c.GetDestination() && b.toExchange == c.GetDestinationIsExchange() && b.key == c.GetRoutingKey() && pb.Equal(b.args, c.GetArguments()) {
 			return &proto.Result{}
 		}
 	}
 	x.bindings = append(x.bindings, &binding{dest: c.GetDestination(), toExchange: c.GetDestinationIsExchange(), key: c.GetRoutingKey(), args: c.GetArguments()})
+	x.ring = nil
 	return &proto.Result{}
 }
 
@@ -206,23 +214,24 @@ func (s *state) applyUnbind(c *proto.Unbind) *proto.Result {
 	x.bindings = deleteFunc(x.bindings, func(b *binding) bool {
 		return b.dest == c.GetDestination() && b.toExchange == c.GetDestinationIsExchange() && b.key == c.GetRoutingKey() && pb.Equal(b.args, c.GetArguments())
 	})
+	x.ring = nil
 	if n > 0 && len(x.bindings) == 0 && x.autoDelete {
 		s.deleteExchange(v, x)
 	}
 	return &proto.Result{}
 }
 
-// route returns the queues a message published to x with keys reaches,
-// each at most once, in a deterministic order.
-func (s *state) route(v *vhost, x *exchange, keys []string, headers *proto.Table) []*queueState {
+// route returns the queues a message published to x with keys and props
+// reaches, each at most once, in a deterministic order.
+func (s *state) route(v *vhost, x *exchange, keys []string, props *proto.Properties) []*queueState {
 	s.mark++
 	s.routing.reset()
 	var out []*queueState
-	s.routeInto(v, x, keys, headers, &out)
+	s.routeInto(v, x, keys, props, &out)
 	return out
 }
 
-func (s *state) routeInto(v *vhost, x *exchange, keys []string, headers *proto.Table, out *[]*queueState) {
+func (s *state) routeInto(v *vhost, x *exchange, keys []string, props *proto.Properties, out *[]*queueState) {
 	if x.mark == s.mark {
 		return
 	}
@@ -237,32 +246,43 @@ func (s *state) routeInto(v *vhost, x *exchange, keys []string, headers *proto.T
 		}
 		return
 	}
+	headers := props.GetHeaders()
 	if s.holds(x, headers) {
 		return
 	}
-	for _, b := range x.bindings {
-		if !matches(x.routingType(), b, keys, headers) {
-			continue
+	if pickType(x.typ) {
+		if b := s.pick(x, keys, props); b != nil {
+			s.routeTo(v, b, keys, props, out)
 		}
-		if b.toExchange {
-			if d, ok := v.exchanges[b.dest]; ok {
-				s.routeInto(v, d, keys, headers, out)
+	} else {
+		for _, b := range x.bindings {
+			if matches(x.routingType(), b, keys, headers) {
+				s.routeTo(v, b, keys, props, out)
 			}
-			continue
-		}
-		if q, ok := v.queues[b.dest]; ok && q.mark != s.mark {
-			q.mark = s.mark
-			*out = append(*out, q)
 		}
 	}
 	if len(*out) == n {
 		if av, ok := tableGet(x.args, "alternate-exchange"); ok {
 			if name, ok := valueString(av); ok {
 				if ae, ok := v.exchanges[name]; ok {
-					s.routeInto(v, ae, keys, headers, out)
+					s.routeInto(v, ae, keys, props, out)
 				}
 			}
 		}
+	}
+}
+
+// routeTo follows binding b: into the exchange it names, or to its queue.
+func (s *state) routeTo(v *vhost, b *binding, keys []string, props *proto.Properties, out *[]*queueState) {
+	if b.toExchange {
+		if d, ok := v.exchanges[b.dest]; ok {
+			s.routeInto(v, d, keys, props, out)
+		}
+		return
+	}
+	if q, ok := v.queues[b.dest]; ok && q.mark != s.mark {
+		q.mark = s.mark
+		*out = append(*out, q)
 	}
 }
 

@@ -62,7 +62,7 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	keys = append(keys, bcc...)
 	props = withoutHeader(props, "BCC")
 	s.stats.Published++
-	targets := s.route(v, x, keys, props.GetHeaders())
+	targets := s.route(v, x, keys, props)
 	res := &proto.Result{Routed: len(targets) > 0}
 	body := queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}
 	if len(s.routing.held) > 0 {
@@ -207,7 +207,7 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	if k, ok := q.dlrk(); ok {
 		rk = []string{k}
 	}
-	targets := s.route(v, x, rk, props.GetHeaders())
+	targets := s.route(v, x, rk, props)
 	enc := encodeProps(props)
 	if len(s.routing.held) > 0 {
 		// Dead-lettered into an x-delayed-message exchange with an

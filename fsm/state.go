@@ -128,6 +128,9 @@ type exchange struct {
 	// at is the exchange's id among the places of delayed messages
 	// (delayedSet.at) while it holds some; not state.
 	at uint32
+	// ring is what a picking exchange (apply_pick.go) routes with,
+	// derived from its bindings; nil once they change. Not state.
+	ring *ring
 }
 
 type binding struct {

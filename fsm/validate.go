@@ -88,7 +88,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  9. a delayed exchange keeps a message's properties with its x-delay
 //     value left out, so messages alike but for their delays share one
 //     table entry (heldProps, apply_delayed.go)
-const Protocol = 9
+//  11. x-consistent-hash, x-modulus-hash and x-local-random exchanges
+//     (apply_pick.go)
+const Protocol = 11
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once

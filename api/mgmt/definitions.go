@@ -25,7 +25,7 @@ var honouredQueueArgs = []string{"x-message-ttl", "x-expires", "x-max-length", "
 	"x-delayed-retry-type", "x-delayed-retry-min", "x-delayed-retry-max", "x-delayed-retry-multiplier"}
 
 // honouredExchangeArgs are the exchange arguments raftmq acts on.
-var honouredExchangeArgs = []string{"alternate-exchange"}
+var honouredExchangeArgs = []string{"alternate-exchange", "x-delayed-type", "hash-header", "hash-property"}
 
 // Export returns the definitions of the whole broker (vhost "") or of one
 // vhost in RabbitMQ's format, read from this node's applied state.

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/raftmq/raftmq/cluster/clustertest"
 )
 
 // delayedManagement serves a one-node cluster's management API with a
@@ -15,15 +13,7 @@ import (
 // direct exchange plain.
 func delayedManagement(t *testing.T) mgmtClient {
 	t.Helper()
-	cl := clustertest.New(t, 1)
-	n := cl.WaitForLeader(clustertest.Timeout)
-	c := mgmtClient{t: t, base: serveManagement(t, n), user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := c.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	c := oneNodeManagement(t)
 	c.must(http.StatusCreated, "PUT", "/api/exchanges/%2F/dx", map[string]any{"type": "x-delayed-message", "durable": true,
 		"arguments": map[string]any{"x-delayed-type": "direct"}})
 	c.must(http.StatusCreated, "PUT", "/api/exchanges/%2F/plain", map[string]any{"type": "direct"})

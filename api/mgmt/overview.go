@@ -16,6 +16,9 @@ var exchangeTypes = []map[string]any{
 	{"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": true},
 	{"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification", "enabled": true},
 	{"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification", "enabled": true},
+	{"name": fsm.ConsistentHashType, "description": "Consistent hashing exchange: one bound destination per message, by weight", "enabled": true},
+	{"name": fsm.ModulusHashType, "description": "Modulus hashing exchange: one binding per message, by the hash of its routing keys", "enabled": true},
+	{"name": fsm.LocalRandomType, "description": "Routes each message to one bound queue, chosen at random", "enabled": true},
 }
 
 func rate() map[string]float64 { return map[string]float64{"rate": 0.0} }

@@ -677,11 +677,11 @@ function exchangesPage() {
     <form class="stack" id="add-exchange">
       <label>Virtual host <select name="vhost">${vhostOptions(S.vhost || '/')}</select></label>
       <label>Name <input name="name" required></label>
-      <label>Type <select name="type"><option>direct</option><option>fanout</option><option>topic</option><option>headers</option><option>x-delayed-message</option></select></label>
+      <label>Type <select name="type"><option>direct</option><option>fanout</option><option>topic</option><option>headers</option><option>x-delayed-message</option><option>x-consistent-hash</option><option>x-modulus-hash</option><option>x-local-random</option></select></label>
       <label class="inline"><input type="checkbox" name="durable" checked> durable</label>
       <label class="inline"><input type="checkbox" name="auto_delete"> auto-delete</label>
       <label class="inline"><input type="checkbox" name="internal"> internal</label>
-      <label>Arguments (JSON) <textarea name="arguments" placeholder='{"alternate-exchange": "unrouted"} — x-delayed-message needs {"x-delayed-type": "direct"}'></textarea></label>
+      <label>Arguments (JSON) <textarea name="arguments" placeholder='{"alternate-exchange": "unrouted"} — x-delayed-message needs {"x-delayed-type": "direct"}; x-consistent-hash takes {"hash-header": "h"} or {"hash-property": "message_id"}'></textarea></label>
       <div><button type="submit">Add exchange</button></div>
     </form></details></div>`;
   function bind(main) {
