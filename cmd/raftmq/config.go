@@ -71,7 +71,7 @@ type limitsConfig struct {
 	MaxQueuesPerVhost     int
 	MaxConnectionBuffer   int
 	WriteTimeout          time.Duration
-	VMMemoryHighWatermark int64 // bytes of Go heap; 0: 40% of the system's memory
+	VMMemoryHighWatermark int64 // bytes of resident memory; 0: 40% of the system's memory
 	// DiskFreeLimit is the data dir's free space below which publishers
 	// are blocked.
 	DiskFreeLimit byteSize
@@ -129,7 +129,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.IntVar(&c.Limits.MaxQueuesPerVhost, "max-queues-per-vhost", 0, "most queues in each vhost; 0 means no limit")
 	fs.IntVar(&c.Limits.MaxConnectionBuffer, "max-connection-buffer", amqp.DefaultMaxBufferedBytes, "bytes a connection may have waiting to be written before it is closed as not reading")
 	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", amqp.DefaultWriteTimeout, "a connection whose socket takes nothing for this long is closed")
-	fs.Int64Var(&c.Limits.VMMemoryHighWatermark, "vm-memory-high-watermark", 0, "Go heap bytes above which publishers are blocked; 0 means 40% of the system's (or cgroup's) memory")
+	fs.Int64Var(&c.Limits.VMMemoryHighWatermark, "vm-memory-high-watermark", 0, "resident memory (bytes, as top and /api/nodes show it) at which publishers are blocked; 0 means 40% of the system's (or cgroup's) memory")
 	c.Limits.DiskFreeLimit = defaultDiskFreeLimit
 	fs.Var(&c.Limits.DiskFreeLimit, "disk-free-limit", "free space of the data dir below which publishers are blocked: bytes, or with a unit (500MB, 2GB, 1GiB); 0 never blocks")
 
