@@ -172,7 +172,7 @@ func TestMemoryAlarm_ResidentMemory(t *testing.T) {
 	// raftmqctl status, with the node's admin secret and no password.
 	out := ctl(t, n, "status")
 	for _, want := range []string{"\nAlarms\n\nMemory alarm on node " + n.ID + "\n", "\nCalculation strategy: rss\n",
-		fmt.Sprintf("\nMemory high watermark: %.4f gb\n", float64(mark)/1e9)} {
+		fmt.Sprintf("\nMemory high watermark setting: %.4f gb, computed to: %.4f gb\n", float64(mark)/1e9, float64(mark)/1e9)} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("raftmqctl status lacks %q:\n%s", want, out)
 		}
@@ -188,6 +188,22 @@ func TestMemoryAlarm_ResidentMemory(t *testing.T) {
 	}
 	if st.Memory.Total.RSS < mark || len(st.Alarms) != 1 || st.Alarms[0] != "memory" {
 		t.Fatalf("raftmqctl status: memory %d, alarms %v", st.Memory.Total.RSS, st.Alarms)
+	}
+
+	// All three show the alarm's reading: read within one of its checks
+	// (every second), they show one number.
+	if err := Eventually(30*time.Second, func() error {
+		mgmtJSON(t, n, "/api/nodes/"+n.ID, &node)
+		if err := json.Unmarshal([]byte(ctl(t, n, "--formatter", "json", "status")), &st); err != nil {
+			return err
+		}
+		m := scrape(t, n, "rabbitmq_process_resident_memory_bytes")
+		if node.MemUsed != st.Memory.Total.RSS || float64(node.MemUsed) != m {
+			return fmt.Errorf("/api/nodes %d, raftmqctl status %d, metrics %v", node.MemUsed, st.Memory.Total.RSS, m)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

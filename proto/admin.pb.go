@@ -619,9 +619,13 @@ type ClusterStatusResponse struct {
 	// quorum's by more than --max-clock-offset), empty when it is fine.
 	ClockProblem string `protobuf:"bytes,22,opt,name=clock_problem,json=clockProblem" json:"clock_problem,omitempty"`
 	// The raftmq release the node runs (internal/version).
-	Version       string `protobuf:"bytes,23,opt,name=version" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version string `protobuf:"bytes,23,opt,name=version" json:"version,omitempty"`
+	// The fraction of the memory available (the machine's, or its cgroup's
+	// limit) that mem_limit was computed from, RabbitMQ's
+	// vm_memory_high_watermark.relative; 0 when the limit was given in bytes.
+	MemLimitRelative float64 `protobuf:"fixed64,24,opt,name=mem_limit_relative,json=memLimitRelative" json:"mem_limit_relative,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -813,6 +817,13 @@ func (x *ClusterStatusResponse) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *ClusterStatusResponse) GetMemLimitRelative() float64 {
+	if x != nil {
+		return x.MemLimitRelative
+	}
+	return 0
 }
 
 type TransferLeadershipRequest struct {
@@ -4356,7 +4367,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tamqp_addr\x18\x04 \x01(\tR\bamqpAddr\x12\x16\n" +
 	"\x06health\x18\x05 \x01(\tR\x06health\x12\x1a\n" +
 	"\bsuffrage\x18\x06 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\a \x01(\bR\x06leader\"\xd3\x05\n" +
+	"\x06leader\x18\a \x01(\bR\x06leader\"\x81\x06\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -4387,7 +4398,8 @@ const file_admin_proto_rawDesc = "" +
 	"goroutines\x12\x1b\n" +
 	"\tmem_limit\x18\x15 \x01(\x04R\bmemLimit\x12#\n" +
 	"\rclock_problem\x18\x16 \x01(\tR\fclockProblem\x12\x18\n" +
-	"\aversion\x18\x17 \x01(\tR\aversion\"4\n" +
+	"\aversion\x18\x17 \x01(\tR\aversion\x12,\n" +
+	"\x12mem_limit_relative\x18\x18 \x01(\x01R\x10memLimitRelative\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +

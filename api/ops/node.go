@@ -182,6 +182,9 @@ type Resources struct {
 	DiskFree, DiskFreeLimit uint64
 	// MemLimit is the memory alarm's limit (--vm-memory-high-watermark).
 	MemLimit uint64
+	// MemLimitRelative is the fraction of the memory available MemLimit
+	// was computed from; 0 when it was given in bytes.
+	MemLimitRelative float64
 	// MemUsed is the process's resident memory at the memory alarm's
 	// last check (0 before it, or without an alarm): what the alarm
 	// compared with MemLimit.

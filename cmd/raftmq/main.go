@@ -159,16 +159,20 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		return fmt.Errorf("start node: %w", err)
 	}
 	apiNode := ops.FromCluster(node)
-	watermark := cfg.Limits.VMMemoryHighWatermark
+	watermark, relative := cfg.Limits.VMMemoryHighWatermark, cfg.Limits.VMMemoryHighWatermarkRelative
 	if watermark == 0 {
-		watermark = defaultMemoryWatermark()
+		if relative == 0 {
+			relative = defaultMemoryRelative
+		}
+		watermark = relativeMemoryWatermark(relative)
 	}
 	memWatch := amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil)
 	diskWatch := amqp.NewDiskWatcher(amqpSrv, cfg.DataDir, uint64(cfg.Limits.DiskFreeLimit), nil)
 	resources := func() ops.Resources {
 		free, limit, alarm, _ := diskWatch.State()
 		memUsed, memLimit, memAlarm := memWatch.State()
-		return ops.Resources{MemAlarm: memAlarm, MemUsed: memUsed, MemLimit: memLimit, DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
+		return ops.Resources{MemAlarm: memAlarm, MemUsed: memUsed, MemLimit: memLimit, MemLimitRelative: relative,
+			DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
 	}
 	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryLimit: uint64(watermark), Resources: resources,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -69,9 +70,10 @@ func nodeStatus(c *call) error {
 			"alarms": alarms,
 			// rabbitmqctl status --formatter json's keys for the memory
 			// figures, in bytes.
-			"memory":                         map[string]any{"total": map[string]any{"rss": r.GetMemUsed()}, "strategy": "rss"},
-			"vm_memory_high_watermark_limit": r.GetMemLimit(),
-			"disk_free":                      r.GetDiskFree(), "disk_free_limit": r.GetDiskFreeLimit(),
+			"memory":                           map[string]any{"total": map[string]any{"rss": r.GetMemUsed()}, "strategy": "rss"},
+			"vm_memory_high_watermark_limit":   r.GetMemLimit(),
+			"vm_memory_high_watermark_setting": watermarkSetting(r),
+			"disk_free":                        r.GetDiskFree(), "disk_free_limit": r.GetDiskFreeLimit(),
 			"file_descriptors": map[string]any{"total_used": r.GetFdUsed(), "total_limit": r.GetFdTotal()},
 			"processors":       r.GetProcessors(), "goroutines": r.GetGoroutines(),
 		})
@@ -111,7 +113,11 @@ func nodeStatus(c *call) error {
 	w.section("Memory")
 	w.line("Total memory used: %s", gb(r.GetMemUsed()))
 	w.line("Calculation strategy: rss")
-	w.line("Memory high watermark: %s", gb(r.GetMemLimit()))
+	if rel := r.GetMemLimitRelative(); rel > 0 {
+		w.line("Memory high watermark setting: %s of available memory, computed to: %s", strconv.FormatFloat(rel, 'g', -1, 64), gb(r.GetMemLimit()))
+	} else {
+		w.line("Memory high watermark setting: %s, computed to: %s", gb(r.GetMemLimit()), gb(r.GetMemLimit()))
+	}
 	w.section("File Descriptors")
 	w.line("Total: %d, limit: %d", r.GetFdUsed(), r.GetFdTotal())
 	w.section("Free Disk Space")
@@ -123,6 +129,15 @@ func nodeStatus(c *call) error {
 		w.line("Interface: %s, port: %s, protocol: %s, purpose: %s", host, port, l.Protocol, listenerPurpose[l.Protocol])
 	}
 	return w.err
+}
+
+// watermarkSetting is rabbitmqctl status --formatter json's
+// vm_memory_high_watermark_setting: the fraction given, or the bytes.
+func watermarkSetting(r *proto.ClusterStatusResponse) map[string]any {
+	if rel := r.GetMemLimitRelative(); rel > 0 {
+		return map[string]any{"relative": rel}
+	}
+	return map[string]any{"absolute": r.GetMemLimit()}
 }
 
 // listenerPurpose is what rabbitmqctl status says each listener is for.

@@ -39,7 +39,7 @@ Memory
 
 Total memory used: 0.0524 gb
 Calculation strategy: rss
-Memory high watermark: 0.0419 gb
+Memory high watermark setting: 0.4 of available memory, computed to: 0.0419 gb
 
 File Descriptors
 
@@ -99,7 +99,10 @@ Interface: 10.0.0.1, port: 5681, protocol: raft, purpose: raft log replication b
   "raftmq_version": "v1.2.3",
   "term": 3,
   "uptime": 3723,
-  "vm_memory_high_watermark_limit": 41943040
+  "vm_memory_high_watermark_limit": 41943040,
+  "vm_memory_high_watermark_setting": {
+    "relative": 0.4
+  }
 }
 `},
 		{name: "ping", args: []string{"ping"}, stdout: "Ping succeeded\n"},
@@ -117,7 +120,7 @@ func TestRun_StatusAlarms(t *testing.T) {
 		MemUsed: 1500000000, MemLimit: 1000000000}}
 	code, out, errs := runErr(t, alarmed, "status")
 	for _, want := range []string{"\nAlarms\n\nFree disk space alarm on node n1\nMemory alarm on node n1\n\nMemory\n\n" +
-		"Total memory used: 1.5000 gb\nCalculation strategy: rss\nMemory high watermark: 1.0000 gb\n"} {
+		"Total memory used: 1.5000 gb\nCalculation strategy: rss\nMemory high watermark setting: 1.0000 gb, computed to: 1.0000 gb\n"} {
 		if code != exitOK || !strings.Contains(out, want) {
 			t.Fatalf("exit %d, stdout lacks %q:\n%s%s", code, want, out, errs)
 		}
