@@ -60,13 +60,6 @@ func (w *MemoryWatcher) Check() bool {
 	return w.alarm
 }
 
-// Alarm reports whether the alarm is raised.
-func (w *MemoryWatcher) Alarm() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.alarm
-}
-
 // State returns the memory in use at the last check (0 before any), the
 // limit and whether the alarm is raised: the surfaces show this reading,
 // so the figure an operator reads is the one the alarm compared.
