@@ -9,6 +9,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/raftmq/raftmq/internal/procstat"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -41,7 +42,14 @@ func TestDiskAlarm_BlocksUntilSpaceReturns(t *testing.T) {
 		t.Fatalf("alarms %v", got)
 	}
 	mem := NewMemoryWatcher(ts.srv, 1000, func() uint64 { return 2000 })
+	if u, l, a := mem.State(); u != 0 || l != 1000 || a {
+		t.Fatalf("memory state before a check: %d %d %v", u, l, a)
+	}
 	mem.Check()
+	// The reading the alarm compared is the one the surfaces show.
+	if u, l, a := mem.State(); u != 2000 || l != 1000 || !a {
+		t.Fatalf("memory state: %d %d %v", u, l, a)
+	}
 	if got := ts.srv.Alarms(); !slices.Equal(got, []string{AlarmDisk, AlarmMemory}) {
 		t.Fatalf("alarms %v", got)
 	}
@@ -113,5 +121,20 @@ func TestDiskFree_ReadsTheFileSystem(t *testing.T) {
 	}
 	if _, err := DiskFree("/nonexistent/raftmq"); err == nil {
 		t.Fatal("no error for a missing folder")
+	}
+}
+
+// A watcher given no reader compares the process's resident memory: with
+// a limit of one byte the alarm is raised and the reading is the
+// process's, not the Go heap's objects alone.
+func TestMemoryWatcher_ReadsResidentMemory(t *testing.T) {
+	ts := startServer(t, Config{})
+	w := NewMemoryWatcher(ts.srv, 1, nil)
+	if !w.Check() {
+		t.Fatal("no alarm above a one-byte limit")
+	}
+	used, _, _ := w.State()
+	if rss := procstat.ResidentMemory(); used == 0 || used > 2*rss || rss > 2*used {
+		t.Fatalf("the watcher read %d bytes, the resident memory is %d", used, rss)
 	}
 }

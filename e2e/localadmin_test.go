@@ -123,3 +123,34 @@ func copyFile(t *testing.T, from, to string, perm os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// TestLocalAdmin_DefinitionsWithoutPassword: the node's OS user backs up
+// and restores the definitions with raftmqctl and no password (the admin
+// secret of the data dir, as rabbitmqctl by the Erlang cookie), through
+// the admin API: the management API's address given is closed.
+func TestLocalAdmin_DefinitionsWithoutPassword(t *testing.T) {
+	skipShort(t)
+	c := StartCluster(t, 1)
+	n := c.Nodes[0]
+	ch := channel(t, dial(t, n))
+	if _, err := ch.QueueDeclare("backed.up", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	nowhere := "--management-url=http://127.0.0.1:1"
+	backup := filepath.Join(t.TempDir(), "backup.json")
+	ctl(t, n, nowhere, "export_definitions", backup)
+	raw, err := os.ReadFile(backup)
+	if err != nil || !strings.Contains(string(raw), `"name": "backed.up"`) {
+		t.Fatalf("backup (%v):\n%s", err, raw)
+	}
+	ctl(t, n, "delete_queue", "backed.up")
+	if out := ctl(t, n, "list_queues"); strings.Contains(out, "backed.up") {
+		t.Fatalf("the queue was not deleted:\n%s", out)
+	}
+	if out := ctl(t, n, nowhere, "import_definitions", backup); !strings.Contains(out, "Imported definitions from "+backup) {
+		t.Fatalf("import_definitions:\n%s", out)
+	}
+	if out := ctl(t, n, "list_queues"); !strings.Contains(out, "backed.up") {
+		t.Fatalf("the queue was not restored:\n%s", out)
+	}
+}

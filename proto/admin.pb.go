@@ -619,9 +619,13 @@ type ClusterStatusResponse struct {
 	// quorum's by more than --max-clock-offset), empty when it is fine.
 	ClockProblem string `protobuf:"bytes,22,opt,name=clock_problem,json=clockProblem" json:"clock_problem,omitempty"`
 	// The raftmq release the node runs (internal/version).
-	Version       string `protobuf:"bytes,23,opt,name=version" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version string `protobuf:"bytes,23,opt,name=version" json:"version,omitempty"`
+	// The fraction of the memory available (the machine's, or its cgroup's
+	// limit) that mem_limit was computed from, RabbitMQ's
+	// vm_memory_high_watermark.relative; 0 when the limit was given in bytes.
+	MemLimitRelative float64 `protobuf:"fixed64,24,opt,name=mem_limit_relative,json=memLimitRelative" json:"mem_limit_relative,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -813,6 +817,13 @@ func (x *ClusterStatusResponse) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *ClusterStatusResponse) GetMemLimitRelative() float64 {
+	if x != nil {
+		return x.MemLimitRelative
+	}
+	return 0
 }
 
 type TransferLeadershipRequest struct {
@@ -4116,6 +4127,198 @@ func (x *EnvironmentResponse) GetSettings() []*Setting {
 	return nil
 }
 
+type ExportDefinitionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// vhost, when set, exports that vhost's topology alone, as
+	// GET /api/definitions/{vhost}; empty exports the whole broker.
+	Vhost         string `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportDefinitionsRequest) Reset() {
+	*x = ExportDefinitionsRequest{}
+	mi := &file_admin_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportDefinitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportDefinitionsRequest) ProtoMessage() {}
+
+func (x *ExportDefinitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportDefinitionsRequest.ProtoReflect.Descriptor instead.
+func (*ExportDefinitionsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ExportDefinitionsRequest) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+type ExportDefinitionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The definitions document, JSON.
+	Definitions   []byte `protobuf:"bytes,1,opt,name=definitions" json:"definitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportDefinitionsResponse) Reset() {
+	*x = ExportDefinitionsResponse{}
+	mi := &file_admin_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportDefinitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportDefinitionsResponse) ProtoMessage() {}
+
+func (x *ExportDefinitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportDefinitionsResponse.ProtoReflect.Descriptor instead.
+func (*ExportDefinitionsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ExportDefinitionsResponse) GetDefinitions() []byte {
+	if x != nil {
+		return x.Definitions
+	}
+	return nil
+}
+
+type ImportDefinitionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The definitions document, JSON, at most 64 MiB as the management
+	// API's request body.
+	Definitions []byte `protobuf:"bytes,1,opt,name=definitions" json:"definitions,omitempty"`
+	// vhost, when set, is where every object goes, as
+	// POST /api/definitions/{vhost}.
+	Vhost         string `protobuf:"bytes,2,opt,name=vhost" json:"vhost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportDefinitionsRequest) Reset() {
+	*x = ImportDefinitionsRequest{}
+	mi := &file_admin_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportDefinitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportDefinitionsRequest) ProtoMessage() {}
+
+func (x *ImportDefinitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportDefinitionsRequest.ProtoReflect.Descriptor instead.
+func (*ImportDefinitionsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ImportDefinitionsRequest) GetDefinitions() []byte {
+	if x != nil {
+		return x.Definitions
+	}
+	return nil
+}
+
+func (x *ImportDefinitionsRequest) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+type ImportDefinitionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What raftmq keeps but does not act on, or leaves out, one per object.
+	Warnings      []string `protobuf:"bytes,1,rep,name=warnings" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportDefinitionsResponse) Reset() {
+	*x = ImportDefinitionsResponse{}
+	mi := &file_admin_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportDefinitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportDefinitionsResponse) ProtoMessage() {}
+
+func (x *ImportDefinitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportDefinitionsResponse.ProtoReflect.Descriptor instead.
+func (*ImportDefinitionsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ImportDefinitionsResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -4164,7 +4367,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tamqp_addr\x18\x04 \x01(\tR\bamqpAddr\x12\x16\n" +
 	"\x06health\x18\x05 \x01(\tR\x06health\x12\x1a\n" +
 	"\bsuffrage\x18\x06 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\a \x01(\bR\x06leader\"\xd3\x05\n" +
+	"\x06leader\x18\a \x01(\bR\x06leader\"\x81\x06\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1f\n" +
@@ -4195,7 +4398,8 @@ const file_admin_proto_rawDesc = "" +
 	"goroutines\x12\x1b\n" +
 	"\tmem_limit\x18\x15 \x01(\x04R\bmemLimit\x12#\n" +
 	"\rclock_problem\x18\x16 \x01(\tR\fclockProblem\x12\x18\n" +
-	"\aversion\x18\x17 \x01(\tR\aversion\"4\n" +
+	"\aversion\x18\x17 \x01(\tR\aversion\x12,\n" +
+	"\x12mem_limit_relative\x18\x18 \x01(\x01R\x10memLimitRelative\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
@@ -4424,7 +4628,16 @@ const file_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"^\n" +
 	"\x13EnvironmentResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12.\n" +
-	"\bsettings\x18\x02 \x03(\v2\x12.raftmq.v1.SettingR\bsettings2\xba\x13\n" +
+	"\bsettings\x18\x02 \x03(\v2\x12.raftmq.v1.SettingR\bsettings\"0\n" +
+	"\x18ExportDefinitionsRequest\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\"=\n" +
+	"\x19ExportDefinitionsResponse\x12 \n" +
+	"\vdefinitions\x18\x01 \x01(\fR\vdefinitions\"R\n" +
+	"\x18ImportDefinitionsRequest\x12 \n" +
+	"\vdefinitions\x18\x01 \x01(\fR\vdefinitions\x12\x14\n" +
+	"\x05vhost\x18\x02 \x01(\tR\x05vhost\"7\n" +
+	"\x19ImportDefinitionsResponse\x12\x1a\n" +
+	"\bwarnings\x18\x01 \x03(\tR\bwarnings2\xfa\x14\n" +
 	"\x05Admin\x12R\n" +
 	"\rClusterStatus\x12\x1f.raftmq.v1.ClusterStatusRequest\x1a .raftmq.v1.ClusterStatusResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.raftmq.v1.TransferLeadershipRequest\x1a%.raftmq.v1.TransferLeadershipResponse\x12I\n" +
@@ -4461,7 +4674,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x13ListDelayedMessages\x12%.raftmq.v1.ListDelayedMessagesRequest\x1a&.raftmq.v1.ListDelayedMessagesResponse\x12g\n" +
 	"\x14CancelDelayedMessage\x12&.raftmq.v1.CancelDelayedMessageRequest\x1a'.raftmq.v1.CancelDelayedMessageResponse\x12L\n" +
 	"\vEnvironment\x12\x1d.raftmq.v1.EnvironmentRequest\x1a\x1e.raftmq.v1.EnvironmentResponse\x12g\n" +
-	"\x14PurgeDelayedMessages\x12&.raftmq.v1.PurgeDelayedMessagesRequest\x1a'.raftmq.v1.PurgeDelayedMessagesResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x14PurgeDelayedMessages\x12&.raftmq.v1.PurgeDelayedMessagesRequest\x1a'.raftmq.v1.PurgeDelayedMessagesResponse\x12^\n" +
+	"\x11ExportDefinitions\x12#.raftmq.v1.ExportDefinitionsRequest\x1a$.raftmq.v1.ExportDefinitionsResponse\x12^\n" +
+	"\x11ImportDefinitions\x12#.raftmq.v1.ImportDefinitionsRequest\x1a$.raftmq.v1.ImportDefinitionsResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -4475,7 +4690,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_admin_proto_goTypes = []any{
 	(*ListDelayedMessagesRequest)(nil),   // 0: raftmq.v1.ListDelayedMessagesRequest
 	(*DelayedMessageInfo)(nil),           // 1: raftmq.v1.DelayedMessageInfo
@@ -4545,28 +4760,32 @@ var file_admin_proto_goTypes = []any{
 	(*EnvironmentRequest)(nil),           // 65: raftmq.v1.EnvironmentRequest
 	(*Setting)(nil),                      // 66: raftmq.v1.Setting
 	(*EnvironmentResponse)(nil),          // 67: raftmq.v1.EnvironmentResponse
-	(*Properties)(nil),                   // 68: raftmq.v1.Properties
-	(*Table)(nil),                        // 69: raftmq.v1.Table
-	(*ConsumerRef)(nil),                  // 70: raftmq.v1.ConsumerRef
-	(*PolicyDefinition)(nil),             // 71: raftmq.v1.PolicyDefinition
+	(*ExportDefinitionsRequest)(nil),     // 68: raftmq.v1.ExportDefinitionsRequest
+	(*ExportDefinitionsResponse)(nil),    // 69: raftmq.v1.ExportDefinitionsResponse
+	(*ImportDefinitionsRequest)(nil),     // 70: raftmq.v1.ImportDefinitionsRequest
+	(*ImportDefinitionsResponse)(nil),    // 71: raftmq.v1.ImportDefinitionsResponse
+	(*Properties)(nil),                   // 72: raftmq.v1.Properties
+	(*Table)(nil),                        // 73: raftmq.v1.Table
+	(*ConsumerRef)(nil),                  // 74: raftmq.v1.ConsumerRef
+	(*PolicyDefinition)(nil),             // 75: raftmq.v1.PolicyDefinition
 }
 var file_admin_proto_depIdxs = []int32{
-	68, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
+	72, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
 	1,  // 1: raftmq.v1.ListDelayedMessagesResponse.messages:type_name -> raftmq.v1.DelayedMessageInfo
 	8,  // 2: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
-	69, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
+	73, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
 	16, // 4: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	69, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
+	73, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
 	23, // 6: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
-	69, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
+	73, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
 	25, // 8: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
-	70, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
-	69, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
+	74, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
+	73, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
 	27, // 11: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	69, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	73, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
 	30, // 13: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	71, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	71, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	75, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	75, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
 	39, // 16: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
 	49, // 17: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
 	55, // 18: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
@@ -4603,39 +4822,43 @@ var file_admin_proto_depIdxs = []int32{
 	3,  // 49: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
 	65, // 50: raftmq.v1.Admin.Environment:input_type -> raftmq.v1.EnvironmentRequest
 	5,  // 51: raftmq.v1.Admin.PurgeDelayedMessages:input_type -> raftmq.v1.PurgeDelayedMessagesRequest
-	9,  // 52: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	11, // 53: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	13, // 54: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	17, // 55: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	16, // 56: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	20, // 57: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	22, // 58: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	24, // 59: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	26, // 60: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	28, // 61: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	31, // 62: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	33, // 63: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	35, // 64: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	37, // 65: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	40, // 66: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	42, // 67: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	44, // 68: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	46, // 69: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	48, // 70: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	50, // 71: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	52, // 72: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	54, // 73: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	56, // 74: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	58, // 75: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	60, // 76: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	62, // 77: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	64, // 78: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	2,  // 79: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
-	4,  // 80: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
-	67, // 81: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
-	6,  // 82: raftmq.v1.Admin.PurgeDelayedMessages:output_type -> raftmq.v1.PurgeDelayedMessagesResponse
-	52, // [52:83] is the sub-list for method output_type
-	21, // [21:52] is the sub-list for method input_type
+	68, // 52: raftmq.v1.Admin.ExportDefinitions:input_type -> raftmq.v1.ExportDefinitionsRequest
+	70, // 53: raftmq.v1.Admin.ImportDefinitions:input_type -> raftmq.v1.ImportDefinitionsRequest
+	9,  // 54: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	11, // 55: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	13, // 56: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	17, // 57: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	16, // 58: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	20, // 59: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	22, // 60: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	24, // 61: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	26, // 62: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	28, // 63: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	31, // 64: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	33, // 65: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	35, // 66: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	37, // 67: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	40, // 68: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	42, // 69: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	44, // 70: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	46, // 71: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	48, // 72: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	50, // 73: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	52, // 74: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	54, // 75: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	56, // 76: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	58, // 77: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	60, // 78: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	62, // 79: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	64, // 80: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	2,  // 81: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
+	4,  // 82: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
+	67, // 83: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
+	6,  // 84: raftmq.v1.Admin.PurgeDelayedMessages:output_type -> raftmq.v1.PurgeDelayedMessagesResponse
+	69, // 85: raftmq.v1.Admin.ExportDefinitions:output_type -> raftmq.v1.ExportDefinitionsResponse
+	71, // 86: raftmq.v1.Admin.ImportDefinitions:output_type -> raftmq.v1.ImportDefinitionsResponse
+	54, // [54:87] is the sub-list for method output_type
+	21, // [21:54] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -4653,7 +4876,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,8 @@ const (
 	Admin_CancelDelayedMessage_FullMethodName = "/raftmq.v1.Admin/CancelDelayedMessage"
 	Admin_Environment_FullMethodName          = "/raftmq.v1.Admin/Environment"
 	Admin_PurgeDelayedMessages_FullMethodName = "/raftmq.v1.Admin/PurgeDelayedMessages"
+	Admin_ExportDefinitions_FullMethodName    = "/raftmq.v1.Admin/ExportDefinitions"
+	Admin_ImportDefinitions_FullMethodName    = "/raftmq.v1.Admin/ImportDefinitions"
 )
 
 // AdminClient is the client API for Admin service.
@@ -100,6 +102,12 @@ type AdminClient interface {
 	Environment(ctx context.Context, in *EnvironmentRequest, opts ...grpc.CallOption) (*EnvironmentResponse, error)
 	// Drops every message an x-delayed-message exchange holds (PurgeDelayed).
 	PurgeDelayedMessages(ctx context.Context, in *PurgeDelayedMessagesRequest, opts ...grpc.CallOption) (*PurgeDelayedMessagesResponse, error)
+	// The definitions of the whole broker in RabbitMQ's JSON format, password
+	// hashes included (rabbitmqctl export_definitions): as GET /api/definitions.
+	ExportDefinitions(ctx context.Context, in *ExportDefinitionsRequest, opts ...grpc.CallOption) (*ExportDefinitionsResponse, error)
+	// Applies definitions in RabbitMQ's JSON format through the log
+	// (rabbitmqctl import_definitions): as POST /api/definitions.
+	ImportDefinitions(ctx context.Context, in *ImportDefinitionsRequest, opts ...grpc.CallOption) (*ImportDefinitionsResponse, error)
 }
 
 type adminClient struct {
@@ -420,6 +428,26 @@ func (c *adminClient) PurgeDelayedMessages(ctx context.Context, in *PurgeDelayed
 	return out, nil
 }
 
+func (c *adminClient) ExportDefinitions(ctx context.Context, in *ExportDefinitionsRequest, opts ...grpc.CallOption) (*ExportDefinitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportDefinitionsResponse)
+	err := c.cc.Invoke(ctx, Admin_ExportDefinitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ImportDefinitions(ctx context.Context, in *ImportDefinitionsRequest, opts ...grpc.CallOption) (*ImportDefinitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportDefinitionsResponse)
+	err := c.cc.Invoke(ctx, Admin_ImportDefinitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -464,6 +492,12 @@ type AdminServer interface {
 	Environment(context.Context, *EnvironmentRequest) (*EnvironmentResponse, error)
 	// Drops every message an x-delayed-message exchange holds (PurgeDelayed).
 	PurgeDelayedMessages(context.Context, *PurgeDelayedMessagesRequest) (*PurgeDelayedMessagesResponse, error)
+	// The definitions of the whole broker in RabbitMQ's JSON format, password
+	// hashes included (rabbitmqctl export_definitions): as GET /api/definitions.
+	ExportDefinitions(context.Context, *ExportDefinitionsRequest) (*ExportDefinitionsResponse, error)
+	// Applies definitions in RabbitMQ's JSON format through the log
+	// (rabbitmqctl import_definitions): as POST /api/definitions.
+	ImportDefinitions(context.Context, *ImportDefinitionsRequest) (*ImportDefinitionsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -566,6 +600,12 @@ func (UnimplementedAdminServer) Environment(context.Context, *EnvironmentRequest
 }
 func (UnimplementedAdminServer) PurgeDelayedMessages(context.Context, *PurgeDelayedMessagesRequest) (*PurgeDelayedMessagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeDelayedMessages not implemented")
+}
+func (UnimplementedAdminServer) ExportDefinitions(context.Context, *ExportDefinitionsRequest) (*ExportDefinitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportDefinitions not implemented")
+}
+func (UnimplementedAdminServer) ImportDefinitions(context.Context, *ImportDefinitionsRequest) (*ImportDefinitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportDefinitions not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1146,6 +1186,42 @@ func _Admin_PurgeDelayedMessages_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ExportDefinitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportDefinitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ExportDefinitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ExportDefinitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ExportDefinitions(ctx, req.(*ExportDefinitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ImportDefinitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportDefinitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ImportDefinitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ImportDefinitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ImportDefinitions(ctx, req.(*ImportDefinitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1276,6 +1352,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDelayedMessages",
 			Handler:    _Admin_PurgeDelayedMessages_Handler,
+		},
+		{
+			MethodName: "ExportDefinitions",
+			Handler:    _Admin_ExportDefinitions_Handler,
+		},
+		{
+			MethodName: "ImportDefinitions",
+			Handler:    _Admin_ImportDefinitions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

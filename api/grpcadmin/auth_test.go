@@ -91,6 +91,8 @@ func TestAuth_Check(t *testing.T) {
 		{"monitoring does not write", AuthAuto, write, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
 		{"monitoring does not list users", AuthAuto, users, callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
 		{"monitoring does not read the environment", AuthAuto, "/raftmq.v1.Admin/Environment", callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
+		// The export carries password hashes: administrators only.
+		{"monitoring does not export definitions", AuthAuto, "/raftmq.v1.Admin/ExportDefinitions", callCtx(remoteAddr, "watcher", "pw-watcher", nil), codes.PermissionDenied},
 		{"always: loopback needs credentials", AuthAlways, write, callCtx(loopbackAddr, "", "", nil), codes.Unauthenticated},
 		{"always: loopback administrator", AuthAlways, write, callCtx(loopbackAddr, "root", "pw-root", nil), codes.OK},
 		{"never: remote without credentials", AuthNever, write, callCtx(remoteAddr, "", "", nil), codes.OK},

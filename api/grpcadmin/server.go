@@ -3,9 +3,11 @@ package grpcadmin
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"google.golang.org/grpc/status"
 
+	"github.com/raftmq/raftmq/api/mgmt"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -17,6 +19,9 @@ import (
 type Server struct {
 	proto.UnimplementedAdminServer
 	ops *ops.Service
+
+	defsOnce sync.Once
+	defs     *mgmt.Server // definitions.go
 }
 
 // New returns the Admin service over o. Register it with

@@ -187,10 +187,13 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(r.raftWritten, rs.LastLogIndex)
 
 	// The process's resident memory, as RabbitMQ reports its own (not
-	// the Go heap, a fraction of it). The alarm compares the heap, which
-	// is smaller: the limit minus this figure understates the margin
-	// before publishers are blocked, never overstates it.
-	gauge(r.memUsed, procstat.ResidentMemory())
+	// the Go heap, a fraction of it): the figure the memory alarm
+	// compares with the limit, at its last check when there is one.
+	var res ops.Resources
+	if o.Resources != nil {
+		res = o.Resources()
+	}
+	gauge(r.memUsed, res.MemoryUsed())
 	if o.MemoryLimit > 0 {
 		gauge(r.memLimit, o.MemoryLimit)
 	}
@@ -215,7 +218,6 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(r.queuesDeclared, nc.QueuesDeclared)
 	}
 	if o.Resources != nil {
-		res := o.Resources()
 		gauge(r.diskFree, res.DiskFree)
 		gauge(r.diskLimit, res.DiskFreeLimit)
 		emit(r.diskAlarm, prometheus.UntypedValue, boolValue(res.DiskAlarm))

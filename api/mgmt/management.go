@@ -37,10 +37,14 @@ type Options struct {
 	Addr string
 	// Logger defaults to the admin service's.
 	Logger *slog.Logger
-	// MaxBodyBytes bounds a request body (default 64 MiB: a definitions
-	// file or a published message).
+	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 }
+
+// DefaultMaxBodyBytes bounds a request body by default: a definitions
+// file or a published message. The admin API's ImportDefinitions takes
+// definitions as large.
+const DefaultMaxBodyBytes = 64 << 20
 
 // Server serves RabbitMQ's management HTTP API (the routes and JSON
 // shapes of RabbitMQ 3.10's rabbitmq_management plugin that tools use) over
@@ -69,7 +73,7 @@ func New(o Options) *Server {
 		m.cluster = "raftmq"
 	}
 	if m.maxBody <= 0 {
-		m.maxBody = 64 << 20
+		m.maxBody = DefaultMaxBodyBytes
 	}
 	m.mux = m.routes()
 	return m

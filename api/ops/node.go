@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/procstat"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -181,6 +182,25 @@ type Resources struct {
 	DiskFree, DiskFreeLimit uint64
 	// MemLimit is the memory alarm's limit (--vm-memory-high-watermark).
 	MemLimit uint64
+	// MemLimitRelative is the fraction of the memory available MemLimit
+	// was computed from; 0 when it was given in bytes.
+	MemLimitRelative float64
+	// MemUsed is the process's resident memory at the memory alarm's
+	// last check (0 before it, or without an alarm): what the alarm
+	// compared with MemLimit.
+	MemUsed uint64
+}
+
+// MemoryUsed is the memory figure every surface shows: the one the memory
+// alarm last compared, so that the figure an operator reads is at or
+// above the limit exactly when the alarm is raised; before the alarm's
+// first check, or on a node without one, the process's resident memory
+// read now (the same measure).
+func (r Resources) MemoryUsed() uint64 {
+	if r.MemUsed > 0 {
+		return r.MemUsed
+	}
+	return procstat.ResidentMemory()
 }
 
 // Alarms names the raised alarms as the admin API reports them.

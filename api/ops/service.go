@@ -137,7 +137,7 @@ func (s *Service) clusterStatus() *proto.ClusterStatusResponse {
 	resp.ClockProblem = ClockProblem(s.node)
 	// The process's own figures, so any node's /api/nodes shows every
 	// member's.
-	resp.MemUsed, resp.MemLimit = procstat.ResidentMemory(), r.MemLimit
+	resp.MemUsed, resp.MemLimit, resp.MemLimitRelative = r.MemoryUsed(), r.MemLimit, r.MemLimitRelative
 	resp.FdUsed, resp.FdTotal, _ = procstat.FileDescriptors()
 	resp.UptimeMs = procstat.Uptime().Milliseconds()
 	resp.Version = version.String()

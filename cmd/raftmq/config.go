@@ -4,7 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,13 +67,18 @@ type tlsConfig struct {
 
 // limitsConfig caps clients' use of the node.
 type limitsConfig struct {
-	MaxConnections        int
-	ChannelMax            int
-	FrameMax              int
-	MaxQueuesPerVhost     int
-	MaxConnectionBuffer   int
-	WriteTimeout          time.Duration
-	VMMemoryHighWatermark int64 // bytes of Go heap; 0: 40% of the system's memory
+	MaxConnections      int
+	ChannelMax          int
+	FrameMax            int
+	MaxQueuesPerVhost   int
+	MaxConnectionBuffer int
+	WriteTimeout        time.Duration
+	// VMMemoryHighWatermark is the resident memory, in bytes, at which
+	// publishers are blocked; 0 takes VMMemoryHighWatermarkRelative.
+	VMMemoryHighWatermark int64
+	// VMMemoryHighWatermarkRelative is the mark as a fraction of the
+	// memory available (0 with a mark in bytes; both 0: 0.4).
+	VMMemoryHighWatermarkRelative float64
 	// DiskFreeLimit is the data dir's free space below which publishers
 	// are blocked.
 	DiskFreeLimit byteSize
@@ -129,7 +136,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.IntVar(&c.Limits.MaxQueuesPerVhost, "max-queues-per-vhost", 0, "most queues in each vhost; 0 means no limit")
 	fs.IntVar(&c.Limits.MaxConnectionBuffer, "max-connection-buffer", amqp.DefaultMaxBufferedBytes, "bytes a connection may have waiting to be written before it is closed as not reading")
 	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", amqp.DefaultWriteTimeout, "a connection whose socket takes nothing for this long is closed")
-	fs.Int64Var(&c.Limits.VMMemoryHighWatermark, "vm-memory-high-watermark", 0, "Go heap bytes above which publishers are blocked; 0 means 40% of the system's (or cgroup's) memory")
+	fs.Var(watermarkFlag{&c.Limits}, "vm-memory-high-watermark", "resident memory (as top and /api/nodes show it) at which publishers are blocked: a fraction of the system's (or cgroup's) memory such as 0.4, RabbitMQ's vm_memory_high_watermark.relative, or bytes, optionally with a unit (1GB, 512MiB), its .absolute; 0 means 0.4")
 	c.Limits.DiskFreeLimit = defaultDiskFreeLimit
 	fs.Var(&c.Limits.DiskFreeLimit, "disk-free-limit", "free space of the data dir below which publishers are blocked: bytes, or with a unit (500MB, 2GB, 1GiB); 0 never blocks")
 
@@ -266,3 +273,41 @@ func (l *limitsConfig) check() error {
 
 // errHelp is returned when -h or --help was asked for (usage was printed).
 var errHelp = flag.ErrHelp
+
+// watermarkFlag is --vm-memory-high-watermark: a number with a decimal
+// point and no unit is a fraction of the memory available (RabbitMQ's
+// vm_memory_high_watermark.relative), anything else a size in bytes (its
+// .absolute).
+type watermarkFlag struct{ l *limitsConfig }
+
+func (f watermarkFlag) String() string {
+	if f.l == nil {
+		return "0"
+	}
+	if f.l.VMMemoryHighWatermarkRelative > 0 {
+		return strconv.FormatFloat(f.l.VMMemoryHighWatermarkRelative, 'g', -1, 64)
+	}
+	return strconv.FormatInt(f.l.VMMemoryHighWatermark, 10)
+}
+
+func (f watermarkFlag) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, ".") {
+		if r, err := strconv.ParseFloat(s, 64); err == nil {
+			if r <= 0 || r > 1 {
+				return fmt.Errorf("a fraction of the memory available must be above 0 and at most 1, not %s", s)
+			}
+			f.l.VMMemoryHighWatermark, f.l.VMMemoryHighWatermarkRelative = 0, r
+			return nil
+		}
+	}
+	var b byteSize
+	if err := b.Set(s); err != nil {
+		return fmt.Errorf("%w, or a fraction of the memory available such as 0.4", err)
+	}
+	if uint64(b) > math.MaxInt64 {
+		return fmt.Errorf("%q is too large", s)
+	}
+	f.l.VMMemoryHighWatermark, f.l.VMMemoryHighWatermarkRelative = int64(b), 0
+	return nil
+}

@@ -197,3 +197,37 @@ func TestConfig_Settings(t *testing.T) {
 		}
 	}
 }
+
+// --vm-memory-high-watermark takes RabbitMQ's two settings: a fraction of
+// the memory available (vm_memory_high_watermark.relative) or a size in
+// bytes, with a unit or not (.absolute).
+func TestConfig_MemoryWatermark(t *testing.T) {
+	for _, tc := range []struct {
+		arg      string
+		bytes    int64
+		relative float64
+	}{
+		{"0.4", 0, 0.4},
+		{"1.0", 0, 1},
+		{"1000000", 1000000, 0},
+		{"512MiB", 512 << 20, 0},
+		{"2GB", 2e9, 0},
+		{"0", 0, 0},
+	} {
+		c, err := parseConfig([]string{"--vm-memory-high-watermark", tc.arg}, envMap(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.arg, err)
+		}
+		if c.Limits.VMMemoryHighWatermark != tc.bytes || c.Limits.VMMemoryHighWatermarkRelative != tc.relative {
+			t.Fatalf("%s: %d bytes, relative %v", tc.arg, c.Limits.VMMemoryHighWatermark, c.Limits.VMMemoryHighWatermarkRelative)
+		}
+	}
+	for _, bad := range []string{"1.5", "0.0", "-1", "lots", "40%"} {
+		if _, err := parseConfig([]string{"--vm-memory-high-watermark", bad}, envMap(nil), io.Discard); err == nil {
+			t.Fatalf("%s was taken", bad)
+		}
+	}
+	if w := relativeMemoryWatermark(0.5); w <= 0 || w != relativeMemoryWatermark(1)/2 {
+		t.Fatalf("half the memory: %d of %d", w, relativeMemoryWatermark(1))
+	}
+}

@@ -159,15 +159,20 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		return fmt.Errorf("start node: %w", err)
 	}
 	apiNode := ops.FromCluster(node)
-	watermark := cfg.Limits.VMMemoryHighWatermark
+	watermark, relative := cfg.Limits.VMMemoryHighWatermark, cfg.Limits.VMMemoryHighWatermarkRelative
 	if watermark == 0 {
-		watermark = defaultMemoryWatermark()
+		if relative == 0 {
+			relative = defaultMemoryRelative
+		}
+		watermark = relativeMemoryWatermark(relative)
 	}
 	memWatch := amqp.NewMemoryWatcher(amqpSrv, uint64(watermark), nil)
 	diskWatch := amqp.NewDiskWatcher(amqpSrv, cfg.DataDir, uint64(cfg.Limits.DiskFreeLimit), nil)
 	resources := func() ops.Resources {
 		free, limit, alarm, _ := diskWatch.State()
-		return ops.Resources{MemAlarm: memWatch.Alarm(), DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit, MemLimit: uint64(watermark)}
+		memUsed, memLimit, memAlarm := memWatch.State()
+		return ops.Resources{MemAlarm: memAlarm, MemUsed: memUsed, MemLimit: memLimit, MemLimitRelative: relative,
+			DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
 	}
 	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryLimit: uint64(watermark), Resources: resources,
@@ -248,8 +253,8 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	return runErr
 }
 
-// memoryCheckInterval is how often the Go heap is compared with the
-// memory high-water mark.
+// memoryCheckInterval is how often the process's resident memory is
+// compared with the memory high-water mark (RabbitMQ checks every second).
 const memoryCheckInterval = time.Second
 
 // diskCheckInterval is how often the data dir's free space is compared

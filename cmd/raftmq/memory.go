@@ -8,15 +8,22 @@ import (
 	"strings"
 )
 
-// defaultMemoryWatermark is RabbitMQ's default high-water mark: 40% of
-// the memory available to the process (the cgroup limit when it is
-// lower than the machine's memory), or of 1 GiB when neither is known.
-func defaultMemoryWatermark() int64 {
+// defaultMemoryRelative is RabbitMQ's default high-water mark, its
+// vm_memory_high_watermark.relative: 40% of the memory available.
+const defaultMemoryRelative = 0.4
+
+// defaultMemoryWatermark is the default high-water mark in bytes.
+func defaultMemoryWatermark() int64 { return relativeMemoryWatermark(defaultMemoryRelative) }
+
+// relativeMemoryWatermark is fraction of the memory available to the
+// process (the cgroup limit when it is lower than the machine's memory),
+// or of 1 GiB when neither is known.
+func relativeMemoryWatermark(fraction float64) int64 {
 	total := systemMemory()
 	if total <= 0 {
 		total = 1 << 30
 	}
-	return total * 4 / 10
+	return int64(float64(total) * fraction)
 }
 
 // systemMemory returns the machine's memory, lowered to the cgroup (v2

@@ -104,7 +104,7 @@ func TestRun_Report(t *testing.T) {
 	// in rabbitmqctl's order.
 	last := -1
 	for _, want := range []string{
-		"Status of node localhost:5680 ...\nNode: n1\n",
+		"Status of node localhost:5680 ...\nRuntime\n\nOS PID: 4242\n",
 		"Cluster status of node localhost:5680 ...\nCluster status of node n1\n",
 		"Listing connections ...\nnode  id  peer",
 		"Listing channels ...\npid ",

@@ -42,14 +42,14 @@ func readyNode(t *testing.T) ops.Node {
 }
 
 // serveAdmin serves svc as the Admin service on loopback and returns its
-// address.
-func serveAdmin(t *testing.T, svc *ops.Service) string {
+// address; opts configure the gRPC server (credentials, interceptors).
+func serveAdmin(t *testing.T, svc *ops.Service, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	proto.RegisterAdminServer(srv, grpcadmin.New(svc))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -9,14 +9,25 @@ import (
 	"os"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/raftmq/raftmq/proto"
 )
 
-// The definitions verbs talk to a node's management HTTP API (the gRPC
-// admin API carries no password hashes): GET and POST /api/definitions,
-// as the administrator --username (guest without one, which a node takes
-// from loopback only).
+// The definitions verbs call the node's admin API (ExportDefinitions,
+// ImportDefinitions), authenticated as every verb is: by the node's admin
+// secret on its host, or an administrator's --username and --password. A
+// node from before those calls answers Unimplemented; the verbs then use
+// its management HTTP API (GET and POST /api/definitions at
+// --management-url) as the administrator --username (guest without one,
+// which a node takes from loopback only).
+
+// maxDefinitions bounds a definitions document either way: the node's
+// limit on a management request body (mgmt.DefaultMaxBodyBytes), which
+// ImportDefinitions applies too.
+const maxDefinitions = 64 << 20
 
 // defaultManagementURL is the management API used without
 // --management-url or RAFTMQ_MANAGEMENT_URL.
@@ -30,8 +41,13 @@ func envOr(name, def string) string {
 }
 
 func init() {
-	verbs["export_definitions"] = verb{args: "FILE|-", min: 1, max: 1, run: exportDefinitions}
-	verbs["import_definitions"] = verb{args: "FILE|-", min: 1, max: 1, run: importDefinitions}
+	verbs["export_definitions"] = verb{args: "FILE|-", min: 1, max: 1, run: exportDefinitions,
+		help: "The whole broker's definitions in RabbitMQ's JSON format, password hashes included: FILE\n" +
+			"is written readable by its owner alone. Run as the node's OS user, the admin secret\n" +
+			"authenticates it (no password), as rabbitmqctl's Erlang cookie does."}
+	verbs["import_definitions"] = verb{args: "FILE|-", min: 1, max: 1, run: importDefinitions,
+		help: "Applies definitions in RabbitMQ's JSON format (at most 64 MiB) through the log, printing a\n" +
+			"warning for each thing raftmq keeps but does not act on. Authenticated as export_definitions."}
 }
 
 // management calls the management API and returns the body of a 2xx
@@ -81,7 +97,14 @@ func (c *call) management(method, path string, body []byte) ([]byte, error) {
 // exportDefinitions writes the cluster's definitions to FILE, or stdout
 // for "-".
 func exportDefinitions(c *call) error {
-	body, err := c.management(http.MethodGet, "/api/definitions", nil)
+	var body []byte
+	r, err := c.c.ExportDefinitions(c.ctx, &proto.ExportDefinitionsRequest{}, grpc.MaxCallRecvMsgSize(maxDefinitions+1<<20))
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		body, err = c.management(http.MethodGet, "/api/definitions", nil)
+	case err == nil:
+		body = r.GetDefinitions()
+	}
 	if err != nil {
 		return err
 	}
@@ -116,16 +139,25 @@ func importDefinitions(c *call) error {
 	if err != nil {
 		return err
 	}
-	body, err := c.management(http.MethodPost, "/api/definitions", data)
+	if len(data) > maxDefinitions {
+		return fmt.Errorf("%s: %d bytes, the node takes definitions of at most %d", c.args[0], len(data), maxDefinitions)
+	}
 	var res struct {
 		Warnings []string `json:"warnings"`
 		Errors   []string `json:"errors"`
 	}
-	_ = json.Unmarshal(body, &res)
-	if err != nil {
+	r, err := c.c.ImportDefinitions(c.ctx, &proto.ImportDefinitionsRequest{Definitions: data}, grpc.MaxCallSendMsgSize(maxDefinitions+1<<20))
+	if status.Code(err) == codes.Unimplemented {
+		var body []byte
+		body, err = c.management(http.MethodPost, "/api/definitions", data)
+		_ = json.Unmarshal(body, &res)
 		for _, e := range res.Errors {
 			fmt.Fprintln(c.out, "error: "+e)
 		}
+	} else {
+		res.Warnings = r.GetWarnings()
+	}
+	if err != nil {
 		return err
 	}
 	if c.o.json {

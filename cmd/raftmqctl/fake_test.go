@@ -41,6 +41,8 @@ func str(v string) *string { return &v }
 func (f *fakeAdmin) ClusterStatus(_ context.Context, r *proto.ClusterStatusRequest) (*proto.ClusterStatusResponse, error) {
 	return &proto.ClusterStatusResponse{NodeId: "n1", LeaderId: "n1", LeaderAddr: "10.0.0.1:5681", RaftState: "Leader",
 		Term: 3, CommitIndex: 42, AppliedIndex: 42, LastLogIndex: 43, ClockMs: 1700000000000, Version: "v1.2.3", UptimeMs: 3723500,
+		OsPid: 4242, Processors: 2, Goroutines: 97, MemUsed: 52428800, MemLimit: 41943040, MemLimitRelative: 0.4,
+		FdUsed: 31, FdTotal: 1048576, DiskFree: 48413100000, DiskFreeLimit: 1073741824,
 		Nodes: []*proto.NodeStatus{
 			{Id: "n1", RaftAddr: "10.0.0.1:5681", GrpcAddr: "10.0.0.1:5680", AmqpAddr: "10.0.0.1:5672", Health: "alive", Suffrage: "voter", Leader: true},
 			{Id: "n2", RaftAddr: "10.0.0.2:5681", GrpcAddr: "10.0.0.2:5680", AmqpAddr: "10.0.0.2:5672", Health: "alive", Suffrage: "voter"},

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -17,8 +19,9 @@ import (
 
 func init() {
 	verbs["status"] = verb{max: 0, run: nodeStatus,
-		help: "The node's id, version, uptime, raft state and term, the leader, its listeners and the\n" +
-			"cluster's members."}
+		help: "As rabbitmqctl status: the node's OS PID, uptime and version, its raft state, its\n" +
+			"alarms, its resident memory against the memory high watermark (what the memory alarm\n" +
+			"compares), file descriptors, free disk space and listeners. Figures in gb are 10^9 bytes."}
 	verbs["ping"] = verb{max: 0, run: ping,
 		help: "Exit 0 when the node answers, 69 when it does not within -t."}
 	verbs["await_startup"] = verb{max: 0, run: awaitStartup,
@@ -57,30 +60,117 @@ func nodeStatus(c *call) error {
 		members = append(members, n.GetId())
 	}
 	sort.Strings(members)
+	alarms := append([]string{}, r.GetAlarms()...)
 	if c.o.json {
 		return writeJSON(c.out, map[string]any{
 			"node_id": r.GetNodeId(), "raft_state": r.GetRaftState(), "term": r.GetTerm(),
 			"leader_id": r.GetLeaderId(), "leader_addr": r.GetLeaderAddr(),
 			"applied_index": r.GetAppliedIndex(), "listeners": ls, "members": members,
-			"raftmq_version": r.GetVersion(), "uptime": r.GetUptimeMs() / 1000,
+			"raftmq_version": r.GetVersion(), "uptime": r.GetUptimeMs() / 1000, "pid": r.GetOsPid(),
+			"alarms": alarms,
+			// rabbitmqctl status --formatter json's keys for the memory
+			// figures, in bytes.
+			"memory":                           map[string]any{"total": map[string]any{"rss": r.GetMemUsed()}, "strategy": "rss"},
+			"vm_memory_high_watermark_limit":   r.GetMemLimit(),
+			"vm_memory_high_watermark_setting": watermarkSetting(r),
+			"disk_free":                        r.GetDiskFree(), "disk_free_limit": r.GetDiskFreeLimit(),
+			"file_descriptors": map[string]any{"total_used": r.GetFdUsed(), "total_limit": r.GetFdTotal()},
+			"processors":       r.GetProcessors(), "goroutines": r.GetGoroutines(),
 		})
 	}
 	leader := r.GetLeaderId()
 	if leader == "" {
 		leader = "(none)"
 	}
-	fmt.Fprintf(c.out, "Node: %s\n", r.GetNodeId())
-	// rabbitmqctl status's wording for the two.
-	fmt.Fprintf(c.out, "raftmq version: %s\n", r.GetVersion())
-	fmt.Fprintf(c.out, "Uptime (seconds): %d\n", r.GetUptimeMs()/1000)
-	fmt.Fprintf(c.out, "Raft state: %s (term %d, applied index %d)\n", r.GetRaftState(), r.GetTerm(), r.GetAppliedIndex())
-	fmt.Fprintf(c.out, "Leader: %s\n", leader)
-	fmt.Fprintln(c.out, "Listeners:")
-	for _, l := range ls {
-		fmt.Fprintf(c.out, "  %s %s\n", l.Protocol, l.Address)
+	// rabbitmqctl status's sections and wording, with the raft state in
+	// place of Erlang's.
+	w := &sectionWriter{w: c.out}
+	w.section("Runtime")
+	w.line("OS PID: %d", r.GetOsPid())
+	w.line("Uptime (seconds): %d", r.GetUptimeMs()/1000)
+	w.line("raftmq version: %s", r.GetVersion())
+	w.line("Node name: %s", r.GetNodeId())
+	w.line("Processors: %d", r.GetProcessors())
+	w.line("Goroutines: %d", r.GetGoroutines())
+	w.section("Raft")
+	w.line("Raft state: %s (term %d, applied index %d)", r.GetRaftState(), r.GetTerm(), r.GetAppliedIndex())
+	w.line("Leader: %s", leader)
+	w.line("Cluster members: %d", len(members))
+	w.section("Alarms")
+	if len(alarms) == 0 {
+		w.line("(none)")
 	}
-	_, err = fmt.Fprintf(c.out, "Cluster members: %d\n", len(members))
-	return err
+	for _, a := range alarms {
+		switch a {
+		case "memory":
+			w.line("Memory alarm on node %s", r.GetNodeId())
+		case "disk":
+			w.line("Free disk space alarm on node %s", r.GetNodeId())
+		default:
+			w.line("%s alarm on node %s", a, r.GetNodeId())
+		}
+	}
+	w.section("Memory")
+	w.line("Total memory used: %s", gb(r.GetMemUsed()))
+	w.line("Calculation strategy: rss")
+	if rel := r.GetMemLimitRelative(); rel > 0 {
+		w.line("Memory high watermark setting: %s of available memory, computed to: %s", strconv.FormatFloat(rel, 'g', -1, 64), gb(r.GetMemLimit()))
+	} else {
+		w.line("Memory high watermark setting: %s, computed to: %s", gb(r.GetMemLimit()), gb(r.GetMemLimit()))
+	}
+	w.section("File Descriptors")
+	w.line("Total: %d, limit: %d", r.GetFdUsed(), r.GetFdTotal())
+	w.section("Free Disk Space")
+	w.line("Low free disk space watermark: %s", gb(r.GetDiskFreeLimit()))
+	w.line("Free disk space: %s", gb(r.GetDiskFree()))
+	w.section("Listeners")
+	for _, l := range ls {
+		host, port := splitHostPort(l.Address)
+		w.line("Interface: %s, port: %s, protocol: %s, purpose: %s", host, port, l.Protocol, listenerPurpose[l.Protocol])
+	}
+	return w.err
+}
+
+// watermarkSetting is rabbitmqctl status --formatter json's
+// vm_memory_high_watermark_setting: the fraction given, or the bytes.
+func watermarkSetting(r *proto.ClusterStatusResponse) map[string]any {
+	if rel := r.GetMemLimitRelative(); rel > 0 {
+		return map[string]any{"relative": rel}
+	}
+	return map[string]any{"absolute": r.GetMemLimit()}
+}
+
+// listenerPurpose is what rabbitmqctl status says each listener is for.
+var listenerPurpose = map[string]string{
+	"amqp": "AMQP 0-9-1",
+	"grpc": "admin API (raftmqctl)",
+	"raft": "raft log replication between nodes",
+}
+
+// gb is a byte count as rabbitmqctl status prints it by default (its
+// --unit gb: 10^9 bytes, four decimals).
+func gb(n uint64) string { return fmt.Sprintf("%.4f gb", float64(n)/1e9) }
+
+// sectionWriter prints rabbitmqctl status's titled sections, each
+// separated from the previous by a blank line, and keeps the first error.
+type sectionWriter struct {
+	w     io.Writer
+	begun bool
+	err   error
+}
+
+func (s *sectionWriter) section(title string) {
+	if s.begun {
+		s.line("")
+	}
+	s.begun = true
+	s.line("%s\n", title)
+}
+
+func (s *sectionWriter) line(format string, args ...any) {
+	if s.err == nil {
+		_, s.err = fmt.Fprintf(s.w, format+"\n", args...)
+	}
 }
 
 func ping(c *call) error {

@@ -16,19 +16,56 @@ import (
 
 func TestRun_NodeVerbs(t *testing.T) {
 	cases := []verbCase{
-		{name: "status", args: []string{"status"}, stdout: `Node: n1
-raftmq version: v1.2.3
+		{name: "status", args: []string{"status"}, stdout: `Runtime
+
+OS PID: 4242
 Uptime (seconds): 3723
+raftmq version: v1.2.3
+Node name: n1
+Processors: 2
+Goroutines: 97
+
+Raft
+
 Raft state: Leader (term 3, applied index 42)
 Leader: n1
-Listeners:
-  amqp 10.0.0.1:5672
-  grpc 10.0.0.1:5680
-  raft 10.0.0.1:5681
 Cluster members: 2
+
+Alarms
+
+(none)
+
+Memory
+
+Total memory used: 0.0524 gb
+Calculation strategy: rss
+Memory high watermark setting: 0.4 of available memory, computed to: 0.0419 gb
+
+File Descriptors
+
+Total: 31, limit: 1048576
+
+Free Disk Space
+
+Low free disk space watermark: 1.0737 gb
+Free disk space: 48.4131 gb
+
+Listeners
+
+Interface: 10.0.0.1, port: 5672, protocol: amqp, purpose: AMQP 0-9-1
+Interface: 10.0.0.1, port: 5680, protocol: grpc, purpose: admin API (raftmqctl)
+Interface: 10.0.0.1, port: 5681, protocol: raft, purpose: raft log replication between nodes
 `, stderr: "Status of node localhost:5680 ...", request: &proto.ClusterStatusRequest{}},
 		{name: "status json", args: []string{"status", "--formatter", "json"}, stdout: `{
+  "alarms": [],
   "applied_index": 42,
+  "disk_free": 48413100000,
+  "disk_free_limit": 1073741824,
+  "file_descriptors": {
+    "total_limit": 1048576,
+    "total_used": 31
+  },
+  "goroutines": 97,
   "leader_addr": "10.0.0.1:5681",
   "leader_id": "n1",
   "listeners": [
@@ -49,11 +86,23 @@ Cluster members: 2
     "n1",
     "n2"
   ],
+  "memory": {
+    "strategy": "rss",
+    "total": {
+      "rss": 52428800
+    }
+  },
   "node_id": "n1",
+  "pid": 4242,
+  "processors": 2,
   "raft_state": "Leader",
   "raftmq_version": "v1.2.3",
   "term": 3,
-  "uptime": 3723
+  "uptime": 3723,
+  "vm_memory_high_watermark_limit": 41943040,
+  "vm_memory_high_watermark_setting": {
+    "relative": 0.4
+  }
 }
 `},
 		{name: "ping", args: []string{"ping"}, stdout: "Ping succeeded\n"},
@@ -61,6 +110,20 @@ Cluster members: 2
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { runCase(t, &fakeAdmin{}, tc) })
+	}
+}
+
+// status names each raised alarm as rabbitmqctl does, and shows the
+// memory the memory alarm compares beside its limit.
+func TestRun_StatusAlarms(t *testing.T) {
+	alarmed := &statusAdmin{st: &proto.ClusterStatusResponse{NodeId: "n1", LeaderId: "n1", Alarms: []string{"disk", "memory"},
+		MemUsed: 1500000000, MemLimit: 1000000000}}
+	code, out, errs := runErr(t, alarmed, "status")
+	for _, want := range []string{"\nAlarms\n\nFree disk space alarm on node n1\nMemory alarm on node n1\n\nMemory\n\n" +
+		"Total memory used: 1.5000 gb\nCalculation strategy: rss\nMemory high watermark setting: 1.0000 gb, computed to: 1.0000 gb\n"} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Fatalf("exit %d, stdout lacks %q:\n%s%s", code, want, out, errs)
+		}
 	}
 }
 

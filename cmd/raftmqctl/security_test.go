@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/internal/testpki"
-	"github.com/raftmq/raftmq/proto"
 )
 
 // TestRun_TLSAndCredentials serves a single-node cluster's Admin service
@@ -34,16 +32,8 @@ func TestRun_TLSAndCredentials(t *testing.T) {
 		return nil
 	})
 	auth := grpcadmin.NewAuth(grpcadmin.AuthAlways, node)
-	srv := grpc.NewServer(append(cluster.ServerOptions(c.Nodes[0].Config.TLS),
+	addr := serveAdmin(t, ops.New(ops.Deps{Node: node}), append(cluster.ServerOptions(c.Nodes[0].Config.TLS),
 		grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))...)
-	proto.RegisterAdminServer(srv, grpcadmin.New(ops.New(ops.Deps{Node: node})))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	addr := lis.Addr().String()
 
 	op := ca.WriteFiles(t, t.TempDir(), "op", ca.Issue(t, testpki.Server|testpki.Client, "operator", "operator", "127.0.0.1"))
 	tlsArgs := []string{"--tls-ca", op.CA, "--tls-cert", op.Cert, "--tls-key", op.Key}
@@ -83,32 +73,7 @@ func TestRun_TLSAndCredentials(t *testing.T) {
 // secret of the node's data dir, and without it, or with another node's,
 // it is refused like a remote caller without credentials, loopback or not.
 func TestRun_LocalSecret(t *testing.T) {
-	c := clustertest.New(t, 1)
-	node := ops.FromCluster(c.WaitForLeader(clustertest.Timeout))
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		ready := false
-		node.View(func(s ops.State) { ready = s.Initialized() })
-		if !ready {
-			return errors.New("defaults not applied yet")
-		}
-		return nil
-	})
-	dataDir := t.TempDir()
-	secret, _, err := grpcadmin.LocalSecret(dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := grpcadmin.NewAuth(grpcadmin.AuthAuto, node).SetLocalSecret(secret)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(auth.UnaryInterceptor()))
-	proto.RegisterAdminServer(srv, grpcadmin.New(ops.New(ops.Deps{Node: node})))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	addr := lis.Addr().String()
-
+	addr, dataDir := serveLocalAdmin(t)
 	code, _, errs := ctl(t, addr, "--data-dir", dataDir, "add_user", "ops", "pw")
 	if code != exitOK {
 		t.Fatalf("with the data dir's secret: exit %d, err %q", code, errs)
@@ -150,6 +115,21 @@ func TestRun_LocalSecret(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errs, "--secret-file") {
 		t.Fatalf("missing --secret-file: exit %d, err %q", code, errs)
 	}
+}
+
+// serveLocalAdmin serves a single-node cluster's Admin service on loopback
+// with the default admin auth (auto) and returns its address and the data
+// dir holding its admin secret, once the node's default user is applied.
+func serveLocalAdmin(t *testing.T) (addr, dataDir string) {
+	t.Helper()
+	node := readyNode(t)
+	dataDir = t.TempDir()
+	secret, _, err := grpcadmin.LocalSecret(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := grpcadmin.NewAuth(grpcadmin.AuthAuto, node).SetLocalSecret(secret)
+	return serveAdmin(t, ops.New(ops.Deps{Node: node}), grpc.ChainUnaryInterceptor(auth.UnaryInterceptor())), dataDir
 }
 
 func TestLoopbackNode(t *testing.T) {
