@@ -123,7 +123,11 @@ func TestFSMAdapter_UnreadableEntryStopsTheNode(t *testing.T) {
 	}
 }
 
-type recSink struct{ delivered, cancelled, down, timedOut []string }
+type recSink struct{ delivered, cancelled, down, timedOut, consumersTimedOut []string }
+
+func (s *recSink) ConsumerTimedOut(c *proto.ConsumerRef, _ int64, _ []uint64) {
+	s.consumersTimedOut = append(s.consumersTimedOut, c.GetTag())
+}
 
 func (s *recSink) NodeDown(node string) { s.down = append(s.down, node) }
 
@@ -153,9 +157,13 @@ func TestLocalSink_KeepsOnlyThisNodesEffects(t *testing.T) {
 	s.NodeDown("me")
 	s.ChannelTimedOut(&proto.ChannelRef{Node: "other", Connection: "e"}, 1)
 	s.ChannelTimedOut(&proto.ChannelRef{Node: "me", Connection: "f"}, 1)
+	s.ConsumerTimedOut(ref("other", "g"), 1, []uint64{1})
+	s.ConsumerTimedOut(ref("me", "h"), 1, []uint64{1})
 	if len(rec.delivered) != 1 || rec.delivered[0] != "a" || len(rec.cancelled) != 1 || rec.cancelled[0] != "d" ||
-		len(rec.down) != 1 || rec.down[0] != "me" || len(rec.timedOut) != 1 || rec.timedOut[0] != "f" {
-		t.Fatalf("delivered %v cancelled %v down %v timed out %v", rec.delivered, rec.cancelled, rec.down, rec.timedOut)
+		len(rec.down) != 1 || rec.down[0] != "me" || len(rec.timedOut) != 1 || rec.timedOut[0] != "f" ||
+		len(rec.consumersTimedOut) != 1 || rec.consumersTimedOut[0] != "h" {
+		t.Fatalf("delivered %v cancelled %v down %v timed out %v consumers timed out %v",
+			rec.delivered, rec.cancelled, rec.down, rec.timedOut, rec.consumersTimedOut)
 	}
 }
 

@@ -88,7 +88,10 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  9. a delayed exchange keeps a message's properties with its x-delay
 //     value left out, so messages alike but for their delays share one
 //     table entry (heldProps, apply_delayed.go)
-const Protocol = 9
+//  10. a consumer timeout cancels the consumer whose delivery timed out
+//     and returns its deliveries; the channel and its other consumers
+//     stay (consumer_timeout.go)
+const Protocol = 10
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
