@@ -64,7 +64,7 @@ def with_capability(url, pub, timeout_ms):
     # The other consumer of the channel works on while the first waits.
     n = 0
     deadline = since + timeout_ms / 1000 + 90
-    while not cancelled and time.monotonic() < deadline:
+    while not cancelled and not ch.is_closed and time.monotonic() < deadline:
         n += 1
         pub.basic_publish("", "pika-ct-busy", b"b%d" % n)
         conn.process_data_events(time_limit=0.1)
