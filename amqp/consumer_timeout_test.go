@@ -257,3 +257,17 @@ func TestConsumerTimeout_AckRefusedAfterTheTimeoutIsIgnored(t *testing.T) {
 		t.Fatalf("settled %v, want the one refused ack only", got)
 	}
 }
+
+// A consumer whose delivery timed out before its consume-ok was written
+// (a timeout of 0) is told once, after the consume-ok.
+func TestLedger_ConsumerTimeoutBeforeConsumeOk(t *testing.T) {
+	l := newLedger()
+	l.startConsume("c", 0, false)
+	feed(l, t0, dl("c", 1, 0)) // waits for consume-ok
+	if l.timedOut("c", []uint64{1}) {
+		t.Fatal("a starting consumer reported known: basic.cancel would precede consume-ok")
+	}
+	if active, a := l.consumed("c", true); active || len(a.writes) != 0 {
+		t.Fatalf("after consume-ok: active %v, writes %v", active, writes(a))
+	}
+}

@@ -179,14 +179,15 @@ func (l *ledger) cancelled(tag string) (known bool, a actions) {
 
 // timedOut forgets a consumer whose delivery timed out: the log removed
 // it and requeued its deliveries, logTags. known reports whether it was
-// the channel's. Nothing goes back unseen: the log took back what the
-// channel held or withheld for it too.
+// the channel's with its consume-ok written; one still starting is told
+// after its consume-ok, as any consumer the log cancelled by then
+// (consumed reports it inactive). Nothing goes back unseen: the log took
+// back what the channel held or withheld for it too.
 func (l *ledger) timedOut(tag string, logTags []uint64) (known bool) {
 	if l.closed {
 		return false
 	}
 	_, active := l.consumers[tag]
-	_, starting := l.starting[tag]
 	delete(l.consumers, tag)
 	delete(l.starting, tag)
 	delete(l.windows, tag)
@@ -208,7 +209,7 @@ func (l *ledger) timedOut(tag string, logTags []uint64) (known bool) {
 	}
 	l.overdue = slices.DeleteFunc(l.overdue, func(t uint64) bool { return back[t] })
 	l.compactOrder()
-	return active || starting
+	return active
 }
 
 // wasReclaimed reports whether a consumer timeout took back any of the
