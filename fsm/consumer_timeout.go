@@ -159,12 +159,12 @@ func (s *state) applyConsumerTimeout(c *proto.ConsumerTimeout) *proto.Result {
 }
 
 // timeOutConsumer removes c and returns every delivery of c still
-// unacknowledged, as RabbitMQ 4.3 does
-// on a consumer timeout: a return that is not a failed attempt
-// (failedReturn), flagged redelivered. The node owning the channel is
-// told first (ConsumerTimedOut) with the log tags returned: it sends
-// basic.cancel, or closes the channel for a client without
-// consumer_cancel_notify, and ignores late acks of those tags.
+// unacknowledged, as RabbitMQ 4.3 does on a consumer timeout: a return
+// that is not a failed attempt (failedReturn), flagged redelivered. The
+// node owning the channel is told first (ConsumerTimedOut) with the log
+// tags returned: it sends basic.cancel, or closes the channel for a
+// client without consumer_cancel_notify, and ignores late acks of those
+// tags.
 func (s *state) timeOutConsumer(ch *channel, c *consumer, timeout int64) {
 	var ps []*pending
 	var tags []uint64
