@@ -219,23 +219,14 @@ func TestLedger_ConsumerTimeoutTakesBackTheConsumersDeliveries(t *testing.T) {
 // it and is refused there (the delivery is no longer the channel's): it
 // is ignored, as a late ack, and the channel stays.
 func TestConsumerTimeout_AckRefusedAfterTheTimeoutIsIgnored(t *testing.T) {
-	ts := startServer(t, Config{})
-	_, ch := openChannel(t, ts)
-	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
-	ds := consumeLogTags(t, ts, ch, "q", 1, 2)
-	ref := commandsOf(ts.broker, (*proto.Command).GetConsume)[0].Consumer
+	ts, ch, closed, ds, ref := consumerOfTwo(t)
+	refuseSettlesOf(ts, 1)
 	ts.broker.mu.Lock()
 	ts.broker.onSubmit = func(cmd *proto.Command) {
 		if s := cmd.GetSettle(); s != nil && slices.Contains(s.GetTags(), 1) {
 			// The timeout's entry came first.
 			ts.srv.ConsumerTimedOut(ref, 500, []uint64{1, 2})
 		}
-	}
-	ts.broker.answer = func(cmd *proto.Command) *proto.Result {
-		if s := cmd.GetSettle(); s != nil && slices.Contains(s.GetTags(), 1) {
-			return &proto.Result{Code: 406, Text: "PRECONDITION_FAILED - unknown delivery tag 1"}
-		}
-		return nil
 	}
 	ts.broker.mu.Unlock()
 	if err := ds[0].Ack(false); err != nil {
@@ -270,4 +261,66 @@ func TestLedger_ConsumerTimeoutBeforeConsumeOk(t *testing.T) {
 	if active, a := l.consumed("c", true); active || len(a.writes) != 0 {
 		t.Fatalf("after consume-ok: active %v, writes %v", active, writes(a))
 	}
+}
+
+// In a transaction an ack is read when it arrives and sent at tx.commit;
+// a consumer timeout in between took its delivery back: the commit goes
+// through, the late ack ignored.
+func TestConsumerTimeout_AckInATransactionCommittedAfterTheTimeout(t *testing.T) {
+	ts, ch, closed, ds, ref := consumerOfTwo(t)
+	if err := ch.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Ordered after the acks' reading: a method waits for them.
+	if _, err := ch.QueueDeclare("after-acks", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ts.srv.ConsumerTimedOut(ref, 500, []uint64{1})
+	refuseSettlesOf(ts, 1)
+	ts.broker.mu.Lock()
+	ts.broker.unacked = func(_ *proto.ChannelRef, tags []uint64) []uint64 {
+		return slices.DeleteFunc(slices.Clone(tags), func(t uint64) bool { return t == 1 })
+	}
+	ts.broker.mu.Unlock()
+	if err := ch.TxCommit(); err != nil {
+		t.Fatalf("tx.commit: %v", err)
+	}
+	select {
+	case e := <-closed:
+		t.Fatalf("the channel closed: %v", e)
+	default:
+	}
+	if got := settledTags(ts.broker); !slices.Contains(got, 2) {
+		t.Fatalf("settled %v: the ack of 2 was lost", got)
+	}
+}
+
+// refuseSettlesOf has the log refuse every Settle naming log tag, as it
+// refuses one whose delivery a consumer timeout took back.
+func refuseSettlesOf(ts *testServer, tag uint64) {
+	ts.broker.mu.Lock()
+	defer ts.broker.mu.Unlock()
+	ts.broker.answer = func(cmd *proto.Command) *proto.Result {
+		if s := cmd.GetSettle(); s != nil && slices.Contains(s.GetTags(), tag) {
+			return &proto.Result{Code: 406, Text: fmt.Sprintf("PRECONDITION_FAILED - unknown delivery tag %d", tag)}
+		}
+		return nil
+	}
+}
+
+// consumerOfTwo starts a server with a consumer of q that got log tags 1
+// and 2; it returns the channel, its close notification, the deliveries
+// and the consumer.
+func consumerOfTwo(t *testing.T) (*testServer, *amqp091.Channel, chan *amqp091.Error, []amqp091.Delivery, *proto.ConsumerRef) {
+	t.Helper()
+	ts := startServer(t, Config{})
+	_, ch := openChannel(t, ts)
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	ds := consumeLogTags(t, ts, ch, "q", 1, 2)
+	return ts, ch, closed, ds, commandsOf(ts.broker, (*proto.Command).GetConsume)[0].Consumer
 }
