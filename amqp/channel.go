@@ -497,3 +497,34 @@ func (ch *channel) consumerCancelled(tag string) {
 		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
 	}
 }
+
+// consumerTimedOut takes back what the log requeued for a consumer whose
+// delivery timed out (logTags) and tells the client: basic.cancel when
+// it announced consumer_cancel_notify, as RabbitMQ 4.3 does, else the
+// channel closes with 406 as before (its close requeues the rest, as any
+// close does). A client that cancelled the consumer meanwhile is told
+// nothing more.
+func (ch *channel) consumerTimedOut(tag string, timeout int64, logTags []uint64) {
+	ch.mu.Lock()
+	if ch.led.closed {
+		ch.mu.Unlock()
+		return
+	}
+	known := ch.led.timedOut(tag, logTags)
+	notify := capability(ch.c.caps, "consumer_cancel_notify")
+	if notify && known {
+		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
+	}
+	ch.mu.Unlock()
+	if !notify {
+		ch.fail(timeoutError(ch.id, timeout))
+	}
+}
+
+// timeoutError is RabbitMQ's channel.close for a delivery left
+// unacknowledged past its consumer timeout (ms).
+func timeoutError(id uint16, timeout int64) *wire.Error {
+	return wire.ChanError(replycode.PreconditionFailed, 0, 0,
+		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
+			"This timeout value can be configured, see consumers doc guide to learn more", id, timeout)
+}

@@ -436,9 +436,18 @@ func (s *Server) ChannelTimedOut(ref *proto.ChannelRef, timeout int64) {
 	if ch == nil {
 		return
 	}
-	ch.fail(wire.ChanError(replycode.PreconditionFailed, 0, 0,
-		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
-			"This timeout value can be configured, see consumers doc guide to learn more", ref.GetChannel(), timeout))
+	ch.fail(timeoutError(ch.id, timeout))
+}
+
+// ConsumerTimedOut implements fsm.Sink: the log removed a consumer of this
+// node whose delivery went unacknowledged for its consumer timeout, and
+// requeued its deliveries (tags); the channel stays (consumerTimedOut).
+func (s *Server) ConsumerTimedOut(ref *proto.ConsumerRef, timeout int64, tags []uint64) {
+	ch := s.channelOf(ref.GetChannel())
+	if ch == nil {
+		return
+	}
+	ch.consumerTimedOut(ref.GetTag(), timeout, tags)
 }
 
 // NodeDown implements fsm.Sink: when this node was declared down (it was

@@ -106,6 +106,12 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 		r := results[k]
 		k++
 		if r.GetCode() != 0 {
+			if e, handled := ch.takenBack(it); handled {
+				if e != nil {
+					return e
+				}
+				continue
+			}
 			return resultError(it.m, r)
 		}
 		if _, ok := it.m.(*wire.BasicPublish); ok {

@@ -81,7 +81,10 @@ type heldEffect struct {
 	cancel   *proto.ConsumerRef
 	timedOut *proto.ChannelRef
 	timeout  int64
-	down     string
+	// consumerTimedOut (with timeout and tags) is a ConsumerTimedOut.
+	consumerTimedOut *proto.ConsumerRef
+	tags             []uint64
+	down             string
 }
 
 func newQuorumWatch() *quorumWatch { return &quorumWatch{pinging: map[string]bool{}} }
@@ -276,6 +279,8 @@ func (n *Node) flushHeld(held []heldEffect) {
 			next.ConsumerCancelled(e.cancel)
 		case e.timedOut != nil:
 			next.ChannelTimedOut(e.timedOut, e.timeout)
+		case e.consumerTimedOut != nil:
+			next.ConsumerTimedOut(e.consumerTimedOut, e.timeout, e.tags)
 		case e.down != "":
 			next.NodeDown(e.down)
 		}
@@ -383,6 +388,12 @@ func (g gateSink) ConsumerCancelled(c *proto.ConsumerRef) {
 func (g gateSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
 	if !g.w.hold(heldEffect{timedOut: ch, timeout: timeout}) {
 		g.next.ChannelTimedOut(ch, timeout)
+	}
+}
+
+func (g gateSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
+	if !g.w.hold(heldEffect{consumerTimedOut: c, timeout: timeout, tags: tags}) {
+		g.next.ConsumerTimedOut(c, timeout, tags)
 	}
 }
 

@@ -64,6 +64,13 @@ type Sink interface {
 	// consumers and requeued its deliveries, and its node closes it with
 	// 406 PRECONDITION_FAILED.
 	ChannelTimedOut(ch *proto.ChannelRef, timeout int64)
+	// ConsumerTimedOut tells a delivery of consumer c went unacknowledged
+	// for its consumer timeout (ms), from protocol level 10: the log
+	// removed the consumer and requeued its deliveries, tags (the log's delivery tags,
+	// ascending). The channel and its other consumers stay. Its node
+	// sends basic.cancel to a client with consumer_cancel_notify and
+	// closes the channel with 406 PRECONDITION_FAILED for one without.
+	ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64)
 }
 
 // DeliveryFilter is implemented by a Sink that takes only some consumers'
@@ -90,6 +97,9 @@ func (DiscardSink) NodeDown(string) {}
 
 // ChannelTimedOut implements Sink.
 func (DiscardSink) ChannelTimedOut(*proto.ChannelRef, int64) {}
+
+// ConsumerTimedOut implements Sink.
+func (DiscardSink) ConsumerTimedOut(*proto.ConsumerRef, int64, []uint64) {}
 
 // Machine is the whole broker state. It is not safe for concurrent use: the
 // caller serialises Apply with every read.

@@ -13,10 +13,11 @@ import (
 
 type countSink struct{ n int }
 
-func (c *countSink) Deliver(*Delivery)                        { c.n++ }
-func (c *countSink) ConsumerCancelled(*proto.ConsumerRef)     {}
-func (c *countSink) NodeDown(string)                          {}
-func (c *countSink) ChannelTimedOut(*proto.ChannelRef, int64) {}
+func (c *countSink) Deliver(*Delivery)                                    { c.n++ }
+func (c *countSink) ConsumerCancelled(*proto.ConsumerRef)                 {}
+func (c *countSink) NodeDown(string)                                      {}
+func (c *countSink) ChannelTimedOut(*proto.ChannelRef, int64)             {}
+func (c *countSink) ConsumerTimedOut(*proto.ConsumerRef, int64, []uint64) {}
 
 func i64v(n int64) *proto.Value { return &proto.Value{Kind: &proto.Value_Int64{Int64: n}} }
 

@@ -88,6 +88,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  9. a delayed exchange keeps a message's properties with its x-delay
 //     value left out, so messages alike but for their delays share one
 //     table entry (heldProps, apply_delayed.go)
+//  10. a consumer timeout cancels the consumer whose delivery timed out
+//     and returns its deliveries; the channel and its other consumers
+//     stay (consumer_timeout.go)
 //  11. x-consistent-hash, x-modulus-hash and x-local-random exchanges
 //     (apply_pick.go)
 const Protocol = 11
