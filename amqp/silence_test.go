@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -280,4 +281,74 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// silentBroker is a fake broker whose node's silences the test sets.
+type silentBroker struct {
+	*fakeBroker
+	epoch atomic.Uint64
+}
+
+func (b *silentBroker) SilenceEpoch() uint64 { return b.epoch.Load() }
+
+// The writer's guard on what was decided before a silence: a confirm,
+// a no-ack delivery and a delivery the log still holds are written, late
+// and in order, once a Tick proposed after the silence is applied; a
+// delivery the log took back is dropped; what was decided after the
+// silence passes at once. If the connection fails before the node
+// catches up, every stale frame is dropped and the rest written.
+func TestSilence_WriterHoldsStaleFramesUntilTheLogSaysTheyStand(t *testing.T) {
+	b := &silentBroker{fakeBroker: newFakeBroker()}
+	ref := &proto.ChannelRef{Node: "node-a", Connection: "c1", Channel: 1}
+	b.unacked = func(r *proto.ChannelRef, tags []uint64) []uint64 {
+		if r.GetChannel() == ref.GetChannel() && len(tags) == 1 && tags[0] == 1 {
+			return tags // tag 1 stands; the log took tag 2 back
+		}
+		return nil
+	}
+	srv := NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv.SetBroker(b)
+	a, peer := net.Pipe()
+	defer a.Close()
+	defer peer.Close()
+	c := srv.newConn(a)
+	defer c.cancel()
+
+	frame := func(s string) func([]byte) []byte { return func(p []byte) []byte { return append(p, s...) } }
+	queue := func(epoch uint64) {
+		c.out.append(frame("[plain]"))
+		c.out.appendMarked(&mark{epoch: epoch, ch: ref, tag: 1}, frame("[d1]"))
+		c.out.appendMarked(&mark{epoch: epoch, ch: ref, tag: 2}, frame("[d2]"))
+		c.out.appendMarked(&mark{epoch: epoch}, frame("[noack]"))
+		c.out.appendMarked(&mark{epoch: epoch}, frame("[confirm]"))
+	}
+	ticks := func() int {
+		return len(commandsOf(b.fakeBroker, func(cmd *proto.Command) *proto.Tick { return cmd.GetTick() }))
+	}
+	write := func() string {
+		buf, marks, _ := c.out.take(nil, nil)
+		return string(c.guard(buf, marks))
+	}
+
+	queue(0)
+	if got := write(); got != "[plain][d1][d2][noack][confirm]" || ticks() != 0 {
+		t.Fatalf("with no silence: wrote %q after %d ticks", got, ticks())
+	}
+	queue(0)
+	b.epoch.Store(1)
+	if got := write(); got != "[plain][d1][noack][confirm]" || ticks() != 1 {
+		t.Fatalf("after a silence: wrote %q after %d ticks, want the delivery the log took back dropped after 1 tick", got, ticks())
+	}
+	queue(1)
+	if got := write(); got != "[plain][d1][d2][noack][confirm]" || ticks() != 1 {
+		t.Fatalf("decided after the silence: wrote %q after %d ticks", got, ticks())
+	}
+
+	queue(1)
+	b.epoch.Store(2)
+	b.fail = func([]*proto.Command) error { return errors.New("no leader") }
+	c.markFailed()
+	if got := write(); got != "[plain]" {
+		t.Fatalf("connection failing before the node caught up: wrote %q, want only what the log did not decide", got)
+	}
 }
