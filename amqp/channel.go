@@ -57,6 +57,9 @@ type channel struct {
 	// wait until it is released.
 	mu  sync.Mutex
 	led *ledger
+	// epochs are the silence epochs the channel's deliveries were
+	// decided in (silence.go). Guarded by mu.
+	epochs []tagEpoch
 	// heldTimer calls expireHeld at the deadline the ledger asked for.
 	heldTimer *time.Timer
 	// overdueKick wakes the worker to requeue what the ledger withheld
@@ -394,9 +397,10 @@ func (ch *channel) finish(reply bool) {
 
 // deliver takes a delivery the log assigned to this channel (the Sink's
 // Deliver, on the node's apply goroutine): never blocks.
-func (ch *channel) deliver(d *fsm.Delivery) {
+func (ch *channel) deliver(d *fsm.Delivery, epoch uint64) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	ch.noteEpoch(d.DeliveryTag, epoch)
 	ch.carryOut(ch.led.deliver(d, time.Now().UnixMilli()))
 }
 
@@ -475,13 +479,17 @@ const overdueRetry = 100 * time.Millisecond
 func (ch *channel) writeDelivery(n numbered) {
 	d := n.d
 	props := propertiesFromProto(d.Properties)
-	ch.c.sendContent(ch.id, &wire.BasicDeliver{
+	ref := d.Consumer.GetChannel()
+	if d.NoAck {
+		ref = nil // settled as assigned: the log requeues it to nobody else
+	}
+	ch.c.sendDecided(ch.id, &wire.BasicDeliver{
 		ConsumerTag: d.Consumer.GetTag(),
 		DeliveryTag: n.wire,
 		Redelivered: d.Redelivered,
 		Exchange:    d.Exchange,
 		RoutingKey:  d.RoutingKey,
-	}, &props, d.Body)
+	}, &props, d.Body, ch.epochOf(d.DeliveryTag), ref, d.DeliveryTag)
 }
 
 // consumerCancelled sends basic.cancel for a consumer the broker cancelled.

@@ -156,6 +156,12 @@ type Server struct {
 	// still try to record in the log stops then.
 	life    context.Context
 	endLife context.CancelFunc
+
+	// holdWrite, set by tests before any connection, runs in a
+	// connection's writer between taking frames the log decided and
+	// writing them: a test holds a node there, as a pause of the process
+	// could.
+	holdWrite func(*conn)
 }
 
 var _ fsm.Sink = (*Server)(nil)
@@ -408,14 +414,7 @@ func (s *Server) ConnectionCount() int {
 
 // Deliver implements fsm.Sink: it queues basic.deliver for a consumer of
 // this node. It never blocks.
-func (s *Server) Deliver(d *fsm.Delivery) {
-	ch := s.channelOf(d.Consumer.GetChannel())
-	if ch == nil {
-		s.log.Debug("delivery for an unknown channel", "consumer", d.Consumer.GetTag())
-		return
-	}
-	ch.deliver(d)
-}
+func (s *Server) Deliver(d *fsm.Delivery) { s.DeliverIn(d, s.epoch()) }
 
 // ConsumerCancelled implements fsm.Sink: it sends basic.cancel to a
 // consumer whose queue went away.

@@ -91,6 +91,7 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 		cmds = append(cmds, cmd)
 	}
 	var results []*proto.Result
+	epoch := ch.c.srv.epoch()
 	if len(cmds) > 0 {
 		var err error
 		if results, err = ch.submitBatch(cmds); err != nil {
@@ -115,7 +116,7 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 			return resultError(it.m, r)
 		}
 		if _, ok := it.m.(*wire.BasicPublish); ok {
-			ch.returnUnroutable(it, r)
+			ch.returnUnroutable(it, r, epoch)
 		}
 	}
 	ch.committedAcks(items, time.Now().UnixMilli())

@@ -18,11 +18,19 @@ type broker struct {
 	metrics *metrics.Metrics
 }
 
-// The AMQP server carries direct replies to other nodes through the node.
+// The AMQP server carries direct replies to other nodes through the node,
+// and learns of its silences.
 var _ interface {
 	amqp.Broker
 	amqp.Replier
+	amqp.Silences
 } = (*broker)(nil)
+
+// The node tells the AMQP server the silence epoch of each delivery.
+var _ cluster.EpochSink = (*amqp.Server)(nil)
+
+// SilenceEpoch counts the node's silences (amqp.Silences).
+func (b *broker) SilenceEpoch() uint64 { return b.node.SilenceEpoch() }
 
 func (b *broker) NodeID() string { return b.node.NodeID() }
 
