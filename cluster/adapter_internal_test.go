@@ -303,7 +303,7 @@ func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
 		t.Fatalf("passed on while suspect: %v %v, held %d", rec.consumersTimedOut, rec.timedOut, len(w.held))
 	}
 	n := &Node{cfg: Config{NodeID: "me", Effects: rec}, log: discardLogger(), machine: fsm.New()}
-	n.flushHeld(w.held)
+	n.flushHeld(w.held, w.gen)
 	if len(rec.consumersTimedOut) != 1 || rec.consumersTimedOut[0] != "slow" || len(rec.timedOut) != 1 {
 		t.Fatalf("after catching up: consumers %v channels %v", rec.consumersTimedOut, rec.timedOut)
 	}

@@ -404,7 +404,7 @@ func (g gateSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
 }
 
 func (g gateSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
-	if !g.w.hold(heldEffect{consumerTimedOut: c, timeout: timeout, tags: tags}) {
+	if held, _ := g.hold(heldEffect{consumerTimedOut: c, timeout: timeout, tags: tags}); !held {
 		g.next.ConsumerTimedOut(c, timeout, tags)
 	}
 }
