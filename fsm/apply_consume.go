@@ -102,7 +102,7 @@ func (s *state) closeChannel(ch *channel, notify bool) {
 	}
 	s.requeue(ch, ch.unacked)
 	ch.unacked = nil
-	if s.atLeast(2) {
+	if s.atLeast(levelTagFloor) {
 		s.tagFloor = max(s.tagFloor, ch.nextTag)
 	}
 	delete(s.channels, ch.key)

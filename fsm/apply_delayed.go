@@ -19,10 +19,6 @@ import (
 // as the exchange's x-delayed-type routes, with the bindings of that time.
 const DelayedExchangeType = "x-delayed-message"
 
-// delayedLevel is the protocol level that introduced delayed exchanges
-// and ReleaseDelayed.
-const delayedLevel = 6
-
 // MaxDelay is the longest x-delay (ms) that delays a message: the plugin's
 // bound (an Erlang timer's). A longer one routes at once, as there.
 const MaxDelay = 1<<32 - 1
@@ -268,7 +264,7 @@ func (r *routeScratch) reset() {
 // delayedType reports whether t is the delayed exchange type and the log
 // has the level that knows it.
 func (s *state) delayedType(t string) bool {
-	return t == DelayedExchangeType && s.atLeast(delayedLevel)
+	return t == DelayedExchangeType && s.atLeast(levelDelayed)
 }
 
 // delayedVia checks a new delayed exchange's x-delayed-type and returns
@@ -433,7 +429,7 @@ func (s *state) holdDeadLettered(v *vhost, m *queue.Message, rk string, enc []by
 		inline = []byte{}
 	}
 	delay := s.routing.delay
-	if s.atLeast(sharedDelayLevel) {
+	if s.atLeast(levelSharedDelay) {
 		// A copy of its own: no clone needed (heldProps).
 		var p proto.Properties
 		if pb.Unmarshal(enc, &p) == nil {
@@ -447,24 +443,20 @@ func (s *state) holdDeadLettered(v *vhost, m *queue.Message, rk string, enc []by
 	}
 }
 
-// sharedDelayLevel is the protocol level from which a delayed exchange
-// keeps a message's properties without its x-delay value (heldProps).
-const sharedDelayLevel = 9
-
 // heldDelay stands in a held message's properties for the x-delay it was
 // published with. No held message had an x-delay that reads as 0 (0 routes
 // at once), so it cannot be taken for one.
 var heldDelay = &proto.Value{Kind: &proto.Value_Int32{Int32: 0}}
 
 // heldProps is the encoding a delayed exchange keeps of a message's
-// properties (enc is props encoded). From sharedDelayLevel the first
+// properties (enc is props encoded). From levelSharedDelay the first
 // x-delay's value is heldDelay: the delay is in the record (due minus
 // enqueued), the release writes minus it in that place (release), and
 // messages published alike but for their delays share one table entry
 // rather than one each (a million waiting messages held a million
 // otherwise identical entries, most of their memory).
 func (s *state) heldProps(props *proto.Properties, enc []byte) []byte {
-	if !s.atLeast(sharedDelayLevel) {
+	if !s.atLeast(levelSharedDelay) {
 		return enc
 	}
 	if _, ok := tableGet(props.GetHeaders(), "x-delay"); !ok {
@@ -542,8 +534,8 @@ func (s *state) dropDelayed(del func(*vhost, *exchange) bool) {
 // twice.
 func (s *state) applyReleaseDelayed(c *proto.ReleaseDelayed) *proto.Result {
 	limit := min(c.GetLimit(), MaxReleaseBatch)
-	if s.atLeast(retryLevel) {
-		// From level 8 the delayed retries of queues are released too.
+	if s.atLeast(levelRetry) {
+		// From levelRetry the delayed retries of queues are released too.
 		s.releaseDue(limit)
 		return &proto.Result{}
 	}

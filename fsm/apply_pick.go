@@ -21,10 +21,6 @@ const (
 	LocalRandomType    = "x-local-random"
 )
 
-// pickLevel is the protocol level that introduced the picking exchange
-// types. Below it their declare is refused as any unknown type's.
-const pickLevel = 11
-
 // MaxHashWeight is the largest weight (binding key) of a binding to an
 // x-consistent-hash exchange: RabbitMQ's bound since 4.1.
 const MaxHashWeight = 10000
@@ -39,7 +35,7 @@ func pickType(t string) bool {
 
 // pickDeclared reports whether t is a picking type and the log has the
 // level that knows it.
-func (s *state) pickDeclared(t string) bool { return pickType(t) && s.atLeast(pickLevel) }
+func (s *state) pickDeclared(t string) bool { return pickType(t) && s.atLeast(levelPicking) }
 
 // pickArgs checks a new x-consistent-hash exchange's arguments as the
 // plugin's validate does: hash-header and hash-property exclude each

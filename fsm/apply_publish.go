@@ -130,7 +130,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 			s.stats.Acked++
 		} else {
 			p := &pending{tag: ch.nextTag, q: q, m: m}
-			if s.atLeast(4) {
+			if s.atLeast(levelConsumerTimeout) {
 				p.at = s.clock
 			}
 			ch.unacked = append(ch.unacked, p)
@@ -152,7 +152,7 @@ func (s *state) channel(ref *proto.ChannelRef) *channel {
 	ch, ok := s.channels[k]
 	if !ok {
 		ch = &channel{key: k, ref: &proto.ChannelRef{Node: ref.GetNode(), Connection: ref.GetConnection(), Channel: ref.GetChannel()}}
-		if s.atLeast(2) {
+		if s.atLeast(levelTagFloor) {
 			ch.nextTag = s.tagFloor
 		}
 		s.channels[k] = ch
@@ -164,7 +164,7 @@ func (s *state) channel(ref *proto.ChannelRef) *channel {
 // exchange; without one (or with a missing one) the message is dropped.
 func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	dlx, ok := q.dlx()
-	if s.atLeast(5) {
+	if s.atLeast(levelDeaths) {
 		for i, r := range DeathReasons {
 			if r == reason {
 				s.stats.Deaths[i][boolIndex(ok)]++

@@ -22,18 +22,6 @@ import (
 // its queue. Nothing but the log decides: the due time is entry stamp +
 // delay, a release before it changes nothing.
 
-// retryLevel is the protocol level of delayed retry and of the new
-// counting of returns.
-const retryLevel = 8
-
-// RetryLevel is retryLevel for the node, which sends Requeue.failed only
-// from this level on.
-const RetryLevel = retryLevel
-
-// retryFormat is the first snapshot format that holds each queue's
-// retryLevel flag, each message's failures and the waiting messages.
-const retryFormat = 9
-
 type retryType uint8
 
 const (

@@ -17,7 +17,7 @@ import (
 // all of them are taken, or none if one is unknown.
 func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
 	ps, ch, r := s.takeOut(ref, tag, multiple, all, tags)
-	if len(ps) > 0 && s.atLeast(4) {
+	if len(ps) > 0 && s.atLeast(levelConsumerTimeout) {
 		ch.settled = s.clock
 	}
 	return ps, ch, r

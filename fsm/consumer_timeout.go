@@ -90,7 +90,7 @@ func (ch *channel) timeoutDue(def int64) (due, timeout int64, ok bool) {
 }
 
 func (s *state) nextConsumerTimeout(def int64) (int64, bool) {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return 0, false
 	}
 	best, found := int64(0), false
@@ -103,7 +103,7 @@ func (s *state) nextConsumerTimeout(def int64) (int64, bool) {
 }
 
 func (s *state) dueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return nil
 	}
 	var out []*proto.ChannelRef
@@ -121,7 +121,7 @@ func (s *state) dueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
 // closes it with RabbitMQ's 406. Below level 4 deliveries carry no
 // assignment time, so it changes nothing.
 func (s *state) applyConsumerTimeout(c *proto.ConsumerTimeout) *proto.Result {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return &proto.Result{}
 	}
 	ch, ok := s.channels[chanKey(c.GetChannel())]

@@ -224,7 +224,7 @@ type pending struct {
 }
 
 func (s *state) init() {
-	s.level = 1
+	s.level = levelFirst
 	s.vhosts = map[string]*vhost{}
 	s.users = map[string]*user{}
 	s.perms = map[string]*proto.PermissionInfo{}
