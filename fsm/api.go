@@ -415,7 +415,7 @@ func (m *Machine) Vhosts() []*proto.VhostInfo {
 func (m *Machine) Stats() Stats {
 	st := m.stats
 	st.Queues, st.Ready, st.ReadyBytes, st.Unacked, st.Consumers, st.Overdue, st.LeaseDueQueues = 0, 0, 0, 0, 0, 0, 0
-	st.Delayed = uint64(m.delayed.h.len())
+	st.Delayed = uint64(m.delayed.held.Len())
 	for _, v := range m.vhosts {
 		for _, q := range v.queues {
 			st.Queues++

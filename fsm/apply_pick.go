@@ -211,17 +211,24 @@ func (s *state) pick(x *exchange, keys []string, props *proto.Properties) *bindi
 	return nil
 }
 
+// drawCount counts the draws of the command at index, pos.
+type drawCount struct {
+	index uint64
+	pos   uint32
+	n     uint64
+}
+
 // draw is x-local-random's choice: RabbitMQ draws at random, but every
 // replica must pick alike, so it is a hash of the entry's index, the
 // command's position in it and how many draws the command made before
 // (a dead-lettering or a release may route several messages).
 func (s *state) draw() uint64 {
-	r := &s.routing
-	if r.drawIndex != s.index || r.drawPos != s.pos {
-		r.drawIndex, r.drawPos, r.draws = s.index, s.pos, 0
+	d := &s.draws
+	if d.index != s.index || d.pos != s.pos {
+		d.index, d.pos, d.n = s.index, s.pos, 0
 	}
-	r.draws++
-	return mix(mix(s.index^uint64(s.pos)<<48) ^ r.draws)
+	d.n++
+	return mix(mix(s.index^uint64(s.pos)<<48) ^ d.n)
 }
 
 // hashOn is the hash of what an x-consistent-hash exchange hashes a

@@ -62,13 +62,14 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	keys = append(keys, bcc...)
 	props = withoutHeader(props, "BCC")
 	s.stats.Published++
-	targets := s.route(v, x, keys, props)
+	rt := s.route(v, x, keys, props)
+	targets := rt.queues
 	res := &proto.Result{Routed: len(targets) > 0}
 	body := queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}
-	if len(s.routing.held) > 0 {
+	if len(rt.held) > 0 {
 		// An x-delayed-message exchange on the way holds the message
 		// (apply_delayed.go).
-		return s.publishDelayed(c, v, x, keys, props, bcc, body, targets, msgTTL)
+		return s.publishDelayed(c, v, x, keys, props, bcc, body, rt, msgTTL)
 	}
 	if len(targets) == 0 {
 		return res
@@ -207,14 +208,14 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	if k, ok := q.dlrk(); ok {
 		rk = []string{k}
 	}
-	targets := s.route(v, x, rk, props)
+	rt := s.route(v, x, rk, props)
 	enc := encodeProps(props)
-	if len(s.routing.held) > 0 {
+	if len(rt.held) > 0 {
 		// Dead-lettered into an x-delayed-message exchange with an
 		// x-delay header: it waits there, as the plugin's would.
-		s.holdDeadLettered(v, m, rk[0], enc)
+		s.holdDeadLettered(v, m, rk[0], enc, rt)
 	}
-	for _, t := range targets {
+	for _, t := range rt.queues {
 		if ttl.Cycle(deaths, t.name) {
 			continue
 		}

@@ -246,11 +246,12 @@ func (s *state) returnedAt8(q *queueState, m *queue.Message) bool {
 // of them; on equal due times the exchange's message goes first.
 func (s *state) releaseDue(limit uint32) {
 	for n := uint32(0); n < limit; n++ {
-		dOK := s.delayed.h.len() > 0 && s.delayed.h.at(0).due <= s.clock
+		due, _, dOK := s.nextDelayed()
+		dOK = dOK && due <= s.clock
 		rOK := len(s.retry.h) > 0 && s.retry.h[0].due <= s.clock
 		switch {
-		case dOK && (!rOK || s.delayed.h.at(0).due <= s.retry.h[0].due):
-			s.release(s.delayed.pop())
+		case dOK && (!rOK || due <= s.retry.h[0].due):
+			s.release()
 		case rOK:
 			s.releaseRetry(heap.Pop(&s.retry).(*retryMsg))
 		default:

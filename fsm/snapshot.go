@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftmq/raftmq/internal/offheap"
 	"github.com/raftmq/raftmq/queue"
+	"github.com/raftmq/raftmq/ttl"
 )
 
 // Taking, writing, digesting and restoring snapshots; the encoding itself
@@ -35,7 +36,7 @@ func (s *state) snapshot() (io.WriterTo, error) {
 	for _, ch := range s.channels {
 		n += len(ch.unacked)
 	}
-	n += s.delayed.h.len() + len(s.retry.h)
+	n += s.delayed.held.Len() + len(s.retry.h)
 	// Sized once, not grown by doubling: a regrowth copies the whole
 	// encoding so far, under the lock (200 MB at 5,000,000 queued), and
 	// holds both copies. The last snapshot's bytes a message, with a
@@ -154,4 +155,44 @@ func (s *state) restoreBytes(b []byte) error {
 	}
 	*s = *n
 	return nil
+}
+
+// encDelayed writes the delayed messages in heap order (queue.Held): the
+// sequence counter, then each message with its vhost, its due time in
+// the place of a message's deadline.
+func encDelayed(e *enc, s *state) {
+	ds := &s.delayed
+	e.u(ds.seq)
+	e.u(uint64(ds.held.Len()))
+	var m queue.Message
+	for i := 0; i < ds.held.Len(); i++ {
+		due, at := ds.held.At(i, &m)
+		v, _ := ds.where(at)
+		e.s(v.name)
+		m.Deadline = due
+		e.message(&m)
+	}
+}
+
+// decDelayed reads what encDelayed wrote into s, whose exchanges are read.
+func decDelayed(d *dec, s *state) bool {
+	s.delayed.seq = d.u()
+	n := d.n()
+	for ; n > 0 && d.err == nil; n-- {
+		vh := d.s()
+		m := decMessage(d)
+		v, ok := s.vhosts[vh]
+		if !ok {
+			return false
+		}
+		x, ok := v.exchanges[m.Exchange]
+		if !ok || x.via == "" {
+			return false
+		}
+		m.Exchange = x.name
+		due := m.Deadline
+		m.Deadline = ttl.NoDeadline
+		s.delayed.held.Append(m, due, s.delayed.enter(v, x))
+	}
+	return d.err == nil
 }

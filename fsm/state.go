@@ -87,8 +87,9 @@ type state struct {
 	// failing says whether the returns of the command being applied are
 	// failed delivery attempts (failedReturn; not state).
 	failing bool
-	// routing is what route learnt of delayed exchanges (not state).
-	routing routeScratch
+	// draws counts the x-local-random choices of the command being
+	// applied (draw). Not state.
+	draws drawCount
 	// releases counts what this replica released (not state: see
 	// ReleaseStats).
 	releases ReleaseStats
@@ -230,6 +231,7 @@ func (s *state) init() {
 	s.perms = map[string]*proto.PermissionInfo{}
 	s.channels = map[string]*channel{}
 	s.meta = &queue.Table{}
+	s.delayed.held.SetTable(s.meta)
 }
 
 // atLeast reports whether the log's protocol level is at least l. A
@@ -427,25 +429,6 @@ func valueAny(v *proto.Value) any {
 	default:
 		return nil
 	}
-}
-
-func tableGet(t *proto.Table, key string) (*proto.Value, bool) {
-	for _, f := range t.GetFields() {
-		if f.GetKey() == key {
-			return f.GetValue(), true
-		}
-	}
-	return nil, false
-}
-
-func valueString(v *proto.Value) (string, bool) {
-	switch k := v.GetKind().(type) {
-	case *proto.Value_LongString:
-		return string(k.LongString), true
-	case *proto.Value_ShortString:
-		return k.ShortString, true
-	}
-	return "", false
 }
 
 func longstr(s string) *proto.Value {
