@@ -100,7 +100,6 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 	if r := shapeError(c); r != nil {
 		return r
 	}
-	s.failing = failedReturn(c)
 	switch x := c.GetCmd().(type) {
 	case *proto.Command_VhostPut:
 		return s.applyVhostPut(x.VhostPut)

@@ -143,17 +143,16 @@ func (s *state) applyRequeue(c *proto.Requeue) *proto.Result {
 	if r != nil {
 		return r
 	}
-	s.requeueAs(ps, !c.GetUnseen())
+	s.requeue(ps, requeueKind(c))
 	return &proto.Result{}
 }
 
 // requeue puts deliveries back at the head of their queues in tag order,
-// redelivered, with their original deadlines; overdue ones die at once.
-func (s *state) requeue(_ *channel, ps []*pending) { s.requeueAs(ps, true) }
-
-// requeueAs is requeue; seen=false leaves the redelivered flag as it was
-// (the client never saw these deliveries).
-func (s *state) requeueAs(ps []*pending, seen bool) {
+// with their original deadlines; overdue ones die at once. Returns the
+// client saw (kind) are flagged redelivered and counted; unseen ones keep
+// the flag they had.
+func (s *state) requeue(ps []*pending, kind returnKind) {
+	seen := kind != returnUnseen
 	qs := release(ps)
 	byQueue := map[*queueState][]*queue.Message{}
 	var order []*queueState
@@ -177,7 +176,7 @@ func (s *state) requeueAs(ps []*pending, seen bool) {
 				s.kill(q, m, ttl.ReasonExpired)
 				continue
 			}
-			if seen && s.returned(q, m) {
+			if seen && s.returned(q, m, kind == returnFailed) {
 				continue
 			}
 			back = append(back, m)

@@ -133,7 +133,7 @@ func (s *state) applyConsumerTimeout(c *proto.ConsumerTimeout) *proto.Result {
 		return &proto.Result{}
 	}
 	s.sink.ChannelTimedOut(ch.ref, timeout)
-	s.closeChannel(ch, false)
+	s.closeChannel(ch, false, returnSeen)
 	return &proto.Result{}
 }
 

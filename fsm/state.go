@@ -84,9 +84,6 @@ type state struct {
 	// retry holds the returned messages waiting out a delayed retry
 	// (apply_retry.go).
 	retry retrySet
-	// failing says whether the returns of the command being applied are
-	// failed delivery attempts (failedReturn; not state).
-	failing bool
 	// draws counts the x-local-random choices of the command being
 	// applied (draw). Not state.
 	draws drawCount
