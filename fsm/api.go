@@ -359,7 +359,7 @@ func (m *Machine) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
 	want = slices.Compact(want)
 	var out []uint64
 	for _, t := range want {
-		if _, found := slices.BinarySearchFunc(ch.unacked, t, func(p *pending, t uint64) int { return cmp.Compare(p.tag, t) }); found {
+		if _, found := slices.BinarySearchFunc(ch.unacked, t, func(p *unacked, t uint64) int { return cmp.Compare(p.tag, t) }); found {
 			out = append(out, t)
 		}
 	}
@@ -435,7 +435,7 @@ func (m *Machine) Stats() Stats {
 		}
 	}
 	for _, ch := range m.channels {
-		ch.eachHeld(func(p *pending) {
+		ch.eachHeld(func(p *unacked) {
 			st.Ready++
 			st.ReadyBytes += uint64(p.m.Size())
 			st.Unacked--

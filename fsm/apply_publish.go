@@ -119,7 +119,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 		if m == nil {
 			return &proto.Result{}
 		}
-		if m.Deadline <= s.clock {
+		if ttl.Expired(m.Deadline, s.clock) {
 			s.kill(q, m, ttl.ReasonExpired)
 			continue
 		}
@@ -130,7 +130,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 		if c.GetNoAck() {
 			s.stats.Acked++
 		} else {
-			p := &pending{tag: ch.nextTag, q: q, m: m}
+			p := &unacked{tag: ch.nextTag, q: q, m: m}
 			if s.atLeast(levelConsumerTimeout) {
 				p.at = s.clock
 			}

@@ -298,7 +298,7 @@ func (s *state) enqueue(q *queueState, m *queue.Message, fresh bool) {
 		f = m
 	}
 	s.dispatch(q, f)
-	if fresh && m.Deadline <= s.clock {
+	if fresh && ttl.Expired(m.Deadline, s.clock) {
 		if r := q.q.Remove(m); r != nil {
 			s.kill(q, r, ttl.ReasonExpired)
 		}
@@ -405,7 +405,7 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 	if c.noAck {
 		s.stats.Acked++
 	} else {
-		p := &pending{tag: tag, q: q, m: m, c: c}
+		p := &unacked{tag: tag, q: q, m: m, c: c}
 		if s.atLeast(levelConsumerTimeout) {
 			p.at, p.held = s.clock, c.prefetch != 0 && c.unacked >= c.prefetch
 		}

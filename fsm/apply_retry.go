@@ -277,7 +277,7 @@ func (s *state) releaseDue(limit uint32) {
 func (s *state) releaseRetry(r *retryMsg) {
 	q, m := r.q, r.m
 	q.retrying--
-	if m.Deadline <= s.clock {
+	if ttl.Expired(m.Deadline, s.clock) {
 		s.kill(q, m, ttl.ReasonExpired)
 		return
 	}

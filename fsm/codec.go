@@ -647,7 +647,7 @@ func decChannel(d *dec, s *state, consumers map[string]*consumer) error {
 		ch.consumers = append(ch.consumers, c)
 	}
 	for un := d.n(); un > 0 && d.err == nil; un-- {
-		p := &pending{tag: d.u()}
+		p := &unacked{tag: d.u()}
 		vh, qn, deleted := d.s(), d.s(), d.bo()
 		if v, ok := s.vhosts[vh]; ok && !deleted {
 			p.q = v.queues[qn]

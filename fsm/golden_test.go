@@ -248,7 +248,7 @@ func TestGolden_SameStateBytesAndDigests(t *testing.T) {
 		}
 		restored[cp] = r
 		t.Logf("entry %d: level %d, format %d, %d delayed held, %d retries waiting, %d unacked, %d bytes",
-			e.Index, m.level, snaps[cp][4], m.delayed.held.Len(), len(m.retry.h), m.pendingCount(), len(snaps[cp]))
+			e.Index, m.level, snaps[cp][4], m.delayed.held.Len(), len(m.retry.h), m.unackedCount(), len(snaps[cp]))
 		cp++
 	}
 	if cp != len(goldenCheckpoints) {
@@ -262,8 +262,8 @@ func TestGolden_SameStateBytesAndDigests(t *testing.T) {
 	}
 	// The log reaches what the gates guard: delayed and retried messages
 	// waiting, unacked deliveries, queued messages.
-	if m.delayed.seq == 0 || m.retry.seq == 0 || m.pendingCount() == 0 || m.stats.Routed == 0 {
+	if m.delayed.seq == 0 || m.retry.seq == 0 || m.unackedCount() == 0 || m.stats.Routed == 0 {
 		t.Fatalf("the golden log misses paths: %d delayed (seq %d), retry seq %d, %d unacked, %d routed",
-			m.delayed.held.Len(), m.delayed.seq, m.retry.seq, m.pendingCount(), m.stats.Routed)
+			m.delayed.held.Len(), m.delayed.seq, m.retry.seq, m.unackedCount(), m.stats.Routed)
 	}
 }

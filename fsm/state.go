@@ -200,7 +200,7 @@ type channel struct {
 	key       string
 	ref       *proto.ChannelRef
 	nextTag   uint64
-	unacked   []*pending // ascending tags
+	unacked   []*unacked // ascending tags
 	consumers []*consumer
 	// settled is the log time of the channel's latest settlement (ack,
 	// reject or requeue), from level 4 on: a node writes the deliveries it
@@ -209,7 +209,8 @@ type channel struct {
 	settled int64
 }
 
-type pending struct {
+// unacked is a delivery the channel's client has not settled yet.
+type unacked struct {
 	tag uint64
 	q   *queueState
 	m   *queue.Message
