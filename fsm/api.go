@@ -369,7 +369,7 @@ func (m *Machine) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
 	want = slices.Compact(want)
 	var out []uint64
 	for _, t := range want {
-		if _, found := slices.BinarySearchFunc(ch.unacked, t, func(p *pending, t uint64) int { return cmp.Compare(p.tag, t) }); found {
+		if _, found := slices.BinarySearchFunc(ch.unacked, t, func(p *unacked, t uint64) int { return cmp.Compare(p.tag, t) }); found {
 			out = append(out, t)
 		}
 	}
@@ -425,7 +425,7 @@ func (m *Machine) Vhosts() []*proto.VhostInfo {
 func (m *Machine) Stats() Stats {
 	st := m.stats
 	st.Queues, st.Ready, st.ReadyBytes, st.Unacked, st.Consumers, st.Overdue, st.LeaseDueQueues = 0, 0, 0, 0, 0, 0, 0
-	st.Delayed = uint64(m.delayed.h.len())
+	st.Delayed = uint64(m.delayed.held.Len())
 	for _, v := range m.vhosts {
 		for _, q := range v.queues {
 			st.Queues++
@@ -445,7 +445,7 @@ func (m *Machine) Stats() Stats {
 		}
 	}
 	for _, ch := range m.channels {
-		ch.eachHeld(func(p *pending) {
+		ch.eachHeld(func(p *unacked) {
 			st.Ready++
 			st.ReadyBytes += uint64(p.m.Size())
 			st.Unacked--

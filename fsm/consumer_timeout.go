@@ -10,7 +10,7 @@ import (
 // Consumer timeout (protocol level 4): a channel whose oldest
 // unacknowledged delivery has waited at least its queue's timeout is
 // closed with 406, as RabbitMQ 3.12 to 4.2 close it, and its deliveries
-// go back to their queues. From level 10 (timeoutCancelLevel) only the
+// go back to their queues. From level 10 (levelConsumerCancel) only the
 // consumer of that delivery goes, with its deliveries, as RabbitMQ 4.3
 // does it; the channel and its other consumers go on. The leader
 // proposes ConsumerTimeout when the state says one falls due
@@ -93,7 +93,7 @@ func (ch *channel) timeoutDue(def int64) (due, timeout int64, ok bool) {
 }
 
 func (s *state) nextConsumerTimeout(def int64) (int64, bool) {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return 0, false
 	}
 	best, found := int64(0), false
@@ -106,7 +106,7 @@ func (s *state) nextConsumerTimeout(def int64) (int64, bool) {
 }
 
 func (s *state) dueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return nil
 	}
 	var out []*proto.ChannelRef
@@ -117,11 +117,6 @@ func (s *state) dueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
 	}
 	return out
 }
-
-// timeoutCancelLevel is the protocol level from which a consumer
-// timeout cancels the consumer of the delivery that timed out instead of
-// closing its channel.
-const timeoutCancelLevel = 10
 
 // applyConsumerTimeout acts when the channel's oldest delivery is due at
 // the log clock. Below level 10 it closes the channel: its consumers go,
@@ -136,7 +131,7 @@ const timeoutCancelLevel = 10
 // deliveries only. Below level 4 deliveries carry no assignment time, so
 // it changes nothing.
 func (s *state) applyConsumerTimeout(c *proto.ConsumerTimeout) *proto.Result {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return &proto.Result{}
 	}
 	ch, ok := s.channels[chanKey(c.GetChannel())]
@@ -148,25 +143,25 @@ func (s *state) applyConsumerTimeout(c *proto.ConsumerTimeout) *proto.Result {
 		if !ok || due > s.clock {
 			return &proto.Result{}
 		}
-		if p := ch.unacked[0]; p.c != nil && !p.c.gone && s.atLeast(timeoutCancelLevel) {
+		if p := ch.unacked[0]; p.c != nil && !p.c.gone && s.atLeast(levelConsumerCancel) {
 			s.timeOutConsumer(ch, p.c, timeout)
 			continue
 		}
 		s.sink.ChannelTimedOut(ch.ref, timeout)
-		s.closeChannel(ch, false)
+		s.closeChannel(ch, false, returnSeen)
 		return &proto.Result{}
 	}
 }
 
 // timeOutConsumer removes c and returns every delivery of c still
 // unacknowledged, as RabbitMQ 4.3 does on a consumer timeout: a return
-// that is not a failed attempt (failedReturn), flagged redelivered. The
+// that is not a failed attempt (returnSeen), flagged redelivered. The
 // node owning the channel is told first (ConsumerTimedOut) with the log
 // tags returned: it sends basic.cancel, or closes the channel for a
 // client without consumer_cancel_notify, and ignores late acks of those
 // tags.
 func (s *state) timeOutConsumer(ch *channel, c *consumer, timeout int64) {
-	var ps []*pending
+	var ps []*unacked
 	var tags []uint64
 	keep := ch.unacked[:0]
 	for _, p := range ch.unacked {
@@ -181,7 +176,7 @@ func (s *state) timeOutConsumer(ch *channel, c *consumer, timeout int64) {
 	ch.unacked = keep
 	s.sink.ConsumerTimedOut(c.ref, timeout, tags)
 	s.removeConsumer(c)
-	s.requeue(ch, ps)
+	s.requeue(ps, returnSeen)
 	// After the requeue, as on a close: a single active consumer taking
 	// over gets the returned messages first, in their order.
 	s.activateNext(c.q)

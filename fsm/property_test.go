@@ -92,8 +92,8 @@ func randomCommand(r *rand.Rand) *proto.Command {
 	}
 }
 
-// pendingCount is the number of unacked deliveries held by channels.
-func (s *state) pendingCount() uint64 {
+// unackedCount is the number of unacked deliveries held by channels.
+func (s *state) unackedCount() uint64 {
 	var n uint64
 	for _, ch := range s.channels {
 		n += uint64(len(ch.unacked))
@@ -106,8 +106,8 @@ func checkConservation(t *testing.T, m *Machine) {
 	st := m.Stats()
 	in := st.Routed + st.DeadLettered
 	out := st.Acked + st.Expired + st.Dropped + st.Rejected + st.Purged
-	if in != out+st.Ready+m.pendingCount() {
-		t.Fatalf("conservation: in %d != out %d + ready %d + unacked %d (%+v)", in, out, st.Ready, m.pendingCount(), st)
+	if in != out+st.Ready+m.unackedCount() {
+		t.Fatalf("conservation: in %d != out %d + ready %d + unacked %d (%+v)", in, out, st.Ready, m.unackedCount(), st)
 	}
 }
 

@@ -106,11 +106,11 @@ func init() {
 	for i := 0; i < cmdOneof.Fields().Len(); i++ {
 		kindProtocol[cmdOneof.Fields().Get(i).Number()] = 1
 	}
-	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = 2
-	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = 4
-	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = delayedLevel
-	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = delayedLevel
-	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = delayedLevel
+	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = levelTagFloor
+	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = levelConsumerTimeout
+	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = levelDelayed
+	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = levelDelayed
+	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = levelDelayed
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -123,7 +123,7 @@ func CommandProtocol(c *proto.Command) uint32 {
 		return 0
 	}
 	if retryFields(c) {
-		return retryLevel
+		return levelRetry
 	}
 	return kindProtocol[f.Number()]
 }
