@@ -140,7 +140,9 @@ func (a *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
 	if err := a.n.Err(); err != nil {
 		return nil, fmt.Errorf("cluster: no snapshot of a node that stopped applying: %w", err)
 	}
-	a.n.logBytes.reset() // whatever triggered it (snapbytes.go)
+	if st := a.n.storage; st != nil { // nil in tests that build a Node by hand
+		st.Meter().Reset() // whatever triggered it (snapbytes.go)
+	}
 	a.n.stateMu.Lock()
 	w, err := a.n.machine.Snapshot()
 	index := a.n.machine.AppliedIndex()
@@ -207,7 +209,7 @@ func (a *fsmAdapter) restoreBodies(sr *snapshotReader, index uint64) error {
 	}
 	// The log from its first entry on is this node's own and holds what
 	// it names; below it, the body files must.
-	first, err := a.n.store.FirstIndex()
+	first, err := a.n.storage.Store().FirstIndex()
 	if err != nil {
 		return err
 	}
@@ -248,7 +250,7 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 			to = s.index - t
 		}
 		s.n.snapLive.Store(int64(len(live)))
-		to = s.n.holdDenseLog(live, to)
+		to = s.n.holdDenseLog(live, to, s.n.storage.WALBytes)
 		if err := store.Retain(live, to); err != nil {
 			// The pin stays where it was: the log is kept, nothing lost.
 			s.n.log.Error("body store: cannot relocate the bodies of the compacted log", "err", err)

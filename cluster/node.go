@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/bodies"
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
@@ -109,6 +109,8 @@ type Config struct {
 	SnapshotBytes int64
 	// scaleSnapshotThreshold: SnapshotThreshold was left at its default.
 	scaleSnapshotThreshold bool
+	// inlineMax is group.StorageOptions.InlineMax (tests).
+	inlineMax int
 	// NodeDownAfter is how long a member stays dead in gossip, or a server
 	// unreached by the leader's raft, before the leader proposes NodeDown
 	// for it (default DefaultNodeDownAfter).
@@ -266,17 +268,13 @@ type Node struct {
 	// raftRef is raft for the transport's handshakes, which may run before
 	// startRaft has set the raft field.
 	raftRef atomic.Pointer[raft.Raft]
-	store   logStore
+	// storage is the raft group's log, stable and snapshot stores.
+	storage *group.Storage
 	// bodies reads message bodies back (bodies.go); nil only in tests
 	// that build a Node by hand.
 	bodies *bodies.Store
-	// logKind is the log store's kind (LogStoreWAL, LogStoreBolt).
-	logKind string
 	// snapLive is how many bodies the last snapshot named (reclaimLoop).
 	snapLive atomic.Int64
-	// logBytes meters the bytes appended to the log, for snapshots by
-	// size (snapbytes.go).
-	logBytes *logMeter
 	// bodyToken marks the bodies this node appends to the snapshots it
 	// sends (bodiesSnapshots).
 	bodyToken [tokenLen]byte
@@ -402,7 +400,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	go n.reclaimLoop()
-	if n.logBytes.budget > 0 {
+	if n.storage.Meter().Budget() > 0 {
 		n.wg.Add(1)
 		go n.snapshotBytesLoop()
 	}
@@ -425,24 +423,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 func (n *Node) startRaft() error {
 	cfg := &n.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("cluster: data dir: %w", err)
-	}
-	store, kind, err := openLogStore(cfg.DataDir, cfg.LogStore, n.log)
+	hlog := newHCLogger(n.log.With("subsystem", "raft"))
+	st, err := group.OpenStorage(cfg.DataDir, group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes,
+		Logger: n.log, RaftLogger: hlog, InlineMax: cfg.inlineMax})
 	if err != nil {
 		return err
 	}
-	n.store = store
-	n.logKind = kind
-	n.log.Info("raft log store", "kind", kind)
-	hlog := newHCLogger(n.log.With("subsystem", "raft"))
-	files, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
-	if err != nil {
-		return fmt.Errorf("cluster: snapshot store: %w", err)
-	}
+	n.storage = st
+	n.log.Info("raft log store", "kind", st.Kind())
 	n.bodyToken = newBodyToken()
-	bodyLog := &bodyLogs{LogStore: store}
-	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), bodyLog, bodies.Options{})
+	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), st.Entries(), bodies.Options{})
 	if err != nil {
 		var ce *bodies.CorruptError
 		if errors.As(err, &ce) {
@@ -450,11 +440,9 @@ func (n *Node) startRaft() error {
 		}
 		return fmt.Errorf("cluster: body store: %w", err)
 	}
-	snaps := &snapshotStore{SnapshotStore: files, dir: filepath.Join(cfg.DataDir, "snapshots")}
-	cache := newLogCache(512, logCacheBytes, holdingLogs{logStore: store, pin: n.bodies.Pin})
-	bodyLog.cache.Store(cache)
-	n.logBytes = newLogMeter(cfg.SnapshotBytes)
-	logs := meteredLogs{logCache: cache, meter: n.logBytes}
+	snaps := st.Snapshots()
+	store := st.Store()
+	logs := st.Logs(n.bodies.Pin)
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)
@@ -498,12 +486,12 @@ func (n *Node) startRaft() error {
 	}
 	n.hasState.Store(has)
 	n.restart = has
-	gaps := newGapBridge(n.trans.Consumer(), logs, snaps, func(from, to uint64) {
+	gaps := st.GapBridge(n.trans.Consumer(), func(from, to uint64) {
 		n.log.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
 	})
-	r, err := newRaft(func() (*raft.Raft, error) {
-		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{snapshotStore: snaps, store: n.bodies, token: n.bodyToken}, reachTransport{noPipeline{n.trans}, n.reach, gaps.out})
-	}, store, snaps, logStorePath(cfg.DataDir, kind))
+	r, err := st.StartRaft(func() (*raft.Raft, error) {
+		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{SnapshotStore: snaps, store: n.bodies, token: n.bodyToken}, reachTransport{group.NoPipeline{NetworkTransport: n.trans}, n.reach, gaps.Out()})
+	})
 	if err != nil {
 		var de *DataError
 		if errors.As(err, &de) {
@@ -516,7 +504,7 @@ func (n *Node) startRaft() error {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		gaps.run(n.closing)
+		gaps.Run(n.closing)
 	}()
 	obs := make(chan raft.Observation, 16)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -919,21 +907,9 @@ func (n *Node) cleanup() {
 	if n.bodies != nil {
 		_ = n.bodies.Close()
 	}
-	if n.store != nil {
-		_ = n.store.Close()
+	if n.storage != nil {
+		_ = n.storage.Close()
 	}
-}
-
-// noPipeline is the raft transport without pipelined replication. In
-// hashicorp/raft v1.7.3 a deposed leader's pipelined replication can block
-// for ever (its response decoder stops on a stale term while requests are
-// in flight), and then Shutdown never returns. Without the pipeline a
-// follower gets one batch (up to MaxAppendEntries entries) per round trip.
-type noPipeline struct{ *raft.NetworkTransport }
-
-// AppendEntriesPipeline implements raft.Transport: not supported.
-func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
-	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // streamLayer is the raft TCP transport's network, routed through Links.
@@ -1045,17 +1021,18 @@ func (b *broadcast) signal() {
 // (entries compacted into a snapshot are gone), in index order, until fn
 // returns false. It is meant for diagnostics and tests.
 func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error {
-	first, err := n.store.FirstIndex()
+	store := n.storage.Store()
+	first, err := store.FirstIndex()
 	if err != nil {
 		return err
 	}
-	last, err := n.store.LastIndex()
+	last, err := store.LastIndex()
 	if err != nil {
 		return err
 	}
 	for i := first; i <= last && i > 0; i++ {
 		var l raft.Log
-		if err := n.store.GetLog(i, &l); err != nil {
+		if err := store.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				continue
 			}
