@@ -210,7 +210,7 @@ func (n *Node) dueLoop(ctx context.Context, what string,
 	backoff := time.Duration(0)
 	retry := false // the backoff ran out: propose even if it looks stuck
 	for {
-		_, applied := n.applied.load()
+		_, applied := n.applied.Load()
 		var at int64
 		var ok bool
 		n.View(func(m *fsm.Machine) { at, ok = next(m) })

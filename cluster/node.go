@@ -273,13 +273,10 @@ type Node struct {
 	// bodies reads message bodies back (bodies.go); nil only in tests
 	// that build a Node by hand.
 	bodies *bodies.Store
-	// snapLive is how many bodies the last snapshot named (reclaimLoop).
-	snapLive atomic.Int64
-	// bodyToken marks the bodies this node appends to the snapshots it
-	// sends (bodiesSnapshots).
-	bodyToken [tokenLen]byte
-	trans     *raft.NetworkTransport
-	out       *outbound // the connections it dialed, ended by Close
+	// fsm applies the log to state (group.FSM).
+	fsm   *group.FSM
+	trans *raft.NetworkTransport
+	out   *outbound // the connections it dialed, ended by Close
 	// removed holds the servers an operator removed (RemoveNode) while
 	// they were alive: reconcile adds alive members as voters, and would
 	// undo the removal at its next round. An id is forgotten once gossip
@@ -299,10 +296,10 @@ type Node struct {
 	verifyMu     sync.Mutex
 	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
 
-	// stateMu serialises Apply with every read of machine.
-	stateMu sync.Mutex
-	machine *fsm.Machine
-	applied *appliedIndex
+	// state is the state machine under its lock; applied the index it
+	// reached.
+	state   *group.State
+	applied *group.AppliedIndex
 
 	lead    atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
 	changed *broadcast                 // leader, readiness or membership changed
@@ -320,7 +317,7 @@ type Node struct {
 	applyQ    chan *pending
 	completeQ chan inflightEntry
 	sem       chan struct{}
-	proposals proposals
+	proposals *group.Proposals
 
 	notifyCh chan bool
 	ready    chan struct{} // closed once a restarted node's past is cleared
@@ -356,8 +353,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With("node", cfg.NodeID),
 		qclock:    newQuorumClock(cfg),
-		machine:   fsm.New(),
-		applied:   newAppliedIndex(),
+		state:     group.NewState(),
+		applied:   group.NewAppliedIndex(),
+		proposals: &group.Proposals{},
 		changed:   newBroadcast(),
 		members:   newMemberTable(),
 		reach:     newReach(),
@@ -431,7 +429,6 @@ func (n *Node) startRaft() error {
 	}
 	n.storage = st
 	n.log.Info("raft log store", "kind", st.Kind())
-	n.bodyToken = newBodyToken()
 	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), st.Entries(), bodies.Options{})
 	if err != nil {
 		var ce *bodies.CorruptError
@@ -443,6 +440,9 @@ func (n *Node) startRaft() error {
 	snaps := st.Snapshots()
 	store := st.Store()
 	logs := st.Logs(n.bodies.Pin)
+	n.fsm = group.NewFSM(group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log, State: n.state, Applied: n.applied,
+		Proposals: n.proposals, Storage: st, Bodies: n.bodies, TrailingLogs: cfg.TrailingLogs, Closing: n.closing,
+		Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}})
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)
@@ -490,7 +490,7 @@ func (n *Node) startRaft() error {
 		n.log.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
 	})
 	r, err := st.StartRaft(func() (*raft.Raft, error) {
-		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{SnapshotStore: snaps, store: n.bodies, token: n.bodyToken}, reachTransport{group.NoPipeline{NetworkTransport: n.trans}, n.reach, gaps.Out()})
+		return raft.NewRaft(rc, n.fsm, logs, store, n.fsm.Snapshots(snaps), reachTransport{group.NoPipeline{NetworkTransport: n.trans}, n.reach, gaps.Out()})
 	})
 	if err != nil {
 		var de *DataError
@@ -675,9 +675,7 @@ func (n *Node) Leader() (id, addr string) {
 // View runs fn with the state machine under the state lock. fn must only
 // read, and must not keep m or anything it returns beyond the call.
 func (n *Node) View(fn func(m *fsm.Machine)) {
-	n.stateMu.Lock()
-	defer n.stateMu.Unlock()
-	fn(n.machine)
+	n.state.View(fn)
 }
 
 // ConsistentView runs fn like View after making sure this node is the
@@ -710,13 +708,13 @@ func (n *Node) Barrier(ctx context.Context) error {
 // AppliedIndex is the highest log index the local state machine has
 // applied.
 func (n *Node) AppliedIndex() uint64 {
-	i, _ := n.applied.load()
+	i, _ := n.applied.Load()
 	return i
 }
 
 // WaitApplied blocks until the local state machine has applied index.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	return n.applied.wait(ctx, n.closing, index)
+	return n.applied.Wait(ctx, n.closing, index)
 }
 
 // Stats is a summary of the node's raft state.
@@ -833,7 +831,7 @@ func (n *Node) Leave() error {
 			if _, in := n.server(n.cfg.NodeID); !in {
 				break
 			}
-			_, ch := n.applied.load()
+			_, ch := n.applied.Load()
 			t := time.NewTimer(50 * time.Millisecond)
 			select {
 			case <-ch:
@@ -1041,7 +1039,7 @@ func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		env, err := decodeEntry(&l)
+		env, err := group.DecodeEntry(&l)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
@@ -196,7 +197,7 @@ func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto
 			if len(res) != len(cmds) {
 				return nil, fmt.Errorf("cluster: %d results for %d commands", len(res), len(cmds))
 			}
-			if err := n.applied.wait(ctx, n.closing, index); err != nil {
+			if err := n.applied.Wait(ctx, n.closing, index); err != nil {
 				return nil, fmt.Errorf("cluster: committed at %d, not yet applied here: %w", index, err)
 			}
 			return res, nil
@@ -385,7 +386,7 @@ func (n *Node) proposeBatch(batch []*pending, count int) {
 		<-n.sem
 		return
 	}
-	env := &proto.Envelope{Version: envelopeVersion, StampMs: n.stamp.next(), Commands: cmds}
+	env := &proto.Envelope{Version: group.EnvelopeVersion, StampMs: n.stamp.next(), Commands: cmds}
 	data, err := gproto.Marshal(env)
 	if err != nil {
 		<-n.sem
@@ -394,7 +395,7 @@ func (n *Node) proposeBatch(batch []*pending, count int) {
 		}
 		return
 	}
-	n.proposals.put(data, env)
+	n.proposals.Put(data, env)
 	f := n.raft.Apply(data, 0)
 	n.completeQ <- inflightEntry{f: f, batch: batch, data: data}
 }
@@ -408,7 +409,7 @@ func (n *Node) runCompleter() {
 		<-n.sem
 		if err != nil {
 			// Not applied here, or not yet: it is decoded if it ever is.
-			n.proposals.drop(it.data)
+			n.proposals.Drop(it.data)
 			err = mapRaftError(err)
 			for _, p := range it.batch {
 				p.finish(nil, 0, err)

@@ -10,9 +10,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-	gproto "google.golang.org/protobuf/proto"
 
-	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -67,7 +65,8 @@ func untar(t *testing.T, archive, dir string) {
 }
 
 // A log the landed release wrote opens in a group's storage, its large
-// entry read back from beside the log, and replays to the same state.
+// entry read back from beside the log, and replays through the group's
+// state machine adapter to the same state.
 func TestStorage_LandedLogReplaysToItsDigest(t *testing.T) {
 	dir := t.TempDir()
 	untar(t, filepath.Join("testdata", "landed-wal.tar.gz"), dir)
@@ -88,31 +87,34 @@ func TestStorage_LandedLogReplaysToItsDigest(t *testing.T) {
 	if err != nil || first != 1 || last != landedLastIndex {
 		t.Fatalf("log %d..%d, %v; want 1..%d", first, last, err, landedLastIndex)
 	}
-	m := fsm.New()
+	state, applied := NewState(), NewAppliedIndex()
+	f := NewFSM(FSMConfig{NodeID: "n1", State: state, Applied: applied, Proposals: &Proposals{}, Storage: st})
 	large := 0
+	var batch []*raft.Log
 	for i := first; i <= last; i++ {
-		var l raft.Log
-		if err := logs.GetLog(i, &l); err != nil {
+		l := &raft.Log{}
+		if err := logs.GetLog(i, l); err != nil {
 			t.Fatalf("entry %d: %v", i, err)
-		}
-		if l.Type != raft.LogCommand {
-			continue
 		}
 		if len(l.Data) > inlineMax {
 			large++
 		}
-		env := &proto.Envelope{}
-		if err := gproto.Unmarshal(l.Data, env); err != nil {
-			t.Fatalf("entry %d: %v", i, err)
-		}
-		for _, r := range m.Apply(fsm.Entry{Index: l.Index, Envelope: env}, fsm.DiscardSink{}) {
+		batch = append(batch, l)
+	}
+	for i, out := range f.ApplyBatch(batch) {
+		res, _ := out.([]*proto.Result)
+		for _, r := range res {
 			if r.GetCode() != 0 {
-				t.Fatalf("entry %d: %d %s", i, r.GetCode(), r.GetText())
+				t.Fatalf("entry %d: %d %s", batch[i].Index, r.GetCode(), r.GetText())
 			}
 		}
 	}
+	m := state.Machine()
 	if large != 1 {
 		t.Errorf("%d entries read from beside the log, want 1", large)
+	}
+	if i, _ := applied.Load(); i != landedLastIndex {
+		t.Errorf("applied index %d, want %d", i, landedLastIndex)
 	}
 	if d := m.Digest(); hex.EncodeToString(d[:]) != landedDigest || m.AppliedIndex() != landedLastIndex {
 		t.Fatalf("replayed to %d with digest %x; the landed release reached %d with %s", m.AppliedIndex(), d, landedLastIndex, landedDigest)

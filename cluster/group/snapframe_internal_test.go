@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"path/filepath"
@@ -20,26 +20,26 @@ func TestHoldDenseLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	n := &Node{bodies: store}
+	f := &FSM{bodies: store}
 	logBytes, isWAL := int64(0), true
 	walBytes := func() (int64, bool) { return logBytes, isWAL }
 	setLog := func(size int) { logBytes = int64(size) }
 	live := []bodies.Live{{Key: bodies.Key{Index: 10}, Size: 300}, {Key: bodies.Key{Index: 20}, Size: 300}, {Key: bodies.Key{Index: 90}, Size: 100}}
 
 	setLog(1000) // 700 of 1000 bytes live: held below entry 10
-	if got := n.holdDenseLog(live, 50, walBytes); got != 9 {
+	if got := f.holdDenseLog(live, 50, walBytes); got != 9 {
 		t.Fatalf("dense log: compaction point %d, want 9", got)
 	}
 	setLog(2000) // 700 of 2000: compacted to 50, relocating 10 and 20
-	if got := n.holdDenseLog(live, 50, walBytes); got != 50 {
+	if got := f.holdDenseLog(live, 50, walBytes); got != 50 {
 		t.Fatalf("sparse log: compaction point %d, want 50", got)
 	}
 	setLog(1000)
-	if got := n.holdDenseLog(live[2:], 50, walBytes); got != 50 {
+	if got := f.holdDenseLog(live[2:], 50, walBytes); got != 50 {
 		t.Fatalf("nothing live below the compaction point: %d, want 50", got)
 	}
 	isWAL = false
-	if got := n.holdDenseLog(live, 50, walBytes); got != 50 {
+	if got := f.holdDenseLog(live, 50, walBytes); got != 50 {
 		t.Fatalf("bolt log: compaction point %d, want 50", got)
 	}
 }
