@@ -51,11 +51,11 @@ func (n *Node) heldMessages() uint64 {
 // reclaimBodies snapshots once the state holds less than half the bodies
 // the last snapshot named (queued: heldMessages).
 func (n *Node) reclaimBodies(queued uint64) {
-	named := n.fsm.SnapshotBodies()
+	named := n.group.FSM().SnapshotBodies()
 	if named == 0 || int64(queued)*2 > named {
 		return
 	}
-	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+	if err := n.group.Raft().Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		n.log.Warn("snapshot to reclaim message bodies", "err", err)
 	}
 }

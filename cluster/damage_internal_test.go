@@ -151,7 +151,7 @@ func TestStart_DamagedDataIsAnError(t *testing.T) {
 			return path
 		}},
 		{"snapshot state damaged", LogStoreWAL, func(n *Node) {
-			if err := n.raft.Snapshot().Error(); err != nil {
+			if err := n.group.Raft().Snapshot().Error(); err != nil {
 				t.Fatal(err)
 			}
 		}, func(t *testing.T, dir string) string {

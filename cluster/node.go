@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-	"github.com/raftmq/raftmq/bodies"
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -264,17 +262,9 @@ type Node struct {
 	cfg   Config
 	log   *slog.Logger
 	stamp *stamper
-	raft  *raft.Raft
-	// raftRef is raft for the transport's handshakes, which may run before
-	// startRaft has set the raft field.
-	raftRef atomic.Pointer[raft.Raft]
-	// storage is the raft group's log, stable and snapshot stores.
-	storage *group.Storage
-	// bodies reads message bodies back (bodies.go); nil only in tests
-	// that build a Node by hand.
-	bodies *bodies.Store
-	// fsm applies the log to state (group.FSM).
-	fsm   *group.FSM
+	// group is the node's Raft group: raft, its storage and body store,
+	// and the adapter that applies its log to state.
+	group *group.Group
 	trans *raft.NetworkTransport
 	out   *outbound // the connections it dialed, ended by Close
 	// removed holds the servers an operator removed (RemoveNode) while
@@ -398,7 +388,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	go n.reclaimLoop()
-	if n.storage.Meter().Budget() > 0 {
+	if n.group.Storage().Meter().Budget() > 0 {
 		n.wg.Add(1)
 		go n.snapshotBytesLoop()
 	}
@@ -422,27 +412,23 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) startRaft() error {
 	cfg := &n.cfg
 	hlog := newHCLogger(n.log.With("subsystem", "raft"))
-	st, err := group.OpenStorage(cfg.DataDir, group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes,
-		Logger: n.log, RaftLogger: hlog, InlineMax: cfg.inlineMax})
+	var err error
+	n.group, err = group.Open(group.Config{
+		ID:      cfg.NodeID,
+		Dir:     cfg.DataDir,
+		Storage: group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes, InlineMax: cfg.inlineMax},
+		Raft: group.RaftTimings{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+			LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout, SnapshotThreshold: cfg.SnapshotThreshold,
+			SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs},
+		NotifyCh:   n.notifyCh,
+		Logger:     n.log,
+		RaftLogger: hlog,
+		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log, State: n.state, Applied: n.applied, Proposals: n.proposals,
+			Closing: n.closing, Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
+	})
 	if err != nil {
 		return err
 	}
-	n.storage = st
-	n.log.Info("raft log store", "kind", st.Kind())
-	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), st.Entries(), bodies.Options{})
-	if err != nil {
-		var ce *bodies.CorruptError
-		if errors.As(err, &ce) {
-			return &DataError{Path: ce.Path, Err: err}
-		}
-		return fmt.Errorf("cluster: body store: %w", err)
-	}
-	snaps := st.Snapshots()
-	store := st.Store()
-	logs := st.Logs(n.bodies.Pin)
-	n.fsm = group.NewFSM(group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log, State: n.state, Applied: n.applied,
-		Proposals: n.proposals, Storage: st, Bodies: n.bodies, TrailingLogs: cfg.TrailingLogs, Closing: n.closing,
-		Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}})
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)
@@ -464,48 +450,15 @@ func (n *Node) startRaft() error {
 		Logger:  hlog,
 	})
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = hlog
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 256
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.NotifyCh = n.notifyCh
-	if err := raft.ValidateConfig(rc); err != nil {
-		return fmt.Errorf("cluster: raft config: %w", err)
-	}
-	has, err := raft.HasExistingState(logs, store, snaps)
+	has, err := n.group.Start(n.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
+		return reachTransport{group.NoPipeline{NetworkTransport: n.trans}, n.reach, rpcs}
+	}, n.closing)
 	if err != nil {
-		return fmt.Errorf("cluster: read raft state: %w", err)
+		return err
 	}
 	n.hasState.Store(has)
 	n.restart = has
-	gaps := st.GapBridge(n.trans.Consumer(), func(from, to uint64) {
-		n.log.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
-	})
-	r, err := st.StartRaft(func() (*raft.Raft, error) {
-		return raft.NewRaft(rc, n.fsm, logs, store, n.fsm.Snapshots(snaps), reachTransport{group.NoPipeline{NetworkTransport: n.trans}, n.reach, gaps.Out()})
-	})
-	if err != nil {
-		var de *DataError
-		if errors.As(err, &de) {
-			return err
-		}
-		return fmt.Errorf("cluster: start raft: %w", err)
-	}
-	n.raft = r
-	n.raftRef.Store(r)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		gaps.Run(n.closing)
-	}()
+	r := n.group.Raft()
 	obs := make(chan raft.Observation, 16)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -557,7 +510,7 @@ func advertiseAddr(explicit, listen string) (string, error) {
 
 // bootstrap writes the first raft configuration.
 func (n *Node) bootstrap(servers []raft.Server) error {
-	err := n.await(context.Background(), n.raft.BootstrapCluster(raft.Configuration{Servers: servers}))
+	err := n.await(context.Background(), n.group.Raft().BootstrapCluster(raft.Configuration{Servers: servers}))
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("cluster: bootstrap: %w", err)
 	}
@@ -668,7 +621,7 @@ func (n *Node) IsLeader() bool { return n.lead.Load() != nil }
 // Leader returns the id and raft address of the leader this node knows of
 // (empty when none).
 func (n *Node) Leader() (id, addr string) {
-	a, i := n.raft.LeaderWithID()
+	a, i := n.group.Raft().LeaderWithID()
 	return string(i), string(a)
 }
 
@@ -682,7 +635,7 @@ func (n *Node) View(fn func(m *fsm.Machine)) {
 // leader and has applied everything committed before the call (a raft
 // barrier). On a follower it returns ErrNotLeader.
 func (n *Node) ConsistentView(ctx context.Context, fn func(m *fsm.Machine)) error {
-	if n.raft.State() != raft.Leader {
+	if n.group.Raft().State() != raft.Leader {
 		return ErrNotLeader
 	}
 	if err := n.Barrier(ctx); err != nil {
@@ -699,7 +652,7 @@ func (n *Node) Barrier(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	if err := n.await(ctx, n.raft.Barrier(timeout)); err != nil {
+	if err := n.await(ctx, n.group.Raft().Barrier(timeout)); err != nil {
 		return mapRaftError(err)
 	}
 	return nil
@@ -735,7 +688,7 @@ type Stats struct {
 
 // Stats returns the node's raft state, term and indexes.
 func (n *Node) Stats() Stats {
-	m := n.raft.Stats()
+	m := n.group.Raft().Stats()
 	u := func(k string) uint64 {
 		v, _ := strconv.ParseUint(m[k], 10, 64)
 		return v
@@ -758,18 +711,18 @@ func (n *Node) Stats() Stats {
 // TransferLeadership hands leadership to the node id (empty: the most
 // up-to-date follower) and waits for the transfer. It runs on the leader.
 func (n *Node) TransferLeadership(id string) error {
-	if n.raft.State() != raft.Leader {
+	if n.group.Raft().State() != raft.Leader {
 		return ErrNotLeader
 	}
 	var f raft.Future
 	if id == "" {
-		f = n.raft.LeadershipTransfer()
+		f = n.group.Raft().LeadershipTransfer()
 	} else {
 		srv, ok := n.server(id)
 		if !ok {
 			return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 		}
-		f = n.raft.LeadershipTransferToServer(srv.ID, srv.Address)
+		f = n.group.Raft().LeadershipTransferToServer(srv.ID, srv.Address)
 	}
 	if err := n.await(context.Background(), f); err != nil {
 		return fmt.Errorf("cluster: transfer leadership: %w", mapRaftError(err))
@@ -780,14 +733,14 @@ func (n *Node) TransferLeadership(id string) error {
 // RemoveNode removes the node id from the raft configuration. It runs on
 // the leader.
 func (n *Node) RemoveNode(id string) error {
-	if n.raft.State() != raft.Leader {
+	if n.group.Raft().State() != raft.Leader {
 		return ErrNotLeader
 	}
 	if _, ok := n.server(id); !ok {
 		return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 	}
 	n.removed.Store(id, true)
-	if err := n.await(context.Background(), n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
+	if err := n.await(context.Background(), n.group.Raft().RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 		n.removed.Delete(id)
 		return fmt.Errorf("cluster: remove %s: %w", id, mapRaftError(err))
 	}
@@ -796,7 +749,7 @@ func (n *Node) RemoveNode(id string) error {
 
 // server finds id in the latest raft configuration.
 func (n *Node) server(id string) (raft.Server, bool) {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return raft.Server{}, false
 	}
@@ -815,7 +768,7 @@ func (n *Node) server(id string) (raft.Server, bool) {
 // the gossip and closes.
 func (n *Node) Leave() error {
 	n.leaving.Store(true)
-	if n.raft.State() == raft.Leader && n.voters() > 1 {
+	if n.group.Raft().State() == raft.Leader && n.voters() > 1 {
 		if err := n.TransferLeadership(""); err != nil {
 			n.log.Warn("leave: leadership transfer failed", "err", err)
 		}
@@ -849,7 +802,7 @@ func (n *Node) Leave() error {
 }
 
 func (n *Node) voters() int {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return 0
 	}
@@ -879,8 +832,10 @@ func (n *Node) Close() error {
 	n.fwd.close()
 	n.replyConns.close()
 	var err error
-	if n.raft != nil {
-		err = n.raft.Shutdown().Error()
+	if n.group != nil {
+		if f := n.group.Shutdown(); f != nil {
+			err = f.Error()
+		}
 	}
 	if n.list != nil {
 		_ = n.list.Shutdown() // ends a join in progress
@@ -895,18 +850,17 @@ func (n *Node) cleanup() {
 	if n.list != nil {
 		_ = n.list.Shutdown()
 	}
-	if n.raft != nil && !n.closed {
-		_ = n.raft.Shutdown().Error()
+	if n.group != nil && !n.closed {
+		if f := n.group.Shutdown(); f != nil {
+			_ = f.Error()
+		}
 	}
 	if n.trans != nil {
 		_ = n.trans.Close()
 		n.trans.CloseStreams()
 	}
-	if n.bodies != nil {
-		_ = n.bodies.Close()
-	}
-	if n.storage != nil {
-		_ = n.storage.Close()
+	if n.group != nil {
+		n.group.Close() // its body store and storage
 	}
 }
 
@@ -1019,7 +973,7 @@ func (b *broadcast) signal() {
 // (entries compacted into a snapshot are gone), in index order, until fn
 // returns false. It is meant for diagnostics and tests.
 func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error {
-	store := n.storage.Store()
+	store := n.group.Storage().Store()
 	first, err := store.FirstIndex()
 	if err != nil {
 		return err

@@ -108,7 +108,7 @@ func (n *Node) watchQuorum() {
 // voterIDs returns the voters of the latest raft configuration and
 // whether this node is one.
 func (n *Node) voterIDs() (ids []string, self bool) {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return nil, false
 	}
@@ -129,8 +129,8 @@ func (n *Node) voterIDs() (ids []string, self bool) {
 // cut off from the others is a lease after it lost them: until it hears
 // of another leader, when the quorum-th voter last answered it counts.
 func (n *Node) quorumContact(now time.Time, voters []string) time.Time {
-	t := n.raft.LastContact()
-	leading := n.raft.State() == raft.Leader
+	t := n.group.Raft().LastContact()
+	leading := n.group.Raft().State() == raft.Leader
 	if !leading && !n.reach.wasLeader() {
 		return t
 	}
@@ -163,7 +163,7 @@ func (n *Node) majorityAnswers(now time.Time, voters []string) bool {
 func (n *Node) checkQuorum(now time.Time) {
 	w := n.watch
 	voters, self := n.voterIDs()
-	if !self || n.raft.LastContact().IsZero() && n.raft.State() != raft.Leader {
+	if !self || n.group.Raft().LastContact().IsZero() && n.group.Raft().State() != raft.Leader {
 		// Not a voter (yet), or not yet in touch with a leader since the
 		// start: there is no majority to lose yet, and no client either
 		// (the AMQP listener waits for the node's first entries).

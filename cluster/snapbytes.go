@@ -16,7 +16,7 @@ import (
 // bounds a restart, which reads only the entries after it.
 func (n *Node) snapshotBytesLoop() {
 	defer n.wg.Done()
-	m := n.storage.Meter()
+	m := n.group.Storage().Meter()
 	for {
 		select {
 		case <-m.Due():
@@ -28,7 +28,7 @@ func (n *Node) snapshotBytesLoop() {
 		}
 		pending := m.Pending()
 		m.Reset()
-		err := n.await(context.Background(), n.raft.Snapshot())
+		err := n.await(context.Background(), n.group.Raft().Snapshot())
 		switch {
 		case err == nil:
 			n.log.Info("snapshot by log size", "appended_bytes", pending)

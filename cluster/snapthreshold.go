@@ -10,12 +10,12 @@ func (n *Node) scaleSnapshotThreshold(held uint64) {
 		return
 	}
 	want := group.SnapshotThreshold(n.cfg.SnapshotThreshold, held)
-	rc := n.raft.ReloadableConfig()
+	rc := n.group.Raft().ReloadableConfig()
 	if rc.SnapshotThreshold == want {
 		return
 	}
 	rc.SnapshotThreshold = want
-	if err := n.raft.ReloadConfig(rc); err != nil {
+	if err := n.group.Raft().ReloadConfig(rc); err != nil {
 		n.log.Warn("snapshot threshold", "entries", want, "err", err)
 	}
 }

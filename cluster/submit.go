@@ -131,7 +131,7 @@ func init() {
 // clusterProtocol is the lowest command protocol announced by the servers
 // of the latest raft configuration.
 func (n *Node) clusterProtocol() uint32 {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return 1
 	}
@@ -253,8 +253,8 @@ func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (leaderTarget
 		if n.lead.Load() != nil {
 			return leaderTarget{self: true}, nil
 		}
-		if n.raft.State() != raft.Leader {
-			_, id := n.raft.LeaderWithID()
+		if n.group.Raft().State() != raft.Leader {
+			_, id := n.group.Raft().LeaderWithID()
 			if id != "" && string(id) != n.cfg.NodeID {
 				if m, ok := n.members.get(string(id)); ok && m.meta.GetGrpcAddr() != "" {
 					return leaderTarget{id: string(id), addr: m.meta.GetGrpcAddr()}, nil
@@ -396,7 +396,7 @@ func (n *Node) proposeBatch(batch []*pending, count int) {
 		return
 	}
 	n.proposals.Put(data, env)
-	f := n.raft.Apply(data, 0)
+	f := n.group.Raft().Apply(data, 0)
 	n.completeQ <- inflightEntry{f: f, batch: batch, data: data}
 }
 
