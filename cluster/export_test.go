@@ -16,4 +16,4 @@ func (n *Node) RaftSnapshotThreshold() uint64 {
 }
 
 // ScaleSnapshotThreshold runs one round of the threshold's scaling now.
-func (n *Node) ScaleSnapshotThreshold() { n.scaleSnapshotThreshold(n.heldMessages()) }
+func (n *Node) ScaleSnapshotThreshold() { n.group.ScaleSnapshotThreshold() }

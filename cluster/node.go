@@ -105,7 +105,8 @@ type Config struct {
 	// thousand of them can be gigabytes, all read again at restart
 	// (default DefaultSnapshotBytes; negative: by entry count alone).
 	SnapshotBytes int64
-	// scaleSnapshotThreshold: SnapshotThreshold was left at its default.
+	// scaleSnapshotThreshold: SnapshotThreshold was left at its default
+	// (group.Config.ScaleSnapshotThreshold).
 	scaleSnapshotThreshold bool
 	// inlineMax is group.StorageOptions.InlineMax (tests).
 	inlineMax int
@@ -381,17 +382,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.GRPCServer != nil {
 		n.registerInternal(cfg.GRPCServer)
 	}
-	n.wg.Add(6)
+	n.wg.Add(5)
 	go n.clockLoop()
 	go n.runBatcher()
 	go n.runCompleter()
 	go n.monitorLeadership()
 	go n.housekeeping()
-	go n.reclaimLoop()
-	if n.group.Storage().Meter().Budget() > 0 {
-		n.wg.Add(1)
-		go n.snapshotBytesLoop()
-	}
+	n.group.RunSnapshots(n.closing)
 	n.wg.Add(2)
 	go n.publishReach()
 	go n.watchQuorum()
@@ -420,9 +417,10 @@ func (n *Node) startRaft() error {
 		Raft: group.RaftTimings{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 			LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout, SnapshotThreshold: cfg.SnapshotThreshold,
 			SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs},
-		NotifyCh:   n.notifyCh,
-		Logger:     n.log,
-		RaftLogger: hlog,
+		ScaleSnapshotThreshold: cfg.scaleSnapshotThreshold,
+		NotifyCh:               n.notifyCh,
+		Logger:                 n.log,
+		RaftLogger:             hlog,
 		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log, State: n.state, Applied: n.applied, Proposals: n.proposals,
 			Closing: n.closing, Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
 	})
@@ -519,26 +517,10 @@ func (n *Node) bootstrap(servers []raft.Server) error {
 	return nil
 }
 
-// await waits for a raft future, giving up when ctx ends or the node
-// closes: raft leaves some futures unanswered when it shuts down (entries
-// committed but not yet applied, barriers), so no goroutine of the node may
-// wait on one unconditionally.
+// await waits for a raft future until ctx ends or the node closes
+// (group.Await).
 func (n *Node) await(ctx context.Context, f raft.Future) error {
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.closing:
-		select {
-		case err := <-errc:
-			return err
-		default:
-			return fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown)
-		}
-	}
+	return group.Await(ctx, n.closing, f)
 }
 
 // Ready is closed once the node may serve clients. A node that restarts

@@ -25,6 +25,10 @@ type Config struct {
 	Storage StorageOptions
 	// Raft tunes the group's raft (raft's own names and meanings).
 	Raft RaftTimings
+	// ScaleSnapshotThreshold raises raft's entry threshold for a snapshot
+	// with the messages the state holds (snapthreshold.go): the node's
+	// SnapshotThreshold was left at its default.
+	ScaleSnapshotThreshold bool
 	// NotifyCh receives raft's leadership changes (raft.Config.NotifyCh).
 	NotifyCh chan bool
 	// Logger and RaftLogger are the group's and its raft's logs
