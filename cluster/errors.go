@@ -1,11 +1,6 @@
 package cluster
 
-import (
-	"errors"
-	"fmt"
-
-	"github.com/raftmq/raftmq/cluster/group"
-)
+import "github.com/raftmq/raftmq/cluster/group"
 
 // Errors returned by a Node (the group's, package group). Callers test
 // them with errors.Is; other packages alias them rather than defining
@@ -25,21 +20,3 @@ var (
 	// are known to have committed or known not to have been appended.
 	ErrOutcomeUnknown = group.ErrOutcomeUnknown
 )
-
-// errNotAppended marks a failure where nothing reached the log, so the
-// commands may be sent again safely.
-type errNotAppended struct{ err error }
-
-func (e errNotAppended) Error() string { return e.err.Error() }
-func (e errNotAppended) Unwrap() error { return e.err }
-
-func notAppended(err error) error { return errNotAppended{err} }
-
-func notAppendedf(err error, format string, args ...any) error {
-	return errNotAppended{fmt.Errorf("%w: "+format, append([]any{err}, args...)...)}
-}
-
-func isRetryable(err error) bool {
-	var e errNotAppended
-	return errors.As(err, &e)
-}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -122,25 +123,25 @@ func (f *forwarder) close() {
 }
 
 // submit forwards p to the leader and waits for the answer.
-func (f *forwarder) submit(ctx context.Context, t leaderTarget, p *pending) ([]*proto.Result, uint64, error) {
+func (f *forwarder) submit(ctx context.Context, t leaderTarget, p *group.Request) ([]*proto.Result, uint64, error) {
 	s := f.session(t)
 	select {
 	case s.sendQ <- p:
 	case <-s.done:
-		p.finish(nil, 0, notAppendedf(ErrNotLeader, "session to %s closed", t.id))
+		p.Finish(nil, 0, group.NotAppendedf(ErrNotLeader, "session to %s closed", t.id))
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
 	}
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-s.done:
 		// Whatever was sent was answered or failed before done closed;
 		// a request still queued was never sent.
-		p.finish(nil, 0, notAppendedf(ErrNotLeader, "session to %s closed", t.id))
+		p.Finish(nil, 0, group.NotAppendedf(ErrNotLeader, "session to %s closed", t.id))
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
 	}
-	return p.res, p.index, p.err
+	return p.Outcome()
 }
 
 // fwdSession is one stream to one leader.
@@ -148,13 +149,13 @@ type fwdSession struct {
 	n        *Node
 	leaderID string
 	addr     string
-	sendQ    chan *pending
+	sendQ    chan *group.Request
 	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{} // closed once every request is resolved
 
 	mu       sync.Mutex
-	inflight map[uint64][]*pending
+	inflight map[uint64][]*group.Request
 	nextID   uint64
 	dead     bool
 	stale    bool
@@ -166,11 +167,11 @@ func newSession(n *Node, t leaderTarget) *fwdSession {
 		n:        n,
 		leaderID: t.id,
 		addr:     t.addr,
-		sendQ:    make(chan *pending, 4096),
+		sendQ:    make(chan *group.Request, 4096),
 		ctx:      ctx,
 		cancel:   cancel,
 		done:     make(chan struct{}),
-		inflight: map[uint64][]*pending{},
+		inflight: map[uint64][]*group.Request{},
 	}
 	go s.run()
 	return s
@@ -209,7 +210,7 @@ func (s *fwdSession) shutdown(cause error) {
 	s.cancel()
 	for _, batch := range in {
 		for _, p := range batch {
-			p.finish(nil, 0, fmt.Errorf("%w: forwarding to %s: %v", ErrOutcomeUnknown, s.leaderID, cause))
+			p.Finish(nil, 0, fmt.Errorf("%w: forwarding to %s: %v", ErrOutcomeUnknown, s.leaderID, cause))
 		}
 	}
 	close(s.done)
@@ -251,22 +252,22 @@ func (s *fwdSession) run() {
 	}
 	go s.recvLoop(stream)
 	for {
-		var first *pending
+		var first *group.Request
 		select {
 		case first = <-s.sendQ:
 		case <-s.ctx.Done():
 			s.shutdown(context.Cause(s.ctx))
 			return
 		}
-		batch := []*pending{first}
-		count, size := len(first.cmds), first.size
+		batch := []*group.Request{first}
+		count, size := len(first.Commands()), first.Size()
 	fill:
 		for count < s.n.cfg.MaxBatchCommands && size < s.n.cfg.MaxBatchBytes {
 			select {
 			case p := <-s.sendQ:
 				batch = append(batch, p)
-				count += len(p.cmds)
-				size += p.size
+				count += len(p.Commands())
+				size += p.Size()
 			default:
 				break fill
 			}
@@ -275,7 +276,7 @@ func (s *fwdSession) run() {
 		if s.dead || s.stale {
 			s.mu.Unlock()
 			for _, p := range batch {
-				p.finish(nil, 0, notAppendedf(ErrNotLeader, "leader changed from %s", s.leaderID))
+				p.Finish(nil, 0, group.NotAppendedf(ErrNotLeader, "leader changed from %s", s.leaderID))
 			}
 			continue
 		}
@@ -285,7 +286,7 @@ func (s *fwdSession) run() {
 		s.mu.Unlock()
 		cmds := make([]*proto.Command, 0, count)
 		for _, p := range batch {
-			cmds = append(cmds, p.cmds...)
+			cmds = append(cmds, p.Commands()...)
 		}
 		if err := stream.Send(&proto.ForwardRequest{Id: id, Commands: cmds}); err != nil {
 			s.shutdown(err)
@@ -316,41 +317,41 @@ func (s *fwdSession) recvLoop(stream grpc.BidiStreamingClient[proto.ForwardReque
 	}
 }
 
-func (s *fwdSession) resolve(batch []*pending, resp *proto.ForwardResponse) {
+func (s *fwdSession) resolve(batch []*group.Request, resp *proto.ForwardResponse) {
 	var err error
 	switch resp.GetError() {
 	case proto.ForwardError_FORWARD_ERROR_NONE:
 	case proto.ForwardError_FORWARD_ERROR_NOT_LEADER:
-		err = notAppendedf(ErrNotLeader, "%s: %s", s.leaderID, resp.GetErrorText())
+		err = group.NotAppendedf(ErrNotLeader, "%s: %s", s.leaderID, resp.GetErrorText())
 	case proto.ForwardError_FORWARD_ERROR_OUTCOME_UNKNOWN:
 		err = fmt.Errorf("%w: %s: %s", ErrOutcomeUnknown, s.leaderID, resp.GetErrorText())
 	case proto.ForwardError_FORWARD_ERROR_CLOSED:
-		err = notAppendedf(ErrNotLeader, "%s is closing: %s", s.leaderID, resp.GetErrorText())
+		err = group.NotAppendedf(ErrNotLeader, "%s is closing: %s", s.leaderID, resp.GetErrorText())
 	default:
 		err = fmt.Errorf("cluster: forwarded to %s: %s", s.leaderID, resp.GetErrorText())
 	}
 	if err != nil {
 		for _, p := range batch {
-			p.finish(nil, 0, err)
+			p.Finish(nil, 0, err)
 		}
 		return
 	}
 	want := 0
 	for _, p := range batch {
-		want += len(p.cmds)
+		want += len(p.Commands())
 	}
 	res := resp.GetResults()
 	if len(res) != want {
 		err := fmt.Errorf("cluster: %s answered %d results for %d commands", s.leaderID, len(res), want)
 		for _, p := range batch {
-			p.finish(nil, resp.GetIndex(), err)
+			p.Finish(nil, resp.GetIndex(), err)
 		}
 		return
 	}
 	off := 0
 	for _, p := range batch {
-		p.finish(res[off:off+len(p.cmds):off+len(p.cmds)], resp.GetIndex(), nil)
-		off += len(p.cmds)
+		p.Finish(res[off:off+len(p.Commands()):off+len(p.Commands())], resp.GetIndex(), nil)
+		off += len(p.Commands())
 	}
 }
 
@@ -421,16 +422,13 @@ func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRe
 		default:
 		}
 		id := req.GetId()
-		p := newPending(req.GetCommands())
-		p.done = nil
-		p.cb = func(res []*proto.Result, index uint64, err error) {
+		fs.n.batcher.Enqueue(group.NewRequestFunc(req.GetCommands(), func(res []*proto.Result, index uint64, err error) {
 			r := forwardResponse(id, res, index, err, fs.n)
 			select {
 			case out <- r:
 			case <-ctx.Done():
 			}
-		}
-		fs.n.enqueue(p)
+		}))
 	}
 }
 
@@ -442,9 +440,9 @@ func forwardResponse(id uint64, res []*proto.Result, index uint64, err error, n 
 	r.Results = nil
 	r.ErrorText = err.Error()
 	switch {
-	case isRetryable(err) && errors.Is(err, ErrClosed):
+	case group.IsRetryable(err) && errors.Is(err, ErrClosed):
 		r.Error = proto.ForwardError_FORWARD_ERROR_CLOSED
-	case isRetryable(err):
+	case group.IsRetryable(err):
 		r.Error = proto.ForwardError_FORWARD_ERROR_NOT_LEADER
 		r.LeaderId, _ = n.Leader()
 	case errors.Is(err, ErrOutcomeUnknown):

@@ -305,9 +305,9 @@ type Node struct {
 	// (liveness.go).
 	gossipedUnreachable atomic.Pointer[[]string]
 
-	applyQ    chan *pending
-	completeQ chan inflightEntry
-	sem       chan struct{}
+	// batcher is the group commit (group.Batcher); proposals what it
+	// proposed, for the adapter.
+	batcher   *group.Batcher
 	proposals *group.Proposals
 
 	notifyCh chan bool
@@ -351,9 +351,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		members:   newMemberTable(),
 		reach:     newReach(),
 		watch:     newQuorumWatch(),
-		applyQ:    make(chan *pending, 4096),
-		completeQ: make(chan inflightEntry, cfg.MaxInflightEntries),
-		sem:       make(chan struct{}, cfg.MaxInflightEntries),
 		notifyCh:  make(chan bool, 16),
 		ready:     make(chan struct{}),
 		closing:   make(chan struct{}),
@@ -363,6 +360,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.protocol.Store(cfg.Protocol)
 	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
+	n.batcher = group.NewBatcher(group.BatcherConfig{
+		MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
+		MaxMessageSize:  cfg.MaxMessageSize,
+		Leading:         func() bool { return n.lead.Load() != nil },
+		Stamp:           n.stamp.next,
+		CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
+		ClusterProtocol: n.clusterProtocol,
+		Proposals:       n.proposals,
+		Raft:            func() *raft.Raft { return n.group.Raft() },
+		Logger:          n.log,
+		Closing:         n.closing,
+	})
 	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
@@ -382,10 +391,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.GRPCServer != nil {
 		n.registerInternal(cfg.GRPCServer)
 	}
-	n.wg.Add(5)
+	n.wg.Add(3)
 	go n.clockLoop()
-	go n.runBatcher()
-	go n.runCompleter()
+	n.batcher.Run()
 	go n.monitorLeadership()
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
@@ -635,7 +643,7 @@ func (n *Node) Barrier(ctx context.Context) error {
 		timeout = time.Until(dl)
 	}
 	if err := n.await(ctx, n.group.Raft().Barrier(timeout)); err != nil {
-		return mapRaftError(err)
+		return group.MapRaftError(err)
 	}
 	return nil
 }
@@ -707,7 +715,7 @@ func (n *Node) TransferLeadership(id string) error {
 		f = n.group.Raft().LeadershipTransferToServer(srv.ID, srv.Address)
 	}
 	if err := n.await(context.Background(), f); err != nil {
-		return fmt.Errorf("cluster: transfer leadership: %w", mapRaftError(err))
+		return fmt.Errorf("cluster: transfer leadership: %w", group.MapRaftError(err))
 	}
 	return nil
 }
@@ -724,7 +732,7 @@ func (n *Node) RemoveNode(id string) error {
 	n.removed.Store(id, true)
 	if err := n.await(context.Background(), n.group.Raft().RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 		n.removed.Delete(id)
-		return fmt.Errorf("cluster: remove %s: %w", id, mapRaftError(err))
+		return fmt.Errorf("cluster: remove %s: %w", id, group.MapRaftError(err))
 	}
 	return nil
 }
@@ -823,6 +831,7 @@ func (n *Node) Close() error {
 		_ = n.list.Shutdown() // ends a join in progress
 	}
 	n.wg.Wait()
+	n.batcher.Wait()
 	n.cleanup()
 	return err
 }
