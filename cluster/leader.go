@@ -78,7 +78,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
-	n.fwd.retire()
+	n.fwd.Retire()
 	n.resetReach()
 	n.lead.Store(lt)
 	n.changed.signal()

@@ -274,7 +274,7 @@ type Node struct {
 	// no longer sees the member alive, so a node that comes back joins.
 	removed sync.Map
 	list    *memberlist.Memberlist
-	fwd     *forwarder
+	fwd     *group.Forwarder
 	advert  string // advertised raft address
 	// replyConns carry direct replies to other nodes (reply.go).
 	replyConns peerConns
@@ -372,7 +372,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Logger:          n.log,
 		Closing:         n.closing,
 	})
-	n.fwd = newForwarder(n)
+	n.fwd = group.NewForwarder(group.ForwarderConfig{MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes,
+		Dial: n.dialInternal})
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
@@ -478,7 +479,7 @@ func (n *Node) startRaft() error {
 			select {
 			case o := <-obs:
 				if lo, ok := o.Data.(raft.LeaderObservation); ok {
-					n.fwd.leaderChanged(string(lo.LeaderID))
+					n.fwd.LeaderChanged(string(lo.LeaderID))
 				}
 				n.changed.signal()
 			case <-n.closing:
@@ -819,7 +820,7 @@ func (n *Node) Close() error {
 	// have in flight to peers that stopped answering ends now rather
 	// than at its timeout.
 	n.out.abort()
-	n.fwd.close()
+	n.fwd.Close()
 	n.replyConns.close()
 	var err error
 	if n.group != nil {

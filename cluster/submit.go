@@ -124,7 +124,7 @@ func (n *Node) route(ctx context.Context, deadline time.Time, cmds []*proto.Comm
 		}
 		return p.Outcome()
 	}
-	return n.fwd.submit(ctx, target, p)
+	return n.fwd.Submit(ctx, target.id, target.addr, p)
 }
 
 type leaderTarget struct {

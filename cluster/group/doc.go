@@ -2,7 +2,8 @@
 // instance, its storage in a directory of its own (Storage: the log and
 // stable store, the log cache, the snapshot store; the body store) and
 // the adapter that applies its log to a state machine (FSM, State,
-// AppliedIndex), and the group commit on its leader (Batcher, Request). A node may open several; nothing in
+// AppliedIndex), the group commit on its leader (Batcher, Request) and a
+// follower's stream to the leader (Forwarder). A node may open several; nothing in
 // the package is shared between them. cluster/DESIGN.md, "The Raft
 // group", draws the boundary.
 package group
