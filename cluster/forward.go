@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"net"
 	"slices"
 	"time"
@@ -102,63 +101,8 @@ type forwardServer struct {
 	n *Node
 }
 
-// Forward implements proto.InternalServer: each request becomes one pending
-// request of the local group commit; answers go back as they complete.
+// Forward implements proto.InternalServer: the leader's side of the
+// stream is the group's (group.ServeForward).
 func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
-	ctx := stream.Context()
-	out := make(chan *proto.ForwardResponse, 4096)
-	sendErr := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case r := <-out:
-				if err := stream.Send(r); err != nil {
-					sendErr <- err
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return nil
-		}
-		select {
-		case err := <-sendErr:
-			return err
-		default:
-		}
-		id := req.GetId()
-		fs.n.batcher.Enqueue(group.NewRequestFunc(req.GetCommands(), func(res []*proto.Result, index uint64, err error) {
-			r := forwardResponse(id, res, index, err, fs.n)
-			select {
-			case out <- r:
-			case <-ctx.Done():
-			}
-		}))
-	}
-}
-
-func forwardResponse(id uint64, res []*proto.Result, index uint64, err error, n *Node) *proto.ForwardResponse {
-	r := &proto.ForwardResponse{Id: id, Results: res, Index: index}
-	if err == nil {
-		return r
-	}
-	r.Results = nil
-	r.ErrorText = err.Error()
-	switch {
-	case group.IsRetryable(err) && errors.Is(err, ErrClosed):
-		r.Error = proto.ForwardError_FORWARD_ERROR_CLOSED
-	case group.IsRetryable(err):
-		r.Error = proto.ForwardError_FORWARD_ERROR_NOT_LEADER
-		r.LeaderId, _ = n.Leader()
-	case errors.Is(err, ErrOutcomeUnknown):
-		r.Error = proto.ForwardError_FORWARD_ERROR_OUTCOME_UNKNOWN
-	default:
-		r.Error = proto.ForwardError_FORWARD_ERROR_FAILED
-	}
-	return r
+	return group.ServeForward(stream, fs.n.batcher, func() string { id, _ := fs.n.Leader(); return id })
 }

@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -311,4 +312,67 @@ func (s *fwdSession) resolve(batch []*Request, resp *proto.ForwardResponse) {
 		p.Finish(res[off:off+len(p.Commands()):off+len(p.Commands())], resp.GetIndex(), nil)
 		off += len(p.Commands())
 	}
+}
+
+// ServeForward serves a follower's stream on the leader: each request
+// becomes one request of the group commit b; answers go back as they
+// complete, a refusal for want of leadership naming the leader leader
+// reports.
+func ServeForward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse], b *Batcher, leader func() string) error {
+	ctx := stream.Context()
+	out := make(chan *proto.ForwardResponse, 4096)
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case r := <-out:
+				if err := stream.Send(r); err != nil {
+					sendErr <- err
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+		id := req.GetId()
+		b.Enqueue(NewRequestFunc(req.GetCommands(), func(res []*proto.Result, index uint64, err error) {
+			r := forwardResponse(id, res, index, err, leader)
+			select {
+			case out <- r:
+			case <-ctx.Done():
+			}
+		}))
+	}
+}
+
+func forwardResponse(id uint64, res []*proto.Result, index uint64, err error, leader func() string) *proto.ForwardResponse {
+	r := &proto.ForwardResponse{Id: id, Results: res, Index: index}
+	if err == nil {
+		return r
+	}
+	r.Results = nil
+	r.ErrorText = err.Error()
+	switch {
+	case IsRetryable(err) && errors.Is(err, ErrClosed):
+		r.Error = proto.ForwardError_FORWARD_ERROR_CLOSED
+	case IsRetryable(err):
+		r.Error = proto.ForwardError_FORWARD_ERROR_NOT_LEADER
+		r.LeaderId = leader()
+	case errors.Is(err, ErrOutcomeUnknown):
+		r.Error = proto.ForwardError_FORWARD_ERROR_OUTCOME_UNKNOWN
+	default:
+		r.Error = proto.ForwardError_FORWARD_ERROR_FAILED
+	}
+	return r
 }
