@@ -305,8 +305,9 @@ type Node struct {
 	// (liveness.go).
 	gossipedUnreachable atomic.Pointer[[]string]
 
-	// batcher is the group commit (group.Batcher); proposals what it
-	// proposed, for the adapter.
+	// submit is the way into the log (group.Submitter); batcher the group
+	// commit (group.Batcher); proposals what it proposed, for the adapter.
+	submit    *group.Submitter
 	batcher   *group.Batcher
 	proposals *group.Proposals
 
@@ -374,6 +375,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	})
 	n.fwd = group.NewForwarder(group.ForwarderConfig{MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes,
 		Dial: n.dialInternal})
+	n.submit = group.NewSubmitter(group.SubmitterConfig{LeaderWait: cfg.LeaderWait, Leader: n.waitLeader, Changed: n.changed.wait,
+		Batcher: n.batcher, Forwarder: n.fwd, Applied: n.applied, State: n.state, Closing: n.closing})
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err

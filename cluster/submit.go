@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -65,92 +64,31 @@ func (n *Node) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, e
 }
 
 // SubmitBatch is Submit for several commands: they go into ONE log entry,
-// in order, and the results come back in the same order.
+// in order, and the results come back in the same order
+// (group.Submitter).
 func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
-	if len(cmds) == 0 {
-		return nil, nil
-	}
-	n.gateFailed(cmds)
-	deadline, hasDeadline := ctx.Deadline()
-	if !hasDeadline {
-		deadline = time.Now().Add(n.cfg.LeaderWait)
-	}
-	for {
-		if n.isClosed() {
-			return nil, ErrClosed
-		}
-		res, index, err := n.route(ctx, deadline, cmds)
-		if err == nil {
-			if len(res) != len(cmds) {
-				return nil, fmt.Errorf("cluster: %d results for %d commands", len(res), len(cmds))
-			}
-			if err := n.applied.Wait(ctx, n.closing, index); err != nil {
-				return nil, fmt.Errorf("cluster: committed at %d, not yet applied here: %w", index, err)
-			}
-			return res, nil
-		}
-		if !group.IsRetryable(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
-			return nil, err
-		}
-		// Nothing reached the log: wait for a leader change and try again.
-		wait := n.changed.wait()
-		t := time.NewTimer(min(50*time.Millisecond, time.Until(deadline)))
-		select {
-		case <-wait:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-n.closing:
-		}
-		t.Stop()
-	}
-}
-
-// route sends the commands once: into the local group commit on a ready
-// leader, over the forwarding stream otherwise.
-func (n *Node) route(ctx context.Context, deadline time.Time, cmds []*proto.Command) ([]*proto.Result, uint64, error) {
-	target, err := n.waitLeader(ctx, deadline)
-	if err != nil {
-		return nil, 0, err
-	}
-	p := group.NewRequest(cmds)
-	if target.self {
-		n.batcher.Enqueue(p)
-		select {
-		case <-p.Done():
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case <-n.closing:
-			p.Finish(nil, 0, fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown))
-		}
-		return p.Outcome()
-	}
-	return n.fwd.Submit(ctx, target.id, target.addr, p)
-}
-
-type leaderTarget struct {
-	self     bool
-	id, addr string // the leader's id and gRPC address
+	return n.submit.SubmitBatch(ctx, cmds)
 }
 
 // waitLeader returns where commands go now, waiting for a leader (and its
 // gRPC address) until the deadline.
-func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (leaderTarget, error) {
+func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (group.Target, error) {
 	for {
 		wait := n.changed.wait()
 		if n.lead.Load() != nil {
-			return leaderTarget{self: true}, nil
+			return group.Target{Self: true}, nil
 		}
 		if n.group.Raft().State() != raft.Leader {
 			_, id := n.group.Raft().LeaderWithID()
 			if id != "" && string(id) != n.cfg.NodeID {
 				if m, ok := n.members.get(string(id)); ok && m.meta.GetGrpcAddr() != "" {
-					return leaderTarget{id: string(id), addr: m.meta.GetGrpcAddr()}, nil
+					return group.Target{ID: string(id), Addr: m.meta.GetGrpcAddr()}, nil
 				}
 			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return leaderTarget{}, ErrNoLeader
+			return group.Target{}, ErrNoLeader
 		}
 		t := time.NewTimer(min(left, 100*time.Millisecond))
 		select {
@@ -158,37 +96,11 @@ func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (leaderTarget
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return leaderTarget{}, ctx.Err()
+			return group.Target{}, ctx.Err()
 		case <-n.closing:
 			t.Stop()
-			return leaderTarget{}, ErrClosed
+			return group.Target{}, ErrClosed
 		}
 		t.Stop()
-	}
-}
-
-func (n *Node) isClosed() bool {
-	select {
-	case <-n.closing:
-		return true
-	default:
-		return false
-	}
-}
-
-// gateFailed clears Requeue.failed (basic.reject) while the log this node
-// applied is below protocol level 8: below it a reject means what a nack
-// does, and a server of an earlier release would refuse the field.
-func (n *Node) gateFailed(cmds []*proto.Command) {
-	var level uint32
-	for _, c := range cmds {
-		if r := c.GetRequeue(); r.GetFailed() {
-			if level == 0 {
-				n.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
-			}
-			if level < fsm.RetryLevel {
-				r.Failed = false
-			}
-		}
 	}
 }

@@ -2,8 +2,9 @@
 // instance, its storage in a directory of its own (Storage: the log and
 // stable store, the log cache, the snapshot store; the body store) and
 // the adapter that applies its log to a state machine (FSM, State,
-// AppliedIndex), the group commit on its leader (Batcher, Request) and a
-// follower's stream to the leader (Forwarder). A node may open several; nothing in
+// AppliedIndex), and the way commands enter its log: Submitter, the group
+// commit on its leader (Batcher, Request) and the forwarding stream
+// (Forwarder, ServeForward). A node may open several; nothing in
 // the package is shared between them. cluster/DESIGN.md, "The Raft
 // group", draws the boundary.
 package group

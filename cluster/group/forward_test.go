@@ -26,8 +26,8 @@ func (s forwardService) Forward(stream grpc.BidiStreamingServer[proto.ForwardReq
 }
 
 // A follower's request goes over the stream into the leader's group
-// commit and comes back with its results; once the leader no longer
-// leads, it comes back as not appended, naming the leader.
+// commit and comes back with its results, also through a Submitter;
+// once the leader no longer leads, it comes back as not appended.
 func TestForwarder_ThroughServeForward(t *testing.T) {
 	closing := make(chan struct{})
 	g := startGroup(t, t.TempDir(), closing)
@@ -64,6 +64,23 @@ func TestForwarder_ThroughServeForward(t *testing.T) {
 	if err != nil || len(res) != 1 || res[0].GetCode() != 0 || index == 0 || res[0].GetIndex() != index {
 		t.Fatalf("forwarded: %v at %d, %v", res, index, err)
 	}
+	// A submitter that finds the leader elsewhere goes through the
+	// forwarder, and returns once the entry is applied here.
+	s := NewSubmitter(SubmitterConfig{LeaderWait: 5 * time.Second,
+		Leader: func(context.Context, time.Time) (Target, error) {
+			return Target{ID: "n1", Addr: lis.Addr().String()}, nil
+		},
+		Changed: func() <-chan struct{} { return nil }, Batcher: b, Forwarder: f,
+		Applied: g.fsm.applied, State: g.fsm.state, Closing: closing})
+	res2, err := s.SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "w"}}}})
+	if err != nil || len(res2) != 1 || res2[0].GetCode() != 0 || res2[0].GetIndex() <= index {
+		t.Fatalf("submitted: %v, %v", res2, err)
+	}
+	g.fsm.state.View(func(m *fsm.Machine) {
+		if !m.VhostExists("w") {
+			t.Error("SubmitBatch returned before its entry was applied here")
+		}
+	})
 	leading.Store(false)
 	_, _, err = f.Submit(ctx, "n1", lis.Addr().String(), NewRequest([]*proto.Command{vhost}))
 	if !IsRetryable(err) || !errors.Is(err, ErrNotLeader) {
