@@ -104,5 +104,5 @@ type forwardServer struct {
 // Forward implements proto.InternalServer: the leader's side of the
 // stream is the group's (group.ServeForward).
 func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
-	return group.ServeForward(stream, fs.n.batcher, func() string { id, _ := fs.n.Leader(); return id })
+	return group.ServeForward(stream, fs.n.group.Batcher(), func() string { id, _ := fs.n.Leader(); return id })
 }

@@ -78,7 +78,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
-	n.fwd.Retire()
+	n.group.Forwarder().Retire()
 	n.resetReach()
 	n.lead.Store(lt)
 	n.changed.signal()
@@ -210,7 +210,7 @@ func (n *Node) dueLoop(ctx context.Context, what string,
 	backoff := time.Duration(0)
 	retry := false // the backoff ran out: propose even if it looks stuck
 	for {
-		_, applied := n.applied.Load()
+		_, applied := n.group.Applied().Load()
 		var at int64
 		var ok bool
 		n.View(func(m *fsm.Machine) { at, ok = next(m) })

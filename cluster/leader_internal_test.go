@@ -294,7 +294,7 @@ func TestNode_ProposalsAreForgotten(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if k := n.proposals.Len(); k != 0 {
+	if k := n.group.Proposals().Len(); k != 0 {
 		t.Fatalf("%d proposals held after every submission returned", k)
 	}
 }

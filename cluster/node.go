@@ -264,7 +264,8 @@ type Node struct {
 	log   *slog.Logger
 	stamp *stamper
 	// group is the node's Raft group: raft, its storage and body store,
-	// and the adapter that applies its log to state.
+	// the adapter that applies its log to state, and the way into the
+	// log (submitter, group commit, forwarding stream).
 	group *group.Group
 	trans *raft.NetworkTransport
 	out   *outbound // the connections it dialed, ended by Close
@@ -274,7 +275,6 @@ type Node struct {
 	// no longer sees the member alive, so a node that comes back joins.
 	removed sync.Map
 	list    *memberlist.Memberlist
-	fwd     *group.Forwarder
 	advert  string // advertised raft address
 	// replyConns carry direct replies to other nodes (reply.go).
 	replyConns peerConns
@@ -286,11 +286,6 @@ type Node struct {
 
 	verifyMu     sync.Mutex
 	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
-
-	// state is the state machine under its lock; applied the index it
-	// reached.
-	state   *group.State
-	applied *group.AppliedIndex
 
 	lead    atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
 	changed *broadcast                 // leader, readiness or membership changed
@@ -304,12 +299,6 @@ type Node struct {
 	// gossipedUnreachable is what the leader gossips raft does not reach
 	// (liveness.go).
 	gossipedUnreachable atomic.Pointer[[]string]
-
-	// submit is the way into the log (group.Submitter); batcher the group
-	// commit (group.Batcher); proposals what it proposed, for the adapter.
-	submit    *group.Submitter
-	batcher   *group.Batcher
-	proposals *group.Proposals
 
 	notifyCh chan bool
 	ready    chan struct{} // closed once a restarted node's past is cleared
@@ -342,41 +331,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.NodeID),
-		qclock:    newQuorumClock(cfg),
-		state:     group.NewState(),
-		applied:   group.NewAppliedIndex(),
-		proposals: &group.Proposals{},
-		changed:   newBroadcast(),
-		members:   newMemberTable(),
-		reach:     newReach(),
-		watch:     newQuorumWatch(),
-		notifyCh:  make(chan bool, 16),
-		ready:     make(chan struct{}),
-		closing:   make(chan struct{}),
-		failed:    make(chan struct{}),
-		out:       newOutbound(),
-		bootMs:    cfg.Clock.Now().UnixMilli(),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		qclock:   newQuorumClock(cfg),
+		changed:  newBroadcast(),
+		members:  newMemberTable(),
+		reach:    newReach(),
+		watch:    newQuorumWatch(),
+		notifyCh: make(chan bool, 16),
+		ready:    make(chan struct{}),
+		closing:  make(chan struct{}),
+		failed:   make(chan struct{}),
+		out:      newOutbound(),
+		bootMs:   cfg.Clock.Now().UnixMilli(),
 	}
 	n.protocol.Store(cfg.Protocol)
 	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
-	n.batcher = group.NewBatcher(group.BatcherConfig{
-		MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
-		MaxMessageSize:  cfg.MaxMessageSize,
-		Leading:         func() bool { return n.lead.Load() != nil },
-		Stamp:           n.stamp.next,
-		CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
-		ClusterProtocol: n.clusterProtocol,
-		Proposals:       n.proposals,
-		Raft:            func() *raft.Raft { return n.group.Raft() },
-		Logger:          n.log,
-		Closing:         n.closing,
-	})
-	n.fwd = group.NewForwarder(group.ForwarderConfig{MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes,
-		Dial: n.dialInternal})
-	n.submit = group.NewSubmitter(group.SubmitterConfig{LeaderWait: cfg.LeaderWait, Leader: n.waitLeader, Changed: n.changed.wait,
-		Batcher: n.batcher, Forwarder: n.fwd, Applied: n.applied, State: n.state, Closing: n.closing})
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
@@ -397,7 +367,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.wg.Add(3)
 	go n.clockLoop()
-	n.batcher.Run()
+	n.group.Batcher().Run()
 	go n.monitorLeadership()
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
@@ -433,8 +403,21 @@ func (n *Node) startRaft() error {
 		NotifyCh:               n.notifyCh,
 		Logger:                 n.log,
 		RaftLogger:             hlog,
-		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log, State: n.state, Applied: n.applied, Proposals: n.proposals,
-			Closing: n.closing, Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
+		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log,
+			Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
+		Pipeline: group.PipelineConfig{
+			MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
+			MaxMessageSize:  cfg.MaxMessageSize,
+			LeaderWait:      cfg.LeaderWait,
+			Leading:         func() bool { return n.lead.Load() != nil },
+			Stamp:           n.stamp.next,
+			CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
+			ClusterProtocol: n.clusterProtocol,
+			Leader:          n.waitLeader,
+			Changed:         n.changed.wait,
+			Dial:            n.dialInternal,
+		},
+		Closing: n.closing,
 	})
 	if err != nil {
 		return err
@@ -482,7 +465,7 @@ func (n *Node) startRaft() error {
 			select {
 			case o := <-obs:
 				if lo, ok := o.Data.(raft.LeaderObservation); ok {
-					n.fwd.LeaderChanged(string(lo.LeaderID))
+					n.group.Forwarder().LeaderChanged(string(lo.LeaderID))
 				}
 				n.changed.signal()
 			case <-n.closing:
@@ -622,7 +605,7 @@ func (n *Node) Leader() (id, addr string) {
 // View runs fn with the state machine under the state lock. fn must only
 // read, and must not keep m or anything it returns beyond the call.
 func (n *Node) View(fn func(m *fsm.Machine)) {
-	n.state.View(fn)
+	n.group.State().View(fn)
 }
 
 // ConsistentView runs fn like View after making sure this node is the
@@ -655,13 +638,13 @@ func (n *Node) Barrier(ctx context.Context) error {
 // AppliedIndex is the highest log index the local state machine has
 // applied.
 func (n *Node) AppliedIndex() uint64 {
-	i, _ := n.applied.Load()
+	i, _ := n.group.Applied().Load()
 	return i
 }
 
 // WaitApplied blocks until the local state machine has applied index.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	return n.applied.Wait(ctx, n.closing, index)
+	return n.group.Applied().Wait(ctx, n.closing, index)
 }
 
 // Stats is a summary of the node's raft state.
@@ -778,7 +761,7 @@ func (n *Node) Leave() error {
 			if _, in := n.server(n.cfg.NodeID); !in {
 				break
 			}
-			_, ch := n.applied.Load()
+			_, ch := n.group.Applied().Load()
 			t := time.NewTimer(50 * time.Millisecond)
 			select {
 			case <-ch:
@@ -823,7 +806,7 @@ func (n *Node) Close() error {
 	// have in flight to peers that stopped answering ends now rather
 	// than at its timeout.
 	n.out.abort()
-	n.fwd.Close()
+	n.group.Forwarder().Close()
 	n.replyConns.close()
 	var err error
 	if n.group != nil {
@@ -835,7 +818,7 @@ func (n *Node) Close() error {
 		_ = n.list.Shutdown() // ends a join in progress
 	}
 	n.wg.Wait()
-	n.batcher.Wait()
+	n.group.Batcher().Wait()
 	n.cleanup()
 	return err
 }

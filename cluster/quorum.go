@@ -229,7 +229,7 @@ func (n *Node) fence(gen uint64) {
 	defer cancel()
 	_, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
 	w := n.watch
-	n.state.Lock()
+	n.group.State().Lock()
 	w.mu.Lock()
 	w.fencing = false
 	ok := err == nil && w.gen == gen
@@ -242,7 +242,7 @@ func (n *Node) fence(gen uint64) {
 	if ok {
 		n.flushHeld(held)
 	}
-	n.state.Unlock()
+	n.group.State().Unlock()
 	if err != nil {
 		n.log.Debug("catching up after a silence: the fence did not commit yet", "err", err)
 	}
@@ -267,7 +267,7 @@ func (n *Node) flushHeld(held []heldEffect) {
 		switch {
 		case e.deliver != nil:
 			d := e.deliver
-			if d.NoAck && i < down || !d.NoAck && len(n.state.Machine().Unacked(d.Consumer.GetChannel(), []uint64{d.DeliveryTag})) == 0 {
+			if d.NoAck && i < down || !d.NoAck && len(n.group.State().Machine().Unacked(d.Consumer.GetChannel(), []uint64{d.DeliveryTag})) == 0 {
 				dropped++
 				continue
 			}

@@ -67,7 +67,7 @@ func (n *Node) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, e
 // in order, and the results come back in the same order
 // (group.Submitter).
 func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
-	return n.submit.SubmitBatch(ctx, cmds)
+	return n.group.Submitter().SubmitBatch(ctx, cmds)
 }
 
 // waitLeader returns where commands go now, waiting for a leader (and its

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,8 +12,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 
 	"github.com/raftmq/raftmq/bodies"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // Config is what a group is opened with.
@@ -35,9 +38,39 @@ type Config struct {
 	// (defaults: slog.Default(), none).
 	Logger     *slog.Logger
 	RaftLogger hclog.Logger
-	// FSM is the state machine adapter's part of the node; Storage,
-	// Bodies and TrailingLogs are the group's and set by Open.
+	// FSM is the state machine adapter's part of the node; its State,
+	// Applied, Proposals, Storage, Bodies, TrailingLogs and Closing are
+	// the group's and set by Open.
 	FSM FSMConfig
+	// Pipeline is the node's part of the way into the group's log.
+	Pipeline PipelineConfig
+	// Closing is closed when the node closes: the group's goroutines end
+	// and its waits give up.
+	Closing <-chan struct{}
+}
+
+// PipelineConfig is what the node gives the way into a group's log
+// (Submitter, Batcher, Forwarder): bounds, and its own part as functions.
+type PipelineConfig struct {
+	// MaxCommands and MaxBytes bound one entry and one forwarded request;
+	// MaxInflight the entries in flight; MaxMessageSize a publish body.
+	MaxCommands    int
+	MaxBytes       int
+	MaxInflight    int
+	MaxMessageSize int
+	// LeaderWait bounds the wait for a leader (SubmitterConfig).
+	LeaderWait time.Duration
+	// Leading, Stamp, CommandProtocol and ClusterProtocol are the
+	// batcher's (BatcherConfig).
+	Leading         func() bool
+	Stamp           func() int64
+	CommandProtocol func(*proto.Command) uint32
+	ClusterProtocol func() uint32
+	// Leader and Changed are the submitter's (SubmitterConfig).
+	Leader  func(ctx context.Context, deadline time.Time) (Target, error)
+	Changed func() <-chan struct{}
+	// Dial is the forwarder's (ForwarderConfig).
+	Dial func(id, addr string) (*grpc.ClientConn, error)
 }
 
 // RaftTimings are the raft settings a node chooses for its groups.
@@ -55,20 +88,27 @@ type RaftTimings struct {
 // storage and body store in its directory, and the adapter that applies
 // its log. Open opens what is on disk; Start starts raft on a transport.
 type Group struct {
-	cfg     Config
-	storage *Storage
-	bodies  *bodies.Store
-	fsm     *FSM
-	logs    raft.LogStore
+	cfg       Config
+	state     *State
+	applied   *AppliedIndex
+	proposals *Proposals
+	submit    *Submitter
+	batcher   *Batcher
+	fwd       *Forwarder
+	storage   *Storage
+	bodies    *bodies.Store
+	fsm       *FSM
+	logs      raft.LogStore
 	// raft is set once Start has it: the transport's handshakes may ask
 	// for it before.
 	raft atomic.Pointer[raft.Raft]
 	wg   sync.WaitGroup
 }
 
-// Open opens the group's storage (OpenStorage) and body store in
-// cfg.Dir, and builds its state machine adapter. Close releases them,
-// also after a failed Open.
+// Open builds the group's state and the way into its log, opens its
+// storage (OpenStorage) and body store in cfg.Dir, and builds its state
+// machine adapter. It returns the group also when it fails: Close
+// releases what was opened.
 func Open(cfg Config) (*Group, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -76,7 +116,14 @@ func Open(cfg Config) (*Group, error) {
 	if cfg.RaftLogger == nil {
 		cfg.RaftLogger = hclog.NewNullLogger()
 	}
-	g := &Group{cfg: cfg}
+	g := &Group{cfg: cfg, state: NewState(), applied: NewAppliedIndex(), proposals: &Proposals{}}
+	pc := cfg.Pipeline
+	g.batcher = NewBatcher(BatcherConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, MaxInflight: pc.MaxInflight,
+		MaxMessageSize: pc.MaxMessageSize, Leading: pc.Leading, Stamp: pc.Stamp, CommandProtocol: pc.CommandProtocol,
+		ClusterProtocol: pc.ClusterProtocol, Proposals: g.proposals, Raft: g.Raft, Logger: cfg.Logger, Closing: cfg.Closing})
+	g.fwd = NewForwarder(ForwarderConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, Dial: pc.Dial})
+	g.submit = NewSubmitter(SubmitterConfig{LeaderWait: pc.LeaderWait, Leader: pc.Leader, Changed: pc.Changed,
+		Batcher: g.batcher, Forwarder: g.fwd, Applied: g.applied, State: g.state, Closing: cfg.Closing})
 	cfg.Storage.Logger, cfg.Storage.RaftLogger = cfg.Logger, cfg.RaftLogger
 	st, err := OpenStorage(cfg.Dir, cfg.Storage)
 	if err != nil {
@@ -94,6 +141,7 @@ func Open(cfg Config) (*Group, error) {
 	}
 	g.logs = st.Logs(g.bodies.Pin)
 	fc := cfg.FSM
+	fc.State, fc.Applied, fc.Proposals, fc.Closing = g.state, g.applied, g.proposals, cfg.Closing
 	fc.Storage, fc.Bodies, fc.TrailingLogs = st, g.bodies, cfg.Raft.TrailingLogs
 	g.fsm = NewFSM(fc)
 	return g, nil
@@ -161,6 +209,18 @@ func (g *Group) Bodies() *bodies.Store { return g.bodies }
 
 // FSM is the group's state machine adapter.
 func (g *Group) FSM() *FSM { return g.fsm }
+
+// State is the group's state machine under its lock; Applied the index
+// it reached; Proposals the envelopes this node proposed.
+func (g *Group) State() *State          { return g.state }
+func (g *Group) Applied() *AppliedIndex { return g.applied }
+func (g *Group) Proposals() *Proposals  { return g.proposals }
+
+// Submitter is the way into the group's log; Batcher its group commit;
+// Forwarder a follower's stream to the leader.
+func (g *Group) Submitter() *Submitter { return g.submit }
+func (g *Group) Batcher() *Batcher     { return g.batcher }
+func (g *Group) Forwarder() *Forwarder { return g.fwd }
 
 // Shutdown stops the group's raft (raft.Shutdown); nil before Start.
 func (g *Group) Shutdown() raft.Future {

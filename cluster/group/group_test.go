@@ -20,7 +20,7 @@ func startGroup(t *testing.T, dir string, closing <-chan struct{}) *Group {
 		Raft: RaftTimings{HeartbeatTimeout: 50 * time.Millisecond, ElectionTimeout: 50 * time.Millisecond,
 			LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: time.Millisecond,
 			SnapshotThreshold: 8192, SnapshotInterval: time.Minute, TrailingLogs: 1024},
-		FSM: FSMConfig{NodeID: "n1", State: NewState(), Applied: NewAppliedIndex(), Proposals: &Proposals{}, Closing: closing}})
+		FSM: FSMConfig{NodeID: "n1"}, Closing: closing})
 	if err != nil {
 		t.Fatal(err)
 	}
