@@ -85,8 +85,11 @@ type RaftTimings struct {
 }
 
 // Group is one Raft group of a node: one hashicorp/raft instance, its
-// storage and body store in its directory, and the adapter that applies
-// its log. Open opens what is on disk; Start starts raft on a transport.
+// storage and body store in its directory, the adapter that applies its
+// log to its state, and the way into its log (Submitter, Batcher,
+// Forwarder). Open opens what is on disk; Start starts raft on a
+// transport; the node runs the batcher (Batcher().Run) and the snapshot
+// loops (RunSnapshots) once it is up.
 type Group struct {
 	cfg       Config
 	state     *State
