@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -114,7 +112,7 @@ func sealWithoutIndex(t *testing.T, dir string, more bool) string {
 			t.Fatal(err)
 		}
 	}
-	return segmentFile(dir, sealed.BaseIndex)
+	return filepath.Join(dir, fmt.Sprintf("%020d-%016x.wal", sealed.BaseIndex, sealed.ID))
 }
 
 // TestStart_DamagedDataIsAnError checks that a node whose log, meta
@@ -135,25 +133,25 @@ func TestStart_DamagedDataIsAnError(t *testing.T) {
 	}{
 		// raft reads the last entry first and returns an error.
 		{"last entry in a sealed segment without index", LogStoreWAL, nil, func(t *testing.T, dir string) string {
-			return sealWithoutIndex(t, filepath.Join(dir, walDir), false)
+			return sealWithoutIndex(t, filepath.Join(dir, "wal"), false)
 		}},
 		// raft reads the last entry, then panics on an earlier one while
 		// it looks for configuration changes: what raft-wal v0.4.0 left.
 		{"earlier entries in a sealed segment without index", LogStoreWAL, nil, func(t *testing.T, dir string) string {
-			return sealWithoutIndex(t, filepath.Join(dir, walDir), true)
+			return sealWithoutIndex(t, filepath.Join(dir, "wal"), true)
 		}},
 		{"garbage meta database", LogStoreWAL, nil, func(t *testing.T, dir string) string {
-			path := filepath.Join(dir, walDir, metadb.FileName)
+			path := filepath.Join(dir, "wal", metadb.FileName)
 			garbage(path)
 			return path
 		}},
 		{"garbage bolt log", LogStoreBolt, nil, func(t *testing.T, dir string) string {
-			path := filepath.Join(dir, boltFile)
+			path := filepath.Join(dir, "raft.db")
 			garbage(path)
 			return path
 		}},
 		{"snapshot state damaged", LogStoreWAL, func(n *Node) {
-			if err := n.raft.Snapshot().Error(); err != nil {
+			if err := n.group.Raft().Snapshot().Error(); err != nil {
 				t.Fatal(err)
 			}
 		}, func(t *testing.T, dir string) string {
@@ -199,50 +197,5 @@ func TestStart_DamagedDataIsAnError(t *testing.T) {
 			}
 			n.Close()
 		})
-	}
-}
-
-func TestSegmentFile_PicksTheSegmentHoldingTheIndex(t *testing.T) {
-	dir := t.TempDir()
-	for _, name := range []string{
-		"00000000000000000001-0000000000000001.wal",
-		"00000000000000000100-0000000000000002.wal",
-		"00000000000000000100-0000000000000003.wal", // a later segment of the same base
-		"00000000000000000300-0000000000000004.wal",
-		"wal-meta.db",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for idx, want := range map[uint64]string{
-		1:   "00000000000000000001-0000000000000001.wal",
-		99:  "00000000000000000001-0000000000000001.wal",
-		100: "00000000000000000100-0000000000000003.wal",
-		299: "00000000000000000100-0000000000000003.wal",
-		500: "00000000000000000300-0000000000000004.wal",
-	} {
-		if got := segmentFile(dir, idx); got != filepath.Join(dir, want) {
-			t.Errorf("segmentFile(%d) = %s, want %s", idx, filepath.Base(got), want)
-		}
-	}
-	if got := segmentFile(filepath.Join(dir, "none"), 5); got != filepath.Join(dir, "none") {
-		t.Errorf("no segments: %s, want the dir", got)
-	}
-}
-
-// TestOpenError_SaysDamageOnlyForContent checks that a store the system
-// will not let the node open is not reported as damaged data: moving the
-// data dir aside would not cure it.
-func TestOpenError_SaysDamageOnlyForContent(t *testing.T) {
-	var de *DataError
-	if err := openError("raft.db", &fs.PathError{Op: "open", Path: "raft.db", Err: syscall.EACCES}); errors.As(err, &de) {
-		t.Errorf("permission denied reported as damage: %v", err)
-	}
-	if err := openError("raft.db", fmt.Errorf("write: %w", syscall.ENOSPC)); errors.As(err, &de) {
-		t.Errorf("a full disk reported as damage: %v", err)
-	}
-	if err := openError("raft.db", errors.New("invalid database")); !errors.As(err, &de) || de.Path != "raft.db" {
-		t.Errorf("invalid database: %v, want a *DataError naming raft.db", err)
 	}
 }

@@ -25,7 +25,7 @@ import (
 func (n *Node) delayedLoop(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
-		_, applied := n.applied.load()
+		_, applied := n.group.Applied().Load()
 		var due int64
 		var seq uint64
 		var ok bool

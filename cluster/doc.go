@@ -1,5 +1,6 @@
-// Package cluster is a raftmq node: Raft setup and storage, memberlist
-// discovery, forwarding of commands to the leader, the leader's clock and the
+// Package cluster is a raftmq node: Raft setup (the group's storage and
+// state machine adapter are package group), memberlist discovery,
+// forwarding of commands to the leader, the leader's clock and the
 // leader-only loops (expiry scheduler, queue leases, node-down).
 //
 // A caller starts a node with Start, registers its own services on the same

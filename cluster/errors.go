@@ -1,42 +1,22 @@
 package cluster
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/raftmq/raftmq/cluster/group"
 
-// Errors returned by a Node. Callers test them with errors.Is; other
-// packages alias them rather than defining their own.
+// Errors returned by a Node (the group's, package group). Callers test
+// them with errors.Is; other packages alias them rather than defining
+// their own.
 var (
 	// ErrNotLeader means the operation must run on the leader and this node
 	// is not it.
-	ErrNotLeader = errors.New("cluster: not the leader")
+	ErrNotLeader = group.ErrNotLeader
 	// ErrNoLeader means no leader could be found before the deadline (an
 	// election is under way, or this node is cut off from a majority).
-	ErrNoLeader = errors.New("cluster: no leader")
+	ErrNoLeader = group.ErrNoLeader
 	// ErrClosed means the node is shutting down or shut down.
-	ErrClosed = errors.New("cluster: node closed")
+	ErrClosed = group.ErrClosed
 	// ErrOutcomeUnknown means the commands reached a leader that lost its
 	// leadership (or its connection) before they were known to commit: they
 	// may or may not have committed. It is never returned for commands that
 	// are known to have committed or known not to have been appended.
-	ErrOutcomeUnknown = errors.New("cluster: leadership lost, outcome unknown")
+	ErrOutcomeUnknown = group.ErrOutcomeUnknown
 )
-
-// errNotAppended marks a failure where nothing reached the log, so the
-// commands may be sent again safely.
-type errNotAppended struct{ err error }
-
-func (e errNotAppended) Error() string { return e.err.Error() }
-func (e errNotAppended) Unwrap() error { return e.err }
-
-func notAppended(err error) error { return errNotAppended{err} }
-
-func notAppendedf(err error, format string, args ...any) error {
-	return errNotAppended{fmt.Errorf("%w: "+format, append([]any{err}, args...)...)}
-}
-
-func isRetryable(err error) bool {
-	var e errNotAppended
-	return errors.As(err, &e)
-}

@@ -11,7 +11,9 @@ func (n *Node) RaiseProtocol(ctx context.Context) { n.raiseProtocol(ctx) }
 func (n *Node) ClockRound() <-chan struct{} { return n.qclock.roundDone.wait() }
 
 // RaftSnapshotThreshold is raft's entry threshold for a snapshot now.
-func (n *Node) RaftSnapshotThreshold() uint64 { return n.raft.ReloadableConfig().SnapshotThreshold }
+func (n *Node) RaftSnapshotThreshold() uint64 {
+	return n.group.Raft().ReloadableConfig().SnapshotThreshold
+}
 
 // ScaleSnapshotThreshold runs one round of the threshold's scaling now.
-func (n *Node) ScaleSnapshotThreshold() { n.scaleSnapshotThreshold(n.heldMessages()) }
+func (n *Node) ScaleSnapshotThreshold() { n.group.ScaleSnapshotThreshold() }

@@ -301,7 +301,7 @@ func (n *Node) checkState() {
 	if n.hasState.Load() {
 		return
 	}
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() == nil && len(f.Configuration().Servers) > 0 {
 		n.setHasState()
 	}
@@ -396,7 +396,7 @@ func (n *Node) Members() []MemberInfo {
 	self := n.localMeta()
 	byID[self.Id] = &MemberInfo{ID: self.Id, RaftAddr: self.RaftAddr, GRPCAddr: self.GrpcAddr, AMQPAddr: self.AmqpAddr, Health: HealthAlive,
 		Protocol: self.Protocol}
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
+	if f := n.group.Raft().GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			mi, ok := byID[string(s.ID)]
 			if !ok {

@@ -60,7 +60,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	n.log.Info("gained leadership")
 	defer n.log.Info("lost leadership")
 	for {
-		err := n.await(lt.ctx, n.raft.Barrier(n.cfg.LeaderWait))
+		err := n.await(lt.ctx, n.group.Raft().Barrier(n.cfg.LeaderWait))
 		if err == nil {
 			break
 		}
@@ -78,7 +78,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
-	n.fwd.retire()
+	n.group.Forwarder().Retire()
 	n.resetReach()
 	n.lead.Store(lt)
 	n.changed.signal()
@@ -105,7 +105,7 @@ func (n *Node) clusterWasDown(clock int64) bool {
 	if clock == 0 {
 		return false
 	}
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}
@@ -210,7 +210,7 @@ func (n *Node) dueLoop(ctx context.Context, what string,
 	backoff := time.Duration(0)
 	retry := false // the backoff ran out: propose even if it looks stuck
 	for {
-		_, applied := n.applied.load()
+		_, applied := n.group.Applied().Load()
 		var at int64
 		var ok bool
 		n.View(func(m *fsm.Machine) { at, ok = next(m) })
@@ -359,7 +359,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 }
 
 func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return
 	}
@@ -393,13 +393,13 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 				continue
 			}
 			n.log.Info("adding voter", "id", id, "addr", addr)
-			if err := n.await(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
+			if err := n.await(ctx, n.group.Raft().AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
 				n.log.Warn("add voter failed", "id", id, "err", err)
 			}
 		case HealthLeft:
 			if in {
 				n.log.Info("removing a member that left", "id", id)
-				if err := n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
+				if err := n.await(ctx, n.group.Raft().RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 					n.log.Warn("remove server failed", "id", id, "err", err)
 				}
 			}

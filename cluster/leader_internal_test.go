@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,10 @@ import (
 	"github.com/raftmq/raftmq/proto"
 	gproto "google.golang.org/protobuf/proto"
 )
+
+func discardLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 1}))
+}
 
 // startSingle starts a lone node on loopback.
 func startSingle(t *testing.T) *Node {
@@ -288,7 +294,7 @@ func TestNode_ProposalsAreForgotten(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if k := n.proposals.len(); k != 0 {
+	if k := n.group.Proposals().Len(); k != 0 {
 		t.Fatalf("%d proposals held after every submission returned", k)
 	}
 }

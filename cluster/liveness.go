@@ -31,7 +31,7 @@ func (n *Node) unreachable() []string {
 	if !n.IsLeader() {
 		return nil
 	}
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-	"github.com/raftmq/raftmq/bodies"
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
@@ -107,8 +105,11 @@ type Config struct {
 	// thousand of them can be gigabytes, all read again at restart
 	// (default DefaultSnapshotBytes; negative: by entry count alone).
 	SnapshotBytes int64
-	// scaleSnapshotThreshold: SnapshotThreshold was left at its default.
+	// scaleSnapshotThreshold: SnapshotThreshold was left at its default
+	// (group.Config.ScaleSnapshotThreshold).
 	scaleSnapshotThreshold bool
+	// inlineMax is group.StorageOptions.InlineMax (tests).
+	inlineMax int
 	// NodeDownAfter is how long a member stays dead in gossip, or a server
 	// unreached by the leader's raft, before the leader proposes NodeDown
 	// for it (default DefaultNodeDownAfter).
@@ -262,33 +263,18 @@ type Node struct {
 	cfg   Config
 	log   *slog.Logger
 	stamp *stamper
-	raft  *raft.Raft
-	// raftRef is raft for the transport's handshakes, which may run before
-	// startRaft has set the raft field.
-	raftRef atomic.Pointer[raft.Raft]
-	store   logStore
-	// bodies reads message bodies back (bodies.go); nil only in tests
-	// that build a Node by hand.
-	bodies *bodies.Store
-	// logKind is the log store's kind (LogStoreWAL, LogStoreBolt).
-	logKind string
-	// snapLive is how many bodies the last snapshot named (reclaimLoop).
-	snapLive atomic.Int64
-	// logBytes meters the bytes appended to the log, for snapshots by
-	// size (snapbytes.go).
-	logBytes *logMeter
-	// bodyToken marks the bodies this node appends to the snapshots it
-	// sends (bodiesSnapshots).
-	bodyToken [tokenLen]byte
-	trans     *raft.NetworkTransport
-	out       *outbound // the connections it dialed, ended by Close
+	// group is the node's Raft group: raft, its storage and body store,
+	// the adapter that applies its log to state, and the way into the
+	// log (submitter, group commit, forwarding stream).
+	group *group.Group
+	trans *raft.NetworkTransport
+	out   *outbound // the connections it dialed, ended by Close
 	// removed holds the servers an operator removed (RemoveNode) while
 	// they were alive: reconcile adds alive members as voters, and would
 	// undo the removal at its next round. An id is forgotten once gossip
 	// no longer sees the member alive, so a node that comes back joins.
 	removed sync.Map
 	list    *memberlist.Memberlist
-	fwd     *forwarder
 	advert  string // advertised raft address
 	// replyConns carry direct replies to other nodes (reply.go).
 	replyConns peerConns
@@ -300,11 +286,6 @@ type Node struct {
 
 	verifyMu     sync.Mutex
 	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
-
-	// stateMu serialises Apply with every read of machine.
-	stateMu sync.Mutex
-	machine *fsm.Machine
-	applied *appliedIndex
 
 	lead    atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
 	changed *broadcast                 // leader, readiness or membership changed
@@ -318,11 +299,6 @@ type Node struct {
 	// gossipedUnreachable is what the leader gossips raft does not reach
 	// (liveness.go).
 	gossipedUnreachable atomic.Pointer[[]string]
-
-	applyQ    chan *pending
-	completeQ chan inflightEntry
-	sem       chan struct{}
-	proposals proposals
 
 	notifyCh chan bool
 	ready    chan struct{} // closed once a restarted node's past is cleared
@@ -355,28 +331,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       cfg.Logger.With("node", cfg.NodeID),
-		qclock:    newQuorumClock(cfg),
-		machine:   fsm.New(),
-		applied:   newAppliedIndex(),
-		changed:   newBroadcast(),
-		members:   newMemberTable(),
-		reach:     newReach(),
-		watch:     newQuorumWatch(),
-		applyQ:    make(chan *pending, 4096),
-		completeQ: make(chan inflightEntry, cfg.MaxInflightEntries),
-		sem:       make(chan struct{}, cfg.MaxInflightEntries),
-		notifyCh:  make(chan bool, 16),
-		ready:     make(chan struct{}),
-		closing:   make(chan struct{}),
-		failed:    make(chan struct{}),
-		out:       newOutbound(),
-		bootMs:    cfg.Clock.Now().UnixMilli(),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		qclock:   newQuorumClock(cfg),
+		changed:  newBroadcast(),
+		members:  newMemberTable(),
+		reach:    newReach(),
+		watch:    newQuorumWatch(),
+		notifyCh: make(chan bool, 16),
+		ready:    make(chan struct{}),
+		closing:  make(chan struct{}),
+		failed:   make(chan struct{}),
+		out:      newOutbound(),
+		bootMs:   cfg.Clock.Now().UnixMilli(),
 	}
 	n.protocol.Store(cfg.Protocol)
 	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
-	n.fwd = newForwarder(n)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
@@ -395,17 +365,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.GRPCServer != nil {
 		n.registerInternal(cfg.GRPCServer)
 	}
-	n.wg.Add(6)
+	n.wg.Add(3)
 	go n.clockLoop()
-	go n.runBatcher()
-	go n.runCompleter()
+	n.group.Batcher().Run()
 	go n.monitorLeadership()
 	go n.housekeeping()
-	go n.reclaimLoop()
-	if n.logBytes.budget > 0 {
-		n.wg.Add(1)
-		go n.snapshotBytesLoop()
-	}
+	n.group.RunSnapshots(n.closing)
 	n.wg.Add(2)
 	go n.publishReach()
 	go n.watchQuorum()
@@ -425,36 +390,38 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 func (n *Node) startRaft() error {
 	cfg := &n.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("cluster: data dir: %w", err)
-	}
-	store, kind, err := openLogStore(cfg.DataDir, cfg.LogStore, n.log)
+	hlog := newHCLogger(n.log.With("subsystem", "raft"))
+	var err error
+	n.group, err = group.Open(group.Config{
+		ID:      cfg.NodeID,
+		Dir:     cfg.DataDir,
+		Storage: group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes, InlineMax: cfg.inlineMax},
+		Raft: group.RaftTimings{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+			LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout, SnapshotThreshold: cfg.SnapshotThreshold,
+			SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs},
+		ScaleSnapshotThreshold: cfg.scaleSnapshotThreshold,
+		NotifyCh:               n.notifyCh,
+		Logger:                 n.log,
+		RaftLogger:             hlog,
+		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log,
+			Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
+		Pipeline: group.PipelineConfig{
+			MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
+			MaxMessageSize:  cfg.MaxMessageSize,
+			LeaderWait:      cfg.LeaderWait,
+			Leading:         func() bool { return n.lead.Load() != nil },
+			Stamp:           n.stamp.next,
+			CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
+			ClusterProtocol: n.clusterProtocol,
+			Leader:          n.waitLeader,
+			Changed:         n.changed.wait,
+			Dial:            n.dialInternal,
+		},
+		Closing: n.closing,
+	})
 	if err != nil {
 		return err
 	}
-	n.store = store
-	n.logKind = kind
-	n.log.Info("raft log store", "kind", kind)
-	hlog := newHCLogger(n.log.With("subsystem", "raft"))
-	files, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
-	if err != nil {
-		return fmt.Errorf("cluster: snapshot store: %w", err)
-	}
-	n.bodyToken = newBodyToken()
-	bodyLog := &bodyLogs{LogStore: store}
-	n.bodies, err = bodies.Open(filepath.Join(cfg.DataDir, "bodies"), bodyLog, bodies.Options{})
-	if err != nil {
-		var ce *bodies.CorruptError
-		if errors.As(err, &ce) {
-			return &DataError{Path: ce.Path, Err: err}
-		}
-		return fmt.Errorf("cluster: body store: %w", err)
-	}
-	snaps := &snapshotStore{SnapshotStore: files, dir: filepath.Join(cfg.DataDir, "snapshots")}
-	cache := newLogCache(512, logCacheBytes, holdingLogs{logStore: store, pin: n.bodies.Pin})
-	bodyLog.cache.Store(cache)
-	n.logBytes = newLogMeter(cfg.SnapshotBytes)
-	logs := meteredLogs{logCache: cache, meter: n.logBytes}
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)
@@ -476,48 +443,15 @@ func (n *Node) startRaft() error {
 		Logger:  hlog,
 	})
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = hlog
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 256
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.NotifyCh = n.notifyCh
-	if err := raft.ValidateConfig(rc); err != nil {
-		return fmt.Errorf("cluster: raft config: %w", err)
-	}
-	has, err := raft.HasExistingState(logs, store, snaps)
+	has, err := n.group.Start(n.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
+		return reachTransport{group.NoPipeline{NetworkTransport: n.trans}, n.reach, rpcs}
+	}, n.closing)
 	if err != nil {
-		return fmt.Errorf("cluster: read raft state: %w", err)
+		return err
 	}
 	n.hasState.Store(has)
 	n.restart = has
-	gaps := newGapBridge(n.trans.Consumer(), logs, snaps, func(from, to uint64) {
-		n.log.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
-	})
-	r, err := newRaft(func() (*raft.Raft, error) {
-		return raft.NewRaft(rc, &fsmAdapter{n: n}, logs, store, &bodiesSnapshots{snapshotStore: snaps, store: n.bodies, token: n.bodyToken}, reachTransport{noPipeline{n.trans}, n.reach, gaps.out})
-	}, store, snaps, logStorePath(cfg.DataDir, kind))
-	if err != nil {
-		var de *DataError
-		if errors.As(err, &de) {
-			return err
-		}
-		return fmt.Errorf("cluster: start raft: %w", err)
-	}
-	n.raft = r
-	n.raftRef.Store(r)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		gaps.run(n.closing)
-	}()
+	r := n.group.Raft()
 	obs := make(chan raft.Observation, 16)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -531,7 +465,7 @@ func (n *Node) startRaft() error {
 			select {
 			case o := <-obs:
 				if lo, ok := o.Data.(raft.LeaderObservation); ok {
-					n.fwd.leaderChanged(string(lo.LeaderID))
+					n.group.Forwarder().LeaderChanged(string(lo.LeaderID))
 				}
 				n.changed.signal()
 			case <-n.closing:
@@ -569,7 +503,7 @@ func advertiseAddr(explicit, listen string) (string, error) {
 
 // bootstrap writes the first raft configuration.
 func (n *Node) bootstrap(servers []raft.Server) error {
-	err := n.await(context.Background(), n.raft.BootstrapCluster(raft.Configuration{Servers: servers}))
+	err := n.await(context.Background(), n.group.Raft().BootstrapCluster(raft.Configuration{Servers: servers}))
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("cluster: bootstrap: %w", err)
 	}
@@ -578,26 +512,10 @@ func (n *Node) bootstrap(servers []raft.Server) error {
 	return nil
 }
 
-// await waits for a raft future, giving up when ctx ends or the node
-// closes: raft leaves some futures unanswered when it shuts down (entries
-// committed but not yet applied, barriers), so no goroutine of the node may
-// wait on one unconditionally.
+// await waits for a raft future until ctx ends or the node closes
+// (group.Await).
 func (n *Node) await(ctx context.Context, f raft.Future) error {
-	errc := make(chan error, 1)
-	go func() { errc <- f.Error() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.closing:
-		select {
-		case err := <-errc:
-			return err
-		default:
-			return fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown)
-		}
-	}
+	return group.Await(ctx, n.closing, f)
 }
 
 // Ready is closed once the node may serve clients. A node that restarts
@@ -680,23 +598,21 @@ func (n *Node) IsLeader() bool { return n.lead.Load() != nil }
 // Leader returns the id and raft address of the leader this node knows of
 // (empty when none).
 func (n *Node) Leader() (id, addr string) {
-	a, i := n.raft.LeaderWithID()
+	a, i := n.group.Raft().LeaderWithID()
 	return string(i), string(a)
 }
 
 // View runs fn with the state machine under the state lock. fn must only
 // read, and must not keep m or anything it returns beyond the call.
 func (n *Node) View(fn func(m *fsm.Machine)) {
-	n.stateMu.Lock()
-	defer n.stateMu.Unlock()
-	fn(n.machine)
+	n.group.State().View(fn)
 }
 
 // ConsistentView runs fn like View after making sure this node is the
 // leader and has applied everything committed before the call (a raft
 // barrier). On a follower it returns ErrNotLeader.
 func (n *Node) ConsistentView(ctx context.Context, fn func(m *fsm.Machine)) error {
-	if n.raft.State() != raft.Leader {
+	if n.group.Raft().State() != raft.Leader {
 		return ErrNotLeader
 	}
 	if err := n.Barrier(ctx); err != nil {
@@ -713,8 +629,8 @@ func (n *Node) Barrier(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	if err := n.await(ctx, n.raft.Barrier(timeout)); err != nil {
-		return mapRaftError(err)
+	if err := n.await(ctx, n.group.Raft().Barrier(timeout)); err != nil {
+		return group.MapRaftError(err)
 	}
 	return nil
 }
@@ -722,13 +638,13 @@ func (n *Node) Barrier(ctx context.Context) error {
 // AppliedIndex is the highest log index the local state machine has
 // applied.
 func (n *Node) AppliedIndex() uint64 {
-	i, _ := n.applied.load()
+	i, _ := n.group.Applied().Load()
 	return i
 }
 
 // WaitApplied blocks until the local state machine has applied index.
 func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	return n.applied.wait(ctx, n.closing, index)
+	return n.group.Applied().Wait(ctx, n.closing, index)
 }
 
 // Stats is a summary of the node's raft state.
@@ -749,7 +665,7 @@ type Stats struct {
 
 // Stats returns the node's raft state, term and indexes.
 func (n *Node) Stats() Stats {
-	m := n.raft.Stats()
+	m := n.group.Raft().Stats()
 	u := func(k string) uint64 {
 		v, _ := strconv.ParseUint(m[k], 10, 64)
 		return v
@@ -772,21 +688,21 @@ func (n *Node) Stats() Stats {
 // TransferLeadership hands leadership to the node id (empty: the most
 // up-to-date follower) and waits for the transfer. It runs on the leader.
 func (n *Node) TransferLeadership(id string) error {
-	if n.raft.State() != raft.Leader {
+	if n.group.Raft().State() != raft.Leader {
 		return ErrNotLeader
 	}
 	var f raft.Future
 	if id == "" {
-		f = n.raft.LeadershipTransfer()
+		f = n.group.Raft().LeadershipTransfer()
 	} else {
 		srv, ok := n.server(id)
 		if !ok {
 			return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 		}
-		f = n.raft.LeadershipTransferToServer(srv.ID, srv.Address)
+		f = n.group.Raft().LeadershipTransferToServer(srv.ID, srv.Address)
 	}
 	if err := n.await(context.Background(), f); err != nil {
-		return fmt.Errorf("cluster: transfer leadership: %w", mapRaftError(err))
+		return fmt.Errorf("cluster: transfer leadership: %w", group.MapRaftError(err))
 	}
 	return nil
 }
@@ -794,23 +710,23 @@ func (n *Node) TransferLeadership(id string) error {
 // RemoveNode removes the node id from the raft configuration. It runs on
 // the leader.
 func (n *Node) RemoveNode(id string) error {
-	if n.raft.State() != raft.Leader {
+	if n.group.Raft().State() != raft.Leader {
 		return ErrNotLeader
 	}
 	if _, ok := n.server(id); !ok {
 		return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 	}
 	n.removed.Store(id, true)
-	if err := n.await(context.Background(), n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
+	if err := n.await(context.Background(), n.group.Raft().RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 		n.removed.Delete(id)
-		return fmt.Errorf("cluster: remove %s: %w", id, mapRaftError(err))
+		return fmt.Errorf("cluster: remove %s: %w", id, group.MapRaftError(err))
 	}
 	return nil
 }
 
 // server finds id in the latest raft configuration.
 func (n *Node) server(id string) (raft.Server, bool) {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return raft.Server{}, false
 	}
@@ -829,7 +745,7 @@ func (n *Node) server(id string) (raft.Server, bool) {
 // the gossip and closes.
 func (n *Node) Leave() error {
 	n.leaving.Store(true)
-	if n.raft.State() == raft.Leader && n.voters() > 1 {
+	if n.group.Raft().State() == raft.Leader && n.voters() > 1 {
 		if err := n.TransferLeadership(""); err != nil {
 			n.log.Warn("leave: leadership transfer failed", "err", err)
 		}
@@ -845,7 +761,7 @@ func (n *Node) Leave() error {
 			if _, in := n.server(n.cfg.NodeID); !in {
 				break
 			}
-			_, ch := n.applied.load()
+			_, ch := n.group.Applied().Load()
 			t := time.NewTimer(50 * time.Millisecond)
 			select {
 			case <-ch:
@@ -863,7 +779,7 @@ func (n *Node) Leave() error {
 }
 
 func (n *Node) voters() int {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return 0
 	}
@@ -890,16 +806,19 @@ func (n *Node) Close() error {
 	// have in flight to peers that stopped answering ends now rather
 	// than at its timeout.
 	n.out.abort()
-	n.fwd.close()
+	n.group.Forwarder().Close()
 	n.replyConns.close()
 	var err error
-	if n.raft != nil {
-		err = n.raft.Shutdown().Error()
+	if n.group != nil {
+		if f := n.group.Shutdown(); f != nil {
+			err = f.Error()
+		}
 	}
 	if n.list != nil {
 		_ = n.list.Shutdown() // ends a join in progress
 	}
 	n.wg.Wait()
+	n.group.Batcher().Wait()
 	n.cleanup()
 	return err
 }
@@ -909,31 +828,18 @@ func (n *Node) cleanup() {
 	if n.list != nil {
 		_ = n.list.Shutdown()
 	}
-	if n.raft != nil && !n.closed {
-		_ = n.raft.Shutdown().Error()
+	if n.group != nil && !n.closed {
+		if f := n.group.Shutdown(); f != nil {
+			_ = f.Error()
+		}
 	}
 	if n.trans != nil {
 		_ = n.trans.Close()
 		n.trans.CloseStreams()
 	}
-	if n.bodies != nil {
-		_ = n.bodies.Close()
+	if n.group != nil {
+		n.group.Close() // its body store and storage
 	}
-	if n.store != nil {
-		_ = n.store.Close()
-	}
-}
-
-// noPipeline is the raft transport without pipelined replication. In
-// hashicorp/raft v1.7.3 a deposed leader's pipelined replication can block
-// for ever (its response decoder stops on a stale term while requests are
-// in flight), and then Shutdown never returns. Without the pipeline a
-// follower gets one batch (up to MaxAppendEntries entries) per round trip.
-type noPipeline struct{ *raft.NetworkTransport }
-
-// AppendEntriesPipeline implements raft.Transport: not supported.
-func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
-	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // streamLayer is the raft TCP transport's network, routed through Links.
@@ -1045,17 +951,18 @@ func (b *broadcast) signal() {
 // (entries compacted into a snapshot are gone), in index order, until fn
 // returns false. It is meant for diagnostics and tests.
 func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error {
-	first, err := n.store.FirstIndex()
+	store := n.group.Storage().Store()
+	first, err := store.FirstIndex()
 	if err != nil {
 		return err
 	}
-	last, err := n.store.LastIndex()
+	last, err := store.LastIndex()
 	if err != nil {
 		return err
 	}
 	for i := first; i <= last && i > 0; i++ {
 		var l raft.Log
-		if err := n.store.GetLog(i, &l); err != nil {
+		if err := store.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				continue
 			}
@@ -1064,7 +971,7 @@ func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		env, err := decodeEntry(&l)
+		env, err := group.DecodeEntry(&l)
 		if err != nil {
 			return err
 		}

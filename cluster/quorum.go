@@ -111,7 +111,7 @@ func (n *Node) watchQuorum() {
 // voterIDs returns the voters of the latest raft configuration and
 // whether this node is one.
 func (n *Node) voterIDs() (ids []string, self bool) {
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return nil, false
 	}
@@ -132,8 +132,8 @@ func (n *Node) voterIDs() (ids []string, self bool) {
 // cut off from the others is a lease after it lost them: until it hears
 // of another leader, when the quorum-th voter last answered it counts.
 func (n *Node) quorumContact(now time.Time, voters []string) time.Time {
-	t := n.raft.LastContact()
-	leading := n.raft.State() == raft.Leader
+	t := n.group.Raft().LastContact()
+	leading := n.group.Raft().State() == raft.Leader
 	if !leading && !n.reach.wasLeader() {
 		return t
 	}
@@ -166,7 +166,7 @@ func (n *Node) majorityAnswers(now time.Time, voters []string) bool {
 func (n *Node) checkQuorum(now time.Time) {
 	w := n.watch
 	voters, self := n.voterIDs()
-	if !self || n.raft.LastContact().IsZero() && n.raft.State() != raft.Leader {
+	if !self || n.group.Raft().LastContact().IsZero() && n.group.Raft().State() != raft.Leader {
 		// Not a voter (yet), or not yet in touch with a leader since the
 		// start: there is no majority to lose yet, and no client either
 		// (the AMQP listener waits for the node's first entries).
@@ -238,7 +238,7 @@ func (n *Node) fence(gen uint64) {
 	defer cancel()
 	_, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
 	w := n.watch
-	n.stateMu.Lock()
+	n.group.State().Lock()
 	w.mu.Lock()
 	w.fencing = false
 	ok := err == nil && w.gen == gen
@@ -251,7 +251,7 @@ func (n *Node) fence(gen uint64) {
 	if ok {
 		n.flushHeld(held, gen)
 	}
-	n.stateMu.Unlock()
+	n.group.State().Unlock()
 	if err != nil {
 		n.log.Debug("catching up after a silence: the fence did not commit yet", "err", err)
 	}
@@ -276,7 +276,7 @@ func (n *Node) flushHeld(held []heldEffect, epoch uint64) {
 		switch {
 		case e.deliver != nil:
 			d := e.deliver
-			if d.NoAck && i < down || !d.NoAck && len(n.machine.Unacked(d.Consumer.GetChannel(), []uint64{d.DeliveryTag})) == 0 {
+			if d.NoAck && i < down || !d.NoAck && len(n.group.State().Machine().Unacked(d.Consumer.GetChannel(), []uint64{d.DeliveryTag})) == 0 {
 				dropped++
 				continue
 			}

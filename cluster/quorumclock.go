@@ -252,7 +252,7 @@ func (n *Node) clockLoop() {
 // exceeds MaxClockOffset says too little and is dropped.
 func (n *Node) sampleClocks(ctx context.Context) {
 	c := n.qclock
-	f := n.raft.GetConfiguration()
+	f := n.group.Raft().GetConfiguration()
 	if f.Error() != nil {
 		return
 	}
@@ -384,7 +384,7 @@ func (n *Node) handOver(ref int64, problem string) bool {
 		return false
 	}
 	addr := ""
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
+	if f := n.group.Raft().GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			if string(s.ID) == id {
 				addr = string(s.Address)
@@ -392,7 +392,7 @@ func (n *Node) handOver(ref int64, problem string) bool {
 		}
 	}
 	n.log.Warn("handing leadership over: this node's clock is off", "to", id, "problem", problem)
-	if err := n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error(); err != nil {
+	if err := n.group.Raft().LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error(); err != nil {
 		n.log.Warn("leadership transfer failed", "to", id, "err", err)
 		return false
 	}

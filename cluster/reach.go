@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -147,7 +149,7 @@ func maxTime(a, b time.Time) time.Time {
 // reachTransport records every raft RPC a server answers, and gives raft
 // the RPCs it receives through rpcs (gapBridge).
 type reachTransport struct {
-	noPipeline
+	group.NoPipeline
 	r    *reach
 	rpcs <-chan raft.RPC
 }
@@ -164,27 +166,27 @@ func (t reachTransport) answered(id raft.ServerID, err error) error {
 
 // AppendEntries implements raft.Transport (appends and heartbeats).
 func (t reachTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return t.answered(id, t.noPipeline.AppendEntries(id, target, args, resp))
+	return t.answered(id, t.NoPipeline.AppendEntries(id, target, args, resp))
 }
 
 // RequestVote implements raft.Transport.
 func (t reachTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	return t.answered(id, t.noPipeline.RequestVote(id, target, args, resp))
+	return t.answered(id, t.NoPipeline.RequestVote(id, target, args, resp))
 }
 
 // RequestPreVote implements raft.WithPreVote.
 func (t reachTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return t.answered(id, t.noPipeline.RequestPreVote(id, target, args, resp))
+	return t.answered(id, t.NoPipeline.RequestPreVote(id, target, args, resp))
 }
 
 // InstallSnapshot implements raft.Transport.
 func (t reachTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	return t.answered(id, t.noPipeline.InstallSnapshot(id, target, args, resp, data))
+	return t.answered(id, t.NoPipeline.InstallSnapshot(id, target, args, resp, data))
 }
 
 // TimeoutNow implements raft.Transport.
 func (t reachTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, args *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
-	return t.answered(id, t.noPipeline.TimeoutNow(id, target, args, resp))
+	return t.answered(id, t.NoPipeline.TimeoutNow(id, target, args, resp))
 }
 
 // watchLeaders follows raft's leader changes to remember the leader this

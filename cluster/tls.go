@@ -217,7 +217,7 @@ func (n *Node) gossipMember(names []string) bool {
 // latest raft configuration this node has (not this node itself). On the
 // leader that includes a server being added.
 func (n *Node) inConfiguration(names []string) bool {
-	r := n.raftRef.Load()
+	r := n.group.Raft()
 	if r == nil {
 		return false
 	}
@@ -235,7 +235,7 @@ func (n *Node) inConfiguration(names []string) bool {
 
 // leaderKnown reports whether this node's raft knows a current leader.
 func (n *Node) leaderKnown() bool {
-	r := n.raftRef.Load()
+	r := n.group.Raft()
 	if r == nil {
 		return false
 	}
@@ -289,7 +289,7 @@ func (n *Node) peerID(addr string) string {
 			return id
 		}
 	}
-	if r := n.raftRef.Load(); r != nil {
+	if r := n.group.Raft(); r != nil {
 		if f := r.GetConfiguration(); f.Error() == nil {
 			for _, s := range f.Configuration().Servers {
 				if string(s.Address) == addr {

@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -19,21 +20,100 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 )
 
-// envelopeVersion is the only Envelope format this node writes and reads.
-const envelopeVersion = 1
+// EnvelopeVersion is the only Envelope format this node writes and reads.
+const EnvelopeVersion = 1
 
-// fsmAdapter is the raft.FSM (and raft.BatchingFSM) of a node: it decodes
-// each entry as a proto.Envelope and applies it to the node's Machine under
-// the node's state lock. It holds no state of its own.
-type fsmAdapter struct {
-	n *Node
+// FSM is the raft.FSM (and raft.BatchingFSM) of a group: it decodes
+// each entry as a proto.Envelope and applies it to the group's Machine
+// under the state lock (State), hands the effects addressed to this node
+// on, and writes and restores snapshots with the bodies they name
+// (snapframe.go).
+type FSM struct {
+	nodeID    string
+	log       *slog.Logger
+	state     *State
+	applied   *AppliedIndex
+	proposals *Proposals
+	storage   *Storage
+	bodies    *bodies.Store
+	trailing  uint64
+	closing   <-chan struct{}
+	host      FSMHost
+	// token marks the bodies this group appends to the snapshots it
+	// sends (bodiesSnapshots).
+	token [tokenLen]byte
+	// snapLive is how many bodies the last snapshot named.
+	snapLive atomic.Int64
 }
 
-var _ raft.BatchingFSM = (*fsmAdapter)(nil)
+// FSMHost is what the state machine adapter asks of the node that runs
+// the group. Every field may be nil (tests).
+type FSMHost struct {
+	// Effects is where the effects addressed to this node go now (nil:
+	// nowhere).
+	Effects func() fsm.Sink
+	// Applying is told before each run of entries is applied.
+	Applying func(now time.Time)
+	// Fail is told that the log cannot be applied here (the adapter then
+	// holds raft's apply loop until closing); Err is why, once it was.
+	Fail func(err error)
+	Err  func() error
+}
 
-// decodeEntry decodes a log entry and checks that this binary can apply
+// FSMConfig is what NewFSM builds the adapter of.
+type FSMConfig struct {
+	// NodeID is this node's: the effects of other nodes' channels are
+	// not passed on.
+	NodeID string
+	Logger *slog.Logger
+	// State, Applied and Proposals are the group's state, applied index
+	// and the envelopes this node proposed.
+	State     *State
+	Applied   *AppliedIndex
+	Proposals *Proposals
+	// Storage and Bodies are the group's log and body store (nil in
+	// tests that apply entries alone).
+	Storage *Storage
+	Bodies  *bodies.Store
+	// TrailingLogs is raft's: the entries kept behind a snapshot.
+	TrailingLogs uint64
+	// Closing is closed when the node closes.
+	Closing <-chan struct{}
+	Host    FSMHost
+}
+
+// NewFSM returns the adapter, with a fresh token for the bodies its
+// snapshots carry.
+func NewFSM(c FSMConfig) *FSM {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &FSM{nodeID: c.NodeID, log: c.Logger, state: c.State, applied: c.Applied, proposals: c.Proposals,
+		storage: c.Storage, bodies: c.Bodies, trailing: c.TrailingLogs, closing: c.Closing, host: c.Host,
+		token: newBodyToken()}
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+// Snapshots is the group's snapshot store as raft uses it: a snapshot of
+// this group's own is opened with the bodies it names appended.
+func (f *FSM) Snapshots(s *SnapshotStore) raft.SnapshotStore {
+	return &bodiesSnapshots{SnapshotStore: s, store: f.bodies, token: f.token}
+}
+
+// SnapshotBodies is how many bodies the last snapshot named.
+func (f *FSM) SnapshotBodies() int64 { return f.snapLive.Load() }
+
+func (f *FSM) err() error {
+	if f.host.Err == nil {
+		return nil
+	}
+	return f.host.Err()
+}
+
+// DecodeEntry decodes a log entry and checks that this binary can apply
 // every command of it.
-func decodeEntry(l *raft.Log) (*proto.Envelope, error) {
+func DecodeEntry(l *raft.Log) (*proto.Envelope, error) {
 	env := &proto.Envelope{}
 	if err := gproto.Unmarshal(l.Data, env); err != nil {
 		return nil, fmt.Errorf("cluster: log entry %d is not an Envelope this version reads (%w): written by a newer version, or damaged; upgrade this node", l.Index, err)
@@ -46,10 +126,10 @@ func decodeEntry(l *raft.Log) (*proto.Envelope, error) {
 
 func checkEnvelope(index uint64, env *proto.Envelope) error {
 	switch v := env.GetVersion(); {
-	case v > envelopeVersion:
+	case v > EnvelopeVersion:
 		return fmt.Errorf("cluster: log entry %d has envelope version %d and this version reads only %d: it was written by a newer version; upgrade this node",
-			index, v, envelopeVersion)
-	case v < envelopeVersion:
+			index, v, EnvelopeVersion)
+	case v < EnvelopeVersion:
 		return fmt.Errorf("cluster: log entry %d has envelope version %d, which no version of raftmq writes: the log is damaged", index, v)
 	}
 	if err := fsm.CheckEntry(fsm.Entry{Index: index, Envelope: env}); err != nil {
@@ -59,8 +139,8 @@ func checkEnvelope(index uint64, env *proto.Envelope) error {
 }
 
 // Apply implements raft.FSM.
-func (a *fsmAdapter) Apply(l *raft.Log) any {
-	return a.ApplyBatch([]*raft.Log{l})[0]
+func (f *FSM) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
 // ApplyBatch implements raft.BatchingFSM: it applies a run of committed
@@ -70,7 +150,7 @@ func (a *fsmAdapter) Apply(l *raft.Log) any {
 // node closes, so raft neither applies a later entry nor snapshots past
 // the one this replica skipped. A replica must not diverge, and panicking
 // instead only crash-loops on the same entry at every restart.
-func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	envs := make([]*proto.Envelope, len(logs))
 	local := make([]bool, len(logs))
@@ -79,32 +159,37 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		if envs[i] = a.n.proposals.take(l.Data); envs[i] != nil {
+		if envs[i] = f.proposals.Take(l.Data); envs[i] != nil {
 			local[i] = true
 			continue
 		}
-		if envs[i], decodeErr = decodeEntry(l); decodeErr != nil {
+		if envs[i], decodeErr = DecodeEntry(l); decodeErr != nil {
 			stop = i
 			break
 		}
 	}
-	n := a.n
-	bb := &batchBodies{store: n.bodies, envs: map[uint64]*proto.Envelope{}}
+	bb := &batchBodies{store: f.bodies, envs: map[uint64]*proto.Envelope{}}
 	for i, l := range logs[:stop] {
 		if envs[i] != nil {
 			bb.envs[l.Index] = envs[i]
 		}
 	}
-	n.checkStall(time.Now())
-	sink := localSink{node: n.cfg.NodeID, next: n.effects(), bodies: bb, log: n.log}
+	if f.host.Applying != nil {
+		f.host.Applying(time.Now())
+	}
+	var next fsm.Sink
+	if f.host.Effects != nil {
+		next = f.host.Effects()
+	}
+	sink := localSink{node: f.nodeID, next: next, bodies: bb, log: f.log}
 	var last uint64
-	n.stateMu.Lock()
+	f.state.mu.Lock()
 	for i, l := range logs[:stop] {
 		last = l.Index
 		if envs[i] == nil {
 			continue
 		}
-		res := n.machine.Apply(fsm.Entry{Index: l.Index, Envelope: envs[i]}, sink)
+		res := f.state.m.Apply(fsm.Entry{Index: l.Index, Envelope: envs[i]}, sink)
 		for _, r := range res {
 			if r != nil && r.Index == 0 {
 				r.Index = l.Index
@@ -114,7 +199,7 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 			if g := r.GetGet(); g != nil && g.BodyIndex != 0 && local[i] {
 				body, err := bb.read(queue.Body{Index: g.BodyIndex, Pos: g.BodyPos})
 				if err != nil {
-					n.log.Error("basic.get: the message body cannot be read", "err", err)
+					f.log.Error("basic.get: the message body cannot be read", "err", err)
 					gproto.Reset(r)
 					r.Index, r.Code, r.Text = l.Index, replycode.InternalError, "INTERNAL_ERROR - the message body cannot be read on this node"
 					continue
@@ -124,38 +209,42 @@ func (a *fsmAdapter) ApplyBatch(logs []*raft.Log) []any {
 		}
 		out[i] = res
 	}
-	n.stateMu.Unlock()
+	f.state.mu.Unlock()
 	if stop > 0 {
-		n.applied.advance(last)
+		f.applied.Advance(last)
 	}
 	if decodeErr != nil {
-		n.fail(decodeErr)
-		<-n.closing
+		if f.host.Fail != nil {
+			f.host.Fail(decodeErr)
+		}
+		<-f.closing
 	}
 	return out
 }
 
 // Snapshot implements raft.FSM.
-func (a *fsmAdapter) Snapshot() (raft.FSMSnapshot, error) {
-	if err := a.n.Err(); err != nil {
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.err(); err != nil {
 		return nil, fmt.Errorf("cluster: no snapshot of a node that stopped applying: %w", err)
 	}
-	a.n.logBytes.reset() // whatever triggered it (snapbytes.go)
-	a.n.stateMu.Lock()
-	w, err := a.n.machine.Snapshot()
-	index := a.n.machine.AppliedIndex()
-	a.n.stateMu.Unlock()
+	if f.storage != nil {
+		f.storage.Meter().Reset() // whatever triggered it (snapbytes.go)
+	}
+	f.state.mu.Lock()
+	w, err := f.state.m.Snapshot()
+	index := f.state.m.AppliedIndex()
+	f.state.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot: %w", err)
 	}
-	return fsmSnapshot{w: w, n: a.n, index: index}, nil
+	return fsmSnapshot{w: w, f: f, index: index}, nil
 }
 
 // Restore implements raft.FSM: it builds a fresh Machine from the snapshot
 // and swaps it in. A snapshot received from the leader carries the bodies
 // it names, which go to the body store; one of this node's own names
 // bodies its store must still hold.
-func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
+func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	sr := &snapshotReader{r: bufio.NewReaderSize(rc, 64<<10)}
 	state, framed, err := sr.state()
@@ -167,23 +256,23 @@ func (a *fsmAdapter) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	if framed {
-		if err := a.restoreBodies(sr, m.AppliedIndex()); err != nil {
+		if err := f.restoreBodies(sr, m.AppliedIndex()); err != nil {
 			return fmt.Errorf("cluster: restore: %w", err)
 		}
 	}
-	a.n.stateMu.Lock()
-	m.KeepReleases(a.n.machine)
-	a.n.machine = m
+	f.state.mu.Lock()
+	m.KeepReleases(f.state.m)
+	f.state.m = m
 	idx := m.AppliedIndex()
-	a.n.stateMu.Unlock()
-	a.n.applied.advance(idx)
+	f.state.mu.Unlock()
+	f.applied.Advance(idx)
 	// The snapshot read whole, grown by doubling, and its list of bodies
 	// are free now: as large as the state, or twice.
-	a.n.returnMemory()
+	f.returnMemory()
 	return nil
 }
 
-func (a *fsmAdapter) restoreBodies(sr *snapshotReader, index uint64) error {
+func (f *FSM) restoreBodies(sr *snapshotReader, index uint64) error {
 	live, err := sr.bodyList()
 	if err != nil {
 		return err
@@ -192,12 +281,12 @@ func (a *fsmAdapter) restoreBodies(sr *snapshotReader, index uint64) error {
 	if err != nil {
 		return err
 	}
-	store := a.n.bodies
+	store := f.bodies
 	if store == nil {
 		return nil
 	}
-	a.n.snapLive.Store(int64(len(live)))
-	if follow && token != a.n.bodyToken {
+	f.snapLive.Store(int64(len(live)))
+	if follow && token != f.token {
 		if err := importBodies(store, sr.r, live); err != nil {
 			return err
 		}
@@ -207,7 +296,7 @@ func (a *fsmAdapter) restoreBodies(sr *snapshotReader, index uint64) error {
 	}
 	// The log from its first entry on is this node's own and holds what
 	// it names; below it, the body files must.
-	first, err := a.n.store.FirstIndex()
+	first, err := f.storage.Store().FirstIndex()
 	if err != nil {
 		return err
 	}
@@ -224,7 +313,7 @@ func (a *fsmAdapter) restoreBodies(sr *snapshotReader, index uint64) error {
 // compaction raft does next.
 type fsmSnapshot struct {
 	w     io.WriterTo
-	n     *Node
+	f     *FSM
 	index uint64
 }
 
@@ -240,18 +329,18 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := sink.Close(); err != nil {
 		return err
 	}
-	if store := s.n.bodies; store != nil {
+	if store := s.f.bodies; store != nil {
 		// raft keeps TrailingLogs entries behind the snapshot; the
 		// store relocates the live bodies of what it may delete.
 		var to uint64
-		if t := s.n.cfg.TrailingLogs; s.index > t {
+		if t := s.f.trailing; s.index > t {
 			to = s.index - t
 		}
-		s.n.snapLive.Store(int64(len(live)))
-		to = s.n.holdDenseLog(live, to)
+		s.f.snapLive.Store(int64(len(live)))
+		to = s.f.holdDenseLog(live, to, s.f.storage.WALBytes)
 		if err := store.Retain(live, to); err != nil {
 			// The pin stays where it was: the log is kept, nothing lost.
-			s.n.log.Error("body store: cannot relocate the bodies of the compacted log", "err", err)
+			s.f.log.Error("body store: cannot relocate the bodies of the compacted log", "err", err)
 		}
 	}
 	return nil
@@ -263,7 +352,7 @@ func (s fsmSnapshot) Release() {
 	if r, ok := s.w.(fsm.Releaser); ok {
 		r.Release()
 	}
-	s.n.returnMemory()
+	s.f.returnMemory()
 }
 
 // returnAfterBodies is the size of snapshot, in bodies named, after which
@@ -278,8 +367,8 @@ const returnAfterBodies = 100_000
 // resident memory stayed near its peak (250 B per waiting delayed message
 // after a fill, of which 100 B live). It costs a collection, once per
 // large snapshot taken or restored, and those are minutes apart.
-func (n *Node) returnMemory() {
-	if n.snapLive.Load() < returnAfterBodies {
+func (f *FSM) returnMemory() {
+	if f.snapLive.Load() < returnAfterBodies {
 		return
 	}
 	debug.FreeOSMemory()
@@ -342,17 +431,19 @@ func (s localSink) NodeDown(node string) {
 	}
 }
 
-// appliedIndex tracks the highest log index the local state machine has
+// AppliedIndex tracks the highest log index the local state machine has
 // applied and wakes whoever waits for it.
-type appliedIndex struct {
+type AppliedIndex struct {
 	mu    sync.Mutex
 	index uint64
 	ch    chan struct{} // closed and replaced on every advance
 }
 
-func newAppliedIndex() *appliedIndex { return &appliedIndex{ch: make(chan struct{})} }
+// NewAppliedIndex is an index at 0.
+func NewAppliedIndex() *AppliedIndex { return &AppliedIndex{ch: make(chan struct{})} }
 
-func (a *appliedIndex) advance(i uint64) {
+// Advance raises the index to i (never lowers it) and wakes the waiters.
+func (a *AppliedIndex) Advance(i uint64) {
 	a.mu.Lock()
 	if i > a.index {
 		a.index = i
@@ -362,17 +453,18 @@ func (a *appliedIndex) advance(i uint64) {
 	a.mu.Unlock()
 }
 
-// load returns the applied index and a channel closed at the next advance.
-func (a *appliedIndex) load() (uint64, <-chan struct{}) {
+// Load returns the applied index and a channel closed at the next advance.
+func (a *AppliedIndex) Load() (uint64, <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.index, a.ch
 }
 
-// wait blocks until the applied index reaches i.
-func (a *appliedIndex) wait(ctx context.Context, closing <-chan struct{}, i uint64) error {
+// Wait blocks until the applied index reaches i; ErrClosed once closing
+// closes.
+func (a *AppliedIndex) Wait(ctx context.Context, closing <-chan struct{}, i uint64) error {
 	for {
-		cur, ch := a.load()
+		cur, ch := a.Load()
 		if cur >= i {
 			return nil
 		}

@@ -1,10 +1,10 @@
-package cluster
+package group
 
 // DefaultSnapshotThreshold is raft's entry threshold for a snapshot when
 // the state holds few messages.
 const DefaultSnapshotThreshold = 8192
 
-// snapshotThreshold is the entry count after which raft snapshots a state
+// SnapshotThreshold is the entry count after which raft snapshots a state
 // holding queued messages: at least base, and at least one entry per
 // message the state holds.
 //
@@ -18,22 +18,4 @@ const DefaultSnapshotThreshold = 8192
 // With one entry per queued message the snapshot's work is amortised
 // over at least as many entries as it encodes messages. Restarts stay
 // bounded by SnapshotBytes, which counts bytes whatever the entries.
-func snapshotThreshold(base, queued uint64) uint64 { return max(base, queued) }
-
-// scaleSnapshotThreshold sets raft's entry threshold for the messages the
-// state holds now (heldMessages), when the configuration left it at its
-// default.
-func (n *Node) scaleSnapshotThreshold(held uint64) {
-	if !n.cfg.scaleSnapshotThreshold {
-		return
-	}
-	want := snapshotThreshold(n.cfg.SnapshotThreshold, held)
-	rc := n.raft.ReloadableConfig()
-	if rc.SnapshotThreshold == want {
-		return
-	}
-	rc.SnapshotThreshold = want
-	if err := n.raft.ReloadConfig(rc); err != nil {
-		n.log.Warn("snapshot threshold", "entries", want, "err", err)
-	}
-}
+func SnapshotThreshold(base, queued uint64) uint64 { return max(base, queued) }

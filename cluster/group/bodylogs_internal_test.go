@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"path/filepath"
@@ -23,7 +23,7 @@ func TestBodyLogs_ReadThroughTheLogCache(t *testing.T) {
 	defer bs.Close()
 	cache := newLogCache(8, 1<<20, store)
 	for i := uint64(1); i <= 3; i++ {
-		data, err := gproto.Marshal(&proto.Envelope{Version: envelopeVersion, Commands: []*proto.Command{
+		data, err := gproto.Marshal(&proto.Envelope{Version: 1, Commands: []*proto.Command{
 			{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: []byte{byte(i)}}}}}})
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Log store kinds (Config.LogStore).
+// Log store kinds (StorageOptions.LogStore).
 const (
 	// LogStoreAuto keeps the store a data dir already has (raft.db means
 	// bolt) and picks the write-ahead log for a new one.
@@ -82,8 +82,9 @@ func exists(path string) bool {
 // store that cannot be opened is a *DataError naming its file. A
 // write-ahead log keeps entries over inlineMax out of line (largelog.go),
 // and one written before that, holding entries raft-wal cannot read, is
-// migrated first (walmigrate.go).
-func openLogStore(dir, kind string, log *slog.Logger) (store logStore, _ string, err error) {
+// migrated first (walmigrate.go). inline is inlineMax but in tests that
+// write a log as releases before side files did.
+func openLogStore(dir, kind string, inline int, log *slog.Logger) (store logStore, _ string, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -121,7 +122,7 @@ func openLogStore(dir, kind string, log *slog.Logger) (store logStore, _ string,
 		}
 		return nil, "", openError(bad, err)
 	}
-	large, err := withLargeEntries(&walStore{WAL: w, dir: path}, path, inlineLimit)
+	large, err := withLargeEntries(&walStore{WAL: w, dir: path}, path, inline)
 	if err != nil {
 		_ = w.Close()
 		if de := (*DataError)(nil); errors.As(err, &de) {
@@ -233,9 +234,9 @@ func (s *boltStore) GetLog(index uint64, l *raft.Log) error {
 
 func (s *boltStore) damage() *DataError { return s.bad.Load() }
 
-// snapshotStore remembers why snapshots could not be opened, so that a
+// SnapshotStore remembers why snapshots could not be opened, so that a
 // start that restores none can name them.
-type snapshotStore struct {
+type SnapshotStore struct {
 	raft.SnapshotStore
 	dir string
 
@@ -243,16 +244,16 @@ type snapshotStore struct {
 	failed map[string]error // snapshot id -> why Open failed
 }
 
-func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
 	if err != nil {
-		s.fail(id, err)
+		s.Fail(id, err)
 	}
 	return meta, rc, err
 }
 
-// fail records why snapshot id could not be opened (unreadable).
-func (s *snapshotStore) fail(id string, err error) {
+// Fail records why snapshot id could not be opened (unreadable).
+func (s *SnapshotStore) Fail(id string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed == nil {
@@ -263,7 +264,7 @@ func (s *snapshotStore) fail(id string, err error) {
 
 // unreadable is the DataError of a start on which no snapshot could be
 // restored.
-func (s *snapshotStore) unreadable(cause error) error {
+func (s *SnapshotStore) unreadable(cause error) error {
 	metas, err := s.List()
 	if err != nil || len(metas) == 0 {
 		return &DataError{Path: s.dir, Err: cause}
@@ -286,7 +287,7 @@ func (s *snapshotStore) unreadable(cause error) error {
 // data into a *DataError. raft panics when an entry it reads at start
 // cannot be read: the process would otherwise exit with a panic on every
 // start.
-func newRaft(start func() (*raft.Raft, error), store logStore, snaps *snapshotStore, logPath string) (r *raft.Raft, err error) {
+func newRaft(start func() (*raft.Raft, error), store logStore, snaps *SnapshotStore, logPath string) (r *raft.Raft, err error) {
 	defer func() {
 		p := recover()
 		if p == nil {

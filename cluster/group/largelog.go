@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"encoding/binary"
@@ -66,10 +66,6 @@ const (
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
-// inlineLimit is inlineMax; a test raises it to write a log as releases
-// before side files did.
-var inlineLimit = inlineMax
 
 // largeEntries is a log store that keeps entries over inlineMax in side
 // files in dir.

@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"bytes"
@@ -20,10 +20,39 @@ func discardLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 1}))
 }
 
-func testAdapter() (*fsmAdapter, *Node) {
-	n := &Node{cfg: Config{NodeID: "me"}, log: discardLogger(), machine: fsm.New(), applied: newAppliedIndex(),
+// testNode is what a node gives the adapter, for tests: its state,
+// applied index and proposals, and how it fails and closes.
+type testNode struct {
+	state     *State
+	applied   *AppliedIndex
+	proposals *Proposals
+	closing   chan struct{}
+	failed    chan struct{}
+	failErr   error
+}
+
+func (n *testNode) AppliedIndex() uint64 {
+	i, _ := n.applied.Load()
+	return i
+}
+
+func (n *testNode) Failed() <-chan struct{} { return n.failed }
+
+func (n *testNode) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
+}
+
+func testAdapter() (*FSM, *testNode) {
+	n := &testNode{state: NewState(), applied: NewAppliedIndex(), proposals: &Proposals{},
 		closing: make(chan struct{}), failed: make(chan struct{})}
-	return &fsmAdapter{n: n}, n
+	f := NewFSM(FSMConfig{NodeID: "me", Logger: discardLogger(), State: n.state, Applied: n.applied, Proposals: n.proposals,
+		Closing: n.closing, Host: FSMHost{Err: n.Err, Fail: func(err error) { n.failErr = err; close(n.failed) }}})
+	return f, n
 }
 
 func entry(t *testing.T, index uint64, env *proto.Envelope) *raft.Log {
@@ -53,8 +82,8 @@ func TestFSMAdapter_ApplyBatchAndSnapshot(t *testing.T) {
 	if got := n.AppliedIndex(); got != 5 {
 		t.Fatalf("applied %d, want 5", got)
 	}
-	if n.machine.Clock() != 100 {
-		t.Fatalf("clock %d: log time must not go back", n.machine.Clock())
+	if n.state.m.Clock() != 100 {
+		t.Fatalf("clock %d: log time must not go back", n.state.m.Clock())
 	}
 
 	snap, err := a.Snapshot()
@@ -69,7 +98,7 @@ func TestFSMAdapter_ApplyBatchAndSnapshot(t *testing.T) {
 	if err := b.Restore(io.NopCloser(&buf)); err != nil {
 		t.Fatal(err)
 	}
-	if nb.machine.Digest() != n.machine.Digest() || nb.AppliedIndex() != 5 {
+	if nb.state.m.Digest() != n.state.m.Digest() || nb.AppliedIndex() != 5 {
 		t.Fatalf("restored state differs (applied %d)", nb.AppliedIndex())
 	}
 }
@@ -116,8 +145,8 @@ func TestFSMAdapter_UnreadableEntryStopsTheNode(t *testing.T) {
 			if out[0] == nil || out[1] != nil || out[2] != nil {
 				t.Fatalf("responses %v: only the entry before the unreadable one applies", out)
 			}
-			if n.AppliedIndex() != 6 || n.machine.AppliedIndex() != 6 || n.machine.Clock() != 100 {
-				t.Fatalf("applied %d (machine %d, clock %d), want 6", n.AppliedIndex(), n.machine.AppliedIndex(), n.machine.Clock())
+			if n.AppliedIndex() != 6 || n.state.m.AppliedIndex() != 6 || n.state.m.Clock() != 100 {
+				t.Fatalf("applied %d (machine %d, clock %d), want 6", n.AppliedIndex(), n.state.m.AppliedIndex(), n.state.m.Clock())
 			}
 		})
 	}
@@ -180,17 +209,17 @@ func TestFSMAdapter_AppliesOwnProposalOnce(t *testing.T) {
 	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
 	l := entry(t, 3, &proto.Envelope{Version: 1, StampMs: 100, Commands: []*proto.Command{tick}})
 	// Registered with another stamp, so the test sees which one applied.
-	n.proposals.put(l.Data, &proto.Envelope{Version: 1, StampMs: 200, Commands: []*proto.Command{tick}})
+	n.proposals.Put(l.Data, &proto.Envelope{Version: 1, StampMs: 200, Commands: []*proto.Command{tick}})
 	a.ApplyBatch([]*raft.Log{l})
-	if n.machine.Clock() != 200 {
-		t.Fatalf("clock %d: the proposal was not applied", n.machine.Clock())
+	if n.state.m.Clock() != 200 {
+		t.Fatalf("clock %d: the proposal was not applied", n.state.m.Clock())
 	}
-	if n.proposals.len() != 0 {
+	if n.proposals.Len() != 0 {
 		t.Fatal("an applied proposal is still held")
 	}
-	n.proposals.put(l.Data, &proto.Envelope{Version: 1, StampMs: 300})
-	n.proposals.drop(l.Data)
-	if n.proposals.len() != 0 || n.proposals.take(l.Data) != nil {
+	n.proposals.Put(l.Data, &proto.Envelope{Version: 1, StampMs: 300})
+	n.proposals.Drop(l.Data)
+	if n.proposals.Len() != 0 || n.proposals.Take(l.Data) != nil {
 		t.Fatal("a dropped proposal is still held")
 	}
 }
@@ -209,8 +238,8 @@ func TestFSMAdapter_EmptyCommandOfAnOldLogReplays(t *testing.T) {
 	if res[0].GetCode() != 541 || res[1].GetCode() != 0 {
 		t.Fatalf("results %v", res)
 	}
-	if n.Err() != nil || n.AppliedIndex() != 2 || n.machine.Clock() != 200 {
-		t.Fatalf("err %v, applied %d, clock %d", n.Err(), n.AppliedIndex(), n.machine.Clock())
+	if n.Err() != nil || n.AppliedIndex() != 2 || n.state.m.Clock() != 200 {
+		t.Fatalf("err %v, applied %d, clock %d", n.Err(), n.AppliedIndex(), n.state.m.Clock())
 	}
 }
 
@@ -232,7 +261,7 @@ func TestFSMAdapter_RestoreKeepsReleaseCounts(t *testing.T) {
 		entry(t, 1, &proto.Envelope{Version: 1, StampMs: 100, Commands: setup}),
 		entry(t, 2, &proto.Envelope{Version: 1, StampMs: 150, Commands: []*proto.Command{release}}),
 	})
-	want := n.machine.Releases()
+	want := n.state.m.Releases()
 	if want.Released != 1 || want.LateSumMs != 40 {
 		t.Fatalf("releases %+v", want)
 	}
@@ -244,12 +273,12 @@ func TestFSMAdapter_RestoreKeepsReleaseCounts(t *testing.T) {
 	if err := snap.Persist(&memSink{Buffer: &buf}); err != nil {
 		t.Fatal(err)
 	}
-	before := n.machine
+	before := n.state.m
 	if err := a.Restore(io.NopCloser(&buf)); err != nil {
 		t.Fatal(err)
 	}
-	if n.machine == before || n.machine.Releases() != want {
-		t.Fatalf("after the restore: %+v, want %+v", n.machine.Releases(), want)
+	if n.state.m == before || n.state.m.Releases() != want {
+		t.Fatalf("after the restore: %+v, want %+v", n.state.m.Releases(), want)
 	}
 }
 
@@ -257,7 +286,7 @@ func TestFSMAdapter_RestoreKeepsReleaseCounts(t *testing.T) {
 // operating system at once (returnMemory), after a small one it leaves it
 // to the runtime.
 func TestSnapshotRelease_LargeReturnsFreeHeap(t *testing.T) {
-	n := &Node{}
+	f := &FSM{}
 	var st runtime.MemStats
 	garbage := func() {
 		b := make([][]byte, 64)
@@ -269,18 +298,18 @@ func TestSnapshotRelease_LargeReturnsFreeHeap(t *testing.T) {
 	}
 	forced := func() uint32 { runtime.ReadMemStats(&st); return st.NumForcedGC }
 
-	n.snapLive.Store(returnAfterBodies - 1)
+	f.snapLive.Store(returnAfterBodies - 1)
 	garbage()
 	before := forced()
-	fsmSnapshot{n: n}.Release()
+	fsmSnapshot{f: f}.Release()
 	if after := forced(); after != before {
 		t.Fatalf("a small snapshot forced %d collections", after-before)
 	}
 
-	n.snapLive.Store(returnAfterBodies)
+	f.snapLive.Store(returnAfterBodies)
 	garbage()
 	before = forced()
-	fsmSnapshot{n: n}.Release()
+	fsmSnapshot{f: f}.Release()
 	if after := forced(); after != before+1 {
 		t.Fatalf("a large snapshot forced %d collections, want 1", after-before)
 	}

@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import "github.com/hashicorp/raft"
 
@@ -11,8 +11,20 @@ import "github.com/hashicorp/raft"
 // as the follower's progress); the first always goes.
 const maxAppendBytes = 64 << 20
 
+// NoPipeline is the raft transport without pipelined replication. In
+// hashicorp/raft v1.7.3 a deposed leader's pipelined replication can block
+// for ever (its response decoder stops on a stale term while requests are
+// in flight), and then Shutdown never returns. Without the pipeline a
+// follower gets one batch (up to MaxAppendEntries entries) per round trip.
+type NoPipeline struct{ *raft.NetworkTransport }
+
+// AppendEntriesPipeline implements raft.Transport: not supported.
+func (NoPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
 // AppendEntries implements raft.Transport with the byte budget.
-func (t noPipeline) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+func (t NoPipeline) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	args.Entries = appendBudget(args.Entries, maxAppendBytes)
 	return t.NetworkTransport.AppendEntries(id, target, args, resp)
 }

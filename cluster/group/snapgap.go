@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"errors"
@@ -59,10 +59,10 @@ func mendSnapshotGap(a *raft.AppendEntriesRequest, logs raft.LogStore, snapshot 
 	return true
 }
 
-// gapBridge passes the RPCs the transport receives on to raft, mending
+// GapBridge passes the RPCs the transport receives on to raft, mending
 // the appends mendSnapshotGap recognises on the way. It is raft's
 // Consumer: one goroutine, so the order of RPCs is kept.
-type gapBridge struct {
+type GapBridge struct {
 	in       <-chan raft.RPC
 	out      chan raft.RPC
 	logs     raft.LogStore
@@ -70,8 +70,8 @@ type gapBridge struct {
 	mended   func(from, to uint64)
 }
 
-func newGapBridge(in <-chan raft.RPC, logs raft.LogStore, snapshots raft.SnapshotStore, mended func(from, to uint64)) *gapBridge {
-	return &gapBridge{in: in, out: make(chan raft.RPC), logs: logs, mended: mended,
+func newGapBridge(in <-chan raft.RPC, logs raft.LogStore, snapshots raft.SnapshotStore, mended func(from, to uint64)) *GapBridge {
+	return &GapBridge{in: in, out: make(chan raft.RPC), logs: logs, mended: mended,
 		snapshot: func() (uint64, uint64, bool) {
 			metas, err := snapshots.List()
 			if err != nil || len(metas) == 0 {
@@ -81,7 +81,11 @@ func newGapBridge(in <-chan raft.RPC, logs raft.LogStore, snapshots raft.Snapsho
 		}}
 }
 
-func (b *gapBridge) run(closing <-chan struct{}) {
+// Out is the RPCs for raft: the transport's Consumer.
+func (b *GapBridge) Out() <-chan raft.RPC { return b.out }
+
+// Run passes the RPCs on until closing closes.
+func (b *GapBridge) Run(closing <-chan struct{}) {
 	for {
 		select {
 		case rpc := <-b.in:

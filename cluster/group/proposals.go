@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
-// proposals are the Envelopes this node proposed as leader and has not yet
+// Proposals are the Envelopes this node proposed as leader and has not yet
 // applied, keyed by the entry bytes raft was given. raft hands the leader's
 // state machine the same bytes it was given, so the leader applies the
 // Envelope it built instead of decoding its own encoding of it: decoding
@@ -17,12 +17,13 @@ import (
 // treats an Envelope as read-only either way, and every field it reads
 // comes out of the encoding as it went in, so both paths apply the same
 // commands.
-type proposals struct {
+type Proposals struct {
 	mu sync.Mutex
 	m  map[*byte]*proto.Envelope
 }
 
-func (p *proposals) put(data []byte, env *proto.Envelope) {
+// Put remembers env, proposed as data.
+func (p *Proposals) Put(data []byte, env *proto.Envelope) {
 	p.mu.Lock()
 	if p.m == nil {
 		p.m = map[*byte]*proto.Envelope{}
@@ -31,8 +32,8 @@ func (p *proposals) put(data []byte, env *proto.Envelope) {
 	p.mu.Unlock()
 }
 
-// take returns and forgets the Envelope proposed as data, or nil.
-func (p *proposals) take(data []byte) *proto.Envelope {
+// Take returns and forgets the Envelope proposed as data, or nil.
+func (p *Proposals) Take(data []byte) *proto.Envelope {
 	if len(data) == 0 {
 		return nil
 	}
@@ -46,11 +47,11 @@ func (p *proposals) take(data []byte) *proto.Envelope {
 	return env
 }
 
-// drop forgets a proposal that failed.
-func (p *proposals) drop(data []byte) { p.take(data) }
+// Drop forgets a proposal that failed.
+func (p *Proposals) Drop(data []byte) { p.Take(data) }
 
-// len is how many proposals wait to be applied.
-func (p *proposals) len() int {
+// Len is how many proposals wait to be applied.
+func (p *Proposals) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.m)

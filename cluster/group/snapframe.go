@@ -1,4 +1,4 @@
-package cluster
+package group
 
 import (
 	"bufio"
@@ -8,9 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -25,8 +22,9 @@ import (
 // or from its body files (package bodies) once the log prefix holding them
 // is compacted. Three things make that work:
 //
-//   - holdingLogs keeps raft from deleting log entries whose bodies the
-//     body store may still be asked for (bodies.Store.Pin);
+//   - the group's log (group.Storage.Logs) keeps raft from deleting log
+//     entries whose bodies the body store may still be asked for
+//     (bodies.Store.Pin);
 //   - a snapshot is the state's metadata and the list of bodies it names
 //     (snapshot framing below), so its cost follows the metadata, and
 //     the body store relocates what the compaction would take away
@@ -56,35 +54,6 @@ const (
 	keyLen           = 16 // u64 index, u32 pos, u32 size
 	maxChunk         = 1 << 20
 )
-
-// holdingLogs is the node's log store with compaction held back: a
-// DeleteRange of a log prefix stops below the body store's pin. A delete
-// of the whole log passes: raft does that only after installing a
-// snapshot from the leader, whose bodies the restore stored first.
-type holdingLogs struct {
-	logStore
-	pin func() uint64
-}
-
-func (h holdingLogs) DeleteRange(min, max uint64) error {
-	if last, err := h.logStore.LastIndex(); err == nil && max >= last {
-		return h.logStore.DeleteRange(min, max)
-	}
-	if p := h.pin(); max >= p {
-		if p == 0 || p <= min {
-			return nil
-		}
-		max = p - 1
-	}
-	return h.logStore.DeleteRange(min, max)
-}
-
-// IsMonotonic passes on raft.MonotonicLogStore: raft clears a monotonic
-// log after installing a snapshot instead of leaving a gap.
-func (h holdingLogs) IsMonotonic() bool {
-	m, ok := h.logStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
 
 // newBodyToken marks the bodies a node appends to its own snapshots
 // (bodiesSnapshots), fresh at every start: a restore that reads its own
@@ -280,13 +249,13 @@ func bodySectionSize(live []bodies.Live) int64 {
 // raft reads the stream), so that a follower that installs it has them.
 // A restore on this node reads this process's token and stops there.
 type bodiesSnapshots struct {
-	*snapshotStore
+	*SnapshotStore
 	store *bodies.Store
 	token [tokenLen]byte
 }
 
 func (s *bodiesSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
-	meta, rc, err := s.snapshotStore.Open(id)
+	meta, rc, err := s.SnapshotStore.Open(id)
 	if err != nil {
 		return meta, rc, err
 	}
@@ -298,10 +267,10 @@ func (s *bodiesSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, er
 	rc.Close()
 	if err != nil {
 		err = fmt.Errorf("cluster: snapshot %s: %w", id, err)
-		s.fail(id, err)
+		s.Fail(id, err)
 		return nil, nil, err
 	}
-	meta, rc, err = s.snapshotStore.Open(id)
+	meta, rc, err = s.SnapshotStore.Open(id)
 	if err != nil || !framed || follow {
 		return meta, rc, err
 	}
@@ -414,16 +383,13 @@ func (b *batchBodies) read(ref queue.Body) ([]byte, error) {
 // and the copy competes with the traffic. Once consumers have taken more
 // than half of it, the log is compacted and what is left relocated. Only
 // the write-ahead log's size can be read cheaply (its segment files); a
-// bolt log always relocates.
-func (n *Node) holdDenseLog(live []bodies.Live, to uint64) uint64 {
-	if n.logKind != LogStoreWAL {
-		return to
-	}
+// bolt log always relocates. walBytes is group.Storage.WALBytes.
+func (f *FSM) holdDenseLog(live []bodies.Live, to uint64, walBytes func() (int64, bool)) uint64 {
 	// The oldest body only the log holds; bodies already in files pin
 	// nothing.
 	oldest, liveBytes := uint64(0), int64(0)
 	for _, l := range live {
-		if l.Key.Index <= to && oldest == 0 && !n.bodies.InFile(l.Key) {
+		if l.Key.Index <= to && oldest == 0 && !f.bodies.InFile(l.Key) {
 			oldest = l.Key.Index
 		}
 		liveBytes += l.Size
@@ -431,65 +397,8 @@ func (n *Node) holdDenseLog(live []bodies.Live, to uint64) uint64 {
 	if oldest == 0 {
 		return to
 	}
-	entries, err := os.ReadDir(filepath.Join(n.cfg.DataDir, walDir))
-	if err != nil {
-		return to
-	}
-	var logBytes int64
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
-			logBytes += info.Size()
-		}
-	}
-	if 2*liveBytes < logBytes {
+	if logBytes, ok := walBytes(); !ok || 2*liveBytes < logBytes {
 		return to
 	}
 	return oldest - 1
-}
-
-// reclaimLoop snapshots once most of the bodies the last snapshot named
-// are gone. Bodies are reclaimed (log compacted, body files deleted) only
-// when a snapshot no longer names them, and raft snapshots by entry
-// count: a drained backlog on a cluster that then goes quiet would keep
-// its disk for as long as nothing else is written.
-func (n *Node) reclaimLoop() {
-	defer n.wg.Done()
-	tick := time.NewTicker(n.cfg.SnapshotInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-			if n.Err() != nil {
-				continue
-			}
-			// Both read the same count: the state is read once a tick.
-			queued := n.heldMessages()
-			n.reclaimBodies(queued)
-			n.scaleSnapshotThreshold(queued)
-		case <-n.closing:
-			return
-		}
-	}
-}
-
-// heldMessages is the messages the state holds: ready, unacked, delayed.
-func (n *Node) heldMessages() uint64 {
-	var held uint64
-	n.View(func(m *fsm.Machine) {
-		st := m.Stats()
-		held = st.Ready + st.Unacked + st.Delayed
-	})
-	return held
-}
-
-// reclaimBodies snapshots once the state holds less than half the bodies
-// the last snapshot named (queued: heldMessages).
-func (n *Node) reclaimBodies(queued uint64) {
-	named := n.snapLive.Load()
-	if named == 0 || int64(queued)*2 > named {
-		return
-	}
-	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-		n.log.Warn("snapshot to reclaim message bodies", "err", err)
-	}
 }

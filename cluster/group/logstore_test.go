@@ -1,9 +1,13 @@
-package cluster
+package group
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -50,7 +54,7 @@ func TestOpenLogStore_KeepsWhatTheDirHolds(t *testing.T) {
 	for _, kind := range []string{LogStoreWAL, LogStoreBolt} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
-			s, got, err := openLogStore(dir, kind, nil)
+			s, got, err := openLogStore(dir, kind, inlineMax, nil)
 			if err != nil || got != kind {
 				t.Fatalf("open %s: %q, %v", kind, got, err)
 			}
@@ -68,7 +72,7 @@ func TestOpenLogStore_KeepsWhatTheDirHolds(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			s, got, err = openLogStore(dir, LogStoreAuto, nil)
+			s, got, err = openLogStore(dir, LogStoreAuto, inlineMax, nil)
 			if err != nil || got != kind {
 				t.Fatalf("reopen auto: %q, %v; want %q", got, err, kind)
 			}
@@ -85,5 +89,50 @@ func TestOpenLogStore_KeepsWhatTheDirHolds(t *testing.T) {
 				t.Fatalf("term %d, %v; want 7", term, err)
 			}
 		})
+	}
+}
+
+func TestSegmentFile_PicksTheSegmentHoldingTheIndex(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{
+		"00000000000000000001-0000000000000001.wal",
+		"00000000000000000100-0000000000000002.wal",
+		"00000000000000000100-0000000000000003.wal", // a later segment of the same base
+		"00000000000000000300-0000000000000004.wal",
+		"wal-meta.db",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for idx, want := range map[uint64]string{
+		1:   "00000000000000000001-0000000000000001.wal",
+		99:  "00000000000000000001-0000000000000001.wal",
+		100: "00000000000000000100-0000000000000003.wal",
+		299: "00000000000000000100-0000000000000003.wal",
+		500: "00000000000000000300-0000000000000004.wal",
+	} {
+		if got := segmentFile(dir, idx); got != filepath.Join(dir, want) {
+			t.Errorf("segmentFile(%d) = %s, want %s", idx, filepath.Base(got), want)
+		}
+	}
+	if got := segmentFile(filepath.Join(dir, "none"), 5); got != filepath.Join(dir, "none") {
+		t.Errorf("no segments: %s, want the dir", got)
+	}
+}
+
+// TestOpenError_SaysDamageOnlyForContent checks that a store the system
+// will not let the node open is not reported as damaged data: moving the
+// data dir aside would not cure it.
+func TestOpenError_SaysDamageOnlyForContent(t *testing.T) {
+	var de *DataError
+	if err := openError("raft.db", &fs.PathError{Op: "open", Path: "raft.db", Err: syscall.EACCES}); errors.As(err, &de) {
+		t.Errorf("permission denied reported as damage: %v", err)
+	}
+	if err := openError("raft.db", fmt.Errorf("write: %w", syscall.ENOSPC)); errors.As(err, &de) {
+		t.Errorf("a full disk reported as damage: %v", err)
+	}
+	if err := openError("raft.db", errors.New("invalid database")); !errors.As(err, &de) || de.Path != "raft.db" {
+		t.Errorf("invalid database: %v, want a *DataError naming raft.db", err)
 	}
 }

@@ -1,7 +1,6 @@
-package cluster
+package group
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -21,31 +20,26 @@ func TestHoldDenseLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	n := &Node{cfg: Config{DataDir: dir}, logKind: LogStoreWAL, bodies: store}
-	if err := os.MkdirAll(filepath.Join(dir, walDir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	setLog := func(size int) {
-		if err := os.WriteFile(filepath.Join(dir, walDir, "00001.wal"), make([]byte, size), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f := &FSM{bodies: store}
+	logBytes, isWAL := int64(0), true
+	walBytes := func() (int64, bool) { return logBytes, isWAL }
+	setLog := func(size int) { logBytes = int64(size) }
 	live := []bodies.Live{{Key: bodies.Key{Index: 10}, Size: 300}, {Key: bodies.Key{Index: 20}, Size: 300}, {Key: bodies.Key{Index: 90}, Size: 100}}
 
 	setLog(1000) // 700 of 1000 bytes live: held below entry 10
-	if got := n.holdDenseLog(live, 50); got != 9 {
+	if got := f.holdDenseLog(live, 50, walBytes); got != 9 {
 		t.Fatalf("dense log: compaction point %d, want 9", got)
 	}
 	setLog(2000) // 700 of 2000: compacted to 50, relocating 10 and 20
-	if got := n.holdDenseLog(live, 50); got != 50 {
+	if got := f.holdDenseLog(live, 50, walBytes); got != 50 {
 		t.Fatalf("sparse log: compaction point %d, want 50", got)
 	}
 	setLog(1000)
-	if got := n.holdDenseLog(live[2:], 50); got != 50 {
+	if got := f.holdDenseLog(live[2:], 50, walBytes); got != 50 {
 		t.Fatalf("nothing live below the compaction point: %d, want 50", got)
 	}
-	n.logKind = LogStoreBolt
-	if got := n.holdDenseLog(live, 50); got != 50 {
+	isWAL = false
+	if got := f.holdDenseLog(live, 50, walBytes); got != 50 {
 		t.Fatalf("bolt log: compaction point %d, want 50", got)
 	}
 }

@@ -1,0 +1,246 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+
+	"github.com/raftmq/raftmq/bodies"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Config is what a group is opened with.
+type Config struct {
+	// ID is this server's id in the group's raft configuration.
+	ID string
+	// Dir is the group's directory: its log and stable store, snapshots
+	// and body files.
+	Dir     string
+	Storage StorageOptions
+	// Raft tunes the group's raft (raft's own names and meanings).
+	Raft RaftTimings
+	// ScaleSnapshotThreshold raises raft's entry threshold for a snapshot
+	// with the messages the state holds (snapthreshold.go): the node's
+	// SnapshotThreshold was left at its default.
+	ScaleSnapshotThreshold bool
+	// NotifyCh receives raft's leadership changes (raft.Config.NotifyCh).
+	NotifyCh chan bool
+	// Logger and RaftLogger are the group's and its raft's logs
+	// (defaults: slog.Default(), none).
+	Logger     *slog.Logger
+	RaftLogger hclog.Logger
+	// FSM is the state machine adapter's part of the node; its State,
+	// Applied, Proposals, Storage, Bodies, TrailingLogs and Closing are
+	// the group's and set by Open.
+	FSM FSMConfig
+	// Pipeline is the node's part of the way into the group's log.
+	Pipeline PipelineConfig
+	// Closing is closed when the node closes: the group's goroutines end
+	// and its waits give up.
+	Closing <-chan struct{}
+}
+
+// PipelineConfig is what the node gives the way into a group's log
+// (Submitter, Batcher, Forwarder): bounds, and its own part as functions.
+type PipelineConfig struct {
+	// MaxCommands and MaxBytes bound one entry and one forwarded request;
+	// MaxInflight the entries in flight; MaxMessageSize a publish body.
+	MaxCommands    int
+	MaxBytes       int
+	MaxInflight    int
+	MaxMessageSize int
+	// LeaderWait bounds the wait for a leader (SubmitterConfig).
+	LeaderWait time.Duration
+	// Leading, Stamp, CommandProtocol and ClusterProtocol are the
+	// batcher's (BatcherConfig).
+	Leading         func() bool
+	Stamp           func() int64
+	CommandProtocol func(*proto.Command) uint32
+	ClusterProtocol func() uint32
+	// Leader and Changed are the submitter's (SubmitterConfig).
+	Leader  func(ctx context.Context, deadline time.Time) (Target, error)
+	Changed func() <-chan struct{}
+	// Dial is the forwarder's (ForwarderConfig).
+	Dial func(id, addr string) (*grpc.ClientConn, error)
+}
+
+// RaftTimings are the raft settings a node chooses for its groups.
+type RaftTimings struct {
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotThreshold  uint64
+	SnapshotInterval   time.Duration
+	TrailingLogs       uint64
+}
+
+// Group is one Raft group of a node: one hashicorp/raft instance, its
+// storage and body store in its directory, the adapter that applies its
+// log to its state, and the way into its log (Submitter, Batcher,
+// Forwarder). Open opens what is on disk; Start starts raft on a
+// transport; the node runs the batcher (Batcher().Run) and the snapshot
+// loops (RunSnapshots) once it is up.
+type Group struct {
+	cfg       Config
+	state     *State
+	applied   *AppliedIndex
+	proposals *Proposals
+	submit    *Submitter
+	batcher   *Batcher
+	fwd       *Forwarder
+	storage   *Storage
+	bodies    *bodies.Store
+	fsm       *FSM
+	logs      raft.LogStore
+	// raft is set once Start has it: the transport's handshakes may ask
+	// for it before.
+	raft atomic.Pointer[raft.Raft]
+	wg   sync.WaitGroup
+}
+
+// Open builds the group's state and the way into its log, opens its
+// storage (OpenStorage) and body store in cfg.Dir, and builds its state
+// machine adapter. It returns the group also when it fails: Close
+// releases what was opened.
+func Open(cfg Config) (*Group, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RaftLogger == nil {
+		cfg.RaftLogger = hclog.NewNullLogger()
+	}
+	g := &Group{cfg: cfg, state: NewState(), applied: NewAppliedIndex(), proposals: &Proposals{}}
+	pc := cfg.Pipeline
+	g.batcher = NewBatcher(BatcherConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, MaxInflight: pc.MaxInflight,
+		MaxMessageSize: pc.MaxMessageSize, Leading: pc.Leading, Stamp: pc.Stamp, CommandProtocol: pc.CommandProtocol,
+		ClusterProtocol: pc.ClusterProtocol, Proposals: g.proposals, Raft: g.Raft, Logger: cfg.Logger, Closing: cfg.Closing})
+	g.fwd = NewForwarder(ForwarderConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, Dial: pc.Dial})
+	g.submit = NewSubmitter(SubmitterConfig{LeaderWait: pc.LeaderWait, Leader: pc.Leader, Changed: pc.Changed,
+		Batcher: g.batcher, Forwarder: g.fwd, Applied: g.applied, State: g.state, Closing: cfg.Closing})
+	cfg.Storage.Logger, cfg.Storage.RaftLogger = cfg.Logger, cfg.RaftLogger
+	st, err := OpenStorage(cfg.Dir, cfg.Storage)
+	if err != nil {
+		return g, err
+	}
+	g.storage = st
+	cfg.Logger.Info("raft log store", "kind", st.Kind())
+	g.bodies, err = bodies.Open(filepath.Join(cfg.Dir, "bodies"), st.Entries(), bodies.Options{})
+	if err != nil {
+		var ce *bodies.CorruptError
+		if errors.As(err, &ce) {
+			return g, &DataError{Path: ce.Path, Err: err}
+		}
+		return g, fmt.Errorf("cluster: body store: %w", err)
+	}
+	g.logs = st.Logs(g.bodies.Pin)
+	fc := cfg.FSM
+	fc.State, fc.Applied, fc.Proposals, fc.Closing = g.state, g.applied, g.proposals, cfg.Closing
+	fc.Storage, fc.Bodies, fc.TrailingLogs = st, g.bodies, cfg.Raft.TrailingLogs
+	g.fsm = NewFSM(fc)
+	return g, nil
+}
+
+// Start starts the group's raft. in is what the transport receives (its
+// Consumer); transport is the transport raft is given, built around the
+// RPCs raft is to consume, which pass the gap mend (GapBridge) on their
+// way from in. It reports whether the group had raft state on disk.
+// Start's goroutine ends when closing closes; Close waits for it.
+func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) raft.Transport, closing <-chan struct{}) (hadState bool, _ error) {
+	cfg := &g.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = cfg.RaftLogger
+	rc.HeartbeatTimeout = cfg.Raft.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.Raft.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.Raft.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.Raft.CommitTimeout
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.SnapshotThreshold = cfg.Raft.SnapshotThreshold
+	rc.SnapshotInterval = cfg.Raft.SnapshotInterval
+	rc.TrailingLogs = cfg.Raft.TrailingLogs
+	rc.NotifyCh = cfg.NotifyCh
+	if err := raft.ValidateConfig(rc); err != nil {
+		return false, fmt.Errorf("cluster: raft config: %w", err)
+	}
+	st := g.storage
+	snaps, store := st.Snapshots(), st.Store()
+	has, err := raft.HasExistingState(g.logs, store, snaps)
+	if err != nil {
+		return false, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	gaps := st.GapBridge(in, func(from, to uint64) {
+		cfg.Logger.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
+	})
+	r, err := st.StartRaft(func() (*raft.Raft, error) {
+		return raft.NewRaft(rc, g.fsm, g.logs, store, g.fsm.Snapshots(snaps), transport(gaps.Out()))
+	})
+	if err != nil {
+		var de *DataError
+		if errors.As(err, &de) {
+			return has, err
+		}
+		return has, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	g.raft.Store(r)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		gaps.Run(closing)
+	}()
+	return has, nil
+}
+
+// Raft is the group's raft instance, nil before Start has it.
+func (g *Group) Raft() *raft.Raft { return g.raft.Load() }
+
+// Storage is the group's storage.
+func (g *Group) Storage() *Storage { return g.storage }
+
+// Bodies is the group's body store.
+func (g *Group) Bodies() *bodies.Store { return g.bodies }
+
+// FSM is the group's state machine adapter.
+func (g *Group) FSM() *FSM { return g.fsm }
+
+// State is the group's state machine under its lock; Applied the index
+// it reached; Proposals the envelopes this node proposed.
+func (g *Group) State() *State          { return g.state }
+func (g *Group) Applied() *AppliedIndex { return g.applied }
+func (g *Group) Proposals() *Proposals  { return g.proposals }
+
+// Submitter is the way into the group's log; Batcher its group commit;
+// Forwarder a follower's stream to the leader.
+func (g *Group) Submitter() *Submitter { return g.submit }
+func (g *Group) Batcher() *Batcher     { return g.batcher }
+func (g *Group) Forwarder() *Forwarder { return g.fwd }
+
+// Shutdown stops the group's raft (raft.Shutdown); nil before Start.
+func (g *Group) Shutdown() raft.Future {
+	if r := g.Raft(); r != nil {
+		return r.Shutdown()
+	}
+	return nil
+}
+
+// Close waits for Start's goroutine (its closing must be closed) and
+// closes the body store and the storage. raft must be shut down first.
+func (g *Group) Close() {
+	g.wg.Wait()
+	if g.bodies != nil {
+		_ = g.bodies.Close()
+	}
+	if g.storage != nil {
+		_ = g.storage.Close()
+	}
+}

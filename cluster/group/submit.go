@@ -1,0 +1,139 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Target is where a group's commands go now: this node's group commit
+// (Self), or the leader ID at its gRPC address Addr.
+type Target struct {
+	Self     bool
+	ID, Addr string
+}
+
+// SubmitterConfig is what a Submitter is built with.
+type SubmitterConfig struct {
+	// LeaderWait bounds the wait for a leader when the caller's context
+	// has no deadline.
+	LeaderWait time.Duration
+	// Leader waits, until deadline, for where commands go now (the node
+	// knows the leader's gRPC address through gossip).
+	Leader func(ctx context.Context, deadline time.Time) (Target, error)
+	// Changed is closed at the next change of leader, readiness or
+	// membership.
+	Changed func() <-chan struct{}
+	// Batcher, Forwarder, Applied and State are the group's.
+	Batcher   *Batcher
+	Forwarder *Forwarder
+	Applied   *AppliedIndex
+	State     *State
+	Closing   <-chan struct{}
+}
+
+// Submitter is the way into a group's log for everyone: local callers,
+// the leader's loops, forwarded requests arrive at its Batcher.
+type Submitter struct {
+	cfg SubmitterConfig
+}
+
+// NewSubmitter returns a submitter.
+func NewSubmitter(c SubmitterConfig) *Submitter { return &Submitter{cfg: c} }
+
+// SubmitBatch proposes cmds in ONE log entry and returns their results,
+// in order, once the entry committed AND this node's state machine applied
+// it (so the effects for local consumers happened and the caller reads
+// its own write). On a follower the commands are forwarded to the leader.
+// Commands that never reached a leader are sent again while a leader is
+// awaited; an error never hides a commit, and ErrOutcomeUnknown means the
+// outcome is unknown.
+func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	s.gateFailed(cmds)
+	deadline, hasDeadline := ctx.Deadline()
+	if !hasDeadline {
+		deadline = time.Now().Add(s.cfg.LeaderWait)
+	}
+	for {
+		if s.isClosed() {
+			return nil, ErrClosed
+		}
+		res, index, err := s.route(ctx, deadline, cmds)
+		if err == nil {
+			if len(res) != len(cmds) {
+				return nil, fmt.Errorf("cluster: %d results for %d commands", len(res), len(cmds))
+			}
+			if err := s.cfg.Applied.Wait(ctx, s.cfg.Closing, index); err != nil {
+				return nil, fmt.Errorf("cluster: committed at %d, not yet applied here: %w", index, err)
+			}
+			return res, nil
+		}
+		if !IsRetryable(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return nil, err
+		}
+		// Nothing reached the log: wait for a leader change and try again.
+		wait := s.cfg.Changed()
+		t := time.NewTimer(min(50*time.Millisecond, time.Until(deadline)))
+		select {
+		case <-wait:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-s.cfg.Closing:
+		}
+		t.Stop()
+	}
+}
+
+// route sends the commands once: into the local group commit on a ready
+// leader, over the forwarding stream otherwise.
+func (s *Submitter) route(ctx context.Context, deadline time.Time, cmds []*proto.Command) ([]*proto.Result, uint64, error) {
+	target, err := s.cfg.Leader(ctx, deadline)
+	if err != nil {
+		return nil, 0, err
+	}
+	p := NewRequest(cmds)
+	if target.Self {
+		s.cfg.Batcher.Enqueue(p)
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-s.cfg.Closing:
+			p.Finish(nil, 0, fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown))
+		}
+		return p.Outcome()
+	}
+	return s.cfg.Forwarder.Submit(ctx, target.ID, target.Addr, p)
+}
+
+func (s *Submitter) isClosed() bool {
+	select {
+	case <-s.cfg.Closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// gateFailed clears Requeue.failed (basic.reject) while the log this node
+// applied is below protocol level 8: below it a reject means what a nack
+// does, and a server of an earlier release would refuse the field.
+func (s *Submitter) gateFailed(cmds []*proto.Command) {
+	var level uint32
+	for _, c := range cmds {
+		if r := c.GetRequeue(); r.GetFailed() {
+			if level == 0 {
+				s.cfg.State.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+			}
+			if level < fsm.RetryLevel {
+				r.Failed = false
+			}
+		}
+	}
+}
