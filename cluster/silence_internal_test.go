@@ -62,3 +62,37 @@ func TestSilence_PauseBetweenEffectsIsSeenByTheGateAndTheEpoch(t *testing.T) {
 		t.Fatalf("a delivery applied right after a stall was passed on (%v), not held (%d held)", rec.epochs, len(w.held))
 	}
 }
+
+// timeoutRec records the consumer and channel timeouts a gate passes on.
+type timeoutRec struct {
+	fsm.Sink
+	consumers, channels []string
+}
+
+func (r *timeoutRec) ConsumerTimedOut(c *proto.ConsumerRef, _ int64, _ []uint64) {
+	r.consumers = append(r.consumers, c.GetTag())
+}
+
+func (r *timeoutRec) ChannelTimedOut(ch *proto.ChannelRef, _ int64) {
+	r.channels = append(r.channels, ch.GetConnection())
+}
+
+// While the node is suspect, its effects wait, consumer timeouts too, and
+// go out in order once it has caught up.
+func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
+	rec := &timeoutRec{}
+	w := newQuorumWatch()
+	w.suspect = true
+	g := gateSink{w: w, next: rec}
+	c := &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: "me"}, Tag: "slow"}
+	g.ConsumerTimedOut(c, 500, []uint64{1, 3})
+	g.ChannelTimedOut(&proto.ChannelRef{Node: "me", Connection: "f"}, 500)
+	if len(rec.consumers) != 0 || len(rec.channels) != 0 || len(w.held) != 2 {
+		t.Fatalf("passed on while suspect: %v %v, held %d", rec.consumers, rec.channels, len(w.held))
+	}
+	n := &Node{cfg: Config{NodeID: "me", Effects: rec}, log: discardLogger()}
+	n.flushHeld(w.held, w.gen)
+	if len(rec.consumers) != 1 || rec.consumers[0] != "slow" || len(rec.channels) != 1 {
+		t.Fatalf("after catching up: consumers %v channels %v", rec.consumers, rec.channels)
+	}
+}

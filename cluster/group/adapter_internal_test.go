@@ -317,23 +317,3 @@ func TestSnapshotRelease_LargeReturnsFreeHeap(t *testing.T) {
 		t.Fatalf("%d bytes of free heap still resident after a large snapshot", kept)
 	}
 }
-
-// While the node is suspect, its effects wait, consumer timeouts too, and
-// go out in order once it has caught up.
-func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
-	rec := &recSink{}
-	w := newQuorumWatch()
-	w.suspect = true
-	g := gateSink{w: w, next: rec}
-	c := &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: "me"}, Tag: "slow"}
-	g.ConsumerTimedOut(c, 500, []uint64{1, 3})
-	g.ChannelTimedOut(&proto.ChannelRef{Node: "me", Connection: "f"}, 500)
-	if len(rec.consumersTimedOut) != 0 || len(rec.timedOut) != 0 || len(w.held) != 2 {
-		t.Fatalf("passed on while suspect: %v %v, held %d", rec.consumersTimedOut, rec.timedOut, len(w.held))
-	}
-	n := &Node{cfg: Config{NodeID: "me", Effects: rec}, log: discardLogger(), machine: fsm.New()}
-	n.flushHeld(w.held, w.gen)
-	if len(rec.consumersTimedOut) != 1 || rec.consumersTimedOut[0] != "slow" || len(rec.timedOut) != 1 {
-		t.Fatalf("after catching up: consumers %v channels %v", rec.consumersTimedOut, rec.timedOut)
-	}
-}
