@@ -174,7 +174,7 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 		return false, fmt.Errorf("cluster: raft config: %w", err)
 	}
 	st := g.storage
-	snaps, store := st.Snapshots(), st.Store()
+	snaps, store := st.Snapshots(), st.Stable()
 	has, err := raft.HasExistingState(g.logs, store, snaps)
 	if err != nil {
 		return false, fmt.Errorf("cluster: read raft state: %w", err)

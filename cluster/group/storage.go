@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -46,6 +47,7 @@ type Storage struct {
 	entries *bodyLogs
 	meter   *LogMeter
 	logs    raft.LogStore // what Logs returned
+	stable  *stableUntilClosed
 }
 
 // OpenStorage opens (creating if needed) the storage of a group in dir.
@@ -75,6 +77,7 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 		dir:     dir,
 		kind:    kind,
 		store:   store,
+		stable:  &stableUntilClosed{store: store},
 		snaps:   &SnapshotStore{SnapshotStore: files, dir: filepath.Join(dir, "snapshots")},
 		entries: &bodyLogs{LogStore: store},
 		meter:   newLogMeter(o.SnapshotBytes),
@@ -152,5 +155,65 @@ func (s *Storage) GapBridge(in <-chan raft.RPC, mended func(from, to uint64)) *G
 	return newGapBridge(in, s.logs, s.snaps, mended)
 }
 
+// Stable is raft's stable store (the term and the vote): the log store's,
+// until Close.
+func (s *Storage) Stable() raft.StableStore { return s.stable }
+
 // Close closes the log store.
-func (s *Storage) Close() error { return s.store.Close() }
+func (s *Storage) Close() error {
+	s.stable.close()
+	return s.store.Close()
+}
+
+// stableUntilClosed is raft's stable store until the storage closes, and
+// then drops writes. hashicorp/raft answers a leader's heartbeat on the
+// transport's goroutine, not its own, so one that passed the shutdown
+// check just before Raft.Shutdown can still write the term it carries
+// after Shutdown returned and the store closed; raft panics when that
+// write fails (hashicorp/raft issue 717, open), which took a node's
+// process, or a test binary, down as it stopped. The raft instance is
+// gone by then, and what it would write does not matter: a term learnt
+// from a heartbeat is learnt again from the next after a restart, and
+// the vote the stored term guards is cast only by a running instance,
+// whose writes come before Close.
+type stableUntilClosed struct {
+	mu     sync.RWMutex
+	closed bool
+	store  raft.StableStore
+}
+
+func (s *stableUntilClosed) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+func (s *stableUntilClosed) Set(key, val []byte) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil
+	}
+	return s.store.Set(key, val)
+}
+
+func (s *stableUntilClosed) SetUint64(key []byte, val uint64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil
+	}
+	return s.store.SetUint64(key, val)
+}
+
+func (s *stableUntilClosed) Get(key []byte) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.store.Get(key)
+}
+
+func (s *stableUntilClosed) GetUint64(key []byte) (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.store.GetUint64(key)
+}

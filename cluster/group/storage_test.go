@@ -112,3 +112,35 @@ func TestStorage_WALBytes(t *testing.T) {
 		t.Errorf("a bolt log has %d WAL bytes", n)
 	}
 }
+
+// A heartbeat raft answers on its transport's goroutine after Shutdown
+// returned writes its term to a store that has closed (hashicorp/raft
+// issue 717), and raft panics when that write fails: after Close the
+// stable store drops writes instead, and what was stored before stays.
+func TestStorage_StableDropsWritesAfterClose(t *testing.T) {
+	dir := t.TempDir()
+	st, err := OpenStorage(dir, StorageOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Stable().SetUint64([]byte("CurrentTerm"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Stable().SetUint64([]byte("CurrentTerm"), 4); err != nil {
+		t.Fatalf("a term written after Close: %v (raft panics on it)", err)
+	}
+	if err := st.Stable().Set([]byte("LastVoteCand"), []byte("n2")); err != nil {
+		t.Fatalf("a vote written after Close: %v", err)
+	}
+	st, err = OpenStorage(dir, StorageOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if term, err := st.Stable().GetUint64([]byte("CurrentTerm")); err != nil || term != 3 {
+		t.Fatalf("term after reopening: %d, %v; want 3", term, err)
+	}
+}
