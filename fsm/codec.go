@@ -33,8 +33,8 @@ const (
 	// the deaths by reason (Stats.Deaths), 8 the messages of delayed
 	// exchanges (apply_delayed.go), 9 each queue's retryLevel flag, each
 	// message's failed attempts and the messages waiting out a delayed
-	// retry (apply_retry.go).
-	snapVersion = 9
+	// retry (apply_retry.go), 10 the vhosts' limits (vhost_limits.go).
+	snapVersion = 10
 	// bodyRefFormat is the first format that names bodies.
 	bodyRefFormat = 7
 	// delayedFormat is the first format that holds delayed messages.
@@ -135,6 +135,9 @@ func (s *state) encodeTo(e *enc) {
 	} else if e.format == 0 && !s.atLeast(retryLevel) {
 		// Likewise below level 8 nothing waits for a delayed retry.
 		e.format = retryFormat - 1
+	} else if e.format == 0 && !s.atLeast(limitsLevel) {
+		// Likewise below level 12 no vhost has limits.
+		e.format = limitsFormat - 1
 	}
 	v := e.version()
 	e.b = append(e.b, snapMagic...)
@@ -271,6 +274,9 @@ func (s *state) encodeTo(e *enc) {
 	}
 	if e.version() >= retryFormat {
 		encRetry(e, &s.retry)
+	}
+	if e.version() >= limitsFormat {
+		encLimits(e, s)
 	}
 	e.flushBytes()
 }
@@ -784,6 +790,9 @@ func decodeState(b []byte) (*state, error) {
 		return nil, errCorrupt
 	}
 	if version >= retryFormat && !decRetry(d, s) {
+		return nil, errCorrupt
+	}
+	if version >= limitsFormat && !decLimits(d, s) {
 		return nil, errCorrupt
 	}
 	if d.err != nil {
