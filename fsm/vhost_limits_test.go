@@ -177,3 +177,33 @@ func TestVhostLimits_Validate(t *testing.T) {
 		t.Fatal("a command without a vhost passed")
 	}
 }
+
+// A log at level 11 declares as before; across its SetProtocol to 12 the
+// limits are set and refuse a declare, and a replica replaying the whole
+// log agrees with one restored from a snapshot after any entry (format 9
+// before the SetProtocol, 10 after).
+func TestVhostLimits_ReplayAcrossSetProtocol(t *testing.T) {
+	var log [][]*proto.Command
+	add := func(c ...*proto.Command) { log = append(log, c) }
+	add(declare("q1", nil), declare("q2", nil))
+	add(fsmtest.SetProtocol(fsm.Protocol))
+	add(limitsCmd("/", true, nil, "max-queues", 3, "max-connections", 1))
+	add(declare("q3", nil), declare("q4", nil))
+	add(limitsCmd("/", false, []string{"max-queues"}), declare("q4", nil))
+	replay := func(restoreAt int) (*fsm.Machine, [][]*proto.Result) { return replayLog(t, 11, log, restoreAt) }
+	a, res := replay(-1)
+	mustOK(t, res[0][0])
+	mustOK(t, res[0][1])
+	mustOK(t, res[3][0])
+	if r := res[3][1]; r.GetCode() != 406 {
+		t.Fatalf("declare past max-queues: %v", r)
+	}
+	mustOK(t, res[4][1])
+	sameLimits(t, limitsOf(a, "/"), "max-connections", 1)
+	for at := range log {
+		b, _ := replay(at)
+		if a.Digest() != b.Digest() {
+			t.Fatalf("restored after entry %d: digests differ", at)
+		}
+	}
+}
