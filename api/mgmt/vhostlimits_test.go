@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 )
 
@@ -93,4 +94,25 @@ func waitForDefaults(t *testing.T, g mgmtClient) {
 		}
 		return nil
 	})
+}
+
+// While a server of the cluster runs a release before vhost limits
+// (protocol 11), setting one is refused with a reason that says so, and
+// nothing is set.
+func TestManagementVhostLimitsWaitForEveryServer(t *testing.T) {
+	c := clustertest.New(t, 2, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		if i == 1 {
+			cfg.Protocol = 11
+		}
+	}))
+	n := c.WaitForLeader(clustertest.Timeout)
+	g := mgmtClient{t: t, base: serveManagement(t, n), user: "guest", pass: "guest"}
+	waitForDefaults(t, g)
+	code, body, _ := g.do("PUT", "/api/vhost-limits/%2F/max-queues", map[string]any{"value": 1})
+	if code < 400 || !strings.Contains(string(body), "needs protocol version 12") {
+		t.Fatalf("PUT with a server at protocol 11: %d %s", code, body)
+	}
+	if body := strings.TrimSpace(string(g.must(http.StatusOK, "GET", "/api/vhost-limits", nil))); body != "[]" {
+		t.Fatalf("limits after the refusal: %s", body)
+	}
 }
