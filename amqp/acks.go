@@ -163,6 +163,12 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 			// by one, as they came, and the first refused one is raised.
 			return ch.submitEach(g)
 		}
+		if e, handled := ch.takenBack(firsts[i]); handled {
+			if e != nil {
+				return e
+			}
+			continue
+		}
 		return resultError(firsts[i].m, r)
 	}
 	return nil
@@ -179,11 +185,47 @@ func (ch *channel) submitEach(run []item) *wire.Error {
 		return ch.resolveAcks(run, cmds, err)
 	}
 	for i, r := range results {
-		if r.GetCode() != 0 {
-			return resultError(run[i].m, r)
+		if r.GetCode() == 0 {
+			continue
 		}
+		if e, handled := ch.takenBack(run[i]); handled {
+			if e != nil {
+				return e
+			}
+			continue
+		}
+		return resultError(run[i].m, r)
 	}
 	return nil
+}
+
+// takenBack answers for an acknowledgement the log refused because a
+// consumer timeout took some of its deliveries back first: the client
+// acked them as the timeout was applied, and RabbitMQ 4.3 ignores such a
+// late ack. The refusal was applied here (Submit returns then), so the
+// ledger knows what the timeout took and the state what is left, which
+// goes again. handled is false for any other refusal.
+func (ch *channel) takenBack(it item) (e *wire.Error, handled bool) {
+	tags := ackTags(it.cmd)
+	ch.mu.Lock()
+	took := ch.led.wasReclaimed(tags)
+	ch.mu.Unlock()
+	if !took {
+		return nil, false
+	}
+	b := ch.c.srv.node()
+	left := b.Unacked(ch.ref(), tags)
+	if len(left) == 0 {
+		return nil, true
+	}
+	results, err := b.SubmitBatch(ch.c.ctx, []*proto.Command{withAckTags(it.cmd, left)})
+	if err != nil {
+		return ch.resolveAcks([]item{it}, []*proto.Command{withAckTags(it.cmd, left)}, err), true
+	}
+	if r := results[0]; r.GetCode() != 0 {
+		return resultError(it.m, r), true
+	}
+	return nil, true
 }
 
 // mergeSettles folds the plain acknowledgements of run (Settle commands

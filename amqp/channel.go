@@ -57,6 +57,9 @@ type channel struct {
 	// wait until it is released.
 	mu  sync.Mutex
 	led *ledger
+	// epochs are the silence epochs the channel's deliveries were
+	// decided in (silence.go). Guarded by mu.
+	epochs []tagEpoch
 	// heldTimer calls expireHeld at the deadline the ledger asked for.
 	heldTimer *time.Timer
 	// overdueKick wakes the worker to requeue what the ledger withheld
@@ -394,9 +397,10 @@ func (ch *channel) finish(reply bool) {
 
 // deliver takes a delivery the log assigned to this channel (the Sink's
 // Deliver, on the node's apply goroutine): never blocks.
-func (ch *channel) deliver(d *fsm.Delivery) {
+func (ch *channel) deliver(d *fsm.Delivery, epoch uint64) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	ch.noteEpoch(d.DeliveryTag, epoch)
 	ch.carryOut(ch.led.deliver(d, time.Now().UnixMilli()))
 }
 
@@ -475,13 +479,17 @@ const overdueRetry = 100 * time.Millisecond
 func (ch *channel) writeDelivery(n numbered) {
 	d := n.d
 	props := propertiesFromProto(d.Properties)
-	ch.c.sendContent(ch.id, &wire.BasicDeliver{
+	ref := d.Consumer.GetChannel()
+	if d.NoAck {
+		ref = nil // settled as assigned: the log requeues it to nobody else
+	}
+	ch.c.sendDecided(ch.id, &wire.BasicDeliver{
 		ConsumerTag: d.Consumer.GetTag(),
 		DeliveryTag: n.wire,
 		Redelivered: d.Redelivered,
 		Exchange:    d.Exchange,
 		RoutingKey:  d.RoutingKey,
-	}, &props, d.Body)
+	}, &props, d.Body, ch.epochOf(d.DeliveryTag), ref, d.DeliveryTag)
 }
 
 // consumerCancelled sends basic.cancel for a consumer the broker cancelled.
@@ -496,4 +504,35 @@ func (ch *channel) consumerCancelled(tag string) {
 	if capability(ch.c.caps, "consumer_cancel_notify") {
 		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
 	}
+}
+
+// consumerTimedOut takes back what the log requeued for a consumer whose
+// delivery timed out (logTags) and tells the client: basic.cancel when
+// it announced consumer_cancel_notify, as RabbitMQ 4.3 does, else the
+// channel closes with 406 as before (its close requeues the rest, as any
+// close does). A client that cancelled the consumer meanwhile is told
+// nothing more.
+func (ch *channel) consumerTimedOut(tag string, timeout int64, logTags []uint64) {
+	ch.mu.Lock()
+	if ch.led.closed {
+		ch.mu.Unlock()
+		return
+	}
+	known := ch.led.timedOut(tag, logTags)
+	notify := capability(ch.c.caps, "consumer_cancel_notify")
+	if notify && known {
+		ch.c.send(ch.id, &wire.BasicCancel{ConsumerTag: tag, NoWait: true})
+	}
+	ch.mu.Unlock()
+	if !notify {
+		ch.fail(timeoutError(ch.id, timeout))
+	}
+}
+
+// timeoutError is RabbitMQ's channel.close for a delivery left
+// unacknowledged past its consumer timeout (ms).
+func timeoutError(id uint16, timeout int64) *wire.Error {
+	return wire.ChanError(replycode.PreconditionFailed, 0, 0,
+		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
+			"This timeout value can be configured, see consumers doc guide to learn more", id, timeout)
 }

@@ -85,6 +85,9 @@ type conn struct {
 	// writeSince is when the writer's current chunk write started (unix
 	// nanoseconds), 0 while it is not writing.
 	writeSince atomic.Int64
+	// fenced is the last silence epoch the writer caught up with
+	// (silence.go). Writer only.
+	fenced uint64
 
 	mu       sync.Mutex
 	channels map[uint16]*channel
@@ -302,6 +305,7 @@ func (c *conn) writer() {
 	defer close(c.writerEnd)
 	w := bufio.NewWriterSize(c.nc, 64<<10)
 	var spare []byte
+	var spareMarks []mark
 	var tick <-chan time.Time
 	var ticker *time.Ticker
 	defer func() {
@@ -329,7 +333,12 @@ func (c *conn) writer() {
 			}
 			continue
 		}
-		b, closed := c.out.take(spare)
+		b, marks, closed := c.out.take(spare, spareMarks)
+		spare, spareMarks = b, marks
+		if len(marks) > 0 && c.srv.holdWrite != nil {
+			c.srv.holdWrite(c)
+		}
+		b = c.guard(b, marks)
 		if len(b) > 0 {
 			c.wroteAny.Store(true)
 			if err := c.write(w, b); err != nil {
@@ -337,11 +346,10 @@ func (c *conn) writer() {
 				return
 			}
 		}
-		spare = b
 		if closed {
 			// Drain anything appended between take and close.
-			if b, _ := c.out.take(nil); len(b) > 0 {
-				_ = c.write(w, b)
+			if b, marks, _ := c.out.take(nil, nil); len(b) > 0 {
+				_ = c.write(w, c.guard(b, marks))
 			}
 			return
 		}

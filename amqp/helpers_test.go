@@ -208,6 +208,14 @@ func startServer(t testing.TB, cfg Config) *testServer {
 	b := newFakeBroker()
 	srv := NewServer(cfg)
 	srv.SetBroker(b)
+	addr := serveLoopback(t, srv)
+	return &testServer{srv: srv, broker: b, addr: addr, url: "amqp://guest:guest@" + addr + "/"}
+}
+
+// serveLoopback serves srv on a loopback port until the test ends and
+// returns the address.
+func serveLoopback(t testing.TB, srv *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -220,8 +228,7 @@ func startServer(t testing.TB, cfg Config) *testServer {
 			t.Errorf("Serve returned %v", err)
 		}
 	})
-	addr := ln.Addr().String()
-	return &testServer{srv: srv, broker: b, addr: addr, url: "amqp://guest:guest@" + addr + "/"}
+	return ln.Addr().String()
 }
 
 // rawClient speaks AMQP frame by frame.

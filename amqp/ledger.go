@@ -48,6 +48,12 @@ type ledger struct {
 	// heldDue is the deadline (unix ms) the held timer is armed for, 0
 	// when it is not armed.
 	heldDue int64
+	// reclaimed are the wire tags of deliveries a consumer timeout took
+	// back (the log requeued them): the client's late ack, nack or reject
+	// of one is ignored, as RabbitMQ 4.3 ignores it. reclaimedLog holds
+	// their log tags, for an ack already on its way to the log.
+	reclaimed    map[uint64]bool
+	reclaimedLog map[uint64]bool
 	// closed is set once the channel handed everything to its close.
 	closed bool
 	// reply is the channel's direct reply-to consumer (replyto.go), nil
@@ -169,6 +175,52 @@ func (l *ledger) cancelled(tag string) (known bool, a actions) {
 		l.withhold(&a, t)
 	}
 	return true, a
+}
+
+// timedOut forgets a consumer whose delivery timed out: the log removed
+// it and requeued its deliveries, logTags. known reports whether it was
+// the channel's with its consume-ok written; one still starting is told
+// after its consume-ok, as any consumer the log cancelled by then
+// (consumed reports it inactive). Nothing goes back unseen: the log took
+// back what the channel held or withheld for it too.
+func (l *ledger) timedOut(tag string, logTags []uint64) (known bool) {
+	if l.closed {
+		return false
+	}
+	_, active := l.consumers[tag]
+	delete(l.consumers, tag)
+	delete(l.starting, tag)
+	delete(l.windows, tag)
+	back := make(map[uint64]bool, len(logTags))
+	for _, t := range logTags {
+		back[t] = true
+	}
+	if l.reclaimed == nil {
+		l.reclaimed, l.reclaimedLog = map[uint64]bool{}, map[uint64]bool{}
+	}
+	for _, w := range l.order {
+		if x, ok := l.written[w]; ok && back[x.logTag] {
+			delete(l.written, w)
+			l.reclaimed[w] = true
+		}
+	}
+	for _, t := range logTags {
+		l.reclaimedLog[t] = true
+	}
+	l.overdue = slices.DeleteFunc(l.overdue, func(t uint64) bool { return back[t] })
+	l.compactOrder()
+	return active
+}
+
+// wasReclaimed reports whether a consumer timeout took back any of the
+// log tags.
+func (l *ledger) wasReclaimed(logTags []uint64) bool {
+	for _, t := range logTags {
+		if l.reclaimedLog[t] {
+			return true
+		}
+	}
+	return false
 }
 
 // cancel forgets a consumer the client cancelled (the log committed the
@@ -320,6 +372,7 @@ func (l *ledger) close() closeout {
 	l.written, l.order = nil, nil
 	l.closed = true
 	l.reply = nil
+	l.reclaimed, l.reclaimedLog = nil, nil
 	return out
 }
 
@@ -437,6 +490,12 @@ func (l *ledger) acked(m wire.Method, tag uint64, multiple, take bool) ([]writte
 	var out []written
 	if !multiple {
 		w, ok := l.written[tag]
+		if !ok && l.reclaimed[tag] {
+			if take {
+				delete(l.reclaimed, tag)
+			}
+			return nil, nil
+		}
 		if !ok {
 			return nil, wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
 		}
@@ -446,7 +505,7 @@ func (l *ledger) acked(m wire.Method, tag uint64, multiple, take bool) ([]writte
 		return append(out, w), nil
 	}
 	if tag != 0 {
-		if _, ok := l.written[tag]; !ok {
+		if _, ok := l.written[tag]; !ok && !l.reclaimed[tag] {
 			return nil, wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(), "unknown delivery tag %d", tag)
 		}
 	}
@@ -456,6 +515,9 @@ func (l *ledger) acked(m wire.Method, tag uint64, multiple, take bool) ([]writte
 			break
 		}
 		n++
+		if take {
+			delete(l.reclaimed, t)
+		}
 		if w, ok := l.written[t]; ok {
 			out = append(out, w)
 			if take {

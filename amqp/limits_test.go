@@ -248,7 +248,7 @@ func TestFlow_OutQueueBound(t *testing.T) {
 	if !q.overflowed() || q.append(fill(1)) {
 		t.Fatal("queue still open after overflowing")
 	}
-	if b, closed := q.take(nil); len(b) != 24 || !closed {
+	if b, _, closed := q.take(nil, nil); len(b) != 24 || !closed {
 		t.Fatalf("take = %d bytes, closed %v", len(b), closed)
 	}
 	select {

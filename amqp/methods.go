@@ -530,6 +530,9 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 		return e
 	}
 	ch.stateful = true
+	// Read before the log decides (silence.go): a silence after it may
+	// have handed the message to another consumer.
+	epoch := ch.c.srv.epoch()
 	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{
 		Vhost: ch.vhost(), Queue: q, NoAck: m.NoAck, Channel: ch.ref(),
 	}}})
@@ -545,12 +548,16 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 	props := propertiesFromProto(g.GetProperties())
 	// Numbered and queued under mu, like deliveries: wire tags reach the
 	// client in order.
+	var ref *proto.ChannelRef
+	if !m.NoAck {
+		ref = ch.ref()
+	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	ch.c.sendContent(ch.id, &wire.BasicGetOk{
+	ch.c.sendDecided(ch.id, &wire.BasicGetOk{
 		DeliveryTag: ch.led.got(g.GetDeliveryTag(), m.NoAck), Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
 		RoutingKey: g.GetRoutingKey(), MessageCount: g.GetMessageCount(),
-	}, &props, g.GetBody())
+	}, &props, g.GetBody(), epoch, ref, g.GetDeliveryTag())
 	return nil
 }
 
@@ -670,7 +677,7 @@ func (ch *channel) publishCommand(ref *proto.ChannelRef, it item) (*proto.Comman
 
 // returnUnroutable sends basic.return for a mandatory publish the log
 // routed nowhere, and counts the publish as returned or dropped.
-func (ch *channel) returnUnroutable(it item, r *proto.Result) {
+func (ch *channel) returnUnroutable(it item, r *proto.Result, epoch uint64) {
 	if r.GetRouted() {
 		return
 	}
@@ -678,9 +685,9 @@ func (ch *channel) returnUnroutable(it item, r *proto.Result) {
 		ch.c.srv.counts.dropped.Add(1)
 	} else {
 		ch.c.srv.counts.returned.Add(1)
-		ch.c.sendContent(ch.id, &wire.BasicReturn{
+		ch.c.sendDecided(ch.id, &wire.BasicReturn{
 			ReplyCode: replycode.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
-		}, it.props, it.body)
+		}, it.props, it.body, epoch, nil, 0)
 	}
 }
 
@@ -689,12 +696,16 @@ func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
 	if ch.confirm {
 		ch.publishSeq += uint64(len(cmds))
 	}
+	// Confirms and returns are decided by the log: after a silence of
+	// this node they wait until it caught up (silence.go).
+	epoch := ch.c.srv.epoch()
+	confirm := func(m wire.Method) { ch.c.sendDecided(ch.id, m, nil, nil, epoch, nil, 0) }
 	results, err := ch.submitBatch(cmds)
 	if err != nil {
 		if ch.confirm && ch.c.ctx.Err() == nil {
 			// Not committed as far as we know: the publisher must resend.
 			ch.c.logger().Warn("publish failed", "channel", ch.id, "err", err)
-			ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: ch.publishSeq, Multiple: true})
+			confirm(&wire.BasicNack{DeliveryTag: ch.publishSeq, Multiple: true})
 			return nil
 		}
 		return ch.submitError(run[0].m, err)
@@ -705,7 +716,7 @@ func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
 	)
 	flushAcks := func() {
 		if ackTo != 0 {
-			ch.c.send(ch.id, &wire.BasicAck{DeliveryTag: ackTo, Multiple: ackTo > ackFrom})
+			confirm(&wire.BasicAck{DeliveryTag: ackTo, Multiple: ackTo > ackFrom})
 			ackFrom, ackTo = 0, 0
 		}
 	}
@@ -716,13 +727,13 @@ func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
 			flushAcks()
 			return resultError(m, r)
 		}
-		ch.returnUnroutable(run[i], r)
+		ch.returnUnroutable(run[i], r, epoch)
 		if !ch.confirm {
 			continue
 		}
 		if r.GetRejected() {
 			flushAcks()
-			ch.c.send(ch.id, &wire.BasicNack{DeliveryTag: seq})
+			confirm(&wire.BasicNack{DeliveryTag: seq})
 			continue
 		}
 		// Consecutive acks coalesce into one with multiple set; every

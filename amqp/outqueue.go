@@ -2,6 +2,8 @@ package amqp
 
 import (
 	"sync"
+
+	"github.com/raftmq/raftmq/proto"
 )
 
 // hardLimitFactor sets the hard bound of an outQueue against its soft one.
@@ -37,6 +39,22 @@ type outQueue struct {
 	stalled  func() bool // whether the socket takes nothing at the moment
 	overflow func()      // called once when a bound is passed
 	signal   chan struct{}
+	// marks locate in buf the frames decided by the log or its results
+	// (deliveries, get-ok, confirms, returns), in order: the writer
+	// checks them against the node's silences (silence.go).
+	marks []mark
+}
+
+// mark is a run of frames in an outQueue's buffer that the node decided
+// in a silence epoch (silence.go), and the delivery they carry, if any.
+type mark struct {
+	start, end int
+	epoch      uint64
+	// ch and tag name an acknowledged delivery (the log tag); nil for
+	// a no-ack delivery, a confirm or a return, which stand whatever
+	// the log did since.
+	ch  *proto.ChannelRef
+	tag uint64
 }
 
 func newOutQueue(limit, hard int, stalled func() bool, overflow func()) *outQueue {
@@ -57,6 +75,12 @@ func (q *outQueue) full() bool {
 // append runs fill under the queue lock so frames of one call stay
 // together. It reports false when the queue is closed or full.
 func (q *outQueue) append(fill func([]byte) []byte) bool {
+	return q.appendMarked(nil, fill)
+}
+
+// appendMarked is append, recording where the frames are under m (its
+// start and end are set here) when m is not nil.
+func (q *outQueue) appendMarked(m *mark, fill func([]byte) []byte) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -72,7 +96,12 @@ func (q *outQueue) append(fill func([]byte) []byte) bool {
 		}
 		return false
 	}
+	start := len(q.buf)
 	q.buf = fill(q.buf)
+	if m != nil {
+		m.start, m.end = start, len(q.buf)
+		q.marks = append(q.marks, *m)
+	}
 	q.mu.Unlock()
 	q.wake()
 	return true
@@ -85,14 +114,14 @@ func (q *outQueue) wake() {
 	}
 }
 
-// take swaps the queued bytes for spare (emptied) and reports whether the
-// queue was closed.
-func (q *outQueue) take(spare []byte) ([]byte, bool) {
+// take swaps the queued bytes and their marks for spare ones (emptied)
+// and reports whether the queue was closed.
+func (q *outQueue) take(spare []byte, spareMarks []mark) ([]byte, []mark, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	b := q.buf
-	q.buf = spare[:0]
-	return b, q.closed
+	b, m := q.buf, q.marks
+	q.buf, q.marks = spare[:0], spareMarks[:0]
+	return b, m, q.closed
 }
 
 // pending is the number of bytes waiting for the writer.

@@ -230,7 +230,7 @@ func (ch *channel) sendReply(it item, p *proto.Publish) {
 	}
 	// A delivered reply is returned all the same when mandatory (it went
 	// to no queue), but one that is not mandatory was not dropped.
-	ch.returnUnroutable(it, &proto.Result{Routed: delivered && !it.m.(*wire.BasicPublish).Mandatory})
+	ch.returnUnroutable(it, &proto.Result{Routed: delivered && !it.m.(*wire.BasicPublish).Mandatory}, ch.c.srv.epoch())
 }
 
 // takeReply writes a reply for the channel's reply consumer when key is

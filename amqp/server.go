@@ -156,6 +156,12 @@ type Server struct {
 	// still try to record in the log stops then.
 	life    context.Context
 	endLife context.CancelFunc
+
+	// holdWrite, set by tests before any connection, runs in a
+	// connection's writer between taking frames the log decided and
+	// writing them: a test holds a node there, as a pause of the process
+	// could.
+	holdWrite func(*conn)
 }
 
 var _ fsm.Sink = (*Server)(nil)
@@ -408,14 +414,7 @@ func (s *Server) ConnectionCount() int {
 
 // Deliver implements fsm.Sink: it queues basic.deliver for a consumer of
 // this node. It never blocks.
-func (s *Server) Deliver(d *fsm.Delivery) {
-	ch := s.channelOf(d.Consumer.GetChannel())
-	if ch == nil {
-		s.log.Debug("delivery for an unknown channel", "consumer", d.Consumer.GetTag())
-		return
-	}
-	ch.deliver(d)
-}
+func (s *Server) Deliver(d *fsm.Delivery) { s.DeliverIn(d, s.epoch()) }
 
 // ConsumerCancelled implements fsm.Sink: it sends basic.cancel to a
 // consumer whose queue went away.
@@ -436,9 +435,18 @@ func (s *Server) ChannelTimedOut(ref *proto.ChannelRef, timeout int64) {
 	if ch == nil {
 		return
 	}
-	ch.fail(wire.ChanError(replycode.PreconditionFailed, 0, 0,
-		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
-			"This timeout value can be configured, see consumers doc guide to learn more", ref.GetChannel(), timeout))
+	ch.fail(timeoutError(ch.id, timeout))
+}
+
+// ConsumerTimedOut implements fsm.Sink: the log removed a consumer of this
+// node whose delivery went unacknowledged for its consumer timeout, and
+// requeued its deliveries (tags); the channel stays (consumerTimedOut).
+func (s *Server) ConsumerTimedOut(ref *proto.ConsumerRef, timeout int64, tags []uint64) {
+	ch := s.channelOf(ref.GetChannel())
+	if ch == nil {
+		return
+	}
+	ch.consumerTimedOut(ref.GetTag(), timeout, tags)
 }
 
 // NodeDown implements fsm.Sink: when this node was declared down (it was

@@ -91,6 +91,7 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 		cmds = append(cmds, cmd)
 	}
 	var results []*proto.Result
+	epoch := ch.c.srv.epoch()
 	if len(cmds) > 0 {
 		var err error
 		if results, err = ch.submitBatch(cmds); err != nil {
@@ -106,10 +107,16 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 		r := results[k]
 		k++
 		if r.GetCode() != 0 {
+			if e, handled := ch.takenBack(it); handled {
+				if e != nil {
+					return e
+				}
+				continue
+			}
 			return resultError(it.m, r)
 		}
 		if _, ok := it.m.(*wire.BasicPublish); ok {
-			ch.returnUnroutable(it, r)
+			ch.returnUnroutable(it, r, epoch)
 		}
 	}
 	ch.committedAcks(items, time.Now().UnixMilli())

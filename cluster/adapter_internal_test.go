@@ -123,7 +123,11 @@ func TestFSMAdapter_UnreadableEntryStopsTheNode(t *testing.T) {
 	}
 }
 
-type recSink struct{ delivered, cancelled, down, timedOut []string }
+type recSink struct{ delivered, cancelled, down, timedOut, consumersTimedOut []string }
+
+func (s *recSink) ConsumerTimedOut(c *proto.ConsumerRef, _ int64, _ []uint64) {
+	s.consumersTimedOut = append(s.consumersTimedOut, c.GetTag())
+}
 
 func (s *recSink) NodeDown(node string) { s.down = append(s.down, node) }
 
@@ -153,9 +157,13 @@ func TestLocalSink_KeepsOnlyThisNodesEffects(t *testing.T) {
 	s.NodeDown("me")
 	s.ChannelTimedOut(&proto.ChannelRef{Node: "other", Connection: "e"}, 1)
 	s.ChannelTimedOut(&proto.ChannelRef{Node: "me", Connection: "f"}, 1)
+	s.ConsumerTimedOut(ref("other", "g"), 1, []uint64{1})
+	s.ConsumerTimedOut(ref("me", "h"), 1, []uint64{1})
 	if len(rec.delivered) != 1 || rec.delivered[0] != "a" || len(rec.cancelled) != 1 || rec.cancelled[0] != "d" ||
-		len(rec.down) != 1 || rec.down[0] != "me" || len(rec.timedOut) != 1 || rec.timedOut[0] != "f" {
-		t.Fatalf("delivered %v cancelled %v down %v timed out %v", rec.delivered, rec.cancelled, rec.down, rec.timedOut)
+		len(rec.down) != 1 || rec.down[0] != "me" || len(rec.timedOut) != 1 || rec.timedOut[0] != "f" ||
+		len(rec.consumersTimedOut) != 1 || rec.consumersTimedOut[0] != "h" {
+		t.Fatalf("delivered %v cancelled %v down %v timed out %v consumers timed out %v",
+			rec.delivered, rec.cancelled, rec.down, rec.timedOut, rec.consumersTimedOut)
 	}
 }
 
@@ -278,5 +286,25 @@ func TestSnapshotRelease_LargeReturnsFreeHeap(t *testing.T) {
 	}
 	if kept := st.HeapIdle - st.HeapReleased; kept > 16<<20 {
 		t.Fatalf("%d bytes of free heap still resident after a large snapshot", kept)
+	}
+}
+
+// While the node is suspect, its effects wait, consumer timeouts too, and
+// go out in order once it has caught up.
+func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
+	rec := &recSink{}
+	w := newQuorumWatch()
+	w.suspect = true
+	g := gateSink{w: w, next: rec}
+	c := &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: "me"}, Tag: "slow"}
+	g.ConsumerTimedOut(c, 500, []uint64{1, 3})
+	g.ChannelTimedOut(&proto.ChannelRef{Node: "me", Connection: "f"}, 500)
+	if len(rec.consumersTimedOut) != 0 || len(rec.timedOut) != 0 || len(w.held) != 2 {
+		t.Fatalf("passed on while suspect: %v %v, held %d", rec.consumersTimedOut, rec.timedOut, len(w.held))
+	}
+	n := &Node{cfg: Config{NodeID: "me", Effects: rec}, log: discardLogger(), machine: fsm.New()}
+	n.flushHeld(w.held, w.gen)
+	if len(rec.consumersTimedOut) != 1 || rec.consumersTimedOut[0] != "slow" || len(rec.timedOut) != 1 {
+		t.Fatalf("after catching up: consumers %v channels %v", rec.consumersTimedOut, rec.timedOut)
 	}
 }

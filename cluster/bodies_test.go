@@ -41,9 +41,10 @@ func (d *deliveries) highestTag() uint64 {
 	defer d.mu.Unlock()
 	return d.lastTag
 }
-func (d *deliveries) ConsumerCancelled(*proto.ConsumerRef)     {}
-func (d *deliveries) NodeDown(string)                          {}
-func (d *deliveries) ChannelTimedOut(*proto.ChannelRef, int64) {}
+func (d *deliveries) ConsumerCancelled(*proto.ConsumerRef)                 {}
+func (d *deliveries) NodeDown(string)                                      {}
+func (d *deliveries) ChannelTimedOut(*proto.ChannelRef, int64)             {}
+func (d *deliveries) ConsumerTimedOut(*proto.ConsumerRef, int64, []uint64) {}
 
 func (d *deliveries) missing(want []string) []string {
 	d.mu.Lock()

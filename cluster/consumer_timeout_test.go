@@ -24,6 +24,12 @@ func (r *recorder) timedOutChannels() []*proto.ChannelRef {
 	return slices.Clone(r.timedOut)
 }
 
+func (r *recorder) timedOutConsumers() []*proto.ConsumerRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.consumersTimedOut)
+}
+
 func (r *recorder) deliveriesTo(tag string) []*fsm.Delivery {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -39,9 +45,10 @@ func (r *recorder) deliveriesTo(tag string) []*fsm.Delivery {
 // The leader proposes ConsumerTimeout when a delivery to a consumer on a
 // follower has gone unacknowledged for the leader's --consumer-timeout, on
 // the log's clock and not a millisecond before; only the follower is told
-// to close the channel, and the message goes to another consumer,
-// redelivered.
-func TestCluster_ConsumerTimeoutClosesTheFollowersChannel(t *testing.T) {
+// that its consumer timed out (from level 10 the channel stays, and its
+// other consumer keeps receiving), and the message goes to another
+// consumer, redelivered.
+func TestCluster_ConsumerTimeoutCancelsTheFollowersConsumer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	sinks := []*recorder{{}, {}, {}}
 	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0), clustertest.WithConfig(func(i int, cfg *cluster.Config) {
@@ -53,8 +60,8 @@ func TestCluster_ConsumerTimeoutClosesTheFollowersChannel(t *testing.T) {
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		var level uint32
 		l.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
-		if level < 4 {
-			return errors.New("the log's level is not 4 yet")
+		if level < 10 {
+			return errors.New("the log's level is not 10 yet")
 		}
 		return nil
 	})
@@ -62,7 +69,9 @@ func TestCluster_ConsumerTimeoutClosesTheFollowersChannel(t *testing.T) {
 	fi := c.Index(f.NodeID())
 	stuck := &proto.ChannelRef{Node: f.NodeID(), Connection: "conn-1", Channel: 1}
 	requireFSM(t, mustSubmit(t, l, declareWithArgs("ct")))
+	requireFSM(t, mustSubmit(t, l, declareWithArgs("ct2")))
 	requireFSM(t, mustSubmit(t, f, consumeOn(stuck, "ct", "stuck", 1)))
+	requireFSM(t, mustSubmit(t, f, consumeOn(stuck, "ct2", "busy", 0)))
 	published := mustSubmit(t, l, publishTo("ct", "m1"))
 	requireFSM(t, published)
 	assignedAt := entryStamp(t, l, published[0].GetIndex())
@@ -81,8 +90,8 @@ func TestCluster_ConsumerTimeoutClosesTheFollowersChannel(t *testing.T) {
 	}
 	c.AdvanceClock(time.Millisecond)
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if len(sinks[fi].timedOutChannels()) == 0 {
-			return errors.New("the follower was not told to close the channel")
+		if len(sinks[fi].timedOutConsumers()) == 0 {
+			return errors.New("the follower was not told its consumer timed out")
 		}
 		return nil
 	})
@@ -90,14 +99,23 @@ func TestCluster_ConsumerTimeoutClosesTheFollowersChannel(t *testing.T) {
 	if len(got) != 1 || got[0].stamp != assignedAt+timeout.Milliseconds() || got[0].cmd.GetConsumerTimeout().GetDefaultMs() != timeout.Milliseconds() {
 		t.Fatalf("timeout commands %v, want one stamped %d with the default %d", got, assignedAt+timeout.Milliseconds(), timeout.Milliseconds())
 	}
-	if ch := sinks[fi].timedOutChannels()[0]; ch.GetConnection() != "conn-1" || ch.GetChannel() != 1 {
-		t.Fatalf("timed out channel %v", ch)
+	if cs := sinks[fi].timedOutConsumers(); len(cs) != 1 || cs[0].GetTag() != "stuck" ||
+		cs[0].GetChannel().GetConnection() != "conn-1" || cs[0].GetChannel().GetChannel() != 1 {
+		t.Fatalf("timed out consumers %v, want stuck alone", cs)
 	}
 	for i, s := range sinks {
-		if i != fi && len(s.timedOutChannels()) != 0 {
-			t.Fatalf("node%d was told to close a channel of %s", i, f.NodeID())
+		if len(s.timedOutChannels()) != 0 || (i != fi && len(s.timedOutConsumers()) != 0) {
+			t.Fatalf("node%d was told to close a channel, or of a consumer of %s", i, f.NodeID())
 		}
 	}
+	// The channel's other consumer keeps receiving.
+	requireFSM(t, mustSubmit(t, l, publishTo("ct2", "m2")))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if ds := sinks[fi].deliveriesTo("busy"); len(ds) != 1 || string(ds[0].Body) != "m2" {
+			return errors.New("the channel's other consumer did not get m2")
+		}
+		return nil
+	})
 
 	other := &proto.ChannelRef{Node: l.NodeID(), Connection: "conn-2", Channel: 1}
 	li := c.Index(l.NodeID())

@@ -235,6 +235,14 @@ type recorder struct {
 	cancelled []*proto.ConsumerRef
 	down      []string
 	timedOut  []*proto.ChannelRef
+	// consumersTimedOut are the ConsumerTimedOut effects' consumers.
+	consumersTimedOut []*proto.ConsumerRef
+}
+
+func (r *recorder) ConsumerTimedOut(c *proto.ConsumerRef, _ int64, _ []uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.consumersTimedOut = append(r.consumersTimedOut, c)
 }
 
 func (r *recorder) Deliver(d *fsm.Delivery) {

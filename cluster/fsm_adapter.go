@@ -330,6 +330,12 @@ func (s localSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
 	}
 }
 
+func (s localSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
+	if s.next != nil && c.GetChannel().GetNode() == s.node {
+		s.next.ConsumerTimedOut(c, timeout, tags)
+	}
+}
+
 func (s localSink) NodeDown(node string) {
 	if s.next != nil && node == s.node {
 		s.next.NodeDown(node)

@@ -33,9 +33,10 @@ func (d *hashSink) Deliver(x *fsm.Delivery) {
 	}
 	d.seen[h]++
 }
-func (d *hashSink) ConsumerCancelled(*proto.ConsumerRef)     {}
-func (d *hashSink) NodeDown(string)                          {}
-func (d *hashSink) ChannelTimedOut(*proto.ChannelRef, int64) {}
+func (d *hashSink) ConsumerCancelled(*proto.ConsumerRef)                 {}
+func (d *hashSink) NodeDown(string)                                      {}
+func (d *hashSink) ChannelTimedOut(*proto.ChannelRef, int64)             {}
+func (d *hashSink) ConsumerTimedOut(*proto.ConsumerRef, int64, []uint64) {}
 
 func (d *hashSink) missing(want [][32]byte) int {
 	d.mu.Lock()

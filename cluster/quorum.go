@@ -81,7 +81,10 @@ type heldEffect struct {
 	cancel   *proto.ConsumerRef
 	timedOut *proto.ChannelRef
 	timeout  int64
-	down     string
+	// consumerTimedOut (with timeout and tags) is a ConsumerTimedOut.
+	consumerTimedOut *proto.ConsumerRef
+	tags             []uint64
+	down             string
 }
 
 func newQuorumWatch() *quorumWatch { return &quorumWatch{pinging: map[string]bool{}} }
@@ -214,7 +217,13 @@ func (n *Node) checkStall(now time.Time) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.lastCheck.IsZero() && now.Sub(w.lastCheck) >= n.suspectAfter() {
+	w.noteStall(now, n.suspectAfter())
+}
+
+// noteStall makes the node suspect when the watch has not run for after
+// (the process was paused). Locks: w.mu held.
+func (w *quorumWatch) noteStall(now time.Time, after time.Duration) {
+	if !w.lastCheck.IsZero() && now.Sub(w.lastCheck) >= after {
 		w.suspect = true
 		w.gen++
 	}
@@ -240,7 +249,7 @@ func (n *Node) fence(gen uint64) {
 	}
 	w.mu.Unlock()
 	if ok {
-		n.flushHeld(held)
+		n.flushHeld(held, gen)
 	}
 	n.stateMu.Unlock()
 	if err != nil {
@@ -251,7 +260,7 @@ func (n *Node) fence(gen uint64) {
 
 // flushHeld carries out the held effects that the state still stands for,
 // in order. Locks: stateMu held.
-func (n *Node) flushHeld(held []heldEffect) {
+func (n *Node) flushHeld(held []heldEffect, epoch uint64) {
 	next := n.cfg.Effects
 	if next == nil {
 		return
@@ -271,11 +280,13 @@ func (n *Node) flushHeld(held []heldEffect) {
 				dropped++
 				continue
 			}
-			next.Deliver(d)
+			deliverIn(next, d, epoch)
 		case e.cancel != nil:
 			next.ConsumerCancelled(e.cancel)
 		case e.timedOut != nil:
 			next.ChannelTimedOut(e.timedOut, e.timeout)
+		case e.consumerTimedOut != nil:
+			next.ConsumerTimedOut(e.consumerTimedOut, e.timeout, e.tags)
 		case e.down != "":
 			next.NodeDown(e.down)
 		}
@@ -350,44 +361,56 @@ func (n *Node) pingPeers(voters []string) {
 	}
 }
 
-// hold keeps e while the node is suspect and reports whether it did.
-func (w *quorumWatch) hold(e heldEffect) bool {
+// hold keeps e while the node is suspect and reports whether it did,
+// and the silence epoch it decided in. A pause of the process in the
+// middle of an entry's effects makes it suspect here, before the next
+// one. Locks: none.
+func (g gateSink) hold(e heldEffect) (held bool, epoch uint64) {
+	w := g.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.noteStall(time.Now(), g.after)
 	if !w.suspect {
-		return false
+		return false, w.gen
 	}
 	w.held = append(w.held, e)
-	return true
+	return true, w.gen
 }
 
 // gateSink passes effects on unless the node is suspect, when they are
 // held until it has caught up (flushHeld).
 type gateSink struct {
-	w    *quorumWatch
-	next fsm.Sink
+	w     *quorumWatch
+	after time.Duration // the node's suspectAfter
+	next  fsm.Sink
 }
 
 func (g gateSink) Deliver(d *fsm.Delivery) {
-	if !g.w.hold(heldEffect{deliver: d}) {
-		g.next.Deliver(d)
+	if held, epoch := g.hold(heldEffect{deliver: d}); !held {
+		deliverIn(g.next, d, epoch)
 	}
 }
 
 func (g gateSink) ConsumerCancelled(c *proto.ConsumerRef) {
-	if !g.w.hold(heldEffect{cancel: c}) {
+	if held, _ := g.hold(heldEffect{cancel: c}); !held {
 		g.next.ConsumerCancelled(c)
 	}
 }
 
 func (g gateSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
-	if !g.w.hold(heldEffect{timedOut: ch, timeout: timeout}) {
+	if held, _ := g.hold(heldEffect{timedOut: ch, timeout: timeout}); !held {
 		g.next.ChannelTimedOut(ch, timeout)
 	}
 }
 
+func (g gateSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
+	if held, _ := g.hold(heldEffect{consumerTimedOut: c, timeout: timeout, tags: tags}); !held {
+		g.next.ConsumerTimedOut(c, timeout, tags)
+	}
+}
+
 func (g gateSink) NodeDown(node string) {
-	if !g.w.hold(heldEffect{down: node}) {
+	if held, _ := g.hold(heldEffect{down: node}); !held {
 		g.next.NodeDown(node)
 	}
 }
@@ -397,5 +420,5 @@ func (n *Node) effects() fsm.Sink {
 	if n.cfg.Effects == nil || n.watch == nil {
 		return n.cfg.Effects
 	}
-	return gateSink{w: n.watch, next: n.cfg.Effects}
+	return gateSink{w: n.watch, after: n.suspectAfter(), next: n.cfg.Effects}
 }

@@ -50,68 +50,104 @@ func timeoutBrokers(t *testing.T, n int) (urls []string, follower int, timeout t
 	return urls, (leader + 1) % n, e2eConsumerTimeout
 }
 
-func timeoutText(channel int, timeout time.Duration) string {
-	return fmt.Sprintf("PRECONDITION_FAILED - delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. "+
-		"This timeout value can be configured, see consumers doc guide to learn more", channel, timeout.Milliseconds())
-}
-
-// awaitTimeout waits for the channel's close by the broker's consumer
-// timeout and checks its code, text and that it came no earlier than the
-// timeout after since (taken before the publish).
-func awaitTimeout(t *testing.T, closed <-chan *amqp.Error, since time.Time, timeout time.Duration, channel int) {
+// awaitCancel waits for the broker's basic.cancel of consumer tag by its
+// consumer timeout and checks that it came no earlier than the timeout
+// after since (taken before the publish) and that the channel stayed.
+func awaitCancel(t *testing.T, cancels <-chan string, closed <-chan *amqp.Error, since time.Time, timeout time.Duration, tag string) {
 	t.Helper()
 	select {
-	case e := <-closed:
-		if e == nil || e.Code != 406 || !e.Server || e.Reason != timeoutText(channel, timeout) {
-			t.Fatalf("channel closed with %v, want 406 %q", e, timeoutText(channel, timeout))
+	case got := <-cancels:
+		if got != tag {
+			t.Fatalf("basic.cancel for %q, want %q", got, tag)
 		}
 		if waited := time.Since(since); waited < timeout {
-			t.Fatalf("closed %v after the delivery, before the %v timeout", waited, timeout)
+			t.Fatalf("cancelled %v after the delivery, before the %v timeout", waited, timeout)
 		}
+	case e := <-closed:
+		t.Fatalf("the channel closed: %v", e)
 	case <-time.After(timeout + 90*time.Second):
-		t.Fatalf("the channel was not closed %v after the delivery", timeout+90*time.Second)
+		t.Fatalf("no basic.cancel %v after the delivery", timeout+90*time.Second)
 	}
 }
 
-// A consumer that never acknowledges has its channel closed with 406 once
-// the timeout passes, its connection stays, and the message is redelivered
-// to another consumer.
-func TestFeatures_ConsumerTimeoutClosesTheChannel(t *testing.T) {
+// A consumer that never acknowledges is cancelled once the timeout
+// passes, as from RabbitMQ 4.3 for a client with consumer_cancel_notify
+// (amqp091-go announces it): basic.cancel reaches it, and its message goes
+// back to the queue, counted as a return and not a failed attempt. The
+// channel and the other consumer on it go on receiving, and the late ack
+// of the message taken back is ignored. The message is redelivered to
+// another consumer.
+func TestFeatures_ConsumerTimeoutCancelsOnlyTheConsumer(t *testing.T) {
 	urls, f, timeout := timeoutBrokers(t, 3)
 	other := (f + 1) % len(urls)
-	pub := channel(t, dialURL(t, urls[other]))
-	freshQueue(t, pub, "feat.ctimeout", nil)
+	pubConn := dialURL(t, urls[other])
+	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
+		if major, minor := serverVersion(pubConn); major < 4 || (major == 4 && minor < 3) {
+			t.Skipf("RabbitMQ %v closes the channel; it cancels the consumer from 4.3 on", pubConn.Properties["version"])
+		}
+	}
+	pub := channel(t, pubConn)
+	// RabbitMQ 4.3 times out the consumers of quorum queues only.
+	quorum := amqp.Table{"x-queue-type": "quorum"}
+	freshQueue(t, pub, "feat.ctimeout", quorum)
+	freshQueue(t, pub, "feat.ctimeout.busy", quorum)
 
-	stuckConn := dialURL(t, urls[f])
-	stuck := channel(t, stuckConn)
-	closed := stuck.NotifyClose(make(chan *amqp.Error, 1))
-	connClosed := stuckConn.NotifyClose(make(chan *amqp.Error, 1))
-	if err := stuck.Qos(1, 0, false); err != nil {
+	conn := dialURL(t, urls[f])
+	ch := channel(t, conn)
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancels := ch.NotifyCancel(make(chan string, 2))
+	if err := ch.Qos(10, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := stuck.Consume("feat.ctimeout", "stuck", false, false, false, false, nil)
+	stuck, err := ch.Consume("feat.ctimeout", "stuck", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := ch.Consume("feat.ctimeout.busy", "busy", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	since := time.Now() // the delivery is assigned after it
 	publishConfirmed(t, pub, "", "feat.ctimeout", []amqp.Publishing{{Body: []byte("m1")}})
-	got := receive(t, ds, 1, 30*time.Second)[0]
-	if string(got.Body) != "m1" || got.Redelivered {
-		t.Fatalf("first delivery %q redelivered %v", got.Body, got.Redelivered)
+	held := receive(t, stuck, 1, 30*time.Second)[0]
+	if string(held.Body) != "m1" || held.Redelivered {
+		t.Fatalf("first delivery %q redelivered %v", held.Body, held.Redelivered)
 	}
-	awaitTimeout(t, closed, since, timeout, 1)
 
-	// Only the channel went: the connection opens another.
-	again, err := stuckConn.Channel()
-	if err != nil {
-		t.Fatalf("the connection did not survive: %v", err)
+	// The other consumer of the channel works on while the first waits.
+	after := make(chan amqp.Delivery, 1)
+	go func() {
+		for m := range busy {
+			_ = m.Ack(false)
+			if string(m.Body) == "after" {
+				after <- m
+				return
+			}
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		publishConfirmed(t, pub, "", "feat.ctimeout.busy", []amqp.Publishing{{Body: []byte(fmt.Sprintf("b%d", i))}})
 	}
-	if _, err := again.QueueDeclarePassive("feat.ctimeout", false, false, false, false, nil); err != nil {
+	awaitCancel(t, cancels, closed, since, timeout, "stuck")
+	// amqp091-go ends the cancelled consumer's deliveries.
+	if _, ok := <-stuck; ok {
+		t.Fatal("the cancelled consumer got another delivery")
+	}
+	if err := held.Ack(false); err != nil {
 		t.Fatal(err)
 	}
+	publishConfirmed(t, pub, "", "feat.ctimeout.busy", []amqp.Publishing{{Body: []byte("after")}})
 	select {
-	case e := <-connClosed:
-		t.Fatalf("the connection closed: %v", e)
+	case <-after:
+	case <-time.After(30 * time.Second):
+		t.Fatal("after the timeout the channel's other consumer did not get its message")
+	}
+	if _, err := ch.QueueDeclarePassive("feat.ctimeout", true, false, false, false, quorum); err != nil {
+		t.Fatalf("the channel after the timeout and a late ack: %v", err)
+	}
+	select {
+	case e := <-closed:
+		t.Fatalf("the channel closed: %v", e)
 	default:
 	}
 
@@ -124,10 +160,24 @@ func TestFeatures_ConsumerTimeoutClosesTheChannel(t *testing.T) {
 	if string(m.Body) != "m1" || !m.Redelivered {
 		t.Fatalf("the other consumer got %q redelivered %v, want m1 redelivered", m.Body, m.Redelivered)
 	}
+	// RabbitMQ 4.3 counts a consumer timeout as a return, not a failed
+	// delivery attempt.
+	if m.Headers["x-acquired-count"] != int64(1) || m.Headers["x-delivery-count"] != nil {
+		t.Fatalf("headers %v, want x-acquired-count 1 and no x-delivery-count", m.Headers)
+	}
 	if err := m.Ack(false); err != nil {
 		t.Fatal(err)
 	}
 	expectNothing(t, d2, 300*time.Millisecond)
+}
+
+// pika drives the same through a client with consumer_cancel_notify (the
+// channel's other consumer goes on) and one that leaves the capability
+// out: its channel is closed with 406, as before RabbitMQ 4.3.
+func TestFeatures_ConsumerTimeoutPika(t *testing.T) {
+	py := pythonWithPika(t)
+	urls, f, timeout := timeoutBrokers(t, 3)
+	runPika(t, "pika_timeout.py", py, urls[f], urls[(f+1)%len(urls)], strconv.FormatInt(timeout.Milliseconds(), 10))
 }
 
 // serverVersion is the broker's version from connection.start, as major
@@ -148,13 +198,13 @@ func TestFeatures_ConsumerTimeoutQueueArgument(t *testing.T) {
 	urls, f, _ := timeoutBrokers(t, 3)
 	conn := dialURL(t, urls[f])
 	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
-		if major, minor := serverVersion(conn); major < 3 || (major == 3 && minor < 12) {
-			t.Skipf("RabbitMQ %v takes x-consumer-timeout from 3.12 on", conn.Properties["version"])
+		if major, minor := serverVersion(conn); major < 4 || (major == 4 && minor < 3) {
+			t.Skipf("RabbitMQ %v closes the channel; it cancels the consumer from 4.3 on", conn.Properties["version"])
 		}
 	}
 	pub := channel(t, conn)
 	const own = 300 * time.Millisecond
-	freshQueue(t, pub, "feat.ctimeout.arg", amqp.Table{"x-consumer-timeout": int64(own.Milliseconds())})
+	freshQueue(t, pub, "feat.ctimeout.arg", amqp.Table{"x-queue-type": "quorum", "x-consumer-timeout": int64(own.Milliseconds())})
 
 	bad := channel(t, conn)
 	closed := bad.NotifyClose(make(chan *amqp.Error, 1))
@@ -166,6 +216,7 @@ func TestFeatures_ConsumerTimeoutQueueArgument(t *testing.T) {
 
 	stuck := channel(t, dialURL(t, urls[f]))
 	stuckClosed := stuck.NotifyClose(make(chan *amqp.Error, 1))
+	stuckCancels := stuck.NotifyCancel(make(chan string, 1))
 	ds, err := stuck.Consume("feat.ctimeout.arg", "stuck", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -173,5 +224,5 @@ func TestFeatures_ConsumerTimeoutQueueArgument(t *testing.T) {
 	since := time.Now()
 	publishConfirmed(t, pub, "", "feat.ctimeout.arg", []amqp.Publishing{{Body: []byte("m1")}})
 	receive(t, ds, 1, 30*time.Second)
-	awaitTimeout(t, stuckClosed, since, own, 1)
+	awaitCancel(t, stuckCancels, stuckClosed, since, own, "stuck")
 }

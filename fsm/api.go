@@ -64,6 +64,13 @@ type Sink interface {
 	// consumers and requeued its deliveries, and its node closes it with
 	// 406 PRECONDITION_FAILED.
 	ChannelTimedOut(ch *proto.ChannelRef, timeout int64)
+	// ConsumerTimedOut tells a delivery of consumer c went unacknowledged
+	// for its consumer timeout (ms), from protocol level 10: the log
+	// removed the consumer and requeued its deliveries, tags (the log's delivery tags,
+	// ascending). The channel and its other consumers stay. Its node
+	// sends basic.cancel to a client with consumer_cancel_notify and
+	// closes the channel with 406 PRECONDITION_FAILED for one without.
+	ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64)
 }
 
 // DeliveryFilter is implemented by a Sink that takes only some consumers'
@@ -90,6 +97,9 @@ func (DiscardSink) NodeDown(string) {}
 
 // ChannelTimedOut implements Sink.
 func (DiscardSink) ChannelTimedOut(*proto.ChannelRef, int64) {}
+
+// ConsumerTimedOut implements Sink.
+func (DiscardSink) ConsumerTimedOut(*proto.ConsumerRef, int64, []uint64) {}
 
 // Machine is the whole broker state. It is not safe for concurrent use: the
 // caller serialises Apply with every read.
@@ -359,7 +369,7 @@ func (m *Machine) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
 	want = slices.Compact(want)
 	var out []uint64
 	for _, t := range want {
-		if _, found := slices.BinarySearchFunc(ch.unacked, t, func(p *pending, t uint64) int { return cmp.Compare(p.tag, t) }); found {
+		if _, found := slices.BinarySearchFunc(ch.unacked, t, func(p *unacked, t uint64) int { return cmp.Compare(p.tag, t) }); found {
 			out = append(out, t)
 		}
 	}
@@ -415,7 +425,7 @@ func (m *Machine) Vhosts() []*proto.VhostInfo {
 func (m *Machine) Stats() Stats {
 	st := m.stats
 	st.Queues, st.Ready, st.ReadyBytes, st.Unacked, st.Consumers, st.Overdue, st.LeaseDueQueues = 0, 0, 0, 0, 0, 0, 0
-	st.Delayed = uint64(m.delayed.h.len())
+	st.Delayed = uint64(m.delayed.held.Len())
 	for _, v := range m.vhosts {
 		for _, q := range v.queues {
 			st.Queues++
@@ -435,7 +445,7 @@ func (m *Machine) Stats() Stats {
 		}
 	}
 	for _, ch := range m.channels {
-		ch.eachHeld(func(p *pending) {
+		ch.eachHeld(func(p *unacked) {
 			st.Ready++
 			st.ReadyBytes += uint64(p.m.Size())
 			st.Unacked--

@@ -88,7 +88,7 @@ func (s *state) applySetProtocol(c *proto.SetProtocol) *proto.Result {
 	if l := c.GetLevel(); l > Protocol {
 		return refused(replycode.NotImplemented, fmt.Sprintf("NOT_IMPLEMENTED - protocol level %d is above %d, the highest this node applies", l, Protocol))
 	}
-	if s.level < 4 && c.GetLevel() >= 4 {
+	if s.level < levelConsumerTimeout && c.GetLevel() >= levelConsumerTimeout {
 		s.startConsumerTimeouts()
 	}
 	s.level = max(s.level, c.GetLevel())
@@ -100,7 +100,6 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 	if r := shapeError(c); r != nil {
 		return r
 	}
-	s.failing = failedReturn(c)
 	switch x := c.GetCmd().(type) {
 	case *proto.Command_VhostPut:
 		return s.applyVhostPut(x.VhostPut)

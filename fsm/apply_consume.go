@@ -85,12 +85,12 @@ func (s *state) removeConsumer(c *consumer) {
 
 func (s *state) applyChannelClosed(c *proto.ChannelClosed) *proto.Result {
 	if ch, ok := s.channels[chanKey(c.GetChannel())]; ok {
-		s.closeChannel(ch, false)
+		s.closeChannel(ch, false, returnFailed)
 	}
 	return &proto.Result{}
 }
 
-func (s *state) closeChannel(ch *channel, notify bool) {
+func (s *state) closeChannel(ch *channel, notify bool, kind returnKind) {
 	var qs []*queueState
 	for len(ch.consumers) > 0 {
 		c := ch.consumers[0]
@@ -100,9 +100,9 @@ func (s *state) closeChannel(ch *channel, notify bool) {
 		s.removeConsumer(c)
 		qs = append(qs, c.q)
 	}
-	s.requeue(ch, ch.unacked)
+	s.requeue(ch.unacked, kind)
 	ch.unacked = nil
-	if s.atLeast(2) {
+	if s.atLeast(levelTagFloor) {
 		s.tagFloor = max(s.tagFloor, ch.nextTag)
 	}
 	delete(s.channels, ch.key)
@@ -114,23 +114,23 @@ func (s *state) closeChannel(ch *channel, notify bool) {
 }
 
 func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {
-	s.closeConnections(connRefKey(c.GetConnection()), false)
+	s.closeConnections(connRefKey(c.GetConnection()), false, returnFailed)
 	return &proto.Result{}
 }
 
 func (s *state) applyNodeDown(c *proto.NodeDown) *proto.Result {
-	s.closeConnections(c.GetNode()+"\x00", true)
+	s.closeConnections(c.GetNode()+"\x00", true, returnSeen)
 	s.sink.NodeDown(c.GetNode())
 	return &proto.Result{}
 }
 
 // closeConnections closes every channel whose key starts with prefix and
 // deletes the exclusive queues such connections own.
-func (s *state) closeConnections(prefix string, notify bool) {
+func (s *state) closeConnections(prefix string, notify bool, kind returnKind) {
 	for _, k := range sortedKeys(s.channels) {
 		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
 			if ch, ok := s.channels[k]; ok {
-				s.closeChannel(ch, notify)
+				s.closeChannel(ch, notify, kind)
 			}
 		}
 	}

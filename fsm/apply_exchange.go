@@ -9,14 +9,6 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
-func validType(t string) bool {
-	switch t {
-	case "direct", "fanout", "topic", "headers":
-		return true
-	}
-	return false
-}
-
 func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 	v, ok := s.vhosts[c.GetVhost()]
 	if !ok {
@@ -221,51 +213,72 @@ func (s *state) applyUnbind(c *proto.Unbind) *proto.Result {
 	return &proto.Result{}
 }
 
-// route returns the queues a message published to x with keys and props
-// reaches, each at most once, in a deterministic order.
-func (s *state) route(v *vhost, x *exchange, keys []string, props *proto.Properties) []*queueState {
-	s.mark++
-	s.routing.reset()
-	var out []*queueState
-	s.routeInto(v, x, keys, props, &out)
-	return out
+// routing is one message's way through the exchanges: the queues it
+// reaches, each at most once, in a deterministic order, and the delayed
+// exchanges that hold it on the way (holds) with the x-delay it asked
+// for. Not state.
+type routing struct {
+	queues []*queueState
+	held   []*exchange
+	delay  int64
+	known  bool // delay was read (when the first delayed exchange was met)
+	// probe routes through delayed exchanges as their x-delayed-type, to
+	// learn where a message would go now (a mandatory delayed publish).
+	probe bool
 }
 
-func (s *state) routeInto(v *vhost, x *exchange, keys []string, props *proto.Properties, out *[]*queueState) {
+// route routes a message published to x with keys and props.
+func (s *state) route(v *vhost, x *exchange, keys []string, props *proto.Properties) routing {
+	var r routing
+	s.mark++
+	s.routeInto(v, x, keys, props, &r)
+	return r
+}
+
+// probe is the queues a message would reach now if no delayed exchange
+// held it.
+func (s *state) probe(v *vhost, x *exchange, keys []string, props *proto.Properties) []*queueState {
+	r := routing{probe: true}
+	s.mark++
+	s.routeInto(v, x, keys, props, &r)
+	return r.queues
+}
+
+func (s *state) routeInto(v *vhost, x *exchange, keys []string, props *proto.Properties, r *routing) {
 	if x.mark == s.mark {
 		return
 	}
 	x.mark = s.mark
-	n := len(*out)
+	n := len(r.queues)
 	if x.name == "" {
 		for _, k := range keys {
 			if q, ok := v.queues[k]; ok && q.mark != s.mark {
 				q.mark = s.mark
-				*out = append(*out, q)
+				r.queues = append(r.queues, q)
 			}
 		}
 		return
 	}
 	headers := props.GetHeaders()
-	if s.holds(x, headers) {
+	if r.holds(x, headers) {
 		return
 	}
 	if pickType(x.typ) {
 		if b := s.pick(x, keys, props); b != nil {
-			s.routeTo(v, b, keys, props, out)
+			s.routeTo(v, b, keys, props, r)
 		}
 	} else {
 		for _, b := range x.bindings {
 			if matches(x.routingType(), b, keys, headers) {
-				s.routeTo(v, b, keys, props, out)
+				s.routeTo(v, b, keys, props, r)
 			}
 		}
 	}
-	if len(*out) == n {
+	if len(r.queues) == n {
 		if av, ok := tableGet(x.args, "alternate-exchange"); ok {
 			if name, ok := valueString(av); ok {
 				if ae, ok := v.exchanges[name]; ok {
-					s.routeInto(v, ae, keys, props, out)
+					s.routeInto(v, ae, keys, props, r)
 				}
 			}
 		}
@@ -273,16 +286,16 @@ func (s *state) routeInto(v *vhost, x *exchange, keys []string, props *proto.Pro
 }
 
 // routeTo follows binding b: into the exchange it names, or to its queue.
-func (s *state) routeTo(v *vhost, b *binding, keys []string, props *proto.Properties, out *[]*queueState) {
+func (s *state) routeTo(v *vhost, b *binding, keys []string, props *proto.Properties, r *routing) {
 	if b.toExchange {
 		if d, ok := v.exchanges[b.dest]; ok {
-			s.routeInto(v, d, keys, props, out)
+			s.routeInto(v, d, keys, props, r)
 		}
 		return
 	}
 	if q, ok := v.queues[b.dest]; ok && q.mark != s.mark {
 		q.mark = s.mark
-		*out = append(*out, q)
+		r.queues = append(r.queues, q)
 	}
 }
 

@@ -21,10 +21,6 @@ const (
 	LocalRandomType    = "x-local-random"
 )
 
-// pickLevel is the protocol level that introduced the picking exchange
-// types. Below it their declare is refused as any unknown type's.
-const pickLevel = 11
-
 // MaxHashWeight is the largest weight (binding key) of a binding to an
 // x-consistent-hash exchange: RabbitMQ's bound since 4.1.
 const MaxHashWeight = 10000
@@ -39,7 +35,7 @@ func pickType(t string) bool {
 
 // pickDeclared reports whether t is a picking type and the log has the
 // level that knows it.
-func (s *state) pickDeclared(t string) bool { return pickType(t) && s.atLeast(pickLevel) }
+func (s *state) pickDeclared(t string) bool { return pickType(t) && s.atLeast(levelPicking) }
 
 // pickArgs checks a new x-consistent-hash exchange's arguments as the
 // plugin's validate does: hash-header and hash-property exclude each
@@ -215,17 +211,24 @@ func (s *state) pick(x *exchange, keys []string, props *proto.Properties) *bindi
 	return nil
 }
 
+// drawCount counts the draws of the command at index, pos.
+type drawCount struct {
+	index uint64
+	pos   uint32
+	n     uint64
+}
+
 // draw is x-local-random's choice: RabbitMQ draws at random, but every
 // replica must pick alike, so it is a hash of the entry's index, the
 // command's position in it and how many draws the command made before
 // (a dead-lettering or a release may route several messages).
 func (s *state) draw() uint64 {
-	r := &s.routing
-	if r.drawIndex != s.index || r.drawPos != s.pos {
-		r.drawIndex, r.drawPos, r.draws = s.index, s.pos, 0
+	d := &s.draws
+	if d.index != s.index || d.pos != s.pos {
+		d.index, d.pos, d.n = s.index, s.pos, 0
 	}
-	r.draws++
-	return mix(mix(s.index^uint64(s.pos)<<48) ^ r.draws)
+	d.n++
+	return mix(mix(s.index^uint64(s.pos)<<48) ^ d.n)
 }
 
 // hashOn is the hash of what an x-consistent-hash exchange hashes a

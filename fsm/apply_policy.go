@@ -60,10 +60,10 @@ func (s *state) applyPolicySet(c *proto.PolicySet) *proto.Result {
 	if r != nil {
 		return r
 	}
-	if d := c.GetDefinition(); s.atLeast(4) && d != nil && d.ConsumerTimeout != nil && d.GetConsumerTimeout() < 0 {
+	if d := c.GetDefinition(); s.atLeast(levelConsumerTimeout) && d != nil && d.ConsumerTimeout != nil && d.GetConsumerTimeout() < 0 {
 		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid consumer-timeout")
 	}
-	if s.atLeast(retryLevel) {
+	if s.atLeast(levelRetry) {
 		if r := checkRetryPolicy(c.GetDefinition()); r != nil {
 			return r
 		}

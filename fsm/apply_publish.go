@@ -62,13 +62,14 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	keys = append(keys, bcc...)
 	props = withoutHeader(props, "BCC")
 	s.stats.Published++
-	targets := s.route(v, x, keys, props)
+	rt := s.route(v, x, keys, props)
+	targets := rt.queues
 	res := &proto.Result{Routed: len(targets) > 0}
 	body := queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}
-	if len(s.routing.held) > 0 {
+	if len(rt.held) > 0 {
 		// An x-delayed-message exchange on the way holds the message
 		// (apply_delayed.go).
-		return s.publishDelayed(c, v, x, keys, props, bcc, body, targets, msgTTL)
+		return s.publishDelayed(c, v, x, keys, props, bcc, body, rt, msgTTL)
 	}
 	if len(targets) == 0 {
 		return res
@@ -118,7 +119,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 		if m == nil {
 			return &proto.Result{}
 		}
-		if m.Deadline <= s.clock {
+		if ttl.Expired(m.Deadline, s.clock) {
 			s.kill(q, m, ttl.ReasonExpired)
 			continue
 		}
@@ -129,8 +130,8 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 		if c.GetNoAck() {
 			s.stats.Acked++
 		} else {
-			p := &pending{tag: ch.nextTag, q: q, m: m}
-			if s.atLeast(4) {
+			p := &unacked{tag: ch.nextTag, q: q, m: m}
+			if s.atLeast(levelConsumerTimeout) {
 				p.at = s.clock
 			}
 			ch.unacked = append(ch.unacked, p)
@@ -152,7 +153,7 @@ func (s *state) channel(ref *proto.ChannelRef) *channel {
 	ch, ok := s.channels[k]
 	if !ok {
 		ch = &channel{key: k, ref: &proto.ChannelRef{Node: ref.GetNode(), Connection: ref.GetConnection(), Channel: ref.GetChannel()}}
-		if s.atLeast(2) {
+		if s.atLeast(levelTagFloor) {
 			ch.nextTag = s.tagFloor
 		}
 		s.channels[k] = ch
@@ -164,7 +165,7 @@ func (s *state) channel(ref *proto.ChannelRef) *channel {
 // exchange; without one (or with a missing one) the message is dropped.
 func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	dlx, ok := q.dlx()
-	if s.atLeast(5) {
+	if s.atLeast(levelDeaths) {
 		for i, r := range DeathReasons {
 			if r == reason {
 				s.stats.Deaths[i][boolIndex(ok)]++
@@ -207,14 +208,14 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	if k, ok := q.dlrk(); ok {
 		rk = []string{k}
 	}
-	targets := s.route(v, x, rk, props)
+	rt := s.route(v, x, rk, props)
 	enc := encodeProps(props)
-	if len(s.routing.held) > 0 {
+	if len(rt.held) > 0 {
 		// Dead-lettered into an x-delayed-message exchange with an
 		// x-delay header: it waits there, as the plugin's would.
-		s.holdDeadLettered(v, m, rk[0], enc)
+		s.holdDeadLettered(v, m, rk[0], enc, rt)
 	}
-	for _, t := range targets {
+	for _, t := range rt.queues {
 		if ttl.Cycle(deaths, t.name) {
 			continue
 		}

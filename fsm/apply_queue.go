@@ -203,8 +203,8 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 		return r
 	}
 	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
-		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(3),
-		retryLevel: s.atLeast(retryLevel)}
+		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(levelFeatures),
+		retryLevel: s.atLeast(levelRetry)}
 	q.q.SetTable(s.meta)
 	if c.GetExclusive() {
 		q.owner = owner
@@ -212,7 +212,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	if r := parseQueueArgs(q, c.GetArguments()); r != nil {
 		return r
 	}
-	if s.atLeast(4) {
+	if s.atLeast(levelConsumerTimeout) {
 		if r := checkConsumerTimeoutArg(q); r != nil {
 			return r
 		}
@@ -301,7 +301,7 @@ func (s *state) enqueue(q *queueState, m *queue.Message, fresh bool) {
 		f = m
 	}
 	s.dispatch(q, f)
-	if fresh && m.Deadline <= s.clock {
+	if fresh && ttl.Expired(m.Deadline, s.clock) {
 		if r := q.q.Remove(m); r != nil {
 			s.kill(q, r, ttl.ReasonExpired)
 		}
@@ -408,8 +408,8 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 	if c.noAck {
 		s.stats.Acked++
 	} else {
-		p := &pending{tag: tag, q: q, m: m, c: c}
-		if s.atLeast(4) {
+		p := &unacked{tag: tag, q: q, m: m, c: c}
+		if s.atLeast(levelConsumerTimeout) {
 			p.at, p.held = s.clock, c.prefetch != 0 && c.unacked >= c.prefetch
 		}
 		c.ch.unacked = append(c.ch.unacked, p)

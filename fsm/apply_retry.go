@@ -22,18 +22,6 @@ import (
 // its queue. Nothing but the log decides: the due time is entry stamp +
 // delay, a release before it changes nothing.
 
-// retryLevel is the protocol level of delayed retry and of the new
-// counting of returns.
-const retryLevel = 8
-
-// RetryLevel is retryLevel for the node, which sends Requeue.failed only
-// from this level on.
-const RetryLevel = retryLevel
-
-// retryFormat is the first snapshot format that holds each queue's
-// retryLevel flag, each message's failures and the waiting messages.
-const retryFormat = 9
-
 type retryType uint8
 
 const (
@@ -86,19 +74,30 @@ func (r *retrySet) Pop() any {
 	return x
 }
 
-// failedReturn reports whether the returns c causes are failed delivery
-// attempts, as RabbitMQ 4.3 counts them for AMQP 0-9-1: basic.reject
-// (Requeue.failed) and a channel or connection that closes with the
-// delivery unacknowledged are; basic.nack, basic.recover, a consumer
-// timeout and a node declared down are not.
-func failedReturn(c *proto.Command) bool {
-	switch x := c.GetCmd().(type) {
-	case *proto.Command_Requeue:
-		return x.Requeue.GetFailed()
-	case *proto.Command_ChannelClosed, *proto.Command_ConnectionClosed:
-		return true
+// returnKind is how a command hands a delivery back, as RabbitMQ 4.3
+// counts it for AMQP 0-9-1: unseen (a node handing back what its client
+// never got) counts nothing; seen (basic.nack, basic.recover, a consumer
+// timeout, a node declared down) counts a return, acquired-count; failed
+// (basic.reject, Requeue.failed, and a channel or connection that closes
+// with the delivery unacknowledged) counts a failed delivery attempt,
+// delivery-count, as well.
+type returnKind uint8
+
+const (
+	returnUnseen returnKind = iota
+	returnSeen
+	returnFailed
+)
+
+// requeueKind is the kind of return a Requeue makes.
+func requeueKind(c *proto.Requeue) returnKind {
+	switch {
+	case c.GetUnseen():
+		return returnUnseen
+	case c.GetFailed():
+		return returnFailed
 	}
-	return false
+	return returnSeen
 }
 
 // parseRetryArg validates an x-delayed-retry-* argument of a queue
@@ -229,14 +228,15 @@ func (q *queueState) retryDelay(m *queue.Message, failed bool) (int64, bool) {
 	return min(d, capAt), true
 }
 
-// returnedAt8 is returned for a queue declared from level 8 on: every
+// returnedTwoCounts is returned for a queue declared from levelRetry on
+// (q.retryLevel): every
 // seen return counts in acquired-count, a failed one in delivery-count
 // too; the delivery limit is on delivery-count (RabbitMQ 4.3), and a
 // message within it waits out its delayed retry when the queue has one.
 // It reports whether m left the ready list (died or waits).
-func (s *state) returnedAt8(q *queueState, m *queue.Message) bool {
+func (s *state) returnedTwoCounts(q *queueState, m *queue.Message, failed bool) bool {
 	m.Returns++
-	if s.failing {
+	if failed {
 		m.SetFailures(m.Failures() + 1)
 	}
 	if limit := q.deliveryLimit(); limit >= 0 && m.Failures() > limit {
@@ -244,7 +244,7 @@ func (s *state) returnedAt8(q *queueState, m *queue.Message) bool {
 		s.deadLetter(q, m, ReasonDeliveryLimit)
 		return true
 	}
-	if d, ok := q.retryDelay(m, s.failing); ok {
+	if d, ok := q.retryDelay(m, failed); ok {
 		s.retry.seq++
 		q.retrying++
 		heap.Push(&s.retry, &retryMsg{m: m, q: q, due: s.clock + d, seq: s.retry.seq})
@@ -258,11 +258,12 @@ func (s *state) returnedAt8(q *queueState, m *queue.Message) bool {
 // of them; on equal due times the exchange's message goes first.
 func (s *state) releaseDue(limit uint32) {
 	for n := uint32(0); n < limit; n++ {
-		dOK := s.delayed.h.len() > 0 && s.delayed.h.at(0).due <= s.clock
+		due, _, dOK := s.nextDelayed()
+		dOK = dOK && due <= s.clock
 		rOK := len(s.retry.h) > 0 && s.retry.h[0].due <= s.clock
 		switch {
-		case dOK && (!rOK || s.delayed.h.at(0).due <= s.retry.h[0].due):
-			s.release(s.delayed.pop())
+		case dOK && (!rOK || due <= s.retry.h[0].due):
+			s.release()
 		case rOK:
 			s.releaseRetry(heap.Pop(&s.retry).(*retryMsg))
 		default:
@@ -276,7 +277,7 @@ func (s *state) releaseDue(limit uint32) {
 func (s *state) releaseRetry(r *retryMsg) {
 	q, m := r.q, r.m
 	q.retrying--
-	if m.Deadline <= s.clock {
+	if ttl.Expired(m.Deadline, s.clock) {
 		s.kill(q, m, ttl.ReasonExpired)
 		return
 	}

@@ -15,16 +15,16 @@ import (
 // take removes the deliveries named by (tag, multiple) from the channel; all
 // takes every one. tags, when given, names the deliveries exactly instead:
 // all of them are taken, or none if one is unknown.
-func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
+func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*unacked, *channel, *proto.Result) {
 	ps, ch, r := s.takeOut(ref, tag, multiple, all, tags)
-	if len(ps) > 0 && s.atLeast(4) {
+	if len(ps) > 0 && s.atLeast(levelConsumerTimeout) {
 		ch.settled = s.clock
 	}
 	return ps, ch, r
 }
 
 // takeOut is take without the settlement's time.
-func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
+func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*unacked, *channel, *proto.Result) {
 	ch, ok := s.channels[chanKey(ref)]
 	if len(tags) > 0 && !all {
 		return s.takeTags(ch, ok, tags)
@@ -45,24 +45,24 @@ func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, t
 	if i == len(ch.unacked) || ch.unacked[i].tag != tag {
 		return nil, nil, unknown
 	}
-	var out []*pending
+	var out []*unacked
 	switch {
 	case multiple:
 		out = append(out, ch.unacked[:i+1]...)
 		clear(ch.unacked[:i+1])
 		ch.unacked = ch.unacked[i+1:]
 	case i == 0:
-		out = []*pending{ch.unacked[0]}
+		out = []*unacked{ch.unacked[0]}
 		ch.unacked[0] = nil
 		ch.unacked = ch.unacked[1:]
 	default:
-		out = []*pending{ch.unacked[i]}
+		out = []*unacked{ch.unacked[i]}
 		ch.unacked = append(ch.unacked[:i], ch.unacked[i+1:]...)
 	}
 	return out, ch, nil
 }
 
-func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*pending, *channel, *proto.Result) {
+func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*unacked, *channel, *proto.Result) {
 	want := slices.Clone(tags)
 	slices.Sort(want)
 	want = slices.Compact(want)
@@ -70,13 +70,13 @@ func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*pending, *chan
 	for k, t := range want {
 		found := false
 		if ok {
-			idx[k], found = slices.BinarySearchFunc(ch.unacked, t, func(p *pending, t uint64) int { return cmp.Compare(p.tag, t) })
+			idx[k], found = slices.BinarySearchFunc(ch.unacked, t, func(p *unacked, t uint64) int { return cmp.Compare(p.tag, t) })
 		}
 		if !found {
 			return nil, nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(t, 10))
 		}
 	}
-	out := make([]*pending, len(idx))
+	out := make([]*unacked, len(idx))
 	for k, i := range idx {
 		out[k] = ch.unacked[i]
 	}
@@ -103,7 +103,7 @@ func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*pending, *chan
 
 // release drops the bookkeeping of a finished delivery and returns the
 // queues whose consumers regained credit.
-func release(ps []*pending) []*queueState {
+func release(ps []*unacked) []*queueState {
 	var qs []*queueState
 	for _, p := range ps {
 		if p.c != nil {
@@ -143,17 +143,16 @@ func (s *state) applyRequeue(c *proto.Requeue) *proto.Result {
 	if r != nil {
 		return r
 	}
-	s.requeueAs(ps, !c.GetUnseen())
+	s.requeue(ps, requeueKind(c))
 	return &proto.Result{}
 }
 
 // requeue puts deliveries back at the head of their queues in tag order,
-// redelivered, with their original deadlines; overdue ones die at once.
-func (s *state) requeue(_ *channel, ps []*pending) { s.requeueAs(ps, true) }
-
-// requeueAs is requeue; seen=false leaves the redelivered flag as it was
-// (the client never saw these deliveries).
-func (s *state) requeueAs(ps []*pending, seen bool) {
+// with their original deadlines; overdue ones die at once. Returns the
+// client saw (kind) are flagged redelivered and counted; unseen ones keep
+// the flag they had.
+func (s *state) requeue(ps []*unacked, kind returnKind) {
+	seen := kind != returnUnseen
 	qs := release(ps)
 	byQueue := map[*queueState][]*queue.Message{}
 	var order []*queueState
@@ -173,11 +172,11 @@ func (s *state) requeueAs(ps []*pending, seen bool) {
 	for _, q := range order {
 		var back []*queue.Message
 		for _, m := range byQueue[q] {
-			if m.Deadline <= s.clock {
+			if ttl.Expired(m.Deadline, s.clock) {
 				s.kill(q, m, ttl.ReasonExpired)
 				continue
 			}
-			if seen && s.returned(q, m) {
+			if seen && s.returned(q, m, kind == returnFailed) {
 				continue
 			}
 			back = append(back, m)

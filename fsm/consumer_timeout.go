@@ -10,9 +10,12 @@ import (
 // Consumer timeout (protocol level 4): a channel whose oldest
 // unacknowledged delivery has waited at least its queue's timeout is
 // closed with 406, as RabbitMQ 3.12 to 4.2 close it, and its deliveries
-// go back to their queues. The leader proposes ConsumerTimeout when the
-// state says one falls due (DueConsumerTimeouts); apply decides on the
-// log clock, so a stale or early command changes nothing.
+// go back to their queues. From level 10 (levelConsumerCancel) only the
+// consumer of that delivery goes, with its deliveries, as RabbitMQ 4.3
+// does it; the channel and its other consumers go on. The leader
+// proposes ConsumerTimeout when the state says one falls due
+// (DueConsumerTimeouts); apply decides on the log clock, so a stale or
+// early command changes nothing.
 
 // DefaultConsumerTimeout is RabbitMQ's default consumer_timeout (30
 // minutes), in ms.
@@ -90,7 +93,7 @@ func (ch *channel) timeoutDue(def int64) (due, timeout int64, ok bool) {
 }
 
 func (s *state) nextConsumerTimeout(def int64) (int64, bool) {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return 0, false
 	}
 	best, found := int64(0), false
@@ -103,7 +106,7 @@ func (s *state) nextConsumerTimeout(def int64) (int64, bool) {
 }
 
 func (s *state) dueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return nil
 	}
 	var out []*proto.ChannelRef
@@ -115,26 +118,68 @@ func (s *state) dueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
 	return out
 }
 
-// applyConsumerTimeout closes the channel if its oldest delivery is due
-// at the log clock: its consumers go, its deliveries are requeued (each
-// counts as a return, as on any channel close), and the node owning it
-// closes it with RabbitMQ's 406. Below level 4 deliveries carry no
-// assignment time, so it changes nothing.
+// applyConsumerTimeout acts when the channel's oldest delivery is due at
+// the log clock. Below level 10 it closes the channel: its consumers go,
+// its deliveries are requeued (each counts as a return, as on any channel
+// close), and the node owning it closes it with RabbitMQ's 406. From
+// level 10 a delivery of a consumer takes only that consumer away
+// (timeOutConsumer), and the channel's next oldest delivery is looked at
+// in turn. One of basic.get, or of a consumer cancelled already (by its
+// client or its queue's deletion), has no consumer to cancel: it closes
+// the channel as before, as RabbitMQ 4.3 does. The two cannot be told
+// apart anyway: a snapshot keeps the consumer of live consumers'
+// deliveries only. Below level 4 deliveries carry no assignment time, so
+// it changes nothing.
 func (s *state) applyConsumerTimeout(c *proto.ConsumerTimeout) *proto.Result {
-	if !s.atLeast(4) {
+	if !s.atLeast(levelConsumerTimeout) {
 		return &proto.Result{}
 	}
 	ch, ok := s.channels[chanKey(c.GetChannel())]
 	if !ok {
 		return &proto.Result{}
 	}
-	due, timeout, ok := ch.timeoutDue(c.GetDefaultMs())
-	if !ok || due > s.clock {
+	for {
+		due, timeout, ok := ch.timeoutDue(c.GetDefaultMs())
+		if !ok || due > s.clock {
+			return &proto.Result{}
+		}
+		if p := ch.unacked[0]; p.c != nil && !p.c.gone && s.atLeast(levelConsumerCancel) {
+			s.timeOutConsumer(ch, p.c, timeout)
+			continue
+		}
+		s.sink.ChannelTimedOut(ch.ref, timeout)
+		s.closeChannel(ch, false, returnSeen)
 		return &proto.Result{}
 	}
-	s.sink.ChannelTimedOut(ch.ref, timeout)
-	s.closeChannel(ch, false)
-	return &proto.Result{}
+}
+
+// timeOutConsumer removes c and returns every delivery of c still
+// unacknowledged, as RabbitMQ 4.3 does on a consumer timeout: a return
+// that is not a failed attempt (returnSeen), flagged redelivered. The
+// node owning the channel is told first (ConsumerTimedOut) with the log
+// tags returned: it sends basic.cancel, or closes the channel for a
+// client without consumer_cancel_notify, and ignores late acks of those
+// tags.
+func (s *state) timeOutConsumer(ch *channel, c *consumer, timeout int64) {
+	var ps []*unacked
+	var tags []uint64
+	keep := ch.unacked[:0]
+	for _, p := range ch.unacked {
+		if p.c == c {
+			ps = append(ps, p)
+			tags = append(tags, p.tag)
+			continue
+		}
+		keep = append(keep, p)
+	}
+	clear(ch.unacked[len(keep):])
+	ch.unacked = keep
+	s.sink.ConsumerTimedOut(c.ref, timeout, tags)
+	s.removeConsumer(c)
+	s.requeue(ps, returnSeen)
+	// After the requeue, as on a close: a single active consumer taking
+	// over gets the returned messages first, in their order.
+	s.activateNext(c.q)
 }
 
 // startConsumerTimeouts starts the timeout of every delivery that is

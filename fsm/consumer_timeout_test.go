@@ -39,10 +39,11 @@ func unackedOf(t *testing.T, m *fsm.Machine, q string) uint64 {
 
 // A delivery times out when the log clock reaches its assignment plus the
 // timeout, not a millisecond before: the command proposed early changes
-// nothing; at the deadline the channel's consumers go, its deliveries are
-// requeued (redelivered), and the node is told to close the channel.
+// nothing; at the deadline (below level 10) the channel's consumers go,
+// its deliveries are requeued (redelivered), and the node is told to
+// close the channel.
 func TestConsumerTimeout_FiresAtTheDeadlineOnLogTime(t *testing.T) {
-	m := fsmtest.New(t)
+	m := fsmtest.NewAt(t, 9)
 	fsmtest.One(t, m, 1, declare("q", nil))
 	fsmtest.One(t, m, 1, consume("q", "c", ch1, 10))
 	fsmtest.One(t, m, 1000, publish("", "q", "x", nil))
@@ -79,9 +80,10 @@ func TestConsumerTimeout_FiresAtTheDeadlineOnLogTime(t *testing.T) {
 }
 
 // Like RabbitMQ, only the channel's oldest delivery counts: an ack of it
-// moves the deadline to the next one's, and a default of 0 means none.
+// moves the deadline to the next one's, and a default of 0 means none
+// (level 9: the channel closes).
 func TestConsumerTimeout_OldestDeliveryAndNoDefault(t *testing.T) {
-	m := fsmtest.New(t)
+	m := fsmtest.NewAt(t, 9)
 	fsmtest.One(t, m, 1, declare("q", nil))
 	fsmtest.One(t, m, 1, consume("q", "c", ch1, 10))
 	fsmtest.One(t, m, 100, publish("", "q", "a", nil))
@@ -259,40 +261,51 @@ func timeoutLog() [][]*proto.Command {
 // level is raised in format 5 too) agree on the state after every entry
 // and on which channels time out.
 func TestConsumerTimeout_ReplayAndRestoreAgree(t *testing.T) {
-	entries := timeoutLog()
+	replay := replayAndRestoreAgree(t, timeoutLog(), timedOut, func(head *fsm.Machine) []uint64 {
+		if head.ProtocolLevel() < 4 {
+			return []uint64{6, 5}
+		}
+		return []uint64{6}
+	})
+	var all []string
+	for _, s := range replay {
+		if s != "" {
+			all = append(all, s)
+		}
+	}
+	if got := strings.Join(all, ","); got != "c1/1:50 c1/3:100,c2/1:10" {
+		t.Fatalf("timeouts of the replay: %q", got)
+	}
+}
+
+// replayAndRestoreAgree applies entries (one entry per element, stamped
+// 100, 200, ...) from the start, and for every cut restores a snapshot
+// taken after it, in each format formats names for the machine at the
+// cut, and applies the rest: after every entry both must show the same
+// effects and digest. It returns the replay's effects per entry.
+func replayAndRestoreAgree(t *testing.T, entries [][]*proto.Command, effects func(*fsmtest.Recorder) string,
+	formats func(head *fsm.Machine) []uint64) []string {
+	t.Helper()
 	type step struct {
-		timedOut string
-		digest   [32]byte
+		effects string
+		digest  [32]byte
 	}
 	stamp := func(i int) int64 { return int64(100 * (i + 1)) }
 	run := func(m *fsm.Machine, from int) []step {
 		var out []step
 		for i, cmds := range entries[from:] {
 			_, rec := fsmtest.Apply(t, m, stamp(from+i), cmds...)
-			out = append(out, step{timedOut(rec), m.Digest()})
+			out = append(out, step{effects(rec), m.Digest()})
 		}
 		return out
 	}
 	replay := run(fsm.New(), 0)
-	var all []string
-	for _, s := range replay {
-		if s.timedOut != "" {
-			all = append(all, s.timedOut)
-		}
-	}
-	if got := strings.Join(all, ","); got != "c1/1:50 c1/3:100,c2/1:10" {
-		t.Fatalf("timeouts of the replay: %q", got)
-	}
 	for cut := 1; cut < len(entries); cut++ {
 		head := fsm.New()
 		for i, cmds := range entries[:cut] {
 			fsmtest.Apply(t, head, stamp(i), cmds...)
 		}
-		formats := []uint64{6}
-		if head.ProtocolLevel() < 4 {
-			formats = append(formats, 5)
-		}
-		for _, f := range formats {
+		for _, f := range formats(head) {
 			b, err := fsm.SnapshotAs(head, f, head.ProtocolLevel())
 			if err != nil {
 				t.Fatal(err)
@@ -300,12 +313,17 @@ func TestConsumerTimeout_ReplayAndRestoreAgree(t *testing.T) {
 			got := run(restoreBytes(t, b), cut)
 			for i := range got {
 				if want := replay[cut+i]; got[i] != want {
-					t.Fatalf("snapshot after entry %d (format %d), entry %d: timed out %q, replay %q; same digest %v",
-						cut, f, cut+i+1, got[i].timedOut, want.timedOut, got[i].digest == want.digest)
+					t.Fatalf("snapshot after entry %d (format %d), entry %d: effects %q, replay %q; same digest %v",
+						cut, f, cut+i+1, got[i].effects, want.effects, got[i].digest == want.digest)
 				}
 			}
 		}
 	}
+	out := make([]string, len(replay))
+	for i, s := range replay {
+		out[i] = s.effects
+	}
+	return out
 }
 
 func TestValidate_ConsumerTimeout(t *testing.T) {

@@ -2,12 +2,10 @@ package fsm
 
 import (
 	"bytes"
-	"container/heap"
 	"fmt"
 	"math/rand"
 	"strconv"
 	"testing"
-	"unsafe"
 
 	"github.com/raftmq/raftmq/proto"
 	pb "google.golang.org/protobuf/proto"
@@ -102,7 +100,7 @@ func TestDelayed_PropertyRandomSequences(t *testing.T) {
 				cmds = append(cmds, randomDelayedCommand(r, a))
 			}
 			e := Entry{Index: uint64(i + 2), Envelope: &proto.Envelope{StampMs: now, Commands: cmds}}
-			before := a.delayed.h.len()
+			before := a.delayed.held.Len()
 			ra, rb := a.Apply(e, &countSink{}), b.Apply(e, &countSink{})
 			for j := range ra {
 				if ra[j].GetCode() != rb[j].GetCode() || ra[j].GetRouted() != rb[j].GetRouted() {
@@ -118,8 +116,8 @@ func TestDelayed_PropertyRandomSequences(t *testing.T) {
 					purged += uint64(ra[j].GetMessageCount())
 				}
 			}
-			if a.delayed.h.len() > before {
-				held += uint64(a.delayed.h.len() - before)
+			if a.delayed.held.Len() > before {
+				held += uint64(a.delayed.held.Len() - before)
 			}
 			if c != nil {
 				c.Apply(e, &countSink{})
@@ -140,8 +138,8 @@ func TestDelayed_PropertyRandomSequences(t *testing.T) {
 			for _, x := range a.vhosts["/"].exchanges {
 				n += x.delayed
 			}
-			if n != a.delayed.h.len() {
-				t.Fatalf("seed %d step %d: exchanges count %d delayed, the heap holds %d", seed, i, n, a.delayed.h.len())
+			if n != a.delayed.held.Len() {
+				t.Fatalf("seed %d step %d: exchanges count %d delayed, the heap holds %d", seed, i, n, a.delayed.held.Len())
 			}
 			checkDelayedPlaces(t, a)
 		}
@@ -161,30 +159,26 @@ func TestDelayed_PropertyRandomSequences(t *testing.T) {
 func checkDelayedPlaces(t *testing.T, m *Machine) {
 	t.Helper()
 	live := map[uint32]bool{}
-	for i := 0; i < m.delayed.h.len(); i++ {
-		r := m.delayed.h.at(i)
-		if int(r.at) >= len(m.delayed.at) {
-			t.Fatalf("record %d names place %d of %d", r.seq, r.at, len(m.delayed.at))
+	for i := 0; i < m.delayed.held.Len(); i++ {
+		_, seq, at := m.delayed.held.Key(i)
+		if int(at) >= len(m.delayed.at) {
+			t.Fatalf("record %d names place %d of %d", seq, at, len(m.delayed.at))
 		}
-		v, x := m.delayed.where(r)
-		if x == nil || v.exchanges[x.name] != x || x.delayed == 0 || x.at != r.at {
-			t.Fatalf("record %d names a place no live exchange holds", r.seq)
+		v, x := m.delayed.where(at)
+		if x == nil || v.exchanges[x.name] != x || x.delayed == 0 || x.at != at {
+			t.Fatalf("record %d names a place no live exchange holds", seq)
 		}
-		live[r.at] = true
+		live[at] = true
 	}
 	if n := len(m.delayed.at) - len(m.delayed.freeAt); n != len(live) {
 		t.Fatalf("%d places live, %d hold messages", n, len(live))
 	}
 }
 
-// TestDelayed_RecordsShareAndFree: a waiting message is a pointer-free
-// record of 48 bytes; messages published alike share one table entry;
+// TestDelayed_RecordsShareAndFree: messages published alike share one table entry;
 // releasing, cancelling, purging and deleting the exchange give back the
 // entry and the exchange's place id.
 func TestDelayed_RecordsShareAndFree(t *testing.T) {
-	if n := unsafe.Sizeof(delayedRec{}); n != 48 {
-		t.Fatalf("a delayed record is %d bytes", n)
-	}
 	delay := &proto.Properties{Headers: &proto.Table{Fields: []*proto.Field{{Key: "x-delay", Value: i64v(100)}}}}
 	// Alike but for their delays they would share one entry (heldProps).
 	other := &proto.Properties{ContentType: pb.String("text/plain"), Headers: &proto.Table{Fields: []*proto.Field{{Key: "x-delay", Value: i64v(200)}}}}
@@ -207,23 +201,23 @@ func TestDelayed_RecordsShareAndFree(t *testing.T) {
 		&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}}, declare)
 	fill := func() {
 		apply(1000, pub(delay), pub(delay), pub(delay), pub(other))
-		if m.delayed.h.len() != 4 || m.meta.Entries() != 2 || len(m.delayed.at) != 1 {
-			t.Fatalf("held %d in %d entries, %d places", m.delayed.h.len(), m.meta.Entries(), len(m.delayed.at))
+		if m.delayed.held.Len() != 4 || m.meta.Entries() != 2 || len(m.delayed.at) != 1 {
+			t.Fatalf("held %d in %d entries, %d places", m.delayed.held.Len(), m.meta.Entries(), len(m.delayed.at))
 		}
 		checkDelayedPlaces(t, m)
 	}
 	empty := func(what string) {
 		t.Helper()
-		if m.delayed.h.len() != 0 || m.meta.Entries() != 0 || len(m.delayed.at) != len(m.delayed.freeAt) {
-			t.Fatalf("after %s: held %d, %d entries, %d places live", what, m.delayed.h.len(), m.meta.Entries(), len(m.delayed.at)-len(m.delayed.freeAt))
+		if m.delayed.held.Len() != 0 || m.meta.Entries() != 0 || len(m.delayed.at) != len(m.delayed.freeAt) {
+			t.Fatalf("after %s: held %d, %d entries, %d places live", what, m.delayed.held.Len(), m.meta.Entries(), len(m.delayed.at)-len(m.delayed.freeAt))
 		}
 	}
 	fill()
 	apply(1150, &proto.Command{Cmd: &proto.Command_ReleaseDelayed{ReleaseDelayed: &proto.ReleaseDelayed{Limit: 10}}})
-	if m.delayed.h.len() != 1 || m.meta.Entries() != 1 {
-		t.Fatalf("after a release: held %d in %d entries", m.delayed.h.len(), m.meta.Entries())
+	if m.delayed.held.Len() != 1 || m.meta.Entries() != 1 {
+		t.Fatalf("after a release: held %d in %d entries", m.delayed.held.Len(), m.meta.Entries())
 	}
-	apply(1150, &proto.Command{Cmd: &proto.Command_CancelDelayed{CancelDelayed: &proto.CancelDelayed{Vhost: "/", Exchange: "dx", Seq: m.delayed.h.at(0).seq}}})
+	apply(1150, &proto.Command{Cmd: &proto.Command_CancelDelayed{CancelDelayed: &proto.CancelDelayed{Vhost: "/", Exchange: "dx", Seq: heldSeq(m, 0)}}})
 	empty("release and cancel")
 	fill()
 	apply(1200, &proto.Command{Cmd: &proto.Command_PurgeDelayed{PurgeDelayed: &proto.PurgeDelayed{Vhost: "/", Exchange: "dx"}}})
@@ -238,8 +232,8 @@ func TestDelayed_RecordsShareAndFree(t *testing.T) {
 		Arguments: declare.GetExchangeDeclare().GetArguments()}}}
 	apply(1300, dy, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", Exchange: "dy", Properties: delay}}})
 	apply(1300, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{Vhost: "/", Name: "dx"}}})
-	if m.delayed.h.len() != 1 || len(m.delayed.at) != 2 || len(m.delayed.freeAt) != 1 {
-		t.Fatalf("dy alone: held %d, places %d, free %d", m.delayed.h.len(), len(m.delayed.at), len(m.delayed.freeAt))
+	if m.delayed.held.Len() != 1 || len(m.delayed.at) != 2 || len(m.delayed.freeAt) != 1 {
+		t.Fatalf("dy alone: held %d, places %d, free %d", m.delayed.held.Len(), len(m.delayed.at), len(m.delayed.freeAt))
 	}
 	checkDelayedPlaces(t, m)
 	apply(1300, declare, pub(delay))
@@ -249,94 +243,8 @@ func TestDelayed_RecordsShareAndFree(t *testing.T) {
 	checkDelayedPlaces(t, m)
 }
 
-// plainHeap is the heap on one plain slice, as the records were held
-// before blocks.
-type plainHeap []delayedRec
-
-func (p plainHeap) Len() int { return len(p) }
-func (p plainHeap) Less(i, j int) bool {
-	if p[i].due != p[j].due {
-		return p[i].due < p[j].due
-	}
-	return p[i].seq < p[j].seq
-}
-func (p plainHeap) Swap(i, j int) { p[i], p[j] = p[j], p[i] }
-func (p *plainHeap) Push(x any)   { *p = append(*p, x.(delayedRec)) }
-func (p *plainHeap) Pop() any {
-	n := len(*p) - 1
-	x := (*p)[n]
-	*p = (*p)[:n]
-	return x
-}
-
-// TestDelayed_BlocksKeepHeapLayout: the heap in blocks holds its records
-// at the positions a heap on one slice would, across block edges, through
-// pushes, pops, removes and a filtered rebuild; truncating frees blocks.
-func TestDelayed_BlocksKeepHeapLayout(t *testing.T) {
-	r := rand.New(rand.NewSource(1))
-	var d delayedSet
-	var p plainHeap
-	seq := uint64(0)
-	same := func(step int) {
-		t.Helper()
-		if d.h.len() != len(p) {
-			t.Fatalf("step %d: %d records, want %d", step, d.h.len(), len(p))
-		}
-		for i := range p {
-			if *d.h.at(i) != p[i] {
-				t.Fatalf("step %d: position %d differs", step, i)
-			}
-		}
-	}
-	for step := 0; step < 20000; step++ {
-		switch k := r.Intn(10); {
-		case k < 6 || len(p) == 0:
-			seq++
-			x := delayedRec{due: int64(r.Intn(500)), seq: seq}
-			d.add(x)
-			heap.Push(&p, x)
-		case k < 8:
-			if got, want := d.pop(), heap.Pop(&p).(delayedRec); got != want {
-				t.Fatalf("step %d: popped %v, want %v", step, got, want)
-			}
-		case k < 9:
-			i := r.Intn(len(p))
-			if got, want := d.remove(i), heap.Remove(&p, i).(delayedRec); got != want {
-				t.Fatalf("step %d: removed %v, want %v", step, got, want)
-			}
-		default:
-			odd := func(x delayedRec) bool { return x.seq%7 == 0 }
-			w := 0
-			for i := 0; i < d.h.len(); i++ {
-				if x := *d.h.at(i); !odd(x) {
-					*d.h.at(w) = x
-					w++
-				}
-			}
-			d.h.truncate(w)
-			p = deleteFunc(p, odd)
-			heap.Init(&d)
-			heap.Init(&p)
-		}
-		if step%97 == 0 {
-			same(step)
-		}
-	}
-	same(-1)
-	if d.h.len() < 2*recBlock {
-		t.Fatalf("only %d records: the blocks' edges are not crossed", d.h.len())
-	}
-	for len(p) > recBlock/2 {
-		if got, want := d.pop(), heap.Pop(&p).(delayedRec); got != want {
-			t.Fatalf("draining: popped %v, want %v", got, want)
-		}
-	}
-	same(-2)
-	if len(d.h.b) > 2 {
-		t.Fatalf("%d blocks for %d records", len(d.h.b), d.h.len())
-	}
-	d.h.truncate(0)
-	if len(d.h.b) != 0 {
-		t.Fatalf("%d blocks left when empty", len(d.h.b))
-	}
+// heldSeq is the sequence number of the delayed message at position i.
+func heldSeq(m *Machine, i int) uint64 {
+	_, seq, _ := m.delayed.held.Key(i)
+	return seq
 }

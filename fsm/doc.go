@@ -3,4 +3,39 @@
 // bindings, consumers, policies, messages) and emits effects. Given the same
 // log it produces byte-identical state on every node: it never reads a clock,
 // does I/O, spawns goroutines or lets Go map order leak into state.
+//
+// What a caller uses:
+//
+//   - Applying the log: New, Machine.Apply (an Entry, effects to a Sink:
+//     Delivery, server cancels, NodeDown, ChannelTimedOut; DiscardSink,
+//     DeliveryFilter), Clock, AppliedIndex, ProtocolLevel, Initialized;
+//     ReadBody reads a body a Delivery or GetOk names out of its entry.
+//   - Before proposing (the leader): Validate with Limits (InvalidError),
+//     CommandProtocol and Protocol for rolling upgrades, Unsupported;
+//     CheckEntry before applying (UnknownCommandError, LevelError).
+//   - Timers the leader turns into commands, all on log time:
+//     NextDeadline/DueExpiries (TTL), NextLeaseDue/DueLeases (x-expires),
+//     NextConsumerTimeout/DueConsumerTimeouts, NextDelayed and NextRelease
+//     (ReleaseDelayed, DelayedReleaseBatch, MaxReleaseBatch).
+//   - Snapshots: Snapshot (an io.WriterTo; Releaser, BodyLister),
+//     Restore, RestoreBytes, Digest.
+//   - Reads for AMQP and the admin surfaces: VhostExists, User,
+//     UserPasswordHash, Permission, Queues, Queue, QueueCounts, Exchanges,
+//     Bindings, Consumers, Unacked, Policies, Users, Permissions, Vhosts,
+//     Stats (DeathReasons), Delayed; Releases and KeepReleases (delayed
+//     release lateness, ReleaseLatenessBucketsMs).
+//   - Rules shared with the server: HashPassword, CheckPassword
+//     (PasswordHashAlgorithm, PasswordSaltLen), DelayOf and MaxDelay
+//     (x-delay), the exchange types (DelayedExchangeType and the picking
+//     types, MaxHashWeight), DefaultDeliveryLimit, ReasonDeliveryLimit,
+//     RetryLevel, DefaultConsumerTimeout, LookaheadIdleMs.
+//
+// Where things are: apply.go dispatches each command to an apply_*.go
+// handler, one file per kind of entity; state.go is the state,
+// levels.go the table of protocol levels and snapshot formats, codec.go
+// the snapshot encoding and snapshot.go taking and restoring one. The
+// delayed exchanges: apply_delayed.go (apply), delayed_set.go (where
+// messages wait, in a queue.Held), delayed_list.go (listings),
+// delayed_stats.go (release lateness); exchange_types.go the type rules,
+// args.go how argument and header values are read. DESIGN.md says why.
 package fsm

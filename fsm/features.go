@@ -142,13 +142,15 @@ func (p *policy) definition() *proto.PolicyDefinition {
 // returned counts one more return of m (a consumer handed it back, or its
 // channel closed with it unacked, as RabbitMQ 4 counts returns) and, past
 // the queue's delivery limit, dead-letters it with reason delivery_limit
-// (dropped without a dead-letter exchange). It reports whether m died.
-func (s *state) returned(q *queueState, m *queue.Message) bool {
+// (dropped without a dead-letter exchange). It reports whether m died (or,
+// on a queue with delayed retry, waits). failed says the return was a
+// failed delivery attempt (returnFailed).
+func (s *state) returned(q *queueState, m *queue.Message, failed bool) bool {
 	if !q.features {
 		return false
 	}
 	if q.retryLevel {
-		return s.returnedAt8(q, m)
+		return s.returnedTwoCounts(q, m, failed)
 	}
 	m.Returns++
 	if limit := q.deliveryLimit(); limit >= 0 && m.Returns > limit {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/raftmq/raftmq/proto"
@@ -22,16 +21,8 @@ func TestRestoreKeepsQueuesWithNowRefusedArguments(t *testing.T) {
 		{Key: "x-max-priority", Value: i64v(300)},
 		{Key: "x-message-ttl", Value: i64v(5)},
 	}}
-	w, err := m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
 	n := New()
-	if err := n.Restore(&buf); err != nil {
+	if err := n.RestoreBytes(snapshotBytes(t, m)); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	q := n.vhosts["/"].queues["old"]

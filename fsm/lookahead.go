@@ -27,7 +27,7 @@ const LookaheadIdleMs = 500
 // nothing, and a channel it gives a first delivery has its oldest one
 // now, so the marks hold for the whole dispatch.
 func (s *state) capLookahead(q *queueState) {
-	on := s.atLeast(7)
+	on := s.atLeast(levelLookahead)
 	for _, c := range q.consumers {
 		c.capped = on && c.prefetch != 0 && c.credit > c.prefetch && lookaheadIdle(c.ch, s.clock)
 	}

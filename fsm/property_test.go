@@ -13,10 +13,11 @@ import (
 
 type countSink struct{ n int }
 
-func (c *countSink) Deliver(*Delivery)                        { c.n++ }
-func (c *countSink) ConsumerCancelled(*proto.ConsumerRef)     {}
-func (c *countSink) NodeDown(string)                          {}
-func (c *countSink) ChannelTimedOut(*proto.ChannelRef, int64) {}
+func (c *countSink) Deliver(*Delivery)                                    { c.n++ }
+func (c *countSink) ConsumerCancelled(*proto.ConsumerRef)                 {}
+func (c *countSink) NodeDown(string)                                      {}
+func (c *countSink) ChannelTimedOut(*proto.ChannelRef, int64)             {}
+func (c *countSink) ConsumerTimedOut(*proto.ConsumerRef, int64, []uint64) {}
 
 func i64v(n int64) *proto.Value { return &proto.Value{Kind: &proto.Value_Int64{Int64: n}} }
 
@@ -91,8 +92,8 @@ func randomCommand(r *rand.Rand) *proto.Command {
 	}
 }
 
-// pendingCount is the number of unacked deliveries held by channels.
-func (s *state) pendingCount() uint64 {
+// unackedCount is the number of unacked deliveries held by channels.
+func (s *state) unackedCount() uint64 {
 	var n uint64
 	for _, ch := range s.channels {
 		n += uint64(len(ch.unacked))
@@ -105,8 +106,8 @@ func checkConservation(t *testing.T, m *Machine) {
 	st := m.Stats()
 	in := st.Routed + st.DeadLettered
 	out := st.Acked + st.Expired + st.Dropped + st.Rejected + st.Purged
-	if in != out+st.Ready+m.pendingCount() {
-		t.Fatalf("conservation: in %d != out %d + ready %d + unacked %d (%+v)", in, out, st.Ready, m.pendingCount(), st)
+	if in != out+st.Ready+m.unackedCount() {
+		t.Fatalf("conservation: in %d != out %d + ready %d + unacked %d (%+v)", in, out, st.Ready, m.unackedCount(), st)
 	}
 }
 

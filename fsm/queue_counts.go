@@ -40,7 +40,7 @@ func (q *queueState) countDelivery(m *queue.Message, noAck bool) {
 }
 
 // countAcks counts the acknowledgements of ps on their queues.
-func countAcks(ps []*pending) {
+func countAcks(ps []*unacked) {
 	for _, p := range ps {
 		p.q.counts.acked++
 	}
@@ -98,7 +98,7 @@ func (c *consumer) heldCount() uint32 {
 }
 
 // eachHeld calls f with every delivery of ch that counts as held.
-func (ch *channel) eachHeld(f func(*pending)) {
+func (ch *channel) eachHeld(f func(*unacked)) {
 	var seen map[*consumer]uint32
 	for i := len(ch.unacked) - 1; i >= 0; i-- {
 		p := ch.unacked[i]
@@ -139,7 +139,7 @@ func (m *Machine) unackedSums() map[*queueState]unackedSums {
 			}
 			out[p.q] = u
 		}
-		ch.eachHeld(func(p *pending) {
+		ch.eachHeld(func(p *unacked) {
 			u := out[p.q]
 			u.held++
 			u.heldBytes += uint64(p.m.Size())

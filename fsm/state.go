@@ -84,11 +84,9 @@ type state struct {
 	// retry holds the returned messages waiting out a delayed retry
 	// (apply_retry.go).
 	retry retrySet
-	// failing says whether the returns of the command being applied are
-	// failed delivery attempts (failedReturn; not state).
-	failing bool
-	// routing is what route learnt of delayed exchanges (not state).
-	routing routeScratch
+	// draws counts the x-local-random choices of the command being
+	// applied (draw). Not state.
+	draws drawCount
 	// releases counts what this replica released (not state: see
 	// ReleaseStats).
 	releases ReleaseStats
@@ -205,7 +203,7 @@ type channel struct {
 	key       string
 	ref       *proto.ChannelRef
 	nextTag   uint64
-	unacked   []*pending // ascending tags
+	unacked   []*unacked // ascending tags
 	consumers []*consumer
 	// settled is the log time of the channel's latest settlement (ack,
 	// reject or requeue), from level 4 on: a node writes the deliveries it
@@ -214,7 +212,8 @@ type channel struct {
 	settled int64
 }
 
-type pending struct {
+// unacked is a delivery the channel's client has not settled yet.
+type unacked struct {
 	tag uint64
 	q   *queueState
 	m   *queue.Message
@@ -227,12 +226,13 @@ type pending struct {
 }
 
 func (s *state) init() {
-	s.level = 1
+	s.level = levelFirst
 	s.vhosts = map[string]*vhost{}
 	s.users = map[string]*user{}
 	s.perms = map[string]*proto.PermissionInfo{}
 	s.channels = map[string]*channel{}
 	s.meta = &queue.Table{}
+	s.delayed.held.SetTable(s.meta)
 }
 
 // atLeast reports whether the log's protocol level is at least l. A
@@ -430,25 +430,6 @@ func valueAny(v *proto.Value) any {
 	default:
 		return nil
 	}
-}
-
-func tableGet(t *proto.Table, key string) (*proto.Value, bool) {
-	for _, f := range t.GetFields() {
-		if f.GetKey() == key {
-			return f.GetValue(), true
-		}
-	}
-	return nil, false
-}
-
-func valueString(v *proto.Value) (string, bool) {
-	switch k := v.GetKind().(type) {
-	case *proto.Value_LongString:
-		return string(k.LongString), true
-	case *proto.Value_ShortString:
-		return k.ShortString, true
-	}
-	return "", false
 }
 
 func longstr(s string) *proto.Value {

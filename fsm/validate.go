@@ -88,6 +88,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  9. a delayed exchange keeps a message's properties with its x-delay
 //     value left out, so messages alike but for their delays share one
 //     table entry (heldProps, apply_delayed.go)
+//  10. a consumer timeout cancels the consumer whose delivery timed out
+//     and returns its deliveries; the channel and its other consumers
+//     stay (consumer_timeout.go)
 //  11. x-consistent-hash, x-modulus-hash and x-local-random exchanges
 //     (apply_pick.go)
 //  12. VhostLimits: virtual host limits (vhost_limits.go)
@@ -104,12 +107,12 @@ func init() {
 	for i := 0; i < cmdOneof.Fields().Len(); i++ {
 		kindProtocol[cmdOneof.Fields().Get(i).Number()] = 1
 	}
-	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = 2
-	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = 4
-	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = delayedLevel
-	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = delayedLevel
-	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = delayedLevel
-	kindProtocol[cmdOneof.Fields().ByName("vhost_limits").Number()] = limitsLevel
+	kindProtocol[cmdOneof.Fields().ByName("set_protocol").Number()] = levelTagFloor
+	kindProtocol[cmdOneof.Fields().ByName("consumer_timeout").Number()] = levelConsumerTimeout
+	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = levelDelayed
+	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = levelDelayed
+	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = levelDelayed
+	kindProtocol[cmdOneof.Fields().ByName("vhost_limits").Number()] = levelVhostLimits
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -122,7 +125,7 @@ func CommandProtocol(c *proto.Command) uint32 {
 		return 0
 	}
 	if retryFields(c) {
-		return retryLevel
+		return levelRetry
 	}
 	return kindProtocol[f.Number()]
 }

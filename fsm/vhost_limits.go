@@ -12,17 +12,11 @@ import (
 // here, at queue.declare; max-connections by each node at connection.open
 // (it is not state the log sees). A negative value is no limit, 0 refuses
 // every new queue or connection. A vhost without limits (every vhost of a
-// log below limitsLevel) declares as before.
+// log below levelVhostLimits) declares as before.
 const (
 	// LimitMaxConnections and LimitMaxQueues are the limits' names.
 	LimitMaxConnections = "max-connections"
 	LimitMaxQueues      = "max-queues"
-
-	// limitsLevel is the protocol level of the VhostLimits command.
-	limitsLevel = 12
-	// limitsFormat is the first snapshot format holding vhost limits
-	// (encLimits).
-	limitsFormat = 10
 )
 
 // LimitNames are the vhost limits raftmq knows, in RabbitMQ's order.

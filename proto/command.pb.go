@@ -3405,7 +3405,9 @@ func (x *Expire) GetQueues() []*QueueRef {
 // has waited, at the entry's stamp, at least its queue's consumer timeout
 // (x-consumer-timeout or the consumer-timeout policy key, else
 // default_ms): its deliveries are requeued, its consumers removed, and
-// the node it lives on closes it with 406. Protocol level 4.
+// the node it lives on closes it with 406. Protocol level 4. From level
+// 10 a delivery of a live consumer cancels that consumer only and
+// requeues its deliveries; the channel stays (fsm/consumer_timeout.go).
 type ConsumerTimeout struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Channel *ChannelRef            `protobuf:"bytes,1,opt,name=channel" json:"channel,omitempty"`

@@ -29,10 +29,32 @@ const (
 	fRare        // has an entry in Queue.rare
 )
 
-// rareRec is what few ready messages have.
+// rareRec is what few messages have: returns, failed attempts, an
+// inline body, and for a held message (Held, which has no flags) the
+// redelivered flag.
 type rareRec struct {
 	returns, failures int64
 	inline            []byte
+	redelivered       bool
+}
+
+// rareOf is what m has of a rareRec's (redelivered aside), and whether
+// that is anything.
+func rareOf(m *Message) (rareRec, bool) {
+	rr := rareRec{returns: m.Returns}
+	if m.x != nil {
+		rr.failures, rr.inline = m.x.failures, m.x.inline
+	}
+	return rr, rr.returns != 0 || rr.failures != 0 || rr.inline != nil
+}
+
+// fill gives m what rareOf took (redelivered aside).
+func (rr *rareRec) fill(m *Message) {
+	m.Returns = rr.returns
+	if rr.failures != 0 || rr.inline != nil {
+		x := m.rare()
+		x.failures, x.inline = rr.failures, rr.inline
+	}
 }
 
 // Queue holds the ready messages of one queue with an expiry index over
@@ -113,11 +135,7 @@ func (q *Queue) record(m *Message, p int) rec {
 	if m.Redelivered {
 		r.flags |= fRedelivered
 	}
-	var rr rareRec
-	if m.x != nil {
-		rr.failures, rr.inline = m.x.failures, m.x.inline
-	}
-	if rr.returns = m.Returns; rr.returns != 0 || rr.failures != 0 || rr.inline != nil {
+	if rr, ok := rareOf(m); ok {
 		if q.rare == nil {
 			q.rare = map[uint64]rareRec{}
 		}
@@ -146,11 +164,7 @@ func (q *Queue) message(r *rec, m *Message) {
 	}
 	if r.flags&fRare != 0 {
 		rr := q.rare[r.seq]
-		m.Returns = rr.returns
-		if rr.failures != 0 || rr.inline != nil {
-			x := m.rare()
-			x.failures, x.inline = rr.failures, rr.inline
-		}
+		rr.fill(m)
 	}
 }
 

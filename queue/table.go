@@ -150,16 +150,3 @@ func (t *Table) fill(m *Message, h uint32) {
 		m.rare().bcc = bcc
 	}
 }
-
-// Intern returns a handle on m's shared part (exchange, routing key,
-// properties, BCC keys, per-message TTL, priority, delivery mode),
-// counting one more reference to it, for a holder of messages other than
-// a Queue (the state machine's delayed messages). Release drops it.
-func (t *Table) Intern(m *Message) uint32 { return t.intern(m) }
-
-// Fill sets m's shared fields from handle h, as Intern read them; its
-// strings and Props share the table's copy (never changed in place).
-func (t *Table) Fill(m *Message, h uint32) { t.fill(m, h) }
-
-// Release drops one reference Intern took.
-func (t *Table) Release(h uint32) { t.release(h) }

@@ -24,12 +24,20 @@ type broker struct {
 }
 
 // The AMQP server carries direct replies to other nodes through the node,
-// and counts a limited vhost's connections across the cluster.
+// learns of its silences, and counts a limited vhost's connections across
+// the cluster.
 var _ interface {
 	amqp.Broker
 	amqp.Replier
+	amqp.Silences
 	amqp.ConnectionLimiter
 } = (*broker)(nil)
+
+// The node tells the AMQP server the silence epoch of each delivery.
+var _ cluster.EpochSink = (*amqp.Server)(nil)
+
+// SilenceEpoch counts the node's silences (amqp.Silences).
+func (b *broker) SilenceEpoch() uint64 { return b.node.SilenceEpoch() }
 
 // VhostConnectionLimit reads the vhost's max-connections from the applied
 // state (amqp.ConnectionLimiter).

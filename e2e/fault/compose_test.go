@@ -122,19 +122,19 @@ type cluster struct {
 // startCluster brings up the compose cluster and waits until every node is
 // ready. The restart policy is turned off so that a killed node stays down
 // until the scenario starts it.
-func startCluster(t *testing.T, name string) *cluster {
+func startCluster(t *testing.T, name string) *cluster { return startClusterOf(t, name, 3) }
+
+// startClusterOf is startCluster with size nodes: the compose file's
+// three, and more defined like them in the override (their ports are not
+// published: the test reaches every node at its address).
+func startClusterOf(t *testing.T, name string, size int) *cluster {
 	t.Helper()
 	root, err := buildImage()
 	if err != nil {
 		t.Fatal(err)
 	}
 	override := filepath.Join(t.TempDir(), "override.yml")
-	var o strings.Builder
-	o.WriteString("services:\n")
-	for i := 1; i <= 3; i++ {
-		fmt.Fprintf(&o, "  raftmq%d:\n    restart: \"no\"\n", i)
-	}
-	if err := os.WriteFile(override, []byte(o.String()), 0o644); err != nil {
+	if err := os.WriteFile(override, []byte(composeOverride(size)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, project: fmt.Sprintf("raftmqfault%d%s", os.Getpid(), name)}
@@ -187,7 +187,7 @@ func startCluster(t *testing.T, name string) *cluster {
 	if up != nil {
 		t.Fatalf("compose up: %v", up)
 	}
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= size; i++ {
 		svc := fmt.Sprintf("raftmq%d", i)
 		out, err := c.compose("ps", "-q", svc)
 		if err != nil || strings.TrimSpace(out) == "" {
@@ -202,6 +202,53 @@ func startCluster(t *testing.T, name string) *cluster {
 	}
 	c.waitMembers()
 	return c
+}
+
+// composeOverride turns the compose file's restart policy off and, for a
+// cluster of more than its three nodes, defines the others as the file
+// defines its own, every node joining and expecting all of them.
+func composeOverride(size int) string {
+	var o strings.Builder
+	o.WriteString("services:\n")
+	join := make([]string, size)
+	for i := range join {
+		join[i] = fmt.Sprintf("raftmq%d:7946", i+1)
+	}
+	for i := 1; i <= size; i++ {
+		fmt.Fprintf(&o, "  raftmq%d:\n    restart: \"no\"\n", i)
+		if size == 3 {
+			continue
+		}
+		if i > 3 {
+			fmt.Fprintf(&o, `    image: ${RAFTMQ_IMAGE}
+    hostname: raftmq%[1]d
+    networks:
+      raftmq: {ipv4_address: "${RAFTMQ_SUBNET}.%[2]d"}
+    healthcheck:
+      test: ["CMD", "/raftmq", "probe", "http://127.0.0.1:15692/readyz"]
+      interval: 2s
+      timeout: 2s
+      retries: 30
+    volumes: ["raftmq%[1]d:/data"]
+`, i, 10+i)
+		}
+		fmt.Fprintf(&o, "    environment:\n      RAFTMQ_JOIN: %s\n      RAFTMQ_BOOTSTRAP_EXPECT: \"%d\"\n", strings.Join(join, ","), size)
+		if i > 3 {
+			fmt.Fprintf(&o, `      RAFTMQ_NODE_ID: raftmq%d
+      RAFTMQ_CLUSTER_SECRET: ${RAFTMQ_CLUSTER_SECRET}
+      RAFTMQ_ADMIN_PLAINTEXT: ${RAFTMQ_ADMIN_PLAINTEXT}
+      RAFTMQ_DEFAULT_USER: ${RAFTMQ_USER}
+      RAFTMQ_DEFAULT_PASSWORD: ${RAFTMQ_PASSWORD}
+`, i)
+		}
+	}
+	if size > 3 {
+		o.WriteString("volumes:\n")
+		for i := 4; i <= size; i++ {
+			fmt.Fprintf(&o, "  raftmq%d: {}\n", i)
+		}
+	}
+	return o.String()
 }
 
 func (c *cluster) compose(args ...string) (string, error) {

@@ -31,6 +31,18 @@
 // that the 99th percentile of lateness, over messages confirmed within
 // 200 ms, is at most 2 s.
 //
+// TestFaultFreezeLeaderAsItsDeadLettersFallDue freezes the leader (docker
+// pause, 6 s) halfway through the deaths of a burst of messages in a 1 s
+// TTL queue, whose dead letters go to consumers on the leader's node and
+// on one other node, on a cluster of 3 and one of 5 nodes (the others
+// run on 3): nothing confirmed lost, every repeat flagged redelivered
+// (the thawed node must write nothing it decided before the freeze). Each
+// size runs RAFTMQ_FAULT_ROUNDS rounds on one cluster, a new leader frozen
+// each round: 2 by default, which keeps CI affordable; a campaign sets
+// more, for instance
+//
+//	RAFTMQ_FAULT_ROUNDS=10 go test ./e2e/fault -run TestFaultFreezeLeaderAsItsDeadLettersFallDue -v -timeout 60m
+//
 // A cut is made in the node's own network namespace: iptables, run on the
 // docker host through nsenter, drops every packet between the node and
 // the other nodes' addresses, so raft, gossip and forwarding go silent

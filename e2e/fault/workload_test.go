@@ -235,15 +235,11 @@ func (w *workload) publishOn(p int, n *node, seq *int) error {
 // every publish is confirmed, or the channel fails or a confirm takes
 // longer than confirmTimeout.
 func publishConfirming(ctx context.Context, rec *recorder, n *node, seq *int, next func(seq int) (*sent, amqp.Publishing)) error {
-	conn, ch, err := open(n)
+	conn, ch, confirms, err := openConfirming(n, confirmWindow)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, confirmWindow))
 	var pending []string // ids by delivery tag, from tag next-len(pending)
 	tick := time.NewTicker(publishEvery)
 	defer tick.Stop()
@@ -286,6 +282,20 @@ func publishConfirming(ctx context.Context, rec *recorder, n *node, seq *int, ne
 			lastProgress = time.Now()
 		}
 	}
+}
+
+// openConfirming opens a channel to n in confirm mode and returns its
+// confirms, buffered for window unanswered publishes.
+func openConfirming(n *node, window int) (*amqp.Connection, *amqp.Channel, <-chan amqp.Confirmation, error) {
+	conn, ch, err := open(n)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		conn.Close()
+		return nil, nil, nil, err
+	}
+	return conn, ch, ch.NotifyPublish(make(chan amqp.Confirmation, window)), nil
 }
 
 // message is publisher p's message number seq: the mix of TTLs the suite

@@ -64,6 +64,20 @@ type Recorder struct {
 	Cancelled  []*proto.ConsumerRef
 	Down       []string // nodes declared down
 	TimedOut   []TimedOut
+	// ConsumersTimedOut are the ConsumerTimedOut effects.
+	ConsumersTimedOut []ConsumerTimedOut
+}
+
+// ConsumerTimedOut is a ConsumerTimedOut effect.
+type ConsumerTimedOut struct {
+	Consumer *proto.ConsumerRef
+	Timeout  int64
+	Tags     []uint64
+}
+
+// ConsumerTimedOut implements fsm.Sink.
+func (r *Recorder) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
+	r.ConsumersTimedOut = append(r.ConsumersTimedOut, ConsumerTimedOut{Consumer: c, Timeout: timeout, Tags: tags})
 }
 
 // TimedOut is a ChannelTimedOut effect.

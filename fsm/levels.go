@@ -1,0 +1,98 @@
+package fsm
+
+// The log's protocol levels and the snapshot formats, each named by what
+// it brought; apply asks atLeast(level...) and the codec has(format...),
+// never a bare number. Protocol (validate.go) is the highest level this
+// binary applies, snapVersion the format it writes. fsm/DESIGN.md ("The
+// log's protocol level", "Snapshot and digest") says what each changed.
+const (
+	// levelFirst is every log that never raised its level.
+	levelFirst uint32 = 1
+	// levelTagFloor: SetProtocol; a new channel numbers its deliveries
+	// above every removed channel's (tagFloor).
+	levelTagFloor uint32 = 2
+	// levelFeatures: queues declared from here on have the features of
+	// features.go (queueState.features).
+	levelFeatures uint32 = 3
+	// levelConsumerTimeout: ConsumerTimeout; deliveries record their
+	// assignment time, channels their latest settlement.
+	levelConsumerTimeout uint32 = 4
+	// levelDeaths: deaths counted by reason (Stats.Deaths).
+	levelDeaths uint32 = 5
+	// levelDelayed: x-delayed-message exchanges, ReleaseDelayed,
+	// CancelDelayed and PurgeDelayed.
+	levelDelayed uint32 = 6
+	// levelLookahead: lookahead credit only while the channel settles
+	// (lookahead.go).
+	levelLookahead uint32 = 7
+	// levelRetry: queues declared from here on count returns as
+	// RabbitMQ 4.3 and have delayed retry (apply_retry.go).
+	levelRetry uint32 = 8
+	// levelSharedDelay: a delayed exchange keeps properties with x-delay's
+	// value left out (heldProps).
+	levelSharedDelay uint32 = 9
+	// levelConsumerCancel: a consumer timeout cancels the consumer whose
+	// delivery timed out and returns its deliveries; the channel stays.
+	levelConsumerCancel uint32 = 10
+	// levelPicking: x-consistent-hash, x-modulus-hash and x-local-random
+	// exchanges (apply_pick.go).
+	levelPicking uint32 = 11
+	// levelVhostLimits: VhostLimits, the vhosts' max-connections and
+	// max-queues (vhost_limits.go).
+	levelVhostLimits uint32 = 12
+)
+
+// RetryLevel is levelRetry for the node, which sends Requeue.failed only
+// once the log it applied is at that level.
+const RetryLevel = levelRetry
+
+// format is a snapshot format version.
+type format = uint64
+
+const (
+	// formatFirst holds the state as the first release wrote it.
+	formatFirst format = 1
+	// formatCredit adds each consumer's credit.
+	formatCredit format = 2
+	// formatTagFloor adds the delivery tag floor.
+	formatTagFloor format = 3
+	// formatLevel adds the log's protocol level; before it, level 1.
+	formatLevel format = 4
+	// formatReturns adds each message's returns and each queue's
+	// features flag.
+	formatReturns format = 5
+	// formatSettled adds each channel's settlement time and each unacked
+	// delivery's assignment time and held flag (consumer timeout).
+	formatSettled format = 6
+	// formatBodyRefs names bodies instead of holding them, holds
+	// properties encoded, and adds the deaths by reason.
+	formatBodyRefs format = 7
+	// formatDelayed adds the messages of delayed exchanges.
+	formatDelayed format = 8
+	// formatRetry adds each queue's retryLevel flag, each message's failed
+	// attempts and the messages waiting out a delayed retry.
+	formatRetry format = 9
+	// formatVhostLimits adds the vhosts' limits.
+	formatVhostLimits format = 10
+
+	snapVersion = formatVhostLimits
+)
+
+// formatFor is the format a state at level writes: the newest one a node
+// of the release that could share the cluster at that level reads. Below
+// levelDelayed no exchange holds delayed messages and format 7 says as
+// much, so a node of the release before, still in the cluster during a
+// rolling upgrade, can restore it; likewise below levelRetry nothing
+// waits for a delayed retry, and below levelVhostLimits no vhost has
+// limits.
+func formatFor(level uint32) format {
+	switch {
+	case level < levelDelayed:
+		return formatDelayed - 1
+	case level < levelRetry:
+		return formatRetry - 1
+	case level < levelVhostLimits:
+		return formatVhostLimits - 1
+	}
+	return snapVersion
+}
