@@ -17,9 +17,9 @@ import (
 // snapMagic opens every snapshot; the format version follows it
 // (levels.go), then the records in a fixed order (counters, users,
 // permissions, vhosts with exchanges, policies and queues, channels, the
-// delayed and the retried messages, the vhosts' limits). Every map is written in sorted key
-// order. Each field a format added is written and read under one rule:
-// has(format).
+// delayed and the retried messages, the vhosts' limits). Every map is
+// written in sorted key order. Each field a format added is written and
+// read under one rule: has(format).
 const snapMagic = "RMQS"
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
