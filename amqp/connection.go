@@ -535,6 +535,9 @@ func (c *conn) handshake() error {
 	if _, _, _, ok := c.srv.node().Permission(c.user, open.VirtualHost); !ok {
 		return c.handshakeFail(wire.ConnError(replycode.NotAllowed, 10, 40, "access to vhost '%s' refused for user '%s'", open.VirtualHost, c.user))
 	}
+	if e := c.vhostConnLimit(open.VirtualHost); e != nil {
+		return c.handshakeFail(e)
+	}
 	// RabbitMQ checks its node connection limit (connection_max) at
 	// connection.open too, and refuses with connection.close 530
 	// NOT_ALLOWED rather than by closing the socket after the header: the

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -441,6 +442,47 @@ func TestConsole(t *testing.T) {
 		until(`document.querySelector('#banner-text').textContent === 'Virtual host console vh deleted' &&
 			document.querySelector('#vhosts-table tr[data-vhost="console vh"]') === null`),
 	)
+
+	// A virtual host limit set in the form holds: max-connections 0
+	// refuses a new connection to "/" (the one open stays); cleared with
+	// its button, connections are taken again.
+	b.run("set a virtual host limit",
+		setValue(`#set-vhost-limit select[name="limit"]`, "max-connections"),
+		chromedp.SendKeys(chromedp.CSS(`#set-vhost-limit input[name="value"]`), "0"),
+		chromedp.Click(chromedp.CSS(`#set-vhost-limit button[type="submit"]`)),
+		until(`document.querySelector('#banner-text').textContent === 'Limit max-connections of / set to 0'`),
+		until(`(r => r !== null && r.querySelector('td.num').textContent === '0')(document.querySelector('#vhost-limits-table tr[data-limit="/ max-connections"]'))`),
+	)
+	b.screenshot("console-limits")
+	// Another node applies the limit once the entry reaches it.
+	if err := Eventually(30*time.Second, func() error {
+		c2, err := amqp.Dial(c.Nodes[1].AMQPURL())
+		if err == nil {
+			c2.Close()
+			return errors.New("a connection past the max-connections set in the console was taken")
+		}
+		if e, ok := err.(*amqp.Error); !ok || e.Code != amqp.NotAllowed || e.Reason != "NOT_ALLOWED - access to vhost '/' refused for user 'guest': connection limit (0) is reached" {
+			return fmt.Errorf("connection past the limit: %v", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b.run("clear it",
+		chromedp.Click(chromedp.CSS(`button.clear-limit[data-name="max-connections"]`)),
+		until(`document.querySelector('button.clear-limit').classList.contains('armed')`),
+		chromedp.Click(chromedp.CSS(`button.clear-limit[data-name="max-connections"]`)),
+		until(`document.querySelector('#banner-text').textContent === 'Limit max-connections of / cleared' && document.querySelector('#no-vhost-limits') !== null`),
+	)
+	if err := Eventually(30*time.Second, func() error {
+		c2, err := amqp.Dial(c.Nodes[1].AMQPURL())
+		if err != nil {
+			return err
+		}
+		return c2.Close()
+	}); err != nil {
+		t.Fatalf("a connection after the limit was cleared: %v", err)
+	}
 
 	b.run("the connection list",
 		chromedp.Click(chromedp.CSS(`#nav a[data-page="connections"]`)),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +88,21 @@ func TestRabbitHoleThroughFollower(t *testing.T) {
 	must("declare exchange", res, err, created...)
 	res, err = rh.DeclareBinding("rh", rabbithole.BindingInfo{Source: "orders-x", Destination: "orders", DestinationType: "queue", RoutingKey: "order.*"})
 	must("declare binding", res, err, created...)
+	// Vhost limits in rabbit-hole's shapes: max-queues 1 refuses a
+	// second queue, and a deleted limit refuses nothing.
+	res, err = rh.PutVhostLimits("rh", rabbithole.VhostLimitsValues{"max-queues": 1, "max-connections": 10})
+	must("put vhost limits", res, err, created...)
+	if l, err := rh.GetVhostLimits("rh"); err != nil || len(l) != 1 || l[0].Vhost != "rh" || l[0].Value["max-queues"] != 1 || l[0].Value["max-connections"] != 10 {
+		t.Fatalf("vhost limits %+v: %v", l, err)
+	}
+	if _, err := rh.DeclareQueue("rh", "second", rabbithole.QueueSettings{Durable: true}); err == nil || !strings.Contains(err.Error(), "queue limit in vhost 'rh' (1) is reached") {
+		t.Fatalf("a queue past max-queues: %v", err)
+	}
+	res, err = rh.DeleteVhostLimits("rh", rabbithole.VhostLimits{"max-queues", "max-connections"})
+	must("delete vhost limits", res, err, created...)
+	if l, err := rh.GetAllVhostLimits(); err != nil || len(l) != 0 {
+		t.Fatalf("vhost limits after delete %+v: %v", l, err)
+	}
 	queues, err := rh.ListQueuesIn("rh")
 	if err != nil || len(queues) != 1 || queues[0].Name != "orders" || !queues[0].Durable {
 		t.Fatalf("queues %+v: %v", queues, err)

@@ -159,6 +159,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyPolicySet(x.PolicySet)
 	case *proto.Command_PolicyClear:
 		return s.applyPolicyClear(x.PolicyClear)
+	case *proto.Command_VhostLimits:
+		return s.applyVhostLimits(x.VhostLimits)
 	case *proto.Command_SetProtocol:
 		return s.applySetProtocol(x.SetProtocol)
 	case *proto.Command_ConsumerTimeout:

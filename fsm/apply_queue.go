@@ -199,6 +199,9 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	if strings.HasPrefix(name, "amq.") && c.GetName() != "" {
 		return refused(replycode.AccessRefused, "ACCESS_REFUSED - queue name '"+name+"' contains reserved prefix 'amq.*'")
 	}
+	if r := checkQueueLimit(v, name); r != nil {
+		return r
+	}
 	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
 		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(levelFeatures),
 		retryLevel: s.atLeast(levelRetry)}

@@ -17,9 +17,9 @@ import (
 // snapMagic opens every snapshot; the format version follows it
 // (levels.go), then the records in a fixed order (counters, users,
 // permissions, vhosts with exchanges, policies and queues, channels, the
-// delayed and the retried messages). Every map is written in sorted key
-// order. Each field a format added is written and read under one rule:
-// has(format).
+// delayed and the retried messages, the vhosts' limits). Every map is
+// written in sorted key order. Each field a format added is written and
+// read under one rule: has(format).
 const snapMagic = "RMQS"
 
 // enc encodes a snapshot. A lazy enc copies messages into parts instead
@@ -154,6 +154,9 @@ func (s *state) encodeTo(e *enc) {
 	}
 	if e.has(formatRetry) {
 		encRetry(e, &s.retry)
+	}
+	if e.has(formatVhostLimits) {
+		encLimits(e, s)
 	}
 	e.flushBytes()
 }
@@ -534,6 +537,9 @@ func decodeState(b []byte) (*state, error) {
 		return nil, errCorrupt
 	}
 	if d.has(formatRetry) && !decRetry(d, s) {
+		return nil, errCorrupt
+	}
+	if d.has(formatVhostLimits) && !decLimits(d, s) {
 		return nil, errCorrupt
 	}
 	if d.err != nil {

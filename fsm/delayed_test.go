@@ -645,12 +645,12 @@ func TestDelayed_ValidateRelease(t *testing.T) {
 
 // TestDelayed_SnapshotFormatFollowsTheLevel: below level 6 a snapshot is
 // written in format 7, which the release before reads; from 6 on in 8,
-// from 9 on in 9 (apply_retry.go).
+// from 9 on in 9 (apply_retry.go), from 12 on in 10 (vhost_limits.go).
 func TestDelayed_SnapshotFormatFollowsTheLevel(t *testing.T) {
 	for _, c := range []struct {
 		level  uint32
 		format byte
-	}{{5, 7}, {6, 8}, {fsm.Protocol, 9}} {
+	}{{5, 7}, {6, 8}, {11, 9}, {fsm.Protocol, 10}} {
 		m := fsmtest.NewAt(t, c.level)
 		w, err := m.Snapshot()
 		if err != nil {

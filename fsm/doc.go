@@ -22,13 +22,15 @@
 //   - Reads for AMQP and the admin surfaces: VhostExists, User,
 //     UserPasswordHash, Permission, Queues, Queue, QueueCounts, Exchanges,
 //     Bindings, Consumers, Unacked, Policies, Users, Permissions, Vhosts,
-//     Stats (DeathReasons), Delayed; Releases and KeepReleases (delayed
+//     VhostLimits and VhostLimit, Stats (DeathReasons), Delayed; Releases and KeepReleases (delayed
 //     release lateness, ReleaseLatenessBucketsMs).
 //   - Rules shared with the server: HashPassword, CheckPassword
 //     (PasswordHashAlgorithm, PasswordSaltLen), DelayOf and MaxDelay
 //     (x-delay), the exchange types (DelayedExchangeType and the picking
 //     types, MaxHashWeight), DefaultDeliveryLimit, ReasonDeliveryLimit,
-//     RetryLevel, DefaultConsumerTimeout, LookaheadIdleMs.
+//     RetryLevel, DefaultConsumerTimeout, LookaheadIdleMs, the vhost
+//     limits' names (LimitNames, KnownLimit, LimitMaxConnections,
+//     LimitMaxQueues).
 //
 // Where things are: apply.go dispatches each command to an apply_*.go
 // handler, one file per kind of entity; state.go is the state,
@@ -37,5 +39,6 @@
 // delayed exchanges: apply_delayed.go (apply), delayed_set.go (where
 // messages wait, in a queue.Held), delayed_list.go (listings),
 // delayed_stats.go (release lateness); exchange_types.go the type rules,
-// args.go how argument and header values are read. DESIGN.md says why.
+// args.go how argument and header values are read; vhost_limits.go the
+// vhosts' limits. DESIGN.md says why.
 package fsm

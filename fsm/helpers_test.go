@@ -104,6 +104,23 @@ func ready(t *testing.T, m *fsm.Machine, q string) uint64 {
 	return qi.GetReady()
 }
 
+// replayLog applies log, one entry for each element, to a new machine at
+// level; after entry restoreAt (none when negative) the machine is replaced
+// by one restored from its snapshot.
+func replayLog(t testing.TB, level uint32, log [][]*proto.Command, restoreAt int) (*fsm.Machine, [][]*proto.Result) {
+	t.Helper()
+	m := fsmtest.NewAt(t, level)
+	var res [][]*proto.Result
+	for i, cmds := range log {
+		r, _ := fsmtest.Apply(t, m, int64(100+i), cmds...)
+		res = append(res, r)
+		if i == restoreAt {
+			m = roundTrip(t, m)
+		}
+	}
+	return m, res
+}
+
 func roundTrip(t testing.TB, m *fsm.Machine) *fsm.Machine {
 	t.Helper()
 	w, err := m.Snapshot()

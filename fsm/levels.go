@@ -37,6 +37,9 @@ const (
 	// levelPicking: x-consistent-hash, x-modulus-hash and x-local-random
 	// exchanges (apply_pick.go).
 	levelPicking uint32 = 11
+	// levelVhostLimits: VhostLimits, the vhosts' max-connections and
+	// max-queues (vhost_limits.go).
+	levelVhostLimits uint32 = 12
 )
 
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
@@ -69,8 +72,10 @@ const (
 	// formatRetry adds each queue's retryLevel flag, each message's failed
 	// attempts and the messages waiting out a delayed retry.
 	formatRetry format = 9
+	// formatVhostLimits adds the vhosts' limits.
+	formatVhostLimits format = 10
 
-	snapVersion = formatRetry
+	snapVersion = formatVhostLimits
 )
 
 // formatFor is the format a state at level writes: the newest one a node
@@ -78,13 +83,16 @@ const (
 // levelDelayed no exchange holds delayed messages and format 7 says as
 // much, so a node of the release before, still in the cluster during a
 // rolling upgrade, can restore it; likewise below levelRetry nothing
-// waits for a delayed retry.
+// waits for a delayed retry, and below levelVhostLimits no vhost has
+// limits.
 func formatFor(level uint32) format {
 	switch {
 	case level < levelDelayed:
 		return formatDelayed - 1
 	case level < levelRetry:
 		return formatRetry - 1
+	case level < levelVhostLimits:
+		return formatVhostLimits - 1
 	}
 	return snapVersion
 }

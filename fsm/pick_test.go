@@ -375,18 +375,7 @@ func TestPick_ReplayAcrossSetProtocol(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		add(publish("ch", strconv.Itoa(i), "", nil))
 	}
-	replay := func(restoreAt int) (*fsm.Machine, [][]*proto.Result) {
-		m := fsmtest.NewAt(t, 9)
-		var res [][]*proto.Result
-		for i, cmds := range log {
-			r, _ := fsmtest.Apply(t, m, int64(100+i), cmds...)
-			res = append(res, r)
-			if i == restoreAt {
-				m = roundTrip(t, m)
-			}
-		}
-		return m, res
-	}
+	replay := func(restoreAt int) (*fsm.Machine, [][]*proto.Result) { return replayLog(t, 9, log, restoreAt) }
 	a, res := replay(-1)
 	if r := res[0][0]; r.GetCode() != 503 {
 		t.Fatalf("level 9 declare: %v", r)

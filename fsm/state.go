@@ -105,6 +105,9 @@ type vhost struct {
 	queues     map[string]*queueState
 	policies   map[string]*policy
 	operator   map[string]*policy
+	// limits are the vhost's limits by name (vhost_limits.go), nil
+	// when it has none.
+	limits map[string]int64
 }
 
 type policy struct {

@@ -93,7 +93,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     stay (consumer_timeout.go)
 //  11. x-consistent-hash, x-modulus-hash and x-local-random exchanges
 //     (apply_pick.go)
-const Protocol = 11
+//  12. VhostLimits: virtual host limits (vhost_limits.go)
+const Protocol = 12
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -111,6 +112,7 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("release_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = levelDelayed
+	kindProtocol[cmdOneof.Fields().ByName("vhost_limits").Number()] = levelVhostLimits
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -639,6 +641,8 @@ func (v *validator) command(c *proto.Command) {
 				v.name("overflow", d.GetOverflow(), false)
 			}
 		}
+	case *proto.Command_VhostLimits:
+		v.vhostLimits(x.VhostLimits)
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)

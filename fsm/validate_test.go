@@ -92,6 +92,7 @@ func validCommands() []*proto.Command {
 		c(&proto.RestartLeases{}),
 		policySet("p", "^q", 1, false, nil),
 		c(&proto.PolicyClear{Vhost: "/", Name: "p"}),
+		limitsCmd("/", false, []string{"max-queues"}, "max-connections", 10),
 		{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{Consumer: cons}}},
 		fsmtest.SetProtocol(fsm.Protocol),
 		fsmtest.ConsumerTimeout(ch1, fsm.DefaultConsumerTimeout),
@@ -103,7 +104,7 @@ func validCommands() []*proto.Command {
 
 // laterKinds are the kinds introduced after the first protocol, with the
 // protocol of each.
-var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6}
+var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6, "vhost_limits": 12}
 
 // oneofKinds lists the Command oneof's fields.
 func oneofKinds() []protoreflect.FieldDescriptor {

@@ -2659,6 +2659,261 @@ func (*ClearPolicyResponse) Descriptor() ([]byte, []int) {
 	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
+// SetVhostLimitsRequest is a VhostLimits command for vhost ("" is "/").
+type SetVhostLimitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Replace       bool                   `protobuf:"varint,2,opt,name=replace" json:"replace,omitempty"`
+	Set           []*VhostLimit          `protobuf:"bytes,3,rep,name=set" json:"set,omitempty"`
+	Clear         []string               `protobuf:"bytes,4,rep,name=clear" json:"clear,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetVhostLimitsRequest) Reset() {
+	*x = SetVhostLimitsRequest{}
+	mi := &file_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetVhostLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetVhostLimitsRequest) ProtoMessage() {}
+
+func (x *SetVhostLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetVhostLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetVhostLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SetVhostLimitsRequest) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *SetVhostLimitsRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+func (x *SetVhostLimitsRequest) GetSet() []*VhostLimit {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *SetVhostLimitsRequest) GetClear() []string {
+	if x != nil {
+		return x.Clear
+	}
+	return nil
+}
+
+type SetVhostLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetVhostLimitsResponse) Reset() {
+	*x = SetVhostLimitsResponse{}
+	mi := &file_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetVhostLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetVhostLimitsResponse) ProtoMessage() {}
+
+func (x *SetVhostLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetVhostLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetVhostLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{39}
+}
+
+type ListVhostLimitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "" for every vhost that has limits.
+	Vhost         string `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Consistent    bool   `protobuf:"varint,2,opt,name=consistent" json:"consistent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVhostLimitsRequest) Reset() {
+	*x = ListVhostLimitsRequest{}
+	mi := &file_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVhostLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVhostLimitsRequest) ProtoMessage() {}
+
+func (x *ListVhostLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVhostLimitsRequest.ProtoReflect.Descriptor instead.
+func (*ListVhostLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListVhostLimitsRequest) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *ListVhostLimitsRequest) GetConsistent() bool {
+	if x != nil {
+		return x.Consistent
+	}
+	return false
+}
+
+// VhostLimitsInfo is one vhost's limits, by name.
+type VhostLimitsInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Limits        []*VhostLimit          `protobuf:"bytes,2,rep,name=limits" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VhostLimitsInfo) Reset() {
+	*x = VhostLimitsInfo{}
+	mi := &file_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VhostLimitsInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VhostLimitsInfo) ProtoMessage() {}
+
+func (x *VhostLimitsInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VhostLimitsInfo.ProtoReflect.Descriptor instead.
+func (*VhostLimitsInfo) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *VhostLimitsInfo) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *VhostLimitsInfo) GetLimits() []*VhostLimit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type ListVhostLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhosts        []*VhostLimitsInfo     `protobuf:"bytes,1,rep,name=vhosts" json:"vhosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVhostLimitsResponse) Reset() {
+	*x = ListVhostLimitsResponse{}
+	mi := &file_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVhostLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVhostLimitsResponse) ProtoMessage() {}
+
+func (x *ListVhostLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVhostLimitsResponse.ProtoReflect.Descriptor instead.
+func (*ListVhostLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListVhostLimitsResponse) GetVhosts() []*VhostLimitsInfo {
+	if x != nil {
+		return x.Vhosts
+	}
+	return nil
+}
+
 type ListPoliciesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
@@ -2670,7 +2925,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2937,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2950,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListPoliciesRequest) GetVhost() string {
@@ -2734,7 +2989,7 @@ type PolicyInfo struct {
 
 func (x *PolicyInfo) Reset() {
 	*x = PolicyInfo{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2746,7 +3001,7 @@ func (x *PolicyInfo) String() string {
 func (*PolicyInfo) ProtoMessage() {}
 
 func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2759,7 +3014,7 @@ func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyInfo.ProtoReflect.Descriptor instead.
 func (*PolicyInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PolicyInfo) GetVhost() string {
@@ -2820,7 +3075,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3087,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3100,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{40}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
@@ -2866,7 +3121,7 @@ type AddUserRequest struct {
 
 func (x *AddUserRequest) Reset() {
 	*x = AddUserRequest{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3133,7 @@ func (x *AddUserRequest) String() string {
 func (*AddUserRequest) ProtoMessage() {}
 
 func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3146,7 @@ func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserRequest.ProtoReflect.Descriptor instead.
 func (*AddUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddUserRequest) GetName() string {
@@ -2923,7 +3178,7 @@ type AddUserResponse struct {
 
 func (x *AddUserResponse) Reset() {
 	*x = AddUserResponse{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3190,7 @@ func (x *AddUserResponse) String() string {
 func (*AddUserResponse) ProtoMessage() {}
 
 func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3203,7 @@ func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserResponse.ProtoReflect.Descriptor instead.
 func (*AddUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 type DeleteUserRequest struct {
@@ -2960,7 +3215,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3227,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3240,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -3003,7 +3258,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3270,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3283,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 type ChangePasswordRequest struct {
@@ -3041,7 +3296,7 @@ type ChangePasswordRequest struct {
 
 func (x *ChangePasswordRequest) Reset() {
 	*x = ChangePasswordRequest{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3308,7 @@ func (x *ChangePasswordRequest) String() string {
 func (*ChangePasswordRequest) ProtoMessage() {}
 
 func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3321,7 @@ func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordRequest.ProtoReflect.Descriptor instead.
 func (*ChangePasswordRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ChangePasswordRequest) GetName() string {
@@ -3091,7 +3346,7 @@ type ChangePasswordResponse struct {
 
 func (x *ChangePasswordResponse) Reset() {
 	*x = ChangePasswordResponse{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3358,7 @@ func (x *ChangePasswordResponse) String() string {
 func (*ChangePasswordResponse) ProtoMessage() {}
 
 func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3371,7 @@ func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordResponse.ProtoReflect.Descriptor instead.
 func (*ChangePasswordResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 type SetUserTagsRequest struct {
@@ -3129,7 +3384,7 @@ type SetUserTagsRequest struct {
 
 func (x *SetUserTagsRequest) Reset() {
 	*x = SetUserTagsRequest{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3396,7 @@ func (x *SetUserTagsRequest) String() string {
 func (*SetUserTagsRequest) ProtoMessage() {}
 
 func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3409,7 @@ func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetUserTagsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetUserTagsRequest) GetName() string {
@@ -3179,7 +3434,7 @@ type SetUserTagsResponse struct {
 
 func (x *SetUserTagsResponse) Reset() {
 	*x = SetUserTagsResponse{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3446,7 @@ func (x *SetUserTagsResponse) String() string {
 func (*SetUserTagsResponse) ProtoMessage() {}
 
 func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3459,7 @@ func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetUserTagsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 type UserInfo struct {
@@ -3217,7 +3472,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3484,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3497,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UserInfo) GetName() string {
@@ -3268,7 +3523,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3535,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3548,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListUsersResponse) GetUsers() []*UserInfo {
@@ -3316,7 +3571,7 @@ type SetPermissionsRequest struct {
 
 func (x *SetPermissionsRequest) Reset() {
 	*x = SetPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3583,7 @@ func (x *SetPermissionsRequest) String() string {
 func (*SetPermissionsRequest) ProtoMessage() {}
 
 func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3596,7 @@ func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*SetPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetPermissionsRequest) GetUser() string {
@@ -3387,7 +3642,7 @@ type SetPermissionsResponse struct {
 
 func (x *SetPermissionsResponse) Reset() {
 	*x = SetPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3654,7 @@ func (x *SetPermissionsResponse) String() string {
 func (*SetPermissionsResponse) ProtoMessage() {}
 
 func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +3667,7 @@ func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*SetPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 type ClearPermissionsRequest struct {
@@ -3425,7 +3680,7 @@ type ClearPermissionsRequest struct {
 
 func (x *ClearPermissionsRequest) Reset() {
 	*x = ClearPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +3692,7 @@ func (x *ClearPermissionsRequest) String() string {
 func (*ClearPermissionsRequest) ProtoMessage() {}
 
 func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +3705,7 @@ func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ClearPermissionsRequest) GetUser() string {
@@ -3475,7 +3730,7 @@ type ClearPermissionsResponse struct {
 
 func (x *ClearPermissionsResponse) Reset() {
 	*x = ClearPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3742,7 @@ func (x *ClearPermissionsResponse) String() string {
 func (*ClearPermissionsResponse) ProtoMessage() {}
 
 func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3755,7 @@ func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 type PermissionInfo struct {
@@ -3516,7 +3771,7 @@ type PermissionInfo struct {
 
 func (x *PermissionInfo) Reset() {
 	*x = PermissionInfo{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3783,7 @@ func (x *PermissionInfo) String() string {
 func (*PermissionInfo) ProtoMessage() {}
 
 func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3796,7 @@ func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionInfo.ProtoReflect.Descriptor instead.
 func (*PermissionInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PermissionInfo) GetUser() string {
@@ -3588,7 +3843,7 @@ type ListPermissionsResponse struct {
 
 func (x *ListPermissionsResponse) Reset() {
 	*x = ListPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3855,7 @@ func (x *ListPermissionsResponse) String() string {
 func (*ListPermissionsResponse) ProtoMessage() {}
 
 func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3868,7 @@ func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListPermissionsResponse) GetPermissions() []*PermissionInfo {
@@ -3633,7 +3888,7 @@ type AddVhostRequest struct {
 
 func (x *AddVhostRequest) Reset() {
 	*x = AddVhostRequest{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3900,7 @@ func (x *AddVhostRequest) String() string {
 func (*AddVhostRequest) ProtoMessage() {}
 
 func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3913,7 @@ func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostRequest.ProtoReflect.Descriptor instead.
 func (*AddVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AddVhostRequest) GetName() string {
@@ -3683,7 +3938,7 @@ type AddVhostResponse struct {
 
 func (x *AddVhostResponse) Reset() {
 	*x = AddVhostResponse{}
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +3950,7 @@ func (x *AddVhostResponse) String() string {
 func (*AddVhostResponse) ProtoMessage() {}
 
 func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +3963,7 @@ func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostResponse.ProtoReflect.Descriptor instead.
 func (*AddVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{58}
+	return file_admin_proto_rawDescGZIP(), []int{63}
 }
 
 type DeleteVhostRequest struct {
@@ -3720,7 +3975,7 @@ type DeleteVhostRequest struct {
 
 func (x *DeleteVhostRequest) Reset() {
 	*x = DeleteVhostRequest{}
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3732,7 +3987,7 @@ func (x *DeleteVhostRequest) String() string {
 func (*DeleteVhostRequest) ProtoMessage() {}
 
 func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3745,7 +4000,7 @@ func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{59}
+	return file_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteVhostRequest) GetName() string {
@@ -3763,7 +4018,7 @@ type DeleteVhostResponse struct {
 
 func (x *DeleteVhostResponse) Reset() {
 	*x = DeleteVhostResponse{}
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +4030,7 @@ func (x *DeleteVhostResponse) String() string {
 func (*DeleteVhostResponse) ProtoMessage() {}
 
 func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +4043,7 @@ func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{60}
+	return file_admin_proto_rawDescGZIP(), []int{65}
 }
 
 type VhostInfo struct {
@@ -3801,7 +4056,7 @@ type VhostInfo struct {
 
 func (x *VhostInfo) Reset() {
 	*x = VhostInfo{}
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +4068,7 @@ func (x *VhostInfo) String() string {
 func (*VhostInfo) ProtoMessage() {}
 
 func (x *VhostInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +4081,7 @@ func (x *VhostInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VhostInfo.ProtoReflect.Descriptor instead.
 func (*VhostInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{61}
+	return file_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *VhostInfo) GetName() string {
@@ -3852,7 +4107,7 @@ type ListVhostsResponse struct {
 
 func (x *ListVhostsResponse) Reset() {
 	*x = ListVhostsResponse{}
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +4119,7 @@ func (x *ListVhostsResponse) String() string {
 func (*ListVhostsResponse) ProtoMessage() {}
 
 func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +4132,7 @@ func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVhostsResponse.ProtoReflect.Descriptor instead.
 func (*ListVhostsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{62}
+	return file_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListVhostsResponse) GetVhosts() []*VhostInfo {
@@ -3895,7 +4150,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +4162,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +4175,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{63}
+	return file_admin_proto_rawDescGZIP(), []int{68}
 }
 
 type DigestResponse struct {
@@ -3935,7 +4190,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3947,7 +4202,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3960,7 +4215,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{64}
+	return file_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DigestResponse) GetNodeId() string {
@@ -3992,7 +4247,7 @@ type EnvironmentRequest struct {
 
 func (x *EnvironmentRequest) Reset() {
 	*x = EnvironmentRequest{}
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4259,7 @@ func (x *EnvironmentRequest) String() string {
 func (*EnvironmentRequest) ProtoMessage() {}
 
 func (x *EnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4272,7 @@ func (x *EnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*EnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{65}
+	return file_admin_proto_rawDescGZIP(), []int{70}
 }
 
 // Setting is one of a node's settings: a flag's name (without dashes) and
@@ -4032,7 +4287,7 @@ type Setting struct {
 
 func (x *Setting) Reset() {
 	*x = Setting{}
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4044,7 +4299,7 @@ func (x *Setting) String() string {
 func (*Setting) ProtoMessage() {}
 
 func (x *Setting) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4057,7 +4312,7 @@ func (x *Setting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Setting.ProtoReflect.Descriptor instead.
 func (*Setting) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{66}
+	return file_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Setting) GetName() string {
@@ -4085,7 +4340,7 @@ type EnvironmentResponse struct {
 
 func (x *EnvironmentResponse) Reset() {
 	*x = EnvironmentResponse{}
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4352,7 @@ func (x *EnvironmentResponse) String() string {
 func (*EnvironmentResponse) ProtoMessage() {}
 
 func (x *EnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4365,7 @@ func (x *EnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*EnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{67}
+	return file_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *EnvironmentResponse) GetNodeId() string {
@@ -4138,7 +4393,7 @@ type ExportDefinitionsRequest struct {
 
 func (x *ExportDefinitionsRequest) Reset() {
 	*x = ExportDefinitionsRequest{}
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +4405,7 @@ func (x *ExportDefinitionsRequest) String() string {
 func (*ExportDefinitionsRequest) ProtoMessage() {}
 
 func (x *ExportDefinitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +4418,7 @@ func (x *ExportDefinitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportDefinitionsRequest.ProtoReflect.Descriptor instead.
 func (*ExportDefinitionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{68}
+	return file_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ExportDefinitionsRequest) GetVhost() string {
@@ -4183,7 +4438,7 @@ type ExportDefinitionsResponse struct {
 
 func (x *ExportDefinitionsResponse) Reset() {
 	*x = ExportDefinitionsResponse{}
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4450,7 @@ func (x *ExportDefinitionsResponse) String() string {
 func (*ExportDefinitionsResponse) ProtoMessage() {}
 
 func (x *ExportDefinitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4463,7 @@ func (x *ExportDefinitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportDefinitionsResponse.ProtoReflect.Descriptor instead.
 func (*ExportDefinitionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{69}
+	return file_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ExportDefinitionsResponse) GetDefinitions() []byte {
@@ -4232,7 +4487,7 @@ type ImportDefinitionsRequest struct {
 
 func (x *ImportDefinitionsRequest) Reset() {
 	*x = ImportDefinitionsRequest{}
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4499,7 @@ func (x *ImportDefinitionsRequest) String() string {
 func (*ImportDefinitionsRequest) ProtoMessage() {}
 
 func (x *ImportDefinitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4512,7 @@ func (x *ImportDefinitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportDefinitionsRequest.ProtoReflect.Descriptor instead.
 func (*ImportDefinitionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{70}
+	return file_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ImportDefinitionsRequest) GetDefinitions() []byte {
@@ -4284,7 +4539,7 @@ type ImportDefinitionsResponse struct {
 
 func (x *ImportDefinitionsResponse) Reset() {
 	*x = ImportDefinitionsResponse{}
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4551,7 @@ func (x *ImportDefinitionsResponse) String() string {
 func (*ImportDefinitionsResponse) ProtoMessage() {}
 
 func (x *ImportDefinitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4564,7 @@ func (x *ImportDefinitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportDefinitionsResponse.ProtoReflect.Descriptor instead.
 func (*ImportDefinitionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{71}
+	return file_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ImportDefinitionsResponse) GetWarnings() []string {
@@ -4545,7 +4800,23 @@ const file_admin_proto_rawDesc = "" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\boperator\x18\x03 \x01(\bR\boperator\"\x15\n" +
-	"\x13ClearPolicyResponse\"g\n" +
+	"\x13ClearPolicyResponse\"\x86\x01\n" +
+	"\x15SetVhostLimitsRequest\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x18\n" +
+	"\areplace\x18\x02 \x01(\bR\areplace\x12'\n" +
+	"\x03set\x18\x03 \x03(\v2\x15.raftmq.v1.VhostLimitR\x03set\x12\x14\n" +
+	"\x05clear\x18\x04 \x03(\tR\x05clear\"\x18\n" +
+	"\x16SetVhostLimitsResponse\"N\n" +
+	"\x16ListVhostLimitsRequest\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1e\n" +
+	"\n" +
+	"consistent\x18\x02 \x01(\bR\n" +
+	"consistent\"V\n" +
+	"\x0fVhostLimitsInfo\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12-\n" +
+	"\x06limits\x18\x02 \x03(\v2\x15.raftmq.v1.VhostLimitR\x06limits\"M\n" +
+	"\x17ListVhostLimitsResponse\x122\n" +
+	"\x06vhosts\x18\x01 \x03(\v2\x1a.raftmq.v1.VhostLimitsInfoR\x06vhosts\"g\n" +
 	"\x13ListPoliciesRequest\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
 	"\boperator\x18\x02 \x01(\bR\boperator\x12\x1e\n" +
@@ -4637,7 +4908,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vdefinitions\x18\x01 \x01(\fR\vdefinitions\x12\x14\n" +
 	"\x05vhost\x18\x02 \x01(\tR\x05vhost\"7\n" +
 	"\x19ImportDefinitionsResponse\x12\x1a\n" +
-	"\bwarnings\x18\x01 \x03(\tR\bwarnings2\xfa\x14\n" +
+	"\bwarnings\x18\x01 \x03(\tR\bwarnings2\xab\x16\n" +
 	"\x05Admin\x12R\n" +
 	"\rClusterStatus\x12\x1f.raftmq.v1.ClusterStatusRequest\x1a .raftmq.v1.ClusterStatusResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.raftmq.v1.TransferLeadershipRequest\x1a%.raftmq.v1.TransferLeadershipResponse\x12I\n" +
@@ -4669,7 +4940,9 @@ const file_admin_proto_rawDesc = "" +
 	"\bAddVhost\x12\x1a.raftmq.v1.AddVhostRequest\x1a\x1b.raftmq.v1.AddVhostResponse\x12L\n" +
 	"\vDeleteVhost\x12\x1d.raftmq.v1.DeleteVhostRequest\x1a\x1e.raftmq.v1.DeleteVhostResponse\x12C\n" +
 	"\n" +
-	"ListVhosts\x12\x16.raftmq.v1.ListRequest\x1a\x1d.raftmq.v1.ListVhostsResponse\x12=\n" +
+	"ListVhosts\x12\x16.raftmq.v1.ListRequest\x1a\x1d.raftmq.v1.ListVhostsResponse\x12U\n" +
+	"\x0eSetVhostLimits\x12 .raftmq.v1.SetVhostLimitsRequest\x1a!.raftmq.v1.SetVhostLimitsResponse\x12X\n" +
+	"\x0fListVhostLimits\x12!.raftmq.v1.ListVhostLimitsRequest\x1a\".raftmq.v1.ListVhostLimitsResponse\x12=\n" +
 	"\x06Digest\x12\x18.raftmq.v1.DigestRequest\x1a\x19.raftmq.v1.DigestResponse\x12d\n" +
 	"\x13ListDelayedMessages\x12%.raftmq.v1.ListDelayedMessagesRequest\x1a&.raftmq.v1.ListDelayedMessagesResponse\x12g\n" +
 	"\x14CancelDelayedMessage\x12&.raftmq.v1.CancelDelayedMessageRequest\x1a'.raftmq.v1.CancelDelayedMessageResponse\x12L\n" +
@@ -4690,7 +4963,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_admin_proto_goTypes = []any{
 	(*ListDelayedMessagesRequest)(nil),   // 0: raftmq.v1.ListDelayedMessagesRequest
 	(*DelayedMessageInfo)(nil),           // 1: raftmq.v1.DelayedMessageInfo
@@ -4730,138 +5003,151 @@ var file_admin_proto_goTypes = []any{
 	(*SetPolicyResponse)(nil),            // 35: raftmq.v1.SetPolicyResponse
 	(*ClearPolicyRequest)(nil),           // 36: raftmq.v1.ClearPolicyRequest
 	(*ClearPolicyResponse)(nil),          // 37: raftmq.v1.ClearPolicyResponse
-	(*ListPoliciesRequest)(nil),          // 38: raftmq.v1.ListPoliciesRequest
-	(*PolicyInfo)(nil),                   // 39: raftmq.v1.PolicyInfo
-	(*ListPoliciesResponse)(nil),         // 40: raftmq.v1.ListPoliciesResponse
-	(*AddUserRequest)(nil),               // 41: raftmq.v1.AddUserRequest
-	(*AddUserResponse)(nil),              // 42: raftmq.v1.AddUserResponse
-	(*DeleteUserRequest)(nil),            // 43: raftmq.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),           // 44: raftmq.v1.DeleteUserResponse
-	(*ChangePasswordRequest)(nil),        // 45: raftmq.v1.ChangePasswordRequest
-	(*ChangePasswordResponse)(nil),       // 46: raftmq.v1.ChangePasswordResponse
-	(*SetUserTagsRequest)(nil),           // 47: raftmq.v1.SetUserTagsRequest
-	(*SetUserTagsResponse)(nil),          // 48: raftmq.v1.SetUserTagsResponse
-	(*UserInfo)(nil),                     // 49: raftmq.v1.UserInfo
-	(*ListUsersResponse)(nil),            // 50: raftmq.v1.ListUsersResponse
-	(*SetPermissionsRequest)(nil),        // 51: raftmq.v1.SetPermissionsRequest
-	(*SetPermissionsResponse)(nil),       // 52: raftmq.v1.SetPermissionsResponse
-	(*ClearPermissionsRequest)(nil),      // 53: raftmq.v1.ClearPermissionsRequest
-	(*ClearPermissionsResponse)(nil),     // 54: raftmq.v1.ClearPermissionsResponse
-	(*PermissionInfo)(nil),               // 55: raftmq.v1.PermissionInfo
-	(*ListPermissionsResponse)(nil),      // 56: raftmq.v1.ListPermissionsResponse
-	(*AddVhostRequest)(nil),              // 57: raftmq.v1.AddVhostRequest
-	(*AddVhostResponse)(nil),             // 58: raftmq.v1.AddVhostResponse
-	(*DeleteVhostRequest)(nil),           // 59: raftmq.v1.DeleteVhostRequest
-	(*DeleteVhostResponse)(nil),          // 60: raftmq.v1.DeleteVhostResponse
-	(*VhostInfo)(nil),                    // 61: raftmq.v1.VhostInfo
-	(*ListVhostsResponse)(nil),           // 62: raftmq.v1.ListVhostsResponse
-	(*DigestRequest)(nil),                // 63: raftmq.v1.DigestRequest
-	(*DigestResponse)(nil),               // 64: raftmq.v1.DigestResponse
-	(*EnvironmentRequest)(nil),           // 65: raftmq.v1.EnvironmentRequest
-	(*Setting)(nil),                      // 66: raftmq.v1.Setting
-	(*EnvironmentResponse)(nil),          // 67: raftmq.v1.EnvironmentResponse
-	(*ExportDefinitionsRequest)(nil),     // 68: raftmq.v1.ExportDefinitionsRequest
-	(*ExportDefinitionsResponse)(nil),    // 69: raftmq.v1.ExportDefinitionsResponse
-	(*ImportDefinitionsRequest)(nil),     // 70: raftmq.v1.ImportDefinitionsRequest
-	(*ImportDefinitionsResponse)(nil),    // 71: raftmq.v1.ImportDefinitionsResponse
-	(*Properties)(nil),                   // 72: raftmq.v1.Properties
-	(*Table)(nil),                        // 73: raftmq.v1.Table
-	(*ConsumerRef)(nil),                  // 74: raftmq.v1.ConsumerRef
-	(*PolicyDefinition)(nil),             // 75: raftmq.v1.PolicyDefinition
+	(*SetVhostLimitsRequest)(nil),        // 38: raftmq.v1.SetVhostLimitsRequest
+	(*SetVhostLimitsResponse)(nil),       // 39: raftmq.v1.SetVhostLimitsResponse
+	(*ListVhostLimitsRequest)(nil),       // 40: raftmq.v1.ListVhostLimitsRequest
+	(*VhostLimitsInfo)(nil),              // 41: raftmq.v1.VhostLimitsInfo
+	(*ListVhostLimitsResponse)(nil),      // 42: raftmq.v1.ListVhostLimitsResponse
+	(*ListPoliciesRequest)(nil),          // 43: raftmq.v1.ListPoliciesRequest
+	(*PolicyInfo)(nil),                   // 44: raftmq.v1.PolicyInfo
+	(*ListPoliciesResponse)(nil),         // 45: raftmq.v1.ListPoliciesResponse
+	(*AddUserRequest)(nil),               // 46: raftmq.v1.AddUserRequest
+	(*AddUserResponse)(nil),              // 47: raftmq.v1.AddUserResponse
+	(*DeleteUserRequest)(nil),            // 48: raftmq.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),           // 49: raftmq.v1.DeleteUserResponse
+	(*ChangePasswordRequest)(nil),        // 50: raftmq.v1.ChangePasswordRequest
+	(*ChangePasswordResponse)(nil),       // 51: raftmq.v1.ChangePasswordResponse
+	(*SetUserTagsRequest)(nil),           // 52: raftmq.v1.SetUserTagsRequest
+	(*SetUserTagsResponse)(nil),          // 53: raftmq.v1.SetUserTagsResponse
+	(*UserInfo)(nil),                     // 54: raftmq.v1.UserInfo
+	(*ListUsersResponse)(nil),            // 55: raftmq.v1.ListUsersResponse
+	(*SetPermissionsRequest)(nil),        // 56: raftmq.v1.SetPermissionsRequest
+	(*SetPermissionsResponse)(nil),       // 57: raftmq.v1.SetPermissionsResponse
+	(*ClearPermissionsRequest)(nil),      // 58: raftmq.v1.ClearPermissionsRequest
+	(*ClearPermissionsResponse)(nil),     // 59: raftmq.v1.ClearPermissionsResponse
+	(*PermissionInfo)(nil),               // 60: raftmq.v1.PermissionInfo
+	(*ListPermissionsResponse)(nil),      // 61: raftmq.v1.ListPermissionsResponse
+	(*AddVhostRequest)(nil),              // 62: raftmq.v1.AddVhostRequest
+	(*AddVhostResponse)(nil),             // 63: raftmq.v1.AddVhostResponse
+	(*DeleteVhostRequest)(nil),           // 64: raftmq.v1.DeleteVhostRequest
+	(*DeleteVhostResponse)(nil),          // 65: raftmq.v1.DeleteVhostResponse
+	(*VhostInfo)(nil),                    // 66: raftmq.v1.VhostInfo
+	(*ListVhostsResponse)(nil),           // 67: raftmq.v1.ListVhostsResponse
+	(*DigestRequest)(nil),                // 68: raftmq.v1.DigestRequest
+	(*DigestResponse)(nil),               // 69: raftmq.v1.DigestResponse
+	(*EnvironmentRequest)(nil),           // 70: raftmq.v1.EnvironmentRequest
+	(*Setting)(nil),                      // 71: raftmq.v1.Setting
+	(*EnvironmentResponse)(nil),          // 72: raftmq.v1.EnvironmentResponse
+	(*ExportDefinitionsRequest)(nil),     // 73: raftmq.v1.ExportDefinitionsRequest
+	(*ExportDefinitionsResponse)(nil),    // 74: raftmq.v1.ExportDefinitionsResponse
+	(*ImportDefinitionsRequest)(nil),     // 75: raftmq.v1.ImportDefinitionsRequest
+	(*ImportDefinitionsResponse)(nil),    // 76: raftmq.v1.ImportDefinitionsResponse
+	(*Properties)(nil),                   // 77: raftmq.v1.Properties
+	(*Table)(nil),                        // 78: raftmq.v1.Table
+	(*ConsumerRef)(nil),                  // 79: raftmq.v1.ConsumerRef
+	(*PolicyDefinition)(nil),             // 80: raftmq.v1.PolicyDefinition
+	(*VhostLimit)(nil),                   // 81: raftmq.v1.VhostLimit
 }
 var file_admin_proto_depIdxs = []int32{
-	72, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
+	77, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
 	1,  // 1: raftmq.v1.ListDelayedMessagesResponse.messages:type_name -> raftmq.v1.DelayedMessageInfo
 	8,  // 2: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
-	73, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
+	78, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
 	16, // 4: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	73, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
+	78, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
 	23, // 6: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
-	73, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
+	78, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
 	25, // 8: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
-	74, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
-	73, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
+	79, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
+	78, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
 	27, // 11: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	73, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	78, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
 	30, // 13: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	75, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	75, // 15: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
-	39, // 16: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
-	49, // 17: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
-	55, // 18: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
-	61, // 19: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	66, // 20: raftmq.v1.EnvironmentResponse.settings:type_name -> raftmq.v1.Setting
-	7,  // 21: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	10, // 22: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	12, // 23: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	15, // 24: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	18, // 25: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	19, // 26: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	21, // 27: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	14, // 28: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	14, // 29: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	14, // 30: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	29, // 31: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	32, // 32: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	34, // 33: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	36, // 34: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	38, // 35: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	41, // 36: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	43, // 37: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	45, // 38: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	47, // 39: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	14, // 40: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	51, // 41: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	53, // 42: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	14, // 43: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	57, // 44: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	59, // 45: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	14, // 46: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	63, // 47: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
-	0,  // 48: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
-	3,  // 49: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
-	65, // 50: raftmq.v1.Admin.Environment:input_type -> raftmq.v1.EnvironmentRequest
-	5,  // 51: raftmq.v1.Admin.PurgeDelayedMessages:input_type -> raftmq.v1.PurgeDelayedMessagesRequest
-	68, // 52: raftmq.v1.Admin.ExportDefinitions:input_type -> raftmq.v1.ExportDefinitionsRequest
-	70, // 53: raftmq.v1.Admin.ImportDefinitions:input_type -> raftmq.v1.ImportDefinitionsRequest
-	9,  // 54: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	11, // 55: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	13, // 56: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	17, // 57: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	16, // 58: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	20, // 59: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	22, // 60: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	24, // 61: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	26, // 62: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	28, // 63: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	31, // 64: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	33, // 65: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	35, // 66: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	37, // 67: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	40, // 68: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	42, // 69: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	44, // 70: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	46, // 71: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	48, // 72: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	50, // 73: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	52, // 74: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	54, // 75: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	56, // 76: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	58, // 77: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	60, // 78: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	62, // 79: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	64, // 80: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	2,  // 81: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
-	4,  // 82: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
-	67, // 83: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
-	6,  // 84: raftmq.v1.Admin.PurgeDelayedMessages:output_type -> raftmq.v1.PurgeDelayedMessagesResponse
-	69, // 85: raftmq.v1.Admin.ExportDefinitions:output_type -> raftmq.v1.ExportDefinitionsResponse
-	71, // 86: raftmq.v1.Admin.ImportDefinitions:output_type -> raftmq.v1.ImportDefinitionsResponse
-	54, // [54:87] is the sub-list for method output_type
-	21, // [21:54] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	80, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	81, // 15: raftmq.v1.SetVhostLimitsRequest.set:type_name -> raftmq.v1.VhostLimit
+	81, // 16: raftmq.v1.VhostLimitsInfo.limits:type_name -> raftmq.v1.VhostLimit
+	41, // 17: raftmq.v1.ListVhostLimitsResponse.vhosts:type_name -> raftmq.v1.VhostLimitsInfo
+	80, // 18: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	44, // 19: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
+	54, // 20: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
+	60, // 21: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
+	66, // 22: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
+	71, // 23: raftmq.v1.EnvironmentResponse.settings:type_name -> raftmq.v1.Setting
+	7,  // 24: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	10, // 25: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	12, // 26: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	15, // 27: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	18, // 28: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	19, // 29: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	21, // 30: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	14, // 31: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	14, // 32: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	14, // 33: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	29, // 34: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	32, // 35: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	34, // 36: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	36, // 37: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	43, // 38: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	46, // 39: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	48, // 40: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	50, // 41: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	52, // 42: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	14, // 43: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	56, // 44: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	58, // 45: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	14, // 46: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	62, // 47: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	64, // 48: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	14, // 49: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	38, // 50: raftmq.v1.Admin.SetVhostLimits:input_type -> raftmq.v1.SetVhostLimitsRequest
+	40, // 51: raftmq.v1.Admin.ListVhostLimits:input_type -> raftmq.v1.ListVhostLimitsRequest
+	68, // 52: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	0,  // 53: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
+	3,  // 54: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
+	70, // 55: raftmq.v1.Admin.Environment:input_type -> raftmq.v1.EnvironmentRequest
+	5,  // 56: raftmq.v1.Admin.PurgeDelayedMessages:input_type -> raftmq.v1.PurgeDelayedMessagesRequest
+	73, // 57: raftmq.v1.Admin.ExportDefinitions:input_type -> raftmq.v1.ExportDefinitionsRequest
+	75, // 58: raftmq.v1.Admin.ImportDefinitions:input_type -> raftmq.v1.ImportDefinitionsRequest
+	9,  // 59: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	11, // 60: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	13, // 61: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	17, // 62: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	16, // 63: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	20, // 64: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	22, // 65: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	24, // 66: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	26, // 67: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	28, // 68: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	31, // 69: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	33, // 70: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	35, // 71: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	37, // 72: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	45, // 73: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	47, // 74: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	49, // 75: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	51, // 76: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	53, // 77: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	55, // 78: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	57, // 79: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	59, // 80: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	61, // 81: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	63, // 82: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	65, // 83: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	67, // 84: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	39, // 85: raftmq.v1.Admin.SetVhostLimits:output_type -> raftmq.v1.SetVhostLimitsResponse
+	42, // 86: raftmq.v1.Admin.ListVhostLimits:output_type -> raftmq.v1.ListVhostLimitsResponse
+	69, // 87: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	2,  // 88: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
+	4,  // 89: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
+	72, // 90: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
+	6,  // 91: raftmq.v1.Admin.PurgeDelayedMessages:output_type -> raftmq.v1.PurgeDelayedMessagesResponse
+	74, // 92: raftmq.v1.Admin.ExportDefinitions:output_type -> raftmq.v1.ExportDefinitionsResponse
+	76, // 93: raftmq.v1.Admin.ImportDefinitions:output_type -> raftmq.v1.ImportDefinitionsResponse
+	59, // [59:94] is the sub-list for method output_type
+	24, // [24:59] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -4876,7 +5162,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   72,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,8 @@ const (
 	Admin_AddVhost_FullMethodName             = "/raftmq.v1.Admin/AddVhost"
 	Admin_DeleteVhost_FullMethodName          = "/raftmq.v1.Admin/DeleteVhost"
 	Admin_ListVhosts_FullMethodName           = "/raftmq.v1.Admin/ListVhosts"
+	Admin_SetVhostLimits_FullMethodName       = "/raftmq.v1.Admin/SetVhostLimits"
+	Admin_ListVhostLimits_FullMethodName      = "/raftmq.v1.Admin/ListVhostLimits"
 	Admin_Digest_FullMethodName               = "/raftmq.v1.Admin/Digest"
 	Admin_ListDelayedMessages_FullMethodName  = "/raftmq.v1.Admin/ListDelayedMessages"
 	Admin_CancelDelayedMessage_FullMethodName = "/raftmq.v1.Admin/CancelDelayedMessage"
@@ -92,6 +94,10 @@ type AdminClient interface {
 	AddVhost(ctx context.Context, in *AddVhostRequest, opts ...grpc.CallOption) (*AddVhostResponse, error)
 	DeleteVhost(ctx context.Context, in *DeleteVhostRequest, opts ...grpc.CallOption) (*DeleteVhostResponse, error)
 	ListVhosts(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListVhostsResponse, error)
+	// Virtual host limits (rabbitmqctl set_vhost_limits, clear_vhost_limits,
+	// list_vhost_limits): SetVhostLimits with replace and nothing set clears.
+	SetVhostLimits(ctx context.Context, in *SetVhostLimitsRequest, opts ...grpc.CallOption) (*SetVhostLimitsResponse, error)
+	ListVhostLimits(ctx context.Context, in *ListVhostLimitsRequest, opts ...grpc.CallOption) (*ListVhostLimitsResponse, error)
 	// State digest of this node (equal digests mean identical replicas).
 	Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error)
 	// Messages waiting in x-delayed-message exchanges, earliest due first.
@@ -378,6 +384,26 @@ func (c *adminClient) ListVhosts(ctx context.Context, in *ListRequest, opts ...g
 	return out, nil
 }
 
+func (c *adminClient) SetVhostLimits(ctx context.Context, in *SetVhostLimitsRequest, opts ...grpc.CallOption) (*SetVhostLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetVhostLimitsResponse)
+	err := c.cc.Invoke(ctx, Admin_SetVhostLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListVhostLimits(ctx context.Context, in *ListVhostLimitsRequest, opts ...grpc.CallOption) (*ListVhostLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListVhostLimitsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListVhostLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) Digest(ctx context.Context, in *DigestRequest, opts ...grpc.CallOption) (*DigestResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DigestResponse)
@@ -482,6 +508,10 @@ type AdminServer interface {
 	AddVhost(context.Context, *AddVhostRequest) (*AddVhostResponse, error)
 	DeleteVhost(context.Context, *DeleteVhostRequest) (*DeleteVhostResponse, error)
 	ListVhosts(context.Context, *ListRequest) (*ListVhostsResponse, error)
+	// Virtual host limits (rabbitmqctl set_vhost_limits, clear_vhost_limits,
+	// list_vhost_limits): SetVhostLimits with replace and nothing set clears.
+	SetVhostLimits(context.Context, *SetVhostLimitsRequest) (*SetVhostLimitsResponse, error)
+	ListVhostLimits(context.Context, *ListVhostLimitsRequest) (*ListVhostLimitsResponse, error)
 	// State digest of this node (equal digests mean identical replicas).
 	Digest(context.Context, *DigestRequest) (*DigestResponse, error)
 	// Messages waiting in x-delayed-message exchanges, earliest due first.
@@ -585,6 +615,12 @@ func (UnimplementedAdminServer) DeleteVhost(context.Context, *DeleteVhostRequest
 }
 func (UnimplementedAdminServer) ListVhosts(context.Context, *ListRequest) (*ListVhostsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListVhosts not implemented")
+}
+func (UnimplementedAdminServer) SetVhostLimits(context.Context, *SetVhostLimitsRequest) (*SetVhostLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetVhostLimits not implemented")
+}
+func (UnimplementedAdminServer) ListVhostLimits(context.Context, *ListVhostLimitsRequest) (*ListVhostLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListVhostLimits not implemented")
 }
 func (UnimplementedAdminServer) Digest(context.Context, *DigestRequest) (*DigestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Digest not implemented")
@@ -1096,6 +1132,42 @@ func _Admin_ListVhosts_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetVhostLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetVhostLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetVhostLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetVhostLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetVhostLimits(ctx, req.(*SetVhostLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListVhostLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListVhostLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListVhostLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListVhostLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListVhostLimits(ctx, req.(*ListVhostLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_Digest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DigestRequest)
 	if err := dec(in); err != nil {
@@ -1332,6 +1404,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListVhosts",
 			Handler:    _Admin_ListVhosts_Handler,
+		},
+		{
+			MethodName: "SetVhostLimits",
+			Handler:    _Admin_SetVhostLimits_Handler,
+		},
+		{
+			MethodName: "ListVhostLimits",
+			Handler:    _Admin_ListVhostLimits_Handler,
 		},
 		{
 			MethodName: "Digest",

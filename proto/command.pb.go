@@ -103,6 +103,7 @@ type Command struct {
 	//	*Command_UserDelete
 	//	*Command_PermissionSet
 	//	*Command_PermissionClear
+	//	*Command_VhostLimits
 	//	*Command_ExchangeDeclare
 	//	*Command_ExchangeDelete
 	//	*Command_QueueDeclare
@@ -229,6 +230,15 @@ func (x *Command) GetPermissionClear() *PermissionClear {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PermissionClear); ok {
 			return x.PermissionClear
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetVhostLimits() *VhostLimits {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_VhostLimits); ok {
+			return x.VhostLimits
 		}
 	}
 	return nil
@@ -514,6 +524,10 @@ type Command_PermissionClear struct {
 	PermissionClear *PermissionClear `protobuf:"bytes,15,opt,name=permission_clear,json=permissionClear,oneof"`
 }
 
+type Command_VhostLimits struct {
+	VhostLimits *VhostLimits `protobuf:"bytes,16,opt,name=vhost_limits,json=vhostLimits,oneof"`
+}
+
 type Command_ExchangeDeclare struct {
 	ExchangeDeclare *ExchangeDeclare `protobuf:"bytes,20,opt,name=exchange_declare,json=exchangeDeclare,oneof"`
 }
@@ -637,6 +651,8 @@ func (*Command_UserDelete) isCommand_Cmd() {}
 func (*Command_PermissionSet) isCommand_Cmd() {}
 
 func (*Command_PermissionClear) isCommand_Cmd() {}
+
+func (*Command_VhostLimits) isCommand_Cmd() {}
 
 func (*Command_ExchangeDeclare) isCommand_Cmd() {}
 
@@ -1694,6 +1710,133 @@ func (x *VhostDelete) GetName() string {
 	return ""
 }
 
+// VhostLimits changes a vhost's limits (RabbitMQ's vhost-limits:
+// max-connections, max-queues; a negative value is no limit). With
+// replace the vhost's limits become exactly those in set
+// (set_vhost_limits; an empty set clears them all); otherwise those in
+// set take their values and those named in clear are removed, the others
+// kept (the management API's PUT and DELETE of one limit).
+type VhostLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Replace       bool                   `protobuf:"varint,2,opt,name=replace" json:"replace,omitempty"`
+	Set           []*VhostLimit          `protobuf:"bytes,3,rep,name=set" json:"set,omitempty"`
+	Clear         []string               `protobuf:"bytes,4,rep,name=clear" json:"clear,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VhostLimits) Reset() {
+	*x = VhostLimits{}
+	mi := &file_command_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VhostLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VhostLimits) ProtoMessage() {}
+
+func (x *VhostLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VhostLimits.ProtoReflect.Descriptor instead.
+func (*VhostLimits) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *VhostLimits) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *VhostLimits) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+func (x *VhostLimits) GetSet() []*VhostLimit {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *VhostLimits) GetClear() []string {
+	if x != nil {
+		return x.Clear
+	}
+	return nil
+}
+
+// VhostLimit is one limit of a vhost by its RabbitMQ name.
+type VhostLimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
+	Value         int64                  `protobuf:"varint,2,opt,name=value" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VhostLimit) Reset() {
+	*x = VhostLimit{}
+	mi := &file_command_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VhostLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VhostLimit) ProtoMessage() {}
+
+func (x *VhostLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VhostLimit.ProtoReflect.Descriptor instead.
+func (*VhostLimit) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *VhostLimit) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VhostLimit) GetValue() int64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 // UserPut creates or replaces a user. The password is never in the log, only
 // its salted hash.
 type UserPut struct {
@@ -1708,7 +1851,7 @@ type UserPut struct {
 
 func (x *UserPut) Reset() {
 	*x = UserPut{}
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1863,7 @@ func (x *UserPut) String() string {
 func (*UserPut) ProtoMessage() {}
 
 func (x *UserPut) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[14]
+	mi := &file_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1876,7 @@ func (x *UserPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPut.ProtoReflect.Descriptor instead.
 func (*UserPut) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{14}
+	return file_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UserPut) GetName() string {
@@ -1773,7 +1916,7 @@ type UserDelete struct {
 
 func (x *UserDelete) Reset() {
 	*x = UserDelete{}
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1928,7 @@ func (x *UserDelete) String() string {
 func (*UserDelete) ProtoMessage() {}
 
 func (x *UserDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[15]
+	mi := &file_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1941,7 @@ func (x *UserDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserDelete.ProtoReflect.Descriptor instead.
 func (*UserDelete) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{15}
+	return file_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UserDelete) GetName() string {
@@ -1821,7 +1964,7 @@ type PermissionSet struct {
 
 func (x *PermissionSet) Reset() {
 	*x = PermissionSet{}
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1976,7 @@ func (x *PermissionSet) String() string {
 func (*PermissionSet) ProtoMessage() {}
 
 func (x *PermissionSet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[16]
+	mi := &file_command_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1989,7 @@ func (x *PermissionSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionSet.ProtoReflect.Descriptor instead.
 func (*PermissionSet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{16}
+	return file_command_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PermissionSet) GetUser() string {
@@ -1894,7 +2037,7 @@ type PermissionClear struct {
 
 func (x *PermissionClear) Reset() {
 	*x = PermissionClear{}
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2049,7 @@ func (x *PermissionClear) String() string {
 func (*PermissionClear) ProtoMessage() {}
 
 func (x *PermissionClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[17]
+	mi := &file_command_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2062,7 @@ func (x *PermissionClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionClear.ProtoReflect.Descriptor instead.
 func (*PermissionClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{17}
+	return file_command_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PermissionClear) GetUser() string {
@@ -1952,7 +2095,7 @@ type ExchangeDeclare struct {
 
 func (x *ExchangeDeclare) Reset() {
 	*x = ExchangeDeclare{}
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2107,7 @@ func (x *ExchangeDeclare) String() string {
 func (*ExchangeDeclare) ProtoMessage() {}
 
 func (x *ExchangeDeclare) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[18]
+	mi := &file_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2120,7 @@ func (x *ExchangeDeclare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeDeclare.ProtoReflect.Descriptor instead.
 func (*ExchangeDeclare) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{18}
+	return file_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExchangeDeclare) GetVhost() string {
@@ -2047,7 +2190,7 @@ type ExchangeDelete struct {
 
 func (x *ExchangeDelete) Reset() {
 	*x = ExchangeDelete{}
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2202,7 @@ func (x *ExchangeDelete) String() string {
 func (*ExchangeDelete) ProtoMessage() {}
 
 func (x *ExchangeDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2215,7 @@ func (x *ExchangeDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeDelete.ProtoReflect.Descriptor instead.
 func (*ExchangeDelete) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{19}
+	return file_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExchangeDelete) GetVhost() string {
@@ -2114,7 +2257,7 @@ type QueueDeclare struct {
 
 func (x *QueueDeclare) Reset() {
 	*x = QueueDeclare{}
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2269,7 @@ func (x *QueueDeclare) String() string {
 func (*QueueDeclare) ProtoMessage() {}
 
 func (x *QueueDeclare) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2282,7 @@ func (x *QueueDeclare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDeclare.ProtoReflect.Descriptor instead.
 func (*QueueDeclare) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{20}
+	return file_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueDeclare) GetVhost() string {
@@ -2211,7 +2354,7 @@ type QueueDelete struct {
 
 func (x *QueueDelete) Reset() {
 	*x = QueueDelete{}
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2366,7 @@ func (x *QueueDelete) String() string {
 func (*QueueDelete) ProtoMessage() {}
 
 func (x *QueueDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2379,7 @@ func (x *QueueDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDelete.ProtoReflect.Descriptor instead.
 func (*QueueDelete) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{21}
+	return file_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueDelete) GetVhost() string {
@@ -2285,7 +2428,7 @@ type QueuePurge struct {
 
 func (x *QueuePurge) Reset() {
 	*x = QueuePurge{}
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2440,7 @@ func (x *QueuePurge) String() string {
 func (*QueuePurge) ProtoMessage() {}
 
 func (x *QueuePurge) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2453,7 @@ func (x *QueuePurge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePurge.ProtoReflect.Descriptor instead.
 func (*QueuePurge) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{22}
+	return file_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueuePurge) GetVhost() string {
@@ -2351,7 +2494,7 @@ type Bind struct {
 
 func (x *Bind) Reset() {
 	*x = Bind{}
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2506,7 @@ func (x *Bind) String() string {
 func (*Bind) ProtoMessage() {}
 
 func (x *Bind) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2519,7 @@ func (x *Bind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bind.ProtoReflect.Descriptor instead.
 func (*Bind) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{23}
+	return file_command_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Bind) GetVhost() string {
@@ -2443,7 +2586,7 @@ type Unbind struct {
 
 func (x *Unbind) Reset() {
 	*x = Unbind{}
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2598,7 @@ func (x *Unbind) String() string {
 func (*Unbind) ProtoMessage() {}
 
 func (x *Unbind) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[24]
+	mi := &file_command_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2611,7 @@ func (x *Unbind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unbind.ProtoReflect.Descriptor instead.
 func (*Unbind) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{24}
+	return file_command_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Unbind) GetVhost() string {
@@ -2536,7 +2679,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2691,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[25]
+	mi := &file_command_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2704,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{25}
+	return file_command_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Publish) GetVhost() string {
@@ -2626,7 +2769,7 @@ type Get struct {
 
 func (x *Get) Reset() {
 	*x = Get{}
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2781,7 @@ func (x *Get) String() string {
 func (*Get) ProtoMessage() {}
 
 func (x *Get) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[26]
+	mi := &file_command_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2794,7 @@ func (x *Get) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Get.ProtoReflect.Descriptor instead.
 func (*Get) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{26}
+	return file_command_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Get) GetVhost() string {
@@ -2703,7 +2846,7 @@ type Consume struct {
 
 func (x *Consume) Reset() {
 	*x = Consume{}
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2858,7 @@ func (x *Consume) String() string {
 func (*Consume) ProtoMessage() {}
 
 func (x *Consume) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[27]
+	mi := &file_command_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2871,7 @@ func (x *Consume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Consume.ProtoReflect.Descriptor instead.
 func (*Consume) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{27}
+	return file_command_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Consume) GetVhost() string {
@@ -2796,7 +2939,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +2951,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +2964,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{28}
+	return file_command_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Cancel) GetConsumer() *ConsumerRef {
@@ -2847,7 +2990,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +3002,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3015,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{29}
+	return file_command_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Settle) GetChannel() *ChannelRef {
@@ -2927,7 +3070,7 @@ type Requeue struct {
 
 func (x *Requeue) Reset() {
 	*x = Requeue{}
-	mi := &file_command_proto_msgTypes[30]
+	mi := &file_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3082,7 @@ func (x *Requeue) String() string {
 func (*Requeue) ProtoMessage() {}
 
 func (x *Requeue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[30]
+	mi := &file_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3095,7 @@ func (x *Requeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Requeue.ProtoReflect.Descriptor instead.
 func (*Requeue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{30}
+	return file_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Requeue) GetChannel() *ChannelRef {
@@ -3019,7 +3162,7 @@ type Discard struct {
 
 func (x *Discard) Reset() {
 	*x = Discard{}
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3174,7 @@ func (x *Discard) String() string {
 func (*Discard) ProtoMessage() {}
 
 func (x *Discard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3187,7 @@ func (x *Discard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discard.ProtoReflect.Descriptor instead.
 func (*Discard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{31}
+	return file_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Discard) GetChannel() *ChannelRef {
@@ -3086,7 +3229,7 @@ type ChannelClosed struct {
 
 func (x *ChannelClosed) Reset() {
 	*x = ChannelClosed{}
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3241,7 @@ func (x *ChannelClosed) String() string {
 func (*ChannelClosed) ProtoMessage() {}
 
 func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3254,7 @@ func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelClosed.ProtoReflect.Descriptor instead.
 func (*ChannelClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{32}
+	return file_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ChannelClosed) GetChannel() *ChannelRef {
@@ -3132,7 +3275,7 @@ type ConnectionClosed struct {
 
 func (x *ConnectionClosed) Reset() {
 	*x = ConnectionClosed{}
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3287,7 @@ func (x *ConnectionClosed) String() string {
 func (*ConnectionClosed) ProtoMessage() {}
 
 func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3300,7 @@ func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionClosed.ProtoReflect.Descriptor instead.
 func (*ConnectionClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{33}
+	return file_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ConnectionClosed) GetConnection() *ConnectionRef {
@@ -3177,7 +3320,7 @@ type NodeDown struct {
 
 func (x *NodeDown) Reset() {
 	*x = NodeDown{}
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3332,7 @@ func (x *NodeDown) String() string {
 func (*NodeDown) ProtoMessage() {}
 
 func (x *NodeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3345,7 @@ func (x *NodeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDown.ProtoReflect.Descriptor instead.
 func (*NodeDown) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{34}
+	return file_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeDown) GetNode() string {
@@ -3223,7 +3366,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3378,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3391,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{35}
+	return file_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Expire) GetQueues() []*QueueRef {
@@ -3277,7 +3420,7 @@ type ConsumerTimeout struct {
 
 func (x *ConsumerTimeout) Reset() {
 	*x = ConsumerTimeout{}
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3432,7 @@ func (x *ConsumerTimeout) String() string {
 func (*ConsumerTimeout) ProtoMessage() {}
 
 func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3445,7 @@ func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeout.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeout) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{36}
+	return file_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ConsumerTimeout) GetChannel() *ChannelRef {
@@ -3334,7 +3477,7 @@ type ReleaseDelayed struct {
 
 func (x *ReleaseDelayed) Reset() {
 	*x = ReleaseDelayed{}
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3489,7 @@ func (x *ReleaseDelayed) String() string {
 func (*ReleaseDelayed) ProtoMessage() {}
 
 func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3502,7 @@ func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDelayed.ProtoReflect.Descriptor instead.
 func (*ReleaseDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{37}
+	return file_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReleaseDelayed) GetLimit() uint32 {
@@ -3384,7 +3527,7 @@ type CancelDelayed struct {
 
 func (x *CancelDelayed) Reset() {
 	*x = CancelDelayed{}
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3539,7 @@ func (x *CancelDelayed) String() string {
 func (*CancelDelayed) ProtoMessage() {}
 
 func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3552,7 @@ func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDelayed.ProtoReflect.Descriptor instead.
 func (*CancelDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{38}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CancelDelayed) GetVhost() string {
@@ -3447,7 +3590,7 @@ type PurgeDelayed struct {
 
 func (x *PurgeDelayed) Reset() {
 	*x = PurgeDelayed{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3602,7 @@ func (x *PurgeDelayed) String() string {
 func (*PurgeDelayed) ProtoMessage() {}
 
 func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3615,7 @@ func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDelayed.ProtoReflect.Descriptor instead.
 func (*PurgeDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PurgeDelayed) GetVhost() string {
@@ -3500,7 +3643,7 @@ type ExpireQueue struct {
 
 func (x *ExpireQueue) Reset() {
 	*x = ExpireQueue{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3655,7 @@ func (x *ExpireQueue) String() string {
 func (*ExpireQueue) ProtoMessage() {}
 
 func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3668,7 @@ func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireQueue.ProtoReflect.Descriptor instead.
 func (*ExpireQueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ExpireQueue) GetQueue() *QueueRef {
@@ -3544,7 +3687,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3699,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3712,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 // RestartLeases restarts every queue's x-expires lease at the entry's
@@ -3585,7 +3728,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3740,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3753,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -3629,7 +3772,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +3784,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +3797,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -3693,7 +3836,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3848,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3861,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3829,7 +3972,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3984,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3997,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{45}
+	return file_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -3917,7 +4060,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +4072,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +4085,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{46}
+	return file_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -3993,7 +4136,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4148,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4161,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{47}
+	return file_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4112,7 +4255,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4267,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4137,7 +4280,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{48}
+	return file_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -4211,7 +4354,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xc8\x0f\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x85\x10\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -4221,7 +4364,8 @@ const file_command_proto_rawDesc = "" +
 	"\vuser_delete\x18\r \x01(\v2\x15.raftmq.v1.UserDeleteH\x00R\n" +
 	"userDelete\x12A\n" +
 	"\x0epermission_set\x18\x0e \x01(\v2\x18.raftmq.v1.PermissionSetH\x00R\rpermissionSet\x12G\n" +
-	"\x10permission_clear\x18\x0f \x01(\v2\x1a.raftmq.v1.PermissionClearH\x00R\x0fpermissionClear\x12G\n" +
+	"\x10permission_clear\x18\x0f \x01(\v2\x1a.raftmq.v1.PermissionClearH\x00R\x0fpermissionClear\x12;\n" +
+	"\fvhost_limits\x18\x10 \x01(\v2\x16.raftmq.v1.VhostLimitsH\x00R\vvhostLimits\x12G\n" +
 	"\x10exchange_declare\x18\x14 \x01(\v2\x1a.raftmq.v1.ExchangeDeclareH\x00R\x0fexchangeDeclare\x12D\n" +
 	"\x0fexchange_delete\x18\x15 \x01(\v2\x19.raftmq.v1.ExchangeDeleteH\x00R\x0eexchangeDelete\x12>\n" +
 	"\rqueue_declare\x18\x16 \x01(\v2\x17.raftmq.v1.QueueDeclareH\x00R\fqueueDeclare\x12;\n" +
@@ -4329,7 +4473,16 @@ const file_command_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"!\n" +
 	"\vVhostDelete\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"}\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"|\n" +
+	"\vVhostLimits\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x18\n" +
+	"\areplace\x18\x02 \x01(\bR\areplace\x12'\n" +
+	"\x03set\x18\x03 \x03(\v2\x15.raftmq.v1.VhostLimitR\x03set\x12\x14\n" +
+	"\x05clear\x18\x04 \x03(\tR\x05clear\"6\n" +
+	"\n" +
+	"VhostLimit\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\"}\n" +
 	"\aUserPut\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rpassword_hash\x18\x02 \x01(\fR\fpasswordHash\x12%\n" +
@@ -4554,7 +4707,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4570,117 +4723,121 @@ var file_command_proto_goTypes = []any{
 	(*Properties)(nil),       // 11: raftmq.v1.Properties
 	(*VhostPut)(nil),         // 12: raftmq.v1.VhostPut
 	(*VhostDelete)(nil),      // 13: raftmq.v1.VhostDelete
-	(*UserPut)(nil),          // 14: raftmq.v1.UserPut
-	(*UserDelete)(nil),       // 15: raftmq.v1.UserDelete
-	(*PermissionSet)(nil),    // 16: raftmq.v1.PermissionSet
-	(*PermissionClear)(nil),  // 17: raftmq.v1.PermissionClear
-	(*ExchangeDeclare)(nil),  // 18: raftmq.v1.ExchangeDeclare
-	(*ExchangeDelete)(nil),   // 19: raftmq.v1.ExchangeDelete
-	(*QueueDeclare)(nil),     // 20: raftmq.v1.QueueDeclare
-	(*QueueDelete)(nil),      // 21: raftmq.v1.QueueDelete
-	(*QueuePurge)(nil),       // 22: raftmq.v1.QueuePurge
-	(*Bind)(nil),             // 23: raftmq.v1.Bind
-	(*Unbind)(nil),           // 24: raftmq.v1.Unbind
-	(*Publish)(nil),          // 25: raftmq.v1.Publish
-	(*Get)(nil),              // 26: raftmq.v1.Get
-	(*Consume)(nil),          // 27: raftmq.v1.Consume
-	(*Cancel)(nil),           // 28: raftmq.v1.Cancel
-	(*Settle)(nil),           // 29: raftmq.v1.Settle
-	(*Requeue)(nil),          // 30: raftmq.v1.Requeue
-	(*Discard)(nil),          // 31: raftmq.v1.Discard
-	(*ChannelClosed)(nil),    // 32: raftmq.v1.ChannelClosed
-	(*ConnectionClosed)(nil), // 33: raftmq.v1.ConnectionClosed
-	(*NodeDown)(nil),         // 34: raftmq.v1.NodeDown
-	(*Expire)(nil),           // 35: raftmq.v1.Expire
-	(*ConsumerTimeout)(nil),  // 36: raftmq.v1.ConsumerTimeout
-	(*ReleaseDelayed)(nil),   // 37: raftmq.v1.ReleaseDelayed
-	(*CancelDelayed)(nil),    // 38: raftmq.v1.CancelDelayed
-	(*PurgeDelayed)(nil),     // 39: raftmq.v1.PurgeDelayed
-	(*ExpireQueue)(nil),      // 40: raftmq.v1.ExpireQueue
-	(*Tick)(nil),             // 41: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 42: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 43: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 44: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 45: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 46: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 47: raftmq.v1.Result
-	(*GetOk)(nil),            // 48: raftmq.v1.GetOk
+	(*VhostLimits)(nil),      // 14: raftmq.v1.VhostLimits
+	(*VhostLimit)(nil),       // 15: raftmq.v1.VhostLimit
+	(*UserPut)(nil),          // 16: raftmq.v1.UserPut
+	(*UserDelete)(nil),       // 17: raftmq.v1.UserDelete
+	(*PermissionSet)(nil),    // 18: raftmq.v1.PermissionSet
+	(*PermissionClear)(nil),  // 19: raftmq.v1.PermissionClear
+	(*ExchangeDeclare)(nil),  // 20: raftmq.v1.ExchangeDeclare
+	(*ExchangeDelete)(nil),   // 21: raftmq.v1.ExchangeDelete
+	(*QueueDeclare)(nil),     // 22: raftmq.v1.QueueDeclare
+	(*QueueDelete)(nil),      // 23: raftmq.v1.QueueDelete
+	(*QueuePurge)(nil),       // 24: raftmq.v1.QueuePurge
+	(*Bind)(nil),             // 25: raftmq.v1.Bind
+	(*Unbind)(nil),           // 26: raftmq.v1.Unbind
+	(*Publish)(nil),          // 27: raftmq.v1.Publish
+	(*Get)(nil),              // 28: raftmq.v1.Get
+	(*Consume)(nil),          // 29: raftmq.v1.Consume
+	(*Cancel)(nil),           // 30: raftmq.v1.Cancel
+	(*Settle)(nil),           // 31: raftmq.v1.Settle
+	(*Requeue)(nil),          // 32: raftmq.v1.Requeue
+	(*Discard)(nil),          // 33: raftmq.v1.Discard
+	(*ChannelClosed)(nil),    // 34: raftmq.v1.ChannelClosed
+	(*ConnectionClosed)(nil), // 35: raftmq.v1.ConnectionClosed
+	(*NodeDown)(nil),         // 36: raftmq.v1.NodeDown
+	(*Expire)(nil),           // 37: raftmq.v1.Expire
+	(*ConsumerTimeout)(nil),  // 38: raftmq.v1.ConsumerTimeout
+	(*ReleaseDelayed)(nil),   // 39: raftmq.v1.ReleaseDelayed
+	(*CancelDelayed)(nil),    // 40: raftmq.v1.CancelDelayed
+	(*PurgeDelayed)(nil),     // 41: raftmq.v1.PurgeDelayed
+	(*ExpireQueue)(nil),      // 42: raftmq.v1.ExpireQueue
+	(*Tick)(nil),             // 43: raftmq.v1.Tick
+	(*RestartLeases)(nil),    // 44: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 45: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 46: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 47: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 48: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 49: raftmq.v1.Result
+	(*GetOk)(nil),            // 50: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
 	12, // 1: raftmq.v1.Command.vhost_put:type_name -> raftmq.v1.VhostPut
 	13, // 2: raftmq.v1.Command.vhost_delete:type_name -> raftmq.v1.VhostDelete
-	14, // 3: raftmq.v1.Command.user_put:type_name -> raftmq.v1.UserPut
-	15, // 4: raftmq.v1.Command.user_delete:type_name -> raftmq.v1.UserDelete
-	16, // 5: raftmq.v1.Command.permission_set:type_name -> raftmq.v1.PermissionSet
-	17, // 6: raftmq.v1.Command.permission_clear:type_name -> raftmq.v1.PermissionClear
-	18, // 7: raftmq.v1.Command.exchange_declare:type_name -> raftmq.v1.ExchangeDeclare
-	19, // 8: raftmq.v1.Command.exchange_delete:type_name -> raftmq.v1.ExchangeDelete
-	20, // 9: raftmq.v1.Command.queue_declare:type_name -> raftmq.v1.QueueDeclare
-	21, // 10: raftmq.v1.Command.queue_delete:type_name -> raftmq.v1.QueueDelete
-	22, // 11: raftmq.v1.Command.queue_purge:type_name -> raftmq.v1.QueuePurge
-	23, // 12: raftmq.v1.Command.bind:type_name -> raftmq.v1.Bind
-	24, // 13: raftmq.v1.Command.unbind:type_name -> raftmq.v1.Unbind
-	25, // 14: raftmq.v1.Command.publish:type_name -> raftmq.v1.Publish
-	26, // 15: raftmq.v1.Command.get:type_name -> raftmq.v1.Get
-	27, // 16: raftmq.v1.Command.consume:type_name -> raftmq.v1.Consume
-	28, // 17: raftmq.v1.Command.cancel:type_name -> raftmq.v1.Cancel
-	29, // 18: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
-	30, // 19: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
-	31, // 20: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
-	32, // 21: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
-	33, // 22: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
-	34, // 23: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
-	35, // 24: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
-	40, // 25: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
-	41, // 26: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	42, // 27: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	43, // 28: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
-	36, // 29: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
-	37, // 30: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
-	38, // 31: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
-	39, // 32: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
-	45, // 33: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	46, // 34: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 35: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 36: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 37: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 38: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 39: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 40: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 41: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 42: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	6,  // 43: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 44: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 45: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 46: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 47: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 48: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 49: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 50: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 51: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 52: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 53: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 54: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 55: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 56: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 57: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 58: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 59: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 60: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 61: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 62: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 63: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 64: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 65: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	44, // 66: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	48, // 67: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 68: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	69, // [69:69] is the sub-list for method output_type
-	69, // [69:69] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	16, // 3: raftmq.v1.Command.user_put:type_name -> raftmq.v1.UserPut
+	17, // 4: raftmq.v1.Command.user_delete:type_name -> raftmq.v1.UserDelete
+	18, // 5: raftmq.v1.Command.permission_set:type_name -> raftmq.v1.PermissionSet
+	19, // 6: raftmq.v1.Command.permission_clear:type_name -> raftmq.v1.PermissionClear
+	14, // 7: raftmq.v1.Command.vhost_limits:type_name -> raftmq.v1.VhostLimits
+	20, // 8: raftmq.v1.Command.exchange_declare:type_name -> raftmq.v1.ExchangeDeclare
+	21, // 9: raftmq.v1.Command.exchange_delete:type_name -> raftmq.v1.ExchangeDelete
+	22, // 10: raftmq.v1.Command.queue_declare:type_name -> raftmq.v1.QueueDeclare
+	23, // 11: raftmq.v1.Command.queue_delete:type_name -> raftmq.v1.QueueDelete
+	24, // 12: raftmq.v1.Command.queue_purge:type_name -> raftmq.v1.QueuePurge
+	25, // 13: raftmq.v1.Command.bind:type_name -> raftmq.v1.Bind
+	26, // 14: raftmq.v1.Command.unbind:type_name -> raftmq.v1.Unbind
+	27, // 15: raftmq.v1.Command.publish:type_name -> raftmq.v1.Publish
+	28, // 16: raftmq.v1.Command.get:type_name -> raftmq.v1.Get
+	29, // 17: raftmq.v1.Command.consume:type_name -> raftmq.v1.Consume
+	30, // 18: raftmq.v1.Command.cancel:type_name -> raftmq.v1.Cancel
+	31, // 19: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
+	32, // 20: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
+	33, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
+	34, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
+	35, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
+	36, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
+	37, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
+	42, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
+	43, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
+	44, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	45, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	38, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
+	39, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
+	40, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
+	41, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
+	47, // 34: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	48, // 35: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	3,  // 36: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 37: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 38: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 39: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 40: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 41: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 42: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 43: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 44: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 45: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 46: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 47: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 48: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 49: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 50: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 51: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 52: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 53: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 54: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 55: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 56: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 57: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 58: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 59: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 60: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 61: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 62: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 63: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 64: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 65: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 66: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 67: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	46, // 68: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	50, // 69: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 70: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4695,6 +4852,7 @@ func file_command_proto_init() {
 		(*Command_UserDelete)(nil),
 		(*Command_PermissionSet)(nil),
 		(*Command_PermissionClear)(nil),
+		(*Command_VhostLimits)(nil),
 		(*Command_ExchangeDeclare)(nil),
 		(*Command_ExchangeDelete)(nil),
 		(*Command_QueueDeclare)(nil),
@@ -4750,7 +4908,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -93,6 +93,7 @@ var monitoringMethods = map[string]bool{
 	"ListConnections": true,
 	"ListPolicies":    true,
 	"ListVhosts":      true,
+	"ListVhostLimits": true,
 	"Digest":          true,
 }
 

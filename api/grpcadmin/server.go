@@ -182,6 +182,16 @@ func (s *Server) ListVhosts(ctx context.Context, req *proto.ListRequest) (*proto
 	return answer(s.ops.ListVhosts(ctx, req))
 }
 
+// SetVhostLimits implements proto.Server.
+func (s *Server) SetVhostLimits(ctx context.Context, req *proto.SetVhostLimitsRequest) (*proto.SetVhostLimitsResponse, error) {
+	return answer(s.ops.SetVhostLimits(ctx, req))
+}
+
+// ListVhostLimits implements proto.Server.
+func (s *Server) ListVhostLimits(ctx context.Context, req *proto.ListVhostLimitsRequest) (*proto.ListVhostLimitsResponse, error) {
+	return answer(s.ops.ListVhostLimits(ctx, req))
+}
+
 // Digest implements proto.Server.
 func (s *Server) Digest(ctx context.Context, req *proto.DigestRequest) (*proto.DigestResponse, error) {
 	return answer(s.ops.Digest(ctx, req))

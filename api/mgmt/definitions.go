@@ -64,6 +64,14 @@ func (m *Server) Export(vhost string) map[string]any {
 				"priority": p.GetPriority()}}
 			params = append(params, withVhost(o, p.GetVhost()))
 		}
+		// RabbitMQ keeps a vhost's limits as its runtime parameter
+		// "limits" of component vhost-limits, and exports them so.
+		for _, l := range s.VhostLimits(vhost) {
+			o := vhostLimitsJSON(l)
+			delete(o, "vhost")
+			o["component"], o["name"] = "vhost-limits", "limits"
+			params = append(params, withVhost(o, l.GetVhost()))
+		}
 		for _, x := range s.Queues(vhost) {
 			// Exclusive queues belong to a connection and are not
 			// definitions, as in RabbitMQ's export.
@@ -163,6 +171,21 @@ func (m *Server) Import(ctx context.Context, defs map[string]any, vhost string) 
 		}
 	}
 	str := func(o map[string]any, k string) string { s, _ := fieldString(o, k, ""); return s }
+	// setLimits replaces a vhost's limits with those of value, as
+	// RabbitMQ's vhost-limits parameter holds them.
+	setLimits := func(v string, value map[string]any) {
+		set, unknown, err := limitsFromJSON(value)
+		if err != nil {
+			fail(fmt.Sprintf("limits of vhost '%s'", v), err)
+			return
+		}
+		if len(unknown) > 0 {
+			warn("limits of vhost '%s': %v are not limits raftmq knows and were left out", v, unknown)
+		}
+		if _, err := m.ops.SetVhostLimits(ctx, &proto.SetVhostLimitsRequest{Vhost: v, Replace: true, Set: set}); err != nil {
+			fail(fmt.Sprintf("limits of vhost '%s'", v), err)
+		}
+	}
 
 	for _, v := range list("vhosts") {
 		name := str(v, "name")
@@ -170,11 +193,12 @@ func (m *Server) Import(ctx context.Context, defs map[string]any, vhost string) 
 		if md, ok := v["metadata"].(map[string]any); ok && desc == "" {
 			desc, _ = md["description"].(string)
 		}
-		if l, ok := v["limits"].(map[string]any); ok && len(l) > 0 {
-			warn("vhost '%s': limits %v are not applied (raftmq has no per-vhost limits)", name, keysOf(l))
-		}
 		if _, err := m.ops.AddVhost(ctx, &proto.AddVhostRequest{Name: name, Description: desc}); err != nil {
 			fail("vhost '"+name+"'", err)
+			continue
+		}
+		if l, ok := v["limits"].(map[string]any); ok && len(l) > 0 {
+			setLimits(name, l)
 		}
 	}
 	for _, u := range list("users") {
@@ -226,6 +250,10 @@ func (m *Server) Import(ctx context.Context, defs map[string]any, vhost string) 
 	for _, p := range list("parameters") {
 		comp, name, v := str(p, "component"), str(p, "name"), vhostOf(p)
 		val, _ := p["value"].(map[string]any)
+		if comp == "vhost-limits" && val != nil {
+			setLimits(v, val)
+			continue
+		}
 		if comp != "operator_policy" || val == nil {
 			warn("parameter '%s' of component '%s' in vhost '%s' is not imported: raftmq has no %s", name, comp, v, comp)
 			continue
@@ -299,6 +327,23 @@ func (m *Server) Import(ctx context.Context, defs map[string]any, vhost string) 
 		}
 	}
 	return res
+}
+
+// limitsFromJSON reads a vhost's limits, {"max-connections": n, ...}:
+// the names raftmq does not know come back in unknown.
+func limitsFromJSON(value map[string]any) (set []*proto.VhostLimit, unknown []string, err error) {
+	for _, k := range keysOf(value) {
+		if !fsm.KnownLimit(k) {
+			unknown = append(unknown, k)
+			continue
+		}
+		n, err := fieldInt(value, k, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		set = append(set, &proto.VhostLimit{Name: k, Value: n})
+	}
+	return set, unknown, nil
 }
 
 func keysOf(m map[string]any) []string {

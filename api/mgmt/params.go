@@ -4,14 +4,16 @@ import (
 	"net/http"
 
 	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // ---- runtime parameters, global parameters, vhost limits, topic
 // permissions ----
 //
-// raftmq stores none of these: it has no plugin that reads runtime
-// parameters (federation, shovel), no per-vhost limits and no topic
-// permissions. Reads answer in RabbitMQ's shapes with what there is
+// raftmq keeps the vhost limits (vhostLimits) and none of the others: it
+// has no plugin that reads runtime parameters (federation, shovel) and no
+// topic permissions. Reads answer in RabbitMQ's shapes with what there is
 // (nothing, and the two global parameters every cluster has); writes are
 // refused with a 400 that says so rather than accepted and dropped.
 
@@ -93,35 +95,72 @@ func (q *req) globalParameters() error {
 	return methodNotAllowed()
 }
 
-// vhostLimits serves /api/vhost-limits[/vhost[/name]]: no vhost has
-// limits (--max-queues-per-vhost is each node's configuration).
+// vhostLimits serves /api/vhost-limits[/vhost[/name]]: RabbitMQ's
+// virtual host limits, kept in the log (fsm VhostLimits). A PUT sets one
+// limit from {"value": n} and a DELETE clears one, keeping the others.
 func (q *req) vhostLimits() error {
+	vhost := q.arg("vhost")
 	if q.has("vhost") {
 		if _, err := q.vhostArg(); err != nil {
 			return err
 		}
 	}
+	name := q.arg("name")
 	switch q.r.Method {
 	case http.MethodGet, http.MethodHead:
 		if !q.has("vhost") && !q.user.monitor() {
 			return notAuthorised("Not monitor user")
 		}
-		q.list(nil)
+		if q.has("name") {
+			return methodNotAllowed()
+		}
+		var out []map[string]any
+		q.view(func(s ops.State) {
+			for _, v := range s.VhostLimits(vhost) {
+				out = append(out, vhostLimitsJSON(v))
+			}
+		})
+		q.list(out)
 		return nil
-	case http.MethodPut:
+	case http.MethodPut, http.MethodDelete:
 		if !q.user.admin() {
 			return notAuthorised("Not administrator user")
 		}
-		return unsupportedWrite("virtual host limits (--max-queues-per-vhost limits the queues of every vhost on a node)")
-	case http.MethodDelete:
-		if !q.user.admin() {
-			return notAuthorised("Not administrator user")
+		if !fsm.KnownLimit(name) {
+			return badRequest("Validation failed\n\nUnrecognised terms [{<<\"%s\">>}] in limits\n", name)
 		}
-		// As RabbitMQ answers clearing a limit that is not set.
+		req := &proto.SetVhostLimitsRequest{Vhost: vhost, Clear: []string{name}}
+		if q.r.Method == http.MethodPut {
+			b, err := q.body()
+			if err != nil {
+				return err
+			}
+			if _, ok := b["value"]; !ok {
+				return badRequest("Validation failed\n\nvalue is missing: the body is {\"value\": n}\n")
+			}
+			n, err := fieldInt(b, "value", 0)
+			if err != nil {
+				return err
+			}
+			req = &proto.SetVhostLimitsRequest{Vhost: vhost, Set: []*proto.VhostLimit{{Name: name, Value: n}}}
+		}
+		if _, err := q.m.ops.SetVhostLimits(q.ctx, req); err != nil {
+			return err
+		}
 		q.noContent()
 		return nil
 	}
 	return methodNotAllowed()
+}
+
+// vhostLimitsJSON is a vhost's limits in RabbitMQ's shape: {"vhost": v,
+// "value": {"max-connections": n, ...}}.
+func vhostLimitsJSON(v *proto.VhostLimitsInfo) map[string]any {
+	value := map[string]any{}
+	for _, l := range v.GetLimits() {
+		value[l.GetName()] = l.GetValue()
+	}
+	return map[string]any{"vhost": v.GetVhost(), "value": value}
 }
 
 // topicPermissions serves /api/topic-permissions[/vhost/user]: raftmq

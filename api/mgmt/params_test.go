@@ -2,7 +2,6 @@ package mgmt
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,19 +10,14 @@ import (
 )
 
 // TestManagementParametersAndLimits: runtime and global parameters, vhost
-// limits and topic permissions read in RabbitMQ's shapes, and a write of
+// limits (none set) and topic permissions read in RabbitMQ's shapes, and a write of
 // what raftmq does not keep is refused with a 400 that says so, never
 // taken and dropped.
 func TestManagementParametersAndLimits(t *testing.T) {
 	c := clustertest.New(t, 1)
 	n := c.WaitForLeader(clustertest.Timeout)
 	g := mgmtClient{t: t, base: serveManagement(t, n), user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	waitForDefaults(t, g)
 	for _, path := range []string{"/api/parameters", "/api/parameters/federation-upstream", "/api/parameters/federation-upstream/%2F",
 		"/api/vhost-limits", "/api/vhost-limits/%2F", "/api/topic-permissions", "/api/users/guest/topic-permissions",
 		"/api/vhosts/%2F/topic-permissions"} {
@@ -51,7 +45,6 @@ func TestManagementParametersAndLimits(t *testing.T) {
 		{"PUT", "/api/global-parameters/foo", "raftmq does not support global parameters"},
 		{"PUT", "/api/global-parameters/cluster_name", "raftmq does not support renaming the cluster"},
 		{"DELETE", "/api/global-parameters/internal_cluster_id", "raftmq does not support global parameters"},
-		{"PUT", "/api/vhost-limits/%2F/max-connections", "raftmq does not support virtual host limits"},
 		{"PUT", "/api/topic-permissions/%2F/guest", "raftmq does not support topic permissions"},
 	}
 	for _, r := range refused {

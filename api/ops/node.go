@@ -84,6 +84,9 @@ type State interface {
 	Users() []*proto.UserInfo
 	Permissions() []*proto.PermissionInfo
 	Vhosts() []*proto.VhostInfo
+	// VhostLimits lists the limits of vhost ("" every vhost), for the
+	// vhosts that have some.
+	VhostLimits(vhost string) []*proto.VhostLimitsInfo
 	Digest() [32]byte
 	AppliedIndex() uint64
 	Clock() int64

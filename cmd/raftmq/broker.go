@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftmq/raftmq/amqp"
 	"github.com/raftmq/raftmq/api/metrics"
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -16,14 +18,19 @@ import (
 type broker struct {
 	node    *cluster.Node
 	metrics *metrics.Metrics
+	// ops asks the other nodes for their connections (PeerConnections);
+	// set once the admin service exists.
+	ops atomic.Pointer[ops.Service]
 }
 
 // The AMQP server carries direct replies to other nodes through the node,
-// and learns of its silences.
+// learns of its silences, and counts a limited vhost's connections across
+// the cluster.
 var _ interface {
 	amqp.Broker
 	amqp.Replier
 	amqp.Silences
+	amqp.ConnectionLimiter
 } = (*broker)(nil)
 
 // The node tells the AMQP server the silence epoch of each delivery.
@@ -31,6 +38,22 @@ var _ cluster.EpochSink = (*amqp.Server)(nil)
 
 // SilenceEpoch counts the node's silences (amqp.Silences).
 func (b *broker) SilenceEpoch() uint64 { return b.node.SilenceEpoch() }
+
+// VhostConnectionLimit reads the vhost's max-connections from the applied
+// state (amqp.ConnectionLimiter).
+func (b *broker) VhostConnectionLimit(vhost string) (max int64, ok bool) {
+	b.node.View(func(m *fsm.Machine) { max, ok = m.VhostLimit(vhost, fsm.LimitMaxConnections) })
+	return max, ok
+}
+
+// PeerConnections counts the vhost's connections the other nodes report
+// (amqp.ConnectionLimiter); none before the admin service exists.
+func (b *broker) PeerConnections(ctx context.Context, vhost string) int {
+	if s := b.ops.Load(); s != nil {
+		return s.PeerConnections(ctx, vhost)
+	}
+	return 0
+}
 
 func (b *broker) NodeID() string { return b.node.NodeID() }
 

@@ -177,7 +177,8 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryLimit: uint64(watermark), Resources: resources,
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
-	amqpSrv.SetBroker(&broker{node: node, metrics: nodeMetrics})
+	amqpBroker := &broker{node: node, metrics: nodeMetrics}
+	amqpSrv.SetBroker(amqpBroker)
 
 	sec.auth.SetNode(apiNode)
 	peers := sec.peers()
@@ -186,6 +187,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources,
 		Environment: func() []*proto.Setting { return cfg.Settings }})
 	defer operations.Close()
+	amqpBroker.ops.Store(operations)
 	proto.RegisterAdminServer(grpcSrv, grpcadmin.New(operations))
 	var amqpOpen atomic.Bool
 	httpSrv := &http.Server{

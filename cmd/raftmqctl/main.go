@@ -92,6 +92,7 @@ type options struct {
 	ifEmpty     bool
 	description string
 	local       bool
+	global      bool
 
 	// managementURL is the node's management HTTP API, for the
 	// definitions verbs (definitions.go).
@@ -141,6 +142,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.ifEmpty, "if-empty", false, "delete_queue: only if the queue is empty")
 	fs.StringVar(&o.description, "description", "", "add_vhost: description")
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
+	fs.BoolVar(&o.global, "global", false, "list_vhost_limits: the limits of every vhost")
 	fs.StringVar(&o.managementURL, "management-url", envOr("RAFTMQ_MANAGEMENT_URL", defaultManagementURL), "management HTTP API of a node whose admin API has no definitions calls (an older node), for export_definitions and import_definitions (env RAFTMQ_MANAGEMENT_URL)")
 	delayedFlags(fs, &o.delayed)
 	fs.StringVar(&o.sec.Username, "username", os.Getenv("RAFTMQ_USERNAME"), "user for the admin API, tagged administrator (env RAFTMQ_USERNAME)")

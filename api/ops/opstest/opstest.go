@@ -27,6 +27,7 @@ type State struct {
 	Hashes       map[string][]byte
 	PermList     []*proto.PermissionInfo
 	VhostList    []*proto.VhostInfo
+	LimitList    []*proto.VhostLimitsInfo
 	Applied      uint64
 	ClockMs      int64
 	Ready        bool
@@ -69,13 +70,16 @@ func (f *State) Policies(v string, op bool) []*proto.PolicyInfo {
 func (f *State) Users() []*proto.UserInfo             { return f.UserList }
 func (f *State) Permissions() []*proto.PermissionInfo { return f.PermList }
 func (f *State) Vhosts() []*proto.VhostInfo           { return f.VhostList }
-func (f *State) Digest() [32]byte                     { return sha256.Sum256([]byte{byte(f.Applied)}) }
-func (f *State) AppliedIndex() uint64                 { return f.Applied }
-func (f *State) Clock() int64                         { return f.ClockMs }
-func (f *State) Initialized() bool                    { return f.Ready }
-func (f *State) Stats() fsm.Stats                     { return fsm.Stats{} }
-func (f *State) QueueCounts() []fsm.QueueCounts       { return nil }
-func (f *State) Releases() fsm.ReleaseStats           { return f.ReleaseStats }
+func (f *State) VhostLimits(v string) []*proto.VhostLimitsInfo {
+	return byVhost(f.LimitList, v)
+}
+func (f *State) Digest() [32]byte               { return sha256.Sum256([]byte{byte(f.Applied)}) }
+func (f *State) AppliedIndex() uint64           { return f.Applied }
+func (f *State) Clock() int64                   { return f.ClockMs }
+func (f *State) Initialized() bool              { return f.Ready }
+func (f *State) Stats() fsm.Stats               { return fsm.Stats{} }
+func (f *State) QueueCounts() []fsm.QueueCounts { return nil }
+func (f *State) Releases() fsm.ReleaseStats     { return f.ReleaseStats }
 func (f *State) Delayed(v, x string, limit int) []*proto.DelayedMessageInfo {
 	var out []*proto.DelayedMessageInfo
 	for _, d := range byVhost(f.DelayedList, v) {

@@ -1118,8 +1118,17 @@ function adminPage() {
         <label>Description <input name="description"></label>
         <button type="submit">Add virtual host</button>
       </form></details></div>
-    <h1>Limits</h1>
-    <div class="panel"><div class="table-wrap" id="vhost-limits"></div></div>`;
+    <h1>Virtual host limits</h1>
+    <div class="panel"><div class="table-wrap" id="vhost-limits"></div>
+      <form class="row" id="set-vhost-limit">
+        <label>Virtual host <select name="vhost">${vhostOptions(S.vhost || '/')}</select></label>
+        <label>Limit <select name="limit"><option>max-connections</option><option>max-queues</option></select></label>
+        <label>Value <input name="value" type="number" step="1" required></label>
+        <button type="submit">Set limit</button>
+      </form>
+      <p class="muted">A negative value is no limit, 0 refuses every new connection or queue. The limits hold across the cluster:
+      max-queues is checked in the replicated log, max-connections by the node a client connects to, counting the connections every node reports.
+      --max-queues-per-vhost and the connection and channel limits are each node's own (docs/operations.md).</p></div>`;
   async function refresh() {
     const [vhosts, limits] = await Promise.all([api('GET', 'vhosts'), api('GET', 'vhost-limits')]);
     $('#vhosts').innerHTML = `<table id="vhosts-table"><thead><tr><th>Name</th><th>Description</th><th class="num">Messages</th><th class="num">Ready</th><th class="num">Unacked</th><th>Cluster state</th><th></th></tr></thead><tbody>${
@@ -1131,15 +1140,28 @@ function adminPage() {
         <td>${running === states.length ? `<span class="ok">running on ${states.length}</span>` : `<span class="tag warn">running on ${running} of ${states.length}</span>`}</td>
         <td>${v.name === '/' ? '' : `<button type="button" class="danger del-vhost" data-name="${esc(v.name)}">Delete</button>`}</td></tr>`;
       }).join('')}</tbody></table>`;
-    $('#vhost-limits').innerHTML = (limits.length ? `<table><thead><tr><th>Virtual host</th><th>Limits</th></tr></thead><tbody>${
-      limits.map(l => `<tr><td>${vhostLabel(l.vhost)}</td><td>${shortJSON(l.value)}</td></tr>`).join('')}</tbody></table>`
-      : '<p class="empty" id="no-vhost-limits">No virtual host has limits of its own.</p>') +
-      '<p class="muted">raftmq sets its limits per node: --max-queues-per-vhost bounds the queues of every virtual host, the connection and channel limits each node\'s clients (docs/operations.md).</p>';
+    const rows = limits.flatMap(l => Object.entries(l.value).map(([name, value]) => ({ vhost: l.vhost, name, value })));
+    $('#vhost-limits').innerHTML = rows.length ? `<table id="vhost-limits-table"><thead><tr><th>Virtual host</th><th>Limit</th><th class="num">Value</th><th></th></tr></thead><tbody>${
+      rows.map(r => `<tr data-limit="${esc(r.vhost + ' ' + r.name)}"><td>${vhostLabel(r.vhost)}</td><td>${esc(r.name)}</td><td class="num">${num(r.value)}</td>
+        <td><button type="button" class="danger clear-limit" data-vhost="${esc(r.vhost)}" data-name="${esc(r.name)}">Clear</button></td></tr>`).join('')}</tbody></table>`
+      : '<p class="empty" id="no-vhost-limits">No virtual host has limits.</p>';
   }
   function bind(main) {
     main.addEventListener('click', ev => {
       const b = ev.target.closest('button.del-vhost.armed');
       if (b) act('Delete virtual host', async () => { await api('DELETE', `vhosts/${enc(b.dataset.name)}`); return `Virtual host ${b.dataset.name} deleted`; });
+      const c = ev.target.closest('button.clear-limit.armed');
+      if (c) act('Clear limit', async () => {
+        await api('DELETE', `vhost-limits/${enc(c.dataset.vhost)}/${enc(c.dataset.name)}`);
+        return `Limit ${c.dataset.name} of ${c.dataset.vhost} cleared`;
+      });
+    });
+    onSubmit($('#set-vhost-limit', main), 'Set limit', async f => {
+      const value = Number(f.value.value);
+      if (!Number.isInteger(value)) throw new Error('The value must be a whole number');
+      await api('PUT', `vhost-limits/${enc(f.vhost.value)}/${enc(f.limit.value)}`, { value });
+      f.value.value = '';
+      return `Limit ${f.limit.value} of ${f.vhost.value} set to ${value}`;
     });
     onSubmit($('#add-vhost', main), 'Add virtual host', async f => {
       await api('PUT', `vhosts/${enc(f.name.value)}`, { description: f.description.value });
