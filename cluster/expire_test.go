@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -94,8 +95,15 @@ func findCommands(t *testing.T, n *cluster.Node, match func(*proto.Command) bool
 
 func entryStamp(t *testing.T, n *cluster.Node, index uint64) int64 {
 	t.Helper()
+	// The entry committed, but n may not hold it yet: a leader that
+	// changed under the submit left n a follower catching up.
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
+	defer cancel()
+	if err := n.WaitApplied(ctx, index); err != nil {
+		t.Fatalf("%s did not apply entry %d: %v", n.NodeID(), index, err)
+	}
 	var st int64 = -1
-	_ = n.LogEntries(func(i uint64, env *proto.Envelope) bool {
+	err := n.LogEntries(func(i uint64, env *proto.Envelope) bool {
 		if i == index {
 			st = env.GetStampMs()
 			return false
@@ -103,7 +111,7 @@ func entryStamp(t *testing.T, n *cluster.Node, index uint64) int64 {
 		return true
 	})
 	if st < 0 {
-		t.Fatalf("%s has no entry %d", n.NodeID(), index)
+		t.Fatalf("%s has no entry %d (%v)", n.NodeID(), index, err)
 	}
 	return st
 }
