@@ -20,15 +20,7 @@ import (
 // 5,000,000 queued messages in one queue, and 1,000,000 delayed ones.
 func BenchmarkSnapshotHold(b *testing.B) {
 	for _, n := range []int{500_000, 5_000_000} {
-		b.Run("queued="+strconv.Itoa(n), func(b *testing.B) {
-			m := fsmtest.New(b)
-			fsmtest.One(b, m, 2, declare("q", nil))
-			batch := persistentBatch(1000)
-			for j := 0; j < n; j += len(batch) {
-				m.Apply(entry(m, 3, batch...), fsm.DiscardSink{})
-			}
-			snapshotHold(b, m)
-		})
+		b.Run("queued="+strconv.Itoa(n), func(b *testing.B) { snapshotHold(b, queued(b, n)) })
 	}
 	b.Run("delayed=1000000", func(b *testing.B) {
 		m := delayedSetup(b, "direct")
@@ -82,4 +74,59 @@ func snapshotHold(b *testing.B, m *fsm.Machine) {
 		}
 		b.ReportMetric(float64(size), "bytes")
 	})
+}
+
+// BenchmarkSnapshotUnderLoad writes a snapshot of 500,000 queued messages
+// while the machine applies, as fast as it can, entries of 100 publishes
+// to the backlogged queue and an ack of everything its consumer
+// (prefetch 1,000) holds, every tenth entry a requeue of it instead. It
+// reports what the state copied because the snapshot shared it (blocks,
+// copied-MB), the entries applied beside the encoding and the longest of
+// them (apply-max-ms).
+func BenchmarkSnapshotUnderLoad(b *testing.B) {
+	m := queued(b, 500_000)
+	batch := persistentBatch(100)
+	fsmtest.One(b, m, 3, consume("q", "c", ch1, 1000))
+	load := append(append([]*proto.Command(nil), batch...), settle(ch1, 0, true))
+	back := append(append([]*proto.Command(nil), batch...), requeue(ch1, 0, true))
+	var blocks0, entries int
+	var bytes0 int64
+	var worst time.Duration
+	blocks0, bytes0 = m.CopiedOnWrite()
+	for i := 0; i < b.N; i++ {
+		w, err := m.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.WriteTo(io.Discard)
+			done <- err
+		}()
+	apply:
+		for k := 0; ; k++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					b.Fatal(err)
+				}
+				break apply
+			default:
+			}
+			cmds := load
+			if k%10 == 9 {
+				cmds = back
+			}
+			start := time.Now()
+			m.Apply(entry(m, 4, cmds...), fsm.DiscardSink{})
+			worst = max(worst, time.Since(start))
+			entries++
+		}
+		w.(fsm.Releaser).Release()
+	}
+	blocks, bytes := m.CopiedOnWrite()
+	b.ReportMetric(float64(blocks-blocks0)/float64(b.N), "blocks")
+	b.ReportMetric(float64(bytes-bytes0)/float64(b.N)/(1<<20), "copied-MB")
+	b.ReportMetric(float64(entries)/float64(b.N), "entries")
+	b.ReportMetric(float64(worst.Microseconds())/1000, "apply-max-ms")
 }
