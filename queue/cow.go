@@ -152,9 +152,15 @@ type laneView struct {
 
 // Capture returns a view of the ready messages now, for cp.
 func (q *Queue) Capture(cp *Capture) *QueueView {
+	if q.t == nil {
+		q.t = cp.t // nothing pushed yet
+	}
+	if q.t != cp.t {
+		panic("queue: a queue captured by another table's capture")
+	}
 	// The index is copied as a value: it shares the queue's storage,
 	// which the queue clones before its next change (ownSide).
-	v := &QueueView{entries: q.table().view(), rare: q.rare, n: q.count, index: q.index}
+	v := &QueueView{entries: q.t.view(), rare: q.rare, n: q.count, index: q.index}
 	for p := range q.lanes {
 		l := &q.lanes[p]
 		v.lanes = append(v.lanes, laneView{blocks: append([]blk(nil), l.blocks...), head: l.head, n: l.n})
@@ -217,7 +223,10 @@ type HeldView struct {
 // Capture returns a view of the held messages now, for cp.
 func (h *Held) Capture(cp *Capture) *HeldView {
 	if h.t == nil {
-		h.t = cp.t
+		h.t = cp.t // nothing pushed yet
+	}
+	if h.t != cp.t {
+		panic("queue: a heap captured by another table's capture")
 	}
 	return &HeldView{entries: h.t.view(), blocks: append([]hblk(nil), h.h.b...), n: h.h.n, extra: h.extra}
 }
