@@ -79,20 +79,31 @@ func snapshotHold(b *testing.B, m *fsm.Machine) {
 // BenchmarkSnapshotUnderLoad writes a snapshot of 500,000 queued messages
 // while the machine applies, as fast as it can, entries of 100 publishes
 // to the backlogged queue and an ack of everything its consumer
-// (prefetch 1,000) holds, every tenth entry a requeue of it instead. It
-// reports what the state copied because the snapshot shared it (blocks,
-// copied-MB), the entries applied beside the encoding and the longest of
-// them (apply-max-ms).
+// (prefetch 1,000) holds, every tenth entry a requeue of it instead;
+// "ttl" gives the queue an x-message-ttl, so that every message is in its
+// expiry index. It reports what the state copied because the snapshot
+// shared it (blocks, copied-MB), the entries applied beside the encoding
+// and the longest of them (apply-max-ms).
 func BenchmarkSnapshotUnderLoad(b *testing.B) {
-	m := queued(b, 500_000)
+	b.Run("fifo", func(b *testing.B) { snapshotUnderLoad(b, nil) })
+	b.Run("ttl", func(b *testing.B) { snapshotUnderLoad(b, table("x-message-ttl", i64(3_600_000))) })
+}
+
+func snapshotUnderLoad(b *testing.B, args *proto.Table) {
+	const n = 500_000
+	m := fsmtest.New(b)
+	fsmtest.One(b, m, 2, declare("q", args))
+	fill := persistentBatch(1000)
+	for j := 0; j < n; j += len(fill) {
+		m.Apply(entry(m, 3, fill...), fsm.DiscardSink{})
+	}
 	batch := persistentBatch(100)
 	fsmtest.One(b, m, 3, consume("q", "c", ch1, 1000))
 	load := append(append([]*proto.Command(nil), batch...), settle(ch1, 0, true))
 	back := append(append([]*proto.Command(nil), batch...), requeue(ch1, 0, true))
-	var blocks0, entries int
-	var bytes0 int64
+	var entries int
 	var worst time.Duration
-	blocks0, bytes0 = m.CopiedOnWrite()
+	blocks0, bytes0 := m.CopiedOnWrite()
 	for i := 0; i < b.N; i++ {
 		w, err := m.Snapshot()
 		if err != nil {
