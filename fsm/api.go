@@ -158,9 +158,11 @@ func (m *Machine) DueConsumerTimeouts(now, def int64) []*proto.ChannelRef {
 // with later Apply calls and writes the versioned canonical encoding.
 func (m *Machine) Snapshot() (io.WriterTo, error) { return m.snapshot() }
 
-// Releaser is implemented by what Snapshot returns: Release gives back
-// the memory of the snapshot's encoding once it is written (a large one
-// is outside the heap). Nothing may be written or listed after it.
+// Releaser is implemented by what Snapshot returns: Release ends the
+// snapshot's capture once it is written, after which the state no longer
+// copies what it changes of the records the snapshot shares (DESIGN.md,
+// "Snapshot and digest"). Nothing may be written or listed after it. A
+// snapshot dropped unreleased is released when collected.
 type Releaser interface {
 	Release()
 }

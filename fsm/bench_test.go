@@ -220,12 +220,7 @@ func BenchmarkQueuedMillion(b *testing.B) {
 // restored state holds per message.
 func BenchmarkRestoreQueued(b *testing.B) {
 	const n = 5_000_000
-	m := fsmtest.New(b)
-	fsmtest.One(b, m, 2, declare("q", nil))
-	batch := persistentBatch(1000)
-	for j := 0; j < n; j += len(batch) {
-		m.Apply(entry(m, 3, batch...), fsm.DiscardSink{})
-	}
+	m := queued(b, n)
 	w, err := m.Snapshot()
 	if err != nil {
 		b.Fatal(err)
@@ -262,6 +257,18 @@ func BenchmarkRestoreQueued(b *testing.B) {
 
 // persistentBatch is n persistent 1 KiB publishes to queue q, one body
 // shared: an entry's worth for the backlog benchmarks.
+// queued is a machine holding n queued 1 KiB persistent messages in queue
+// q, published 1,000 an entry.
+func queued(b *testing.B, n int) *fsm.Machine {
+	m := fsmtest.New(b)
+	fsmtest.One(b, m, 2, declare("q", nil))
+	batch := persistentBatch(1000)
+	for j := 0; j < n; j += len(batch) {
+		m.Apply(entry(m, 3, batch...), fsm.DiscardSink{})
+	}
+	return m
+}
+
 func persistentBatch(n int) []*proto.Command {
 	batch := make([]*proto.Command, n)
 	body := make([]byte, 1024)

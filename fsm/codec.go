@@ -22,12 +22,15 @@ import (
 // read under one rule: has(format).
 const snapMagic = "RMQS"
 
-// enc encodes a snapshot. A lazy enc copies messages into parts instead
-// of encoding them (state.snapshot).
+// enc encodes a snapshot. With capture, the messages of queues and of
+// delayed exchanges are captured, not encoded: parts holds the encoded
+// runs between them, and lazySnapshot encodes them as it is written.
 type enc struct {
-	b     []byte
-	lazy  bool
-	parts []part
+	b []byte
+	// capture is the capture the queues' messages are viewed in
+	// (state.snapshot); nil encodes them at once.
+	capture *queue.Capture
+	parts   []part
 	// format is the snapshot format written; 0 is snapVersion (tests
 	// write earlier formats to check that they still load).
 	format uint64
@@ -53,29 +56,17 @@ func (e *enc) version() format {
 // has reports whether the format written holds what f added.
 func (e *enc) has(f format) bool { return e.version() >= f }
 
-// reserve announces n messages to come, so their copies are allocated once.
-func (e *enc) reserve(n int) {
-	if e.lazy && n > 0 {
-		e.flushBytes()
-		e.parts = append(e.parts, part{msgs: make([]queue.Message, 0, n)})
-	}
-}
+func (e *enc) message(m *queue.Message) { encMessage(e, m) }
 
-func (e *enc) message(m *queue.Message) {
-	if !e.lazy {
-		encMessage(e, m)
-		return
-	}
+// later ends the run of bytes encoded so far and puts p, a captured run
+// of messages, after it.
+func (e *enc) later(p part) {
 	e.flushBytes()
-	if k := len(e.parts) - 1; k >= 0 && e.parts[k].msgs != nil {
-		e.parts[k].msgs = append(e.parts[k].msgs, *m)
-		return
-	}
-	e.parts = append(e.parts, part{msgs: []queue.Message{*m}})
+	e.parts = append(e.parts, p)
 }
 
 func (e *enc) flushBytes() {
-	if e.lazy && len(e.b) > 0 {
+	if e.capture != nil && len(e.b) > 0 {
 		e.parts = append(e.parts, part{b: e.b})
 		e.b = nil
 	}
@@ -108,8 +99,9 @@ func (s *state) encode() []byte {
 	return e.b
 }
 
-// encodeTo writes the state to e; with e.lazy, messages are copied for a
-// later encoding instead (see lazySnapshot).
+// encodeTo writes the state to e; with e.capture, the messages of queues
+// and delayed exchanges are captured for a later encoding instead (see
+// lazySnapshot).
 func (s *state) encodeTo(e *enc) {
 	if e.format == 0 {
 		e.format = formatFor(s.level)
@@ -223,8 +215,11 @@ func encQueue(e *enc, q *queueState) {
 		e.bo(q.retryLevel)
 	}
 	e.u(uint64(q.q.Len()))
-	e.reserve(q.q.Len())
-	q.q.Each(func(m *queue.Message) { e.message(m) })
+	if e.capture != nil {
+		e.later(part{q: q.q.Capture(e.capture)})
+	} else {
+		q.q.Each(func(m *queue.Message) { e.message(m) })
+	}
 	e.u(uint64(len(q.consumers)))
 	for _, c := range q.consumers {
 		e.msg(c.ref)
@@ -318,7 +313,6 @@ type dec struct {
 	b       []byte
 	err     error
 	version format
-	inline  bool // a message held its body inline
 }
 
 // has reports whether the format read holds what f added.
@@ -444,7 +438,6 @@ func decMessageInto(d *dec, m *queue.Message, view bool) {
 		m.Persistent = d.bo()
 		if d.bo() {
 			m.SetInline(d.by())
-			d.inline = true
 		} else {
 			m.Body = queue.Body{Index: d.u(), Pos: uint32(d.u()), Size: uint32(d.u())}
 		}
@@ -455,7 +448,6 @@ func decMessageInto(d *dec, m *queue.Message, view bool) {
 			setPropsFlags(m, p)
 		}
 		m.SetInline(d.by())
-		d.inline = true
 	}
 	var bcc []string
 	for n := d.n(); n > 0 && d.err == nil; n-- {
@@ -548,7 +540,6 @@ func decodeState(b []byte) (*state, error) {
 	if len(d.b) != 0 {
 		return nil, errCorrupt
 	}
-	s.inline = d.inline
 	return s, nil
 }
 

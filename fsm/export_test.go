@@ -31,3 +31,7 @@ func SnapshotAs(m *Machine, version uint64, level uint32) ([]byte, error) {
 // TableEntries is the number of live entries of the table of shared
 // message fields.
 func (m *Machine) TableEntries() int { return m.meta.Entries() }
+
+// CopiedOnWrite is what the state copied because a snapshot shared it
+// (queue.Table.Copied).
+func (m *Machine) CopiedOnWrite() (blocks int, bytes int64) { return m.meta.Copied() }

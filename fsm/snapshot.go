@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"io"
+	"runtime"
 	"slices"
 
-	"github.com/raftmq/raftmq/internal/offheap"
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
 )
@@ -14,70 +14,51 @@ import (
 // Taking, writing, digesting and restoring snapshots; the encoding itself
 // is codec.go's.
 
-// snapshot encodes the state under the caller's lock. Messages hold no
-// bodies, so this costs about 30 bytes a queued message (44 ms for a
-// million, BenchmarkSnapshot): less than copying their structs for a later
-// encoding (121 ms for a million, which the lazy form below took), and the
-// lock is held once. The lazy form remains for states holding bodies
-// inline (restored from a format before 7), where encoding under the lock
-// stalled applies for seconds (2.1 s for 400 MB).
+// snapshot captures the state for raft, which calls it with no apply
+// running and writes what it returns on another goroutine while applies
+// go on. What it encodes here is the metadata (users, vhosts, exchanges,
+// queues' fields, consumers, channels with their unacked deliveries, the
+// retried messages); the messages of queues and of delayed exchanges,
+// which follow the backlog, are captured (queue.Capture: the lists of
+// their record blocks, shared copy-on-write with the state) and encoded
+// by WriteTo, into the same bytes. The apply goroutine so waits for the
+// metadata, not for the backlog (BenchmarkSnapshotHold: 383 ms at
+// 5,000,000 queued when the messages were encoded here).
 func (s *state) snapshot() (io.WriterTo, error) {
-	if s.inline {
-		e := &enc{b: make([]byte, 0, 4096), lazy: true}
-		s.encodeTo(e)
-		return &lazySnapshot{parts: e.parts, format: e.version()}, nil
-	}
-	n := 0
-	for _, v := range s.vhosts {
-		for _, q := range v.queues {
-			n += q.q.Len()
-		}
-	}
-	for _, ch := range s.channels {
-		n += len(ch.unacked)
-	}
-	n += s.delayed.held.Len() + len(s.retry.h)
-	// Sized once, not grown by doubling: a regrowth copies the whole
-	// encoding so far, under the lock (200 MB at 5,000,000 queued), and
-	// holds both copies. The last snapshot's bytes a message, with a
-	// sixteenth to spare, guess the size; 40 until there is one.
-	per := s.snapPerMsg
-	if per == 0 {
-		per = 40
-	}
-	//
-	// A large one is outside the heap (offheap): on it, the encoding of
-	// a backlog raised the collector's goal by its size while raft wrote
-	// it, and its pages stayed resident long after (191 MB at 5,000,000
-	// queued). Release gives them back.
-	buf := offheap.Alloc(64<<10 + per*n + per*n/16)
-	e := &enc{b: buf.Bytes(), collect: true, names: make([]queue.Body, 0, n)}
+	cp := s.meta.Capture()
+	e := &enc{b: make([]byte, 0, 4096), capture: cp, collect: true}
 	s.encodeTo(e)
-	if n > 0 {
-		s.snapPerMsg = max(len(e.b)-64<<10, 0)/n + 1
-	}
-	return &lazySnapshot{parts: []part{{b: e.b}}, names: e.names, buf: buf}, nil
+	l := &lazySnapshot{parts: e.parts, names: e.names, format: e.version(), capture: cp}
+	// A snapshot dropped unreleased (a test's) would keep the state
+	// copying what it shares with it.
+	runtime.AddCleanup(l, func(cp *queue.Capture) { cp.Release() }, cp)
+	return l, nil
 }
 
-// part is a run of a snapshot: encoded bytes, or messages to encode.
+// part is a run of a snapshot: encoded bytes, a queue's ready messages or
+// the delayed messages (with the vhost of each id they wait in).
 type part struct {
-	b    []byte
-	msgs []queue.Message
+	b      []byte
+	q      *queue.QueueView
+	held   *queue.HeldView
+	vhosts []string
 }
 
 // lazySnapshot is a snapshot whose messages are encoded as it is written.
 type lazySnapshot struct {
 	parts []part
-	names []queue.Body // the named bodies, gathered as the state was encoded
+	// names are the named bodies of the parts encoded at once (unacked
+	// and retried messages).
+	names []queue.Body
 	// format is the header's: the messages are encoded in it too.
-	format uint64
-	// buf holds parts[0].b when it was encoded at once (snapshot).
-	buf *offheap.Buffer
+	format  uint64
+	capture *queue.Capture
 }
 
-// Release gives back the snapshot's buffer: it must not be written after.
+// Release ends the capture: the state stops copying what it shares with
+// the snapshot, which must not be written or listed after.
 func (l *lazySnapshot) Release() {
-	l.buf.Free()
+	l.capture.Release()
 	l.parts, l.names = nil, nil
 }
 
@@ -89,28 +70,47 @@ func (l *lazySnapshot) WriteTo(w io.Writer) (int64, error) {
 		return err
 	}
 	buf := &enc{b: make([]byte, 0, 64<<10), format: l.format}
+	var err error
+	flush := func(force bool) {
+		if err == nil && len(buf.b) > 0 && (force || len(buf.b) >= 64<<10) {
+			err = write(buf.b)
+			buf.b = buf.b[:0]
+		}
+	}
 	for _, p := range l.parts {
-		if p.msgs == nil {
-			if err := write(p.b); err != nil {
-				return total, err
+		l.each(p, func(m *queue.Message, vhost string) {
+			if p.held != nil {
+				buf.s(vhost)
 			}
-			continue
+			encMessage(buf, m)
+			flush(false)
+		})
+		flush(true)
+		if err == nil && p.b != nil {
+			err = write(p.b)
 		}
-		for i := range p.msgs {
-			encMessage(buf, &p.msgs[i])
-			if len(buf.b) >= 64<<10 {
-				if err := write(buf.b); err != nil {
-					return total, err
-				}
-				buf.b = buf.b[:0]
-			}
-		}
-		if err := write(buf.b); err != nil {
+		if err != nil {
 			return total, err
 		}
-		buf.b = buf.b[:0]
 	}
 	return total, nil
+}
+
+// each calls fn with each message p captured, in the order it is
+// written: delivery order for a queue, heap order for the delayed ones,
+// each of these with its due time as its deadline and its vhost.
+func (l *lazySnapshot) each(p part, fn func(m *queue.Message, vhost string)) {
+	switch {
+	case p.q != nil:
+		p.q.Each(func(m *queue.Message) { fn(m, "") })
+	case p.held != nil:
+		var m queue.Message
+		for i := 0; i < p.held.Len(); i++ {
+			due, at := p.held.At(i, &m)
+			m.Deadline = due
+			fn(&m, p.vhosts[at])
+		}
+	}
 }
 
 // Bodies lists the bodies the snapshot names, each once, in (Index, Pos)
@@ -119,11 +119,11 @@ func (l *lazySnapshot) WriteTo(w io.Writer) (int64, error) {
 func (l *lazySnapshot) Bodies() []queue.Body {
 	out := l.names
 	for _, p := range l.parts {
-		for i := range p.msgs {
-			if b := p.msgs[i].Body; b.Index != 0 {
-				out = append(out, b)
+		l.each(p, func(m *queue.Message, _ string) {
+			if _, inline := m.Inline(); !inline {
+				out = append(out, m.Body)
 			}
-		}
+		})
 	}
 	slices.SortFunc(out, func(a, b queue.Body) int {
 		if c := cmp.Compare(a.Index, b.Index); c != 0 {
@@ -164,6 +164,16 @@ func encDelayed(e *enc, s *state) {
 	ds := &s.delayed
 	e.u(ds.seq)
 	e.u(uint64(ds.held.Len()))
+	if e.capture != nil {
+		vhosts := make([]string, len(ds.at))
+		for i, a := range ds.at {
+			if a.v != nil {
+				vhosts[i] = a.v.name
+			}
+		}
+		e.later(part{held: ds.held.Capture(e.capture), vhosts: vhosts})
+		return
+	}
 	var m queue.Message
 	for i := 0; i < ds.held.Len(); i++ {
 		due, at := ds.held.At(i, &m)

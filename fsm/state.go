@@ -46,10 +46,6 @@ var DeathReasons = [4]string{ttl.ReasonExpired, ttl.ReasonMaxLen, ttl.ReasonReje
 type state struct {
 	clock int64
 	index uint64
-	// inline is set when a restore gave messages their bodies inline
-	// (a snapshot format before 7): snapshots then copy messages for a
-	// later encoding instead of encoding under the lock (snapshot).
-	inline bool
 	// pos is the position of the command being applied in its entry:
 	// with index, the name of a published body (queue.Body).
 	pos         uint32
@@ -73,10 +69,7 @@ type state struct {
 	tagFloor uint64
 	stats    Stats
 	mark     uint64 // routing generation, not part of the state
-	// snapPerMsg is the bytes a message took in the last snapshot this
-	// state encoded (0: none yet), the next one's size guess: not state.
-	snapPerMsg int
-	sink       Sink
+	sink     Sink
 
 	// delayed holds the messages of x-delayed-message exchanges waiting
 	// for their due time (apply_delayed.go).

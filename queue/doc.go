@@ -17,7 +17,14 @@
 //   - Table, what messages share (exchange, routing key, properties, BCC
 //     keys, TTL, priority, delivery mode), kept once and counted: one
 //     Table serves every Queue and the Held of a state machine.
+//   - Capture, a point the messages are read at while the state goes on
+//     changing (a snapshot's, written on another goroutine): Table.Capture
+//     starts it, Queue.Capture and Held.Capture give views of the
+//     messages then (QueueView, HeldView), which share the record blocks
+//     copy-on-write (cow.go), and Release ends it.
 //
 // It is pure and deterministic: no clock, no I/O, no goroutines, and no
-// Go map order reaches a result.
+// Go map order reaches a result. A capture's views may be read on
+// another goroutine than the one that changes the state, and its
+// Release called from any; everything else is for one goroutine.
 package queue

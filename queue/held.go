@@ -2,6 +2,7 @@ package queue
 
 import (
 	"container/heap"
+	"unsafe"
 
 	"github.com/raftmq/raftmq/ttl"
 )
@@ -25,6 +26,8 @@ type Held struct {
 	// out is the record the last heap Pop took (Pop returns nil: a
 	// record boxed in an interface would be an allocation per message).
 	out heldRec
+	// extraStamp is the epoch extra was made in (cow.go).
+	extraStamp uint64
 }
 
 // heldRec is one held message: 48 bytes without a pointer. due is its
@@ -42,17 +45,32 @@ type heldRec struct {
 // lane's): a growing heap adds a block rather than copying itself, so
 // that a million held messages leave no earlier, smaller copies resident.
 type heldBlocks struct {
-	b [][]heldRec
+	b []hblk
 	n int
 }
 
-func (r *heldBlocks) at(i int) *heldRec { return &r.b[i>>blockBits][i&blockMask] }
+// hblk is a block of held records and the epoch it was made in (blk).
+type hblk struct {
+	r     []heldRec
+	epoch uint64
+}
 
-func (r *heldBlocks) push(x heldRec) {
-	if r.n>>blockBits == len(r.b) {
-		r.b = append(r.b, make([]heldRec, blockSize))
+func (r *heldBlocks) at(i int) *heldRec { return &r.b[i>>blockBits].r[i&blockMask] }
+
+// mut is at for a write: a block a live capture shares is cloned first.
+func (r *heldBlocks) mut(c *cow, i int) *heldRec {
+	if b := &r.b[i>>blockBits]; c.shared(b.epoch) {
+		*b = hblk{r: append(make([]heldRec, 0, blockSize), b.r...), epoch: c.stamp()}
+		c.count(blockSize*int64(unsafe.Sizeof(heldRec{})), true)
 	}
-	*r.at(r.n) = x
+	return r.at(i)
+}
+
+func (r *heldBlocks) push(c *cow, x heldRec) {
+	if r.n>>blockBits == len(r.b) {
+		r.b = append(r.b, hblk{r: make([]heldRec, blockSize), epoch: c.stamp()})
+	}
+	*r.mut(c, r.n) = x
 	r.n++
 }
 
@@ -89,7 +107,8 @@ func (d *heldHeap) Less(i, j int) bool {
 	return a.seq < b.seq
 }
 func (d *heldHeap) Swap(i, j int) {
-	a, b := d.h.at(i), d.h.at(j)
+	c := (*Held)(d).cow()
+	a, b := d.h.mut(c, i), d.h.mut(c, j)
 	*a, *b = *b, *a
 }
 func (d *heldHeap) Push(any) { panic("queue.Held: push with Push") }
@@ -115,6 +134,7 @@ func (h *Held) record(m *Message, due int64, aux uint32) heldRec {
 		meta: h.t.intern(m), aux: aux}
 	if rr, ok := rareOf(m); ok || m.Redelivered {
 		rr.redelivered = m.Redelivered
+		h.ownExtra()
 		if h.extra == nil {
 			h.extra = map[uint64]rareRec{}
 		}
@@ -125,14 +145,16 @@ func (h *Held) record(m *Message, due int64, aux uint32) heldRec {
 
 // Push holds m until due, in the heap's order; aux is the caller's.
 func (h *Held) Push(m *Message, due int64, aux uint32) {
-	h.h.push(h.record(m, due, aux))
+	r := h.record(m, due, aux)
+	h.h.push(h.cow(), r)
 	heap.Fix((*heldHeap)(h), h.h.n-1)
 }
 
 // Append puts m at the end of the slice without ordering it: a restore
 // reads back, in order, the records that At gave to the snapshot.
 func (h *Held) Append(m *Message, due int64, aux uint32) {
-	h.h.push(h.record(m, due, aux))
+	r := h.record(m, due, aux)
+	h.h.push(h.cow(), r)
 }
 
 // message sets m from r (m is overwritten). A held message has no
@@ -150,6 +172,7 @@ func (h *Held) message(r *heldRec, m *Message) {
 func (h *Held) forget(r *heldRec) {
 	h.t.release(r.meta)
 	if h.extra != nil {
+		h.ownExtra()
 		delete(h.extra, r.seq)
 		if len(h.extra) == 0 {
 			h.extra = nil
@@ -207,7 +230,7 @@ func (h *Held) Drop(drop func(aux uint32) bool, gone func(aux uint32)) {
 			gone(r.aux)
 			continue
 		}
-		*h.h.at(w) = r
+		*h.h.mut(h.cow(), w) = r
 		w++
 	}
 	h.h.truncate(w)

@@ -70,7 +70,7 @@ func TestHeld_BlocksKeepHeapLayout(t *testing.T) {
 		case k < 6 || len(p) == 0:
 			seq++
 			x := heldRec{due: int64(r.Intn(500)), seq: seq}
-			d.h.push(x)
+			d.h.push(nil, x)
 			heap.Fix(d, d.h.n-1)
 			heap.Push(&p, x)
 		case k < 8:

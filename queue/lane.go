@@ -1,5 +1,7 @@
 package queue
 
+import "unsafe"
+
 // blockBits sets the records of one block: 1,024 records, 40 KiB. A lane
 // grows by whole blocks, so a backlog is never copied to grow and costs
 // at most one partly used block beyond its records; a small lane's only
@@ -15,7 +17,7 @@ const (
 // [a&blockMask]. Every block but the last holds blockSize records (the
 // first from head on); with one block it may be smaller, len = head+n.
 type lane struct {
-	blocks [][]rec
+	blocks []blk
 	head   int
 	n      int // positions in use, holes included
 	holes  int // dead records among them (never at position 0)
@@ -25,12 +27,38 @@ type lane struct {
 	mixed int
 }
 
-func (l *lane) at(i int) *rec {
-	a := l.head + i
-	return &l.blocks[a>>blockBits][a&blockMask]
+// blk is a block of records and the epoch it was made in: while a
+// capture made after lives, the block is shared with it (cow.go).
+type blk struct {
+	r     []rec
+	epoch uint64
 }
 
-func (l *lane) pushBack(r rec) {
+func newBlk(c *cow, n, size int) blk { return blk{r: make([]rec, n, size), epoch: c.stamp()} }
+
+func (l *lane) at(i int) *rec {
+	a := l.head + i
+	return &l.blocks[a>>blockBits].r[a&blockMask]
+}
+
+// mut is at for a write: a block a live capture shares is cloned first.
+func (l *lane) mut(c *cow, i int) *rec {
+	a := l.head + i
+	l.own(c, a>>blockBits)
+	return &l.blocks[a>>blockBits].r[a&blockMask]
+}
+
+// own clones block b when a live capture shares it.
+func (l *lane) own(c *cow, b int) {
+	if bl := &l.blocks[b]; c.shared(bl.epoch) {
+		nb := newBlk(c, len(bl.r), cap(bl.r))
+		copy(nb.r, bl.r)
+		*bl = nb
+		c.count(int64(cap(nb.r))*int64(unsafe.Sizeof(rec{})), true)
+	}
+}
+
+func (l *lane) pushBack(c *cow, r rec) {
 	if l.n > l.mixed && r.seq <= l.at(l.n-1).seq {
 		l.mixed = l.n // out of order (a restored requeue): search it linearly
 	}
@@ -41,46 +69,48 @@ func (l *lane) pushBack(r rec) {
 		if b == 0 {
 			size = 4
 		}
-		l.blocks = append(l.blocks, make([]rec, 0, size))
+		l.blocks = append(l.blocks, newBlk(c, 0, size))
 	}
-	blk := l.blocks[b]
-	if len(blk) == cap(blk) {
+	bl := &l.blocks[b]
+	if len(bl.r) == cap(bl.r) {
 		// Only a lane's single block is below blockSize; double it.
-		nb := make([]rec, len(blk), min(2*cap(blk), blockSize))
-		copy(nb, blk)
-		blk = nb
+		nb := newBlk(c, len(bl.r), min(2*cap(bl.r), blockSize))
+		copy(nb.r, bl.r)
+		*bl = nb
 	}
-	l.blocks[b] = append(blk, r)
+	// Past the block's length: no capture reads there, even of a
+	// shared block (a shared block is never shortened).
+	bl.r = append(bl.r, r)
 	l.n++
 }
 
 // pushFront puts rs before the head, in their order.
-func (l *lane) pushFront(rs []rec) {
+func (l *lane) pushFront(c *cow, rs []rec) {
 	k := len(rs)
 	if l.head < k {
 		if len(l.blocks) <= 1 && l.n+k <= blockSize {
 			// One small block: rebuild it with room.
 			var live []rec
 			if len(l.blocks) == 1 {
-				live = l.blocks[0][l.head : l.head+l.n]
+				live = l.blocks[0].r[l.head : l.head+l.n]
 			}
-			nb := make([]rec, 0, max(4, l.n+k))
-			nb = append(nb, rs...)
-			nb = append(nb, live...)
+			nb := newBlk(c, 0, max(4, l.n+k))
+			nb.r = append(nb.r, rs...)
+			nb.r = append(nb.r, live...)
 			l.blocks = append(l.blocks[:0], nb)
-			l.head, l.n, l.mixed = 0, len(nb), l.mixed+k
+			l.head, l.n, l.mixed = 0, len(nb.r), l.mixed+k
 			return
 		}
-		if len(l.blocks) == 1 && len(l.blocks[0]) < blockSize {
+		if len(l.blocks) == 1 && len(l.blocks[0].r) < blockSize {
 			// Make the single block a full one, records at its end.
-			nb := make([]rec, blockSize)
-			copy(nb[blockSize-l.n:], l.blocks[0][l.head:l.head+l.n])
+			nb := newBlk(c, blockSize, blockSize)
+			copy(nb.r[blockSize-l.n:], l.blocks[0].r[l.head:l.head+l.n])
 			l.blocks[0], l.head = nb, blockSize-l.n
 		}
 		for l.head < k {
-			l.blocks = append(l.blocks, nil)
+			l.blocks = append(l.blocks, blk{})
 			copy(l.blocks[1:], l.blocks)
-			l.blocks[0] = make([]rec, blockSize)
+			l.blocks[0] = newBlk(c, blockSize, blockSize)
 			l.head += blockSize
 		}
 	}
@@ -88,12 +118,12 @@ func (l *lane) pushFront(rs []rec) {
 	l.n += k
 	l.mixed += k
 	for i, r := range rs {
-		*l.at(i) = r
+		*l.mut(c, i) = r
 	}
 }
 
 // popFront drops the head record, and any dead ones behind it.
-func (l *lane) popFront() {
+func (l *lane) popFront(c *cow) {
 	for {
 		l.head++
 		l.n--
@@ -101,12 +131,12 @@ func (l *lane) popFront() {
 			l.mixed--
 		}
 		if l.n == 0 {
-			l.reset()
+			l.reset(c)
 			return
 		}
 		if l.head == blockSize {
 			copy(l.blocks, l.blocks[1:])
-			l.blocks[len(l.blocks)-1] = nil
+			l.blocks[len(l.blocks)-1] = blk{}
 			l.blocks = l.blocks[:len(l.blocks)-1]
 			l.head = 0
 		}
@@ -117,31 +147,36 @@ func (l *lane) popFront() {
 	}
 }
 
-// reset empties the lane, keeping its first block for reuse.
-func (l *lane) reset() {
+// reset empties the lane, keeping its first block for reuse unless a
+// capture shares it (it would be written over from its start).
+func (l *lane) reset(c *cow) {
 	if len(l.blocks) > 0 {
-		b := l.blocks[0][:0]
+		b := l.blocks[0]
+		b.r = b.r[:0]
 		clear(l.blocks[1:])
 		l.blocks = append(l.blocks[:0], b)
+		if c.shared(b.epoch) {
+			l.blocks = l.blocks[:0]
+		}
 	}
 	l.head, l.n, l.holes, l.mixed = 0, 0, 0, 0
 }
 
 // kill marks the record at position i dead (its message was taken).
-func (l *lane) kill(i int) {
+func (l *lane) kill(c *cow, i int) {
 	if i == 0 {
-		l.popFront()
+		l.popFront(c)
 		return
 	}
-	l.at(i).flags |= fDead
+	l.mut(c, i).flags |= fDead
 	l.holes++
 	if l.holes > 64 && 2*l.holes > l.n {
-		l.compact()
+		l.compact(c)
 	}
 }
 
 // compact drops the dead records, keeping the order of the others.
-func (l *lane) compact() {
+func (l *lane) compact(c *cow) {
 	w, mixed := 0, 0
 	for i := 0; i < l.n; i++ {
 		r := l.at(i)
@@ -152,13 +187,13 @@ func (l *lane) compact() {
 			mixed++
 		}
 		if w != i {
-			*l.at(w) = *r
+			*l.mut(c, w) = *r
 		}
 		w++
 	}
 	l.n, l.holes, l.mixed = w, 0, mixed
 	if w == 0 {
-		l.reset()
+		l.reset(c)
 		return
 	}
 	end := l.head + w
@@ -166,7 +201,10 @@ func (l *lane) compact() {
 	clear(l.blocks[nb:])
 	l.blocks = l.blocks[:nb]
 	last := end - (nb-1)<<blockBits
-	l.blocks[nb-1] = l.blocks[nb-1][:last]
+	if len(l.blocks[nb-1].r) > last {
+		l.own(c, nb-1) // shortened, appends would write where a capture reads
+		l.blocks[nb-1].r = l.blocks[nb-1].r[:last]
+	}
 }
 
 // find returns the position of the live record with sequence number seq,

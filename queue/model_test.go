@@ -43,11 +43,15 @@ func boolInt(b bool) int {
 // The record queue behaves as a list of messages: random pushes at both
 // ends, pops, removals, expiries and deadline updates, over several
 // blocks, with priorities, agree with the model at every step.
-func TestQueue_Model(t *testing.T) {
+func TestQueue_Model(t *testing.T) { queueModel(t, nil) }
+
+// queueModel runs the model's workload; caps, when not nil, takes
+// captures along it and checks them (cow_test.go).
+func queueModel(t *testing.T, caps *captures) {
 	maxBlocks, compactions := 0, 0
 	seeds := int64(12)
-	if testing.Short() {
-		seeds = 4
+	if testing.Short() || caps != nil {
+		seeds = 4 // captures read every message at each: slower
 	}
 	for seed := int64(0); seed < seeds; seed++ {
 		r := rand.New(rand.NewSource(seed))
@@ -209,10 +213,13 @@ func TestQueue_Model(t *testing.T) {
 					}
 				}
 			}
+			if caps != nil {
+				caps.step(tab, &q, nil)
+			}
 			for p := range q.lanes {
 				maxBlocks = max(maxBlocks, len(q.lanes[p].blocks))
 				if q.lanes[p].holes > 0 && r.Intn(1000) == 0 {
-					q.lanes[p].compact()
+					q.lanes[p].compact(q.t.cow)
 					compactions++
 				}
 			}
@@ -244,6 +251,12 @@ func TestQueue_Model(t *testing.T) {
 					t.Fatalf("seed %d step %d: each saw %d of %d", seed, i, j, len(all))
 				}
 			}
+		}
+		if caps != nil {
+			caps.releaseAll()
+			// The table frees what it kept for them at its next change
+			// (the purge, unless the queue is empty already).
+			tab.settle()
 		}
 		q.Purge()
 		if tab.Entries() != 0 {

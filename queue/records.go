@@ -75,6 +75,8 @@ type Queue struct {
 	rare  map[uint64]rareRec
 	// persistent counts the ready messages with delivery mode 2.
 	persistent int
+	// sideStamp is the epoch index and rare were made in (cow.go).
+	sideStamp uint64
 }
 
 // SetTable makes the queue keep the shared parts of its messages in t
@@ -131,6 +133,7 @@ func (q *Queue) SetSeq(s uint64) { q.seq = s }
 // record turns m into a record, taking a reference to its shared part
 // and counting it in.
 func (q *Queue) record(m *Message, p int) rec {
+	q.ownSide()
 	r := rec{seq: m.Seq, enq: m.Enqueued, index: m.Body.Index, pos: m.Body.Pos, size: m.Body.Size, meta: q.table().intern(m)}
 	if m.Redelivered {
 		r.flags |= fRedelivered
@@ -172,6 +175,7 @@ func (q *Queue) message(r *rec, m *Message) {
 // the caller to drop or mark).
 func (q *Queue) take(r *rec, m *Message) {
 	q.message(r, m)
+	q.ownSide()
 	if r.flags&fTimed != 0 {
 		q.index.Remove(r.seq)
 	}
@@ -190,7 +194,8 @@ func (q *Queue) take(r *rec, m *Message) {
 // queue keeps a copy: later changes to m are not seen.
 func (q *Queue) PushBack(m *Message) {
 	p := q.Priority(m)
-	q.lane(p).pushBack(q.record(m, p))
+	r := q.record(m, p)
+	q.lane(p).pushBack(q.t.cow, r)
 }
 
 // PushFront puts messages back at the head of their priorities, in the
@@ -206,7 +211,7 @@ func (q *Queue) PushFront(ms []*Message) {
 	}
 	for p, rs := range by {
 		if len(rs) > 0 {
-			q.lane(p).pushFront(rs)
+			q.lane(p).pushFront(q.t.cow, rs)
 		}
 	}
 }
@@ -255,7 +260,7 @@ func (q *Queue) PopFront() *Message {
 	}
 	m := &Message{}
 	q.take(l.at(0), m)
-	l.popFront()
+	l.popFront(q.t.cow)
 	return m
 }
 
@@ -272,7 +277,7 @@ func (q *Queue) Remove(m *Message) *Message {
 	}
 	out := &Message{}
 	q.take(l.at(i), out)
-	l.kill(i)
+	l.kill(q.t.cow, i)
 	return out
 }
 
@@ -293,19 +298,20 @@ func (q *Queue) PopExpired(now int64) []Message {
 		return nil
 	}
 	out := make([]Message, 0, n)
+	q.ownSide()
 	q.index.PopDueAux(now, func(seq uint64, d int64, p uint32) {
 		l := &q.lanes[p]
 		i := l.find(seq)
 		if i < 0 {
 			return // not possible: every timed record is in its lane
 		}
-		r := l.at(i)
+		r := l.mut(q.t.cow, i)
 		r.flags &^= fTimed // already out of the index
 		out = append(out, Message{})
 		m := &out[len(out)-1]
 		q.take(r, m)
 		m.Deadline = d
-		l.kill(i)
+		l.kill(q.t.cow, i)
 	})
 	return out
 }
@@ -341,6 +347,8 @@ func (q *Queue) UpdateDeadlines(fn func(m *Message) int64) {
 			if d == m.Deadline {
 				continue
 			}
+			q.ownSide()
+			r = l.mut(q.t.cow, i)
 			if r.flags&fTimed != 0 {
 				q.index.Remove(r.seq)
 				r.flags &^= fTimed

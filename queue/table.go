@@ -20,6 +20,7 @@ type Table struct {
 	byKey   map[string]uint32
 	scratch []byte
 	last    uint32 // handle + 1 of the entry last interned, 0 for none
+	cow     *cow   // captures (cow.go); kept across a reset
 }
 
 // meta is one entry: the content's encoding (keyOf), which fill reads
@@ -62,6 +63,9 @@ func (t *Table) keyOf(m *Message) []byte {
 // intern returns the handle of m's shared part, counting one more
 // reference to it. The entry copies what it keeps: m may alias a buffer.
 func (t *Table) intern(m *Message) uint32 {
+	if t.cow != nil && len(t.cow.pending) > 0 {
+		t.settle()
+	}
 	k := t.keyOf(m)
 	if t.last != 0 {
 		if e := &t.entries[t.last-1]; e.key == string(k) {
@@ -106,10 +110,26 @@ func uvarint(key string, p int) (uint64, int) {
 
 // release drops one reference to h, freeing the entry with its last.
 func (t *Table) release(h uint32) {
+	c := t.cow
+	if c != nil && len(c.pending) > 0 {
+		t.settle() // first: h, still counted, stays
+	}
 	e := &t.entries[h]
 	if e.refs--; e.refs > 0 {
 		return
 	}
+	if c != nil && c.live.Load() > 0 {
+		// A capture may name it: keep it (and its key, which a publish
+		// alike may count again) until none lives.
+		c.pending = append(c.pending, h)
+		return
+	}
+	t.free1(h)
+}
+
+// free1 frees entry h, which no record names.
+func (t *Table) free1(h uint32) {
+	e := &t.entries[h]
 	delete(t.byKey, e.key)
 	*e = meta{}
 	if t.last == h+1 {
@@ -117,7 +137,7 @@ func (t *Table) release(h uint32) {
 	}
 	if len(t.byKey) == 0 {
 		// Nothing left: give the memory back.
-		*t = Table{scratch: t.scratch}
+		*t = Table{scratch: t.scratch, cow: t.cow}
 		return
 	}
 	t.free = append(t.free, h)
@@ -125,8 +145,11 @@ func (t *Table) release(h uint32) {
 
 // fill sets m's shared fields from entry h: its strings share the
 // entry's key, Props too (never changed in place).
-func (t *Table) fill(m *Message, h uint32) {
-	key := t.entries[h].key
+func (t *Table) fill(m *Message, h uint32) { fillFrom(t.entries, m, h) }
+
+// fillFrom is fill from a table's entries (a capture's view of them).
+func fillFrom(entries []meta, m *Message, h uint32) {
+	key := entries[h].key
 	var p int
 	m.Exchange, p = field(key, 0)
 	m.RoutingKey, p = field(key, p)

@@ -1,5 +1,10 @@
 package ttl
 
+import (
+	"maps"
+	"slices"
+)
+
 // Index is an expiry index: a min-heap of (deadline, id) with O(log n)
 // push, pop of the earliest, peek, remove by id and update by id, ordered by
 // deadline then id so equal deadlines are taken in id order. The order in
@@ -190,6 +195,13 @@ func (x *Index) CountDue(now int64) int {
 		}
 	}
 	return n
+}
+
+// Clone returns a copy of x that shares no storage with it: a copy of
+// the struct shares x's (the type comment), which a reader may keep while
+// the owner goes on in the clone (queue's snapshot captures).
+func (x *Index) Clone() Index {
+	return Index{heap: slices.Clone(x.heap), dir: maps.Clone(x.dir), pages: slices.Clone(x.pages), free: slices.Clone(x.free)}
 }
 
 // Reset empties the index and releases its memory.

@@ -85,3 +85,20 @@ func BenchmarkIndexChurn(b *testing.B) {
 		x.Push(uint64(i+live), ds[i%live]+int64(i))
 	}
 }
+
+// BenchmarkIndexClone clones an index of 500,000 entries, as a queue
+// with that many messages with a deadline does at its first change while
+// a snapshot shares its index (queue/cow.go).
+func BenchmarkIndexClone(b *testing.B) {
+	var x Index
+	for i, d := range mixedDeadlines(500_000) {
+		x.Push(uint64(i+1), d)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := x.Clone()
+		if c.Len() != x.Len() {
+			b.Fatal("clone lost entries")
+		}
+	}
+}
