@@ -346,8 +346,8 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	return nil
 }
 
-// Release gives back the encoding's memory: raft calls it once, after
-// Persist.
+// Release ends the state machine's capture (its copied-on-write blocks
+// and held table entries go back): raft calls it once, after Persist.
 func (s fsmSnapshot) Release() {
 	if r, ok := s.w.(fsm.Releaser); ok {
 		r.Release()
