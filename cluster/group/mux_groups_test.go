@@ -46,6 +46,13 @@ var muxTestTimings = RaftTimings{HeartbeatTimeout: 300 * time.Millisecond, Elect
 // startMuxNode listens on addr (":0" picks one; a restart reuses the
 // node's) and opens and starts each group.
 func startMuxNode(t *testing.T, id, dataDir, addr string, ids []string) *muxNode {
+	return startNode(t, id, dataDir, addr, ids, false)
+}
+
+// startNode starts a node; landed is a node of the release before the
+// mux: its one group, the default, has raft's transport on the listener
+// itself.
+func startNode(t *testing.T, id, dataDir, addr string, ids []string, landed bool) *muxNode {
 	t.Helper()
 	var ln tcpLayer
 	deadline := time.Now().Add(10 * time.Second)
@@ -62,7 +69,9 @@ func startMuxNode(t *testing.T, id, dataDir, addr string, ids []string) *muxNode
 	}
 	n := &muxNode{id: id, dataDir: dataDir, addr: ln.Addr().String(), closing: make(chan struct{}),
 		groups: map[string]*Group{}, trans: map[string]*raft.NetworkTransport{}, had: map[string]bool{}}
-	n.mux = NewMux(ln, MuxConfig{Logger: discardLogger()})
+	if !landed {
+		n.mux = NewMux(ln, MuxConfig{Logger: discardLogger()})
+	}
 	for _, gid := range ids {
 		dir, err := Dir(dataDir, gid)
 		if err != nil {
@@ -73,9 +82,13 @@ func startMuxNode(t *testing.T, id, dataDir, addr string, ids []string) *muxNode
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := n.mux.Layer(gid)
-		if err != nil {
-			t.Fatal(err)
+		var l raft.StreamLayer = ln
+		if !landed {
+			if l, err = n.mux.Layer(gid); err != nil {
+				t.Fatal(err)
+			}
+		} else if gid != DefaultID {
+			t.Fatalf("a node of the landed release runs the default group only, not %q", gid)
 		}
 		trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: l, MaxPool: 3,
 			Timeout: 10 * time.Second, Logger: hclog.NewNullLogger()})
@@ -91,6 +104,11 @@ func startMuxNode(t *testing.T, id, dataDir, addr string, ids []string) *muxNode
 }
 
 func (n *muxNode) stop() {
+	select {
+	case <-n.closing: // stopped already (a test that failed while it was down)
+		return
+	default:
+	}
 	close(n.closing)
 	for gid, g := range n.groups {
 		_ = g.Shutdown().Error()
@@ -98,7 +116,25 @@ func (n *muxNode) stop() {
 		n.trans[gid].CloseStreams()
 		g.Close()
 	}
-	_ = n.mux.Close()
+	if n.mux != nil {
+		_ = n.mux.Close()
+	}
+}
+
+// stopAll stops the nodes as they are when it runs (a restarted node
+// replaces its slot).
+func stopAll(nodes []*muxNode) {
+	for _, n := range nodes {
+		n.stop()
+	}
+}
+
+// serversOf is a configuration of the nodes, at their one address.
+func serversOf(nodes []*muxNode) (servers []raft.Server) {
+	for _, n := range nodes {
+		servers = append(servers, raft.Server{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.addr)})
+	}
+	return servers
 }
 
 // vhostEntry is an envelope that creates vhost name.
@@ -211,17 +247,10 @@ func TestMux_SeveralGroupsOverOneListenerPerNode(t *testing.T) {
 		id := fmt.Sprintf("n%d", i)
 		nodes = append(nodes, startMuxNode(t, id, filepath.Join(root, id), "127.0.0.1:0", ids))
 	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop()
-		}
-	}()
+	defer stopAll(nodes)
 	// Every group has the same members at the same addresses: one port
 	// per node. Group i is bootstrapped on node i, to spread leaders.
-	var servers []raft.Server
-	for _, n := range nodes {
-		servers = append(servers, raft.Server{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.addr)})
-	}
+	servers := serversOf(nodes)
 	for i, gid := range ids {
 		if err := nodes[i].groups[gid].Raft().BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
 			t.Fatal(err)
@@ -279,6 +308,60 @@ func TestMux_SeveralGroupsOverOneListenerPerNode(t *testing.T) {
 			}
 		}
 	}
+}
+
+// During a rolling upgrade the default group has members on nodes of the
+// landed release (no mux) and on upgraded ones (the mux, with another
+// group beside it): it elects, commits and agrees, and the landed member
+// restarts and catches up; the other group is untouched.
+func TestMux_DefaultGroupWithLandedReleaseMembers(t *testing.T) {
+	both := []string{DefaultID, "q1"}
+	root := t.TempDir()
+	nodes := []*muxNode{
+		startMuxNode(t, "n0", filepath.Join(root, "n0"), "127.0.0.1:0", both),
+		startMuxNode(t, "n1", filepath.Join(root, "n1"), "127.0.0.1:0", both),
+		startNode(t, "n2", filepath.Join(root, "n2"), "127.0.0.1:0", []string{DefaultID}, true),
+	}
+	defer stopAll(nodes)
+	servers := serversOf(nodes)
+	// The landed node bootstraps the default group, so that it likely
+	// leads it; q1 lives on the upgraded nodes.
+	if err := nodes[2].groups[DefaultID].Raft().BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].groups["q1"].Raft().BootstrapCluster(raft.Configuration{Servers: servers[:2]}).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// Each kind of node leads the default group in turn: the landed
+	// release's leader replicates to upgraded followers, and the other
+	// way round.
+	for i, to := range []*muxNode{nodes[2], nodes[0]} {
+		lead := func() *Group { return leaderOf(t, nodes, DefaultID) }
+		if l := lead(); l != to.groups[DefaultID] {
+			if err := l.Raft().LeadershipTransferToServer(raft.ServerID(to.id), raft.ServerAddress(to.addr)).Error(); err != nil {
+				t.Fatalf("transfer to %s: %v", to.id, err)
+			}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for lead() != to.groups[DefaultID] {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s does not lead the default group", to.id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		commit(t, nodes, DefaultID, fmt.Sprintf("d%d", i))
+		agree(t, nodes, DefaultID, []string{"d0", "d1"}[:i+1])
+	}
+	commit(t, nodes[:2], "q1", "q0")
+	agree(t, nodes[:2], "q1", []string{"q0"})
+
+	// The landed member restarts and catches up.
+	nodes[2].stop()
+	commit(t, nodes[:2], DefaultID, "d2")
+	nodes[2] = startNode(t, "n2", nodes[2].dataDir, nodes[2].addr, []string{DefaultID}, true)
+	commit(t, nodes, DefaultID, "d3")
+	agree(t, nodes, DefaultID, []string{"d0", "d1", "d2", "d3"})
+	agree(t, nodes[:2], "q1", []string{"q0"})
 }
 
 func TestDir(t *testing.T) {

@@ -134,6 +134,7 @@ func TestMux_RoutesEachConnectionToItsGroup(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := acceptOne(t, l, 10*time.Second)
+			_ = in.SetReadDeadline(time.Now().Add(10 * time.Second))
 			got := make([]byte, len(msg))
 			if _, err := io.ReadFull(in, got); err != nil || !bytes.Equal(got, msg) {
 				t.Fatalf("group %q read %q, %v; want %q", id, got, err, msg)
@@ -148,39 +149,53 @@ func TestMux_RoutesEachConnectionToItsGroup(t *testing.T) {
 // the connection is closed, no group's layer sees it, and the mux still
 // routes the next good connection.
 func TestMux_RefusesBadHeaders(t *testing.T) {
-	m := newTestMux(t, 5*time.Second)
-	q1 := layer(t, m, "q1")
+	// The header timeout is long: each refusal must come from what the
+	// peer sent, not from its silence.
+	m, noDefault := newTestMux(t, time.Hour), newTestMux(t, time.Hour)
+	layers := map[string]raft.StreamLayer{DefaultID: layer(t, m, DefaultID), "q1": layer(t, m, "q1")}
+	layer(t, noDefault, "q1")
 	long := strings.Repeat("a", MaxIDLen+1)
-	cases := map[string][]byte{
-		"unknown group":        append([]byte{muxMagic, muxVersion, 4}, "nope"...),
-		"oversized id":         append([]byte{muxMagic, muxVersion, byte(len(long))}, long...),
-		"empty id":             {muxMagic, muxVersion, 0},
-		"newer header version": append([]byte{muxMagic, muxVersion + 1, 2}, "q1"...),
-		"id not a name":        append([]byte{muxMagic, muxVersion, 5}, "../q1"...),
-		"capitals":             append([]byte{muxMagic, muxVersion, 2}, "Q1"...),
-		"cut short":            {muxMagic, muxVersion, 2, 'q'},
+	cases := []struct {
+		name string
+		m    *Mux
+		b    []byte
+	}{
+		{"unknown group", m, append([]byte{muxMagic, muxVersion, 4}, "nope"...)},
+		// Announces 255 bytes and sends none: refused on the length.
+		{"oversized id", m, []byte{muxMagic, muxVersion, 255}},
+		{"id one byte too long", m, append([]byte{muxMagic, muxVersion, byte(len(long))}, long...)},
+		{"empty id", m, []byte{muxMagic, muxVersion, 0}},
+		{"newer header version", m, append([]byte{muxMagic, muxVersion + 1, 2}, "q1"...)},
+		{"id not a name", m, append([]byte{muxMagic, muxVersion, 5}, "../q1"...)},
+		{"capitals", m, append([]byte{muxMagic, muxVersion, 2}, "Q1"...)},
+		{"cut short", m, []byte{muxMagic, muxVersion, 2, 'q'}},
 		// With no default group on the node, a connection without a
 		// header (a release before the mux, or garbage) has nowhere to go.
-		"no header, no default group": []byte("GET / HTTP/1.1\r\n\r\n"),
+		{"no header, no default group", noDefault, []byte("GET / HTTP/1.1\r\n\r\n")},
 	}
-	for name, b := range cases {
-		t.Run(name, func(t *testing.T) {
-			c, err := net.Dial("tcp", m.base.Addr().String())
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", tc.m.base.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if _, err := c.Write(b); err != nil {
+			if _, err := c.Write(tc.b); err != nil {
 				t.Fatal(err)
 			}
-			if name == "cut short" {
+			if tc.name == "cut short" {
 				_ = c.(*net.TCPConn).CloseWrite()
 			}
 			awaitClosed(t, c, 10*time.Second)
 		})
 	}
-	defer send(t, q1, m.base.Addr(), "x").Close()
-	awaitRead(t, q1, "x", "")
+	// No refused connection reached a group: the first each takes is a
+	// good one.
+	client := newTestMux(t, time.Hour)
+	for id, l := range layers {
+		defer send(t, layer(t, client, id), m.base.Addr(), "x").Close()
+		awaitRead(t, l, "x", "")
+	}
 }
 
 // A peer that connects and sends nothing is closed once the header
@@ -229,13 +244,23 @@ func TestMux_SilentPeerIsClosedAndBlocksNoOne(t *testing.T) {
 // them (none is left open or held), takes no more, and its id can be
 // taken again, as a restarted group does.
 func TestMux_GroupClosedWhileConnectionsArrive(t *testing.T) {
-	m := newTestMux(t, 5*time.Second)
+	// The header timeout is long: the layer's close must end what waits
+	// for it, not the timeout.
+	m := newTestMux(t, time.Hour)
 	q1 := layer(t, m, "q1")
-	client := newTestMux(t, 5*time.Second)
+	client := newTestMux(t, time.Hour)
 	dialer := layer(t, client, "q1")
-	// Nobody accepts on q1 (its raft not started): the connections wait
-	// for the layer, which then closes.
-	var conns []net.Conn
+	// One connection the group took and holds: its close ends it too.
+	held := send(t, dialer, m.base.Addr(), "a")
+	defer held.Close()
+	in := acceptOne(t, q1, 10*time.Second)
+	defer in.Close() // reachable to the end: the collector must not close it
+	if _, err := io.ReadFull(in, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Then nobody accepts on q1 (as before its raft starts): the next
+	// connections wait for the layer, which then closes.
+	conns := []net.Conn{held}
 	for range 8 {
 		conns = append(conns, send(t, dialer, m.base.Addr(), "x"))
 	}
