@@ -2,6 +2,7 @@ package group
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/internal/testpki"
 )
 
 // tcpLayer is a plain TCP raft.StreamLayer, standing for the node's
@@ -34,7 +37,13 @@ func listenTCP(t testing.TB, addr string) tcpLayer {
 
 func newTestMux(t testing.TB, timeout time.Duration) *Mux {
 	t.Helper()
-	m := NewMux(listenTCP(t, "127.0.0.1:0"), MuxConfig{HeaderTimeout: timeout, Logger: discardLogger()})
+	return newMuxOn(t, listenTCP(t, "127.0.0.1:0"), timeout)
+}
+
+// newMuxOn is a mux on base, closed when the test ends.
+func newMuxOn(t testing.TB, base raft.StreamLayer, timeout time.Duration) *Mux {
+	t.Helper()
+	m := NewMux(base, MuxConfig{HeaderTimeout: timeout, Logger: discardLogger()})
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }
@@ -503,5 +512,73 @@ func TestMux_HeaderConnAndPrefixConn(t *testing.T) {
 	got := make([]byte, 2)
 	if _, err := io.ReadFull(pc, got); err != nil || !bytes.Equal(got, []byte{0, 'x'}) {
 		t.Fatalf("the default group's connection read %q %v", got, err)
+	}
+}
+
+// tlsLayer is a stream layer of mutual TLS as the node's is: accepted
+// connections handshake on their first read (in the mux's goroutine, not
+// in Accept), dials handshake at once.
+type tlsLayer struct {
+	net.Listener
+	server, client *tls.Config
+}
+
+func (l tlsLayer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return tls.Server(c, l.server), nil
+}
+
+func (l tlsLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", string(addr), l.client)
+}
+
+// The mux works above the links' authentication: groups' RPCs pass over
+// mutual TLS, the header inside it; a peer without a certificate of the
+// cluster's CA is closed in its handshake, under the header's deadline,
+// and reaches no group.
+func TestMux_OverMutualTLS(t *testing.T) {
+	ca := testpki.New(t, "cluster CA")
+	newTLSMux := func(name string) *Mux {
+		cert := ca.Issue(t, testpki.Server|testpki.Client, name, "127.0.0.1")
+		server := &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}
+		client := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool()}
+		return newMuxOn(t, tlsLayer{Listener: listenTCP(t, "127.0.0.1:0"), server: server, client: client}, 2*time.Second)
+	}
+	a, b := newTLSMux("a"), newTLSMux("b")
+	done := make(chan struct{})
+	defer close(done)
+	for _, id := range []string{DefaultID, "q1"} {
+		from := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer(t, a, id), MaxPool: 3,
+			Timeout: 10 * time.Second, Logger: hclog.NewNullLogger()})
+		defer from.Close()
+		to := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer(t, b, id), MaxPool: 3,
+			Timeout: 10 * time.Second, Logger: hclog.NewNullLogger()})
+		defer to.Close()
+		callAll(t, from, raft.ServerAddress(b.base.Addr().String()), rpcServer(t, to, done))
+	}
+	// Plain TCP speaking the header without TLS, and TLS without a
+	// client certificate, are both closed.
+	plain, err := net.Dial("tcp", b.base.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Write(append([]byte{muxMagic, muxVersion, 2}, "q1"...)); err != nil {
+		t.Fatal(err)
+	}
+	awaitClosed(t, plain, 10*time.Second)
+	anon, err := tls.Dial("tcp", b.base.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
+	if err == nil {
+		defer anon.Close()
+		_, _ = anon.Write(append([]byte{muxMagic, muxVersion, 2}, "q1"...))
+		_ = anon.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, err := anon.Read(make([]byte, 1)); err == nil || n != 0 {
+			t.Fatalf("a peer without a certificate read %d bytes, %v", n, err)
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("a peer without a certificate was not closed")
+		}
 	}
 }
