@@ -5,6 +5,9 @@
 // AppliedIndex), and the way commands enter its log: Submitter, the group
 // commit on its leader (Batcher, Request) and the forwarding stream
 // (Forwarder, ServeForward). A node may open several; nothing in
-// the package is shared between them. cluster/DESIGN.md, "The Raft
+// the package is shared between them but what the node gives them to
+// share: its one raft listener, through a Mux that hands each group's
+// connections to that group's stream layer, and its data dir, in which
+// Dir places each group's directory. cluster/DESIGN.md, "The Raft
 // group", draws the boundary.
 package group

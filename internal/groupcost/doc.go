@@ -11,7 +11,8 @@
 //
 // BenchmarkIdleGroups reports each node's CPU (percent of one core) and
 // goroutines with 1, 16 and 64 idle groups of three members on three
-// nodes; BenchmarkGroupsUnderLoad the entries committed and the log
+// nodes, each member on a listener of its own (mux=false) or each node's
+// groups sharing one listener through cluster/group's Mux (mux=true); BenchmarkGroupsUnderLoad the entries committed and the log
 // appends (each one fsync in raft-wal) per second and node when the same
 // writers spread their commands over 1, 16 or 64 groups.
 package groupcost

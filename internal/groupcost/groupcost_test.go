@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
+
+	rgroup "github.com/raftmq/raftmq/cluster/group"
 )
 
 // nodes is the cluster size every benchmark runs: three, the size of a
@@ -65,6 +67,7 @@ type group struct {
 // fleet is every group of a run, and each node's log appends.
 type fleet struct {
 	groups  []*group
+	muxes   []*rgroup.Mux
 	appends [nodes]atomic.Uint64
 }
 
@@ -85,25 +88,58 @@ func config(id int, commit time.Duration) *raft.Config {
 	return c
 }
 
-func start(tb testing.TB, groups int, commit time.Duration) *fleet {
+// tcpLayer is a plain TCP raft stream layer: a node's one listener when
+// its groups share it through a mux.
+type tcpLayer struct{ net.Listener }
+
+func (l tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(addr), timeout)
+}
+
+// start runs groups of three members. Without mux each member has a TCP
+// listener of its own; with it each node has one, shared by its groups
+// through a group.Mux.
+func start(tb testing.TB, groups int, commit time.Duration, mux bool) *fleet {
 	tb.Helper()
 	dir := tb.TempDir()
 	f := &fleet{}
-	for g := range groups {
-		gr := &group{}
-		var servers []raft.Server
+	var muxes [nodes]*rgroup.Mux
+	if mux {
 		for n := range nodes {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				tb.Fatal(err)
 			}
-			_ = ln.Close()
-			addr := ln.Addr().String()
-			tr, err := raft.NewTCPTransportWithLogger(addr, nil, 3, 10*time.Second, hclog.NewNullLogger())
-			if err != nil {
-				tb.Fatal(err)
+			muxes[n] = rgroup.NewMux(tcpLayer{ln}, rgroup.MuxConfig{})
+			f.muxes = append(f.muxes, muxes[n])
+		}
+	}
+	for g := range groups {
+		gr := &group{}
+		var servers []raft.Server
+		for n := range nodes {
+			var addr string
+			if mux {
+				l, err := muxes[n].Layer(fmt.Sprintf("g%d", g))
+				if err != nil {
+					tb.Fatal(err)
+				}
+				addr = l.Addr().String()
+				gr.trans[n] = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: l, MaxPool: 3,
+					Timeout: 10 * time.Second, Logger: hclog.NewNullLogger()})
+			} else {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					tb.Fatal(err)
+				}
+				_ = ln.Close()
+				addr = ln.Addr().String()
+				tr, err := raft.NewTCPTransportWithLogger(addr, nil, 3, 10*time.Second, hclog.NewNullLogger())
+				if err != nil {
+					tb.Fatal(err)
+				}
+				gr.trans[n] = tr
 			}
-			gr.trans[n] = tr
 			servers = append(servers, raft.Server{ID: raft.ServerID(fmt.Sprintf("n%d", n)), Address: raft.ServerAddress(addr)})
 		}
 		for n := range nodes {
@@ -169,6 +205,9 @@ func (f *fleet) stop() {
 		}
 	}
 	wg.Wait()
+	for _, m := range f.muxes {
+		_ = m.Close()
+	}
 }
 
 // cpu is the process's user and system CPU time so far.
@@ -183,30 +222,39 @@ var sizes = []int{1, 16, 64}
 // BenchmarkIdleGroups measures what idle groups cost each node: nothing
 // is proposed, so what remains is raft's heartbeats and the leader's
 // commit-timeout appends. Every iteration is one idle window of 5 s.
+// With mux=true each node's groups share one listener (rgroup.Mux), as a
+// node of queue groups does.
 func BenchmarkIdleGroups(b *testing.B) {
-	for _, commit := range []time.Duration{2 * time.Millisecond, 50 * time.Millisecond} {
-		for _, groups := range sizes {
-			b.Run(fmt.Sprintf("commit=%s/groups=%d", commit, groups), func(b *testing.B) {
-				before := runtime.NumGoroutine()
-				f := start(b, groups, commit)
-				time.Sleep(2 * time.Second) // let elections and their first appends settle
-				goroutines := runtime.NumGoroutine() - before
-				const window = 5 * time.Second
-				var used time.Duration
-				b.ResetTimer()
-				for range b.N {
-					c0 := cpu()
-					time.Sleep(window)
-					used += cpu() - c0
-				}
-				b.StopTimer()
-				perNode := float64(used) / float64(b.N) / float64(window) / nodes * 100
-				b.ReportMetric(perNode, "cpu%/node")
-				b.ReportMetric(float64(goroutines)/nodes, "goroutines/node")
-				_ = f
-			})
+	for _, mux := range []bool{false, true} {
+		for _, commit := range []time.Duration{2 * time.Millisecond, 50 * time.Millisecond} {
+			for _, groups := range sizes {
+				b.Run(fmt.Sprintf("mux=%t/commit=%s/groups=%d", mux, commit, groups), func(b *testing.B) {
+					idle(b, groups, commit, mux)
+				})
+			}
 		}
 	}
+}
+
+// idle is one run of BenchmarkIdleGroups.
+func idle(b *testing.B, groups int, commit time.Duration, mux bool) {
+	before := runtime.NumGoroutine()
+	f := start(b, groups, commit, mux)
+	time.Sleep(2 * time.Second) // let elections and their first appends settle
+	goroutines := runtime.NumGoroutine() - before
+	const window = 5 * time.Second
+	var used time.Duration
+	b.ResetTimer()
+	for range b.N {
+		c0 := cpu()
+		time.Sleep(window)
+		used += cpu() - c0
+	}
+	b.StopTimer()
+	perNode := float64(used) / float64(b.N) / float64(window) / nodes * 100
+	b.ReportMetric(perNode, "cpu%/node")
+	b.ReportMetric(float64(goroutines)/nodes, "goroutines/node")
+	_ = f
 }
 
 // BenchmarkGroupsUnderLoad spreads the same 64 writers over 1, 16 or 64
@@ -218,7 +266,7 @@ func BenchmarkGroupsUnderLoad(b *testing.B) {
 	payload := make([]byte, 1024)
 	for _, groups := range sizes {
 		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
-			f := start(b, groups, 2*time.Millisecond)
+			f := start(b, groups, 2*time.Millisecond, false)
 			const window = 5 * time.Second
 			var entries, appends uint64
 			var used time.Duration
