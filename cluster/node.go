@@ -415,8 +415,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		go n.joinLoop()
 	}
 	if n.restart {
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go n.clearPastIncarnation()
+		go n.snapshotAfterReplay()
 	} else {
 		close(n.ready)
 	}
