@@ -178,6 +178,9 @@ func TestCrashLoop(t *testing.T) {
 	writeCrashTable(&tbl, rows)
 	t.Logf("crash loop (seed %d, %d rounds in %v, published %d, confirmed %d, lost %d):\n%s",
 		seed, len(rounds)-1, faultsEnd.Sub(began).Round(time.Second), rec.publishedCount(), rec.confirmedCount(), rec.missing(), tbl.String())
+	var per strings.Builder
+	writeCrashRounds(&per, rounds, rec.perRound(rounds, publishEnd), leaderTerms(c))
+	t.Logf("crash loop rounds:\n%s", per.String())
 	if path := os.Getenv("RAFTMQ_FAULT_REPORT"); path != "" {
 		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 			fmt.Fprintf(f, "crash loop (e2e, processes on loopback; seed %d):\n%s\n", seed, tbl.String())
@@ -474,6 +477,111 @@ func (r crashRow) target() string {
 		return fmt.Sprintf("%v MISSED", crashLateTarget)
 	}
 	return fmt.Sprintf("%v met", crashLateTarget)
+}
+
+// roundLate is one round's dead letters: those due in it and confirmed
+// within crashFastConfirm, their p99 and longest lateness.
+type roundLate struct {
+	due      int
+	p99, max time.Duration
+}
+
+// perRound gives each round's roundLate, as summarize counts them.
+func (r *crashRecorder) perRound(rounds []crashRound, publishEnd time.Time) []roundLate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	late := make([][]time.Duration, len(rounds))
+	for id, s := range r.sent {
+		got, ok := r.got[id]
+		if !s.ttl || !ok || s.confirmed.IsZero() || s.confirmed.Sub(s.at) > crashFastConfirm {
+			continue
+		}
+		due := s.at.Add(crashTTLFor)
+		i := len(rounds) - 1
+		for i > 0 && due.Before(rounds[i].start) {
+			i--
+		}
+		late[i] = append(late[i], got.Sub(due))
+	}
+	out := make([]roundLate, len(rounds))
+	for i, ls := range late {
+		out[i] = roundLate{due: len(ls), p99: p99(ls)}
+		for _, l := range ls {
+			out[i].max = max(out[i].max, l)
+		}
+	}
+	return out
+}
+
+// leaderTerm is a term's "leading" line in a node's log: when the new
+// leader's loops started, its barrier (a restarted node's replay), and
+// how long log time had gone without a stamp, the stretch in which
+// nothing fell due.
+type leaderTerm struct {
+	at               time.Time
+	node             string
+	barrier, noStamp time.Duration
+}
+
+// leaderTerms reads every node's log for its terms.
+func leaderTerms(c *Cluster) []leaderTerm {
+	var terms []leaderTerm
+	for _, n := range c.Nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, "msg=leading ") {
+				continue
+			}
+			term := leaderTerm{node: n.ID}
+			for _, f := range strings.Fields(line) {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "time":
+					term.at, _ = time.Parse(time.RFC3339Nano, v)
+				case "barrier":
+					term.barrier, _ = time.ParseDuration(v)
+				case "since_last_stamp":
+					term.noStamp, _ = time.ParseDuration(v)
+				}
+			}
+			terms = append(terms, term)
+		}
+	}
+	slices.SortFunc(terms, func(a, b leaderTerm) int { return a.at.Compare(b.at) })
+	return terms
+}
+
+// writeCrashRounds prints a line per round: how long the nodes it killed
+// took to be ready again, its dead letters (as roundLate), and the terms
+// begun in it: how many, the longest stretch without a stamp (from the
+// last entry before the fault to the new leader's loops: the election
+// and the barrier) and the longest barrier.
+func writeCrashRounds(w io.Writer, rounds []crashRound, late []roundLate, terms []leaderTerm) {
+	fmt.Fprintf(w, "%5s %-12s %8s %5s %9s %9s %5s %13s %11s\n", "round", "fault", "outage", "due", "late-p99", "late-max", "terms", "no-stamp-max", "barrier-max")
+	for i, rd := range rounds {
+		if i == 0 {
+			continue
+		}
+		var n int
+		var noStamp, barrier time.Duration
+		for _, term := range terms {
+			if term.at.Before(rd.start) || (i+1 < len(rounds) && !term.at.Before(rounds[i+1].start)) {
+				continue
+			}
+			n++
+			noStamp, barrier = max(noStamp, term.noStamp), max(barrier, term.barrier)
+		}
+		outage := "-"
+		if !rd.back.IsZero() {
+			outage = rd.back.Sub(rd.start).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%5d %-12s %8s %5d %9v %9v %5d %13v %11v\n", i, rd.kind, outage, late[i].due,
+			late[i].p99.Round(time.Millisecond), late[i].max.Round(time.Millisecond), n,
+			noStamp.Round(time.Millisecond), barrier.Round(time.Millisecond))
+	}
 }
 
 // longestGap is the longest stretch of [from, to] without a time of ts
