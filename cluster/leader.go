@@ -59,6 +59,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	defer close(lt.done)
 	n.log.Info("gained leadership")
 	defer n.log.Info("lost leadership")
+	t0 := time.Now()
 	for {
 		err := n.await(lt.ctx, n.group.Raft().Barrier(n.cfg.LeaderWait))
 		if err == nil {
@@ -73,9 +74,15 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	// latest stamp any earlier leader gave, so ours continue from there,
 	// anchored to the quorum's clocks (quorumclock.go).
 	clock := n.logClock()
+	tb := time.Since(t0)
 	if !n.startLogTime(lt.ctx, clock) {
 		return
 	}
+	// Nothing is decided by time (deaths, releases, leases) from the last
+	// stamp until here: the election, the barrier (a restarted node's
+	// replay of its log) and the wait for the quorum's clocks.
+	n.log.Info("leading", "barrier", tb.Round(time.Millisecond), "clock_wait", (time.Since(t0) - tb).Round(time.Millisecond),
+		"since_last_stamp", time.Duration(n.stamp.peek()-clock)*time.Millisecond)
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
 	n.group.Forwarder().Retire()

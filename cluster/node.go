@@ -380,8 +380,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		go n.joinLoop()
 	}
 	if n.restart {
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go n.clearPastIncarnation()
+		go func() {
+			defer n.wg.Done()
+			n.group.SnapshotAfterReplay(n.closing)
+		}()
 	} else {
 		close(n.ready)
 	}

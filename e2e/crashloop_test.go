@@ -56,6 +56,12 @@ const crashBudget = 150 * time.Second
 // and at the end every confirmed message must have been delivered from its
 // queue or dead-lettered (duplicates are allowed, losses are not).
 // RAFTMQ_CRASH_SEED replays a run.
+//
+// The table gives per fault kind how late dead letters reached a client
+// and whether that met the fault suite's 2 s target (crashLateTarget),
+// reported, not asserted: it is a speed figure on a shared machine.
+// RAFTMQ_CRASH_DUMP names a folder for the run's timeline and the nodes'
+// logs (dumpCrash).
 func TestCrashLoop(t *testing.T) {
 	skipShort(t)
 	seed := uint64(time.Now().UnixNano())
@@ -71,7 +77,8 @@ func TestCrashLoop(t *testing.T) {
 
 	c := StartCluster(t, 3)
 	declareCrashTopology(t, c)
-	rec := &crashRecorder{sent: map[string]*crashSent{}, got: map[string]time.Time{}}
+	rec := &crashRecorder{sent: map[string]*crashSent{}, got: map[string]time.Time{},
+		redelivered: map[string]bool{}, node: map[string]int{}}
 	load := startCrashLoad(c, rec)
 	defer load.stop()
 	if err := Eventually(30*time.Second, func() error {
@@ -149,6 +156,7 @@ func TestCrashLoop(t *testing.T) {
 				}
 			}
 		}
+		cur.back = time.Now()
 	}
 	faultsEnd := time.Now()
 	// Load on the whole cluster again for a while (a spell of load, not a
@@ -170,11 +178,17 @@ func TestCrashLoop(t *testing.T) {
 	writeCrashTable(&tbl, rows)
 	t.Logf("crash loop (seed %d, %d rounds in %v, published %d, confirmed %d, lost %d):\n%s",
 		seed, len(rounds)-1, faultsEnd.Sub(began).Round(time.Second), rec.publishedCount(), rec.confirmedCount(), rec.missing(), tbl.String())
+	var per strings.Builder
+	writeCrashRounds(&per, rounds, rec.perRound(rounds, publishEnd), leaderTerms(c))
+	t.Logf("crash loop rounds:\n%s", per.String())
 	if path := os.Getenv("RAFTMQ_FAULT_REPORT"); path != "" {
 		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 			fmt.Fprintf(f, "crash loop (e2e, processes on loopback; seed %d):\n%s\n", seed, tbl.String())
 			f.Close()
 		}
+	}
+	if d := os.Getenv("RAFTMQ_CRASH_DUMP"); d != "" {
+		dumpCrash(t, d, c, rec, rounds)
 	}
 	if err != nil {
 		for _, id := range rec.missingIDs(20) {
@@ -207,6 +221,7 @@ func portTaken(c *Cluster, i int) bool {
 type crashRound struct {
 	kind    string
 	start   time.Time
+	back    time.Time // every node it killed is ready again
 	notBack bool
 }
 
@@ -278,6 +293,9 @@ type crashRecorder struct {
 	sent     map[string]*crashSent
 	confirms []time.Time
 	got      map[string]time.Time // first receipt of each id, from its queue or dead-lettered
+	// redelivered: that first receipt carried the redelivered flag.
+	redelivered map[string]bool
+	node        map[string]int // the node of that first receipt's consumer
 }
 
 func (r *crashRecorder) published(id string, s *crashSent) {
@@ -295,10 +313,12 @@ func (r *crashRecorder) confirmed(id string, at time.Time) {
 	r.mu.Unlock()
 }
 
-func (r *crashRecorder) received(id string, at time.Time) {
+func (r *crashRecorder) received(id string, at time.Time, node int, redelivered bool) {
 	r.mu.Lock()
 	if _, ok := r.got[id]; !ok {
 		r.got[id] = at
+		r.node[id] = node
+		r.redelivered[id] = redelivered
 	}
 	r.mu.Unlock()
 }
@@ -349,16 +369,38 @@ func (r *crashRecorder) missingIDs(max int) []string {
 
 // crashRow is one fault kind's line of the table.
 type crashRow struct {
-	kind        string
-	rounds      int
-	maxPause    time.Duration // longest stretch without a confirm in its rounds
-	latenessP99 time.Duration // dead-letter receipt minus publish time plus TTL
-	allBack     bool
+	kind     string
+	rounds   int
+	maxPause time.Duration // longest stretch without a confirm in its rounds
+	// The dead letters due in its rounds: latenessP99 over those confirmed
+	// within crashFastConfirm (the fault suite's measure), lateAll over
+	// every confirmed one; lateFirst and lateRedelivered count those more
+	// than crashLateTarget late by whether their first delivery reached
+	// the client (the expiry was decided late) or a consumer that died
+	// held them first.
+	samples, all               int
+	latenessP99, lateAll       time.Duration
+	lateFirst, lateRedelivered int
+	allBack                    bool
 }
 
+// The dead-letter lateness target, as the fault suite's: the 99th
+// percentile, over messages confirmed within crashFastConfirm of their
+// send (a publish held up by the fault was stamped, and its TTL started,
+// at some unknown moment before its confirm), at most crashLateTarget
+// after send time plus TTL. It applies where a majority of the nodes
+// runs: during a power cut nothing runs to decide a death, and a death
+// due then is late by what remains of the outage and the restart.
+const (
+	crashFastConfirm = 200 * time.Millisecond
+	crashLateTarget  = 2 * time.Second
+)
+
 // summarize groups the rounds by kind. Each round runs from its fault to
-// the next round's (the last one to publishEnd); a message belongs to the
-// round it was published in.
+// the next round's (the last one to publishEnd). A dead letter belongs to
+// the round its deadline (send time plus TTL) falls in: that round's
+// fault is what it met when it fell due, while its publish may lie in the
+// round before (a message sent just before a power cut dies in it).
 func (r *crashRecorder) summarize(rounds []crashRound, publishEnd time.Time) []crashRow {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -371,7 +413,8 @@ func (r *crashRecorder) summarize(rounds []crashRound, publishEnd time.Time) []c
 		return publishEnd
 	}
 	rows := map[string]*crashRow{}
-	late := map[string][]time.Duration{}
+	fast := map[string][]time.Duration{}
+	all := map[string][]time.Duration{}
 	var order []string
 	for i, rd := range rounds {
 		row := rows[rd.kind]
@@ -391,23 +434,154 @@ func (r *crashRecorder) summarize(rounds []crashRound, publishEnd time.Time) []c
 		if !s.ttl || !ok || s.confirmed.IsZero() {
 			continue
 		}
+		due := s.at.Add(crashTTLFor)
 		for i := len(rounds) - 1; i >= 0; i-- {
-			if !s.at.Before(rounds[i].start) {
-				late[rounds[i].kind] = append(late[rounds[i].kind], got.Sub(s.at.Add(crashTTLFor)))
-				break
+			if due.Before(rounds[i].start) && i > 0 {
+				continue
 			}
+			k, late := rounds[i].kind, got.Sub(due)
+			all[k] = append(all[k], late)
+			if s.confirmed.Sub(s.at) <= crashFastConfirm {
+				fast[k] = append(fast[k], late)
+			}
+			if late > crashLateTarget {
+				if r.redelivered[id] {
+					rows[k].lateRedelivered++
+				} else {
+					rows[k].lateFirst++
+				}
+			}
+			break
 		}
 	}
 	var out []crashRow
 	for _, k := range order {
 		row := rows[k]
-		row.latenessP99 = p99(late[k])
+		row.samples, row.all = len(fast[k]), len(all[k])
+		row.latenessP99, row.lateAll = p99(fast[k]), p99(all[k])
 		if k == noFault {
 			row.rounds = 0
 		}
 		out = append(out, *row)
 	}
 	return out
+}
+
+// target says whether the row met crashLateTarget: "n/a" for power cuts
+// (see crashLateTarget) and for a kind with no dead letters due in it.
+func (r crashRow) target() string {
+	switch {
+	case r.kind == powerCut || r.samples == 0:
+		return "n/a"
+	case r.latenessP99 > crashLateTarget:
+		return fmt.Sprintf("%v MISSED", crashLateTarget)
+	}
+	return fmt.Sprintf("%v met", crashLateTarget)
+}
+
+// roundLate is one round's dead letters: those due in it and confirmed
+// within crashFastConfirm, their p99 and longest lateness.
+type roundLate struct {
+	due      int
+	p99, max time.Duration
+}
+
+// perRound gives each round's roundLate, as summarize counts them.
+func (r *crashRecorder) perRound(rounds []crashRound, publishEnd time.Time) []roundLate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	late := make([][]time.Duration, len(rounds))
+	for id, s := range r.sent {
+		got, ok := r.got[id]
+		if !s.ttl || !ok || s.confirmed.IsZero() || s.confirmed.Sub(s.at) > crashFastConfirm {
+			continue
+		}
+		due := s.at.Add(crashTTLFor)
+		i := len(rounds) - 1
+		for i > 0 && due.Before(rounds[i].start) {
+			i--
+		}
+		late[i] = append(late[i], got.Sub(due))
+	}
+	out := make([]roundLate, len(rounds))
+	for i, ls := range late {
+		out[i] = roundLate{due: len(ls), p99: p99(ls)}
+		for _, l := range ls {
+			out[i].max = max(out[i].max, l)
+		}
+	}
+	return out
+}
+
+// leaderTerm is a term's "leading" line in a node's log: when the new
+// leader's loops started, its barrier (a restarted node's replay), and
+// how long log time had gone without a stamp, the stretch in which
+// nothing fell due.
+type leaderTerm struct {
+	at               time.Time
+	node             string
+	barrier, noStamp time.Duration
+}
+
+// leaderTerms reads every node's log for its terms.
+func leaderTerms(c *Cluster) []leaderTerm {
+	var terms []leaderTerm
+	for _, n := range c.Nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, "msg=leading ") {
+				continue
+			}
+			term := leaderTerm{node: n.ID}
+			for _, f := range strings.Fields(line) {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "time":
+					term.at, _ = time.Parse(time.RFC3339Nano, v)
+				case "barrier":
+					term.barrier, _ = time.ParseDuration(v)
+				case "since_last_stamp":
+					term.noStamp, _ = time.ParseDuration(v)
+				}
+			}
+			terms = append(terms, term)
+		}
+	}
+	slices.SortFunc(terms, func(a, b leaderTerm) int { return a.at.Compare(b.at) })
+	return terms
+}
+
+// writeCrashRounds prints a line per round: how long the nodes it killed
+// took to be ready again, its dead letters (as roundLate), and the terms
+// begun in it: how many, the longest stretch without a stamp (from the
+// last entry before the fault to the new leader's loops: the election
+// and the barrier) and the longest barrier.
+func writeCrashRounds(w io.Writer, rounds []crashRound, late []roundLate, terms []leaderTerm) {
+	fmt.Fprintf(w, "%5s %-12s %8s %5s %9s %9s %5s %13s %11s\n", "round", "fault", "outage", "due", "late-p99", "late-max", "terms", "no-stamp-max", "barrier-max")
+	for i, rd := range rounds {
+		if i == 0 {
+			continue
+		}
+		var n int
+		var noStamp, barrier time.Duration
+		for _, term := range terms {
+			if term.at.Before(rd.start) || (i+1 < len(rounds) && !term.at.Before(rounds[i+1].start)) {
+				continue
+			}
+			n++
+			noStamp, barrier = max(noStamp, term.noStamp), max(barrier, term.barrier)
+		}
+		outage := "-"
+		if !rd.back.IsZero() {
+			outage = rd.back.Sub(rd.start).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%5d %-12s %8s %5d %9v %9v %5d %13v %11v\n", i, rd.kind, outage, late[i].due,
+			late[i].p99.Round(time.Millisecond), late[i].max.Round(time.Millisecond), n,
+			noStamp.Round(time.Millisecond), barrier.Round(time.Millisecond))
+	}
 }
 
 // longestGap is the longest stretch of [from, to] without a time of ts
@@ -435,15 +609,23 @@ func p99(ds []time.Duration) time.Duration {
 	return ds[int(0.99*float64(len(ds)-1)+0.5)]
 }
 
+// writeCrashTable prints a row per fault kind: death-late-p99 is over the
+// dead letters due in its rounds and confirmed within crashFastConfirm
+// (samples), p99-all over every confirmed one; late-first and
+// late-redeliv count those more than crashLateTarget late whose first
+// delivery was the one received, and those a consumer that died held
+// first.
 func writeCrashTable(w io.Writer, rows []crashRow) {
-	fmt.Fprintf(w, "%-14s %6s %18s %16s %15s\n", "fault", "rounds", "max-confirm-gap", "death-late-p99", "all-nodes-back")
+	fmt.Fprintf(w, "%-14s %6s %16s %15s %11s %8s %8s %10s %12s %15s\n", "fault", "rounds", "max-confirm-gap",
+		"death-late-p99", "p99-target", "samples", "p99-all", "late-first", "late-redeliv", "all-nodes-back")
 	for _, r := range rows {
 		back := "yes"
 		if !r.allBack {
 			back = "NO"
 		}
-		fmt.Fprintf(w, "%-14s %6d %18v %16v %15s\n", r.kind, r.rounds,
-			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), back)
+		fmt.Fprintf(w, "%-14s %6d %16v %15v %11s %8d %8v %10d %12d %15s\n", r.kind, r.rounds,
+			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), r.target(), r.samples,
+			r.lateAll.Round(time.Millisecond), r.lateFirst, r.lateRedelivered, back)
 	}
 }
 
@@ -596,19 +778,66 @@ func (l *crashLoad) publishOn(p int, n *Node, seq *int) error {
 func (l *crashLoad) consume(i int, queue string) {
 	defer l.cons.Done()
 	for attempt := i; l.cctx.Err() == nil; attempt++ {
-		if err := l.consumeOn(l.c.Nodes[attempt%len(l.c.Nodes)], queue); err != nil {
+		if err := l.consumeOn(attempt%len(l.c.Nodes), queue); err != nil {
 			wait(l.cctx, 100*time.Millisecond)
 		}
 	}
 }
 
-func (l *crashLoad) consumeOn(n *Node, queue string) error {
+func (l *crashLoad) consumeOn(ni int, queue string) error {
+	n := l.c.Nodes[ni]
 	conn, ch, err := crashDial(n)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	return ConsumeAcking(l.cctx, ch, queue, crashPrefetch, func(d amqp.Delivery) {
-		l.rec.received(d.MessageId, time.Now())
+		l.rec.received(d.MessageId, time.Now(), ni, d.Redelivered)
 	})
+}
+
+// dumpCrash writes what the run saw to dir, for finding where lateness
+// lies (RAFTMQ_CRASH_DUMP): rounds.csv (each fault, when it began and when
+// every node it killed was ready again), messages.csv (each publish: sent,
+// confirmed and first received, unix ms, 0 for never; the receiving
+// consumer's node and the redelivered flag) and each node's log, whose
+// "leading" lines give every term's barrier and clock wait.
+func dumpCrash(t *testing.T, dir string, c *Cluster, rec *crashRecorder, rounds []crashRound) {
+	ms := func(at time.Time) int64 {
+		if at.IsZero() {
+			return 0
+		}
+		return at.UnixMilli()
+	}
+	var b strings.Builder
+	b.WriteString("round,fault,start_ms,back_ms\n")
+	for i, r := range rounds {
+		fmt.Fprintf(&b, "%d,%s,%d,%d\n", i, r.kind, ms(r.start), ms(r.back))
+	}
+	files := map[string]string{"rounds.csv": b.String()}
+	b.Reset()
+	b.WriteString("id,ttl,sent_ms,confirmed_ms,received_ms,node,redelivered\n")
+	rec.mu.Lock()
+	for id, s := range rec.sent {
+		fmt.Fprintf(&b, "%s,%v,%d,%d,%d,%d,%v\n", id, s.ttl, ms(s.at), ms(s.confirmed), ms(rec.got[id]), rec.node[id], rec.redelivered[id])
+	}
+	rec.mu.Unlock()
+	files["messages.csv"] = b.String()
+	for _, n := range c.Nodes {
+		data, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			t.Logf("crash dump: %v", err)
+			continue
+		}
+		files[n.ID+".log"] = string(data)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("crash dump: %v", err)
+		return
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Logf("crash dump: %v", err)
+		}
+	}
 }
