@@ -11,35 +11,14 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Config is what a node is started with. Addresses are host:port.
+// Config is what a node is started with, grouped by the part of the node
+// that takes it. Addresses are host:port.
 type Config struct {
 	// NodeID is the node's id, unique in the cluster and stable across
 	// restarts (it is the raft server id and the memberlist name).
 	NodeID string
 	// DataDir holds the raft log and stable store, and the snapshots.
 	DataDir string
-	// LogStore is the raft log and stable store: LogStoreWAL, LogStoreBolt
-	// or LogStoreAuto (default: what DataDir already holds, else the WAL).
-	LogStore string
-	// RaftAddr is the raft transport listen address; RaftAdvertise the
-	// address peers dial (default: RaftAddr, or the first private IP when
-	// RaftAddr has no host).
-	RaftAddr      string
-	RaftAdvertise string
-	// GRPCAddr and AMQPAddr are the gRPC and AMQP addresses advertised to
-	// peers (the caller serves them).
-	GRPCAddr string
-	AMQPAddr string
-	// GossipAddr is the memberlist listen address (TCP and UDP);
-	// GossipAdvertise the address peers use (default: derived by memberlist).
-	GossipAddr      string
-	GossipAdvertise string
-	// Join lists gossip addresses of nodes to join; the node retries until
-	// one answers.
-	Join []string
-	// BootstrapExpect is the number of nodes that must see each other before
-	// the cluster bootstraps (default 1: a lone node bootstraps at once).
-	BootstrapExpect int
 	// GRPCServer receives the internal Forward service; the caller serves it
 	// (after Start returns). Forwarded requests carry whole messages: the
 	// server must accept messages as large as the largest publish
@@ -53,27 +32,35 @@ type Config struct {
 	// Replies receives the direct replies other nodes send to this node's
 	// channels (nil: they are dropped).
 	Replies ReplySink
-	// Pauser is told when this node loses contact with a majority of the
-	// cluster for NodeDownAfter, and when it has it again (quorum.go).
-	Pauser Pauser
-	// Clock stamps the log and drives the leader's schedulers (default: the
-	// wall clock).
-	Clock Clock
-	// MaxClockOffset is how far this node's wall clock may be from the
-	// quorum's before it refuses to lead (default DefaultMaxClockOffset).
-	MaxClockOffset time.Duration
-	// ClockSampleInterval is how often the node reads the voters' clocks
-	// (default 1 s).
-	ClockSampleInterval time.Duration
 	// Logger receives the node's logs (default: slog.Default()).
 	Logger *slog.Logger
-	// DefaultUser and DefaultPassword are the user the first leader creates
-	// in a new cluster (default guest/guest).
-	DefaultUser     string
-	DefaultPassword string
+	// Protocol is the command protocol this node announces (default and
+	// upper bound fsm.Protocol). Only tests set it lower: such a node
+	// stands for one of an earlier release during a rolling upgrade, and
+	// holds back new command kinds and the log's protocol level.
+	Protocol uint32
 
-	// Timing knobs; zero values mean production defaults.
+	// Each part of the node takes its own part of the configuration; their
+	// fields read as the Config's own (cfg.HeartbeatTimeout).
+	GroupConfig
+	MembershipConfig
+	SecurityConfig
+	TimeConfig
+	DutyConfig
+}
 
+// GroupConfig is what the node gives its Raft group (package group): where its
+// log lives, its transport address, raft's timings and snapshots, and the
+// bounds of the group commit. Zero values mean production defaults.
+type GroupConfig struct {
+	// LogStore is the raft log and stable store: LogStoreWAL, LogStoreBolt
+	// or LogStoreAuto (default: what DataDir already holds, else the WAL).
+	LogStore string
+	// RaftAddr is the raft transport listen address; RaftAdvertise the
+	// address peers dial (default: RaftAddr, or the first private IP when
+	// RaftAddr has no host).
+	RaftAddr      string
+	RaftAdvertise string
 	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune raft
 	// (defaults 1 s, 1 s, 500 ms).
 	HeartbeatTimeout   time.Duration
@@ -101,35 +88,9 @@ type Config struct {
 	scaleSnapshotThreshold bool
 	// inlineMax is group.StorageOptions.InlineMax (tests).
 	inlineMax int
-	// NodeDownAfter is how long a member stays dead in gossip, or a server
-	// unreached by the leader's raft, before the leader proposes NodeDown
-	// for it (default DefaultNodeDownAfter).
-	NodeDownAfter time.Duration
-	// ReconcileInterval is how often the leader reconciles members with the
-	// raft configuration, besides member events (default 5 s).
-	ReconcileInterval time.Duration
-	// JoinRetryInterval is the pause between join attempts (default 1 s).
-	JoinRetryInterval time.Duration
 	// LeaderWait bounds how long Submit waits for a leader when its context
 	// has no deadline (default 10 s).
 	LeaderWait time.Duration
-	// Gossip adjusts the memberlist configuration (tests tighten timings).
-	Gossip func(*memberlist.Config)
-	// Links cuts links for fault-injection tests (nil: no faults).
-	Links *Links
-	// TLS, when set, secures the links between nodes with mutual TLS: the
-	// raft transport and the forwarding client, and the internal service
-	// takes only calls with a node certificate. The caller's gRPC server
-	// must use the same TLS (ServerOptions(tls)). It comes from an
-	// operator's CA (LoadTLS, NewTLS) or from the cluster secret
-	// (SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
-	// for in-process tests only (the raftmq command never runs so).
-	TLS *TLS
-	// GossipKeys, when set, encrypt and authenticate gossip with
-	// memberlist's keyring (AES-GCM; 16, 24 or 32 bytes each): the first
-	// key encrypts, every key decrypts, and a packet no key opens is
-	// dropped, so a node without a key cannot join. Nil: plain gossip.
-	GossipKeys [][]byte
 	// MaxBatchCommands and MaxBatchBytes bound one log entry built by group
 	// commit (defaults 1024 commands, 1 MiB; a larger single request still
 	// goes alone into one entry).
@@ -143,17 +104,88 @@ type Config struct {
 	// and not yet seen applied (default 4): while they are in flight, new
 	// commands accumulate into the next, larger entry.
 	MaxInflightEntries int
+}
+
+// MembershipConfig is the node's membership: the addresses it gossips, whom
+// it joins, how it bootstraps, and when a member counts as down. Zero
+// values mean production defaults.
+type MembershipConfig struct {
+	// GRPCAddr and AMQPAddr are the gRPC and AMQP addresses advertised to
+	// peers (the caller serves them).
+	GRPCAddr string
+	AMQPAddr string
+	// GossipAddr is the memberlist listen address (TCP and UDP);
+	// GossipAdvertise the address peers use (default: derived by memberlist).
+	GossipAddr      string
+	GossipAdvertise string
+	// Join lists gossip addresses of nodes to join; the node retries until
+	// one answers.
+	Join []string
+	// BootstrapExpect is the number of nodes that must see each other before
+	// the cluster bootstraps (default 1: a lone node bootstraps at once).
+	BootstrapExpect int
+	// Pauser is told when this node loses contact with a majority of the
+	// cluster for NodeDownAfter, and when it has it again (quorum.go).
+	Pauser Pauser
+	// NodeDownAfter is how long a member stays dead in gossip, or a server
+	// unreached by the leader's raft, before the leader proposes NodeDown
+	// for it (default DefaultNodeDownAfter).
+	NodeDownAfter time.Duration
+	// ReconcileInterval is how often the leader reconciles members with the
+	// raft configuration, besides member events (default 5 s).
+	ReconcileInterval time.Duration
+	// JoinRetryInterval is the pause between join attempts (default 1 s).
+	JoinRetryInterval time.Duration
+	// Gossip adjusts the memberlist configuration (tests tighten timings).
+	Gossip func(*memberlist.Config)
+	// Links cuts links for fault-injection tests (nil: no faults).
+	Links *Links
+}
+
+// SecurityConfig secures the links between nodes.
+type SecurityConfig struct {
+	// TLS, when set, secures the links between nodes with mutual TLS: the
+	// raft transport and the forwarding client, and the internal service
+	// takes only calls with a node certificate. The caller's gRPC server
+	// must use the same TLS (ServerOptions(tls)). It comes from an
+	// operator's CA (LoadTLS, NewTLS) or from the cluster secret
+	// (SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
+	// for in-process tests only (the raftmq command never runs so).
+	TLS *TLS
+	// GossipKeys, when set, encrypt and authenticate gossip with
+	// memberlist's keyring (AES-GCM; 16, 24 or 32 bytes each): the first
+	// key encrypts, every key decrypts, and a packet no key opens is
+	// dropped, so a node without a key cannot join. Nil: plain gossip.
+	GossipKeys [][]byte
+}
+
+// TimeConfig is the node's time: the clock it stamps the log with and
+// the watch over the voters' clocks (quorumclock.go).
+type TimeConfig struct {
+	// Clock stamps the log and drives the leader's schedulers (default: the
+	// wall clock).
+	Clock Clock
+	// MaxClockOffset is how far this node's wall clock may be from the
+	// quorum's before it refuses to lead (default DefaultMaxClockOffset).
+	MaxClockOffset time.Duration
+	// ClockSampleInterval is how often the node reads the voters' clocks
+	// (default 1 s).
+	ClockSampleInterval time.Duration
+}
+
+// DutyConfig is for the leader's duties (leader.go): the first user it
+// creates and the consumer timeout it proposes.
+type DutyConfig struct {
+	// DefaultUser and DefaultPassword are the user the first leader creates
+	// in a new cluster (default guest/guest).
+	DefaultUser     string
+	DefaultPassword string
 	// ConsumerTimeout is how long a delivery may stay unacknowledged before
 	// its channel is closed, for queues that set no x-consumer-timeout nor
 	// consumer-timeout policy (default fsm.DefaultConsumerTimeout, 30
 	// minutes; negative: none). The leader's value applies: it is written
 	// into each ConsumerTimeout it proposes.
 	ConsumerTimeout time.Duration
-	// Protocol is the command protocol this node announces (default and
-	// upper bound fsm.Protocol). Only tests set it lower: such a node
-	// stands for one of an earlier release during a rolling upgrade, and
-	// holds back new command kinds and the log's protocol level.
-	Protocol uint32
 }
 
 func (c *Config) setDefaults() error {
