@@ -265,15 +265,8 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // closes ready.
 func (n *Node) clearPastIncarnation() {
 	defer n.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := n.untilClosed(context.Background())
 	defer cancel()
-	go func() {
-		select {
-		case <-n.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	cmd := &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: n.cfg.NodeID}}}
 	for {
 		res, err := n.Submit(ctx, cmd)
