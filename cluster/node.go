@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
@@ -21,54 +20,30 @@ import (
 // Node is one raftmq cluster member: a raft replica of the state machine,
 // a memberlist member, and the path by which commands reach the leader.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	stamp *stamper
+	cfg Config
+	log *slog.Logger
 	// group is the node's Raft group: raft, its storage and body store,
 	// the adapter that applies its log to state, and the way into the
 	// log (submitter, group commit, forwarding stream).
 	group *group.Group
-	trans *raft.NetworkTransport
-	out   *outbound // the connections it dialed, ended by Close
-	// removed holds the servers an operator removed (RemoveNode) while
-	// they were alive: reconcile adds alive members as voters, and would
-	// undo the removal at its next round. An id is forgotten once gossip
-	// no longer sees the member alive, so a node that comes back joins.
-	removed sync.Map
-	list    *memberlist.Memberlist
-	advert  string // advertised raft address
-	// replyConns carry direct replies to other nodes (reply.go).
-	replyConns peerConns
 
-	gossipAddr string // advertised gossip address
+	// The node's other parts, each declared beside the code that owns it.
+	membership   // who is in the cluster and whom this node reaches (gossip.go)
+	network      // the links to the other nodes (transport.go)
+	linkSecurity // what the links' certificates told (tls.go)
+	clocks       // log time: the stamper and the voters' clocks (stamp.go)
+	lifecycle    // start, failure and close
 
-	peersMu sync.Mutex
-	peers   []string // remembered gossip addresses of the other members (peers.go)
+	lead     atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
+	changed  *broadcast                 // leader, readiness or membership changed
+	notifyCh chan bool                  // raft's leadership changes, to monitorLeadership
+}
 
-	verifyMu     sync.Mutex
-	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
-
-	lead    atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
-	changed *broadcast                 // leader, readiness or membership changed
-
-	members  *memberTable
-	reach    *reach       // whom this node's raft and pings reach (reach.go)
-	watch    *quorumWatch // this node's own contact with a majority (quorum.go)
-	hasState atomic.Bool
-	leaving  atomic.Bool
-
-	// gossipedUnreachable is what the leader gossips raft does not reach
-	// (liveness.go).
-	gossipedUnreachable atomic.Pointer[[]string]
-
-	notifyCh chan bool
-	ready    chan struct{} // closed once a restarted node's past is cleared
-	restart  bool          // the node started with raft state on disk
-	bootMs   int64         // when this run started (unix ms), gossiped
-	closing  chan struct{}
-	// protocol is the command protocol this node announces
-	// (Config.Protocol; tests change it).
-	protocol atomic.Uint32
+// lifecycle is the node's start, failure and close.
+type lifecycle struct {
+	ready   chan struct{} // closed once a restarted node's past is cleared
+	restart bool          // the node started with raft state on disk
+	closing chan struct{}
 	// failed is closed when the node cannot apply the log; failErr says why.
 	failed   chan struct{}
 	failOnce sync.Once
@@ -76,9 +51,6 @@ type Node struct {
 	closeMu  sync.Mutex
 	closed   bool
 	wg       sync.WaitGroup
-
-	// qclock holds the voters' clock readings (quorumclock.go).
-	qclock *quorumClock
 }
 
 // Start opens the node's storage, starts raft, memberlist and the
@@ -94,18 +66,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.NodeID),
-		qclock:   newQuorumClock(cfg),
 		changed:  newBroadcast(),
-		members:  newMemberTable(),
-		reach:    newReach(),
-		watch:    newQuorumWatch(),
 		notifyCh: make(chan bool, 16),
-		ready:    make(chan struct{}),
-		closing:  make(chan struct{}),
-		failed:   make(chan struct{}),
-		out:      newOutbound(),
-		bootMs:   cfg.Clock.Now().UnixMilli(),
+		membership: membership{
+			members: newMemberTable(),
+			reach:   newReach(),
+			watch:   newQuorumWatch(),
+			bootMs:  cfg.Clock.Now().UnixMilli(),
+		},
+		network: network{out: newOutbound()},
+		lifecycle: lifecycle{
+			ready:   make(chan struct{}),
+			closing: make(chan struct{}),
+			failed:  make(chan struct{}),
+		},
 	}
+	n.qclock = newQuorumClock(cfg)
 	n.protocol.Store(cfg.Protocol)
 	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
 	if err := n.startRaft(); err != nil {

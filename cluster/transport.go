@@ -11,6 +11,16 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// network is the node's links to the other nodes: raft's transport and
+// the address peers dial it at, the connections it dialed (ended by
+// Close), and those that carry direct replies (reply.go).
+type network struct {
+	trans      *raft.NetworkTransport
+	advert     string    // advertised raft address
+	out        *outbound // the connections it dialed, ended by Close
+	replyConns peerConns // direct replies to other nodes (reply.go)
+}
+
 // streamLayer is the raft TCP transport's network, routed through Links.
 // With tls set, accepted connections are TLS servers (the handshake runs on
 // the connection's first read, in raft's handler, not in Accept) and dial
