@@ -24,14 +24,6 @@ type Config struct {
 	// server must accept messages as large as the largest publish
 	// (grpc.MaxRecvMsgSize and grpc.MaxSendMsgSize).
 	GRPCServer *grpc.Server
-	// Effects receives the effects addressed to this node (deliveries to its
-	// consumers, cancellations of its consumers). It is called under the
-	// state lock, in log order: it must not block for long nor call back
-	// into the node.
-	Effects fsm.Sink
-	// Replies receives the direct replies other nodes send to this node's
-	// channels (nil: they are dropped).
-	Replies ReplySink
 	// Logger receives the node's logs (default: slog.Default()).
 	Logger *slog.Logger
 	// Protocol is the command protocol this node announces (default and
@@ -42,6 +34,7 @@ type Config struct {
 
 	// Each part of the node takes its own part of the configuration; their
 	// fields read as the Config's own (cfg.HeartbeatTimeout).
+	Sinks
 	GroupConfig
 	MembershipConfig
 	SecurityConfig
@@ -124,9 +117,6 @@ type MembershipConfig struct {
 	// BootstrapExpect is the number of nodes that must see each other before
 	// the cluster bootstraps (default 1: a lone node bootstraps at once).
 	BootstrapExpect int
-	// Pauser is told when this node loses contact with a majority of the
-	// cluster for NodeDownAfter, and when it has it again (quorum.go).
-	Pauser Pauser
 	// NodeDownAfter is how long a member stays dead in gossip, or a server
 	// unreached by the leader's raft, before the leader proposes NodeDown
 	// for it (default DefaultNodeDownAfter).

@@ -26,9 +26,6 @@ var _ interface {
 	amqp.Silences
 } = (*broker)(nil)
 
-// The node tells the AMQP server the silence epoch of each delivery.
-var _ cluster.EpochSink = (*amqp.Server)(nil)
-
 // SilenceEpoch counts the node's silences (amqp.Silences).
 func (b *broker) SilenceEpoch() uint64 { return b.node.SilenceEpoch() }
 

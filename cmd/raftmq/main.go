@@ -130,9 +130,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		NodeID:     cfg.NodeID,
 		DataDir:    cfg.DataDir,
 		GRPCServer: grpcSrv,
-		Effects:    amqpSrv,
-		Replies:    amqpSrv,
 		Logger:     logger.With("component", "cluster"),
+		// The AMQP server holds this node's clients: it takes their
+		// deliveries and timeouts, direct replies and pauses.
+		Sinks: cluster.SinksTo(amqpSrv),
 		GroupConfig: cluster.GroupConfig{
 			LogStore:           cfg.RaftLogStore,
 			RaftAddr:           cfg.RaftAddr,
@@ -149,7 +150,6 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 			GossipAdvertise: advertise(host, cfg.GossipAddr),
 			Join:            cfg.Join,
 			BootstrapExpect: cfg.BootstrapExpect,
-			Pauser:          amqpSrv,
 			NodeDownAfter:   cfg.NodeDownAfter,
 		},
 		SecurityConfig: cluster.SecurityConfig{
