@@ -28,6 +28,7 @@ import (
 	"github.com/raftmq/raftmq/api/metrics"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -187,7 +188,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryLimit: uint64(watermark), Resources: resources,
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
-	amqpSrv.SetBroker(&broker{node: node, metrics: nodeMetrics})
+	amqpSrv.SetBroker(broker.New(node, nodeMetrics.ObserveApply))
 
 	sec.auth.SetNode(apiNode)
 	peers := sec.peers()
