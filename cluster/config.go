@@ -163,7 +163,7 @@ type TimeConfig struct {
 	ClockSampleInterval time.Duration
 }
 
-// DutyConfig is for the leader's duties (leader.go): the first user it
+// DutyConfig is for the leader's duties (leader.go, due.go): the first user it
 // creates and the consumer timeout it proposes.
 type DutyConfig struct {
 	// DefaultUser and DefaultPassword are the user the first leader creates
