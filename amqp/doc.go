@@ -6,9 +6,9 @@
 // A node wires it up like this:
 //
 //	srv := amqp.NewServer(amqp.Config{MaxMessageSize: 16 << 20, Logger: logger})
-//	// srv is the fsm.Sink of the node's state machine.
-//	node := startNode(..., srv)
-//	srv.SetBroker(node) // node implements amqp.Broker
+//	// srv holds the node's clients: it takes their effects, replies and pauses.
+//	node, err := cluster.Start(ctx, cluster.Config{..., Sinks: cluster.SinksTo(srv)})
+//	srv.SetBroker(broker.New(node, nil)) // package cluster/broker
 //	go srv.Serve(listener)
 //	...
 //	srv.Close()

@@ -16,48 +16,10 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
-	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
-
-// nodeBroker serves the AMQP server from a real node, as the raftmq
-// command does.
-type nodeBroker struct{ n *cluster.Node }
-
-func (b nodeBroker) NodeID() string       { return b.n.NodeID() }
-func (b nodeBroker) SilenceEpoch() uint64 { return b.n.SilenceEpoch() }
-func (b nodeBroker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
-	return b.n.Submit(ctx, cmd)
-}
-func (b nodeBroker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
-	return b.n.SubmitBatch(ctx, cmds)
-}
-func (b nodeBroker) Unacked(ch *proto.ChannelRef, tags []uint64) (out []uint64) {
-	b.n.View(func(m *fsm.Machine) { out = m.Unacked(ch, tags) })
-	return out
-}
-func (b nodeBroker) Authenticate(user, password string) (tags []string, ok bool) {
-	var hash []byte
-	b.n.View(func(m *fsm.Machine) { hash, tags, ok = m.User(user) })
-	return tags, ok && fsm.CheckPassword(hash, fsm.PasswordSaltLen, password)
-}
-func (b nodeBroker) UserExists(name string) (ok bool) {
-	b.n.View(func(m *fsm.Machine) { _, _, ok = m.User(name) })
-	return ok
-}
-func (b nodeBroker) QueueCount(vhost, name string) (count int, exists bool) {
-	b.n.View(func(m *fsm.Machine) { count = len(m.Queues(vhost)); _, exists = m.Queue(vhost, name) })
-	return count, exists
-}
-func (b nodeBroker) VhostExists(name string) (ok bool) {
-	b.n.View(func(m *fsm.Machine) { ok = m.VhostExists(name) })
-	return ok
-}
-func (b nodeBroker) Permission(user, vhost string) (c, w, r string, ok bool) {
-	b.n.View(func(m *fsm.Machine) { c, w, r, ok = m.Permission(user, vhost) })
-	return c, w, r, ok
-}
 
 // writeHold holds a server's connection writers between taking frames the
 // log decided and writing them, once armed, as a pause of the process
@@ -99,10 +61,10 @@ func silenceCluster(t *testing.T, n int) (*clustertest.Cluster, []*Server, []str
 	for i, srv := range servers {
 		node := c.Nodes[i].Node()
 		<-node.Ready()
-		srv.SetBroker(nodeBroker{node})
+		srv.SetBroker(broker.New(node, nil))
 		// The first leader creates the default user: wait until it is here.
 		clustertest.Eventually(t, clustertest.Timeout, func() error {
-			if !(nodeBroker{node}).UserExists("guest") {
+			if !broker.New(node, nil).UserExists("guest") {
 				return errors.New("no default user yet on " + node.NodeID())
 			}
 			return nil

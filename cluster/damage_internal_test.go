@@ -20,15 +20,19 @@ import (
 // soloConfig is a lone node's configuration on dir (kept across restarts).
 func soloConfig(dir, store string) Config {
 	return Config{
-		NodeID:             "solo",
-		DataDir:            dir,
-		LogStore:           store,
-		RaftAddr:           "127.0.0.1:0",
-		GossipAddr:         "127.0.0.1:0",
-		HeartbeatTimeout:   100 * time.Millisecond,
-		ElectionTimeout:    100 * time.Millisecond,
-		LeaderLeaseTimeout: 50 * time.Millisecond,
-		Logger:             discardLogger(),
+		NodeID:  "solo",
+		DataDir: dir,
+		Logger:  discardLogger(),
+		GroupConfig: GroupConfig{
+			LogStore:           store,
+			RaftAddr:           "127.0.0.1:0",
+			HeartbeatTimeout:   100 * time.Millisecond,
+			ElectionTimeout:    100 * time.Millisecond,
+			LeaderLeaseTimeout: 50 * time.Millisecond,
+		},
+		MembershipConfig: MembershipConfig{
+			GossipAddr: "127.0.0.1:0",
+		},
 	}
 }
 

@@ -6,7 +6,7 @@
 // A caller starts a node with Start, registers its own services on the same
 // grpc.Server, serves it, and waits for Ready before taking clients:
 //
-//	node, err := cluster.Start(ctx, cluster.Config{NodeID: ..., GRPCServer: srv, Effects: sink, ...})
+//	node, err := cluster.Start(ctx, cluster.Config{NodeID: ..., GRPCServer: srv, Sinks: cluster.SinksTo(amqpServer), ...})
 //	go srv.Serve(lis)
 //	<-node.Ready()
 //	res, err := node.Submit(ctx, cmd) // committed and applied on this node

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -18,6 +19,39 @@ import (
 
 // metaVersion is the NodeMeta format this node gossips.
 const metaVersion = 1
+
+// membership is the node's part that knows who is in the cluster and
+// whom this node reaches: gossip and the member table (gossip.go), the
+// remembered peers (peers.go), the reach of raft and pings (reach.go),
+// what the leader gossips raft does not reach (liveness.go), the watch
+// over this node's own contact with a majority (quorum.go), and the
+// servers an operator removed.
+type membership struct {
+	list       *memberlist.Memberlist
+	gossipAddr string // advertised gossip address
+	members    *memberTable
+	// removed holds the servers an operator removed (RemoveNode) while
+	// they were alive: reconcile adds alive members as voters, and would
+	// undo the removal at its next round. An id is forgotten once gossip
+	// no longer sees the member alive, so a node that comes back joins.
+	removed sync.Map
+
+	peersMu sync.Mutex
+	peers   []string // remembered gossip addresses of the other members (peers.go)
+
+	reach    *reach       // whom this node's raft and pings reach (reach.go)
+	watch    *quorumWatch // this node's own contact with a majority (quorum.go)
+	hasState atomic.Bool
+	leaving  atomic.Bool
+	// gossipedUnreachable is what the leader gossips raft does not reach
+	// (liveness.go).
+	gossipedUnreachable atomic.Pointer[[]string]
+
+	bootMs int64 // when this run started (unix ms), gossiped
+	// protocol is the command protocol this node announces
+	// (Config.Protocol; tests change it).
+	protocol atomic.Uint32
+}
 
 // Member health as this node sees it through memberlist.
 const (

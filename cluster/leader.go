@@ -94,7 +94,8 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){n.initDefaults, n.expiryLoop, n.leaseLoop, n.consumerTimeoutLoop, n.delayedLoop, n.reconcileLoop} {
+	loops := append(append([]func(context.Context){n.initDefaults}, n.dueDuties()...), n.reconcileLoop)
+	for _, loop := range loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -204,141 +205,6 @@ func (n *Node) initDefaults(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// dueLoop is the shape of the expiry and lease schedulers: sleep on the
-// Clock until next() falls due, then propose(now), where now is the least
-// stamp the entry can get; wake early after every apply (a new, earlier
-// deadline may have appeared). If a proposal leaves the same deadline due
-// (the state machine disagreed), back off before proposing again.
-func (n *Node) dueLoop(ctx context.Context, what string,
-	next func(m *fsm.Machine) (int64, bool), propose func(ctx context.Context, now int64) (bool, error)) {
-	lastProposed := int64(-1 << 63)
-	backoff := time.Duration(0)
-	retry := false // the backoff ran out: propose even if it looks stuck
-	for {
-		_, applied := n.group.Applied().Load()
-		var at int64
-		var ok bool
-		n.View(func(m *fsm.Machine) { at, ok = next(m) })
-		var timer Timer
-		if ok {
-			now := n.stamp.peek()
-			switch {
-			case at <= now && at <= lastProposed && !retry:
-				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-				n.log.Debug("due work still due after its proposal", "what", what, "deadline", at, "backoff", backoff)
-				t := n.cfg.Clock.NewTimer(backoff)
-				select {
-				case <-t.C():
-				case <-ctx.Done():
-					t.Stop()
-					return
-				}
-				retry = true
-				continue
-			case at <= now:
-				retry = false
-				proposed, err := propose(ctx, now)
-				if ctx.Err() != nil {
-					return
-				}
-				if err != nil {
-					n.log.Warn("proposal failed", "what", what, "err", err)
-					if !sleepCtx(ctx, 100*time.Millisecond) {
-						return
-					}
-					continue
-				}
-				if proposed {
-					if at > lastProposed {
-						backoff = 0
-					}
-					lastProposed = now
-					continue
-				}
-				timer = n.cfg.Clock.NewTimer(50 * time.Millisecond)
-			default:
-				timer = n.cfg.Clock.NewTimer(time.Duration(at-now) * time.Millisecond)
-			}
-		}
-		if !awaitDue(ctx, timer, applied) {
-			return
-		}
-	}
-}
-
-// awaitDue waits for a scheduler's timer (nil: none), the next apply
-// (applied, nil to ignore applies), or the end of ctx, and reports whether
-// the scheduler goes on.
-func awaitDue(ctx context.Context, timer Timer, applied <-chan struct{}) bool {
-	var fire <-chan time.Time
-	if timer != nil {
-		fire = timer.C()
-		defer timer.Stop()
-	}
-	select {
-	case <-fire:
-	case <-applied:
-	case <-ctx.Done():
-	}
-	return ctx.Err() == nil
-}
-
-// expiryLoop proposes ONE Expire naming every queue with a message due.
-func (n *Node) expiryLoop(ctx context.Context) {
-	n.dueLoop(ctx, "expire", (*fsm.Machine).NextDeadline, func(ctx context.Context, now int64) (bool, error) {
-		var due []*proto.QueueRef
-		n.View(func(m *fsm.Machine) { due = m.DueExpiries(now) })
-		if len(due) == 0 {
-			return false, nil
-		}
-		res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Expire{Expire: &proto.Expire{Queues: due}}})
-		if err == nil && res.GetCode() != 0 {
-			n.log.Warn("expire refused", "code", res.GetCode(), "text", res.GetText())
-		}
-		return err == nil, err
-	})
-}
-
-// leaseLoop proposes ExpireQueue for each queue whose x-expires lease is
-// due, in one entry.
-func (n *Node) leaseLoop(ctx context.Context) {
-	n.dueLoop(ctx, "expire-queue", (*fsm.Machine).NextLeaseDue, func(ctx context.Context, now int64) (bool, error) {
-		var due []*proto.QueueRef
-		n.View(func(m *fsm.Machine) { due = m.DueLeases(now) })
-		if len(due) == 0 {
-			return false, nil
-		}
-		cmds := make([]*proto.Command, len(due))
-		for i, q := range due {
-			cmds[i] = &proto.Command{Cmd: &proto.Command_ExpireQueue{ExpireQueue: &proto.ExpireQueue{Queue: q}}}
-		}
-		_, err := n.SubmitBatch(ctx, cmds)
-		return err == nil, err
-	})
-}
-
-// consumerTimeoutLoop proposes ConsumerTimeout for each channel whose
-// oldest delivery went unacknowledged past its consumer timeout, in one
-// entry. The node's default travels in the command, so every replica
-// decides with the same one.
-func (n *Node) consumerTimeoutLoop(ctx context.Context) {
-	def := max(n.cfg.ConsumerTimeout.Milliseconds(), 0)
-	next := func(m *fsm.Machine) (int64, bool) { return m.NextConsumerTimeout(def) }
-	n.dueLoop(ctx, "consumer-timeout", next, func(ctx context.Context, now int64) (bool, error) {
-		var due []*proto.ChannelRef
-		n.View(func(m *fsm.Machine) { due = m.DueConsumerTimeouts(now, def) })
-		if len(due) == 0 {
-			return false, nil
-		}
-		cmds := make([]*proto.Command, len(due))
-		for i, ch := range due {
-			cmds[i] = &proto.Command{Cmd: &proto.Command_ConsumerTimeout{ConsumerTimeout: &proto.ConsumerTimeout{Channel: ch, DefaultMs: def}}}
-		}
-		_, err := n.SubmitBatch(ctx, cmds)
-		return err == nil, err
-	})
 }
 
 // reconcileLoop keeps the raft configuration in line with the members:

@@ -25,16 +25,7 @@ func discardLogger() *slog.Logger {
 // startSingle starts a lone node on loopback.
 func startSingle(t *testing.T) *Node {
 	t.Helper()
-	n, err := Start(context.Background(), Config{
-		NodeID:             "solo",
-		DataDir:            t.TempDir(),
-		RaftAddr:           "127.0.0.1:0",
-		GossipAddr:         "127.0.0.1:0",
-		HeartbeatTimeout:   100 * time.Millisecond,
-		ElectionTimeout:    100 * time.Millisecond,
-		LeaderLeaseTimeout: 50 * time.Millisecond,
-		Logger:             discardLogger(),
-	})
+	n, err := Start(context.Background(), soloConfig(t.TempDir(), ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,19 +191,10 @@ func (c *manualClock) NewTimer(d time.Duration) Timer { return RealClock().NewTi
 
 func TestNode_SingleNodeRestartResumes(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{
-		NodeID:             "solo",
-		DataDir:            dir,
-		RaftAddr:           "127.0.0.1:0",
-		GossipAddr:         "127.0.0.1:0",
-		HeartbeatTimeout:   100 * time.Millisecond,
-		ElectionTimeout:    100 * time.Millisecond,
-		LeaderLeaseTimeout: 50 * time.Millisecond,
-		SnapshotThreshold:  8,
-		TrailingLogs:       4,
-		SnapshotInterval:   50 * time.Millisecond,
-		Logger:             discardLogger(),
-	}
+	cfg := soloConfig(dir, "")
+	cfg.SnapshotThreshold = 8
+	cfg.TrailingLogs = 4
+	cfg.SnapshotInterval = 50 * time.Millisecond
 	n, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,302 +11,39 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
-	"google.golang.org/grpc"
 )
-
-// Config is what a node is started with. Addresses are host:port.
-type Config struct {
-	// NodeID is the node's id, unique in the cluster and stable across
-	// restarts (it is the raft server id and the memberlist name).
-	NodeID string
-	// DataDir holds the raft log and stable store, and the snapshots.
-	DataDir string
-	// LogStore is the raft log and stable store: LogStoreWAL, LogStoreBolt
-	// or LogStoreAuto (default: what DataDir already holds, else the WAL).
-	LogStore string
-	// RaftAddr is the raft transport listen address; RaftAdvertise the
-	// address peers dial (default: RaftAddr, or the first private IP when
-	// RaftAddr has no host).
-	RaftAddr      string
-	RaftAdvertise string
-	// GRPCAddr and AMQPAddr are the gRPC and AMQP addresses advertised to
-	// peers (the caller serves them).
-	GRPCAddr string
-	AMQPAddr string
-	// GossipAddr is the memberlist listen address (TCP and UDP);
-	// GossipAdvertise the address peers use (default: derived by memberlist).
-	GossipAddr      string
-	GossipAdvertise string
-	// Join lists gossip addresses of nodes to join; the node retries until
-	// one answers.
-	Join []string
-	// BootstrapExpect is the number of nodes that must see each other before
-	// the cluster bootstraps (default 1: a lone node bootstraps at once).
-	BootstrapExpect int
-	// GRPCServer receives the internal Forward service; the caller serves it
-	// (after Start returns). Forwarded requests carry whole messages: the
-	// server must accept messages as large as the largest publish
-	// (grpc.MaxRecvMsgSize and grpc.MaxSendMsgSize).
-	GRPCServer *grpc.Server
-	// Effects receives the effects addressed to this node (deliveries to its
-	// consumers, cancellations of its consumers). It is called under the
-	// state lock, in log order: it must not block for long nor call back
-	// into the node.
-	Effects fsm.Sink
-	// Replies receives the direct replies other nodes send to this node's
-	// channels (nil: they are dropped).
-	Replies ReplySink
-	// Pauser is told when this node loses contact with a majority of the
-	// cluster for NodeDownAfter, and when it has it again (quorum.go).
-	Pauser Pauser
-	// Clock stamps the log and drives the leader's schedulers (default: the
-	// wall clock).
-	Clock Clock
-	// MaxClockOffset is how far this node's wall clock may be from the
-	// quorum's before it refuses to lead (default DefaultMaxClockOffset).
-	MaxClockOffset time.Duration
-	// ClockSampleInterval is how often the node reads the voters' clocks
-	// (default 1 s).
-	ClockSampleInterval time.Duration
-	// Logger receives the node's logs (default: slog.Default()).
-	Logger *slog.Logger
-	// DefaultUser and DefaultPassword are the user the first leader creates
-	// in a new cluster (default guest/guest).
-	DefaultUser     string
-	DefaultPassword string
-
-	// Timing knobs; zero values mean production defaults.
-
-	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune raft
-	// (defaults 1 s, 1 s, 500 ms).
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
-	LeaderLeaseTimeout time.Duration
-	// CommitTimeout is how long raft waits before replicating an idle
-	// commit index to followers, which bounds follower apply lag under light
-	// load (default 2 ms: about 3 ms of lag; raft allows 1 ms at least).
-	CommitTimeout time.Duration
-	// SnapshotThreshold, SnapshotInterval and TrailingLogs tune raft
-	// snapshots (defaults 8192 entries, 30 s, 10240 entries). Left at its
-	// default, the entry threshold grows with the messages the state
-	// holds (snapthreshold.go); a value set here is kept as it is.
-	SnapshotThreshold uint64
-	SnapshotInterval  time.Duration
-	TrailingLogs      uint64
-	// SnapshotBytes also snapshots once this many bytes of entries were
-	// appended to the log since the last snapshot (or the last attempt),
-	// whatever their count: message bodies live in the entries, so a few
-	// thousand of them can be gigabytes, all read again at restart
-	// (default DefaultSnapshotBytes; negative: by entry count alone).
-	SnapshotBytes int64
-	// scaleSnapshotThreshold: SnapshotThreshold was left at its default
-	// (group.Config.ScaleSnapshotThreshold).
-	scaleSnapshotThreshold bool
-	// inlineMax is group.StorageOptions.InlineMax (tests).
-	inlineMax int
-	// NodeDownAfter is how long a member stays dead in gossip, or a server
-	// unreached by the leader's raft, before the leader proposes NodeDown
-	// for it (default DefaultNodeDownAfter).
-	NodeDownAfter time.Duration
-	// ReconcileInterval is how often the leader reconciles members with the
-	// raft configuration, besides member events (default 5 s).
-	ReconcileInterval time.Duration
-	// JoinRetryInterval is the pause between join attempts (default 1 s).
-	JoinRetryInterval time.Duration
-	// LeaderWait bounds how long Submit waits for a leader when its context
-	// has no deadline (default 10 s).
-	LeaderWait time.Duration
-	// Gossip adjusts the memberlist configuration (tests tighten timings).
-	Gossip func(*memberlist.Config)
-	// Links cuts links for fault-injection tests (nil: no faults).
-	Links *Links
-	// TLS, when set, secures the links between nodes with mutual TLS: the
-	// raft transport and the forwarding client, and the internal service
-	// takes only calls with a node certificate. The caller's gRPC server
-	// must use the same TLS (ServerOptions(tls)). It comes from an
-	// operator's CA (LoadTLS, NewTLS) or from the cluster secret
-	// (SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
-	// for in-process tests only (the raftmq command never runs so).
-	TLS *TLS
-	// GossipKeys, when set, encrypt and authenticate gossip with
-	// memberlist's keyring (AES-GCM; 16, 24 or 32 bytes each): the first
-	// key encrypts, every key decrypts, and a packet no key opens is
-	// dropped, so a node without a key cannot join. Nil: plain gossip.
-	GossipKeys [][]byte
-	// MaxBatchCommands and MaxBatchBytes bound one log entry built by group
-	// commit (defaults 1024 commands, 1 MiB; a larger single request still
-	// goes alone into one entry).
-	MaxBatchCommands int
-	MaxBatchBytes    int
-	// MaxMessageSize is the largest publish body the leader lets into the
-	// log (default and upper bound fsm.MaxBodySize); a larger one is
-	// refused to its publisher alone.
-	MaxMessageSize int
-	// MaxInflightEntries bounds the entries the leader has handed to raft
-	// and not yet seen applied (default 4): while they are in flight, new
-	// commands accumulate into the next, larger entry.
-	MaxInflightEntries int
-	// ConsumerTimeout is how long a delivery may stay unacknowledged before
-	// its channel is closed, for queues that set no x-consumer-timeout nor
-	// consumer-timeout policy (default fsm.DefaultConsumerTimeout, 30
-	// minutes; negative: none). The leader's value applies: it is written
-	// into each ConsumerTimeout it proposes.
-	ConsumerTimeout time.Duration
-	// Protocol is the command protocol this node announces (default and
-	// upper bound fsm.Protocol). Only tests set it lower: such a node
-	// stands for one of an earlier release during a rolling upgrade, and
-	// holds back new command kinds and the log's protocol level.
-	Protocol uint32
-}
-
-func (c *Config) setDefaults() error {
-	if c.NodeID == "" {
-		return errors.New("cluster: NodeID is required")
-	}
-	if len(c.NodeID) > fsm.MaxNameLen {
-		// Every command naming this node would be refused.
-		return fmt.Errorf("cluster: NodeID is %d bytes long, longer than %d", len(c.NodeID), fsm.MaxNameLen)
-	}
-	if c.DataDir == "" {
-		return errors.New("cluster: DataDir is required")
-	}
-	if c.RaftAddr == "" {
-		return errors.New("cluster: RaftAddr is required")
-	}
-	if c.GossipAddr == "" {
-		return errors.New("cluster: GossipAddr is required")
-	}
-	if c.BootstrapExpect <= 0 {
-		c.BootstrapExpect = 1
-	}
-	if c.Clock == nil {
-		c.Clock = RealClock()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.DefaultUser == "" {
-		c.DefaultUser = "guest"
-	}
-	if c.DefaultPassword == "" {
-		c.DefaultPassword = "guest"
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.HeartbeatTimeout, time.Second)
-	def(&c.ElectionTimeout, time.Second)
-	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
-	def(&c.CommitTimeout, 2*time.Millisecond)
-	def(&c.SnapshotInterval, 30*time.Second)
-	def(&c.NodeDownAfter, DefaultNodeDownAfter)
-	def(&c.ReconcileInterval, 5*time.Second)
-	def(&c.JoinRetryInterval, time.Second)
-	def(&c.LeaderWait, 10*time.Second)
-	def(&c.MaxClockOffset, DefaultMaxClockOffset)
-	def(&c.ClockSampleInterval, time.Second)
-	if c.ConsumerTimeout == 0 {
-		c.ConsumerTimeout = fsm.DefaultConsumerTimeout * time.Millisecond
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = DefaultSnapshotThreshold
-		c.scaleSnapshotThreshold = true
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
-	}
-	if c.SnapshotBytes == 0 {
-		c.SnapshotBytes = DefaultSnapshotBytes
-	}
-	if c.MaxBatchCommands <= 0 {
-		c.MaxBatchCommands = 1024
-	}
-	if c.MaxInflightEntries <= 0 {
-		c.MaxInflightEntries = 4
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 1 << 20
-	}
-	for _, k := range c.GossipKeys {
-		if err := checkGossipKey(k); err != nil {
-			return err
-		}
-	}
-	if c.Protocol == 0 {
-		c.Protocol = fsm.Protocol
-	}
-	if c.Protocol > fsm.Protocol {
-		// The leader would let in what this node cannot apply.
-		return fmt.Errorf("cluster: Protocol %d is above %d, the highest this version applies", c.Protocol, fsm.Protocol)
-	}
-	return nil
-}
-
-// DefaultNodeDownAfter is NodeDownAfter's default. A NodeDown frees what
-// the node's consumers held; the node, if it runs after all, closes its
-// clients' connections when it applies it and they reconnect. Raft's
-// heartbeats to a dead node fail at once (the port refuses), so with this
-// wait its messages are free about two seconds after it died.
-const DefaultNodeDownAfter = 1500 * time.Millisecond
 
 // Node is one raftmq cluster member: a raft replica of the state machine,
 // a memberlist member, and the path by which commands reach the leader.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	stamp *stamper
+	cfg Config
+	log *slog.Logger
 	// group is the node's Raft group: raft, its storage and body store,
 	// the adapter that applies its log to state, and the way into the
 	// log (submitter, group commit, forwarding stream).
 	group *group.Group
-	trans *raft.NetworkTransport
-	out   *outbound // the connections it dialed, ended by Close
-	// removed holds the servers an operator removed (RemoveNode) while
-	// they were alive: reconcile adds alive members as voters, and would
-	// undo the removal at its next round. An id is forgotten once gossip
-	// no longer sees the member alive, so a node that comes back joins.
-	removed sync.Map
-	list    *memberlist.Memberlist
-	advert  string // advertised raft address
-	// replyConns carry direct replies to other nodes (reply.go).
-	replyConns peerConns
 
-	gossipAddr string // advertised gossip address
+	// The node's other parts, each declared beside the code that owns it.
+	membership   // who is in the cluster and whom this node reaches (gossip.go)
+	network      // the links to the other nodes (transport.go)
+	linkSecurity // what the links' certificates told (tls.go)
+	clocks       // log time: the stamper and the voters' clocks (stamp.go)
+	lifecycle    // start, failure and close
 
-	peersMu sync.Mutex
-	peers   []string // remembered gossip addresses of the other members (peers.go)
+	lead     atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
+	changed  *broadcast                 // leader, readiness or membership changed
+	notifyCh chan bool                  // raft's leadership changes, to monitorLeadership
+}
 
-	verifyMu     sync.Mutex
-	verifyFailed map[string]verifyFailure // members whose certificate failed, by id@addr
-
-	lead    atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
-	changed *broadcast                 // leader, readiness or membership changed
-
-	members  *memberTable
-	reach    *reach       // whom this node's raft and pings reach (reach.go)
-	watch    *quorumWatch // this node's own contact with a majority (quorum.go)
-	hasState atomic.Bool
-	leaving  atomic.Bool
-
-	// gossipedUnreachable is what the leader gossips raft does not reach
-	// (liveness.go).
-	gossipedUnreachable atomic.Pointer[[]string]
-
-	notifyCh chan bool
-	ready    chan struct{} // closed once a restarted node's past is cleared
-	restart  bool          // the node started with raft state on disk
-	bootMs   int64         // when this run started (unix ms), gossiped
-	closing  chan struct{}
-	// protocol is the command protocol this node announces
-	// (Config.Protocol; tests change it).
-	protocol atomic.Uint32
+// lifecycle is the node's start, failure and close.
+type lifecycle struct {
+	ready   chan struct{} // closed once a restarted node's past is cleared
+	restart bool          // the node started with raft state on disk
+	closing chan struct{}
 	// failed is closed when the node cannot apply the log; failErr says why.
 	failed   chan struct{}
 	failOnce sync.Once
@@ -315,9 +51,6 @@ type Node struct {
 	closeMu  sync.Mutex
 	closed   bool
 	wg       sync.WaitGroup
-
-	// qclock holds the voters' clock readings (quorumclock.go).
-	qclock *quorumClock
 }
 
 // Start opens the node's storage, starts raft, memberlist and the
@@ -333,18 +66,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.NodeID),
-		qclock:   newQuorumClock(cfg),
 		changed:  newBroadcast(),
-		members:  newMemberTable(),
-		reach:    newReach(),
-		watch:    newQuorumWatch(),
 		notifyCh: make(chan bool, 16),
-		ready:    make(chan struct{}),
-		closing:  make(chan struct{}),
-		failed:   make(chan struct{}),
-		out:      newOutbound(),
-		bootMs:   cfg.Clock.Now().UnixMilli(),
+		membership: membership{
+			members: newMemberTable(),
+			reach:   newReach(),
+			watch:   newQuorumWatch(),
+			bootMs:  cfg.Clock.Now().UnixMilli(),
+		},
+		network: network{out: newOutbound()},
+		lifecycle: lifecycle{
+			ready:   make(chan struct{}),
+			closing: make(chan struct{}),
+			failed:  make(chan struct{}),
+		},
 	}
+	n.qclock = newQuorumClock(cfg)
 	n.protocol.Store(cfg.Protocol)
 	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
 	if err := n.startRaft(); err != nil {
@@ -480,31 +217,6 @@ func (n *Node) startRaft() error {
 	return nil
 }
 
-// advertiseAddr picks the address peers dial: the explicit one, else the
-// listener's, with an unspecified host replaced by a private IP.
-func advertiseAddr(explicit, listen string) (string, error) {
-	if explicit != "" {
-		return explicit, nil
-	}
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return "", fmt.Errorf("cluster: address %q: %w", listen, err)
-	}
-	ip := net.ParseIP(host)
-	if ip != nil && !ip.IsUnspecified() {
-		return listen, nil
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
-				return net.JoinHostPort(ipn.IP.String(), port), nil
-			}
-		}
-	}
-	return net.JoinHostPort("127.0.0.1", port), nil
-}
-
 // bootstrap writes the first raft configuration.
 func (n *Node) bootstrap(servers []raft.Server) error {
 	err := n.await(context.Background(), n.group.Raft().BootstrapCluster(raft.Configuration{Servers: servers}))
@@ -533,15 +245,8 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // closes ready.
 func (n *Node) clearPastIncarnation() {
 	defer n.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := n.untilClosed(context.Background())
 	defer cancel()
-	go func() {
-		select {
-		case <-n.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	cmd := &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: n.cfg.NodeID}}}
 	for {
 		res, err := n.Submit(ctx, cmd)
@@ -844,111 +549,6 @@ func (n *Node) cleanup() {
 	if n.group != nil {
 		n.group.Close() // its body store and storage
 	}
-}
-
-// streamLayer is the raft TCP transport's network, routed through Links.
-// With tls set, accepted connections are TLS servers (the handshake runs on
-// the connection's first read, in raft's handler, not in Accept) and dial
-// dials TLS.
-type streamLayer struct {
-	ln     net.Listener
-	advert string
-	links  *Links
-	tls    *tls.Config
-	dial   func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
-
-	// out dials: the node's Close ends those connections.
-	out *outbound
-
-	mu       sync.Mutex
-	accepted map[net.Conn]struct{}
-	closed   bool
-}
-
-// Accept implements net.Listener; it keeps the connections so that Close
-// can drop them (raft's transport leaves accepted connections open).
-func (s *streamLayer) Accept() (net.Conn, error) {
-	c, err := s.ln.Accept()
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return nil, net.ErrClosed
-	}
-	if s.accepted == nil {
-		s.accepted = map[net.Conn]struct{}{}
-	}
-	if s.tls != nil {
-		c = tls.Server(c, s.tls)
-	}
-	ac := &acceptedConn{Conn: c, layer: s}
-	s.accepted[ac] = struct{}{}
-	return ac, nil
-}
-
-// acceptedConn leaves its stream layer's set when closed.
-type acceptedConn struct {
-	net.Conn
-	layer *streamLayer
-}
-
-func (c *acceptedConn) Close() error {
-	c.layer.mu.Lock()
-	delete(c.layer.accepted, c)
-	c.layer.mu.Unlock()
-	return c.Conn.Close()
-}
-
-// Close implements net.Listener and closes every accepted connection.
-func (s *streamLayer) Close() error {
-	err := s.ln.Close()
-	s.mu.Lock()
-	s.closed = true
-	conns := s.accepted
-	s.accepted = nil
-	s.mu.Unlock()
-	for c := range conns {
-		_ = c.(*acceptedConn).Conn.Close()
-	}
-	return err
-}
-
-func (s *streamLayer) Addr() net.Addr { return advertAddr(s.advert) }
-func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	dial := s.links.dial
-	if s.dial != nil {
-		dial = s.dial
-	}
-	return s.out.dial(context.Background(), string(addr), timeout, dial)
-}
-
-type advertAddr string
-
-func (a advertAddr) Network() string { return "tcp" }
-func (a advertAddr) String() string  { return string(a) }
-
-// broadcast wakes every waiter at each signal.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-func (b *broadcast) signal() {
-	b.mu.Lock()
-	close(b.ch)
-	b.ch = make(chan struct{})
-	b.mu.Unlock()
 }
 
 // LogEntries calls fn for each command entry still in the local raft log

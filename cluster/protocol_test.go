@@ -79,7 +79,13 @@ func TestProtocol_RaisedWhenTheLastServerAnnouncesIt(t *testing.T) {
 // let in what it cannot apply.
 func TestProtocol_ConfigAboveThisBinaryIsRefused(t *testing.T) {
 	_, err := cluster.Start(ctxT(t, 10*time.Second), cluster.Config{NodeID: "n", DataDir: t.TempDir(),
-		RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0", Protocol: fsm.Protocol + 1})
+		GroupConfig: cluster.GroupConfig{
+			RaftAddr: "127.0.0.1:0",
+		},
+		MembershipConfig: cluster.MembershipConfig{
+			GossipAddr: "127.0.0.1:0",
+		},
+		Protocol: fsm.Protocol + 1})
 	if err == nil {
 		t.Fatal("started announcing a protocol above this binary's")
 	}

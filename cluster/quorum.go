@@ -12,18 +12,6 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
-// Pauser is told when this node cannot serve clients because it lost
-// contact with a majority of the cluster, and when it can again (the AMQP
-// server). Its methods are called in turn, never concurrently, and must
-// not call back into the node.
-type Pauser interface {
-	// Pause closes every client connection, saying reason, and refuses
-	// new ones until Resume.
-	Pause(reason string)
-	// Resume takes clients again.
-	Resume()
-}
-
 // quorumWatch is a node's view of its own contact with the cluster.
 //
 // A node cut off from the majority (a partition, or a pause of its
@@ -359,66 +347,4 @@ func (n *Node) pingPeers(voters []string) {
 			w.pingMu.Unlock()
 		}()
 	}
-}
-
-// hold keeps e while the node is suspect and reports whether it did,
-// and the silence epoch it decided in. A pause of the process in the
-// middle of an entry's effects makes it suspect here, before the next
-// one. Locks: none.
-func (g gateSink) hold(e heldEffect) (held bool, epoch uint64) {
-	w := g.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.noteStall(time.Now(), g.after)
-	if !w.suspect {
-		return false, w.gen
-	}
-	w.held = append(w.held, e)
-	return true, w.gen
-}
-
-// gateSink passes effects on unless the node is suspect, when they are
-// held until it has caught up (flushHeld).
-type gateSink struct {
-	w     *quorumWatch
-	after time.Duration // the node's suspectAfter
-	next  fsm.Sink
-}
-
-func (g gateSink) Deliver(d *fsm.Delivery) {
-	if held, epoch := g.hold(heldEffect{deliver: d}); !held {
-		deliverIn(g.next, d, epoch)
-	}
-}
-
-func (g gateSink) ConsumerCancelled(c *proto.ConsumerRef) {
-	if held, _ := g.hold(heldEffect{cancel: c}); !held {
-		g.next.ConsumerCancelled(c)
-	}
-}
-
-func (g gateSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
-	if held, _ := g.hold(heldEffect{timedOut: ch, timeout: timeout}); !held {
-		g.next.ChannelTimedOut(ch, timeout)
-	}
-}
-
-func (g gateSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
-	if held, _ := g.hold(heldEffect{consumerTimedOut: c, timeout: timeout, tags: tags}); !held {
-		g.next.ConsumerTimedOut(c, timeout, tags)
-	}
-}
-
-func (g gateSink) NodeDown(node string) {
-	if held, _ := g.hold(heldEffect{down: node}); !held {
-		g.next.NodeDown(node)
-	}
-}
-
-// effects is the Sink the adapter hands this node's effects to.
-func (n *Node) effects() fsm.Sink {
-	if n.cfg.Effects == nil || n.watch == nil {
-		return n.cfg.Effects
-	}
-	return gateSink{w: n.watch, after: n.suspectAfter(), next: n.cfg.Effects}
 }

@@ -223,15 +223,8 @@ func (n *Node) ClockProblem() string {
 // once when a term starts), then checks this node's own against them.
 func (n *Node) clockLoop() {
 	defer n.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := n.untilClosed(context.Background())
 	defer cancel()
-	go func() {
-		select {
-		case <-n.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	t := time.NewTicker(n.cfg.ClockSampleInterval)
 	defer t.Stop()
 	for {

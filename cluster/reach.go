@@ -245,13 +245,8 @@ func (n *Node) firstAppendGrace() time.Duration {
 func (n *Node) pingPeer(id, addr string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-n.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, stop := n.untilClosed(ctx)
+	defer stop()
 	conn, err := n.replyConns.conn(n, id, addr)
 	if err != nil {
 		return

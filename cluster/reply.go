@@ -9,15 +9,6 @@ import (
 	"google.golang.org/grpc"
 )
 
-// ReplySink takes the direct replies other nodes send to this node's
-// channels (the AMQP server). It must not block.
-type ReplySink interface {
-	// DirectReply delivers r to the reply consumer its name designates
-	// (with r.probe, only reports whether it exists) and reports whether
-	// it did.
-	DirectReply(r *proto.DirectReply) bool
-}
-
 // Reply hands a direct reply to node, which delivers it to the channel its
 // name designates, and reports whether it reached the reply consumer.
 // Replies skip the log: they are transient and delivered at most once (as

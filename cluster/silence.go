@@ -2,31 +2,7 @@ package cluster
 
 import (
 	"time"
-
-	"github.com/raftmq/raftmq/fsm"
 )
-
-// EpochSink is a Sink that also learns, with each delivery, the silence
-// epoch (SilenceEpoch) its node decided it in. The AMQP server is one: a
-// delivery may wait in its buffers past a silence of the node (a paused
-// process runs its socket writers first when it resumes), and by then the
-// cluster may have declared the node down and handed the message to
-// another consumer. The epoch lets it tell such a delivery from one
-// decided after the silence, whatever goroutine resumes first.
-type EpochSink interface {
-	fsm.Sink
-	// DeliverIn is Deliver with the epoch the delivery was decided in.
-	DeliverIn(d *fsm.Delivery, epoch uint64)
-}
-
-// deliverIn hands d to next with its epoch when next takes one.
-func deliverIn(next fsm.Sink, d *fsm.Delivery, epoch uint64) {
-	if e, ok := next.(EpochSink); ok {
-		e.DeliverIn(d, epoch)
-		return
-	}
-	next.Deliver(d)
-}
 
 // SilenceEpoch counts this node's silences: it changes whenever the node
 // finds it was silent for NodeDownAfter/2 (no contact with a majority of

@@ -23,7 +23,7 @@ func (r *epochRecorder) DeliverIn(_ *fsm.Delivery, epoch uint64) { r.epochs = ap
 // pause were decided in.
 func TestSilence_PauseBetweenEffectsIsSeenByTheGateAndTheEpoch(t *testing.T) {
 	rec := &epochRecorder{}
-	n := &Node{cfg: Config{NodeDownAfter: time.Second}, watch: newQuorumWatch()}
+	n := &Node{cfg: Config{MembershipConfig: MembershipConfig{NodeDownAfter: time.Second}}, membership: membership{watch: newQuorumWatch()}}
 	n.cfg.Effects = rec
 	g := n.effects()
 	w := n.watch
@@ -90,7 +90,7 @@ func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
 	if len(rec.consumers) != 0 || len(rec.channels) != 0 || len(w.held) != 2 {
 		t.Fatalf("passed on while suspect: %v %v, held %d", rec.consumers, rec.channels, len(w.held))
 	}
-	n := &Node{cfg: Config{NodeID: "me", Effects: rec}, log: discardLogger()}
+	n := &Node{cfg: Config{NodeID: "me", Sinks: Sinks{Effects: rec}}, log: discardLogger()}
 	n.flushHeld(w.held, w.gen)
 	if len(rec.consumers) != 1 || rec.consumers[0] != "slow" || len(rec.channels) != 1 {
 		t.Fatalf("after catching up: consumers %v channels %v", rec.consumers, rec.channels)

@@ -10,6 +10,13 @@ import (
 // so it never stands still.
 const slewDiv = 10
 
+// clocks is the node's time: the stamper that hands out log time and the
+// voters' clock readings it is anchored to (quorumclock.go).
+type clocks struct {
+	stamp  *stamper
+	qclock *quorumClock
+}
+
 // quorumTime says what the quorum's wall clocks read, as an offset from
 // this node's monotonic clock (unix ns minus monotonic ns): quorumClock.
 type quorumTime interface {

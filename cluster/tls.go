@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/raftmq/raftmq/internal/certchain"
@@ -395,6 +396,13 @@ func (n *Node) verifyPeer(ctx context.Context, id, addr string) error {
 // verifyRetry is how long a member whose certificate failed the check is
 // not checked again.
 const verifyRetry = 2 * time.Second
+
+// linkSecurity is what the links' certificates told: the members whose
+// certificate failed, by id@addr, not checked again before verifyRetry.
+type linkSecurity struct {
+	verifyMu     sync.Mutex
+	verifyFailed map[string]verifyFailure
+}
 
 type verifyFailure struct {
 	at  time.Time

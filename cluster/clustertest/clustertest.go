@@ -92,24 +92,30 @@ func (c *Cluster) newNode(id string, i, expect int) *Node {
 	// kept for restarts. Picking free ports in advance races with other
 	// tests running at the same time.
 	nd.Config = cluster.Config{
-		NodeID:              id,
-		DataDir:             c.t.TempDir(),
-		RaftAddr:            "127.0.0.1:0",
-		AMQPAddr:            "127.0.0.1:" + strconv.Itoa(5672+i),
-		GossipAddr:          "127.0.0.1:0",
-		BootstrapExpect:     expect,
-		Logger:              c.logger.With("test_node", id),
-		Links:               nd.Links,
-		HeartbeatTimeout:    300 * time.Millisecond,
-		ElectionTimeout:     300 * time.Millisecond,
-		LeaderLeaseTimeout:  150 * time.Millisecond,
-		CommitTimeout:       2 * time.Millisecond,
-		NodeDownAfter:       time.Second,
-		ReconcileInterval:   200 * time.Millisecond,
-		JoinRetryInterval:   100 * time.Millisecond,
-		ClockSampleInterval: 100 * time.Millisecond,
-		LeaderWait:          5 * time.Second,
-		Gossip:              tightGossip,
+		NodeID:  id,
+		DataDir: c.t.TempDir(),
+		Logger:  c.logger.With("test_node", id),
+		GroupConfig: cluster.GroupConfig{
+			RaftAddr:           "127.0.0.1:0",
+			HeartbeatTimeout:   300 * time.Millisecond,
+			ElectionTimeout:    300 * time.Millisecond,
+			LeaderLeaseTimeout: 150 * time.Millisecond,
+			CommitTimeout:      2 * time.Millisecond,
+			LeaderWait:         5 * time.Second,
+		},
+		MembershipConfig: cluster.MembershipConfig{
+			AMQPAddr:          "127.0.0.1:" + strconv.Itoa(5672+i),
+			GossipAddr:        "127.0.0.1:0",
+			BootstrapExpect:   expect,
+			Links:             nd.Links,
+			NodeDownAfter:     time.Second,
+			ReconcileInterval: 200 * time.Millisecond,
+			JoinRetryInterval: 100 * time.Millisecond,
+			Gossip:            tightGossip,
+		},
+		TimeConfig: cluster.TimeConfig{
+			ClockSampleInterval: 100 * time.Millisecond,
+		},
 	}
 	return nd
 }

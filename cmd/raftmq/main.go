@@ -28,6 +28,7 @@ import (
 	"github.com/raftmq/raftmq/api/metrics"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -127,33 +128,43 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		Logger:            logger,
 	})
 	node, err := cluster.Start(ctx, cluster.Config{
-		NodeID:             cfg.NodeID,
-		DataDir:            cfg.DataDir,
-		LogStore:           cfg.RaftLogStore,
-		RaftAddr:           cfg.RaftAddr,
-		RaftAdvertise:      advertise(host, cfg.RaftAddr),
-		GRPCAddr:           advertise(host, grpcLn.Addr().String()),
-		AMQPAddr:           advertise(host, amqpBound),
-		GossipAddr:         cfg.GossipAddr,
-		GossipAdvertise:    advertise(host, cfg.GossipAddr),
-		Join:               cfg.Join,
-		BootstrapExpect:    cfg.BootstrapExpect,
-		GRPCServer:         grpcSrv,
-		Effects:            amqpSrv,
-		Replies:            amqpSrv,
-		Pauser:             amqpSrv,
-		DefaultUser:        cfg.DefaultUser,
-		DefaultPassword:    cfg.DefaultPassword,
-		NodeDownAfter:      cfg.NodeDownAfter,
-		MaxClockOffset:     cfg.MaxClockOffset,
-		HeartbeatTimeout:   cfg.RaftTimeout,
-		ElectionTimeout:    cfg.RaftTimeout,
-		LeaderLeaseTimeout: cfg.RaftTimeout / 2,
-		TLS:                sec.tls,
-		GossipKeys:         sec.keys,
-		MaxMessageSize:     cfg.MaxMessageSize,
-		ConsumerTimeout:    consumerTimeout(cfg.ConsumerTimeout),
-		Logger:             logger.With("component", "cluster"),
+		NodeID:     cfg.NodeID,
+		DataDir:    cfg.DataDir,
+		GRPCServer: grpcSrv,
+		Logger:     logger.With("component", "cluster"),
+		// The AMQP server holds this node's clients: it takes their
+		// deliveries and timeouts, direct replies and pauses.
+		Sinks: cluster.SinksTo(amqpSrv),
+		GroupConfig: cluster.GroupConfig{
+			LogStore:           cfg.RaftLogStore,
+			RaftAddr:           cfg.RaftAddr,
+			RaftAdvertise:      advertise(host, cfg.RaftAddr),
+			HeartbeatTimeout:   cfg.RaftTimeout,
+			ElectionTimeout:    cfg.RaftTimeout,
+			LeaderLeaseTimeout: cfg.RaftTimeout / 2,
+			MaxMessageSize:     cfg.MaxMessageSize,
+		},
+		MembershipConfig: cluster.MembershipConfig{
+			GRPCAddr:        advertise(host, grpcLn.Addr().String()),
+			AMQPAddr:        advertise(host, amqpBound),
+			GossipAddr:      cfg.GossipAddr,
+			GossipAdvertise: advertise(host, cfg.GossipAddr),
+			Join:            cfg.Join,
+			BootstrapExpect: cfg.BootstrapExpect,
+			NodeDownAfter:   cfg.NodeDownAfter,
+		},
+		SecurityConfig: cluster.SecurityConfig{
+			TLS:        sec.tls,
+			GossipKeys: sec.keys,
+		},
+		TimeConfig: cluster.TimeConfig{
+			MaxClockOffset: cfg.MaxClockOffset,
+		},
+		DutyConfig: cluster.DutyConfig{
+			DefaultUser:     cfg.DefaultUser,
+			DefaultPassword: cfg.DefaultPassword,
+			ConsumerTimeout: consumerTimeout(cfg.ConsumerTimeout),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("start node: %w", err)
@@ -177,7 +188,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
 		MemoryLimit: uint64(watermark), Resources: resources,
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
-	amqpBroker := &broker{node: node, metrics: nodeMetrics}
+	amqpBroker := broker.New(node, nodeMetrics.ObserveApply)
 	amqpSrv.SetBroker(amqpBroker)
 
 	sec.auth.SetNode(apiNode)
@@ -187,7 +198,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources,
 		Environment: func() []*proto.Setting { return cfg.Settings }})
 	defer operations.Close()
-	amqpBroker.ops.Store(operations)
+	amqpBroker.SetPeerConnections(operations.PeerConnections)
 	proto.RegisterAdminServer(grpcSrv, grpcadmin.New(operations))
 	var amqpOpen atomic.Bool
 	httpSrv := &http.Server{

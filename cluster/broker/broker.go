@@ -1,0 +1,137 @@
+// Package broker serves the AMQP server from a cluster node: commands go
+// through the node's log (Node.Submit), credentials, vhosts, queues and
+// unacknowledged tags are read from its applied state (Node.View). It is
+// the one implementation of amqp.Broker over a real node: the raftmq
+// command and the tests that run AMQP over in-process nodes use it alike.
+// It imports the node, never the AMQP server: it meets amqp.Broker,
+// amqp.Replier, amqp.Silences and amqp.ConnectionLimiter by their
+// methods.
+package broker
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Broker is a node as the AMQP server sees it.
+type Broker struct {
+	node *cluster.Node
+	// observe is told how long each submit took (nil: no one).
+	observe func(time.Duration)
+	// peers counts a vhost's connections on the other nodes; set once
+	// the service that asks them exists (SetPeerConnections).
+	peers atomic.Pointer[func(ctx context.Context, vhost string) int]
+}
+
+// New serves the AMQP server from node; observe, when set, is told how
+// long each submit took (the apply-latency metric).
+func New(node *cluster.Node, observe func(time.Duration)) *Broker {
+	return &Broker{node: node, observe: observe}
+}
+
+// NodeID names this node in channel, connection and consumer references.
+func (b *Broker) NodeID() string { return b.node.NodeID() }
+
+// SetPeerConnections gives the broker what counts a vhost's connections
+// on the other nodes (the admin service, which asks them).
+func (b *Broker) SetPeerConnections(count func(ctx context.Context, vhost string) int) {
+	b.peers.Store(&count)
+}
+
+// VhostConnectionLimit reads the vhost's max-connections from the applied
+// state (amqp.ConnectionLimiter).
+func (b *Broker) VhostConnectionLimit(vhost string) (max int64, ok bool) {
+	b.node.View(func(m *fsm.Machine) { max, ok = m.VhostLimit(vhost, fsm.LimitMaxConnections) })
+	return max, ok
+}
+
+// PeerConnections counts the vhost's connections the other nodes report
+// (amqp.ConnectionLimiter); none before SetPeerConnections.
+func (b *Broker) PeerConnections(ctx context.Context, vhost string) int {
+	if count := b.peers.Load(); count != nil {
+		return (*count)(ctx, vhost)
+	}
+	return 0
+}
+
+// SilenceEpoch counts the node's silences (amqp.Silences).
+func (b *Broker) SilenceEpoch() uint64 { return b.node.SilenceEpoch() }
+
+// Submit proposes cmd through the node's log (Node.Submit).
+func (b *Broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
+	if b.observe != nil {
+		defer b.timed(time.Now())
+	}
+	return b.node.Submit(ctx, cmd)
+}
+
+// SubmitBatch proposes cmds as one unit (Node.SubmitBatch).
+func (b *Broker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	if b.observe != nil {
+		defer b.timed(time.Now())
+	}
+	return b.node.SubmitBatch(ctx, cmds)
+}
+
+func (b *Broker) timed(start time.Time) { b.observe(time.Since(start)) }
+
+// Reply carries a direct reply to another node's channel (amqp.Replier).
+func (b *Broker) Reply(ctx context.Context, node string, r *proto.DirectReply) (bool, error) {
+	return b.node.Reply(ctx, node, r)
+}
+
+// Authenticate checks a user's password and returns the user's tags.
+func (b *Broker) Authenticate(user, password string) (tags []string, ok bool) {
+	var hash []byte
+	b.node.View(func(m *fsm.Machine) {
+		hash, tags, ok = m.User(user)
+	})
+	if !ok || !fsm.CheckPassword(hash, fsm.PasswordSaltLen, password) {
+		return nil, false
+	}
+	return tags, true
+}
+
+// Unacked returns those of tags the applied state holds as unacknowledged
+// deliveries of the channel.
+func (b *Broker) Unacked(ch *proto.ChannelRef, tags []uint64) (out []uint64) {
+	b.node.View(func(m *fsm.Machine) { out = m.Unacked(ch, tags) })
+	return out
+}
+
+// VhostExists reports whether a vhost exists in the applied state.
+func (b *Broker) VhostExists(name string) (ok bool) {
+	b.node.View(func(m *fsm.Machine) { ok = m.VhostExists(name) })
+	return ok
+}
+
+// Permission returns a user's patterns in a vhost.
+func (b *Broker) Permission(user, vhost string) (configure, write, read string, ok bool) {
+	b.node.View(func(m *fsm.Machine) { configure, write, read, ok = m.Permission(user, vhost) })
+	return configure, write, read, ok
+}
+
+// UserExists reports whether a user exists in the applied state.
+func (b *Broker) UserExists(name string) (ok bool) {
+	b.node.View(func(m *fsm.Machine) { _, _, ok = m.User(name) })
+	return ok
+}
+
+// QueueCount counts a vhost's queues in the applied state; it walks them,
+// and runs only when a queue limit is set.
+func (b *Broker) QueueCount(vhost, name string) (count int, exists bool) {
+	if vhost == "" {
+		// Queues("") lists every vhost's queues.
+		return 0, false
+	}
+	b.node.View(func(m *fsm.Machine) {
+		count = len(m.Queues(vhost))
+		_, exists = m.Queue(vhost, name)
+	})
+	return count, exists
+}

@@ -1,0 +1,59 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster/broker"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// A follower's broker answers from what its node applied: the default
+// user and vhost the first leader created, a queue declared through it
+// (forwarded to the leader), and the time each submit took.
+func TestBroker_ServesFromTheNodesAppliedState(t *testing.T) {
+	c := clustertest.New(t, 2)
+	c.WaitForLeader(clustertest.Timeout)
+	node := c.Followers()[0]
+	<-node.Ready()
+	var observed []time.Duration
+	b := broker.New(node, func(d time.Duration) { observed = append(observed, d) })
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if !b.UserExists("guest") || !b.VhostExists("/") {
+			return errors.New("no default user and vhost yet on " + node.NodeID())
+		}
+		return nil
+	})
+	if b.NodeID() != node.NodeID() {
+		t.Fatalf("NodeID %q, want %q", b.NodeID(), node.NodeID())
+	}
+	if tags, ok := b.Authenticate("guest", "guest"); !ok || len(tags) != 1 || tags[0] != "administrator" {
+		t.Fatalf("guest/guest: tags %v ok %v, want [administrator] true", tags, ok)
+	}
+	if _, ok := b.Authenticate("guest", "wrong"); ok {
+		t.Fatal("a wrong password authenticated")
+	}
+	if _, _, _, ok := b.Permission("guest", "/"); !ok {
+		t.Fatal("guest has no permission on /")
+	}
+	if n, exists := b.QueueCount("/", "q"); n != 0 || exists {
+		t.Fatalf("before the declaration: %d queues, q exists %v", n, exists)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
+	defer cancel()
+	res, err := b.Submit(ctx, &proto.Command{Cmd: &proto.Command_QueueDeclare{
+		QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true}}})
+	if err != nil || res.GetCode() != 0 {
+		t.Fatalf("declare: %v %v", res, err)
+	}
+	// Read your writes: the submit returned once this node applied it.
+	if n, exists := b.QueueCount("/", "q"); n != 1 || !exists {
+		t.Fatalf("after the declaration: %d queues, q exists %v", n, exists)
+	}
+	if len(observed) != 1 {
+		t.Fatalf("observed %d submits, want 1", len(observed))
+	}
+}

@@ -1,0 +1,43 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+)
+
+// broadcast wakes every waiter at each signal.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) signal() {
+	b.mu.Lock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// untilClosed returns a context that ends with parent or when the node
+// closes, whichever comes first. Calls to peers and proposals made
+// outside a leader's term stop with it, rather than run out their
+// timeout after Close. Cancel it when done: that also ends its watch.
+func (n *Node) untilClosed(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-n.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
