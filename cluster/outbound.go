@@ -3,8 +3,9 @@ package cluster
 import (
 	"context"
 	"net"
-	"sync"
 	"time"
+
+	"github.com/raftmq/raftmq/internal/connset"
 )
 
 // outbound holds the connections this node dials to its peers (raft's
@@ -19,14 +20,12 @@ type outbound struct {
 	ctx    context.Context // ends at abort: dials in progress give up
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	conns   map[*outboundConn]struct{}
-	aborted bool
+	conns connset.Set
 }
 
 func newOutbound() *outbound {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &outbound{ctx: ctx, cancel: cancel, conns: map[*outboundConn]struct{}{}}
+	return &outbound{ctx: ctx, cancel: cancel}
 }
 
 // dial dials addr with dial, giving up when ctx ends or the node aborts,
@@ -41,14 +40,10 @@ func (o *outbound) dial(ctx context.Context, addr string, timeout time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.aborted {
-		_ = c.Close()
+	oc, ok := o.conns.Add(c)
+	if !ok {
 		return nil, net.ErrClosed
 	}
-	oc := &outboundConn{Conn: c, out: o}
-	o.conns[oc] = struct{}{}
 	return oc, nil
 }
 
@@ -56,25 +51,5 @@ func (o *outbound) dial(ctx context.Context, addr string, timeout time.Duration,
 // makes later dials fail.
 func (o *outbound) abort() {
 	o.cancel()
-	o.mu.Lock()
-	o.aborted = true
-	conns := o.conns
-	o.conns = map[*outboundConn]struct{}{}
-	o.mu.Unlock()
-	for c := range conns {
-		_ = c.Conn.Close()
-	}
-}
-
-// outboundConn leaves its set when closed.
-type outboundConn struct {
-	net.Conn
-	out *outbound
-}
-
-func (c *outboundConn) Close() error {
-	c.out.mu.Lock()
-	delete(c.out.conns, c)
-	c.out.mu.Unlock()
-	return c.Conn.Close()
+	o.conns.Close()
 }

@@ -5,10 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/internal/connset"
 )
 
 // network is the node's links to the other nodes: raft's transport and
@@ -35,9 +36,7 @@ type streamLayer struct {
 	// out dials: the node's Close ends those connections.
 	out *outbound
 
-	mu       sync.Mutex
-	accepted map[net.Conn]struct{}
-	closed   bool
+	accepted connset.Set
 }
 
 // Accept implements net.Listener; it keeps the connections so that Close
@@ -47,47 +46,20 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return nil, net.ErrClosed
-	}
-	if s.accepted == nil {
-		s.accepted = map[net.Conn]struct{}{}
-	}
 	if s.tls != nil {
 		c = tls.Server(c, s.tls)
 	}
-	ac := &acceptedConn{Conn: c, layer: s}
-	s.accepted[ac] = struct{}{}
+	ac, ok := s.accepted.Add(c)
+	if !ok {
+		return nil, net.ErrClosed
+	}
 	return ac, nil
-}
-
-// acceptedConn leaves its stream layer's set when closed.
-type acceptedConn struct {
-	net.Conn
-	layer *streamLayer
-}
-
-func (c *acceptedConn) Close() error {
-	c.layer.mu.Lock()
-	delete(c.layer.accepted, c)
-	c.layer.mu.Unlock()
-	return c.Conn.Close()
 }
 
 // Close implements net.Listener and closes every accepted connection.
 func (s *streamLayer) Close() error {
 	err := s.ln.Close()
-	s.mu.Lock()
-	s.closed = true
-	conns := s.accepted
-	s.accepted = nil
-	s.mu.Unlock()
-	for c := range conns {
-		_ = c.(*acceptedConn).Conn.Close()
-	}
+	s.accepted.Close()
 	return err
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/internal/connset"
 )
 
 // The header a connection to a group other than the default one starts
@@ -91,7 +93,7 @@ func (m *Mux) Layer(id string) (raft.StreamLayer, error) {
 			return nil, err
 		}
 	}
-	l := &muxLayer{m: m, id: id, conns: make(chan net.Conn), closed: make(chan struct{}), accepted: map[net.Conn]struct{}{}}
+	l := &muxLayer{m: m, id: id, conns: make(chan net.Conn), closed: make(chan struct{})}
 	if id != DefaultID {
 		l.header = append([]byte{muxMagic, muxVersion, byte(len(id))}, id...)
 	}
@@ -254,9 +256,7 @@ type muxLayer struct {
 	once   sync.Once
 	closed chan struct{}
 
-	mu       sync.Mutex
-	accepted map[net.Conn]struct{}
-	shut     bool
+	accepted connset.Set
 }
 
 // hand gives c to the layer's Accept, unless the layer closes or
@@ -280,14 +280,10 @@ func (l *muxLayer) hand(c net.Conn, deadline time.Time) bool {
 func (l *muxLayer) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.shut {
-			_ = c.Close()
+		ac, ok := l.accepted.Add(c)
+		if !ok {
 			return nil, errMuxClosed
 		}
-		ac := &layerConn{Conn: c, layer: l}
-		l.accepted[ac] = struct{}{}
 		return ac, nil
 	case <-l.closed:
 		return nil, errMuxClosed
@@ -304,14 +300,7 @@ func (l *muxLayer) Close() error {
 			delete(l.m.layers, l.id)
 		}
 		l.m.mu.Unlock()
-		l.mu.Lock()
-		l.shut = true
-		conns := l.accepted
-		l.accepted = nil
-		l.mu.Unlock()
-		for c := range conns {
-			_ = c.(*layerConn).Conn.Close()
-		}
+		l.accepted.Close()
 	})
 	return nil
 }
@@ -333,19 +322,6 @@ func (l *muxLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 		return c, err
 	}
 	return &headerConn{Conn: c, header: l.header}, nil
-}
-
-// layerConn leaves its layer's set when closed.
-type layerConn struct {
-	net.Conn
-	layer *muxLayer
-}
-
-func (c *layerConn) Close() error {
-	c.layer.mu.Lock()
-	delete(c.layer.accepted, c)
-	c.layer.mu.Unlock()
-	return c.Conn.Close()
 }
 
 // headerConn sends header ahead of the first write, in the same write,
