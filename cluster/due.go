@@ -11,62 +11,126 @@ import (
 // dueDuties are the leader's duties that fall due on the log clock, each
 // a loop of the term: the deaths of messages (expiryLoop), the leases of
 // queues (leaseLoop), the consumer timeouts (consumerTimeoutLoop) and the
-// delayed releases (delayedLoop). The first three share dueLoop; the
-// releases judge their progress by the head message instead. Node-down
-// is the reconcile's (leader.go).
+// delayed releases (delayedLoop). Every one runs on dueLoop (runDue),
+// each on its own goroutine: one goroutine for all would let a slow
+// proposal of one duty hold back the others' deadlines. Node-down is the
+// reconcile's (leader.go).
 func (n *Node) dueDuties() []func(context.Context) {
 	return []func(context.Context){n.expiryLoop, n.leaseLoop, n.consumerTimeoutLoop, n.delayedLoop}
 }
 
-// dueLoop is the shape of the expiry and lease schedulers: sleep on the
-// Clock until next() falls due, then propose(now), where now is the least
-// stamp the entry can get; wake early after every apply (a new, earlier
-// deadline may have appeared). If a proposal leaves the same deadline due
-// (the state machine disagreed), back off before proposing again.
+// dueProgress is how a duty's loop tells that a proposal moved its work.
+type dueProgress int
+
+const (
+	// byDeadline: a proposal at stamp now covers all the work due by
+	// now, so work due at or before the stamp of the last proposal is
+	// stuck; the backoff starts over at the first proposal for later
+	// work, and a failed proposal is retried after 100 ms. The deaths,
+	// leases and consumer timeouts.
+	byDeadline dueProgress = iota
+	// byHead: a proposal takes one bounded batch, so a burst due in one
+	// millisecond keeps its due time over many proposals; only a head
+	// that a committed proposal left in place is stuck (a refusal: a
+	// server of the configuration lacks the protocol). The backoff starts
+	// over once a proposal moves the head, and a failed proposal backs
+	// off like a stuck one. The delayed releases.
+	byHead
+)
+
+// A dueDuty is one duty of dueDuties.
+type dueDuty struct {
+	what string
+	// next reports when the duty's earliest work falls due (ok: there is
+	// some) and, for byHead, which item heads it.
+	next     func(m *fsm.Machine) (at int64, head uint64, ok bool)
+	propose  func(ctx context.Context, now int64) (proposed bool, err error)
+	progress dueProgress
+}
+
+// dueLoop runs a duty judged byDeadline (see runDue).
 func (n *Node) dueLoop(ctx context.Context, what string,
 	next func(m *fsm.Machine) (int64, bool), propose func(ctx context.Context, now int64) (bool, error)) {
-	lastProposed := int64(-1 << 63)
+	n.runDue(ctx, dueDuty{what: what, propose: propose, progress: byDeadline,
+		next: func(m *fsm.Machine) (int64, uint64, bool) {
+			at, ok := next(m)
+			return at, 0, ok
+		}})
+}
+
+// runDue is the shape of every due duty's scheduler: sleep on the Clock
+// until next() falls due, then propose(now), where now is the least
+// stamp the entry can get; wake early after every apply (a new, earlier
+// deadline may have appeared). If a proposal left its work stuck (the
+// state machine disagreed; d.progress says how that shows), back off
+// before proposing again, and let no apply cut the backoff short.
+func (n *Node) runDue(ctx context.Context, d dueDuty) {
+	lastProposed := int64(-1 << 63) // the stamp of the last proposal
+	var lastHead uint64             // the head at the last proposal
+	proposedOnce := false
+	judge := false // byHead: a proposal went through and its effect is unseen
 	backoff := time.Duration(0)
 	retry := false // the backoff ran out: propose even if it looks stuck
+	backOff := func(why string, at int64) bool {
+		backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+		n.log.Debug(why, "what", d.what, "deadline", at, "backoff", backoff)
+		t := n.cfg.Clock.NewTimer(backoff)
+		defer t.Stop()
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			return false
+		}
+		retry = true
+		return true
+	}
 	for {
 		_, applied := n.group.Applied().Load()
 		var at int64
+		var head uint64
 		var ok bool
-		n.View(func(m *fsm.Machine) { at, ok = next(m) })
+		n.View(func(m *fsm.Machine) { at, head, ok = d.next(m) })
+		moved := !ok || !proposedOnce || head != lastHead
+		if judge && moved {
+			backoff = 0
+		}
+		judge = false
 		var timer Timer
 		if ok {
 			now := n.stamp.peek()
+			stuck := at <= lastProposed
+			if d.progress == byHead {
+				stuck = !moved
+			}
 			switch {
-			case at <= now && at <= lastProposed && !retry:
-				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-				n.log.Debug("due work still due after its proposal", "what", what, "deadline", at, "backoff", backoff)
-				t := n.cfg.Clock.NewTimer(backoff)
-				select {
-				case <-t.C():
-				case <-ctx.Done():
-					t.Stop()
+			case at <= now && stuck && !retry:
+				if !backOff("due work still due after its proposal", at) {
 					return
 				}
-				retry = true
 				continue
 			case at <= now:
 				retry = false
-				proposed, err := propose(ctx, now)
+				proposed, err := d.propose(ctx, now)
 				if ctx.Err() != nil {
 					return
 				}
 				if err != nil {
-					n.log.Warn("proposal failed", "what", what, "err", err)
-					if !sleepCtx(ctx, 100*time.Millisecond) {
+					n.log.Warn("proposal failed", "what", d.what, "err", err)
+					if d.progress == byHead {
+						if !backOff("due work's proposal failed", at) {
+							return
+						}
+					} else if !sleepCtx(ctx, 100*time.Millisecond) {
 						return
 					}
 					continue
 				}
 				if proposed {
-					if at > lastProposed {
+					if d.progress == byDeadline && at > lastProposed {
 						backoff = 0
 					}
-					lastProposed = now
+					lastProposed, lastHead, proposedOnce = now, head, true
+					judge = d.progress == byHead
 					continue
 				}
 				timer = n.cfg.Clock.NewTimer(50 * time.Millisecond)
@@ -163,49 +227,16 @@ func (n *Node) consumerTimeoutLoop(ctx context.Context) {
 // the messages stay in the state until an entry releases them, so none is
 // lost to a leader change or a restart.
 //
-// Unlike dueLoop's, progress is judged by the head message, not the due
-// time: a burst due in one millisecond keeps the same due time over many
-// batches, and only a head that a committed release left in place (a
-// refusal: a server of the configuration lacks the protocol) backs off.
+// It runs on runDue, its progress judged byHead: one due time can take
+// many batches.
 func (n *Node) delayedLoop(ctx context.Context) {
-	backoff := time.Duration(0)
-	for {
-		_, applied := n.group.Applied().Load()
-		var due int64
-		var seq uint64
-		var ok bool
-		n.View(func(m *fsm.Machine) { due, seq, ok = m.NextRelease() })
-		var timer Timer
-		if ok {
-			now := n.stamp.peek()
-			if due <= now {
-				res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_ReleaseDelayed{
-					ReleaseDelayed: &proto.ReleaseDelayed{Limit: fsm.DelayedReleaseBatch}}})
-				if ctx.Err() != nil {
-					return
-				}
-				if err == nil && res.GetCode() != 0 {
-					n.log.Warn("release of delayed messages refused", "code", res.GetCode(), "text", res.GetText())
-				}
-				if err != nil {
-					n.log.Warn("proposal failed", "what", "release-delayed", "err", err)
-				}
-				var seq2 uint64
-				var ok2 bool
-				n.View(func(m *fsm.Machine) { _, seq2, ok2 = m.NextRelease() })
-				if err == nil && (!ok2 || seq2 != seq) {
-					backoff = 0
-					continue
-				}
-				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-				timer = n.cfg.Clock.NewTimer(backoff)
-				applied = nil // other entries must not cut the backoff short
-			} else {
-				timer = n.cfg.Clock.NewTimer(time.Duration(due-now) * time.Millisecond)
+	n.runDue(ctx, dueDuty{what: "release-delayed", next: (*fsm.Machine).NextRelease, progress: byHead,
+		propose: func(ctx context.Context, now int64) (bool, error) {
+			res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_ReleaseDelayed{
+				ReleaseDelayed: &proto.ReleaseDelayed{Limit: fsm.DelayedReleaseBatch}}})
+			if err == nil && res.GetCode() != 0 {
+				n.log.Warn("release of delayed messages refused", "code", res.GetCode(), "text", res.GetText())
 			}
-		}
-		if !awaitDue(ctx, timer, applied) {
-			return
-		}
-	}
+			return err == nil, err
+		}})
 }

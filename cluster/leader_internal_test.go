@@ -123,6 +123,77 @@ func TestDueLoop_WakesEarlyAndBacksOff(t *testing.T) {
 	}
 }
 
+// A duty judged byHead takes a burst due in one millisecond in many
+// proposals without backing off, as long as each moves the head; a head
+// its proposal left in place backs off.
+func TestRunDue_ByHeadTakesABurstAndBacksOffAStuckHead(t *testing.T) {
+	n := startSingle(t)
+	const burst = 20
+	var (
+		mu    sync.Mutex
+		due   = time.Now().UnixMilli() // one due time for the whole burst
+		head  = uint64(1)
+		nows  []int64
+		moves = true // a proposal takes the head
+	)
+	next := func(*fsm.Machine) (int64, uint64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return due, head, head <= burst
+	}
+	propose := func(ctx context.Context, now int64) (bool, error) {
+		mu.Lock()
+		nows = append(nows, now)
+		if moves {
+			head++
+		}
+		mu.Unlock()
+		_, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
+		return err == nil, err
+	}
+	proposals := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(nows)
+	}
+	waitFor := func(what string, within time.Duration, cond func() bool) {
+		t.Helper()
+		dl := time.Now().Add(within)
+		for !cond() {
+			if time.Now().After(dl) {
+				t.Fatalf("timed out waiting for %s (%d proposals)", what, proposals())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.runDue(ctx, dueDuty{what: "test", next: next, propose: propose, progress: byHead})
+	}()
+	defer func() { cancel(); <-done }()
+
+	// Backing off after each proposal of the burst would take a minute
+	// (50 ms doubling to 5 s, 19 times).
+	waitFor("the burst", 5*time.Second, func() bool { return proposals() == burst })
+
+	// A head its proposal leaves in place is retried with backoff.
+	mu.Lock()
+	moves = false
+	head = 1
+	mu.Unlock()
+	if _, err := n.Submit(context.Background(), &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a retry", 5*time.Second, func() bool { return proposals() >= burst+2 })
+	start, k0 := time.Now(), proposals()
+	waitFor("more retries", 5*time.Second, func() bool { return proposals() >= k0+2 })
+	if el := time.Since(start); el < 100*time.Millisecond {
+		t.Fatalf("2 retries in %v: no backoff", el)
+	}
+}
+
 // fixedQuorum is a quorumTime the test sets: the quorum's clocks read
 // at ms when the monotonic clock reads 0.
 type fixedQuorum struct {
