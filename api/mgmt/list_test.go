@@ -5,20 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-
-	"github.com/raftmq/raftmq/cluster/clustertest"
 )
 
 func TestManagementListing(t *testing.T) {
-	c := clustertest.New(t, 1)
-	n := c.WaitForLeader(clustertest.Timeout)
-	g := mgmtClient{t: t, base: serveManagement(t, n), user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	g := oneNodeManagement(t)
 	for i, name := range []string{"alpha", "beta", "gamma"} {
 		g.must(http.StatusCreated, "PUT", "/api/queues/%2F/"+name, map[string]any{"arguments": map[string]any{"x-max-length": 10 + i}})
 		for range 2 - i {

@@ -18,9 +18,7 @@ import (
 // carry the limits as RabbitMQ's vhost-limits parameter, and an import
 // sets them.
 func TestManagementVhostLimits(t *testing.T) {
-	c := clustertest.New(t, 1)
-	n := c.WaitForLeader(clustertest.Timeout)
-	g := mgmtClient{t: t, base: serveManagement(t, n), user: "guest", pass: "guest"}
+	g := oneNodeManagement(t)
 	waitForDefaults(t, g)
 
 	g.must(http.StatusNoContent, "PUT", "/api/vhost-limits/%2F/max-queues", map[string]any{"value": 1})
