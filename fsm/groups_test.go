@@ -312,3 +312,37 @@ func TestHandOffDone_Property(t *testing.T) {
 		}
 	}
 }
+
+// Every way a message dies (max-length, rejection, TTL) leaves a queue
+// group through the outbox; an exchange the group does hold routes in
+// the group as before.
+func TestGroup_EveryDeathLeaves(t *testing.T) {
+	g := queueGroup(t, 3, declare("q", table("x-max-length", i64(1), "x-dead-letter-exchange", str("dlx"))),
+		declare("local", table("x-dead-letter-exchange", str("held"))), declare("sink", nil),
+		exchangeDeclare("held", "fanout", nil), bind("held", "sink", "", false, nil))
+	fsmtest.One(t, g, 3, fsmtest.Enqueue("/", "", "q", "1", nil, "q"))
+	fsmtest.One(t, g, 3, fsmtest.Enqueue("/", "", "q", "2", expiring("5"), "q")) // drops 1
+	fsmtest.One(t, g, 20, expire("q"))                                           // 2 expires
+	fsmtest.One(t, g, 21, fsmtest.Enqueue("/", "", "q", "3", nil, "q"))
+	fsmtest.One(t, g, 22, get("q", false))
+	fsmtest.One(t, g, 23, discard(ch1, 1, false)) // 3 rejected
+	var reasons []string
+	for _, e := range g.Outbox(0, 0) {
+		reasons = append(reasons, string(fsmtest.Body(e.Body))+" "+headerKeys(e.Properties, "x-first-death-reason")[0])
+	}
+	want := []string{`1 long_string:"maxlen"`, `2 long_string:"expired"`, `3 long_string:"rejected"`}
+	if len(reasons) != len(want) {
+		t.Fatalf("outbox %q, want %q", reasons, want)
+	}
+	for i := range want {
+		if reasons[i] != want[i] {
+			t.Errorf("outbox %q, want %q", reasons, want)
+		}
+	}
+	fsmtest.One(t, g, 24, fsmtest.Enqueue("/", "", "local", "4", nil, "local"))
+	fsmtest.One(t, g, 25, get("local", false))
+	fsmtest.One(t, g, 26, discard(ch1, 2, false))
+	if g.OutboxLen() != 3 || ready(t, g, "sink") != 1 {
+		t.Fatalf("outbox %d, sink %d: the held exchange should have routed in the group", g.OutboxLen(), ready(t, g, "sink"))
+	}
+}
