@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -194,18 +195,19 @@ func (s *state) applyHandOffDone(c *proto.HandOffDone) *proto.Result {
 		return r
 	}
 	es := s.groups.out.entries
-	n, _ := slices.BinarySearchFunc(es, c.GetUpTo()+1, func(e *outEntry, k uint64) int {
-		switch {
-		case e.key < k:
-			return -1
-		case e.key > k:
-			return 1
-		}
-		return 0
-	})
+	n := s.groups.out.after(c.GetUpTo())
 	clear(es[:n])
 	s.groups.out.entries = es[n:]
 	return &proto.Result{MessageCount: uint32(n)}
+}
+
+// after is the position of the first entry whose key is above key.
+func (o *outbox) after(key uint64) int {
+	n, _ := slices.BinarySearchFunc(o.entries, key, func(e *outEntry, k uint64) int { return cmp.Compare(e.key, k) })
+	if n < len(o.entries) && o.entries[n].key == key {
+		n++
+	}
+	return n
 }
 
 // toOutbox keeps a message that dies into an exchange this queue group
@@ -249,10 +251,7 @@ func (e *OutboxEntry) HandOffCommand(source uint32, body []byte, queues []string
 // after, in key order.
 func (m *Machine) Outbox(after uint64, limit int) []OutboxEntry {
 	var out []OutboxEntry
-	for _, e := range m.groups.out.entries {
-		if e.key <= after {
-			continue
-		}
+	for _, e := range m.groups.out.entries[m.groups.out.after(after):] {
 		if limit > 0 && len(out) == limit {
 			break
 		}

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -344,5 +345,32 @@ func TestGroup_EveryDeathLeaves(t *testing.T) {
 	fsmtest.One(t, g, 26, discard(ch1, 2, false))
 	if g.OutboxLen() != 3 || ready(t, g, "sink") != 1 {
 		t.Fatalf("outbox %d, sink %d: the held exchange should have routed in the group", g.OutboxLen(), ready(t, g, "sink"))
+	}
+}
+
+// The leader refuses what apply could not key state by, and a body or a
+// list of queues over the limits a publish has.
+func TestGroups_Validate(t *testing.T) {
+	long := string(bytes.Repeat([]byte("q"), 256))
+	noMessage := handOff(1, 1, "b", true, "q")
+	noMessage.GetHandOff().Message = nil
+	for name, c := range map[string]*proto.Command{
+		"group 0":          fsmtest.GroupInit(0),
+		"key 0":            handOff(1, 0, "b", true, "q"),
+		"no message":       noMessage,
+		"done up to 0":     fsmtest.HandOffDone(0),
+		"queue name":       fsmtest.Enqueue("/", "", "k", "b", nil, long),
+		"empty queue name": fsmtest.Enqueue("/", "", "k", "b", nil, ""),
+		"hand-off queue":   handOff(1, 1, "b", true, long),
+		"body":             fsmtest.Enqueue("/", "", "k", "too long", nil, "q"),
+	} {
+		if err := fsm.Validate(c, fsm.Limits{MaxBody: 4}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, c := range validCommands()[len(validCommands())-4:] {
+		if got := fsm.CommandProtocol(c); got != 13 {
+			t.Errorf("%s needs protocol %d, want 13", kindOf(c), got)
+		}
 	}
 }
