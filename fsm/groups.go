@@ -77,10 +77,18 @@ func (a *applied) add(key uint64) {
 		a.above = slices.Insert(a.above, i, key)
 		return
 	}
-	a.floor = key
+	a.raise(key)
+}
+
+// raise moves the floor to at least f, and over the keys above it now
+// contiguous with it. The source's acknowledged prefix raises it past the
+// keys it never sent here (routed to other groups, or nowhere), so above
+// holds only keys beyond that prefix, at most the source's outbox.
+func (a *applied) raise(f uint64) {
+	a.floor = max(a.floor, f)
 	n := 0
-	for n < len(a.above) && a.above[n] == a.floor+1 {
-		a.floor++
+	for n < len(a.above) && a.above[n] <= a.floor+1 {
+		a.floor = max(a.floor, a.above[n])
 		n++
 	}
 	a.above = slices.Delete(a.above, 0, n)
@@ -160,7 +168,8 @@ func (s *state) enqueueInto(c *proto.Enqueue, deadLettered bool) *proto.Result {
 
 // applyHandOff applies an outbox entry of a source group once: a key
 // applied before (a second leader's proposal, a replay of the source's
-// outbox after its restore) changes nothing.
+// outbox after its restore) changes nothing, and so does one the source
+// acknowledged (a deposed leader's proposal from a stale state).
 func (s *state) applyHandOff(c *proto.HandOff) *proto.Result {
 	if r := s.notGrouped(); r != nil {
 		return r
@@ -176,6 +185,7 @@ func (s *state) applyHandOff(c *proto.HandOff) *proto.Result {
 		}
 		s.groups.in[c.GetSourceGroup()] = a
 	}
+	a.raise(c.GetDone())
 	if a.has(c.GetKey()) {
 		return &proto.Result{}
 	}
@@ -200,6 +210,10 @@ func (s *state) applyHandOffDone(c *proto.HandOffDone) *proto.Result {
 	s.groups.out.entries = es[n:]
 	return &proto.Result{MessageCount: uint32(n)}
 }
+
+// done is the acknowledged prefix: keys are dense and leave only by
+// HandOffDone, so the entries are exactly the keys above it.
+func (o *outbox) done() uint64 { return o.seq - uint64(len(o.entries)) }
 
 // after is the position of the first entry whose key is above key.
 func (o *outbox) after(key uint64) int {
@@ -237,12 +251,15 @@ type OutboxEntry struct {
 	Body         queue.Body
 	InlineBody   []byte
 	DeadLettered bool
+	// Done is the outbox's acknowledged prefix when it was listed: every
+	// key up to it left the outbox by HandOffDone. The HandOff carries it.
+	Done uint64
 }
 
 // HandOffCommand is the HandOff that puts e into queues of a target
 // group, from source (this group's id), with the body's bytes.
 func (e *OutboxEntry) HandOffCommand(source uint32, body []byte, queues []string) *proto.Command {
-	return &proto.Command{Cmd: &proto.Command_HandOff{HandOff: &proto.HandOff{SourceGroup: source, Key: e.Key,
+	return &proto.Command{Cmd: &proto.Command_HandOff{HandOff: &proto.HandOff{SourceGroup: source, Key: e.Key, Done: e.Done,
 		DeadLettered: e.DeadLettered, Message: &proto.Enqueue{Vhost: e.Vhost, Exchange: e.Exchange,
 			RoutingKey: e.RoutingKeys[0], Properties: e.Properties, Body: body, Queues: queues}}}}
 }
@@ -256,7 +273,8 @@ func (m *Machine) Outbox(after uint64, limit int) []OutboxEntry {
 			break
 		}
 		o := OutboxEntry{Key: e.key, Index: e.index, Vhost: e.vhost, Exchange: e.exchange,
-			RoutingKeys: slices.Clone(e.keys), Properties: e.m.Properties(), Body: e.m.Body, DeadLettered: e.deadLettered}
+			RoutingKeys: slices.Clone(e.keys), Properties: e.m.Properties(), Body: e.m.Body, DeadLettered: e.deadLettered,
+			Done: m.groups.out.done()}
 		if b, ok := e.m.Inline(); ok {
 			o.InlineBody = b
 		}

@@ -64,11 +64,13 @@ func (g *groupReplicas) check(t *testing.T, seed int) {
 
 // A source queue group runs the random workload with dead-letter
 // exchanges it does not hold; a leader that fails over at random hands
-// its outbox to a target group, proposing each entry any number of times
-// and in any order, and acknowledges prefixes of what the target
-// committed. Every entry reaches the target once, the source forgets
-// exactly what was acknowledged, and in both groups replicas that
-// replayed and a replica restored midway agree.
+// its outbox to two target groups (each entry routed to one of them, or
+// nowhere), proposing each entry any number of times and in any order,
+// and acknowledges prefixes of what the targets committed. Every entry
+// reaches its target once, the source forgets exactly what was
+// acknowledged, a target keeps no key at or below the acknowledged
+// prefix it was told of, and in every group replicas that replayed and
+// a replica restored midway agree.
 func TestGroups_PropertyHandOffAcrossFailovers(t *testing.T) {
 	sequences, steps := 60, 200
 	if testing.Short() {
@@ -77,9 +79,13 @@ func TestGroups_PropertyHandOffAcrossFailovers(t *testing.T) {
 	var handed uint64
 	for seed := range sequences {
 		r := rand.New(rand.NewSource(int64(seed)))
-		src, dst := newGroupReplicas(t, 1), newGroupReplicas(t, 2)
+		src := newGroupReplicas(t, 1)
+		dst := []*groupReplicas{newGroupReplicas(t, 2), newGroupReplicas(t, 3)}
 		now := int64(1000)
-		committed := map[uint64]bool{} // keys the target applied
+		route := map[uint64]int{} // key -> target, -1 for none
+		done := map[uint64]bool{} // keys their target applied, or routed nowhere
+		told := make([]uint64, 2) // the last acknowledged prefix each target was told
+		committed := make([]int, 2)
 		var acked uint64
 		for i := range steps {
 			now += int64(r.Intn(40))
@@ -93,28 +99,44 @@ func TestGroups_PropertyHandOffAcrossFailovers(t *testing.T) {
 			src.apply(t, now, cmds...)
 			if i == steps/2 {
 				src.restore(t)
-				dst.restore(t)
+				dst[0].restore(t)
+				dst[1].restore(t)
 			}
 			checkConservation(t, src.a)
 			// The leader: a page of the outbox, shuffled, some twice,
 			// some left for the next leader.
 			out := src.a.Outbox(acked, 1+r.Intn(6))
 			r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-			var hs []*proto.Command
+			hs := make([][]*proto.Command, 2)
 			for _, e := range out {
+				if _, ok := route[e.Key]; !ok {
+					route[e.Key] = r.Intn(3) - 1
+				}
+				to := route[e.Key]
+				if to < 0 {
+					done[e.Key] = true
+					continue
+				}
 				for range r.Intn(3) {
-					hs = append(hs, e.HandOffCommand(1, nil, []string{"d"}))
+					hs[to] = append(hs[to], e.HandOffCommand(1, nil, []string{"d"}))
 				}
 			}
-			if len(hs) > 0 {
-				dst.apply(t, now, hs...)
-				for _, h := range hs {
-					committed[h.GetHandOff().GetKey()] = true
+			for to, cs := range hs {
+				if len(cs) == 0 {
+					continue
+				}
+				dst[to].apply(t, now, cs...)
+				for _, h := range cs {
+					if !done[h.GetHandOff().GetKey()] {
+						committed[to]++
+					}
+					done[h.GetHandOff().GetKey()] = true
+					told[to] = max(told[to], h.GetHandOff().GetDone())
 				}
 			}
-			// Acknowledge the prefix the target holds, or a part of it.
+			// Acknowledge the prefix the targets hold, or a part of it.
 			upTo := acked
-			for committed[upTo+1] {
+			for done[upTo+1] {
 				upTo++
 			}
 			if upTo > acked && r.Intn(3) > 0 {
@@ -125,16 +147,23 @@ func TestGroups_PropertyHandOffAcrossFailovers(t *testing.T) {
 			if e := src.a.Outbox(0, 1); len(e) > 0 && e[0].Key <= acked {
 				t.Fatalf("seed %d: key %d still in the outbox after done up to %d", seed, e[0].Key, acked)
 			}
-			if got := dst.a.Stats().DeadLettered; got != uint64(len(committed)) {
-				t.Fatalf("seed %d step %d: the target enqueued %d dead letters for %d keys", seed, i, got, len(committed))
+			for to, d := range dst {
+				if got := d.a.Stats().DeadLettered; got != uint64(committed[to]) {
+					t.Fatalf("seed %d step %d: target %d enqueued %d dead letters for %d keys", seed, i, to, got, committed[to])
+				}
+				if a := d.a.groups.in[1]; a != nil && (a.floor < told[to] || len(a.above) > 0 && a.above[0] <= a.floor+1) {
+					t.Fatalf("seed %d step %d: target %d keeps floor %d above %v, told %d", seed, i, to, a.floor, a.above, told[to])
+				}
 			}
 		}
 		src.check(t, seed)
-		dst.check(t, seed)
+		for _, d := range dst {
+			d.check(t, seed)
+		}
 		if n := src.a.OutboxLen() + int(acked); uint64(n) != src.a.groups.out.seq {
 			t.Fatalf("seed %d: %d in the outbox and %d acknowledged of %d keys", seed, src.a.OutboxLen(), acked, src.a.groups.out.seq)
 		}
-		handed += uint64(len(committed))
+		handed += uint64(committed[0] + committed[1])
 	}
 	if handed == 0 {
 		t.Fatal("no dead letter crossed: the workload misses the outbox")

@@ -374,3 +374,28 @@ func TestGroups_Validate(t *testing.T) {
 		}
 	}
 }
+
+// A deposed source leader proposes from a stale state: a key the source
+// acknowledged since (the HandOff of a later leader told the target so)
+// changes nothing, even one that never came this way before.
+func TestHandOff_StaleAfterAcknowledged(t *testing.T) {
+	dst := queueGroup(t, 2, declare("d", nil))
+	stale := func(key, done uint64) *proto.Command {
+		c := handOff(1, key, "b", true, "d")
+		c.GetHandOff().Done = done
+		return c
+	}
+	fsmtest.One(t, dst, 3, stale(2, 0))
+	// Keys 1 and 3 went to other groups or nowhere; the source
+	// acknowledged up to 3, and key 4 says so.
+	fsmtest.One(t, dst, 4, stale(4, 3))
+	for _, k := range []uint64{1, 2, 3} {
+		fsmtest.One(t, dst, 5, stale(k, 0))
+	}
+	if got := ready(t, dst, "d"); got != 2 {
+		t.Fatalf("d holds %d, want keys 2 and 4 only", got)
+	}
+	if !dst.HandedOff(1, 3) || dst.HandedOff(1, 5) {
+		t.Fatal("the acknowledged prefix is not counted applied")
+	}
+}

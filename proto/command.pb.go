@@ -2985,7 +2985,12 @@ type HandOff struct {
 	// A dead letter: each copy is checked for a dead-letter cycle into its
 	// queue, and a queue refusing it for overflow does not dead-letter it
 	// again, as a dead letter routed within a group.
-	DeadLettered  bool `protobuf:"varint,4,opt,name=dead_lettered,json=deadLettered" json:"dead_lettered,omitempty"`
+	DeadLettered bool `protobuf:"varint,4,opt,name=dead_lettered,json=deadLettered" json:"dead_lettered,omitempty"`
+	// Every key of the source up to done was acknowledged there
+	// (HandOffDone: committed by all its target groups), read from the
+	// same state as the entry: the target counts them applied, so the keys
+	// it keeps are only those above, whatever keys never came its way.
+	Done          uint64 `protobuf:"varint,5,opt,name=done" json:"done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3046,6 +3051,13 @@ func (x *HandOff) GetDeadLettered() bool {
 		return x.DeadLettered
 	}
 	return false
+}
+
+func (x *HandOff) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
 }
 
 // HandOffDone tells the group that every group its outbox entries up to
@@ -4930,12 +4942,13 @@ const file_command_proto_rawDesc = "" +
 	"\x06queues\x18\x06 \x03(\tR\x06queues\x12/\n" +
 	"\achannel\x18\a \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"!\n" +
 	"\tGroupInit\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\rR\x05group\"\x91\x01\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\"\xa5\x01\n" +
 	"\aHandOff\x12!\n" +
 	"\fsource_group\x18\x01 \x01(\rR\vsourceGroup\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\x04R\x03key\x12,\n" +
 	"\amessage\x18\x03 \x01(\v2\x12.raftmq.v1.EnqueueR\amessage\x12#\n" +
-	"\rdead_lettered\x18\x04 \x01(\bR\fdeadLettered\"\"\n" +
+	"\rdead_lettered\x18\x04 \x01(\bR\fdeadLettered\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\x04R\x04done\"\"\n" +
 	"\vHandOffDone\x12\x13\n" +
 	"\x05up_to\x18\x01 \x01(\x04R\x04upTo\"y\n" +
 	"\x03Get\x12\x14\n" +
