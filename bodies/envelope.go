@@ -16,9 +16,12 @@ var (
 	commandDesc  protoreflect.MessageDescriptor
 	envCommands  protowire.Number             // Envelope.commands
 	cmdPublish   protowire.Number             // Command.publish
-	publishBody  protowire.Number             // Publish.body
 	cmdOneof     protoreflect.OneofDescriptor // Command.cmd
 	cmdOneofNums map[protowire.Number]bool
+	// bodyPaths are, per member of Command.cmd that carries a body, the
+	// fields leading to it from the member's message: Publish.body,
+	// Enqueue.body, HandOff.message then Enqueue.body.
+	bodyPaths map[protowire.Number][]protowire.Number
 )
 
 func init() {
@@ -26,7 +29,12 @@ func init() {
 	cmd := (&proto.Command{}).ProtoReflect().Descriptor()
 	commandDesc = cmd
 	cmdPublish = fieldNumber(cmd, "publish")
-	publishBody = fieldNumber((&proto.Publish{}).ProtoReflect().Descriptor(), "body")
+	enqueueBody := fieldNumber((&proto.Enqueue{}).ProtoReflect().Descriptor(), "body")
+	bodyPaths = map[protowire.Number][]protowire.Number{
+		cmdPublish:                   {fieldNumber((&proto.Publish{}).ProtoReflect().Descriptor(), "body")},
+		fieldNumber(cmd, "enqueue"):  {enqueueBody},
+		fieldNumber(cmd, "hand_off"): {fieldNumber((&proto.HandOff{}).ProtoReflect().Descriptor(), "message"), enqueueBody},
+	}
 	cmdOneofNums = map[protowire.Number]bool{}
 	cmdOneof = cmd.Oneofs().ByName("cmd")
 	members := cmdOneof.Fields()
@@ -46,7 +54,8 @@ func fieldNumber(md protoreflect.MessageDescriptor, name protoreflect.Name) prot
 // errNotEnvelope is data that the scanner cannot follow as an Envelope.
 var errNotEnvelope = errors.New("not a well-formed Envelope")
 
-// EnvelopeBody returns the body of the Publish command at position pos of
+// EnvelopeBody returns the body of the command (a Publish, an Enqueue or a
+// HandOff: proto.Command.Body) at position pos of
 // a log entry's data (a marshalled proto.Envelope). It scans the wire
 // format with protowire: the commands before pos are skipped, none is
 // unmarshalled, and the returned slice aliases data. It agrees with
@@ -108,7 +117,7 @@ func walkCommands(data []byte, fn func(pos uint32, cmd []byte) bool) error {
 	return nil
 }
 
-// entryBody is the body of the Publish command at pos of a log entry's
+// entryBody is the body of the command at pos of a log entry's
 // data, aliasing data. EnvelopeBody reads it without decoding the entry:
 // it skips the commands before pos and stops there. Data it does not
 // read as such a command is decoded whole (decodedBody), so that an
@@ -121,7 +130,7 @@ func entryBody(data []byte, pos uint32) ([]byte, error) {
 	return decodedBody(data, pos)
 }
 
-// decodedBody is the body of the Publish command at pos of an entry's
+// decodedBody is the body of the command at pos of an entry's
 // data by proto.Unmarshal of the whole Envelope: every command and body
 // decoded to take one.
 func decodedBody(data []byte, pos uint32) ([]byte, error) {
@@ -133,21 +142,22 @@ func decodedBody(data []byte, pos uint32) ([]byte, error) {
 	if int64(pos) >= int64(len(cmds)) {
 		return nil, fmt.Errorf("%w: the entry has %d commands", errNoCommand, len(cmds))
 	}
-	p := cmds[pos].GetPublish()
-	if p == nil {
+	b, ok := cmds[pos].Body()
+	if !ok {
 		var kind protowire.Number
 		if fd := cmds[pos].ProtoReflect().WhichOneof(cmdOneof); fd != nil {
 			kind = fd.Number()
 		}
 		return nil, fmt.Errorf("command %d: %w", pos, notPublish(kind))
 	}
-	if p.Body == nil {
+	if b == nil {
 		return []byte{}, nil
 	}
-	return p.Body, nil
+	return b, nil
 }
 
-// errNotPublish is a command of another kind than Publish.
+// errNotPublish is a command of a kind that carries no body (not a
+// Publish, an Enqueue or a HandOff).
 var errNotPublish = errors.New("not a Publish command")
 
 // notPublish names the kind of a command that is not a Publish.
@@ -158,7 +168,8 @@ func notPublish(kind protowire.Number) error {
 	return fmt.Errorf("%w but a %s", errNotPublish, commandDesc.Fields().ByNumber(kind).Name())
 }
 
-// commandBody is the Publish body of one marshalled Command.
+// commandBody is the body of one marshalled Command: a Publish's, an
+// Enqueue's or a HandOff's.
 func commandBody(cmd []byte) ([]byte, error) {
 	var body []byte
 	var kind protowire.Number
@@ -183,17 +194,17 @@ func commandBody(cmd []byte) ([]byte, error) {
 			return nil, protowire.ParseError(n)
 		}
 		cmd = cmd[n:]
-		if num != cmdPublish {
-			kind = num
-			continue
+		if kind != num {
+			// Another member came in between: this one starts afresh.
+			kind, body = num, nil
 		}
-		if kind != cmdPublish {
-			// Another member came in between: the Publish starts afresh.
-			kind, body = cmdPublish, nil
+		path, carries := bodyPaths[num]
+		if !carries {
+			continue
 		}
 		// A message field seen again is merged: a later body replaces
 		// an earlier one, a later occurrence without one keeps it.
-		b, ok, err := publishBodyOf(msg)
+		b, ok, err := bodyOf(msg, path)
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +212,7 @@ func commandBody(cmd []byte) ([]byte, error) {
 			body = b
 		}
 	}
-	if kind != cmdPublish {
+	if _, carries := bodyPaths[kind]; !carries {
 		return nil, notPublish(kind)
 	}
 	if body == nil {
@@ -210,21 +221,34 @@ func commandBody(cmd []byte) ([]byte, error) {
 	return body, nil
 }
 
-// publishBodyOf is the last body field of one marshalled Publish.
-func publishBodyOf(msg []byte) (body []byte, ok bool, _ error) {
+// bodyOf is the last field at path in one marshalled message: path[0] is
+// the bytes field itself, or a message field whose occurrences are each
+// followed by the rest of the path (merged, as proto.Unmarshal merges
+// them: the last body found wins).
+func bodyOf(msg []byte, path []protowire.Number) (body []byte, ok bool, _ error) {
 	for len(msg) > 0 {
 		num, typ, n := protowire.ConsumeTag(msg)
 		if n < 0 {
 			return nil, false, protowire.ParseError(n)
 		}
 		msg = msg[n:]
-		if num == publishBody && typ == protowire.BytesType {
+		if num == path[0] && typ == protowire.BytesType {
 			b, n := protowire.ConsumeBytes(msg)
 			if n < 0 {
 				return nil, false, protowire.ParseError(n)
 			}
 			msg = msg[n:]
-			body, ok = b, true
+			if len(path) == 1 {
+				body, ok = b, true
+				continue
+			}
+			inner, found, err := bodyOf(b, path[1:])
+			if err != nil {
+				return nil, false, err
+			}
+			if found {
+				body, ok = inner, true
+			}
 			continue
 		}
 		n = protowire.ConsumeFieldValue(num, typ, msg)

@@ -68,6 +68,11 @@ func TestEnvelopeBody(t *testing.T) {
 	}
 }
 
+func carriesBody(c *proto.Command) bool {
+	_, ok := c.Body()
+	return ok
+}
+
 func trunc(b []byte) []byte {
 	if len(b) > 20 {
 		return b[:20]
@@ -84,7 +89,11 @@ func TestEnvelopeBody_WireCornerCases(t *testing.T) {
 	msg := func(b []byte, num protowire.Number, inner []byte) []byte {
 		return protowire.AppendBytes(tag(b, num, protowire.BytesType), inner)
 	}
+	publishBody := bodyPaths[cmdPublish][0]
 	body := func(s string) []byte { return msg(nil, publishBody, []byte(s)) }
+	cmdEnqueue := protowire.Number(61)
+	cmdHandOff, handOffMessage := protowire.Number(62), bodyPaths[62][0]
+	enqueued := func(s string) []byte { return msg(nil, bodyPaths[cmdEnqueue][0], []byte(s)) }
 	env := func(cmds ...[]byte) []byte {
 		var b []byte
 		b = protowire.AppendVarint(tag(b, 1, protowire.VarintType), 1)
@@ -113,6 +122,16 @@ func TestEnvelopeBody_WireCornerCases(t *testing.T) {
 		"unknown": env(append(append(protowire.AppendVarint(tag(nil, 999, protowire.VarintType), 3), tag(nil, 77, protowire.StartGroupType)...),
 			append(tag(nil, 77, protowire.EndGroupType), msg(nil, cmdPublish, append(protowire.AppendVarint(tag(nil, 500, protowire.VarintType), 1), body("u")...))...)...)),
 		"empty command": env(nil, msg(nil, cmdPublish, body("second"))),
+		// Queue groups' kinds carry bodies too, a HandOff's one level down.
+		"enqueue":        env(msg(nil, cmdEnqueue, enqueued("e")), msg(nil, cmdEnqueue, nil)),
+		"enqueue merged": env(append(msg(nil, cmdEnqueue, enqueued("a")), msg(nil, cmdEnqueue, enqueued("b"))...)),
+		"hand-off":       env(msg(nil, cmdHandOff, msg(nil, handOffMessage, enqueued("h"))), msg(nil, cmdHandOff, nil)),
+		// The message seen twice in one HandOff, or in two occurrences of
+		// it, is merged: the later body wins, a later one without keeps it.
+		"hand-off merged": env(msg(nil, cmdHandOff, append(msg(nil, handOffMessage, enqueued("a")), msg(nil, handOffMessage, nil)...)),
+			append(msg(nil, cmdHandOff, msg(nil, handOffMessage, enqueued("a"))), msg(nil, cmdHandOff, msg(nil, handOffMessage, enqueued("b")))...)),
+		// A publish's body field number inside a HandOff is not a body.
+		"hand-off body field": env(msg(nil, cmdHandOff, enqueued("x")), append(msg(nil, cmdPublish, body("p")), msg(nil, cmdHandOff, nil)...)),
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) { checkAgainstUnmarshal(t, data) })
@@ -137,15 +156,15 @@ func checkAgainstUnmarshal(t *testing.T, data []byte) {
 			}
 			continue
 		}
-		p := env.GetCommands()[pos].GetPublish()
-		if p == nil {
+		want, ok := env.GetCommands()[pos].Body()
+		if !ok {
 			if err == nil {
-				t.Fatalf("pos %d is not a Publish (%T) but gave %q", pos, env.GetCommands()[pos].GetCmd(), trunc(got))
+				t.Fatalf("pos %d carries no body (%T) but gave %q", pos, env.GetCommands()[pos].GetCmd(), trunc(got))
 			}
 			continue
 		}
-		if err != nil || !bytes.Equal(got, p.GetBody()) {
-			t.Fatalf("pos %d: got %q, %v; Unmarshal says %q", pos, trunc(got), err, trunc(p.GetBody()))
+		if err != nil || !bytes.Equal(got, want) || got == nil {
+			t.Fatalf("pos %d: got %q, %v; Unmarshal says %q", pos, trunc(got), err, trunc(want))
 		}
 	}
 }
@@ -227,7 +246,7 @@ func TestEntryBody_AgreesWithDecode(t *testing.T) {
 					// damage since. It must not panic.
 					continue
 				}
-				if pos < n && env.GetCommands()[pos].GetPublish() != nil {
+				if pos < n && carriesBody(env.GetCommands()[pos]) {
 					publishes++
 					if werr != nil || ferr != nil || gerr != nil {
 						t.Fatalf("pos %d: decode %v, scan %v, entryBody %v", pos, werr, ferr, gerr)

@@ -180,11 +180,7 @@ func ReadBody(env *proto.Envelope, b queue.Body) ([]byte, bool) {
 	if int64(b.Pos) >= int64(len(cmds)) {
 		return nil, false
 	}
-	p := cmds[b.Pos].GetPublish()
-	if p == nil {
-		return nil, false
-	}
-	return p.GetBody(), true
+	return cmds[b.Pos].Body()
 }
 
 // Restore replaces the state with one read from a snapshot.

@@ -171,6 +171,14 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyCancelDelayed(x.CancelDelayed)
 	case *proto.Command_PurgeDelayed:
 		return s.applyPurgeDelayed(x.PurgeDelayed)
+	case *proto.Command_GroupInit:
+		return s.applyGroupInit(x.GroupInit)
+	case *proto.Command_Enqueue:
+		return s.applyEnqueue(x.Enqueue)
+	case *proto.Command_HandOff:
+		return s.applyHandOff(x.HandOff)
+	case *proto.Command_HandOffDone:
+		return s.applyHandOffDone(x.HandOffDone)
 	default:
 		if c.GetIgnorable() {
 			return &proto.Result{}

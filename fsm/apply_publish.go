@@ -179,8 +179,10 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 		return
 	}
 	v := s.vhosts[q.vhost]
-	x, ok := v.exchanges[dlx]
-	if !ok {
+	x, held := v.exchanges[dlx]
+	if !held && s.groups.id == 0 {
+		// No such exchange: dropped. A queue group holds no exchanges
+		// (groups.go): there the message leaves through the outbox.
 		return
 	}
 	old := m.Properties()
@@ -208,22 +210,41 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	if k, ok := q.dlrk(); ok {
 		rk = []string{k}
 	}
-	rt := s.route(v, x, rk, props)
 	enc := encodeProps(props)
+	if !held {
+		s.toOutbox(q.vhost, dlx, rk, deadLetterCopy(dlx, rk[0], props, enc, m, s.clock))
+		return
+	}
+	rt := s.route(v, x, rk, props)
 	if len(rt.held) > 0 {
 		// Dead-lettered into an x-delayed-message exchange with an
 		// x-delay header: it waits there, as the plugin's would.
 		s.holdDeadLettered(v, m, rk[0], enc, rt)
 	}
-	for _, t := range rt.queues {
+	s.deadLetterCopies(rt.queues, dlx, rk[0], props, enc, deaths, m)
+}
+
+// deadLetterCopy is the copy of m a dead letter enqueues, its body
+// named (or held) as m's.
+func deadLetterCopy(dlx, rk string, props *proto.Properties, enc []byte, m *queue.Message, now int64) *queue.Message {
+	nm := &queue.Message{Exchange: dlx, RoutingKey: rk, Props: enc, Body: m.Body, Enqueued: now, MsgTTL: -1}
+	if b, ok := m.Inline(); ok {
+		nm.SetInline(b)
+	}
+	setPropsFlags(nm, props)
+	return nm
+}
+
+// deadLetterCopies enqueues a dead letter in each target it has not died
+// in before (a cycle); a queue refusing it for overflow does not
+// dead-letter it again.
+func (s *state) deadLetterCopies(targets []*queueState, dlx, rk string, props *proto.Properties, enc []byte, deaths []ttl.Death,
+	m *queue.Message) {
+	for _, t := range targets {
 		if ttl.Cycle(deaths, t.name) {
 			continue
 		}
-		nm := &queue.Message{Exchange: dlx, RoutingKey: rk[0], Props: enc, Body: m.Body, Enqueued: s.clock, MsgTTL: -1}
-		if b, ok := m.Inline(); ok {
-			nm.SetInline(b)
-		}
-		setPropsFlags(nm, props)
+		nm := deadLetterCopy(dlx, rk, props, enc, m, s.clock)
 		if t.overflow() != "drop-head" && t.overLimit(1, nm.Size()) {
 			s.stats.Refused++
 			continue

@@ -29,6 +29,41 @@ func BenchmarkApplyPublish(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyEnqueue is BenchmarkApplyPublish's message put into its
+// queue pre-routed, as a queue group applies it.
+func BenchmarkApplyEnqueue(b *testing.B) {
+	m := fsmtest.New(b)
+	fsmtest.One(b, m, 2, declare("q", nil))
+	cmd := &proto.Command{Cmd: &proto.Command_Enqueue{Enqueue: &proto.Enqueue{Vhost: "/", RoutingKey: "q",
+		Body: make([]byte, 1024), Queues: []string{"q"}, Channel: ch1}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Apply(entry(m, 3, cmd), fsm.DiscardSink{})
+	}
+}
+
+// BenchmarkApplyHandOff applies hand-offs of ascending keys (the floor
+// moves) and, in /duplicate, one key again and again (each changes
+// nothing).
+func BenchmarkApplyHandOff(b *testing.B) {
+	for name, dup := range map[string]bool{"fresh": false, "duplicate": true} {
+		b.Run(name, func(b *testing.B) {
+			m := fsmtest.New(b)
+			fsmtest.One(b, m, 2, declare("q", nil))
+			h := &proto.HandOff{SourceGroup: 1, Key: 1, DeadLettered: true,
+				Message: &proto.Enqueue{Vhost: "/", Exchange: "dlx", RoutingKey: "q", Body: make([]byte, 1024), Queues: []string{"q"}}}
+			cmd := &proto.Command{Cmd: &proto.Command_HandOff{HandOff: h}}
+			b.ReportAllocs()
+			for b.Loop() {
+				m.Apply(entry(m, 3, cmd), fsm.DiscardSink{})
+				if !dup {
+					h.Key++
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkApplySettle(b *testing.B) {
 	m := fsmtest.New(b)
 	fsmtest.One(b, m, 2, declare("q", nil))

@@ -17,7 +17,8 @@ import (
 // snapMagic opens every snapshot; the format version follows it
 // (levels.go), then the records in a fixed order (counters, users,
 // permissions, vhosts with exchanges, policies and queues, channels, the
-// delayed and the retried messages, the vhosts' limits). Every map is
+// delayed and the retried messages, the vhosts' limits, the group's id,
+// outbox and hand-offs). Every map is
 // written in sorted key order. Each field a format added is written and
 // read under one rule: has(format).
 const snapMagic = "RMQS"
@@ -149,6 +150,9 @@ func (s *state) encodeTo(e *enc) {
 	}
 	if e.has(formatVhostLimits) {
 		encLimits(e, s)
+	}
+	if e.has(formatGroups) {
+		encGroups(e, &s.groups)
 	}
 	e.flushBytes()
 }
@@ -532,6 +536,9 @@ func decodeState(b []byte) (*state, error) {
 		return nil, errCorrupt
 	}
 	if d.has(formatVhostLimits) && !decLimits(d, s) {
+		return nil, errCorrupt
+	}
+	if d.has(formatGroups) && !decGroups(d, &s.groups) {
 		return nil, errCorrupt
 	}
 	if d.err != nil {

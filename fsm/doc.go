@@ -24,6 +24,10 @@
 //     Bindings, Consumers, Unacked, Policies, Users, Permissions, Vhosts,
 //     VhostLimits and VhostLimit, Stats (DeathReasons), Delayed; Releases and KeepReleases (delayed
 //     release lateness, ReleaseLatenessBucketsMs).
+//   - Queue groups (groups.go): the commands GroupInit, Enqueue (a
+//     pre-routed publish), HandOff and HandOffDone; Group, Outbox and
+//     OutboxLen (OutboxEntry, HandOffCommand) for the leader that hands
+//     the outbox off, HandedOff.
 //   - Rules shared with the server: HashPassword, CheckPassword
 //     (PasswordHashAlgorithm, PasswordSaltLen), DelayOf and MaxDelay
 //     (x-delay), the exchange types (DelayedExchangeType and the picking
@@ -40,5 +44,6 @@
 // messages wait, in a queue.Held), delayed_list.go (listings),
 // delayed_stats.go (release lateness); exchange_types.go the type rules,
 // args.go how argument and header values are read; vhost_limits.go the
-// vhosts' limits. DESIGN.md says why.
+// vhosts' limits; groups.go the machine as one group of several (its
+// outbox and the hand-offs it applied). DESIGN.md says why.
 package fsm

@@ -40,6 +40,10 @@ const (
 	// levelVhostLimits: VhostLimits, the vhosts' max-connections and
 	// max-queues (vhost_limits.go).
 	levelVhostLimits uint32 = 12
+	// levelGroups: GroupInit, Enqueue, HandOff and HandOffDone; a queue
+	// group's dead letters into exchanges it does not hold leave through
+	// its outbox (groups.go).
+	levelGroups uint32 = 13
 )
 
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
@@ -74,8 +78,11 @@ const (
 	formatRetry format = 9
 	// formatVhostLimits adds the vhosts' limits.
 	formatVhostLimits format = 10
+	// formatGroups adds the group id, the outbox and the hand-offs
+	// applied per source group.
+	formatGroups format = 11
 
-	snapVersion = formatVhostLimits
+	snapVersion = formatGroups
 )
 
 // formatFor is the format a state at level writes: the newest one a node
@@ -83,8 +90,9 @@ const (
 // levelDelayed no exchange holds delayed messages and format 7 says as
 // much, so a node of the release before, still in the cluster during a
 // rolling upgrade, can restore it; likewise below levelRetry nothing
-// waits for a delayed retry, and below levelVhostLimits no vhost has
-// limits.
+// waits for a delayed retry, below levelVhostLimits no vhost has
+// limits, and below levelGroups nothing is a group's, in an outbox or
+// handed off.
 func formatFor(level uint32) format {
 	switch {
 	case level < levelDelayed:
@@ -93,6 +101,8 @@ func formatFor(level uint32) format {
 		return formatRetry - 1
 	case level < levelVhostLimits:
 		return formatVhostLimits - 1
+	case level < levelGroups:
+		return formatGroups - 1
 	}
 	return snapVersion
 }

@@ -83,6 +83,9 @@ type state struct {
 	// releases counts what this replica released (not state: see
 	// ReleaseStats).
 	releases ReleaseStats
+	// groups is the machine as one group of several: its id, outbox and
+	// the hand-offs it applied (groups.go).
+	groups groupState
 }
 
 type user struct {

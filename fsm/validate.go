@@ -94,7 +94,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  11. x-consistent-hash, x-modulus-hash and x-local-random exchanges
 //     (apply_pick.go)
 //  12. VhostLimits: virtual host limits (vhost_limits.go)
-const Protocol = 12
+//  13. queue groups: GroupInit, Enqueue, HandOff and HandOffDone; a
+//     queue group's outbox (groups.go)
+const Protocol = 13
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -113,6 +115,9 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("vhost_limits").Number()] = levelVhostLimits
+	for _, k := range []protoreflect.Name{"group_init", "enqueue", "hand_off", "hand_off_done"} {
+		kindProtocol[cmdOneof.Fields().ByName(k).Number()] = levelGroups
+	}
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -574,16 +579,7 @@ func (v *validator) command(c *proto.Command) {
 		v.binding(b.GetVhost(), b.GetSource(), b.GetDestination(), b.GetRoutingKey(), b.GetArguments(), b.GetConnection())
 	case *proto.Command_Publish:
 		p := x.Publish
-		v.name("vhost name", p.GetVhost(), true)
-		v.name("exchange name", p.GetExchange(), false)
-		v.name("routing key", p.GetRoutingKey(), false)
-		v.properties(p.GetProperties())
-		if n := len(p.GetBody()); n > v.maxBody {
-			v.fail(replycode.PreconditionFailed, "message size %d is larger than configured max size %d", n, v.maxBody)
-		}
-		if p.GetChannel() != nil {
-			v.channel("publishing channel", p.GetChannel())
-		}
+		v.publish(p.GetVhost(), p.GetExchange(), p.GetRoutingKey(), p.GetProperties(), len(p.GetBody()), p.GetChannel())
 	case *proto.Command_Get:
 		g := x.Get
 		v.name("vhost name", g.GetVhost(), true)
@@ -667,6 +663,25 @@ func (v *validator) command(c *proto.Command) {
 	case *proto.Command_PurgeDelayed:
 		v.name("vhost name", x.PurgeDelayed.GetVhost(), true)
 		v.name("exchange name", x.PurgeDelayed.GetExchange(), true)
+	case *proto.Command_GroupInit:
+		if x.GroupInit.GetGroup() == 0 {
+			v.fail(replycode.InternalError, "group 0")
+		}
+	case *proto.Command_Enqueue:
+		v.enqueue(x.Enqueue)
+	case *proto.Command_HandOff:
+		if x.HandOff.GetKey() == 0 {
+			v.fail(replycode.InternalError, "hand-off key 0")
+		}
+		if x.HandOff.GetMessage() == nil {
+			v.fail(replycode.InternalError, "hand-off without its message")
+			return
+		}
+		v.enqueue(x.HandOff.GetMessage())
+	case *proto.Command_HandOffDone:
+		if x.HandOffDone.GetUpTo() == 0 {
+			v.fail(replycode.InternalError, "hand-off done up to key 0")
+		}
 	case *proto.Command_SetProtocol:
 		switch l := x.SetProtocol.GetLevel(); {
 		case l == 0:
@@ -678,6 +693,29 @@ func (v *validator) command(c *proto.Command) {
 		// Validate returned before for a command of no kind; a kind added
 		// to the oneof must be given its checks here.
 		v.fail(replycode.InternalError, "command of kind %s has no validation", kindName(c))
+	}
+}
+
+func (v *validator) publish(vhost, exchange, key string, props *proto.Properties, size int, ch *proto.ChannelRef) {
+	v.name("vhost name", vhost, true)
+	v.name("exchange name", exchange, false)
+	v.name("routing key", key, false)
+	v.properties(props)
+	if size > v.maxBody {
+		v.fail(replycode.PreconditionFailed, "message size %d is larger than configured max size %d", size, v.maxBody)
+	}
+	if ch != nil {
+		v.channel("publishing channel", ch)
+	}
+}
+
+// enqueue checks a pre-routed message as a publish is checked, and the
+// queues it names.
+func (v *validator) enqueue(p *proto.Enqueue) {
+	v.publish(p.GetVhost(), p.GetExchange(), p.GetRoutingKey(), p.GetProperties(), len(p.GetBody()), p.GetChannel())
+	v.list("queues", len(p.GetQueues()))
+	for _, q := range p.GetQueues() {
+		v.name("queue name", q, true)
 	}
 }
 

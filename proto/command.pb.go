@@ -132,6 +132,10 @@ type Command struct {
 	//	*Command_PurgeDelayed
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
+	//	*Command_GroupInit
+	//	*Command_Enqueue
+	//	*Command_HandOff
+	//	*Command_HandOffDone
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -496,6 +500,42 @@ func (x *Command) GetPolicyClear() *PolicyClear {
 	return nil
 }
 
+func (x *Command) GetGroupInit() *GroupInit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_GroupInit); ok {
+			return x.GroupInit
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetEnqueue() *Enqueue {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Enqueue); ok {
+			return x.Enqueue
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetHandOff() *HandOff {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_HandOff); ok {
+			return x.HandOff
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetHandOffDone() *HandOffDone {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_HandOffDone); ok {
+			return x.HandOffDone
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -640,6 +680,22 @@ type Command_PolicyClear struct {
 	PolicyClear *PolicyClear `protobuf:"bytes,51,opt,name=policy_clear,json=policyClear,oneof"`
 }
 
+type Command_GroupInit struct {
+	GroupInit *GroupInit `protobuf:"bytes,60,opt,name=group_init,json=groupInit,oneof"`
+}
+
+type Command_Enqueue struct {
+	Enqueue *Enqueue `protobuf:"bytes,61,opt,name=enqueue,oneof"`
+}
+
+type Command_HandOff struct {
+	HandOff *HandOff `protobuf:"bytes,62,opt,name=hand_off,json=handOff,oneof"`
+}
+
+type Command_HandOffDone struct {
+	HandOffDone *HandOffDone `protobuf:"bytes,63,opt,name=hand_off_done,json=handOffDone,oneof"`
+}
+
 func (*Command_VhostPut) isCommand_Cmd() {}
 
 func (*Command_VhostDelete) isCommand_Cmd() {}
@@ -709,6 +765,14 @@ func (*Command_PurgeDelayed) isCommand_Cmd() {}
 func (*Command_PolicySet) isCommand_Cmd() {}
 
 func (*Command_PolicyClear) isCommand_Cmd() {}
+
+func (*Command_GroupInit) isCommand_Cmd() {}
+
+func (*Command_Enqueue) isCommand_Cmd() {}
+
+func (*Command_HandOff) isCommand_Cmd() {}
+
+func (*Command_HandOffDone) isCommand_Cmd() {}
 
 // ConnectionRef names one client connection: the node it is connected to and
 // a connection id unique on that node across restarts.
@@ -2756,6 +2820,293 @@ func (x *Publish) GetChannel() *ChannelRef {
 	return nil
 }
 
+// Enqueue puts a message into named queues of the group whose log holds
+// it, the queues a routing node found for a publish with the exchanges and
+// bindings of the metadata group: each queue takes its copy as from a
+// routed Publish (TTL, overflow, dead-lettering, delivery). A queue of the
+// list the group no longer holds gets nothing. The result's routed and
+// rejected are this group's part of the publisher confirm. Protocol level 13.
+type Enqueue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Vhost string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	// The exchange and routing key the message was published with, as its
+	// deliveries show them.
+	Exchange   string      `protobuf:"bytes,2,opt,name=exchange" json:"exchange,omitempty"`
+	RoutingKey string      `protobuf:"bytes,3,opt,name=routing_key,json=routingKey" json:"routing_key,omitempty"`
+	Properties *Properties `protobuf:"bytes,4,opt,name=properties" json:"properties,omitempty"`
+	Body       []byte      `protobuf:"bytes,5,opt,name=body" json:"body,omitempty"`
+	Queues     []string    `protobuf:"bytes,6,rep,name=queues" json:"queues,omitempty"`
+	// The publishing channel, for confirms.
+	Channel       *ChannelRef `protobuf:"bytes,7,opt,name=channel" json:"channel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Enqueue) Reset() {
+	*x = Enqueue{}
+	mi := &file_command_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Enqueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Enqueue) ProtoMessage() {}
+
+func (x *Enqueue) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
+func (*Enqueue) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Enqueue) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *Enqueue) GetExchange() string {
+	if x != nil {
+		return x.Exchange
+	}
+	return ""
+}
+
+func (x *Enqueue) GetRoutingKey() string {
+	if x != nil {
+		return x.RoutingKey
+	}
+	return ""
+}
+
+func (x *Enqueue) GetProperties() *Properties {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *Enqueue) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *Enqueue) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *Enqueue) GetChannel() *ChannelRef {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+// GroupInit makes the log's state machine a queue group's: it holds queues
+// only, and a message dying into an exchange it does not hold leaves
+// through its outbox (fsm/DESIGN.md, "Queue groups"). The first entry a
+// queue group's log holds after its SetProtocol; the id never changes.
+// Protocol level 13.
+type GroupInit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupInit) Reset() {
+	*x = GroupInit{}
+	mi := &file_command_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupInit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupInit) ProtoMessage() {}
+
+func (x *GroupInit) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupInit.ProtoReflect.Descriptor instead.
+func (*GroupInit) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GroupInit) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+// HandOff is an entry of another group's outbox (or this group's own,
+// routed back into it) put into queues of this group: applied once per
+// (source_group, key) whatever number of times it is proposed, in
+// whatever order. Protocol level 13.
+type HandOff struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SourceGroup uint32                 `protobuf:"varint,1,opt,name=source_group,json=sourceGroup" json:"source_group,omitempty"`
+	// The outbox key (fsm.OutboxEntry.Key), from 1.
+	Key uint64 `protobuf:"varint,2,opt,name=key" json:"key,omitempty"`
+	// The message and this group's queues it goes to; its body is carried
+	// here, since the source log's body names mean nothing in this log.
+	Message *Enqueue `protobuf:"bytes,3,opt,name=message" json:"message,omitempty"`
+	// A dead letter: each copy is checked for a dead-letter cycle into its
+	// queue, and a queue refusing it for overflow does not dead-letter it
+	// again, as a dead letter routed within a group.
+	DeadLettered bool `protobuf:"varint,4,opt,name=dead_lettered,json=deadLettered" json:"dead_lettered,omitempty"`
+	// Every key of the source up to done was acknowledged there
+	// (HandOffDone: committed by all its target groups), read from the
+	// same state as the entry: the target counts them applied, so the keys
+	// it keeps are only those above, whatever keys never came its way.
+	Done          uint64 `protobuf:"varint,5,opt,name=done" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandOff) Reset() {
+	*x = HandOff{}
+	mi := &file_command_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandOff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandOff) ProtoMessage() {}
+
+func (x *HandOff) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandOff.ProtoReflect.Descriptor instead.
+func (*HandOff) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *HandOff) GetSourceGroup() uint32 {
+	if x != nil {
+		return x.SourceGroup
+	}
+	return 0
+}
+
+func (x *HandOff) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *HandOff) GetMessage() *Enqueue {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *HandOff) GetDeadLettered() bool {
+	if x != nil {
+		return x.DeadLettered
+	}
+	return false
+}
+
+func (x *HandOff) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+// HandOffDone tells the group that every group its outbox entries up to
+// key (inclusive) were routed to committed them: they leave the outbox.
+// Protocol level 13.
+type HandOffDone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UpTo          uint64                 `protobuf:"varint,1,opt,name=up_to,json=upTo" json:"up_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandOffDone) Reset() {
+	*x = HandOffDone{}
+	mi := &file_command_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandOffDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandOffDone) ProtoMessage() {}
+
+func (x *HandOffDone) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandOffDone.ProtoReflect.Descriptor instead.
+func (*HandOffDone) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *HandOffDone) GetUpTo() uint64 {
+	if x != nil {
+		return x.UpTo
+	}
+	return 0
+}
+
 // Get is basic.get; the result carries the message.
 type Get struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2769,7 +3120,7 @@ type Get struct {
 
 func (x *Get) Reset() {
 	*x = Get{}
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +3132,7 @@ func (x *Get) String() string {
 func (*Get) ProtoMessage() {}
 
 func (x *Get) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[28]
+	mi := &file_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +3145,7 @@ func (x *Get) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Get.ProtoReflect.Descriptor instead.
 func (*Get) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{28}
+	return file_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Get) GetVhost() string {
@@ -2846,7 +3197,7 @@ type Consume struct {
 
 func (x *Consume) Reset() {
 	*x = Consume{}
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3209,7 @@ func (x *Consume) String() string {
 func (*Consume) ProtoMessage() {}
 
 func (x *Consume) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[29]
+	mi := &file_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3222,7 @@ func (x *Consume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Consume.ProtoReflect.Descriptor instead.
 func (*Consume) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{29}
+	return file_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Consume) GetVhost() string {
@@ -2939,7 +3290,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_command_proto_msgTypes[30]
+	mi := &file_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3302,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[30]
+	mi := &file_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3315,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{30}
+	return file_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Cancel) GetConsumer() *ConsumerRef {
@@ -2990,7 +3341,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3353,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3366,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{31}
+	return file_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Settle) GetChannel() *ChannelRef {
@@ -3070,7 +3421,7 @@ type Requeue struct {
 
 func (x *Requeue) Reset() {
 	*x = Requeue{}
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3433,7 @@ func (x *Requeue) String() string {
 func (*Requeue) ProtoMessage() {}
 
 func (x *Requeue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3446,7 @@ func (x *Requeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Requeue.ProtoReflect.Descriptor instead.
 func (*Requeue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{32}
+	return file_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Requeue) GetChannel() *ChannelRef {
@@ -3162,7 +3513,7 @@ type Discard struct {
 
 func (x *Discard) Reset() {
 	*x = Discard{}
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3525,7 @@ func (x *Discard) String() string {
 func (*Discard) ProtoMessage() {}
 
 func (x *Discard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3538,7 @@ func (x *Discard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discard.ProtoReflect.Descriptor instead.
 func (*Discard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{33}
+	return file_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Discard) GetChannel() *ChannelRef {
@@ -3229,7 +3580,7 @@ type ChannelClosed struct {
 
 func (x *ChannelClosed) Reset() {
 	*x = ChannelClosed{}
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3592,7 @@ func (x *ChannelClosed) String() string {
 func (*ChannelClosed) ProtoMessage() {}
 
 func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3605,7 @@ func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelClosed.ProtoReflect.Descriptor instead.
 func (*ChannelClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{34}
+	return file_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ChannelClosed) GetChannel() *ChannelRef {
@@ -3275,7 +3626,7 @@ type ConnectionClosed struct {
 
 func (x *ConnectionClosed) Reset() {
 	*x = ConnectionClosed{}
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3638,7 @@ func (x *ConnectionClosed) String() string {
 func (*ConnectionClosed) ProtoMessage() {}
 
 func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3651,7 @@ func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionClosed.ProtoReflect.Descriptor instead.
 func (*ConnectionClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{35}
+	return file_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ConnectionClosed) GetConnection() *ConnectionRef {
@@ -3320,7 +3671,7 @@ type NodeDown struct {
 
 func (x *NodeDown) Reset() {
 	*x = NodeDown{}
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3332,7 +3683,7 @@ func (x *NodeDown) String() string {
 func (*NodeDown) ProtoMessage() {}
 
 func (x *NodeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3345,7 +3696,7 @@ func (x *NodeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDown.ProtoReflect.Descriptor instead.
 func (*NodeDown) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{36}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeDown) GetNode() string {
@@ -3366,7 +3717,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3729,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3742,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{37}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Expire) GetQueues() []*QueueRef {
@@ -3420,7 +3771,7 @@ type ConsumerTimeout struct {
 
 func (x *ConsumerTimeout) Reset() {
 	*x = ConsumerTimeout{}
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3783,7 @@ func (x *ConsumerTimeout) String() string {
 func (*ConsumerTimeout) ProtoMessage() {}
 
 func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3796,7 @@ func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeout.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeout) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{38}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ConsumerTimeout) GetChannel() *ChannelRef {
@@ -3477,7 +3828,7 @@ type ReleaseDelayed struct {
 
 func (x *ReleaseDelayed) Reset() {
 	*x = ReleaseDelayed{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3840,7 @@ func (x *ReleaseDelayed) String() string {
 func (*ReleaseDelayed) ProtoMessage() {}
 
 func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3853,7 @@ func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDelayed.ProtoReflect.Descriptor instead.
 func (*ReleaseDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleaseDelayed) GetLimit() uint32 {
@@ -3527,7 +3878,7 @@ type CancelDelayed struct {
 
 func (x *CancelDelayed) Reset() {
 	*x = CancelDelayed{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3890,7 @@ func (x *CancelDelayed) String() string {
 func (*CancelDelayed) ProtoMessage() {}
 
 func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3903,7 @@ func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDelayed.ProtoReflect.Descriptor instead.
 func (*CancelDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CancelDelayed) GetVhost() string {
@@ -3590,7 +3941,7 @@ type PurgeDelayed struct {
 
 func (x *PurgeDelayed) Reset() {
 	*x = PurgeDelayed{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3953,7 @@ func (x *PurgeDelayed) String() string {
 func (*PurgeDelayed) ProtoMessage() {}
 
 func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3966,7 @@ func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDelayed.ProtoReflect.Descriptor instead.
 func (*PurgeDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PurgeDelayed) GetVhost() string {
@@ -3643,7 +3994,7 @@ type ExpireQueue struct {
 
 func (x *ExpireQueue) Reset() {
 	*x = ExpireQueue{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +4006,7 @@ func (x *ExpireQueue) String() string {
 func (*ExpireQueue) ProtoMessage() {}
 
 func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +4019,7 @@ func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireQueue.ProtoReflect.Descriptor instead.
 func (*ExpireQueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExpireQueue) GetQueue() *QueueRef {
@@ -3687,7 +4038,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +4050,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +4063,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{47}
 }
 
 // RestartLeases restarts every queue's x-expires lease at the entry's
@@ -3728,7 +4079,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +4091,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4104,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{48}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -3772,7 +4123,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +4135,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +4148,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{45}
+	return file_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -3836,7 +4187,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +4199,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +4212,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{46}
+	return file_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3972,7 +4323,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +4335,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +4348,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{47}
+	return file_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4060,7 +4411,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4423,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4436,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{48}
+	return file_command_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4136,7 +4487,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4499,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4512,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{49}
+	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4255,7 +4606,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4618,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4631,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{50}
+	return file_command_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -4354,7 +4705,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x85\x10\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xdb\x11\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -4395,7 +4746,12 @@ const file_command_proto_rawDesc = "" +
 	"\rpurge_delayed\x180 \x01(\v2\x17.raftmq.v1.PurgeDelayedH\x00R\fpurgeDelayed\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
-	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClearB\x05\n" +
+	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClear\x125\n" +
+	"\n" +
+	"group_init\x18< \x01(\v2\x14.raftmq.v1.GroupInitH\x00R\tgroupInit\x12.\n" +
+	"\aenqueue\x18= \x01(\v2\x12.raftmq.v1.EnqueueH\x00R\aenqueue\x12/\n" +
+	"\bhand_off\x18> \x01(\v2\x12.raftmq.v1.HandOffH\x00R\ahandOff\x12<\n" +
+	"\rhand_off_done\x18? \x01(\v2\x16.raftmq.v1.HandOffDoneH\x00R\vhandOffDoneB\x05\n" +
 	"\x03cmd\"C\n" +
 	"\rConnectionRef\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
@@ -4573,7 +4929,28 @@ const file_command_proto_rawDesc = "" +
 	"properties\x18\x05 \x01(\v2\x15.raftmq.v1.PropertiesR\n" +
 	"properties\x12\x12\n" +
 	"\x04body\x18\x06 \x01(\fR\x04body\x12/\n" +
-	"\achannel\x18\a \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"y\n" +
+	"\achannel\x18\a \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"\xf0\x01\n" +
+	"\aEnqueue\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1a\n" +
+	"\bexchange\x18\x02 \x01(\tR\bexchange\x12\x1f\n" +
+	"\vrouting_key\x18\x03 \x01(\tR\n" +
+	"routingKey\x125\n" +
+	"\n" +
+	"properties\x18\x04 \x01(\v2\x15.raftmq.v1.PropertiesR\n" +
+	"properties\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\fR\x04body\x12\x16\n" +
+	"\x06queues\x18\x06 \x03(\tR\x06queues\x12/\n" +
+	"\achannel\x18\a \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"!\n" +
+	"\tGroupInit\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\"\xa5\x01\n" +
+	"\aHandOff\x12!\n" +
+	"\fsource_group\x18\x01 \x01(\rR\vsourceGroup\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\x04R\x03key\x12,\n" +
+	"\amessage\x18\x03 \x01(\v2\x12.raftmq.v1.EnqueueR\amessage\x12#\n" +
+	"\rdead_lettered\x18\x04 \x01(\bR\fdeadLettered\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\x04R\x04done\"\"\n" +
+	"\vHandOffDone\x12\x13\n" +
+	"\x05up_to\x18\x01 \x01(\x04R\x04upTo\"y\n" +
 	"\x03Get\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x15\n" +
@@ -4707,7 +5084,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4737,29 +5114,33 @@ var file_command_proto_goTypes = []any{
 	(*Bind)(nil),             // 25: raftmq.v1.Bind
 	(*Unbind)(nil),           // 26: raftmq.v1.Unbind
 	(*Publish)(nil),          // 27: raftmq.v1.Publish
-	(*Get)(nil),              // 28: raftmq.v1.Get
-	(*Consume)(nil),          // 29: raftmq.v1.Consume
-	(*Cancel)(nil),           // 30: raftmq.v1.Cancel
-	(*Settle)(nil),           // 31: raftmq.v1.Settle
-	(*Requeue)(nil),          // 32: raftmq.v1.Requeue
-	(*Discard)(nil),          // 33: raftmq.v1.Discard
-	(*ChannelClosed)(nil),    // 34: raftmq.v1.ChannelClosed
-	(*ConnectionClosed)(nil), // 35: raftmq.v1.ConnectionClosed
-	(*NodeDown)(nil),         // 36: raftmq.v1.NodeDown
-	(*Expire)(nil),           // 37: raftmq.v1.Expire
-	(*ConsumerTimeout)(nil),  // 38: raftmq.v1.ConsumerTimeout
-	(*ReleaseDelayed)(nil),   // 39: raftmq.v1.ReleaseDelayed
-	(*CancelDelayed)(nil),    // 40: raftmq.v1.CancelDelayed
-	(*PurgeDelayed)(nil),     // 41: raftmq.v1.PurgeDelayed
-	(*ExpireQueue)(nil),      // 42: raftmq.v1.ExpireQueue
-	(*Tick)(nil),             // 43: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 44: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 45: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 46: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 47: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 48: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 49: raftmq.v1.Result
-	(*GetOk)(nil),            // 50: raftmq.v1.GetOk
+	(*Enqueue)(nil),          // 28: raftmq.v1.Enqueue
+	(*GroupInit)(nil),        // 29: raftmq.v1.GroupInit
+	(*HandOff)(nil),          // 30: raftmq.v1.HandOff
+	(*HandOffDone)(nil),      // 31: raftmq.v1.HandOffDone
+	(*Get)(nil),              // 32: raftmq.v1.Get
+	(*Consume)(nil),          // 33: raftmq.v1.Consume
+	(*Cancel)(nil),           // 34: raftmq.v1.Cancel
+	(*Settle)(nil),           // 35: raftmq.v1.Settle
+	(*Requeue)(nil),          // 36: raftmq.v1.Requeue
+	(*Discard)(nil),          // 37: raftmq.v1.Discard
+	(*ChannelClosed)(nil),    // 38: raftmq.v1.ChannelClosed
+	(*ConnectionClosed)(nil), // 39: raftmq.v1.ConnectionClosed
+	(*NodeDown)(nil),         // 40: raftmq.v1.NodeDown
+	(*Expire)(nil),           // 41: raftmq.v1.Expire
+	(*ConsumerTimeout)(nil),  // 42: raftmq.v1.ConsumerTimeout
+	(*ReleaseDelayed)(nil),   // 43: raftmq.v1.ReleaseDelayed
+	(*CancelDelayed)(nil),    // 44: raftmq.v1.CancelDelayed
+	(*PurgeDelayed)(nil),     // 45: raftmq.v1.PurgeDelayed
+	(*ExpireQueue)(nil),      // 46: raftmq.v1.ExpireQueue
+	(*Tick)(nil),             // 47: raftmq.v1.Tick
+	(*RestartLeases)(nil),    // 48: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 49: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 50: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 51: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 52: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 53: raftmq.v1.Result
+	(*GetOk)(nil),            // 54: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -4778,66 +5159,73 @@ var file_command_proto_depIdxs = []int32{
 	25, // 13: raftmq.v1.Command.bind:type_name -> raftmq.v1.Bind
 	26, // 14: raftmq.v1.Command.unbind:type_name -> raftmq.v1.Unbind
 	27, // 15: raftmq.v1.Command.publish:type_name -> raftmq.v1.Publish
-	28, // 16: raftmq.v1.Command.get:type_name -> raftmq.v1.Get
-	29, // 17: raftmq.v1.Command.consume:type_name -> raftmq.v1.Consume
-	30, // 18: raftmq.v1.Command.cancel:type_name -> raftmq.v1.Cancel
-	31, // 19: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
-	32, // 20: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
-	33, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
-	34, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
-	35, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
-	36, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
-	37, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
-	42, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
-	43, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	44, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	45, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
-	38, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
-	39, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
-	40, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
-	41, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
-	47, // 34: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	48, // 35: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 36: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 37: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 38: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 39: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 40: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 41: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 42: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 43: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 44: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 45: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 46: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 47: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 48: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 49: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 50: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 51: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 52: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 53: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 54: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 55: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 56: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 57: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 58: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 59: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 60: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 61: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 62: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 63: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 64: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 65: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 66: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 67: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	46, // 68: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	50, // 69: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 70: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	32, // 16: raftmq.v1.Command.get:type_name -> raftmq.v1.Get
+	33, // 17: raftmq.v1.Command.consume:type_name -> raftmq.v1.Consume
+	34, // 18: raftmq.v1.Command.cancel:type_name -> raftmq.v1.Cancel
+	35, // 19: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
+	36, // 20: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
+	37, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
+	38, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
+	39, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
+	40, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
+	41, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
+	46, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
+	47, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
+	48, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	49, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	42, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
+	43, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
+	44, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
+	45, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
+	51, // 34: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	52, // 35: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	29, // 36: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
+	28, // 37: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
+	30, // 38: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
+	31, // 39: raftmq.v1.Command.hand_off_done:type_name -> raftmq.v1.HandOffDone
+	3,  // 40: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 41: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 42: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 43: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 44: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 45: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 46: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 47: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 48: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 49: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 50: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 51: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 52: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 53: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 54: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 55: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 56: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 57: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 58: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 59: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	11, // 60: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
+	3,  // 61: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
+	28, // 62: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
+	3,  // 63: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 64: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 65: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 66: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 67: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 68: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 69: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 70: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 71: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 72: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 73: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 74: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	50, // 75: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	54, // 76: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 77: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	78, // [78:78] is the sub-list for method output_type
+	78, // [78:78] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4881,6 +5269,10 @@ func file_command_proto_init() {
 		(*Command_PurgeDelayed)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
+		(*Command_GroupInit)(nil),
+		(*Command_Enqueue)(nil),
+		(*Command_HandOff)(nil),
+		(*Command_HandOffDone)(nil),
 	}
 	file_command_proto_msgTypes[8].OneofWrappers = []any{
 		(*Value_Bool)(nil),
@@ -4908,7 +5300,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

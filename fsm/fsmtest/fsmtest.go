@@ -11,7 +11,7 @@ import (
 	"github.com/raftmq/raftmq/queue"
 )
 
-// published keeps the body of every Publish applied through Apply, by the
+// published keeps the body of every Publish (Enqueue, HandOff) applied through Apply, by the
 // name the state machine gives it (queue.Body), as a node keeps its log:
 // the state machine names bodies and the test reads them back. Machines
 // of one test that apply different publishes at the same index overwrite
@@ -28,8 +28,13 @@ func remember(index uint64, cmds []*proto.Command) {
 		published.bodies = map[[2]uint64][]byte{}
 	}
 	for i, c := range cmds {
-		if p := c.GetPublish(); p != nil {
-			published.bodies[[2]uint64{index, uint64(i)}] = p.GetBody()
+		switch {
+		case c.GetPublish() != nil:
+			published.bodies[[2]uint64{index, uint64(i)}] = c.GetPublish().GetBody()
+		case c.GetEnqueue() != nil:
+			published.bodies[[2]uint64{index, uint64(i)}] = c.GetEnqueue().GetBody()
+		case c.GetHandOff().GetMessage() != nil:
+			published.bodies[[2]uint64{index, uint64(i)}] = c.GetHandOff().GetMessage().GetBody()
 		}
 	}
 }
