@@ -94,3 +94,16 @@ func TestGroups_ShrinkLastMember(t *testing.T) {
 		t.Fatalf("message %q", changes[0].Err)
 	}
 }
+
+// BenchmarkNode_Groups is what each scrape, queue listing and health
+// check pays to read the groups: raft's stats and configuration, the
+// members, and the log's segment files.
+func BenchmarkNode_Groups(b *testing.B) {
+	c := clustertest.New(b, 1)
+	n := c.WaitForLeader(clustertest.Timeout)
+	for b.Loop() {
+		if len(n.Groups()) != 1 {
+			b.Fatal("no group")
+		}
+	}
+}

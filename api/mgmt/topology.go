@@ -128,8 +128,8 @@ func optTime(ms int64) any {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
-// topology returns what queueJSON needs besides the queue.
-func (q *req) topology(s ops.State) (map[string]*proto.PolicyInfo, queueGroups) {
+// queuePolicies are the policies queueJSON needs besides the queue.
+func queuePolicies(s ops.State) map[string]*proto.PolicyInfo {
 	pols := map[string]*proto.PolicyInfo{}
 	for _, p := range s.Policies("", false) {
 		pols[p.GetVhost()+"\x00\x00"+p.GetName()] = p
@@ -137,11 +137,17 @@ func (q *req) topology(s ops.State) (map[string]*proto.PolicyInfo, queueGroups) 
 	for _, p := range s.Policies("", true) {
 		pols[p.GetVhost()+"\x00op\x00"+p.GetName()] = p
 	}
+	return pols
+}
+
+// groups are the Raft groups queueJSON shows the queues', read before the
+// state's lock is taken (the node reads each group's raft and log files).
+func (q *req) groups() queueGroups {
 	groups := queueGroups{}
 	for _, g := range q.m.node.Groups() {
 		groups[g.ID] = groupView{name: g.Name, leader: g.Leader, members: nonNil(g.Voters()), online: nonNil(g.OnlineVoters())}
 	}
-	return pols, groups
+	return groups
 }
 
 // groupView is a Raft group as queueJSON shows it for each of its queues.
@@ -168,8 +174,9 @@ func (q *req) queues() error {
 		return err
 	}
 	var rows []*row
+	groups := q.groups()
 	q.view(func(s ops.State) {
-		pols, groups := q.topology(s)
+		pols := queuePolicies(s)
 		for _, x := range s.Queues(vhost) {
 			if q.user.seesVhost(x.GetVhost()) {
 				rows = append(rows, &row{name: x.GetName(), key: func(k string) (any, bool) { return queueSortKey(x, k) },
@@ -232,9 +239,10 @@ func (q *req) queue() error {
 	switch q.r.Method {
 	case http.MethodGet:
 		var out map[string]any
+		groups := q.groups()
 		q.view(func(s ops.State) {
 			if x, ok := s.Queue(vhost, name); ok {
-				pols, groups := q.topology(s)
+				pols := queuePolicies(s)
 				out = q.queueJSON(x, pols, groups)
 			}
 		})
