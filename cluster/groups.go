@@ -159,6 +159,11 @@ var (
 	// ErrNotGroupLeader: only a group's leader changes its membership
 	// or hands over its leadership.
 	ErrNotGroupLeader = errors.New("this node does not lead the group")
+	// ErrShrinkLeader: the node to remove leads the group. The removal
+	// is held by the leader that makes it (reconcile adds alive members
+	// back), so the next leader would undo it: hand the leadership over
+	// first.
+	ErrShrinkLeader = errors.New("the node leads the group: transfer its leadership first")
 )
 
 // GroupChange is the outcome of growing or shrinking one group.
@@ -202,9 +207,10 @@ func (n *Node) GrowGroups(ctx context.Context, id string, even bool) ([]GroupCha
 }
 
 // ShrinkGroups removes the node id from the voters of every group it is
-// one of, except where it is the last voter, or where the other online
-// voters would be fewer than a majority of the voters left: that group
-// would stop. It runs on the leader of those groups.
+// one of, except where it is the last voter, where the other online
+// voters would be fewer than a majority of the voters left (that group
+// would stop), or where it leads the group (ErrShrinkLeader). It runs on
+// the leader of those groups.
 func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error) {
 	var out []GroupChange
 	for _, gs := range n.Groups() {
@@ -223,6 +229,8 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 			c.Err = ErrLastMember
 		case online < (voters-1)/2+1:
 			c.Err = ErrQuorumCritical
+		case gs.Leader == id:
+			c.Err = ErrShrinkLeader
 		default:
 			if err := n.removeGroupVoter(ctx, gs.ID, id); err != nil {
 				c.Err = err
