@@ -995,6 +995,689 @@ func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
 	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
+// A Raft group as the node that answers knows it.
+type GroupInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is "" for the metadata group; name is what the surfaces show.
+	Id   string `protobuf:"bytes,1,opt,name=id" json:"id,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	// The leader's node id ("" for none), the voters and those of them
+	// online, by id.
+	Leader  string   `protobuf:"bytes,3,opt,name=leader" json:"leader,omitempty"`
+	Members []string `protobuf:"bytes,4,rep,name=members" json:"members,omitempty"`
+	Online  []string `protobuf:"bytes,5,rep,name=online" json:"online,omitempty"`
+	// The answering node's raft state in the group and its figures.
+	State           string `protobuf:"bytes,6,opt,name=state" json:"state,omitempty"`
+	Term            uint64 `protobuf:"varint,7,opt,name=term" json:"term,omitempty"`
+	CommitIndex     uint64 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex" json:"commit_index,omitempty"`
+	LastApplied     uint64 `protobuf:"varint,9,opt,name=last_applied,json=lastApplied" json:"last_applied,omitempty"`
+	LastLogIndex    uint64 `protobuf:"varint,10,opt,name=last_log_index,json=lastLogIndex" json:"last_log_index,omitempty"`
+	SnapshotIndex   uint64 `protobuf:"varint,11,opt,name=snapshot_index,json=snapshotIndex" json:"snapshot_index,omitempty"`
+	LogSegments     uint32 `protobuf:"varint,12,opt,name=log_segments,json=logSegments" json:"log_segments,omitempty"`
+	CommitLatencyUs int64  `protobuf:"varint,13,opt,name=commit_latency_us,json=commitLatencyUs" json:"commit_latency_us,omitempty"`
+	// How many voters the group should have.
+	TargetSize    uint32 `protobuf:"varint,14,opt,name=target_size,json=targetSize" json:"target_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupInfo) Reset() {
+	*x = GroupInfo{}
+	mi := &file_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupInfo) ProtoMessage() {}
+
+func (x *GroupInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
+func (*GroupInfo) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GroupInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *GroupInfo) GetOnline() []string {
+	if x != nil {
+		return x.Online
+	}
+	return nil
+}
+
+func (x *GroupInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetLastApplied() uint64 {
+	if x != nil {
+		return x.LastApplied
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetLogSegments() uint32 {
+	if x != nil {
+		return x.LogSegments
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetCommitLatencyUs() int64 {
+	if x != nil {
+		return x.CommitLatencyUs
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetTargetSize() uint32 {
+	if x != nil {
+		return x.TargetSize
+	}
+	return 0
+}
+
+type ListGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsRequest) Reset() {
+	*x = ListGroupsRequest{}
+	mi := &file_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsRequest) ProtoMessage() {}
+
+func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{15}
+}
+
+type ListGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	Groups        []*GroupInfo           `protobuf:"bytes,2,rep,name=groups" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsResponse) Reset() {
+	*x = ListGroupsResponse{}
+	mi := &file_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsResponse) ProtoMessage() {}
+
+func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListGroupsResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ListGroupsResponse) GetGroups() []*GroupInfo {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type GrowGroupsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	// Only the groups whose number of voters is even (rabbitmq-queues grow
+	// NODE even); otherwise all.
+	Even          bool `protobuf:"varint,2,opt,name=even" json:"even,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrowGroupsRequest) Reset() {
+	*x = GrowGroupsRequest{}
+	mi := &file_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrowGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrowGroupsRequest) ProtoMessage() {}
+
+func (x *GrowGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrowGroupsRequest.ProtoReflect.Descriptor instead.
+func (*GrowGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GrowGroupsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *GrowGroupsRequest) GetEven() bool {
+	if x != nil {
+		return x.Even
+	}
+	return false
+}
+
+type ShrinkGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShrinkGroupsRequest) Reset() {
+	*x = ShrinkGroupsRequest{}
+	mi := &file_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShrinkGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShrinkGroupsRequest) ProtoMessage() {}
+
+func (x *ShrinkGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShrinkGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ShrinkGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ShrinkGroupsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// The outcome of growing or shrinking one group: its voters after it
+// (before it, when it failed) and RabbitMQ's result text ("ok" or
+// "error: ...").
+type GroupChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	Size          uint32                 `protobuf:"varint,2,opt,name=size" json:"size,omitempty"`
+	Result        string                 `protobuf:"bytes,3,opt,name=result" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange) Reset() {
+	*x = GroupChange{}
+	mi := &file_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange) ProtoMessage() {}
+
+func (x *GroupChange) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange.ProtoReflect.Descriptor instead.
+func (*GroupChange) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GroupChange) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupChange) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *GroupChange) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+// A queue of a changed group, with its group's outcome, as rabbitmq-queues
+// lists them.
+type QueueChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	Group         string                 `protobuf:"bytes,3,opt,name=group" json:"group,omitempty"`
+	Size          uint32                 `protobuf:"varint,4,opt,name=size" json:"size,omitempty"`
+	Result        string                 `protobuf:"bytes,5,opt,name=result" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueChange) Reset() {
+	*x = QueueChange{}
+	mi := &file_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueChange) ProtoMessage() {}
+
+func (x *QueueChange) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueChange.ProtoReflect.Descriptor instead.
+func (*QueueChange) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QueueChange) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *QueueChange) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QueueChange) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *QueueChange) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *QueueChange) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+type GroupChangesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*GroupChange         `protobuf:"bytes,1,rep,name=groups" json:"groups,omitempty"`
+	Queues        []*QueueChange         `protobuf:"bytes,2,rep,name=queues" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChangesResponse) Reset() {
+	*x = GroupChangesResponse{}
+	mi := &file_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChangesResponse) ProtoMessage() {}
+
+func (x *GroupChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChangesResponse.ProtoReflect.Descriptor instead.
+func (*GroupChangesResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GroupChangesResponse) GetGroups() []*GroupChange {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *GroupChangesResponse) GetQueues() []*QueueChange {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+type RebalanceGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceGroupsRequest) Reset() {
+	*x = RebalanceGroupsRequest{}
+	mi := &file_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceGroupsRequest) ProtoMessage() {}
+
+func (x *RebalanceGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceGroupsRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{22}
+}
+
+// What each node leads after a rebalance: groups, and their queues by
+// declared type.
+type NodeLeadership struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId" json:"node_id,omitempty"`
+	Groups        uint32                 `protobuf:"varint,2,opt,name=groups" json:"groups,omitempty"`
+	QuorumQueues  uint32                 `protobuf:"varint,3,opt,name=quorum_queues,json=quorumQueues" json:"quorum_queues,omitempty"`
+	ClassicQueues uint32                 `protobuf:"varint,4,opt,name=classic_queues,json=classicQueues" json:"classic_queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeLeadership) Reset() {
+	*x = NodeLeadership{}
+	mi := &file_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeLeadership) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeLeadership) ProtoMessage() {}
+
+func (x *NodeLeadership) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeLeadership.ProtoReflect.Descriptor instead.
+func (*NodeLeadership) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *NodeLeadership) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeLeadership) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *NodeLeadership) GetQuorumQueues() uint32 {
+	if x != nil {
+		return x.QuorumQueues
+	}
+	return 0
+}
+
+func (x *NodeLeadership) GetClassicQueues() uint32 {
+	if x != nil {
+		return x.ClassicQueues
+	}
+	return 0
+}
+
+type RebalanceGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*NodeLeadership      `protobuf:"bytes,1,rep,name=nodes" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceGroupsResponse) Reset() {
+	*x = RebalanceGroupsResponse{}
+	mi := &file_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceGroupsResponse) ProtoMessage() {}
+
+func (x *RebalanceGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceGroupsResponse.ProtoReflect.Descriptor instead.
+func (*RebalanceGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RebalanceGroupsResponse) GetNodes() []*NodeLeadership {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
 type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty: every vhost.
@@ -1006,7 +1689,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1701,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1714,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRequest) GetVhost() string {
@@ -1058,7 +1741,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1753,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1766,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListQueuesRequest) GetVhost() string {
@@ -1136,13 +1819,16 @@ type QueueInfo struct {
 	// (unix ms, 0 for none).
 	MessagesDelayed uint64 `protobuf:"varint,22,opt,name=messages_delayed,json=messagesDelayed" json:"messages_delayed,omitempty"`
 	NextRetryDueMs  int64  `protobuf:"varint,23,opt,name=next_retry_due_ms,json=nextRetryDueMs" json:"next_retry_due_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The Raft group that holds the queue (GroupInfo.name), filled in by
+	// the node that answers.
+	RaftGroup     string `protobuf:"bytes,24,opt,name=raft_group,json=raftGroup" json:"raft_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1840,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1853,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueInfo) GetVhost() string {
@@ -1331,6 +2017,13 @@ func (x *QueueInfo) GetNextRetryDueMs() int64 {
 	return 0
 }
 
+func (x *QueueInfo) GetRaftGroup() string {
+	if x != nil {
+		return x.RaftGroup
+	}
+	return ""
+}
+
 type ListQueuesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Queues        []*QueueInfo           `protobuf:"bytes,1,rep,name=queues" json:"queues,omitempty"`
@@ -1340,7 +2033,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +2045,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +2058,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1386,7 +2079,7 @@ type GetQueueRequest struct {
 
 func (x *GetQueueRequest) Reset() {
 	*x = GetQueueRequest{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +2091,7 @@ func (x *GetQueueRequest) String() string {
 func (*GetQueueRequest) ProtoMessage() {}
 
 func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +2104,7 @@ func (x *GetQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetQueueRequest) GetVhost() string {
@@ -1445,7 +2138,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +2150,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +2163,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PurgeQueueRequest) GetVhost() string {
@@ -1496,7 +2189,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +2201,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +2214,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PurgeQueueResponse) GetMessageCount() uint32 {
@@ -1543,7 +2236,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +2248,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +2261,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{21}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteQueueRequest) GetVhost() string {
@@ -1608,7 +2301,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +2313,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +2326,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{22}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteQueueResponse) GetMessageCount() uint32 {
@@ -1664,7 +2357,7 @@ type ExchangeInfo struct {
 
 func (x *ExchangeInfo) Reset() {
 	*x = ExchangeInfo{}
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +2369,7 @@ func (x *ExchangeInfo) String() string {
 func (*ExchangeInfo) ProtoMessage() {}
 
 func (x *ExchangeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2382,7 @@ func (x *ExchangeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExchangeInfo.ProtoReflect.Descriptor instead.
 func (*ExchangeInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExchangeInfo) GetVhost() string {
@@ -1771,7 +2464,7 @@ type ListExchangesResponse struct {
 
 func (x *ListExchangesResponse) Reset() {
 	*x = ListExchangesResponse{}
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +2476,7 @@ func (x *ListExchangesResponse) String() string {
 func (*ListExchangesResponse) ProtoMessage() {}
 
 func (x *ListExchangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +2489,7 @@ func (x *ListExchangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExchangesResponse.ProtoReflect.Descriptor instead.
 func (*ListExchangesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{24}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListExchangesResponse) GetExchanges() []*ExchangeInfo {
@@ -1821,7 +2514,7 @@ type BindingInfo struct {
 
 func (x *BindingInfo) Reset() {
 	*x = BindingInfo{}
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2526,7 @@ func (x *BindingInfo) String() string {
 func (*BindingInfo) ProtoMessage() {}
 
 func (x *BindingInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2539,7 @@ func (x *BindingInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindingInfo.ProtoReflect.Descriptor instead.
 func (*BindingInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{25}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BindingInfo) GetVhost() string {
@@ -1900,7 +2593,7 @@ type ListBindingsResponse struct {
 
 func (x *ListBindingsResponse) Reset() {
 	*x = ListBindingsResponse{}
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2605,7 @@ func (x *ListBindingsResponse) String() string {
 func (*ListBindingsResponse) ProtoMessage() {}
 
 func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2618,7 @@ func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBindingsResponse.ProtoReflect.Descriptor instead.
 func (*ListBindingsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{26}
+	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListBindingsResponse) GetBindings() []*BindingInfo {
@@ -1956,7 +2649,7 @@ type ConsumerInfo struct {
 
 func (x *ConsumerInfo) Reset() {
 	*x = ConsumerInfo{}
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2661,7 @@ func (x *ConsumerInfo) String() string {
 func (*ConsumerInfo) ProtoMessage() {}
 
 func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2674,7 @@ func (x *ConsumerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{27}
+	return file_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ConsumerInfo) GetVhost() string {
@@ -2063,7 +2756,7 @@ type ListConsumersResponse struct {
 
 func (x *ListConsumersResponse) Reset() {
 	*x = ListConsumersResponse{}
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2768,7 @@ func (x *ListConsumersResponse) String() string {
 func (*ListConsumersResponse) ProtoMessage() {}
 
 func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2781,7 @@ func (x *ListConsumersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConsumersResponse.ProtoReflect.Descriptor instead.
 func (*ListConsumersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{28}
+	return file_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListConsumersResponse) GetConsumers() []*ConsumerInfo {
@@ -2108,7 +2801,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2813,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2826,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListConnectionsRequest) GetLocal() bool {
@@ -2168,7 +2861,7 @@ type ConnectionInfo struct {
 
 func (x *ConnectionInfo) Reset() {
 	*x = ConnectionInfo{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2873,7 @@ func (x *ConnectionInfo) String() string {
 func (*ConnectionInfo) ProtoMessage() {}
 
 func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2886,7 @@ func (x *ConnectionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionInfo.ProtoReflect.Descriptor instead.
 func (*ConnectionInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ConnectionInfo) GetNode() string {
@@ -2303,7 +2996,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +3008,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +3021,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionInfo {
@@ -2349,7 +3042,7 @@ type CloseConnectionRequest struct {
 
 func (x *CloseConnectionRequest) Reset() {
 	*x = CloseConnectionRequest{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +3054,7 @@ func (x *CloseConnectionRequest) String() string {
 func (*CloseConnectionRequest) ProtoMessage() {}
 
 func (x *CloseConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +3067,7 @@ func (x *CloseConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConnectionRequest.ProtoReflect.Descriptor instead.
 func (*CloseConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CloseConnectionRequest) GetNode() string {
@@ -2406,7 +3099,7 @@ type CloseConnectionResponse struct {
 
 func (x *CloseConnectionResponse) Reset() {
 	*x = CloseConnectionResponse{}
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +3111,7 @@ func (x *CloseConnectionResponse) String() string {
 func (*CloseConnectionResponse) ProtoMessage() {}
 
 func (x *CloseConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +3124,7 @@ func (x *CloseConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseConnectionResponse.ProtoReflect.Descriptor instead.
 func (*CloseConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{33}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 type SetPolicyRequest struct {
@@ -2450,7 +3143,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +3155,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +3168,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{34}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetPolicyRequest) GetVhost() string {
@@ -2535,7 +3228,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +3240,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +3253,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{35}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 type ClearPolicyRequest struct {
@@ -2574,7 +3267,7 @@ type ClearPolicyRequest struct {
 
 func (x *ClearPolicyRequest) Reset() {
 	*x = ClearPolicyRequest{}
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +3279,7 @@ func (x *ClearPolicyRequest) String() string {
 func (*ClearPolicyRequest) ProtoMessage() {}
 
 func (x *ClearPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +3292,7 @@ func (x *ClearPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ClearPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{36}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClearPolicyRequest) GetVhost() string {
@@ -2631,7 +3324,7 @@ type ClearPolicyResponse struct {
 
 func (x *ClearPolicyResponse) Reset() {
 	*x = ClearPolicyResponse{}
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +3336,7 @@ func (x *ClearPolicyResponse) String() string {
 func (*ClearPolicyResponse) ProtoMessage() {}
 
 func (x *ClearPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +3349,7 @@ func (x *ClearPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ClearPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{37}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 // SetVhostLimitsRequest is a VhostLimits command for vhost ("" is "/").
@@ -2672,7 +3365,7 @@ type SetVhostLimitsRequest struct {
 
 func (x *SetVhostLimitsRequest) Reset() {
 	*x = SetVhostLimitsRequest{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +3377,7 @@ func (x *SetVhostLimitsRequest) String() string {
 func (*SetVhostLimitsRequest) ProtoMessage() {}
 
 func (x *SetVhostLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +3390,7 @@ func (x *SetVhostLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetVhostLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetVhostLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetVhostLimitsRequest) GetVhost() string {
@@ -2736,7 +3429,7 @@ type SetVhostLimitsResponse struct {
 
 func (x *SetVhostLimitsResponse) Reset() {
 	*x = SetVhostLimitsResponse{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +3441,7 @@ func (x *SetVhostLimitsResponse) String() string {
 func (*SetVhostLimitsResponse) ProtoMessage() {}
 
 func (x *SetVhostLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +3454,7 @@ func (x *SetVhostLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetVhostLimitsResponse.ProtoReflect.Descriptor instead.
 func (*SetVhostLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 type ListVhostLimitsRequest struct {
@@ -2775,7 +3468,7 @@ type ListVhostLimitsRequest struct {
 
 func (x *ListVhostLimitsRequest) Reset() {
 	*x = ListVhostLimitsRequest{}
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +3480,7 @@ func (x *ListVhostLimitsRequest) String() string {
 func (*ListVhostLimitsRequest) ProtoMessage() {}
 
 func (x *ListVhostLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +3493,7 @@ func (x *ListVhostLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVhostLimitsRequest.ProtoReflect.Descriptor instead.
 func (*ListVhostLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{40}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListVhostLimitsRequest) GetVhost() string {
@@ -2828,7 +3521,7 @@ type VhostLimitsInfo struct {
 
 func (x *VhostLimitsInfo) Reset() {
 	*x = VhostLimitsInfo{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +3533,7 @@ func (x *VhostLimitsInfo) String() string {
 func (*VhostLimitsInfo) ProtoMessage() {}
 
 func (x *VhostLimitsInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +3546,7 @@ func (x *VhostLimitsInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VhostLimitsInfo.ProtoReflect.Descriptor instead.
 func (*VhostLimitsInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VhostLimitsInfo) GetVhost() string {
@@ -2879,7 +3572,7 @@ type ListVhostLimitsResponse struct {
 
 func (x *ListVhostLimitsResponse) Reset() {
 	*x = ListVhostLimitsResponse{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3584,7 @@ func (x *ListVhostLimitsResponse) String() string {
 func (*ListVhostLimitsResponse) ProtoMessage() {}
 
 func (x *ListVhostLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3597,7 @@ func (x *ListVhostLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVhostLimitsResponse.ProtoReflect.Descriptor instead.
 func (*ListVhostLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListVhostLimitsResponse) GetVhosts() []*VhostLimitsInfo {
@@ -2925,7 +3618,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3630,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3643,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListPoliciesRequest) GetVhost() string {
@@ -2989,7 +3682,7 @@ type PolicyInfo struct {
 
 func (x *PolicyInfo) Reset() {
 	*x = PolicyInfo{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3694,7 @@ func (x *PolicyInfo) String() string {
 func (*PolicyInfo) ProtoMessage() {}
 
 func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3707,7 @@ func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyInfo.ProtoReflect.Descriptor instead.
 func (*PolicyInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PolicyInfo) GetVhost() string {
@@ -3075,7 +3768,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3780,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3793,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
@@ -3121,7 +3814,7 @@ type AddUserRequest struct {
 
 func (x *AddUserRequest) Reset() {
 	*x = AddUserRequest{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3826,7 @@ func (x *AddUserRequest) String() string {
 func (*AddUserRequest) ProtoMessage() {}
 
 func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3839,7 @@ func (x *AddUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserRequest.ProtoReflect.Descriptor instead.
 func (*AddUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AddUserRequest) GetName() string {
@@ -3178,7 +3871,7 @@ type AddUserResponse struct {
 
 func (x *AddUserResponse) Reset() {
 	*x = AddUserResponse{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3883,7 @@ func (x *AddUserResponse) String() string {
 func (*AddUserResponse) ProtoMessage() {}
 
 func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3896,7 @@ func (x *AddUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUserResponse.ProtoReflect.Descriptor instead.
 func (*AddUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 type DeleteUserRequest struct {
@@ -3215,7 +3908,7 @@ type DeleteUserRequest struct {
 
 func (x *DeleteUserRequest) Reset() {
 	*x = DeleteUserRequest{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3920,7 @@ func (x *DeleteUserRequest) String() string {
 func (*DeleteUserRequest) ProtoMessage() {}
 
 func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3933,7 @@ func (x *DeleteUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DeleteUserRequest) GetName() string {
@@ -3258,7 +3951,7 @@ type DeleteUserResponse struct {
 
 func (x *DeleteUserResponse) Reset() {
 	*x = DeleteUserResponse{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3963,7 @@ func (x *DeleteUserResponse) String() string {
 func (*DeleteUserResponse) ProtoMessage() {}
 
 func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3976,7 @@ func (x *DeleteUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 type ChangePasswordRequest struct {
@@ -3296,7 +3989,7 @@ type ChangePasswordRequest struct {
 
 func (x *ChangePasswordRequest) Reset() {
 	*x = ChangePasswordRequest{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3308,7 +4001,7 @@ func (x *ChangePasswordRequest) String() string {
 func (*ChangePasswordRequest) ProtoMessage() {}
 
 func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3321,7 +4014,7 @@ func (x *ChangePasswordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordRequest.ProtoReflect.Descriptor instead.
 func (*ChangePasswordRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ChangePasswordRequest) GetName() string {
@@ -3346,7 +4039,7 @@ type ChangePasswordResponse struct {
 
 func (x *ChangePasswordResponse) Reset() {
 	*x = ChangePasswordResponse{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3358,7 +4051,7 @@ func (x *ChangePasswordResponse) String() string {
 func (*ChangePasswordResponse) ProtoMessage() {}
 
 func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3371,7 +4064,7 @@ func (x *ChangePasswordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangePasswordResponse.ProtoReflect.Descriptor instead.
 func (*ChangePasswordResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 type SetUserTagsRequest struct {
@@ -3384,7 +4077,7 @@ type SetUserTagsRequest struct {
 
 func (x *SetUserTagsRequest) Reset() {
 	*x = SetUserTagsRequest{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +4089,7 @@ func (x *SetUserTagsRequest) String() string {
 func (*SetUserTagsRequest) ProtoMessage() {}
 
 func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +4102,7 @@ func (x *SetUserTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetUserTagsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SetUserTagsRequest) GetName() string {
@@ -3434,7 +4127,7 @@ type SetUserTagsResponse struct {
 
 func (x *SetUserTagsResponse) Reset() {
 	*x = SetUserTagsResponse{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +4139,7 @@ func (x *SetUserTagsResponse) String() string {
 func (*SetUserTagsResponse) ProtoMessage() {}
 
 func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +4152,7 @@ func (x *SetUserTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetUserTagsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{64}
 }
 
 type UserInfo struct {
@@ -3472,7 +4165,7 @@ type UserInfo struct {
 
 func (x *UserInfo) Reset() {
 	*x = UserInfo{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +4177,7 @@ func (x *UserInfo) String() string {
 func (*UserInfo) ProtoMessage() {}
 
 func (x *UserInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +4190,7 @@ func (x *UserInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserInfo.ProtoReflect.Descriptor instead.
 func (*UserInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *UserInfo) GetName() string {
@@ -3523,7 +4216,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +4228,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +4241,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListUsersResponse) GetUsers() []*UserInfo {
@@ -3571,7 +4264,7 @@ type SetPermissionsRequest struct {
 
 func (x *SetPermissionsRequest) Reset() {
 	*x = SetPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +4276,7 @@ func (x *SetPermissionsRequest) String() string {
 func (*SetPermissionsRequest) ProtoMessage() {}
 
 func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +4289,7 @@ func (x *SetPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*SetPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SetPermissionsRequest) GetUser() string {
@@ -3642,7 +4335,7 @@ type SetPermissionsResponse struct {
 
 func (x *SetPermissionsResponse) Reset() {
 	*x = SetPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +4347,7 @@ func (x *SetPermissionsResponse) String() string {
 func (*SetPermissionsResponse) ProtoMessage() {}
 
 func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +4360,7 @@ func (x *SetPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*SetPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{68}
 }
 
 type ClearPermissionsRequest struct {
@@ -3680,7 +4373,7 @@ type ClearPermissionsRequest struct {
 
 func (x *ClearPermissionsRequest) Reset() {
 	*x = ClearPermissionsRequest{}
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +4385,7 @@ func (x *ClearPermissionsRequest) String() string {
 func (*ClearPermissionsRequest) ProtoMessage() {}
 
 func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +4398,7 @@ func (x *ClearPermissionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsRequest.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{58}
+	return file_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ClearPermissionsRequest) GetUser() string {
@@ -3730,7 +4423,7 @@ type ClearPermissionsResponse struct {
 
 func (x *ClearPermissionsResponse) Reset() {
 	*x = ClearPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +4435,7 @@ func (x *ClearPermissionsResponse) String() string {
 func (*ClearPermissionsResponse) ProtoMessage() {}
 
 func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +4448,7 @@ func (x *ClearPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ClearPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{59}
+	return file_admin_proto_rawDescGZIP(), []int{70}
 }
 
 type PermissionInfo struct {
@@ -3771,7 +4464,7 @@ type PermissionInfo struct {
 
 func (x *PermissionInfo) Reset() {
 	*x = PermissionInfo{}
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +4476,7 @@ func (x *PermissionInfo) String() string {
 func (*PermissionInfo) ProtoMessage() {}
 
 func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +4489,7 @@ func (x *PermissionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PermissionInfo.ProtoReflect.Descriptor instead.
 func (*PermissionInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{60}
+	return file_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PermissionInfo) GetUser() string {
@@ -3843,7 +4536,7 @@ type ListPermissionsResponse struct {
 
 func (x *ListPermissionsResponse) Reset() {
 	*x = ListPermissionsResponse{}
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4548,7 @@ func (x *ListPermissionsResponse) String() string {
 func (*ListPermissionsResponse) ProtoMessage() {}
 
 func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4561,7 @@ func (x *ListPermissionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPermissionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPermissionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{61}
+	return file_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListPermissionsResponse) GetPermissions() []*PermissionInfo {
@@ -3888,7 +4581,7 @@ type AddVhostRequest struct {
 
 func (x *AddVhostRequest) Reset() {
 	*x = AddVhostRequest{}
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3900,7 +4593,7 @@ func (x *AddVhostRequest) String() string {
 func (*AddVhostRequest) ProtoMessage() {}
 
 func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3913,7 +4606,7 @@ func (x *AddVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostRequest.ProtoReflect.Descriptor instead.
 func (*AddVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{62}
+	return file_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AddVhostRequest) GetName() string {
@@ -3938,7 +4631,7 @@ type AddVhostResponse struct {
 
 func (x *AddVhostResponse) Reset() {
 	*x = AddVhostResponse{}
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3950,7 +4643,7 @@ func (x *AddVhostResponse) String() string {
 func (*AddVhostResponse) ProtoMessage() {}
 
 func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3963,7 +4656,7 @@ func (x *AddVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVhostResponse.ProtoReflect.Descriptor instead.
 func (*AddVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{63}
+	return file_admin_proto_rawDescGZIP(), []int{74}
 }
 
 type DeleteVhostRequest struct {
@@ -3975,7 +4668,7 @@ type DeleteVhostRequest struct {
 
 func (x *DeleteVhostRequest) Reset() {
 	*x = DeleteVhostRequest{}
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4680,7 @@ func (x *DeleteVhostRequest) String() string {
 func (*DeleteVhostRequest) ProtoMessage() {}
 
 func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4693,7 @@ func (x *DeleteVhostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVhostRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{64}
+	return file_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DeleteVhostRequest) GetName() string {
@@ -4018,7 +4711,7 @@ type DeleteVhostResponse struct {
 
 func (x *DeleteVhostResponse) Reset() {
 	*x = DeleteVhostResponse{}
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4723,7 @@ func (x *DeleteVhostResponse) String() string {
 func (*DeleteVhostResponse) ProtoMessage() {}
 
 func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4736,7 @@ func (x *DeleteVhostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVhostResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVhostResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{65}
+	return file_admin_proto_rawDescGZIP(), []int{76}
 }
 
 type VhostInfo struct {
@@ -4056,7 +4749,7 @@ type VhostInfo struct {
 
 func (x *VhostInfo) Reset() {
 	*x = VhostInfo{}
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4068,7 +4761,7 @@ func (x *VhostInfo) String() string {
 func (*VhostInfo) ProtoMessage() {}
 
 func (x *VhostInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4081,7 +4774,7 @@ func (x *VhostInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VhostInfo.ProtoReflect.Descriptor instead.
 func (*VhostInfo) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{66}
+	return file_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *VhostInfo) GetName() string {
@@ -4107,7 +4800,7 @@ type ListVhostsResponse struct {
 
 func (x *ListVhostsResponse) Reset() {
 	*x = ListVhostsResponse{}
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4812,7 @@ func (x *ListVhostsResponse) String() string {
 func (*ListVhostsResponse) ProtoMessage() {}
 
 func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4825,7 @@ func (x *ListVhostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVhostsResponse.ProtoReflect.Descriptor instead.
 func (*ListVhostsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{67}
+	return file_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListVhostsResponse) GetVhosts() []*VhostInfo {
@@ -4150,7 +4843,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4162,7 +4855,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4175,7 +4868,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{68}
+	return file_admin_proto_rawDescGZIP(), []int{79}
 }
 
 type DigestResponse struct {
@@ -4190,7 +4883,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4895,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4908,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{69}
+	return file_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DigestResponse) GetNodeId() string {
@@ -4247,7 +4940,7 @@ type EnvironmentRequest struct {
 
 func (x *EnvironmentRequest) Reset() {
 	*x = EnvironmentRequest{}
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4259,7 +4952,7 @@ func (x *EnvironmentRequest) String() string {
 func (*EnvironmentRequest) ProtoMessage() {}
 
 func (x *EnvironmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4272,7 +4965,7 @@ func (x *EnvironmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentRequest.ProtoReflect.Descriptor instead.
 func (*EnvironmentRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{70}
+	return file_admin_proto_rawDescGZIP(), []int{81}
 }
 
 // Setting is one of a node's settings: a flag's name (without dashes) and
@@ -4287,7 +4980,7 @@ type Setting struct {
 
 func (x *Setting) Reset() {
 	*x = Setting{}
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4299,7 +4992,7 @@ func (x *Setting) String() string {
 func (*Setting) ProtoMessage() {}
 
 func (x *Setting) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4312,7 +5005,7 @@ func (x *Setting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Setting.ProtoReflect.Descriptor instead.
 func (*Setting) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{71}
+	return file_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Setting) GetName() string {
@@ -4340,7 +5033,7 @@ type EnvironmentResponse struct {
 
 func (x *EnvironmentResponse) Reset() {
 	*x = EnvironmentResponse{}
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4352,7 +5045,7 @@ func (x *EnvironmentResponse) String() string {
 func (*EnvironmentResponse) ProtoMessage() {}
 
 func (x *EnvironmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4365,7 +5058,7 @@ func (x *EnvironmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvironmentResponse.ProtoReflect.Descriptor instead.
 func (*EnvironmentResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{72}
+	return file_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *EnvironmentResponse) GetNodeId() string {
@@ -4393,7 +5086,7 @@ type ExportDefinitionsRequest struct {
 
 func (x *ExportDefinitionsRequest) Reset() {
 	*x = ExportDefinitionsRequest{}
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4405,7 +5098,7 @@ func (x *ExportDefinitionsRequest) String() string {
 func (*ExportDefinitionsRequest) ProtoMessage() {}
 
 func (x *ExportDefinitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4418,7 +5111,7 @@ func (x *ExportDefinitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportDefinitionsRequest.ProtoReflect.Descriptor instead.
 func (*ExportDefinitionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{73}
+	return file_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ExportDefinitionsRequest) GetVhost() string {
@@ -4438,7 +5131,7 @@ type ExportDefinitionsResponse struct {
 
 func (x *ExportDefinitionsResponse) Reset() {
 	*x = ExportDefinitionsResponse{}
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +5143,7 @@ func (x *ExportDefinitionsResponse) String() string {
 func (*ExportDefinitionsResponse) ProtoMessage() {}
 
 func (x *ExportDefinitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +5156,7 @@ func (x *ExportDefinitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportDefinitionsResponse.ProtoReflect.Descriptor instead.
 func (*ExportDefinitionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{74}
+	return file_admin_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ExportDefinitionsResponse) GetDefinitions() []byte {
@@ -4487,7 +5180,7 @@ type ImportDefinitionsRequest struct {
 
 func (x *ImportDefinitionsRequest) Reset() {
 	*x = ImportDefinitionsRequest{}
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +5192,7 @@ func (x *ImportDefinitionsRequest) String() string {
 func (*ImportDefinitionsRequest) ProtoMessage() {}
 
 func (x *ImportDefinitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +5205,7 @@ func (x *ImportDefinitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportDefinitionsRequest.ProtoReflect.Descriptor instead.
 func (*ImportDefinitionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{75}
+	return file_admin_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ImportDefinitionsRequest) GetDefinitions() []byte {
@@ -4539,7 +5232,7 @@ type ImportDefinitionsResponse struct {
 
 func (x *ImportDefinitionsResponse) Reset() {
 	*x = ImportDefinitionsResponse{}
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4551,7 +5244,7 @@ func (x *ImportDefinitionsResponse) String() string {
 func (*ImportDefinitionsResponse) ProtoMessage() {}
 
 func (x *ImportDefinitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4564,7 +5257,7 @@ func (x *ImportDefinitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportDefinitionsResponse.ProtoReflect.Descriptor instead.
 func (*ImportDefinitionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{76}
+	return file_admin_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ImportDefinitionsResponse) GetWarnings() []string {
@@ -4661,7 +5354,54 @@ const file_admin_proto_rawDesc = "" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\",\n" +
 	"\x11RemoveNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x14\n" +
-	"\x12RemoveNodeResponse\"C\n" +
+	"\x12RemoveNodeResponse\"\xa6\x03\n" +
+	"\tGroupInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\tR\x06leader\x12\x18\n" +
+	"\amembers\x18\x04 \x03(\tR\amembers\x12\x16\n" +
+	"\x06online\x18\x05 \x03(\tR\x06online\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\x12\n" +
+	"\x04term\x18\a \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\b \x01(\x04R\vcommitIndex\x12!\n" +
+	"\flast_applied\x18\t \x01(\x04R\vlastApplied\x12$\n" +
+	"\x0elast_log_index\x18\n" +
+	" \x01(\x04R\flastLogIndex\x12%\n" +
+	"\x0esnapshot_index\x18\v \x01(\x04R\rsnapshotIndex\x12!\n" +
+	"\flog_segments\x18\f \x01(\rR\vlogSegments\x12*\n" +
+	"\x11commit_latency_us\x18\r \x01(\x03R\x0fcommitLatencyUs\x12\x1f\n" +
+	"\vtarget_size\x18\x0e \x01(\rR\n" +
+	"targetSize\"\x13\n" +
+	"\x11ListGroupsRequest\"[\n" +
+	"\x12ListGroupsResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12,\n" +
+	"\x06groups\x18\x02 \x03(\v2\x14.raftmq.v1.GroupInfoR\x06groups\"@\n" +
+	"\x11GrowGroupsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04even\x18\x02 \x01(\bR\x04even\".\n" +
+	"\x13ShrinkGroupsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"O\n" +
+	"\vGroupChange\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\rR\x04size\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\tR\x06result\"y\n" +
+	"\vQueueChange\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\rR\x04size\x12\x16\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result\"v\n" +
+	"\x14GroupChangesResponse\x12.\n" +
+	"\x06groups\x18\x01 \x03(\v2\x16.raftmq.v1.GroupChangeR\x06groups\x12.\n" +
+	"\x06queues\x18\x02 \x03(\v2\x16.raftmq.v1.QueueChangeR\x06queues\"\x18\n" +
+	"\x16RebalanceGroupsRequest\"\x8d\x01\n" +
+	"\x0eNodeLeadership\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06groups\x18\x02 \x01(\rR\x06groups\x12#\n" +
+	"\rquorum_queues\x18\x03 \x01(\rR\fquorumQueues\x12%\n" +
+	"\x0eclassic_queues\x18\x04 \x01(\rR\rclassicQueues\"J\n" +
+	"\x17RebalanceGroupsResponse\x12/\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x19.raftmq.v1.NodeLeadershipR\x05nodes\"C\n" +
 	"\vListRequest\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1e\n" +
 	"\n" +
@@ -4671,7 +5411,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x1e\n" +
 	"\n" +
 	"consistent\x18\x02 \x01(\bR\n" +
-	"consistent\"\xf5\x06\n" +
+	"consistent\"\x94\a\n" +
 	"\tQueueInfo\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -4699,7 +5439,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x13messages_persistent\x18\x14 \x01(\x04R\x12messagesPersistent\x124\n" +
 	"\x16head_message_timestamp\x18\x15 \x01(\x03R\x14headMessageTimestamp\x12)\n" +
 	"\x10messages_delayed\x18\x16 \x01(\x04R\x0fmessagesDelayed\x12)\n" +
-	"\x11next_retry_due_ms\x18\x17 \x01(\x03R\x0enextRetryDueMs\"B\n" +
+	"\x11next_retry_due_ms\x18\x17 \x01(\x03R\x0enextRetryDueMs\x12\x1d\n" +
+	"\n" +
+	"raft_group\x18\x18 \x01(\tR\traftGroup\"B\n" +
 	"\x12ListQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.raftmq.v1.QueueInfoR\x06queues\"[\n" +
 	"\x0fGetQueueRequest\x12\x14\n" +
@@ -4908,12 +5650,18 @@ const file_admin_proto_rawDesc = "" +
 	"\vdefinitions\x18\x01 \x01(\fR\vdefinitions\x12\x14\n" +
 	"\x05vhost\x18\x02 \x01(\tR\x05vhost\"7\n" +
 	"\x19ImportDefinitionsResponse\x12\x1a\n" +
-	"\bwarnings\x18\x01 \x03(\tR\bwarnings2\xab\x16\n" +
+	"\bwarnings\x18\x01 \x03(\tR\bwarnings2\xee\x18\n" +
 	"\x05Admin\x12R\n" +
 	"\rClusterStatus\x12\x1f.raftmq.v1.ClusterStatusRequest\x1a .raftmq.v1.ClusterStatusResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.raftmq.v1.TransferLeadershipRequest\x1a%.raftmq.v1.TransferLeadershipResponse\x12I\n" +
 	"\n" +
 	"RemoveNode\x12\x1c.raftmq.v1.RemoveNodeRequest\x1a\x1d.raftmq.v1.RemoveNodeResponse\x12I\n" +
+	"\n" +
+	"ListGroups\x12\x1c.raftmq.v1.ListGroupsRequest\x1a\x1d.raftmq.v1.ListGroupsResponse\x12K\n" +
+	"\n" +
+	"GrowGroups\x12\x1c.raftmq.v1.GrowGroupsRequest\x1a\x1f.raftmq.v1.GroupChangesResponse\x12O\n" +
+	"\fShrinkGroups\x12\x1e.raftmq.v1.ShrinkGroupsRequest\x1a\x1f.raftmq.v1.GroupChangesResponse\x12X\n" +
+	"\x0fRebalanceGroups\x12!.raftmq.v1.RebalanceGroupsRequest\x1a\".raftmq.v1.RebalanceGroupsResponse\x12I\n" +
 	"\n" +
 	"ListQueues\x12\x1c.raftmq.v1.ListQueuesRequest\x1a\x1d.raftmq.v1.ListQueuesResponse\x12<\n" +
 	"\bGetQueue\x12\x1a.raftmq.v1.GetQueueRequest\x1a\x14.raftmq.v1.QueueInfo\x12I\n" +
@@ -4963,7 +5711,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_admin_proto_goTypes = []any{
 	(*ListDelayedMessagesRequest)(nil),   // 0: raftmq.v1.ListDelayedMessagesRequest
 	(*DelayedMessageInfo)(nil),           // 1: raftmq.v1.DelayedMessageInfo
@@ -4979,175 +5727,198 @@ var file_admin_proto_goTypes = []any{
 	(*TransferLeadershipResponse)(nil),   // 11: raftmq.v1.TransferLeadershipResponse
 	(*RemoveNodeRequest)(nil),            // 12: raftmq.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),           // 13: raftmq.v1.RemoveNodeResponse
-	(*ListRequest)(nil),                  // 14: raftmq.v1.ListRequest
-	(*ListQueuesRequest)(nil),            // 15: raftmq.v1.ListQueuesRequest
-	(*QueueInfo)(nil),                    // 16: raftmq.v1.QueueInfo
-	(*ListQueuesResponse)(nil),           // 17: raftmq.v1.ListQueuesResponse
-	(*GetQueueRequest)(nil),              // 18: raftmq.v1.GetQueueRequest
-	(*PurgeQueueRequest)(nil),            // 19: raftmq.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),           // 20: raftmq.v1.PurgeQueueResponse
-	(*DeleteQueueRequest)(nil),           // 21: raftmq.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),          // 22: raftmq.v1.DeleteQueueResponse
-	(*ExchangeInfo)(nil),                 // 23: raftmq.v1.ExchangeInfo
-	(*ListExchangesResponse)(nil),        // 24: raftmq.v1.ListExchangesResponse
-	(*BindingInfo)(nil),                  // 25: raftmq.v1.BindingInfo
-	(*ListBindingsResponse)(nil),         // 26: raftmq.v1.ListBindingsResponse
-	(*ConsumerInfo)(nil),                 // 27: raftmq.v1.ConsumerInfo
-	(*ListConsumersResponse)(nil),        // 28: raftmq.v1.ListConsumersResponse
-	(*ListConnectionsRequest)(nil),       // 29: raftmq.v1.ListConnectionsRequest
-	(*ConnectionInfo)(nil),               // 30: raftmq.v1.ConnectionInfo
-	(*ListConnectionsResponse)(nil),      // 31: raftmq.v1.ListConnectionsResponse
-	(*CloseConnectionRequest)(nil),       // 32: raftmq.v1.CloseConnectionRequest
-	(*CloseConnectionResponse)(nil),      // 33: raftmq.v1.CloseConnectionResponse
-	(*SetPolicyRequest)(nil),             // 34: raftmq.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),            // 35: raftmq.v1.SetPolicyResponse
-	(*ClearPolicyRequest)(nil),           // 36: raftmq.v1.ClearPolicyRequest
-	(*ClearPolicyResponse)(nil),          // 37: raftmq.v1.ClearPolicyResponse
-	(*SetVhostLimitsRequest)(nil),        // 38: raftmq.v1.SetVhostLimitsRequest
-	(*SetVhostLimitsResponse)(nil),       // 39: raftmq.v1.SetVhostLimitsResponse
-	(*ListVhostLimitsRequest)(nil),       // 40: raftmq.v1.ListVhostLimitsRequest
-	(*VhostLimitsInfo)(nil),              // 41: raftmq.v1.VhostLimitsInfo
-	(*ListVhostLimitsResponse)(nil),      // 42: raftmq.v1.ListVhostLimitsResponse
-	(*ListPoliciesRequest)(nil),          // 43: raftmq.v1.ListPoliciesRequest
-	(*PolicyInfo)(nil),                   // 44: raftmq.v1.PolicyInfo
-	(*ListPoliciesResponse)(nil),         // 45: raftmq.v1.ListPoliciesResponse
-	(*AddUserRequest)(nil),               // 46: raftmq.v1.AddUserRequest
-	(*AddUserResponse)(nil),              // 47: raftmq.v1.AddUserResponse
-	(*DeleteUserRequest)(nil),            // 48: raftmq.v1.DeleteUserRequest
-	(*DeleteUserResponse)(nil),           // 49: raftmq.v1.DeleteUserResponse
-	(*ChangePasswordRequest)(nil),        // 50: raftmq.v1.ChangePasswordRequest
-	(*ChangePasswordResponse)(nil),       // 51: raftmq.v1.ChangePasswordResponse
-	(*SetUserTagsRequest)(nil),           // 52: raftmq.v1.SetUserTagsRequest
-	(*SetUserTagsResponse)(nil),          // 53: raftmq.v1.SetUserTagsResponse
-	(*UserInfo)(nil),                     // 54: raftmq.v1.UserInfo
-	(*ListUsersResponse)(nil),            // 55: raftmq.v1.ListUsersResponse
-	(*SetPermissionsRequest)(nil),        // 56: raftmq.v1.SetPermissionsRequest
-	(*SetPermissionsResponse)(nil),       // 57: raftmq.v1.SetPermissionsResponse
-	(*ClearPermissionsRequest)(nil),      // 58: raftmq.v1.ClearPermissionsRequest
-	(*ClearPermissionsResponse)(nil),     // 59: raftmq.v1.ClearPermissionsResponse
-	(*PermissionInfo)(nil),               // 60: raftmq.v1.PermissionInfo
-	(*ListPermissionsResponse)(nil),      // 61: raftmq.v1.ListPermissionsResponse
-	(*AddVhostRequest)(nil),              // 62: raftmq.v1.AddVhostRequest
-	(*AddVhostResponse)(nil),             // 63: raftmq.v1.AddVhostResponse
-	(*DeleteVhostRequest)(nil),           // 64: raftmq.v1.DeleteVhostRequest
-	(*DeleteVhostResponse)(nil),          // 65: raftmq.v1.DeleteVhostResponse
-	(*VhostInfo)(nil),                    // 66: raftmq.v1.VhostInfo
-	(*ListVhostsResponse)(nil),           // 67: raftmq.v1.ListVhostsResponse
-	(*DigestRequest)(nil),                // 68: raftmq.v1.DigestRequest
-	(*DigestResponse)(nil),               // 69: raftmq.v1.DigestResponse
-	(*EnvironmentRequest)(nil),           // 70: raftmq.v1.EnvironmentRequest
-	(*Setting)(nil),                      // 71: raftmq.v1.Setting
-	(*EnvironmentResponse)(nil),          // 72: raftmq.v1.EnvironmentResponse
-	(*ExportDefinitionsRequest)(nil),     // 73: raftmq.v1.ExportDefinitionsRequest
-	(*ExportDefinitionsResponse)(nil),    // 74: raftmq.v1.ExportDefinitionsResponse
-	(*ImportDefinitionsRequest)(nil),     // 75: raftmq.v1.ImportDefinitionsRequest
-	(*ImportDefinitionsResponse)(nil),    // 76: raftmq.v1.ImportDefinitionsResponse
-	(*Properties)(nil),                   // 77: raftmq.v1.Properties
-	(*Table)(nil),                        // 78: raftmq.v1.Table
-	(*ConsumerRef)(nil),                  // 79: raftmq.v1.ConsumerRef
-	(*PolicyDefinition)(nil),             // 80: raftmq.v1.PolicyDefinition
-	(*VhostLimit)(nil),                   // 81: raftmq.v1.VhostLimit
+	(*GroupInfo)(nil),                    // 14: raftmq.v1.GroupInfo
+	(*ListGroupsRequest)(nil),            // 15: raftmq.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),           // 16: raftmq.v1.ListGroupsResponse
+	(*GrowGroupsRequest)(nil),            // 17: raftmq.v1.GrowGroupsRequest
+	(*ShrinkGroupsRequest)(nil),          // 18: raftmq.v1.ShrinkGroupsRequest
+	(*GroupChange)(nil),                  // 19: raftmq.v1.GroupChange
+	(*QueueChange)(nil),                  // 20: raftmq.v1.QueueChange
+	(*GroupChangesResponse)(nil),         // 21: raftmq.v1.GroupChangesResponse
+	(*RebalanceGroupsRequest)(nil),       // 22: raftmq.v1.RebalanceGroupsRequest
+	(*NodeLeadership)(nil),               // 23: raftmq.v1.NodeLeadership
+	(*RebalanceGroupsResponse)(nil),      // 24: raftmq.v1.RebalanceGroupsResponse
+	(*ListRequest)(nil),                  // 25: raftmq.v1.ListRequest
+	(*ListQueuesRequest)(nil),            // 26: raftmq.v1.ListQueuesRequest
+	(*QueueInfo)(nil),                    // 27: raftmq.v1.QueueInfo
+	(*ListQueuesResponse)(nil),           // 28: raftmq.v1.ListQueuesResponse
+	(*GetQueueRequest)(nil),              // 29: raftmq.v1.GetQueueRequest
+	(*PurgeQueueRequest)(nil),            // 30: raftmq.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),           // 31: raftmq.v1.PurgeQueueResponse
+	(*DeleteQueueRequest)(nil),           // 32: raftmq.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),          // 33: raftmq.v1.DeleteQueueResponse
+	(*ExchangeInfo)(nil),                 // 34: raftmq.v1.ExchangeInfo
+	(*ListExchangesResponse)(nil),        // 35: raftmq.v1.ListExchangesResponse
+	(*BindingInfo)(nil),                  // 36: raftmq.v1.BindingInfo
+	(*ListBindingsResponse)(nil),         // 37: raftmq.v1.ListBindingsResponse
+	(*ConsumerInfo)(nil),                 // 38: raftmq.v1.ConsumerInfo
+	(*ListConsumersResponse)(nil),        // 39: raftmq.v1.ListConsumersResponse
+	(*ListConnectionsRequest)(nil),       // 40: raftmq.v1.ListConnectionsRequest
+	(*ConnectionInfo)(nil),               // 41: raftmq.v1.ConnectionInfo
+	(*ListConnectionsResponse)(nil),      // 42: raftmq.v1.ListConnectionsResponse
+	(*CloseConnectionRequest)(nil),       // 43: raftmq.v1.CloseConnectionRequest
+	(*CloseConnectionResponse)(nil),      // 44: raftmq.v1.CloseConnectionResponse
+	(*SetPolicyRequest)(nil),             // 45: raftmq.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),            // 46: raftmq.v1.SetPolicyResponse
+	(*ClearPolicyRequest)(nil),           // 47: raftmq.v1.ClearPolicyRequest
+	(*ClearPolicyResponse)(nil),          // 48: raftmq.v1.ClearPolicyResponse
+	(*SetVhostLimitsRequest)(nil),        // 49: raftmq.v1.SetVhostLimitsRequest
+	(*SetVhostLimitsResponse)(nil),       // 50: raftmq.v1.SetVhostLimitsResponse
+	(*ListVhostLimitsRequest)(nil),       // 51: raftmq.v1.ListVhostLimitsRequest
+	(*VhostLimitsInfo)(nil),              // 52: raftmq.v1.VhostLimitsInfo
+	(*ListVhostLimitsResponse)(nil),      // 53: raftmq.v1.ListVhostLimitsResponse
+	(*ListPoliciesRequest)(nil),          // 54: raftmq.v1.ListPoliciesRequest
+	(*PolicyInfo)(nil),                   // 55: raftmq.v1.PolicyInfo
+	(*ListPoliciesResponse)(nil),         // 56: raftmq.v1.ListPoliciesResponse
+	(*AddUserRequest)(nil),               // 57: raftmq.v1.AddUserRequest
+	(*AddUserResponse)(nil),              // 58: raftmq.v1.AddUserResponse
+	(*DeleteUserRequest)(nil),            // 59: raftmq.v1.DeleteUserRequest
+	(*DeleteUserResponse)(nil),           // 60: raftmq.v1.DeleteUserResponse
+	(*ChangePasswordRequest)(nil),        // 61: raftmq.v1.ChangePasswordRequest
+	(*ChangePasswordResponse)(nil),       // 62: raftmq.v1.ChangePasswordResponse
+	(*SetUserTagsRequest)(nil),           // 63: raftmq.v1.SetUserTagsRequest
+	(*SetUserTagsResponse)(nil),          // 64: raftmq.v1.SetUserTagsResponse
+	(*UserInfo)(nil),                     // 65: raftmq.v1.UserInfo
+	(*ListUsersResponse)(nil),            // 66: raftmq.v1.ListUsersResponse
+	(*SetPermissionsRequest)(nil),        // 67: raftmq.v1.SetPermissionsRequest
+	(*SetPermissionsResponse)(nil),       // 68: raftmq.v1.SetPermissionsResponse
+	(*ClearPermissionsRequest)(nil),      // 69: raftmq.v1.ClearPermissionsRequest
+	(*ClearPermissionsResponse)(nil),     // 70: raftmq.v1.ClearPermissionsResponse
+	(*PermissionInfo)(nil),               // 71: raftmq.v1.PermissionInfo
+	(*ListPermissionsResponse)(nil),      // 72: raftmq.v1.ListPermissionsResponse
+	(*AddVhostRequest)(nil),              // 73: raftmq.v1.AddVhostRequest
+	(*AddVhostResponse)(nil),             // 74: raftmq.v1.AddVhostResponse
+	(*DeleteVhostRequest)(nil),           // 75: raftmq.v1.DeleteVhostRequest
+	(*DeleteVhostResponse)(nil),          // 76: raftmq.v1.DeleteVhostResponse
+	(*VhostInfo)(nil),                    // 77: raftmq.v1.VhostInfo
+	(*ListVhostsResponse)(nil),           // 78: raftmq.v1.ListVhostsResponse
+	(*DigestRequest)(nil),                // 79: raftmq.v1.DigestRequest
+	(*DigestResponse)(nil),               // 80: raftmq.v1.DigestResponse
+	(*EnvironmentRequest)(nil),           // 81: raftmq.v1.EnvironmentRequest
+	(*Setting)(nil),                      // 82: raftmq.v1.Setting
+	(*EnvironmentResponse)(nil),          // 83: raftmq.v1.EnvironmentResponse
+	(*ExportDefinitionsRequest)(nil),     // 84: raftmq.v1.ExportDefinitionsRequest
+	(*ExportDefinitionsResponse)(nil),    // 85: raftmq.v1.ExportDefinitionsResponse
+	(*ImportDefinitionsRequest)(nil),     // 86: raftmq.v1.ImportDefinitionsRequest
+	(*ImportDefinitionsResponse)(nil),    // 87: raftmq.v1.ImportDefinitionsResponse
+	(*Properties)(nil),                   // 88: raftmq.v1.Properties
+	(*Table)(nil),                        // 89: raftmq.v1.Table
+	(*ConsumerRef)(nil),                  // 90: raftmq.v1.ConsumerRef
+	(*PolicyDefinition)(nil),             // 91: raftmq.v1.PolicyDefinition
+	(*VhostLimit)(nil),                   // 92: raftmq.v1.VhostLimit
 }
 var file_admin_proto_depIdxs = []int32{
-	77, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
+	88, // 0: raftmq.v1.DelayedMessageInfo.properties:type_name -> raftmq.v1.Properties
 	1,  // 1: raftmq.v1.ListDelayedMessagesResponse.messages:type_name -> raftmq.v1.DelayedMessageInfo
 	8,  // 2: raftmq.v1.ClusterStatusResponse.nodes:type_name -> raftmq.v1.NodeStatus
-	78, // 3: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
-	16, // 4: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	78, // 5: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
-	23, // 6: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
-	78, // 7: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
-	25, // 8: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
-	79, // 9: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
-	78, // 10: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
-	27, // 11: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	78, // 12: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
-	30, // 13: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
-	80, // 14: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
-	81, // 15: raftmq.v1.SetVhostLimitsRequest.set:type_name -> raftmq.v1.VhostLimit
-	81, // 16: raftmq.v1.VhostLimitsInfo.limits:type_name -> raftmq.v1.VhostLimit
-	41, // 17: raftmq.v1.ListVhostLimitsResponse.vhosts:type_name -> raftmq.v1.VhostLimitsInfo
-	80, // 18: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
-	44, // 19: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
-	54, // 20: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
-	60, // 21: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
-	66, // 22: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
-	71, // 23: raftmq.v1.EnvironmentResponse.settings:type_name -> raftmq.v1.Setting
-	7,  // 24: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
-	10, // 25: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
-	12, // 26: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
-	15, // 27: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
-	18, // 28: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
-	19, // 29: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
-	21, // 30: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
-	14, // 31: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
-	14, // 32: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
-	14, // 33: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
-	29, // 34: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
-	32, // 35: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
-	34, // 36: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
-	36, // 37: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
-	43, // 38: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
-	46, // 39: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
-	48, // 40: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
-	50, // 41: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
-	52, // 42: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
-	14, // 43: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
-	56, // 44: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
-	58, // 45: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
-	14, // 46: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
-	62, // 47: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
-	64, // 48: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
-	14, // 49: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
-	38, // 50: raftmq.v1.Admin.SetVhostLimits:input_type -> raftmq.v1.SetVhostLimitsRequest
-	40, // 51: raftmq.v1.Admin.ListVhostLimits:input_type -> raftmq.v1.ListVhostLimitsRequest
-	68, // 52: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
-	0,  // 53: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
-	3,  // 54: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
-	70, // 55: raftmq.v1.Admin.Environment:input_type -> raftmq.v1.EnvironmentRequest
-	5,  // 56: raftmq.v1.Admin.PurgeDelayedMessages:input_type -> raftmq.v1.PurgeDelayedMessagesRequest
-	73, // 57: raftmq.v1.Admin.ExportDefinitions:input_type -> raftmq.v1.ExportDefinitionsRequest
-	75, // 58: raftmq.v1.Admin.ImportDefinitions:input_type -> raftmq.v1.ImportDefinitionsRequest
-	9,  // 59: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
-	11, // 60: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
-	13, // 61: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
-	17, // 62: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
-	16, // 63: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
-	20, // 64: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
-	22, // 65: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
-	24, // 66: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
-	26, // 67: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
-	28, // 68: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
-	31, // 69: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
-	33, // 70: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
-	35, // 71: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
-	37, // 72: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
-	45, // 73: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
-	47, // 74: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
-	49, // 75: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
-	51, // 76: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
-	53, // 77: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
-	55, // 78: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
-	57, // 79: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
-	59, // 80: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
-	61, // 81: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
-	63, // 82: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
-	65, // 83: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
-	67, // 84: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
-	39, // 85: raftmq.v1.Admin.SetVhostLimits:output_type -> raftmq.v1.SetVhostLimitsResponse
-	42, // 86: raftmq.v1.Admin.ListVhostLimits:output_type -> raftmq.v1.ListVhostLimitsResponse
-	69, // 87: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
-	2,  // 88: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
-	4,  // 89: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
-	72, // 90: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
-	6,  // 91: raftmq.v1.Admin.PurgeDelayedMessages:output_type -> raftmq.v1.PurgeDelayedMessagesResponse
-	74, // 92: raftmq.v1.Admin.ExportDefinitions:output_type -> raftmq.v1.ExportDefinitionsResponse
-	76, // 93: raftmq.v1.Admin.ImportDefinitions:output_type -> raftmq.v1.ImportDefinitionsResponse
-	59, // [59:94] is the sub-list for method output_type
-	24, // [24:59] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	14, // 3: raftmq.v1.ListGroupsResponse.groups:type_name -> raftmq.v1.GroupInfo
+	19, // 4: raftmq.v1.GroupChangesResponse.groups:type_name -> raftmq.v1.GroupChange
+	20, // 5: raftmq.v1.GroupChangesResponse.queues:type_name -> raftmq.v1.QueueChange
+	23, // 6: raftmq.v1.RebalanceGroupsResponse.nodes:type_name -> raftmq.v1.NodeLeadership
+	89, // 7: raftmq.v1.QueueInfo.arguments:type_name -> raftmq.v1.Table
+	27, // 8: raftmq.v1.ListQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	89, // 9: raftmq.v1.ExchangeInfo.arguments:type_name -> raftmq.v1.Table
+	34, // 10: raftmq.v1.ListExchangesResponse.exchanges:type_name -> raftmq.v1.ExchangeInfo
+	89, // 11: raftmq.v1.BindingInfo.arguments:type_name -> raftmq.v1.Table
+	36, // 12: raftmq.v1.ListBindingsResponse.bindings:type_name -> raftmq.v1.BindingInfo
+	90, // 13: raftmq.v1.ConsumerInfo.consumer:type_name -> raftmq.v1.ConsumerRef
+	89, // 14: raftmq.v1.ConsumerInfo.arguments:type_name -> raftmq.v1.Table
+	38, // 15: raftmq.v1.ListConsumersResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	89, // 16: raftmq.v1.ConnectionInfo.client_properties:type_name -> raftmq.v1.Table
+	41, // 17: raftmq.v1.ListConnectionsResponse.connections:type_name -> raftmq.v1.ConnectionInfo
+	91, // 18: raftmq.v1.SetPolicyRequest.definition:type_name -> raftmq.v1.PolicyDefinition
+	92, // 19: raftmq.v1.SetVhostLimitsRequest.set:type_name -> raftmq.v1.VhostLimit
+	92, // 20: raftmq.v1.VhostLimitsInfo.limits:type_name -> raftmq.v1.VhostLimit
+	52, // 21: raftmq.v1.ListVhostLimitsResponse.vhosts:type_name -> raftmq.v1.VhostLimitsInfo
+	91, // 22: raftmq.v1.PolicyInfo.definition:type_name -> raftmq.v1.PolicyDefinition
+	55, // 23: raftmq.v1.ListPoliciesResponse.policies:type_name -> raftmq.v1.PolicyInfo
+	65, // 24: raftmq.v1.ListUsersResponse.users:type_name -> raftmq.v1.UserInfo
+	71, // 25: raftmq.v1.ListPermissionsResponse.permissions:type_name -> raftmq.v1.PermissionInfo
+	77, // 26: raftmq.v1.ListVhostsResponse.vhosts:type_name -> raftmq.v1.VhostInfo
+	82, // 27: raftmq.v1.EnvironmentResponse.settings:type_name -> raftmq.v1.Setting
+	7,  // 28: raftmq.v1.Admin.ClusterStatus:input_type -> raftmq.v1.ClusterStatusRequest
+	10, // 29: raftmq.v1.Admin.TransferLeadership:input_type -> raftmq.v1.TransferLeadershipRequest
+	12, // 30: raftmq.v1.Admin.RemoveNode:input_type -> raftmq.v1.RemoveNodeRequest
+	15, // 31: raftmq.v1.Admin.ListGroups:input_type -> raftmq.v1.ListGroupsRequest
+	17, // 32: raftmq.v1.Admin.GrowGroups:input_type -> raftmq.v1.GrowGroupsRequest
+	18, // 33: raftmq.v1.Admin.ShrinkGroups:input_type -> raftmq.v1.ShrinkGroupsRequest
+	22, // 34: raftmq.v1.Admin.RebalanceGroups:input_type -> raftmq.v1.RebalanceGroupsRequest
+	26, // 35: raftmq.v1.Admin.ListQueues:input_type -> raftmq.v1.ListQueuesRequest
+	29, // 36: raftmq.v1.Admin.GetQueue:input_type -> raftmq.v1.GetQueueRequest
+	30, // 37: raftmq.v1.Admin.PurgeQueue:input_type -> raftmq.v1.PurgeQueueRequest
+	32, // 38: raftmq.v1.Admin.DeleteQueue:input_type -> raftmq.v1.DeleteQueueRequest
+	25, // 39: raftmq.v1.Admin.ListExchanges:input_type -> raftmq.v1.ListRequest
+	25, // 40: raftmq.v1.Admin.ListBindings:input_type -> raftmq.v1.ListRequest
+	25, // 41: raftmq.v1.Admin.ListConsumers:input_type -> raftmq.v1.ListRequest
+	40, // 42: raftmq.v1.Admin.ListConnections:input_type -> raftmq.v1.ListConnectionsRequest
+	43, // 43: raftmq.v1.Admin.CloseConnection:input_type -> raftmq.v1.CloseConnectionRequest
+	45, // 44: raftmq.v1.Admin.SetPolicy:input_type -> raftmq.v1.SetPolicyRequest
+	47, // 45: raftmq.v1.Admin.ClearPolicy:input_type -> raftmq.v1.ClearPolicyRequest
+	54, // 46: raftmq.v1.Admin.ListPolicies:input_type -> raftmq.v1.ListPoliciesRequest
+	57, // 47: raftmq.v1.Admin.AddUser:input_type -> raftmq.v1.AddUserRequest
+	59, // 48: raftmq.v1.Admin.DeleteUser:input_type -> raftmq.v1.DeleteUserRequest
+	61, // 49: raftmq.v1.Admin.ChangePassword:input_type -> raftmq.v1.ChangePasswordRequest
+	63, // 50: raftmq.v1.Admin.SetUserTags:input_type -> raftmq.v1.SetUserTagsRequest
+	25, // 51: raftmq.v1.Admin.ListUsers:input_type -> raftmq.v1.ListRequest
+	67, // 52: raftmq.v1.Admin.SetPermissions:input_type -> raftmq.v1.SetPermissionsRequest
+	69, // 53: raftmq.v1.Admin.ClearPermissions:input_type -> raftmq.v1.ClearPermissionsRequest
+	25, // 54: raftmq.v1.Admin.ListPermissions:input_type -> raftmq.v1.ListRequest
+	73, // 55: raftmq.v1.Admin.AddVhost:input_type -> raftmq.v1.AddVhostRequest
+	75, // 56: raftmq.v1.Admin.DeleteVhost:input_type -> raftmq.v1.DeleteVhostRequest
+	25, // 57: raftmq.v1.Admin.ListVhosts:input_type -> raftmq.v1.ListRequest
+	49, // 58: raftmq.v1.Admin.SetVhostLimits:input_type -> raftmq.v1.SetVhostLimitsRequest
+	51, // 59: raftmq.v1.Admin.ListVhostLimits:input_type -> raftmq.v1.ListVhostLimitsRequest
+	79, // 60: raftmq.v1.Admin.Digest:input_type -> raftmq.v1.DigestRequest
+	0,  // 61: raftmq.v1.Admin.ListDelayedMessages:input_type -> raftmq.v1.ListDelayedMessagesRequest
+	3,  // 62: raftmq.v1.Admin.CancelDelayedMessage:input_type -> raftmq.v1.CancelDelayedMessageRequest
+	81, // 63: raftmq.v1.Admin.Environment:input_type -> raftmq.v1.EnvironmentRequest
+	5,  // 64: raftmq.v1.Admin.PurgeDelayedMessages:input_type -> raftmq.v1.PurgeDelayedMessagesRequest
+	84, // 65: raftmq.v1.Admin.ExportDefinitions:input_type -> raftmq.v1.ExportDefinitionsRequest
+	86, // 66: raftmq.v1.Admin.ImportDefinitions:input_type -> raftmq.v1.ImportDefinitionsRequest
+	9,  // 67: raftmq.v1.Admin.ClusterStatus:output_type -> raftmq.v1.ClusterStatusResponse
+	11, // 68: raftmq.v1.Admin.TransferLeadership:output_type -> raftmq.v1.TransferLeadershipResponse
+	13, // 69: raftmq.v1.Admin.RemoveNode:output_type -> raftmq.v1.RemoveNodeResponse
+	16, // 70: raftmq.v1.Admin.ListGroups:output_type -> raftmq.v1.ListGroupsResponse
+	21, // 71: raftmq.v1.Admin.GrowGroups:output_type -> raftmq.v1.GroupChangesResponse
+	21, // 72: raftmq.v1.Admin.ShrinkGroups:output_type -> raftmq.v1.GroupChangesResponse
+	24, // 73: raftmq.v1.Admin.RebalanceGroups:output_type -> raftmq.v1.RebalanceGroupsResponse
+	28, // 74: raftmq.v1.Admin.ListQueues:output_type -> raftmq.v1.ListQueuesResponse
+	27, // 75: raftmq.v1.Admin.GetQueue:output_type -> raftmq.v1.QueueInfo
+	31, // 76: raftmq.v1.Admin.PurgeQueue:output_type -> raftmq.v1.PurgeQueueResponse
+	33, // 77: raftmq.v1.Admin.DeleteQueue:output_type -> raftmq.v1.DeleteQueueResponse
+	35, // 78: raftmq.v1.Admin.ListExchanges:output_type -> raftmq.v1.ListExchangesResponse
+	37, // 79: raftmq.v1.Admin.ListBindings:output_type -> raftmq.v1.ListBindingsResponse
+	39, // 80: raftmq.v1.Admin.ListConsumers:output_type -> raftmq.v1.ListConsumersResponse
+	42, // 81: raftmq.v1.Admin.ListConnections:output_type -> raftmq.v1.ListConnectionsResponse
+	44, // 82: raftmq.v1.Admin.CloseConnection:output_type -> raftmq.v1.CloseConnectionResponse
+	46, // 83: raftmq.v1.Admin.SetPolicy:output_type -> raftmq.v1.SetPolicyResponse
+	48, // 84: raftmq.v1.Admin.ClearPolicy:output_type -> raftmq.v1.ClearPolicyResponse
+	56, // 85: raftmq.v1.Admin.ListPolicies:output_type -> raftmq.v1.ListPoliciesResponse
+	58, // 86: raftmq.v1.Admin.AddUser:output_type -> raftmq.v1.AddUserResponse
+	60, // 87: raftmq.v1.Admin.DeleteUser:output_type -> raftmq.v1.DeleteUserResponse
+	62, // 88: raftmq.v1.Admin.ChangePassword:output_type -> raftmq.v1.ChangePasswordResponse
+	64, // 89: raftmq.v1.Admin.SetUserTags:output_type -> raftmq.v1.SetUserTagsResponse
+	66, // 90: raftmq.v1.Admin.ListUsers:output_type -> raftmq.v1.ListUsersResponse
+	68, // 91: raftmq.v1.Admin.SetPermissions:output_type -> raftmq.v1.SetPermissionsResponse
+	70, // 92: raftmq.v1.Admin.ClearPermissions:output_type -> raftmq.v1.ClearPermissionsResponse
+	72, // 93: raftmq.v1.Admin.ListPermissions:output_type -> raftmq.v1.ListPermissionsResponse
+	74, // 94: raftmq.v1.Admin.AddVhost:output_type -> raftmq.v1.AddVhostResponse
+	76, // 95: raftmq.v1.Admin.DeleteVhost:output_type -> raftmq.v1.DeleteVhostResponse
+	78, // 96: raftmq.v1.Admin.ListVhosts:output_type -> raftmq.v1.ListVhostsResponse
+	50, // 97: raftmq.v1.Admin.SetVhostLimits:output_type -> raftmq.v1.SetVhostLimitsResponse
+	53, // 98: raftmq.v1.Admin.ListVhostLimits:output_type -> raftmq.v1.ListVhostLimitsResponse
+	80, // 99: raftmq.v1.Admin.Digest:output_type -> raftmq.v1.DigestResponse
+	2,  // 100: raftmq.v1.Admin.ListDelayedMessages:output_type -> raftmq.v1.ListDelayedMessagesResponse
+	4,  // 101: raftmq.v1.Admin.CancelDelayedMessage:output_type -> raftmq.v1.CancelDelayedMessageResponse
+	83, // 102: raftmq.v1.Admin.Environment:output_type -> raftmq.v1.EnvironmentResponse
+	6,  // 103: raftmq.v1.Admin.PurgeDelayedMessages:output_type -> raftmq.v1.PurgeDelayedMessagesResponse
+	85, // 104: raftmq.v1.Admin.ExportDefinitions:output_type -> raftmq.v1.ExportDefinitionsResponse
+	87, // 105: raftmq.v1.Admin.ImportDefinitions:output_type -> raftmq.v1.ImportDefinitionsResponse
+	67, // [67:106] is the sub-list for method output_type
+	28, // [28:67] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -5162,7 +5933,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   77,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

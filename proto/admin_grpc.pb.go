@@ -26,6 +26,10 @@ const (
 	Admin_ClusterStatus_FullMethodName        = "/raftmq.v1.Admin/ClusterStatus"
 	Admin_TransferLeadership_FullMethodName   = "/raftmq.v1.Admin/TransferLeadership"
 	Admin_RemoveNode_FullMethodName           = "/raftmq.v1.Admin/RemoveNode"
+	Admin_ListGroups_FullMethodName           = "/raftmq.v1.Admin/ListGroups"
+	Admin_GrowGroups_FullMethodName           = "/raftmq.v1.Admin/GrowGroups"
+	Admin_ShrinkGroups_FullMethodName         = "/raftmq.v1.Admin/ShrinkGroups"
+	Admin_RebalanceGroups_FullMethodName      = "/raftmq.v1.Admin/RebalanceGroups"
 	Admin_ListQueues_FullMethodName           = "/raftmq.v1.Admin/ListQueues"
 	Admin_GetQueue_FullMethodName             = "/raftmq.v1.Admin/GetQueue"
 	Admin_PurgeQueue_FullMethodName           = "/raftmq.v1.Admin/PurgeQueue"
@@ -68,6 +72,12 @@ type AdminClient interface {
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	// The Raft groups this node knows (every queue is in one), and
+	// rabbitmq-queues grow, shrink and rebalance over them.
+	ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
+	GrowGroups(ctx context.Context, in *GrowGroupsRequest, opts ...grpc.CallOption) (*GroupChangesResponse, error)
+	ShrinkGroups(ctx context.Context, in *ShrinkGroupsRequest, opts ...grpc.CallOption) (*GroupChangesResponse, error)
+	RebalanceGroups(ctx context.Context, in *RebalanceGroupsRequest, opts ...grpc.CallOption) (*RebalanceGroupsResponse, error)
 	// Queues, exchanges, bindings, consumers, connections
 	ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error)
 	GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*QueueInfo, error)
@@ -148,6 +158,46 @@ func (c *adminClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RemoveNodeResponse)
 	err := c.cc.Invoke(ctx, Admin_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGroupsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GrowGroups(ctx context.Context, in *GrowGroupsRequest, opts ...grpc.CallOption) (*GroupChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupChangesResponse)
+	err := c.cc.Invoke(ctx, Admin_GrowGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ShrinkGroups(ctx context.Context, in *ShrinkGroupsRequest, opts ...grpc.CallOption) (*GroupChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupChangesResponse)
+	err := c.cc.Invoke(ctx, Admin_ShrinkGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RebalanceGroups(ctx context.Context, in *RebalanceGroupsRequest, opts ...grpc.CallOption) (*RebalanceGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalanceGroupsResponse)
+	err := c.cc.Invoke(ctx, Admin_RebalanceGroups_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -482,6 +532,12 @@ type AdminServer interface {
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
 	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	// The Raft groups this node knows (every queue is in one), and
+	// rabbitmq-queues grow, shrink and rebalance over them.
+	ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error)
+	GrowGroups(context.Context, *GrowGroupsRequest) (*GroupChangesResponse, error)
+	ShrinkGroups(context.Context, *ShrinkGroupsRequest) (*GroupChangesResponse, error)
+	RebalanceGroups(context.Context, *RebalanceGroupsRequest) (*RebalanceGroupsResponse, error)
 	// Queues, exchanges, bindings, consumers, connections
 	ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error)
 	GetQueue(context.Context, *GetQueueRequest) (*QueueInfo, error)
@@ -546,6 +602,18 @@ func (UnimplementedAdminServer) TransferLeadership(context.Context, *TransferLea
 }
 func (UnimplementedAdminServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedAdminServer) ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGroups not implemented")
+}
+func (UnimplementedAdminServer) GrowGroups(context.Context, *GrowGroupsRequest) (*GroupChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GrowGroups not implemented")
+}
+func (UnimplementedAdminServer) ShrinkGroups(context.Context, *ShrinkGroupsRequest) (*GroupChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShrinkGroups not implemented")
+}
+func (UnimplementedAdminServer) RebalanceGroups(context.Context, *RebalanceGroupsRequest) (*RebalanceGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RebalanceGroups not implemented")
 }
 func (UnimplementedAdminServer) ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListQueues not implemented")
@@ -714,6 +782,78 @@ func _Admin_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListGroups(ctx, req.(*ListGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GrowGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GrowGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GrowGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GrowGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GrowGroups(ctx, req.(*GrowGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ShrinkGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShrinkGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ShrinkGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ShrinkGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ShrinkGroups(ctx, req.(*ShrinkGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RebalanceGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebalanceGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RebalanceGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RebalanceGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RebalanceGroups(ctx, req.(*RebalanceGroupsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1312,6 +1452,22 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveNode",
 			Handler:    _Admin_RemoveNode_Handler,
+		},
+		{
+			MethodName: "ListGroups",
+			Handler:    _Admin_ListGroups_Handler,
+		},
+		{
+			MethodName: "GrowGroups",
+			Handler:    _Admin_GrowGroups_Handler,
+		},
+		{
+			MethodName: "ShrinkGroups",
+			Handler:    _Admin_ShrinkGroups_Handler,
+		},
+		{
+			MethodName: "RebalanceGroups",
+			Handler:    _Admin_RebalanceGroups_Handler,
 		},
 		{
 			MethodName: "ListQueues",

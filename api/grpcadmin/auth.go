@@ -85,6 +85,7 @@ const adminPrefix = "/raftmq.v1.Admin/"
 // Users and permissions, and every write, need administrator.
 var monitoringMethods = map[string]bool{
 	"ClusterStatus":   true,
+	"ListGroups":      true,
 	"ListQueues":      true,
 	"GetQueue":        true,
 	"ListExchanges":   true,

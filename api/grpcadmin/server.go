@@ -62,6 +62,26 @@ func (s *Server) TransferLeadership(ctx context.Context, req *proto.TransferLead
 	return answer(s.ops.TransferLeadership(ctx, req))
 }
 
+// ListGroups implements proto.Server.
+func (s *Server) ListGroups(ctx context.Context, req *proto.ListGroupsRequest) (*proto.ListGroupsResponse, error) {
+	return answer(s.ops.ListGroups(ctx, req))
+}
+
+// GrowGroups implements proto.Server.
+func (s *Server) GrowGroups(ctx context.Context, req *proto.GrowGroupsRequest) (*proto.GroupChangesResponse, error) {
+	return answer(s.ops.GrowGroups(ctx, req))
+}
+
+// ShrinkGroups implements proto.Server.
+func (s *Server) ShrinkGroups(ctx context.Context, req *proto.ShrinkGroupsRequest) (*proto.GroupChangesResponse, error) {
+	return answer(s.ops.ShrinkGroups(ctx, req))
+}
+
+// RebalanceGroups implements proto.Server.
+func (s *Server) RebalanceGroups(ctx context.Context, req *proto.RebalanceGroupsRequest) (*proto.RebalanceGroupsResponse, error) {
+	return answer(s.ops.RebalanceGroups(ctx, req))
+}
+
 // RemoveNode implements proto.Server.
 func (s *Server) RemoveNode(ctx context.Context, req *proto.RemoveNodeRequest) (*proto.RemoveNodeResponse, error) {
 	return answer(s.ops.RemoveNode(ctx, req))

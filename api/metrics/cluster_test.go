@@ -76,6 +76,25 @@ func TestRabbitMetrics_ThreeNodes(t *testing.T) {
 		if got["rabbitmq_raft_log_last_applied_index"] < float64(res[0].GetIndex()) {
 			t.Fatalf("%s applied %v", cn.NodeID(), got["rabbitmq_raft_log_last_applied_index"])
 		}
+		// RabbitMQ 4.2's names of the Ra metrics, per Raft group: every
+		// node reports its member of the one group.
+		for _, name := range []string{"rabbitmq_raft_commit_index", "rabbitmq_raft_last_applied", "rabbitmq_raft_last_written_index"} {
+			if v := got[name+`{raft_group="metadata"}`]; v < float64(res[0].GetIndex()) {
+				t.Fatalf("%s %s %v", cn.NodeID(), name, v)
+			}
+		}
+		if got[`rabbitmq_raft_term{raft_group="metadata"}`] < 1 || got[`rabbitmq_raft_num_segments{raft_group="metadata"}`] < 1 ||
+			got[`rabbitmq_raft_max_num_segments{ra_system="quorum_queues"}`] < 1 {
+			t.Fatalf("%s term or segments: %v", cn.NodeID(), got)
+		}
+		if _, ok := got[`rabbitmq_raft_snapshot_index{raft_group="metadata"}`]; !ok {
+			t.Fatalf("%s: no snapshot index", cn.NodeID())
+		}
+		// The leader proposed the batch: it measured its commit.
+		if cn == leader && (got[`rabbitmq_raft_commit_latency_seconds{raft_group="metadata"}`] <= 0 ||
+			got[`rabbitmq_raft_max_commit_latency_seconds{ra_system="quorum_queues"}`] <= 0) {
+			t.Fatalf("leader's commit latency: %v", got)
+		}
 		if cn != leader {
 			if _, ok := per[`rabbitmq_queue_messages_ready{queue="orders",vhost="/"}`]; ok {
 				t.Fatalf("follower %s serves per-queue series", cn.NodeID())

@@ -41,7 +41,10 @@ type rabbitDescs struct {
 	// fsm.DeathReasons' order.
 	dead                                           []*prometheus.Desc
 	raftTerm, raftCommit, raftApplied, raftWritten *prometheus.Desc
-	memUsed, memLimit, openFDs, maxFDs             *prometheus.Desc
+	// groups are RabbitMQ 4.2's names of the Ra metrics, one series per
+	// Raft group this node is a member of.
+	groups                             groupDescs
+	memUsed, memLimit, openFDs, maxFDs *prometheus.Desc
 	// This node's own counts and alarms (Options.Counters and
 	// Resources).
 	connOpened, connClosed, chOpened, chClosed, gConfirmed, chConfirmed *prometheus.Desc
@@ -93,6 +96,7 @@ func newRabbitDescs() *rabbitDescs {
 		raftCommit:     d("raft_log_commit_index", "Raft log commit index"),
 		raftApplied:    d("raft_log_last_applied_index", "Raft log last applied index"),
 		raftWritten:    d("raft_log_last_written_index", "Raft log last written index"),
+		groups:         newGroupDescs(d),
 		unsplit: []*prometheus.Desc{
 			d("channel_messages_delivered_total", "Total number of messages delivered to consumers in automatic acknowledgement mode"),
 			d("channel_messages_redelivered_total", "Total number of messages redelivered to consumers"),
@@ -141,6 +145,7 @@ func (c *rabbitCollector) Describe(ch chan<- *prometheus.Desc) {
 		r.unroutableReturned, r.unroutableDropped, r.getEmpty, r.queuesDeclared}
 	common = append(common, r.unsplit...)
 	common = append(common, r.dead...)
+	common = append(common, r.groups.all()...)
 	if c.perObject {
 		common = append(common, r.pqReady, r.pqUnacked, r.pqMessages, r.pqReadyBytes, r.pqConsume)
 	} else {
@@ -185,6 +190,7 @@ func (c *rabbitCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(r.raftCommit, rs.CommitIndex)
 	gauge(r.raftApplied, rs.AppliedIndex)
 	gauge(r.raftWritten, rs.LastLogIndex)
+	r.groups.collect(ch, n.Groups())
 
 	// The process's resident memory, as RabbitMQ reports its own (not
 	// the Go heap, a fraction of it): the figure the memory alarm
@@ -299,4 +305,63 @@ func clientGolangVersion() string {
 		}
 	}
 	return "unknown"
+}
+
+// groupDescs are the rabbitmq_raft_* series as RabbitMQ 4.2 names them
+// (Ra's counter names), which its RabbitMQ-Quorum-Queues-Raft dashboard
+// reads. RabbitMQ labels them by queue, each quorum queue being a Ra
+// cluster; raftmq's queues share their Raft group, so the series are per
+// group (label raft_group): per queue they would repeat the group's
+// figures, and the dashboard's sums over a node's series would count the
+// group's entries once per queue.
+type groupDescs struct {
+	term, commit, applied, written, snapshot, latency, segments *prometheus.Desc
+	// maxLatency and maxSegments are the aggregated endpoint's maxima over
+	// the groups (label ra_system="quorum_queues", as RabbitMQ's).
+	maxLatency, maxSegments *prometheus.Desc
+}
+
+func newGroupDescs(d func(name, help string, labels ...string) *prometheus.Desc) groupDescs {
+	g := "raft_group"
+	return groupDescs{
+		term:        d("raft_term", "The current term.", g),
+		commit:      d("raft_commit_index", "The current commit index.", g),
+		applied:     d("raft_last_applied", "The last applied index. Can go backwards if a ra server is restarted.", g),
+		written:     d("raft_last_written_index", "The last fully written and fsynced index of the log.", g),
+		snapshot:    d("raft_snapshot_index", "The current snapshot index.", g),
+		latency:     d("raft_commit_latency_seconds", "Approximate time taken from an entry being written to the log until it is committed.", g),
+		segments:    d("raft_num_segments", "The number of non-empty segment files.", g),
+		maxLatency:  d("raft_max_commit_latency_seconds", "Approximate time taken from an entry being written to the log until it is committed.", "ra_system"),
+		maxSegments: d("raft_max_num_segments", "The number of non-empty segment files.", "ra_system"),
+	}
+}
+
+func (g groupDescs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{g.term, g.commit, g.applied, g.written, g.snapshot, g.latency, g.segments, g.maxLatency, g.maxSegments}
+}
+
+// collect emits each group's series, as this node's member of it sees it
+// (every node reports its own members, as RabbitMQ's do).
+func (g groupDescs) collect(ch chan<- prometheus.Metric, groups []ops.GroupStatus) {
+	emit := func(d *prometheus.Desc, t prometheus.ValueType, v float64, label string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, label)
+	}
+	var maxLatency float64
+	maxSegments := 0
+	for _, gs := range groups {
+		latency := gs.CommitLatency.Seconds()
+		emit(g.term, prometheus.CounterValue, float64(gs.Term), gs.Name)
+		emit(g.commit, prometheus.CounterValue, float64(gs.CommitIndex), gs.Name)
+		emit(g.applied, prometheus.GaugeValue, float64(gs.LastApplied), gs.Name)
+		emit(g.written, prometheus.CounterValue, float64(gs.LastLogIndex), gs.Name)
+		emit(g.snapshot, prometheus.CounterValue, float64(gs.SnapshotIndex), gs.Name)
+		emit(g.latency, prometheus.GaugeValue, latency, gs.Name)
+		emit(g.segments, prometheus.GaugeValue, float64(gs.Segments), gs.Name)
+		maxLatency = max(maxLatency, latency)
+		maxSegments = max(maxSegments, gs.Segments)
+	}
+	if len(groups) > 0 {
+		emit(g.maxLatency, prometheus.GaugeValue, maxLatency, "quorum_queues")
+		emit(g.maxSegments, prometheus.GaugeValue, float64(maxSegments), "quorum_queues")
+	}
 }

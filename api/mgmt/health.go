@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -176,5 +177,51 @@ func (q *req) clockCheck(local bool) error {
 	}
 	writeJSON(q.w, http.StatusServiceUnavailable, map[string]any{"status": "failed",
 		"reason": ids[0] + ": " + problems[ids[0]], "clocks": list})
+	return nil
+}
+
+// leadersCheck is RabbitMQ 4.1's quorum-queues-without-elected-leaders
+// check: the queues (of the vhost, or of every vhost the user sees; whose
+// name matches the pattern, default every name) whose Raft group has no
+// leader this node knows. Every raftmq queue is replicated by its group,
+// so each counts, as a quorum queue does in RabbitMQ.
+func (q *req) leadersCheck() error {
+	vhost, err := q.vhostScope()
+	if err != nil {
+		return err
+	}
+	pattern := ".*"
+	if q.has("pattern") {
+		pattern = q.arg("pattern")
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return badRequest("invalid queue name pattern: %v", err)
+	}
+	leaderless := map[string]bool{}
+	for _, g := range q.m.node.Groups() {
+		if g.Leader == "" {
+			leaderless[g.ID] = true
+		}
+	}
+	list := []map[string]string{}
+	if len(leaderless) > 0 {
+		q.view(func(s ops.State) {
+			for _, x := range s.Queues(vhost) {
+				if q.user.seesVhost(x.GetVhost()) && re.MatchString(x.GetName()) &&
+					leaderless[q.m.node.QueueGroup(x.GetVhost(), x.GetName())] {
+					list = append(list, map[string]string{
+						"readable_name": fmt.Sprintf("queue '%s' in vhost '%s'", x.GetName(), x.GetVhost()),
+						"name":          x.GetName(), "virtual_host": x.GetVhost(), "type": "rabbit_quorum_queue"})
+				}
+			}
+		})
+	}
+	if len(list) == 0 {
+		q.ok(map[string]string{"status": "ok"})
+		return nil
+	}
+	writeJSON(q.w, http.StatusServiceUnavailable, map[string]any{"status": "failed",
+		"reason": "Detected quorum queues without an elected leader", "queues": list})
 	return nil
 }

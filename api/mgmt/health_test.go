@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,16 +23,7 @@ func TestManagement_Alarms(t *testing.T) {
 	n := c.WaitForLeader(clustertest.Timeout)
 	box := &opstest.ResourceBox{R: ops.Resources{DiskFree: 5 << 30, DiskFreeLimit: 1 << 30}}
 	admin := ops.New(ops.Deps{Node: ops.FromCluster(n), Resources: box.Get})
-	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(New(Options{Ops: admin}))
-	t.Cleanup(srv.Close)
-	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	g := serveOps(t, admin)
 	nodeFields := func() map[string]any {
 		var nodes []map[string]any
 		g.getJSON("/api/nodes", &nodes)
@@ -86,21 +78,7 @@ func TestManagement_ClockCheck(t *testing.T) {
 		}
 		return nil
 	})
-	serve := func(nd *clustertest.Node) mgmtClient {
-		admin := ops.New(ops.Deps{Node: ops.FromCluster(nd.Node())})
-		t.Cleanup(func() { _ = admin.Close() })
-		srv := httptest.NewServer(New(Options{Ops: admin}))
-		t.Cleanup(srv.Close)
-		g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
-		clustertest.Eventually(t, clustertest.Timeout, func() error {
-			if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-				return fmt.Errorf("whoami %d", code)
-			}
-			return nil
-		})
-		return g
-	}
-	gb, gg := serve(bad), serve(good)
+	gb, gg := serveNode(t, bad), serveNode(t, good)
 	if body := gg.must(http.StatusOK, "GET", "/api/health/checks/local-clock", nil); !strings.Contains(string(body), `"ok"`) {
 		t.Fatalf("good node: %s", body)
 	}
@@ -118,4 +96,94 @@ func TestManagement_ClockCheck(t *testing.T) {
 			t.Fatalf("%s: %s", check, body)
 		}
 	}
+}
+
+// serveNode is the management API of a node of an in-process cluster.
+func serveNode(t *testing.T, nd *clustertest.Node) mgmtClient {
+	t.Helper()
+	return serveOps(t, ops.New(ops.Deps{Node: ops.FromCluster(nd.Node())}))
+}
+
+// serveOps is the management API over admin, closed at the test's end.
+func serveOps(t *testing.T, admin *ops.Service) mgmtClient {
+	t.Helper()
+	t.Cleanup(func() { _ = admin.Close() })
+	return serveGuest(t, New(Options{Ops: admin}))
+}
+
+// serveGuest serves h and is its client as guest, once it answers.
+func serveGuest(t *testing.T, h http.Handler) mgmtClient {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
+			return fmt.Errorf("whoami %d", code)
+		}
+		return nil
+	})
+	return g
+}
+
+// TestManagement_QueueGroupAndLeaders: a queue shows its Raft group's
+// leader, voters and online voters; RabbitMQ 4.1's
+// quorum-queues-without-elected-leaders check passes while the group has
+// a leader and, once the other two nodes are killed, fails on the last
+// one with the queue, which is then no longer online on them.
+func TestManagement_QueueGroupAndLeaders(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.WaitForLeader(clustertest.Timeout)
+	last := c.Nodes[0]
+	if last.Node() == leader {
+		last = c.Nodes[1]
+	}
+	g := serveNode(t, last)
+	g.must(http.StatusCreated, "PUT", "/api/queues/%2F/orders", map[string]any{"durable": true})
+	ids := []string{c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID}
+	slices.Sort(ids)
+	checks := []string{"all-vhosts", "vhost/%2F", "all-vhosts/pattern/^ord", "vhost/%2F/pattern/ord.*"}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		var q map[string]any
+		g.getJSON("/api/queues/%2F/orders", &q)
+		if q["leader"] != leader.NodeID() || q["node"] != leader.NodeID() || q["raft_group"] != "metadata" ||
+			fmt.Sprint(q["members"]) != fmt.Sprint(ids) || fmt.Sprint(q["online"]) != fmt.Sprint(ids) {
+			return fmt.Errorf("queue %v", q)
+		}
+		return nil
+	})
+	for _, check := range checks {
+		if body := g.must(http.StatusOK, "GET", "/api/health/checks/quorum-queues-without-elected-leaders/"+check, nil); strings.TrimSpace(string(body)) != `{"status":"ok"}` {
+			t.Fatalf("%s: %s", check, body)
+		}
+	}
+	// A pattern no queue matches passes whatever the groups.
+	g.must(http.StatusOK, "GET", "/api/health/checks/quorum-queues-without-elected-leaders/all-vhosts/pattern/^nosuch$", nil)
+
+	for i, nd := range c.Nodes {
+		if nd != last {
+			c.Kill(i)
+		}
+	}
+	want := `{"queues":[{"name":"orders","readable_name":"queue 'orders' in vhost '/'","type":"rabbit_quorum_queue","virtual_host":"/"}],` +
+		`"reason":"Detected quorum queues without an elected leader","status":"failed"}`
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		code, body, _ := g.do("GET", "/api/health/checks/quorum-queues-without-elected-leaders/all-vhosts", nil)
+		if code != http.StatusServiceUnavailable || strings.TrimSpace(string(body)) != want {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+	for _, check := range checks[1:] {
+		g.must(http.StatusServiceUnavailable, "GET", "/api/health/checks/quorum-queues-without-elected-leaders/"+check, nil)
+	}
+	g.must(http.StatusOK, "GET", "/api/health/checks/quorum-queues-without-elected-leaders/all-vhosts/pattern/^nosuch$", nil)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		var q map[string]any
+		g.getJSON("/api/queues/%2F/orders", &q)
+		if q["leader"] != "" || fmt.Sprint(q["members"]) != fmt.Sprint(ids) || fmt.Sprint(q["online"]) != fmt.Sprint([]string{last.ID}) {
+			return fmt.Errorf("queue %v", q)
+		}
+		return nil
+	})
 }

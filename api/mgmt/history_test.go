@@ -3,7 +3,6 @@ package mgmt
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -151,15 +150,7 @@ func TestManagement_RateHistory(t *testing.T) {
 	m := New(Options{Ops: admin})
 	clock := &fakeClock{t: time.Unix(1000, 0)}
 	m.rates.now = clock.now
-	srv := httptest.NewServer(m)
-	t.Cleanup(srv.Close)
-	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	g := serveGuest(t, m)
 	g.must(http.StatusCreated, "PUT", "/api/queues/%2F/work", nil)
 	for range 3 {
 		clock.add(rateInterval)

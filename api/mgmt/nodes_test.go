@@ -1,9 +1,6 @@
 package mgmt
 
 import (
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/prometheus/procfs"
@@ -26,16 +23,7 @@ func TestManagement_NodeResources(t *testing.T) {
 	n := c.WaitForLeader(clustertest.Timeout)
 	box := &opstest.ResourceBox{R: ops.Resources{MemLimit: 8 << 30}}
 	admin := ops.New(ops.Deps{Node: ops.FromCluster(n), Resources: box.Get})
-	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(New(Options{Ops: admin}))
-	t.Cleanup(srv.Close)
-	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	g := serveOps(t, admin)
 	var nodes []map[string]any
 	g.getJSON("/api/nodes", &nodes)
 	self, err := fs.Self()

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"testing"
@@ -28,16 +27,7 @@ func TestManagementObjects(t *testing.T) {
 			}}},
 	}}
 	admin := ops.New(ops.Deps{Node: ops.FromCluster(n), Conns: conns})
-	t.Cleanup(func() { _ = admin.Close() })
-	srv := httptest.NewServer(New(Options{Ops: admin}))
-	t.Cleanup(srv.Close)
-	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	g := serveOps(t, admin)
 
 	// Connections: listed, found by name, closed on their node.
 	var cs []map[string]any
@@ -125,7 +115,7 @@ func TestManagementObjects(t *testing.T) {
 	// Users: a RabbitMQ hash as given, tags changed without the password.
 	g.must(http.StatusCreated, "PUT", "/api/users/ops", map[string]any{"password_hash": "sDUr/nKRysXq57nU13I9lJcFnQ8bV8rpcnRkgpS8b1vqrG4E",
 		"hashing_algorithm": "rabbit_password_hashing_sha256", "tags": "management"})
-	ops := mgmtClient{t: t, base: srv.URL, user: "ops", pass: "0ps"}
+	ops := mgmtClient{t: t, base: g.base, user: "ops", pass: "0ps"}
 	ops.must(http.StatusOK, "GET", "/api/whoami", nil)
 	g.must(http.StatusNoContent, "PUT", "/api/users/ops", map[string]any{"tags": "administrator"})
 	var who map[string]any

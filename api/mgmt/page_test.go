@@ -29,8 +29,8 @@ func manyQueuesManagement(n int) *Server {
 }
 
 // unlockedView is a fake node whose View does not hold the node's lock,
-// as the queue listing asks for the leader and members inside its view
-// (a cluster node's locks allow that, the fake's one mutex does not). The
+// as the queue listing asks the node for each queue's group inside its
+// view (a cluster node's locks allow that, the fake's one mutex does not). The
 // tests using it change nothing while serving.
 type unlockedView struct{ *opstest.Node }
 

@@ -1,9 +1,7 @@
 package mgmt
 
 import (
-	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -75,15 +73,7 @@ func TestManagement_MessageRates(t *testing.T) {
 	m := New(Options{Ops: admin})
 	clock := &fakeClock{t: time.Unix(1000, 0)}
 	m.rates.now = clock.now
-	srv := httptest.NewServer(m)
-	t.Cleanup(srv.Close)
-	g := mgmtClient{t: t, base: srv.URL, user: "guest", pass: "guest"}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if code, _, _ := g.do("GET", "/api/whoami", nil); code != http.StatusOK {
-			return fmt.Errorf("whoami %d", code)
-		}
-		return nil
-	})
+	g := serveGuest(t, m)
 	g.must(http.StatusCreated, "PUT", "/api/queues/%2F/work", nil)
 	clock.add(rateInterval) // the first sample saw no publish
 	g.must(http.StatusOK, "GET", "/api/whoami", nil)

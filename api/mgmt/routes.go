@@ -66,6 +66,9 @@ func (m *Server) routes() *http.ServeMux {
 	}
 
 	handle((*req).health, "GET /api/health/checks/{check}", "GET /api/health/checks/port-listener/{port}")
+	leaders := "GET /api/health/checks/quorum-queues-without-elected-leaders/"
+	handle((*req).leadersCheck, leaders+"all-vhosts", leaders+"vhost/{vhost}",
+		leaders+"all-vhosts/pattern/{pattern}", leaders+"vhost/{vhost}/pattern/{pattern}")
 	handle((*req).aliveness, "GET /api/aliveness-test/{vhost}")
 	handle((*req).definitions, "GET /api/definitions", "POST /api/definitions", "GET /api/definitions/{vhost}", "POST /api/definitions/{vhost}")
 

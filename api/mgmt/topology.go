@@ -7,8 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -21,7 +19,7 @@ import (
 // queueJSON is a queue in RabbitMQ's shape, with raftmq's own fields where
 // it knows more (the effective TTLs after arguments and policies, when the
 // next message dies, when the x-expires lease falls due).
-func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, leader string, members []string) map[string]any {
+func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, groups queueGroups) map[string]any {
 	typ := "classic"
 	if v, ok := proto.TableJSON(x.GetArguments())["x-queue-type"].(string); ok && v != "" {
 		typ = v
@@ -47,13 +45,17 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, l
 		owner = map[string]any{"name": x.GetOwnerConnection()}
 	}
 	key := [2]string{x.GetVhost(), x.GetName()}
+	g := groups.of(q.m.node, x)
 	out := q.m.rates.details(map[string]uint64{"messages": x.GetReady() + x.GetUnacked(), "messages_ready": x.GetReady(),
 		"messages_unacknowledged": x.GetUnacked()}, &key, q.lenRange, true, lengthKeys...)
 	maps.Copy(out, map[string]any{
 		"name": x.GetName(), "vhost": x.GetVhost(), "durable": x.GetDurable(), "exclusive": x.GetExclusive(),
 		"auto_delete": x.GetAutoDelete(), "arguments": proto.TableJSON(x.GetArguments()),
-		"node": leader, "leader": leader, "members": members, "online": members,
-		"type": typ, "state": "running",
+		// A queue is replicated by its Raft group, as a quorum queue by
+		// its Ra cluster: the group's leader, voters and online voters.
+		"node": g.leader, "leader": g.leader, "members": g.members, "online": g.online,
+		"raft_group": g.name,
+		"type":       typ, "state": "running",
 		"policy": pol, "operator_policy": opol, "effective_policy_definition": def,
 		"consumers": x.GetConsumers(), "exclusive_consumer_tag": nil, "single_active_consumer_tag": nil,
 		"message_bytes": x.GetReadyBytes() + x.GetUnackedBytes(), "message_bytes_ready": x.GetReadyBytes(),
@@ -126,8 +128,8 @@ func optTime(ms int64) any {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
-// topology returns what queueJSON needs besides the queue.
-func (q *req) topology(s ops.State) (map[string]*proto.PolicyInfo, string, []string) {
+// queuePolicies are the policies queueJSON needs besides the queue.
+func queuePolicies(s ops.State) map[string]*proto.PolicyInfo {
 	pols := map[string]*proto.PolicyInfo{}
 	for _, p := range s.Policies("", false) {
 		pols[p.GetVhost()+"\x00\x00"+p.GetName()] = p
@@ -135,15 +137,35 @@ func (q *req) topology(s ops.State) (map[string]*proto.PolicyInfo, string, []str
 	for _, p := range s.Policies("", true) {
 		pols[p.GetVhost()+"\x00op\x00"+p.GetName()] = p
 	}
-	leader, _ := q.m.node.Leader()
-	var members []string
-	for _, mb := range q.m.node.Members() {
-		if strings.EqualFold(mb.GetSuffrage(), "voter") {
-			members = append(members, mb.GetId())
-		}
+	return pols
+}
+
+// groups are the Raft groups queueJSON shows the queues', read before the
+// state's lock is taken (the node reads each group's raft and log files).
+func (q *req) groups() queueGroups {
+	groups := queueGroups{}
+	for _, g := range q.m.node.Groups() {
+		groups[g.ID] = groupView{name: g.Name, leader: g.Leader, members: nonNil(g.Voters()), online: nonNil(g.OnlineVoters())}
 	}
-	slices.Sort(members)
-	return pols, leader, nonNil(members)
+	return groups
+}
+
+// groupView is a Raft group as queueJSON shows it for each of its queues.
+type groupView struct {
+	name, leader    string
+	members, online []string
+}
+
+// queueGroups are the groups this node knows, by id.
+type queueGroups map[string]groupView
+
+// of is the group of queue x; an empty one (no leader, no members) when
+// this node does not know it.
+func (gs queueGroups) of(n ops.Node, x *proto.QueueInfo) groupView {
+	if g, ok := gs[n.QueueGroup(x.GetVhost(), x.GetName())]; ok {
+		return g
+	}
+	return groupView{members: []string{}, online: []string{}}
 }
 
 func (q *req) queues() error {
@@ -152,12 +174,13 @@ func (q *req) queues() error {
 		return err
 	}
 	var rows []*row
+	groups := q.groups()
 	q.view(func(s ops.State) {
-		pols, leader, members := q.topology(s)
+		pols := queuePolicies(s)
 		for _, x := range s.Queues(vhost) {
 			if q.user.seesVhost(x.GetVhost()) {
 				rows = append(rows, &row{name: x.GetName(), key: func(k string) (any, bool) { return queueSortKey(x, k) },
-					build: func() map[string]any { return q.queueJSON(x, pols, leader, members) }})
+					build: func() map[string]any { return q.queueJSON(x, pols, groups) }})
 			}
 		}
 	})
@@ -216,10 +239,11 @@ func (q *req) queue() error {
 	switch q.r.Method {
 	case http.MethodGet:
 		var out map[string]any
+		groups := q.groups()
 		q.view(func(s ops.State) {
 			if x, ok := s.Queue(vhost, name); ok {
-				pols, leader, members := q.topology(s)
-				out = q.queueJSON(x, pols, leader, members)
+				pols := queuePolicies(s)
+				out = q.queueJSON(x, pols, groups)
 			}
 		})
 		if out == nil {

@@ -76,6 +76,27 @@ func (c clusterNode) RemoveNode(_ context.Context, id string) error {
 	return c.n.RemoveNode(id)
 }
 
+// Groups implements Node.
+func (c clusterNode) Groups() []GroupStatus { return c.n.Groups() }
+
+// QueueGroup implements Node.
+func (c clusterNode) QueueGroup(vhost, name string) string { return c.n.QueueGroup(vhost, name) }
+
+// GrowGroups implements Node.
+func (c clusterNode) GrowGroups(ctx context.Context, id string, even bool) ([]GroupChange, error) {
+	return c.n.GrowGroups(ctx, id, even)
+}
+
+// ShrinkGroups implements Node.
+func (c clusterNode) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error) {
+	return c.n.ShrinkGroups(ctx, id)
+}
+
+// RebalanceGroups implements Node.
+func (c clusterNode) RebalanceGroups(ctx context.Context) (map[string]int, error) {
+	return c.n.RebalanceGroups(ctx)
+}
+
 // SubmitBatch implements BatchSubmitter for a cluster node.
 func (c clusterNode) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
 	return c.n.SubmitBatch(ctx, cmds)

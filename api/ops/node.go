@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/internal/procstat"
 	"github.com/raftmq/raftmq/proto"
@@ -37,7 +38,24 @@ type Node interface {
 	// RemoveNode removes a node from the raft configuration. Only the leader
 	// can do it.
 	RemoveNode(ctx context.Context, id string) error
+	// Groups lists the Raft groups this node knows, by id; QueueGroup is
+	// the id of the group that holds a queue.
+	Groups() []GroupStatus
+	QueueGroup(vhost, name string) string
+	// GrowGroups, ShrinkGroups and RebalanceGroups are rabbitmq-queues
+	// grow, shrink and rebalance over the groups (cluster.Node's).
+	GrowGroups(ctx context.Context, id string, even bool) ([]GroupChange, error)
+	ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error)
+	RebalanceGroups(ctx context.Context) (map[string]int, error)
 }
+
+// GroupStatus, GroupMember and GroupChange are the cluster's: the
+// surfaces read the groups as the node knows them.
+type (
+	GroupStatus = cluster.GroupStatus
+	GroupMember = cluster.GroupMember
+	GroupChange = cluster.GroupChange
+)
 
 // ConsistentViewer is implemented by a Node that can run a read after
 // confirming it is still the leader (a raft barrier or leadership check).

@@ -211,7 +211,9 @@ func (s *Service) RemoveNode(ctx context.Context, req *proto.RemoveNodeRequest) 
 // ListQueues answers raftmq.v1.Admin's ListQueues.
 func (s *Service) ListQueues(ctx context.Context, req *proto.ListQueuesRequest) (*proto.ListQueuesResponse, error) {
 	return read(ctx, s, req.GetConsistent(), req, proto.AdminClient.ListQueues, func(st State) *proto.ListQueuesResponse {
-		return &proto.ListQueuesResponse{Queues: st.Queues(req.GetVhost())}
+		qs := st.Queues(req.GetVhost())
+		s.queueGroupNames(qs...)
+		return &proto.ListQueuesResponse{Queues: qs}
 	})
 }
 
@@ -223,6 +225,7 @@ func (s *Service) GetQueue(ctx context.Context, req *proto.GetQueueRequest) (*pr
 		if !ok {
 			return nil
 		}
+		s.queueGroupNames(q)
 		return q
 	})
 	if err != nil {

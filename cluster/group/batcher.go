@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	gproto "google.golang.org/protobuf/proto"
@@ -51,7 +53,16 @@ type Batcher struct {
 	completeQ chan inflightEntry
 	sem       chan struct{}
 	wg        sync.WaitGroup
+	// latency is the last entry's time from being handed to raft to being
+	// applied here, in nanoseconds (CommitLatency).
+	latency atomic.Int64
 }
+
+// CommitLatency is how long the last entry this leader proposed took from
+// being handed to raft until it was committed and applied here (0 before
+// the first): RabbitMQ's commit_latency of a Ra member, measured where
+// the entry is written. A follower keeps what it measured while it led.
+func (b *Batcher) CommitLatency() time.Duration { return time.Duration(b.latency.Load()) }
 
 // NewBatcher returns a batcher; Run starts it.
 func NewBatcher(c BatcherConfig) *Batcher {
@@ -133,7 +144,8 @@ func (b *Batcher) admit(p *Request, have *uint32) {
 type inflightEntry struct {
 	f     raft.ApplyFuture
 	batch []*Request
-	data  []byte // the entry as proposed
+	data  []byte    // the entry as proposed
+	start time.Time // when it was handed to raft
 }
 
 // runBatcher is the group commit: it drains the queue of pending requests
@@ -230,8 +242,9 @@ func (b *Batcher) proposeBatch(batch []*Request, count int) {
 		return
 	}
 	b.cfg.Proposals.Put(data, env)
+	start := time.Now()
 	f := b.cfg.Raft().Apply(data, 0)
-	b.completeQ <- inflightEntry{f: f, batch: batch, data: data}
+	b.completeQ <- inflightEntry{f: f, batch: batch, data: data, start: start}
 }
 
 // runCompleter waits for each proposed entry in log order and hands every
@@ -250,6 +263,7 @@ func (b *Batcher) runCompleter() {
 			}
 			continue
 		}
+		b.latency.Store(int64(time.Since(it.start)))
 		idx := it.f.Index()
 		results, ok := it.f.Response().([]*proto.Result)
 		want := 0

@@ -142,6 +142,19 @@ func (s *Storage) WALBytes() (int64, bool) {
 	return n, true
 }
 
+// Segments is the number of files the log is kept in: the write-ahead
+// log's segment files, or 1 for a bolt log (one file).
+func (s *Storage) Segments() int {
+	if s.kind != LogStoreWAL {
+		return 1
+	}
+	names, err := filepath.Glob(filepath.Join(s.dir, walDir, "*.wal"))
+	if err != nil {
+		return 0
+	}
+	return len(names)
+}
+
 // StartRaft runs start (raft.NewRaft on this storage) and turns what it
 // says about damaged data into a *DataError naming the file.
 func (s *Storage) StartRaft(start func() (*raft.Raft, error)) (*raft.Raft, error) {

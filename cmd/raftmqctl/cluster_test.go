@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,5 +146,101 @@ func TestRun_NotFoundAsRabbitmqctl(t *testing.T) {
 		if code != tc.code || errs != tc.stderr {
 			t.Errorf("%v: exit %d, stderr %q; want %d, %q", tc.args, code, errs, tc.code, tc.stderr)
 		}
+	}
+}
+
+// TestRun_GroupsOnThreeNodes: against the leader of a three-node
+// cluster, list_queues shows the queue's group with its leader, members
+// and online members; shrink and grow take a node out of the group and
+// back, listing the queue as rabbitmq-queues does; rebalance lists what
+// each node leads; with a node down, shrinking another is refused with
+// the group's members unchanged.
+func TestRun_GroupsOnThreeNodes(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.WaitForLeader(clustertest.Timeout)
+	svc := ops.New(ops.Deps{Node: ops.FromCluster(leader)})
+	t.Cleanup(func() { _ = svc.Close() })
+	addr := serveAdmin(t, svc)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		_, err := svc.DeclareQueue(context.Background(), &proto.QueueDeclare{Vhost: "/", Name: "orders", Durable: true})
+		return err
+	})
+	fs := c.Followers()
+	l, f1, f2 := leader.NodeID(), fs[0].NodeID(), fs[1].NodeID()
+	all := []string{l, f1, f2}
+	slices.Sort(all)
+	jsonList := func(ids ...string) string {
+		b, _ := json.Marshal(ids)
+		return string(b)
+	}
+	run := func(wantCode int, args ...string) (string, string) {
+		t.Helper()
+		code, out, errs := ctl(t, addr, args...)
+		if code != wantCode {
+			t.Fatalf("%v: exit %d: %s %s", args, code, out, errs)
+		}
+		return out, errs
+	}
+	lines := func(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
+	fields := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		out, _ := run(exitOK, "list_queues", "name", "raft_group", "leader", "members", "online")
+		if got := lines(out); len(got) != 2 || fields(got[0]) != "name raft_group leader members online" ||
+			fields(got[1]) != "orders metadata "+l+" "+jsonList(all...)+" "+jsonList(all...) {
+			return fmt.Errorf("list_queues %q", out)
+		}
+		return nil
+	})
+
+	out, errs := run(exitOK, "shrink", f1)
+	if got := lines(out); len(got) != 2 || fields(got[0]) != "vhost name size result" || fields(got[1]) != "/ orders 2 ok" ||
+		!strings.Contains(errs, "Shrinking quorum queues on "+f1+"...") || !strings.Contains(errs, "Raft group metadata: 2 members, ok") {
+		t.Fatalf("shrink: %q %q", out, errs)
+	}
+	two := []string{l, f2}
+	slices.Sort(two)
+	out, _ = run(exitOK, "list_queues", "name", "members")
+	if got := lines(out); fields(got[1]) != "orders "+jsonList(two...) {
+		t.Fatalf("members after shrink %q", out)
+	}
+	out, errs = run(exitOK, "grow", f1)
+	if got := lines(out); len(got) != 2 || fields(got[1]) != "/ orders 3 ok" || !strings.Contains(errs, "Growing all quorum queues on "+f1+"...") {
+		t.Fatalf("grow: %q %q", out, errs)
+	}
+	// A member already: nothing to grow, no queue listed.
+	if out, _ = run(exitOK, "grow", f1, "all"); len(lines(out)) != 1 {
+		t.Fatalf("grow of a member: %q", out)
+	}
+
+	out, errs = run(exitOK, "rebalance", "quorum")
+	want := []string{"Node name Number of quorum queues Number of replicated classic queues Number of raft groups"}
+	for _, id := range all {
+		if id == l {
+			want = append(want, id+" 0 1 1")
+		} else {
+			want = append(want, id+" 0 0 0")
+		}
+	}
+	if got := lines(out); len(got) != 4 || fields(got[0]) != want[0] || fields(got[1]) != want[1] || fields(got[2]) != want[2] ||
+		fields(got[3]) != want[3] || !strings.Contains(errs, "Re-balancing leaders of quorum queues...") {
+		t.Fatalf("rebalance: %q %q, want %q", out, errs, want)
+	}
+
+	c.Kill(c.Index(f2))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		out, _ := run(exitOK, "list_groups", "name", "online")
+		if got := lines(out); len(got) != 2 || strings.Contains(got[1], f2) {
+			return fmt.Errorf("list_groups %q", out)
+		}
+		return nil
+	})
+	out, _ = run(exitOK, "shrink", f1, "--errors-only")
+	if got := lines(out); len(got) != 2 ||
+		fields(got[1]) != "/ orders 3 error: removing this member would leave fewer online members than a quorum" {
+		t.Fatalf("shrink with a voter down: %q", out)
+	}
+	if out, _ = run(exitOK, "list_queues", "name", "members"); fields(lines(out)[1]) != "orders "+jsonList(all...) {
+		t.Fatalf("members after a refused shrink %q", out)
 	}
 }

@@ -90,6 +90,7 @@ type options struct {
 	applyTo     string
 	ifUnused    bool
 	ifEmpty     bool
+	errorsOnly  bool
 	description string
 	local       bool
 	global      bool
@@ -140,6 +141,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.applyTo, "apply-to", "all", "what a policy applies to: queues, exchanges or all")
 	fs.BoolVar(&o.ifUnused, "if-unused", false, "delete_queue: only if the queue has no consumers")
 	fs.BoolVar(&o.ifEmpty, "if-empty", false, "delete_queue: only if the queue is empty")
+	fs.BoolVar(&o.errorsOnly, "errors-only", false, "grow, shrink: only the queues whose group reported an error")
 	fs.StringVar(&o.description, "description", "", "add_vhost: description")
 	fs.BoolVar(&o.local, "local", false, "list_connections: only the node's own connections")
 	fs.BoolVar(&o.global, "global", false, "list_vhost_limits: the limits of every vhost")

@@ -209,6 +209,9 @@ func TestRun_UsageErrors(t *testing.T) {
 		{name: "bad apply-to", args: []string{"set_policy", "p", ".*", `{"message-ttl":1}`, "--apply-to", "streams"}, code: exitUsage, stderr: "--apply-to"},
 		{name: "unknown column", args: []string{"list_queues", "name", "colour"}, code: exitUsage, stderr: `unknown column "colour"`},
 		{name: "bad timeout", args: []string{"--timeout", "soon", "digest"}, code: exitUsage, stderr: "timeout"},
+		{name: "grow strategy", args: []string{"grow", "n2", "odd"}, code: exitUsage, stderr: "strategy 'odd' is not recognised."},
+		{name: "rebalance type", args: []string{"rebalance", "streams"}, code: exitUsage, stderr: "type streams is not supported. Try one of all, classic, quorum."},
+		{name: "shrink without node", args: []string{"shrink"}, code: exitUsage, stderr: "usage: raftmqctl shrink NODE"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -212,22 +211,6 @@ func awaitStartup(c *call) error {
 		case <-time.After(awaitPoll):
 		}
 	}
-}
-
-// clusterView fetches the cluster's leader and voters for list_queues'
-// leader and members columns (every queue is in the one raft group).
-func clusterView(ctx context.Context, c proto.AdminClient, consistent bool) (leader string, members []string, err error) {
-	r, err := c.ClusterStatus(ctx, &proto.ClusterStatusRequest{Consistent: consistent})
-	if err != nil {
-		return "", nil, err
-	}
-	for _, n := range r.GetNodes() {
-		if n.GetSuffrage() == "voter" {
-			members = append(members, n.GetId())
-		}
-	}
-	sort.Strings(members)
-	return r.GetLeaderId(), members, nil
 }
 
 func init() {

@@ -83,8 +83,8 @@ func (c *call) done(text string, extra map[string]any) error {
 var verbs = map[string]verb{
 	"cluster_status": {args: "", max: 0, run: clusterStatus},
 	"list_queues": {args: "[column ...]", max: -1, run: listQueues,
-		help: "leader and members are the raft group's leader and voters, which hold every queue;\n" +
-			"state is always running.",
+		help: "leader, members and online are the leader, voters and online voters of the queue's raft\n" +
+			"group (raft_group), which replicates it; state is always running.",
 		columns: columnNames(queueColumns), defaults: queueDefaults},
 	"list_exchanges": {args: "[column ...]", max: -1, run: listExchanges,
 		columns: columnNames(exchangeColumns), defaults: exchangeDefaults},
@@ -233,12 +233,15 @@ var queueColumns = []column[*proto.QueueInfo]{
 	{"lease_due", func(q *proto.QueueInfo) any { return q.GetLeaseDueMs() }},
 	{"owner_connection", func(q *proto.QueueInfo) any { return q.GetOwnerConnection() }},
 	{"type", queueType},
-	// Every queue is replicated by the cluster's one raft group and
-	// serves while the cluster has a leader: state is always running.
+	// Every queue is replicated by its raft group and serves while the
+	// group has a leader: state is always running.
 	{"state", func(*proto.QueueInfo) any { return "running" }},
-	// leader and members are the raft group's, filled in by listQueues.
+	// leader, members (voters), online (voters online) and raft_group are
+	// the queue's group's, filled in by listQueues (groups.go).
 	{"leader", nil},
 	{"members", nil},
+	{"online", nil},
+	{"raft_group", nil},
 }
 
 // queueType is the queue's x-queue-type argument, "classic" without one
@@ -256,21 +259,13 @@ func listQueues(c *call) error {
 		return err
 	}
 	cols := queueColumns
-	if wants(c.args, "leader", "members") {
+	if wants(c.args, "leader", "members", "online", "raft_group") {
 		// Only asked for when shown: it is one more call.
-		leader, members, err := clusterView(c.ctx, c.c, c.o.consistent)
+		groups, err := groupsView(c.ctx, c.c, c.o.consistent)
 		if err != nil {
 			return err
 		}
-		cols = append([]column[*proto.QueueInfo]{}, queueColumns...)
-		for i := range cols {
-			switch cols[i].name {
-			case "leader":
-				cols[i].get = func(*proto.QueueInfo) any { return leader }
-			case "members":
-				cols[i].get = func(*proto.QueueInfo) any { return members }
-			}
-		}
+		cols = groupColumnsOf(cols, groups)
 	}
 	c.inform("Listing queues for vhost %s ...", c.o.vhost)
 	return listing(c, r.GetQueues(), cols, queueDefaults)

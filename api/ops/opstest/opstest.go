@@ -5,6 +5,8 @@ package opstest
 import (
 	"context"
 	"crypto/sha256"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/api/ops"
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -108,6 +111,13 @@ type Node struct {
 	Result      func(*proto.Command) *proto.Result
 	Transferred []string
 	Removed     []string
+	// GroupList is what Groups returns; nil is one metadata group of the
+	// voters of MemberList, led by LeaderID, with Raft's figures.
+	GroupList []ops.GroupStatus
+	// Grown and Shrunk record GrowGroups' and ShrinkGroups' node ids;
+	// Changes is what they return.
+	Grown, Shrunk []string
+	Changes       []ops.GroupChange
 }
 
 // NewNode is the fake node id, leading, its defaults applied.
@@ -199,6 +209,46 @@ func (n *Node) RemoveNode(_ context.Context, id string) error {
 	defer n.Mu.Unlock()
 	n.Removed = append(n.Removed, id)
 	return nil
+}
+
+func (n *Node) Groups() []ops.GroupStatus {
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	if n.GroupList != nil {
+		return n.GroupList
+	}
+	g := ops.GroupStatus{Name: cluster.MetadataGroupName, Leader: n.LeaderID, State: n.Raft.State, Term: n.Raft.Term,
+		CommitIndex: n.Raft.CommitIndex, LastApplied: n.Raft.AppliedIndex, LastLogIndex: n.Raft.LastLogIndex}
+	for _, m := range n.MemberList {
+		if strings.EqualFold(m.GetSuffrage(), "voter") {
+			g.Members = append(g.Members, ops.GroupMember{ID: m.GetId(), Voter: true,
+				Online: m.GetHealth() == "" || m.GetHealth() == "alive"})
+		}
+	}
+	slices.SortFunc(g.Members, func(a, b ops.GroupMember) int { return strings.Compare(a.ID, b.ID) })
+	return []ops.GroupStatus{g}
+}
+func (n *Node) QueueGroup(string, string) string { return "" }
+func (n *Node) GrowGroups(_ context.Context, id string, _ bool) ([]ops.GroupChange, error) {
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	n.Grown = append(n.Grown, id)
+	return n.Changes, nil
+}
+func (n *Node) ShrinkGroups(_ context.Context, id string) ([]ops.GroupChange, error) {
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	n.Shrunk = append(n.Shrunk, id)
+	return n.Changes, nil
+}
+func (n *Node) RebalanceGroups(context.Context) (map[string]int, error) {
+	led := map[string]int{}
+	for _, g := range n.Groups() {
+		if g.Leader != "" {
+			led[g.Leader]++
+		}
+	}
+	return led, nil
 }
 
 // Conns is an ops.Connections over a fixed list.

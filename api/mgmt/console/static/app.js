@@ -463,6 +463,8 @@ function queuesPage() {
     { title: 'Name', sort: 'name', cell: it => link('queues', it) },
     { title: 'Type', sort: 'type', cell: it => esc(it.type) },
     { title: 'Features', cell: features },
+    { title: 'Raft group', cell: it => esc(it.raft_group) },
+    { title: 'Leader', cell: it => it.leader ? esc(it.leader) : '<span class="muted">none</span>' },
     { title: 'Ready', sort: 'messages_ready', num: true, cell: it => num(it.messages_ready) },
     { title: 'Unacked', sort: 'messages_unacknowledged', num: true, cell: it => num(it.messages_unacknowledged) },
     { title: 'Total', sort: 'messages', num: true, cell: it => num(it.messages) },
@@ -601,8 +603,9 @@ queuesPage.detail = (vhost, name) => {
       <dt>Dead-letter exchange</dt><dd>${esc(q.effective_dead_letter_exchange || '—')}</dd>
       <dt>Next death</dt><dd>${due(q.next_death, 'overdue') || '—'}</dd>
       <dt>Lease due</dt><dd>${due(q.lease_due, 'overdue') || '—'}</dd>
-      <dt>Leader</dt><dd>${esc(q.leader)}</dd>
-      <dt>Members</dt><dd>${(q.members || []).map(esc).join(', ')}</dd>
+      <dt>Raft group</dt><dd>${esc(q.raft_group)}</dd>
+      <dt>Leader</dt><dd>${q.leader ? esc(q.leader) : '<span class="muted">none elected</span>'}</dd>
+      <dt>Members</dt><dd>${(q.members || []).map(m => (q.online || []).includes(m) ? esc(m) : `${esc(m)} <span class="muted">(offline)</span>`).join(', ')}</dd>
       <dt>Arguments</dt><dd>${shortJSON(q.arguments) || '—'}</dd></dl>`;
     const ms = q.message_stats || {};
     $('#queue-counts').innerHTML = `<div class="cards">

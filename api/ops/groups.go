@@ -1,0 +1,145 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// The Raft groups, as rabbitmq-queues and the management API show
+// RabbitMQ's quorum queues: a queue's leader, members and online members
+// are its group's; grow, shrink and rebalance change the groups. They run
+// on the leader, which leads the one group a node runs today (queue
+// groups will need each group's own leader).
+
+// ListGroups answers raftmq.v1.Admin's ListGroups: the groups as this
+// node knows them.
+func (s *Service) ListGroups(_ context.Context, _ *proto.ListGroupsRequest) (*proto.ListGroupsResponse, error) {
+	resp := &proto.ListGroupsResponse{NodeId: s.node.NodeID()}
+	for _, g := range s.node.Groups() {
+		resp.Groups = append(resp.Groups, &proto.GroupInfo{Id: g.ID, Name: g.Name, Leader: g.Leader,
+			Members: g.Voters(), Online: g.OnlineVoters(), State: g.State, Term: g.Term,
+			CommitIndex: g.CommitIndex, LastApplied: g.LastApplied, LastLogIndex: g.LastLogIndex,
+			SnapshotIndex: g.SnapshotIndex, LogSegments: uint32(g.Segments),
+			CommitLatencyUs: g.CommitLatency.Microseconds(), TargetSize: uint32(g.TargetSize)})
+	}
+	return resp, nil
+}
+
+// queueGroupNames sets each queue's raft_group to its group's name.
+func (s *Service) queueGroupNames(qs ...*proto.QueueInfo) {
+	for _, q := range qs {
+		q.RaftGroup = cluster.GroupName(s.node.QueueGroup(q.GetVhost(), q.GetName()))
+	}
+}
+
+// GrowGroups answers raftmq.v1.Admin's GrowGroups (rabbitmq-queues grow).
+// A follower forwards it to the leader.
+func (s *Service) GrowGroups(ctx context.Context, req *proto.GrowGroupsRequest) (*proto.GroupChangesResponse, error) {
+	return changeGroups(ctx, s, req.GetNodeId(), req, proto.AdminClient.GrowGroups, func() ([]GroupChange, error) {
+		return s.node.GrowGroups(ctx, req.GetNodeId(), req.GetEven())
+	})
+}
+
+// ShrinkGroups answers raftmq.v1.Admin's ShrinkGroups (rabbitmq-queues
+// shrink). A follower forwards it to the leader.
+func (s *Service) ShrinkGroups(ctx context.Context, req *proto.ShrinkGroupsRequest) (*proto.GroupChangesResponse, error) {
+	return changeGroups(ctx, s, req.GetNodeId(), req, proto.AdminClient.ShrinkGroups, func() ([]GroupChange, error) {
+		return s.node.ShrinkGroups(ctx, req.GetNodeId())
+	})
+}
+
+// changeGroups runs change on the leader for the member id and lists the
+// outcome per group and per queue of the changed groups.
+func changeGroups[Req any](ctx context.Context, s *Service, id string, req Req,
+	call func(proto.AdminClient, context.Context, Req, ...grpc.CallOption) (*proto.GroupChangesResponse, error),
+	change func() ([]GroupChange, error)) (*proto.GroupChangesResponse, error) {
+	if id == "" {
+		return nil, fail(Invalid, "node id must not be empty")
+	}
+	return onLeader(ctx, s, req, call, func() (*proto.GroupChangesResponse, error) {
+		if !s.isMember(id) {
+			return nil, fail(NotFound, "node %q is not a member", id)
+		}
+		changes, err := change()
+		if err != nil {
+			return nil, nodeError(err, Precondition, "change the groups")
+		}
+		resp := &proto.GroupChangesResponse{}
+		byGroup := map[string]*proto.GroupChange{}
+		for _, c := range changes {
+			gc := &proto.GroupChange{Group: cluster.GroupName(c.Group), Size: uint32(c.Size), Result: changeResult(c.Err)}
+			resp.Groups = append(resp.Groups, gc)
+			byGroup[c.Group] = gc
+		}
+		s.node.View(func(st State) {
+			for _, q := range st.Queues("") {
+				if gc, ok := byGroup[s.node.QueueGroup(q.GetVhost(), q.GetName())]; ok {
+					resp.Queues = append(resp.Queues, &proto.QueueChange{Vhost: q.GetVhost(), Name: q.GetName(),
+						Group: gc.GetGroup(), Size: gc.GetSize(), Result: gc.GetResult()})
+				}
+			}
+		})
+		return resp, nil
+	})
+}
+
+// changeResult is rabbitmq-queues' result text of a group's change.
+func changeResult(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, cluster.ErrLastMember):
+		return "error: the last node cannot be removed"
+	default:
+		return "error: " + err.Error()
+	}
+}
+
+// RebalanceGroups answers raftmq.v1.Admin's RebalanceGroups
+// (rabbitmq-queues rebalance): the leaderships moved so that each online
+// node leads its share of the groups, and what each node then leads. A
+// follower forwards it to the leader.
+func (s *Service) RebalanceGroups(ctx context.Context, req *proto.RebalanceGroupsRequest) (*proto.RebalanceGroupsResponse, error) {
+	return onLeader(ctx, s, req, proto.AdminClient.RebalanceGroups, func() (*proto.RebalanceGroupsResponse, error) {
+		led, err := s.node.RebalanceGroups(ctx)
+		if err != nil {
+			return nil, nodeError(err, Precondition, "rebalance")
+		}
+		byNode := map[string]*proto.NodeLeadership{}
+		for id, n := range led {
+			byNode[id] = &proto.NodeLeadership{NodeId: id, Groups: uint32(n)}
+		}
+		leaders := map[string]string{}
+		for _, g := range s.node.Groups() {
+			leaders[g.ID] = g.Leader
+		}
+		s.node.View(func(st State) {
+			for _, q := range st.Queues("") {
+				nl, ok := byNode[leaders[s.node.QueueGroup(q.GetVhost(), q.GetName())]]
+				if !ok {
+					continue
+				}
+				if t, _ := proto.TableJSON(q.GetArguments())["x-queue-type"].(string); t == "quorum" {
+					nl.QuorumQueues++
+				} else {
+					nl.ClassicQueues++
+				}
+			}
+		})
+		resp := &proto.RebalanceGroupsResponse{}
+		for _, nl := range byNode {
+			resp.Nodes = append(resp.Nodes, nl)
+		}
+		slices.SortFunc(resp.Nodes, func(a, b *proto.NodeLeadership) int {
+			return strings.Compare(a.GetNodeId(), b.GetNodeId())
+		})
+		return resp, nil
+	})
+}

@@ -1,0 +1,337 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/cluster/group"
+)
+
+// The groups this node knows, as the operator surfaces (the management
+// API, raftmqctl, the metrics and health checks) read them, and the
+// changes of membership and leadership they ask for. A node runs one
+// group today, the metadata group (group.DefaultID), which holds every
+// queue; everything here is written per group so that the surfaces list
+// each group once a node runs several.
+
+// MetadataGroupName is the name the surfaces show for the default group
+// (group.DefaultID, whose id is empty): the metadata group of the queue
+// groups' plan, which holds every queue until queue groups exist.
+const MetadataGroupName = "metadata"
+
+// GroupName is the name the surfaces show for group id.
+func GroupName(id string) string {
+	if id == group.DefaultID {
+		return MetadataGroupName
+	}
+	return id
+}
+
+// GroupMember is one server of a group's raft configuration.
+type GroupMember struct {
+	ID    string
+	Voter bool
+	// Online: this node, or a member gossip sees alive and the leader's
+	// raft has not reported unreachable (Members' health alive, or
+	// unknown to gossip but not suspect).
+	Online bool
+}
+
+// GroupStatus is one Raft group as this node knows it.
+type GroupStatus struct {
+	// ID is the group's id (group.DefaultID for the metadata group); Name
+	// what the surfaces show (GroupName).
+	ID, Name string
+	// Members are the servers of the group's configuration, by id.
+	Members []GroupMember
+	// Leader is the id of the group's leader this node knows ("" for
+	// none); State this node's raft state in the group.
+	Leader, State string
+	Term          uint64
+	CommitIndex   uint64
+	LastApplied   uint64
+	LastLogIndex  uint64
+	SnapshotIndex uint64
+	// Segments is the number of files of this node's log of the group
+	// (group.Storage.Segments).
+	Segments int
+	// CommitLatency is the last entry's time from proposal to commit
+	// measured by this node while it led the group (0 if it never did).
+	CommitLatency time.Duration
+	// TargetSize is how many voters the group should have: every member
+	// of the cluster for the metadata group.
+	TargetSize int
+}
+
+// Voters are the ids of the group's voters, sorted.
+func (g GroupStatus) Voters() []string {
+	var out []string
+	for _, m := range g.Members {
+		if m.Voter {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+// OnlineVoters are the ids of the group's voters that are online, sorted.
+func (g GroupStatus) OnlineVoters() []string {
+	var out []string
+	for _, m := range g.Members {
+		if m.Voter && m.Online {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+// HasVoter reports whether id is one of the group's voters.
+func (g GroupStatus) HasVoter(id string) bool { return slices.Contains(g.Voters(), id) }
+
+// Groups lists the groups this node knows, by id.
+func (n *Node) Groups() []GroupStatus {
+	return []GroupStatus{n.groupStatus(group.DefaultID, n.group)}
+}
+
+// QueueGroup is the id of the group that holds the queue: the metadata
+// group, for every queue, until queue groups exist.
+func (n *Node) QueueGroup(vhost, name string) string { return group.DefaultID }
+
+// leading is the raft of group id, which this node must lead to change
+// its membership or leadership.
+func (n *Node) leading(id string) (*raft.Raft, error) {
+	if id != group.DefaultID {
+		return nil, fmt.Errorf("cluster: no group %q on this node", id)
+	}
+	r := n.group.Raft()
+	if r.State() != raft.Leader {
+		return nil, ErrNotGroupLeader
+	}
+	return r, nil
+}
+
+func (n *Node) groupStatus(id string, g *group.Group) GroupStatus {
+	r := g.Raft()
+	st := r.Stats()
+	u := func(k string) uint64 {
+		v, _ := strconv.ParseUint(st[k], 10, 64)
+		return v
+	}
+	gs := GroupStatus{ID: id, Name: GroupName(id), State: st["state"], Term: u("term"),
+		CommitIndex: u("commit_index"), LastApplied: u("applied_index"), LastLogIndex: u("last_log_index"),
+		SnapshotIndex: u("last_snapshot_index"), Segments: g.Storage().Segments(),
+		CommitLatency: g.Batcher().CommitLatency()}
+	_, leader := r.LeaderWithID()
+	gs.Leader = string(leader)
+	online := map[string]bool{}
+	members := 0
+	for _, m := range n.Members() {
+		online[m.ID] = m.ID == n.cfg.NodeID || m.Health == HealthAlive || m.Health == ""
+		if m.Health != HealthLeft {
+			members++
+		}
+	}
+	gs.TargetSize = members
+	if f := r.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			gs.Members = append(gs.Members, GroupMember{ID: string(s.ID), Voter: s.Suffrage == raft.Voter, Online: online[string(s.ID)]})
+		}
+	}
+	slices.SortFunc(gs.Members, func(a, b GroupMember) int { return strings.Compare(a.ID, b.ID) })
+	return gs
+}
+
+// Errors of the membership changes, as RabbitMQ's rabbitmq-queues words
+// them where it has the case.
+var (
+	// ErrLastMember: the node is the group's only voter.
+	ErrLastMember = errors.New("the last node cannot be removed")
+	// ErrQuorumCritical: without the node, the group's online voters
+	// would be fewer than a majority of the voters left.
+	ErrQuorumCritical = errors.New("removing this member would leave fewer online members than a quorum")
+	// ErrNotGroupLeader: only a group's leader changes its membership
+	// or hands over its leadership.
+	ErrNotGroupLeader = errors.New("this node does not lead the group")
+	// ErrShrinkLeader: the node to remove leads the group. The removal
+	// is held by the leader that makes it (reconcile adds alive members
+	// back), so the next leader would undo it: hand the leadership over
+	// first.
+	ErrShrinkLeader = errors.New("the node leads the group: transfer its leadership first")
+)
+
+// GroupChange is the outcome of growing or shrinking one group.
+type GroupChange struct {
+	Group string // the group's id
+	// Size is the number of voters after the change (before it, when it
+	// failed).
+	Size int
+	Err  error
+}
+
+// GrowGroups adds the node id as a voter to each group of which it is not
+// a member and that has fewer voters than its target size; with even, only
+// to the groups whose number of voters is even (rabbitmq-queues grow's
+// strategies all and even). It runs on the leader of those groups.
+func (n *Node) GrowGroups(ctx context.Context, id string, even bool) ([]GroupChange, error) {
+	addr := ""
+	for _, m := range n.Members() {
+		if m.ID == id && m.Health != HealthLeft {
+			addr = m.RaftAddr
+		}
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("cluster: node %q is not a member of the cluster", id)
+	}
+	var out []GroupChange
+	for _, gs := range n.Groups() {
+		voters := len(gs.Voters())
+		if gs.HasVoter(id) || voters >= gs.TargetSize || (even && voters%2 != 0) {
+			continue
+		}
+		c := GroupChange{Group: gs.ID, Size: voters}
+		if err := n.addGroupVoter(ctx, gs.ID, id, addr); err != nil {
+			c.Err = err
+		} else {
+			c.Size++
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// ShrinkGroups removes the node id from the voters of every group it is
+// one of, except where it is the last voter, where the other online
+// voters would be fewer than a majority of the voters left (that group
+// would stop), or where it leads the group (ErrShrinkLeader). It runs on
+// the leader of those groups.
+func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error) {
+	var out []GroupChange
+	for _, gs := range n.Groups() {
+		if !gs.HasVoter(id) {
+			continue
+		}
+		voters, online := len(gs.Voters()), 0
+		for _, v := range gs.OnlineVoters() {
+			if v != id {
+				online++
+			}
+		}
+		c := GroupChange{Group: gs.ID, Size: voters}
+		switch {
+		case voters == 1:
+			c.Err = ErrLastMember
+		case online < (voters-1)/2+1:
+			c.Err = ErrQuorumCritical
+		case gs.Leader == id:
+			c.Err = ErrShrinkLeader
+		default:
+			if err := n.removeGroupVoter(ctx, gs.ID, id); err != nil {
+				c.Err = err
+			} else {
+				c.Size--
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// RebalanceGroups moves the leadership of groups so that each online
+// node leads its share of them (the number of groups over the online
+// voters, rounded up): a group whose leader leads more than its share is
+// handed to the online voter of it that leads the fewest. It returns how
+// many groups each node leads afterwards. With one group there is nothing
+// to move.
+func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
+	groups := n.Groups()
+	led := map[string]int{}
+	nodes := map[string]bool{}
+	for _, gs := range groups {
+		for _, v := range gs.OnlineVoters() {
+			nodes[v] = true
+		}
+		if gs.Leader != "" {
+			led[gs.Leader]++
+		}
+	}
+	if len(nodes) == 0 {
+		return led, nil
+	}
+	share := (len(groups) + len(nodes) - 1) / len(nodes)
+	for _, gs := range groups {
+		if gs.Leader == "" || led[gs.Leader] <= share {
+			continue
+		}
+		to := ""
+		for _, v := range gs.OnlineVoters() {
+			if v != gs.Leader && (to == "" || led[v] < led[to]) {
+				to = v
+			}
+		}
+		if to == "" || led[to]+1 > share {
+			continue
+		}
+		if err := n.transferGroupLeadership(ctx, gs.ID, to); err != nil {
+			return led, err
+		}
+		led[gs.Leader]--
+		led[to]++
+	}
+	for id := range nodes {
+		if _, ok := led[id]; !ok {
+			led[id] = 0
+		}
+	}
+	return led, nil
+}
+
+func (n *Node) addGroupVoter(ctx context.Context, gid, id, addr string) error {
+	r, err := n.leading(gid)
+	if err != nil {
+		return err
+	}
+	// An operator's removal no longer holds: reconcile may keep it in.
+	n.removed.Delete(id)
+	if err := n.await(ctx, r.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
+		return group.MapRaftError(err)
+	}
+	return nil
+}
+
+func (n *Node) removeGroupVoter(ctx context.Context, gid, id string) error {
+	r, err := n.leading(gid)
+	if err != nil {
+		return err
+	}
+	// Reconcile adds alive members as voters of the metadata group: the
+	// removal holds until gossip no longer sees the node alive, or it
+	// is grown back.
+	n.removed.Store(id, true)
+	if err := n.await(ctx, r.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
+		n.removed.Delete(id)
+		return group.MapRaftError(err)
+	}
+	return nil
+}
+
+func (n *Node) transferGroupLeadership(ctx context.Context, gid, id string) error {
+	r, err := n.leading(gid)
+	if err != nil {
+		return err
+	}
+	srv, ok := n.server(id)
+	if !ok {
+		return fmt.Errorf("cluster: node %q is not in the group's configuration", id)
+	}
+	if err := n.await(ctx, r.LeadershipTransferToServer(srv.ID, srv.Address)); err != nil {
+		return group.MapRaftError(err)
+	}
+	return nil
+}
