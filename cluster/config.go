@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/fsm"
 	"google.golang.org/grpc"
 )
@@ -141,7 +142,7 @@ type SecurityConfig struct {
 	// operator's CA (LoadTLS, NewTLS) or from the cluster secret
 	// (SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
 	// for in-process tests only (the raftmq command never runs so).
-	TLS *TLS
+	TLS *linksec.TLS
 	// GossipKeys, when set, encrypt and authenticate gossip with
 	// memberlist's keyring (AES-GCM; 16, 24 or 32 bytes each): the first
 	// key encrypts, every key decrypts, and a packet no key opens is
@@ -249,7 +250,7 @@ func (c *Config) setDefaults() error {
 		c.MaxBatchBytes = 1 << 20
 	}
 	for _, k := range c.GossipKeys {
-		if err := checkGossipKey(k); err != nil {
+		if err := linksec.CheckGossipKey(k); err != nil {
 			return err
 		}
 	}

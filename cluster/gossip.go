@@ -373,7 +373,7 @@ func (n *Node) maybeBootstrap() {
 			if id == n.cfg.NodeID {
 				return false
 			}
-			if err := n.verifyPeer(context.Background(), id, servers[id]); err != nil {
+			if err := n.sec.VerifyPeer(context.Background(), id, servers[id]); err != nil {
 				n.log.Warn("bootstrap: leaving out a member that fails the TLS check", "id", id, "err", err)
 				return true
 			}

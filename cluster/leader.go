@@ -261,7 +261,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			if _, gone := n.removed.Load(id); gone && !in {
 				continue
 			}
-			if err := n.verifyPeer(ctx, id, addr); err != nil {
+			if err := n.sec.VerifyPeer(ctx, id, addr); err != nil {
 				n.log.Warn("not adding a member whose raft address fails the TLS check", "id", id, "addr", addr, "err", err)
 				continue
 			}

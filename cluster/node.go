@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -28,11 +29,12 @@ type Node struct {
 	group *group.Group
 
 	// The node's other parts, each declared beside the code that owns it.
-	membership   // who is in the cluster and whom this node reaches (gossip.go)
-	network      // the links to the other nodes (transport.go)
-	linkSecurity // what the links' certificates told (tls.go)
-	clocks       // log time: the stamper and the voters' clocks (stamp.go)
-	lifecycle    // start, failure and close
+	membership // who is in the cluster and whom this node reaches (gossip.go)
+	network    // the links to the other nodes (transport.go)
+	clocks     // log time: the stamper and the voters' clocks (stamp.go)
+	lifecycle  // start, failure and close
+
+	sec *linksec.Checker // the links' security (package linksec, tls.go)
 
 	lead     atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
 	changed  *broadcast                 // leader, readiness or membership changed
@@ -81,6 +83,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			failed:  make(chan struct{}),
 		},
 	}
+	n.sec = n.newLinkChecker()
 	n.qclock = newQuorumClock(cfg)
 	n.protocol.Store(cfg.Protocol)
 	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
@@ -173,10 +176,7 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links, out: n.out}
-	if cfg.TLS != nil {
-		layer.tls = n.tlsServerConfig()
-		layer.dial = n.dialTLS
-	}
+	layer.tls, layer.dial = n.sec.RaftServerConfig(), n.sec.Dial
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
