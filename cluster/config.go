@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/fsm"
 	"google.golang.org/grpc"
@@ -151,11 +152,11 @@ type SecurityConfig struct {
 }
 
 // TimeConfig is the node's time: the clock it stamps the log with and
-// the watch over the voters' clocks (quorumclock.go).
+// the watch over the voters' clocks (package clock).
 type TimeConfig struct {
 	// Clock stamps the log and drives the leader's schedulers (default: the
 	// wall clock).
-	Clock Clock
+	Clock clock.Clock
 	// MaxClockOffset is how far this node's wall clock may be from the
 	// quorum's before it refuses to lead (default DefaultMaxClockOffset).
 	MaxClockOffset time.Duration
@@ -200,7 +201,7 @@ func (c *Config) setDefaults() error {
 		c.BootstrapExpect = 1
 	}
 	if c.Clock == nil {
-		c.Clock = RealClock()
+		c.Clock = clock.Real()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -263,6 +264,10 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// DefaultMaxClockOffset is how far a node's wall clock may be from the
+// quorum's before it refuses to lead (CockroachDB's default).
+const DefaultMaxClockOffset = 500 * time.Millisecond
 
 // DefaultNodeDownAfter is NodeDownAfter's default. A NodeDown frees what
 // the node's consumers held; the node, if it runs after all, closes its

@@ -144,17 +144,17 @@ func (gossipDelegate) MergeRemoteState([]byte, bool)   {}
 
 func (d gossipDelegate) NotifyJoin(m *memberlist.Node) {
 	d.n.members.set(m, HealthAlive)
-	d.n.changed.signal()
+	d.n.changed.Signal()
 }
 
 func (d gossipDelegate) NotifyLeave(m *memberlist.Node) {
 	d.n.members.set(m, HealthDead)
-	d.n.changed.signal()
+	d.n.changed.Signal()
 }
 
 func (d gossipDelegate) NotifyUpdate(m *memberlist.Node) {
 	d.n.members.set(m, HealthAlive)
-	d.n.changed.signal()
+	d.n.changed.Signal()
 }
 
 func (n *Node) localMeta() *proto.NodeMeta {
@@ -315,7 +315,7 @@ func (n *Node) housekeeping() {
 	tick := time.NewTicker(min(n.cfg.ReconcileInterval, time.Second))
 	defer tick.Stop()
 	for {
-		wait := n.changed.wait()
+		wait := n.changed.Wait()
 		n.checkState()
 		n.savePeers()
 		if !n.hasState.Load() && n.cfg.BootstrapExpect > 1 {

@@ -33,7 +33,7 @@ func (n *Node) monitorLeadership() {
 		cur.cancel()
 		<-cur.done
 		cur = nil
-		n.changed.signal()
+		n.changed.Signal()
 	}
 	for {
 		select {
@@ -72,23 +72,23 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 	// Everything committed before this term is applied: the log clock is the
 	// latest stamp any earlier leader gave, so ours continue from there,
-	// anchored to the quorum's clocks (quorumclock.go).
+	// anchored to the quorum's clocks (package clock).
 	clock := n.logClock()
 	tb := time.Since(t0)
-	if !n.startLogTime(lt.ctx, clock) {
+	if !n.clocks.StartTerm(lt.ctx, clock) {
 		return
 	}
 	// Nothing is decided by time (deaths, releases, leases) from the last
 	// stamp until here: the election, the barrier (a restarted node's
 	// replay of its log) and the wait for the quorum's clocks.
 	n.log.Info("leading", "barrier", tb.Round(time.Millisecond), "clock_wait", (time.Since(t0) - tb).Round(time.Millisecond),
-		"since_last_stamp", time.Duration(n.stamp.peek()-clock)*time.Millisecond)
+		"since_last_stamp", time.Duration(n.clocks.Stamper().Peek()-clock)*time.Millisecond)
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
 	n.group.Forwarder().Retire()
 	n.resetReach()
 	n.lead.Store(lt)
-	n.changed.signal()
+	n.changed.Signal()
 	if wasDown {
 		n.restartLeases(lt.ctx)
 	}
@@ -219,7 +219,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	defer tick.Stop()
 	downed := map[string]bool{}
 	for {
-		wait := n.changed.wait()
+		wait := n.changed.Wait()
 		n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
 		select {

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/broadcast"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -31,13 +33,13 @@ type Node struct {
 	// The node's other parts, each declared beside the code that owns it.
 	membership // who is in the cluster and whom this node reaches (gossip.go)
 	network    // the links to the other nodes (transport.go)
-	clocks     // log time: the stamper and the voters' clocks (stamp.go)
 	lifecycle  // start, failure and close
 
-	sec *linksec.Checker // the links' security (package linksec, tls.go)
+	sec    *linksec.Checker // the links' security (package linksec, tls.go)
+	clocks *clock.Time      // log time: the stamper and the voters' clocks (package clock, time.go)
 
 	lead     atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
-	changed  *broadcast                 // leader, readiness or membership changed
+	changed  *broadcast.Broadcast       // leader, readiness or membership changed
 	notifyCh chan bool                  // raft's leadership changes, to monitorLeadership
 }
 
@@ -68,7 +70,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.NodeID),
-		changed:  newBroadcast(),
+		changed:  broadcast.New(),
 		notifyCh: make(chan bool, 16),
 		membership: membership{
 			members: newMemberTable(),
@@ -84,9 +86,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		},
 	}
 	n.sec = n.newLinkChecker()
-	n.qclock = newQuorumClock(cfg)
+	n.clocks = n.newTime()
 	n.protocol.Store(cfg.Protocol)
-	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
@@ -154,11 +155,11 @@ func (n *Node) startRaft() error {
 			MaxMessageSize:  cfg.MaxMessageSize,
 			LeaderWait:      cfg.LeaderWait,
 			Leading:         func() bool { return n.lead.Load() != nil },
-			Stamp:           n.stamp.next,
+			Stamp:           n.clocks.Stamper().Next,
 			CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
 			ClusterProtocol: n.clusterProtocol,
 			Leader:          n.waitLeader,
-			Changed:         n.changed.wait,
+			Changed:         n.changed.Wait,
 			Dial:            n.dialInternal,
 		},
 		Closing: n.closing,
@@ -208,7 +209,7 @@ func (n *Node) startRaft() error {
 				if lo, ok := o.Data.(raft.LeaderObservation); ok {
 					n.group.Forwarder().LeaderChanged(string(lo.LeaderID))
 				}
-				n.changed.signal()
+				n.changed.Signal()
 			case <-n.closing:
 				return
 			}

@@ -74,7 +74,7 @@ func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto
 // gRPC address) until the deadline.
 func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (group.Target, error) {
 	for {
-		wait := n.changed.wait()
+		wait := n.changed.Wait()
 		if n.lead.Load() != nil {
 			return group.Target{Self: true}, nil
 		}
