@@ -117,16 +117,16 @@ func (n *Node) clusterWasDown(clock int64) bool {
 	if f.Error() != nil {
 		return false
 	}
-	members := n.members.all()
+	members := n.members.All()
 	voters, fresh := 0, 0
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Voter {
 			continue
 		}
 		voters++
-		boot := members[string(s.ID)].meta.GetBootMs()
+		boot := members[string(s.ID)].Meta.GetBootMs()
 		if string(s.ID) == n.cfg.NodeID {
-			boot = n.bootMs
+			boot = n.gossip.BootMs()
 		}
 		if boot > clock {
 			fresh++
@@ -241,20 +241,20 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 	for _, s := range f.Configuration().Servers {
 		inConfig[string(s.ID)] = s
 	}
-	for id, m := range n.members.all() {
+	for id, m := range n.members.All() {
 		if id == n.cfg.NodeID {
 			continue
 		}
 		srv, in := inConfig[id]
-		if m.health != HealthAlive {
+		if m.Health != HealthAlive {
 			n.removed.Delete(id)
 		}
-		switch m.health {
+		switch m.Health {
 		case HealthAlive:
-			if !in || n.reach.silentFor(id, now) < n.cfg.NodeDownAfter/2 {
+			if !in || n.reach.SilentFor(id, now) < n.cfg.NodeDownAfter/2 {
 				delete(downed, id)
 			}
-			addr := m.meta.GetRaftAddr()
+			addr := m.Meta.GetRaftAddr()
 			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
 				continue
 			}
@@ -278,7 +278,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			}
 			n.proposeNodeDown(ctx, id, downed)
 		case HealthDead:
-			if time.Since(m.since) >= n.cfg.NodeDownAfter {
+			if time.Since(m.Since) >= n.cfg.NodeDownAfter {
 				n.proposeNodeDown(ctx, id, downed)
 			}
 		}
@@ -286,14 +286,14 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 	// Whatever gossip says (it may never have heard of the server, or
 	// still think it alive), a server that has answered none of the
 	// leader's raft RPCs for NodeDownAfter is down (reach.go).
-	members := n.members.all()
+	members := n.members.All()
 	for id := range inConfig {
 		if id == n.cfg.NodeID {
 			continue
 		}
-		silent := n.reach.silentFor(id, now)
+		silent := n.reach.SilentFor(id, now)
 		if silent < n.cfg.NodeDownAfter {
-			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.health == HealthAlive) {
+			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
 				delete(downed, id) // reached again: a later loss counts anew
 			}
 			continue

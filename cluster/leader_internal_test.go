@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 	gproto "google.golang.org/protobuf/proto"
@@ -313,7 +314,7 @@ func TestAdmit_ProtocolGate(t *testing.T) {
 	if res[1].GetCode() != 0 || res[1].GetIndex() == 0 || res[0].GetIndex() != res[1].GetIndex() {
 		t.Fatalf("the vhost put of the same batch: %v", res[1])
 	}
-	n.protocol.Store(later)
+	n.gossip.SetProtocol(later)
 	res, err = n.SubmitBatch(ctx, []*proto.Command{tick})
 	if err != nil || res[0].GetCode() != 0 {
 		t.Fatalf("tick once every server announces %d: %v %v", later, res, err)
@@ -321,10 +322,10 @@ func TestAdmit_ProtocolGate(t *testing.T) {
 }
 
 func TestLowestProtocol(t *testing.T) {
-	members := newMemberTable()
+	members := membership.NewTable()
 	announce := func(id string, protocol uint32) {
 		b, _ := gproto.Marshal(&proto.NodeMeta{Id: id, Protocol: protocol})
-		members.set(&memberlist.Node{Name: id, Meta: b}, HealthAlive)
+		members.Set(&memberlist.Node{Name: id, Meta: b}, HealthAlive)
 	}
 	servers := func(ids ...string) []raft.Server {
 		var out []raft.Server

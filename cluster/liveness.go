@@ -42,7 +42,7 @@ func (n *Node) unreachable() []string {
 		if id == n.cfg.NodeID {
 			continue
 		}
-		if n.reach.silentFor(id, now) >= n.unreachedAfter() {
+		if n.reach.SilentFor(id, now) >= n.unreachedAfter() {
 			out = append(out, id)
 		}
 	}
@@ -64,8 +64,8 @@ func (n *Node) suspects() map[string]bool {
 	if leader == "" || leader == n.cfg.NodeID {
 		return out
 	}
-	if m, ok := n.members.get(leader); ok {
-		for _, id := range m.meta.GetUnreachable() {
+	if m, ok := n.members.Get(leader); ok {
+		for _, id := range m.Meta.GetUnreachable() {
 			if id != n.cfg.NodeID {
 				out[id] = true
 			}
@@ -94,10 +94,9 @@ func (n *Node) publishReach() {
 		if slices.Equal(now, published) {
 			continue
 		}
-		n.gossipedUnreachable.Store(&now)
-		// UpdateNode waits, at most this long, for the change to be
+		// The update waits, at most a second, for the change to be
 		// broadcast; the next tick tries again if it fails.
-		if err := n.list.UpdateNode(time.Second); err != nil {
+		if err := n.gossip.SetUnreachable(now); err != nil {
 			n.log.Debug("gossip the unreachable servers", "err", err)
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/cluster/linksec"
+	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/internal/broadcast"
 	"github.com/raftmq/raftmq/proto"
@@ -31,9 +32,9 @@ type Node struct {
 	group *group.Group
 
 	// The node's other parts, each declared beside the code that owns it.
-	membership // who is in the cluster and whom this node reaches (gossip.go)
-	network    // the links to the other nodes (transport.go)
-	lifecycle  // start, failure and close
+	roster    // membership: who is in the cluster and whom this node reaches (members.go)
+	network   // the links to the other nodes (transport.go)
+	lifecycle // start, failure and close
 
 	sec    *linksec.Checker // the links' security (package linksec, tls.go)
 	clocks *clock.Time      // log time: the stamper and the voters' clocks (package clock, time.go)
@@ -72,11 +73,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		log:      cfg.Logger.With("node", cfg.NodeID),
 		changed:  broadcast.New(),
 		notifyCh: make(chan bool, 16),
-		membership: membership{
-			members: newMemberTable(),
-			reach:   newReach(),
-			watch:   newQuorumWatch(),
-			bootMs:  cfg.Clock.Now().UnixMilli(),
+		roster: roster{
+			reach: membership.NewReach(),
+			watch: newQuorumWatch(),
 		},
 		network: network{out: newOutbound()},
 		lifecycle: lifecycle{
@@ -85,18 +84,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			failed:  make(chan struct{}),
 		},
 	}
+	n.gossip = n.newGossip()
+	n.members = n.gossip.Members()
 	n.sec = n.newLinkChecker()
 	n.clocks = n.newTime()
-	n.protocol.Store(cfg.Protocol)
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
 	}
-	if err := n.startGossip(); err != nil {
+	if err := n.gossip.Start(n.advert); err != nil {
 		_ = n.Close()
 		return nil, err
 	}
-	if !n.hasState.Load() && cfg.BootstrapExpect == 1 {
+	if !n.gossip.HasState() && cfg.BootstrapExpect == 1 {
 		if err := n.bootstrap([]raft.Server{{ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(n.advert)}}); err != nil {
 			_ = n.Close()
 			return nil, err
@@ -115,10 +115,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.wg.Add(2)
 	go n.publishReach()
 	go n.watchQuorum()
-	n.loadPeers()
-	if len(n.joinSeeds()) > 0 {
+	if n.gossip.Joins() {
 		n.wg.Add(1)
-		go n.joinLoop()
+		go func() {
+			defer n.wg.Done()
+			n.gossip.Run(n.closing)
+		}()
 	}
 	if n.restart {
 		n.wg.Add(2)
@@ -191,8 +193,10 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
-	n.hasState.Store(has)
 	n.restart = has
+	if has {
+		n.gossip.SetHasState()
+	}
 	r := n.group.Raft()
 	obs := make(chan raft.Observation, 16)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -225,7 +229,7 @@ func (n *Node) bootstrap(servers []raft.Server) error {
 		return fmt.Errorf("cluster: bootstrap: %w", err)
 	}
 	n.log.Info("bootstrapped the cluster", "voters", len(servers))
-	n.setHasState()
+	n.gossip.SetHasState()
 	return nil
 }
 
@@ -299,7 +303,7 @@ func (n *Node) RaftAddr() string { return n.advert }
 
 // GossipAddr is the gossip address peers join (useful when GossipAddr asked
 // for port 0).
-func (n *Node) GossipAddr() string { return n.gossipAddr }
+func (n *Node) GossipAddr() string { return n.gossip.Addr() }
 
 // IsLeader reports whether this node is the leader and ready to accept
 // commands (its first barrier has passed).
@@ -454,16 +458,14 @@ func (n *Node) server(id string) (raft.Server, bool) {
 // and once it is out of the configuration (or after LeaderWait) it leaves
 // the gossip and closes.
 func (n *Node) Leave() error {
-	n.leaving.Store(true)
+	n.gossip.SetLeaving()
 	if n.group.Raft().State() == raft.Leader && n.voters() > 1 {
 		if err := n.TransferLeadership(""); err != nil {
 			n.log.Warn("leave: leadership transfer failed", "err", err)
 		}
 	}
-	if n.list != nil {
-		if err := n.list.UpdateNode(n.cfg.LeaderWait); err != nil {
-			n.log.Warn("leave: gossip update failed", "err", err)
-		}
+	if err := n.gossip.Update(n.cfg.LeaderWait); err != nil {
+		n.log.Warn("leave: gossip update failed", "err", err)
 	}
 	if n.voters() > 1 {
 		deadline := time.Now().Add(n.cfg.LeaderWait)
@@ -480,10 +482,8 @@ func (n *Node) Leave() error {
 			t.Stop()
 		}
 	}
-	if n.list != nil {
-		if err := n.list.Leave(n.cfg.LeaderWait); err != nil {
-			n.log.Warn("leave: gossip leave failed", "err", err)
-		}
+	if err := n.gossip.Leave(n.cfg.LeaderWait); err != nil {
+		n.log.Warn("leave: gossip leave failed", "err", err)
 	}
 	return n.Close()
 }
@@ -524,8 +524,8 @@ func (n *Node) Close() error {
 			err = f.Error()
 		}
 	}
-	if n.list != nil {
-		_ = n.list.Shutdown() // ends a join in progress
+	if n.gossip != nil {
+		n.gossip.Shutdown() // ends a join in progress
 	}
 	n.wg.Wait()
 	n.group.Batcher().Wait()
@@ -535,8 +535,8 @@ func (n *Node) Close() error {
 
 // cleanup releases what Start opened.
 func (n *Node) cleanup() {
-	if n.list != nil {
-		_ = n.list.Shutdown()
+	if n.gossip != nil {
+		n.gossip.Shutdown()
 	}
 	if n.group != nil && !n.closed {
 		if f := n.group.Shutdown(); f != nil {

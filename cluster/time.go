@@ -35,11 +35,11 @@ func (n *Node) newTime() *clock.Time {
 			return voters, true
 		},
 		Peer: func(id string) (proto.InternalClient, bool) {
-			m, ok := n.members.get(id)
-			if !ok || m.health != HealthAlive || m.meta.GetGrpcAddr() == "" {
+			m, ok := n.members.Get(id)
+			if !ok || m.Health != HealthAlive || m.Meta.GetGrpcAddr() == "" {
 				return nil, false
 			}
-			conn, err := n.replyConns.conn(n, id, m.meta.GetGrpcAddr())
+			conn, err := n.replyConns.conn(n, id, m.Meta.GetGrpcAddr())
 			if err != nil {
 				return nil, false
 			}

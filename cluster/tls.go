@@ -30,7 +30,7 @@ func (n *Node) newLinkChecker() *linksec.Checker {
 		Self: n.cfg.NodeID,
 		Members: func() []string {
 			var ids []string
-			for id := range n.members.all() {
+			for id := range n.members.All() {
 				ids = append(ids, id)
 			}
 			return ids
@@ -70,8 +70,8 @@ func (n *Node) servers() []raft.Server {
 
 // peerID is the id of the member whose raft or gRPC address is addr, or "".
 func (n *Node) peerID(addr string) string {
-	for id, m := range n.members.all() {
-		if m.meta.GetRaftAddr() == addr || m.meta.GetGrpcAddr() == addr {
+	for id, m := range n.members.All() {
+		if m.Meta.GetRaftAddr() == addr || m.Meta.GetGrpcAddr() == addr {
 			return id
 		}
 	}
