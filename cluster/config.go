@@ -140,8 +140,8 @@ type SecurityConfig struct {
 	// raft transport and the forwarding client, and the internal service
 	// takes only calls with a node certificate. The caller's gRPC server
 	// must use the same TLS (ServerOptions(tls)). It comes from an
-	// operator's CA (LoadTLS, NewTLS) or from the cluster secret
-	// (SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
+	// operator's CA (linksec.LoadTLS, linksec.NewTLS) or from the cluster
+	// secret (linksec.SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
 	// for in-process tests only (the raftmq command never runs so).
 	TLS *linksec.TLS
 	// GossipKeys, when set, encrypt and authenticate gossip with
