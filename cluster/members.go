@@ -17,8 +17,8 @@ import (
 // cluster and whom this node reaches: the gossip, its member table and the
 // remembered peers (package membership), the reach of raft and pings
 // (membership.Reach), what the leader gossips raft does not reach
-// (liveness.go), the watch over this node's own contact with a majority
-// (quorum.go), and the servers an operator removed.
+// (membership/liveness.go), the watch over this node's own contact with
+// a majority (quorum.go), and the servers an operator removed.
 type roster struct {
 	gossip  *membership.Gossip
 	members *membership.Table // gossip.Members()
@@ -40,6 +40,9 @@ const (
 	HealthDead = membership.HealthDead
 	// HealthLeft is a member that announced it is leaving, or left.
 	HealthLeft = membership.HealthLeft
+	// HealthSuspect is a member raft does not reach, whatever gossip says
+	// (membership.HealthSuspect).
+	HealthSuspect = membership.HealthSuspect
 )
 
 // newGossip is the node's gossip (package membership): its addresses and
@@ -188,7 +191,7 @@ type MemberInfo struct {
 	RaftAddr string
 	GRPCAddr string
 	AMQPAddr string
-	// Health is alive, suspect (raft does not reach it: liveness.go),
+	// Health is alive, suspect (raft does not reach it: HealthSuspect),
 	// dead or left ("" when the node is in the raft configuration but was
 	// never seen through gossip, and raft has not failed to reach it).
 	Health string

@@ -113,7 +113,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
 	n.wg.Add(2)
-	go n.publishReach()
+	go func() {
+		defer n.wg.Done()
+		n.gossip.PublishUnreachable(n.closing, n.unreachable)
+	}()
 	go n.watchQuorum()
 	if n.gossip.Joins() {
 		n.wg.Add(1)

@@ -130,3 +130,34 @@ func (n *Node) pingPeer(id, addr string, timeout time.Duration) {
 	}
 	n.reach.Ping(id, time.Now())
 }
+
+// unreachable lists, on the ready leader, the servers of the raft
+// configuration whose heartbeats fail now; nil elsewhere.
+func (n *Node) unreachable() []string {
+	if !n.IsLeader() {
+		return nil
+	}
+	f := n.group.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range f.Configuration().Servers {
+		ids = append(ids, string(s.ID))
+	}
+	return n.reach.Unreachable(ids, n.cfg.NodeID, membership.UnreachedAfter(n.cfg.HeartbeatTimeout, n.cfg.NodeDownAfter))
+}
+
+// suspects is whom raft does not reach as this node knows it: its own
+// reach on the leader, elsewhere what the leader gossips.
+func (n *Node) suspects() map[string]bool {
+	if n.IsLeader() {
+		out := map[string]bool{}
+		for _, id := range n.unreachable() {
+			out[id] = true
+		}
+		return out
+	}
+	leader, _ := n.Leader()
+	return n.gossip.Suspects(leader)
+}

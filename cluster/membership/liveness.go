@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"slices"
@@ -12,7 +12,7 @@ import (
 // Gossip takes seconds to declare a member dead (memberlist's suspicion
 // timeout, longer in bigger clusters), so a killed node would show alive
 // for that long. Raft's leader heartbeats every server many times a
-// second and learns at once when one stops answering (reach): that is
+// second and learns at once when one stops answering (Reach): that is
 // what operators should see. The leader gossips whom it does not reach
 // (NodeMeta.unreachable), so every node shows the same.
 const HealthSuspect = "suspect"
@@ -25,24 +25,17 @@ const reachPublishInterval = 200 * time.Millisecond
 // memberlist's metadata limit with the rest of the node's metadata.
 const maxGossipedUnreachable = 8
 
-// unreachable lists, on the ready leader, the servers of the raft
-// configuration whose heartbeats fail now; nil elsewhere.
-func (n *Node) unreachable() []string {
-	if !n.IsLeader() {
-		return nil
-	}
-	f := n.group.Raft().GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
+// Unreachable lists, of the servers of the leader's raft configuration
+// other than self, those that left its raft RPCs unanswered for after,
+// sorted.
+func (r *Reach) Unreachable(servers []string, self string, after time.Duration) []string {
 	var out []string
 	now := time.Now()
-	for _, s := range f.Configuration().Servers {
-		id := string(s.ID)
-		if id == n.cfg.NodeID {
+	for _, id := range servers {
+		if id == self {
 			continue
 		}
-		if n.reach.SilentFor(id, now) >= n.unreachedAfter() {
+		if r.SilentFor(id, now) >= after {
 			out = append(out, id)
 		}
 	}
@@ -50,23 +43,23 @@ func (n *Node) unreachable() []string {
 	return out
 }
 
-// suspects is whom raft does not reach as this node knows it: its own
-// reach on the leader, elsewhere what the leader gossips.
-func (n *Node) suspects() map[string]bool {
+// UnreachedAfter is how long a server may leave the leader's raft RPCs
+// unanswered before operators see it suspect: a few of the heartbeats the
+// leader sends every HeartbeatTimeout/10, well before NodeDownAfter.
+func UnreachedAfter(heartbeatTimeout, nodeDownAfter time.Duration) time.Duration {
+	return max(heartbeatTimeout/3, nodeDownAfter/8)
+}
+
+// Suspects is whom the leader gossips raft does not reach, as the member
+// leader's metadata says, but this node itself.
+func (g *Gossip) Suspects(leader string) map[string]bool {
 	out := map[string]bool{}
-	if n.IsLeader() {
-		for _, id := range n.unreachable() {
-			out[id] = true
-		}
+	if leader == "" || leader == g.cfg.NodeID {
 		return out
 	}
-	leader, _ := n.Leader()
-	if leader == "" || leader == n.cfg.NodeID {
-		return out
-	}
-	if m, ok := n.members.Get(leader); ok {
+	if m, ok := g.members.Get(leader); ok {
 		for _, id := range m.Meta.GetUnreachable() {
-			if id != n.cfg.NodeID {
+			if id != g.cfg.NodeID {
 				out[id] = true
 			}
 		}
@@ -74,20 +67,19 @@ func (n *Node) suspects() map[string]bool {
 	return out
 }
 
-// publishReach keeps the node's gossiped metadata's unreachable list equal
-// to whom raft does not reach, while it leads (empty otherwise).
-func (n *Node) publishReach() {
-	defer n.wg.Done()
+// PublishUnreachable keeps this node's gossiped unreachable list equal to
+// what unreachable says (nil but on the ready leader), until closing.
+func (g *Gossip) PublishUnreachable(closing <-chan struct{}, unreachable func() []string) {
 	t := time.NewTicker(reachPublishInterval)
 	defer t.Stop()
 	var published []string
 	for {
 		select {
 		case <-t.C:
-		case <-n.closing:
+		case <-closing:
 			return
 		}
-		now := n.unreachable()
+		now := unreachable()
 		if len(now) > maxGossipedUnreachable {
 			now = now[:maxGossipedUnreachable]
 		}
@@ -96,17 +88,10 @@ func (n *Node) publishReach() {
 		}
 		// The update waits, at most a second, for the change to be
 		// broadcast; the next tick tries again if it fails.
-		if err := n.gossip.SetUnreachable(now); err != nil {
-			n.log.Debug("gossip the unreachable servers", "err", err)
+		if err := g.SetUnreachable(now); err != nil {
+			g.cfg.Logger.Debug("gossip the unreachable servers", "err", err)
 			continue
 		}
 		published = now
 	}
-}
-
-// unreachedAfter is how long a server may leave the leader's raft RPCs
-// unanswered before operators see it suspect: a few of the heartbeats the
-// leader sends every HeartbeatTimeout/10, well before NodeDownAfter.
-func (n *Node) unreachedAfter() time.Duration {
-	return max(n.cfg.HeartbeatTimeout/3, n.cfg.NodeDownAfter/8)
 }
