@@ -1,30 +1,6 @@
 package cluster
 
-import (
-	"context"
-	"sync"
-)
-
-// broadcast wakes every waiter at each signal.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-func (b *broadcast) signal() {
-	b.mu.Lock()
-	close(b.ch)
-	b.ch = make(chan struct{})
-	b.mu.Unlock()
-}
+import "context"
 
 // untilClosed returns a context that ends with parent or when the node
 // closes, whichever comes first. Calls to peers and proposals made

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/raftmq/raftmq/cluster/clock"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/fsm"
 	"google.golang.org/grpc"
 )
@@ -138,10 +140,10 @@ type SecurityConfig struct {
 	// raft transport and the forwarding client, and the internal service
 	// takes only calls with a node certificate. The caller's gRPC server
 	// must use the same TLS (ServerOptions(tls)). It comes from an
-	// operator's CA (LoadTLS, NewTLS) or from the cluster secret
-	// (SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
+	// operator's CA (linksec.LoadTLS, linksec.NewTLS) or from the cluster
+	// secret (linksec.SecretTLS). Nil: plain TCP, open to anyone who reaches the ports,
 	// for in-process tests only (the raftmq command never runs so).
-	TLS *TLS
+	TLS *linksec.TLS
 	// GossipKeys, when set, encrypt and authenticate gossip with
 	// memberlist's keyring (AES-GCM; 16, 24 or 32 bytes each): the first
 	// key encrypts, every key decrypts, and a packet no key opens is
@@ -150,11 +152,11 @@ type SecurityConfig struct {
 }
 
 // TimeConfig is the node's time: the clock it stamps the log with and
-// the watch over the voters' clocks (quorumclock.go).
+// the watch over the voters' clocks (package clock).
 type TimeConfig struct {
 	// Clock stamps the log and drives the leader's schedulers (default: the
 	// wall clock).
-	Clock Clock
+	Clock clock.Clock
 	// MaxClockOffset is how far this node's wall clock may be from the
 	// quorum's before it refuses to lead (default DefaultMaxClockOffset).
 	MaxClockOffset time.Duration
@@ -199,7 +201,7 @@ func (c *Config) setDefaults() error {
 		c.BootstrapExpect = 1
 	}
 	if c.Clock == nil {
-		c.Clock = RealClock()
+		c.Clock = clock.Real()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -249,7 +251,7 @@ func (c *Config) setDefaults() error {
 		c.MaxBatchBytes = 1 << 20
 	}
 	for _, k := range c.GossipKeys {
-		if err := checkGossipKey(k); err != nil {
+		if err := linksec.CheckGossipKey(k); err != nil {
 			return err
 		}
 	}
@@ -262,6 +264,10 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// DefaultMaxClockOffset is how far a node's wall clock may be from the
+// quorum's before it refuses to lead (CockroachDB's default).
+const DefaultMaxClockOffset = 500 * time.Millisecond
 
 // DefaultNodeDownAfter is NodeDownAfter's default. A NodeDown frees what
 // the node's consumers held; the node, if it runs after all, closes its

@@ -1,7 +1,9 @@
 // Package cluster is a raftmq node: Raft setup (the group's storage and
-// state machine adapter are package group), memberlist discovery,
-// forwarding of commands to the leader, the leader's clock and the
-// leader-only loops (expiry scheduler, queue leases, node-down).
+// state machine adapter are package group), memberlist discovery
+// (package membership), the links' security (package linksec), log time
+// (package clock), forwarding of commands to the leader and the
+// leader-only loops (expiry scheduler, queue leases, node-down). The node
+// composes those parts; none of them imports this package.
 //
 // A caller starts a node with Start, registers its own services on the same
 // grpc.Server, serves it, and waits for Ready before taking clients:

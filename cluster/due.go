@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -95,9 +96,9 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 			backoff = 0
 		}
 		judge = false
-		var timer Timer
+		var timer clock.Timer
 		if ok {
-			now := n.stamp.peek()
+			now := n.clocks.Stamper().Peek()
 			stuck := at <= lastProposed
 			if d.progress == byHead {
 				stuck = !moved
@@ -147,7 +148,7 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 // awaitDue waits for a scheduler's timer (nil: none), the next apply
 // (applied, nil to ignore applies), or the end of ctx, and reports whether
 // the scheduler goes on.
-func awaitDue(ctx context.Context, timer Timer, applied <-chan struct{}) bool {
+func awaitDue(ctx context.Context, timer clock.Timer, applied <-chan struct{}) bool {
 	var fire <-chan time.Time
 	if timer != nil {
 		fire = timer.C()

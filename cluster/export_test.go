@@ -8,7 +8,7 @@ func (n *Node) RaiseProtocol(ctx context.Context) { n.raiseProtocol(ctx) }
 
 // ClockRound returns a channel closed when the node's next round of
 // clock readings finishes.
-func (n *Node) ClockRound() <-chan struct{} { return n.qclock.roundDone.wait() }
+func (n *Node) ClockRound() <-chan struct{} { return n.clocks.RoundDone() }
 
 // RaftSnapshotThreshold is raft's entry threshold for a snapshot now.
 func (n *Node) RaftSnapshotThreshold() uint64 {

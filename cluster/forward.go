@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/x509"
 	"net"
 	"slices"
 	"time"
@@ -10,8 +9,6 @@ import (
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -48,14 +45,8 @@ func baseServerOptions() []grpc.ServerOption {
 // certificate must name id.
 func (n *Node) dialInternal(id, addr string) (*grpc.ClientConn, error) {
 	links := n.cfg.Links
-	creds := insecure.NewCredentials()
-	if sec := n.cfg.TLS; sec != nil {
-		creds = credentials.NewTLS(sec.clientConfig(func(c *x509.Certificate) error {
-			return n.checkPeerCert(c, id)
-		}))
-	}
 	return grpc.NewClient(addr,
-		grpc.WithTransportCredentials(creds),
+		grpc.WithTransportCredentials(n.sec.InternalCredentials(id)),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return n.out.dial(ctx, addr, 5*time.Second, links.dial)
 		}),
@@ -65,16 +56,17 @@ func (n *Node) dialInternal(id, addr string) (*grpc.ClientConn, error) {
 }
 
 // registerInternal registers the Internal service on s with every method
-// behind authorizeInternal: the check belongs to the service, so a method
-// added to it later cannot be served without it, and no other service on
-// the port (the admin API) is affected.
+// behind the links' check of its callers (Checker.AuthorizeInternal,
+// package linksec): the check belongs to the service, so a method added
+// to it later cannot be served without it, and no other service on the
+// port (the admin API) is affected.
 func (n *Node) registerInternal(s *grpc.Server) {
 	desc := proto.Internal_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
 	for i := range desc.Methods {
 		h := desc.Methods[i].Handler
 		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			if err := n.authorizeInternal(ctx); err != nil {
+			if err := n.sec.AuthorizeInternal(ctx); err != nil {
 				return nil, err
 			}
 			return h(srv, ctx, dec, ic)
@@ -84,7 +76,7 @@ func (n *Node) registerInternal(s *grpc.Server) {
 	for i := range desc.Streams {
 		h := desc.Streams[i].Handler
 		desc.Streams[i].Handler = func(srv any, st grpc.ServerStream) error {
-			if err := n.authorizeInternal(st.Context()); err != nil {
+			if err := n.sec.AuthorizeInternal(st.Context()); err != nil {
 				return err
 			}
 			return h(srv, st)

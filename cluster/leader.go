@@ -33,7 +33,7 @@ func (n *Node) monitorLeadership() {
 		cur.cancel()
 		<-cur.done
 		cur = nil
-		n.changed.signal()
+		n.changed.Signal()
 	}
 	for {
 		select {
@@ -72,23 +72,23 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 	// Everything committed before this term is applied: the log clock is the
 	// latest stamp any earlier leader gave, so ours continue from there,
-	// anchored to the quorum's clocks (quorumclock.go).
+	// anchored to the quorum's clocks (package clock).
 	clock := n.logClock()
 	tb := time.Since(t0)
-	if !n.startLogTime(lt.ctx, clock) {
+	if !n.clocks.StartTerm(lt.ctx, clock) {
 		return
 	}
 	// Nothing is decided by time (deaths, releases, leases) from the last
 	// stamp until here: the election, the barrier (a restarted node's
 	// replay of its log) and the wait for the quorum's clocks.
 	n.log.Info("leading", "barrier", tb.Round(time.Millisecond), "clock_wait", (time.Since(t0) - tb).Round(time.Millisecond),
-		"since_last_stamp", time.Duration(n.stamp.peek()-clock)*time.Millisecond)
+		"since_last_stamp", time.Duration(n.clocks.Stamper().Peek()-clock)*time.Millisecond)
 	// Decided before this term stamps anything: were we all down?
 	wasDown := n.clusterWasDown(clock)
 	n.group.Forwarder().Retire()
 	n.resetReach()
 	n.lead.Store(lt)
-	n.changed.signal()
+	n.changed.Signal()
 	if wasDown {
 		n.restartLeases(lt.ctx)
 	}
@@ -117,16 +117,16 @@ func (n *Node) clusterWasDown(clock int64) bool {
 	if f.Error() != nil {
 		return false
 	}
-	members := n.members.all()
+	members := n.members.All()
 	voters, fresh := 0, 0
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Voter {
 			continue
 		}
 		voters++
-		boot := members[string(s.ID)].meta.GetBootMs()
+		boot := members[string(s.ID)].Meta.GetBootMs()
 		if string(s.ID) == n.cfg.NodeID {
-			boot = n.bootMs
+			boot = n.gossip.BootMs()
 		}
 		if boot > clock {
 			fresh++
@@ -219,7 +219,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	defer tick.Stop()
 	downed := map[string]bool{}
 	for {
-		wait := n.changed.wait()
+		wait := n.changed.Wait()
 		n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
 		select {
@@ -241,27 +241,27 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 	for _, s := range f.Configuration().Servers {
 		inConfig[string(s.ID)] = s
 	}
-	for id, m := range n.members.all() {
+	for id, m := range n.members.All() {
 		if id == n.cfg.NodeID {
 			continue
 		}
 		srv, in := inConfig[id]
-		if m.health != HealthAlive {
+		if m.Health != HealthAlive {
 			n.removed.Delete(id)
 		}
-		switch m.health {
+		switch m.Health {
 		case HealthAlive:
-			if !in || n.reach.silentFor(id, now) < n.cfg.NodeDownAfter/2 {
+			if !in || n.reach.SilentFor(id, now) < n.cfg.NodeDownAfter/2 {
 				delete(downed, id)
 			}
-			addr := m.meta.GetRaftAddr()
+			addr := m.Meta.GetRaftAddr()
 			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
 				continue
 			}
 			if _, gone := n.removed.Load(id); gone && !in {
 				continue
 			}
-			if err := n.verifyPeer(ctx, id, addr); err != nil {
+			if err := n.sec.VerifyPeer(ctx, id, addr); err != nil {
 				n.log.Warn("not adding a member whose raft address fails the TLS check", "id", id, "addr", addr, "err", err)
 				continue
 			}
@@ -278,7 +278,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 			}
 			n.proposeNodeDown(ctx, id, downed)
 		case HealthDead:
-			if time.Since(m.since) >= n.cfg.NodeDownAfter {
+			if time.Since(m.Since) >= n.cfg.NodeDownAfter {
 				n.proposeNodeDown(ctx, id, downed)
 			}
 		}
@@ -286,14 +286,14 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 	// Whatever gossip says (it may never have heard of the server, or
 	// still think it alive), a server that has answered none of the
 	// leader's raft RPCs for NodeDownAfter is down (reach.go).
-	members := n.members.all()
+	members := n.members.All()
 	for id := range inConfig {
 		if id == n.cfg.NodeID {
 			continue
 		}
-		silent := n.reach.silentFor(id, now)
+		silent := n.reach.SilentFor(id, now)
 		if silent < n.cfg.NodeDownAfter {
-			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.health == HealthAlive) {
+			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
 				delete(downed, id) // reached again: a later loss counts anew
 			}
 			continue

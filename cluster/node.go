@@ -12,8 +12,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/cluster/linksec"
+	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/broadcast"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -28,14 +32,15 @@ type Node struct {
 	group *group.Group
 
 	// The node's other parts, each declared beside the code that owns it.
-	membership   // who is in the cluster and whom this node reaches (gossip.go)
-	network      // the links to the other nodes (transport.go)
-	linkSecurity // what the links' certificates told (tls.go)
-	clocks       // log time: the stamper and the voters' clocks (stamp.go)
-	lifecycle    // start, failure and close
+	roster    // membership: who is in the cluster and whom this node reaches (members.go)
+	network   // the links to the other nodes (transport.go)
+	lifecycle // start, failure and close
+
+	sec    *linksec.Checker // the links' security (package linksec, tls.go)
+	clocks *clock.Time      // log time: the stamper and the voters' clocks (package clock, time.go)
 
 	lead     atomic.Pointer[leaderTerm] // non-nil while this node is a ready leader
-	changed  *broadcast                 // leader, readiness or membership changed
+	changed  *broadcast.Broadcast       // leader, readiness or membership changed
 	notifyCh chan bool                  // raft's leadership changes, to monitorLeadership
 }
 
@@ -66,13 +71,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.NodeID),
-		changed:  newBroadcast(),
+		changed:  broadcast.New(),
 		notifyCh: make(chan bool, 16),
-		membership: membership{
-			members: newMemberTable(),
-			reach:   newReach(),
-			watch:   newQuorumWatch(),
-			bootMs:  cfg.Clock.Now().UnixMilli(),
+		roster: roster{
+			reach: membership.NewReach(),
+			watch: newQuorumWatch(),
 		},
 		network: network{out: newOutbound()},
 		lifecycle: lifecycle{
@@ -81,18 +84,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			failed:  make(chan struct{}),
 		},
 	}
-	n.qclock = newQuorumClock(cfg)
-	n.protocol.Store(cfg.Protocol)
-	n.stamp = newStamper(cfg.Clock, n.qclock, cfg.MaxClockOffset)
+	n.gossip = n.newGossip()
+	n.members = n.gossip.Members()
+	n.sec = n.newLinkChecker()
+	n.clocks = n.newTime()
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
 	}
-	if err := n.startGossip(); err != nil {
+	if err := n.gossip.Start(n.advert); err != nil {
 		_ = n.Close()
 		return nil, err
 	}
-	if !n.hasState.Load() && cfg.BootstrapExpect == 1 {
+	if !n.gossip.HasState() && cfg.BootstrapExpect == 1 {
 		if err := n.bootstrap([]raft.Server{{ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(n.advert)}}); err != nil {
 			_ = n.Close()
 			return nil, err
@@ -109,12 +113,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
 	n.wg.Add(2)
-	go n.publishReach()
+	go func() {
+		defer n.wg.Done()
+		n.gossip.PublishUnreachable(n.closing, n.unreachable)
+	}()
 	go n.watchQuorum()
-	n.loadPeers()
-	if len(n.joinSeeds()) > 0 {
+	if n.gossip.Joins() {
 		n.wg.Add(1)
-		go n.joinLoop()
+		go func() {
+			defer n.wg.Done()
+			n.gossip.Run(n.closing)
+		}()
 	}
 	if n.restart {
 		n.wg.Add(2)
@@ -151,11 +160,11 @@ func (n *Node) startRaft() error {
 			MaxMessageSize:  cfg.MaxMessageSize,
 			LeaderWait:      cfg.LeaderWait,
 			Leading:         func() bool { return n.lead.Load() != nil },
-			Stamp:           n.stamp.next,
+			Stamp:           n.clocks.Stamper().Next,
 			CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
 			ClusterProtocol: n.clusterProtocol,
 			Leader:          n.waitLeader,
-			Changed:         n.changed.wait,
+			Changed:         n.changed.Wait,
 			Dial:            n.dialInternal,
 		},
 		Closing: n.closing,
@@ -173,10 +182,7 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links, out: n.out}
-	if cfg.TLS != nil {
-		layer.tls = n.tlsServerConfig()
-		layer.dial = n.dialTLS
-	}
+	layer.tls, layer.dial = n.sec.RaftServerConfig(), n.sec.Dial
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
@@ -190,8 +196,10 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
-	n.hasState.Store(has)
 	n.restart = has
+	if has {
+		n.gossip.SetHasState()
+	}
 	r := n.group.Raft()
 	obs := make(chan raft.Observation, 16)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -208,7 +216,7 @@ func (n *Node) startRaft() error {
 				if lo, ok := o.Data.(raft.LeaderObservation); ok {
 					n.group.Forwarder().LeaderChanged(string(lo.LeaderID))
 				}
-				n.changed.signal()
+				n.changed.Signal()
 			case <-n.closing:
 				return
 			}
@@ -224,7 +232,7 @@ func (n *Node) bootstrap(servers []raft.Server) error {
 		return fmt.Errorf("cluster: bootstrap: %w", err)
 	}
 	n.log.Info("bootstrapped the cluster", "voters", len(servers))
-	n.setHasState()
+	n.gossip.SetHasState()
 	return nil
 }
 
@@ -298,7 +306,7 @@ func (n *Node) RaftAddr() string { return n.advert }
 
 // GossipAddr is the gossip address peers join (useful when GossipAddr asked
 // for port 0).
-func (n *Node) GossipAddr() string { return n.gossipAddr }
+func (n *Node) GossipAddr() string { return n.gossip.Addr() }
 
 // IsLeader reports whether this node is the leader and ready to accept
 // commands (its first barrier has passed).
@@ -453,16 +461,14 @@ func (n *Node) server(id string) (raft.Server, bool) {
 // and once it is out of the configuration (or after LeaderWait) it leaves
 // the gossip and closes.
 func (n *Node) Leave() error {
-	n.leaving.Store(true)
+	n.gossip.SetLeaving()
 	if n.group.Raft().State() == raft.Leader && n.voters() > 1 {
 		if err := n.TransferLeadership(""); err != nil {
 			n.log.Warn("leave: leadership transfer failed", "err", err)
 		}
 	}
-	if n.list != nil {
-		if err := n.list.UpdateNode(n.cfg.LeaderWait); err != nil {
-			n.log.Warn("leave: gossip update failed", "err", err)
-		}
+	if err := n.gossip.Update(n.cfg.LeaderWait); err != nil {
+		n.log.Warn("leave: gossip update failed", "err", err)
 	}
 	if n.voters() > 1 {
 		deadline := time.Now().Add(n.cfg.LeaderWait)
@@ -479,10 +485,8 @@ func (n *Node) Leave() error {
 			t.Stop()
 		}
 	}
-	if n.list != nil {
-		if err := n.list.Leave(n.cfg.LeaderWait); err != nil {
-			n.log.Warn("leave: gossip leave failed", "err", err)
-		}
+	if err := n.gossip.Leave(n.cfg.LeaderWait); err != nil {
+		n.log.Warn("leave: gossip leave failed", "err", err)
 	}
 	return n.Close()
 }
@@ -523,8 +527,8 @@ func (n *Node) Close() error {
 			err = f.Error()
 		}
 	}
-	if n.list != nil {
-		_ = n.list.Shutdown() // ends a join in progress
+	if n.gossip != nil {
+		n.gossip.Shutdown() // ends a join in progress
 	}
 	n.wg.Wait()
 	n.group.Batcher().Wait()
@@ -534,8 +538,8 @@ func (n *Node) Close() error {
 
 // cleanup releases what Start opened.
 func (n *Node) cleanup() {
-	if n.list != nil {
-		_ = n.list.Shutdown()
+	if n.gossip != nil {
+		n.gossip.Shutdown()
 	}
 	if n.group != nil && !n.closed {
 		if f := n.group.Shutdown(); f != nil {

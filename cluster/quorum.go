@@ -122,7 +122,7 @@ func (n *Node) voterIDs() (ids []string, self bool) {
 func (n *Node) quorumContact(now time.Time, voters []string) time.Time {
 	t := n.group.Raft().LastContact()
 	leading := n.group.Raft().State() == raft.Leader
-	if !leading && !n.reach.wasLeader() {
+	if !leading && !n.reach.WasLeader() {
 		return t
 	}
 	if !leading {
@@ -131,11 +131,14 @@ func (n *Node) quorumContact(now time.Time, voters []string) time.Time {
 	acks := []time.Time{now}
 	for _, id := range voters {
 		if id != n.cfg.NodeID {
-			acks = append(acks, n.reach.lastAck(id))
+			acks = append(acks, n.reach.LastAck(id))
 		}
 	}
 	slices.SortFunc(acks, func(a, b time.Time) int { return b.Compare(a) })
-	return maxTime(t, acks[len(voters)/2])
+	if a := acks[len(voters)/2]; a.After(t) {
+		return a
+	}
+	return t
 }
 
 // majorityAnswers reports whether a majority of the voters (this node
@@ -143,7 +146,7 @@ func (n *Node) quorumContact(now time.Time, voters []string) time.Time {
 func (n *Node) majorityAnswers(now time.Time, voters []string) bool {
 	k := 0
 	for _, id := range voters {
-		if id == n.cfg.NodeID || now.Sub(n.reach.lastHeard(id)) < n.cfg.NodeDownAfter {
+		if id == n.cfg.NodeID || now.Sub(n.reach.LastHeard(id)) < n.cfg.NodeDownAfter {
 			k++
 		}
 	}
@@ -326,8 +329,8 @@ func (n *Node) pingPeers(voters []string) {
 		if id == n.cfg.NodeID {
 			continue
 		}
-		m, ok := n.members.get(id)
-		addr := m.meta.GetGrpcAddr()
+		m, ok := n.members.Get(id)
+		addr := m.Meta.GetGrpcAddr()
 		if !ok || addr == "" {
 			continue
 		}

@@ -18,11 +18,11 @@ func (n *Node) Reply(ctx context.Context, node string, r *proto.DirectReply) (bo
 	if node == n.cfg.NodeID {
 		return n.cfg.Replies != nil && n.cfg.Replies.DirectReply(r), nil
 	}
-	m, ok := n.members.get(node)
-	if !ok || m.health != HealthAlive || m.meta.GetGrpcAddr() == "" {
+	m, ok := n.members.Get(node)
+	if !ok || m.Health != HealthAlive || m.Meta.GetGrpcAddr() == "" {
 		return false, fmt.Errorf("cluster: %q is no live member", node)
 	}
-	conn, err := n.replyConns.conn(n, node, m.meta.GetGrpcAddr())
+	conn, err := n.replyConns.conn(n, node, m.Meta.GetGrpcAddr())
 	if err != nil {
 		return false, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/internal/testpki"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -129,7 +130,7 @@ func TestReply_OnlyNodesMayReply(t *testing.T) {
 	c, sinks := replyCluster(t, ca)
 	const name = "amq.rabbitmq.reply-to.some-name"
 	sinks[1].know(name)
-	call := func(sec *cluster.TLS) error {
+	call := func(sec *linksec.TLS) error {
 		cc, err := grpc.NewClient(c.Nodes[1].Config.GRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(sec.ClientConfig())))
 		if err != nil {
 			return err

@@ -1,10 +1,8 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +20,8 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/fsm"
-	"github.com/raftmq/raftmq/internal/certchain"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -32,44 +30,13 @@ var (
 	otherSecret = []byte("another cluster's secret, 32 b.")
 )
 
-func secretTLS(t *testing.T, secret []byte, name string) *cluster.TLS {
+func secretTLS(t *testing.T, secret []byte, name string) *linksec.TLS {
 	t.Helper()
-	sec, err := cluster.SecretTLS(secret, name)
+	sec, err := linksec.SecretTLS(secret, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sec
-}
-
-func TestSecret_DerivationIsDeterministicAndDistinct(t *testing.T) {
-	a, b := secretTLS(t, testSecret, "n1"), secretTLS(t, testSecret, "n2")
-	if !bytes.Equal(a.CAPEM(), b.CAPEM()) || len(a.CAPEM()) == 0 {
-		t.Fatal("two nodes with one secret derived different CAs")
-	}
-	if o := secretTLS(t, otherSecret, "n1"); bytes.Equal(o.CAPEM(), a.CAPEM()) {
-		t.Fatal("two secrets derived the same CA")
-	}
-	// Each leaf verifies against the other node's pool, and not against
-	// another secret's.
-	leaf := b.Certificate.Leaf
-	if _, err := certchain.Verify(a.CA, []*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth); err != nil {
-		t.Fatalf("n2's leaf against n1's CA: %v", err)
-	}
-	if _, err := certchain.Verify(secretTLS(t, otherSecret, "x").CA, []*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth); err == nil {
-		t.Fatal("a leaf of one secret verified against another secret's CA")
-	}
-	if names := cluster.CertNames(leaf); len(names) != 1 || names[0] != "n2" {
-		t.Fatalf("leaf names %v", names)
-	}
-	k1, _ := cluster.SecretGossipKey(testSecret)
-	k2, _ := cluster.SecretGossipKey(testSecret)
-	k3, _ := cluster.SecretGossipKey(otherSecret)
-	if len(k1) != 32 || !bytes.Equal(k1, k2) || bytes.Equal(k1, k3) {
-		t.Fatalf("gossip keys %x %x %x", k1, k2, k3)
-	}
-	if _, err := cluster.SecretTLS([]byte("too short"), "n1"); err == nil {
-		t.Fatal("a 9-byte secret was accepted")
-	}
 }
 
 // secretCluster is a three-node cluster sharing testSecret, with a leader.
@@ -144,7 +111,7 @@ func TestSecret_InternalServiceRefusesOutsiders(t *testing.T) {
 	c := secretCluster(t)
 	l := c.Leader()
 	addr := c.Nodes[c.Index(l.NodeID())].Config.GRPCAddr
-	trustAny := func(cert *cluster.TLS) credentials.TransportCredentials {
+	trustAny := func(cert *linksec.TLS) credentials.TransportCredentials {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} // the client side's check is not what is tested
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{cert.Certificate}
@@ -235,7 +202,7 @@ func TestSecret_RaftRefusesOutsiders(t *testing.T) {
 	f := c.Followers()[0]
 	l := c.Leader()
 	lid, _ := l.Leader()
-	tlsLayer := func(sec *cluster.TLS) func(string, time.Duration) (net.Conn, error) {
+	tlsLayer := func(sec *linksec.TLS) func(string, time.Duration) (net.Conn, error) {
 		cfg := sec.ClientConfig()
 		cfg.VerifyConnection = nil // the outsider trusts whoever answers
 		return func(addr string, timeout time.Duration) (net.Conn, error) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/internal/testpki"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -206,12 +207,12 @@ func TestSecurity_ForeignCertificateCannotJoin(t *testing.T) {
 }
 
 func TestParseGossipKeys(t *testing.T) {
-	keys, err := cluster.ParseGossipKeys("AAAAAAAAAAAAAAAAAAAAAA==, AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+	keys, err := linksec.ParseGossipKeys("AAAAAAAAAAAAAAAAAAAAAA==, AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
 	if err != nil || len(keys) != 2 || len(keys[0]) != 16 || len(keys[1]) != 32 {
 		t.Fatalf("keys %v, err %v", keys, err)
 	}
 	for _, bad := range []string{"", "not base64!", "AAAA"} {
-		if _, err := cluster.ParseGossipKeys(bad); err == nil {
+		if _, err := linksec.ParseGossipKeys(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -229,7 +230,7 @@ func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
 
 	// Raft: the handshake is refused once the node sees the certificate
 	// (with TLS 1.3 that is on the first read).
-	raftTalk := func(sec *cluster.TLS) error {
+	raftTalk := func(sec *linksec.TLS) error {
 		conn, err := tls.Dial("tcp", l.RaftAddr(), sec.ClientConfig())
 		if err != nil {
 			return err
@@ -253,7 +254,7 @@ func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
 	}
 
 	// Forwarding.
-	forward := func(sec *cluster.TLS) error {
+	forward := func(sec *linksec.TLS) error {
 		cc, err := grpc.NewClient(c.Nodes[c.Index(l.NodeID())].Config.GRPCAddr,
 			grpc.WithTransportCredentials(credentials.NewTLS(sec.ClientConfig())))
 		if err != nil {
@@ -325,7 +326,7 @@ func TestSecurity_GossipMemberOutsideRaftIsRefused(t *testing.T) {
 	c := secureCluster(t, ca, gossipKey(t))
 	const id = "node-client-cert"
 	certPEM, keyPEM := testpki.EncodePEM(t, ca.Issue(t, testpki.Client, id, id, "127.0.0.1"))
-	sec, err := cluster.NewTLS(certPEM, keyPEM, ca.PEM())
+	sec, err := linksec.NewTLS(certPEM, keyPEM, ca.PEM())
 	if err != nil {
 		t.Fatal(err)
 	}

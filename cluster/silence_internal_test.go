@@ -23,7 +23,7 @@ func (r *epochRecorder) DeliverIn(_ *fsm.Delivery, epoch uint64) { r.epochs = ap
 // pause were decided in.
 func TestSilence_PauseBetweenEffectsIsSeenByTheGateAndTheEpoch(t *testing.T) {
 	rec := &epochRecorder{}
-	n := &Node{cfg: Config{MembershipConfig: MembershipConfig{NodeDownAfter: time.Second}}, membership: membership{watch: newQuorumWatch()}}
+	n := &Node{cfg: Config{MembershipConfig: MembershipConfig{NodeDownAfter: time.Second}}, roster: roster{watch: newQuorumWatch()}}
 	n.cfg.Effects = rec
 	g := n.effects()
 	w := n.watch

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -27,7 +28,7 @@ func (n *Node) clusterProtocol() uint32 {
 	if f.Error() != nil {
 		return 1
 	}
-	return lowestProtocol(f.Configuration().Servers, n.cfg.NodeID, n.protocol.Load(), n.members)
+	return lowestProtocol(f.Configuration().Servers, n.cfg.NodeID, n.gossip.Protocol(), n.members)
 }
 
 // lowestProtocol is the lowest protocol of servers: this node's own, and
@@ -35,14 +36,14 @@ func (n *Node) clusterProtocol() uint32 {
 // announces none (a version older than the announcement), counts as the
 // first protocol, so a kind that needs more waits until every server has
 // said it supports it.
-func lowestProtocol(servers []raft.Server, self string, own uint32, members *memberTable) uint32 {
+func lowestProtocol(servers []raft.Server, self string, own uint32, members *membership.Table) uint32 {
 	low := own
 	for _, s := range servers {
 		v := uint32(1)
 		if string(s.ID) == self {
 			v = own
-		} else if m, ok := members.get(string(s.ID)); ok && m.meta.GetProtocol() > 0 {
-			v = m.meta.GetProtocol()
+		} else if m, ok := members.Get(string(s.ID)); ok && m.Meta.GetProtocol() > 0 {
+			v = m.Meta.GetProtocol()
 		}
 		low = min(low, v)
 	}
@@ -74,15 +75,15 @@ func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto
 // gRPC address) until the deadline.
 func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (group.Target, error) {
 	for {
-		wait := n.changed.wait()
+		wait := n.changed.Wait()
 		if n.lead.Load() != nil {
 			return group.Target{Self: true}, nil
 		}
 		if n.group.Raft().State() != raft.Leader {
 			_, id := n.group.Raft().LeaderWithID()
 			if id != "" && string(id) != n.cfg.NodeID {
-				if m, ok := n.members.get(string(id)); ok && m.meta.GetGrpcAddr() != "" {
-					return group.Target{ID: string(id), Addr: m.meta.GetGrpcAddr()}, nil
+				if m, ok := n.members.Get(string(id)); ok && m.Meta.GetGrpcAddr() != "" {
+					return group.Target{ID: string(id), Addr: m.Meta.GetGrpcAddr()}, nil
 				}
 			}
 		}

@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -57,7 +57,7 @@ func invalidCommandsFailAlone(t *testing.T, c *Cluster) {
 	}
 	// A node takes internal calls from the other servers of the raft
 	// configuration only: the insider speaks as a follower.
-	insider, err := cluster.SecretTLS([]byte(c.Secret), peer.ID)
+	insider, err := linksec.SecretTLS([]byte(c.Secret), peer.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func internalCalls(t *testing.T, addr string, creds credentials.TransportCredent
 // is refused, no user appears, and the admin API on the same port still
 // answers raftmqctl.
 func internalServiceRefusesOutsiders(t *testing.T, c *Cluster) {
-	foreign, err := cluster.SecretTLS([]byte(NewSecret(t)), "n1")
+	foreign, err := linksec.SecretTLS([]byte(NewSecret(t)), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func (d dialOnly) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 // with a far higher term and an entry; every one fails, and no node's term
 // jumps.
 func raftRefusesOutsiders(t *testing.T, c *Cluster) {
-	foreign, err := cluster.SecretTLS([]byte(NewSecret(t)), "n1")
+	foreign, err := linksec.SecretTLS([]byte(NewSecret(t)), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func gossipRefusesOutsiders(t *testing.T, c *Cluster) {
 		t.Cleanup(func() { _ = ml.Shutdown() })
 		return ml
 	}
-	otherKey, err := cluster.SecretGossipKey([]byte(NewSecret(t)))
+	otherKey, err := linksec.SecretGossipKey([]byte(NewSecret(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func gossipRefusesOutsiders(t *testing.T, c *Cluster) {
 		time.Sleep(200 * time.Millisecond) // sampling a condition that must stay false
 	}
 
-	key, err := cluster.SecretGossipKey([]byte(c.Secret))
+	key, err := linksec.SecretGossipKey([]byte(c.Secret))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/api/ops"
-	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/linksec"
 )
 
 // AuthMode says when the Admin service asks for a user's credentials.
@@ -227,11 +227,11 @@ func (a *Auth) Check(ctx context.Context, fullMethod string) error {
 // fromMember reports whether the caller's verified certificate names a
 // member of the cluster.
 func fromMember(ctx context.Context, node ops.Node) bool {
-	c := cluster.PeerCertificate(ctx)
+	c := linksec.PeerCertificate(ctx)
 	if c == nil {
 		return false
 	}
-	names := cluster.CertNames(c)
+	names := linksec.CertNames(c)
 	for _, m := range node.Members() {
 		if slices.Contains(names, m.GetId()) {
 			return true

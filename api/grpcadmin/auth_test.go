@@ -22,6 +22,7 @@ import (
 	"github.com/raftmq/raftmq/api/ops/opstest"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/internal/testpki"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -239,7 +240,7 @@ func TestAuth_OverMutualTLS(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	dial := func(sec *cluster.TLS, creds *client.BasicCredentials) proto.AdminClient {
+	dial := func(sec *linksec.TLS, creds *client.BasicCredentials) proto.AdminClient {
 		return dialAdmin(t, lis.Addr().String(), credentials.NewTLS(sec.ClientConfig()), creds)
 	}
 	ctx := opstest.Context(t)

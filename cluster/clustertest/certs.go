@@ -4,16 +4,17 @@ import (
 	"testing"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/internal/testpki"
 )
 
-// NodeTLS returns a node's cluster.TLS: a certificate for client and
+// NodeTLS returns a node's linksec.TLS: a certificate for client and
 // server use naming name (Common Name and DNS name, and valid for
 // loopback), signed by ca, trusting ca.
-func NodeTLS(t testing.TB, ca *testpki.CA, name string) *cluster.TLS {
+func NodeTLS(t testing.TB, ca *testpki.CA, name string) *linksec.TLS {
 	t.Helper()
 	c, k := testpki.EncodePEM(t, ca.Issue(t, testpki.Server|testpki.Client, name, name, "127.0.0.1"))
-	sec, err := cluster.NewTLS(c, k, ca.PEM())
+	sec, err := linksec.NewTLS(c, k, ca.PEM())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,11 +35,11 @@ func WithGossipKeys(keys ...[]byte) Option {
 // raftmq command does without cluster TLS.
 func SecretConfig(t testing.TB, secret []byte, c *cluster.Config) {
 	t.Helper()
-	sec, err := cluster.SecretTLS(secret, c.NodeID)
+	sec, err := linksec.SecretTLS(secret, c.NodeID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := cluster.SecretGossipKey(secret)
+	key, err := linksec.SecretGossipKey(secret)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clock"
 )
 
-// FakeClock is a cluster.Clock that moves only when told to. It has a wall
+// FakeClock is a clock.Clock that moves only when told to. It has a wall
 // reading and a monotonic one: Advance moves both (time passes, at
 // whatever rate the test says this node's oscillator runs), Set and Step
 // move only the wall clock (an operator or NTP stepping it). Timers run
@@ -19,30 +19,30 @@ type FakeClock struct {
 	timers map[*fakeTimer]struct{}
 }
 
-var _ cluster.Clock = (*FakeClock)(nil)
+var _ clock.Clock = (*FakeClock)(nil)
 
 // NewFakeClock returns a fake clock showing start.
 func NewFakeClock(start time.Time) *FakeClock {
 	return &FakeClock{now: start, mono: time.Hour, timers: map[*fakeTimer]struct{}{}}
 }
 
-// Now implements cluster.Clock.
+// Now implements clock.Clock.
 func (c *FakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-// Monotonic implements cluster.Clock.
+// Monotonic implements clock.Clock.
 func (c *FakeClock) Monotonic() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.mono
 }
 
-// NewTimer implements cluster.Clock: the timer fires when the clock is
+// NewTimer implements clock.Clock: the timer fires when the clock is
 // advanced by d or more.
-func (c *FakeClock) NewTimer(d time.Duration) cluster.Timer {
+func (c *FakeClock) NewTimer(d time.Duration) clock.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{clock: c, ch: make(chan time.Time, 1), at: c.mono + d}

@@ -22,6 +22,7 @@ import (
 	"github.com/raftmq/raftmq/api/grpcadmin"
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/linksec"
 )
 
 // clusterSecurity are the settings that protect the links between nodes and
@@ -72,7 +73,7 @@ func (s *clusterSecurity) check() error {
 		}
 	}
 	if s.GossipKey != "" {
-		if _, err := cluster.ParseGossipKeys(s.GossipKey); err != nil {
+		if _, err := linksec.ParseGossipKeys(s.GossipKey); err != nil {
 			return err
 		}
 	}
@@ -94,15 +95,15 @@ func (s *clusterSecurity) checkMultiNode(expect int, join []string) error {
 		"set the same secret of at least %d bytes on every node with --cluster-secret or RAFTMQ_CLUSTER_SECRET "+
 		"(generate one with: openssl rand -base64 32), or with --cluster-secret-file (RAFTMQ_CLUSTER_SECRET_FILE), "+
 		"or give every node a certificate with --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (docs/security.md)",
-		why, cluster.MinSecretLen)
+		why, linksec.MinSecretLen)
 }
 
 // checkSecret refuses a secret too short to be one, naming where it came
 // from.
 func checkSecret(secret []byte, from string) error {
-	if len(secret) < cluster.MinSecretLen {
+	if len(secret) < linksec.MinSecretLen {
 		return fmt.Errorf("%s: the cluster secret is %d bytes, it must be at least %d (generate one with: openssl rand -base64 32)",
-			from, len(secret), cluster.MinSecretLen)
+			from, len(secret), linksec.MinSecretLen)
 	}
 	return nil
 }
@@ -182,7 +183,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 
 // security is clusterSecurity loaded: what the node and its servers use.
 type security struct {
-	tls       *cluster.TLS // an operator's or the secret's; nil: none
+	tls       *linksec.TLS // an operator's or the secret's; nil: none
 	keys      [][]byte     // nil: plain gossip
 	auth      *grpcadmin.Auth
 	plaintext bool   // admin credentials accepted without TLS
@@ -206,7 +207,7 @@ func (s *clusterSecurity) load(dataDir, nodeID string, alone bool) (*security, e
 	}
 	switch {
 	case s.TLSCert != "":
-		if out.tls, err = cluster.LoadTLS(s.TLSCert, s.TLSKey, s.TLSCA); err != nil {
+		if out.tls, err = linksec.LoadTLS(s.TLSCert, s.TLSKey, s.TLSCA); err != nil {
 			return nil, err
 		}
 	case secret == nil:
@@ -214,7 +215,7 @@ func (s *clusterSecurity) load(dataDir, nodeID string, alone bool) (*security, e
 		// the links are built, so no path starts a node with open ones.
 		return nil, errors.New("no cluster secret and no cluster TLS: set --cluster-secret or --cluster-tls-*")
 	default:
-		if out.tls, err = cluster.SecretTLS(secret, nodeID); err != nil {
+		if out.tls, err = linksec.SecretTLS(secret, nodeID); err != nil {
 			return nil, err
 		}
 		out.caFile = filepath.Join(dataDir, derivedCAFile)
@@ -227,11 +228,11 @@ func (s *clusterSecurity) load(dataDir, nodeID string, alone bool) (*security, e
 	}
 	switch {
 	case s.GossipKey != "":
-		if out.keys, err = cluster.ParseGossipKeys(s.GossipKey); err != nil {
+		if out.keys, err = linksec.ParseGossipKeys(s.GossipKey); err != nil {
 			return nil, err
 		}
 	case secret != nil:
-		k, err := cluster.SecretGossipKey(secret)
+		k, err := linksec.SecretGossipKey(secret)
 		if err != nil {
 			return nil, err
 		}

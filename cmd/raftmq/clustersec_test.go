@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/linksec"
 
 	"github.com/raftmq/raftmq/api/client"
 	"github.com/raftmq/raftmq/api/grpcadmin"
@@ -172,7 +172,7 @@ func TestClusterSecurity_LoneNodeGeneratesItsSecretOnce(t *testing.T) {
 }
 
 func TestClusterSecurity_SecretSources(t *testing.T) {
-	want, err := cluster.SecretTLS([]byte(secret32), "x")
+	want, err := linksec.SecretTLS([]byte(secret32), "x")
 	if err != nil {
 		t.Fatal(err)
 	}

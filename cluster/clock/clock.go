@@ -1,4 +1,9 @@
-package cluster
+// Package clock is a node's time: the Clock it reads, the stamper that
+// hands out log time (Stamper), and the watch over the voters' wall
+// clocks that log time is anchored to and that decides whether this
+// node's clock is fit to lead (Time). It knows the cluster only through
+// what the node gives it (Config).
+package clock
 
 import "time"
 
@@ -9,7 +14,7 @@ type Clock interface {
 	Now() time.Time
 	// Monotonic is the time elapsed since an arbitrary origin on a clock
 	// nobody sets (it may run fast or slow, but it never jumps). Log time
-	// advances by it (quorumclock.go).
+	// advances by it (stamp.go).
 	Monotonic() time.Duration
 	// NewTimer starts a timer that fires once after d of monotonic time.
 	NewTimer(d time.Duration) Timer
@@ -23,8 +28,8 @@ type Timer interface {
 	Stop() bool
 }
 
-// RealClock returns the wall clock.
-func RealClock() Clock { return realClock{} }
+// Real returns the wall clock.
+func Real() Clock { return realClock{} }
 
 type realClock struct{}
 

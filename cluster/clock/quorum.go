@@ -1,4 +1,4 @@
-package cluster
+package clock
 
 import (
 	"context"
@@ -7,16 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/broadcast"
 	"github.com/raftmq/raftmq/proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// DefaultMaxClockOffset is how far a node's wall clock may be from the
-// quorum's before it refuses to lead (CockroachDB's default).
-const DefaultMaxClockOffset = 500 * time.Millisecond
 
 // clockSampleTimeout bounds one reading of a peer's clock.
 const clockSampleTimeout = time.Second
@@ -93,23 +88,23 @@ type quorumClock struct {
 	// to hand it to (warned once).
 	kept bool
 
-	rounds    *broadcast // a reading was taken, or a sampling round finished
-	roundDone *broadcast // a sampling round finished
+	rounds    *broadcast.Broadcast // a reading was taken, or a sampling round finished
+	roundDone *broadcast.Broadcast // a sampling round finished
 	kick      chan struct{}
 }
 
 func newQuorumClock(cfg Config) *quorumClock {
 	return &quorumClock{
 		clock:     cfg.Clock,
-		self:      cfg.NodeID,
-		maxOffset: int64(cfg.MaxClockOffset),
+		self:      cfg.Self,
+		maxOffset: int64(cfg.MaxOffset),
 		// A reading ages with the drift between two oscillators; a few
 		// missed rounds are harmless, a peer gone for long is not read.
-		stale:     max(5*cfg.ClockSampleInterval, 5*time.Second),
+		stale:     max(5*cfg.SampleInterval, 5*time.Second),
 		samples:   map[string]clockSample{},
 		legacy:    map[string]bool{},
-		rounds:    newBroadcast(),
-		roundDone: newBroadcast(),
+		rounds:    broadcast.New(),
+		roundDone: broadcast.New(),
 		kick:      make(chan struct{}, 1),
 	}
 }
@@ -210,50 +205,46 @@ func (c *quorumClock) forget(id string) {
 	delete(c.samples, id)
 }
 
-// ClockProblem says why this node's wall clock is unfit to lead (it is
-// further from the quorum's than MaxClockOffset), "" when it is fine or
-// no quorum of clocks has been read.
-func (n *Node) ClockProblem() string {
-	n.qclock.mu.Lock()
-	defer n.qclock.mu.Unlock()
-	return n.qclock.problem
+// Problem says why this node's wall clock is unfit to lead (it is
+// further from the quorum's than MaxOffset), "" when it is fine or no
+// quorum of clocks has been read.
+func (t *Time) Problem() string {
+	t.q.mu.Lock()
+	defer t.q.mu.Unlock()
+	return t.q.problem
 }
 
-// clockLoop reads the voters' clocks every ClockSampleInterval (and at
-// once when a term starts), then checks this node's own against them.
-func (n *Node) clockLoop() {
-	defer n.wg.Done()
-	ctx, cancel := n.untilClosed(context.Background())
-	defer cancel()
-	t := time.NewTicker(n.cfg.ClockSampleInterval)
-	defer t.Stop()
+// RoundDone returns a channel closed when the next round of clock
+// readings finishes.
+func (t *Time) RoundDone() <-chan struct{} { return t.q.roundDone.Wait() }
+
+// Run reads the voters' clocks every SampleInterval (and at once when a
+// term starts), then checks this node's own against them, until ctx ends
+// (the node closes).
+func (t *Time) Run(ctx context.Context) {
+	tick := time.NewTicker(t.cfg.SampleInterval)
+	defer tick.Stop()
 	for {
-		n.sampleClocks(ctx)
-		n.checkClock()
+		t.sample(ctx)
+		t.check()
 		select {
-		case <-t.C:
-		case <-n.qclock.kick:
-		case <-n.closing:
+		case <-tick.C:
+		case <-t.q.kick:
+		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// sampleClocks reads the clock of every voter in parallel. A reading is
-// taken against this node's monotonic clock at the middle of the call,
-// so it is off by at most half the round trip; one whose round trip
-// exceeds MaxClockOffset says too little and is dropped.
-func (n *Node) sampleClocks(ctx context.Context) {
-	c := n.qclock
-	f := n.group.Raft().GetConfiguration()
-	if f.Error() != nil {
+// sample reads the clock of every voter in parallel. A reading is taken
+// against this node's monotonic clock at the middle of the call, so it is
+// off by at most half the round trip; one whose round trip exceeds
+// MaxOffset says too little and is dropped.
+func (t *Time) sample(ctx context.Context) {
+	c := t.q
+	voters, ok := t.cfg.Voters()
+	if !ok {
 		return
-	}
-	var voters []string
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters = append(voters, string(s.ID))
-		}
 	}
 	c.mu.Lock()
 	c.voters = voters
@@ -264,33 +255,27 @@ func (n *Node) sampleClocks(ctx context.Context) {
 		}
 	}
 	c.mu.Unlock()
-	members := n.members.all()
 	var wg sync.WaitGroup
 	for _, id := range voters {
-		m, ok := members[id]
-		if id == n.cfg.NodeID {
-			continue
-		}
-		if !ok || m.health != HealthAlive || m.meta.GetGrpcAddr() == "" {
-			c.forget(id)
+		if id == t.cfg.Self {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := n.replyConns.conn(n, id, m.meta.GetGrpcAddr())
-			if err != nil {
+			peer, ok := t.cfg.Peer(id)
+			if !ok {
 				c.forget(id)
 				return
 			}
 			ctx, cancel := context.WithTimeout(ctx, clockSampleTimeout)
 			defer cancel()
 			m0 := c.clock.Monotonic()
-			r, err := proto.NewInternalClient(conn).Clock(ctx, &proto.ClockRequest{})
+			r, err := peer.Clock(ctx, &proto.ClockRequest{})
 			m1 := c.clock.Monotonic()
 			// A term that waits for its first reading goes on as soon
 			// as a quorum is read, not after the slowest peer.
-			defer c.rounds.signal()
+			defer c.rounds.Signal()
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			switch {
@@ -301,7 +286,7 @@ func (n *Node) sampleClocks(ctx context.Context) {
 				// whether it is in a quorum now.
 				delete(c.samples, id)
 			case int64(m1-m0) > c.maxOffset:
-				n.log.Debug("clock reading dropped: round trip too long", "peer", id, "rtt", m1-m0)
+				t.cfg.Logger.Debug("clock reading dropped: round trip too long", "peer", id, "rtt", m1-m0)
 			default:
 				delete(c.legacy, id)
 				c.samples[id] = reading(r.GetWallUnixNanos(), m0, m1)
@@ -309,12 +294,12 @@ func (n *Node) sampleClocks(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	c.rounds.signal()
-	c.roundDone.signal()
+	c.rounds.Signal()
+	c.roundDone.Signal()
 }
 
-// checkClock compares this node's wall clock with the quorum's. One
-// further off than MaxClockOffset is reported (log, ClockProblem) and, on
+// check compares this node's wall clock with the quorum's. One further
+// off than MaxOffset is reported (log, Problem) and, on
 // the leader, hands leadership to the voter whose clock is closest to the
 // quorum's. Log time does not follow a lone clock either way; stepping
 // down keeps a node whose clock is wrong from leading a cluster whose
@@ -324,13 +309,13 @@ func (n *Node) sampleClocks(ctx context.Context) {
 // the leader takes log time as the referee: it was anchored to a quorum's
 // clocks before and has advanced by the monotonic clock since, so the
 // clock that disagrees with it is the wrong one.
-func (n *Node) checkClock() {
-	c := n.qclock
+func (t *Time) check() {
+	c := t.q
 	e := c.estimate()
 	ref, against, judged := e.offset, "the quorum's", e.ok && !e.legacy && e.agreed
-	leading := n.lead.Load() != nil
+	leading := t.cfg.Leading()
 	if leading && e.ok && !e.legacy && !e.agreed {
-		ref, against, judged = n.stamp.offset(), "log time", true
+		ref, against, judged = t.stamp.offset(), "log time", true
 	}
 	problem := ""
 	if judged {
@@ -351,19 +336,19 @@ func (n *Node) checkClock() {
 	c.mu.Unlock()
 	switch {
 	case problem != "" && was == "":
-		n.log.Warn("this node will not lead: its clock is off", "problem", problem)
+		t.cfg.Logger.Warn("this node will not lead: its clock is off", "problem", problem)
 	case problem == "" && was != "":
-		n.log.Info("this node's clock agrees with the quorum's again")
+		t.cfg.Logger.Info("this node's clock agrees with the quorum's again")
 	}
 	if problem != "" && leading {
-		n.handOver(ref, problem)
+		t.handOver(ref, problem)
 	}
 }
 
 // handOver transfers leadership to the voter whose clock is closest to
 // ref and reports whether it did.
-func (n *Node) handOver(ref int64, problem string) bool {
-	c := n.qclock
+func (t *Time) handOver(ref int64, problem string) bool {
+	c := t.q
 	id, ok := c.best(ref)
 	c.mu.Lock()
 	warn := !ok && !c.kept
@@ -371,28 +356,20 @@ func (n *Node) handOver(ref int64, problem string) bool {
 	c.mu.Unlock()
 	if warn {
 		// Once per stretch: the check runs every ClockSampleInterval.
-		n.log.Warn("clock off, but no voter's clock is fit to take over: keeping leadership", "problem", problem)
+		t.cfg.Logger.Warn("clock off, but no voter's clock is fit to take over: keeping leadership", "problem", problem)
 	}
 	if !ok {
 		return false
 	}
-	addr := ""
-	if f := n.group.Raft().GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == id {
-				addr = string(s.Address)
-			}
-		}
-	}
-	n.log.Warn("handing leadership over: this node's clock is off", "to", id, "problem", problem)
-	if err := n.group.Raft().LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error(); err != nil {
-		n.log.Warn("leadership transfer failed", "to", id, "err", err)
+	t.cfg.Logger.Warn("handing leadership over: this node's clock is off", "to", id, "problem", problem)
+	if err := t.cfg.HandOver(id); err != nil {
+		t.cfg.Logger.Warn("leadership transfer failed", "to", id, "err", err)
 		return false
 	}
 	return true
 }
 
-// startLogTime starts log time for a term at the log's clock (or the last
+// StartTerm starts log time for a term at the log's clock (or the last
 // time a quorum of clocks agreed on, if later) and waits
 // for a reading of the quorum's clocks, so that the term's first stamp is
 // anchored to them. Without one within LeaderWait the term goes on from
@@ -401,29 +378,29 @@ func (n *Node) handOver(ref int64, problem string) bool {
 // epoch would make the first reading kill every message. A node whose own
 // clock the reading finds off hands leadership over before it serves.
 // It returns false when the term ends first or leadership was handed over.
-func (n *Node) startLogTime(ctx context.Context, clock int64) bool {
-	n.stamp.reset(clock)
+func (t *Time) StartTerm(ctx context.Context, clock int64) bool {
+	t.stamp.reset(clock)
 	// The log may have been idle since its last stamp. What a quorum's
 	// clocks agreed on lately, read by this node as a follower, says how
 	// much time has passed since, even when the clocks it can read now
 	// do not agree (one of two an hour behind would otherwise leave log
 	// time as far behind as the log was idle).
-	if off, ok := n.qclock.lastAgreed(); ok {
-		n.stamp.anchor(off)
+	if off, ok := t.q.lastAgreed(); ok {
+		t.stamp.anchor(off)
 	}
 	select {
-	case n.qclock.kick <- struct{}{}:
+	case t.q.kick <- struct{}{}:
 	default:
 	}
-	giveUp := time.NewTimer(n.cfg.LeaderWait)
+	giveUp := time.NewTimer(t.cfg.LeaderWait)
 	defer giveUp.Stop()
 	warned := false
 	for {
-		wait := n.qclock.rounds.wait()
-		if e := n.qclock.estimate(); e.ok {
-			if d := abs(e.own - e.offset); e.agreed && !e.legacy && d > n.qclock.maxOffset {
-				problem := fmt.Sprintf("wall clock %v from the quorum's, more than --max-clock-offset %v", time.Duration(d).Round(time.Millisecond), n.cfg.MaxClockOffset)
-				if n.handOver(e.offset, problem) {
+		wait := t.q.rounds.Wait()
+		if e := t.q.estimate(); e.ok {
+			if d := abs(e.own - e.offset); e.agreed && !e.legacy && d > t.q.maxOffset {
+				problem := fmt.Sprintf("wall clock %v from the quorum's, more than --max-clock-offset %v", time.Duration(d).Round(time.Millisecond), t.cfg.MaxOffset)
+				if t.handOver(e.offset, problem) {
 					return false
 				}
 			}
@@ -433,28 +410,15 @@ func (n *Node) startLogTime(ctx context.Context, clock int64) bool {
 		case <-wait:
 		case <-giveUp.C:
 			if clock > 0 {
-				n.log.Warn("no quorum of clocks read: log time goes on from the log's by this node's monotonic clock")
+				t.cfg.Logger.Warn("no quorum of clocks read: log time goes on from the log's by this node's monotonic clock")
 				return true
 			}
 			if !warned {
-				n.log.Warn("no quorum of clocks read: a new cluster waits for one before it stamps")
+				t.cfg.Logger.Warn("no quorum of clocks read: a new cluster waits for one before it stamps")
 				warned = true
 			}
 		case <-ctx.Done():
 			return false
 		}
 	}
-}
-
-// Clock implements proto.InternalServer: this node's wall clock, for the
-// callers' quorumClock. Its callers are checked by registerInternal.
-func (fs *forwardServer) Clock(context.Context, *proto.ClockRequest) (*proto.ClockReading, error) {
-	return &proto.ClockReading{WallUnixNanos: fs.n.cfg.Clock.Now().UnixNano()}, nil
-}
-
-// logClock is the state machine's clock: the latest stamp in the log.
-func (n *Node) logClock() int64 {
-	var clock int64
-	n.View(func(m *fsm.Machine) { clock = m.Clock() })
-	return clock
 }

@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"os"
@@ -17,11 +17,11 @@ const peersFile = "gossip-peers"
 
 // loadPeers reads the remembered addresses; a missing or unreadable file
 // remembers nothing (the seeds still apply).
-func (n *Node) loadPeers() {
-	b, err := os.ReadFile(filepath.Join(n.cfg.DataDir, peersFile))
+func (g *Gossip) loadPeers() {
+	b, err := os.ReadFile(filepath.Join(g.cfg.DataDir, peersFile))
 	if err != nil {
 		if !os.IsNotExist(err) {
-			n.log.Warn("remembered gossip peers unreadable; joining the seeds only", "err", err)
+			g.cfg.Logger.Warn("remembered gossip peers unreadable; joining the seeds only", "err", err)
 		}
 		return
 	}
@@ -31,52 +31,52 @@ func (n *Node) loadPeers() {
 			peers = append(peers, l)
 		}
 	}
-	n.peersMu.Lock()
-	n.peers = peers
-	n.peersMu.Unlock()
+	g.peersMu.Lock()
+	g.peers = peers
+	g.peersMu.Unlock()
 }
 
-// savePeers remembers the gossip addresses of the members alive now, when
+// SavePeers remembers the gossip addresses of the members alive now, when
 // there are any and they differ from what is remembered: a node alone
 // keeps what it knew.
-func (n *Node) savePeers() {
+func (g *Gossip) SavePeers() {
 	var peers []string
-	for id, m := range n.members.all() {
-		if id != n.cfg.NodeID && m.health == HealthAlive && m.addr != "" {
-			peers = append(peers, m.addr)
+	for id, m := range g.members.All() {
+		if id != g.cfg.NodeID && m.Health == HealthAlive && m.Addr != "" {
+			peers = append(peers, m.Addr)
 		}
 	}
 	if len(peers) == 0 {
 		return
 	}
 	slices.Sort(peers)
-	n.peersMu.Lock()
-	defer n.peersMu.Unlock()
-	if slices.Equal(peers, n.peers) {
+	g.peersMu.Lock()
+	defer g.peersMu.Unlock()
+	if slices.Equal(peers, g.peers) {
 		return
 	}
-	path := filepath.Join(n.cfg.DataDir, peersFile)
+	path := filepath.Join(g.cfg.DataDir, peersFile)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(peers, "\n")+"\n"), 0o600); err != nil {
-		n.log.Warn("cannot remember the gossip peers", "err", err)
+		g.cfg.Logger.Warn("cannot remember the gossip peers", "err", err)
 		return
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		n.log.Warn("cannot remember the gossip peers", "err", err)
+		g.cfg.Logger.Warn("cannot remember the gossip peers", "err", err)
 		return
 	}
-	n.peers = peers
+	g.peers = peers
 }
 
 // joinSeeds is what the node joins: its seeds and the remembered peers,
 // without its own address (joining itself answers, and would count as
 // having found the cluster).
-func (n *Node) joinSeeds() []string {
-	n.peersMu.Lock()
-	defer n.peersMu.Unlock()
+func (g *Gossip) joinSeeds() []string {
+	g.peersMu.Lock()
+	defer g.peersMu.Unlock()
 	var out []string
-	for _, s := range append(slices.Clone(n.cfg.Join), n.peers...) {
-		if s != n.gossipAddr && !slices.Contains(out, s) {
+	for _, s := range append(slices.Clone(g.cfg.Join), g.peers...) {
+		if s != g.addr && !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}

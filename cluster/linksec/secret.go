@@ -1,4 +1,4 @@
-package cluster
+package linksec
 
 import (
 	"bufio"
@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -153,13 +152,13 @@ func (t *TLS) CAPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: t.caCert.Raw})
 }
 
-// grpcCredentials are the gRPC server's transport credentials for t. An
+// GRPCCredentials are the gRPC server's transport credentials for t. An
 // operator's TLS requires a client certificate on every connection. A
 // secret's TLS verifies a client certificate when one is given and also
 // takes plain connections (told apart by their first byte), because the
 // gRPC port serves the admin API to raftmqctl as well: the internal
-// service checks the certificate of each call (Node.authorizeInternal).
-func (t *TLS) grpcCredentials() credentials.TransportCredentials {
+// service checks the certificate of each call (Checker.AuthorizeInternal).
+func (t *TLS) GRPCCredentials() credentials.TransportCredentials {
 	c := t.ServerConfig()
 	if !t.optionalClient {
 		return credentials.NewTLS(c)
@@ -220,7 +219,3 @@ type peekedConn struct {
 }
 
 func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
-
-// errNoCertificate is returned to an internal call without a node
-// certificate.
-var errNoCertificate = errors.New("the internal service needs a node certificate of this cluster (the cluster secret or cluster TLS)")

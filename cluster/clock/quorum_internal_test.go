@@ -1,4 +1,4 @@
-package cluster
+package clock
 
 import (
 	"testing"
@@ -12,7 +12,7 @@ import (
 func TestQuorumClock_Estimate(t *testing.T) {
 	clk := &manualClock{}
 	clk.set(1_000_000)
-	c := newQuorumClock(Config{NodeID: "a", TimeConfig: TimeConfig{Clock: clk, MaxClockOffset: 500 * time.Millisecond}})
+	c := newQuorumClock(Config{Self: "a", Clock: clk, MaxOffset: 500 * time.Millisecond})
 	ms := func(v int64) int64 { return v * int64(time.Millisecond) }
 	set := func(voters []string, offsets map[string]int64, legacy ...string) {
 		c.mu.Lock()
@@ -82,7 +82,7 @@ func TestQuorumClock_Estimate(t *testing.T) {
 func TestQuorumClock_ReadingWithinItsRoundTrip(t *testing.T) {
 	clk := &manualClock{}
 	clk.set(1_000_000)
-	c := newQuorumClock(Config{NodeID: "a", TimeConfig: TimeConfig{Clock: clk, MaxClockOffset: 500 * time.Millisecond}})
+	c := newQuorumClock(Config{Self: "a", Clock: clk, MaxOffset: 500 * time.Millisecond})
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 	own := clk.Now().UnixNano() - int64(clk.Monotonic())
 	// Each peer's clock agrees with this node's; the calls took 80 and

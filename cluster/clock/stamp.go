@@ -1,4 +1,4 @@
-package cluster
+package clock
 
 import (
 	"sync"
@@ -10,23 +10,16 @@ import (
 // so it never stands still.
 const slewDiv = 10
 
-// clocks is the node's time: the stamper that hands out log time and the
-// voters' clock readings it is anchored to (quorumclock.go).
-type clocks struct {
-	stamp  *stamper
-	qclock *quorumClock
-}
-
 // quorumTime says what the quorum's wall clocks read, as an offset from
 // this node's monotonic clock (unix ns minus monotonic ns): quorumClock.
 type quorumTime interface {
 	estimate() clockEstimate
 }
 
-// stamper hands out the leader's stamps (unix ms). It is the only place
+// Stamper hands out the leader's stamps (unix ms). It is the only place
 // that reads time for the log. Log time advances by the leader's monotonic
 // clock from where the log left it (reset, at the start of a term) and is
-// anchored to the quorum's wall clocks (quorumclock.go), never to this
+// anchored to the quorum's wall clocks (quorum.go), never to this
 // node's alone:
 //
 //   - the quorum's clocks ahead of log time: log time jumps to them (an
@@ -40,7 +33,7 @@ type quorumTime interface {
 //     slows for an hour.
 //
 // Stamps never go back: a stamp is at least the last one.
-type stamper struct {
+type Stamper struct {
 	clock  Clock
 	quorum quorumTime // nil: the monotonic clock alone
 	window int64      // the slew window, ns
@@ -51,13 +44,13 @@ type stamper struct {
 	ltMono time.Duration // the monotonic reading lt was taken at
 }
 
-func newStamper(clock Clock, q quorumTime, window time.Duration) *stamper {
-	return &stamper{clock: clock, quorum: q, window: int64(window), ltMono: clock.Monotonic()}
+func newStamper(clock Clock, q quorumTime, window time.Duration) *Stamper {
+	return &Stamper{clock: clock, quorum: q, window: int64(window), ltMono: clock.Monotonic()}
 }
 
 // advance moves log time to the present and returns it (unix ns).
 // Locks: s.mu held.
-func (s *stamper) advance() int64 {
+func (s *Stamper) advance() int64 {
 	m := s.clock.Monotonic()
 	el := max(int64(m-s.ltMono), 0)
 	lt := s.lt + el
@@ -76,16 +69,16 @@ func (s *stamper) advance() int64 {
 	return lt
 }
 
-// next returns the stamp for the next log entry.
-func (s *stamper) next() int64 {
+// Next returns the stamp for the next log entry.
+func (s *Stamper) Next() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = max(s.last, s.advance()/int64(time.Millisecond))
 	return s.last
 }
 
-// peek returns what next would return now, without consuming it.
-func (s *stamper) peek() int64 {
+// Peek returns what Next would return now, without consuming it.
+func (s *Stamper) Peek() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return max(s.last, s.advance()/int64(time.Millisecond))
@@ -94,7 +87,7 @@ func (s *stamper) peek() int64 {
 // reset starts log time of a new term at the log's clock (the latest
 // stamp any earlier leader wrote): it continues from there by the
 // monotonic clock until the quorum's clocks say more.
-func (s *stamper) reset(clockMs int64) {
+func (s *Stamper) reset(clockMs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = clockMs
@@ -104,7 +97,7 @@ func (s *stamper) reset(clockMs int64) {
 
 // offset is log time now minus the monotonic clock (unix ns minus
 // monotonic ns), comparable with the quorum's clockEstimate.
-func (s *stamper) offset() int64 {
+func (s *Stamper) offset() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lt := s.advance()
@@ -113,7 +106,7 @@ func (s *stamper) offset() int64 {
 
 // anchor moves log time forward to what the clocks of a quorum read, given
 // as an offset from the monotonic clock, if that is later.
-func (s *stamper) anchor(offset int64) {
+func (s *Stamper) anchor(offset int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance()
