@@ -201,20 +201,23 @@ func (n *Node) checkQuorum(now time.Time) {
 // the suspect time (the process was paused, or starved), what is applied
 // now may be what the node missed while the cluster declared it down, so
 // the node is suspect before it carries out any of it.
-func (n *Node) checkStall(now time.Time) {
+func (n *Node) checkStall() {
 	w := n.watch
 	if w == nil {
 		return // a node built by hand in a test
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.noteStall(now, n.suspectAfter())
+	w.noteStall(n.suspectAfter())
 }
 
 // noteStall makes the node suspect when the watch has not run for after
-// (the process was paused). Locks: w.mu held.
-func (w *quorumWatch) noteStall(now time.Time, after time.Duration) {
-	if !w.lastCheck.IsZero() && now.Sub(w.lastCheck) >= after {
+// (the process was paused). It runs for every effect the node hands its
+// clients, so it reads the monotonic clock alone (time.Since, one read,
+// where time.Now reads the wall clock too): lastCheck always has the
+// monotonic reading of the watch's time.Now. Locks: w.mu held.
+func (w *quorumWatch) noteStall(after time.Duration) {
+	if !w.lastCheck.IsZero() && time.Since(w.lastCheck) >= after {
 		w.suspect = true
 		w.gen++
 	}

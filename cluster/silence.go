@@ -1,9 +1,5 @@
 package cluster
 
-import (
-	"time"
-)
-
 // SilenceEpoch counts this node's silences: it changes whenever the node
 // finds it was silent for NodeDownAfter/2 (no contact with a majority of
 // the cluster, or its process stalled: the watch did not run that long,
@@ -20,6 +16,6 @@ func (n *Node) SilenceEpoch() uint64 {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.noteStall(time.Now(), n.suspectAfter())
+	w.noteStall(n.suspectAfter())
 	return w.gen
 }

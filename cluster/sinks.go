@@ -98,7 +98,7 @@ func (g gateSink) hold(e heldEffect) (held bool, epoch uint64) {
 	w := g.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.noteStall(time.Now(), g.after)
+	w.noteStall(g.after)
 	if !w.suspect {
 		return false, w.gen
 	}

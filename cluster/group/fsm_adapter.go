@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/bodies"
@@ -53,7 +52,7 @@ type FSMHost struct {
 	// nowhere).
 	Effects func() fsm.Sink
 	// Applying is told before each run of entries is applied.
-	Applying func(now time.Time)
+	Applying func()
 	// Fail is told that the log cannot be applied here (the adapter then
 	// holds raft's apply loop until closing); Err is why, once it was.
 	Fail func(err error)
@@ -175,7 +174,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	if f.host.Applying != nil {
-		f.host.Applying(time.Now())
+		f.host.Applying()
 	}
 	var next fsm.Sink
 	if f.host.Effects != nil {
