@@ -101,7 +101,7 @@ func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
 // delivery of a live node: its lock and one check of the clock.
 func BenchmarkGateSink_Deliver(b *testing.B) {
 	rec := &epochRecorder{}
-	n := &Node{cfg: Config{MembershipConfig: MembershipConfig{NodeDownAfter: time.Hour}}, membership: membership{watch: newQuorumWatch()}}
+	n := &Node{cfg: Config{MembershipConfig: MembershipConfig{NodeDownAfter: time.Hour}}, roster: roster{watch: newQuorumWatch()}}
 	n.cfg.Effects = rec
 	g := n.effects()
 	n.watch.lastCheck = time.Now()
