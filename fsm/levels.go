@@ -40,7 +40,14 @@ const (
 	// levelVhostLimits: VhostLimits, the vhosts' max-connections and
 	// max-queues (vhost_limits.go).
 	levelVhostLimits uint32 = 12
+	// levelCredit: Credit, a consumer's credit set while it consumes
+	// (apply_credit.go).
+	levelCredit uint32 = 13
 )
+
+// CreditLevel is levelCredit for the node, which sends Credit only once
+// the log it applied is at that level.
+const CreditLevel = levelCredit
 
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
 // once the log it applied is at that level.

@@ -94,7 +94,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  11. x-consistent-hash, x-modulus-hash and x-local-random exchanges
 //     (apply_pick.go)
 //  12. VhostLimits: virtual host limits (vhost_limits.go)
-const Protocol = 12
+//  13. Credit: a consumer's credit set while it consumes (apply_credit.go)
+const Protocol = 13
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -113,6 +114,7 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("vhost_limits").Number()] = levelVhostLimits
+	kindProtocol[cmdOneof.Fields().ByName("credit").Number()] = levelCredit
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -597,6 +599,11 @@ func (v *validator) command(c *proto.Command) {
 		v.table("arguments", cs.GetArguments(), 0)
 	case *proto.Command_Cancel:
 		v.consumer("consumer", x.Cancel.GetConsumer())
+	case *proto.Command_Credit:
+		v.consumer("consumer", x.Credit.GetConsumer())
+		if c := x.Credit.GetCredit(); c > MaxCredit {
+			v.fail(replycode.PreconditionFailed, "credit %d is above %d", c, MaxCredit)
+		}
 	case *proto.Command_Settle:
 		v.channel("channel", x.Settle.GetChannel())
 		v.tags(len(x.Settle.GetTags()))

@@ -130,6 +130,7 @@ type Command struct {
 	//	*Command_ReleaseDelayed
 	//	*Command_CancelDelayed
 	//	*Command_PurgeDelayed
+	//	*Command_Credit
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
@@ -478,6 +479,15 @@ func (x *Command) GetPurgeDelayed() *PurgeDelayed {
 	return nil
 }
 
+func (x *Command) GetCredit() *Credit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Credit); ok {
+			return x.Credit
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPolicySet() *PolicySet {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PolicySet); ok {
@@ -632,6 +642,10 @@ type Command_PurgeDelayed struct {
 	PurgeDelayed *PurgeDelayed `protobuf:"bytes,48,opt,name=purge_delayed,json=purgeDelayed,oneof"`
 }
 
+type Command_Credit struct {
+	Credit *Credit `protobuf:"bytes,49,opt,name=credit,oneof"`
+}
+
 type Command_PolicySet struct {
 	PolicySet *PolicySet `protobuf:"bytes,50,opt,name=policy_set,json=policySet,oneof"`
 }
@@ -705,6 +719,8 @@ func (*Command_ReleaseDelayed) isCommand_Cmd() {}
 func (*Command_CancelDelayed) isCommand_Cmd() {}
 
 func (*Command_PurgeDelayed) isCommand_Cmd() {}
+
+func (*Command_Credit) isCommand_Cmd() {}
 
 func (*Command_PolicySet) isCommand_Cmd() {}
 
@@ -2974,6 +2990,63 @@ func (x *Cancel) GetConsumer() *ConsumerRef {
 	return nil
 }
 
+// Credit sets a consumer's credit (Consume.credit) while it consumes: its
+// node grows the look-ahead to cover what the consumer takes while an ack
+// of it is on its way through the log, and shrinks it back when the
+// consumer holds more than it uses. 0 is the prefetch. Protocol level 13;
+// below it the command changes nothing.
+type Credit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consumer      *ConsumerRef           `protobuf:"bytes,1,opt,name=consumer" json:"consumer,omitempty"`
+	Credit        uint32                 `protobuf:"varint,2,opt,name=credit" json:"credit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Credit) Reset() {
+	*x = Credit{}
+	mi := &file_command_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Credit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Credit) ProtoMessage() {}
+
+func (x *Credit) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Credit.ProtoReflect.Descriptor instead.
+func (*Credit) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Credit) GetConsumer() *ConsumerRef {
+	if x != nil {
+		return x.Consumer
+	}
+	return nil
+}
+
+func (x *Credit) GetCredit() uint32 {
+	if x != nil {
+		return x.Credit
+	}
+	return 0
+}
+
 // Settle is basic.ack.
 type Settle struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -2990,7 +3063,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3075,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[31]
+	mi := &file_command_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3088,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{31}
+	return file_command_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Settle) GetChannel() *ChannelRef {
@@ -3070,7 +3143,7 @@ type Requeue struct {
 
 func (x *Requeue) Reset() {
 	*x = Requeue{}
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3155,7 @@ func (x *Requeue) String() string {
 func (*Requeue) ProtoMessage() {}
 
 func (x *Requeue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[32]
+	mi := &file_command_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3168,7 @@ func (x *Requeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Requeue.ProtoReflect.Descriptor instead.
 func (*Requeue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{32}
+	return file_command_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Requeue) GetChannel() *ChannelRef {
@@ -3162,7 +3235,7 @@ type Discard struct {
 
 func (x *Discard) Reset() {
 	*x = Discard{}
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3247,7 @@ func (x *Discard) String() string {
 func (*Discard) ProtoMessage() {}
 
 func (x *Discard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[33]
+	mi := &file_command_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3260,7 @@ func (x *Discard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discard.ProtoReflect.Descriptor instead.
 func (*Discard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{33}
+	return file_command_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Discard) GetChannel() *ChannelRef {
@@ -3229,7 +3302,7 @@ type ChannelClosed struct {
 
 func (x *ChannelClosed) Reset() {
 	*x = ChannelClosed{}
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3314,7 @@ func (x *ChannelClosed) String() string {
 func (*ChannelClosed) ProtoMessage() {}
 
 func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[34]
+	mi := &file_command_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3327,7 @@ func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelClosed.ProtoReflect.Descriptor instead.
 func (*ChannelClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{34}
+	return file_command_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ChannelClosed) GetChannel() *ChannelRef {
@@ -3275,7 +3348,7 @@ type ConnectionClosed struct {
 
 func (x *ConnectionClosed) Reset() {
 	*x = ConnectionClosed{}
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3360,7 @@ func (x *ConnectionClosed) String() string {
 func (*ConnectionClosed) ProtoMessage() {}
 
 func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3373,7 @@ func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionClosed.ProtoReflect.Descriptor instead.
 func (*ConnectionClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{35}
+	return file_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ConnectionClosed) GetConnection() *ConnectionRef {
@@ -3320,7 +3393,7 @@ type NodeDown struct {
 
 func (x *NodeDown) Reset() {
 	*x = NodeDown{}
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3332,7 +3405,7 @@ func (x *NodeDown) String() string {
 func (*NodeDown) ProtoMessage() {}
 
 func (x *NodeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3345,7 +3418,7 @@ func (x *NodeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDown.ProtoReflect.Descriptor instead.
 func (*NodeDown) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{36}
+	return file_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeDown) GetNode() string {
@@ -3366,7 +3439,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3451,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3464,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{37}
+	return file_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Expire) GetQueues() []*QueueRef {
@@ -3420,7 +3493,7 @@ type ConsumerTimeout struct {
 
 func (x *ConsumerTimeout) Reset() {
 	*x = ConsumerTimeout{}
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3505,7 @@ func (x *ConsumerTimeout) String() string {
 func (*ConsumerTimeout) ProtoMessage() {}
 
 func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3518,7 @@ func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeout.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeout) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{38}
+	return file_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ConsumerTimeout) GetChannel() *ChannelRef {
@@ -3477,7 +3550,7 @@ type ReleaseDelayed struct {
 
 func (x *ReleaseDelayed) Reset() {
 	*x = ReleaseDelayed{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3562,7 @@ func (x *ReleaseDelayed) String() string {
 func (*ReleaseDelayed) ProtoMessage() {}
 
 func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3575,7 @@ func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDelayed.ProtoReflect.Descriptor instead.
 func (*ReleaseDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReleaseDelayed) GetLimit() uint32 {
@@ -3527,7 +3600,7 @@ type CancelDelayed struct {
 
 func (x *CancelDelayed) Reset() {
 	*x = CancelDelayed{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3612,7 @@ func (x *CancelDelayed) String() string {
 func (*CancelDelayed) ProtoMessage() {}
 
 func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3625,7 @@ func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDelayed.ProtoReflect.Descriptor instead.
 func (*CancelDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelDelayed) GetVhost() string {
@@ -3590,7 +3663,7 @@ type PurgeDelayed struct {
 
 func (x *PurgeDelayed) Reset() {
 	*x = PurgeDelayed{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3675,7 @@ func (x *PurgeDelayed) String() string {
 func (*PurgeDelayed) ProtoMessage() {}
 
 func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3688,7 @@ func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDelayed.ProtoReflect.Descriptor instead.
 func (*PurgeDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PurgeDelayed) GetVhost() string {
@@ -3643,7 +3716,7 @@ type ExpireQueue struct {
 
 func (x *ExpireQueue) Reset() {
 	*x = ExpireQueue{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3728,7 @@ func (x *ExpireQueue) String() string {
 func (*ExpireQueue) ProtoMessage() {}
 
 func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3741,7 @@ func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireQueue.ProtoReflect.Descriptor instead.
 func (*ExpireQueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ExpireQueue) GetQueue() *QueueRef {
@@ -3687,7 +3760,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3772,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3785,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 // RestartLeases restarts every queue's x-expires lease at the entry's
@@ -3728,7 +3801,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3813,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3826,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{45}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -3772,7 +3845,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3857,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3870,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{45}
+	return file_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -3836,7 +3909,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +3921,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +3934,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{46}
+	return file_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3972,7 +4045,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +4057,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +4070,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{47}
+	return file_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4060,7 +4133,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4145,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4158,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{48}
+	return file_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4136,7 +4209,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4221,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4234,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{49}
+	return file_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4255,7 +4328,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4340,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4353,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{50}
+	return file_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -4354,7 +4427,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x85\x10\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xb2\x10\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -4392,7 +4465,8 @@ const file_command_proto_rawDesc = "" +
 	"\x10consumer_timeout\x18- \x01(\v2\x1a.raftmq.v1.ConsumerTimeoutH\x00R\x0fconsumerTimeout\x12D\n" +
 	"\x0frelease_delayed\x18. \x01(\v2\x19.raftmq.v1.ReleaseDelayedH\x00R\x0ereleaseDelayed\x12A\n" +
 	"\x0ecancel_delayed\x18/ \x01(\v2\x18.raftmq.v1.CancelDelayedH\x00R\rcancelDelayed\x12>\n" +
-	"\rpurge_delayed\x180 \x01(\v2\x17.raftmq.v1.PurgeDelayedH\x00R\fpurgeDelayed\x125\n" +
+	"\rpurge_delayed\x180 \x01(\v2\x17.raftmq.v1.PurgeDelayedH\x00R\fpurgeDelayed\x12+\n" +
+	"\x06credit\x181 \x01(\v2\x11.raftmq.v1.CreditH\x00R\x06credit\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
 	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClearB\x05\n" +
@@ -4589,7 +4663,10 @@ const file_command_proto_rawDesc = "" +
 	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\x12\x16\n" +
 	"\x06credit\x18\b \x01(\rR\x06credit\"<\n" +
 	"\x06Cancel\x122\n" +
-	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"\x8c\x01\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"T\n" +
+	"\x06Credit\x122\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\x12\x16\n" +
+	"\x06credit\x18\x02 \x01(\rR\x06credit\"\x8c\x01\n" +
 	"\x06Settle\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
@@ -4707,7 +4784,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4740,26 +4817,27 @@ var file_command_proto_goTypes = []any{
 	(*Get)(nil),              // 28: raftmq.v1.Get
 	(*Consume)(nil),          // 29: raftmq.v1.Consume
 	(*Cancel)(nil),           // 30: raftmq.v1.Cancel
-	(*Settle)(nil),           // 31: raftmq.v1.Settle
-	(*Requeue)(nil),          // 32: raftmq.v1.Requeue
-	(*Discard)(nil),          // 33: raftmq.v1.Discard
-	(*ChannelClosed)(nil),    // 34: raftmq.v1.ChannelClosed
-	(*ConnectionClosed)(nil), // 35: raftmq.v1.ConnectionClosed
-	(*NodeDown)(nil),         // 36: raftmq.v1.NodeDown
-	(*Expire)(nil),           // 37: raftmq.v1.Expire
-	(*ConsumerTimeout)(nil),  // 38: raftmq.v1.ConsumerTimeout
-	(*ReleaseDelayed)(nil),   // 39: raftmq.v1.ReleaseDelayed
-	(*CancelDelayed)(nil),    // 40: raftmq.v1.CancelDelayed
-	(*PurgeDelayed)(nil),     // 41: raftmq.v1.PurgeDelayed
-	(*ExpireQueue)(nil),      // 42: raftmq.v1.ExpireQueue
-	(*Tick)(nil),             // 43: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 44: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 45: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 46: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 47: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 48: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 49: raftmq.v1.Result
-	(*GetOk)(nil),            // 50: raftmq.v1.GetOk
+	(*Credit)(nil),           // 31: raftmq.v1.Credit
+	(*Settle)(nil),           // 32: raftmq.v1.Settle
+	(*Requeue)(nil),          // 33: raftmq.v1.Requeue
+	(*Discard)(nil),          // 34: raftmq.v1.Discard
+	(*ChannelClosed)(nil),    // 35: raftmq.v1.ChannelClosed
+	(*ConnectionClosed)(nil), // 36: raftmq.v1.ConnectionClosed
+	(*NodeDown)(nil),         // 37: raftmq.v1.NodeDown
+	(*Expire)(nil),           // 38: raftmq.v1.Expire
+	(*ConsumerTimeout)(nil),  // 39: raftmq.v1.ConsumerTimeout
+	(*ReleaseDelayed)(nil),   // 40: raftmq.v1.ReleaseDelayed
+	(*CancelDelayed)(nil),    // 41: raftmq.v1.CancelDelayed
+	(*PurgeDelayed)(nil),     // 42: raftmq.v1.PurgeDelayed
+	(*ExpireQueue)(nil),      // 43: raftmq.v1.ExpireQueue
+	(*Tick)(nil),             // 44: raftmq.v1.Tick
+	(*RestartLeases)(nil),    // 45: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 46: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 47: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 48: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 49: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 50: raftmq.v1.Result
+	(*GetOk)(nil),            // 51: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -4781,63 +4859,65 @@ var file_command_proto_depIdxs = []int32{
 	28, // 16: raftmq.v1.Command.get:type_name -> raftmq.v1.Get
 	29, // 17: raftmq.v1.Command.consume:type_name -> raftmq.v1.Consume
 	30, // 18: raftmq.v1.Command.cancel:type_name -> raftmq.v1.Cancel
-	31, // 19: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
-	32, // 20: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
-	33, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
-	34, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
-	35, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
-	36, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
-	37, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
-	42, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
-	43, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	44, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	45, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
-	38, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
-	39, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
-	40, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
-	41, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
-	47, // 34: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	48, // 35: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 36: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 37: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 38: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 39: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 40: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 41: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 42: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 43: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 44: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 45: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 46: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 47: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 48: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 49: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 50: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 51: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 52: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 53: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 54: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 55: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 56: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 57: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 58: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 59: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 60: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 61: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 62: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 63: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 64: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 65: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 66: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 67: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	46, // 68: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	50, // 69: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 70: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	32, // 19: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
+	33, // 20: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
+	34, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
+	35, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
+	36, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
+	37, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
+	38, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
+	43, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
+	44, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
+	45, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	46, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	39, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
+	40, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
+	41, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
+	42, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
+	31, // 34: raftmq.v1.Command.credit:type_name -> raftmq.v1.Credit
+	48, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	49, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	3,  // 37: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 38: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 39: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 40: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 41: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 42: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 43: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 44: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 45: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 46: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 47: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 48: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 49: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 50: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 51: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 52: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 53: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 54: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 55: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 56: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 57: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 58: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 59: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 60: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	4,  // 61: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 62: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 63: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 64: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 65: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 66: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 67: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 68: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 69: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	47, // 70: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	51, // 71: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 72: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	73, // [73:73] is the sub-list for method output_type
+	73, // [73:73] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4879,6 +4959,7 @@ func file_command_proto_init() {
 		(*Command_ReleaseDelayed)(nil),
 		(*Command_CancelDelayed)(nil),
 		(*Command_PurgeDelayed)(nil),
+		(*Command_Credit)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
 	}
@@ -4908,7 +4989,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
