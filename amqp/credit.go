@@ -179,6 +179,12 @@ func (ch *channel) askCredit(k creditAsk) {
 			r, err := b.Submit(ctx, &proto.Command{Cmd: &proto.Command_Credit{Credit: &proto.Credit{Consumer: ref, Credit: next}}})
 			cancel()
 			credit, ok = next, err == nil && r.GetCode() == 0
+			switch {
+			case ok && next > k.ctl.credit:
+				ch.c.srv.counts.creditRaised.Add(1)
+			case ok:
+				ch.c.srv.counts.creditLowered.Add(1)
+			}
 		}
 	}
 	ch.mu.Lock()

@@ -93,6 +93,10 @@ func TestCredit_PrefetchHoldsWhileTheCreditGrowsAndThroughACrash(t *testing.T) {
 		unacked[string(m.Body)] = true
 	}
 	if c != nil {
+		// The backlog starved a's look-ahead of 110: its node grew it.
+		if n := scrape(t, c.Nodes[1], "raftmq_consumer_credit_raised_total"); n < 1 {
+			t.Fatalf("a's node raised its credit %v times, want at least once", n)
+		}
 		// a's node dies with a's written and held deliveries.
 		c.Kill(1)
 	} else if err := a.ch.Close(); err != nil {
