@@ -3,6 +3,8 @@ package amqp
 import (
 	"context"
 
+	"github.com/raftmq/raftmq/fsm"
+
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -21,6 +23,9 @@ type Broker interface {
 	// unacknowledged deliveries of the channel. The log never hands out a
 	// channel's tag twice, so a tag missing was settled.
 	Unacked(ch *proto.ChannelRef, tags []uint64) []uint64
+	// ConsumerLoad returns what the applied state holds of a consumer's
+	// credit and its queue; false when it has no such consumer.
+	ConsumerLoad(ref *proto.ConsumerRef) (fsm.ConsumerLoad, bool)
 	// Authenticate checks a user's password and returns the user's tags.
 	Authenticate(user, password string) (tags []string, ok bool)
 	// UserExists reports whether a user exists in the applied state (the

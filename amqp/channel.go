@@ -422,6 +422,9 @@ func (ch *channel) carryOut(a actions) {
 	if a.requeue {
 		ch.kick()
 	}
+	for _, k := range a.tune {
+		go ch.askCredit(k)
+	}
 }
 
 // expireHeld runs on the held timer: what the channel held past its

@@ -253,7 +253,7 @@ func TestConsumerTimeout_AckRefusedAfterTheTimeoutIsIgnored(t *testing.T) {
 // (a timeout of 0) is told once, after the consume-ok.
 func TestLedger_ConsumerTimeoutBeforeConsumeOk(t *testing.T) {
 	l := newLedger()
-	l.startConsume("c", 0, false)
+	l.startConsume("c", 0, 0)
 	feed(l, t0, dl("c", 1, 0)) // waits for consume-ok
 	if l.timedOut("c", []uint64{1}) {
 		t.Fatal("a starting consumer reported known: basic.cancel would precede consume-ok")

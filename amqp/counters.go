@@ -20,11 +20,15 @@ type Counters struct {
 	// QueuesDeclared counts the queue.declare (not passive) that
 	// succeeded, whether they created the queue or found it.
 	QueuesDeclared uint64
+	// CreditRaised and CreditLowered count the Credit commands this node
+	// committed for its consumers (credit.go).
+	CreditRaised, CreditLowered uint64
 }
 
 type counters struct {
 	connOpened, connClosed, chOpened, chClosed, confirmed atomic.Uint64
 	returned, dropped, getEmpty, queuesDeclared           atomic.Uint64
+	creditRaised, creditLowered                           atomic.Uint64
 }
 
 // Counters returns the node's counters.
@@ -33,7 +37,7 @@ func (s *Server) Counters() Counters {
 	return Counters{ConnectionsOpened: c.connOpened.Load(), ConnectionsClosed: c.connClosed.Load(),
 		ChannelsOpened: c.chOpened.Load(), ChannelsClosed: c.chClosed.Load(), Confirmed: c.confirmed.Load(),
 		Returned: c.returned.Load(), Dropped: c.dropped.Load(), GetEmpty: c.getEmpty.Load(),
-		QueuesDeclared: c.queuesDeclared.Load()}
+		QueuesDeclared: c.queuesDeclared.Load(), CreditRaised: c.creditRaised.Load(), CreditLowered: c.creditLowered.Load()}
 }
 
 // Counters returns the node's counters.

@@ -158,6 +158,11 @@ func (b *fakeBroker) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
 	return f(ref, tags)
 }
 
+// ConsumerLoad reports no consumer: the fake applies no log.
+func (b *fakeBroker) ConsumerLoad(*proto.ConsumerRef) (fsm.ConsumerLoad, bool) {
+	return fsm.ConsumerLoad{}, false
+}
+
 func (b *fakeBroker) VhostExists(name string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

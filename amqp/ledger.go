@@ -56,6 +56,9 @@ type ledger struct {
 	reclaimedLog map[uint64]bool
 	// closed is set once the channel handed everything to its close.
 	closed bool
+	// tuneAt is when a consumer's credit may next be due for tuning
+	// (credit.go); 0 until the first ack.
+	tuneAt int64
 	// reply is the channel's direct reply-to consumer (replyto.go), nil
 	// when it has none; the log knows nothing of it.
 	reply *replyConsumer
@@ -71,6 +74,8 @@ type actions struct {
 	arm int64
 	// requeue says withheld log tags wait in overdue: wake the worker.
 	requeue bool
+	// tune are consumers whose credit is to be reconsidered (credit.go).
+	tune []creditAsk
 }
 
 // numbered is a delivery to write and its wire tag.
@@ -122,9 +127,10 @@ func (l *ledger) deliver(d *fsm.Delivery, now int64) actions {
 	return a
 }
 
-// startConsume registers consumer tag as starting, with a window when it
-// has look-ahead; false when the channel has a consumer of that tag.
-func (l *ledger) startConsume(tag string, prefetch uint32, lookahead bool) bool {
+// startConsume registers consumer tag as starting, with a window when its
+// credit is above its prefetch (look-ahead); false when the channel has a
+// consumer of that tag.
+func (l *ledger) startConsume(tag string, prefetch, credit uint32) bool {
 	if l.consumers[tag] {
 		return false
 	}
@@ -132,8 +138,8 @@ func (l *ledger) startConsume(tag string, prefetch uint32, lookahead bool) bool 
 		return false
 	}
 	l.starting[tag] = nil
-	if lookahead {
-		l.windows[tag] = &window{prefetch: prefetch}
+	if credit > prefetch {
+		l.windows[tag] = &window{prefetch: prefetch, ctl: creditCtl{base: credit, credit: credit}}
 	}
 	return true
 }
@@ -154,6 +160,7 @@ func (l *ledger) consumed(tag string, registered bool) (active bool, a actions) 
 		return false, a
 	}
 	l.consumers[tag] = true
+	l.tuneAt = 0 // its window's first period starts at the next ack
 	for _, d := range pending {
 		l.offer(&a, d)
 	}
@@ -428,7 +435,11 @@ func (l *ledger) withhold(a *actions, logTag uint64) {
 
 // offer writes d if its consumer has room, else holds it.
 func (l *ledger) offer(a *actions, d *fsm.Delivery) {
-	if w := l.windows[d.Consumer.GetTag()]; w != nil && (w.inflight >= w.prefetch || len(w.held) > 0) {
+	w := l.windows[d.Consumer.GetTag()]
+	if w != nil {
+		w.ctl.assigned(d)
+	}
+	if w != nil && (w.inflight >= w.prefetch || len(w.held) > 0) {
 		w.held = append(w.held, d)
 		l.armHeld(a, d.Deadline)
 		return
@@ -466,6 +477,11 @@ func (l *ledger) refill(a *actions, w *window, now int64) {
 		}
 		a.writes = append(a.writes, numbered{d: d, wire: l.record(d.DeliveryTag, d.Consumer.GetTag(), d.NoAck)})
 	}
+	if w.inflight < w.prefetch {
+		// The client has room and nothing is held for it.
+		w.ctl.starved = true
+	}
+	w.ctl.minHeld = min(w.ctl.minHeld, len(w.held))
 	if len(w.held) == 0 {
 		w.held = nil
 	}
@@ -545,6 +561,7 @@ func (l *ledger) released(a *actions, ws []written, now int64) {
 		l.refill(a, win, now)
 	}
 	l.compactOrder()
+	l.tuneDue(a, now)
 }
 
 // compactOrder drops acknowledged tags from the order once they dominate

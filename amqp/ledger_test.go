@@ -30,13 +30,13 @@ func started(t *testing.T, plain []string, lookahead []string) *ledger {
 	t.Helper()
 	l := newLedger()
 	for _, c := range plain {
-		l.startConsume(c, 0, false)
+		l.startConsume(c, 0, 0)
 		if ok, _ := l.consumed(c, true); !ok {
 			t.Fatalf("consumer %s not active", c)
 		}
 	}
 	for _, c := range lookahead {
-		l.startConsume(c, 2, true)
+		l.startConsume(c, 2, 3)
 		if ok, _ := l.consumed(c, true); !ok {
 			t.Fatalf("consumer %s not active", c)
 		}
@@ -316,7 +316,7 @@ func TestLedger_Close(t *testing.T) {
 // consumer the log cancelled meanwhile, or never registered, gets nothing.
 func TestLedger_ConsumeStart(t *testing.T) {
 	l := newLedger()
-	if !l.startConsume("a", 2, true) || l.startConsume("a", 2, true) {
+	if !l.startConsume("a", 2, 3) || l.startConsume("a", 2, 3) {
 		t.Fatal("a starting tag must be refused a second time")
 	}
 	if got := feed(l, t0, dl("a", 1, 0), dl("a", 2, 0), dl("a", 3, 0)); len(got) != 0 {
@@ -326,11 +326,11 @@ func TestLedger_ConsumeStart(t *testing.T) {
 	if !active || !slices.Equal(writes(a), [][2]uint64{{1, 1}, {2, 2}}) {
 		t.Fatalf("consume-ok: active %v writes %v, want 1 and 2 written, 3 held", active, writes(a))
 	}
-	if l.startConsume("a", 2, true) {
+	if l.startConsume("a", 2, 3) {
 		t.Fatal("an active tag was accepted again")
 	}
 	// Cancelled by the log before consume-ok.
-	l.startConsume("b", 0, false)
+	l.startConsume("b", 0, 0)
 	if known, _ := l.cancelled("b"); !known {
 		t.Fatal("a starting consumer's cancel is news")
 	}
@@ -338,8 +338,8 @@ func TestLedger_ConsumeStart(t *testing.T) {
 		t.Fatal("a consumer the log cancelled is active")
 	}
 	// Refused by the log: the tag is free again.
-	l.startConsume("c", 2, true)
-	if active, _ := l.consumed("c", false); active || !l.startConsume("c", 2, true) {
+	l.startConsume("c", 2, 3)
+	if active, _ := l.consumed("c", false); active || !l.startConsume("c", 2, 3) {
 		t.Fatal("a refused consumer kept its tag")
 	}
 	// The client's cancel gives back what was held; written stays ackable.

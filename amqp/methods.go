@@ -460,7 +460,7 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	ch.mu.Lock()
 	// Deliveries the log assigns before consume-ok is written wait in the
 	// ledger.
-	fresh := ch.led.startConsume(tag, prefetch, credit > prefetch)
+	fresh := ch.led.startConsume(tag, prefetch, credit)
 	ch.mu.Unlock()
 	if !fresh {
 		return wire.ConnError(replycode.NotAllowed, m.ClassID(), m.MethodID(), "attempt to reuse consumer tag '%s'", tag)

@@ -52,6 +52,7 @@ type window struct {
 	prefetch uint32
 	inflight uint32          // written and not yet acknowledged
 	held     []*fsm.Delivery // assigned by the log, not yet written
+	ctl      creditCtl       // the credit the log gives it (credit.go)
 }
 
 // translateAck turns a client's basic.ack, basic.nack or basic.reject into

@@ -135,6 +135,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyConsume(x.Consume)
 	case *proto.Command_Cancel:
 		return s.applyCancel(x.Cancel)
+	case *proto.Command_Credit:
+		return s.applyCredit(x.Credit)
 	case *proto.Command_Settle:
 		return s.applySettle(x.Settle)
 	case *proto.Command_Requeue:

@@ -32,7 +32,8 @@
 //     (PasswordHashAlgorithm, PasswordSaltLen), DelayOf and MaxDelay
 //     (x-delay), the exchange types (DelayedExchangeType and the picking
 //     types, MaxHashWeight), DefaultDeliveryLimit, ReasonDeliveryLimit,
-//     RetryLevel, DefaultConsumerTimeout, LookaheadIdleMs, the vhost
+//     RetryLevel, DefaultConsumerTimeout, LookaheadIdleMs, CreditLevel
+//     and MaxCredit (Credit, ConsumerLoad), the vhost
 //     limits' names (LimitNames, KnownLimit, LimitMaxConnections,
 //     LimitMaxQueues).
 //

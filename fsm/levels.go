@@ -44,7 +44,14 @@ const (
 	// group's dead letters into exchanges it does not hold leave through
 	// its outbox (groups.go).
 	levelGroups uint32 = 13
+	// levelCredit: Credit, a consumer's credit set while it consumes
+	// (apply_credit.go).
+	levelCredit uint32 = 14
 )
+
+// CreditLevel is levelCredit for the node, which sends Credit only once
+// the log it applied is at that level.
+const CreditLevel = levelCredit
 
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
 // once the log it applied is at that level.

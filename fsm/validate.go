@@ -96,7 +96,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  12. VhostLimits: virtual host limits (vhost_limits.go)
 //  13. queue groups: GroupInit, Enqueue, HandOff and HandOffDone; a
 //     queue group's outbox (groups.go)
-const Protocol = 13
+//  14. Credit: a consumer's credit set while it consumes (apply_credit.go)
+const Protocol = 14
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -118,6 +119,7 @@ func init() {
 	for _, k := range []protoreflect.Name{"group_init", "enqueue", "hand_off", "hand_off_done"} {
 		kindProtocol[cmdOneof.Fields().ByName(k).Number()] = levelGroups
 	}
+	kindProtocol[cmdOneof.Fields().ByName("credit").Number()] = levelCredit
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -593,6 +595,11 @@ func (v *validator) command(c *proto.Command) {
 		v.table("arguments", cs.GetArguments(), 0)
 	case *proto.Command_Cancel:
 		v.consumer("consumer", x.Cancel.GetConsumer())
+	case *proto.Command_Credit:
+		v.consumer("consumer", x.Credit.GetConsumer())
+		if c := x.Credit.GetCredit(); c > MaxCredit {
+			v.fail(replycode.PreconditionFailed, "credit %d is above %d", c, MaxCredit)
+		}
 	case *proto.Command_Settle:
 		v.channel("channel", x.Settle.GetChannel())
 		v.tags(len(x.Settle.GetTags()))

@@ -130,6 +130,7 @@ type Command struct {
 	//	*Command_ReleaseDelayed
 	//	*Command_CancelDelayed
 	//	*Command_PurgeDelayed
+	//	*Command_Credit
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
 	//	*Command_GroupInit
@@ -482,6 +483,15 @@ func (x *Command) GetPurgeDelayed() *PurgeDelayed {
 	return nil
 }
 
+func (x *Command) GetCredit() *Credit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_Credit); ok {
+			return x.Credit
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPolicySet() *PolicySet {
 	if x != nil {
 		if x, ok := x.Cmd.(*Command_PolicySet); ok {
@@ -672,6 +682,10 @@ type Command_PurgeDelayed struct {
 	PurgeDelayed *PurgeDelayed `protobuf:"bytes,48,opt,name=purge_delayed,json=purgeDelayed,oneof"`
 }
 
+type Command_Credit struct {
+	Credit *Credit `protobuf:"bytes,49,opt,name=credit,oneof"`
+}
+
 type Command_PolicySet struct {
 	PolicySet *PolicySet `protobuf:"bytes,50,opt,name=policy_set,json=policySet,oneof"`
 }
@@ -761,6 +775,8 @@ func (*Command_ReleaseDelayed) isCommand_Cmd() {}
 func (*Command_CancelDelayed) isCommand_Cmd() {}
 
 func (*Command_PurgeDelayed) isCommand_Cmd() {}
+
+func (*Command_Credit) isCommand_Cmd() {}
 
 func (*Command_PolicySet) isCommand_Cmd() {}
 
@@ -3325,6 +3341,63 @@ func (x *Cancel) GetConsumer() *ConsumerRef {
 	return nil
 }
 
+// Credit sets a consumer's credit (Consume.credit) while it consumes: its
+// node grows the look-ahead to cover what the consumer takes while an ack
+// of it is on its way through the log, and shrinks it back when the
+// consumer holds more than it uses. 0 is the prefetch. Protocol level 13;
+// below it the command changes nothing.
+type Credit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consumer      *ConsumerRef           `protobuf:"bytes,1,opt,name=consumer" json:"consumer,omitempty"`
+	Credit        uint32                 `protobuf:"varint,2,opt,name=credit" json:"credit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Credit) Reset() {
+	*x = Credit{}
+	mi := &file_command_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Credit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Credit) ProtoMessage() {}
+
+func (x *Credit) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Credit.ProtoReflect.Descriptor instead.
+func (*Credit) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Credit) GetConsumer() *ConsumerRef {
+	if x != nil {
+		return x.Consumer
+	}
+	return nil
+}
+
+func (x *Credit) GetCredit() uint32 {
+	if x != nil {
+		return x.Credit
+	}
+	return 0
+}
+
 // Settle is basic.ack.
 type Settle struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -3341,7 +3414,7 @@ type Settle struct {
 
 func (x *Settle) Reset() {
 	*x = Settle{}
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3426,7 @@ func (x *Settle) String() string {
 func (*Settle) ProtoMessage() {}
 
 func (x *Settle) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[35]
+	mi := &file_command_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3439,7 @@ func (x *Settle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settle.ProtoReflect.Descriptor instead.
 func (*Settle) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{35}
+	return file_command_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Settle) GetChannel() *ChannelRef {
@@ -3421,7 +3494,7 @@ type Requeue struct {
 
 func (x *Requeue) Reset() {
 	*x = Requeue{}
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3506,7 @@ func (x *Requeue) String() string {
 func (*Requeue) ProtoMessage() {}
 
 func (x *Requeue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[36]
+	mi := &file_command_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3519,7 @@ func (x *Requeue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Requeue.ProtoReflect.Descriptor instead.
 func (*Requeue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{36}
+	return file_command_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Requeue) GetChannel() *ChannelRef {
@@ -3513,7 +3586,7 @@ type Discard struct {
 
 func (x *Discard) Reset() {
 	*x = Discard{}
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3525,7 +3598,7 @@ func (x *Discard) String() string {
 func (*Discard) ProtoMessage() {}
 
 func (x *Discard) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[37]
+	mi := &file_command_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3538,7 +3611,7 @@ func (x *Discard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Discard.ProtoReflect.Descriptor instead.
 func (*Discard) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{37}
+	return file_command_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Discard) GetChannel() *ChannelRef {
@@ -3580,7 +3653,7 @@ type ChannelClosed struct {
 
 func (x *ChannelClosed) Reset() {
 	*x = ChannelClosed{}
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3665,7 @@ func (x *ChannelClosed) String() string {
 func (*ChannelClosed) ProtoMessage() {}
 
 func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[38]
+	mi := &file_command_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3678,7 @@ func (x *ChannelClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelClosed.ProtoReflect.Descriptor instead.
 func (*ChannelClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{38}
+	return file_command_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ChannelClosed) GetChannel() *ChannelRef {
@@ -3626,7 +3699,7 @@ type ConnectionClosed struct {
 
 func (x *ConnectionClosed) Reset() {
 	*x = ConnectionClosed{}
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3711,7 @@ func (x *ConnectionClosed) String() string {
 func (*ConnectionClosed) ProtoMessage() {}
 
 func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[39]
+	mi := &file_command_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3724,7 @@ func (x *ConnectionClosed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionClosed.ProtoReflect.Descriptor instead.
 func (*ConnectionClosed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{39}
+	return file_command_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ConnectionClosed) GetConnection() *ConnectionRef {
@@ -3671,7 +3744,7 @@ type NodeDown struct {
 
 func (x *NodeDown) Reset() {
 	*x = NodeDown{}
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +3756,7 @@ func (x *NodeDown) String() string {
 func (*NodeDown) ProtoMessage() {}
 
 func (x *NodeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[40]
+	mi := &file_command_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +3769,7 @@ func (x *NodeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDown.ProtoReflect.Descriptor instead.
 func (*NodeDown) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{40}
+	return file_command_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NodeDown) GetNode() string {
@@ -3717,7 +3790,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +3802,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +3815,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Expire) GetQueues() []*QueueRef {
@@ -3771,7 +3844,7 @@ type ConsumerTimeout struct {
 
 func (x *ConsumerTimeout) Reset() {
 	*x = ConsumerTimeout{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +3856,7 @@ func (x *ConsumerTimeout) String() string {
 func (*ConsumerTimeout) ProtoMessage() {}
 
 func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +3869,7 @@ func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeout.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeout) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ConsumerTimeout) GetChannel() *ChannelRef {
@@ -3828,7 +3901,7 @@ type ReleaseDelayed struct {
 
 func (x *ReleaseDelayed) Reset() {
 	*x = ReleaseDelayed{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3840,7 +3913,7 @@ func (x *ReleaseDelayed) String() string {
 func (*ReleaseDelayed) ProtoMessage() {}
 
 func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3853,7 +3926,7 @@ func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDelayed.ProtoReflect.Descriptor instead.
 func (*ReleaseDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReleaseDelayed) GetLimit() uint32 {
@@ -3878,7 +3951,7 @@ type CancelDelayed struct {
 
 func (x *CancelDelayed) Reset() {
 	*x = CancelDelayed{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +3963,7 @@ func (x *CancelDelayed) String() string {
 func (*CancelDelayed) ProtoMessage() {}
 
 func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +3976,7 @@ func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDelayed.ProtoReflect.Descriptor instead.
 func (*CancelDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CancelDelayed) GetVhost() string {
@@ -3941,7 +4014,7 @@ type PurgeDelayed struct {
 
 func (x *PurgeDelayed) Reset() {
 	*x = PurgeDelayed{}
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4026,7 @@ func (x *PurgeDelayed) String() string {
 func (*PurgeDelayed) ProtoMessage() {}
 
 func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4039,7 @@ func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDelayed.ProtoReflect.Descriptor instead.
 func (*PurgeDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{45}
+	return file_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PurgeDelayed) GetVhost() string {
@@ -3994,7 +4067,7 @@ type ExpireQueue struct {
 
 func (x *ExpireQueue) Reset() {
 	*x = ExpireQueue{}
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4006,7 +4079,7 @@ func (x *ExpireQueue) String() string {
 func (*ExpireQueue) ProtoMessage() {}
 
 func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4019,7 +4092,7 @@ func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireQueue.ProtoReflect.Descriptor instead.
 func (*ExpireQueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{46}
+	return file_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExpireQueue) GetQueue() *QueueRef {
@@ -4038,7 +4111,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4050,7 +4123,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4063,7 +4136,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{47}
+	return file_command_proto_rawDescGZIP(), []int{48}
 }
 
 // RestartLeases restarts every queue's x-expires lease at the entry's
@@ -4079,7 +4152,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4164,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4177,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{48}
+	return file_command_proto_rawDescGZIP(), []int{49}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -4123,7 +4196,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4208,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4221,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{49}
+	return file_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -4187,7 +4260,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4199,7 +4272,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4212,7 +4285,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{50}
+	return file_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -4323,7 +4396,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4335,7 +4408,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4348,7 +4421,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{51}
+	return file_command_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4411,7 +4484,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4496,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4509,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{52}
+	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4487,7 +4560,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4572,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4585,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{53}
+	return file_command_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4606,7 +4679,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4691,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4704,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{54}
+	return file_command_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -4705,7 +4778,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xdb\x11\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x88\x12\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -4743,7 +4816,8 @@ const file_command_proto_rawDesc = "" +
 	"\x10consumer_timeout\x18- \x01(\v2\x1a.raftmq.v1.ConsumerTimeoutH\x00R\x0fconsumerTimeout\x12D\n" +
 	"\x0frelease_delayed\x18. \x01(\v2\x19.raftmq.v1.ReleaseDelayedH\x00R\x0ereleaseDelayed\x12A\n" +
 	"\x0ecancel_delayed\x18/ \x01(\v2\x18.raftmq.v1.CancelDelayedH\x00R\rcancelDelayed\x12>\n" +
-	"\rpurge_delayed\x180 \x01(\v2\x17.raftmq.v1.PurgeDelayedH\x00R\fpurgeDelayed\x125\n" +
+	"\rpurge_delayed\x180 \x01(\v2\x17.raftmq.v1.PurgeDelayedH\x00R\fpurgeDelayed\x12+\n" +
+	"\x06credit\x181 \x01(\v2\x11.raftmq.v1.CreditH\x00R\x06credit\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
 	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClear\x125\n" +
@@ -4966,7 +5040,10 @@ const file_command_proto_rawDesc = "" +
 	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\x12\x16\n" +
 	"\x06credit\x18\b \x01(\rR\x06credit\"<\n" +
 	"\x06Cancel\x122\n" +
-	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"\x8c\x01\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"T\n" +
+	"\x06Credit\x122\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\x12\x16\n" +
+	"\x06credit\x18\x02 \x01(\rR\x06credit\"\x8c\x01\n" +
 	"\x06Settle\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
@@ -5084,7 +5161,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -5121,26 +5198,27 @@ var file_command_proto_goTypes = []any{
 	(*Get)(nil),              // 32: raftmq.v1.Get
 	(*Consume)(nil),          // 33: raftmq.v1.Consume
 	(*Cancel)(nil),           // 34: raftmq.v1.Cancel
-	(*Settle)(nil),           // 35: raftmq.v1.Settle
-	(*Requeue)(nil),          // 36: raftmq.v1.Requeue
-	(*Discard)(nil),          // 37: raftmq.v1.Discard
-	(*ChannelClosed)(nil),    // 38: raftmq.v1.ChannelClosed
-	(*ConnectionClosed)(nil), // 39: raftmq.v1.ConnectionClosed
-	(*NodeDown)(nil),         // 40: raftmq.v1.NodeDown
-	(*Expire)(nil),           // 41: raftmq.v1.Expire
-	(*ConsumerTimeout)(nil),  // 42: raftmq.v1.ConsumerTimeout
-	(*ReleaseDelayed)(nil),   // 43: raftmq.v1.ReleaseDelayed
-	(*CancelDelayed)(nil),    // 44: raftmq.v1.CancelDelayed
-	(*PurgeDelayed)(nil),     // 45: raftmq.v1.PurgeDelayed
-	(*ExpireQueue)(nil),      // 46: raftmq.v1.ExpireQueue
-	(*Tick)(nil),             // 47: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 48: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 49: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 50: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 51: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 52: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 53: raftmq.v1.Result
-	(*GetOk)(nil),            // 54: raftmq.v1.GetOk
+	(*Credit)(nil),           // 35: raftmq.v1.Credit
+	(*Settle)(nil),           // 36: raftmq.v1.Settle
+	(*Requeue)(nil),          // 37: raftmq.v1.Requeue
+	(*Discard)(nil),          // 38: raftmq.v1.Discard
+	(*ChannelClosed)(nil),    // 39: raftmq.v1.ChannelClosed
+	(*ConnectionClosed)(nil), // 40: raftmq.v1.ConnectionClosed
+	(*NodeDown)(nil),         // 41: raftmq.v1.NodeDown
+	(*Expire)(nil),           // 42: raftmq.v1.Expire
+	(*ConsumerTimeout)(nil),  // 43: raftmq.v1.ConsumerTimeout
+	(*ReleaseDelayed)(nil),   // 44: raftmq.v1.ReleaseDelayed
+	(*CancelDelayed)(nil),    // 45: raftmq.v1.CancelDelayed
+	(*PurgeDelayed)(nil),     // 46: raftmq.v1.PurgeDelayed
+	(*ExpireQueue)(nil),      // 47: raftmq.v1.ExpireQueue
+	(*Tick)(nil),             // 48: raftmq.v1.Tick
+	(*RestartLeases)(nil),    // 49: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 50: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 51: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 52: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 53: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 54: raftmq.v1.Result
+	(*GetOk)(nil),            // 55: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -5162,70 +5240,72 @@ var file_command_proto_depIdxs = []int32{
 	32, // 16: raftmq.v1.Command.get:type_name -> raftmq.v1.Get
 	33, // 17: raftmq.v1.Command.consume:type_name -> raftmq.v1.Consume
 	34, // 18: raftmq.v1.Command.cancel:type_name -> raftmq.v1.Cancel
-	35, // 19: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
-	36, // 20: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
-	37, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
-	38, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
-	39, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
-	40, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
-	41, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
-	46, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
-	47, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	48, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	49, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
-	42, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
-	43, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
-	44, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
-	45, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
-	51, // 34: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	52, // 35: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	29, // 36: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
-	28, // 37: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
-	30, // 38: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
-	31, // 39: raftmq.v1.Command.hand_off_done:type_name -> raftmq.v1.HandOffDone
-	3,  // 40: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 41: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 42: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 43: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 44: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 45: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 46: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 47: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 48: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 49: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 50: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 51: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 52: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 53: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 54: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 55: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 56: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 57: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 58: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 59: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	11, // 60: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
-	3,  // 61: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
-	28, // 62: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
-	3,  // 63: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 64: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 65: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 66: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 67: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 68: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 69: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 70: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 71: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 72: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 73: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 74: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	50, // 75: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	54, // 76: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 77: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	78, // [78:78] is the sub-list for method output_type
-	78, // [78:78] is the sub-list for method input_type
-	78, // [78:78] is the sub-list for extension type_name
-	78, // [78:78] is the sub-list for extension extendee
-	0,  // [0:78] is the sub-list for field type_name
+	36, // 19: raftmq.v1.Command.settle:type_name -> raftmq.v1.Settle
+	37, // 20: raftmq.v1.Command.requeue:type_name -> raftmq.v1.Requeue
+	38, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
+	39, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
+	40, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
+	41, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
+	42, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
+	47, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
+	48, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
+	49, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	50, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	43, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
+	44, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
+	45, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
+	46, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
+	35, // 34: raftmq.v1.Command.credit:type_name -> raftmq.v1.Credit
+	52, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	53, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	29, // 37: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
+	28, // 38: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
+	30, // 39: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
+	31, // 40: raftmq.v1.Command.hand_off_done:type_name -> raftmq.v1.HandOffDone
+	3,  // 41: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 42: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 43: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 44: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 45: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 46: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 47: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 48: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 49: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 50: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 51: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 52: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 53: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 54: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 55: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 56: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 57: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 58: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 59: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 60: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	11, // 61: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
+	3,  // 62: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
+	28, // 63: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
+	3,  // 64: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 65: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 66: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 67: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	4,  // 68: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 69: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 70: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 71: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 72: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 73: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 74: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 75: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 76: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	51, // 77: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	55, // 78: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 79: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	80, // [80:80] is the sub-list for method output_type
+	80, // [80:80] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -5267,6 +5347,7 @@ func file_command_proto_init() {
 		(*Command_ReleaseDelayed)(nil),
 		(*Command_CancelDelayed)(nil),
 		(*Command_PurgeDelayed)(nil),
+		(*Command_Credit)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
 		(*Command_GroupInit)(nil),
@@ -5300,7 +5381,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -56,7 +56,7 @@ type Metrics struct {
 	ready, unacked, readyBytes, overdue, queues, consumers                 *prometheus.Desc
 	connections, channels                                                  *prometheus.Desc
 	qReady, qUnacked, qConsumers, qReadyBytes                              *prometheus.Desc
-	delayed, xDelayed, released, lateness                                  *prometheus.Desc
+	delayed, xDelayed, released, lateness, creditRaised, creditLowered     *prometheus.Desc
 }
 
 // New returns the collector of o.Node registered, with the Go and
@@ -81,36 +81,38 @@ func New(o Options) *Metrics {
 			Help:    "Time from proposing a command to this node having applied it.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
-		raftState:    d("raft_state", "1 for the raft state this node is in.", "state"),
-		term:         d("raft_term", "Current raft term."),
-		commit:       d("raft_commit_index", "Raft commit index."),
-		applied:      d("raft_applied_index", "Raft applied index."),
-		lastLog:      d("raft_last_log_index", "Index of the last raft log entry."),
-		logSize:      d("raft_log_size_bytes", "Size of the raft log on disk."),
-		hasLeader:    d("raft_leader_known", "1 when this node knows a leader."),
-		members:      d("cluster_members", "Members of the cluster by health (suspect: the raft leader does not reach it).", "health"),
-		clock:        d("log_clock_seconds", "Log time of the last applied entry (unix seconds)."),
-		published:    d("messages_published_total", "Messages published."),
-		delivered:    d("messages_delivered_total", "Messages delivered to consumers or basic.get."),
-		acked:        d("messages_acked_total", "Messages acknowledged."),
-		expired:      d("messages_expired_total", "Messages whose TTL ran out."),
-		deadLettered: d("messages_dead_lettered_total", "Messages dead-lettered."),
-		dropped:      d("messages_dropped_total", "Messages dropped by max-length overflow, refused by reject-publish queues, or rejected by clients without requeue."),
-		ready:        d("messages_ready", "Messages ready for delivery, all queues."),
-		unacked:      d("messages_unacked", "Messages delivered and not yet acknowledged, all queues."),
-		readyBytes:   d("messages_ready_bytes", "Body bytes of ready messages, all queues."),
-		overdue:      d("messages_overdue", "Messages past their deadline not yet expired by the log."),
-		queues:       d("queues", "Queues."),
-		consumers:    d("consumers", "Consumers."),
-		connections:  d("connections", "AMQP connections to this node."),
-		channels:     d("channels", "AMQP channels on this node."),
-		qReady:       d("queue_messages_ready", "Messages ready in a queue.", "vhost", "queue"),
-		qUnacked:     d("queue_messages_unacked", "Messages unacknowledged in a queue.", "vhost", "queue"),
-		qConsumers:   d("queue_consumers", "Consumers of a queue.", "vhost", "queue"),
-		qReadyBytes:  d("queue_messages_ready_bytes", "Body bytes of ready messages in a queue.", "vhost", "queue"),
-		delayed:      d("messages_delayed", "Messages waiting in x-delayed-message exchanges, all exchanges."),
-		xDelayed:     d("exchange_messages_delayed", "Messages waiting in an x-delayed-message exchange.", "vhost", "exchange"),
-		released:     d("delayed_messages_released_total", "Delayed messages released (routed at their due time), as this node applied them since it started."),
+		raftState:     d("raft_state", "1 for the raft state this node is in.", "state"),
+		term:          d("raft_term", "Current raft term."),
+		commit:        d("raft_commit_index", "Raft commit index."),
+		applied:       d("raft_applied_index", "Raft applied index."),
+		lastLog:       d("raft_last_log_index", "Index of the last raft log entry."),
+		logSize:       d("raft_log_size_bytes", "Size of the raft log on disk."),
+		hasLeader:     d("raft_leader_known", "1 when this node knows a leader."),
+		members:       d("cluster_members", "Members of the cluster by health (suspect: the raft leader does not reach it).", "health"),
+		clock:         d("log_clock_seconds", "Log time of the last applied entry (unix seconds)."),
+		published:     d("messages_published_total", "Messages published."),
+		delivered:     d("messages_delivered_total", "Messages delivered to consumers or basic.get."),
+		acked:         d("messages_acked_total", "Messages acknowledged."),
+		expired:       d("messages_expired_total", "Messages whose TTL ran out."),
+		deadLettered:  d("messages_dead_lettered_total", "Messages dead-lettered."),
+		dropped:       d("messages_dropped_total", "Messages dropped by max-length overflow, refused by reject-publish queues, or rejected by clients without requeue."),
+		ready:         d("messages_ready", "Messages ready for delivery, all queues."),
+		unacked:       d("messages_unacked", "Messages delivered and not yet acknowledged, all queues."),
+		readyBytes:    d("messages_ready_bytes", "Body bytes of ready messages, all queues."),
+		overdue:       d("messages_overdue", "Messages past their deadline not yet expired by the log."),
+		queues:        d("queues", "Queues."),
+		consumers:     d("consumers", "Consumers."),
+		connections:   d("connections", "AMQP connections to this node."),
+		channels:      d("channels", "AMQP channels on this node."),
+		qReady:        d("queue_messages_ready", "Messages ready in a queue.", "vhost", "queue"),
+		qUnacked:      d("queue_messages_unacked", "Messages unacknowledged in a queue.", "vhost", "queue"),
+		qConsumers:    d("queue_consumers", "Consumers of a queue.", "vhost", "queue"),
+		qReadyBytes:   d("queue_messages_ready_bytes", "Body bytes of ready messages in a queue.", "vhost", "queue"),
+		delayed:       d("messages_delayed", "Messages waiting in x-delayed-message exchanges, all exchanges."),
+		xDelayed:      d("exchange_messages_delayed", "Messages waiting in an x-delayed-message exchange.", "vhost", "exchange"),
+		creditRaised:  d("consumer_credit_raised_total", "Times this node raised a consumer's credit through the log (its look-ahead grew to cover its acks' round trip)."),
+		creditLowered: d("consumer_credit_lowered_total", "Times this node lowered a consumer's credit through the log (it held more than it used)."),
+		released:      d("delayed_messages_released_total", "Delayed messages released (routed at their due time), as this node applied them since it started."),
 		lateness: d("delayed_release_lateness_seconds", "How late delayed messages were released: the release entry's log time minus their due time, "+
 			"as this node applied them since it started."),
 	}
@@ -144,7 +146,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		m.published, m.delivered, m.acked, m.expired, m.deadLettered, m.dropped,
 		m.ready, m.unacked, m.readyBytes, m.overdue, m.queues, m.consumers,
 		m.connections, m.channels, m.qReady, m.qUnacked, m.qConsumers, m.qReadyBytes,
-		m.delayed, m.xDelayed, m.released, m.lateness,
+		m.delayed, m.xDelayed, m.released, m.lateness, m.creditRaised, m.creditLowered,
 	} {
 		ch <- d
 	}
@@ -221,6 +223,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(m.connections, float64(conns))
 	gauge(m.channels, float64(chans))
+	if m.o.Counters != nil {
+		nc := m.o.Counters()
+		counter(m.creditRaised, nc.CreditRaised)
+		counter(m.creditLowered, nc.CreditLowered)
+	}
 
 	var clock int64
 	type qrow struct {

@@ -246,4 +246,5 @@ type NodeCounters struct {
 	Returned, Dropped                    uint64
 	GetEmpty                             uint64
 	QueuesDeclared                       uint64
+	CreditRaised, CreditLowered          uint64
 }

@@ -104,6 +104,13 @@ func (b *Broker) Unacked(ch *proto.ChannelRef, tags []uint64) (out []uint64) {
 	return out
 }
 
+// ConsumerLoad returns what the applied state holds of a consumer's credit
+// and its queue.
+func (b *Broker) ConsumerLoad(ref *proto.ConsumerRef) (l fsm.ConsumerLoad, ok bool) {
+	b.node.View(func(m *fsm.Machine) { l, ok = m.ConsumerLoad(ref) })
+	return l, ok
+}
+
 // VhostExists reports whether a vhost exists in the applied state.
 func (b *Broker) VhostExists(name string) (ok bool) {
 	b.node.View(func(m *fsm.Machine) { ok = m.VhostExists(name) })

@@ -112,7 +112,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.DefaultUser, "default-user", "guest", "user created when a new cluster bootstraps")
 	fs.StringVar(&c.DefaultPassword, "default-password", "guest", "password of the default user")
 	fs.IntVar(&c.MaxMessageSize, "max-message-size", amqp.DefaultMaxMessageSize, "largest message body accepted, in bytes (at most 134217728, 128 MiB)")
-	fs.IntVar(&c.Lookahead, "consumer-lookahead", 10, "a consumer with a prefetch of at least 10 may be assigned this many times its prefetch beyond it, held by its node and written as it acks (at most 2,000 more); 0 turns it off")
+	fs.IntVar(&c.Lookahead, "consumer-lookahead", 10, "a consumer with a prefetch of at least 10 may be assigned this many times its prefetch beyond it, held by its node and written as it acks (at most 2,000 more; from protocol level 14 it grows while the consumer acks faster than its credit returns); 0 turns it off")
 	fs.Int64Var(&c.ConsumerTimeout, "consumer-timeout", 1800000, "ms a delivery may stay unacknowledged before its consumer is cancelled, or its channel closed with 406 for a client without consumer_cancel_notify (RabbitMQ's consumer_timeout), unless its queue sets x-consumer-timeout or a consumer-timeout policy; 0 means none")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")

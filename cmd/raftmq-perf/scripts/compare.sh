@@ -88,6 +88,7 @@ for s in "${systems[@]}"; do
 one-publisher -producers 1 -consumers 1 -duration $duration -queue c1
 cpu-200k -producers 1 -consumers 1 -count 200000 -duration 10m -queue cc
 four-publishers -producers 4 -consumers 1 -duration $duration -queue c4
+sixteen-publishers -producers 16 -consumers 1 -duration $duration -queue c16
 four-publishers-20k -producers 4 -consumers 1 -rate 5150 -duration $duration -queue c4r
 paced-1000 -producers 1 -consumers 1 -rate 1000 -duration $duration -queue cp
 expiry-100k -mode expiry -count 100000 -ttl 2s -queue ce
