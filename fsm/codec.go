@@ -150,6 +150,9 @@ func (s *state) encodeTo(e *enc) {
 	if e.has(formatVhostLimits) {
 		encLimits(e, s)
 	}
+	if e.has(formatQueueGroups) {
+		encGroups(e, s)
+	}
 	e.flushBytes()
 }
 
@@ -532,6 +535,9 @@ func decodeState(b []byte) (*state, error) {
 		return nil, errCorrupt
 	}
 	if d.has(formatVhostLimits) && !decLimits(d, s) {
+		return nil, errCorrupt
+	}
+	if d.has(formatQueueGroups) && !decGroups(d, s) {
 		return nil, errCorrupt
 	}
 	if d.err != nil {

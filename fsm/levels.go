@@ -40,6 +40,9 @@ const (
 	// levelVhostLimits: VhostLimits, the vhosts' max-connections and
 	// max-queues (vhost_limits.go).
 	levelVhostLimits uint32 = 12
+	// levelQueueGroups: QueueGroups, the queue groups of the cluster
+	// (queue_groups.go).
+	levelQueueGroups uint32 = 13
 )
 
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
@@ -74,8 +77,10 @@ const (
 	formatRetry format = 9
 	// formatVhostLimits adds the vhosts' limits.
 	formatVhostLimits format = 10
+	// formatQueueGroups adds the queue groups.
+	formatQueueGroups format = 11
 
-	snapVersion = formatVhostLimits
+	snapVersion = formatQueueGroups
 )
 
 // formatFor is the format a state at level writes: the newest one a node
@@ -83,8 +88,8 @@ const (
 // levelDelayed no exchange holds delayed messages and format 7 says as
 // much, so a node of the release before, still in the cluster during a
 // rolling upgrade, can restore it; likewise below levelRetry nothing
-// waits for a delayed retry, and below levelVhostLimits no vhost has
-// limits.
+// waits for a delayed retry, below levelVhostLimits no vhost has
+// limits, and below levelQueueGroups the log names no queue group.
 func formatFor(level uint32) format {
 	switch {
 	case level < levelDelayed:
@@ -93,6 +98,8 @@ func formatFor(level uint32) format {
 		return formatRetry - 1
 	case level < levelVhostLimits:
 		return formatVhostLimits - 1
+	case level < levelQueueGroups:
+		return formatQueueGroups - 1
 	}
 	return snapVersion
 }

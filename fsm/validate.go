@@ -94,7 +94,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  11. x-consistent-hash, x-modulus-hash and x-local-random exchanges
 //     (apply_pick.go)
 //  12. VhostLimits: virtual host limits (vhost_limits.go)
-const Protocol = 12
+//  13. QueueGroups: the queue groups a cluster runs (queue_groups.go)
+const Protocol = 13
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -113,6 +114,7 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("cancel_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("purge_delayed").Number()] = levelDelayed
 	kindProtocol[cmdOneof.Fields().ByName("vhost_limits").Number()] = levelVhostLimits
+	kindProtocol[cmdOneof.Fields().ByName("queue_groups").Number()] = levelQueueGroups
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -643,6 +645,8 @@ func (v *validator) command(c *proto.Command) {
 		}
 	case *proto.Command_VhostLimits:
 		v.vhostLimits(x.VhostLimits)
+	case *proto.Command_QueueGroups:
+		v.queueGroups(x.QueueGroups)
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)

@@ -99,12 +99,13 @@ func validCommands() []*proto.Command {
 		fsmtest.ReleaseDelayed(fsm.DelayedReleaseBatch),
 		fsmtest.CancelDelayed("/", "dx", 7),
 		fsmtest.PurgeDelayed("/", "dx"),
+		queueGroupsCmd(queueGroup("g1", "n1", "n2", "n3")),
 	}
 }
 
 // laterKinds are the kinds introduced after the first protocol, with the
 // protocol of each.
-var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6, "vhost_limits": 12}
+var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6, "vhost_limits": 12, "queue_groups": 13}
 
 // oneofKinds lists the Command oneof's fields.
 func oneofKinds() []protoreflect.FieldDescriptor {

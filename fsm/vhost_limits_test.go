@@ -152,7 +152,7 @@ func TestVhostLimits_SnapshotFormatFollowsLevel(t *testing.T) {
 	if b[4] != 9 {
 		t.Fatalf("a level 11 state wrote snapshot format %d, want 9", b[4])
 	}
-	m := fsmtest.New(t)
+	m := fsmtest.NewAt(t, 12)
 	applyOK(t, m, 2, limitsCmd("/", true, nil, "max-queues", 1))
 	if b, _ := snapshotBytes(t, m); b[4] != 10 {
 		t.Fatalf("a level 12 state wrote snapshot format %d, want 10", b[4])

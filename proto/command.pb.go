@@ -132,6 +132,7 @@ type Command struct {
 	//	*Command_PurgeDelayed
 	//	*Command_PolicySet
 	//	*Command_PolicyClear
+	//	*Command_QueueGroups
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -496,6 +497,15 @@ func (x *Command) GetPolicyClear() *PolicyClear {
 	return nil
 }
 
+func (x *Command) GetQueueGroups() *QueueGroups {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_QueueGroups); ok {
+			return x.QueueGroups
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -640,6 +650,10 @@ type Command_PolicyClear struct {
 	PolicyClear *PolicyClear `protobuf:"bytes,51,opt,name=policy_clear,json=policyClear,oneof"`
 }
 
+type Command_QueueGroups struct {
+	QueueGroups *QueueGroups `protobuf:"bytes,60,opt,name=queue_groups,json=queueGroups,oneof"`
+}
+
 func (*Command_VhostPut) isCommand_Cmd() {}
 
 func (*Command_VhostDelete) isCommand_Cmd() {}
@@ -709,6 +723,8 @@ func (*Command_PurgeDelayed) isCommand_Cmd() {}
 func (*Command_PolicySet) isCommand_Cmd() {}
 
 func (*Command_PolicyClear) isCommand_Cmd() {}
+
+func (*Command_QueueGroups) isCommand_Cmd() {}
 
 // ConnectionRef names one client connection: the node it is connected to and
 // a connection id unique on that node across restarts.
@@ -3715,6 +3731,163 @@ func (*Tick) Descriptor() ([]byte, []int) {
 	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
+// QueueGroups creates the queue groups it names that the log does not
+// hold yet; a group the log holds keeps its members. The metadata
+// group's leader proposes it, with every member's raft address, so
+// that each member bootstraps its group with the same configuration.
+type QueueGroups struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*QueueGroup          `protobuf:"bytes,1,rep,name=groups" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGroups) Reset() {
+	*x = QueueGroups{}
+	mi := &file_command_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGroups) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGroups) ProtoMessage() {}
+
+func (x *QueueGroups) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGroups.ProtoReflect.Descriptor instead.
+func (*QueueGroups) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *QueueGroups) GetGroups() []*QueueGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// QueueGroup is one queue group: its id (a directory name, as
+// cluster/group's ValidID) and its members, the first the one meant to
+// lead it.
+type QueueGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id" json:"id,omitempty"`
+	Members       []*QueueGroupMember    `protobuf:"bytes,2,rep,name=members" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGroup) Reset() {
+	*x = QueueGroup{}
+	mi := &file_command_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGroup) ProtoMessage() {}
+
+func (x *QueueGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGroup.ProtoReflect.Descriptor instead.
+func (*QueueGroup) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *QueueGroup) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueGroup) GetMembers() []*QueueGroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// QueueGroupMember is a member of a queue group: a node id and its raft
+// address.
+type QueueGroupMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id" json:"id,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGroupMember) Reset() {
+	*x = QueueGroupMember{}
+	mi := &file_command_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGroupMember) ProtoMessage() {}
+
+func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGroupMember.ProtoReflect.Descriptor instead.
+func (*QueueGroupMember) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *QueueGroupMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueGroupMember) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
 // RestartLeases restarts every queue's x-expires lease at the entry's
 // stamp, as if each queue had just been used. A leader proposes it when
 // the cluster was down (a quorum of voters started after the last entry):
@@ -3728,7 +3901,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3913,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3926,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{47}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -3772,7 +3945,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3957,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3970,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{45}
+	return file_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -3836,7 +4009,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +4021,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +4034,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{46}
+	return file_command_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -3972,7 +4145,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +4157,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +4170,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{47}
+	return file_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4060,7 +4233,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4245,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4258,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{48}
+	return file_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4136,7 +4309,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4321,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4334,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{49}
+	return file_command_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4255,7 +4428,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4440,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4453,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{50}
+	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -4354,7 +4527,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x85\x10\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xc2\x10\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -4395,7 +4568,8 @@ const file_command_proto_rawDesc = "" +
 	"\rpurge_delayed\x180 \x01(\v2\x17.raftmq.v1.PurgeDelayedH\x00R\fpurgeDelayed\x125\n" +
 	"\n" +
 	"policy_set\x182 \x01(\v2\x14.raftmq.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
-	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClearB\x05\n" +
+	"\fpolicy_clear\x183 \x01(\v2\x16.raftmq.v1.PolicyClearH\x00R\vpolicyClear\x12;\n" +
+	"\fqueue_groups\x18< \x01(\v2\x16.raftmq.v1.QueueGroupsH\x00R\vqueueGroupsB\x05\n" +
 	"\x03cmd\"C\n" +
 	"\rConnectionRef\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
@@ -4633,7 +4807,16 @@ const file_command_proto_rawDesc = "" +
 	"\bexchange\x18\x02 \x01(\tR\bexchange\"8\n" +
 	"\vExpireQueue\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftmq.v1.QueueRefR\x05queue\"\x06\n" +
-	"\x04Tick\"\x0f\n" +
+	"\x04Tick\"<\n" +
+	"\vQueueGroups\x12-\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.raftmq.v1.QueueGroupR\x06groups\"S\n" +
+	"\n" +
+	"QueueGroup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
+	"\amembers\x18\x02 \x03(\v2\x1b.raftmq.v1.QueueGroupMemberR\amembers\"6\n" +
+	"\x10QueueGroupMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x0f\n" +
 	"\rRestartLeases\"#\n" +
 	"\vSetProtocol\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\rR\x05level\"\x88\x05\n" +
@@ -4707,7 +4890,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -4753,13 +4936,16 @@ var file_command_proto_goTypes = []any{
 	(*PurgeDelayed)(nil),     // 41: raftmq.v1.PurgeDelayed
 	(*ExpireQueue)(nil),      // 42: raftmq.v1.ExpireQueue
 	(*Tick)(nil),             // 43: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 44: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 45: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 46: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 47: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 48: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 49: raftmq.v1.Result
-	(*GetOk)(nil),            // 50: raftmq.v1.GetOk
+	(*QueueGroups)(nil),      // 44: raftmq.v1.QueueGroups
+	(*QueueGroup)(nil),       // 45: raftmq.v1.QueueGroup
+	(*QueueGroupMember)(nil), // 46: raftmq.v1.QueueGroupMember
+	(*RestartLeases)(nil),    // 47: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 48: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 49: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 50: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 51: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 52: raftmq.v1.Result
+	(*GetOk)(nil),            // 53: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -4790,54 +4976,57 @@ var file_command_proto_depIdxs = []int32{
 	37, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
 	42, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
 	43, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	44, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	45, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	47, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	48, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
 	38, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
 	39, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
 	40, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
 	41, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
-	47, // 34: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	48, // 35: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
-	3,  // 36: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 37: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 38: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 39: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 40: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 41: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 42: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 43: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 44: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 45: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 46: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 47: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 48: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 49: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 50: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 51: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 52: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 53: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 54: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 55: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 56: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 57: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 58: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 59: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 60: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 61: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 62: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 63: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 64: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 65: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 66: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 67: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	46, // 68: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	50, // 69: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 70: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	50, // 34: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	51, // 35: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	44, // 36: raftmq.v1.Command.queue_groups:type_name -> raftmq.v1.QueueGroups
+	3,  // 37: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 38: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 39: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 40: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 41: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 42: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 43: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 44: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 45: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 46: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 47: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 48: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 49: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 50: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 51: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 52: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 53: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 54: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 55: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 56: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 57: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 58: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 59: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 60: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 61: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 62: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 63: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 64: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 65: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 66: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 67: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 68: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	45, // 69: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
+	46, // 70: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
+	49, // 71: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	53, // 72: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 73: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	74, // [74:74] is the sub-list for method output_type
+	74, // [74:74] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -4881,6 +5070,7 @@ func file_command_proto_init() {
 		(*Command_PurgeDelayed)(nil),
 		(*Command_PolicySet)(nil),
 		(*Command_PolicyClear)(nil),
+		(*Command_QueueGroups)(nil),
 	}
 	file_command_proto_msgTypes[8].OneofWrappers = []any{
 		(*Value_Bool)(nil),
@@ -4908,7 +5098,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
