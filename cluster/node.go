@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +25,9 @@ type Node struct {
 	// the adapter that applies its log to state, and the way into the
 	// log (submitter, group commit, forwarding stream).
 	group *group.Group
+	// queueGroups are the queue groups this node is a member of, and the
+	// mux that shares the raft port among all its groups (groups.go).
+	queueGroups
 
 	// The node's other parts, each declared beside the code that owns it.
 	membership   // who is in the cluster and whom this node reaches (gossip.go)
@@ -108,9 +110,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.publishReach()
 	go n.watchQuorum()
+	go n.runQueueGroups()
 	n.loadPeers()
 	if len(n.joinSeeds()) > 0 {
 		n.wg.Add(1)
@@ -134,31 +137,19 @@ func (n *Node) startRaft() error {
 	hlog := newHCLogger(n.log.With("subsystem", "raft"))
 	var err error
 	n.group, err = group.Open(group.Config{
-		ID:      cfg.NodeID,
-		Dir:     cfg.DataDir,
-		Storage: group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes, InlineMax: cfg.inlineMax},
-		Raft: group.RaftTimings{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
-			LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout, SnapshotThreshold: cfg.SnapshotThreshold,
-			SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs},
+		ID:                     cfg.NodeID,
+		GroupID:                group.DefaultID,
+		Dir:                    cfg.DataDir,
+		Storage:                group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes, InlineMax: cfg.inlineMax},
+		Raft:                   n.raftTimings(),
 		ScaleSnapshotThreshold: cfg.scaleSnapshotThreshold,
 		NotifyCh:               n.notifyCh,
 		Logger:                 n.log,
 		RaftLogger:             hlog,
 		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log,
 			Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
-		Pipeline: group.PipelineConfig{
-			MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
-			MaxMessageSize:  cfg.MaxMessageSize,
-			LeaderWait:      cfg.LeaderWait,
-			Leading:         func() bool { return n.lead.Load() != nil },
-			Stamp:           n.stamp.next,
-			CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
-			ClusterProtocol: n.clusterProtocol,
-			Leader:          n.waitLeader,
-			Changed:         n.changed.wait,
-			Dial:            n.dialInternal,
-		},
-		Closing: n.closing,
+		Pipeline: n.pipeline(func() bool { return n.lead.Load() != nil }, n.changed.wait, n.waitLeader),
+		Closing:  n.closing,
 	})
 	if err != nil {
 		return err
@@ -177,8 +168,16 @@ func (n *Node) startRaft() error {
 		layer.tls = n.tlsServerConfig()
 		layer.dial = n.dialTLS
 	}
+	// Every group of the node shares the one raft port; the metadata
+	// group's layer is headerless, so a node of a release before queue
+	// groups talks to it as it always did.
+	n.mux = group.NewMux(layer, group.MuxConfig{Logger: n.log})
+	meta, err := n.mux.Layer(group.DefaultID)
+	if err != nil {
+		return err
+	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  layer,
+		Stream:  meta,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  hlog,
@@ -215,6 +214,34 @@ func (n *Node) startRaft() error {
 		}
 	}()
 	return nil
+}
+
+// raftTimings are raft's settings for every group of the node.
+func (n *Node) raftTimings() group.RaftTimings {
+	cfg := &n.cfg
+	return group.RaftTimings{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+		LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout, SnapshotThreshold: cfg.SnapshotThreshold,
+		SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs}
+}
+
+// pipeline is the way into a group's log as the node gives it: the
+// node's bounds, stamps, protocols and dial, with the group's own
+// leadership (leading), its changes and where its leader is.
+func (n *Node) pipeline(leading func() bool, changed func() <-chan struct{},
+	leader func(context.Context, time.Time) (group.Target, error)) group.PipelineConfig {
+	cfg := &n.cfg
+	return group.PipelineConfig{
+		MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
+		MaxMessageSize:  cfg.MaxMessageSize,
+		LeaderWait:      cfg.LeaderWait,
+		Leading:         leading,
+		Stamp:           n.stamp.next,
+		CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
+		ClusterProtocol: n.clusterProtocol,
+		Leader:          leader,
+		Changed:         changed,
+		Dial:            n.dialInternal,
+	}
 }
 
 // bootstrap writes the first raft configuration.
@@ -356,39 +383,19 @@ func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
 	return n.group.Applied().Wait(ctx, n.closing, index)
 }
 
-// Stats is a summary of the node's raft state.
+// Stats is a summary of the node's raft state (its metadata group's).
 type Stats struct {
-	State             string
-	Term              uint64
-	CommitIndex       uint64
-	AppliedIndex      uint64 // raft's applied index
-	FSMIndex          uint64 // the state machine's applied index
-	LastLogIndex      uint64
-	LastSnapshotIndex uint64
-	LastContact       string
-	LeaderID          string
-	LeaderAddr        string
+	RaftStats
+	LeaderID   string
+	LeaderAddr string
 	// ClockMs is the state machine's log clock.
 	ClockMs int64
 }
 
 // Stats returns the node's raft state, term and indexes.
 func (n *Node) Stats() Stats {
-	m := n.group.Raft().Stats()
-	u := func(k string) uint64 {
-		v, _ := strconv.ParseUint(m[k], 10, 64)
-		return v
-	}
-	s := Stats{
-		State:             m["state"],
-		Term:              u("term"),
-		CommitIndex:       u("commit_index"),
-		AppliedIndex:      u("applied_index"),
-		LastLogIndex:      u("last_log_index"),
-		LastSnapshotIndex: u("last_snapshot_index"),
-		LastContact:       m["last_contact"],
-		FSMIndex:          n.AppliedIndex(),
-	}
+	s := Stats{RaftStats: raftStats(n.group.Raft())}
+	s.FSMIndex = n.AppliedIndex()
 	s.LeaderID, s.LeaderAddr = n.Leader()
 	n.View(func(m *fsm.Machine) { s.ClockMs = m.Clock() })
 	return s
@@ -517,10 +524,10 @@ func (n *Node) Close() error {
 	n.out.abort()
 	n.group.Forwarder().Close()
 	n.replyConns.close()
-	var err error
+	err := n.shutdownQueueGroups()
 	if n.group != nil {
 		if f := n.group.Shutdown(); f != nil {
-			err = f.Error()
+			err = errors.Join(err, f.Error())
 		}
 	}
 	if n.list != nil {
@@ -542,9 +549,13 @@ func (n *Node) cleanup() {
 			_ = f.Error()
 		}
 	}
+	n.closeQueueGroups()
 	if n.trans != nil {
 		_ = n.trans.Close()
 		n.trans.CloseStreams()
+	}
+	if n.mux != nil {
+		_ = n.mux.Close() // the raft listener
 	}
 	if n.group != nil {
 		n.group.Close() // its body store and storage

@@ -70,16 +70,24 @@ func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto
 	return n.group.Submitter().SubmitBatch(ctx, cmds)
 }
 
-// waitLeader returns where commands go now, waiting for a leader (and its
-// gRPC address) until the deadline.
+// waitLeader returns where the metadata group's commands go now,
+// waiting for a leader (and its gRPC address) until the deadline.
 func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (group.Target, error) {
+	return n.awaitLeader(ctx, deadline, n.group, func() bool { return n.lead.Load() != nil }, n.changed)
+}
+
+// awaitLeader returns where the commands of g go now: this node while
+// leading says it is a ready leader, else the leader raft knows of at
+// its gRPC address from gossip; it waits for one until the deadline,
+// looking again when changed signals.
+func (n *Node) awaitLeader(ctx context.Context, deadline time.Time, g *group.Group, leading func() bool, changed *broadcast) (group.Target, error) {
 	for {
-		wait := n.changed.wait()
-		if n.lead.Load() != nil {
+		wait := changed.wait()
+		if leading() {
 			return group.Target{Self: true}, nil
 		}
-		if n.group.Raft().State() != raft.Leader {
-			_, id := n.group.Raft().LeaderWithID()
+		if g.Raft().State() != raft.Leader {
+			_, id := g.Raft().LeaderWithID()
 			if id != "" && string(id) != n.cfg.NodeID {
 				if m, ok := n.members.get(string(id)); ok && m.meta.GetGrpcAddr() != "" {
 					return group.Target{ID: string(id), Addr: m.meta.GetGrpcAddr()}, nil

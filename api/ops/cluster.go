@@ -53,6 +53,19 @@ func (c clusterNode) RaftStats() RaftStats {
 	}
 }
 
+// Groups implements GroupLister.
+func (c clusterNode) Groups() []*proto.GroupStatus {
+	gs := c.n.Groups()
+	out := make([]*proto.GroupStatus, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, &proto.GroupStatus{
+			Id: g.ID, Members: g.Members, LeaderId: g.LeaderID, RaftState: g.Stats.State, Term: g.Stats.Term,
+			CommitIndex: g.Stats.CommitIndex, AppliedIndex: g.Stats.AppliedIndex, FsmIndex: g.Stats.FSMIndex,
+		})
+	}
+	return out
+}
+
 // Members implements Node.
 func (c clusterNode) Members() []*proto.NodeStatus {
 	ms := c.n.Members()

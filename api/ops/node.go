@@ -53,6 +53,12 @@ type ClockChecker interface {
 	ClockProblem() string
 }
 
+// GroupLister is implemented by a Node that runs queue groups: Groups
+// lists them as ClusterStatus shows them.
+type GroupLister interface {
+	Groups() []*proto.GroupStatus
+}
+
 // ClockProblem is n's ClockProblem, "" for a Node that does not check.
 func ClockProblem(n Node) string {
 	if c, ok := n.(ClockChecker); ok {

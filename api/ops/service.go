@@ -135,6 +135,9 @@ func (s *Service) clusterStatus() *proto.ClusterStatusResponse {
 	r := s.Resources()
 	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
 	resp.ClockProblem = ClockProblem(s.node)
+	if g, ok := s.node.(GroupLister); ok {
+		resp.Groups = g.Groups()
+	}
 	// The process's own figures, so any node's /api/nodes shows every
 	// member's.
 	resp.MemUsed, resp.MemLimit, resp.MemLimitRelative = r.MemoryUsed(), r.MemLimit, r.MemLimitRelative
