@@ -96,7 +96,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  12. VhostLimits: virtual host limits (vhost_limits.go)
 //  13. queue groups: GroupInit, Enqueue, HandOff and HandOffDone; a
 //     queue group's outbox (groups.go)
-const Protocol = 13
+//  14. QueueGroups: the queue groups a cluster runs (queue_groups.go)
+const Protocol = 14
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -118,6 +119,7 @@ func init() {
 	for _, k := range []protoreflect.Name{"group_init", "enqueue", "hand_off", "hand_off_done"} {
 		kindProtocol[cmdOneof.Fields().ByName(k).Number()] = levelGroups
 	}
+	kindProtocol[cmdOneof.Fields().ByName("queue_groups").Number()] = levelQueueGroups
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -639,6 +641,8 @@ func (v *validator) command(c *proto.Command) {
 		}
 	case *proto.Command_VhostLimits:
 		v.vhostLimits(x.VhostLimits)
+	case *proto.Command_QueueGroups:
+		v.queueGroups(x.QueueGroups)
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)
