@@ -99,6 +99,12 @@ type GroupConfig struct {
 	// and not yet seen applied (default 4): while they are in flight, new
 	// commands accumulate into the next, larger entry.
 	MaxInflightEntries int
+	// QueueGroups is how many queue groups the cluster runs besides its
+	// metadata group (0 to fsm.MaxQueueGroups; default 0: none). The
+	// metadata leader's value counts: it creates those the log does not
+	// hold yet, once every server announces the protocol level that
+	// knows them; a group once created stays (queue_groups.go).
+	QueueGroups int
 }
 
 // MembershipConfig is the node's membership: the addresses it gossips, whom
@@ -196,6 +202,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.GossipAddr == "" {
 		return errors.New("cluster: GossipAddr is required")
+	}
+	if c.QueueGroups < 0 || c.QueueGroups > fsm.MaxQueueGroups {
+		return fmt.Errorf("cluster: QueueGroups is %d (0 to %d)", c.QueueGroups, fsm.MaxQueueGroups)
 	}
 	if c.BootstrapExpect <= 0 {
 		c.BootstrapExpect = 1

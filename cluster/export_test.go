@@ -17,3 +17,7 @@ func (n *Node) RaftSnapshotThreshold() uint64 {
 
 // ScaleSnapshotThreshold runs one round of the threshold's scaling now.
 func (n *Node) ScaleSnapshotThreshold() { n.group.ScaleSnapshotThreshold() }
+
+// ProposeQueueGroups runs one round of the leader's queue group check
+// now.
+func (n *Node) ProposeQueueGroups(ctx context.Context) { n.proposeQueueGroups(ctx) }

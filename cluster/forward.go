@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"time"
@@ -94,7 +95,18 @@ type forwardServer struct {
 }
 
 // Forward implements proto.InternalServer: the leader's side of the
-// stream is the group's (group.ServeForward).
+// stream is the group's (group.ServeForward), the group the stream
+// names (group.ForwardGroup; none: the metadata group). A stream for a
+// queue group this node does not run has each request refused as not
+// appended, and the follower looks for the leader again.
 func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
-	return group.ServeForward(stream, fs.n.group.Batcher(), func() string { id, _ := fs.n.Leader(); return id })
+	id := group.ForwardGroup(stream.Context())
+	if id == group.DefaultID {
+		return group.ServeForward(stream, fs.n.group.Batcher(), func() string { id, _ := fs.n.Leader(); return id })
+	}
+	qg := fs.n.queueGroup(id)
+	if qg == nil {
+		return group.RefuseForward(stream, fmt.Sprintf("no group %q on %s", id, fs.n.cfg.NodeID))
+	}
+	return group.ServeForward(stream, qg.g.Batcher(), func() string { _, id := qg.g.Raft().LeaderWithID(); return string(id) })
 }

@@ -16,10 +16,12 @@ import (
 
 // The groups this node knows, as the operator surfaces (the management
 // API, raftmqctl, the metrics and health checks) read them, and the
-// changes of membership and leadership they ask for. A node runs one
-// group today, the metadata group (group.DefaultID), which holds every
-// queue; everything here is written per group so that the surfaces list
-// each group once a node runs several.
+// changes of membership and leadership they ask for. A node runs the
+// metadata group (group.DefaultID), which holds every queue, and the queue
+// groups the metadata log names with it as a member (queue_groups.go);
+// the surfaces list each of them. A queue group's members are the log's,
+// which every member bootstraps from: grow and shrink change the metadata
+// group's only.
 
 // MetadataGroupName is the name the surfaces show for the default group
 // (group.DefaultID, whose id is empty): the metadata group of the queue
@@ -66,7 +68,8 @@ type GroupStatus struct {
 	// measured by this node while it led the group (0 if it never did).
 	CommitLatency time.Duration
 	// TargetSize is how many voters the group should have: every member
-	// of the cluster for the metadata group.
+	// of the cluster for the metadata group, the members the log names
+	// for a queue group.
 	TargetSize int
 }
 
@@ -95,9 +98,16 @@ func (g GroupStatus) OnlineVoters() []string {
 // HasVoter reports whether id is one of the group's voters.
 func (g GroupStatus) HasVoter(id string) bool { return slices.Contains(g.Voters(), id) }
 
-// Groups lists the groups this node knows, by id.
+// Groups lists the groups this node runs, by id: the metadata group
+// first (its id is empty), then its queue groups.
 func (n *Node) Groups() []GroupStatus {
-	return []GroupStatus{n.groupStatus(group.DefaultID, n.group)}
+	qgs := n.runningQueueGroups()
+	out := make([]GroupStatus, 0, 1+len(qgs))
+	out = append(out, n.groupStatus(group.DefaultID, n.group, 0))
+	for _, qg := range qgs {
+		out = append(out, n.groupStatus(qg.id, qg.g, len(qg.members)))
+	}
+	return out
 }
 
 // QueueGroup is the id of the group that holds the queue: the metadata
@@ -107,17 +117,24 @@ func (n *Node) QueueGroup(vhost, name string) string { return group.DefaultID }
 // leading is the raft of group id, which this node must lead to change
 // its membership or leadership.
 func (n *Node) leading(id string) (*raft.Raft, error) {
+	g := n.group
 	if id != group.DefaultID {
-		return nil, fmt.Errorf("cluster: no group %q on this node", id)
+		qg := n.queueGroup(id)
+		if qg == nil {
+			return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+		}
+		g = qg.g
 	}
-	r := n.group.Raft()
+	r := g.Raft()
 	if r.State() != raft.Leader {
 		return nil, ErrNotGroupLeader
 	}
 	return r, nil
 }
 
-func (n *Node) groupStatus(id string, g *group.Group) GroupStatus {
+// groupStatus is g as this node sees it; target is its TargetSize, 0 for
+// every member of the cluster.
+func (n *Node) groupStatus(id string, g *group.Group, target int) GroupStatus {
 	r := g.Raft()
 	st := r.Stats()
 	u := func(k string) uint64 {
@@ -139,6 +156,9 @@ func (n *Node) groupStatus(id string, g *group.Group) GroupStatus {
 		}
 	}
 	gs.TargetSize = members
+	if target > 0 {
+		gs.TargetSize = target
+	}
 	if f := r.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			gs.Members = append(gs.Members, GroupMember{ID: string(s.ID), Voter: s.Suffrage == raft.Voter, Online: online[string(s.ID)]})
@@ -191,6 +211,9 @@ func (n *Node) GrowGroups(ctx context.Context, id string, even bool) ([]GroupCha
 	}
 	var out []GroupChange
 	for _, gs := range n.Groups() {
+		if gs.ID != group.DefaultID {
+			continue // a queue group's members are the log's
+		}
 		voters := len(gs.Voters())
 		if gs.HasVoter(id) || voters >= gs.TargetSize || (even && voters%2 != 0) {
 			continue
@@ -214,7 +237,7 @@ func (n *Node) GrowGroups(ctx context.Context, id string, even bool) ([]GroupCha
 func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error) {
 	var out []GroupChange
 	for _, gs := range n.Groups() {
-		if !gs.HasVoter(id) {
+		if gs.ID != group.DefaultID || !gs.HasVoter(id) {
 			continue
 		}
 		voters, online := len(gs.Voters()), 0
@@ -248,7 +271,8 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 // voters, rounded up): a group whose leader leads more than its share is
 // handed to the online voter of it that leads the fewest. It returns how
 // many groups each node leads afterwards. With one group there is nothing
-// to move.
+// to move. Only a group's leader hands its leadership over: a group led
+// by another node is left as it is.
 func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 	groups := n.Groups()
 	led := map[string]int{}
@@ -266,7 +290,7 @@ func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 	}
 	share := (len(groups) + len(nodes) - 1) / len(nodes)
 	for _, gs := range groups {
-		if gs.Leader == "" || led[gs.Leader] <= share {
+		if gs.Leader != n.cfg.NodeID || led[gs.Leader] <= share {
 			continue
 		}
 		to := ""
@@ -326,7 +350,7 @@ func (n *Node) transferGroupLeadership(ctx context.Context, gid, id string) erro
 	if err != nil {
 		return err
 	}
-	srv, ok := n.server(id)
+	srv, ok := configServer(r, id)
 	if !ok {
 		return fmt.Errorf("cluster: node %q is not in the group's configuration", id)
 	}

@@ -213,7 +213,8 @@ func (n *Node) initDefaults(ctx context.Context) {
 // reached for that long, are declared down once. After each round it
 // raises the log's protocol level if every server now announces more: at
 // the start of the term, and whenever membership or a member's metadata
-// changes (an upgraded node rejoins announcing its protocol).
+// changes (an upgraded node rejoins announcing its protocol); then it
+// creates the queue groups asked for that the log does not hold yet.
 func (n *Node) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/8+time.Millisecond))
 	defer tick.Stop()
@@ -222,6 +223,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 		wait := n.changed.Wait()
 		n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
+		n.proposeQueueGroups(ctx)
 		select {
 		case <-wait:
 		case <-tick.C:

@@ -30,6 +30,9 @@ type Node struct {
 	// the adapter that applies its log to state, and the way into the
 	// log (submitter, group commit, forwarding stream).
 	group *group.Group
+	// queueGroups are the queue groups this node is a member of, and the
+	// mux that shares the raft port among all its groups (queue_groups.go).
+	queueGroups
 
 	// The node's other parts, each declared beside the code that owns it.
 	roster    // membership: who is in the cluster and whom this node reaches (members.go)
@@ -112,12 +115,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() {
 		defer n.wg.Done()
 		n.gossip.PublishUnreachable(n.closing, n.unreachable)
 	}()
 	go n.watchQuorum()
+	go n.runQueueGroups()
 	if n.gossip.Joins() {
 		n.wg.Add(1)
 		go func() {
@@ -143,31 +147,19 @@ func (n *Node) startRaft() error {
 	hlog := newHCLogger(n.log.With("subsystem", "raft"))
 	var err error
 	n.group, err = group.Open(group.Config{
-		ID:      cfg.NodeID,
-		Dir:     cfg.DataDir,
-		Storage: group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes, InlineMax: cfg.inlineMax},
-		Raft: group.RaftTimings{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
-			LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout, SnapshotThreshold: cfg.SnapshotThreshold,
-			SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs},
+		ID:                     cfg.NodeID,
+		GroupID:                group.DefaultID,
+		Dir:                    cfg.DataDir,
+		Storage:                group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes, InlineMax: cfg.inlineMax},
+		Raft:                   n.raftTimings(),
 		ScaleSnapshotThreshold: cfg.scaleSnapshotThreshold,
 		NotifyCh:               n.notifyCh,
 		Logger:                 n.log,
 		RaftLogger:             hlog,
 		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log,
 			Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
-		Pipeline: group.PipelineConfig{
-			MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
-			MaxMessageSize:  cfg.MaxMessageSize,
-			LeaderWait:      cfg.LeaderWait,
-			Leading:         func() bool { return n.lead.Load() != nil },
-			Stamp:           n.clocks.Stamper().Next,
-			CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
-			ClusterProtocol: n.clusterProtocol,
-			Leader:          n.waitLeader,
-			Changed:         n.changed.Wait,
-			Dial:            n.dialInternal,
-		},
-		Closing: n.closing,
+		Pipeline: n.pipeline(func() bool { return n.lead.Load() != nil }, n.changed.Wait, n.waitLeader),
+		Closing:  n.closing,
 	})
 	if err != nil {
 		return err
@@ -183,8 +175,16 @@ func (n *Node) startRaft() error {
 	}
 	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links, out: n.out}
 	layer.tls, layer.dial = n.sec.RaftServerConfig(), n.sec.Dial
+	// Every group of the node shares the one raft port; the metadata
+	// group's layer is headerless, so a node of a release before queue
+	// groups talks to it as it always did.
+	n.mux = group.NewMux(layer, group.MuxConfig{Logger: n.log})
+	meta, err := n.mux.Layer(group.DefaultID)
+	if err != nil {
+		return err
+	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  layer,
+		Stream:  meta,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  hlog,
@@ -223,6 +223,34 @@ func (n *Node) startRaft() error {
 		}
 	}()
 	return nil
+}
+
+// raftTimings are raft's settings for every group of the node.
+func (n *Node) raftTimings() group.RaftTimings {
+	cfg := &n.cfg
+	return group.RaftTimings{HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+		LeaderLeaseTimeout: cfg.LeaderLeaseTimeout, CommitTimeout: cfg.CommitTimeout, SnapshotThreshold: cfg.SnapshotThreshold,
+		SnapshotInterval: cfg.SnapshotInterval, TrailingLogs: cfg.TrailingLogs}
+}
+
+// pipeline is the way into a group's log as the node gives it: the
+// node's bounds, stamps, protocols and dial, with the group's own
+// leadership (leading), its changes and where its leader is.
+func (n *Node) pipeline(leading func() bool, changed func() <-chan struct{},
+	leader func(context.Context, time.Time) (group.Target, error)) group.PipelineConfig {
+	cfg := &n.cfg
+	return group.PipelineConfig{
+		MaxCommands: cfg.MaxBatchCommands, MaxBytes: cfg.MaxBatchBytes, MaxInflight: cfg.MaxInflightEntries,
+		MaxMessageSize:  cfg.MaxMessageSize,
+		LeaderWait:      cfg.LeaderWait,
+		Leading:         leading,
+		Stamp:           n.clocks.Stamper().Next,
+		CommandProtocol: func(c *proto.Command) uint32 { return (*commandProtocol.Load())(c) },
+		ClusterProtocol: n.clusterProtocol,
+		Leader:          leader,
+		Changed:         changed,
+		Dial:            n.dialInternal,
+	}
 }
 
 // bootstrap writes the first raft configuration.
@@ -443,7 +471,12 @@ func (n *Node) RemoveNode(id string) error {
 
 // server finds id in the latest raft configuration.
 func (n *Node) server(id string) (raft.Server, bool) {
-	f := n.group.Raft().GetConfiguration()
+	return configServer(n.group.Raft(), id)
+}
+
+// configServer is the server id of r's configuration.
+func configServer(r *raft.Raft, id string) (raft.Server, bool) {
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return raft.Server{}, false
 	}
@@ -521,10 +554,10 @@ func (n *Node) Close() error {
 	n.out.abort()
 	n.group.Forwarder().Close()
 	n.replyConns.close()
-	var err error
+	err := n.shutdownQueueGroups()
 	if n.group != nil {
 		if f := n.group.Shutdown(); f != nil {
-			err = f.Error()
+			err = errors.Join(err, f.Error())
 		}
 	}
 	if n.gossip != nil {
@@ -546,9 +579,13 @@ func (n *Node) cleanup() {
 			_ = f.Error()
 		}
 	}
+	n.closeQueueGroups()
 	if n.trans != nil {
 		_ = n.trans.Close()
 		n.trans.CloseStreams()
+	}
+	if n.mux != nil {
+		_ = n.mux.Close() // the raft listener
 	}
 	if n.group != nil {
 		n.group.Close() // its body store and storage

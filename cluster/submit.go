@@ -9,6 +9,7 @@ import (
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/broadcast"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -71,16 +72,24 @@ func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto
 	return n.group.Submitter().SubmitBatch(ctx, cmds)
 }
 
-// waitLeader returns where commands go now, waiting for a leader (and its
-// gRPC address) until the deadline.
+// waitLeader returns where the metadata group's commands go now,
+// waiting for a leader (and its gRPC address) until the deadline.
 func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (group.Target, error) {
+	return n.awaitLeader(ctx, deadline, n.group, func() bool { return n.lead.Load() != nil }, n.changed)
+}
+
+// awaitLeader returns where the commands of g go now: this node while
+// leading says it is a ready leader, else the leader raft knows of at
+// its gRPC address from gossip; it waits for one until the deadline,
+// looking again when changed signals.
+func (n *Node) awaitLeader(ctx context.Context, deadline time.Time, g *group.Group, leading func() bool, changed *broadcast.Broadcast) (group.Target, error) {
 	for {
-		wait := n.changed.Wait()
-		if n.lead.Load() != nil {
+		wait := changed.Wait()
+		if leading() {
 			return group.Target{Self: true}, nil
 		}
-		if n.group.Raft().State() != raft.Leader {
-			_, id := n.group.Raft().LeaderWithID()
+		if g.Raft().State() != raft.Leader {
+			_, id := g.Raft().LeaderWithID()
 			if id != "" && string(id) != n.cfg.NodeID {
 				if m, ok := n.members.Get(string(id)); ok && m.Meta.GetGrpcAddr() != "" {
 					return group.Target{ID: string(id), Addr: m.Meta.GetGrpcAddr()}, nil

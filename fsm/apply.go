@@ -163,6 +163,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyPolicyClear(x.PolicyClear)
 	case *proto.Command_VhostLimits:
 		return s.applyVhostLimits(x.VhostLimits)
+	case *proto.Command_QueueGroups:
+		return s.applyQueueGroups(x.QueueGroups)
 	case *proto.Command_SetProtocol:
 		return s.applySetProtocol(x.SetProtocol)
 	case *proto.Command_ConsumerTimeout:

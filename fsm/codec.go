@@ -154,6 +154,9 @@ func (s *state) encodeTo(e *enc) {
 	if e.has(formatGroups) {
 		encGroups(e, &s.groups)
 	}
+	if e.has(formatQueueGroups) {
+		encQueueGroups(e, s)
+	}
 	e.flushBytes()
 }
 
@@ -539,6 +542,9 @@ func decodeState(b []byte) (*state, error) {
 		return nil, errCorrupt
 	}
 	if d.has(formatGroups) && !decGroups(d, &s.groups) {
+		return nil, errCorrupt
+	}
+	if d.has(formatQueueGroups) && !decQueueGroups(d, s) {
 		return nil, errCorrupt
 	}
 	if d.err != nil {

@@ -47,6 +47,9 @@ const (
 	// levelCredit: Credit, a consumer's credit set while it consumes
 	// (apply_credit.go).
 	levelCredit uint32 = 14
+	// levelQueueGroups: QueueGroups, the queue groups of the cluster
+	// (queue_groups.go).
+	levelQueueGroups uint32 = 15
 )
 
 // CreditLevel is levelCredit for the node, which sends Credit only once
@@ -88,8 +91,10 @@ const (
 	// formatGroups adds the group id, the outbox and the hand-offs
 	// applied per source group.
 	formatGroups format = 11
+	// formatQueueGroups adds the queue groups the metadata log names.
+	formatQueueGroups format = 12
 
-	snapVersion = formatGroups
+	snapVersion = formatQueueGroups
 )
 
 // formatFor is the format a state at level writes: the newest one a node
@@ -98,8 +103,8 @@ const (
 // much, so a node of the release before, still in the cluster during a
 // rolling upgrade, can restore it; likewise below levelRetry nothing
 // waits for a delayed retry, below levelVhostLimits no vhost has
-// limits, and below levelGroups nothing is a group's, in an outbox or
-// handed off.
+// limits, below levelGroups nothing is a group's, in an outbox or
+// handed off, and below levelQueueGroups the log names no queue group.
 func formatFor(level uint32) format {
 	switch {
 	case level < levelDelayed:
@@ -110,6 +115,8 @@ func formatFor(level uint32) format {
 		return formatVhostLimits - 1
 	case level < levelGroups:
 		return formatGroups - 1
+	case level < levelQueueGroups:
+		return formatQueueGroups - 1
 	}
 	return snapVersion
 }

@@ -77,6 +77,8 @@ type state struct {
 	// retry holds the returned messages waiting out a delayed retry
 	// (apply_retry.go).
 	retry retrySet
+	// queueGroups are the queue groups the log names (queue_groups.go).
+	queueGroups []QueueGroup
 	// draws counts the x-local-random choices of the command being
 	// applied (draw). Not state.
 	draws drawCount

@@ -97,7 +97,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  13. queue groups: GroupInit, Enqueue, HandOff and HandOffDone; a
 //     queue group's outbox (groups.go)
 //  14. Credit: a consumer's credit set while it consumes (apply_credit.go)
-const Protocol = 14
+//  15. QueueGroups: the queue groups a cluster runs (queue_groups.go)
+const Protocol = 15
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -120,6 +121,7 @@ func init() {
 		kindProtocol[cmdOneof.Fields().ByName(k).Number()] = levelGroups
 	}
 	kindProtocol[cmdOneof.Fields().ByName("credit").Number()] = levelCredit
+	kindProtocol[cmdOneof.Fields().ByName("queue_groups").Number()] = levelQueueGroups
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -646,6 +648,8 @@ func (v *validator) command(c *proto.Command) {
 		}
 	case *proto.Command_VhostLimits:
 		v.vhostLimits(x.VhostLimits)
+	case *proto.Command_QueueGroups:
+		v.queueGroups(x.QueueGroups)
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)

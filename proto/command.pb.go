@@ -137,6 +137,7 @@ type Command struct {
 	//	*Command_Enqueue
 	//	*Command_HandOff
 	//	*Command_HandOffDone
+	//	*Command_QueueGroups
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -546,6 +547,15 @@ func (x *Command) GetHandOffDone() *HandOffDone {
 	return nil
 }
 
+func (x *Command) GetQueueGroups() *QueueGroups {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_QueueGroups); ok {
+			return x.QueueGroups
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -710,6 +720,10 @@ type Command_HandOffDone struct {
 	HandOffDone *HandOffDone `protobuf:"bytes,63,opt,name=hand_off_done,json=handOffDone,oneof"`
 }
 
+type Command_QueueGroups struct {
+	QueueGroups *QueueGroups `protobuf:"bytes,64,opt,name=queue_groups,json=queueGroups,oneof"`
+}
+
 func (*Command_VhostPut) isCommand_Cmd() {}
 
 func (*Command_VhostDelete) isCommand_Cmd() {}
@@ -789,6 +803,8 @@ func (*Command_Enqueue) isCommand_Cmd() {}
 func (*Command_HandOff) isCommand_Cmd() {}
 
 func (*Command_HandOffDone) isCommand_Cmd() {}
+
+func (*Command_QueueGroups) isCommand_Cmd() {}
 
 // ConnectionRef names one client connection: the node it is connected to and
 // a connection id unique on that node across restarts.
@@ -4139,6 +4155,164 @@ func (*Tick) Descriptor() ([]byte, []int) {
 	return file_command_proto_rawDescGZIP(), []int{48}
 }
 
+// QueueGroups creates the queue groups it names that the log does not
+// hold yet; a group the log holds keeps its members. The metadata
+// group's leader proposes it, with every member's raft address, so
+// that each member bootstraps its group with the same configuration.
+// Protocol level 14.
+type QueueGroups struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*QueueGroup          `protobuf:"bytes,1,rep,name=groups" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGroups) Reset() {
+	*x = QueueGroups{}
+	mi := &file_command_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGroups) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGroups) ProtoMessage() {}
+
+func (x *QueueGroups) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGroups.ProtoReflect.Descriptor instead.
+func (*QueueGroups) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *QueueGroups) GetGroups() []*QueueGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// QueueGroup is one queue group: its id (a directory name, as
+// cluster/group's ValidID) and its members, the first the one meant to
+// lead it.
+type QueueGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id" json:"id,omitempty"`
+	Members       []*QueueGroupMember    `protobuf:"bytes,2,rep,name=members" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGroup) Reset() {
+	*x = QueueGroup{}
+	mi := &file_command_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGroup) ProtoMessage() {}
+
+func (x *QueueGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGroup.ProtoReflect.Descriptor instead.
+func (*QueueGroup) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *QueueGroup) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueGroup) GetMembers() []*QueueGroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// QueueGroupMember is a member of a queue group: a node id and its raft
+// address.
+type QueueGroupMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id" json:"id,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueGroupMember) Reset() {
+	*x = QueueGroupMember{}
+	mi := &file_command_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueGroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueGroupMember) ProtoMessage() {}
+
+func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueGroupMember.ProtoReflect.Descriptor instead.
+func (*QueueGroupMember) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *QueueGroupMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueGroupMember) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
 // RestartLeases restarts every queue's x-expires lease at the entry's
 // stamp, as if each queue had just been used. A leader proposes it when
 // the cluster was down (a quorum of voters started after the last entry):
@@ -4152,7 +4326,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4164,7 +4338,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4177,7 +4351,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{49}
+	return file_command_proto_rawDescGZIP(), []int{52}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -4196,7 +4370,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4382,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4395,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{50}
+	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -4260,7 +4434,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4272,7 +4446,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4285,7 +4459,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{51}
+	return file_command_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -4396,7 +4570,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4582,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4595,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{52}
+	return file_command_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4484,7 +4658,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4670,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4683,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{53}
+	return file_command_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4560,7 +4734,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4572,7 +4746,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4585,7 +4759,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{54}
+	return file_command_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4679,7 +4853,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4691,7 +4865,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4704,7 +4878,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{55}
+	return file_command_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -4778,7 +4952,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x88\x12\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xc5\x12\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -4825,7 +4999,8 @@ const file_command_proto_rawDesc = "" +
 	"group_init\x18< \x01(\v2\x14.raftmq.v1.GroupInitH\x00R\tgroupInit\x12.\n" +
 	"\aenqueue\x18= \x01(\v2\x12.raftmq.v1.EnqueueH\x00R\aenqueue\x12/\n" +
 	"\bhand_off\x18> \x01(\v2\x12.raftmq.v1.HandOffH\x00R\ahandOff\x12<\n" +
-	"\rhand_off_done\x18? \x01(\v2\x16.raftmq.v1.HandOffDoneH\x00R\vhandOffDoneB\x05\n" +
+	"\rhand_off_done\x18? \x01(\v2\x16.raftmq.v1.HandOffDoneH\x00R\vhandOffDone\x12;\n" +
+	"\fqueue_groups\x18@ \x01(\v2\x16.raftmq.v1.QueueGroupsH\x00R\vqueueGroupsB\x05\n" +
 	"\x03cmd\"C\n" +
 	"\rConnectionRef\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
@@ -5087,7 +5262,16 @@ const file_command_proto_rawDesc = "" +
 	"\bexchange\x18\x02 \x01(\tR\bexchange\"8\n" +
 	"\vExpireQueue\x12)\n" +
 	"\x05queue\x18\x01 \x01(\v2\x13.raftmq.v1.QueueRefR\x05queue\"\x06\n" +
-	"\x04Tick\"\x0f\n" +
+	"\x04Tick\"<\n" +
+	"\vQueueGroups\x12-\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.raftmq.v1.QueueGroupR\x06groups\"S\n" +
+	"\n" +
+	"QueueGroup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
+	"\amembers\x18\x02 \x03(\v2\x1b.raftmq.v1.QueueGroupMemberR\amembers\"6\n" +
+	"\x10QueueGroupMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x0f\n" +
 	"\rRestartLeases\"#\n" +
 	"\vSetProtocol\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\rR\x05level\"\x88\x05\n" +
@@ -5161,7 +5345,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -5212,13 +5396,16 @@ var file_command_proto_goTypes = []any{
 	(*PurgeDelayed)(nil),     // 46: raftmq.v1.PurgeDelayed
 	(*ExpireQueue)(nil),      // 47: raftmq.v1.ExpireQueue
 	(*Tick)(nil),             // 48: raftmq.v1.Tick
-	(*RestartLeases)(nil),    // 49: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 50: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 51: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 52: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 53: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 54: raftmq.v1.Result
-	(*GetOk)(nil),            // 55: raftmq.v1.GetOk
+	(*QueueGroups)(nil),      // 49: raftmq.v1.QueueGroups
+	(*QueueGroup)(nil),       // 50: raftmq.v1.QueueGroup
+	(*QueueGroupMember)(nil), // 51: raftmq.v1.QueueGroupMember
+	(*RestartLeases)(nil),    // 52: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 53: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 54: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 55: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 56: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 57: raftmq.v1.Result
+	(*GetOk)(nil),            // 58: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -5249,63 +5436,66 @@ var file_command_proto_depIdxs = []int32{
 	42, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
 	47, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
 	48, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	49, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	50, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	52, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	53, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
 	43, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
 	44, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
 	45, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
 	46, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
 	35, // 34: raftmq.v1.Command.credit:type_name -> raftmq.v1.Credit
-	52, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	53, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	55, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	56, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
 	29, // 37: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
 	28, // 38: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
 	30, // 39: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
 	31, // 40: raftmq.v1.Command.hand_off_done:type_name -> raftmq.v1.HandOffDone
-	3,  // 41: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 42: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 43: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 44: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 45: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 46: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 47: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 48: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 49: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 50: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 51: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 52: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 53: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 54: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 55: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 56: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 57: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 58: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 59: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 60: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	11, // 61: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
-	3,  // 62: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
-	28, // 63: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
-	3,  // 64: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 65: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 66: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 67: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	4,  // 68: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 69: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 70: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 71: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 72: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 73: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 74: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 75: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 76: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	51, // 77: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	55, // 78: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 79: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	80, // [80:80] is the sub-list for method output_type
-	80, // [80:80] is the sub-list for method input_type
-	80, // [80:80] is the sub-list for extension type_name
-	80, // [80:80] is the sub-list for extension extendee
-	0,  // [0:80] is the sub-list for field type_name
+	49, // 41: raftmq.v1.Command.queue_groups:type_name -> raftmq.v1.QueueGroups
+	3,  // 42: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 43: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 44: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 45: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 46: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 47: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 48: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 49: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 50: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 51: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 52: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 53: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 54: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 55: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 56: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 57: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 58: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 59: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 60: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 61: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	11, // 62: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
+	3,  // 63: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
+	28, // 64: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
+	3,  // 65: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 66: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 67: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 68: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	4,  // 69: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 70: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 71: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 72: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 73: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 74: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 75: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 76: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 77: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	50, // 78: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
+	51, // 79: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
+	54, // 80: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	58, // 81: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 82: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	83, // [83:83] is the sub-list for method output_type
+	83, // [83:83] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -5354,6 +5544,7 @@ func file_command_proto_init() {
 		(*Command_Enqueue)(nil),
 		(*Command_HandOff)(nil),
 		(*Command_HandOffDone)(nil),
+		(*Command_QueueGroups)(nil),
 	}
 	file_command_proto_msgTypes[8].OneofWrappers = []any{
 		(*Value_Bool)(nil),
@@ -5381,7 +5572,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

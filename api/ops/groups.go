@@ -15,8 +15,9 @@ import (
 // The Raft groups, as rabbitmq-queues and the management API show
 // RabbitMQ's quorum queues: a queue's leader, members and online members
 // are its group's; grow, shrink and rebalance change the groups. They run
-// on the leader, which leads the one group a node runs today (queue
-// groups will need each group's own leader).
+// on the metadata group's leader (cluster.Node's GrowGroups and
+// ShrinkGroups change that group alone, RebalanceGroups the groups it
+// leads).
 
 // ListGroups answers raftmq.v1.Admin's ListGroups: the groups as this
 // node knows them.

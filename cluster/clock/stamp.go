@@ -95,6 +95,18 @@ func (s *Stamper) reset(clockMs int64) {
 	s.ltMono = s.clock.Monotonic()
 }
 
+// Floor raises log time to clockMs if it is behind: a queue group's
+// leader stamps from the node's one stamper, which must not stamp below
+// what that group's log already holds (another node's stamps), nor move
+// the other groups' log time back as reset would.
+func (s *Stamper) Floor(clockMs int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	s.last = max(s.last, clockMs)
+	s.lt = max(s.lt, clockMs*int64(time.Millisecond))
+}
+
 // offset is log time now minus the monotonic clock (unix ns minus
 // monotonic ns), comparable with the quorum's clockEstimate.
 func (s *Stamper) offset() int64 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/raftmq/raftmq/proto"
 )
@@ -31,6 +32,24 @@ type ForwarderConfig struct {
 	// Dial returns a client of the internal service of the leader id at
 	// its gRPC address addr.
 	Dial func(id, addr string) (*grpc.ClientConn, error)
+	// Group is the id of the group whose leader the stream reaches,
+	// sent in the stream's metadata (ForwardGroup); the default group's
+	// stream sends none, as before there were groups.
+	Group string
+}
+
+// forwardGroupKey is the gRPC metadata key that names the group a
+// forwarding stream is for.
+const forwardGroupKey = "raftmq-group"
+
+// ForwardGroup is the group a forwarding stream's context names:
+// DefaultID when it names none (a node of a release before queue groups,
+// or the default group's stream).
+func ForwardGroup(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, forwardGroupKey); len(v) == 1 {
+		return v[0]
+	}
+	return DefaultID
 }
 
 // NewForwarder returns a forwarder with no session yet.
@@ -204,7 +223,11 @@ func (s *fwdSession) run() {
 		return
 	}
 	defer conn.Close()
-	stream, err := proto.NewInternalClient(conn).Forward(s.ctx)
+	ctx := s.ctx
+	if s.cfg.Group != DefaultID {
+		ctx = metadata.AppendToOutgoingContext(ctx, forwardGroupKey, s.cfg.Group)
+	}
+	stream, err := proto.NewInternalClient(conn).Forward(ctx)
 	if err != nil {
 		s.shutdown(err)
 		return
@@ -353,6 +376,22 @@ func ServeForward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.Fo
 			case <-ctx.Done():
 			}
 		}))
+	}
+}
+
+// RefuseForward answers each request of a stream for a group this node
+// does not run (yet, or any more) as not appended for want of a leader,
+// so that the follower asks for the leader again and sends it anew.
+func RefuseForward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse], why string) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		r := forwardResponse(req.GetId(), nil, 0, NotAppendedf(ErrNotLeader, "%s", why), func() string { return "" })
+		if err := stream.Send(r); err != nil {
+			return err
+		}
 	}
 }
 

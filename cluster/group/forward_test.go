@@ -87,3 +87,48 @@ func TestForwarder_ThroughServeForward(t *testing.T) {
 		t.Fatalf("forwarded to a node that no longer leads: %v, want a retryable ErrNotLeader", err)
 	}
 }
+
+// groupService serves streams as a node of one queue group does: the
+// group a stream names is seen, and a stream for another group has its
+// requests refused as not appended.
+type groupService struct {
+	proto.UnimplementedInternalServer
+	seen chan string
+}
+
+func (s groupService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
+	id := ForwardGroup(stream.Context())
+	s.seen <- id
+	return RefuseForward(stream, "no group "+id)
+}
+
+// A forwarder names its group on the stream (none for the default
+// group), and a refusal for want of the group comes back retryable.
+func TestForwarder_NamesItsGroup(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 4)
+	srv := grpc.NewServer()
+	proto.RegisterInternalServer(srv, groupService{seen: seen})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	dial := func(id, addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	for _, id := range []string{"q7", DefaultID} {
+		f := NewForwarder(ForwarderConfig{MaxCommands: 1024, MaxBytes: 1 << 20, Dial: dial, Group: id})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+		_, _, err := f.Submit(ctx, "n1", lis.Addr().String(), NewRequest([]*proto.Command{tick}))
+		cancel()
+		f.Close()
+		if !IsRetryable(err) || !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("group %q: %v, want not appended", id, err)
+		}
+		if got := <-seen; got != id {
+			t.Fatalf("the stream named group %q, want %q", got, id)
+		}
+	}
+}

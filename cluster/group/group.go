@@ -22,6 +22,9 @@ import (
 type Config struct {
 	// ID is this server's id in the group's raft configuration.
 	ID string
+	// GroupID is the group's id (DefaultID: the node's metadata group).
+	// A follower's forwarding stream names it (ForwardGroup).
+	GroupID string
 	// Dir is the group's directory: its log and stable store, snapshots
 	// and body files.
 	Dir     string
@@ -124,7 +127,7 @@ func Open(cfg Config) (*Group, error) {
 	g.batcher = NewBatcher(BatcherConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, MaxInflight: pc.MaxInflight,
 		MaxMessageSize: pc.MaxMessageSize, Leading: pc.Leading, Stamp: pc.Stamp, CommandProtocol: pc.CommandProtocol,
 		ClusterProtocol: pc.ClusterProtocol, Proposals: g.proposals, Raft: g.Raft, Logger: cfg.Logger, Closing: cfg.Closing})
-	g.fwd = NewForwarder(ForwarderConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, Dial: pc.Dial})
+	g.fwd = NewForwarder(ForwarderConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, Dial: pc.Dial, Group: cfg.GroupID})
 	g.submit = NewSubmitter(SubmitterConfig{LeaderWait: pc.LeaderWait, Leader: pc.Leader, Changed: pc.Changed,
 		Batcher: g.batcher, Forwarder: g.fwd, Applied: g.applied, State: g.state, Closing: cfg.Closing})
 	cfg.Storage.Logger, cfg.Storage.RaftLogger = cfg.Logger, cfg.RaftLogger

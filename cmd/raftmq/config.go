@@ -45,6 +45,7 @@ type config struct {
 	NodeDownAfter   time.Duration
 	RaftTimeout     time.Duration
 	MaxClockOffset  time.Duration
+	QueueGroups     int
 	Cluster         clusterSecurity
 
 	// TLS is the AMQPS listener and its certificates.
@@ -104,6 +105,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.AMQPAddr, "amqp-addr", ":5672", "AMQP 0-9-1 listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":5680", "gRPC listen address (admin API and internal forwarding)")
 	fs.StringVar(&c.RaftAddr, "raft-addr", ":5681", "Raft transport listen address")
+	fs.IntVar(&c.QueueGroups, "queue-groups", 0, "how many queue groups (Raft groups besides the metadata group) the cluster runs, 0 to 64; the metadata leader's value counts, a group once created stays (queues do not use them yet)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "memberlist gossip listen address (TCP and UDP)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":15692", "HTTP listen address for /metrics, /healthz and /readyz")
 	fs.StringVar(&c.Advertise, "advertise-host", "", "host or IP other nodes reach this node at (default: the listen host, else the host name)")
@@ -176,6 +178,9 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	}
 	if c.RaftTimeout < 50*time.Millisecond {
 		return nil, fmt.Errorf("--raft-timeout must be at least 50ms, got %v", c.RaftTimeout)
+	}
+	if c.QueueGroups < 0 || c.QueueGroups > fsm.MaxQueueGroups {
+		return nil, fmt.Errorf("--queue-groups must be between 0 and %d, got %d", fsm.MaxQueueGroups, c.QueueGroups)
 	}
 	if c.MaxClockOffset < time.Millisecond || c.MaxClockOffset > time.Minute {
 		return nil, fmt.Errorf("--max-clock-offset must be between 1ms and 1m, got %v", c.MaxClockOffset)

@@ -75,6 +75,8 @@ func TestConfig_BadValuesAreRefused(t *testing.T) {
 		{args: []string{"--consumer-timeout", "-1"}},
 		{args: []string{"--max-clock-offset", "0s"}},
 		{args: []string{"--max-clock-offset", "2m"}},
+		{args: []string{"--queue-groups", "-1"}},
+		{args: []string{"--queue-groups", "65"}},
 		{env: map[string]string{"RAFTMQ_CONSUMER_TIMEOUT": "30m"}},
 	} {
 		if _, err := parseConfig(tc.args, envMap(tc.env), io.Discard); err == nil {

@@ -143,6 +143,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 			ElectionTimeout:    cfg.RaftTimeout,
 			LeaderLeaseTimeout: cfg.RaftTimeout / 2,
 			MaxMessageSize:     cfg.MaxMessageSize,
+			QueueGroups:        cfg.QueueGroups,
 		},
 		MembershipConfig: cluster.MembershipConfig{
 			GRPCAddr:        advertise(host, grpcLn.Addr().String()),

@@ -15,8 +15,8 @@ import (
 // group, leader, members and online members; rabbitmq-queues' grow,
 // shrink and rebalance change the groups.
 
-// metadataGroup is the name the nodes give their one group (the metadata
-// group, which holds every queue until queue groups exist).
+// metadataGroup is the name the nodes give their metadata group (which
+// holds every queue; queue groups run beside it).
 const metadataGroup = "metadata"
 
 func init() {

@@ -1,0 +1,349 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/broadcast"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// queueGroupSize is how many members a queue group has (all the voters
+// when there are fewer).
+const queueGroupSize = 3
+
+// ErrNoSuchGroup is returned for a group this node does not run.
+var ErrNoSuchGroup = errors.New("cluster: no such group on this node")
+
+// queueGroups is the node's queue groups: those the metadata log names
+// (fsm QueueGroups) with this node among their members, each a Raft
+// group of its own in groups/<id>/ on its layer of the node's one raft
+// port (mux). The metadata group is the node's group, not one of these.
+type queueGroups struct {
+	// mux shares the node's raft listener among its groups; the
+	// metadata group has its headerless layer.
+	mux *group.Mux
+
+	qmu     sync.Mutex
+	byID    map[string]*queueGroup
+	qclosed bool // the node is closing: no group opens any more
+}
+
+// queueGroup is one queue group this node runs.
+type queueGroup struct {
+	id      string
+	members []string
+	g       *group.Group
+	trans   *raft.NetworkTransport
+	notify  chan bool
+	leading atomic.Bool          // a leader whose barrier passed
+	changed *broadcast.Broadcast // leader or readiness changed
+}
+
+// queueTransport is raft's network transport on a queue group's layer,
+// whose RPCs come through rpcs (the gap mend).
+type queueTransport struct {
+	group.NoPipeline
+	rpcs <-chan raft.RPC
+}
+
+// Consumer implements raft.Transport.
+func (t queueTransport) Consumer() <-chan raft.RPC { return t.rpcs }
+
+// runQueueGroups opens the queue groups the metadata log names with this
+// node as a member, as their entry applies (also when a restarted node
+// replays it), until the node closes.
+func (n *Node) runQueueGroups() {
+	defer n.wg.Done()
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		_, applied := n.group.Applied().Load()
+		var specs []fsm.QueueGroup
+		n.View(func(m *fsm.Machine) { specs = m.QueueGroups() })
+		failed := false
+		for _, s := range specs {
+			if !slices.ContainsFunc(s.Members, func(m fsm.GroupMember) bool { return m.ID == n.cfg.NodeID }) || n.queueGroup(s.ID) != nil {
+				continue
+			}
+			if err := n.openQueueGroup(s); err != nil {
+				n.log.Error("cannot open a queue group", "group", s.ID, "err", err)
+				failed = true
+			}
+		}
+		if failed {
+			retry.Reset(time.Second)
+		}
+		select {
+		case <-applied:
+		case <-retry.C:
+		case <-n.closing:
+			return
+		}
+	}
+}
+
+func (n *Node) queueGroup(id string) *queueGroup {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	return n.byID[id]
+}
+
+// openQueueGroup opens and starts the queue group s on this node, and
+// bootstraps it with its members when it has no raft state yet: every
+// member bootstraps the same configuration, read from the log, which
+// hashicorp/raft allows.
+func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
+	cfg := &n.cfg
+	dir, err := group.Dir(cfg.DataDir, s.ID)
+	if err != nil {
+		return err
+	}
+	qg := &queueGroup{id: s.ID, notify: make(chan bool, 16), changed: broadcast.New()}
+	for _, m := range s.Members {
+		qg.members = append(qg.members, m.ID)
+	}
+	log := n.log.With("group", s.ID)
+	hlog := newHCLogger(log.With("subsystem", "raft"))
+	qg.g, err = group.Open(group.Config{
+		ID:      cfg.NodeID,
+		GroupID: s.ID,
+		Dir:     dir,
+		Storage: group.StorageOptions{LogStore: cfg.LogStore, SnapshotBytes: cfg.SnapshotBytes, InlineMax: cfg.inlineMax},
+		Raft:    n.raftTimings(),
+		// A queue group's threshold scales with its messages as the
+		// metadata group's does.
+		ScaleSnapshotThreshold: cfg.scaleSnapshotThreshold,
+		NotifyCh:               qg.notify,
+		Logger:                 log,
+		RaftLogger:             hlog,
+		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: log,
+			Host: group.FSMHost{Effects: n.effects, Fail: n.fail, Err: n.Err}},
+		Pipeline: n.pipeline(qg.leading.Load, qg.changed.Wait, func(ctx context.Context, deadline time.Time) (group.Target, error) {
+			return n.awaitLeader(ctx, deadline, qg.g, qg.leading.Load, qg.changed)
+		}),
+		Closing: n.closing,
+	})
+	if err != nil {
+		qg.g.Close()
+		return err
+	}
+	layer, err := n.mux.Layer(s.ID)
+	if err != nil {
+		qg.g.Close()
+		return err
+	}
+	qg.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: layer, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
+	})
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	if n.qclosed {
+		_ = qg.trans.Close()
+		qg.g.Close()
+		return ErrClosed
+	}
+	had, err := qg.g.Start(qg.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
+		return queueTransport{group.NoPipeline{NetworkTransport: qg.trans}, rpcs}
+	}, n.closing)
+	if err != nil {
+		if f := qg.g.Shutdown(); f != nil {
+			_ = f.Error()
+		}
+		_ = qg.trans.Close()
+		qg.g.Close()
+		return err
+	}
+	if n.byID == nil {
+		n.byID = map[string]*queueGroup{}
+	}
+	n.byID[s.ID] = qg
+	if !had {
+		servers := make([]raft.Server, 0, len(s.Members))
+		for _, m := range s.Members {
+			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Addr)})
+		}
+		f := qg.g.Raft().BootstrapCluster(raft.Configuration{Servers: servers})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			log.Warn("bootstrapping the queue group failed", "err", err)
+		}
+	}
+	n.wg.Add(1)
+	go n.followQueueGroup(qg)
+	qg.g.Batcher().Run()
+	qg.g.RunSnapshots(n.closing)
+	log.Info("queue group started", "members", qg.members, "had_state", had)
+	return nil
+}
+
+// followQueueGroup follows a queue group's leadership: once this node
+// leads it and its barrier has passed, the node's stamper is raised to
+// the group's log clock and the group takes commands; a follower's
+// forwarding stream follows the leader raft reports.
+func (n *Node) followQueueGroup(qg *queueGroup) {
+	defer n.wg.Done()
+	r := qg.g.Raft()
+	obs := make(chan raft.Observation, 16)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(o)
+	defer r.DeregisterObserver(o)
+	for {
+		select {
+		case isLeader := <-qg.notify:
+			if !isLeader {
+				qg.leading.Store(false)
+				qg.changed.Signal()
+				continue
+			}
+			ctx, cancel := n.untilClosed(context.Background())
+			err := n.await(ctx, r.Barrier(n.cfg.LeaderWait))
+			cancel()
+			if err != nil {
+				n.log.Warn("queue group barrier failed", "group", qg.id, "err", err)
+				continue
+			}
+			var clock int64
+			qg.g.State().View(func(m *fsm.Machine) { clock = m.Clock() })
+			n.clocks.Stamper().Floor(clock)
+			qg.g.Forwarder().Retire()
+			qg.leading.Store(r.State() == raft.Leader)
+			qg.changed.Signal()
+		case ob := <-obs:
+			if lo, ok := ob.Data.(raft.LeaderObservation); ok {
+				qg.g.Forwarder().LeaderChanged(string(lo.LeaderID))
+			}
+			qg.changed.Signal()
+		case <-n.closing:
+			return
+		}
+	}
+}
+
+// SubmitGroup is SubmitBatch into the log of group id: the metadata
+// group for group.DefaultID, else a queue group this node runs (forwarded
+// to its leader, the group's id on the stream).
+func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command) ([]*proto.Result, error) {
+	if id == group.DefaultID {
+		return n.SubmitBatch(ctx, cmds)
+	}
+	qg := n.queueGroup(id)
+	if qg == nil {
+		return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+	}
+	return qg.g.Submitter().SubmitBatch(ctx, cmds)
+}
+
+// runningQueueGroups are the queue groups this node runs, by id.
+func (n *Node) runningQueueGroups() []*queueGroup {
+	n.qmu.Lock()
+	qgs := make([]*queueGroup, 0, len(n.byID))
+	for _, qg := range n.byID {
+		qgs = append(qgs, qg)
+	}
+	n.qmu.Unlock()
+	slices.SortFunc(qgs, func(a, b *queueGroup) int { return strings.Compare(a.id, b.id) })
+	return qgs
+}
+
+// shutdownQueueGroups stops the queue groups' raft and forwarding; the
+// node is closing, so no more open.
+func (n *Node) shutdownQueueGroups() error {
+	n.qmu.Lock()
+	n.qclosed = true
+	n.qmu.Unlock()
+	qgs := n.runningQueueGroups()
+	var err error
+	for _, qg := range qgs {
+		qg.g.Forwarder().Close()
+		if f := qg.g.Shutdown(); f != nil {
+			err = errors.Join(err, f.Error())
+		}
+	}
+	return err
+}
+
+// closeQueueGroups waits for the queue groups' goroutines and closes
+// their transports and storage, once they are shut down and the node's
+// goroutines have ended.
+func (n *Node) closeQueueGroups() {
+	n.qmu.Lock()
+	n.qclosed = true
+	qgs := n.byID
+	n.byID = nil
+	n.qmu.Unlock()
+	for _, qg := range qgs {
+		qg.g.Batcher().Wait()
+		_ = qg.trans.Close()
+		qg.trans.CloseStreams()
+		qg.g.Close()
+	}
+}
+
+// proposeQueueGroups proposes, on the metadata leader, the queue groups
+// that --queue-groups asks for and the log does not hold yet, once the
+// log is at the level that knows them (every server announced it). Each
+// new group has queueGroupSize members (every voter when there are
+// fewer), the voters taken round-robin in id order from a place that
+// moves one on with each group, so that members and would-be leaders
+// (the first member) spread evenly.
+func (n *Node) proposeQueueGroups(ctx context.Context) {
+	want := n.cfg.QueueGroups
+	if want == 0 {
+		return
+	}
+	var level uint32
+	var have int
+	n.View(func(m *fsm.Machine) { level, have = m.ProtocolLevel(), len(m.QueueGroups()) })
+	if have >= want || level < fsm.QueueGroupLevel {
+		return
+	}
+	f := n.group.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	var voters []raft.Server
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, s)
+		}
+	}
+	if len(voters) == 0 {
+		return
+	}
+	sort.Slice(voters, func(i, j int) bool { return voters[i].ID < voters[j].ID })
+	cmd := &proto.QueueGroups{}
+	for i := have; i < want; i++ {
+		g := &proto.QueueGroup{Id: queueGroupID(i)}
+		for j := range min(queueGroupSize, len(voters)) {
+			v := voters[(i+j)%len(voters)]
+			g.Members = append(g.Members, &proto.QueueGroupMember{Id: string(v.ID), Addr: string(v.Address)})
+		}
+		cmd.Groups = append(cmd.Groups, g)
+	}
+	res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: cmd}})
+	switch {
+	case err != nil:
+		n.log.Warn("proposing the queue groups failed", "err", err)
+	case res.GetCode() != 0:
+		n.log.Warn("queue groups refused", "code", res.GetCode(), "text", res.GetText())
+	default:
+		n.log.Info("created queue groups", "from", have, "to", want, "index", res.GetIndex())
+	}
+}
+
+// queueGroupID names the i-th queue group (from 0): q1, q2, ...
+func queueGroupID(i int) string { return "q" + strconv.Itoa(i+1) }
