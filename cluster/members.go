@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/cluster/membership"
+	"github.com/raftmq/raftmq/cluster/quorum"
 )
 
 // roster is the node's membership: the part that knows who is in the
@@ -18,7 +19,7 @@ import (
 // remembered peers (package membership), the reach of raft and pings
 // (membership.Reach), what the leader gossips raft does not reach
 // (membership/liveness.go), the watch over this node's own contact with
-// a majority (quorum.go), and the servers an operator removed.
+// a majority (package quorum), and the servers an operator removed.
 type roster struct {
 	gossip  *membership.Gossip
 	members *membership.Table // gossip.Members()
@@ -29,7 +30,7 @@ type roster struct {
 	removed sync.Map
 
 	reach *membership.Reach // whom this node's raft and pings reach
-	watch *quorumWatch      // this node's own contact with a majority (quorum.go)
+	watch *quorum.Watch     // this node's own contact with a majority (package quorum)
 }
 
 // Member health as this node sees it through memberlist.

@@ -75,7 +75,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		notifyCh: make(chan bool, 16),
 		roster: roster{
 			reach: membership.NewReach(),
-			watch: newQuorumWatch(),
 		},
 		network: network{out: newOutbound()},
 		lifecycle: lifecycle{
@@ -88,6 +87,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.members = n.gossip.Members()
 	n.sec = n.newLinkChecker()
 	n.clocks = n.newTime()
+	n.watch = n.newQuorumWatch()
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
