@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"net"
 	"slices"
 	"sort"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/links"
 	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/cluster/quorum"
 )
@@ -65,36 +65,12 @@ func (n *Node) newGossip() *membership.Gossip {
 		Protocol:          cfg.Protocol,
 		Tune:              cfg.Gossip,
 		Transport: func(t memberlist.Transport) memberlist.Transport {
-			return &gossipTransport{Transport: t, links: cfg.Links}
+			return links.Gossip(t, cfg.Links)
 		},
 		Logger:           n.log,
 		MemberlistLogger: newStdLogger(n.log.With("subsystem", "memberlist")),
 		Changed:          n.changed.Signal,
 	})
-}
-
-// gossipTransport routes memberlist's traffic through Links.
-type gossipTransport struct {
-	memberlist.Transport
-	links *Links
-}
-
-func (t *gossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	if !t.links.Allowed(addr) {
-		return time.Now(), nil // dropped on the floor, like a lost packet
-	}
-	return t.Transport.WriteTo(b, addr)
-}
-
-func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	if !t.links.Allowed(addr) {
-		return nil, errLinkDown
-	}
-	c, err := t.Transport.DialTimeout(addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return t.links.track(c, addr)
 }
 
 // housekeeping runs on every node: it notices that the node got a raft

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/cluster/links"
 	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
@@ -76,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		roster: roster{
 			reach: membership.NewReach(),
 		},
-		network: network{out: newOutbound()},
+		network: network{out: links.NewOutbound()},
 		lifecycle: lifecycle{
 			ready:   make(chan struct{}),
 			closing: make(chan struct{}),
@@ -176,13 +177,13 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)
 	}
-	n.advert, err = advertiseAddr(cfg.RaftAdvertise, ln.Addr().String())
+	n.advert, err = links.AdvertiseAddr(cfg.RaftAdvertise, ln.Addr().String())
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links, out: n.out}
-	layer.tls, layer.dial = n.sec.RaftServerConfig(), n.sec.Dial
+	layer := links.NewStreamLayer(links.LayerConfig{Listener: ln, Advert: n.advert, Links: cfg.Links,
+		TLS: n.sec.RaftServerConfig(), Dial: n.sec.Dial, Out: n.out})
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
@@ -518,7 +519,7 @@ func (n *Node) Close() error {
 	// Nothing waits for a peer's answer from now on: what raft and gRPC
 	// have in flight to peers that stopped answering ends now rather
 	// than at its timeout.
-	n.out.abort()
+	n.out.Abort()
 	n.group.Forwarder().Close()
 	n.replyConns.close()
 	var err error
