@@ -45,11 +45,10 @@ func baseServerOptions() []grpc.ServerOption {
 // addr (gRPC dials lazily, on the first call). With TLS, the server's
 // certificate must name id.
 func (n *Node) dialInternal(id, addr string) (*grpc.ClientConn, error) {
-	links := n.cfg.Links
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(n.sec.InternalCredentials(id)),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return n.out.dial(ctx, addr, 5*time.Second, links.dial)
+			return n.out.Dial(ctx, addr, 5*time.Second, n.cfg.Links.Dial)
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: forwardKeepalive, Timeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxForwardMessage), grpc.MaxCallRecvMsgSize(MaxForwardMessage)),

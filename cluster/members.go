@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"net"
 	"slices"
 	"sort"
 	"sync"
@@ -10,7 +9,9 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/links"
 	"github.com/raftmq/raftmq/cluster/membership"
+	"github.com/raftmq/raftmq/cluster/quorum"
 )
 
 // roster is the node's membership: the part that knows who is in the
@@ -18,7 +19,7 @@ import (
 // remembered peers (package membership), the reach of raft and pings
 // (membership.Reach), what the leader gossips raft does not reach
 // (membership/liveness.go), the watch over this node's own contact with
-// a majority (quorum.go), and the servers an operator removed.
+// a majority (package quorum), and the servers an operator removed.
 type roster struct {
 	gossip  *membership.Gossip
 	members *membership.Table // gossip.Members()
@@ -29,7 +30,7 @@ type roster struct {
 	removed sync.Map
 
 	reach *membership.Reach // whom this node's raft and pings reach
-	watch *quorumWatch      // this node's own contact with a majority (quorum.go)
+	watch *quorum.Watch     // this node's own contact with a majority (package quorum)
 }
 
 // Member health as this node sees it through memberlist.
@@ -64,36 +65,12 @@ func (n *Node) newGossip() *membership.Gossip {
 		Protocol:          cfg.Protocol,
 		Tune:              cfg.Gossip,
 		Transport: func(t memberlist.Transport) memberlist.Transport {
-			return &gossipTransport{Transport: t, links: cfg.Links}
+			return links.Gossip(t, cfg.Links)
 		},
 		Logger:           n.log,
 		MemberlistLogger: newStdLogger(n.log.With("subsystem", "memberlist")),
 		Changed:          n.changed.Signal,
 	})
-}
-
-// gossipTransport routes memberlist's traffic through Links.
-type gossipTransport struct {
-	memberlist.Transport
-	links *Links
-}
-
-func (t *gossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	if !t.links.Allowed(addr) {
-		return time.Now(), nil // dropped on the floor, like a lost packet
-	}
-	return t.Transport.WriteTo(b, addr)
-}
-
-func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	if !t.links.Allowed(addr) {
-		return nil, errLinkDown
-	}
-	c, err := t.Transport.DialTimeout(addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return t.links.track(c, addr)
 }
 
 // housekeeping runs on every node: it notices that the node got a raft

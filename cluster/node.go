@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/cluster/links"
 	"github.com/raftmq/raftmq/cluster/linksec"
 	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
@@ -78,9 +79,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		notifyCh: make(chan bool, 16),
 		roster: roster{
 			reach: membership.NewReach(),
-			watch: newQuorumWatch(),
 		},
-		network: network{out: newOutbound()},
+		network: network{out: links.NewOutbound()},
 		lifecycle: lifecycle{
 			ready:   make(chan struct{}),
 			closing: make(chan struct{}),
@@ -91,6 +91,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.members = n.gossip.Members()
 	n.sec = n.newLinkChecker()
 	n.clocks = n.newTime()
+	n.watch = n.newQuorumWatch()
 	if err := n.startRaft(); err != nil {
 		_ = n.Close()
 		return nil, err
@@ -168,13 +169,13 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("cluster: raft listen: %w", err)
 	}
-	n.advert, err = advertiseAddr(cfg.RaftAdvertise, ln.Addr().String())
+	n.advert, err = links.AdvertiseAddr(cfg.RaftAdvertise, ln.Addr().String())
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	layer := &streamLayer{ln: ln, advert: n.advert, links: cfg.Links, out: n.out}
-	layer.tls, layer.dial = n.sec.RaftServerConfig(), n.sec.Dial
+	layer := links.NewStreamLayer(links.LayerConfig{Listener: ln, Advert: n.advert, Links: cfg.Links,
+		TLS: n.sec.RaftServerConfig(), Dial: n.sec.Dial, Out: n.out})
 	// Every group of the node shares the one raft port; the metadata
 	// group's layer is headerless, so a node of a release before queue
 	// groups talks to it as it always did.
@@ -551,7 +552,7 @@ func (n *Node) Close() error {
 	// Nothing waits for a peer's answer from now on: what raft and gRPC
 	// have in flight to peers that stopped answering ends now rather
 	// than at its timeout.
-	n.out.abort()
+	n.out.Abort()
 	n.group.Forwarder().Close()
 	n.replyConns.close()
 	err := n.shutdownQueueGroups()

@@ -10,12 +10,8 @@ package cluster
 // command proposed after the silence has been applied here and the
 // applied state says that it still stands. Epochs never go back.
 func (n *Node) SilenceEpoch() uint64 {
-	w := n.watch
-	if w == nil {
+	if n.watch == nil {
 		return 0
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.noteStall(n.suspectAfter())
-	return w.gen
+	return n.watch.Epoch()
 }

@@ -51,7 +51,7 @@ func (n *Node) newLinkChecker() *linksec.Checker {
 			return id != ""
 		},
 		PeerID: n.peerID,
-	}, n.cfg.Links.dial)
+	}, n.cfg.Links.Dial)
 }
 
 // servers is the latest raft configuration this node has (nil before raft

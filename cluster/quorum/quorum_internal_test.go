@@ -1,6 +1,8 @@
-package cluster
+package quorum
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -16,36 +18,38 @@ type epochRecorder struct {
 
 func (r *epochRecorder) DeliverIn(_ *fsm.Delivery, epoch uint64) { r.epochs = append(r.epochs, epoch) }
 
+// liveGate is the gate of a watch that just ran, in front of an
+// EpochSink, and a delivery for it.
+func liveGate(nodeDownAfter time.Duration) (*Watch, fsm.Sink, *epochRecorder, *fsm.Delivery) {
+	rec := &epochRecorder{}
+	w := New(Config{NodeDownAfter: nodeDownAfter, Effects: rec})
+	w.lastCheck = time.Now()
+	return w, w.Sink(), rec, &fsm.Delivery{Consumer: &proto.ConsumerRef{Tag: "c"}, DeliveryTag: 1}
+}
+
 // A pause of the process between two effects of one entry (the apply
 // path checks for a stall once per batch of entries): the effects after
 // it are held, and a goroutine that resumes before the watch (a socket
 // writer) sees a new silence epoch, not the one the effects before the
 // pause were decided in.
 func TestSilence_PauseBetweenEffectsIsSeenByTheGateAndTheEpoch(t *testing.T) {
-	rec := &epochRecorder{}
-	n := &Node{cfg: Config{MembershipConfig: MembershipConfig{NodeDownAfter: time.Second}}, roster: roster{watch: newQuorumWatch()}}
-	n.cfg.Effects = rec
-	g := n.effects()
-	w := n.watch
-	w.lastCheck = time.Now()
-
-	d := &fsm.Delivery{Consumer: &proto.ConsumerRef{Tag: "c"}, DeliveryTag: 1}
+	w, g, rec, d := liveGate(time.Second)
 	g.Deliver(d)
 	if len(rec.epochs) != 1 {
 		t.Fatalf("a delivery of a live node was not passed on: %v", rec.epochs)
 	}
 	before := rec.epochs[0]
-	if e := n.SilenceEpoch(); e != before {
-		t.Fatalf("SilenceEpoch() = %d with no silence, the delivery was decided in %d", e, before)
+	if e := w.Epoch(); e != before {
+		t.Fatalf("Epoch() = %d with no silence, the delivery was decided in %d", e, before)
 	}
 
 	// The process stops for longer than NodeDownAfter/2: the watch did
 	// not run meanwhile.
 	w.mu.Lock()
-	w.lastCheck = time.Now().Add(-n.suspectAfter())
+	w.lastCheck = time.Now().Add(-w.after)
 	w.mu.Unlock()
-	if e := n.SilenceEpoch(); e <= before {
-		t.Fatalf("SilenceEpoch() = %d after a stall, want more than %d", e, before)
+	if e := w.Epoch(); e <= before {
+		t.Fatalf("Epoch() = %d after a stall, want more than %d", e, before)
 	}
 	g.Deliver(&fsm.Delivery{Consumer: &proto.ConsumerRef{Tag: "c"}, DeliveryTag: 2})
 	if len(rec.epochs) != 1 || len(w.held) != 1 {
@@ -55,7 +59,7 @@ func TestSilence_PauseBetweenEffectsIsSeenByTheGateAndTheEpoch(t *testing.T) {
 	// The gate alone sees the stall too, when it comes first.
 	w.mu.Lock()
 	w.suspect, w.held = false, nil
-	w.lastCheck = time.Now().Add(-n.suspectAfter())
+	w.lastCheck = time.Now().Add(-w.after)
 	w.mu.Unlock()
 	g.Deliver(&fsm.Delivery{Consumer: &proto.ConsumerRef{Tag: "c"}, DeliveryTag: 3})
 	if len(rec.epochs) != 1 || len(w.held) != 1 {
@@ -81,17 +85,16 @@ func (r *timeoutRec) ChannelTimedOut(ch *proto.ChannelRef, _ int64) {
 // go out in order once it has caught up.
 func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
 	rec := &timeoutRec{}
-	w := newQuorumWatch()
+	w := New(Config{NodeID: "me", Effects: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	w.suspect = true
-	g := gateSink{w: w, next: rec}
+	g := w.Sink()
 	c := &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: "me"}, Tag: "slow"}
 	g.ConsumerTimedOut(c, 500, []uint64{1, 3})
 	g.ChannelTimedOut(&proto.ChannelRef{Node: "me", Connection: "f"}, 500)
 	if len(rec.consumers) != 0 || len(rec.channels) != 0 || len(w.held) != 2 {
 		t.Fatalf("passed on while suspect: %v %v, held %d", rec.consumers, rec.channels, len(w.held))
 	}
-	n := &Node{cfg: Config{NodeID: "me", Sinks: Sinks{Effects: rec}}, log: discardLogger()}
-	n.flushHeld(w.held, w.gen)
+	w.flush(w.held, w.gen)
 	if len(rec.consumers) != 1 || rec.consumers[0] != "slow" || len(rec.channels) != 1 {
 		t.Fatalf("after catching up: consumers %v channels %v", rec.consumers, rec.channels)
 	}
@@ -100,12 +103,7 @@ func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
 // BenchmarkGateSink_Deliver is what the silence gate adds to each
 // delivery of a live node: its lock and one check of the clock.
 func BenchmarkGateSink_Deliver(b *testing.B) {
-	rec := &epochRecorder{}
-	n := &Node{cfg: Config{MembershipConfig: MembershipConfig{NodeDownAfter: time.Hour}}, roster: roster{watch: newQuorumWatch()}}
-	n.cfg.Effects = rec
-	g := n.effects()
-	n.watch.lastCheck = time.Now()
-	d := &fsm.Delivery{Consumer: &proto.ConsumerRef{Tag: "c"}, DeliveryTag: 1}
+	_, g, rec, d := liveGate(time.Hour)
 	b.ReportAllocs()
 	for b.Loop() {
 		g.Deliver(d)

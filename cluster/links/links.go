@@ -1,4 +1,8 @@
-package cluster
+// Package links is a node's links to the other nodes: raft's stream
+// layer and the address it advertises, the connections it dials (ended
+// at once by its Close), and the fault-injection seam every one of them
+// goes through (Links).
+package links
 
 import (
 	"context"
@@ -8,10 +12,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
-// errLinkDown is returned when Links refuses a dial.
-var errLinkDown = errors.New("cluster: link blocked")
+// ErrDown is returned when Links refuses a dial.
+var ErrDown = errors.New("cluster: link blocked")
 
 // Links cuts this node's outgoing traffic to chosen addresses (raft, gRPC
 // and gossip): a fault-injection seam for tests. Every connection the node
@@ -30,8 +36,8 @@ type Links struct {
 	conns   map[*linkConn]struct{}
 }
 
-// NewLinks returns Links with nothing blocked.
-func NewLinks() *Links {
+// New returns Links with nothing blocked.
+func New() *Links {
 	return &Links{blocked: map[string]bool{}, frozen: map[string]bool{}, thaw: make(chan struct{}),
 		conns: map[*linkConn]struct{}{}}
 }
@@ -88,18 +94,18 @@ func (l *Links) Allowed(addr string) bool {
 	return !l.blocked[addr] && !l.frozen[addr]
 }
 
-// dial connects to addr unless it is blocked, and tracks the connection
+// Dial connects to addr unless it is blocked, and tracks the connection
 // (which stalls while addr is frozen).
-func (l *Links) dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
+func (l *Links) Dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
 	if l.isBlocked(addr) {
-		return nil, errLinkDown
+		return nil, ErrDown
 	}
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil || l == nil {
 		return c, err
 	}
-	return l.track(c, addr)
+	return l.Track(c, addr)
 }
 
 func (l *Links) isBlocked(addr string) bool {
@@ -111,9 +117,9 @@ func (l *Links) isBlocked(addr string) bool {
 	return l.blocked[addr]
 }
 
-// track registers a connection to addr so Block can close it and Freeze
+// Track registers a connection to addr so Block can close it and Freeze
 // stall it.
-func (l *Links) track(c net.Conn, addr string) (net.Conn, error) {
+func (l *Links) Track(c net.Conn, addr string) (net.Conn, error) {
 	if l == nil {
 		return c, nil
 	}
@@ -122,7 +128,7 @@ func (l *Links) track(c net.Conn, addr string) (net.Conn, error) {
 	if l.blocked[addr] {
 		l.mu.Unlock()
 		_ = c.Close()
-		return nil, errLinkDown
+		return nil, ErrDown
 	}
 	l.conns[lc] = struct{}{}
 	l.mu.Unlock()
@@ -221,4 +227,35 @@ func (c *linkConn) Close() error {
 		close(c.closed)
 	})
 	return c.Conn.Close()
+}
+
+// Gossip routes memberlist's traffic, t, through l: packets to a cut
+// address are dropped, dials to one fail, and the connections are
+// tracked.
+func Gossip(t memberlist.Transport, l *Links) memberlist.Transport {
+	return &gossipTransport{Transport: t, links: l}
+}
+
+// gossipTransport routes memberlist's traffic through Links.
+type gossipTransport struct {
+	memberlist.Transport
+	links *Links
+}
+
+func (t *gossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if !t.links.Allowed(addr) {
+		return time.Now(), nil // dropped on the floor, like a lost packet
+	}
+	return t.Transport.WriteTo(b, addr)
+}
+
+func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if !t.links.Allowed(addr) {
+		return nil, ErrDown
+	}
+	c, err := t.Transport.DialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return t.links.Track(c, addr)
 }

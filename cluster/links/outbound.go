@@ -1,4 +1,4 @@
-package cluster
+package links
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/raftmq/raftmq/internal/connset"
 )
 
-// outbound holds the connections this node dials to its peers (raft's
+// Outbound holds the connections this node dials to its peers (raft's
 // transport and the internal gRPC service) so that Close can end them
 // all at once. Whoever waits on one of them when the node stops (a vote
 // asked of a peer whose address is gone, a heartbeat to a frozen one, a
@@ -16,21 +16,22 @@ import (
 // timeout, and Close waits for them: raft's shutdown for its goroutines,
 // gRPC's Close for its writer. A whole-cluster stop took 10 s on the last
 // nodes down, the raft transport's timeout.
-type outbound struct {
-	ctx    context.Context // ends at abort: dials in progress give up
+type Outbound struct {
+	ctx    context.Context // ends at Abort: dials in progress give up
 	cancel context.CancelFunc
 
 	conns connset.Set
 }
 
-func newOutbound() *outbound {
+// NewOutbound returns an Outbound that dials until Abort.
+func NewOutbound() *Outbound {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &outbound{ctx: ctx, cancel: cancel}
+	return &Outbound{ctx: ctx, cancel: cancel}
 }
 
-// dial dials addr with dial, giving up when ctx ends or the node aborts,
+// Dial dials addr with dial, giving up when ctx ends or the node aborts,
 // and keeps the connection until it is closed.
-func (o *outbound) dial(ctx context.Context, addr string, timeout time.Duration,
+func (o *Outbound) Dial(ctx context.Context, addr string, timeout time.Duration,
 	dial func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)) (net.Conn, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -47,9 +48,9 @@ func (o *outbound) dial(ctx context.Context, addr string, timeout time.Duration,
 	return oc, nil
 }
 
-// abort ends the dials in progress and closes every connection, and
+// Abort ends the dials in progress and closes every connection, and
 // makes later dials fail.
-func (o *outbound) abort() {
+func (o *Outbound) Abort() {
 	o.cancel()
 	o.conns.Close()
 }

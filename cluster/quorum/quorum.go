@@ -1,0 +1,435 @@
+// Package quorum is a node's pause-minority watch: its view of its own
+// contact with a majority of the cluster, the effects it holds while it
+// is suspect of a silence, and the pause of its clients while it is cut
+// off. It knows the node only through the Config it is given.
+package quorum
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Watch is a node's view of its own contact with the cluster.
+//
+// A node cut off from the majority (a partition, or a pause of its
+// process) is declared down by the leader after NodeDownAfter: the log
+// requeues what its consumers held and drops its connections. Until the
+// node applies that NodeDown it would go on serving: its publishers
+// waited for confirms that could not come, and once it could hear the
+// leader again it applied the entries it had missed, NodeDown last, and
+// carried out their deliveries to consumers the log had already dropped,
+// after other consumers got the same messages. So:
+//
+//   - silent for NodeDownAfter/2 (no leader contact, or as leader no
+//     quorum of answers; or the watch itself did not run that long, as
+//     after a pause of the process), the node becomes suspect: the
+//     effects of what it applies are held. Once it hears from a leader
+//     again, it commits a Tick (proposed after the silence, so every
+//     NodeDown of it proposed during the silence is before it in the log)
+//     and, when that is applied here, carries out what it held that the
+//     state still stands for: a delivery only if it is still unacked on
+//     its channel (a no-ack one only if no NodeDown of this node follows
+//     it), everything else in order.
+//   - silent for NodeDownAfter and not in the middle of an election among
+//     peers it reaches, the node is isolated: the Pauser closes its client
+//     connections (320 CONNECTION_FORCED) and refuses new ones, as
+//     RabbitMQ's pause_minority does, so clients move to a node of the
+//     majority. It takes clients again after the Tick above.
+//
+// A follower hears nothing from its peers in steady state, only from the
+// leader, and a leader's loss takes an election (HeartbeatTimeout to
+// 2×HeartbeatTimeout, then a vote) which may well last longer than
+// NodeDownAfter: a follower of the majority must not drop its clients
+// meanwhile. So once silent for a while it pings the other voters
+// (Config.Ping); while a majority answers, it waits for the election up
+// to NodeDownAfter + 2×(HeartbeatTimeout + ElectionTimeout).
+type Watch struct {
+	cfg   Config
+	after time.Duration // suspectAfter
+	gate  *gate         // nil without Config.Effects
+	wg    sync.WaitGroup
+
+	mu        sync.Mutex
+	lastCheck time.Time
+	suspect   bool
+	gen       uint64 // counts the checks that found the node silent
+	fencing   bool
+	held      []heldEffect
+	isolated  bool
+	why       string
+
+	tellMu sync.Mutex
+	told   bool // the Pauser was last told to pause
+
+	pingMu  sync.Mutex
+	pinging map[string]bool
+}
+
+// Config is what the watch needs of its node.
+type Config struct {
+	NodeID           string
+	NodeDownAfter    time.Duration
+	HeartbeatTimeout time.Duration
+	ElectionTimeout  time.Duration
+	// LeaderWait bounds the commit of the fence.
+	LeaderWait time.Duration
+	Logger     *slog.Logger
+
+	// Raft is the node's raft as the watch sees it.
+	Raft Raft
+	// Reach is whom this node's raft and pings reach.
+	Reach Reach
+	// Addr is the voter id's internal (gRPC) address, "" when unknown.
+	Addr func(id string) string
+	// Ping asks the voter id at addr whether it answers, within timeout,
+	// and records an answer in Reach.
+	Ping func(id, addr string, timeout time.Duration)
+	// Fence commits a command proposed now (a Tick) and returns once it
+	// is applied here.
+	Fence func(ctx context.Context) error
+	// State is the lock of the applied state, under which effects are
+	// handed on; held while the held effects are flushed.
+	State sync.Locker
+	// Unacked reports whether d is still unacked on its channel in the
+	// applied state. Locks: State held.
+	Unacked func(d *fsm.Delivery) bool
+	// Effects receives the effects the gate passes on (nil: none).
+	Effects fsm.Sink
+	// Pauser is told when the node's isolation changes (nil: no one).
+	Pauser Pauser
+}
+
+// Raft is what the watch reads of the node's raft.
+type Raft interface {
+	// Voters returns the voters of the latest configuration and whether
+	// this node is one.
+	Voters() (ids []string, self bool)
+	// LastContact is when a leader last contacted this node.
+	LastContact() time.Time
+	// Leading reports whether this node's raft is the leader.
+	Leading() bool
+}
+
+// Reach is what the watch reads of whom the node reaches.
+type Reach interface {
+	// WasLeader reports whether this node led and has heard of no other
+	// leader since.
+	WasLeader() bool
+	// LastAck is when the voter id last acknowledged this leader's raft.
+	LastAck(id string) time.Time
+	// LastHeard is when the voter id last answered this node at all.
+	LastHeard(id string) time.Time
+}
+
+// Pauser is told when this node cannot serve clients because it lost
+// contact with a majority of the cluster, and when it can again (the AMQP
+// server). Its methods are called in turn, never concurrently, and must
+// not call back into the node.
+type Pauser interface {
+	// Pause closes every client connection, saying reason, and refuses
+	// new ones until Resume.
+	Pause(reason string)
+	// Resume takes clients again.
+	Resume()
+}
+
+// EpochSink is a Sink that also learns, with each delivery, the silence
+// epoch (Watch.Epoch) its node decided it in. The AMQP server is one: a
+// delivery may wait in its buffers past a silence of the node (a paused
+// process runs its socket writers first when it resumes), and by then the
+// cluster may have declared the node down and handed the message to
+// another consumer. The epoch lets it tell such a delivery from one
+// decided after the silence, whatever goroutine resumes first.
+type EpochSink interface {
+	fsm.Sink
+	// DeliverIn is Deliver with the epoch the delivery was decided in.
+	DeliverIn(d *fsm.Delivery, epoch uint64)
+}
+
+// heldEffect is one effect held while the node is suspect; one field set.
+type heldEffect struct {
+	deliver  *fsm.Delivery
+	cancel   *proto.ConsumerRef
+	timedOut *proto.ChannelRef
+	timeout  int64
+	// consumerTimedOut (with timeout and tags) is a ConsumerTimedOut.
+	consumerTimedOut *proto.ConsumerRef
+	tags             []uint64
+	down             string
+}
+
+// New returns the watch of a node; Run runs it.
+func New(cfg Config) *Watch {
+	w := &Watch{cfg: cfg, after: cfg.NodeDownAfter / 2, pinging: map[string]bool{}}
+	if cfg.Effects != nil {
+		w.gate = &gate{w: w, next: cfg.Effects}
+		w.gate.epochs, _ = cfg.Effects.(EpochSink)
+	}
+	return w
+}
+
+// Run checks the node's contact with the cluster every NodeDownAfter/10
+// (at most every 100 ms) until closing is closed, and returns once what
+// it started (pings, a fence) has returned.
+func (w *Watch) Run(closing <-chan struct{}) {
+	defer w.wg.Wait()
+	t := time.NewTicker(min(max(w.cfg.NodeDownAfter/10, 5*time.Millisecond), 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		w.check(time.Now())
+		select {
+		case <-t.C:
+		case <-closing:
+			return
+		}
+	}
+}
+
+// contact is when this node last knew itself part of a majority:
+// as leader, when the quorum-th freshest voter (itself counting as now)
+// last answered; otherwise when a leader last contacted it. Raft sets
+// that contact time when a leader steps down, too, which for a leader
+// cut off from the others is a lease after it lost them: until it hears
+// of another leader, when the quorum-th voter last answered it counts.
+func (w *Watch) contact(now time.Time, voters []string) time.Time {
+	t := w.cfg.Raft.LastContact()
+	leading := w.cfg.Raft.Leading()
+	if !leading && !w.cfg.Reach.WasLeader() {
+		return t
+	}
+	if !leading {
+		t = time.Time{}
+	}
+	acks := []time.Time{now}
+	for _, id := range voters {
+		if id != w.cfg.NodeID {
+			acks = append(acks, w.cfg.Reach.LastAck(id))
+		}
+	}
+	slices.SortFunc(acks, func(a, b time.Time) int { return b.Compare(a) })
+	if a := acks[len(voters)/2]; a.After(t) {
+		return a
+	}
+	return t
+}
+
+// majorityAnswers reports whether a majority of the voters (this node
+// included) answered this node within NodeDownAfter.
+func (w *Watch) majorityAnswers(now time.Time, voters []string) bool {
+	k := 0
+	for _, id := range voters {
+		if id == w.cfg.NodeID || now.Sub(w.cfg.Reach.LastHeard(id)) < w.cfg.NodeDownAfter {
+			k++
+		}
+	}
+	return k > len(voters)/2
+}
+
+// check is one round of the watch.
+func (w *Watch) check(now time.Time) {
+	voters, self := w.cfg.Raft.Voters()
+	if !self || w.cfg.Raft.LastContact().IsZero() && !w.cfg.Raft.Leading() {
+		// Not a voter (yet), or not yet in touch with a leader since the
+		// start: there is no majority to lose yet, and no client either
+		// (the AMQP listener waits for the node's first entries).
+		w.mu.Lock()
+		w.lastCheck = now
+		w.mu.Unlock()
+		return
+	}
+	silent := now.Sub(w.contact(now, voters))
+	if silent >= w.after/2 {
+		w.pingPeers(voters)
+	}
+	electionGrace := 2 * (w.cfg.HeartbeatTimeout + w.cfg.ElectionTimeout)
+	w.mu.Lock()
+	stalled := !w.lastCheck.IsZero() && now.Sub(w.lastCheck) >= w.after
+	w.lastCheck = now
+	if silent >= w.after || stalled {
+		w.suspect = true
+		w.gen++
+	}
+	if silent >= w.cfg.NodeDownAfter && !w.isolated &&
+		(silent >= w.cfg.NodeDownAfter+electionGrace || !w.majorityAnswers(now, voters)) {
+		w.isolated = true
+		w.why = fmt.Sprintf("broker forced connection closure with reason 'no quorum': this node has had no contact with a majority of the cluster for %v; reconnect to another node",
+			silent.Round(time.Millisecond))
+	}
+	fence := w.suspect && !w.fencing && silent < w.after
+	gen := w.gen
+	if fence {
+		w.fencing = true
+	}
+	w.mu.Unlock()
+	w.tellPauser()
+	if fence {
+		w.wg.Add(1)
+		go w.fence(gen)
+	}
+}
+
+// CheckStall is the apply path's check: when the watch has not run for
+// the suspect time (the process was paused, or starved), what is applied
+// now may be what the node missed while the cluster declared it down, so
+// the node is suspect before it carries out any of it.
+func (w *Watch) CheckStall() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.noteStall()
+}
+
+// Epoch counts this node's silences (cluster's Node.SilenceEpoch).
+func (w *Watch) Epoch() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.noteStall()
+	return w.gen
+}
+
+// noteStall makes the node suspect when the watch has not run for the
+// suspect time (the process was paused). It runs for every effect the
+// node hands its clients, so it reads the monotonic clock alone
+// (time.Since, one read, where time.Now reads the wall clock too):
+// lastCheck always has the monotonic reading of the watch's time.Now.
+// Locks: w.mu held.
+func (w *Watch) noteStall() {
+	if !w.lastCheck.IsZero() && time.Since(w.lastCheck) >= w.after {
+		w.suspect = true
+		w.gen++
+	}
+}
+
+// fence commits a Tick and, once it is applied here and the node was not
+// silent again meanwhile, carries out the held effects that still stand
+// and lets the node serve again.
+func (w *Watch) fence(gen uint64) {
+	defer w.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaderWait)
+	defer cancel()
+	err := w.cfg.Fence(ctx)
+	w.cfg.State.Lock()
+	w.mu.Lock()
+	w.fencing = false
+	ok := err == nil && w.gen == gen
+	var held []heldEffect
+	if ok {
+		held, w.held = w.held, nil
+		w.suspect, w.isolated = false, false
+	}
+	w.mu.Unlock()
+	if ok {
+		w.flush(held, gen)
+	}
+	w.cfg.State.Unlock()
+	if err != nil {
+		w.cfg.Logger.Debug("catching up after a silence: the fence did not commit yet", "err", err)
+	}
+	w.tellPauser()
+}
+
+// flush carries out the held effects that the state still stands for,
+// in order. Locks: State held.
+func (w *Watch) flush(held []heldEffect, epoch uint64) {
+	g := w.gate
+	if g == nil {
+		return
+	}
+	next := g.next
+	down := -1 // the last NodeDown of this node among them
+	for i, e := range held {
+		if e.down != "" {
+			down = i
+		}
+	}
+	dropped := 0
+	for i, e := range held {
+		switch {
+		case e.deliver != nil:
+			d := e.deliver
+			if d.NoAck && i < down || !d.NoAck && !w.cfg.Unacked(d) {
+				dropped++
+				continue
+			}
+			g.deliverIn(d, epoch)
+		case e.cancel != nil:
+			next.ConsumerCancelled(e.cancel)
+		case e.timedOut != nil:
+			next.ChannelTimedOut(e.timedOut, e.timeout)
+		case e.consumerTimedOut != nil:
+			next.ConsumerTimedOut(e.consumerTimedOut, e.timeout, e.tags)
+		case e.down != "":
+			next.NodeDown(e.down)
+		}
+	}
+	if len(held) > 0 {
+		w.cfg.Logger.Info("caught up after a silence", "effects_held", len(held), "deliveries_dropped", dropped)
+	}
+}
+
+// tellPauser tells the Pauser when the node's isolation changed.
+func (w *Watch) tellPauser() {
+	w.tellMu.Lock()
+	defer w.tellMu.Unlock()
+	w.mu.Lock()
+	isolated, why := w.isolated, w.why
+	w.mu.Unlock()
+	if isolated == w.told {
+		return
+	}
+	w.told = isolated
+	if isolated {
+		w.cfg.Logger.Warn("no contact with a majority of the cluster: closing client connections", "reason", why)
+	} else {
+		w.cfg.Logger.Info("in contact with a majority of the cluster again: taking clients")
+	}
+	if p := w.cfg.Pauser; p != nil {
+		if isolated {
+			p.Pause(why)
+		} else {
+			p.Resume()
+		}
+	}
+}
+
+// Isolated reports whether this node is cut off from a majority of the
+// cluster (its clients are refused), and why.
+func (w *Watch) Isolated() (bool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.isolated, w.why
+}
+
+// pingPeers pings every other voter that has no ping in flight.
+func (w *Watch) pingPeers(voters []string) {
+	for _, id := range voters {
+		if id == w.cfg.NodeID {
+			continue
+		}
+		addr := w.cfg.Addr(id)
+		if addr == "" {
+			continue
+		}
+		w.pingMu.Lock()
+		busy := w.pinging[id]
+		w.pinging[id] = true
+		w.pingMu.Unlock()
+		if busy {
+			continue
+		}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.cfg.Ping(id, addr, w.after)
+			w.pingMu.Lock()
+			delete(w.pinging, id)
+			w.pingMu.Unlock()
+		}()
+	}
+}
