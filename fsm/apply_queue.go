@@ -23,22 +23,22 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 			if err != nil {
 				return ttlRefusal(err)
 			}
-			q.argTTL = ttl.Some(n)
+			q.parsed.messageTTL = ttl.Some(n)
 		case ttl.ArgExpires:
 			n, err := ttl.ExpiresArg(valueAny(v), q.vhost, q.name)
 			if err != nil {
 				return ttlRefusal(err)
 			}
-			q.argExpires = ttl.Some(n)
+			q.parsed.expires = ttl.Some(n)
 		case "x-max-length", "x-max-length-bytes":
 			n, ok := valueAny(v).(int64)
 			if !ok || n < 0 {
 				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
 			}
 			if f.GetKey() == "x-max-length" {
-				q.argMaxLen = ttl.Some(n)
+				q.parsed.maxLen = ttl.Some(n)
 			} else {
-				q.argMaxBytes = ttl.Some(n)
+				q.parsed.maxBytes = ttl.Some(n)
 			}
 		case "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow":
 			sv, ok := valueString(v)
@@ -47,14 +47,14 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 			}
 			switch f.GetKey() {
 			case "x-dead-letter-exchange":
-				q.argDLX = &sv
+				q.parsed.dlx = &sv
 			case "x-dead-letter-routing-key":
-				q.argDLRK = &sv
+				q.parsed.dlrk = &sv
 			default:
 				if sv != "drop-head" && sv != "reject-publish" && sv != "reject-publish-dlx" {
 					return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg 'x-overflow' for "+rs("queue", q.name, q.vhost))
 				}
-				q.argOverflow = sv
+				q.parsed.overflow = sv
 			}
 		default:
 			if !q.features {
@@ -202,8 +202,8 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	if r := checkQueueLimit(v, name); r != nil {
 		return r
 	}
-	q := &queueState{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
-		autoDelete: c.GetAutoDelete(), args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(levelFeatures),
+	q := &queueState{queueIdentity: queueIdentity{vhost: c.GetVhost(), name: name, durable: c.GetDurable(), exclusive: c.GetExclusive(),
+		autoDelete: c.GetAutoDelete()}, args: c.GetArguments(), lastUsed: s.clock, features: s.atLeast(levelFeatures),
 		retryLevel: s.atLeast(levelRetry)}
 	q.q.SetTable(s.meta)
 	if c.GetExclusive() {
@@ -374,7 +374,7 @@ func (s *state) dispatch(q *queueState, fresh *queue.Message) {
 }
 
 func (q *queueState) nextConsumer() *consumer {
-	if q.sac {
+	if q.parsed.sac {
 		return q.activeConsumer()
 	}
 	if q.prioritized > 0 {

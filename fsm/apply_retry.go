@@ -117,7 +117,7 @@ func parseRetryArg(q *queueState, key string, v *proto.Value) (bool, *proto.Resu
 		if !known {
 			return true, invalidArg(key, q, "{unknown_delayed_retry_type,<<\""+t+"\">>}")
 		}
-		q.argRetry.typ = &rt
+		q.parsed.retry.typ = &rt
 	case "x-delayed-retry-min", "x-delayed-retry-max", "x-delayed-retry-multiplier":
 		n, ok := valueAny(v).(int64)
 		switch {
@@ -132,11 +132,11 @@ func parseRetryArg(q *queueState, key string, v *proto.Value) (bool, *proto.Resu
 		}
 		switch key {
 		case "x-delayed-retry-min":
-			q.argRetry.min = &n
+			q.parsed.retry.min = &n
 		case "x-delayed-retry-max":
-			q.argRetry.max = &n
+			q.parsed.retry.max = &n
 		default:
-			q.argRetry.mult = &n
+			q.parsed.retry.mult = &n
 		}
 	default:
 		return false, nil
@@ -172,8 +172,8 @@ func checkRetryPolicy(d *proto.PolicyDefinition) *proto.Result {
 // disabled and the minimum above 0; max 0 means no cap, mult 0 linear.
 func (q *queueState) retryConf() (typ retryType, lo, hi, mult int64) {
 	d := q.policy.definition()
-	if q.argRetry.typ != nil {
-		typ = *q.argRetry.typ
+	if q.parsed.retry.typ != nil {
+		typ = *q.parsed.retry.typ
 	} else if d != nil && d.DelayedRetryType != nil {
 		typ = retryTypes[d.GetDelayedRetryType()]
 	}
@@ -189,7 +189,7 @@ func (q *queueState) retryConf() (typ retryType, lo, hi, mult int64) {
 	if d == nil {
 		d = &proto.PolicyDefinition{}
 	}
-	return typ, pick(q.argRetry.min, d.DelayedRetryMin), pick(q.argRetry.max, d.DelayedRetryMax), pick(q.argRetry.mult, d.DelayedRetryMultiplier)
+	return typ, pick(q.parsed.retry.min, d.DelayedRetryMin), pick(q.parsed.retry.max, d.DelayedRetryMax), pick(q.parsed.retry.mult, d.DelayedRetryMultiplier)
 }
 
 // retryDelay is how long m waits after a return (failed says whether it

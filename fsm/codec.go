@@ -601,7 +601,7 @@ func decVhost(d *dec, s *state, consumers map[string]*consumer) error {
 }
 
 func decQueue(d *dec, s *state, v *vhost, consumers map[string]*consumer) error {
-	q := &queueState{vhost: v.name, name: d.s(), durable: d.bo(), exclusive: d.bo(), autoDelete: d.bo(), owner: d.s(), args: d.table()}
+	q := &queueState{queueIdentity: queueIdentity{vhost: v.name, name: d.s(), durable: d.bo(), exclusive: d.bo(), autoDelete: d.bo(), owner: d.s()}, args: d.table()}
 	q.hadConsumer = d.bo()
 	q.lastUsed = d.i()
 	q.rr = int(d.u())
@@ -663,7 +663,7 @@ func decChannel(d *dec, s *state, consumers map[string]*consumer) error {
 			p.q = v.queues[qn]
 		}
 		if p.q == nil {
-			p.q = &queueState{vhost: vh, name: qn, deleted: true}
+			p.q = &queueState{queueIdentity: queueIdentity{vhost: vh, name: qn}, deleted: true}
 		}
 		if d.bo() {
 			p.c = consumers[ch.key+"\x00"+d.s()]

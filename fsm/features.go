@@ -68,13 +68,13 @@ func parseFeatureArg(q *queueState, key string, v *proto.Value) *proto.Result {
 		if !ok || n < -1 {
 			return invalidArg(key, q, "\"expected an integer >= -1, got "+describe(v, true)+"\"")
 		}
-		q.argDeliveryLimit = &n
+		q.parsed.deliveryLimit = &n
 	case "x-single-active-consumer":
 		b, ok := v.GetKind().(*proto.Value_Bool)
 		if !ok {
 			return invalidArg(key, q, "{unacceptable_type,"+typeName(v)+"}")
 		}
-		q.sac = b.Bool
+		q.parsed.sac = b.Bool
 	case "x-queue-type":
 		t, ok := valueString(v)
 		if !ok {
@@ -119,8 +119,8 @@ func (q *queueState) deliveryLimit() int64 {
 		return -1
 	}
 	limit := int64(DefaultDeliveryLimit)
-	if q.argDeliveryLimit != nil {
-		limit = *q.argDeliveryLimit
+	if q.parsed.deliveryLimit != nil {
+		limit = *q.parsed.deliveryLimit
 	} else if d := q.policy.definition(); d != nil && d.DeliveryLimit != nil {
 		limit = d.GetDeliveryLimit()
 	}
@@ -236,7 +236,7 @@ func (q *queueState) activeConsumer() *consumer {
 // when the one before it went. Round-robin queues need nothing: their
 // other consumers were receiving already.
 func (s *state) activateNext(q *queueState) {
-	if q.sac && !q.deleted {
+	if q.parsed.sac && !q.deleted {
 		s.dispatch(q, nil)
 	}
 }
@@ -258,7 +258,7 @@ func (c *consumer) mayHold() bool {
 // for the first and "waiting" for the rest.
 func (q *queueState) activity(i int) (bool, string) {
 	switch {
-	case !q.sac:
+	case !q.parsed.sac:
 		return true, "up"
 	case i == 0:
 		return true, "single_active"

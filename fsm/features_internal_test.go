@@ -26,7 +26,7 @@ func TestRestoreKeepsQueuesWithNowRefusedArguments(t *testing.T) {
 		t.Fatalf("restore: %v", err)
 	}
 	q := n.vhosts["/"].queues["old"]
-	if q == nil || q.q.MaxPriority() != 0 || !q.argTTL.Set || q.argTTL.V != 5 {
+	if q == nil || q.q.MaxPriority() != 0 || !q.parsed.messageTTL.Set || q.parsed.messageTTL.V != 5 {
 		t.Fatalf("restored queue %+v", q)
 	}
 }

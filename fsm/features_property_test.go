@@ -112,7 +112,7 @@ func TestMachine_PropertyFeatureSequences(t *testing.T) {
 			if q.q.MaxPriority() > 0 {
 				prioritized++
 			}
-			if q.sac {
+			if q.parsed.sac {
 				sac++
 			}
 		}

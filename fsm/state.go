@@ -139,39 +139,54 @@ type binding struct {
 	args       *proto.Table
 }
 
-type queueState struct {
+// queueIdentity is what names a queue and the properties its declare
+// fixed for its life, which a redeclare must match.
+type queueIdentity struct {
 	vhost, name                    string
 	durable, exclusive, autoDelete bool
-	owner                          string
-	args                           *proto.Table
-	q                              queue.Queue
-	consumers                      []*consumer
-	rr                             int
-	hadConsumer                    bool
-	lastUsed                       int64
-	unacked                        int
-	deleted                        bool
-	mark                           uint64
-	policy, opPolicy               *policy
-	// parsed arguments
-	argTTL, argExpires, argMaxLen, argMaxBytes ttl.Opt
-	argDLX, argDLRK                            *string
-	argOverflow                                string
+	owner                          string // connRefKey of an exclusive queue's connection; "" otherwise
+}
+
+// queueArgs are a queue's x-arguments as parsed and validated, derived
+// from the arguments of its declare (queueState.args, which the snapshot
+// carries, so a restore parses them again: parseQueueArgs,
+// restoreQueueArgs); an unset one leaves the policies' value to apply.
+// Set when the queue is declared or restored, never changed after;
+// x-max-priority is not here but in q.
+type queueArgs struct {
+	messageTTL, expires, maxLen, maxBytes ttl.Opt
+	dlx, dlrk                             *string
+	overflow                              string
+	deliveryLimit                         *int64    // x-delivery-limit (features.go)
+	sac                                   bool      // x-single-active-consumer (features.go)
+	retry                                 retryArgs // x-delayed-retry-* (apply_retry.go)
+}
+
+type queueState struct {
+	queueIdentity
+	args             *proto.Table
+	parsed           queueArgs
+	q                queue.Queue
+	consumers        []*consumer
+	rr               int
+	hadConsumer      bool
+	lastUsed         int64
+	unacked          int
+	deleted          bool
+	mark             uint64
+	policy, opPolicy *policy
 	// features: declared at protocol level 3 or later, so the arguments
 	// of features.go apply; a queue declared before keeps the behaviour it
 	// had (a replica replaying its declare at the old level and one
 	// restoring it from a snapshot must agree).
-	features         bool
-	argDeliveryLimit *int64 // x-delivery-limit (features.go)
-	sac              bool   // x-single-active-consumer
-	prioritized      int    // consumers with a nonzero x-priority
-	counts           queueCounts
+	features    bool
+	prioritized int // consumers with a nonzero x-priority
+	counts      queueCounts
 
 	// retryLevel: declared at protocol level 8 or later, so returns are
 	// counted as RabbitMQ 4.3 counts them and delayed retry applies
 	// (apply_retry.go); retrying counts its messages waiting there.
 	retryLevel bool
-	argRetry   retryArgs
 	retrying   int
 
 	// lastKey is the routing key of the last message enqueued, which the
@@ -271,22 +286,22 @@ func locked(name, vh string) *proto.Result {
 
 // queueTTL is the effective queue message TTL (argument, policy, operator).
 func (q *queueState) queueTTL() ttl.Opt {
-	return ttl.Effective(q.argTTL, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MessageTtl }),
+	return ttl.Effective(q.parsed.messageTTL, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MessageTtl }),
 		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.MessageTtl }))
 }
 
 func (q *queueState) expires() ttl.Opt {
-	return ttl.Effective(q.argExpires, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.Expires }),
+	return ttl.Effective(q.parsed.expires, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.Expires }),
 		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.Expires }))
 }
 
 func (q *queueState) maxLen() ttl.Opt {
-	return ttl.Effective(q.argMaxLen, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLength }),
+	return ttl.Effective(q.parsed.maxLen, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLength }),
 		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLength }))
 }
 
 func (q *queueState) maxBytes() ttl.Opt {
-	return ttl.Effective(q.argMaxBytes, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLengthBytes }),
+	return ttl.Effective(q.parsed.maxBytes, polOpt(q.policy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLengthBytes }),
 		polOpt(q.opPolicy, func(d *proto.PolicyDefinition) *int64 { return d.MaxLengthBytes }))
 }
 
@@ -301,8 +316,8 @@ func polOpt(p *policy, f func(*proto.PolicyDefinition) *int64) ttl.Opt {
 }
 
 func (q *queueState) dlx() (string, bool) {
-	if q.argDLX != nil {
-		return *q.argDLX, true
+	if q.parsed.dlx != nil {
+		return *q.parsed.dlx, true
 	}
 	if q.policy != nil && q.policy.def.GetDefinition().DeadLetterExchange != nil {
 		return q.policy.def.GetDefinition().GetDeadLetterExchange(), true
@@ -311,8 +326,8 @@ func (q *queueState) dlx() (string, bool) {
 }
 
 func (q *queueState) dlrk() (string, bool) {
-	if q.argDLRK != nil {
-		return *q.argDLRK, true
+	if q.parsed.dlrk != nil {
+		return *q.parsed.dlrk, true
 	}
 	if q.policy != nil && q.policy.def.GetDefinition().DeadLetterRoutingKey != nil {
 		return q.policy.def.GetDefinition().GetDeadLetterRoutingKey(), true
@@ -321,8 +336,8 @@ func (q *queueState) dlrk() (string, bool) {
 }
 
 func (q *queueState) overflow() string {
-	if q.argOverflow != "" {
-		return q.argOverflow
+	if q.parsed.overflow != "" {
+		return q.parsed.overflow
 	}
 	if q.policy != nil && q.policy.def.GetDefinition().Overflow != nil {
 		return q.policy.def.GetDefinition().GetOverflow()
