@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -172,6 +173,12 @@ func testMaxSizeMessages(t *testing.T, store string) {
 	}
 }
 
+// errNoLeader is a retry of tickOn or publishConfirmed while no node
+// leads. They look the leader up with Leader, not WaitForLeader, which
+// fails the test after its own Timeout: a leaderless spell while tens of
+// MiB move counts against the bound of the retry loop it happens in.
+var errNoLeader = errors.New("no leader")
+
 // tickOn commits a tick on the current leader and returns its index. A
 // leadership change (tens of MiB moving between the nodes of one process
 // can delay heartbeats on a busy machine) is retried: a tick changes
@@ -180,7 +187,11 @@ func tickOn(t *testing.T, c *clustertest.Cluster) uint64 {
 	t.Helper()
 	var index uint64
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		res, err := c.WaitForLeader(clustertest.Timeout).SubmitBatch(ctxT(t, clustertest.Timeout), []*proto.Command{tick()})
+		l := c.Leader()
+		if l == nil {
+			return errNoLeader
+		}
+		res, err := l.SubmitBatch(ctxT(t, clustertest.Timeout), []*proto.Command{tick()})
 		if err != nil {
 			return err
 		}
@@ -198,7 +209,10 @@ func publishConfirmed(t *testing.T, c *clustertest.Cluster, follower bool, cmd *
 	t.Helper()
 	var index uint64
 	clustertest.Eventually(t, 3*clustertest.Timeout, func() error {
-		on := c.WaitForLeader(clustertest.Timeout)
+		on := c.Leader()
+		if on == nil {
+			return errNoLeader
+		}
 		if f := c.Followers(); follower && len(f) > 0 {
 			on = f[0]
 		}
