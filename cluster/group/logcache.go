@@ -10,8 +10,9 @@ import (
 // raft.LogCache does (the leader reads them back to replicate them), but
 // within a byte budget: raft.LogCache holds its last 512 entries whatever
 // their size, so a burst of large publishes kept gigabytes reachable
-// long after they were committed. An entry over inlineMax is not cached
-// at all; its side file is read when it is needed.
+// long after they were committed. An entry over inlineMax is cached only
+// while it is the newest entry (newest); otherwise its side file is read
+// when it is needed.
 type logCache struct {
 	raft.LogStore
 	budget int64
@@ -20,6 +21,14 @@ type logCache struct {
 	slots []*raft.Log
 	bytes int64
 	first uint64 // no entry below it is cached
+	// newest is the newest entry over inlineMax appended or read, kept
+	// while no later entry is appended: a leader reads the term of its
+	// last entry for every follower on every commit timeout (raft's
+	// setPreviousLog), so a large publish left last in the log was read
+	// back from its side file hundreds of times a second, a gigabyte a
+	// second of garbage whose collection starved raft's heartbeats.
+	newest *raft.Log
+	gen    uint64 // moves with every append and truncation
 }
 
 // logCacheBytes is the log cache's budget. What it serves is the newest
@@ -42,12 +51,33 @@ func (c *logCache) slot(index uint64) **raft.Log {
 func (c *logCache) GetLog(index uint64, l *raft.Log) error {
 	c.mu.RLock()
 	cached := *c.slot(index)
+	newest, gen := c.newest, c.gen
 	c.mu.RUnlock()
 	if cached != nil && cached.Index == index {
 		*l = *cached
 		return nil
 	}
-	return c.LogStore.GetLog(index, l)
+	if newest != nil && newest.Index == index {
+		*l = *newest
+		return nil
+	}
+	if err := c.LogStore.GetLog(index, l); err != nil {
+		return err
+	}
+	if len(l.Data) > inlineMax {
+		// A restarted leader's last entry was never appended here.
+		// What was read is kept only if the log did not change meanwhile:
+		// a truncation may have replaced the entry at index.
+		if last, err := c.LogStore.LastIndex(); err == nil && last == index {
+			read := *l
+			c.mu.Lock()
+			if c.gen == gen {
+				c.newest = &read
+			}
+			c.mu.Unlock()
+		}
+	}
+	return nil
 }
 
 func (c *logCache) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
@@ -58,6 +88,8 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gen++
+	c.newest = nil
 	for _, l := range logs {
 		s := c.slot(l.Index)
 		if old := *s; old != nil {
@@ -65,6 +97,9 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 		}
 		*s = nil
 		if len(l.Data) > inlineMax {
+			if l == logs[len(logs)-1] {
+				c.newest = l
+			}
 			continue
 		}
 		*s = l
@@ -85,9 +120,16 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 func (c *logCache) DeleteRange(min, max uint64) error {
 	c.mu.Lock()
 	clear(c.slots)
-	c.bytes, c.first = 0, 0
+	c.bytes, c.first, c.newest = 0, 0, nil
+	c.gen++
 	c.mu.Unlock()
-	return c.LogStore.DeleteRange(min, max)
+	err := c.LogStore.DeleteRange(min, max)
+	// A read between the two locks found the entries still in the store.
+	c.mu.Lock()
+	c.newest = nil
+	c.gen++
+	c.mu.Unlock()
+	return err
 }
 
 // IsMonotonic passes on raft.MonotonicLogStore.

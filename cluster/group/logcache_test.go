@@ -45,10 +45,20 @@ func TestLogCache_KeepsRecentEntriesWithinItsBudget(t *testing.T) {
 		t.Fatalf("cached: 1 %v 2 %v 4 %v; want the newest three", cached(1), cached(2), cached(4))
 	}
 	put(5, inlineMax+1)
-	if cached(5) {
-		t.Fatal("an entry over inlineMax is cached")
+	// The newest entry is read for its term on every commit timeout,
+	// whatever its size: kept while it is the newest.
+	if !cached(5) || !cached(5) {
+		t.Fatal("the newest entry, over inlineMax, is read from the store")
 	}
-	for i := uint64(6); i <= 20; i++ { // the ring wraps
+	put(6, 10)
+	if cached(5) {
+		t.Fatal("an entry over inlineMax is cached once a later one came")
+	}
+	// Read back from the store, it is kept only while it is the log's last.
+	if cached(5) || cached(5) {
+		t.Fatal("an older entry over inlineMax is kept after a read")
+	}
+	for i := uint64(7); i <= 20; i++ { // the ring wraps
 		put(i, 10)
 	}
 	if !cached(20) || !cached(13) || cached(12) {
