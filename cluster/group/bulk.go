@@ -49,9 +49,11 @@ const (
 	// bulkRetry is how long a follower that refused the bulk layer gets
 	// its large entries inline before it is asked again.
 	bulkRetry = 30 * time.Second
-	// bulkKeep bounds the entries a follower holds for appends that have
-	// not come (a leader deposed between the two): the oldest goes.
-	bulkKeep = 8
+	// bulkKeep and bulkKeepBytes bound the entries a follower holds for
+	// appends that have not come (a leader deposed between the two): the
+	// oldest goes, though the newest always stays.
+	bulkKeep      = 8
+	bulkKeepBytes = 2 * MaxBulkEntry
 	// bulkFrameLen is a frame's header: magic, term, index, length, crc.
 	bulkFrameLen = 1 + 8 + 8 + 8 + 4
 	bulkMagic    = byte('B')
@@ -91,6 +93,7 @@ type Bulk struct {
 	mu    sync.Mutex
 	held  map[bulkKey]heldEntry
 	order []bulkKey
+	bytes int // of the entries held
 	peers map[raft.ServerAddress]*bulkPeer
 
 	done chan struct{}
@@ -301,11 +304,15 @@ func (b *Bulk) serve(c net.Conn) {
 func (b *Bulk) hold(k bulkKey, h heldEntry) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.held[k]; !ok {
+	if old, ok := b.held[k]; ok {
+		b.bytes -= len(old.data)
+	} else {
 		b.order = append(b.order, k)
 	}
 	b.held[k] = h
-	for len(b.order) > bulkKeep {
+	b.bytes += len(h.data)
+	for len(b.order) > 1 && (len(b.order) > bulkKeep || b.bytes > bulkKeepBytes) {
+		b.bytes -= len(b.held[b.order[0]].data)
 		delete(b.held, b.order[0])
 		b.order = b.order[1:]
 	}
@@ -316,6 +323,7 @@ func (b *Bulk) take(k bulkKey) (heldEntry, bool) {
 	defer b.mu.Unlock()
 	d, ok := b.held[k]
 	if ok {
+		b.bytes -= len(d.data)
 		delete(b.held, k)
 		b.order = slices.DeleteFunc(b.order, func(o bulkKey) bool { return o == k })
 	}

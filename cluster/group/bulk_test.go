@@ -198,3 +198,26 @@ func TestBulk_HeaderNamesTheGroupsBulkLayer(t *testing.T) {
 		}
 	}
 }
+
+// A follower holds at most bulkKeep entries, and no more than
+// bulkKeepBytes of them beyond the newest, for appends that never came.
+func TestBulk_HoldsABoundedNumberOfEntries(t *testing.T) {
+	b := &Bulk{held: map[bulkKey]heldEntry{}}
+	for i := range uint64(bulkKeep + 3) {
+		b.hold(bulkKey{1, i}, heldEntry{data: make([]byte, 10)})
+	}
+	if len(b.held) != bulkKeep || b.bytes != 10*bulkKeep {
+		t.Fatalf("held %d entries, %d bytes; want %d, %d", len(b.held), b.bytes, bulkKeep, 10*bulkKeep)
+	}
+	if _, ok := b.held[bulkKey{1, 0}]; ok {
+		t.Fatal("the oldest entry is still held")
+	}
+	big := heldEntry{data: make([]byte, bulkKeepBytes)}
+	b.hold(bulkKey{2, 1}, big)
+	if len(b.held) != 1 || b.bytes != bulkKeepBytes {
+		t.Fatalf("after an entry of the whole budget: %d entries, %d bytes", len(b.held), b.bytes)
+	}
+	if _, ok := b.take(bulkKey{2, 1}); !ok || b.bytes != 0 || len(b.order) != 0 {
+		t.Fatalf("take left %d bytes, %d in order", b.bytes, len(b.order))
+	}
+}
