@@ -167,8 +167,8 @@ func (l *lane) reset(c *cow) {
 			c.drop(b)
 		}
 	}
-	clear(l.blocks[1:])
 	if keep {
+		clear(l.blocks[1:])
 		l.blocks[0].r = l.blocks[0].r[:0]
 		l.blocks = l.blocks[:1]
 	} else {

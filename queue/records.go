@@ -373,7 +373,7 @@ func (q *Queue) Purge() int {
 		}
 	}
 	for p := range q.lanes {
-		q.lanes[p].free(q.t.cow)
+		q.lanes[p].free(q.cow())
 	}
 	*q = Queue{t: q.t, seq: q.seq, maxPrio: q.maxPrio}
 	return n
