@@ -24,6 +24,8 @@ import (
 //     cloned whole at their first change after a capture (their size is
 //     that of the messages with a deadline, or with a return, a failure,
 //     an inline body: few in a backlog);
+//   - a block a lane drops while a live capture may read it is freed
+//     when none lives (slab.go);
 //   - the Table frees no entry while a capture lives (a freed entry would
 //     be reused for another message's properties): the entries whose last
 //     reference went wait in pending until the last capture is released.
@@ -36,6 +38,8 @@ type cow struct {
 	epoch   uint64       // captures taken; a block stamped below is shared while one lives
 	live    atomic.Int64 // captures not released
 	pending []uint32     // table entries to free once no capture lives
+	dropped []blk        // slab blocks to free once no capture lives (slab.go)
+	slabs   *slabs
 	// copied counts the blocks cloned and the bytes copied for captures
 	// (Table.Copied).
 	copied struct {
@@ -106,7 +110,8 @@ func (cp *Capture) Release() {
 
 func (t *Table) cowState() *cow {
 	if t.cow == nil {
-		t.cow = &cow{}
+		t.cow = &cow{slabs: newSlabs()}
+		freeOnCollect(t, t.cow.slabs)
 	}
 	return t.cow
 }
@@ -115,7 +120,11 @@ func (t *Table) cowState() *cow {
 // lived, once none does.
 func (t *Table) settle() {
 	c := t.cow
-	if c == nil || len(c.pending) == 0 || c.live.Load() > 0 {
+	if c == nil || c.live.Load() > 0 {
+		return
+	}
+	c.settleBlocks()
+	if len(c.pending) == 0 {
 		return
 	}
 	pending := c.pending

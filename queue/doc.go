@@ -23,8 +23,12 @@
 //     messages then (QueueView, HeldView), which share the record blocks
 //     copy-on-write (cow.go), and Release ends it.
 //
-// It is pure and deterministic: no clock, no I/O, no goroutines, and no
-// Go map order reaches a result. A capture's views may be read on
+// Full blocks of records live outside the collected heap, in slabs of
+// anonymous memory the package maps and frees itself (slab.go): a
+// queue's memory goes back as it drains and when it is purged.
+//
+// It is deterministic: no clock, no I/O but the slabs' mappings, no
+// goroutines, and no Go map order reaches a result. A capture's views may be read on
 // another goroutine than the one that changes the state, and its
 // Release called from any; everything else is for one goroutine.
 package queue

@@ -5,7 +5,8 @@ import "unsafe"
 // blockBits sets the records of one block: 1,024 records, 40 KiB. A lane
 // grows by whole blocks, so a backlog is never copied to grow and costs
 // at most one partly used block beyond its records; a small lane's only
-// block grows by doubling up to that size.
+// block grows by doubling up to that size. Full blocks are in slabs off
+// the collected heap (slab.go), smaller ones on it.
 const (
 	blockBits = 10
 	blockSize = 1 << blockBits
@@ -28,13 +29,13 @@ type lane struct {
 }
 
 // blk is a block of records and the epoch it was made in: while a
-// capture made after lives, the block is shared with it (cow.go).
+// capture made after lives, the block is shared with it (cow.go). A block
+// the lane lets go of goes to cow.drop, which frees a slab's.
 type blk struct {
 	r     []rec
 	epoch uint64
+	s     *slab // the slab r is in; nil for a block on the heap
 }
-
-func newBlk(c *cow, n, size int) blk { return blk{r: make([]rec, n, size), epoch: c.stamp()} }
 
 func (l *lane) at(i int) *rec {
 	a := l.head + i
@@ -51,9 +52,11 @@ func (l *lane) mut(c *cow, i int) *rec {
 // own clones block b when a live capture shares it.
 func (l *lane) own(c *cow, b int) {
 	if bl := &l.blocks[b]; c.shared(bl.epoch) {
+		old := *bl
 		nb := newBlk(c, len(bl.r), cap(bl.r))
-		copy(nb.r, bl.r)
+		copy(nb.r, old.r)
 		*bl = nb
+		c.drop(old)
 		c.count(int64(cap(nb.r))*int64(unsafe.Sizeof(rec{})), true)
 	}
 }
@@ -74,9 +77,11 @@ func (l *lane) pushBack(c *cow, r rec) {
 	bl := &l.blocks[b]
 	if len(bl.r) == cap(bl.r) {
 		// Only a lane's single block is below blockSize; double it.
+		old := *bl
 		nb := newBlk(c, len(bl.r), min(2*cap(bl.r), blockSize))
-		copy(nb.r, bl.r)
+		copy(nb.r, old.r)
 		*bl = nb
+		c.drop(old)
 	}
 	// Past the block's length: no capture reads there, even of a
 	// shared block (a shared block is never shortened).
@@ -97,6 +102,9 @@ func (l *lane) pushFront(c *cow, rs []rec) {
 			nb := newBlk(c, 0, max(4, l.n+k))
 			nb.r = append(nb.r, rs...)
 			nb.r = append(nb.r, live...)
+			if len(l.blocks) == 1 {
+				c.drop(l.blocks[0])
+			}
 			l.blocks = append(l.blocks[:0], nb)
 			l.head, l.n, l.mixed = 0, len(nb.r), l.mixed+k
 			return
@@ -105,6 +113,7 @@ func (l *lane) pushFront(c *cow, rs []rec) {
 			// Make the single block a full one, records at its end.
 			nb := newBlk(c, blockSize, blockSize)
 			copy(nb.r[blockSize-l.n:], l.blocks[0].r[l.head:l.head+l.n])
+			c.drop(l.blocks[0])
 			l.blocks[0], l.head = nb, blockSize-l.n
 		}
 		for l.head < k {
@@ -135,6 +144,7 @@ func (l *lane) popFront(c *cow) {
 			return
 		}
 		if l.head == blockSize {
+			c.drop(l.blocks[0])
 			copy(l.blocks, l.blocks[1:])
 			l.blocks[len(l.blocks)-1] = blk{}
 			l.blocks = l.blocks[:len(l.blocks)-1]
@@ -147,19 +157,33 @@ func (l *lane) popFront(c *cow) {
 	}
 }
 
-// reset empties the lane, keeping its first block for reuse unless a
-// capture shares it (it would be written over from its start).
+// reset empties the lane, keeping its first block for reuse when it is
+// a small one on the heap that no capture shares (it would be written
+// over from its start); a drained lane holds no slab block.
 func (l *lane) reset(c *cow) {
-	if len(l.blocks) > 0 {
-		b := l.blocks[0]
-		b.r = b.r[:0]
-		clear(l.blocks[1:])
-		l.blocks = append(l.blocks[:0], b)
-		if c.shared(b.epoch) {
-			l.blocks = l.blocks[:0]
+	keep := len(l.blocks) > 0 && l.blocks[0].s == nil && !c.shared(l.blocks[0].epoch)
+	for i, b := range l.blocks {
+		if i > 0 || !keep {
+			c.drop(b)
 		}
 	}
+	if keep {
+		clear(l.blocks[1:])
+		l.blocks[0].r = l.blocks[0].r[:0]
+		l.blocks = l.blocks[:1]
+	} else {
+		clear(l.blocks)
+		l.blocks = l.blocks[:0]
+	}
 	l.head, l.n, l.holes, l.mixed = 0, 0, 0, 0
+}
+
+// free drops every block of the lane and empties it.
+func (l *lane) free(c *cow) {
+	for _, b := range l.blocks {
+		c.drop(b)
+	}
+	*l = lane{}
 }
 
 // kill marks the record at position i dead (its message was taken).
@@ -198,6 +222,9 @@ func (l *lane) compact(c *cow) {
 	}
 	end := l.head + w
 	nb := (end + blockMask) >> blockBits
+	for _, b := range l.blocks[nb:] {
+		c.drop(b)
+	}
 	clear(l.blocks[nb:])
 	l.blocks = l.blocks[:nb]
 	last := end - (nb-1)<<blockBits

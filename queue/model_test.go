@@ -262,6 +262,9 @@ func queueModel(t *testing.T, caps *captures) {
 		if tab.Entries() != 0 {
 			t.Fatalf("seed %d: %d table entries left after purge", seed, tab.Entries())
 		}
+		if _, blocks := tab.Slabs(); blocks != 0 {
+			t.Fatalf("seed %d: %d slab blocks in use after purge", seed, blocks)
+		}
 	}
 	if maxBlocks < 3 || compactions == 0 {
 		t.Fatalf("the workload reached %d blocks in a lane and forced %d compactions", maxBlocks, compactions)

@@ -195,7 +195,7 @@ func (q *Queue) take(r *rec, m *Message) {
 func (q *Queue) PushBack(m *Message) {
 	p := q.Priority(m)
 	r := q.record(m, p)
-	q.lane(p).pushBack(q.t.cow, r)
+	q.lane(p).pushBack(q.t.cowState(), r)
 }
 
 // PushFront puts messages back at the head of their priorities, in the
@@ -211,7 +211,7 @@ func (q *Queue) PushFront(ms []*Message) {
 	}
 	for p, rs := range by {
 		if len(rs) > 0 {
-			q.lane(p).pushFront(q.t.cow, rs)
+			q.lane(p).pushFront(q.t.cowState(), rs)
 		}
 	}
 }
@@ -371,6 +371,9 @@ func (q *Queue) Purge() int {
 				q.t.release(r.meta)
 			}
 		}
+	}
+	for p := range q.lanes {
+		q.lanes[p].free(q.cow())
 	}
 	*q = Queue{t: q.t, seq: q.seq, maxPrio: q.maxPrio}
 	return n

@@ -63,7 +63,7 @@ func (t *Table) keyOf(m *Message) []byte {
 // intern returns the handle of m's shared part, counting one more
 // reference to it. The entry copies what it keeps: m may alias a buffer.
 func (t *Table) intern(m *Message) uint32 {
-	if t.cow != nil && len(t.cow.pending) > 0 {
+	if t.cow != nil && len(t.cow.pending)+len(t.cow.dropped) > 0 {
 		t.settle()
 	}
 	k := t.keyOf(m)
@@ -111,7 +111,7 @@ func uvarint(key string, p int) (uint64, int) {
 // release drops one reference to h, freeing the entry with its last.
 func (t *Table) release(h uint32) {
 	c := t.cow
-	if c != nil && len(c.pending) > 0 {
+	if c != nil && len(c.pending)+len(c.dropped) > 0 {
 		t.settle() // first: h, still counted, stays
 	}
 	e := &t.entries[h]
