@@ -16,7 +16,9 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
@@ -113,18 +115,21 @@ func openLogStore(dir, kind string, inline int, log *slog.Logger) (store logStor
 		return nil, "", fmt.Errorf("cluster: %s dir: %w", walDir, err)
 	}
 	meta := &metadb.BoltMetaDB{}
-	w, err := raftwal.Open(path, raftwal.WithMetaStore(meta))
+	removals := newLaterRemovals(segment.NewFiler(path, walfs.New()), path, log)
+	w, err := raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(removals))
 	if err != nil {
 		_ = meta.Close()
+		removals.close()
 		bad := path
 		if strings.Contains(err.Error(), metadb.FileName) {
 			bad = filepath.Join(path, metadb.FileName)
 		}
 		return nil, "", openError(bad, err)
 	}
-	large, err := withLargeEntries(&walStore{WAL: w, dir: path}, path, inline)
+	large, err := withLargeEntries(&walStore{WAL: w, dir: path, removals: removals}, path, inline)
 	if err != nil {
 		_ = w.Close()
+		removals.close()
 		if de := (*DataError)(nil); errors.As(err, &de) {
 			return nil, "", de
 		}
@@ -178,8 +183,17 @@ func (e *DataError) Unwrap() error { return e.Err }
 // read: raft panics on them, and the panic is all the operator sees.
 type walStore struct {
 	*raftwal.WAL
-	dir string
-	bad atomic.Pointer[DataError]
+	dir      string
+	removals *laterRemovals
+	bad      atomic.Pointer[DataError]
+}
+
+// Close closes the log and waits for the removal of the segments its
+// truncations freed.
+func (s *walStore) Close() error {
+	err := s.WAL.Close()
+	s.removals.close()
+	return err
 }
 
 func (s *walStore) GetLog(index uint64, l *raft.Log) error {
