@@ -126,26 +126,32 @@ func (n *Node) steerQueueGroup(ctx context.Context, qg *queueGroup, st *steer, n
 		log.Info("removed a queue group member", "member", s.ID)
 	}
 	meant := spec.Members[0].ID
-	online := n.isOnline(meant)
+	if id, _ := n.Leader(); !st.due(now, n.cfg.LeadershipBalanceAfter, n.cfg.NodeID, meant, n.isOnline(meant)) || id == "" {
+		return // not due, or the cluster is not steady: no metadata leader
+	}
+	if err := n.transferGroupLeadership(ctx, qg.id, meant); err != nil {
+		log.Warn("handing a queue group's leadership back failed", "to", meant, "err", err)
+		return
+	}
+	log.Info("handed a queue group's leadership back to the member meant to lead it", "to", meant)
+}
+
+// due reports whether a leader that has led since st.ledSince is to hand
+// the leadership to meant now: meant is another node, online (as seen
+// at each round) for wait without a break, this node has led for wait,
+// and its last hand-over is wait ago. It records a hand-over when due.
+func (st *steer) due(now time.Time, wait time.Duration, self, meant string, online bool) bool {
 	if meant != st.meant || !online {
 		st.meant, st.onlineSince = meant, time.Time{}
 	}
 	if online && st.onlineSince.IsZero() {
 		st.onlineSince = now
 	}
-	wait := n.cfg.LeadershipBalanceAfter
-	if meant == n.cfg.NodeID || !online || now.Sub(st.onlineSince) < wait || now.Sub(st.ledSince) < wait || now.Sub(st.moved) < wait {
-		return
-	}
-	if id, _ := n.Leader(); id == "" {
-		return // the cluster is not steady: no metadata leader
+	if meant == self || !online || now.Sub(st.onlineSince) < wait || now.Sub(st.ledSince) < wait || now.Sub(st.moved) < wait {
+		return false
 	}
 	st.moved = now
-	if err := n.transferGroupLeadership(ctx, qg.id, meant); err != nil {
-		log.Warn("handing a queue group's leadership back failed", "to", meant, "err", err)
-		return
-	}
-	log.Info("handed a queue group's leadership back to the member meant to lead it", "to", meant)
+	return true
 }
 
 // queueGroupSpec is the queue group id as the metadata log names it (no
