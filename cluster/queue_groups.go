@@ -126,8 +126,9 @@ func (n *Node) queueGroup(id string) *queueGroup {
 }
 
 // openQueueGroup opens and starts the queue group s on this node, and
-// bootstraps it with its members when it has no raft state yet: every
-// member bootstraps the same configuration, read from the log, which
+// bootstraps it with its members when it has no raft state yet and s
+// has the members it was created with (epoch 0): every such member
+// bootstraps the same configuration, read from the log, which
 // hashicorp/raft allows.
 func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 	cfg := &n.cfg
