@@ -143,6 +143,7 @@ func TestQueueGroups_FollowNewNodes(t *testing.T) {
 	c.WaitForLeader(clustertest.Timeout)
 	waitQueueGroups(t, c, queueGroupIDs)
 	before := logGroups(c.Nodes[0].Node())
+	grown := time.Now()
 	c.Add(following(3))
 	c.Add(following(3))
 
@@ -151,6 +152,7 @@ func TestQueueGroups_FollowNewNodes(t *testing.T) {
 		leads, err = followed(c, queueGroupIDs, true)
 		return err
 	})
+	t.Logf("two nodes added: groups spread and led by the members meant to lead them %v later", time.Since(grown).Round(time.Millisecond))
 	after := logGroups(c.Nodes[0].Node())
 	in := map[string]int{}
 	for i, g := range after {
@@ -247,6 +249,7 @@ func TestQueueGroups_LeadershipComesBack(t *testing.T) {
 		return nil
 	})
 	commitThroughLeaders(t, c, queueGroupIDs)
+	back := time.Now()
 	c.Restart(c.Index(victim))
 	c.WaitForLeader(clustertest.Timeout)
 	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
@@ -256,6 +259,7 @@ func TestQueueGroups_LeadershipComesBack(t *testing.T) {
 		}
 		return err
 	})
+	t.Logf("%s restarted: leading its group again %v later (LeadershipBalanceAfter 1s)", victim, time.Since(back).Round(time.Millisecond))
 	commitThroughLeaders(t, c, queueGroupIDs)
 	c.AssertSameDigest(t)
 }
