@@ -191,8 +191,15 @@ func (n *Node) startRaft() error {
 		Logger:  hlog,
 	})
 
+	bulkLayer, err := n.mux.Layer(group.BulkLayerID(group.DefaultID))
+	if err != nil {
+		return err
+	}
+	n.bulk = group.NewBulk(group.BulkConfig{Layer: bulkLayer, MaxEntry: group.MaxBulkEntry,
+		Timeout: 10 * time.Second, Logger: n.log})
+	n.group.UseBulk(n.bulk)
 	has, err := n.group.Start(n.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
-		return reachTransport{group.NoPipeline{NetworkTransport: n.trans}, n.reach, rpcs}
+		return reachTransport{group.NoPipeline{NetworkTransport: n.trans, Bulk: n.bulk}, n.reach, rpcs}
 	}, n.closing)
 	if err != nil {
 		return err
@@ -584,6 +591,9 @@ func (n *Node) cleanup() {
 	if n.trans != nil {
 		_ = n.trans.Close()
 		n.trans.CloseStreams()
+	}
+	if n.bulk != nil {
+		n.bulk.Close()
 	}
 	if n.mux != nil {
 		_ = n.mux.Close() // the raft listener

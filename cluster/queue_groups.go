@@ -29,6 +29,9 @@ type queueGroups struct {
 	// mux shares the node's raft listener among its groups; the
 	// metadata group has its headerless layer.
 	mux *group.Mux
+	// bulk carries the metadata group's large entries beside their
+	// appends, on its own layer of the mux (group/bulk.go).
+	bulk *group.Bulk
 
 	qmu     sync.Mutex
 	byID    map[string]*queueGroup

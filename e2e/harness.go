@@ -42,6 +42,14 @@ type Node struct {
 	done chan struct{}
 }
 
+// PID is the node's process id while it runs (0 before its first Start).
+func (n *Node) PID() int {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
 // AMQPURL is the node's AMQP URL for the default guest user.
 func (n *Node) AMQPURL() string { return "amqp://guest:guest@" + n.AMQPAddr + "/" }
 

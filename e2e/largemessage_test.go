@@ -170,12 +170,19 @@ func publishLarge(t *testing.T, c *Cluster, ch *amqp.Channel, q, id string, body
 	if err := ch.Confirm(false); err != nil {
 		t.Fatalf("confirm.select: %v", err)
 	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: body})
 		if err != nil {
-			t.Fatalf("publish %s: %v", id, err)
+			c.DumpLogs()
+			var why *amqp.Error
+			select {
+			case why = <-closed:
+			default:
+			}
+			t.Fatalf("publish %s (attempt %d): %v (the channel closed with %v)", id, attempt, err, why)
 		}
 		ok, err := dc.WaitContext(ctx)
 		if ok && err == nil {

@@ -16,7 +16,11 @@ const maxAppendBytes = 64 << 20
 // for ever (its response decoder stops on a stale term while requests are
 // in flight), and then Shutdown never returns. Without the pipeline a
 // follower gets one batch (up to MaxAppendEntries entries) per round trip.
-type NoPipeline struct{ *raft.NetworkTransport }
+type NoPipeline struct {
+	*raft.NetworkTransport
+	// Bulk, when set, carries large entries beside the append (bulk.go).
+	Bulk *Bulk
+}
 
 // AppendEntriesPipeline implements raft.Transport: not supported.
 func (NoPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
@@ -26,6 +30,13 @@ func (NoPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft
 // AppendEntries implements raft.Transport with the byte budget.
 func (t NoPipeline) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	args.Entries = appendBudget(args.Entries, maxAppendBytes)
+	if t.Bulk != nil && len(args.Entries) > 0 {
+		// raft keeps args: the append sent is a copy with the large
+		// entries' data left out.
+		a := *args
+		a.Entries = t.Bulk.Strip(target, args.Entries)
+		args = &a
+	}
 	return t.NetworkTransport.AppendEntries(id, target, args, resp)
 }
 

@@ -105,6 +105,7 @@ type Group struct {
 	bodies    *bodies.Store
 	fsm       *FSM
 	logs      raft.LogStore
+	bulk      *Bulk
 	// raft is set once Start has it: the transport's handshakes may ask
 	// for it before.
 	raft atomic.Pointer[raft.Raft]
@@ -185,6 +186,7 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 	gaps := st.GapBridge(in, func(from, to uint64) {
 		cfg.Logger.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
 	})
+	gaps.bulk = g.bulk
 	r, err := st.StartRaft(func() (*raft.Raft, error) {
 		return raft.NewRaft(rc, g.fsm, g.logs, store, g.fsm.Snapshots(snaps), transport(gaps.Out()))
 	})
@@ -203,6 +205,10 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 	}()
 	return has, nil
 }
+
+// UseBulk has the group's appends take their large entries from b
+// (bulk.go); before Start.
+func (g *Group) UseBulk(b *Bulk) { g.bulk = b }
 
 // Raft is the group's raft instance, nil before Start has it.
 func (g *Group) Raft() *raft.Raft { return g.raft.Load() }

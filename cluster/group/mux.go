@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,7 +89,7 @@ func NewMux(base raft.StreamLayer, cfg MuxConfig) *Mux {
 // of the releases before the mux), for raft's network transport. Its
 // Close ends the group's connections and frees the id for a later Layer.
 func (m *Mux) Layer(id string) (raft.StreamLayer, error) {
-	if id != DefaultID {
+	if id != DefaultID && !isBulkLayerID(id) {
 		if err := ValidID(id); err != nil {
 			return nil, err
 		}
@@ -234,14 +235,20 @@ func readHeader(c net.Conn) (id string, first []byte, _ error) {
 		return "", nil, fmt.Errorf("header version %d, this node knows %d", b[1], muxVersion)
 	}
 	n := int(b[2])
-	if n == 0 || n > MaxIDLen {
+	if n == 0 || n > MaxIDLen+len(BulkLayerID(DefaultID)) {
 		return "", nil, fmt.Errorf("group id of %d bytes (1 to %d)", n, MaxIDLen)
 	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(c, buf); err != nil {
 		return "", nil, fmt.Errorf("reading the header: %w", err)
 	}
-	if err := ValidID(string(buf)); err != nil {
+	id = string(buf)
+	if rest, bulk := strings.CutPrefix(id, BulkLayerID(DefaultID)); bulk && rest == "" {
+		return id, nil, nil
+	} else if bulk {
+		id = rest
+	}
+	if err := ValidID(id); err != nil {
 		return "", nil, err
 	}
 	return string(buf), nil, nil

@@ -28,6 +28,7 @@ type muxNode struct {
 	groups            map[string]*Group
 	trans             map[string]*raft.NetworkTransport
 	had               map[string]bool
+	bulks             []*Bulk
 }
 
 // netTransport is raft's network transport whose RPCs come through rpcs
@@ -83,17 +84,25 @@ func startNode(t *testing.T, id, dataDir, addr string, ids []string, landed bool
 			t.Fatal(err)
 		}
 		var l raft.StreamLayer = ln
+		var bulk *Bulk
 		if !landed {
 			if l, err = n.mux.Layer(gid); err != nil {
 				t.Fatal(err)
 			}
+			bl, err := n.mux.Layer(BulkLayerID(gid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bulk = NewBulk(BulkConfig{Layer: bl, MaxEntry: MaxBulkEntry, Timeout: 10 * time.Second, Logger: discardLogger()})
+			n.bulks = append(n.bulks, bulk)
+			g.UseBulk(bulk)
 		} else if gid != DefaultID {
 			t.Fatalf("a node of the landed release runs the default group only, not %q", gid)
 		}
 		trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: l, MaxPool: 3,
 			Timeout: 10 * time.Second, Logger: hclog.NewNullLogger()})
 		had, err := g.Start(trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
-			return netTransport{NoPipeline{trans}, rpcs}
+			return netTransport{NoPipeline{NetworkTransport: trans, Bulk: bulk}, rpcs}
 		}, n.closing)
 		if err != nil {
 			t.Fatal(err)
@@ -115,6 +124,9 @@ func (n *muxNode) stop() {
 		n.trans[gid].Close()
 		n.trans[gid].CloseStreams()
 		g.Close()
+	}
+	for _, b := range n.bulks {
+		b.Close()
 	}
 	if n.mux != nil {
 		_ = n.mux.Close()

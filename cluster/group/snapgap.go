@@ -68,6 +68,7 @@ type GapBridge struct {
 	logs     raft.LogStore
 	snapshot func() (index, term uint64, ok bool)
 	mended   func(from, to uint64)
+	bulk     *Bulk // the large entries that came beside their appends
 }
 
 func newGapBridge(in <-chan raft.RPC, logs raft.LogStore, snapshots raft.SnapshotStore, mended func(from, to uint64)) *GapBridge {
@@ -90,6 +91,11 @@ func (b *GapBridge) Run(closing <-chan struct{}) {
 		select {
 		case rpc := <-b.in:
 			if a, ok := rpc.Command.(*raft.AppendEntriesRequest); ok {
+				if err := b.bulk.restore(a); err != nil {
+					// The leader sends the entry and the append again.
+					rpc.Respond(nil, err)
+					continue
+				}
 				from := a.PrevLogEntry
 				if mendSnapshotGap(a, b.logs, b.snapshot) && b.mended != nil {
 					b.mended(from, a.PrevLogEntry)

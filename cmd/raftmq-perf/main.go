@@ -89,7 +89,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	qargs := fs.String("queue-args", "", `queue arguments as JSON, e.g. {"x-message-ttl":2000,"x-max-length":100000}`)
 	fs.StringVar(&o.Expiration, "expiration", "", "per-message expiration (ms, as a string)")
 	fs.StringVar(&o.Mode, "mode", "throughput", "throughput; expiry: publish -count messages with -ttl into a dead-lettered queue and measure how late they die; "+
-		"delayed: publish -count messages with an x-delay through an x-delayed-message exchange and measure how late they arrive")
+		"delayed: publish -count messages with an x-delay through an x-delayed-message exchange and measure how late they arrive; "+
+		"queues: declare -count queues (default 1000) from -producers connections, then read the -pids processes' CPU while they sit idle for -duration")
 	fs.DurationVar(&o.TTL, "ttl", 2*time.Second, "expiry mode: the messages' TTL")
 	fs.DurationVar(&o.HeadTTL, "head-ttl", 0, "expiry mode: first publish one message with this TTL, so the others sit behind it")
 	fs.DurationVar(&o.Interval, "interval", time.Second, "how often a progress line is printed")
@@ -139,8 +140,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-size must be at least 16 (the body carries timestamps), got %d", o.Size)
 	case o.Producers < 0 || o.Consumers < 0 || o.Confirm < 0 || o.Prefetch < 0 || o.Count < 0 || o.Rate < 0:
 		return nil, errors.New("counts and rates must not be negative")
-	case o.Mode != "throughput" && o.Mode != "expiry" && o.Mode != "delayed":
-		return nil, fmt.Errorf("-mode must be throughput, expiry or delayed, got %q", o.Mode)
+	case o.Mode != "throughput" && o.Mode != "expiry" && o.Mode != "delayed" && o.Mode != "queues":
+		return nil, fmt.Errorf("-mode must be throughput, expiry, delayed or queues, got %q", o.Mode)
+	case o.Mode == "queues" && o.Count == 0:
+		o.Count = 1000
 	case o.Mode == "expiry" && o.Count == 0:
 		o.Count = 10000
 	}
@@ -206,6 +209,8 @@ type report struct {
 	DeadLetteredLost int64    `json:"dead_lettered_missing,omitempty"`
 	// Delayed is the delayed mode's account of what arrived and when.
 	Delayed *delayedReport `json:"delayed,omitempty"`
+	// Queues is the queues mode's account (queues.go).
+	Queues *queuesReport `json:"queues,omitempty"`
 	// MaxConfirmGapMs is the longest time without a confirm while
 	// publishing.
 	MaxConfirmGapMs float64 `json:"max_confirm_gap_ms,omitempty"`
@@ -259,6 +264,8 @@ func execute(ctx context.Context, o *options, out io.Writer) (*report, error) {
 		return runExpiry(ctx, o, out)
 	case "delayed":
 		return runDelayed(ctx, o, out)
+	case "queues":
+		return runQueues(ctx, o, out)
 	}
 	setup, err := dial(o.URIs[0])
 	if err != nil {
@@ -589,6 +596,12 @@ func printReport(w io.Writer, r *report) {
 		r.EndToEndLatency.P50, r.EndToEndLatency.P95, r.EndToEndLatency.P99, r.EndToEndLatency.P999, r.EndToEndLatency.Max)
 	if r.Mode == "throughput" && r.Seconds > 0 {
 		fmt.Fprintf(tw, "consumed in run\t%d\t%.0f\t\t\t\t\t\n", r.ConsumedInRun, float64(r.ConsumedInRun)/r.Seconds)
+	}
+	if q := r.Queues; q != nil {
+		fmt.Fprintf(tw, "queues declared\t%d\t%.0f\t\t\t\t\t\n", q.Declared, q.DeclareRate)
+		for i, c := range q.IdleCPUShare {
+			fmt.Fprintf(tw, "idle CPU, %% of a core, pid %d\t\t%.2f\t\t\t\t\t\n", q.IdlePIDs[i], 100*c)
+		}
 	}
 	if r.MaxConfirmGapMs > 0 {
 		fmt.Fprintf(tw, "longest wait for a confirm\t\t\t\t\t\t\t%.2f\n", r.MaxConfirmGapMs)

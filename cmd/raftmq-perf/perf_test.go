@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/raftmq/raftmq/e2e"
 )
@@ -27,6 +30,9 @@ func TestOptions_ParseAndRefuse(t *testing.T) {
 	}
 	if o, _ := parseOptions([]string{"-mode", "expiry"}, io.Discard); o.Count == 0 {
 		t.Error("expiry mode without -count publishes nothing")
+	}
+	if o, _ := parseOptions([]string{"-mode", "queues"}, io.Discard); o.Count != 1000 {
+		t.Error("queues mode without -count does not declare 1,000")
 	}
 }
 
@@ -64,4 +70,39 @@ func TestRun_AgainstARealNode(t *testing.T) {
 	if el := time.Since(start); el > 20*time.Second {
 		t.Fatalf("the 300 ms messages behind a 60 s head took %v to die", el)
 	}
+
+	// Queues mode: every queue declared, and the node's idle CPU read.
+	out.Reset()
+	pid := fmt.Sprint(c.Nodes[0].PID())
+	if code := run(context.Background(), []string{"-uri", uri, "-mode", "queues", "-count", "60", "-producers", "3", "-queue", "many", "-duration", "300ms", "-pids", pid}, &out, &out); code != 0 {
+		t.Fatalf("queues exit %d:\n%s", code, out.String())
+	}
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	r = report{}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatal(err)
+	}
+	if q := r.Queues; q == nil || q.Declared != 60 || q.DeclareRate <= 0 || len(q.IdleCPUShare) != 1 || q.IdleSeconds < 0.3 {
+		t.Fatalf("queues report = %+v\n%s", r.Queues, out.String())
+	}
+	ch := channelOn(t, uri)
+	for _, name := range []string{"many-1", "many-60"} {
+		if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
+			t.Fatalf("%s after the queues mode: %v", name, err)
+		}
+	}
+}
+
+func channelOn(t *testing.T, uri string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }

@@ -117,6 +117,9 @@ type cluster struct {
 	nodes   []*node
 	// notBack says which nodes did not come back after the fault.
 	notBack []string
+	// noProcess is how long no node's process ran in the fault, when the
+	// scenario stopped them all (noneRunning).
+	noProcess time.Duration
 }
 
 // startCluster brings up the compose cluster and waits until every node is
@@ -384,6 +387,32 @@ func partitionReady() string {
 // tool: its own start-up, a second or more of it on a loaded machine each
 // time, would count in the pause the scenario measures.
 func (c *cluster) stopAll() { c.dockerEach("stop", "-t", "20") }
+
+// noneRunning is how long no node's process ran between the last exit
+// and the first start that docker recorded for the nodes' containers
+// (zero when they overlap): after a stop of all, the time docker took to
+// stop and start containers whose processes had already exited or not
+// yet begun.
+func (c *cluster) noneRunning() time.Duration {
+	c.t.Helper()
+	var lastExit, firstStart time.Time
+	for _, n := range c.nodes {
+		out := strings.TrimSpace(c.docker("inspect", "-f", "{{.State.StartedAt}} {{.State.FinishedAt}}", n.container))
+		started, finished, ok := strings.Cut(out, " ")
+		s, err1 := time.Parse(time.RFC3339Nano, started)
+		f, err2 := time.Parse(time.RFC3339Nano, finished)
+		if !ok || err1 != nil || err2 != nil {
+			c.t.Fatalf("docker inspect %s: %q: want two times", n.container, out)
+		}
+		if f.After(lastExit) {
+			lastExit = f
+		}
+		if firstStart.IsZero() || s.Before(firstStart) {
+			firstStart = s
+		}
+	}
+	return max(firstStart.Sub(lastExit), 0)
+}
 
 func (c *cluster) startAll() {
 	c.dockerEach("start")

@@ -73,8 +73,9 @@ var scenarios = []scenario{
 		c.stopAll()
 		stopped := time.Now()
 		c.startAll()
-		t.Logf("restart-cluster: stopped in %v, started and ready in %v",
-			stopped.Sub(start).Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
+		c.noProcess = c.noneRunning()
+		t.Logf("restart-cluster: stopped in %v, started and ready in %v; no node ran for %v",
+			stopped.Sub(start).Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond), c.noProcess.Round(time.Millisecond))
 	}, limits: limits{pause: 5 * time.Second}},
 	// kill -9 of all three under load, as a power cut would.
 	{name: "power-cut", inject: func(t *testing.T, c *cluster) {
@@ -275,7 +276,9 @@ func run(t *testing.T, sc scenario) {
 		t.Errorf("state digests differ: %v", err)
 	}
 
-	rep, bad := w.rec.check(sc.name, sc.limitsWithGrace(), faultAt, publishEnd)
+	lim := sc.limitsWithGrace()
+	lim.noProcess = c.noProcess
+	rep, bad := w.rec.check(sc.name, lim, faultAt, publishEnd)
 	rep.leases = []leaseResult{idle1, idle2, used}
 	for _, l := range rep.leases {
 		bad = append(bad, l.violations()...)

@@ -100,6 +100,17 @@ func TestCheck_DeathLatenessAndPauseBounds(t *testing.T) {
 	if rep.maxPause != 2850*time.Millisecond || !strings.Contains(all, "no confirm for 2.85s") {
 		t.Fatalf("max pause %v, violations:\n%s\nwant 2.85s and a pause violation", rep.maxPause, all)
 	}
+	// The time no node ran is docker's, not the broker's: 0.85 s of it
+	// brings the pause to the bound, 0.84 s leaves it over.
+	pauseOnly := limits{deliveryGrace: 50 * time.Millisecond, pause: 2 * time.Second}
+	pauseOnly.noProcess = 850 * time.Millisecond
+	if _, bad := r.check("no process", pauseOnly, t0, ms(4000)); len(bad) != 0 {
+		t.Fatalf("violations with 850ms of no process: %v", bad)
+	}
+	pauseOnly.noProcess = 840 * time.Millisecond
+	if _, bad := r.check("no process", pauseOnly, t0, ms(4000)); len(bad) != 1 || !strings.Contains(bad[0], "of which no node ran for 840ms") {
+		t.Fatalf("violations with 840ms of no process: %v; want the pause", bad)
+	}
 	// Without bounds the same records are no violation.
 	if _, bad := r.check("unbounded", limits{deliveryGrace: 50 * time.Millisecond}, t0, ms(4000)); len(bad) != 0 {
 		t.Fatalf("violations without bounds: %v", bad)

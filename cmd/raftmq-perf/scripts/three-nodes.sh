@@ -3,7 +3,8 @@
 # URLs; `three-nodes.sh stop` stops them. Data goes to ${DIR:-/tmp/raftmq-perf}.
 # PORTS=N moves every port up by N, so that two clusters can run side by side
 # (give each its own DIR). NODE_GODEBUG, when set, is the nodes' GODEBUG
-# (e.g. gctrace=1: a line per collection in each node's log).
+# (e.g. gctrace=1: a line per collection in each node's log); NODE_ARGS,
+# when set, is added to each node's flags (e.g. --max-message-size 75497472).
 # `three-nodes.sh restart` stops all three and starts
 # them again on their data (SIG=KILL to kill them instead of SIGTERM), and
 # prints the seconds until every node serves: AMQP connect and a publish
@@ -22,7 +23,7 @@ launch() {
   for i in 1 2 3; do
     env ${NODE_GODEBUG:+GODEBUG="$NODE_GODEBUG"} "$dir/raftmq" --node-id "n$i" --data-dir "$dir/n$i" --bootstrap-expect 3 --join "127.0.0.1:$((27941 + o))" \
       --amqp-addr "127.0.0.1:$((25671 + i + o))" --grpc-addr "127.0.0.1:$((25680 + i + o))" --raft-addr "127.0.0.1:$((25690 + i + o))" \
-      --gossip-addr "127.0.0.1:$((27940 + i + o))" --http-addr "127.0.0.1:$((25694 + i + o))" --management-addr "" --pprof >>"$dir/n$i.log" 2>&1 &
+      --gossip-addr "127.0.0.1:$((27940 + i + o))" --http-addr "127.0.0.1:$((25694 + i + o))" --management-addr "" --pprof ${NODE_ARGS:-} >>"$dir/n$i.log" 2>&1 &
     echo $! >"$dir/n$i.pid"
   done
 }
