@@ -105,7 +105,19 @@ type GroupConfig struct {
 	// hold yet, once every server announces the protocol level that
 	// knows them; a group once created stays (queue_groups.go).
 	QueueGroups int
+	// LeadershipBalanceAfter is how long a queue group's leader must
+	// have led it, and the member meant to lead it been online, before
+	// the leadership is handed back to that member; also the least time
+	// between two hand-overs of one group (default
+	// DefaultLeadershipBalanceAfter; queue_steer.go).
+	LeadershipBalanceAfter time.Duration
 }
+
+// DefaultLeadershipBalanceAfter is LeadershipBalanceAfter's default: long
+// enough that a node which restarts or flaps does not pull leaderships
+// back and forth, short enough that a node back from a restart leads
+// its share within a minute.
+const DefaultLeadershipBalanceAfter = 30 * time.Second
 
 // MembershipConfig is the node's membership: the addresses it gossips, whom
 // it joins, how it bootstraps, and when a member counts as down. Zero
@@ -233,6 +245,7 @@ func (c *Config) setDefaults() error {
 	def(&c.SnapshotInterval, 30*time.Second)
 	def(&c.NodeDownAfter, DefaultNodeDownAfter)
 	def(&c.ReconcileInterval, 5*time.Second)
+	def(&c.LeadershipBalanceAfter, DefaultLeadershipBalanceAfter)
 	def(&c.JoinRetryInterval, time.Second)
 	def(&c.LeaderWait, 10*time.Second)
 	def(&c.MaxClockOffset, DefaultMaxClockOffset)

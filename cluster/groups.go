@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/fsm"
 )
 
 // The groups this node knows, as the operator surfaces (the management
@@ -19,9 +20,10 @@ import (
 // changes of membership and leadership they ask for. A node runs the
 // metadata group (group.DefaultID), which holds every queue, and the queue
 // groups the metadata log names with it as a member (queue_groups.go);
-// the surfaces list each of them. A queue group's members are the log's,
-// which every member bootstraps from: grow and shrink change the metadata
-// group's only.
+// the surfaces list each of them. A queue group's members are the log's
+// (fsm GroupMembers): grow and shrink change the metadata group's raft
+// configuration, and a queue group's members through the log, which the
+// group's leader then follows (queue_steer.go).
 
 // MetadataGroupName is the name the surfaces show for the default group
 // (group.DefaultID, whose id is empty): the metadata group of the queue
@@ -102,10 +104,16 @@ func (g GroupStatus) HasVoter(id string) bool { return slices.Contains(g.Voters(
 // first (its id is empty), then its queue groups.
 func (n *Node) Groups() []GroupStatus {
 	qgs := n.runningQueueGroups()
+	size := map[string]int{}
+	n.View(func(m *fsm.Machine) {
+		for _, g := range m.QueueGroups() {
+			size[g.ID] = len(g.Members)
+		}
+	})
 	out := make([]GroupStatus, 0, 1+len(qgs))
 	out = append(out, n.groupStatus(group.DefaultID, n.group, 0))
 	for _, qg := range qgs {
-		out = append(out, n.groupStatus(qg.id, qg.g, len(qg.members)))
+		out = append(out, n.groupStatus(qg.id, qg.g, max(size[qg.id], 1)))
 	}
 	return out
 }
@@ -195,10 +203,13 @@ type GroupChange struct {
 	Err  error
 }
 
-// GrowGroups adds the node id as a voter to each group of which it is not
-// a member and that has fewer voters than its target size; with even, only
-// to the groups whose number of voters is even (rabbitmq-queues grow's
-// strategies all and even). It runs on the leader of those groups.
+// GrowGroups adds the node id as a voter to the metadata group when it is
+// not one and the group has fewer voters than its target size, and as a
+// member to each queue group of which it is not one and that has fewer
+// than fsm.MaxGroupMembers (through the log: GroupMembers); with even,
+// only to the groups whose number of voters (members) is even
+// (rabbitmq-queues grow's strategies all and even). It runs on the
+// metadata leader.
 func (n *Node) GrowGroups(ctx context.Context, id string, even bool) ([]GroupChange, error) {
 	addr := ""
 	for _, m := range n.Members() {
@@ -226,14 +237,70 @@ func (n *Node) GrowGroups(ctx context.Context, id string, even bool) ([]GroupCha
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return append(out, n.changeQueueGroups(ctx, func(g fsm.QueueGroup) ([]fsm.GroupMember, error) {
+		if g.HasMember(id) || len(g.Members) >= fsm.MaxGroupMembers || (even && len(g.Members)%2 != 0) {
+			return nil, nil
+		}
+		voters := n.metadataVoters()
+		i := slices.IndexFunc(voters, func(v fsm.GroupMember) bool { return v.ID == id })
+		if i < 0 {
+			return nil, fmt.Errorf("cluster: node %q is not a voter of the metadata group", id)
+		}
+		return append(slices.Clone(g.Members), voters[i]), nil
+	})...), nil
+}
+
+// changeQueueGroups sets, through the log, the members change gives each
+// queue group the log holds (nil: unchanged) and lists the outcome per
+// group changed. A change worked out from a group another change moved
+// on (the spread, racing it) is worked out again. The log must be at
+// fsm.GroupMembersLevel.
+func (n *Node) changeQueueGroups(ctx context.Context, change func(fsm.QueueGroup) ([]fsm.GroupMember, error)) []GroupChange {
+	var level uint32
+	var groups []fsm.QueueGroup
+	n.View(func(m *fsm.Machine) { level, groups = m.ProtocolLevel(), m.QueueGroups() })
+	if level < fsm.GroupMembersLevel {
+		return nil
+	}
+	var out []GroupChange
+	for _, g := range groups {
+		for tries := 0; ; tries++ {
+			ms, err := change(g)
+			if ms == nil && err == nil {
+				break // nothing to change
+			}
+			c := GroupChange{Group: g.ID, Size: len(g.Members), Err: err}
+			if err == nil {
+				res, err := n.Submit(ctx, fsm.GroupMembersCommand(fsm.QueueGroup{ID: g.ID, Members: ms, Epoch: g.Epoch}))
+				switch {
+				case err != nil:
+					c.Err = err
+				case res.GetCode() != 0:
+					c.Err = &refusedError{res}
+				default:
+					c.Size = len(ms)
+				}
+			}
+			if next := n.queueGroupSpec(g.ID); c.Err != nil && tries < 3 && next.Epoch != g.Epoch {
+				g = next // moved on under the change: work it out again
+				continue
+			}
+			out = append(out, c)
+			break
+		}
+	}
+	return out
 }
 
 // ShrinkGroups removes the node id from the voters of every group it is
 // one of, except where it is the last voter, where the other online
 // voters would be fewer than a majority of the voters left (that group
-// would stop), or where it leads the group (ErrShrinkLeader). It runs on
-// the leader of those groups.
+// would stop), or where it leads the metadata group (ErrShrinkLeader).
+// It runs on the metadata leader; a queue group's members change through
+// the log (GroupMembers), and a queue group's leader that is removed
+// hands its leadership over first. The metadata leader spreads the
+// members again when the voters change (spreadQueueGroups), which may
+// name the node again.
 func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error) {
 	var out []GroupChange
 	for _, gs := range n.Groups() {
@@ -263,17 +330,49 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return append(out, n.changeQueueGroups(ctx, func(g fsm.QueueGroup) ([]fsm.GroupMember, error) {
+		if !g.HasMember(id) {
+			return nil, nil
+		}
+		online := 0
+		for _, m := range g.Members {
+			if m.ID != id && (m.ID == n.cfg.NodeID || n.isOnline(m.ID)) {
+				online++
+			}
+		}
+		switch {
+		case len(g.Members) == 1:
+			return nil, ErrLastMember
+		case online < (len(g.Members)-1)/2+1:
+			return nil, ErrQuorumCritical
+		}
+		return slices.DeleteFunc(slices.Clone(g.Members), func(m fsm.GroupMember) bool { return m.ID == id }), nil
+	})...), nil
 }
 
 // RebalanceGroups moves the leadership of groups so that each online
-// node leads its share of them (the number of groups over the online
-// voters, rounded up): a group whose leader leads more than its share is
-// handed to the online voter of it that leads the fewest. It returns how
-// many groups each node leads afterwards. With one group there is nothing
-// to move. Only a group's leader hands its leadership over: a group led
-// by another node is left as it is.
+// node leads its share of them. On the metadata leader it first spreads
+// the queue groups' members and would-be leaders over the voters
+// (spreadQueueGroups, whatever the voters were at the last spread).
+// Each queue group this node leads is then handed at once to the member
+// meant to lead it (the first of the log's members), when online: what
+// each group's leader does by itself after LeadershipBalanceAfter
+// (steerQueueGroup). The metadata group, when this node leads it and
+// leads more than its share (the number of groups over the online
+// voters, rounded up), is handed to the online voter of it that leads
+// the fewest. It returns how many groups each node leads afterwards, as
+// far as this node knows. Only a group's leader hands its leadership
+// over: a group led by another node is left to it.
 func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
+	if n.IsLeader() {
+		var last string
+		if err := n.spreadQueueGroups(ctx, &last, true); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.handBackQueueGroups(ctx); err != nil {
+		return nil, err
+	}
 	groups := n.Groups()
 	led := map[string]int{}
 	nodes := map[string]bool{}
@@ -289,24 +388,20 @@ func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 		return led, nil
 	}
 	share := (len(groups) + len(nodes) - 1) / len(nodes)
-	for _, gs := range groups {
-		if gs.Leader != n.cfg.NodeID || led[gs.Leader] <= share {
-			continue
-		}
+	if gs := groups[0]; gs.Leader == n.cfg.NodeID && led[gs.Leader] > share {
 		to := ""
 		for _, v := range gs.OnlineVoters() {
 			if v != gs.Leader && (to == "" || led[v] < led[to]) {
 				to = v
 			}
 		}
-		if to == "" || led[to]+1 > share {
-			continue
+		if to != "" && led[to]+1 <= share {
+			if err := n.transferGroupLeadership(ctx, gs.ID, to); err != nil {
+				return led, err
+			}
+			led[gs.Leader]--
+			led[to]++
 		}
-		if err := n.transferGroupLeadership(ctx, gs.ID, to); err != nil {
-			return led, err
-		}
-		led[gs.Leader]--
-		led[to]++
 	}
 	for id := range nodes {
 		if _, ok := led[id]; !ok {
@@ -314,6 +409,34 @@ func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 		}
 	}
 	return led, nil
+}
+
+// handBackQueueGroups hands each queue group this node leads, and whose
+// log names another member first, to that member when it is online and
+// a voter of the group.
+func (n *Node) handBackQueueGroups(ctx context.Context) error {
+	for _, qg := range n.runningQueueGroups() {
+		r := qg.g.Raft()
+		if r.State() != raft.Leader {
+			continue
+		}
+		spec := n.queueGroupSpec(qg.id)
+		if len(spec.Members) == 0 || spec.Members[0].ID == n.cfg.NodeID {
+			continue
+		}
+		f := r.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		to := n.leaderFor(fsm.QueueGroup{Members: spec.Members[:1]}, f.Configuration().Servers, "")
+		if to == "" {
+			continue
+		}
+		if err := n.transferGroupLeadership(ctx, qg.id, to); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (n *Node) addGroupVoter(ctx context.Context, gid, id, addr string) error {

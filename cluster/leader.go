@@ -214,16 +214,19 @@ func (n *Node) initDefaults(ctx context.Context) {
 // raises the log's protocol level if every server now announces more: at
 // the start of the term, and whenever membership or a member's metadata
 // changes (an upgraded node rejoins announcing its protocol); then it
-// creates the queue groups asked for that the log does not hold yet.
+// creates the queue groups asked for that the log does not hold yet, and
+// spreads the queue groups' members over the voters when they changed.
 func (n *Node) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/8+time.Millisecond))
 	defer tick.Stop()
 	downed := map[string]bool{}
+	spread := ""
 	for {
 		wait := n.changed.Wait()
 		n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
 		n.proposeQueueGroups(ctx)
+		_ = n.spreadQueueGroups(ctx, &spread, false)
 		select {
 		case <-wait:
 		case <-tick.C:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +17,6 @@ import (
 	"github.com/raftmq/raftmq/internal/broadcast"
 	"github.com/raftmq/raftmq/proto"
 )
-
-// queueGroupSize is how many members a queue group has (all the voters
-// when there are fewer).
-const queueGroupSize = 3
 
 // ErrNoSuchGroup is returned for a group this node does not run.
 var ErrNoSuchGroup = errors.New("cluster: no such group on this node")
@@ -46,12 +41,26 @@ type queueGroups struct {
 // queueGroup is one queue group this node runs.
 type queueGroup struct {
 	id      string
-	members []string
 	g       *group.Group
 	trans   *raft.NetworkTransport
 	notify  chan bool
 	leading atomic.Bool          // a leader whose barrier passed
 	changed *broadcast.Broadcast // leader or readiness changed
+	// stop is closed to close this group alone (the node left its
+	// members); closing when stop or the node's closing is, for the
+	// group's goroutines.
+	stop, closing chan struct{}
+	// steer asks the group's steering (steerLoop) for a round now.
+	steer chan struct{}
+	wg    sync.WaitGroup // followQueueGroup and steerLoop
+}
+
+// kick asks qg's steering for a round.
+func (qg *queueGroup) kick() {
+	select {
+	case qg.steer <- struct{}{}:
+	default:
+	}
 }
 
 // queueTransport is raft's network transport on a queue group's layer,
@@ -66,7 +75,10 @@ func (t queueTransport) Consumer() <-chan raft.RPC { return t.rpcs }
 
 // runQueueGroups opens the queue groups the metadata log names with this
 // node as a member, as their entry applies (also when a restarted node
-// replays it), until the node closes.
+// replays it), and closes those it no longer names it in once the
+// group's configuration no longer holds the node (the group's leader
+// removed it), until the node closes. Every round asks each running
+// group's steering to follow the log's members.
 func (n *Node) runQueueGroups() {
 	defer n.wg.Done()
 	retry := time.NewTimer(time.Hour)
@@ -75,19 +87,32 @@ func (n *Node) runQueueGroups() {
 		_, applied := n.group.Applied().Load()
 		var specs []fsm.QueueGroup
 		n.View(func(m *fsm.Machine) { specs = m.QueueGroups() })
-		failed := false
+		voter := n.metadataVoter()
 		for _, s := range specs {
-			if !slices.ContainsFunc(s.Members, func(m fsm.GroupMember) bool { return m.ID == n.cfg.NodeID }) || n.queueGroup(s.ID) != nil {
+			if !voter || !s.HasMember(n.cfg.NodeID) || n.queueGroup(s.ID) != nil {
 				continue
 			}
 			if err := n.openQueueGroup(s); err != nil {
 				n.log.Error("cannot open a queue group", "group", s.ID, "err", err)
-				failed = true
 			}
 		}
-		if failed {
-			retry.Reset(time.Second)
+		for _, qg := range n.runningQueueGroups() {
+			i := slices.IndexFunc(specs, func(s fsm.QueueGroup) bool { return s.ID == qg.id })
+			switch {
+			case voter && i >= 0 && specs[i].HasMember(n.cfg.NodeID):
+				qg.kick()
+			case qg.removed(n.cfg.NodeID, 10*n.cfg.ElectionTimeout):
+				n.closeQueueGroup(qg)
+			default:
+				// Its leader has yet to remove this node (or it is
+				// the leader, and hands over first).
+				qg.kick()
+			}
 		}
+		// Look again in a second as well: a group that failed to open,
+		// one the node is to close, and the node's own suffrage in
+		// the metadata group (which no entry applies) are not waited on.
+		retry.Reset(time.Second)
 		select {
 		case <-applied:
 		case <-retry.C:
@@ -104,8 +129,9 @@ func (n *Node) queueGroup(id string) *queueGroup {
 }
 
 // openQueueGroup opens and starts the queue group s on this node, and
-// bootstraps it with its members when it has no raft state yet: every
-// member bootstraps the same configuration, read from the log, which
+// bootstraps it with its members when it has no raft state yet and s
+// has the members it was created with (epoch 0): every such member
+// bootstraps the same configuration, read from the log, which
 // hashicorp/raft allows.
 func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 	cfg := &n.cfg
@@ -113,10 +139,16 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 	if err != nil {
 		return err
 	}
-	qg := &queueGroup{id: s.ID, notify: make(chan bool, 16), changed: broadcast.New()}
-	for _, m := range s.Members {
-		qg.members = append(qg.members, m.ID)
-	}
+	qg := &queueGroup{id: s.ID, notify: make(chan bool, 16), changed: broadcast.New(),
+		stop: make(chan struct{}), closing: make(chan struct{}), steer: make(chan struct{}, 1)}
+	go func() {
+		select {
+		case <-n.closing:
+		case <-qg.stop:
+		}
+		close(qg.closing)
+	}()
+	fail := func() { close(qg.stop); qg.g.Close() }
 	log := n.log.With("group", s.ID)
 	hlog := newHCLogger(log.With("subsystem", "raft"))
 	qg.g, err = group.Open(group.Config{
@@ -136,15 +168,15 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 		Pipeline: n.pipeline(qg.leading.Load, qg.changed.Wait, func(ctx context.Context, deadline time.Time) (group.Target, error) {
 			return n.awaitLeader(ctx, deadline, qg.g, qg.leading.Load, qg.changed)
 		}),
-		Closing: n.closing,
+		Closing: qg.closing,
 	})
 	if err != nil {
-		qg.g.Close()
+		fail()
 		return err
 	}
 	layer, err := n.mux.Layer(s.ID)
 	if err != nil {
-		qg.g.Close()
+		fail()
 		return err
 	}
 	qg.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -154,25 +186,28 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 	defer n.qmu.Unlock()
 	if n.qclosed {
 		_ = qg.trans.Close()
-		qg.g.Close()
+		fail()
 		return ErrClosed
 	}
 	had, err := qg.g.Start(qg.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
 		return queueTransport{group.NoPipeline{NetworkTransport: qg.trans}, rpcs}
-	}, n.closing)
+	}, qg.closing)
 	if err != nil {
 		if f := qg.g.Shutdown(); f != nil {
 			_ = f.Error()
 		}
 		_ = qg.trans.Close()
-		qg.g.Close()
+		fail()
 		return err
 	}
 	if n.byID == nil {
 		n.byID = map[string]*queueGroup{}
 	}
 	n.byID[s.ID] = qg
-	if !had {
+	// Only the members the group was created with bootstrap it, each
+	// with the same configuration; a member named later starts empty
+	// and waits for the group's leader to add it.
+	if !had && s.Epoch == 0 {
 		servers := make([]raft.Server, 0, len(s.Members))
 		for _, m := range s.Members {
 			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Addr)})
@@ -182,12 +217,59 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 			log.Warn("bootstrapping the queue group failed", "err", err)
 		}
 	}
-	n.wg.Add(1)
+	qg.wg.Add(2)
 	go n.followQueueGroup(qg)
+	go n.steerLoop(qg)
 	qg.g.Batcher().Run()
-	qg.g.RunSnapshots(n.closing)
-	log.Info("queue group started", "members", qg.members, "had_state", had)
+	qg.g.RunSnapshots(qg.closing)
+	log.Info("queue group started", "members", s.Members, "epoch", s.Epoch, "had_state", had)
 	return nil
+}
+
+// removed reports whether this node, which the log no longer names among
+// the group's members, may close its copy: the group's configuration as
+// it knows it no longer holds the node as a voter (its leader removed
+// it), its raft stopped, or it has heard from no leader for quiet while
+// not leading. The leader sends a removed follower the entry that
+// removes it as it stops replicating to it, but that send may fail (the
+// follower just got a new leader, which removes it at once); the
+// follower then hears no more from any leader.
+func (qg *queueGroup) removed(id string, quiet time.Duration) bool {
+	r := qg.g.Raft()
+	if r.State() == raft.Shutdown || r.State() != raft.Leader && time.Since(r.LastContact()) > quiet {
+		return true
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	return !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) == id && s.Suffrage == raft.Voter
+	})
+}
+
+// closeQueueGroup closes a queue group this node no longer is a member
+// of, while the node runs on. Its directory stays: should the node be
+// named again, its log is a start the leader catches up from.
+func (n *Node) closeQueueGroup(qg *queueGroup) {
+	n.qmu.Lock()
+	if n.byID[qg.id] != qg {
+		n.qmu.Unlock()
+		return
+	}
+	delete(n.byID, qg.id)
+	n.qmu.Unlock()
+	close(qg.stop)
+	qg.g.Forwarder().Close()
+	if f := qg.g.Shutdown(); f != nil {
+		_ = f.Error()
+	}
+	qg.wg.Wait()
+	qg.g.Batcher().Wait()
+	_ = qg.trans.Close()
+	qg.trans.CloseStreams()
+	qg.g.Close()
+	n.log.Info("queue group closed: this node is no longer a member", "group", qg.id)
 }
 
 // followQueueGroup follows a queue group's leadership: once this node
@@ -195,7 +277,7 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 // the group's log clock and the group takes commands; a follower's
 // forwarding stream follows the leader raft reports.
 func (n *Node) followQueueGroup(qg *queueGroup) {
-	defer n.wg.Done()
+	defer qg.wg.Done()
 	r := qg.g.Raft()
 	obs := make(chan raft.Observation, 16)
 	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -219,6 +301,7 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 				n.log.Warn("queue group barrier failed", "group", qg.id, "err", err)
 				continue
 			}
+			qg.kick()
 			var clock int64
 			qg.g.State().View(func(m *fsm.Machine) { clock = m.Clock() })
 			n.clocks.Stamper().Floor(clock)
@@ -230,7 +313,7 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 				qg.g.Forwarder().LeaderChanged(string(lo.LeaderID))
 			}
 			qg.changed.Signal()
-		case <-n.closing:
+		case <-qg.closing:
 			return
 		}
 	}
@@ -289,6 +372,7 @@ func (n *Node) closeQueueGroups() {
 	n.byID = nil
 	n.qmu.Unlock()
 	for _, qg := range qgs {
+		qg.wg.Wait()
 		qg.g.Batcher().Wait()
 		_ = qg.trans.Close()
 		qg.trans.CloseStreams()
@@ -298,42 +382,38 @@ func (n *Node) closeQueueGroups() {
 
 // proposeQueueGroups proposes, on the metadata leader, the queue groups
 // that --queue-groups asks for and the log does not hold yet, once the
-// log is at the level that knows them (every server announced it). Each
-// new group has queueGroupSize members (every voter when there are
-// fewer), the voters taken round-robin in id order from a place that
-// moves one on with each group, so that members and would-be leaders
-// (the first member) spread evenly.
+// log is at the level that knows them (every server announced it). The
+// new groups' members are spread over the voters with the groups the log
+// holds (fsm.SpreadGroups: fsm.GroupSize members, or every voter when
+// there are fewer, members and would-be leaders, the first member,
+// spread evenly).
 func (n *Node) proposeQueueGroups(ctx context.Context) {
 	want := n.cfg.QueueGroups
 	if want == 0 {
 		return
 	}
 	var level uint32
-	var have int
-	n.View(func(m *fsm.Machine) { level, have = m.ProtocolLevel(), len(m.QueueGroups()) })
-	if have >= want || level < fsm.QueueGroupLevel {
+	var have []fsm.QueueGroup
+	n.View(func(m *fsm.Machine) { level, have = m.ProtocolLevel(), m.QueueGroups() })
+	if len(have) >= want || level < fsm.QueueGroupLevel {
 		return
 	}
-	f := n.group.Raft().GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	var voters []raft.Server
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters = append(voters, s)
-		}
-	}
+	voters := n.metadataVoters()
 	if len(voters) == 0 {
 		return
 	}
-	sort.Slice(voters, func(i, j int) bool { return voters[i].ID < voters[j].ID })
+	gs := slices.Clone(have)
+	for i := len(have); i < want; i++ {
+		gs = append(gs, fsm.QueueGroup{ID: queueGroupID(i)})
+	}
 	cmd := &proto.QueueGroups{}
-	for i := have; i < want; i++ {
-		g := &proto.QueueGroup{Id: queueGroupID(i)}
-		for j := range min(queueGroupSize, len(voters)) {
-			v := voters[(i+j)%len(voters)]
-			g.Members = append(g.Members, &proto.QueueGroupMember{Id: string(v.ID), Addr: string(v.Address)})
+	for _, s := range fsm.SpreadGroups(gs, voters) {
+		if slices.ContainsFunc(have, func(h fsm.QueueGroup) bool { return h.ID == s.ID }) {
+			continue // spreadQueueGroups moves the groups the log holds
+		}
+		g := &proto.QueueGroup{Id: s.ID}
+		for _, m := range s.Members {
+			g.Members = append(g.Members, &proto.QueueGroupMember{Id: m.ID, Addr: m.Addr})
 		}
 		cmd.Groups = append(cmd.Groups, g)
 	}
@@ -344,8 +424,25 @@ func (n *Node) proposeQueueGroups(ctx context.Context) {
 	case res.GetCode() != 0:
 		n.log.Warn("queue groups refused", "code", res.GetCode(), "text", res.GetText())
 	default:
-		n.log.Info("created queue groups", "from", have, "to", want, "index", res.GetIndex())
+		n.log.Info("created queue groups", "from", len(have), "to", want, "index", res.GetIndex())
 	}
+}
+
+// metadataVoters are the voters of the metadata group with their raft
+// addresses, in id order: the nodes queue groups are spread over.
+func (n *Node) metadataVoters() []fsm.GroupMember {
+	f := n.group.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var voters []fsm.GroupMember
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, fsm.GroupMember{ID: string(s.ID), Addr: string(s.Address)})
+		}
+	}
+	slices.SortFunc(voters, func(a, b fsm.GroupMember) int { return strings.Compare(a.ID, b.ID) })
+	return voters
 }
 
 // queueGroupID names the i-th queue group (from 0): q1, q2, ...

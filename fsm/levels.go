@@ -50,6 +50,9 @@ const (
 	// levelQueueGroups: QueueGroups, the queue groups of the cluster
 	// (queue_groups.go).
 	levelQueueGroups uint32 = 15
+	// levelGroupMembers: GroupMembers, a queue group's members set
+	// (queue_groups.go).
+	levelGroupMembers uint32 = 16
 )
 
 // CreditLevel is levelCredit for the node, which sends Credit only once
@@ -93,8 +96,11 @@ const (
 	formatGroups format = 11
 	// formatQueueGroups adds the queue groups the metadata log names.
 	formatQueueGroups format = 12
+	// formatGroupMembers adds each queue group's epoch, the number of
+	// times GroupMembers set its members.
+	formatGroupMembers format = 13
 
-	snapVersion = formatQueueGroups
+	snapVersion = formatGroupMembers
 )
 
 // formatFor is the format a state at level writes: the newest one a node
@@ -104,7 +110,8 @@ const (
 // rolling upgrade, can restore it; likewise below levelRetry nothing
 // waits for a delayed retry, below levelVhostLimits no vhost has
 // limits, below levelGroups nothing is a group's, in an outbox or
-// handed off, and below levelQueueGroups the log names no queue group.
+// handed off, below levelQueueGroups the log names no queue group, and
+// below levelGroupMembers every queue group's epoch is 0.
 func formatFor(level uint32) format {
 	switch {
 	case level < levelDelayed:
@@ -117,6 +124,8 @@ func formatFor(level uint32) format {
 		return formatGroups - 1
 	case level < levelQueueGroups:
 		return formatQueueGroups - 1
+	case level < levelGroupMembers:
+		return formatGroupMembers - 1
 	}
 	return snapVersion
 }

@@ -98,7 +98,8 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     queue group's outbox (groups.go)
 //  14. Credit: a consumer's credit set while it consumes (apply_credit.go)
 //  15. QueueGroups: the queue groups a cluster runs (queue_groups.go)
-const Protocol = 15
+//  16. GroupMembers: a queue group's members set (queue_groups.go)
+const Protocol = 16
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -122,6 +123,7 @@ func init() {
 	}
 	kindProtocol[cmdOneof.Fields().ByName("credit").Number()] = levelCredit
 	kindProtocol[cmdOneof.Fields().ByName("queue_groups").Number()] = levelQueueGroups
+	kindProtocol[cmdOneof.Fields().ByName("group_members").Number()] = levelGroupMembers
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -650,6 +652,8 @@ func (v *validator) command(c *proto.Command) {
 		v.vhostLimits(x.VhostLimits)
 	case *proto.Command_QueueGroups:
 		v.queueGroups(x.QueueGroups)
+	case *proto.Command_GroupMembers:
+		v.groupMembers(x.GroupMembers)
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)

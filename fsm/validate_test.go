@@ -102,6 +102,7 @@ func validCommands() []*proto.Command {
 		{Cmd: &proto.Command_Credit{Credit: &proto.Credit{Consumer: cons, Credit: 1100}}},
 		// Before the level 13 kinds, which groups_test.go reads as the last four.
 		queueGroupsCmd(groupSpec("g1", "n1", "n2", "n3")),
+		groupMembersCmd("g1", 0, "n2", "n4", "n3"),
 		fsmtest.GroupInit(2),
 		fsmtest.Enqueue("/", "x", "k", "body", &proto.Properties{MessageId: ptr("m1")}, "q", "r"),
 		handOff(1, 7, "body", true, "q"),
@@ -112,7 +113,8 @@ func validCommands() []*proto.Command {
 // laterKinds are the kinds introduced after the first protocol, with the
 // protocol of each.
 var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6, "vhost_limits": 12,
-	"group_init": 13, "enqueue": 13, "hand_off": 13, "hand_off_done": 13, "credit": 14, "queue_groups": 15}
+	"group_init": 13, "enqueue": 13, "hand_off": 13, "hand_off_done": 13, "credit": 14, "queue_groups": 15,
+	"group_members": 16}
 
 // oneofKinds lists the Command oneof's fields.
 func oneofKinds() []protoreflect.FieldDescriptor {

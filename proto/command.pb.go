@@ -138,6 +138,7 @@ type Command struct {
 	//	*Command_HandOff
 	//	*Command_HandOffDone
 	//	*Command_QueueGroups
+	//	*Command_GroupMembers
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -556,6 +557,15 @@ func (x *Command) GetQueueGroups() *QueueGroups {
 	return nil
 }
 
+func (x *Command) GetGroupMembers() *GroupMembers {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_GroupMembers); ok {
+			return x.GroupMembers
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -724,6 +734,10 @@ type Command_QueueGroups struct {
 	QueueGroups *QueueGroups `protobuf:"bytes,64,opt,name=queue_groups,json=queueGroups,oneof"`
 }
 
+type Command_GroupMembers struct {
+	GroupMembers *GroupMembers `protobuf:"bytes,65,opt,name=group_members,json=groupMembers,oneof"`
+}
+
 func (*Command_VhostPut) isCommand_Cmd() {}
 
 func (*Command_VhostDelete) isCommand_Cmd() {}
@@ -805,6 +819,8 @@ func (*Command_HandOff) isCommand_Cmd() {}
 func (*Command_HandOffDone) isCommand_Cmd() {}
 
 func (*Command_QueueGroups) isCommand_Cmd() {}
+
+func (*Command_GroupMembers) isCommand_Cmd() {}
 
 // ConnectionRef names one client connection: the node it is connected to and
 // a connection id unique on that node across restarts.
@@ -4259,6 +4275,72 @@ func (x *QueueGroup) GetMembers() []*QueueGroupMember {
 	return nil
 }
 
+// GroupMembers sets the members of a queue group the log holds, the
+// first the one meant to lead it: the group's leader adds and removes
+// voters to match, and each node opens or closes its copy of the group.
+// epoch is the group's epoch the members were worked out from: the log
+// refuses the command when the group's is another (a change in between,
+// which the proposer has not seen), so that no change undoes another.
+type GroupMembers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	Members       []*QueueGroupMember    `protobuf:"bytes,2,rep,name=members" json:"members,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupMembers) Reset() {
+	*x = GroupMembers{}
+	mi := &file_command_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMembers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMembers) ProtoMessage() {}
+
+func (x *GroupMembers) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMembers.ProtoReflect.Descriptor instead.
+func (*GroupMembers) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *GroupMembers) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupMembers) GetMembers() []*QueueGroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *GroupMembers) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // QueueGroupMember is a member of a queue group: a node id and its raft
 // address.
 type QueueGroupMember struct {
@@ -4271,7 +4353,7 @@ type QueueGroupMember struct {
 
 func (x *QueueGroupMember) Reset() {
 	*x = QueueGroupMember{}
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4283,7 +4365,7 @@ func (x *QueueGroupMember) String() string {
 func (*QueueGroupMember) ProtoMessage() {}
 
 func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4296,7 +4378,7 @@ func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGroupMember.ProtoReflect.Descriptor instead.
 func (*QueueGroupMember) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{51}
+	return file_command_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueueGroupMember) GetId() string {
@@ -4326,7 +4408,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4338,7 +4420,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4351,7 +4433,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{52}
+	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -4370,7 +4452,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4382,7 +4464,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4395,7 +4477,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{53}
+	return file_command_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -4434,7 +4516,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4528,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4541,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{54}
+	return file_command_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -4570,7 +4652,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4582,7 +4664,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4595,7 +4677,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{55}
+	return file_command_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4658,7 +4740,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4670,7 +4752,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4683,7 +4765,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{56}
+	return file_command_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4734,7 +4816,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4746,7 +4828,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4759,7 +4841,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{57}
+	return file_command_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4853,7 +4935,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +4947,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +4960,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{58}
+	return file_command_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -4952,7 +5034,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xc5\x12\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x85\x13\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -5000,7 +5082,8 @@ const file_command_proto_rawDesc = "" +
 	"\aenqueue\x18= \x01(\v2\x12.raftmq.v1.EnqueueH\x00R\aenqueue\x12/\n" +
 	"\bhand_off\x18> \x01(\v2\x12.raftmq.v1.HandOffH\x00R\ahandOff\x12<\n" +
 	"\rhand_off_done\x18? \x01(\v2\x16.raftmq.v1.HandOffDoneH\x00R\vhandOffDone\x12;\n" +
-	"\fqueue_groups\x18@ \x01(\v2\x16.raftmq.v1.QueueGroupsH\x00R\vqueueGroupsB\x05\n" +
+	"\fqueue_groups\x18@ \x01(\v2\x16.raftmq.v1.QueueGroupsH\x00R\vqueueGroups\x12>\n" +
+	"\rgroup_members\x18A \x01(\v2\x17.raftmq.v1.GroupMembersH\x00R\fgroupMembersB\x05\n" +
 	"\x03cmd\"C\n" +
 	"\rConnectionRef\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
@@ -5268,7 +5351,11 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"QueueGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
-	"\amembers\x18\x02 \x03(\v2\x1b.raftmq.v1.QueueGroupMemberR\amembers\"6\n" +
+	"\amembers\x18\x02 \x03(\v2\x1b.raftmq.v1.QueueGroupMemberR\amembers\"q\n" +
+	"\fGroupMembers\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x125\n" +
+	"\amembers\x18\x02 \x03(\v2\x1b.raftmq.v1.QueueGroupMemberR\amembers\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"6\n" +
 	"\x10QueueGroupMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x0f\n" +
@@ -5345,7 +5432,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -5398,14 +5485,15 @@ var file_command_proto_goTypes = []any{
 	(*Tick)(nil),             // 48: raftmq.v1.Tick
 	(*QueueGroups)(nil),      // 49: raftmq.v1.QueueGroups
 	(*QueueGroup)(nil),       // 50: raftmq.v1.QueueGroup
-	(*QueueGroupMember)(nil), // 51: raftmq.v1.QueueGroupMember
-	(*RestartLeases)(nil),    // 52: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 53: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 54: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 55: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 56: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 57: raftmq.v1.Result
-	(*GetOk)(nil),            // 58: raftmq.v1.GetOk
+	(*GroupMembers)(nil),     // 51: raftmq.v1.GroupMembers
+	(*QueueGroupMember)(nil), // 52: raftmq.v1.QueueGroupMember
+	(*RestartLeases)(nil),    // 53: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 54: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 55: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 56: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 57: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 58: raftmq.v1.Result
+	(*GetOk)(nil),            // 59: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -5436,66 +5524,68 @@ var file_command_proto_depIdxs = []int32{
 	42, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
 	47, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
 	48, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	52, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	53, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	53, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	54, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
 	43, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
 	44, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
 	45, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
 	46, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
 	35, // 34: raftmq.v1.Command.credit:type_name -> raftmq.v1.Credit
-	55, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	56, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	56, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	57, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
 	29, // 37: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
 	28, // 38: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
 	30, // 39: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
 	31, // 40: raftmq.v1.Command.hand_off_done:type_name -> raftmq.v1.HandOffDone
 	49, // 41: raftmq.v1.Command.queue_groups:type_name -> raftmq.v1.QueueGroups
-	3,  // 42: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 43: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 44: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 45: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 46: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 47: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 48: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 49: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 50: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 51: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 52: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 53: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 54: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 55: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 56: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 57: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 58: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 59: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 60: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 61: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	11, // 62: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
-	3,  // 63: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
-	28, // 64: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
-	3,  // 65: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 66: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 67: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 68: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	4,  // 69: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 70: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 71: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 72: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 73: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 74: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 75: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 76: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 77: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	50, // 78: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
-	51, // 79: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
-	54, // 80: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	58, // 81: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 82: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	83, // [83:83] is the sub-list for method output_type
-	83, // [83:83] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	51, // 42: raftmq.v1.Command.group_members:type_name -> raftmq.v1.GroupMembers
+	3,  // 43: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 44: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 45: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 46: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 47: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 48: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 49: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 50: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 51: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 52: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 53: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 54: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 55: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 56: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 57: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 58: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 59: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 60: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 61: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 62: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	11, // 63: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
+	3,  // 64: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
+	28, // 65: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
+	3,  // 66: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 67: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 68: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 69: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	4,  // 70: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 71: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 72: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 73: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 74: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 75: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 76: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 77: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 78: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	50, // 79: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
+	52, // 80: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
+	52, // 81: raftmq.v1.GroupMembers.members:type_name -> raftmq.v1.QueueGroupMember
+	55, // 82: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	59, // 83: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 84: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	85, // [85:85] is the sub-list for method output_type
+	85, // [85:85] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -5545,6 +5635,7 @@ func file_command_proto_init() {
 		(*Command_HandOff)(nil),
 		(*Command_HandOffDone)(nil),
 		(*Command_QueueGroups)(nil),
+		(*Command_GroupMembers)(nil),
 	}
 	file_command_proto_msgTypes[8].OneofWrappers = []any{
 		(*Value_Bool)(nil),
@@ -5572,7 +5663,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/proto"
@@ -16,8 +17,9 @@ import (
 // RabbitMQ's quorum queues: a queue's leader, members and online members
 // are its group's; grow, shrink and rebalance change the groups. They run
 // on the metadata group's leader (cluster.Node's GrowGroups and
-// ShrinkGroups change that group alone, RebalanceGroups the groups it
-// leads).
+// ShrinkGroups change the metadata group's voters and the queue groups'
+// members through its log; RebalanceGroups hands over the groups it
+// leads, and asks each other node to hand over those it leads).
 
 // ListGroups answers raftmq.v1.Admin's ListGroups: the groups as this
 // node knows them.
@@ -103,12 +105,31 @@ func changeResult(err error) string {
 	}
 }
 
+// handBackKey marks the RebalanceGroups the metadata leader asks of
+// every other node: that node hands the queue groups it leads to the
+// members meant to lead them, and answers what it leads.
+const handBackKey = "raftmq-hand-back"
+
 // RebalanceGroups answers raftmq.v1.Admin's RebalanceGroups
 // (rabbitmq-queues rebalance): the leaderships moved so that each online
 // node leads its share of the groups, and what each node then leads. A
-// follower forwards it to the leader.
+// follower forwards it to the leader, which spreads the queue groups and
+// hands back those it leads (cluster.Node.RebalanceGroups), then asks
+// every other alive node to hand back the queue groups it leads.
 func (s *Service) RebalanceGroups(ctx context.Context, req *proto.RebalanceGroupsRequest) (*proto.RebalanceGroupsResponse, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(handBackKey)) > 0 {
+		if _, err := s.node.RebalanceGroups(ctx); err != nil {
+			return nil, nodeError(err, Precondition, "rebalance")
+		}
+		return &proto.RebalanceGroupsResponse{}, nil
+	}
 	return onLeader(ctx, s, req, proto.AdminClient.RebalanceGroups, func() (*proto.RebalanceGroupsResponse, error) {
+		if _, err := s.node.RebalanceGroups(ctx); err != nil {
+			return nil, nodeError(err, Precondition, "rebalance")
+		}
+		askPeers(ctx, s, "rebalance", func(ctx context.Context, c proto.AdminClient) (*proto.RebalanceGroupsResponse, error) {
+			return c.RebalanceGroups(metadata.AppendToOutgoingContext(ctx, handBackKey, s.node.NodeID()), req)
+		}, func(string, *proto.RebalanceGroupsResponse) {})
 		led, err := s.node.RebalanceGroups(ctx)
 		if err != nil {
 			return nil, nodeError(err, Precondition, "rebalance")

@@ -142,6 +142,26 @@ func (c *Cluster) StartOutsider(id string, tweak func(*cluster.Config)) *Node {
 	return nd
 }
 
+// Add starts a node that joins the running cluster as one of c.Nodes
+// (the leader adds it as a voter once gossip sees it alive), and returns
+// its index. tweak, if not nil, adjusts its configuration. It never
+// bootstraps a cluster of its own.
+func (c *Cluster) Add(tweak func(i int, c *cluster.Config)) int {
+	c.t.Helper()
+	i := len(c.Nodes)
+	nd := c.newNode(fmt.Sprintf("node%d", i), i, i+1)
+	nd.Config.GossipKeys = c.Nodes[0].Config.GossipKeys
+	for _, other := range c.Nodes {
+		nd.Config.Join = append(nd.Config.Join, other.Config.GossipAddr)
+	}
+	if tweak != nil {
+		tweak(i, &nd.Config)
+	}
+	c.Nodes = append(c.Nodes, nd)
+	c.startNode(nd)
+	return i
+}
+
 // New starts n nodes on loopback that bootstrap together and registers
 // their shutdown with t.Cleanup.
 func New(t testing.TB, n int, opts ...Option) *Cluster {

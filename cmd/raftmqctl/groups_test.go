@@ -2,12 +2,19 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // TestListGroups_QueueGroups: a lone node asked for two queue groups
@@ -33,5 +40,81 @@ func TestListGroups_QueueGroups(t *testing.T) {
 			return fmt.Errorf("exit %d, %q %s; want %q", code, out, errs, want)
 		}
 		return nil
+	})
+}
+
+// adminPeers are the Admin services a test serves for the nodes, by the
+// gRPC address each node announces.
+type adminPeers map[string]string
+
+func (p adminPeers) Admin(addr string) (proto.AdminClient, error) {
+	conn, err := grpc.NewClient(p[addr], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	return proto.NewAdminClient(conn), nil
+}
+
+// TestRebalance_QueueGroups: three nodes, three queue groups whose
+// leaderships stay where their elections put them (no hand-back for an
+// hour); rebalance, asked of any node, moves each group's leadership to
+// the member the log names first, also on the nodes that do not lead
+// the metadata group, so that each node leads one queue group.
+func TestRebalance_QueueGroups(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.QueueGroups = 3
+		cfg.LeadershipBalanceAfter = time.Hour
+	}))
+	c.WaitForLeader(clustertest.Timeout)
+	peers := adminPeers{}
+	var addrs []string
+	for _, nd := range c.Nodes {
+		svc := ops.New(ops.Deps{Node: ops.FromCluster(nd.Node()), Peers: peers})
+		t.Cleanup(func() { _ = svc.Close() })
+		addr := serveAdmin(t, svc)
+		peers[nd.Config.GRPCAddr] = addr
+		addrs = append(addrs, addr)
+	}
+	// leaders is each queue group's leader as its members agree, and
+	// the member meant to lead it.
+	leaders := func() (map[string]string, map[string]string, error) {
+		led, meant := map[string]string{}, map[string]string{}
+		for _, nd := range c.Nodes {
+			n := nd.Node()
+			var specs []fsm.QueueGroup
+			n.View(func(m *fsm.Machine) { specs = m.QueueGroups() })
+			if len(specs) != 3 {
+				return nil, nil, fmt.Errorf("%s: %d groups", n.NodeID(), len(specs))
+			}
+			for _, s := range specs {
+				meant[s.ID] = s.Members[0].ID
+			}
+			gs := n.Groups()
+			if len(gs) != 4 {
+				return nil, nil, fmt.Errorf("%s runs %d groups", n.NodeID(), len(gs))
+			}
+			for _, g := range gs[1:] {
+				if g.Leader == "" || led[g.ID] != "" && led[g.ID] != g.Leader {
+					return nil, nil, fmt.Errorf("group %s: leaders %q, %q", g.ID, g.Leader, led[g.ID])
+				}
+				led[g.ID] = g.Leader
+			}
+		}
+		return led, meant, nil
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		_, _, err := leaders()
+		return err
+	})
+	code, out, errs := ctl(t, addrs[2], "rebalance")
+	if code != exitOK {
+		t.Fatalf("rebalance: exit %d %q %q", code, out, errs)
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		led, meant, err := leaders()
+		if err == nil && !maps.Equal(led, meant) {
+			err = fmt.Errorf("leaders %v, meant %v", led, meant)
+		}
+		return err
 	})
 }

@@ -1,0 +1,265 @@
+package cluster_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// following is the configuration of the tests where queue groups follow
+// the nodes: k queue groups, leaderships handed back after a second.
+func following(k int) func(int, *cluster.Config) {
+	return func(_ int, c *cluster.Config) {
+		c.QueueGroups = k
+		c.LeadershipBalanceAfter = time.Second
+	}
+}
+
+// logGroups is the queue groups as n's metadata log names them.
+func logGroups(n *cluster.Node) []fsm.QueueGroup {
+	var gs []fsm.QueueGroup
+	n.View(func(m *fsm.Machine) { gs = m.QueueGroups() })
+	return gs
+}
+
+func sortedMembers(g fsm.QueueGroup) []string {
+	var ids []string
+	for _, m := range g.Members {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// followed checks, once, that the queue groups follow the log on every
+// live node that is a voter of the metadata group (one that is not runs
+// no queue group): all name the same groups and members; a node runs a
+// group if and only if it is one of its members; each group's members
+// agree on a leader, which is the member the log names first (when led),
+// and whose raft configuration's voters are the log's members. It
+// returns how many groups each node leads.
+func followed(c *clustertest.Cluster, ids []string, led bool) (map[string]int, error) {
+	var live []*cluster.Node
+	for _, n := range c.Live() {
+		if slices.Contains(voters(n), n.NodeID()) {
+			live = append(live, n)
+		} else if gs := n.Groups(); len(gs) != 1 {
+			return nil, fmt.Errorf("%s, not a voter, runs %d groups", n.NodeID(), len(gs))
+		}
+	}
+	want := logGroups(live[0])
+	if len(want) != len(ids) {
+		return nil, fmt.Errorf("%s's log names %d groups, want %d", live[0].NodeID(), len(want), len(ids))
+	}
+	leads := map[string]int{}
+	for _, g := range want {
+		leader := ""
+		for _, n := range live {
+			got := logGroups(n)
+			if i := slices.IndexFunc(got, func(h fsm.QueueGroup) bool { return h.ID == g.ID }); i < 0 || !slices.Equal(got[i].Members, g.Members) {
+				return nil, fmt.Errorf("%s: group %s is %+v, want %+v", n.NodeID(), g.ID, got, g)
+			}
+			var gs *cluster.GroupStatus
+			for _, s := range n.Groups() {
+				if s.ID == g.ID {
+					gs = &s
+				}
+			}
+			if (gs != nil) != g.HasMember(n.NodeID()) {
+				return nil, fmt.Errorf("%s runs group %s: %v, member of it: %v", n.NodeID(), g.ID, gs != nil, g.HasMember(n.NodeID()))
+			}
+			if gs == nil {
+				continue
+			}
+			if gs.Leader == "" || leader != "" && gs.Leader != leader {
+				return nil, fmt.Errorf("group %s: %s sees leader %q, others %q", g.ID, n.NodeID(), gs.Leader, leader)
+			}
+			leader = gs.Leader
+			if gs.Leader == n.NodeID() && !slices.Equal(gs.Voters(), sortedMembers(g)) {
+				return nil, fmt.Errorf("group %s: voters %v, the log's members %v", g.ID, gs.Voters(), sortedMembers(g))
+			}
+		}
+		if led && leader != g.Members[0].ID {
+			return nil, fmt.Errorf("group %s led by %s, meant to be led by %s", g.ID, leader, g.Members[0].ID)
+		}
+		leads[leader]++
+	}
+	return leads, nil
+}
+
+// commitThroughLeaders commits a Tick in each group through a member.
+func commitThroughLeaders(t *testing.T, c *clustertest.Cluster, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			for _, n := range c.Live() {
+				res, err := n.SubmitGroup(ctxT(t, clustertest.Timeout), id, []*proto.Command{tick()})
+				if errors.Is(err, cluster.ErrNoSuchGroup) {
+					continue
+				}
+				if err != nil || len(res) != 1 || res[0].GetCode() != 0 {
+					return fmt.Errorf("group %s through %s: %v, %v", id, n.NodeID(), res, err)
+				}
+				return nil
+			}
+			return fmt.Errorf("no node runs group %s", id)
+		})
+	}
+}
+
+// queueGroupChangesOK fails t unless grow or shrink went through for
+// every queue group it changed.
+func queueGroupChangesOK(t *testing.T) func([]cluster.GroupChange, error) {
+	return func(changes []cluster.GroupChange, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range changes {
+			if ch.Group != group.DefaultID && ch.Err != nil {
+				t.Fatalf("changes %+v", changes)
+			}
+		}
+	}
+}
+
+// A three-node cluster with three queue groups grown to five: the
+// metadata leader spreads the groups' members over the five voters, the
+// new nodes open the groups they are named in (without bootstrapping)
+// and are added by the groups' leaders, the nodes replaced close theirs,
+// and the leaderships move to the members meant to lead, the new nodes
+// among them. Shrink takes a node out of every group through the log,
+// grow puts it in every group, and rebalance spreads them again.
+func TestQueueGroups_FollowNewNodes(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	before := logGroups(c.Nodes[0].Node())
+	grown := time.Now()
+	c.Add(following(3))
+	c.Add(following(3))
+
+	var leads map[string]int
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() (err error) {
+		leads, err = followed(c, queueGroupIDs, true)
+		return err
+	})
+	t.Logf("two nodes added: groups spread and led by the members meant to lead them %v later", time.Since(grown).Round(time.Millisecond))
+	after := logGroups(c.Nodes[0].Node())
+	in := map[string]int{}
+	for i, g := range after {
+		if len(g.Members) != 3 || g.Epoch == 0 && !slices.Equal(g.Members, before[i].Members) {
+			t.Fatalf("group %+v", g)
+		}
+		for _, m := range g.Members {
+			in[m.ID]++
+		}
+	}
+	if in["node3"] == 0 || in["node4"] == 0 || leads["node3"]+leads["node4"] == 0 {
+		t.Fatalf("memberships %v, leaderships %v: %+v", in, leads, after)
+	}
+	for id, k := range leads {
+		if k > 1 {
+			t.Fatalf("%s leads %d groups: %v", id, k, leads)
+		}
+	}
+	commitThroughLeaders(t, c, queueGroupIDs)
+
+	l := c.WaitForLeader(clustertest.Timeout)
+	queueGroupChangesOK(t)(l.ShrinkGroups(ctxT(t, clustertest.Timeout), "node4"))
+	// Applied on l when shrink returns: unless a new metadata leader
+	// took node4 back in (it is alive, so reconcile adds it as a voter
+	// and the groups are spread over it), no group names it, and,
+	// out of the metadata group's voters too, node4 learns the log no
+	// more and closes its groups.
+	for _, g := range logGroups(l) {
+		if g.HasMember("node4") && l.IsLeader() {
+			t.Fatalf("node4 still in %+v", g)
+		}
+	}
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		if gs := c.Nodes[4].Node().Groups(); len(gs) != 1 && l.IsLeader() {
+			return fmt.Errorf("node4 runs %d groups", len(gs))
+		}
+		_, err := followed(c, queueGroupIDs, false)
+		return err
+	})
+	// node4, out of the metadata group, may not know its leader: any
+	// ready leader will do.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if l = c.Leader(); l == nil {
+			return errors.New("no leader")
+		}
+		return nil
+	})
+	queueGroupChangesOK(t)(l.GrowGroups(ctxT(t, clustertest.Timeout), "node4", false))
+	for _, g := range logGroups(l) {
+		if !g.HasMember("node4") && l.IsLeader() {
+			t.Fatalf("node4 not in %+v after grow", g)
+		}
+	}
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		_, err := followed(c, queueGroupIDs, false)
+		return err
+	})
+	if _, err := l.RebalanceGroups(ctxT(t, clustertest.Timeout)); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		_, err := followed(c, queueGroupIDs, true)
+		return err
+	})
+	commitThroughLeaders(t, c, queueGroupIDs)
+	c.AssertSameDigest(t)
+}
+
+// On three nodes, each leads the group it is meant to lead; the leader
+// of one is stopped, another member takes the group over, and once the
+// node is back and steady for LeadershipBalanceAfter, the leadership
+// returns to it: each node leads one group again.
+func TestQueueGroups_LeadershipComesBack(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		leads, err := followed(c, queueGroupIDs, true)
+		if err == nil && len(leads) != 3 {
+			err = fmt.Errorf("leaderships %v", leads)
+		}
+		return err
+	})
+	victim := logGroups(c.Nodes[0].Node())[0].Members[0].ID
+	c.Kill(c.Index(victim))
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			for _, g := range n.Groups() {
+				if g.Leader == "" || g.Leader == victim {
+					return fmt.Errorf("%s: group %s led by %q", n.NodeID(), g.Name, g.Leader)
+				}
+			}
+		}
+		return nil
+	})
+	commitThroughLeaders(t, c, queueGroupIDs)
+	back := time.Now()
+	c.Restart(c.Index(victim))
+	c.WaitForLeader(clustertest.Timeout)
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		leads, err := followed(c, queueGroupIDs, true)
+		if err == nil && leads[victim] != 1 {
+			err = fmt.Errorf("leaderships %v", leads)
+		}
+		return err
+	})
+	t.Logf("%s restarted: leading its group again %v later (LeadershipBalanceAfter 1s)", victim, time.Since(back).Round(time.Millisecond))
+	commitThroughLeaders(t, c, queueGroupIDs)
+	c.AssertSameDigest(t)
+}

@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// A queue group follows the cluster's nodes: the metadata log names its
+// members (fsm GroupMembers), the metadata leader spreads them over the
+// voters as the voters change (spreadQueueGroups), and each group's
+// leader makes the group's raft configuration match and hands its
+// leadership back to the member meant to lead it (steerQueueGroup).
+
+// steer is what a group's steering remembers between rounds.
+type steer struct {
+	ledSince    time.Time // this node leads the group since
+	onlineSince time.Time // the member meant to lead is online since
+	meant       string    // that member
+	moved       time.Time // the last hand-over
+}
+
+// steerLoop runs the group's steering when asked (the metadata log
+// applied, this node became the leader) and every second, until the
+// group closes.
+func (n *Node) steerLoop(qg *queueGroup) {
+	defer qg.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var st steer
+	for {
+		select {
+		case <-qg.steer:
+		case <-tick.C:
+		case <-qg.closing:
+			return
+		}
+		ctx, cancel := n.untilClosed(context.Background())
+		n.steerQueueGroup(ctx, qg, &st, time.Now())
+		cancel()
+	}
+}
+
+// steerQueueGroup makes, on the group's leader, its raft configuration
+// match the members the metadata log names: the members missing are
+// added as voters, a leader that is no longer a member hands its
+// leadership to one that is, and the servers that are not members are
+// removed. Then, once the configuration matches, it hands the leadership
+// back to the member meant to lead (the first) when that member has
+// been online, and this node has led the group, for
+// Config.LeadershipBalanceAfter, and the last hand-over is that long
+// ago: a node that comes back gets its share of leaderships without a
+// node that flaps taking them back and forth.
+func (n *Node) steerQueueGroup(ctx context.Context, qg *queueGroup, st *steer, now time.Time) {
+	r := qg.g.Raft()
+	if !qg.leading.Load() || r.State() != raft.Leader {
+		st.ledSince = time.Time{}
+		return
+	}
+	if st.ledSince.IsZero() {
+		st.ledSince = now
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	servers := f.Configuration().Servers
+	log := n.log.With("group", qg.id)
+	if !n.metadataVoter() {
+		// Removed from the metadata group, this node no longer learns
+		// the log's members: hand the group to a voter of it that does.
+		var to string
+		for _, s := range servers {
+			if string(s.ID) != n.cfg.NodeID && s.Suffrage == raft.Voter && n.isOnline(string(s.ID)) {
+				to = string(s.ID)
+				break
+			}
+		}
+		if to != "" {
+			if err := n.transferGroupLeadership(ctx, qg.id, to); err != nil {
+				log.Warn("handing over a queue group as this node left the metadata group failed", "to", to, "err", err)
+			}
+		}
+		return
+	}
+	spec := n.queueGroupSpec(qg.id)
+	if len(spec.Members) == 0 {
+		return
+	}
+	for _, m := range spec.Members {
+		if slices.ContainsFunc(servers, func(s raft.Server) bool {
+			return string(s.ID) == m.ID && string(s.Address) == m.Addr && s.Suffrage == raft.Voter
+		}) {
+			continue
+		}
+		if err := n.await(ctx, r.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.Addr), 0, n.cfg.LeaderWait)); err != nil {
+			log.Warn("adding a queue group member failed", "member", m.ID, "err", err)
+			return
+		}
+		log.Info("added a queue group member", "member", m.ID)
+	}
+	if !spec.HasMember(n.cfg.NodeID) {
+		to := n.leaderFor(spec, servers, "")
+		if to == "" {
+			return
+		}
+		if err := n.transferGroupLeadership(ctx, qg.id, to); err != nil {
+			log.Warn("handing over a queue group this node is no longer a member of failed", "to", to, "err", err)
+		}
+		return
+	}
+	for _, s := range servers {
+		if spec.HasMember(string(s.ID)) {
+			continue
+		}
+		if err := n.await(ctx, r.RemoveServer(s.ID, 0, n.cfg.LeaderWait)); err != nil {
+			log.Warn("removing a queue group member failed", "member", s.ID, "err", err)
+			return
+		}
+		log.Info("removed a queue group member", "member", s.ID)
+	}
+	meant := spec.Members[0].ID
+	if id, _ := n.Leader(); !st.due(now, n.cfg.LeadershipBalanceAfter, n.cfg.NodeID, meant, n.isOnline(meant)) || id == "" {
+		return // not due, or the cluster is not steady: no metadata leader
+	}
+	if err := n.transferGroupLeadership(ctx, qg.id, meant); err != nil {
+		log.Warn("handing a queue group's leadership back failed", "to", meant, "err", err)
+		return
+	}
+	log.Info("handed a queue group's leadership back to the member meant to lead it", "to", meant)
+}
+
+// due reports whether a leader that has led since st.ledSince is to hand
+// the leadership to meant now: meant is another node, online (as seen
+// at each round) for wait without a break, this node has led for wait,
+// and its last hand-over is wait ago. It records a hand-over when due.
+func (st *steer) due(now time.Time, wait time.Duration, self, meant string, online bool) bool {
+	if meant != st.meant || !online {
+		st.meant, st.onlineSince = meant, time.Time{}
+	}
+	if online && st.onlineSince.IsZero() {
+		st.onlineSince = now
+	}
+	if meant == self || !online || now.Sub(st.onlineSince) < wait || now.Sub(st.ledSince) < wait || now.Sub(st.moved) < wait {
+		return false
+	}
+	st.moved = now
+	return true
+}
+
+// queueGroupSpec is the queue group id as the metadata log names it (no
+// members when it names none).
+func (n *Node) queueGroupSpec(id string) fsm.QueueGroup {
+	var spec fsm.QueueGroup
+	n.View(func(m *fsm.Machine) {
+		if i := slices.IndexFunc(m.QueueGroups(), func(g fsm.QueueGroup) bool { return g.ID == id }); i >= 0 {
+			spec = m.QueueGroups()[i]
+		}
+	})
+	return spec
+}
+
+// metadataVoter reports whether this node is a voter of the metadata
+// group as its configuration says: one that is not (removed, or not
+// added yet) no longer learns the log, and is a member of no queue
+// group whatever the log it holds says.
+func (n *Node) metadataVoter() bool {
+	s, ok := configServer(n.group.Raft(), n.cfg.NodeID)
+	return ok && s.Suffrage == raft.Voter
+}
+
+// leaderFor is the member of spec, other than not, that the group's
+// leadership goes to: the first that is a voter of the configuration
+// and online ("" for none).
+func (n *Node) leaderFor(spec fsm.QueueGroup, servers []raft.Server, not string) string {
+	for _, m := range spec.Members {
+		if m.ID != n.cfg.NodeID && m.ID != not && n.isOnline(m.ID) && slices.ContainsFunc(servers, func(s raft.Server) bool {
+			return string(s.ID) == m.ID && s.Suffrage == raft.Voter
+		}) {
+			return m.ID
+		}
+	}
+	return ""
+}
+
+// isOnline reports whether gossip sees the member id alive.
+func (n *Node) isOnline(id string) bool {
+	for _, m := range n.Members() {
+		if m.ID == id {
+			return m.Health == HealthAlive
+		}
+	}
+	return false
+}
+
+// spreadQueueGroups proposes, on the metadata leader at the level that
+// knows GroupMembers, the queue groups' members spread over the voters
+// (fsm.SpreadGroups) whenever the voters differ from those it last
+// spread them over (at the start of its term: none), or always with
+// force (rebalance). A shrink's removal thus holds until the voters
+// change or the metadata leadership moves.
+func (n *Node) spreadQueueGroups(ctx context.Context, last *string, force bool) error {
+	var level uint32
+	var groups []fsm.QueueGroup
+	n.View(func(m *fsm.Machine) { level, groups = m.ProtocolLevel(), m.QueueGroups() })
+	if level < fsm.GroupMembersLevel || len(groups) == 0 {
+		return nil
+	}
+	voters := n.metadataVoters()
+	var b strings.Builder
+	for _, v := range voters {
+		b.WriteString(v.ID + "=" + v.Addr + " ")
+	}
+	if len(voters) == 0 || (!force && b.String() == *last) {
+		return nil
+	}
+	var cmds []*proto.Command
+	for _, g := range fsm.SpreadGroups(groups, voters) {
+		cmds = append(cmds, fsm.GroupMembersCommand(g))
+	}
+	if len(cmds) > 0 {
+		res, err := n.SubmitBatch(ctx, cmds)
+		if err != nil {
+			n.log.Warn("spreading the queue groups failed", "err", err)
+			return err
+		}
+		for _, r := range res {
+			if r.GetCode() != 0 {
+				n.log.Warn("queue group members refused", "code", r.GetCode(), "text", r.GetText())
+				return &refusedError{r}
+			}
+		}
+		n.log.Info("spread the queue groups over the voters", "voters", len(voters), "changed", len(cmds))
+	}
+	*last = b.String()
+	return nil
+}
+
+// refusedError is a command the log refused.
+type refusedError struct{ r *proto.Result }
+
+func (e *refusedError) Error() string { return e.r.GetText() }
