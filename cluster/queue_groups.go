@@ -43,6 +43,7 @@ type queueGroup struct {
 	id      string
 	g       *group.Group
 	trans   *raft.NetworkTransport
+	bulk    *group.Bulk // its large entries beside their appends
 	notify  chan bool
 	leading atomic.Bool          // a leader whose barrier passed
 	changed *broadcast.Broadcast // leader or readiness changed
@@ -53,6 +54,15 @@ type queueGroup struct {
 	// steer asks the group's steering (steerLoop) for a round now.
 	steer chan struct{}
 	wg    sync.WaitGroup // followQueueGroup and steerLoop
+}
+
+// closeLinks closes the group's transport and bulk layer.
+func (qg *queueGroup) closeLinks() {
+	_ = qg.trans.Close()
+	qg.trans.CloseStreams()
+	if qg.bulk != nil {
+		qg.bulk.Close()
+	}
 }
 
 // kick asks qg's steering for a round.
@@ -182,21 +192,29 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 	qg.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: layer, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
 	})
+	bulkLayer, err := n.mux.Layer(group.BulkLayerID(s.ID))
+	if err != nil {
+		qg.closeLinks()
+		fail()
+		return err
+	}
+	qg.bulk = group.NewBulk(group.BulkConfig{Layer: bulkLayer, MaxEntry: group.MaxBulkEntry, Timeout: 10 * time.Second, Logger: log})
+	qg.g.UseBulk(qg.bulk)
 	n.qmu.Lock()
 	defer n.qmu.Unlock()
 	if n.qclosed {
-		_ = qg.trans.Close()
+		qg.closeLinks()
 		fail()
 		return ErrClosed
 	}
 	had, err := qg.g.Start(qg.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
-		return queueTransport{group.NoPipeline{NetworkTransport: qg.trans}, rpcs}
+		return queueTransport{group.NoPipeline{NetworkTransport: qg.trans, Bulk: qg.bulk}, rpcs}
 	}, qg.closing)
 	if err != nil {
 		if f := qg.g.Shutdown(); f != nil {
 			_ = f.Error()
 		}
-		_ = qg.trans.Close()
+		qg.closeLinks()
 		fail()
 		return err
 	}
@@ -266,8 +284,7 @@ func (n *Node) closeQueueGroup(qg *queueGroup) {
 	}
 	qg.wg.Wait()
 	qg.g.Batcher().Wait()
-	_ = qg.trans.Close()
-	qg.trans.CloseStreams()
+	qg.closeLinks()
 	qg.g.Close()
 	n.log.Info("queue group closed: this node is no longer a member", "group", qg.id)
 }
@@ -374,8 +391,7 @@ func (n *Node) closeQueueGroups() {
 	for _, qg := range qgs {
 		qg.wg.Wait()
 		qg.g.Batcher().Wait()
-		_ = qg.trans.Close()
-		qg.trans.CloseStreams()
+		qg.closeLinks()
 		qg.g.Close()
 	}
 }
