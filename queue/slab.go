@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/raftmq/raftmq/internal/anonmem"
 )
 
 // Full record blocks live outside the collected heap, in slabs of
@@ -80,7 +82,7 @@ func (a *slabs) get() (*slab, []rec) {
 		}
 	}
 	if s == nil {
-		mem, err := mapSlab(slabBlocks * blockBytes)
+		mem, err := anonmem.Map(slabBlocks * blockBytes)
 		if err != nil {
 			return nil, nil
 		}
@@ -109,7 +111,7 @@ func (a *slabs) put(s *slab, r []rec) {
 	s.used--
 	offHeap.used.Add(-int64(blockBytes))
 	if a.poison {
-		poisonMem(mem)
+		anonmem.Poison(mem)
 		s.dead++
 		return
 	}
@@ -117,7 +119,7 @@ func (a *slabs) put(s *slab, r []rec) {
 		a.unmap(s)
 		return
 	}
-	releaseMem(mem)
+	anonmem.Release(mem)
 	s.free = append(s.free, uint8(i))
 }
 
@@ -130,7 +132,7 @@ func (a *slabs) unmap(s *slab) {
 	}
 	offHeap.mapped.Add(-int64(len(s.mem)))
 	offHeap.used.Add(-int64(s.used * blockBytes))
-	unmapSlab(s.mem)
+	anonmem.Unmap(s.mem)
 	s.mem, s.free, s.used = nil, nil, 0
 }
 

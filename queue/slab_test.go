@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftmq/raftmq/internal/anonmem"
 	"github.com/raftmq/raftmq/ttl"
 )
 
@@ -41,11 +42,11 @@ func TestRec_NoPointer(t *testing.T) {
 }
 
 func skipNoSlabs(t *testing.T) {
-	mem, err := mapSlab(blockBytes)
+	mem, err := anonmem.Map(blockBytes)
 	if err != nil {
 		t.Skip("no slabs here:", err)
 	}
-	unmapSlab(mem)
+	anonmem.Unmap(mem)
 }
 
 func fillQueue(q *Queue, n int, prios uint8) {

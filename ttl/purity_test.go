@@ -24,7 +24,9 @@ const replyPackage = "github.com/raftmq/raftmq/internal/replycode"
 
 // forbiddenImport reports whether a pure package may not import path
 // directly. Only direct imports count: the protobuf runtime the state
-// machine needs imports os itself.
+// machine needs imports os itself, and internal/anonmem, the anonymous
+// memory queue keeps its records in, maps it with syscall (memory the
+// queue allocates and frees, as it would on the heap: no I/O).
 func forbiddenImport(path string) bool {
 	switch path {
 	case "net", "os/exec", "math/rand", "math/rand/v2", "crypto/rand", "log", "syscall",
