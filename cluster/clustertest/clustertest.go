@@ -17,7 +17,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/raftmq/raftmq/cluster"
-	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"google.golang.org/grpc"
 )
@@ -101,7 +100,7 @@ func (c *Cluster) newNode(id string, i, expect int) *Node {
 			HeartbeatTimeout:   300 * time.Millisecond,
 			ElectionTimeout:    300 * time.Millisecond,
 			LeaderLeaseTimeout: 150 * time.Millisecond,
-			CommitTimeout:      group.DefaultCommitTimeout,
+			CommitTimeout:      2 * time.Millisecond,
 			LeaderWait:         5 * time.Second,
 		},
 		MembershipConfig: cluster.MembershipConfig{

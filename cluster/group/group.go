@@ -198,14 +198,10 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 		return has, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft.Store(r)
-	g.wg.Add(2)
+	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
 		gaps.Run(closing)
-	}()
-	go func() {
-		defer g.wg.Done()
-		g.runNudge(closing)
 	}()
 	return has, nil
 }
