@@ -97,6 +97,30 @@ func consumeOn(t *testing.T, conn *amqp.Connection, q string) <-chan amqp.Delive
 	return dl
 }
 
+// consumeThroughFailover consumes q with auto-ack while a leader may be
+// changing: a basic.consume whose commit the change left unknown closes
+// its channel (541), and the consume is made again on a fresh channel, as
+// a client would.
+func consumeThroughFailover(t *testing.T, conn *amqp.Connection, q string) <-chan amqp.Delivery {
+	t.Helper()
+	var dl <-chan amqp.Delivery
+	errOther := errors.New("not an unknown outcome")
+	err := Eventually(30*time.Second, func() error {
+		ch := channel(t, conn)
+		d, err := ch.Consume(q, "", true, false, false, false, nil)
+		var e *amqp.Error
+		if err != nil && (!errors.As(err, &e) || e.Code != amqp.InternalError) {
+			return fmt.Errorf("%w: %v", errOther, err)
+		}
+		dl = d
+		return err
+	}, errOther)
+	if err != nil {
+		t.Fatalf("consume %s: %v", q, err)
+	}
+	return dl
+}
+
 // closedWith runs a declare on a fresh channel and returns its error.
 func closedWith(t *testing.T, conn *amqp.Connection, args amqp.Table) *amqp.Error {
 	t.Helper()
@@ -301,7 +325,7 @@ func TestDelayed_AMQP091(t *testing.T) {
 			confirmOne(t, pub, "dl-kill", "k", false, delayed(fmt.Sprint(i), int32(delay+i*50)))
 		}
 		c.Kill(li)
-		dl := consumeOn(t, cc, "dl-kill-q")
+		dl := consumeThroughFailover(t, cc, "dl-kill-q")
 		seen := map[string]bool{}
 		for range 20 {
 			d := receiveOne(t, dl, 60*time.Second)
