@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -71,8 +70,6 @@ var bulkMarker = []byte("raftmq-bulk/1")
 // BulkLayerID is the mux layer of group's large entries. Its '!' is no
 // byte of a group id, so it names no group.
 func BulkLayerID(group string) string { return "!bulk" + group }
-
-func isBulkLayerID(id string) bool { return strings.HasPrefix(id, BulkLayerID(DefaultID)) }
 
 type bulkKey struct{ term, index uint64 }
 

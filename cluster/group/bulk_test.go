@@ -197,6 +197,14 @@ func TestBulk_HeaderNamesTheGroupsBulkLayer(t *testing.T) {
 			t.Errorf("header naming %q: id %q, err %v; want accepted %v", tc.id, id, err, tc.ok)
 		}
 	}
+	m := NewMux(listenTCP(t, "127.0.0.1:0"), MuxConfig{Logger: discardLogger()})
+	defer m.Close()
+	if _, err := m.Layer(BulkLayerID("Q!")); err == nil {
+		t.Error("a bulk layer for an invalid group id was made")
+	}
+	if _, err := m.Layer(BulkLayerID("q1")); err != nil {
+		t.Errorf("bulk layer of q1: %v", err)
+	}
 }
 
 // A follower holds at most bulkKeep entries, and no more than

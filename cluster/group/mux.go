@@ -89,8 +89,8 @@ func NewMux(base raft.StreamLayer, cfg MuxConfig) *Mux {
 // of the releases before the mux), for raft's network transport. Its
 // Close ends the group's connections and frees the id for a later Layer.
 func (m *Mux) Layer(id string) (raft.StreamLayer, error) {
-	if id != DefaultID && !isBulkLayerID(id) {
-		if err := ValidID(id); err != nil {
+	if rest, bulk := strings.CutPrefix(id, BulkLayerID(DefaultID)); id != DefaultID && (!bulk || rest != "") {
+		if err := ValidID(rest); err != nil {
 			return nil, err
 		}
 	}
