@@ -302,6 +302,27 @@ func (n *Node) changeQueueGroups(ctx context.Context, change func(fsm.QueueGroup
 // members again when the voters change (spreadQueueGroups), which may
 // name the node again.
 func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error) {
+	// The queue groups first: the node learns that it left them from
+	// the metadata log, which it no longer learns once it has left the
+	// metadata group's voters.
+	queues := n.changeQueueGroups(ctx, func(g fsm.QueueGroup) ([]fsm.GroupMember, error) {
+		if !g.HasMember(id) {
+			return nil, nil
+		}
+		online := 0
+		for _, m := range g.Members {
+			if m.ID != id && (m.ID == n.cfg.NodeID || n.isOnline(m.ID)) {
+				online++
+			}
+		}
+		switch {
+		case len(g.Members) == 1:
+			return nil, ErrLastMember
+		case online < (len(g.Members)-1)/2+1:
+			return nil, ErrQuorumCritical
+		}
+		return slices.DeleteFunc(slices.Clone(g.Members), func(m fsm.GroupMember) bool { return m.ID == id }), nil
+	})
 	var out []GroupChange
 	for _, gs := range n.Groups() {
 		if gs.ID != group.DefaultID || !gs.HasVoter(id) {
@@ -330,24 +351,7 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 		}
 		out = append(out, c)
 	}
-	return append(out, n.changeQueueGroups(ctx, func(g fsm.QueueGroup) ([]fsm.GroupMember, error) {
-		if !g.HasMember(id) {
-			return nil, nil
-		}
-		online := 0
-		for _, m := range g.Members {
-			if m.ID != id && (m.ID == n.cfg.NodeID || n.isOnline(m.ID)) {
-				online++
-			}
-		}
-		switch {
-		case len(g.Members) == 1:
-			return nil, ErrLastMember
-		case online < (len(g.Members)-1)/2+1:
-			return nil, ErrQuorumCritical
-		}
-		return slices.DeleteFunc(slices.Clone(g.Members), func(m fsm.GroupMember) bool { return m.ID == id }), nil
-	})...), nil
+	return append(out, queues...), nil
 }
 
 // RebalanceGroups moves the leadership of groups so that each online

@@ -221,6 +221,58 @@ func TestQueueGroups_FollowNewNodes(t *testing.T) {
 	c.AssertSameDigest(t)
 }
 
+// A node cut off while it is shrunk never receives the entries that
+// take it out of the metadata group and of its queue groups: its
+// configuration still names it a voter and its log a member. Once it
+// has heard from no metadata leader for ten election timeouts it counts
+// itself out, and closes the queue groups whose leaders no longer send
+// to it; the others never notice.
+func TestQueueGroups_ShrunkWhileCutOffClosesItsGroups(t *testing.T) {
+	c := clustertest.New(t, 4, clustertest.WithConfig(following(3)))
+	l := c.WaitForLeader(clustertest.Timeout)
+	var victim *cluster.Node
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		if _, err := followed(c, queueGroupIDs, false); err != nil {
+			return err
+		}
+		for _, n := range c.Live() {
+			if n != l && len(n.Groups()) > 1 {
+				victim = n
+				return nil
+			}
+		}
+		return errors.New("no follower of the metadata group runs a queue group")
+	})
+	id := victim.NodeID()
+	c.Partition(id)
+	// Shrink refuses nothing for a node gossip no longer sees: wait for
+	// it to be seen down, so that the groups' leaders hand nothing to it.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if l.IsLeader() && !slices.ContainsFunc(l.Members(), func(m cluster.MemberInfo) bool {
+			return m.ID == id && m.Health == cluster.HealthAlive
+		}) {
+			return nil
+		}
+		return fmt.Errorf("%s still alive to %s", id, l.NodeID())
+	})
+	queueGroupChangesOK(t)(l.ShrinkGroups(ctxT(t, clustertest.Timeout), id))
+	for _, g := range logGroups(l) {
+		if g.HasMember(id) {
+			t.Fatalf("%s still in %+v", id, g)
+		}
+	}
+	kept := len(victim.Groups())
+	c.Heal()
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		if gs := victim.Groups(); len(gs) != 1 {
+			return fmt.Errorf("%s runs %d groups", id, len(gs))
+		}
+		return nil
+	})
+	t.Logf("%s ran %d groups when healed, the metadata group alone since", id, kept)
+	commitThroughLeaders(t, c, queueGroupIDs)
+}
+
 // On three nodes, each leads the group it is meant to lead; the leader
 // of one is stopped, another member takes the group over, and once the
 // node is back and steady for LeadershipBalanceAfter, the leadership

@@ -167,12 +167,21 @@ func (n *Node) queueGroupSpec(id string) fsm.QueueGroup {
 }
 
 // metadataVoter reports whether this node is a voter of the metadata
-// group as its configuration says: one that is not (removed, or not
-// added yet) no longer learns the log, and is a member of no queue
-// group whatever the log it holds says.
+// group as its configuration says, and, unless it leads, has heard from
+// a leader within ten election timeouts since it first did: one that is
+// not (removed, or not added yet) no longer learns the log, and is a
+// member of no queue group whatever the log it holds says. The silence
+// covers a removed node that never received the entry removing it (the
+// leader's last send to it failed): its configuration still names it a
+// voter, but no leader replicates to it any more.
 func (n *Node) metadataVoter() bool {
-	s, ok := configServer(n.group.Raft(), n.cfg.NodeID)
-	return ok && s.Suffrage == raft.Voter
+	r := n.group.Raft()
+	s, ok := configServer(r, n.cfg.NodeID)
+	if !ok || s.Suffrage != raft.Voter {
+		return false
+	}
+	last := r.LastContact()
+	return r.State() == raft.Leader || last.IsZero() || time.Since(last) <= 10*n.cfg.ElectionTimeout
 }
 
 // leaderFor is the member of spec, other than not, that the group's
