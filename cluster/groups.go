@@ -13,6 +13,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // The groups this node knows, as the operator surfaces (the management
@@ -279,6 +280,21 @@ func (n *Node) changeQueueGroups(ctx context.Context, change func(fsm.QueueGroup
 					c.Err = &refusedError{res}
 				default:
 					c.Size = len(ms)
+				}
+			}
+			if errors.Is(c.Err, ErrOutcomeUnknown) && tries < 3 {
+				// The metadata leader changed under the proposal: the
+				// log says whether it committed once a Tick proposed
+				// now has applied here.
+				if _, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err == nil {
+					next := n.queueGroupSpec(g.ID)
+					if next.Epoch == g.Epoch+1 && slices.Equal(next.Members, ms) {
+						c.Err, c.Size = nil, len(ms)
+						out = append(out, c)
+						break
+					}
+					g = next
+					continue
 				}
 			}
 			if next := n.queueGroupSpec(g.ID); c.Err != nil && tries < 3 && next.Epoch != g.Epoch {

@@ -350,6 +350,23 @@ func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command
 	return qg.g.Submitter().SubmitBatch(ctx, cmds)
 }
 
+// ViewGroup runs fn on the state machine of group id as this node has
+// applied it (the metadata group for group.DefaultID), as View does for
+// the metadata group; it reports false, without calling fn, for a queue
+// group this node does not run.
+func (n *Node) ViewGroup(id string, fn func(m *fsm.Machine)) bool {
+	if id == group.DefaultID {
+		n.View(fn)
+		return true
+	}
+	qg := n.queueGroup(id)
+	if qg == nil {
+		return false
+	}
+	qg.g.State().View(fn)
+	return true
+}
+
 // runningQueueGroups are the queue groups this node runs, by id.
 func (n *Node) runningQueueGroups() []*queueGroup {
 	n.qmu.Lock()

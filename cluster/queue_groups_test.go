@@ -40,16 +40,21 @@ func sortedMembers(g fsm.QueueGroup) []string {
 }
 
 // followed checks, once, that the queue groups follow the log on every
-// live node that is a voter of the metadata group (one that is not runs
-// no queue group): all name the same groups and members; a node runs a
+// live node that is a voter of the metadata group as its leader knows
+// it (one that is not runs no queue group, though it may not know that
+// it was removed): all name the same groups and members; a node runs a
 // group if and only if it is one of its members; each group's members
 // agree on a leader, which is the member the log names first (when led),
 // and whose raft configuration's voters are the log's members. It
 // returns how many groups each node leads.
 func followed(c *clustertest.Cluster, ids []string, led bool) (map[string]int, error) {
+	l := c.Leader()
+	if l == nil {
+		return nil, errors.New("no metadata leader")
+	}
 	var live []*cluster.Node
 	for _, n := range c.Live() {
-		if slices.Contains(voters(n), n.NodeID()) {
+		if slices.Contains(voters(l), n.NodeID()) {
 			live = append(live, n)
 		} else if gs := n.Groups(); len(gs) != 1 {
 			return nil, fmt.Errorf("%s, not a voter, runs %d groups", n.NodeID(), len(gs))
@@ -219,6 +224,44 @@ func TestQueueGroups_FollowNewNodes(t *testing.T) {
 	})
 	commitThroughLeaders(t, c, queueGroupIDs)
 	c.AssertSameDigest(t)
+}
+
+// Each queue group's log is brought to the metadata log's protocol level
+// and given its number, the group's position in the metadata log from 1,
+// by its leader alone: every member applies the same entries, so their
+// digests agree.
+func TestQueueGroups_LogsTakeTheMetadataLevelAndTheirNumber(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	var level uint32
+	l.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+	if level < fsm.GroupsLevel {
+		t.Fatalf("metadata log at level %d", level)
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for num, id := range queueGroupIDs {
+			var digests [][32]byte
+			for _, n := range c.Live() {
+				var got, g uint32
+				var d [32]byte
+				if !n.ViewGroup(id, func(m *fsm.Machine) { got, g, d = m.ProtocolLevel(), m.Group(), m.Digest() }) {
+					return fmt.Errorf("%s does not run %s", n.NodeID(), id)
+				}
+				if got != level || g != uint32(num+1) {
+					return fmt.Errorf("%s: group %s at level %d, number %d; want %d, %d", n.NodeID(), id, got, g, level, num+1)
+				}
+				digests = append(digests, d)
+			}
+			for _, d := range digests[1:] {
+				if d != digests[0] {
+					return fmt.Errorf("group %s: digests differ", id)
+				}
+			}
+		}
+		return nil
+	})
+	commitThroughLeaders(t, c, queueGroupIDs)
 }
 
 // A node cut off while it is shrunk never receives the entries that

@@ -93,6 +93,9 @@ func (n *Node) steerQueueGroup(ctx context.Context, qg *queueGroup, st *steer, n
 	if len(spec.Members) == 0 {
 		return
 	}
+	if err := n.initQueueGroup(ctx, qg); err != nil {
+		log.Warn("bringing the queue group's log to the metadata log's level failed", "err", err)
+	}
 	for _, m := range spec.Members {
 		if slices.ContainsFunc(servers, func(s raft.Server) bool {
 			return string(s.ID) == m.ID && string(s.Address) == m.Addr && s.Suffrage == raft.Voter
@@ -152,6 +155,46 @@ func (st *steer) due(now time.Time, wait time.Duration, self, meant string, onli
 	}
 	st.moved = now
 	return true
+}
+
+// initQueueGroup brings, on the group's leader, the group's log to the
+// metadata log's protocol level (SetProtocol: every server announced it
+// before the metadata log took it) and gives it its number (GroupInit),
+// the group's position in the metadata log's groups from 1, the metadata
+// group being 0: the number that names it in hand-offs between groups,
+// the same on every replica since QueueGroups only adds. It proposes
+// nothing once both hold, and each is applied once whoever proposes it:
+// a level is only raised, and a log keeps its first number.
+func (n *Node) initQueueGroup(ctx context.Context, qg *queueGroup) error {
+	var meta uint32
+	num := -1
+	n.View(func(m *fsm.Machine) {
+		meta = m.ProtocolLevel()
+		num = slices.IndexFunc(m.QueueGroups(), func(g fsm.QueueGroup) bool { return g.ID == qg.id })
+	})
+	var level, id uint32
+	qg.g.State().View(func(m *fsm.Machine) { level, id = m.ProtocolLevel(), m.Group() })
+	var cmds []*proto.Command
+	if level < meta {
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_SetProtocol{SetProtocol: &proto.SetProtocol{Level: meta}}})
+	}
+	if id == 0 && num >= 0 && max(level, meta) >= fsm.GroupsLevel {
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_GroupInit{GroupInit: &proto.GroupInit{Group: uint32(num + 1)}}})
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	res, err := qg.g.Submitter().SubmitBatch(ctx, cmds)
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.GetCode() != 0 {
+			return &refusedError{r}
+		}
+	}
+	n.log.Info("queue group's log at the metadata log's level", "group", qg.id, "level", meta, "number", num+1)
+	return nil
 }
 
 // queueGroupSpec is the queue group id as the metadata log names it (no

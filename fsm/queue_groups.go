@@ -28,6 +28,10 @@ const (
 	MaxGroupIDLen = 64
 )
 
+// GroupsLevel is the protocol level of GroupInit, Enqueue, HandOff and
+// HandOffDone, for the node.
+const GroupsLevel = levelGroups
+
 // QueueGroupLevel is the protocol level of QueueGroups, for the node,
 // which proposes it only once the log is at that level.
 const QueueGroupLevel = levelQueueGroups
