@@ -5,19 +5,26 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/clock"
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
-// dueDuties are the leader's duties that fall due on the log clock, each
-// a loop of the term: the deaths of messages (expiryLoop), the leases of
-// queues (leaseLoop), the consumer timeouts (consumerTimeoutLoop) and the
-// delayed releases (delayedLoop). Every one runs on dueLoop (runDue),
-// each on its own goroutine: one goroutine for all would let a slow
-// proposal of one duty hold back the others' deadlines. Node-down is the
-// reconcile's (leader.go).
-func (n *Node) dueDuties() []func(context.Context) {
-	return []func(context.Context){n.expiryLoop, n.leaseLoop, n.consumerTimeoutLoop, n.delayedLoop}
+// dueDuties are the duties of g's leader that fall due on the log clock,
+// each a loop of the term: the deaths of messages (expiryLoop), the
+// leases of queues (leaseLoop), the consumer timeouts
+// (consumerTimeoutLoop) and the delayed releases (delayedLoop), decided
+// in g's own log, the metadata group's or a queue group's. Every one runs
+// on dueLoop (runDue), each on its own goroutine: one goroutine for all
+// would let a slow proposal of one duty hold back the others' deadlines.
+// Node-down is the metadata leader's reconcile's (leader.go).
+func (n *Node) dueDuties(g *group.Group) []func(context.Context) {
+	return []func(context.Context){
+		func(ctx context.Context) { n.expiryLoop(ctx, g) },
+		func(ctx context.Context) { n.leaseLoop(ctx, g) },
+		func(ctx context.Context) { n.consumerTimeoutLoop(ctx, g) },
+		func(ctx context.Context) { n.delayedLoop(ctx, g) },
+	}
 }
 
 // dueProgress is how a duty's loop tells that a proposal moved its work.
@@ -42,6 +49,7 @@ const (
 // A dueDuty is one duty of dueDuties.
 type dueDuty struct {
 	what string
+	log  *group.Group // whose machine it reads and whose log it proposes to
 	// next reports when the duty's earliest work falls due (ok: there is
 	// some) and, for byHead, which item heads it.
 	next     func(m *fsm.Machine) (at int64, head uint64, ok bool)
@@ -49,10 +57,10 @@ type dueDuty struct {
 	progress dueProgress
 }
 
-// dueLoop runs a duty judged byDeadline (see runDue).
-func (n *Node) dueLoop(ctx context.Context, what string,
+// dueLoop runs a duty of g judged byDeadline (see runDue).
+func (n *Node) dueLoop(ctx context.Context, g *group.Group, what string,
 	next func(m *fsm.Machine) (int64, bool), propose func(ctx context.Context, now int64) (bool, error)) {
-	n.runDue(ctx, dueDuty{what: what, propose: propose, progress: byDeadline,
+	n.runDue(ctx, dueDuty{what: what, log: g, propose: propose, progress: byDeadline,
 		next: func(m *fsm.Machine) (int64, uint64, bool) {
 			at, ok := next(m)
 			return at, 0, ok
@@ -74,7 +82,7 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 	retry := false // the backoff ran out: propose even if it looks stuck
 	backOff := func(why string, at int64) bool {
 		backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-		n.log.Debug(why, "what", d.what, "deadline", at, "backoff", backoff)
+		n.log.Debug(why, "what", d.what, "group", d.log.ID(), "deadline", at, "backoff", backoff)
 		t := n.cfg.Clock.NewTimer(backoff)
 		defer t.Stop()
 		select {
@@ -86,11 +94,11 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 		return true
 	}
 	for {
-		_, applied := n.group.Applied().Load()
+		_, applied := d.log.Applied().Load()
 		var at int64
 		var head uint64
 		var ok bool
-		n.View(func(m *fsm.Machine) { at, head, ok = d.next(m) })
+		d.log.State().View(func(m *fsm.Machine) { at, head, ok = d.next(m) })
 		moved := !ok || !proposedOnce || head != lastHead
 		if judge && moved {
 			backoff = 0
@@ -116,7 +124,7 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 					return
 				}
 				if err != nil {
-					n.log.Warn("proposal failed", "what", d.what, "err", err)
+					n.log.Warn("proposal failed", "what", d.what, "group", d.log.ID(), "err", err)
 					if d.progress == byHead {
 						if !backOff("due work's proposal failed", at) {
 							return
@@ -162,17 +170,18 @@ func awaitDue(ctx context.Context, timer clock.Timer, applied <-chan struct{}) b
 	return ctx.Err() == nil
 }
 
-// expiryLoop proposes ONE Expire naming every queue with a message due.
-func (n *Node) expiryLoop(ctx context.Context) {
-	n.dueLoop(ctx, "expire", (*fsm.Machine).NextDeadline, func(ctx context.Context, now int64) (bool, error) {
+// expiryLoop proposes ONE Expire naming every queue of g with a message
+// due.
+func (n *Node) expiryLoop(ctx context.Context, g *group.Group) {
+	n.dueLoop(ctx, g, "expire", (*fsm.Machine).NextDeadline, func(ctx context.Context, now int64) (bool, error) {
 		var due []*proto.QueueRef
-		n.View(func(m *fsm.Machine) { due = m.DueExpiries(now) })
+		g.State().View(func(m *fsm.Machine) { due = m.DueExpiries(now) })
 		if len(due) == 0 {
 			return false, nil
 		}
-		res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Expire{Expire: &proto.Expire{Queues: due}}})
-		if err == nil && res.GetCode() != 0 {
-			n.log.Warn("expire refused", "code", res.GetCode(), "text", res.GetText())
+		res, err := g.Submitter().SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_Expire{Expire: &proto.Expire{Queues: due}}}})
+		if err == nil && res[0].GetCode() != 0 {
+			n.log.Warn("expire refused", "group", g.ID(), "code", res[0].GetCode(), "text", res[0].GetText())
 		}
 		return err == nil, err
 	})
@@ -180,10 +189,10 @@ func (n *Node) expiryLoop(ctx context.Context) {
 
 // leaseLoop proposes ExpireQueue for each queue whose x-expires lease is
 // due, in one entry.
-func (n *Node) leaseLoop(ctx context.Context) {
-	n.dueLoop(ctx, "expire-queue", (*fsm.Machine).NextLeaseDue, func(ctx context.Context, now int64) (bool, error) {
+func (n *Node) leaseLoop(ctx context.Context, g *group.Group) {
+	n.dueLoop(ctx, g, "expire-queue", (*fsm.Machine).NextLeaseDue, func(ctx context.Context, now int64) (bool, error) {
 		var due []*proto.QueueRef
-		n.View(func(m *fsm.Machine) { due = m.DueLeases(now) })
+		g.State().View(func(m *fsm.Machine) { due = m.DueLeases(now) })
 		if len(due) == 0 {
 			return false, nil
 		}
@@ -191,7 +200,7 @@ func (n *Node) leaseLoop(ctx context.Context) {
 		for i, q := range due {
 			cmds[i] = &proto.Command{Cmd: &proto.Command_ExpireQueue{ExpireQueue: &proto.ExpireQueue{Queue: q}}}
 		}
-		_, err := n.SubmitBatch(ctx, cmds)
+		_, err := g.Submitter().SubmitBatch(ctx, cmds)
 		return err == nil, err
 	})
 }
@@ -200,12 +209,12 @@ func (n *Node) leaseLoop(ctx context.Context) {
 // oldest delivery went unacknowledged past its consumer timeout, in one
 // entry. The node's default travels in the command, so every replica
 // decides with the same one.
-func (n *Node) consumerTimeoutLoop(ctx context.Context) {
+func (n *Node) consumerTimeoutLoop(ctx context.Context, g *group.Group) {
 	def := max(n.cfg.ConsumerTimeout.Milliseconds(), 0)
 	next := func(m *fsm.Machine) (int64, bool) { return m.NextConsumerTimeout(def) }
-	n.dueLoop(ctx, "consumer-timeout", next, func(ctx context.Context, now int64) (bool, error) {
+	n.dueLoop(ctx, g, "consumer-timeout", next, func(ctx context.Context, now int64) (bool, error) {
 		var due []*proto.ChannelRef
-		n.View(func(m *fsm.Machine) { due = m.DueConsumerTimeouts(now, def) })
+		g.State().View(func(m *fsm.Machine) { due = m.DueConsumerTimeouts(now, def) })
 		if len(due) == 0 {
 			return false, nil
 		}
@@ -213,7 +222,7 @@ func (n *Node) consumerTimeoutLoop(ctx context.Context) {
 		for i, ch := range due {
 			cmds[i] = &proto.Command{Cmd: &proto.Command_ConsumerTimeout{ConsumerTimeout: &proto.ConsumerTimeout{Channel: ch, DefaultMs: def}}}
 		}
-		_, err := n.SubmitBatch(ctx, cmds)
+		_, err := g.Submitter().SubmitBatch(ctx, cmds)
 		return err == nil, err
 	})
 }
@@ -230,13 +239,13 @@ func (n *Node) consumerTimeoutLoop(ctx context.Context) {
 //
 // It runs on runDue, its progress judged byHead: one due time can take
 // many batches.
-func (n *Node) delayedLoop(ctx context.Context) {
-	n.runDue(ctx, dueDuty{what: "release-delayed", next: (*fsm.Machine).NextRelease, progress: byHead,
+func (n *Node) delayedLoop(ctx context.Context, g *group.Group) {
+	n.runDue(ctx, dueDuty{what: "release-delayed", log: g, next: (*fsm.Machine).NextRelease, progress: byHead,
 		propose: func(ctx context.Context, now int64) (bool, error) {
-			res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_ReleaseDelayed{
-				ReleaseDelayed: &proto.ReleaseDelayed{Limit: fsm.DelayedReleaseBatch}}})
-			if err == nil && res.GetCode() != 0 {
-				n.log.Warn("release of delayed messages refused", "code", res.GetCode(), "text", res.GetText())
+			res, err := g.Submitter().SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_ReleaseDelayed{
+				ReleaseDelayed: &proto.ReleaseDelayed{Limit: fsm.DelayedReleaseBatch}}}})
+			if err == nil && res[0].GetCode() != 0 {
+				n.log.Warn("release of delayed messages refused", "group", g.ID(), "code", res[0].GetCode(), "text", res[0].GetText())
 			}
 			return err == nil, err
 		}})

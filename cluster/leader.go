@@ -94,7 +94,7 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 
 	var wg sync.WaitGroup
-	loops := append(append([]func(context.Context){n.initDefaults}, n.dueDuties()...), n.reconcileLoop)
+	loops := append(append([]func(context.Context){n.initDefaults}, n.dueDuties(n.group)...), n.reconcileLoop)
 	for _, loop := range loops {
 		wg.Add(1)
 		go func() {

@@ -67,7 +67,7 @@ func TestDueLoop_WakesEarlyAndBacksOff(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		n.dueLoop(ctx, "test", next, propose)
+		n.dueLoop(ctx, n.group, "test", next, propose)
 	}()
 	defer func() { cancel(); <-done }()
 	proposals := func() int {

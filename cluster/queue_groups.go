@@ -303,10 +303,19 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 	})
 	r.RegisterObserver(o)
 	defer r.DeregisterObserver(o)
+	var endTerm func() // ends the duties of this node's term as leader
+	stopDuties := func() {
+		if endTerm != nil {
+			endTerm()
+			endTerm = nil
+		}
+	}
+	defer stopDuties()
 	for {
 		select {
 		case isLeader := <-qg.notify:
 			if !isLeader {
+				stopDuties()
 				qg.leading.Store(false)
 				qg.changed.Signal()
 				continue
@@ -324,6 +333,10 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 			n.clocks.Stamper().Floor(clock)
 			qg.g.Forwarder().Retire()
 			qg.leading.Store(r.State() == raft.Leader)
+			if qg.leading.Load() {
+				stopDuties()
+				endTerm = n.runGroupDuties(qg)
+			}
 			qg.changed.Signal()
 		case ob := <-obs:
 			if lo, ok := ob.Data.(raft.LeaderObservation); ok {
@@ -333,6 +346,37 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 		case <-qg.closing:
 			return
 		}
+	}
+}
+
+// runGroupDuties runs, on the group's leader, the duties that fall due
+// on the group's log clock (dueDuties: deaths, leases, consumer timeouts,
+// delayed releases of its queues), each on its own goroutine, decided in
+// the group's own log as the metadata leader decides them in its. The
+// function it returns ends them and waits for them to return; so does
+// the group's closing.
+func (n *Node) runGroupDuties(qg *queueGroup) func() {
+	ctx, cancel := n.untilClosed(context.Background())
+	var wg sync.WaitGroup
+	for _, duty := range n.dueDuties(qg.g) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			duty(ctx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-qg.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
 	}
 }
 

@@ -213,6 +213,9 @@ func (g *Group) UseBulk(b *Bulk) { g.bulk = b }
 // Raft is the group's raft instance, nil before Start has it.
 func (g *Group) Raft() *raft.Raft { return g.raft.Load() }
 
+// ID is the group's id (DefaultID: the node's metadata group).
+func (g *Group) ID() string { return g.cfg.GroupID }
+
 // Storage is the group's storage.
 func (g *Group) Storage() *Storage { return g.storage }
 

@@ -1,0 +1,173 @@
+package cluster_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/fsm/fsmtest"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// groupLeader is the node that leads queue group id, as every member
+// that runs it agrees.
+func groupLeader(t *testing.T, c *clustertest.Cluster, id string) *cluster.Node {
+	t.Helper()
+	var l *cluster.Node
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		l = nil
+		leader := ""
+		for _, n := range c.Live() {
+			for _, g := range n.Groups() {
+				if g.ID != id {
+					continue
+				}
+				if g.Leader == "" || leader != "" && g.Leader != leader {
+					return fmt.Errorf("group %s: leaders %q and %q", id, leader, g.Leader)
+				}
+				leader = g.Leader
+			}
+		}
+		for _, n := range c.Live() {
+			if n.NodeID() == leader {
+				l = n
+			}
+		}
+		if l == nil {
+			return fmt.Errorf("group %s has no live leader (%q)", id, leader)
+		}
+		return nil
+	})
+	return l
+}
+
+// groupQueue is queue name of "/" in group id as n has applied it.
+func groupQueue(n *cluster.Node, id, name string) (*proto.QueueInfo, error) {
+	var q *proto.QueueInfo
+	var ok bool
+	if !n.ViewGroup(id, func(m *fsm.Machine) { q, ok = m.Queue("/", name) }) {
+		return nil, fmt.Errorf("%s does not run group %s", n.NodeID(), id)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s: no queue %s in group %s", n.NodeID(), name, id)
+	}
+	return q, nil
+}
+
+// A queue group's leader decides the time duties of its queues in the
+// group's own log, as the metadata leader does in its: messages die at
+// their TTL and a queue unused for its x-expires goes, by log time, and
+// a new leader of the group takes over where a killed one left off. The
+// metadata log holds none of it.
+func TestQueueGroups_LeaderDecidesItsQueuesTimeDuties(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0), clustertest.WithConfig(following(3)))
+	c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	const id = "q1"
+	// The group's log reaches the level of Enqueue from its leader.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			var level uint32
+			n.ViewGroup(id, func(m *fsm.Machine) { level = m.ProtocolLevel() })
+			if level < fsm.GroupsLevel {
+				return fmt.Errorf("%s: group %s at level %d", n.NodeID(), id, level)
+			}
+		}
+		return nil
+	})
+	gl := groupLeader(t, c, id)
+	submit := func(n *cluster.Node, cmds ...*proto.Command) []*proto.Result {
+		t.Helper()
+		res, err := n.SubmitGroup(ctxT(t, clustertest.Timeout), id, cmds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireFSM(t, res)
+		return res
+	}
+	submit(gl, &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		declareWithArgs("g-ttl", int32Arg("x-message-ttl", 2000)),
+		declareWithArgs("g-lease", int32Arg("x-expires", 3000)))
+	for i := range 10 {
+		submit(gl, fsmtest.Enqueue("/", "", "g-ttl", fmt.Sprint(i), &proto.Properties{}, "g-ttl"))
+	}
+	if _, err := groupQueue(c.Leader(), group0, "g-ttl"); err == nil {
+		t.Fatal("the metadata log holds the group's queue")
+	}
+
+	// Halfway to the deadline the group's leader is killed; another
+	// member leads the group on, with the same clock.
+	c.AdvanceClock(time.Second)
+	submit(gl, tick())
+	c.Kill(c.Index(gl.NodeID()))
+	nl := groupLeader(t, c, id)
+	submit(nl, tick())
+	for _, n := range c.Live() {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			q, err := groupQueue(n, id, "g-ttl")
+			if err == nil && q.GetReady() != 10 {
+				err = fmt.Errorf("%s: %d messages before their TTL", n.NodeID(), q.GetReady())
+			}
+			return err
+		})
+	}
+	c.AdvanceClock(time.Second)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			q, err := groupQueue(n, id, "g-ttl")
+			if err != nil {
+				return err
+			}
+			if q.GetReady() != 0 {
+				return fmt.Errorf("%s: %d messages past their TTL", n.NodeID(), q.GetReady())
+			}
+		}
+		return nil
+	})
+	c.AdvanceClock(time.Second)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			if _, err := groupQueue(n, id, "g-lease"); err == nil {
+				return fmt.Errorf("%s: g-lease outlived its x-expires", n.NodeID())
+			}
+			if _, err := groupQueue(n, id, "g-ttl"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	assertGroupDigests(t, c, id)
+}
+
+// group0 is the metadata group's id.
+const group0 = ""
+
+// assertGroupDigests fails t unless every live member of group id comes
+// to the same digest of it.
+func assertGroupDigests(t *testing.T, c *clustertest.Cluster, id string) {
+	t.Helper()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		var first [32]byte
+		seen := 0
+		for _, n := range c.Live() {
+			var d [32]byte
+			var applied uint64
+			if !n.ViewGroup(id, func(m *fsm.Machine) { d, applied = m.Digest(), m.AppliedIndex() }) {
+				continue
+			}
+			if seen > 0 && d != first {
+				return fmt.Errorf("group %s: %s's digest at %d differs", id, n.NodeID(), applied)
+			}
+			first = d
+			seen++
+		}
+		if seen == 0 {
+			return errors.New("no live member")
+		}
+		return nil
+	})
+}
