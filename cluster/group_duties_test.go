@@ -171,3 +171,87 @@ func assertGroupDigests(t *testing.T, c *clustertest.Cluster, id string) {
 		return nil
 	})
 }
+
+// A message that dies in a queue of a queue group into an exchange only
+// the metadata group holds leaves through the group's outbox: the group's
+// leader routes it on the metadata group's bindings, hands it to the
+// metadata group keyed by (group, key), and forgets it once that
+// committed. Through a kill of the group's leader halfway, every dead
+// letter arrives exactly once, and the outbox ends empty on every member.
+func TestQueueGroups_DeadLettersCrossIntoTheMetadataGroupOnce(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitDefaults(t, c, l)
+	waitQueueGroups(t, c, queueGroupIDs)
+	const id = "q2"
+	requireFSM(t, mustSubmit(t, l,
+		&proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "dlx", Type: "fanout", Durable: true}}},
+		declareWithArgs("dead"),
+		&proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "dlx", Destination: "dead"}}}))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			var g uint32
+			n.ViewGroup(id, func(m *fsm.Machine) { g = m.Group() })
+			if g == 0 {
+				return fmt.Errorf("%s: group %s has no number yet", n.NodeID(), id)
+			}
+		}
+		return nil
+	})
+	gl := groupLeader(t, c, id)
+	submit := func(cmds ...*proto.Command) {
+		t.Helper()
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			res, err := groupLeader(t, c, id).SubmitGroup(ctxT(t, clustertest.Timeout), id, cmds)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				if r.GetCode() != 0 {
+					t.Fatalf("refused: %v", r)
+				}
+			}
+			return nil
+		})
+	}
+	// One message kept: each one more pushes the oldest out, dead.
+	submit(&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		declareWithArgs("src", int32Arg("x-max-length", 1), strArg("x-dead-letter-exchange", "dlx")))
+	const total = 60
+	for i := range total {
+		if i == total/2 {
+			c.Kill(c.Index(gl.NodeID()))
+		}
+		submit(fsmtest.Enqueue("/", "", "src", fmt.Sprint(i), &proto.Properties{MessageId: ptrTo(fmt.Sprint(i))}, "src"))
+	}
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			var dead *proto.QueueInfo
+			n.View(func(m *fsm.Machine) { dead, _ = m.Queue("/", "dead") })
+			var out int
+			var num uint32
+			n.ViewGroup(id, func(m *fsm.Machine) { out, num = m.OutboxLen(), m.Group() })
+			if dead.GetReady() != total-1 || out != 0 {
+				return fmt.Errorf("%s: %d dead letters in the metadata group (want %d), %d in %s's outbox", n.NodeID(), dead.GetReady(), total-1, out, id)
+			}
+			var missing []uint64
+			n.View(func(m *fsm.Machine) {
+				for k := uint64(1); k < total; k++ {
+					if !m.HandedOff(num, k) {
+						missing = append(missing, k)
+					}
+				}
+			})
+			if len(missing) > 0 {
+				return fmt.Errorf("%s: keys %v not handed off", n.NodeID(), missing)
+			}
+		}
+		return nil
+	})
+	assertGroupDigests(t, c, id)
+	c.AssertSameDigest(t)
+}
+
+func strArg(key, v string) *proto.Field {
+	return &proto.Field{Key: key, Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(v)}}}
+}

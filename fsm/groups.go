@@ -283,6 +283,30 @@ func (m *Machine) Outbox(after uint64, limit int) []OutboxEntry {
 	return out
 }
 
+// Route is where a message sent to exchange of vhost with keys (routing
+// key, CC and BCC) and props goes on this machine's exchanges and
+// bindings: the queues it reaches, in the order a routed publish takes
+// them, and held when a delayed exchange on the way would hold it (an
+// x-delay the way cannot carry). ok is false for a vhost or exchange the
+// machine does not hold. A group's leader routes its outbox with it on
+// the metadata group's machine; it changes no state (the routing marks it
+// moves are none).
+func (m *Machine) Route(vhost, exchange string, keys []string, props *proto.Properties) (queues []string, held, ok bool) {
+	v, ok := m.vhosts[vhost]
+	if !ok {
+		return nil, false, false
+	}
+	x, ok := v.exchanges[exchange]
+	if !ok {
+		return nil, false, false
+	}
+	rt := m.route(v, x, keys, props)
+	for _, q := range rt.queues {
+		queues = append(queues, q.name)
+	}
+	return queues, len(rt.held) > 0, true
+}
+
 // OutboxLen is the number of messages waiting in the outbox.
 func (m *Machine) OutboxLen() int { return len(m.groups.out.entries) }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/raftmq/raftmq/fsm"
@@ -397,5 +398,80 @@ func TestHandOff_StaleAfterAcknowledged(t *testing.T) {
 	}
 	if !dst.HandedOff(1, 3) || dst.HandedOff(1, 5) {
 		t.Fatal("the acknowledged prefix is not counted applied")
+	}
+}
+
+// Route names the queues a publish through the same exchange, keys and
+// properties reaches (exchange to exchange, alternate exchange, topic and
+// headers bindings, CC and BCC), changes no state (the digest stays), and
+// says when a delayed exchange on the way would hold the message.
+func TestRoute_AsAPublishRoutes(t *testing.T) {
+	m := fsmtest.New(t)
+	setup := []*proto.Command{
+		declare("a", nil), declare("b", nil), declare("c", nil), declare("d", nil), declare("e", nil),
+		exchangeDeclare("ae", "fanout", nil),
+		exchangeDeclare("t", "topic", table("alternate-exchange", str("ae"))),
+		exchangeDeclare("h", "headers", nil),
+		exchangeDeclare("dx", fsm.DelayedExchangeType, table("x-delayed-type", str("direct"))),
+		bind("ae", "e", "", false, nil),
+		bind("t", "a", "k.*", false, nil),
+		bind("t", "h", "k.#", true, nil),
+		bind("h", "b", "", false, table("x-match", str("any"), "kind", str("x"))),
+		bind("dx", "d", "k", false, nil),
+	}
+	for i, c := range setup {
+		if r, _ := fsmtest.One(t, m, int64(2+i), c); r.GetCode() != 0 {
+			t.Fatalf("setup %d: %v", i, r)
+		}
+	}
+	cc := func(keys ...string) *proto.Value {
+		var vs []*proto.Value
+		for _, k := range keys {
+			vs = append(vs, str(k))
+		}
+		return &proto.Value{Kind: &proto.Value_Array{Array: &proto.Array{Values: vs}}}
+	}
+	cases := []struct {
+		exchange, key string
+		props         *proto.Properties
+		keys          []string // key, CC and BCC, as the publish reads them
+	}{
+		{"t", "k.one", &proto.Properties{}, []string{"k.one"}},
+		{"t", "k.one.two", &proto.Properties{Headers: table("kind", str("x"), "CC", cc("k.cc"), "BCC", cc("c"))}, []string{"k.one.two", "k.cc", "c"}},
+		{"t", "none", &proto.Properties{}, []string{"none"}},
+		{"", "c", &proto.Properties{Headers: table("CC", cc("d", "nowhere"))}, []string{"c", "d", "nowhere"}},
+		{"dx", "k", &proto.Properties{}, []string{"k"}},
+	}
+	for i, tc := range cases {
+		before := m.Digest()
+		got, held, ok := m.Route("/", tc.exchange, tc.keys, tc.props)
+		if !ok || held || m.Digest() != before {
+			t.Fatalf("case %d: ok %v, held %v, state changed %v", i, ok, held, m.Digest() != before)
+		}
+		counts := map[string]uint64{}
+		for _, q := range m.Queues("/") {
+			counts[q.GetName()] = q.GetReady()
+		}
+		if r, _ := fsmtest.One(t, m, int64(100+i), publish(tc.exchange, tc.key, "m", tc.props)); r.GetCode() != 0 {
+			t.Fatalf("case %d: publish %v", i, r)
+		}
+		var reached []string
+		for _, q := range m.Queues("/") {
+			if q.GetReady() > counts[q.GetName()] {
+				reached = append(reached, q.GetName())
+			}
+		}
+		slices.Sort(got)
+		if len(reached) == 0 || !slices.Equal(got, reached) {
+			t.Errorf("case %d: Route %v, the publish reached %v", i, got, reached)
+		}
+	}
+	if _, held, ok := m.Route("/", "dx", []string{"k"}, &proto.Properties{Headers: table("x-delay", i64(5000))}); !ok || !held {
+		t.Fatalf("a delayed exchange with x-delay: held %v, ok %v", held, ok)
+	}
+	for _, miss := range [][2]string{{"/", "gone"}, {"nohost", "t"}} {
+		if _, _, ok := m.Route(miss[0], miss[1], []string{"k"}, nil); ok {
+			t.Fatalf("Route %v: ok", miss)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/raftmq/raftmq/bodies"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 )
 
 // Config is what a group is opened with.
@@ -221,6 +222,13 @@ func (g *Group) Storage() *Storage { return g.storage }
 
 // Bodies is the group's body store.
 func (g *Group) Bodies() *bodies.Store { return g.bodies }
+
+// ReadBody reads a body the group's state names (a delivery's, an outbox
+// entry's) from the node's body store: the log's entry or the body file
+// it was relocated to.
+func (g *Group) ReadBody(ref queue.Body) ([]byte, error) {
+	return (&batchBodies{store: g.bodies}).read(ref)
+}
 
 // FSM is the group's state machine adapter.
 func (g *Group) FSM() *FSM { return g.fsm }

@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// The hand-off of a queue group's outbox (DESIGN.md, "Across groups,
+// exactly once"): a message that dies into an exchange the group does not
+// hold waits in the group's outbox, which is state. The group's leader
+// routes each on the metadata group's exchanges and bindings, proposes a
+// HandOff keyed by (this group's number, the entry's key) to each group
+// holding queues it reaches, and once every one has committed, HandOffDone
+// up to the last key in this group. A target applies each key once, so a
+// hand-off repeated by a new leader, a replay or a retry after an unknown
+// outcome changes nothing; the source forgets a message only after its
+// targets committed it.
+
+const (
+	// handOffBatch bounds the outbox entries one round hands off, and
+	// handOffBytes their bodies: one entry in each target group's log.
+	handOffBatch = 256
+	handOffBytes = 8 << 20
+	// handOffBackoff bounds the wait before a round that failed (a
+	// target without a leader, a body not readable yet) is tried again.
+	handOffBackoff = 5 * time.Second
+)
+
+// handOffLoop hands qg's outbox off, on its leader, until ctx ends: a
+// round whenever the group applied more, and again after a failure.
+func (n *Node) handOffLoop(ctx context.Context, qg *queueGroup) {
+	backoff := time.Duration(0)
+	for {
+		_, applied := qg.g.Applied().Load()
+		more, err := n.handOffRound(ctx, qg)
+		if ctx.Err() != nil {
+			return
+		}
+		var retry <-chan time.Time
+		switch {
+		case err != nil:
+			backoff = min(max(2*backoff, 100*time.Millisecond), handOffBackoff)
+			n.log.Warn("handing off a queue group's outbox failed", "group", qg.id, "err", err, "retry", backoff)
+			retry = time.After(backoff)
+			applied = nil // wait out the backoff
+		case more:
+			backoff = 0
+			continue
+		default:
+			backoff = 0
+		}
+		select {
+		case <-applied:
+		case <-retry:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// handOffRound hands off the outbox's first entries (at most a batch):
+// it reports whether more wait behind them.
+func (n *Node) handOffRound(ctx context.Context, qg *queueGroup) (more bool, err error) {
+	var entries []fsm.OutboxEntry
+	var source uint32
+	var waiting int
+	qg.g.State().View(func(m *fsm.Machine) {
+		source, waiting = m.Group(), m.OutboxLen()
+		entries = m.Outbox(0, handOffBatch)
+	})
+	if len(entries) == 0 || source == 0 {
+		return false, nil
+	}
+	// The commands for each target group, in key order.
+	targets := map[string][]*proto.Command{}
+	var order []string
+	var last uint64 // the last key routed: HandOffDone up to it
+	bytes := 0
+	for _, e := range entries {
+		var queues []string
+		var held, ok bool
+		n.View(func(m *fsm.Machine) { queues, held, ok = m.Route(e.Vhost, e.Exchange, e.RoutingKeys, e.Properties) })
+		if held {
+			// A delayed exchange on the way would hold it: it stays in
+			// the outbox, and so does every key after it until a later
+			// round (HandOffDone acknowledges a prefix).
+			if last == 0 {
+				return false, fmt.Errorf("outbox key %d: dead-lettered through a delayed exchange of vhost %q, which a hand-off cannot hold yet", e.Key, e.Vhost)
+			}
+			break
+		}
+		body := e.InlineBody
+		if ok && len(queues) > 0 && body == nil {
+			if body, err = qg.g.ReadBody(e.Body); err != nil {
+				if last == 0 {
+					return false, fmt.Errorf("outbox key %d: %w", e.Key, err)
+				}
+				break
+			}
+		}
+		if last != 0 && bytes+len(body) > handOffBytes {
+			break
+		}
+		bytes += len(body)
+		last = e.Key
+		byGroup := map[string][]string{}
+		for _, q := range queues {
+			g := n.QueueGroup(e.Vhost, q)
+			if _, seen := byGroup[g]; !seen && targets[g] == nil {
+				order = append(order, g)
+			}
+			byGroup[g] = append(byGroup[g], q)
+		}
+		for g, qs := range byGroup {
+			targets[g] = append(targets[g], e.HandOffCommand(source, body, qs))
+		}
+	}
+	for _, g := range order {
+		res, err := n.SubmitGroup(ctx, g, targets[g])
+		if err != nil {
+			return false, fmt.Errorf("to group %q: %w", g, err)
+		}
+		for _, r := range res {
+			if r.GetCode() != 0 {
+				return false, fmt.Errorf("to group %q: %w", g, &refusedError{r})
+			}
+		}
+	}
+	res, err := qg.g.Submitter().SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_HandOffDone{HandOffDone: &proto.HandOffDone{UpTo: last}}}})
+	if err != nil {
+		return false, fmt.Errorf("acknowledging up to key %d: %w", last, err)
+	}
+	if res[0].GetCode() != 0 {
+		return false, fmt.Errorf("acknowledging up to key %d: %w", last, &refusedError{res[0]})
+	}
+	return int(res[0].GetMessageCount()) < waiting, nil
+}
