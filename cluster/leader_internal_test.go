@@ -170,7 +170,7 @@ func TestRunDue_ByHeadTakesABurstAndBacksOffAStuckHead(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		n.runDue(ctx, dueDuty{what: "test", next: next, propose: propose, progress: byHead})
+		n.runDue(ctx, dueDuty{what: "test", log: n.group, next: next, propose: propose, progress: byHead})
 	}()
 	defer func() { cancel(); <-done }()
 
