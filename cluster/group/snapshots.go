@@ -119,9 +119,11 @@ func (g *Group) reclaimLoop(closing <-chan struct{}) {
 				continue
 			}
 			// Both read the same count: the state is read once a tick.
+			// The threshold first: the reclaim waits for its snapshot,
+			// which a loaded node may take seconds to write.
 			queued := g.heldMessages()
-			g.reclaimBodies(queued)
 			g.scaleSnapshotThreshold(queued)
+			g.reclaimBodies(queued)
 		case <-closing:
 			return
 		}
