@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// groupRow is a row of `raftmqctl --json list_groups`.
+type groupRow struct {
+	Name    string   `json:"name"`
+	Leader  string   `json:"leader"`
+	Members []string `json:"members"`
+	Online  []string `json:"online"`
+}
+
+// groupsOn is the groups node n runs, by name, as raftmqctl lists them.
+func groupsOn(t *testing.T, n *Node) (map[string]groupRow, error) {
+	t.Helper()
+	out, errOut, code := ctlRun(t, n, "--json", "list_groups", "name", "leader", "members", "online")
+	if code != 0 {
+		return nil, fmt.Errorf("raftmqctl list_groups on %s: exit %d: %s", n.ID, code, errOut)
+	}
+	var rows []groupRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", n.ID, err, out)
+	}
+	gs := map[string]groupRow{}
+	for _, r := range rows {
+		gs[r.Name] = r
+	}
+	return gs, nil
+}
+
+// Three real nodes started with --queue-groups 3 run the metadata group
+// and three queue groups of three members, each led by a different node
+// (the members meant to lead them, spread). A kill -9 of the node that
+// leads a queue group leaves that group to another member, and the node
+// back runs its groups again.
+func TestQueueGroups_RealNodesRunAndFollowTheirGroups(t *testing.T) {
+	c := StartClusterWith(t, 3, func(_ int, n *Node) {
+		n.ExtraArgs = append(n.ExtraArgs, "--queue-groups", "3")
+	})
+	queueGroups := []string{"q1", "q2", "q3"}
+	steady := func(live []*Node, want int) (map[string]string, error) {
+		leaders := map[string]string{}
+		for _, n := range live {
+			gs, err := groupsOn(t, n)
+			if err != nil {
+				return nil, err
+			}
+			for _, id := range queueGroups {
+				g, ok := gs[id]
+				if !ok {
+					return nil, fmt.Errorf("%s does not run group %s: %v", n.ID, id, gs)
+				}
+				if len(g.Members) != 3 || len(g.Online) != want || g.Leader == "" {
+					return nil, fmt.Errorf("%s: group %+v", n.ID, g)
+				}
+				if l, seen := leaders[id]; seen && l != g.Leader {
+					return nil, fmt.Errorf("group %s: leader %s on one node, %s on %s", id, l, g.Leader, n.ID)
+				}
+				leaders[id] = g.Leader
+			}
+		}
+		return leaders, nil
+	}
+	var leaders map[string]string
+	if err := Eventually(60*time.Second, func() (err error) {
+		leaders, err = steady(c.Nodes, 3)
+		if err == nil {
+			led := map[string]bool{}
+			for _, l := range leaders {
+				led[l] = true
+			}
+			if len(led) != 3 {
+				err = fmt.Errorf("queue groups led by %v, want one each", leaders)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	victim := slices.IndexFunc(c.Nodes, func(n *Node) bool { return n.ID == leaders["q1"] })
+	c.Kill(victim)
+	killed := time.Now()
+	live := slices.Delete(slices.Clone(c.Nodes), victim, victim+1)
+	if err := Eventually(30*time.Second, func() error {
+		ls, err := steady(live, 2)
+		if err == nil && ls["q1"] == c.Nodes[victim].ID {
+			err = fmt.Errorf("q1 still led by %s, killed", ls["q1"])
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s killed: q1 led by another member %v later, as seen by raftmqctl", c.Nodes[victim].ID, time.Since(killed).Round(time.Millisecond))
+
+	c.Start(victim)
+	c.WaitReady(victim, 60*time.Second)
+	if err := Eventually(60*time.Second, func() error {
+		_, err := steady(c.Nodes, 3)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
