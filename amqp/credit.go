@@ -23,10 +23,11 @@ import (
 // sets the credit through the log (fsm Credit) to what the consumer
 // takes over a round trip:
 //
-//   - it grows (four times) when the consumer was starved over a period: an
-//     ack left the client room and the node held nothing to write, while
-//     the log still had ready messages in the queue (so the log held them
-//     back for want of credit, not for want of messages);
+//   - it grows when the consumer was starved over a period: an ack left
+//     the client room and the node held nothing to write, while the log
+//     still had ready messages in the queue (so the log held them back for
+//     want of credit, not for want of messages). At once to what covers
+//     the round trip (stepFor), at least fourfold;
 //   - it shrinks back towards the Consume's credit when the node held
 //     more than half its look-ahead all through plentyPeriods periods in
 //     a row: a consumer slower than the queue's supply holds only what it
@@ -63,12 +64,19 @@ type creditCtl struct {
 	credit uint32 // the credit the log holds, as this node last set it
 	asking bool   // a Credit is on its way to the log
 	// Over the current period: whether it starved, the least it held,
-	// and the deliveries and body bytes it was assigned.
+	// and the deliveries and body bytes it was assigned (count and bytes
+	// from its Consume on in the first period: they bound the sizes;
+	// taken from the period's start: it is the rate).
 	since   int64
 	starved bool
 	minHeld int
 	count   uint64
 	bytes   uint64
+	taken   uint64
+	// ready is the queue's ready messages when the log was last asked
+	// (0 before the first ask: what is ready then piled up in the first
+	// period, or waited for it, and is to be taken either way).
+	ready uint64
 	// plenty counts the periods in a row that ended with more than half
 	// the look-ahead held all through.
 	plenty int
@@ -85,6 +93,7 @@ type creditAsk struct {
 // assigned counts a delivery assigned to the window's consumer.
 func (c *creditCtl) assigned(d *fsm.Delivery) {
 	c.count++
+	c.taken++
 	c.bytes += uint64(max(int(d.BodyRef.Size), len(d.Body)))
 }
 
@@ -104,7 +113,7 @@ func (l *ledger) tuneDue(a *actions, now int64) {
 			continue
 		}
 		if c.since == 0 {
-			c.since, c.minHeld = now, len(w.held)
+			c.since, c.minHeld, c.taken = now, len(w.held), 0
 		}
 		if now-c.since < creditPeriodMs {
 			l.tuneAt = min(l.tuneAt, c.since+creditPeriodMs)
@@ -117,17 +126,19 @@ func (l *ledger) tuneDue(a *actions, now int64) {
 		}
 		a.tune = append(a.tune, creditAsk{consumer: tag, prefetch: w.prefetch, ctl: *c})
 		c.asking = true // credited makes it due again
-		c.since, c.starved, c.minHeld, c.count, c.bytes = now, false, len(w.held), 0, 0
+		c.since, c.starved, c.minHeld, c.count, c.bytes, c.taken = now, false, len(w.held), 0, 0, 0
 	}
 }
 
-// credited ends a consumer's ask: the log holds credit now (when ok).
-func (l *ledger) credited(tag string, credit uint32, ok bool) {
+// credited ends a consumer's ask: the log holds credit now (when ok), and
+// its queue had ready messages when asked.
+func (l *ledger) credited(tag string, credit uint32, ok bool, ready uint64) {
 	w := l.windows[tag]
 	if w == nil {
 		return
 	}
 	w.ctl.asking = false
+	w.ctl.ready = ready
 	l.tuneAt = min(l.tuneAt, w.ctl.since+creditPeriodMs)
 	if ok {
 		if credit < w.ctl.credit {
@@ -138,9 +149,9 @@ func (l *ledger) credited(tag string, credit uint32, ok bool) {
 }
 
 // nextCredit is the credit a consumer should have after a period, and
-// whether it differs from what the log holds. waiting says the log had
-// ready messages in the consumer's queue when the period ended.
-func nextCredit(k creditAsk, waiting bool) (uint32, bool) {
+// whether it differs from what the log holds. ready is how many ready
+// messages the log had in the consumer's queue when the period ended.
+func nextCredit(k creditAsk, ready uint64) (uint32, bool) {
 	c := k.ctl
 	cur := c.credit
 	limit := k.prefetch + maxGrownLookahead
@@ -151,11 +162,8 @@ func nextCredit(k creditAsk, waiting bool) (uint32, bool) {
 	}
 	limit = min(max(limit, c.base), fsm.MaxCredit)
 	switch {
-	case c.starved && waiting && cur < limit:
-		// Four times: a consumer that fell behind catches up only with
-		// credit beyond what keeps pace, and each step waits for a
-		// commit.
-		return min(4*cur, limit), true
+	case c.starved && ready > 0 && cur < limit:
+		return uint32(min(stepFor(cur, c.taken, c.ready, ready), uint64(limit))), true
 	case c.plenty >= plentyPeriods && cur > c.base:
 		// It held more than half its look-ahead for plentyPeriods: give
 		// back half of what it never used in the last one.
@@ -166,15 +174,43 @@ func nextCredit(k creditAsk, waiting bool) (uint32, bool) {
 	return cur, false
 }
 
+// stepFor is the credit of a consumer starved at credit cur over a period
+// in which it was assigned taken deliveries while its queue's ready
+// messages went from before to after: twice what covers the round trip
+// of its acks at the rate its queue was supplied, and never less than
+// four times cur.
+//
+// A starved consumer held its whole credit in the log all through, so
+// its round trip is cur / (taken per period) (Little's law): the commit
+// round trip measured by what it was given, with no clock. To keep pace
+// with a supply of taken + after - before per period it needs that rate
+// times the round trip, which is cur x (taken + after - before) / taken.
+// Twice that takes what piled up while it fell behind as fast as it
+// piles up, and covers a round trip that grows as the consumer takes its
+// share of the commits. Each step waits for a commit: a fixed fourfold
+// step needed two or three of them, seconds under load, to catch up
+// with sixteen publishers. Nothing taken (no rate to measure) is the
+// fourfold step.
+func stepFor(cur uint32, taken, before, after uint64) uint64 {
+	step := 4 * uint64(cur)
+	if taken == 0 || after <= before {
+		return step
+	}
+	// Bounded well before it could overflow: the caller caps it anyway.
+	supply := min(taken+after-before, math.MaxUint32)
+	return max(step, 2*uint64(cur)*supply/taken)
+}
+
 // askCredit decides a consumer's credit after a period, with the log's
 // view of its queue, and sets it through the log. It runs on a goroutine
 // of its own: the ack path that found the period over holds ch.mu.
 func (ch *channel) askCredit(k creditAsk) {
 	b := ch.c.srv.node()
 	ref := &proto.ConsumerRef{Channel: ch.ref(), Tag: k.consumer}
-	credit, ok := k.ctl.credit, false
+	credit, ok, ready := k.ctl.credit, false, k.ctl.ready
 	if load, found := b.ConsumerLoad(ref); found && load.Level >= fsm.CreditLevel {
-		if next, change := nextCredit(k, load.Waiting); change {
+		ready = load.Ready
+		if next, change := nextCredit(k, load.Ready); change {
 			ctx, cancel := context.WithTimeout(ch.c.ctx, 10*time.Second)
 			r, err := b.Submit(ctx, &proto.Command{Cmd: &proto.Command_Credit{Credit: &proto.Credit{Consumer: ref, Credit: next}}})
 			cancel()
@@ -189,5 +225,5 @@ func (ch *channel) askCredit(k creditAsk) {
 	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	ch.led.credited(k.consumer, credit, ok)
+	ch.led.credited(k.consumer, credit, ok, ready)
 }

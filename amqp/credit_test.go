@@ -30,10 +30,10 @@ func TestCredit_GrowsWhenStarvedWithMessagesWaiting(t *testing.T) {
 	if len(k) != 1 || k[0].consumer != "a" || !k[0].ctl.starved {
 		t.Fatalf("after a period with nothing held asked %+v, want a starved ask for a", k)
 	}
-	if c, change := nextCredit(k[0], true); !change || c != 12 {
+	if c, change := nextCredit(k[0], 1); !change || c != 12 {
 		t.Fatalf("starved with messages waiting: credit %d (change %v), want 12", c, change)
 	}
-	if c, change := nextCredit(k[0], false); change || c != 3 {
+	if c, change := nextCredit(k[0], 0); change || c != 3 {
 		t.Fatalf("starved with nothing waiting: credit %d (change %v), want 3 unchanged", c, change)
 	}
 	// One ask at a time: nothing more until the log answered.
@@ -41,7 +41,7 @@ func TestCredit_GrowsWhenStarvedWithMessagesWaiting(t *testing.T) {
 	if k := tuned(t, l, ack(3, false), t0+3*creditPeriodMs); len(k) != 0 {
 		t.Fatalf("asked %v while an ask is on its way", k)
 	}
-	l.credited("a", 6, true)
+	l.credited("a", 6, true, 1)
 	if w := l.windows["a"]; w.ctl.credit != 6 || w.ctl.asking {
 		t.Fatalf("after the log's answer the window has credit %d, asking %v; want 6, false", w.ctl.credit, w.ctl.asking)
 	}
@@ -53,7 +53,7 @@ func TestCredit_GrowsWhenStarvedWithMessagesWaiting(t *testing.T) {
 func TestCredit_ShrinksAndIsBounded(t *testing.T) {
 	// Prefetch 2, credit 40: the log keeps 38 held as the client acks.
 	l := started(t, nil, []string{"a"})
-	l.credited("a", 40, true)
+	l.credited("a", 40, true, 0)
 	now := t0
 	logTag := uint64(0)
 	for range 40 {
@@ -72,28 +72,28 @@ func TestCredit_ShrinksAndIsBounded(t *testing.T) {
 			t.Fatalf("period %d: asked %v, want one ask", p, a.tune)
 		}
 		k := a.tune[0]
-		c, change := nextCredit(k, true)
+		c, change := nextCredit(k, 1)
 		if p < plentyPeriods && change {
 			t.Fatalf("after %d periods holding plenty the credit changed to %d", p, c)
 		}
 		if p == plentyPeriods && (!change || c != 40-uint32(k.ctl.minHeld)/2) {
 			t.Fatalf("after %d periods holding %d: credit %d (change %v), want %d", p, k.ctl.minHeld, c, change, 40-k.ctl.minHeld/2)
 		}
-		l.credited("a", c, true)
+		l.credited("a", c, true, 1)
 	}
 	k := creditAsk{consumer: "a", prefetch: 100, ctl: creditCtl{base: 1100, credit: 1600, minHeld: 1500, plenty: plentyPeriods}}
-	if c, _ := nextCredit(k, true); c != 1100 {
+	if c, _ := nextCredit(k, 1); c != 1100 {
 		t.Fatalf("credit %d, want the Consume's 1,100 at least", c)
 	}
 	// 1 MiB bodies: 64 MiB is 64 of them beyond the prefetch, but never
 	// less than the Consume's credit.
 	k = creditAsk{consumer: "a", prefetch: 100, ctl: creditCtl{base: 1100, credit: 1100, starved: true, count: 4, bytes: 4 << 20}}
-	if c, change := nextCredit(k, true); change || c != 1100 {
+	if c, change := nextCredit(k, 1); change || c != 1100 {
 		t.Fatalf("large bodies: credit %d (change %v), want 1,100 unchanged", c, change)
 	}
 	k.ctl.bytes = 4 << 10 // 1 KiB bodies: the look-ahead's own bound
 	k.ctl.credit = 20_000
-	if c, _ := nextCredit(k, true); c != 100+maxGrownLookahead {
+	if c, _ := nextCredit(k, 1); c != 100+maxGrownLookahead {
 		t.Fatalf("credit %d, want at most prefetch + %d", c, maxGrownLookahead)
 	}
 }
@@ -175,12 +175,13 @@ func TestCredit_ClientNeverHoldsMoreThanPrefetch(t *testing.T) {
 			case op < 18 && len(asks) > 0: // the log answers a credit ask
 				k := asks[0]
 				asks = asks[1:]
-				next, _ := nextCredit(k, r.IntN(2) == 0)
+				ready := uint64(r.IntN(2) * r.IntN(200))
+				next, _ := nextCredit(k, ready)
 				ok := r.IntN(5) > 0
 				if ok {
 					credit = next
 				}
-				l.credited(k.consumer, next, ok)
+				l.credited(k.consumer, next, ok, ready)
 			case op == 18 && !cancelled: // basic.cancel
 				cancelled = true
 				for _, tag := range l.cancel("a") {
@@ -209,5 +210,64 @@ func TestCredit_ClientNeverHoldsMoreThanPrefetch(t *testing.T) {
 		if len(assigned) != 0 {
 			t.Fatalf("seed %d: %d deliveries never ended", seed, len(assigned))
 		}
+	}
+}
+
+// A consumer starved behind publishers faster than its credit allows is
+// raised at once to what covers its round trip: one Credit, not one per
+// fourfold step. Its round trip is measured by what it was given (it held
+// its whole credit all through), its supply by what it took and how its
+// queue's ready messages grew.
+func TestCredit_FirstRaiseCoversTheRoundTrip(t *testing.T) {
+	// Prefetch 2, credit 3: the Consume's fill of 3 is not the period's rate.
+	l := started(t, nil, []string{"a"})
+	feed(l, t0, dl("a", 1, 0), dl("a", 2, 0), dl("a", 3, 0))
+	if k := tuned(t, l, ack(1, false), t0); len(k) != 0 {
+		t.Fatalf("asked %v at the start of the first period", k)
+	}
+	feed(l, t0+10, dl("a", 4, 0)) // the ack of 1 committed: held
+	tuned(t, l, ack(2, false), t0+20)
+	tuned(t, l, ack(3, false), t0+30) // the client has room, nothing held
+	feed(l, t0+40, dl("a", 5, 0))
+	k := tuned(t, l, ack(4, false), t0+creditPeriodMs)
+	if len(k) != 1 || !k[0].ctl.starved || k[0].ctl.taken != 2 || k[0].ctl.ready != 0 {
+		t.Fatalf("asked %+v, want a starved ask for a that took 2 in the period, no ready before", k)
+	}
+	// 12 piled up while it took 2 at credit 3: a supply of 14 a period
+	// over a round trip of 3/2 periods is 21; twice that, not 4 x 3.
+	if c, change := nextCredit(k[0], 12); !change || c != 42 {
+		t.Fatalf("starved with 12 ready: credit %d (change %v), want 42", c, change)
+	}
+	l.credited("a", 42, true, 12)
+	if w := l.windows["a"]; w.ctl.ready != 12 || w.ctl.credit != 42 {
+		t.Fatalf("after the answer the window has ready %d, credit %d; want 12, 42", w.ctl.ready, w.ctl.credit)
+	}
+	// Ready no longer growing (or shrinking) but still there: fourfold.
+	ask := creditAsk{consumer: "a", prefetch: 100, ctl: creditCtl{base: 1100, credit: 1100, starved: true, taken: 740, ready: 3000}}
+	for _, ready := range []uint64{3000, 2000} {
+		if c, _ := nextCredit(ask, ready); c != 4400 {
+			t.Fatalf("ready from 3,000 to %d: credit %d, want fourfold 4,400", ready, c)
+		}
+	}
+
+	// Sixteen publishers against a credit of 1,100: the consumer takes its
+	// credit once per round trip (300 ms), a supply of 20,000 a second is
+	// 6,000 a round trip. Count the Credits until it keeps pace.
+	const roundTrip, supply = 0.3, 20_000.0
+	cur, ready, steps := uint32(1100), uint64(0), 0
+	for float64(cur) < supply*roundTrip && steps < 10 {
+		taken := uint64(cur) // a period of one round trip
+		before := ready
+		ready += uint64(supply*roundTrip) - taken
+		ask := creditAsk{consumer: "a", prefetch: 100, ctl: creditCtl{base: 1100, credit: cur, starved: true, taken: taken, ready: before}}
+		next, change := nextCredit(ask, ready)
+		if !change {
+			t.Fatalf("credit %d with %d ready not raised", cur, ready)
+		}
+		cur = next
+		steps++
+	}
+	if steps != 1 || cur > 100+maxGrownLookahead {
+		t.Fatalf("%d Credits to reach %d, want one within prefetch + %d", steps, cur, maxGrownLookahead)
 	}
 }

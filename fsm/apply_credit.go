@@ -62,9 +62,10 @@ type ConsumerLoad struct {
 	// Credit is the consumer's credit (0: its prefetch) and Unacked what
 	// it holds against it.
 	Credit, Unacked uint32
-	// Waiting says its queue has ready messages: with the consumer at its
-	// credit, the log keeps them for want of credit.
-	Waiting bool
+	// Ready is how many ready messages its queue has: with the consumer
+	// at its credit, the log keeps them for want of credit, and how fast
+	// they pile up is how far its credit falls short.
+	Ready uint64
 }
 
 // ConsumerLoad returns what the state holds of a consumer; false when the
@@ -76,7 +77,7 @@ func (m *Machine) ConsumerLoad(ref *proto.ConsumerRef) (ConsumerLoad, bool) {
 	}
 	for _, c := range ch.consumers {
 		if c.ref.GetTag() == ref.GetTag() {
-			return ConsumerLoad{Level: m.level, Credit: c.credit, Unacked: c.unacked, Waiting: c.q.q.Len() > 0}, true
+			return ConsumerLoad{Level: m.level, Credit: c.credit, Unacked: c.unacked, Ready: uint64(c.q.q.Len())}, true
 		}
 	}
 	return ConsumerLoad{}, false

@@ -82,8 +82,8 @@ func TestCredit_OnlyForAConsumerWithPrefetchAndAcks(t *testing.T) {
 	if got := assignedOn(m, ch1); got != 2 {
 		t.Fatalf("a Credit of 1 left the consumer %d, want its prefetch 2", got)
 	}
-	if l, ok := m.ConsumerLoad(&proto.ConsumerRef{Channel: ch1, Tag: "c"}); !ok || l.Credit != 2 || l.Unacked != 2 || !l.Waiting || l.Level != fsm.Protocol {
-		t.Fatalf("ConsumerLoad = %+v, %v; want credit 2, 2 unacked, waiting, level %d", l, ok, fsm.Protocol)
+	if l, ok := m.ConsumerLoad(&proto.ConsumerRef{Channel: ch1, Tag: "c"}); !ok || l.Credit != 2 || l.Unacked != 2 || l.Ready != 3 || l.Level != fsm.Protocol {
+		t.Fatalf("ConsumerLoad = %+v, %v; want credit 2, 2 unacked, 3 ready, level %d", l, ok, fsm.Protocol)
 	}
 }
 
