@@ -161,12 +161,21 @@ func TestCluster_PublishOnOneNodeConsumeOnOthers(t *testing.T) {
 	wg.Wait()
 }
 
+// The TTL rules of the seeds, with the declaring, publishing and
+// consuming clients each on another node, on three nodes and on five
+// (where the last two nodes joined the three a quorum needs).
 func TestCluster_TTLRulesAcrossNodes(t *testing.T) {
 	skipShort(t)
-	c := StartCluster(t, 3)
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) { ttlRulesAcrossNodes(t, size) })
+	}
+}
+
+func ttlRulesAcrossNodes(t *testing.T, size int) {
+	c := StartCluster(t, size)
 	admin := channel(t, dial(t, c.Nodes[0]))
-	pub := channel(t, dial(t, c.Nodes[1]))
-	obs := channel(t, dial(t, c.Nodes[2]))
+	pub := channel(t, dial(t, c.Nodes[size-2]))
+	obs := channel(t, dial(t, c.Nodes[size-1]))
 
 	if err := admin.ExchangeDeclare("dlx", "direct", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
