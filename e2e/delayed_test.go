@@ -374,10 +374,14 @@ func TestDelayed_AMQP091(t *testing.T) {
 }
 
 // TestDelayed_Pika: the plugin's usage from Python (pika), publisher and
-// consumer on different nodes.
+// consumer on different nodes, of three and of five.
 func TestDelayed_Pika(t *testing.T) {
 	skipShort(t)
 	py := pythonWithPika(t)
-	c := StartCluster(t, 3)
-	runPika(t, "pika_delayed.py", py, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL())
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
+			c := StartCluster(t, size)
+			runPika(t, "pika_delayed.py", py, c.Nodes[0].AMQPURL(), c.Nodes[size-1].AMQPURL())
+		})
+	}
 }

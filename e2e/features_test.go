@@ -397,13 +397,19 @@ func TestFeatures_ConsumerPriorityAcrossNodes(t *testing.T) {
 
 // When the active consumer's node dies, the next consumer takes over with
 // the dead consumer's unacked messages first: the queue's order holds and
-// exactly one consumer receives.
+// exactly one consumer receives; on three nodes and on five.
 func TestFeatures_SingleActiveConsumerNodeDown(t *testing.T) {
 	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
 		t.Skip("kills a raftmq node: raftmq only")
 	}
 	skipShort(t)
-	c := StartCluster(t, 3)
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) { singleActiveConsumerNodeDown(t, size) })
+	}
+}
+
+func singleActiveConsumerNodeDown(t *testing.T, size int) {
+	c := StartCluster(t, size)
 	pub := channel(t, dial(t, c.Nodes[0]))
 	mustDeclare(t, pub, "feat.sac.down", amqp.Table{"x-single-active-consumer": true})
 	consume := func(n int, tag string) <-chan amqp.Delivery {
