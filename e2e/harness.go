@@ -34,6 +34,9 @@ type Node struct {
 	// restart).
 	ExtraArgs []string
 	Env       []string
+	// Bin, when set, is the raftmq binary the node runs instead of the
+	// one built from this checkout (another release's, for an upgrade).
+	Bin string
 
 	// ManagementAddr serves RabbitMQ's management HTTP API.
 	ManagementAddr string
@@ -300,7 +303,11 @@ func (c *Cluster) Start(i int) {
 		args = append(args, "--join", c.join)
 	}
 	args = append(args, n.ExtraArgs...)
-	cmd := exec.Command(c.bin, args...)
+	bin := c.bin
+	if n.Bin != "" {
+		bin = n.Bin
+	}
+	cmd := exec.Command(bin, args...)
 	// The node's own Env comes last: of duplicate keys the last one wins.
 	cmd.Env = append(append(os.Environ(), "RAFTMQ_CLUSTER_SECRET="+c.Secret), n.Env...)
 	cmd.Stdout = logf

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// landedRelease is the last release of raftmq before queue groups ran
+// queue duties: a cluster of it is upgraded in place by the test below.
+const landedRelease = "458bcee"
+
+// releaseBinary builds cmd/raftmq of rev from this checkout's history, or
+// skips the test when the history or the build is not to be had (a
+// shallow clone, no module proxy).
+func releaseBinary(t *testing.T, rev string) string {
+	t.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", rev+"^{commit}").CombinedOutput(); err != nil {
+		t.Skipf("release %s is not in this checkout's history (%v: %s): the upgrade test needs a full clone", rev, err, out)
+	}
+	src := t.TempDir()
+	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, rev, src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", rev, err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "raftmq-"+rev)
+	build := exec.Command("go", "build", "-o", bin, "./cmd/raftmq")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		if strings.Contains(string(out), "dial tcp") || strings.Contains(string(out), "proxy") {
+			t.Skipf("release %s cannot be built here (its modules are not to be had): %s", rev, out)
+		}
+		t.Fatalf("go build of release %s: %v\n%s", rev, err, out)
+	}
+	return bin
+}
+
+// A cluster of the landed release upgraded in place, one node at a time,
+// each restarted on its data with this build and --queue-groups 3: every
+// step serves publishes through the upgraded node, and at the end every
+// message published before and during the upgrade is there exactly once,
+// in order, with the user and the policy made before; the queue groups
+// start, each led, once every node runs this build.
+func TestUpgrade_RollingFromTheLandedRelease(t *testing.T) {
+	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
+		t.Skip("upgrades raftmq nodes: raftmq only")
+	}
+	skipShort(t)
+	old := releaseBinary(t, landedRelease)
+	c := StartClusterWith(t, 3, func(_ int, n *Node) { n.Bin = old })
+	ch := channel(t, dial(t, c.Nodes[0]))
+	mustDeclare(t, ch, "up.q", nil)
+	publishConfirmed(t, ch, "", "up.q", numbered(0, 100))
+	ctl(t, c.Nodes[0], "add_user", "up-user", "up-secret")
+	ctl(t, c.Nodes[0], "set_policy", "up-ttl", "^up\\.", `{"message-ttl":3600000}`, "--apply-to", "queues")
+
+	sent := 100
+	for i := range c.Nodes {
+		c.Stop(i)
+		if _, err := c.WaitExit(i, 60*time.Second); err != nil {
+			t.Fatalf("%s did not stop: %v", c.Nodes[i].ID, err)
+		}
+		c.Nodes[i].Bin = ""
+		c.Nodes[i].ExtraArgs = append(c.Nodes[i].ExtraArgs, "--queue-groups", "3")
+		c.Start(i)
+		c.WaitReady(i, 60*time.Second)
+		// The mixed cluster takes publishes through the upgraded node.
+		publishConfirmed(t, channel(t, dial(t, c.Nodes[i])), "", "up.q", numbered(sent, sent+10))
+		sent += 10
+		t.Logf("%s upgraded: %d messages published so far", c.Nodes[i].ID, sent)
+	}
+
+	cons := channel(t, dial(t, c.Nodes[2]))
+	d, err := cons.Consume("up.q", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range receive(t, d, sent, 60*time.Second) {
+		if string(m.Body) != fmt.Sprint(i) || m.Redelivered {
+			t.Fatalf("message %d is %q (redelivered %v): lost, repeated or out of order across the upgrade", i, m.Body, m.Redelivered)
+		}
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectNothing(t, d, 300*time.Millisecond)
+	if users := ctl(t, c.Nodes[1], "list_users"); !strings.Contains(users, "up-user") {
+		t.Fatalf("the user made before the upgrade is gone:\n%s", users)
+	}
+	if policies := ctl(t, c.Nodes[1], "list_policies", "name", "definition"); !strings.Contains(policies, "up-ttl") {
+		t.Fatalf("the policy made before the upgrade is gone:\n%s", policies)
+	}
+	if err := Eventually(60*time.Second, func() error {
+		for _, n := range c.Nodes {
+			gs, err := groupsOn(t, n)
+			if err != nil {
+				return err
+			}
+			for _, id := range []string{"q1", "q2", "q3"} {
+				if g, ok := gs[id]; !ok || g.Leader == "" || len(g.Members) != 3 {
+					return fmt.Errorf("%s: group %s is %+v after the upgrade", n.ID, id, g)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
