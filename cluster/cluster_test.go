@@ -2,7 +2,9 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,9 +63,18 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 // mustSubmit submits cmds on n and checks the results' shape: one result
 // per command, all carrying the same log index, applied locally already.
+// Ticks alone, which change nothing but the log's clock, are sent again
+// (forwarded from n when it no longer leads) when a leadership change
+// left their outcome unknown: a loaded machine moves leaderships.
 func mustSubmit(t testing.TB, n *cluster.Node, cmds ...*proto.Command) []*proto.Result {
 	t.Helper()
+	ticks := !slices.ContainsFunc(cmds, func(c *proto.Command) bool { return c.GetTick() == nil })
+	deadline := time.Now().Add(10 * time.Second)
 	res, err := n.SubmitBatch(ctxT(t, 10*time.Second), cmds)
+	for ticks && err != nil && time.Now().Before(deadline) &&
+		(errors.Is(err, cluster.ErrOutcomeUnknown) || errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrNoLeader)) {
+		res, err = n.SubmitBatch(ctxT(t, time.Until(deadline)), cmds)
+	}
 	if err != nil {
 		t.Fatalf("submit on %s: %v", n.NodeID(), err)
 	}
