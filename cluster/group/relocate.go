@@ -135,8 +135,10 @@ func (r *relocator) current(gen uint64) bool {
 
 func (f *FSM) relocateJob(j *relocJob, gen uint64) {
 	r := &f.reloc
+	start, from, copied := time.Now(), j.next, int64(0)
 	for {
 		step, next, n := relocStep(f.bodies, j.live, j.next, j.to, f.relocBytes)
+		copied += n
 		if !f.pace(n) || !r.current(gen) {
 			return
 		}
@@ -153,6 +155,8 @@ func (f *FSM) relocateJob(j *relocJob, gen uint64) {
 		}
 	}
 	if r.current(gen) {
+		f.log.Info("relocated the bodies of the compacted log", "bodies", j.next-from, "bytes", copied,
+			"seconds", time.Since(start).Seconds(), "to", j.to)
 		f.compact(j.to)
 	}
 }
