@@ -43,6 +43,14 @@ type FSM struct {
 	token [tokenLen]byte
 	// snapLive is how many bodies the last snapshot named.
 	snapLive atomic.Int64
+	// reloc relocates a snapshot's bodies past its first step
+	// (relocate.go); paceHook, if set, replaces the wait before each
+	// step (tests).
+	reloc    relocator
+	paceHook func(n int64) bool
+	// relocBytes is the bodies one relocation step copies at most
+	// (relocateStepBytes; tests lower it).
+	relocBytes int64
 }
 
 // FSMHost is what the state machine adapter asks of the node that runs
@@ -89,7 +97,7 @@ func NewFSM(c FSMConfig) *FSM {
 	}
 	return &FSM{nodeID: c.NodeID, log: c.Logger, state: c.State, applied: c.Applied, proposals: c.Proposals,
 		storage: c.Storage, bodies: c.Bodies, trailing: c.TrailingLogs, closing: c.Closing, host: c.Host,
-		token: newBodyToken()}
+		token: newBodyToken(), relocBytes: relocateStepBytes}
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -245,6 +253,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // bodies its store must still hold.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	f.cancelRelocation()
 	sr := &snapshotReader{r: bufio.NewReaderSize(rc, 64<<10)}
 	state, framed, err := sr.state()
 	if err != nil {
@@ -330,17 +339,15 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	}
 	if store := s.f.bodies; store != nil {
 		// raft keeps TrailingLogs entries behind the snapshot; the
-		// store relocates the live bodies of what it may delete.
+		// store relocates the live bodies of what it may delete, a
+		// bounded step now and the rest paced (relocate.go).
 		var to uint64
 		if t := s.f.trailing; s.index > t {
 			to = s.index - t
 		}
 		s.f.snapLive.Store(int64(len(live)))
 		to = s.f.holdDenseLog(live, to, s.f.storage.WALBytes)
-		if err := store.Retain(live, to); err != nil {
-			// The pin stays where it was: the log is kept, nothing lost.
-			s.f.log.Error("body store: cannot relocate the bodies of the compacted log", "err", err)
-		}
+		s.f.retain(live, to)
 	}
 	return nil
 }

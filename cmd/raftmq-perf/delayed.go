@@ -109,6 +109,11 @@ type delayTracker struct {
 	maxEarly                time.Duration
 	last                    time.Time // the last first arrival
 	instantMs               int64     // -delay-same's instant (0: none)
+	// slow, when set (-slow), prints each first arrival at least this
+	// late to slowOut, with its time: a late cohort lines up with what
+	// the nodes logged then (a snapshot, an election).
+	slow    time.Duration
+	slowOut io.Writer
 }
 
 func newDelayTracker(n int, confirms bool) *delayTracker {
@@ -186,6 +191,9 @@ func (t *delayTracker) arrive(body []byte, now time.Time, redelivered bool) {
 		t.maxEarly = max(t.maxEarly, -late)
 	}
 	t.lateness.add(late)
+	if t.slow > 0 && late >= t.slow {
+		fmt.Fprintf(t.slowOut, "late %.1f ms: message %d arrived %s\n", float64(late.Microseconds())/1000, id, now.UTC().Format("15:04:05.000"))
+	}
 	if t.pubEndMs > 0 && due > t.pubEndMs {
 		t.quiet.add(late)
 	}
@@ -417,6 +425,7 @@ func runDelayed(ctx context.Context, o *options, out io.Writer) (*report, error)
 			t.instantMs = time.Now().Add(o.DelaySame).UnixMilli()
 		}
 	}
+	t.slow, t.slowOut = o.Slow, out
 
 	errc := make(chan error, 1+o.Producers)
 	consCtx, stopConsumer := context.WithCancel(ctx)

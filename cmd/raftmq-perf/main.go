@@ -95,7 +95,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.HeadTTL, "head-ttl", 0, "expiry mode: first publish one message with this TTL, so the others sit behind it")
 	fs.DurationVar(&o.Interval, "interval", time.Second, "how often a progress line is printed")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write the tool's own CPU profile to this file")
-	fs.DurationVar(&o.Slow, "slow", 0, "print each delivery whose end-to-end latency is at least this (0: none), with its publish and receive times")
+	fs.DurationVar(&o.Slow, "slow", 0, "print each delivery whose end-to-end latency is at least this (0: none), with its publish and receive times; in delayed mode each first arrival at least this late, with its time")
 	pids := fs.String("pids", "", "comma-separated process ids of the brokers' nodes (this machine): the report gains their CPU seconds per 100,000 messages and their resident anonymous memory (in delayed mode, before and after publishing)")
 	fs.DurationVar(&o.DelaySpread, "delay-spread", 10*time.Second, "delayed mode: delays spread uniformly over this window, after -delay-min")
 	fs.DurationVar(&o.DelayMin, "delay-min", 0, "delayed mode: the shortest delay")
