@@ -243,6 +243,25 @@ func hasUnknown(m protoreflect.Message, depth int) bool {
 		// Deeper than any valid command; the table check refuses it.
 		return false
 	}
+	// A table's and an array's one message field is a list, which
+	// protoreflect hands out in a wrapper allocated for each: walked
+	// directly they cost a publish with headers no allocation.
+	switch x := m.Interface().(type) {
+	case *proto.Table:
+		for _, e := range x.GetFields() {
+			if hasUnknown(e.ProtoReflect(), depth+1) {
+				return true
+			}
+		}
+		return false
+	case *proto.Array:
+		for _, e := range x.GetValues() {
+			if hasUnknown(e.ProtoReflect(), depth+1) {
+				return true
+			}
+		}
+		return false
+	}
 	f := messageFieldsOf(m.Descriptor())
 	for _, fd := range f.fields {
 		if !m.Has(fd) {
