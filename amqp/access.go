@@ -49,6 +49,44 @@ func (p *permissions) match(current [3]string, a access, name string) bool {
 	return p.re[a].MatchString(name)
 }
 
+// allowedSize is how many resources a channel remembers it was allowed,
+// RabbitMQ's size of a channel's authorization cache.
+const allowedSize = 12
+
+// allowed remembers the last resources a channel was allowed, so that a
+// publisher writing to the same exchanges matches no regexp per message.
+// An entry holds the pattern it matched: the patterns are read from the
+// applied state on every check, so a changed permission misses every entry
+// made under the old one and a revocation refuses the very next method.
+// Refusals are not remembered: they close the channel.
+type allowed struct {
+	e    [allowedSize]allowedEntry
+	next int
+}
+
+type allowedEntry struct {
+	a       access
+	pattern string // never empty in a used entry: "" matches nothing
+	name    string
+}
+
+func (l *allowed) has(a access, pattern, name string) bool {
+	if pattern == "" {
+		return false
+	}
+	for i := range l.e {
+		if e := &l.e[i]; e.a == a && e.name == name && e.pattern == pattern {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *allowed) add(a access, pattern, name string) {
+	l.e[l.next] = allowedEntry{a: a, pattern: pattern, name: name}
+	l.next = (l.next + 1) % allowedSize
+}
+
 // authorize checks that the connection's user may perform access a on the
 // resource kind ("queue" or "exchange") named name in the connection's
 // vhost, and returns RabbitMQ's channel error 403 ACCESS_REFUSED otherwise.
@@ -60,8 +98,15 @@ func (ch *channel) authorize(m wire.Method, a access, kind, name string) *wire.E
 	if kind == "exchange" && name == "" {
 		name = "amq.default"
 	}
-	if ok && c.perms.match([3]string{conf, write, read}, a, name) {
-		return nil
+	if ok {
+		current := [3]string{conf, write, read}
+		if ch.allowed.has(a, current[a], name) {
+			return nil
+		}
+		if c.perms.match(current, a, name) {
+			ch.allowed.add(a, current[a], name)
+			return nil
+		}
 	}
 	return wire.ChanError(replycode.AccessRefused, m.ClassID(), m.MethodID(),
 		"access to %s '%s' in vhost '%s' refused for user '%s'", kind, name, c.vhost, c.user)

@@ -94,3 +94,80 @@ func TestPermissions_MatchAndRecompile(t *testing.T) {
 		t.Fatal("an invalid pattern must match nothing")
 	}
 }
+
+// TestAccess_PermissionRevokedMidChannelRefusesNextPublish: a channel
+// remembers the exchanges it was allowed to write, yet a change of the
+// user's permissions in the applied state refuses its next publish.
+func TestAccess_PermissionRevokedMidChannelRefusesNextPublish(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.mu.Lock()
+	ts.broker.perms = map[string][3]string{"alice": {".*", ".*", ".*"}}
+	ts.broker.mu.Unlock()
+	conn, err := amqp091.Dial("amqp://alice:secret@" + ts.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	type confirmed struct {
+		ch       *amqp091.Channel
+		confirms chan amqp091.Confirmation
+		closed   chan *amqp091.Error
+	}
+	open := func() confirmed {
+		t.Helper()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		return confirmed{ch, ch.NotifyPublish(make(chan amqp091.Confirmation, 8)), ch.NotifyClose(make(chan *amqp091.Error, 1))}
+	}
+	publish := func(c confirmed, exchange string) {
+		t.Helper()
+		if err := c.ch.PublishWithContext(context.Background(), exchange, "k", false, false, amqp091.Publishing{Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each channel publishes twice to its exchange (the default one is
+	// checked as amq.default): the second is allowed by what the channel
+	// remembers of the first.
+	named, dflt := open(), open()
+	for _, p := range []struct {
+		c confirmed
+		x string
+	}{{named, "logs"}, {named, "logs"}, {dflt, ""}, {dflt, ""}} {
+		publish(p.c, p.x)
+		if c := <-p.c.confirms; !c.Ack {
+			t.Fatalf("publish to %q nacked", p.x)
+		}
+	}
+	// Write is revoked on everything but "ok-" exchanges.
+	ts.broker.mu.Lock()
+	ts.broker.perms = map[string][3]string{"alice": {".*", "^ok-", ".*"}}
+	ts.broker.mu.Unlock()
+	publish(named, "logs")
+	publish(dflt, "")
+	for _, c := range []confirmed{named, dflt} {
+		// The client closes confirms when the channel closes.
+		confirms := c.confirms
+		for done := false; !done; {
+			select {
+			case e := <-c.closed:
+				if e == nil || e.Code != amqp091.AccessRefused {
+					t.Fatalf("channel closed with %v, want 403 ACCESS_REFUSED", e)
+				}
+				done = true
+			case cf, ok := <-confirms:
+				if ok {
+					t.Fatalf("a publish after the revocation was confirmed: %+v", cf)
+				}
+				confirms = nil
+			}
+		}
+	}
+	if n := len(commandsOf(ts.broker, (*proto.Command).GetPublish)); n != 4 {
+		t.Fatalf("%d publishes in the log, want the 4 allowed ones", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	gproto "google.golang.org/protobuf/proto"
 
+	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -92,6 +93,28 @@ func BenchmarkAckRun_LogCost(b *testing.B) {
 				var env proto.Envelope
 				if err := gproto.Unmarshal(data, &env); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAuthorize_Publish is the write check of one basic.publish on a
+// channel that keeps publishing to the same exchange, under RabbitMQ's
+// default permission (.*) and under a prefix pattern.
+func BenchmarkAuthorize_Publish(b *testing.B) {
+	for _, write := range []string{".*", "^logs-"} {
+		b.Run(write, func(b *testing.B) {
+			fb := newFakeBroker()
+			fb.perms = map[string][3]string{"alice": {".*", write, ".*"}}
+			srv := NewServer(Config{})
+			srv.SetBroker(fb)
+			ch := &channel{c: &conn{srv: srv, user: "alice", vhost: "/"}}
+			m := &wire.BasicPublish{Exchange: "logs-app", RoutingKey: "k"}
+			b.ReportAllocs()
+			for b.Loop() {
+				if e := ch.authorize(m, accessWrite, "exchange", m.Exchange); e != nil {
+					b.Fatal(e)
 				}
 			}
 		})

@@ -76,6 +76,7 @@ type channel struct {
 	txItems        []item // the current transaction's publishes and acks
 	publishSeq     uint64 // last publish sequence number in confirm mode
 	lastQueue      string // the queue this channel declared last
+	allowed        allowed
 	// stateful is set once the channel submitted a Consume or a Get: only
 	// then does the log hold consumers or unacknowledged deliveries of it.
 	stateful bool

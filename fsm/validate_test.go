@@ -434,3 +434,48 @@ func TestCheckEntry(t *testing.T) {
 func vhostPutCmd(name string) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: name}}}
 }
+
+// TestValidate_RefusalTextsNameTheField: the labels of refusals, which the
+// validator composes only when it refuses, name the field in full.
+func TestValidate_RefusalTextsNameTheField(t *testing.T) {
+	long := strings.Repeat("a", fsm.MaxNameLen+1)
+	pub := func(ch *proto.ChannelRef, props *proto.Properties) *proto.Command {
+		c := publish("", "q", "", props)
+		c.GetPublish().Channel = ch
+		return c
+	}
+	cases := []struct {
+		name string
+		cmd  *proto.Command
+		want string
+	}{
+		{"publishing channel without node", pub(&proto.ChannelRef{Connection: "c"}, nil),
+			"INTERNAL_ERROR - invalid command: publishing channel node is empty"},
+		{"publishing channel with a long connection", pub(&proto.ChannelRef{Node: "n", Connection: long}, nil),
+			"PRECONDITION_FAILED - publishing channel connection is 256 bytes long, longer than 255"},
+		{"publishing channel out of range", pub(&proto.ChannelRef{Node: "n", Connection: "c", Channel: 70000}, nil),
+			"INTERNAL_ERROR - invalid command: publishing channel number 70000 is out of range"},
+		{"long content-type", pub(nil, &proto.Properties{ContentType: &long}),
+			"PRECONDITION_FAILED - property content-type is 256 bytes long, longer than 255"},
+		{"consumer channel without connection", consume("q", "t", &proto.ChannelRef{Node: "n"}, 0),
+			"INTERNAL_ERROR - invalid command: consumer channel connection is empty"},
+		{"consumer channel out of range", consume("q", "t", &proto.ChannelRef{Node: "n", Connection: "c", Channel: 70000}, 0),
+			"INTERNAL_ERROR - invalid command: consumer channel number 70000 is out of range"},
+		{"cancel without channel", &proto.Command{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{Consumer: &proto.ConsumerRef{Tag: "t"}}}},
+			"INTERNAL_ERROR - invalid command: consumer channel is missing"},
+		{"declare with a connection without node", &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Connection: &proto.ConnectionRef{Connection: "c"}}}},
+			"INTERNAL_ERROR - invalid command: connection node is empty"},
+		{"settle on a channel without node", settle(&proto.ChannelRef{Connection: "c"}, 1, false),
+			"INTERNAL_ERROR - invalid command: channel node is empty"},
+		{"bad header after a good one", pub(nil, &proto.Properties{Headers: &proto.Table{Fields: []*proto.Field{
+			{Key: "ok", Value: i64(1)}, {Key: "k", Value: &proto.Value{Kind: &proto.Value_Int8{Int8: 128}}}}}}),
+			"INTERNAL_ERROR - invalid command: headers field 'k' value 128 does not fit its type"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if e := invalid(t, fsm.Validate(tc.cmd, fsm.Limits{})); e.Text != tc.want {
+				t.Fatalf("got %q, want %q", e.Text, tc.want)
+			}
+		})
+	}
+}
