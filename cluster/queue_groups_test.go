@@ -154,8 +154,27 @@ func TestQueueGroups_FollowNewNodes(t *testing.T) {
 
 	var leads map[string]int
 	clustertest.Eventually(t, 2*clustertest.Timeout, func() (err error) {
-		leads, err = followed(c, queueGroupIDs, true)
-		return err
+		// The new nodes count once the metadata leader took them as
+		// voters; until then the groups follow the three.
+		l := c.Leader()
+		if l == nil || len(voters(l)) != 5 {
+			return errors.New("the metadata leader has not taken both new nodes as voters")
+		}
+		if leads, err = followed(c, queueGroupIDs, true); err != nil {
+			return err
+		}
+		// Spread over the five: both new nodes are members, and one
+		// of them at least leads.
+		in := map[string]int{}
+		for _, g := range logGroups(l) {
+			for _, m := range g.Members {
+				in[m.ID]++
+			}
+		}
+		if in["node3"] == 0 || in["node4"] == 0 || leads["node3"]+leads["node4"] == 0 {
+			return fmt.Errorf("memberships %v, leaderships %v", in, leads)
+		}
+		return nil
 	})
 	t.Logf("two nodes added: groups spread and led by the members meant to lead them %v later", time.Since(grown).Round(time.Millisecond))
 	after := logGroups(c.Nodes[0].Node())
