@@ -97,19 +97,37 @@ func consumeOn(t *testing.T, conn *amqp.Connection, q string) <-chan amqp.Delive
 	return dl
 }
 
-// consumeThroughFailover consumes q with auto-ack while a leader may be
-// changing: a basic.consume whose commit the change left unknown closes
-// its channel (541), and the consume is made again on a fresh channel, as
-// a client would.
-func consumeThroughFailover(t *testing.T, conn *amqp.Connection, q string) <-chan amqp.Delivery {
+// consumeThroughFailover consumes q on node n with auto-ack while a
+// leader may be changing: a basic.consume whose commit the change left
+// unknown ends with 541 INTERNAL_ERROR, and the consume is made again on
+// a fresh channel, as a client would; a connection closed meanwhile (541
+// is a connection exception in AMQP 0-9-1; its close reason is logged)
+// is dialled again.
+func consumeThroughFailover(t *testing.T, n *Node, q string) <-chan amqp.Delivery {
 	t.Helper()
 	var dl <-chan amqp.Delivery
+	var conn *amqp.Connection
+	var closed chan *amqp.Error
 	errOther := errors.New("not an unknown outcome")
 	err := Eventually(30*time.Second, func() error {
-		ch := channel(t, conn)
+		if conn == nil || conn.IsClosed() {
+			if conn != nil {
+				select {
+				case e := <-closed:
+					t.Logf("%s closed the connection: %v; dialling again", n.ID, e)
+				default:
+				}
+			}
+			conn = dial(t, n)
+			closed = conn.NotifyClose(make(chan *amqp.Error, 1))
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			return err // the connection closed under it: dialled again
+		}
 		d, err := ch.Consume(q, "", true, false, false, false, nil)
 		var e *amqp.Error
-		if err != nil && (!errors.As(err, &e) || e.Code != amqp.InternalError) {
+		if err != nil && !conn.IsClosed() && (!errors.As(err, &e) || e.Code != amqp.InternalError) {
 			return fmt.Errorf("%w: %v", errOther, err)
 		}
 		dl = d
@@ -317,7 +335,7 @@ func TestDelayed_AMQP091(t *testing.T) {
 				others = append(others, i)
 			}
 		}
-		pc, cc := dial(t, c.Nodes[others[0]]), dial(t, c.Nodes[others[1]])
+		pc := dial(t, c.Nodes[others[0]])
 		pub := confirming(t, pc)
 		start := time.Now()
 		const delay = 3000
@@ -325,7 +343,7 @@ func TestDelayed_AMQP091(t *testing.T) {
 			confirmOne(t, pub, "dl-kill", "k", false, delayed(fmt.Sprint(i), int32(delay+i*50)))
 		}
 		c.Kill(li)
-		dl := consumeThroughFailover(t, cc, "dl-kill-q")
+		dl := consumeThroughFailover(t, c.Nodes[others[1]], "dl-kill-q")
 		seen := map[string]bool{}
 		for range 20 {
 			d := receiveOne(t, dl, 60*time.Second)
