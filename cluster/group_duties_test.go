@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/fsm/fsmtest"
 	"github.com/raftmq/raftmq/proto"
@@ -95,7 +96,7 @@ func TestQueueGroups_LeaderDecidesItsQueuesTimeDuties(t *testing.T) {
 	for i := range 10 {
 		submit(gl, fsmtest.Enqueue("/", "", "g-ttl", fmt.Sprint(i), &proto.Properties{}, "g-ttl"))
 	}
-	if _, err := groupQueue(c.Leader(), group0, "g-ttl"); err == nil {
+	if _, err := groupQueue(c.Leader(), group.DefaultID, "g-ttl"); err == nil {
 		t.Fatal("the metadata log holds the group's queue")
 	}
 
@@ -142,9 +143,6 @@ func TestQueueGroups_LeaderDecidesItsQueuesTimeDuties(t *testing.T) {
 	})
 	assertGroupDigests(t, c, id)
 }
-
-// group0 is the metadata group's id.
-const group0 = ""
 
 // assertGroupDigests fails t unless every live member of group id comes
 // to the same digest of it.

@@ -75,15 +75,25 @@ func (n *Node) handOffRound(ctx context.Context, qg *queueGroup) (more bool, err
 	if len(entries) == 0 || source == 0 {
 		return false, nil
 	}
+	// Every entry routed on one reading of the metadata group's state.
+	type route struct {
+		queues   []string
+		held, ok bool
+	}
+	routes := make([]route, len(entries))
+	n.View(func(m *fsm.Machine) {
+		for i, e := range entries {
+			r := &routes[i]
+			r.queues, r.held, r.ok = m.Route(e.Vhost, e.Exchange, e.RoutingKeys, e.Properties)
+		}
+	})
 	// The commands for each target group, in key order.
 	targets := map[string][]*proto.Command{}
 	var order []string
 	var last uint64 // the last key routed: HandOffDone up to it
 	bytes := 0
-	for _, e := range entries {
-		var queues []string
-		var held, ok bool
-		n.View(func(m *fsm.Machine) { queues, held, ok = m.Route(e.Vhost, e.Exchange, e.RoutingKeys, e.Properties) })
+	for i, e := range entries {
+		queues, held, ok := routes[i].queues, routes[i].held, routes[i].ok
 		if held {
 			// A delayed exchange on the way would hold it: it stays in
 			// the outbox, and so does every key after it until a later
