@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"strings"
 	"sync"
 	"time"
 
@@ -257,7 +258,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 		switch m.Health {
 		case HealthAlive:
 			if !in || n.reach.SilentFor(id, now) < n.cfg.NodeDownAfter/2 {
-				delete(downed, id)
+				undown(downed, id)
 			}
 			addr := m.Meta.GetRaftAddr()
 			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
@@ -299,7 +300,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 		silent := n.reach.SilentFor(id, now)
 		if silent < n.cfg.NodeDownAfter {
 			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
-				delete(downed, id) // reached again: a later loss counts anew
+				undown(downed, id) // reached again: a later loss counts anew
 			}
 			continue
 		}
@@ -339,15 +340,47 @@ func (n *Node) raiseProtocol(ctx context.Context) {
 	}
 }
 
+// proposeNodeDown declares id down in the metadata log and in each queue
+// group this node runs, once each while it stays down (downed is keyed by
+// the node, and by node and group for the queue groups): a channel of the
+// node may consume from a queue of any group, and each group frees what
+// the node's channels held in its own log.
 func (n *Node) proposeNodeDown(ctx context.Context, id string, downed map[string]bool) {
-	if downed[id] {
-		return
+	cmd := []*proto.Command{{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: id}}}}
+	if !downed[id] {
+		res, err := n.Submit(ctx, cmd[0])
+		if err != nil {
+			n.log.Warn("node-down proposal failed", "id", id, "err", err)
+			return
+		}
+		downed[id] = true
+		n.log.Info("declared node down", "id", id, "index", res.GetIndex())
 	}
-	res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: id}}})
-	if err != nil {
-		n.log.Warn("node-down proposal failed", "id", id, "err", err)
-		return
+	for _, qg := range n.runningQueueGroups() {
+		key := id + "\x00" + qg.id
+		if downed[key] {
+			continue
+		}
+		// A group without a leader must not hold up the metadata
+		// leader's reconciliation: the next round tries again.
+		gctx, cancel := context.WithTimeout(ctx, n.cfg.LeaderWait)
+		res, err := qg.g.Submitter().SubmitBatch(gctx, cmd)
+		cancel()
+		if err != nil {
+			n.log.Warn("node-down proposal failed", "id", id, "group", qg.id, "err", err)
+			continue
+		}
+		downed[key] = true
+		n.log.Info("declared node down", "id", id, "group", qg.id, "index", res[0].GetIndex())
 	}
-	downed[id] = true
-	n.log.Info("declared node down", "id", id, "index", res.GetIndex())
+}
+
+// undown forgets that id was declared down, in the metadata log and in
+// every queue group, so that a later loss counts anew.
+func undown(downed map[string]bool, id string) {
+	for k := range downed {
+		if k == id || strings.HasPrefix(k, id+"\x00") {
+			delete(downed, k)
+		}
+	}
 }
