@@ -324,8 +324,8 @@ func (s *Server) recordEnds(ctx context.Context, log *slog.Logger, what string, 
 	s.recordEnd(ctx, log, what, 0, []*proto.Command{end})
 }
 
-// recordEnd submits the end of a channel or a connection (cmds ends with
-// its ChannelClosed or ConnectionClosed) until it commits or ctx ends. An
+// recordEnd submits (a part of) the end of a channel or a connection to
+// group's log (recordEnds says which) until it commits or ctx ends. An
 // end that never reaches the log leaves the consumers of a connection that
 // is gone in it: a no-ack one swallows every message assigned to it, an
 // acknowledging one holds its credit for ever. The commands are
