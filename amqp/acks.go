@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -142,16 +143,55 @@ func (a *ackSender) end() {
 }
 
 // submitAcks sends a run of basic.ack, basic.nack and basic.reject to the
+// logs, one batch per group whose deliveries they name (a run of the
+// metadata group's alone is one batch, as before queue groups), and
+// returns the exception for the first one refused. Settling disjoint
+// deliveries commutes, so the groups' batches may commit in any order;
+// each is submitted even when another is refused.
+func (ch *channel) submitAcks(run []item) *wire.Error {
+	var first *wire.Error
+	for _, g := range splitGroups(run) {
+		if e := ch.submitGroupAcks(g.group, g.items); e != nil && first == nil {
+			first = e
+		}
+	}
+	return first
+}
+
+// groupItems are the items of one group, in their order.
+type groupItems struct {
+	group uint32
+	items []item
+}
+
+// splitGroups splits run by the group of each item, groups ascending and
+// each group's items in their order.
+func splitGroups(run []item) []groupItems {
+	if len(run) > 0 && !slices.ContainsFunc(run, func(it item) bool { return it.group != run[0].group }) {
+		return []groupItems{{group: run[0].group, items: run}}
+	}
+	var out []groupItems
+	for _, it := range run {
+		i, found := slices.BinarySearchFunc(out, it.group, func(g groupItems, group uint32) int { return cmp.Compare(g.group, group) })
+		if !found {
+			out = slices.Insert(out, i, groupItems{group: it.group})
+		}
+		out[i].items = append(out[i].items, it)
+	}
+	return out
+}
+
+// submitGroupAcks sends acknowledgements of group's deliveries to its
 // log as one batch and returns the exception for the first one refused.
 // The plain acks of the run travel as one Settle naming all their tags
 // (mergeSettles): a consumer acks each message alone, and a command per
 // ack was validated on the leader, encoded, decoded by every follower and
 // applied with a result of its own, per message.
-func (ch *channel) submitAcks(run []item) *wire.Error {
+func (ch *channel) submitGroupAcks(group uint32, run []item) *wire.Error {
 	cmds, firsts, groups := mergeSettles(run)
-	results, err := ch.c.srv.node().SubmitBatch(ch.c.ctx, cmds)
+	results, err := ch.c.srv.submitTo(ch.c.ctx, group, cmds)
 	if err != nil {
-		return ch.resolveAcks(firsts, cmds, err)
+		return ch.resolveAcks(group, firsts, cmds, err)
 	}
 	for i, r := range results {
 		if r.GetCode() == 0 {
@@ -161,7 +201,7 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 			// A Settle settles all its tags or none (fsm takeTags), so
 			// nothing of the merged one was settled: its acks go again one
 			// by one, as they came, and the first refused one is raised.
-			return ch.submitEach(g)
+			return ch.submitEach(group, g)
 		}
 		if e, handled := ch.takenBack(firsts[i]); handled {
 			if e != nil {
@@ -174,15 +214,16 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 	return nil
 }
 
-// submitEach submits each acknowledgement of run as its own command.
-func (ch *channel) submitEach(run []item) *wire.Error {
+// submitEach submits each acknowledgement of run, all of group's
+// deliveries, as its own command.
+func (ch *channel) submitEach(group uint32, run []item) *wire.Error {
 	cmds := make([]*proto.Command, len(run))
 	for i, it := range run {
 		cmds[i] = it.cmd
 	}
-	results, err := ch.c.srv.node().SubmitBatch(ch.c.ctx, cmds)
+	results, err := ch.c.srv.submitTo(ch.c.ctx, group, cmds)
 	if err != nil {
-		return ch.resolveAcks(run, cmds, err)
+		return ch.resolveAcks(group, run, cmds, err)
 	}
 	for i, r := range results {
 		if r.GetCode() == 0 {
@@ -208,19 +249,18 @@ func (ch *channel) submitEach(run []item) *wire.Error {
 func (ch *channel) takenBack(it item) (e *wire.Error, handled bool) {
 	tags := ackTags(it.cmd)
 	ch.mu.Lock()
-	took := ch.led.wasReclaimed(tags)
+	took := ch.led.wasReclaimed(it.group, tags)
 	ch.mu.Unlock()
 	if !took {
 		return nil, false
 	}
-	b := ch.c.srv.node()
-	left := b.Unacked(ch.ref(), tags)
+	left := ch.c.srv.node().Unacked(it.group, ch.ref(), tags)
 	if len(left) == 0 {
 		return nil, true
 	}
-	results, err := b.SubmitBatch(ch.c.ctx, []*proto.Command{withAckTags(it.cmd, left)})
+	results, err := ch.c.srv.submitTo(ch.c.ctx, it.group, []*proto.Command{withAckTags(it.cmd, left)})
 	if err != nil {
-		return ch.resolveAcks([]item{it}, []*proto.Command{withAckTags(it.cmd, left)}, err), true
+		return ch.resolveAcks(it.group, []item{it}, []*proto.Command{withAckTags(it.cmd, left)}, err), true
 	}
 	if r := results[0]; r.GetCode() != 0 {
 		return resultError(it.m, r), true
@@ -270,8 +310,9 @@ func mergeSettles(run []item) (cmds []*proto.Command, firsts []item, groups [][]
 // command may name (fsm.MaxListLen).
 const maxSettleTags = 1 << 16
 
-// resolveAcks settles a run of acknowledgements whose submission failed
-// without saying whether it committed (a leader change, a lost quorum).
+// resolveAcks settles a run of acknowledgements of group's deliveries
+// whose submission to its log failed without saying whether it committed
+// (a leader change, a lost quorum).
 // Closing the connection for it, as this server once did, redelivered
 // everything every consumer held at each failover. Instead the log is
 // asked: once a command proposed after the failure has committed and been
@@ -279,8 +320,9 @@ const maxSettleTags = 1 << 16
 // that command, or it never will), and the applied state tells which of
 // its deliveries are still this channel's. Those are settled again; the
 // others are done. It retries, with backoff, until that works or the
-// connection ends.
-func (ch *channel) resolveAcks(run []item, cmds []*proto.Command, err error) *wire.Error {
+// connection ends. The Tick and the state asked are those of group's log:
+// the others order nothing of it.
+func (ch *channel) resolveAcks(group uint32, run []item, cmds []*proto.Command, err error) *wire.Error {
 	b := ch.c.srv.node()
 	ref := ch.ref()
 	backoff := 20 * time.Millisecond
@@ -288,12 +330,18 @@ func (ch *channel) resolveAcks(run []item, cmds []*proto.Command, err error) *wi
 		if ch.c.ctx.Err() != nil {
 			return nil
 		}
-		ch.c.logger().Info("acknowledgements of unknown outcome: resolving them from the log", "channel", ch.id, "count", len(cmds), "err", err)
-		if _, err = b.Submit(ch.c.ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err == nil {
+		ch.c.logger().Info("acknowledgements of unknown outcome: resolving them from the log", "channel", ch.id, "group", group, "count", len(cmds), "err", err)
+		tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+		if group == 0 {
+			_, err = b.Submit(ch.c.ctx, tick)
+		} else {
+			_, err = b.SubmitGroup(ch.c.ctx, group, []*proto.Command{tick})
+		}
+		if err == nil {
 			var again []*proto.Command
 			var items []item
 			for i, cmd := range cmds {
-				if left := b.Unacked(ref, ackTags(cmd)); len(left) > 0 {
+				if left := b.Unacked(group, ref, ackTags(cmd)); len(left) > 0 {
 					again = append(again, withAckTags(cmd, left))
 					items = append(items, run[i])
 				}
@@ -302,11 +350,11 @@ func (ch *channel) resolveAcks(run []item, cmds []*proto.Command, err error) *wi
 				return nil
 			}
 			var results []*proto.Result
-			if results, err = b.SubmitBatch(ch.c.ctx, again); err == nil {
+			if results, err = ch.c.srv.submitTo(ch.c.ctx, group, again); err == nil {
 				for i, r := range results {
 					// Refused because the first attempt committed after
 					// all (the log decided it late): nothing is left to do.
-					if r.GetCode() != 0 && len(b.Unacked(ref, ackTags(again[i]))) > 0 {
+					if r.GetCode() != 0 && len(b.Unacked(group, ref, ackTags(again[i]))) > 0 {
 						return resultError(items[i].m, r)
 					}
 				}

@@ -19,10 +19,17 @@ type Broker interface {
 	// SubmitBatch proposes several commands as one unit (one log entry where
 	// possible) and returns one result per command.
 	SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error)
-	// Unacked returns those of tags that the applied state still holds as
-	// unacknowledged deliveries of the channel. The log never hands out a
-	// channel's tag twice, so a tag missing was settled.
-	Unacked(ch *proto.ChannelRef, tags []uint64) []uint64
+	// SubmitGroup is SubmitBatch for the log of one group: commands that
+	// name deliveries by log tag (settlements, requeues, and the Tick
+	// that resolves them) go to the log that assigned the deliveries
+	// (fsm.Delivery.Group). Group 0 is the metadata group, the log
+	// Submit and SubmitBatch propose to for such commands; the server
+	// keeps using those for group 0.
+	SubmitGroup(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error)
+	// Unacked returns those of tags that the applied state of group's log
+	// still holds as unacknowledged deliveries of the channel. A log never
+	// hands out a channel's tag twice, so a tag missing was settled.
+	Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) []uint64
 	// ConsumerLoad returns what the applied state holds of a consumer's
 	// credit and its queue; false when it has no such consumer.
 	ConsumerLoad(ref *proto.ConsumerRef) (fsm.ConsumerLoad, bool)

@@ -17,9 +17,11 @@ type item struct {
 	props *wire.Properties
 	body  []byte
 	// cmd is the log command of an acknowledgement, translated to the
-	// log's tags by the reader (window.go); in a transaction, pending is
-	// what it takes from the client's deliveries at commit.
+	// log's tags by the reader (window.go), for the log of group; in a
+	// transaction, pending is what it takes from the client's deliveries
+	// at commit.
 	cmd     *proto.Command
+	group   uint32
 	pending []written
 }
 
@@ -58,8 +60,8 @@ type channel struct {
 	mu  sync.Mutex
 	led *ledger
 	// epochs are the silence epochs the channel's deliveries were
-	// decided in (silence.go). Guarded by mu.
-	epochs []tagEpoch
+	// decided in, by group (silence.go). Guarded by mu.
+	epochs map[uint32][]tagEpoch
 	// heldTimer calls expireHeld at the deadline the ledger asked for.
 	heldTimer *time.Timer
 	// overdueKick wakes the worker to requeue what the ledger withheld
@@ -188,14 +190,13 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		case *wire.TxSelect:
 			ch.txAsked.Store(true)
 		case *wire.BasicAck, *wire.BasicNack, *wire.BasicReject:
-			cmd, pending, e := ch.translateAck(m, ch.txAsked.Load(), time.Now().UnixMilli())
+			items, e := ch.translateAck(m, ch.txAsked.Load(), time.Now().UnixMilli())
 			if e != nil {
 				return e
 			}
-			if cmd == nil {
-				return nil
+			for _, it := range items {
+				ch.push(it)
 			}
-			ch.push(item{m: m, cmd: cmd, pending: pending})
 			return nil
 		}
 		ch.push(item{m: m})
@@ -378,16 +379,11 @@ func (ch *channel) raise(e *wire.Error) {
 func (ch *channel) finish(reply bool) {
 	_ = ch.acks.flush() // closing: a failure has nobody left to tell
 	if ch.stateful {
-		cmds, held := ch.heldRequeue()
-		if held != nil {
-			cmds = append(cmds, held)
-		}
-		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ChannelClosed{
-			ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()},
-		}})
+		cancels, held := ch.heldRequeue()
 		// Retried until it commits while the connection lives; when the
 		// connection ends, its ConnectionClosed covers the channel.
-		ch.c.srv.recordEnd(ch.c.ctx, ch.c.logger().With("channel", ch.id), "channel close", cmds)
+		ch.c.srv.recordEnds(ch.c.ctx, ch.c.logger().With("channel", ch.id), "channel close", cancels, held,
+			&proto.Command{Cmd: &proto.Command_ChannelClosed{ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()}}})
 	}
 	ch.c.removeChannel(ch)
 	if reply {
@@ -401,7 +397,7 @@ func (ch *channel) finish(reply bool) {
 func (ch *channel) deliver(d *fsm.Delivery, epoch uint64) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	ch.noteEpoch(d.DeliveryTag, epoch)
+	ch.noteEpoch(refOf(d), epoch)
 	ch.carryOut(ch.led.deliver(d, time.Now().UnixMilli()))
 }
 
@@ -455,18 +451,32 @@ func (ch *channel) requeueOverdue() {
 	if len(tags) == 0 {
 		return
 	}
-	cmd := settleTags(ch.ref(), tags, true, false)
-	cmd.GetRequeue().Unseen = true
-	if _, err := ch.c.srv.node().Submit(ch.c.ctx, cmd); err != nil {
+	sortRefs(tags)
+	var failed []logRef
+	for _, r := range unseenRequeues(ch.ref(), tags) {
+		var err error
+		if r.group == 0 {
+			_, err = ch.c.srv.node().Submit(ch.c.ctx, r.cmd)
+		} else {
+			_, err = ch.c.srv.node().SubmitGroup(ch.c.ctx, r.group, []*proto.Command{r.cmd})
+		}
+		if err == nil {
+			continue
+		}
 		if ch.c.ctx.Err() != nil {
 			return // the connection's end requeues them
 		}
 		// Otherwise they would stay the consumer's, and count against its
 		// credit, until the channel closed. Sent again, a requeue that
 		// committed after all is refused alone (its tags are gone).
-		ch.c.logger().Warn("cannot requeue overdue deliveries yet, retrying", "channel", ch.id, "count", len(tags), "err", err)
+		ch.c.logger().Warn("cannot requeue overdue deliveries yet, retrying", "channel", ch.id, "group", r.group, "count", len(ackTags(r.cmd)), "err", err)
+		for _, t := range ackTags(r.cmd) {
+			failed = append(failed, logRef{r.group, t})
+		}
+	}
+	if len(failed) > 0 {
 		ch.mu.Lock()
-		ch.led.requeueFailed(tags)
+		ch.led.requeueFailed(failed)
 		ch.mu.Unlock()
 		time.AfterFunc(overdueRetry, ch.kick)
 		return
@@ -493,7 +503,7 @@ func (ch *channel) writeDelivery(n numbered) {
 		Redelivered: d.Redelivered,
 		Exchange:    d.Exchange,
 		RoutingKey:  d.RoutingKey,
-	}, &props, d.Body, ch.epochOf(d.DeliveryTag), ref, d.DeliveryTag)
+	}, &props, d.Body, ch.epochOf(refOf(d)), ref, refOf(d))
 }
 
 // consumerCancelled sends basic.cancel for a consumer the broker cancelled.
@@ -511,7 +521,8 @@ func (ch *channel) consumerCancelled(tag string) {
 }
 
 // consumerTimedOut takes back what the log requeued for a consumer whose
-// delivery timed out (logTags) and tells the client: basic.cancel when
+// delivery timed out (logTags, of the log of the consumer's queue: the
+// ledger knows its group) and tells the client: basic.cancel when
 // it announced consumer_cancel_notify, as RabbitMQ 4.3 does, else the
 // channel closes with 406 as before (its close requeues the rest, as any
 // close does). A client that cancelled the consumer meanwhile is told

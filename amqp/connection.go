@@ -72,7 +72,7 @@ type conn struct {
 	// heldAtClose are the unseen requeues of what the stopped channels
 	// held, sent with ConnectionClosed after cancelAtClose, the cancels of
 	// their consumers (window.go's heldRequeue says why; guarded by mu).
-	heldAtClose   []*proto.Command
+	heldAtClose   []groupCmd
 	cancelAtClose []*proto.Command
 	writerEnd     chan struct{}
 	// failed is closed when the server sends connection.close or the
@@ -86,8 +86,10 @@ type conn struct {
 	// nanoseconds), 0 while it is not writing.
 	writeSince atomic.Int64
 	// fenced is the last silence epoch the writer caught up with
-	// (silence.go). Writer only.
-	fenced uint64
+	// (silence.go), fencedGroups the same for the logs of the groups
+	// other than the metadata group. Writer only.
+	fenced       uint64
+	fencedGroups map[uint32]uint64
 
 	mu       sync.Mutex
 	channels map[uint16]*channel
@@ -208,10 +210,10 @@ func (c *conn) stopChannels() []*channel {
 	c.srv.counts.chClosed.Add(uint64(len(chans)))
 	for _, ch := range chans {
 		ch.stop()
-		if cancels, held := ch.heldRequeue(); held != nil {
+		if cancels, held := ch.heldRequeue(); len(held) > 0 {
 			c.mu.Lock()
 			c.cancelAtClose = append(c.cancelAtClose, cancels...)
-			c.heldAtClose = append(c.heldAtClose, held)
+			c.heldAtClose = append(c.heldAtClose, held...)
 			c.mu.Unlock()
 		}
 	}
@@ -289,15 +291,14 @@ func (c *conn) lingerClose() {
 func (c *conn) submitConnectionClosed() {
 	// What the channels held for their consumers goes back unseen first.
 	c.mu.Lock()
-	cmds := append(c.cancelAtClose, c.heldAtClose...)
+	cancels, held := c.cancelAtClose, c.heldAtClose
 	c.cancelAtClose, c.heldAtClose = nil, nil
 	c.mu.Unlock()
-	cmds = append(cmds, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
-		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
-	}})
 	// Retried until it commits, for as long as the server runs: a
 	// connection gone from the node must be gone from the log.
-	c.srv.recordEnd(c.srv.life, c.logger(), "connection close", cmds)
+	c.srv.recordEnds(c.srv.life, c.logger(), "connection close", cancels, held, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
+		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
+	}})
 }
 
 // writer writes queued frames and sends heartbeats when idle.

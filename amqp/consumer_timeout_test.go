@@ -194,7 +194,7 @@ func TestLedger_ConsumerTimeoutTakesBackTheConsumersDeliveries(t *testing.T) {
 	if got := l.takeOverdue(); len(got) != 0 {
 		t.Fatalf("withheld for an unseen requeue %v: the log took them back", got)
 	}
-	ack := func(tag uint64, multiple bool) ([]uint64, *wire.Error) {
+	ack := func(tag uint64, multiple bool) ([]logRef, *wire.Error) {
 		tags, _, _, e := l.ack(&wire.BasicAck{DeliveryTag: tag, Multiple: multiple}, false, t0)
 		return tags, e
 	}
@@ -204,13 +204,13 @@ func TestLedger_ConsumerTimeoutTakesBackTheConsumersDeliveries(t *testing.T) {
 	if _, e := ack(1, false); e == nil || e.Code != replycode.PreconditionFailed {
 		t.Fatalf("a second ack of it: %v, want 406", e)
 	}
-	if tags, e := ack(3, true); e != nil || !slices.Equal(tags, []uint64{3}) {
+	if tags, e := ack(3, true); e != nil || !slices.Equal(tags, g0(3)) {
 		t.Fatalf("multiple ack over a taken-back tag: %v %v", tags, e)
 	}
 	if _, e := ack(9, false); e == nil || e.Code != replycode.PreconditionFailed {
 		t.Fatalf("unknown tag: %v, want 406", e)
 	}
-	if l.wasReclaimed([]uint64{3}) || !l.wasReclaimed([]uint64{3, 4}) {
+	if l.wasReclaimed(0, []uint64{3}) || !l.wasReclaimed(0, []uint64{3, 4}) {
 		t.Fatal("wasReclaimed")
 	}
 }

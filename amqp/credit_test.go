@@ -114,7 +114,8 @@ func TestCredit_ClientNeverHoldsMoreThanPrefetch(t *testing.T) {
 		var logTag uint64
 		assigned := map[uint64]bool{} // the log's unsettled deliveries
 		ended := map[uint64]string{}
-		end := func(tag uint64, how string) {
+		end := func(ref logRef, how string) {
+			tag := ref.tag
 			if prev, ok := ended[tag]; ok {
 				t.Fatalf("seed %d: log tag %d ended twice (%s, then %s)", seed, tag, prev, how)
 			}

@@ -42,6 +42,18 @@ type fakeBroker struct {
 	fail func(cmds []*proto.Command) error
 	// unacked answers Unacked; nil reports every tag settled.
 	unacked func(ref *proto.ChannelRef, tags []uint64) []uint64
+	// unackedIn, when set, answers Unacked with the group instead.
+	unackedIn func(group uint32, ref *proto.ChannelRef, tags []uint64) []uint64
+	// sent records every command with the group it was submitted to and
+	// how: "submit" (Submit, SubmitBatch) or "group" (SubmitGroup).
+	sent []sentCmd
+}
+
+// sentCmd is a command a fakeBroker was given.
+type sentCmd struct {
+	group uint32
+	via   string
+	cmd   *proto.Command
 }
 
 func newFakeBroker() *fakeBroker {
@@ -54,8 +66,13 @@ func newFakeBroker() *fakeBroker {
 func (b *fakeBroker) NodeID() string { return "node-a" }
 
 func (b *fakeBroker) result(cmd *proto.Command) *proto.Result {
+	return b.resultIn(0, "submit", cmd)
+}
+
+func (b *fakeBroker) resultIn(group uint32, via string, cmd *proto.Command) *proto.Result {
 	b.mu.Lock()
 	b.cmds = append(b.cmds, cmd)
+	b.sent = append(b.sent, sentCmd{group: group, via: via, cmd: cmd})
 	answer, hook := b.answer, b.onSubmit
 	b.mu.Unlock()
 	if hook != nil {
@@ -106,6 +123,25 @@ func (b *fakeBroker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]
 	return out, nil
 }
 
+// SubmitGroup records cmds as submitted to group's log; group 0 is
+// SubmitBatch's, recorded as that.
+func (b *fakeBroker) SubmitGroup(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error) {
+	if group == 0 {
+		return b.SubmitBatch(ctx, cmds)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.failure(cmds); err != nil {
+		return nil, err
+	}
+	out := make([]*proto.Result, len(cmds))
+	for i, c := range cmds {
+		out[i] = b.resultIn(group, "group", c)
+	}
+	return out, nil
+}
+
 func (b *fakeBroker) Authenticate(user, password string) ([]string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -148,10 +184,13 @@ func (b *fakeBroker) QueueCount(vhost, name string) (int, bool) {
 	return n, exists
 }
 
-func (b *fakeBroker) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
+func (b *fakeBroker) Unacked(group uint32, ref *proto.ChannelRef, tags []uint64) []uint64 {
 	b.mu.Lock()
-	f := b.unacked
+	f, in := b.unacked, b.unackedIn
 	b.mu.Unlock()
+	if in != nil {
+		return in(group, ref, tags)
+	}
 	if f == nil {
 		return nil
 	}

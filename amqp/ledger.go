@@ -12,7 +12,8 @@ import (
 )
 
 // ledger is a channel's delivery bookkeeping: the consumers it serves, the
-// wire tags it numbered and what they stand for in the log, what it wrote
+// wire tags it numbered and what they stand for in the logs (each
+// delivery's group and that log's tag, logRef), what it wrote
 // to the client and what it holds back (look-ahead, window.go), and what
 // it withheld for an unseen requeue.
 //
@@ -44,7 +45,7 @@ type ledger struct {
 	// overdue holds the log tags of deliveries withheld (never written:
 	// they arrived past their deadline, died while held, or their
 	// consumer went while held), for the worker's unseen requeue.
-	overdue []uint64
+	overdue []logRef
 	// heldDue is the deadline (unix ms) the held timer is armed for, 0
 	// when it is not armed.
 	heldDue int64
@@ -53,7 +54,10 @@ type ledger struct {
 	// of one is ignored, as RabbitMQ 4.3 ignores it. reclaimedLog holds
 	// their log tags, for an ack already on its way to the log.
 	reclaimed    map[uint64]bool
-	reclaimedLog map[uint64]bool
+	reclaimedLog map[logRef]bool
+	// groups is the group of the log that last assigned a delivery to each
+	// consumer: a consumer timeout names its log's tags without the group.
+	groups map[string]uint32
 	// closed is set once the channel handed everything to its close.
 	closed bool
 	// tuneAt is when a consumer's credit may next be due for tuning
@@ -91,11 +95,11 @@ type closeout struct {
 	cancels []string
 	// unseen are the log tags the channel held and never wrote: they go
 	// back without the redelivered flag.
-	unseen []uint64
+	unseen []logRef
 	// redelivered are the log tags the client held: the channel's close
 	// (ChannelClosed, ConnectionClosed, or a NodeDown of this node)
 	// requeues them flagged redelivered; the channel names them nowhere.
-	redelivered []uint64
+	redelivered []logRef
 }
 
 func newLedger() *ledger {
@@ -103,6 +107,7 @@ func newLedger() *ledger {
 		consumers: map[string]bool{},
 		starting:  map[string][]*fsm.Delivery{},
 		windows:   map[string]*window{},
+		groups:    map[string]uint32{},
 	}
 }
 
@@ -112,10 +117,13 @@ func newLedger() *ledger {
 // log that ends the channel covers it.
 func (l *ledger) deliver(d *fsm.Delivery, now int64) actions {
 	var a actions
+	if !l.closed && d.Consumer != nil {
+		l.groups[d.Consumer.GetTag()] = d.Group
+	}
 	switch {
 	case l.closed:
 	case overdueAt(d, now):
-		l.withhold(&a, d.DeliveryTag)
+		l.withhold(&a, refOf(d))
 	default:
 		tag := d.Consumer.GetTag()
 		if pending, ok := l.starting[tag]; ok {
@@ -178,6 +186,7 @@ func (l *ledger) cancelled(tag string) (known bool, a actions) {
 	}
 	delete(l.consumers, tag)
 	delete(l.starting, tag)
+	delete(l.groups, tag)
 	for _, t := range l.dropWindow(tag) {
 		l.withhold(&a, t)
 	}
@@ -185,7 +194,9 @@ func (l *ledger) cancelled(tag string) (known bool, a actions) {
 }
 
 // timedOut forgets a consumer whose delivery timed out: the log removed
-// it and requeued its deliveries, logTags. known reports whether it was
+// it and requeued its deliveries, logTags, which are tags of the log of
+// the consumer's queue: the group that assigned its deliveries here.
+// known reports whether it was
 // the channel's with its consume-ok written; one still starting is told
 // after its consume-ok, as any consumer the log cancelled by then
 // (consumed reports it inactive). Nothing goes back unseen: the log took
@@ -194,36 +205,53 @@ func (l *ledger) timedOut(tag string, logTags []uint64) (known bool) {
 	if l.closed {
 		return false
 	}
+	group := l.groupOf(tag)
 	_, active := l.consumers[tag]
 	delete(l.consumers, tag)
 	delete(l.starting, tag)
 	delete(l.windows, tag)
-	back := make(map[uint64]bool, len(logTags))
+	delete(l.groups, tag)
+	back := make(map[logRef]bool, len(logTags))
 	for _, t := range logTags {
-		back[t] = true
+		back[logRef{group, t}] = true
 	}
 	if l.reclaimed == nil {
-		l.reclaimed, l.reclaimedLog = map[uint64]bool{}, map[uint64]bool{}
+		l.reclaimed, l.reclaimedLog = map[uint64]bool{}, map[logRef]bool{}
 	}
 	for _, w := range l.order {
-		if x, ok := l.written[w]; ok && back[x.logTag] {
+		if x, ok := l.written[w]; ok && back[x.log] {
 			delete(l.written, w)
 			l.reclaimed[w] = true
 		}
 	}
-	for _, t := range logTags {
+	for t := range back {
 		l.reclaimedLog[t] = true
 	}
-	l.overdue = slices.DeleteFunc(l.overdue, func(t uint64) bool { return back[t] })
+	l.overdue = slices.DeleteFunc(l.overdue, func(t logRef) bool { return back[t] })
 	l.compactOrder()
 	return active
 }
 
+// groupOf is the group of the log that assigned consumer tag's
+// deliveries: the last delivery's, else that of a delivery the client
+// still holds for it; 0 when the channel saw none.
+func (l *ledger) groupOf(tag string) uint32 {
+	if g, ok := l.groups[tag]; ok {
+		return g
+	}
+	for _, w := range l.order {
+		if x, ok := l.written[w]; ok && x.consumer == tag {
+			return x.log.group
+		}
+	}
+	return 0
+}
+
 // wasReclaimed reports whether a consumer timeout took back any of the
-// log tags.
-func (l *ledger) wasReclaimed(logTags []uint64) bool {
+// log tags of group.
+func (l *ledger) wasReclaimed(group uint32, logTags []uint64) bool {
 	for _, t := range logTags {
-		if l.reclaimedLog[t] {
+		if l.reclaimedLog[logRef{group, t}] {
 			return true
 		}
 	}
@@ -233,8 +261,9 @@ func (l *ledger) wasReclaimed(logTags []uint64) bool {
 // cancel forgets a consumer the client cancelled (the log committed the
 // Cancel) and returns the log tags it held, for an unseen requeue. What it
 // wrote stays the client's to acknowledge.
-func (l *ledger) cancel(tag string) []uint64 {
+func (l *ledger) cancel(tag string) []logRef {
 	delete(l.consumers, tag)
+	delete(l.groups, tag)
 	return l.dropWindow(tag)
 }
 
@@ -282,19 +311,19 @@ func (l *ledger) replyTag() uint64 {
 	return l.wireTag
 }
 
-// got numbers a message basic.get took.
-func (l *ledger) got(logTag uint64, noAck bool) uint64 {
-	return l.record(logTag, "", noAck)
+// got numbers a message basic.get took from the log of group.
+func (l *ledger) got(group uint32, logTag uint64, noAck bool) uint64 {
+	return l.record(logRef{group, logTag}, "", noAck)
 }
 
 // ack takes a client's basic.ack, basic.nack or basic.reject and returns
-// the log tags it names, ascending (none for a multiple ack of tag 0 with
+// the log tags it names, by group and ascending (none for a multiple ack of tag 0 with
 // nothing outstanding: a no-op, as in RabbitMQ). Outside a transaction the
 // deliveries leave what the client holds at once and their consumers'
 // windows write what they hold; in one (tx) they are only read, and
 // pending is what commit takes. An unknown or already acknowledged tag is
 // RabbitMQ's 406.
-func (l *ledger) ack(m wire.Method, tx bool, now int64) (tags []uint64, pending []written, a actions, e *wire.Error) {
+func (l *ledger) ack(m wire.Method, tx bool, now int64) (tags []logRef, pending []written, a actions, e *wire.Error) {
 	var tag uint64
 	var multiple bool
 	switch m := m.(type) {
@@ -315,9 +344,9 @@ func (l *ledger) ack(m wire.Method, tx bool, now int64) (tags []uint64, pending 
 		l.released(&a, ws, now)
 	}
 	for _, w := range ws {
-		tags = append(tags, w.logTag)
+		tags = append(tags, w.log)
 	}
-	slices.Sort(tags)
+	sortRefs(tags)
 	return tags, pending, a, nil
 }
 
@@ -339,12 +368,12 @@ func (l *ledger) commit(pending []written, now int64) actions {
 }
 
 // recover takes everything the channel was assigned and has not settled,
-// written or held, for basic.recover to requeue by name (ascending): a
-// delivery assigned after this point is a new one and stays.
-func (l *ledger) recover() []uint64 {
-	var tags []uint64
+// written or held, for basic.recover to requeue by name (by group and
+// ascending): a delivery assigned after this point is a new one and stays.
+func (l *ledger) recover() []logRef {
+	var tags []logRef
 	for _, w := range l.written {
-		tags = append(tags, w.logTag)
+		tags = append(tags, w.log)
 	}
 	for _, c := range slices.Sorted(maps.Keys(l.windows)) {
 		w := l.windows[c]
@@ -352,7 +381,7 @@ func (l *ledger) recover() []uint64 {
 		w.inflight = 0
 	}
 	l.written, l.order = nil, nil
-	slices.Sort(tags)
+	sortRefs(tags)
 	return tags
 }
 
@@ -367,19 +396,20 @@ func (l *ledger) close() closeout {
 		out.unseen = l.windows[c].takeHeld(out.unseen)
 		l.windows[c].inflight = 0
 	}
-	slices.Sort(out.unseen)
+	sortRefs(out.unseen)
 	if len(out.unseen) > 0 {
 		out.cancels = slices.Sorted(maps.Keys(l.consumers))
 	}
 	clear(l.consumers)
 	for _, w := range l.written {
-		out.redelivered = append(out.redelivered, w.logTag)
+		out.redelivered = append(out.redelivered, w.log)
 	}
-	slices.Sort(out.redelivered)
+	sortRefs(out.redelivered)
 	l.written, l.order = nil, nil
 	l.closed = true
 	l.reply = nil
 	l.reclaimed, l.reclaimedLog = nil, nil
+	clear(l.groups)
 	return out
 }
 
@@ -395,7 +425,7 @@ func (l *ledger) expire(now int64) actions {
 		keep := w.held[:0]
 		for _, d := range w.held {
 			if expiredAt(d, now) {
-				l.withhold(&a, d.DeliveryTag)
+				l.withhold(&a, refOf(d))
 				continue
 			}
 			keep = append(keep, d)
@@ -415,7 +445,7 @@ func (l *ledger) expire(now int64) actions {
 
 // takeOverdue returns the withheld log tags for the worker's unseen
 // requeue and forgets them.
-func (l *ledger) takeOverdue() []uint64 {
+func (l *ledger) takeOverdue() []logRef {
 	tags := l.overdue
 	l.overdue = nil
 	return tags
@@ -423,13 +453,13 @@ func (l *ledger) takeOverdue() []uint64 {
 
 // requeueFailed puts back withheld tags whose requeue failed to commit,
 // ahead of those withheld since: they are sent again.
-func (l *ledger) requeueFailed(tags []uint64) {
+func (l *ledger) requeueFailed(tags []logRef) {
 	l.overdue = append(tags, l.overdue...)
 }
 
 // withhold queues a delivery the client never saw for an unseen requeue.
-func (l *ledger) withhold(a *actions, logTag uint64) {
-	l.overdue = append(l.overdue, logTag)
+func (l *ledger) withhold(a *actions, t logRef) {
+	l.overdue = append(l.overdue, t)
 	a.requeue = true
 }
 
@@ -444,18 +474,18 @@ func (l *ledger) offer(a *actions, d *fsm.Delivery) {
 		l.armHeld(a, d.Deadline)
 		return
 	}
-	a.writes = append(a.writes, numbered{d: d, wire: l.record(d.DeliveryTag, d.Consumer.GetTag(), d.NoAck)})
+	a.writes = append(a.writes, numbered{d: d, wire: l.record(refOf(d), d.Consumer.GetTag(), d.NoAck)})
 }
 
 // record numbers a delivery for the wire; one to acknowledge is
 // remembered, and counted in its consumer's window.
-func (l *ledger) record(logTag uint64, consumer string, noAck bool) uint64 {
+func (l *ledger) record(t logRef, consumer string, noAck bool) uint64 {
 	l.wireTag++
 	if !noAck {
 		if l.written == nil {
 			l.written = map[uint64]written{}
 		}
-		l.written[l.wireTag] = written{wire: l.wireTag, logTag: logTag, consumer: consumer}
+		l.written[l.wireTag] = written{wire: l.wireTag, log: t, consumer: consumer}
 		l.order = append(l.order, l.wireTag)
 		if w := l.windows[consumer]; w != nil {
 			w.inflight++
@@ -472,10 +502,10 @@ func (l *ledger) refill(a *actions, w *window, now int64) {
 		w.held[0] = nil
 		w.held = w.held[1:]
 		if expiredAt(d, now) {
-			l.withhold(a, d.DeliveryTag)
+			l.withhold(a, refOf(d))
 			continue
 		}
-		a.writes = append(a.writes, numbered{d: d, wire: l.record(d.DeliveryTag, d.Consumer.GetTag(), d.NoAck)})
+		a.writes = append(a.writes, numbered{d: d, wire: l.record(refOf(d), d.Consumer.GetTag(), d.NoAck)})
 	}
 	if w.inflight < w.prefetch {
 		// The client has room and nothing is held for it.
@@ -581,7 +611,7 @@ func (l *ledger) compactOrder() {
 
 // dropWindow removes consumer's window and returns the log tags of what it
 // held.
-func (l *ledger) dropWindow(consumer string) []uint64 {
+func (l *ledger) dropWindow(consumer string) []logRef {
 	w := l.windows[consumer]
 	if w == nil {
 		return nil

@@ -24,6 +24,15 @@ func dl(consumer string, logTag uint64, deadline int64) *fsm.Delivery {
 	return &fsm.Delivery{Consumer: &proto.ConsumerRef{Tag: consumer}, DeliveryTag: logTag, Deadline: deadline}
 }
 
+// g0 names log tags of the metadata group's log (group 0).
+func g0(tags ...uint64) []logRef {
+	out := make([]logRef, len(tags))
+	for i, t := range tags {
+		out[i] = logRef{tag: t}
+	}
+	return out
+}
+
 // started is a ledger with registered consumers: those in look-ahead get a
 // window of prefetch 2, the others none.
 func started(t *testing.T, plain []string, lookahead []string) *ledger {
@@ -123,7 +132,7 @@ func TestLedger_Acks(t *testing.T) {
 			if e != nil {
 				t.Fatalf("error %v", e)
 			}
-			if !slices.Equal(tags, c.tags) || pending != nil || !slices.Equal(writes(a), c.writes) {
+			if !slices.Equal(tags, g0(c.tags...)) || pending != nil || !slices.Equal(writes(a), c.writes) {
 				t.Fatalf("tags %v pending %v writes %v, want tags %v writes %v", tags, pending, writes(a), c.tags, c.writes)
 			}
 		})
@@ -136,7 +145,7 @@ func TestLedger_TransactionTakesAtCommit(t *testing.T) {
 	l := started(t, nil, []string{"a"})
 	feed(l, t0, dl("a", 1, 0), dl("a", 2, 0), dl("a", 3, 0))
 	tags, p1, a, e := l.ack(ack(1, false), true, t0)
-	if e != nil || !slices.Equal(tags, []uint64{1}) || len(a.writes) != 0 {
+	if e != nil || !slices.Equal(tags, g0(1)) || len(a.writes) != 0 {
 		t.Fatalf("tx ack: tags %v writes %v err %v; want log tag 1, nothing written before commit", tags, writes(a), e)
 	}
 	_, p2, _, e := l.ack(ack(1, false), true, t0)
@@ -184,7 +193,7 @@ func TestLedger_HeldExpiry(t *testing.T) {
 	} {
 		a := l.expire(c.now)
 		got := l.takeOverdue()
-		if a.requeue != (len(c.requeue) > 0) || !slices.Equal(got, c.requeue) || a.arm != c.arm || len(a.writes) != 0 {
+		if a.requeue != (len(c.requeue) > 0) || !slices.Equal(got, g0(c.requeue...)) || a.arm != c.arm || len(a.writes) != 0 {
 			t.Fatalf("expire at %+d: requeue %v (kick %v) arm %d, want %v arm %d", c.now-t0, got, a.requeue, a.arm, c.requeue, c.arm)
 		}
 	}
@@ -194,7 +203,7 @@ func TestLedger_HeldExpiry(t *testing.T) {
 	}
 	// Past its deadline plus the grace on arrival: withheld, not written.
 	late := dl("a", 7, later)
-	if a := l.deliver(late, later+overdueGrace.Milliseconds()+1); len(a.writes) != 0 || !a.requeue || !slices.Equal(l.takeOverdue(), []uint64{7}) {
+	if a := l.deliver(late, later+overdueGrace.Milliseconds()+1); len(a.writes) != 0 || !a.requeue || !slices.Equal(l.takeOverdue(), g0(7)) {
 		t.Fatalf("overdue delivery: writes %v requeue %v", writes(a), a.requeue)
 	}
 	// Within the grace it is written (a follower's apply lag).
@@ -216,7 +225,7 @@ func TestLedger_RefillSkipsTheDead(t *testing.T) {
 	l := started(t, nil, []string{"a"})
 	feed(l, t0, dl("a", 1, 0), dl("a", 2, 0), dl("a", 3, t0+10), dl("a", 4, 0))
 	_, _, a, _ := l.ack(ack(1, false), false, t0+10)
-	if !slices.Equal(writes(a), [][2]uint64{{3, 4}}) || !a.requeue || !slices.Equal(l.takeOverdue(), []uint64{3}) {
+	if !slices.Equal(writes(a), [][2]uint64{{3, 4}}) || !a.requeue || !slices.Equal(l.takeOverdue(), g0(3)) {
 		t.Fatalf("writes %v requeue %v", writes(a), a.requeue)
 	}
 }
@@ -229,7 +238,7 @@ func TestLedger_Recover(t *testing.T) {
 	if _, _, _, e := l.ack(ack(2, false), false, t0); e != nil {
 		t.Fatal(e)
 	}
-	if got := l.recover(); !slices.Equal(got, []uint64{1, 3, 4}) {
+	if got := l.recover(); !slices.Equal(got, g0(1, 3, 4)) {
 		// Log tag 3 was written as wire 4 on the ack, then recovered.
 		t.Fatalf("recover names %v, want 1, 3, 4", got)
 	}
@@ -290,7 +299,7 @@ func TestLedger_Close(t *testing.T) {
 				}
 			}
 			out := l.close()
-			if !slices.Equal(out.cancels, c.cancels) || !slices.Equal(out.unseen, c.unseen) || !slices.Equal(out.redelivered, c.redelivered) {
+			if !slices.Equal(out.cancels, c.cancels) || !slices.Equal(out.unseen, g0(c.unseen...)) || !slices.Equal(out.redelivered, g0(c.redelivered...)) {
 				t.Fatalf("close %+v, want cancels %v unseen %v redelivered %v", out, c.cancels, c.unseen, c.redelivered)
 			}
 			// Closed: the log's late assignments are not written (the
@@ -343,16 +352,16 @@ func TestLedger_ConsumeStart(t *testing.T) {
 		t.Fatal("a refused consumer kept its tag")
 	}
 	// The client's cancel gives back what was held; written stays ackable.
-	if got := l.cancel("a"); !slices.Equal(got, []uint64{3}) {
+	if got := l.cancel("a"); !slices.Equal(got, g0(3)) {
 		t.Fatalf("cancel gave back %v, want held log tag 3", got)
 	}
-	if tags, _, _, e := l.ack(ack(2, true), false, t0); e != nil || !slices.Equal(tags, []uint64{1, 2}) {
+	if tags, _, _, e := l.ack(ack(2, true), false, t0); e != nil || !slices.Equal(tags, g0(1, 2)) {
 		t.Fatalf("ack after cancel: %v %v", tags, e)
 	}
 	// The log's cancel of a consumer with held deliveries withholds them.
 	l2 := started(t, nil, []string{"a"})
 	feed(l2, t0, dl("a", 1, 0), dl("a", 2, 0), dl("a", 3, 0))
-	if known, a := l2.cancelled("a"); !known || !a.requeue || !slices.Equal(l2.takeOverdue(), []uint64{3}) {
+	if known, a := l2.cancelled("a"); !known || !a.requeue || !slices.Equal(l2.takeOverdue(), g0(3)) {
 		t.Fatalf("log cancel: known %v requeue %v", known, a.requeue)
 	}
 }
@@ -364,7 +373,7 @@ func TestLedger_RequeueFailedKeepsOrder(t *testing.T) {
 	tags := l.takeOverdue()
 	feed(l, t0, dl("b", 2, t0-5000))
 	l.requeueFailed(tags)
-	if got := l.takeOverdue(); !slices.Equal(got, []uint64{1, 2}) {
+	if got := l.takeOverdue(); !slices.Equal(got, g0(1, 2)) {
 		t.Fatalf("overdue %v, want 1 then 2", got)
 	}
 }
@@ -373,16 +382,16 @@ func TestLedger_RequeueFailedKeepsOrder(t *testing.T) {
 // wire tag but nothing to acknowledge.
 func TestLedger_Get(t *testing.T) {
 	l := newLedger()
-	if w := l.got(40, true); w != 1 {
+	if w := l.got(0, 40, true); w != 1 {
 		t.Fatalf("wire tag %d", w)
 	}
-	if w := l.got(41, false); w != 2 {
+	if w := l.got(0, 41, false); w != 2 {
 		t.Fatalf("wire tag %d", w)
 	}
 	if _, _, _, e := l.ack(ack(1, false), false, t0); e == nil {
 		t.Fatal("a no-ack get is acknowledgeable")
 	}
-	if tags, _, _, e := l.ack(ack(2, false), false, t0); e != nil || !slices.Equal(tags, []uint64{41}) {
+	if tags, _, _, e := l.ack(ack(2, false), false, t0); e != nil || !slices.Equal(tags, g0(41)) {
 		t.Fatalf("ack of the get: %v %v", tags, e)
 	}
 }

@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"strings"
@@ -107,6 +108,31 @@ func (ch *channel) submit(m wire.Method, cmd *proto.Command) (*proto.Result, *wi
 		return res, resultError(m, res)
 	}
 	return res, nil
+}
+
+// submitIn is submit for a command naming deliveries of group's log: it
+// goes to that log. Group 0's go through Submit, as before queue groups.
+func (ch *channel) submitIn(m wire.Method, group uint32, cmd *proto.Command) (*proto.Result, *wire.Error) {
+	if group == 0 {
+		return ch.submit(m, cmd)
+	}
+	res, err := ch.c.srv.node().SubmitGroup(ch.c.ctx, group, []*proto.Command{cmd})
+	if err != nil {
+		return nil, ch.submitError(m, err)
+	}
+	if r := res[0]; r.GetCode() != 0 {
+		return r, resultError(m, r)
+	}
+	return res[0], nil
+}
+
+// submitTo proposes cmds, which name deliveries of group's log, to that
+// log as one unit: group 0's through SubmitBatch, as before queue groups.
+func (s *Server) submitTo(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error) {
+	if group == 0 {
+		return s.node().SubmitBatch(ctx, cmds)
+	}
+	return s.node().SubmitGroup(ctx, group, cmds)
 }
 
 func (ch *channel) submitError(m wire.Method, err error) *wire.Error {
@@ -510,11 +536,10 @@ func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
 	if !m.NoWait {
 		ch.c.send(ch.id, &wire.BasicCancelOk{ConsumerTag: m.ConsumerTag})
 	}
-	if len(held) > 0 {
-		// What this node held for the consumer goes back to the queue.
-		cmd := settleTags(ch.ref(), held, true, false)
-		cmd.GetRequeue().Unseen = true
-		if _, e := ch.submit(m, cmd); e != nil {
+	sortRefs(held)
+	// What this node held for the consumer goes back to the queue.
+	for _, r := range unseenRequeues(ch.ref(), held) {
+		if _, e := ch.submitIn(m, r.group, r.cmd); e != nil {
 			return e
 		}
 	}
@@ -552,12 +577,16 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 	if !m.NoAck {
 		ref = ch.ref()
 	}
+	// The log tag is the queue's log's; GetOk does not say which group
+	// that is yet, so it is taken as the metadata group's (group 0),
+	// where every queue lives until queues are placed in groups.
+	const group = 0
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.c.sendDecided(ch.id, &wire.BasicGetOk{
-		DeliveryTag: ch.led.got(g.GetDeliveryTag(), m.NoAck), Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
+		DeliveryTag: ch.led.got(group, g.GetDeliveryTag(), m.NoAck), Redelivered: g.GetRedelivered(), Exchange: g.GetExchange(),
 		RoutingKey: g.GetRoutingKey(), MessageCount: g.GetMessageCount(),
-	}, &props, g.GetBody(), epoch, ref, g.GetDeliveryTag())
+	}, &props, g.GetBody(), epoch, ref, logRef{group, g.GetDeliveryTag()})
 	return nil
 }
 
@@ -570,8 +599,8 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 	}
 	// The deliveries this node assigned so far, by name: one the log
 	// assigns while this is on its way is new, and is delivered as usual.
-	if tags := ch.recoverTags(); len(tags) > 0 {
-		if _, e := ch.submit(m, settleTags(ch.ref(), tags, true, false)); e != nil {
+	for _, g := range byGroup(ch.recoverTags()) {
+		if _, e := ch.submitIn(m, g.group, settleTags(ch.ref(), g.tags, true, false)); e != nil {
 			return e
 		}
 	}
@@ -687,7 +716,7 @@ func (ch *channel) returnUnroutable(it item, r *proto.Result, epoch uint64) {
 		ch.c.srv.counts.returned.Add(1)
 		ch.c.sendDecided(ch.id, &wire.BasicReturn{
 			ReplyCode: replycode.NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange, RoutingKey: m.RoutingKey,
-		}, it.props, it.body, epoch, nil, 0)
+		}, it.props, it.body, epoch, nil, logRef{})
 	}
 }
 
@@ -699,7 +728,7 @@ func (ch *channel) publishBatch(run []item, cmds []*proto.Command) *wire.Error {
 	// Confirms and returns are decided by the log: after a silence of
 	// this node they wait until it caught up (silence.go).
 	epoch := ch.c.srv.epoch()
-	confirm := func(m wire.Method) { ch.c.sendDecided(ch.id, m, nil, nil, epoch, nil, 0) }
+	confirm := func(m wire.Method) { ch.c.sendDecided(ch.id, m, nil, nil, epoch, nil, logRef{}) }
 	results, err := ch.submitBatch(cmds)
 	if err != nil {
 		if ch.confirm && ch.c.ctx.Err() == nil {

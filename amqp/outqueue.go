@@ -50,11 +50,12 @@ type outQueue struct {
 type mark struct {
 	start, end int
 	epoch      uint64
-	// ch and tag name an acknowledged delivery (the log tag); nil for
-	// a no-ack delivery, a confirm or a return, which stand whatever
-	// the log did since.
-	ch  *proto.ChannelRef
-	tag uint64
+	// ch, group and tag name an acknowledged delivery (the log tag of
+	// group's log); ch is nil for a no-ack delivery, a confirm or a
+	// return, which stand whatever the log did since.
+	ch    *proto.ChannelRef
+	group uint32
+	tag   uint64
 }
 
 func newOutQueue(limit, hard int, stalled func() bool, overflow func()) *outQueue {

@@ -294,18 +294,48 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// recordEnd submits the end of a channel or a connection (cmds ends with
-// its ChannelClosed or ConnectionClosed) until it commits or ctx ends. An
+// recordEnds records the end of a channel or a connection: the cancels of
+// its consumers, the unseen requeues of what its channels held (held, for
+// the logs of their groups), then end, its ChannelClosed or
+// ConnectionClosed, which would requeue flagged redelivered whatever was
+// still assigned. With nothing held outside the metadata group's log
+// (group 0) that is one entry there; otherwise the cancels and group 0's
+// requeues, each other group's requeue in its log, and then end.
+func (s *Server) recordEnds(ctx context.Context, log *slog.Logger, what string, cancels []*proto.Command, held []groupCmd, end *proto.Command) {
+	cmds := cancels
+	var others []groupCmd
+	for _, h := range held {
+		if h.group == 0 {
+			cmds = append(cmds, h.cmd)
+		} else {
+			others = append(others, h)
+		}
+	}
+	if len(others) == 0 {
+		s.recordEnd(ctx, log, what, 0, append(cmds, end))
+		return
+	}
+	if len(cmds) > 0 {
+		s.recordEnd(ctx, log, what, 0, cmds)
+	}
+	for _, h := range others {
+		s.recordEnd(ctx, log, what, h.group, []*proto.Command{h.cmd})
+	}
+	s.recordEnd(ctx, log, what, 0, []*proto.Command{end})
+}
+
+// recordEnd submits (a part of) the end of a channel or a connection to
+// group's log (recordEnds says which) until it commits or ctx ends. An
 // end that never reaches the log leaves the consumers of a connection that
 // is gone in it: a no-ack one swallows every message assigned to it, an
 // acknowledging one holds its credit for ever. The commands are
 // idempotent (closing what is closed does nothing; a requeue of tags
 // already settled is refused alone), so a retry after an unknown outcome
 // is safe.
-func (s *Server) recordEnd(ctx context.Context, log *slog.Logger, what string, cmds []*proto.Command) {
+func (s *Server) recordEnd(ctx context.Context, log *slog.Logger, what string, group uint32, cmds []*proto.Command) {
 	backoff := 50 * time.Millisecond
 	for {
-		res, err := s.node().SubmitBatch(ctx, cmds)
+		res, err := s.submitTo(ctx, group, cmds)
 		if err == nil {
 			if r := res[len(res)-1]; r.GetCode() != 0 {
 				log.Warn(what+" refused", "code", r.GetCode(), "text", r.GetText())

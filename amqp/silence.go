@@ -45,33 +45,39 @@ func (s *Server) DeliverIn(d *fsm.Delivery, epoch uint64) {
 // decided in epoch (until the next tagEpoch).
 type tagEpoch struct{ from, epoch uint64 }
 
-// noteEpoch records the epoch of a delivery the log assigned to the
-// channel. Log tags grow in apply order and so do epochs, so the channel
-// keeps one entry per epoch it saw deliveries in, not one per delivery:
-// the ledger may hold a delivery (look-ahead, consume-ok) and write it
-// much later, and it must still be checked as what it was. Locks: ch.mu
-// held.
-func (ch *channel) noteEpoch(logTag, epoch uint64) {
-	if n := len(ch.epochs); n == 0 || ch.epochs[n-1].epoch != epoch {
-		ch.epochs = append(ch.epochs, tagEpoch{from: logTag, epoch: epoch})
+// noteEpoch records the epoch of a delivery a log assigned to the
+// channel. A log's tags grow in its apply order and so do epochs, so the
+// channel keeps, for each group's log, one entry per epoch it saw
+// deliveries in, not one per delivery (the logs' tags are unrelated, so
+// each has its own list): the ledger may hold a delivery (look-ahead,
+// consume-ok) and write it much later, and it must still be checked as
+// what it was. Locks: ch.mu held.
+func (ch *channel) noteEpoch(t logRef, epoch uint64) {
+	es := ch.epochs[t.group]
+	if n := len(es); n == 0 || es[n-1].epoch != epoch {
+		if ch.epochs == nil {
+			ch.epochs = map[uint32][]tagEpoch{}
+		}
+		ch.epochs[t.group] = append(es, tagEpoch{from: t.tag, epoch: epoch})
 	}
 }
 
 // epochOf is the epoch a delivery was decided in. Locks: ch.mu held.
-func (ch *channel) epochOf(logTag uint64) uint64 {
-	for i := len(ch.epochs) - 1; i >= 0; i-- {
-		if ch.epochs[i].from <= logTag {
-			return ch.epochs[i].epoch
+func (ch *channel) epochOf(t logRef) uint64 {
+	es := ch.epochs[t.group]
+	for i := len(es) - 1; i >= 0; i-- {
+		if es[i].from <= t.tag {
+			return es[i].epoch
 		}
 	}
 	return 0
 }
 
 // sendDecided queues a content method the node decided in epoch; ref and
-// logTag name it when it is an acknowledged delivery (or get-ok), which
-// the writer drops if the log took it back meanwhile.
-func (c *conn) sendDecided(channel uint16, m wire.Method, props *wire.Properties, body []byte, epoch uint64, ref *proto.ChannelRef, logTag uint64) {
-	mk := &mark{epoch: epoch, ch: ref, tag: logTag}
+// t name it when it is an acknowledged delivery (or get-ok), which the
+// writer drops if its log took it back meanwhile.
+func (c *conn) sendDecided(channel uint16, m wire.Method, props *wire.Properties, body []byte, epoch uint64, ref *proto.ChannelRef, t logRef) {
+	mk := &mark{epoch: epoch, ch: ref, group: t.group, tag: t.tag}
 	c.out.appendMarked(mk, func(b []byte) []byte {
 		if !m.HasContent() {
 			return wire.AppendMethodFrame(b, channel, m)
@@ -107,12 +113,25 @@ func (c *conn) guard(b []byte, marks []mark) []byte {
 	if fenced {
 		cur = c.fenced // what was decided before it is checked
 	}
+	// A delivery of another group's log is checked in that log's applied
+	// state, once a Tick proposed there after the silence is applied too.
+	var groups map[uint32]bool
+	for _, m := range marks {
+		if fenced && m.ch != nil && m.group != 0 && m.epoch < cur {
+			if _, done := groups[m.group]; !done {
+				if groups == nil {
+					groups = map[uint32]bool{}
+				}
+				groups[m.group] = c.fenceGroup(m.group, cur)
+			}
+		}
+	}
 	node := c.srv.node()
 	out := make([]byte, 0, len(b))
 	at, dropped := 0, 0
 	for _, m := range marks {
 		stale := m.epoch < cur
-		if !stale || fenced && (m.ch == nil || len(node.Unacked(m.ch, []uint64{m.tag})) > 0) {
+		if !stale || fenced && (m.ch == nil || (m.group == 0 || groups[m.group]) && len(node.Unacked(m.group, m.ch, []uint64{m.tag})) > 0) {
 			continue
 		}
 		out = append(out, b[at:m.start]...)
@@ -152,6 +171,44 @@ func (c *conn) fence() bool {
 			t.Stop()
 			wait = min(2*wait, fenceBackoff)
 		}
+		select {
+		case <-c.ctx.Done():
+			return false
+		case <-c.failed:
+			return false
+		default:
+		}
+	}
+}
+
+// fenceGroup is fence for the log of a group other than the metadata
+// group: a Tick proposed there after the silence is applied here, so the
+// applied state of that log is final for what it assigned before. It
+// remembers the epoch it caught up with, gives up when the connection
+// fails or ends. Writer only.
+func (c *conn) fenceGroup(group uint32, epoch uint64) bool {
+	if c.fencedGroups[group] >= epoch {
+		return true
+	}
+	wait := 20 * time.Millisecond
+	for {
+		_, err := c.srv.node().SubmitGroup(c.ctx, group, []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}})
+		if err == nil {
+			if c.fencedGroups == nil {
+				c.fencedGroups = map[uint32]uint64{}
+			}
+			c.fencedGroups[group] = epoch
+			return true
+		}
+		c.logger().Debug("holding frames decided before a silence of this node until its group's log catches up", "group", group, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+		case <-c.failed:
+		}
+		t.Stop()
+		wait = min(2*wait, fenceBackoff)
 		select {
 		case <-c.ctx.Done():
 			return false

@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"slices"
 	"time"
 
 	"github.com/raftmq/raftmq/amqp/wire"
@@ -70,13 +71,30 @@ func (ch *channel) handleTxCommit(m *wire.TxCommit) *wire.Error {
 
 // commitTx sends part of a transaction to the log and answers it. Its
 // replies to reply-to names reach their requesters once the rest of it
-// committed: a rolled-back transaction sends none.
+// committed: a rolled-back transaction sends none. The publishes and the
+// acknowledgements of the metadata group's deliveries go as one batch, as
+// before queue groups; those of another group's deliveries go to its log
+// afterwards, one batch per group (no log entry spans two logs).
 func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 	cmds := make([]*proto.Command, 0, len(items))
 	replies := make([]*proto.Publish, len(items))
+	at := make([]int, len(items)) // each item's place in its group's batch
+	var groups []uint32           // the other groups, ascending
+	others := map[uint32][]*proto.Command{}
+	firstOf := map[uint32]wire.Method{}
 	for i, it := range items {
 		m, ok := it.m.(*wire.BasicPublish)
+		if !ok && it.group != 0 {
+			if _, seen := others[it.group]; !seen {
+				groups = append(groups, it.group)
+				firstOf[it.group] = it.m
+			}
+			at[i] = len(others[it.group])
+			others[it.group] = append(others[it.group], it.cmd)
+			continue
+		}
 		if !ok {
+			at[i] = len(cmds)
 			cmds = append(cmds, it.cmd) // translated by the reader (window.go)
 			continue
 		}
@@ -88,24 +106,30 @@ func (ch *channel) commitTx(ref *proto.ChannelRef, items []item) *wire.Error {
 			replies[i] = cmd.GetPublish()
 			continue
 		}
+		at[i] = len(cmds)
 		cmds = append(cmds, cmd)
 	}
-	var results []*proto.Result
+	results := map[uint32][]*proto.Result{}
 	epoch := ch.c.srv.epoch()
 	if len(cmds) > 0 {
 		var err error
-		if results, err = ch.submitBatch(cmds); err != nil {
+		if results[0], err = ch.submitBatch(cmds); err != nil {
 			return ch.submitError(items[0].m, err)
 		}
 	}
-	k := 0
+	slices.Sort(groups)
+	for _, g := range groups {
+		var err error
+		if results[g], err = ch.c.srv.submitTo(ch.c.ctx, g, others[g]); err != nil {
+			return ch.submitError(firstOf[g], err)
+		}
+	}
 	for i, it := range items {
 		if replies[i] != nil {
 			ch.sendReply(it, replies[i])
 			continue
 		}
-		r := results[k]
-		k++
+		r := results[it.group][at[i]]
 		if r.GetCode() != 0 {
 			if e, handled := ch.takenBack(it); handled {
 				if e != nil {

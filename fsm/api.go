@@ -23,7 +23,11 @@ type Entry struct {
 // Delivery is the effect "give this message to this consumer". The node the
 // consumer's channel lives on performs it; every other node ignores it.
 type Delivery struct {
-	Consumer    *proto.ConsumerRef
+	Consumer *proto.ConsumerRef
+	// Group is the log that assigned the delivery (0: the metadata
+	// group): DeliveryTag is that log's tag, and settling it names it to
+	// that log, since every log numbers a channel's deliveries on its own.
+	Group       uint32
 	DeliveryTag uint64
 	Redelivered bool
 	Exchange    string

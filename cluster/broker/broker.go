@@ -10,6 +10,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,9 @@ type Broker struct {
 	// peers counts a vhost's connections on the other nodes; set once
 	// the service that asks them exists (SetPeerConnections).
 	peers atomic.Pointer[func(ctx context.Context, vhost string) int]
+	// groupSubmit proposes commands to the log of a queue group (not
+	// group 0); nil until queue groups are served from this node.
+	groupSubmit func(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error)
 }
 
 // New serves the AMQP server from node; observe, when set, is told how
@@ -78,6 +82,21 @@ func (b *Broker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*pro
 	return b.node.SubmitBatch(ctx, cmds)
 }
 
+// SubmitGroup proposes cmds to the log of group as one unit: group 0 is
+// the node's own log (SubmitBatch), the others are groupSubmit's.
+func (b *Broker) SubmitGroup(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error) {
+	if group == 0 {
+		return b.SubmitBatch(ctx, cmds)
+	}
+	if b.groupSubmit == nil {
+		return nil, fmt.Errorf("no log of queue group %d on this node", group)
+	}
+	if b.observe != nil {
+		defer b.timed(time.Now())
+	}
+	return b.groupSubmit(ctx, group, cmds)
+}
+
 func (b *Broker) timed(start time.Time) { b.observe(time.Since(start)) }
 
 // Reply carries a direct reply to another node's channel (amqp.Replier).
@@ -97,9 +116,13 @@ func (b *Broker) Authenticate(user, password string) (tags []string, ok bool) {
 	return tags, true
 }
 
-// Unacked returns those of tags the applied state holds as unacknowledged
-// deliveries of the channel.
-func (b *Broker) Unacked(ch *proto.ChannelRef, tags []uint64) (out []uint64) {
+// Unacked returns those of tags the applied state of group's log holds
+// as unacknowledged deliveries of the channel. Only group 0's state is
+// read here so far: no delivery of another group reaches this node yet.
+func (b *Broker) Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) (out []uint64) {
+	if group != 0 {
+		return nil
+	}
 	b.node.View(func(m *fsm.Machine) { out = m.Unacked(ch, tags) })
 	return out
 }

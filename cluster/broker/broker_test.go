@@ -57,3 +57,35 @@ func TestBroker_ServesFromTheNodesAppliedState(t *testing.T) {
 		t.Fatalf("observed %d submits, want 1", len(observed))
 	}
 }
+
+// SubmitGroup proposes group 0's commands to the node's own log, as
+// SubmitBatch; a queue group's log is not served here yet, which it says
+// rather than propose to the wrong log.
+func TestBroker_SubmitGroup(t *testing.T) {
+	c := clustertest.New(t, 1)
+	node := c.WaitForLeader(clustertest.Timeout)
+	<-node.Ready()
+	b := broker.New(node, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
+	defer cancel()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if !b.VhostExists("/") {
+			return errors.New("no default vhost yet")
+		}
+		return nil
+	})
+	res, err := b.SubmitGroup(ctx, 0, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{
+		QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true}}}})
+	if err != nil || len(res) != 1 || res[0].GetCode() != 0 {
+		t.Fatalf("group 0: %v %v", res, err)
+	}
+	if _, exists := b.QueueCount("/", "q"); !exists {
+		t.Fatal("group 0's command did not reach the node's log")
+	}
+	if _, err := b.SubmitGroup(ctx, 1, []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}); err == nil {
+		t.Fatal("group 1 without its log: no error")
+	}
+	if got := b.Unacked(1, &proto.ChannelRef{}, []uint64{1}); len(got) != 0 {
+		t.Fatalf("group 1 without its log holds %v", got)
+	}
+}
