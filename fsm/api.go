@@ -42,6 +42,11 @@ type Delivery struct {
 	// NoAck is set when the consumer acknowledges nothing: the message was
 	// settled as it was assigned and cannot be handed back.
 	NoAck bool
+	// Group is the number of the log that assigned the delivery
+	// (Machine.Group of the machine that built it, 0 for the metadata
+	// group): DeliveryTag is that log's, and BodyRef names an entry of
+	// that log.
+	Group uint32
 }
 
 // Sink receives the effects of applying an entry. Effects never feed back
@@ -294,6 +299,9 @@ func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {
 		qi.MessagesDelayed = uint64(q.retrying)
 		qi.NextRetryDueMs = m.nextRetryDue(q)
 	}
+	// A placed queue's messages are its group's (placement.go): here it
+	// shows none, and the group that holds them.
+	qi.RaftGroup = q.group
 	if q.owner != "" {
 		qi.OwnerConnection = strings.ReplaceAll(strings.TrimSuffix(q.owner, "\x00"), "\x00", "/")
 	}
