@@ -293,6 +293,16 @@ func TestPlacement_EveryRouteReachesTheOutbox(t *testing.T) {
 	if d := rec.Deliveries[0]; string(d.Body) != "ccbcc" || len(headerKeys(d.Properties, "BCC")) != 0 || len(headerKeys(d.Properties, "CC")) != 1 || d.Group != 2 {
 		t.Fatalf("delivery %+v", d)
 	}
+	// Handed off again (a second leader): applied once, from source 0.
+	if r, _ := fsmtest.One(t, g, 6, e.HandOffCommand(m.Group(), fsmtest.Body(e.Body), e.Queues)); r.GetRouted() || ready(t, g, "pc") != 1 || !g.HandedOff(0, e.Key) {
+		t.Fatalf("the second hand-off: %v, pc holds %d", r, ready(t, g, "pc"))
+	}
+	// An Enqueue the metadata log applies for a queue placed since
+	// follows the queue: to the outbox, not into the record.
+	if r, _ := fsmtest.One(t, m, 7, fsmtest.Enqueue("/", "", "pe", "late", nil, "pe")); !r.GetRouted() || ready(t, m, "pe") != 0 ||
+		!slices.Equal(m.Outbox(3, 0)[0].Queues, []string{"pe"}) {
+		t.Fatalf("enqueue into a placed queue: %v", r)
+	}
 }
 
 // A dead letter of a queue the metadata group holds, routed to a placed
