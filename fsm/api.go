@@ -24,9 +24,11 @@ type Entry struct {
 // consumer's channel lives on performs it; every other node ignores it.
 type Delivery struct {
 	Consumer *proto.ConsumerRef
-	// Group is the log that assigned the delivery (0: the metadata
-	// group): DeliveryTag is that log's tag, and settling it names it to
-	// that log, since every log numbers a channel's deliveries on its own.
+	// Group is the number of the log that assigned the delivery
+	// (Machine.Group of the machine that built it, 0 for the metadata
+	// group): DeliveryTag is that log's tag, settling it names it to that
+	// log (every log numbers a channel's deliveries on its own), and
+	// BodyRef names an entry of that log.
 	Group       uint32
 	DeliveryTag uint64
 	Redelivered bool
@@ -298,6 +300,9 @@ func (m *Machine) queueInfo(q *queueState) *proto.QueueInfo {
 		qi.MessagesDelayed = uint64(q.retrying)
 		qi.NextRetryDueMs = m.nextRetryDue(q)
 	}
+	// A placed queue's messages are its group's (placement.go): here it
+	// shows none, and the group that holds them.
+	qi.RaftGroup = q.group
 	if q.owner != "" {
 		qi.OwnerConnection = strings.ReplaceAll(strings.TrimSuffix(q.owner, "\x00"), "\x00", "/")
 	}

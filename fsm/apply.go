@@ -167,6 +167,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyQueueGroups(x.QueueGroups)
 	case *proto.Command_GroupMembers:
 		return s.applyGroupMembers(x.GroupMembers)
+	case *proto.Command_PlaceQueues:
+		return s.applyPlaceQueues()
 	case *proto.Command_SetProtocol:
 		return s.applySetProtocol(x.SetProtocol)
 	case *proto.Command_ConsumerTimeout:

@@ -13,6 +13,9 @@ func (s *state) applyConsume(c *proto.Consume) *proto.Result {
 	if r != nil {
 		return r
 	}
+	if r := elsewhere(q); r != nil {
+		return r
+	}
 	if q.features {
 		if r := checkConsumeArgs(c.GetArguments()); r != nil {
 			return r

@@ -78,10 +78,22 @@ func (s *state) applyPublish(c *proto.Publish) *proto.Result {
 	return res
 }
 
-// publishCopies enqueues one copy of a published message in each target.
+// publishCopies enqueues one copy of a published message in each target
+// this machine holds; the targets placed in queue groups share one copy
+// in the outbox (placement.go), which counts as routed.
 func (s *state) publishCopies(targets []*queueState, xname, rk string, props *proto.Properties, enc []byte, bcc []string,
 	body queue.Body, inline []byte, msgTTL int64, res *proto.Result) {
-	for _, q := range targets {
+	held, placed := splitPlaced(targets)
+	if len(placed) > 0 {
+		m := &queue.Message{Exchange: xname, RoutingKey: rk, Props: enc, Body: body, Enqueued: s.clock, MsgTTL: msgTTL}
+		m.SetBCC(bcc)
+		if inline != nil {
+			m.SetInline(inline)
+		}
+		setPropsFlags(m, props)
+		s.toOutboxRouted(targets[0].vhost, placed, m, false)
+	}
+	for _, q := range held {
 		if q.lastKey != rk {
 			q.lastKey = rk
 		}
@@ -113,6 +125,9 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 	if r != nil {
 		return r
 	}
+	if r := elsewhere(q); r != nil {
+		return r
+	}
 	q.lastUsed = s.clock
 	for {
 		m := q.q.PopFront()
@@ -138,7 +153,7 @@ func (s *state) applyGet(c *proto.Get) *proto.Result {
 			q.unacked++
 		}
 		g := &proto.GetOk{DeliveryTag: ch.nextTag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()) + q.held(), Properties: deliveryProps(q, m)}
+			RoutingKey: m.RoutingKey, MessageCount: uint32(q.q.Len()) + q.held(), Properties: deliveryProps(q, m), Group: s.groups.id}
 		if b, ok := m.Inline(); ok {
 			g.Body = b
 		} else {
@@ -240,7 +255,14 @@ func deadLetterCopy(dlx, rk string, props *proto.Properties, enc []byte, m *queu
 // dead-letter it again.
 func (s *state) deadLetterCopies(targets []*queueState, dlx, rk string, props *proto.Properties, enc []byte, deaths []ttl.Death,
 	m *queue.Message) {
-	for _, t := range targets {
+	held, placed := splitPlaced(targets)
+	// The placed targets share one copy in the outbox (placement.go);
+	// the cycle is checked here, and again by their groups.
+	placed = deleteFunc(placed, func(q string) bool { return ttl.Cycle(deaths, q) })
+	if len(placed) > 0 {
+		s.toOutboxRouted(targets[0].vhost, placed, deadLetterCopy(dlx, rk, props, enc, m, s.clock), true)
+	}
+	for _, t := range held {
 		if ttl.Cycle(deaths, t.name) {
 			continue
 		}

@@ -219,6 +219,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	}
 	v.queues[name] = q
 	s.stats.Queues++
+	s.place(q, s.placeFor(c))
 	q.policy, q.opPolicy = matchPolicies(v, name, "queues")
 	return &proto.Result{Queue: name}
 }
@@ -262,6 +263,9 @@ func (s *state) applyQueuePurge(c *proto.QueuePurge) *proto.Result {
 	if r != nil {
 		return r
 	}
+	if r := elsewhere(q); r != nil {
+		return r
+	}
 	n := q.q.Purge()
 	s.stats.Purged += uint64(n)
 	n += s.dropRetries(q)
@@ -285,6 +289,7 @@ func (s *state) deleteQueue(q *queueState, notify bool) {
 	q.deleted = true
 	delete(v.queues, q.name)
 	s.stats.Queues--
+	s.unplace(q)
 	s.removeBindingsTo(v, q.name, false)
 }
 
@@ -420,7 +425,8 @@ func (s *state) deliver(q *queueState, c *consumer, m *queue.Message) {
 		return
 	}
 	d := &Delivery{Consumer: c.ref, DeliveryTag: tag, Redelivered: m.Redelivered, Exchange: m.Exchange,
-		RoutingKey: m.RoutingKey, Properties: deliveryProps(q, m), BodyRef: m.Body, Deadline: m.Deadline, NoAck: c.noAck}
+		RoutingKey: m.RoutingKey, Properties: deliveryProps(q, m), BodyRef: m.Body, Deadline: m.Deadline, NoAck: c.noAck,
+		Group: s.groups.id}
 	d.Body, _ = m.Inline()
 	s.sink.Deliver(d)
 }

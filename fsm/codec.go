@@ -18,7 +18,7 @@ import (
 // (levels.go), then the records in a fixed order (counters, users,
 // permissions, vhosts with exchanges, policies and queues, channels, the
 // delayed and the retried messages, the vhosts' limits, the group's id,
-// outbox and hand-offs). Every map is
+// outbox and hand-offs, the queue groups, whether placement is on). Every map is
 // written in sorted key order. Each field a format added is written and
 // read under one rule: has(format).
 const snapMagic = "RMQS"
@@ -157,6 +157,9 @@ func (s *state) encodeTo(e *enc) {
 	if e.has(formatQueueGroups) {
 		encQueueGroups(e, s)
 	}
+	if e.has(formatPlacement) {
+		e.bo(s.placing)
+	}
 	e.flushBytes()
 }
 
@@ -220,6 +223,9 @@ func encQueue(e *enc, q *queueState) {
 	}
 	if e.has(formatRetry) {
 		e.bo(q.retryLevel)
+	}
+	if e.has(formatPlacement) {
+		e.s(q.group)
 	}
 	e.u(uint64(q.q.Len()))
 	if e.capture != nil {
@@ -547,6 +553,9 @@ func decodeState(b []byte) (*state, error) {
 	if d.has(formatQueueGroups) && !decQueueGroups(d, s) {
 		return nil, errCorrupt
 	}
+	if d.has(formatPlacement) {
+		s.placing = d.bo()
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -613,6 +622,10 @@ func decQueue(d *dec, s *state, v *vhost, consumers map[string]*consumer) error 
 	if d.has(formatRetry) {
 		q.retryLevel = d.bo()
 	}
+	var group string
+	if d.has(formatPlacement) {
+		group = d.s()
+	}
 	if r := restoreQueueArgs(q); r != nil {
 		return errCorrupt
 	}
@@ -637,6 +650,7 @@ func decQueue(d *dec, s *state, v *vhost, consumers map[string]*consumer) error 
 	}
 	v.queues[q.name] = q
 	s.stats.Queues++
+	s.place(q, group)
 	return nil
 }
 

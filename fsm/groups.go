@@ -50,6 +50,11 @@ type outEntry struct {
 	m *queue.Message
 	// deadLettered: the targets check dead-letter cycles.
 	deadLettered bool
+	// queues are the target queues when the entry is pre-routed (a copy
+	// the metadata log routed to queues placed in queue groups,
+	// placement.go): the leader hands it to each one's group without
+	// routing it. Empty for a dead letter leaving a queue group.
+	queues []string
 }
 
 // applied is the HandOff keys applied from one source group: every key
@@ -254,6 +259,13 @@ type OutboxEntry struct {
 	// Done is the outbox's acknowledged prefix when it was listed: every
 	// key up to it left the outbox by HandOffDone. The HandOff carries it.
 	Done uint64
+	// Queues, when set, are the target queues the entry was routed to
+	// already (a copy the metadata log routed to queues placed in queue
+	// groups): the leader hands it to each one's group as it is, without
+	// routing it through Exchange. Properties then hold the BCC header
+	// the message was published with, which the target takes out as a
+	// publish's.
+	Queues []string
 }
 
 // HandOffCommand is the HandOff that puts e into queues of a target
@@ -274,7 +286,10 @@ func (m *Machine) Outbox(after uint64, limit int) []OutboxEntry {
 		}
 		o := OutboxEntry{Key: e.key, Index: e.index, Vhost: e.vhost, Exchange: e.exchange,
 			RoutingKeys: slices.Clone(e.keys), Properties: e.m.Properties(), Body: e.m.Body, DeadLettered: e.deadLettered,
-			Done: m.groups.out.done()}
+			Done: m.groups.out.done(), Queues: slices.Clone(e.queues)}
+		if bcc := e.m.BCC(); len(bcc) > 0 {
+			o.Properties = withBCC(o.Properties, bcc)
+		}
 		if b, ok := e.m.Inline(); ok {
 			o.InlineBody = b
 		}
@@ -334,6 +349,12 @@ func encGroups(e *enc, g *groupState) {
 		}
 		e.bo(o.deadLettered)
 		e.message(o.m)
+		if e.has(formatPlacement) {
+			e.u(uint64(len(o.queues)))
+			for _, q := range o.queues {
+				e.s(q)
+			}
+		}
 	}
 	srcs := make([]uint32, 0, len(g.in))
 	for k := range g.in {
@@ -362,6 +383,11 @@ func decGroups(d *dec, g *groupState) bool {
 		}
 		o.deadLettered = d.bo()
 		o.m = decMessage(d)
+		if d.has(formatPlacement) {
+			for k := d.n(); k > 0 && d.err == nil; k-- {
+				o.queues = append(o.queues, d.s())
+			}
+		}
 		if len(o.keys) == 0 || o.key > g.out.seq || (len(g.out.entries) > 0 && o.key <= g.out.entries[len(g.out.entries)-1].key) {
 			return false
 		}
@@ -382,4 +408,21 @@ func decGroups(d *dec, g *groupState) bool {
 		g.in[src] = a
 	}
 	return d.err == nil
+}
+
+// withBCC is props (a copy of its own) with a BCC header naming keys:
+// the form a publish carries them in, which Enqueue takes out again.
+func withBCC(props *proto.Properties, keys []string) *proto.Properties {
+	if props == nil {
+		props = &proto.Properties{}
+	}
+	if props.Headers == nil {
+		props.Headers = &proto.Table{}
+	}
+	arr := &proto.Array{}
+	for _, k := range keys {
+		arr.Values = append(arr.Values, longstr(k))
+	}
+	setHeader(props.Headers, "BCC", &proto.Value{Kind: &proto.Value_Array{Array: arr}})
+	return props
 }

@@ -53,6 +53,10 @@ const (
 	// levelGroupMembers: GroupMembers, a queue group's members set
 	// (queue_groups.go).
 	levelGroupMembers uint32 = 16
+	// levelPlacement: PlaceQueues; with placement on, new queues are
+	// placed in queue groups and what the metadata log routes to them
+	// leaves through its outbox (placement.go).
+	levelPlacement uint32 = 17
 )
 
 // CreditLevel is levelCredit for the node, which sends Credit only once
@@ -62,6 +66,10 @@ const CreditLevel = levelCredit
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
 // once the log it applied is at that level.
 const RetryLevel = levelRetry
+
+// PlacementLevel is levelPlacement for the node, which proposes
+// PlaceQueues only once the log it applied is at that level.
+const PlacementLevel = levelPlacement
 
 // format is a snapshot format version.
 type format = uint64
@@ -99,8 +107,11 @@ const (
 	// formatGroupMembers adds each queue group's epoch, the number of
 	// times GroupMembers set its members.
 	formatGroupMembers format = 13
+	// formatPlacement adds whether placement is on, each queue's group
+	// and each outbox entry's target queues.
+	formatPlacement format = 14
 
-	snapVersion = formatGroupMembers
+	snapVersion = formatPlacement
 )
 
 // formatFor is the format a state at level writes: the newest one a node
@@ -110,8 +121,10 @@ const (
 // rolling upgrade, can restore it; likewise below levelRetry nothing
 // waits for a delayed retry, below levelVhostLimits no vhost has
 // limits, below levelGroups nothing is a group's, in an outbox or
-// handed off, below levelQueueGroups the log names no queue group, and
-// below levelGroupMembers every queue group's epoch is 0.
+// handed off, below levelQueueGroups the log names no queue group,
+// below levelGroupMembers every queue group's epoch is 0, and below
+// levelPlacement placement is off (PlaceQueues is refused), so no queue
+// is placed and no outbox entry is pre-routed.
 func formatFor(level uint32) format {
 	switch {
 	case level < levelDelayed:
@@ -126,6 +139,8 @@ func formatFor(level uint32) format {
 		return formatQueueGroups - 1
 	case level < levelGroupMembers:
 		return formatGroupMembers - 1
+	case level < levelPlacement:
+		return formatPlacement - 1
 	}
 	return snapVersion
 }

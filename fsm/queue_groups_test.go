@@ -183,7 +183,7 @@ func TestGroupMembers_SetsMembersAndEpoch(t *testing.T) {
 // restored node knows whether a group's members are those it was
 // created with.
 func TestGroupMembers_SnapshotAndDigest(t *testing.T) {
-	a, b := fsmtest.New(t), fsmtest.New(t)
+	a, b := fsmtest.NewAt(t, 16), fsmtest.NewAt(t, 16)
 	for _, m := range []*fsm.Machine{a, b} {
 		applyOK(t, m, 2, queueGroupsCmd(groupSpec("g1", "a", "b", "c")))
 	}

@@ -88,6 +88,11 @@ type state struct {
 	// groups is the machine as one group of several: its id, outbox and
 	// the hand-offs it applied (groups.go).
 	groups groupState
+	// placing is set by PlaceQueues (placement.go): new queues are
+	// placed in queue groups. placed counts the queues placed in each
+	// group, derived from the queues (not state).
+	placing bool
+	placed  map[string]int
 }
 
 type user struct {
@@ -188,6 +193,11 @@ type queueState struct {
 	// (apply_retry.go); retrying counts its messages waiting there.
 	retryLevel bool
 	retrying   int
+
+	// group is the queue group the queue is placed in (placement.go),
+	// "" for a queue the machine holds: a placed queue is a record here
+	// (name, arguments, bindings) and holds no messages.
+	group string
 
 	// lastKey is the routing key of the last message enqueued, which the
 	// next one with an equal key shares instead of holding its own copy
@@ -347,7 +357,9 @@ func (q *queueState) overflow() string {
 
 func (q *queueState) leaseDue() (int64, bool) {
 	e := q.expires()
-	if !e.Set || len(q.consumers) > 0 {
+	if !e.Set || len(q.consumers) > 0 || q.group != "" {
+		// A placed queue's lease (a policy's expires) runs in its
+		// group, where its consumers are.
 		return 0, false
 	}
 	return ttl.LeaseDue(q.lastUsed, e.V), true

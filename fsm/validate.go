@@ -100,7 +100,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  14. Credit: a consumer's credit set while it consumes (apply_credit.go)
 //  15. QueueGroups: the queue groups a cluster runs (queue_groups.go)
 //  16. GroupMembers: a queue group's members set (queue_groups.go)
-const Protocol = 16
+//  17. PlaceQueues: new queues placed in queue groups; the metadata
+//     log's copies to them leave through its outbox (placement.go)
+const Protocol = 17
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -125,6 +127,7 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("credit").Number()] = levelCredit
 	kindProtocol[cmdOneof.Fields().ByName("queue_groups").Number()] = levelQueueGroups
 	kindProtocol[cmdOneof.Fields().ByName("group_members").Number()] = levelGroupMembers
+	kindProtocol[cmdOneof.Fields().ByName("place_queues").Number()] = levelPlacement
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -690,6 +693,7 @@ func (v *validator) command(c *proto.Command) {
 		v.queueGroups(x.QueueGroups)
 	case *proto.Command_GroupMembers:
 		v.groupMembers(x.GroupMembers)
+	case *proto.Command_PlaceQueues:
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)

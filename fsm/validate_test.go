@@ -103,6 +103,7 @@ func validCommands() []*proto.Command {
 		// Before the level 13 kinds, which groups_test.go reads as the last four.
 		queueGroupsCmd(groupSpec("g1", "n1", "n2", "n3")),
 		groupMembersCmd("g1", 0, "n2", "n4", "n3"),
+		fsmtest.PlaceQueues(),
 		fsmtest.GroupInit(2),
 		fsmtest.Enqueue("/", "x", "k", "body", &proto.Properties{MessageId: ptr("m1")}, "q", "r"),
 		handOff(1, 7, "body", true, "q"),
@@ -114,7 +115,7 @@ func validCommands() []*proto.Command {
 // protocol of each.
 var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6, "vhost_limits": 12,
 	"group_init": 13, "enqueue": 13, "hand_off": 13, "hand_off_done": 13, "credit": 14, "queue_groups": 15,
-	"group_members": 16}
+	"group_members": 16, "place_queues": 17}
 
 // oneofKinds lists the Command oneof's fields.
 func oneofKinds() []protoreflect.FieldDescriptor {
@@ -165,7 +166,7 @@ func TestValidate_AcceptsEveryKindAsTheBrokerBuildsIt(t *testing.T) {
 // message is absent is malformed whatever its kind, and an empty message
 // is refused for every kind that needs a name or an id.
 func TestValidate_RefusesEveryKindEmptyOrWithoutItsMessage(t *testing.T) {
-	mayBeEmpty := map[string]bool{"tick": true, "restart_leases": true, "expire": true}
+	mayBeEmpty := map[string]bool{"tick": true, "restart_leases": true, "expire": true, "place_queues": true}
 	for _, f := range oneofKinds() {
 		t.Run(string(f.Name()), func(t *testing.T) {
 			empty := &proto.Command{}

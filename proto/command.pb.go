@@ -139,6 +139,7 @@ type Command struct {
 	//	*Command_HandOffDone
 	//	*Command_QueueGroups
 	//	*Command_GroupMembers
+	//	*Command_PlaceQueues
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -566,6 +567,15 @@ func (x *Command) GetGroupMembers() *GroupMembers {
 	return nil
 }
 
+func (x *Command) GetPlaceQueues() *PlaceQueues {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PlaceQueues); ok {
+			return x.PlaceQueues
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -738,6 +748,10 @@ type Command_GroupMembers struct {
 	GroupMembers *GroupMembers `protobuf:"bytes,65,opt,name=group_members,json=groupMembers,oneof"`
 }
 
+type Command_PlaceQueues struct {
+	PlaceQueues *PlaceQueues `protobuf:"bytes,66,opt,name=place_queues,json=placeQueues,oneof"`
+}
+
 func (*Command_VhostPut) isCommand_Cmd() {}
 
 func (*Command_VhostDelete) isCommand_Cmd() {}
@@ -821,6 +835,8 @@ func (*Command_HandOffDone) isCommand_Cmd() {}
 func (*Command_QueueGroups) isCommand_Cmd() {}
 
 func (*Command_GroupMembers) isCommand_Cmd() {}
+
+func (*Command_PlaceQueues) isCommand_Cmd() {}
 
 // ConnectionRef names one client connection: the node it is connected to and
 // a connection id unique on that node across restarts.
@@ -4341,6 +4357,48 @@ func (x *GroupMembers) GetEpoch() uint64 {
 	return 0
 }
 
+// PlaceQueues switches placement on in the metadata log: from it on, a
+// new queue that is not exclusive, not auto-delete and has no x-expires
+// argument is placed in the queue group with the fewest queues placed
+// (ties to the earliest group), and the metadata log keeps its record
+// only; its messages live in that group's log (fsm/DESIGN.md, "Queue
+// groups"). Refused in a queue group's log. Protocol level 17.
+type PlaceQueues struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlaceQueues) Reset() {
+	*x = PlaceQueues{}
+	mi := &file_command_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlaceQueues) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlaceQueues) ProtoMessage() {}
+
+func (x *PlaceQueues) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlaceQueues.ProtoReflect.Descriptor instead.
+func (*PlaceQueues) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{52}
+}
+
 // QueueGroupMember is a member of a queue group: a node id and its raft
 // address.
 type QueueGroupMember struct {
@@ -4353,7 +4411,7 @@ type QueueGroupMember struct {
 
 func (x *QueueGroupMember) Reset() {
 	*x = QueueGroupMember{}
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4365,7 +4423,7 @@ func (x *QueueGroupMember) String() string {
 func (*QueueGroupMember) ProtoMessage() {}
 
 func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4378,7 +4436,7 @@ func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGroupMember.ProtoReflect.Descriptor instead.
 func (*QueueGroupMember) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{52}
+	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueueGroupMember) GetId() string {
@@ -4408,7 +4466,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +4478,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +4491,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{53}
+	return file_command_proto_rawDescGZIP(), []int{54}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -4452,7 +4510,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4522,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4535,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{54}
+	return file_command_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -4516,7 +4574,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4528,7 +4586,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4541,7 +4599,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{55}
+	return file_command_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -4652,7 +4710,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4664,7 +4722,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4677,7 +4735,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{56}
+	return file_command_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4740,7 +4798,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4810,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4823,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{57}
+	return file_command_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4816,7 +4874,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4828,7 +4886,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4841,7 +4899,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{58}
+	return file_command_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -4927,15 +4985,19 @@ type GetOk struct {
 	// it and the command's position there) when the state machine answers
 	// without it: the node that returns the result reads the body and
 	// clears them, so they never leave it.
-	BodyIndex     uint64 `protobuf:"varint,8,opt,name=body_index,json=bodyIndex" json:"body_index,omitempty"`
-	BodyPos       uint32 `protobuf:"varint,9,opt,name=body_pos,json=bodyPos" json:"body_pos,omitempty"`
+	BodyIndex uint64 `protobuf:"varint,8,opt,name=body_index,json=bodyIndex" json:"body_index,omitempty"`
+	BodyPos   uint32 `protobuf:"varint,9,opt,name=body_pos,json=bodyPos" json:"body_pos,omitempty"`
+	// group is the number of the log that assigned the delivery (its
+	// machine's group, 0 for the metadata group): delivery_tag is that
+	// log's, and body_index names an entry of that log.
+	Group         uint32 `protobuf:"varint,10,opt,name=group" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[59]
+	mi := &file_command_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4947,7 +5009,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[59]
+	mi := &file_command_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4960,7 +5022,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{59}
+	return file_command_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -5026,6 +5088,13 @@ func (x *GetOk) GetBodyPos() uint32 {
 	return 0
 }
 
+func (x *GetOk) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
@@ -5034,7 +5103,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x85\x13\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xc2\x13\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -5083,7 +5152,8 @@ const file_command_proto_rawDesc = "" +
 	"\bhand_off\x18> \x01(\v2\x12.raftmq.v1.HandOffH\x00R\ahandOff\x12<\n" +
 	"\rhand_off_done\x18? \x01(\v2\x16.raftmq.v1.HandOffDoneH\x00R\vhandOffDone\x12;\n" +
 	"\fqueue_groups\x18@ \x01(\v2\x16.raftmq.v1.QueueGroupsH\x00R\vqueueGroups\x12>\n" +
-	"\rgroup_members\x18A \x01(\v2\x17.raftmq.v1.GroupMembersH\x00R\fgroupMembersB\x05\n" +
+	"\rgroup_members\x18A \x01(\v2\x17.raftmq.v1.GroupMembersH\x00R\fgroupMembers\x12;\n" +
+	"\fplace_queues\x18B \x01(\v2\x16.raftmq.v1.PlaceQueuesH\x00R\vplaceQueuesB\x05\n" +
 	"\x03cmd\"C\n" +
 	"\rConnectionRef\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
@@ -5355,7 +5425,8 @@ const file_command_proto_rawDesc = "" +
 	"\fGroupMembers\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x125\n" +
 	"\amembers\x18\x02 \x03(\v2\x1b.raftmq.v1.QueueGroupMemberR\amembers\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"6\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\r\n" +
+	"\vPlaceQueues\"6\n" +
 	"\x10QueueGroupMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x0f\n" +
@@ -5404,7 +5475,7 @@ const file_command_proto_rawDesc = "" +
 	"\x03get\x18\b \x01(\v2\x10.raftmq.v1.GetOkR\x03get\x12!\n" +
 	"\fconsumer_tag\x18\t \x01(\tR\vconsumerTag\x12\x14\n" +
 	"\x05index\x18\n" +
-	" \x01(\x04R\x05index\"\xb3\x02\n" +
+	" \x01(\x04R\x05index\"\xc9\x02\n" +
 	"\x05GetOk\x12!\n" +
 	"\fdelivery_tag\x18\x01 \x01(\x04R\vdeliveryTag\x12 \n" +
 	"\vredelivered\x18\x02 \x01(\bR\vredelivered\x12\x1a\n" +
@@ -5418,7 +5489,9 @@ const file_command_proto_rawDesc = "" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x1d\n" +
 	"\n" +
 	"body_index\x18\b \x01(\x04R\tbodyIndex\x12\x19\n" +
-	"\bbody_pos\x18\t \x01(\rR\abodyPosB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\bbody_pos\x18\t \x01(\rR\abodyPos\x12\x14\n" +
+	"\x05group\x18\n" +
+	" \x01(\rR\x05groupB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -5432,7 +5505,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -5486,14 +5559,15 @@ var file_command_proto_goTypes = []any{
 	(*QueueGroups)(nil),      // 49: raftmq.v1.QueueGroups
 	(*QueueGroup)(nil),       // 50: raftmq.v1.QueueGroup
 	(*GroupMembers)(nil),     // 51: raftmq.v1.GroupMembers
-	(*QueueGroupMember)(nil), // 52: raftmq.v1.QueueGroupMember
-	(*RestartLeases)(nil),    // 53: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 54: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 55: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 56: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 57: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 58: raftmq.v1.Result
-	(*GetOk)(nil),            // 59: raftmq.v1.GetOk
+	(*PlaceQueues)(nil),      // 52: raftmq.v1.PlaceQueues
+	(*QueueGroupMember)(nil), // 53: raftmq.v1.QueueGroupMember
+	(*RestartLeases)(nil),    // 54: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 55: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 56: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 57: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 58: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 59: raftmq.v1.Result
+	(*GetOk)(nil),            // 60: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -5524,68 +5598,69 @@ var file_command_proto_depIdxs = []int32{
 	42, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
 	47, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
 	48, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	53, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	54, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	54, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	55, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
 	43, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
 	44, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
 	45, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
 	46, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
 	35, // 34: raftmq.v1.Command.credit:type_name -> raftmq.v1.Credit
-	56, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	57, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	57, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	58, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
 	29, // 37: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
 	28, // 38: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
 	30, // 39: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
 	31, // 40: raftmq.v1.Command.hand_off_done:type_name -> raftmq.v1.HandOffDone
 	49, // 41: raftmq.v1.Command.queue_groups:type_name -> raftmq.v1.QueueGroups
 	51, // 42: raftmq.v1.Command.group_members:type_name -> raftmq.v1.GroupMembers
-	3,  // 43: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 44: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 45: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 46: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 47: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 48: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 49: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 50: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 51: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 52: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 53: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 54: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 55: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 56: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 57: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 58: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 59: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 60: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 61: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 62: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	11, // 63: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
-	3,  // 64: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
-	28, // 65: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
-	3,  // 66: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 67: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 68: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 69: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	4,  // 70: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 71: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 72: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 73: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 74: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 75: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 76: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 77: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 78: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	50, // 79: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
-	52, // 80: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
-	52, // 81: raftmq.v1.GroupMembers.members:type_name -> raftmq.v1.QueueGroupMember
-	55, // 82: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	59, // 83: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 84: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	85, // [85:85] is the sub-list for method output_type
-	85, // [85:85] is the sub-list for method input_type
-	85, // [85:85] is the sub-list for extension type_name
-	85, // [85:85] is the sub-list for extension extendee
-	0,  // [0:85] is the sub-list for field type_name
+	52, // 43: raftmq.v1.Command.place_queues:type_name -> raftmq.v1.PlaceQueues
+	3,  // 44: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 45: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 46: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 47: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 48: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 49: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 50: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 51: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 52: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 53: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 54: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 55: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 56: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 57: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 58: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 59: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 60: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 61: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 62: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 63: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	11, // 64: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
+	3,  // 65: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
+	28, // 66: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
+	3,  // 67: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 68: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 69: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 70: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	4,  // 71: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 72: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 73: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 74: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 75: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	2,  // 76: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	5,  // 77: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 78: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 79: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	50, // 80: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
+	53, // 81: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
+	53, // 82: raftmq.v1.GroupMembers.members:type_name -> raftmq.v1.QueueGroupMember
+	56, // 83: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	60, // 84: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 85: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	86, // [86:86] is the sub-list for method output_type
+	86, // [86:86] is the sub-list for method input_type
+	86, // [86:86] is the sub-list for extension type_name
+	86, // [86:86] is the sub-list for extension extendee
+	0,  // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -5636,6 +5711,7 @@ func file_command_proto_init() {
 		(*Command_HandOffDone)(nil),
 		(*Command_QueueGroups)(nil),
 		(*Command_GroupMembers)(nil),
+		(*Command_PlaceQueues)(nil),
 	}
 	file_command_proto_msgTypes[8].OneofWrappers = []any{
 		(*Value_Bool)(nil),
@@ -5663,7 +5739,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -17,3 +17,9 @@ func Enqueue(vhost, exchange, key, body string, props *proto.Properties, queues 
 func HandOffDone(upTo uint64) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_HandOffDone{HandOffDone: &proto.HandOffDone{UpTo: upTo}}}
 }
+
+// PlaceQueues is the command switching queue placement on in the
+// metadata log.
+func PlaceQueues() *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_PlaceQueues{PlaceQueues: &proto.PlaceQueues{}}}
+}

@@ -1,0 +1,159 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/raftmq/raftmq/internal/replycode"
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
+	"github.com/raftmq/raftmq/ttl"
+)
+
+// Placement (level 17, fsm/DESIGN.md "Queue groups"): the metadata log
+// decides which queue group holds a new queue. The queue's record stays
+// in the metadata machine (name, arguments, bindings: what routing
+// needs) with the group it was placed in; its messages, consumers and
+// deliveries are its group's. A copy the metadata log routes to a placed
+// queue therefore leaves through the metadata machine's outbox, pre-routed
+// (outEntry.queues), and a command on a placed queue's messages is
+// refused here: the node sends it to the queue's group.
+
+// applyPlaceQueues switches placement on, for good: queues placed stay
+// where they are, so there is no switching it off.
+func (s *state) applyPlaceQueues() *proto.Result {
+	if !s.atLeast(levelPlacement) {
+		// The state below the level is written in a format without
+		// placement (formatFor): it must hold none.
+		return refused(replycode.NotImplemented, fmt.Sprintf("NOT_IMPLEMENTED - queue placement needs protocol level %d; the log is at %d", levelPlacement, s.level))
+	}
+	if s.groups.id != 0 {
+		return refused(replycode.PreconditionFailed, fmt.Sprintf("PRECONDITION_FAILED - queues are placed by the metadata log; this log is group %d's", s.groups.id))
+	}
+	s.placing = true
+	return &proto.Result{}
+}
+
+// placeable reports whether a new queue declared by c may live in a
+// queue group. An exclusive or auto-delete queue lives and dies with its
+// connection or consumers, and an x-expires lease with its use: the
+// metadata group keeps them, where the connections and the leases are
+// decided today.
+func placeable(c *proto.QueueDeclare) bool {
+	if c.GetExclusive() || c.GetAutoDelete() {
+		return false
+	}
+	_, expires := tableGet(c.GetArguments(), ttl.ArgExpires)
+	return !expires
+}
+
+// placeFor is the group a new queue declared by c is placed in, "" for
+// the metadata group: with placement on, the queue group with the fewest
+// queues placed in it, the earliest of the log's groups on a tie. It
+// reads the state only, so every replica places alike.
+func (s *state) placeFor(c *proto.QueueDeclare) string {
+	if !s.placing || s.groups.id != 0 || len(s.queueGroups) == 0 || !placeable(c) {
+		return ""
+	}
+	best, fewest := "", 0
+	for _, g := range s.queueGroups {
+		if n := s.placed[g.ID]; best == "" || n < fewest {
+			best, fewest = g.ID, n
+		}
+	}
+	return best
+}
+
+// place records q as placed in group (a declare, a restore).
+func (s *state) place(q *queueState, group string) {
+	q.group = group
+	if group == "" {
+		return
+	}
+	if s.placed == nil {
+		s.placed = map[string]int{}
+	}
+	s.placed[group]++
+}
+
+// unplace forgets q's placement as q is deleted.
+func (s *state) unplace(q *queueState) {
+	if q.group != "" {
+		s.placed[q.group]--
+	}
+}
+
+// elsewhere refuses a command on the messages of q when q is placed in a
+// queue group: the node sends such commands to the group.
+func elsewhere(q *queueState) *proto.Result {
+	if q.group == "" {
+		return nil
+	}
+	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" lives in group "+q.group)
+}
+
+// splitPlaced separates the targets this machine holds from the names of
+// those placed in queue groups, in the order of targets. Without placed
+// targets it returns targets as they are.
+func splitPlaced(targets []*queueState) (held []*queueState, placed []string) {
+	i := slices.IndexFunc(targets, func(q *queueState) bool { return q.group != "" })
+	if i < 0 {
+		return targets, nil
+	}
+	held = slices.Clone(targets[:i])
+	for _, q := range targets[i:] {
+		if q.group != "" {
+			placed = append(placed, q.name)
+		} else {
+			held = append(held, q)
+		}
+	}
+	return held, placed
+}
+
+// toOutboxRouted keeps one copy of m for the queues placed in queue
+// groups that a routing in this log reached: pre-routed, the node hands
+// it to each queue's group without routing it again. m's body is named
+// in this log, as the outbox's entries are, so the snapshot's Bodies
+// keep it until HandOffDone forgets the entry.
+func (s *state) toOutboxRouted(vhost string, queues []string, m *queue.Message, deadLettered bool) {
+	s.groups.out.seq++
+	s.groups.out.entries = append(s.groups.out.entries, &outEntry{key: s.groups.out.seq, index: s.index,
+		vhost: vhost, exchange: m.Exchange, keys: []string{m.RoutingKey}, m: m, deadLettered: deadLettered, queues: queues})
+}
+
+// QueuePlacement is the queue group a queue is placed in: "" for a queue
+// the metadata group holds, ok false for no such queue.
+func (m *Machine) QueuePlacement(vhost, name string) (group string, ok bool) {
+	v, ok := m.vhosts[vhost]
+	if !ok {
+		return "", false
+	}
+	q, ok := v.queues[name]
+	if !ok {
+		return "", false
+	}
+	return q.group, true
+}
+
+// PlacedQueues is the declares that create, in group's log, the queues
+// placed in it (vhost, name, durable, arguments), sorted by vhost and
+// name: its leader proposes them into the group's log.
+func (m *Machine) PlacedQueues(group string) []*proto.QueueDeclare {
+	var out []*proto.QueueDeclare
+	if group == "" {
+		return nil
+	}
+	for _, vk := range sortedKeys(m.vhosts) {
+		v := m.vhosts[vk]
+		for _, qk := range sortedKeys(v.queues) {
+			if q := v.queues[qk]; q.group == group {
+				out = append(out, &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)})
+			}
+		}
+	}
+	return out
+}
+
+// Placing reports whether PlaceQueues switched placement on.
+func (m *Machine) Placing() bool { return m.placing }
