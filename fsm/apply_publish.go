@@ -196,10 +196,15 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 	v := s.vhosts[q.vhost]
 	x, held := v.exchanges[dlx]
 	if !held && s.groups.id == 0 {
-		// No such exchange: dropped. A queue group holds no exchanges
-		// (groups.go): there the message leaves through the outbox.
+		// No such exchange: dropped. A queue group routes on no
+		// exchange (groups.go): there the message leaves through the
+		// outbox.
 		return
 	}
+	// A queue group's log may hold a vhost's default exchanges (its
+	// VhostPut made them), never its bindings: its dead letters are
+	// routed on the metadata group's.
+	held = held && s.groups.id == 0
 	old := m.Properties()
 	deaths := readDeaths(old.GetHeaders())
 	keys := append([]string{m.RoutingKey}, headerKeys(old.GetHeaders(), "CC")...)
