@@ -577,10 +577,8 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 	if !m.NoAck {
 		ref = ch.ref()
 	}
-	// The log tag is the queue's log's; GetOk does not say which group
-	// that is yet, so it is taken as the metadata group's (group 0),
-	// where every queue lives until queues are placed in groups.
-	const group = 0
+	// The log tag is that of the queue's group's log, which GetOk names.
+	group := g.GetGroup()
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.c.sendDecided(ch.id, &wire.BasicGetOk{

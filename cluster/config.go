@@ -105,6 +105,12 @@ type GroupConfig struct {
 	// hold yet, once every server announces the protocol level that
 	// knows them; a group once created stays (queue_groups.go).
 	QueueGroups int
+	// PlaceQueues places new queues into the queue groups (placement.go):
+	// the metadata leader switches it on in the log once queue groups
+	// exist and every server announces the level that knows it. Until a
+	// node that is no member of a queue's group can serve it, this is for
+	// clusters whose every node is a member of every group (3 nodes).
+	PlaceQueues bool
 	// LeadershipBalanceAfter is how long a queue group's leader must
 	// have led it, and the member meant to lead it been online, before
 	// the leadership is handed back to that member; also the least time

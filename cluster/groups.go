@@ -119,10 +119,6 @@ func (n *Node) Groups() []GroupStatus {
 	return out
 }
 
-// QueueGroup is the id of the group that holds the queue: the metadata
-// group, for every queue, until queue groups exist.
-func (n *Node) QueueGroup(vhost, name string) string { return group.DefaultID }
-
 // leading is the raft of group id, which this node must lead to change
 // its membership or leadership.
 func (n *Node) leading(id string) (*raft.Raft, error) {

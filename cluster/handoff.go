@@ -5,17 +5,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
-// The hand-off of a queue group's outbox (DESIGN.md, "Across groups,
-// exactly once"): a message that dies into an exchange the group does not
-// hold waits in the group's outbox, which is state. The group's leader
-// routes each on the metadata group's exchanges and bindings, proposes a
-// HandOff keyed by (this group's number, the entry's key) to each group
-// holding queues it reaches, and once every one has committed, HandOffDone
-// up to the last key in this group. A target applies each key once, so a
+// The hand-off of a group's outbox (DESIGN.md, "Across groups, exactly
+// once"): a message that dies in a queue group into an exchange the group
+// does not hold, and in the metadata group a message routed to a queue
+// placed in a queue group, waits in the group's outbox, which is state.
+// The group's leader routes each on the metadata group's exchanges and
+// bindings (the metadata group's entries come routed), proposes a HandOff
+// keyed by (this group's number, the entry's key) to each group holding
+// queues it reaches, and once every one has committed, HandOffDone up to
+// the last key in this group. A target applies each key once, so a
 // hand-off repeated by a new leader, a replay or a retry after an unknown
 // outcome changes nothing; the source forgets a message only after its
 // targets committed it.
@@ -30,13 +33,13 @@ const (
 	handOffBackoff = 5 * time.Second
 )
 
-// handOffLoop hands qg's outbox off, on its leader, until ctx ends: a
+// handOffLoop hands g's outbox off, on its leader, until ctx ends: a
 // round whenever the group applied more, and again after a failure.
-func (n *Node) handOffLoop(ctx context.Context, qg *queueGroup) {
+func (n *Node) handOffLoop(ctx context.Context, g *group.Group) {
 	backoff := time.Duration(0)
 	for {
-		_, applied := qg.g.Applied().Load()
-		more, err := n.handOffRound(ctx, qg)
+		_, applied := g.Applied().Load()
+		more, err := n.handOffRound(ctx, g)
 		if ctx.Err() != nil {
 			return
 		}
@@ -44,7 +47,7 @@ func (n *Node) handOffLoop(ctx context.Context, qg *queueGroup) {
 		switch {
 		case err != nil:
 			backoff = min(max(2*backoff, 100*time.Millisecond), handOffBackoff)
-			n.log.Warn("handing off a queue group's outbox failed", "group", qg.id, "err", err, "retry", backoff)
+			n.log.Warn("handing off a group's outbox failed", "group", g.ID(), "err", err, "retry", backoff)
 			retry = time.After(backoff)
 			applied = nil // wait out the backoff
 		case more:
@@ -64,15 +67,15 @@ func (n *Node) handOffLoop(ctx context.Context, qg *queueGroup) {
 
 // handOffRound hands off the outbox's first entries (at most a batch):
 // it reports whether more wait behind them.
-func (n *Node) handOffRound(ctx context.Context, qg *queueGroup) (more bool, err error) {
+func (n *Node) handOffRound(ctx context.Context, g *group.Group) (more bool, err error) {
 	var entries []fsm.OutboxEntry
 	var source uint32
 	var waiting int
-	qg.g.State().View(func(m *fsm.Machine) {
+	g.State().View(func(m *fsm.Machine) {
 		source, waiting = m.Group(), m.OutboxLen()
 		entries = m.Outbox(0, handOffBatch)
 	})
-	if len(entries) == 0 || source == 0 {
+	if len(entries) == 0 {
 		return false, nil
 	}
 	// Every entry routed on one reading of the metadata group's state.
@@ -81,12 +84,33 @@ func (n *Node) handOffRound(ctx context.Context, qg *queueGroup) (more bool, err
 		held, ok bool
 	}
 	routes := make([]route, len(entries))
-	n.View(func(m *fsm.Machine) {
-		for i, e := range entries {
-			r := &routes[i]
-			r.queues, r.held, r.ok = m.Route(e.Vhost, e.Exchange, e.RoutingKeys, e.Properties)
+	routeAll := func() (nowhere bool) {
+		n.View(func(m *fsm.Machine) {
+			for i, e := range entries {
+				r := &routes[i]
+				if len(e.Queues) > 0 {
+					// Routed in the metadata log as it was published.
+					r.queues, r.ok = e.Queues, true
+					continue
+				}
+				r.queues, r.held, r.ok = m.Route(e.Vhost, e.Exchange, e.RoutingKeys, e.Properties)
+				nowhere = nowhere || len(r.queues) == 0 && !r.held
+			}
+		})
+		return nowhere
+	}
+	if routeAll() {
+		// A message routed to no queue is dropped, as RabbitMQ drops a
+		// dead letter it cannot route. This node's metadata may lag the
+		// metadata log, though (an exchange or binding made a moment
+		// ago on another node): a Tick through the metadata log comes
+		// back once this node applied everything committed before it,
+		// and the entries are routed again on that.
+		if _, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+			return false, fmt.Errorf("bringing the metadata up to date before dropping an unroutable message: %w", err)
 		}
-	})
+		routeAll()
+	}
 	// The commands for each target group, in key order.
 	targets := map[string][]*proto.Command{}
 	var order []string
@@ -105,7 +129,7 @@ func (n *Node) handOffRound(ctx context.Context, qg *queueGroup) (more bool, err
 		}
 		body := e.InlineBody
 		if ok && len(queues) > 0 && body == nil {
-			if body, err = qg.g.ReadBody(e.Body); err != nil {
+			if body, err = g.ReadBody(e.Body); err != nil {
 				if last == 0 {
 					return false, fmt.Errorf("outbox key %d: %w", e.Key, err)
 				}
@@ -117,6 +141,7 @@ func (n *Node) handOffRound(ctx context.Context, qg *queueGroup) (more bool, err
 		}
 		bytes += len(body)
 		last = e.Key
+
 		byGroup := map[string][]string{}
 		for _, q := range queues {
 			g := n.QueueGroup(e.Vhost, q)
@@ -140,7 +165,7 @@ func (n *Node) handOffRound(ctx context.Context, qg *queueGroup) (more bool, err
 			}
 		}
 	}
-	res, err := qg.g.Submitter().SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_HandOffDone{HandOffDone: &proto.HandOffDone{UpTo: last}}}})
+	res, err := g.Submitter().SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_HandOffDone{HandOffDone: &proto.HandOffDone{UpTo: last}}}})
 	if err != nil {
 		return false, fmt.Errorf("acknowledging up to key %d: %w", last, err)
 	}

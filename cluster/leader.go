@@ -95,7 +95,8 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	}
 
 	var wg sync.WaitGroup
-	loops := append(append([]func(context.Context){n.initDefaults}, n.dueDuties(n.group)...), n.reconcileLoop)
+	loops := append(append([]func(context.Context){n.initDefaults}, n.dueDuties(n.group)...), n.reconcileLoop,
+		func(ctx context.Context) { n.handOffLoop(ctx, n.group) })
 	for _, loop := range loops {
 		wg.Add(1)
 		go func() {
@@ -227,6 +228,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 		n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
 		n.proposeQueueGroups(ctx)
+		n.proposePlacement(ctx)
 		_ = n.spreadQueueGroups(ctx, &spread, false)
 		select {
 		case <-wait:

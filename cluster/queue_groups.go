@@ -352,14 +352,16 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 // runGroupDuties runs, on the group's leader, the duties that fall due
 // on the group's log clock (dueDuties: deaths, leases, consumer timeouts,
 // delayed releases of its queues), decided in the group's own log as the
-// metadata leader decides them in its, and the hand-off of its outbox
-// (handOffLoop), each on its own goroutine. The
+// metadata leader decides them in its, the hand-off of its outbox
+// (handOffLoop) and the mirror of what the metadata placed in it
+// (mirrorLoop), each on its own goroutine. The
 // function it returns ends them and waits for them to return; so does
 // the group's closing.
 func (n *Node) runGroupDuties(qg *queueGroup) func() {
 	ctx, cancel := n.untilClosed(context.Background())
 	var wg sync.WaitGroup
-	duties := append(n.dueDuties(qg.g), func(ctx context.Context) { n.handOffLoop(ctx, qg) })
+	duties := append(n.dueDuties(qg.g), func(ctx context.Context) { n.handOffLoop(ctx, qg.g) },
+		func(ctx context.Context) { n.mirrorLoop(ctx, qg) })
 	for _, duty := range duties {
 		wg.Add(1)
 		go func() {

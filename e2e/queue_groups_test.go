@@ -18,20 +18,26 @@ type groupRow struct {
 
 // groupsOn is the groups node n runs, by name, as raftmqctl lists them.
 func groupsOn(t *testing.T, n *Node) (map[string]groupRow, error) {
+	return ctlRows(t, n, func(r groupRow) string { return r.Name }, "list_groups", "name", "leader", "members", "online")
+}
+
+// ctlRows runs a raftmqctl listing with --json on n and returns its rows
+// by name.
+func ctlRows[R any](t *testing.T, n *Node, name func(R) string, args ...string) (map[string]R, error) {
 	t.Helper()
-	out, errOut, code := ctlRun(t, n, "--json", "list_groups", "name", "leader", "members", "online")
+	out, errOut, code := ctlRun(t, n, append([]string{"--json"}, args...)...)
 	if code != 0 {
-		return nil, fmt.Errorf("raftmqctl list_groups on %s: exit %d: %s", n.ID, code, errOut)
+		return nil, fmt.Errorf("raftmqctl %s on %s: exit %d: %s", args[0], n.ID, code, errOut)
 	}
-	var rows []groupRow
+	var rows []R
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		return nil, fmt.Errorf("%s: %w: %s", n.ID, err, out)
 	}
-	gs := map[string]groupRow{}
+	by := map[string]R{}
 	for _, r := range rows {
-		gs[r.Name] = r
+		by[name(r)] = r
 	}
-	return gs, nil
+	return by, nil
 }
 
 // Three real nodes started with --queue-groups 3 run the metadata group

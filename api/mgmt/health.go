@@ -209,7 +209,7 @@ func (q *req) leadersCheck() error {
 		q.view(func(s ops.State) {
 			for _, x := range s.Queues(vhost) {
 				if q.user.seesVhost(x.GetVhost()) && re.MatchString(x.GetName()) &&
-					leaderless[q.m.node.QueueGroup(x.GetVhost(), x.GetName())] {
+					leaderless[x.GetRaftGroup()] {
 					list = append(list, map[string]string{
 						"readable_name": fmt.Sprintf("queue '%s' in vhost '%s'", x.GetName(), x.GetVhost()),
 						"name":          x.GetName(), "virtual_host": x.GetVhost(), "type": "rabbit_quorum_queue"})

@@ -45,7 +45,7 @@ func (q *req) queueJSON(x *proto.QueueInfo, pols map[string]*proto.PolicyInfo, g
 		owner = map[string]any{"name": x.GetOwnerConnection()}
 	}
 	key := [2]string{x.GetVhost(), x.GetName()}
-	g := groups.of(q.m.node, x)
+	g := groups.of(x)
 	out := q.m.rates.details(map[string]uint64{"messages": x.GetReady() + x.GetUnacked(), "messages_ready": x.GetReady(),
 		"messages_unacknowledged": x.GetUnacked()}, &key, q.lenRange, true, lengthKeys...)
 	maps.Copy(out, map[string]any{
@@ -161,8 +161,8 @@ type queueGroups map[string]groupView
 
 // of is the group of queue x; an empty one (no leader, no members) when
 // this node does not know it.
-func (gs queueGroups) of(n ops.Node, x *proto.QueueInfo) groupView {
-	if g, ok := gs[n.QueueGroup(x.GetVhost(), x.GetName())]; ok {
+func (gs queueGroups) of(x *proto.QueueInfo) groupView {
+	if g, ok := gs[x.GetRaftGroup()]; ok {
 		return g
 	}
 	return groupView{members: []string{}, online: []string{}}

@@ -4,15 +4,21 @@ import (
 	"context"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
 // FromCluster adapts a running cluster node to Node.
-func FromCluster(n *cluster.Node) Node { return clusterNode{n} }
+func FromCluster(n *cluster.Node) Node { return clusterNode{n, broker.New(n, nil)} }
 
 // clusterNode is a *cluster.Node seen as a Node (and a ConsistentViewer).
-type clusterNode struct{ n *cluster.Node }
+// Its commands go where the AMQP server's go (cluster/broker): a purge
+// or delete of a queue placed in a queue group reaches that group.
+type clusterNode struct {
+	n *cluster.Node
+	b *broker.Broker
+}
 
 // NodeID implements Node.
 func (c clusterNode) NodeID() string { return c.n.NodeID() }
@@ -25,17 +31,80 @@ func (c clusterNode) Leader() (id, addr string) { return c.n.Leader() }
 
 // Submit implements Node.
 func (c clusterNode) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
-	return c.n.Submit(ctx, cmd)
+	return c.b.Submit(ctx, cmd)
 }
 
 // View implements Node.
 func (c clusterNode) View(fn func(State)) {
-	c.n.View(func(m *fsm.Machine) { fn(machineState(m)) })
+	c.n.View(func(m *fsm.Machine) { fn(c.placed(m)) })
 }
 
 // ConsistentView implements ConsistentViewer.
 func (c clusterNode) ConsistentView(ctx context.Context, fn func(State)) error {
-	return c.n.ConsistentView(ctx, func(m *fsm.Machine) { fn(machineState(m)) })
+	return c.n.ConsistentView(ctx, func(m *fsm.Machine) { fn(c.placed(m)) })
+}
+
+// placed is the metadata machine m as a State, with the queues it placed
+// in queue groups this node runs shown as their groups hold them (their
+// messages, their consumers). Called under the metadata group's lock; it
+// takes each group's after it, the order the mirror takes them in.
+func (c clusterNode) placed(m *fsm.Machine) State {
+	if !m.Placing() {
+		return machineState(m)
+	}
+	p := placedState{Machine: m, queues: map[string]*proto.QueueInfo{}}
+	for _, id := range c.n.RunningQueueGroups() {
+		c.n.ViewGroup(id, func(g *fsm.Machine) {
+			for _, q := range g.Queues("") {
+				if at, ok := m.QueuePlacement(q.GetVhost(), q.GetName()); ok && at == id {
+					q.RaftGroup = id
+					p.queues[q.GetVhost()+"\x00"+q.GetName()] = q
+				}
+			}
+			for _, x := range g.Consumers("") {
+				if at, ok := m.QueuePlacement(x.GetVhost(), x.GetQueue()); ok && at == id {
+					p.consumers = append(p.consumers, x)
+				}
+			}
+		})
+	}
+	return p
+}
+
+// placedState is a metadata machine whose placed queues read from their
+// groups.
+type placedState struct {
+	*fsm.Machine
+	queues    map[string]*proto.QueueInfo // by vhost and name
+	consumers []*proto.ConsumerInfo
+}
+
+func (p placedState) Queues(vhost string) []*proto.QueueInfo {
+	qs := p.Machine.Queues(vhost)
+	for i, q := range qs {
+		if g, ok := p.queues[q.GetVhost()+"\x00"+q.GetName()]; ok {
+			qs[i] = g
+		}
+	}
+	return qs
+}
+
+func (p placedState) Queue(vhost, name string) (*proto.QueueInfo, bool) {
+	q, ok := p.Machine.Queue(vhost, name)
+	if g, placed := p.queues[vhost+"\x00"+name]; ok && placed {
+		q = g
+	}
+	return q, ok
+}
+
+func (p placedState) Consumers(vhost string) []*proto.ConsumerInfo {
+	out := p.Machine.Consumers(vhost)
+	for _, x := range p.consumers {
+		if vhost == "" || x.GetVhost() == vhost {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // ClockProblem implements ClockChecker.
@@ -80,7 +149,6 @@ func (c clusterNode) RemoveNode(_ context.Context, id string) error {
 func (c clusterNode) Groups() []GroupStatus { return c.n.Groups() }
 
 // QueueGroup implements Node.
-func (c clusterNode) QueueGroup(vhost, name string) string { return c.n.QueueGroup(vhost, name) }
 
 // GrowGroups implements Node.
 func (c clusterNode) GrowGroups(ctx context.Context, id string, even bool) ([]GroupChange, error) {
@@ -99,7 +167,7 @@ func (c clusterNode) RebalanceGroups(ctx context.Context) (map[string]int, error
 
 // SubmitBatch implements BatchSubmitter for a cluster node.
 func (c clusterNode) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
-	return c.n.SubmitBatch(ctx, cmds)
+	return c.b.SubmitBatch(ctx, cmds)
 }
 
 // machineState is the machine as a State; the assertion below keeps the

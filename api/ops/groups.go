@@ -38,7 +38,7 @@ func (s *Service) ListGroups(_ context.Context, _ *proto.ListGroupsRequest) (*pr
 // queueGroupNames sets each queue's raft_group to its group's name.
 func (s *Service) queueGroupNames(qs ...*proto.QueueInfo) {
 	for _, q := range qs {
-		q.RaftGroup = cluster.GroupName(s.node.QueueGroup(q.GetVhost(), q.GetName()))
+		q.RaftGroup = cluster.GroupName(q.GetRaftGroup())
 	}
 }
 
@@ -83,7 +83,7 @@ func changeGroups[Req any](ctx context.Context, s *Service, id string, req Req,
 		}
 		s.node.View(func(st State) {
 			for _, q := range st.Queues("") {
-				if gc, ok := byGroup[s.node.QueueGroup(q.GetVhost(), q.GetName())]; ok {
+				if gc, ok := byGroup[q.GetRaftGroup()]; ok {
 					resp.Queues = append(resp.Queues, &proto.QueueChange{Vhost: q.GetVhost(), Name: q.GetName(),
 						Group: gc.GetGroup(), Size: gc.GetSize(), Result: gc.GetResult()})
 				}
@@ -144,7 +144,7 @@ func (s *Service) RebalanceGroups(ctx context.Context, req *proto.RebalanceGroup
 		}
 		s.node.View(func(st State) {
 			for _, q := range st.Queues("") {
-				nl, ok := byNode[leaders[s.node.QueueGroup(q.GetVhost(), q.GetName())]]
+				nl, ok := byNode[leaders[q.GetRaftGroup()]]
 				if !ok {
 					continue
 				}

@@ -38,10 +38,9 @@ type Node interface {
 	// RemoveNode removes a node from the raft configuration. Only the leader
 	// can do it.
 	RemoveNode(ctx context.Context, id string) error
-	// Groups lists the Raft groups this node knows, by id; QueueGroup is
-	// the id of the group that holds a queue.
+	// Groups lists the Raft groups this node knows, by id (a queue's
+	// QueueInfo.RaftGroup names the one that holds it).
 	Groups() []GroupStatus
-	QueueGroup(vhost, name string) string
 	// GrowGroups, ShrinkGroups and RebalanceGroups are rabbitmq-queues
 	// grow, shrink and rebalance over the groups (cluster.Node's).
 	GrowGroups(ctx context.Context, id string, even bool) ([]GroupChange, error)

@@ -27,9 +27,12 @@ type Broker struct {
 	// peers counts a vhost's connections on the other nodes; set once
 	// the service that asks them exists (SetPeerConnections).
 	peers atomic.Pointer[func(ctx context.Context, vhost string) int]
-	// groupSubmit proposes commands to the log of a queue group (not
-	// group 0); nil until queue groups are served from this node.
-	groupSubmit func(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error)
+	// consumers remembers which queue group each consumer of this
+	// node's channels consumes in (route.go).
+	consumers consumers
+	// placed is set once the metadata log places queues, which it then
+	// does for good.
+	placed atomic.Bool
 }
 
 // New serves the AMQP server from node; observe, when set, is told how
@@ -66,35 +69,48 @@ func (b *Broker) PeerConnections(ctx context.Context, vhost string) int {
 // SilenceEpoch counts the node's silences (amqp.Silences).
 func (b *Broker) SilenceEpoch() uint64 { return b.node.SilenceEpoch() }
 
-// Submit proposes cmd through the node's log (Node.Submit).
+// Submit proposes cmd through the log of the group it concerns
+// (route.go): the metadata log (Node.Submit) unless the log places
+// queues in queue groups.
 func (b *Broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result, error) {
 	if b.observe != nil {
 		defer b.timed(time.Now())
 	}
-	return b.node.Submit(ctx, cmd)
+	if !b.placing() {
+		return b.node.Submit(ctx, cmd)
+	}
+	res, err := b.submitRouted(ctx, []*proto.Command{cmd})
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
 }
 
-// SubmitBatch proposes cmds as one unit (Node.SubmitBatch).
+// SubmitBatch proposes cmds as one unit (Node.SubmitBatch), each unit
+// within one group when the log places queues in queue groups
+// (route.go).
 func (b *Broker) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
 	if b.observe != nil {
 		defer b.timed(time.Now())
 	}
-	return b.node.SubmitBatch(ctx, cmds)
+	return b.submitRouted(ctx, cmds)
 }
 
 // SubmitGroup proposes cmds to the log of group as one unit: group 0 is
-// the node's own log (SubmitBatch), the others are groupSubmit's.
+// the metadata log (SubmitBatch), the others the queue groups the
+// metadata log numbers (Node.GroupID).
 func (b *Broker) SubmitGroup(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error) {
 	if group == 0 {
 		return b.SubmitBatch(ctx, cmds)
 	}
-	if b.groupSubmit == nil {
-		return nil, fmt.Errorf("no log of queue group %d on this node", group)
+	id := b.node.GroupID(group)
+	if id == "" {
+		return nil, fmt.Errorf("no queue group numbered %d in the metadata log", group)
 	}
 	if b.observe != nil {
 		defer b.timed(time.Now())
 	}
-	return b.groupSubmit(ctx, group, cmds)
+	return b.node.SubmitGroup(ctx, id, cmds)
 }
 
 func (b *Broker) timed(start time.Time) { b.observe(time.Since(start)) }
@@ -117,20 +133,25 @@ func (b *Broker) Authenticate(user, password string) (tags []string, ok bool) {
 }
 
 // Unacked returns those of tags the applied state of group's log holds
-// as unacknowledged deliveries of the channel. Only group 0's state is
-// read here so far: no delivery of another group reaches this node yet.
+// as unacknowledged deliveries of the channel. A group this node does
+// not run reports every tag unacknowledged: the caller then settles them
+// again, which the log ignores for a tag settled, rather than taking an
+// unknown outcome for a settlement.
 func (b *Broker) Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) (out []uint64) {
-	if group != 0 {
-		return nil
+	if group == 0 {
+		b.node.View(func(m *fsm.Machine) { out = m.Unacked(ch, tags) })
+		return out
 	}
-	b.node.View(func(m *fsm.Machine) { out = m.Unacked(ch, tags) })
+	if !b.node.ViewGroup(b.node.GroupID(group), func(m *fsm.Machine) { out = m.Unacked(ch, tags) }) {
+		return tags
+	}
 	return out
 }
 
-// ConsumerLoad returns what the applied state holds of a consumer's credit
-// and its queue.
+// ConsumerLoad returns what the applied state of the consumer's group
+// holds of its credit and its queue.
 func (b *Broker) ConsumerLoad(ref *proto.ConsumerRef) (l fsm.ConsumerLoad, ok bool) {
-	b.node.View(func(m *fsm.Machine) { l, ok = m.ConsumerLoad(ref) })
+	b.node.ViewGroup(b.consumers.get(ref), func(m *fsm.Machine) { l, ok = m.ConsumerLoad(ref) })
 	return l, ok
 }
 

@@ -46,6 +46,7 @@ type config struct {
 	RaftTimeout     time.Duration
 	MaxClockOffset  time.Duration
 	QueueGroups     int
+	PlaceQueues     bool
 	Cluster         clusterSecurity
 
 	// TLS is the AMQPS listener and its certificates.
@@ -105,7 +106,8 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.AMQPAddr, "amqp-addr", ":5672", "AMQP 0-9-1 listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":5680", "gRPC listen address (admin API and internal forwarding)")
 	fs.StringVar(&c.RaftAddr, "raft-addr", ":5681", "Raft transport listen address")
-	fs.IntVar(&c.QueueGroups, "queue-groups", 0, "how many queue groups (Raft groups besides the metadata group) the cluster runs, 0 to 64; the metadata leader's value counts, a group once created stays (queues do not use them yet)")
+	fs.IntVar(&c.QueueGroups, "queue-groups", 0, "how many queue groups (Raft groups besides the metadata group) the cluster runs, 0 to 64; the metadata leader's value counts, a group once created stays; queues live in them with --place-queues")
+	fs.BoolVar(&c.PlaceQueues, "place-queues", false, "place new durable queues (not exclusive, auto-delete or with x-expires) into the queue groups; the metadata leader's value counts, and once on it stays on. For clusters whose every node is a member of every queue group (up to 3 nodes)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "memberlist gossip listen address (TCP and UDP)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":15692", "HTTP listen address for /metrics, /healthz and /readyz")
 	fs.StringVar(&c.Advertise, "advertise-host", "", "host or IP other nodes reach this node at (default: the listen host, else the host name)")

@@ -228,7 +228,6 @@ func (n *Node) Groups() []ops.GroupStatus {
 	slices.SortFunc(g.Members, func(a, b ops.GroupMember) int { return strings.Compare(a.ID, b.ID) })
 	return []ops.GroupStatus{g}
 }
-func (n *Node) QueueGroup(string, string) string { return "" }
 func (n *Node) GrowGroups(_ context.Context, id string, _ bool) ([]ops.GroupChange, error) {
 	n.Mu.Lock()
 	defer n.Mu.Unlock()

@@ -1,0 +1,272 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/broker"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
+)
+
+// placedCluster is a test cluster of three nodes that places new queues
+// into three queue groups, each node serving AMQP; it returns once every
+// node runs every group and placement is on.
+func placedCluster(t *testing.T) (*clustertest.Cluster, []string) {
+	t.Helper()
+	const n = 3
+	servers := make([]*Server, n)
+	c := clustertest.New(t, n, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		servers[i] = NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CloseTimeout: time.Second})
+		cfg.Effects = servers[i]
+		cfg.QueueGroups = 3
+		cfg.PlaceQueues = true
+	}))
+	c.WaitForLeader(clustertest.Timeout)
+	urls := make([]string, n)
+	for i, srv := range servers {
+		node := c.Nodes[i].Node()
+		<-node.Ready()
+		srv.SetBroker(broker.New(node, nil))
+		urls[i] = "amqp://guest:guest@" + serveLoopback(t, srv) + "/"
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, nd := range c.Live() {
+			var on bool
+			var users bool
+			nd.View(func(m *fsm.Machine) { on, users = m.Placing(), m.Initialized() })
+			if !on || !users {
+				return fmt.Errorf("%s: placement %v, defaults %v", nd.NodeID(), on, users)
+			}
+			if got := nd.RunningQueueGroups(); len(got) != 3 {
+				return fmt.Errorf("%s runs groups %v", nd.NodeID(), got)
+			}
+			for _, id := range nd.RunningQueueGroups() {
+				var k uint32
+				nd.ViewGroup(id, func(m *fsm.Machine) { k = m.Group() })
+				if k == 0 {
+					return fmt.Errorf("%s: group %s has no number yet", nd.NodeID(), id)
+				}
+			}
+		}
+		return nil
+	})
+	return c, urls
+}
+
+func dialT(t *testing.T, url string) (*amqp091.Connection, *amqp091.Channel) {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, ch
+}
+
+// Queues declared on a cluster with queue groups live in the groups,
+// spread over them; a client on any node publishes to them through the
+// metadata log, and one channel consumes from queues of two groups,
+// whose logs number their deliveries alike, acknowledging across both
+// with one multiple ack; basic.get, purge, dead-lettering from one
+// group's queue into another's and delete work as on one log.
+func TestPlacement_QueuesLiveInGroupsAndServeAsBefore(t *testing.T) {
+	c, urls := placedCluster(t)
+	_, pub := dialT(t, urls[0])
+	_, sub := dialT(t, urls[1])
+	names := []string{"p-a", "p-b", "p-c", "p-dlx"}
+	for _, q := range names {
+		args := amqp091.Table{}
+		if q == "p-c" {
+			args["x-dead-letter-exchange"] = ""
+			args["x-dead-letter-routing-key"] = "p-dlx"
+		}
+		if _, err := pub.QueueDeclare(q, true, false, false, false, args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := c.Nodes[2].Node()
+	groups := map[string]string{}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, q := range names {
+			g := node.QueueGroup("/", q)
+			if g == "" {
+				return fmt.Errorf("queue %s was not placed into a queue group", q)
+			}
+			groups[q] = g
+		}
+		return nil
+	})
+	if groups["p-a"] == groups["p-b"] {
+		t.Fatalf("p-a and p-b share group %s: placement did not spread them (%v)", groups["p-a"], groups)
+	}
+	// The metadata log holds the record, the group the messages.
+	const each = 20
+	if err := pub.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := pub.NotifyPublish(make(chan amqp091.Confirmation, 3*each))
+	for i := range each {
+		for _, q := range []string{"p-a", "p-b", "p-c"} {
+			if err := pub.Publish("", q, true, false, amqp091.Publishing{Body: []byte(fmt.Sprintf("%s-%d", q, i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	returns := pub.NotifyReturn(make(chan amqp091.Return, 1))
+	for range 3 * each {
+		select {
+		case cf := <-confirms:
+			if !cf.Ack {
+				t.Fatalf("publish %d nacked", cf.DeliveryTag)
+			}
+		case <-time.After(clustertest.Timeout):
+			t.Fatal("no confirm")
+		}
+	}
+	select {
+	case r := <-returns:
+		t.Fatalf("a mandatory publish to a placed queue was returned: %+v", r)
+	default:
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, q := range []string{"p-a", "p-b", "p-c"} {
+			qi, err := sub.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if qi.Messages != each {
+				return fmt.Errorf("%s: %d messages, want %d", q, qi.Messages, each)
+			}
+		}
+		return nil
+	})
+
+	// One channel, two groups: wire tags distinct and ascending.
+	if err := sub.Qos(100, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	da, err := sub.Consume("p-a", "ca", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sub.Consume("p-b", "cb", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tags []uint64
+	seen := map[string]bool{}
+	for len(seen) < 2*each {
+		var d amqp091.Delivery
+		select {
+		case d = <-da:
+		case d = <-db:
+		case <-time.After(clustertest.Timeout):
+			t.Fatalf("%d of %d delivered", len(seen), 2*each)
+		}
+		if seen[string(d.Body)] {
+			t.Fatalf("%s delivered twice", d.Body)
+		}
+		seen[string(d.Body)] = true
+		tags = append(tags, d.DeliveryTag)
+	}
+	// amqp091 hands each consumer's deliveries to its own Go channel,
+	// so the order across the two is lost here: the tags must be
+	// 1..40, each once.
+	slices.Sort(tags)
+	for i, tag := range tags {
+		if tag != uint64(i+1) {
+			t.Fatalf("wire tags are not 1 to %d, each once: %v", len(tags), tags)
+		}
+	}
+	if err := sub.Ack(tags[len(tags)-1], true); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, q := range []string{"p-a", "p-b"} {
+			qi, err := pub.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if qi.Messages != 0 {
+				return fmt.Errorf("%s: %d messages left after the multiple ack", q, qi.Messages)
+			}
+		}
+		for _, nd := range c.Live() {
+			for _, q := range []string{"p-a", "p-b"} {
+				var unacked uint64
+				nd.ViewGroup(groups[q], func(m *fsm.Machine) {
+					if qi, ok := m.Queue("/", q); ok {
+						unacked = qi.GetUnacked()
+					}
+				})
+				if unacked != 0 {
+					return fmt.Errorf("%s: %s holds %d unacked after the multiple ack", nd.NodeID(), q, unacked)
+				}
+			}
+		}
+		return nil
+	})
+
+	// basic.get and reject without requeue: dead-lettered from p-c's
+	// group into p-dlx, wherever it lives.
+	_, getter := dialT(t, urls[2])
+	for i := range each {
+		d, ok, err := getter.Get("p-c", false)
+		if err != nil || !ok {
+			t.Fatalf("get %d from p-c: %v %v", i, ok, err)
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		qi, err := getter.QueueDeclarePassive("p-dlx", true, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if qi.Messages != each {
+			return fmt.Errorf("p-dlx holds %d dead letters, want %d", qi.Messages, each)
+		}
+		return nil
+	})
+	if n, err := getter.QueuePurge("p-dlx", false); err != nil || n != each {
+		t.Fatalf("purge p-dlx: %d, %v", n, err)
+	}
+	if _, err := getter.QueueDelete("p-dlx", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, nd := range c.Live() {
+			if nd.QueueGroup("/", "p-dlx") != "" {
+				return fmt.Errorf("%s: the metadata still places p-dlx", nd.NodeID())
+			}
+			var held bool
+			nd.ViewGroup(groups["p-dlx"], func(m *fsm.Machine) { _, held = m.Queue("/", "p-dlx") })
+			if held {
+				return fmt.Errorf("%s: group %s still holds p-dlx", nd.NodeID(), groups["p-dlx"])
+			}
+		}
+		return nil
+	})
+	if _, err := getter.QueueDeclarePassive("p-dlx", true, false, false, false, nil); err == nil {
+		t.Fatal("p-dlx still declared after its delete")
+	} else {
+		var ae *amqp091.Error
+		if !errors.As(err, &ae) || ae.Code != 404 {
+			t.Fatalf("passive declare of a deleted queue: %v, want 404", err)
+		}
+	}
+}

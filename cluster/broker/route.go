@@ -1,0 +1,288 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Commands and the groups they go to. The AMQP server sends every
+// command here without knowing where queues live (DESIGN.md, "A channel
+// across groups"): what acts on a queue's messages (consume, get, purge,
+// a consumer's credit and cancel) goes to the log of the queue's group,
+// a queue's declare and delete to the metadata log and to that group, a
+// channel's or connection's close and basic.recover to every group, and
+// everything else (publishes included: the metadata log routes them, and
+// hands the copies for placed queues to their groups) to the metadata
+// log. Settlements name their group themselves (SubmitGroup): the log
+// tags they carry are that log's.
+
+// consumers remembers the group of each consumer this node's channels
+// opened in a queue group, for its credit and cancel, which name the
+// consumer and not its queue.
+type consumers struct {
+	mu sync.Mutex
+	by map[string]string // consumerKey -> group id
+}
+
+func channelKey(ch *proto.ChannelRef) string {
+	return ch.GetNode() + "\x00" + ch.GetConnection() + "\x00" + fmt.Sprint(ch.GetChannel()) + "\x00"
+}
+
+func consumerKey(c *proto.ConsumerRef) string { return channelKey(c.GetChannel()) + c.GetTag() }
+
+func (cs *consumers) set(c *proto.ConsumerRef, id string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.by == nil {
+		cs.by = map[string]string{}
+	}
+	cs.by[consumerKey(c)] = id
+}
+
+func (cs *consumers) get(c *proto.ConsumerRef) string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.by[consumerKey(c)]
+}
+
+// forget drops the consumers whose key starts with prefix.
+func (cs *consumers) forget(prefix string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for k := range cs.by {
+		if strings.HasPrefix(k, prefix) {
+			delete(cs.by, k)
+		}
+	}
+}
+
+// everywhere is the group of commands every group applies.
+const everywhere = "\x00all"
+
+// destination is the group a command goes to: a group id (the metadata
+// group's is group.DefaultID) or everywhere.
+func (b *Broker) destination(cmd *proto.Command) string {
+	switch c := cmd.GetCmd().(type) {
+	case *proto.Command_Consume:
+		return b.node.QueueGroup(c.Consume.GetVhost(), c.Consume.GetQueue())
+	case *proto.Command_Get:
+		return b.node.QueueGroup(c.Get.GetVhost(), c.Get.GetQueue())
+	case *proto.Command_QueuePurge:
+		return b.node.QueueGroup(c.QueuePurge.GetVhost(), c.QueuePurge.GetName())
+	case *proto.Command_Cancel:
+		return b.consumers.get(c.Cancel.GetConsumer())
+	case *proto.Command_Credit:
+		return b.consumers.get(c.Credit.GetConsumer())
+	case *proto.Command_ChannelClosed, *proto.Command_ConnectionClosed:
+		return everywhere
+	case *proto.Command_Requeue:
+		if c.Requeue.GetAll() {
+			return everywhere
+		}
+	}
+	return group.DefaultID
+}
+
+// placing reports whether commands may go elsewhere than the metadata
+// log: until the log places queues (once on, placement stays on), every
+// command takes the path it always took.
+func (b *Broker) placing() bool {
+	if b.placed.Load() {
+		return true
+	}
+	if !b.node.RunsQueueGroups() {
+		// No queue group, no placement: a publish need not wait for
+		// the state's lock behind an apply to learn it.
+		return false
+	}
+	var on bool
+	b.node.View(func(m *fsm.Machine) { on = m.Placing() })
+	if on {
+		b.placed.Store(true)
+	}
+	return on
+}
+
+// submitRouted submits cmds, each to the log of its group, and returns
+// their results in order. Within one group the commands keep their order
+// and are one unit; across groups nothing is atomic, as RabbitMQ's
+// transactions are not across queues.
+func (b *Broker) submitRouted(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	if !b.placing() {
+		return b.node.SubmitBatch(ctx, cmds)
+	}
+	dests := make([]string, len(cmds))
+	single := true
+	for i, cmd := range cmds {
+		dests[i] = b.destination(cmd)
+		switch cmd.GetCmd().(type) {
+		case *proto.Command_QueueDeclare, *proto.Command_QueueDelete:
+			single = false
+		}
+		if dests[i] != group.DefaultID {
+			single = false
+		}
+	}
+	if single {
+		return b.node.SubmitBatch(ctx, cmds)
+	}
+	results := make([]*proto.Result, len(cmds))
+	// Consecutive commands bound for one group go as one unit.
+	for i := 0; i < len(cmds); {
+		j := i + 1
+		for j < len(cmds) && dests[j] == dests[i] && !queueVerb(cmds[j]) && !queueVerb(cmds[i]) {
+			j++
+		}
+		res, err := b.submitTo(ctx, dests[i], cmds[i:j])
+		if err != nil {
+			return nil, err
+		}
+		copy(results[i:j], res)
+		i = j
+	}
+	return results, nil
+}
+
+// queueVerb is a queue's declare or delete, which go through the
+// metadata log and the queue's group one at a time.
+func queueVerb(cmd *proto.Command) bool {
+	switch cmd.GetCmd().(type) {
+	case *proto.Command_QueueDeclare, *proto.Command_QueueDelete:
+		return true
+	}
+	return false
+}
+
+// submitTo submits cmds, all bound for dest, and keeps what later
+// commands need to find their group.
+func (b *Broker) submitTo(ctx context.Context, dest string, cmds []*proto.Command) ([]*proto.Result, error) {
+	if len(cmds) == 1 {
+		switch c := cmds[0].GetCmd().(type) {
+		case *proto.Command_QueueDeclare:
+			r, err := b.declare(ctx, cmds[0], c.QueueDeclare)
+			return []*proto.Result{r}, err
+		case *proto.Command_QueueDelete:
+			r, err := b.delete(ctx, cmds[0], c.QueueDelete)
+			return []*proto.Result{r}, err
+		}
+	}
+	var res []*proto.Result
+	var err error
+	if dest == everywhere {
+		res, err = b.broadcast(ctx, cmds)
+	} else {
+		res, err = b.node.SubmitGroup(ctx, dest, cmds)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, cmd := range cmds {
+		switch c := cmd.GetCmd().(type) {
+		case *proto.Command_Consume:
+			if dest != group.DefaultID && res[i].GetCode() == 0 {
+				b.consumers.set(c.Consume.GetConsumer(), dest)
+			}
+		case *proto.Command_Cancel:
+			b.consumers.forget(consumerKey(c.Cancel.GetConsumer()))
+		case *proto.Command_ChannelClosed:
+			b.consumers.forget(channelKey(c.ChannelClosed.GetChannel()))
+		case *proto.Command_ConnectionClosed:
+			ref := c.ConnectionClosed.GetConnection()
+			b.consumers.forget(ref.GetNode() + "\x00" + ref.GetConnection() + "\x00")
+		}
+	}
+	return res, nil
+}
+
+// broadcast submits cmds to the metadata log and to every queue group
+// this node runs; the metadata log's results are the answer.
+func (b *Broker) broadcast(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
+	res, err := b.node.SubmitBatch(ctx, cmds)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range b.node.RunningQueueGroups() {
+		if _, err := b.node.SubmitGroup(ctx, id, cmds); err != nil {
+			return nil, fmt.Errorf("group %s: %w", id, err)
+		}
+	}
+	return res, nil
+}
+
+// declare declares a queue in the metadata log and, when the log placed
+// it in a queue group, makes sure the group holds it and answers with the
+// group's counts: declare-ok comes once the queue can take messages.
+func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.QueueDeclare) (*proto.Result, error) {
+	res, err := b.node.Submit(ctx, cmd)
+	if err != nil || res.GetCode() != 0 {
+		return res, err
+	}
+	name := d.GetName()
+	if res.GetQueue() != "" {
+		name = res.GetQueue()
+	}
+	id := b.node.QueueGroup(d.GetVhost(), name)
+	if id == group.DefaultID {
+		return res, nil
+	}
+	if err := b.node.PlaceQueue(ctx, id); err != nil {
+		return nil, err
+	}
+	gr, err := b.node.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
+		Vhost: d.GetVhost(), Name: name, Passive: true}}}})
+	if err != nil {
+		return nil, err
+	}
+	if gr[0].GetCode() != 0 {
+		return gr[0], nil
+	}
+	res.MessageCount, res.ConsumerCount = gr[0].GetMessageCount(), gr[0].GetConsumerCount()
+	return res, nil
+}
+
+// delete deletes a placed queue from the metadata log, with its
+// bindings, and then from its group, where its messages and consumers
+// are. if-unused and if-empty are read from the group as this node
+// applied it, before: RabbitMQ checks them on the queue's leader, and a
+// consumer that attaches meanwhile is as unlucky there. The metadata goes
+// first so that the group's leader, which mirrors the metadata into the
+// group, never declares the queue again in between; it deletes it from
+// the group itself should this node die after the first step.
+func (b *Broker) delete(ctx context.Context, cmd *proto.Command, d *proto.QueueDelete) (*proto.Result, error) {
+	id := b.node.QueueGroup(d.GetVhost(), d.GetName())
+	if id == group.DefaultID {
+		return b.node.Submit(ctx, cmd)
+	}
+	var refusal *proto.Result
+	b.node.ViewGroup(id, func(m *fsm.Machine) {
+		q, ok := m.Queue(d.GetVhost(), d.GetName())
+		switch {
+		case !ok:
+		case d.GetIfUnused() && q.GetConsumers() > 0:
+			refusal = &proto.Result{Code: replycode.PreconditionFailed, Text: "PRECONDITION_FAILED - queue '" + d.GetName() + "' in vhost '" + d.GetVhost() + "' in use"}
+		case d.GetIfEmpty() && q.GetReady()+q.GetUnacked() > 0:
+			refusal = &proto.Result{Code: replycode.PreconditionFailed, Text: "PRECONDITION_FAILED - queue '" + d.GetName() + "' in vhost '" + d.GetVhost() + "' not empty"}
+		}
+	})
+	if refusal != nil {
+		return refusal, nil
+	}
+	res, err := b.node.Submit(ctx, cmd)
+	if err != nil || res.GetCode() != 0 {
+		return res, err
+	}
+	gr, err := b.node.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{
+		Vhost: d.GetVhost(), Name: d.GetName()}}}})
+	if err != nil {
+		return nil, err
+	}
+	res.MessageCount = gr[0].GetMessageCount()
+	return res, nil
+}

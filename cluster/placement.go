@@ -1,0 +1,305 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	pb "google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// Placement (DESIGN.md, "Groups"): the metadata log places each new
+// queue into a queue group as its declare applies (fsm, PlaceQueues) and
+// keeps its record, bindings included; the queue itself, its messages,
+// consumers and deliveries, lives in the group's log. What the group's
+// machine needs to hold a queue as the metadata declared it (its vhost,
+// the vhost's policies, the queue's declare) is mirrored into the group's
+// log by its leader (mirrorLoop), and by the node that declared the
+// queue, so that declare-ok comes once the queue is there. The metadata
+// log is the truth: a queue it no longer places in the group is deleted
+// from the group, a vhost it no longer has goes with its queues.
+
+// mirrorCommands are the commands that bring the group machine grp in line
+// with what the metadata machine meta places in group id: vhosts of its
+// queues first, then their policies, then the queues. Nil when they
+// agree, and before the metadata places queues: until then a queue
+// group's log is no copy of anything.
+func mirrorCommands(meta, grp *fsm.Machine, id string) []*proto.Command {
+	if !meta.Placing() {
+		return nil
+	}
+	declares := meta.PlacedQueues(id)
+	want := map[string]map[string]*proto.QueueDeclare{}
+	var vhosts []string
+	for _, d := range declares {
+		v := want[d.GetVhost()]
+		if v == nil {
+			v = map[string]*proto.QueueDeclare{}
+			want[d.GetVhost()] = v
+			vhosts = append(vhosts, d.GetVhost())
+		}
+		v[d.GetName()] = d
+	}
+	var cmds []*proto.Command
+	// Vhosts the group holds that the metadata no longer has, and queues
+	// it no longer places here, go first: a queue deleted and declared
+	// again under its name is a new queue.
+	have := map[string]bool{}
+	for _, v := range grp.Vhosts() {
+		have[v.GetName()] = true
+		if !meta.VhostExists(v.GetName()) {
+			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_VhostDelete{VhostDelete: &proto.VhostDelete{Name: v.GetName()}}})
+			continue
+		}
+		for _, q := range grp.Queues(v.GetName()) {
+			if g, ok := meta.QueuePlacement(q.GetVhost(), q.GetName()); !ok || g != id {
+				cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: q.GetVhost(), Name: q.GetName()}}})
+			}
+		}
+	}
+	for _, vh := range vhosts {
+		if !have[vh] {
+			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: vh}}})
+		}
+		for _, operator := range []bool{false, true} {
+			cmds = append(cmds, mirrorPolicies(meta.Policies(vh, operator), grp.Policies(vh, operator), vh)...)
+		}
+		for _, d := range declares {
+			if d.GetVhost() != vh {
+				continue
+			}
+			if _, ok := grp.Queue(vh, d.GetName()); !ok {
+				cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
+			}
+		}
+	}
+	return cmds
+}
+
+// mirrorPolicies sets in a group the policies of vhost that differ from
+// the metadata's, and clears those the metadata no longer has.
+func mirrorPolicies(want, have []*proto.PolicyInfo, vhost string) []*proto.Command {
+	var cmds []*proto.Command
+	held := map[string]*proto.PolicyInfo{}
+	for _, p := range have {
+		held[p.GetName()] = p
+	}
+	for _, p := range want {
+		if h, ok := held[p.GetName()]; ok && pb.Equal(h, p) {
+			delete(held, p.GetName())
+			continue
+		}
+		delete(held, p.GetName())
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{
+			Vhost: vhost, Name: p.GetName(), Pattern: p.GetPattern(), ApplyTo: p.GetApplyTo(),
+			Priority: p.GetPriority(), Definition: p.GetDefinition(), Operator: p.GetOperator()}}})
+	}
+	for _, p := range have {
+		if _, gone := held[p.GetName()]; gone {
+			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_PolicyClear{PolicyClear: &proto.PolicyClear{
+				Vhost: vhost, Name: p.GetName(), Operator: p.GetOperator()}}})
+		}
+	}
+	return cmds
+}
+
+// mirror proposes into queue group g's log what brings it in line with
+// the metadata this node applied, and reports whether there was any.
+// A queue the group holds and the metadata does not place there may be
+// one declared a moment ago that this node's metadata has not applied
+// yet (the declaring node proposes it into the group right after its
+// metadata commit): before deleting anything, the node passes a Tick
+// through the metadata log, whose result comes once this node applied
+// everything committed before it, and reads again.
+func (n *Node) mirror(ctx context.Context, g *group.Group, id string) (bool, error) {
+	cmds := n.mirrorCommands(g, id)
+	if slices.ContainsFunc(cmds, deletes) {
+		if _, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+			return true, err
+		}
+		cmds = n.mirrorCommands(g, id)
+	}
+	if len(cmds) == 0 {
+		return false, nil
+	}
+	res, err := g.Submitter().SubmitBatch(ctx, cmds)
+	if err != nil {
+		return true, err
+	}
+	for i, r := range res {
+		if r.GetCode() != 0 {
+			// A refusal is the metadata having moved on under the
+			// mirror (a vhost deleted meanwhile): the next round reads
+			// both again.
+			n.log.Debug("a mirrored command was refused", "group", id, "cmd", fmt.Sprintf("%T", cmds[i].GetCmd()), "code", r.GetCode(), "text", r.GetText())
+		}
+	}
+	return true, nil
+}
+
+// mirrorCommands reads the metadata and group g's machine as this node
+// applied them and returns what brings g in line (mirrorCommands).
+func (n *Node) mirrorCommands(g *group.Group, id string) []*proto.Command {
+	var cmds []*proto.Command
+	n.View(func(meta *fsm.Machine) {
+		g.State().View(func(grp *fsm.Machine) {
+			if grp.Group() == 0 {
+				return // not a queue group's log yet (GroupInit)
+			}
+			cmds = mirrorCommands(meta, grp, id)
+		})
+	})
+	return cmds
+}
+
+// deletes reports whether a mirrored command deletes a queue or vhost.
+func deletes(c *proto.Command) bool {
+	switch c.GetCmd().(type) {
+	case *proto.Command_QueueDelete, *proto.Command_VhostDelete:
+		return true
+	}
+	return false
+}
+
+// mirrorLoop keeps queue group qg's log in line with the metadata, on
+// the group's leader, until ctx ends: a round whenever either log
+// applied more.
+func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
+	backoff := time.Duration(0)
+	for {
+		_, metaApplied := n.group.Applied().Load()
+		_, groupApplied := qg.g.Applied().Load()
+		_, err := n.mirror(ctx, qg.g, qg.id)
+		if ctx.Err() != nil {
+			return
+		}
+		var retry <-chan time.Time
+		if err != nil {
+			backoff = min(max(2*backoff, 100*time.Millisecond), handOffBackoff)
+			n.log.Warn("mirroring the metadata into a queue group failed", "group", qg.id, "err", err, "retry", backoff)
+			retry = time.After(backoff)
+			metaApplied, groupApplied = nil, nil
+		} else {
+			backoff = 0
+		}
+		select {
+		case <-metaApplied:
+		case <-groupApplied:
+		case <-retry:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// PlaceQueue makes sure the queue the metadata placed in group id exists
+// in the group's log, proposing what the group lacks itself rather than
+// waiting for the group's leader to (a declare answers once its queue is
+// there). It needs this node to run the group.
+func (n *Node) PlaceQueue(ctx context.Context, id string) error {
+	qg := n.queueGroup(id)
+	if qg == nil {
+		return fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+	}
+	_, err := n.mirror(ctx, qg.g, id)
+	return err
+}
+
+// QueueGroup is the id of the group that holds the queue: a queue group
+// for a queue the metadata placed in one, else the metadata group.
+func (n *Node) QueueGroup(vhost, name string) string {
+	var g string
+	n.View(func(m *fsm.Machine) { g, _ = m.QueuePlacement(vhost, name) })
+	if g == "" {
+		return group.DefaultID
+	}
+	return g
+}
+
+// proposePlacement switches placement on in the metadata log once it is
+// asked for, the log is at the level that knows it and names queue
+// groups, and every voter is a member of every group: a node serves the
+// queues of the groups it runs, and no others yet.
+func (n *Node) proposePlacement(ctx context.Context) {
+	if !n.cfg.PlaceQueues {
+		return
+	}
+	var level uint32
+	var groups []fsm.QueueGroup
+	var on bool
+	n.View(func(m *fsm.Machine) { level, groups, on = m.ProtocolLevel(), m.QueueGroups(), m.Placing() })
+	if on || len(groups) == 0 || level < fsm.PlacementLevel {
+		return
+	}
+	voters := n.metadataVoters()
+	for _, g := range groups {
+		for _, v := range voters {
+			if !g.HasMember(v.ID) {
+				return
+			}
+		}
+	}
+	res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_PlaceQueues{PlaceQueues: &proto.PlaceQueues{}}})
+	switch {
+	case err != nil:
+		n.log.Warn("switching queue placement on failed", "err", err)
+	case res.GetCode() != 0:
+		n.log.Warn("queue placement refused", "code", res.GetCode(), "text", res.GetText())
+	default:
+		n.log.Info("new queues are placed into queue groups", "index", res.GetIndex())
+	}
+}
+
+// GroupID is the id of the group whose log has number k (fsm
+// Machine.Group: 0 for the metadata group, a queue group's position in
+// the metadata log's list from 1), "" for a number the log does not name.
+func (n *Node) GroupID(k uint32) string {
+	if k == 0 {
+		return group.DefaultID
+	}
+	var id string
+	n.View(func(m *fsm.Machine) {
+		if gs := m.QueueGroups(); int(k) <= len(gs) {
+			id = gs[k-1].ID
+		}
+	})
+	return id
+}
+
+// GroupNumber is the number of the log of group id (GroupID's inverse).
+func (n *Node) GroupNumber(id string) (k uint32, ok bool) {
+	if id == group.DefaultID {
+		return 0, true
+	}
+	n.View(func(m *fsm.Machine) {
+		for i, g := range m.QueueGroups() {
+			if g.ID == id {
+				k, ok = uint32(i+1), true
+			}
+		}
+	})
+	return k, ok
+}
+
+// RunningQueueGroups are the ids of the queue groups this node runs,
+// sorted.
+func (n *Node) RunningQueueGroups() []string {
+	qgs := n.runningQueueGroups()
+	ids := make([]string, len(qgs))
+	for i, qg := range qgs {
+		ids[i] = qg.id
+	}
+	return ids
+}
+
+// RunsQueueGroups reports whether this node runs any queue group.
+func (n *Node) RunsQueueGroups() bool {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	return len(n.byID) > 0
+}

@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"testing"
+
+	pb "google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/fsm/fsmtest"
+	"github.com/raftmq/raftmq/proto"
+)
+
+func mirrorCmd(c *proto.Command) string {
+	switch c := c.GetCmd().(type) {
+	case *proto.Command_VhostPut:
+		return "vhost+" + c.VhostPut.GetName()
+	case *proto.Command_VhostDelete:
+		return "vhost-" + c.VhostDelete.GetName()
+	case *proto.Command_PolicySet:
+		return "policy+" + c.PolicySet.GetVhost() + "/" + c.PolicySet.GetName()
+	case *proto.Command_PolicyClear:
+		return "policy-" + c.PolicyClear.GetVhost() + "/" + c.PolicyClear.GetName()
+	case *proto.Command_QueueDeclare:
+		return "queue+" + c.QueueDeclare.GetVhost() + "/" + c.QueueDeclare.GetName()
+	case *proto.Command_QueueDelete:
+		return "queue-" + c.QueueDelete.GetVhost() + "/" + c.QueueDelete.GetName()
+	}
+	return "?"
+}
+
+// mirrorRound applies to the group machine what mirrorCommands gives,
+// and returns their names.
+func mirrorRound(t *testing.T, meta, grp *fsm.Machine, id string) []string {
+	t.Helper()
+	cmds := mirrorCommands(meta, grp, id)
+	var names []string
+	for _, c := range cmds {
+		names = append(names, mirrorCmd(c))
+		if r, _ := fsmtest.One(t, grp, 10, c); r.GetCode() != 0 {
+			t.Fatalf("%s refused in the group: %s", mirrorCmd(c), r.GetText())
+		}
+	}
+	return names
+}
+
+func policySet(vhost, name string, ttl int64) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: vhost, Name: name, Pattern: ".*",
+		ApplyTo: "queues", Definition: &proto.PolicyDefinition{MessageTtl: pb.Int64(ttl)}}}}
+}
+
+func vhostPut(name string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: name}}}
+}
+
+func queueDeclare(vhost, name string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: vhost, Name: name, Durable: true}}}
+}
+
+// The mirror brings a queue group's log in line with what the metadata
+// places in it, round after round: vhosts and their policies before the
+// queues, a policy changed or cleared, a queue or a vhost deleted in
+// the metadata deleted in the group; queues of other groups and queues
+// kept in the metadata group are not the group's; once in line, nothing.
+func TestMirror_BringsTheGroupInLineWithTheMetadata(t *testing.T) {
+	meta := fsmtest.New(t)
+	fsmtest.Apply(t, meta, 1, vhostPut("/"), vhostPut("v2"),
+		&proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+			{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}},
+			{Id: "q2", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}},
+		queueDeclare("/", "kept"), // before placement: stays in the metadata
+		fsmtest.PlaceQueues(),
+		policySet("/", "ttl", 1000),
+		queueDeclare("/", "a"), queueDeclare("/", "b"), queueDeclare("v2", "c"), queueDeclare("/", "e"), queueDeclare("/", "f"))
+	if g, _ := meta.QueuePlacement("/", "a"); g != "q1" {
+		t.Fatalf("a placed in %q, want q1", g)
+	}
+	grp := fsmtest.New(t)
+	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+
+	got := mirrorRound(t, meta, grp, "q1")
+	// The group's log holds "/" already (fsmtest's machine has it).
+	want := []string{"policy+//ttl", "queue+//a", "queue+//f", "vhost+v2", "queue+v2/c"}
+	if !equalStrings(got, want) {
+		t.Fatalf("first round %v, want %v", got, want)
+	}
+	if got := mirrorRound(t, meta, grp, "q1"); len(got) != 0 {
+		t.Fatalf("in line, yet the mirror proposes %v", got)
+	}
+	for _, q := range []string{"b", "e", "kept"} {
+		if _, ok := grp.Queue("/", q); ok {
+			t.Fatalf("queue %s, not q1's, was declared in q1", q)
+		}
+	}
+
+	// The policy changes, another goes away, a queue and a vhost are
+	// deleted in the metadata.
+	fsmtest.Apply(t, meta, 2, policySet("/", "ttl", 2000), policySet("/", "short", 10))
+	fsmtest.Apply(t, grp, 2, policySet("/", "stale", 5))
+	fsmtest.Apply(t, meta, 3, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "f"}}},
+		&proto.Command{Cmd: &proto.Command_VhostDelete{VhostDelete: &proto.VhostDelete{Name: "v2"}}})
+	got = mirrorRound(t, meta, grp, "q1")
+	want = []string{"queue-//f", "vhost-v2", "policy+//short", "policy+//ttl", "policy-//stale"}
+	if !equalStrings(got, want) {
+		t.Fatalf("after the changes %v, want %v", got, want)
+	}
+	if ps := grp.Policies("/", false); len(ps) != 2 || ps[1].GetDefinition().GetMessageTtl() != 2000 {
+		t.Fatalf("group policies %v", ps)
+	}
+	if got := mirrorRound(t, meta, grp, "q1"); len(got) != 0 {
+		t.Fatalf("in line again, yet the mirror proposes %v", got)
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

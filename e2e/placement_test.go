@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// queueRow is a row of `raftmqctl --json list_queues name raft_group
+// leader members messages`.
+type queueRow struct {
+	Name     string   `json:"name"`
+	Group    string   `json:"raft_group"`
+	Leader   string   `json:"leader"`
+	Members  []string `json:"members"`
+	Messages int      `json:"messages"`
+}
+
+// metadataGroup is the metadata group's name on the operator surfaces.
+const metadataGroup = "metadata"
+
+func queuesOn(t *testing.T, n *Node) (map[string]queueRow, error) {
+	return ctlRows(t, n, func(r queueRow) string { return r.Name }, "list_queues", "name", "raft_group", "leader", "members", "messages")
+}
+
+// Three real nodes started with --queue-groups 3 --place-queues place
+// the queues declared through AMQP into the queue groups, each led by
+// its group's leader as raftmqctl shows. Confirmed publishes to a placed
+// queue survive a kill -9 of its group's leader in the middle of them:
+// a consumer on another node receives every one, none twice without the
+// redelivered flag, in the order published.
+func TestPlacement_RealNodesServePlacedQueuesThroughAGroupLeaderKill(t *testing.T) {
+	skipShort(t)
+	c := StartClusterWith(t, 3, func(_ int, n *Node) {
+		n.ExtraArgs = append(n.ExtraArgs, "--queue-groups", "3", "--place-queues")
+	})
+	names := []string{"pl-1", "pl-2", "pl-3"}
+	var rows map[string]queueRow
+	if err := Eventually(60*time.Second, func() error {
+		gs, err := groupsOn(t, c.Nodes[0])
+		if err != nil {
+			return err
+		}
+		if len(gs) != 4 {
+			return fmt.Errorf("groups %v", gs)
+		}
+		// Placement is switched on by the metadata leader once the
+		// groups run; a queue declared before stays in the metadata.
+		ch := channel(t, dial(t, c.Nodes[0]))
+		defer ch.Close()
+		if _, err := ch.QueueDeclare("pl-probe", true, false, false, false, nil); err != nil {
+			return err
+		}
+		rows, err = queuesOn(t, c.Nodes[0])
+		if err != nil {
+			return err
+		}
+		if r := rows["pl-probe"]; r.Group == metadataGroup || len(r.Members) != 3 || r.Leader == "" {
+			_, _ = ch.QueueDelete("pl-probe", false, false, false)
+			return fmt.Errorf("pl-probe not placed yet: %+v", r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ch := channel(t, dial(t, c.Nodes[0]))
+	for _, q := range names {
+		mustDeclare(t, ch, q, nil)
+	}
+	if err := Eventually(30*time.Second, func() (err error) {
+		rows, err = queuesOn(t, c.Nodes[1])
+		if err != nil {
+			return err
+		}
+		gs, err := groupsOn(t, c.Nodes[1])
+		if err != nil {
+			return err
+		}
+		placed := map[string]bool{}
+		for _, q := range names {
+			r := rows[q]
+			g, ok := gs[r.Group]
+			if r.Group == metadataGroup || !ok || r.Leader != g.Leader || !slices.Equal(r.Members, g.Members) {
+				return fmt.Errorf("queue %s is not shown in its group with the group's leader: %+v (groups %+v)", q, r, gs)
+			}
+			placed[r.Group] = true
+		}
+		if len(placed) != len(names) {
+			return fmt.Errorf("three queues placed into %d groups, want one each: %+v", len(placed), rows)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	leader := rows["pl-1"].Leader
+	victim := slices.IndexFunc(c.Nodes, func(n *Node) bool { return n.ID == leader })
+	if victim < 0 {
+		t.Fatalf("pl-1's leader %q is no node of the cluster", leader)
+	}
+	others := slices.DeleteFunc(slices.Clone(c.Nodes), func(n *Node) bool { return n.ID == leader })
+
+	const total = 300
+	msg := func(i int) amqp.Publishing {
+		return amqp.Publishing{Body: []byte(fmt.Sprint(i)), DeliveryMode: amqp.Persistent}
+	}
+	first := make([]amqp.Publishing, total/2)
+	for i := range first {
+		first[i] = msg(i)
+	}
+	publishConfirmed(t, channel(t, dial(t, others[0])), "", "pl-1", first)
+	c.Kill(victim)
+	killed := time.Now()
+	second := make([]amqp.Publishing, total/2)
+	for i := range second {
+		second[i] = msg(total/2 + i)
+	}
+	publishConfirmed(t, channel(t, dial(t, others[1])), "", "pl-1", second)
+	t.Logf("%s (pl-1's leader) killed; the other 150 confirmed %v later", leader, time.Since(killed).Round(time.Millisecond))
+
+	sub := channel(t, dial(t, others[0]))
+	if err := sub.Qos(50, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	d, err := sub.Consume("pl-1", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	next := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for len(seen) < total {
+		select {
+		case m := <-d:
+			b := string(m.Body)
+			if seen[b] && !m.Redelivered {
+				t.Fatalf("%s delivered twice without the redelivered flag", b)
+			}
+			if !seen[b] && b != fmt.Sprint(next) {
+				t.Fatalf("got %s, want %d: out of order", b, next)
+			}
+			if !seen[b] {
+				next++
+			}
+			seen[b] = true
+			if err := m.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("received %d of %d confirmed messages", len(seen), total)
+		}
+	}
+	if err := Eventually(30*time.Second, func() error {
+		rows, err := queuesOn(t, others[1])
+		if err != nil {
+			return err
+		}
+		if r := rows["pl-1"]; r.Messages != 0 || r.Leader == leader {
+			return fmt.Errorf("pl-1 after the drain: %+v", r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.Start(victim)
+	c.WaitReady(victim, 60*time.Second)
+}
