@@ -141,6 +141,16 @@ func TestPlacement_QueuesLiveInGroupsAndServeAsBefore(t *testing.T) {
 		t.Fatalf("a mandatory publish to a placed queue was returned: %+v", r)
 	default:
 	}
+	// The publishes went to the groups' logs, not through the metadata
+	// log.
+	for _, nd := range c.Live() {
+		var published uint64
+		var out int
+		nd.View(func(m *fsm.Machine) { published, out = m.Stats().Published, m.OutboxLen() })
+		if published != 0 || out != 0 {
+			t.Fatalf("%s: the metadata log applied %d publishes and holds %d in its outbox, want none", nd.NodeID(), published, out)
+		}
+	}
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		for _, q := range []string{"p-a", "p-b", "p-c"} {
 			qi, err := sub.QueueDeclarePassive(q, true, false, false, false, nil)
@@ -268,5 +278,69 @@ func TestPlacement_QueuesLiveInGroupsAndServeAsBefore(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Code != 404 {
 			t.Fatalf("passive declare of a deleted queue: %v, want 404", err)
 		}
+	}
+
+	// A fanout to a placed queue and an exclusive one (the metadata
+	// group's) reaches both; a mandatory publish no queue takes comes
+	// back; one to a missing exchange closes the channel with 404, as
+	// the metadata log decides both.
+	if err := pub.ExchangeDeclare("p-fan", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	own, err := pub.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.QueueDeclare("p-e", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"p-e", own.Name} {
+		if err := pub.QueueBind(q, "", "p-fan", false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(confirms)
+	if err := pub.Publish("p-fan", "", false, false, amqp091.Publishing{Body: []byte("fan")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("", "nowhere", true, false, amqp091.Publishing{Body: []byte("back")}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case cf := <-confirms:
+			if !cf.Ack {
+				t.Fatalf("publish %d nacked", cf.DeliveryTag)
+			}
+		case <-time.After(clustertest.Timeout):
+			t.Fatalf("no confirm (%d before)", before)
+		}
+	}
+	select {
+	case r := <-returns:
+		if string(r.Body) != "back" || r.ReplyCode != 312 {
+			t.Fatalf("returned %q with %d", r.Body, r.ReplyCode)
+		}
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("the unroutable mandatory publish did not come back")
+	}
+	for _, q := range []string{"p-e", own.Name} {
+		d, ok, err := pub.Get(q, true)
+		if err != nil || !ok || string(d.Body) != "fan" {
+			t.Fatalf("get from %s after the fanout: %q %v %v", q, d.Body, ok, err)
+		}
+	}
+	if err := pub.Publish("p-missing", "", false, false, amqp091.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-confirms:
+		t.Fatal("a publish to a missing exchange was confirmed")
+	case e := <-pub.NotifyClose(make(chan *amqp091.Error, 1)):
+		if e == nil || e.Code != 404 {
+			t.Fatalf("channel closed with %v, want 404", e)
+		}
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("a publish to a missing exchange did not close the channel")
 	}
 }

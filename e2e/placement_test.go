@@ -121,6 +121,19 @@ func TestPlacement_RealNodesServePlacedQueuesThroughAGroupLeaderKill(t *testing.
 	publishConfirmed(t, channel(t, dial(t, others[1])), "", "pl-1", second)
 	t.Logf("%s (pl-1's leader) killed; the other 150 confirmed %v later", leader, time.Since(killed).Round(time.Millisecond))
 
+	// raftmqctl shows the queue's messages as its group holds them.
+	if err := Eventually(30*time.Second, func() error {
+		rows, err := queuesOn(t, others[0])
+		if err != nil {
+			return err
+		}
+		if r := rows["pl-1"]; r.Messages != total {
+			return fmt.Errorf("list_queues shows pl-1 with %d messages, want %d: %+v", r.Messages, total, r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	sub := channel(t, dial(t, others[0]))
 	if err := sub.Qos(50, 0, false); err != nil {
 		t.Fatal(err)

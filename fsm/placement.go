@@ -157,3 +157,39 @@ func (m *Machine) PlacedQueues(group string) []*proto.QueueDeclare {
 
 // Placing reports whether PlaceQueues switched placement on.
 func (m *Machine) Placing() bool { return m.placing }
+
+// PublishRoute is where a publish would go if the metadata log applied
+// it now, by group: the queues it reaches in each (group "" for the
+// metadata group's own), for a routing node that enqueues it in each
+// group's log itself (Enqueue) instead of passing it through the
+// metadata log. ok is false where only the log can decide: a vhost or
+// exchange it does not hold, an internal exchange, an expiration it
+// would refuse, a delayed exchange on the way that would hold it, or no
+// queue at all (mandatory's return and the drop are the log's).
+func (m *Machine) PublishRoute(p *proto.Publish) (byGroup map[string][]string, ok bool) {
+	v, found := m.vhosts[p.GetVhost()]
+	if !found {
+		return nil, false
+	}
+	x, found := v.exchanges[p.GetExchange()]
+	if !found || x.intern {
+		return nil, false
+	}
+	props := p.GetProperties()
+	if props != nil && props.Expiration != nil {
+		if _, err := ttl.ParseExpiration(props.GetExpiration()); err != nil {
+			return nil, false
+		}
+	}
+	keys := append([]string{p.GetRoutingKey()}, headerKeys(props.GetHeaders(), "CC")...)
+	keys = append(keys, headerKeys(props.GetHeaders(), "BCC")...)
+	rt := m.route(v, x, keys, withoutHeader(props, "BCC"))
+	if len(rt.held) > 0 || len(rt.queues) == 0 {
+		return nil, false
+	}
+	byGroup = map[string][]string{}
+	for _, q := range rt.queues {
+		byGroup[q.group] = append(byGroup[q.group], q.name)
+	}
+	return byGroup, true
+}

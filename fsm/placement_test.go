@@ -395,3 +395,42 @@ func TestDelivery_Group(t *testing.T) {
 		}
 	}
 }
+
+// PublishRoute tells a routing node the queues a publish reaches in each
+// group, CC and BCC included, and leaves to the log what only it decides.
+func TestPlacement_PublishRouteByGroup(t *testing.T) {
+	m := placing(t, "q1", "q2")
+	applyOK(t, m, 3, exclusiveDeclare("own"))
+	for _, q := range []string{"a", "b"} {
+		applyOK(t, m, 3, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: q, Durable: true}}})
+	}
+	applyOK(t, m, 3, exchangeDeclare("fan", "fanout", nil), bind("fan", "a", "", false, nil), bind("fan", "own", "", false, nil),
+		&proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "in", Type: "fanout", Internal: true}}},
+		bind("in", "b", "", false, nil))
+	pub := func(x, key string, headers *proto.Table, expiration *string) *proto.Publish {
+		return &proto.Publish{Vhost: "/", Exchange: x, RoutingKey: key, Properties: &proto.Properties{Headers: headers, Expiration: expiration}}
+	}
+	bad := "soon"
+	for name, c := range map[string]struct {
+		p    *proto.Publish
+		want map[string][]string
+	}{
+		"fanout across groups": {pub("fan", "", nil, nil), map[string][]string{"": {"own"}, "q1": {"a"}}},
+		"default, CC and BCC":  {pub("", "a", table("CC", &proto.Value{Kind: &proto.Value_Array{Array: &proto.Array{Values: []*proto.Value{str("b")}}}}), nil), map[string][]string{"q1": {"a"}, "q2": {"b"}}},
+		"no queue":             {pub("", "nowhere", nil, nil), nil},
+		"missing exchange":     {pub("gone", "", nil, nil), nil},
+		"internal exchange":    {pub("in", "", nil, nil), nil},
+		"expiration refused":   {pub("", "a", nil, &bad), nil},
+	} {
+		got, ok := m.PublishRoute(c.p)
+		if ok != (c.want != nil) || len(got) != len(c.want) {
+			t.Errorf("%s: %v %v, want %v", name, got, ok, c.want)
+			continue
+		}
+		for g, qs := range c.want {
+			if !slices.Equal(got[g], qs) {
+				t.Errorf("%s: group %q gets %v, want %v", name, g, got[g], qs)
+			}
+		}
+	}
+}

@@ -52,13 +52,18 @@ func (c clusterNode) placed(m *fsm.Machine) State {
 	if !m.Placing() {
 		return machineState(m)
 	}
-	p := placedState{Machine: m, queues: map[string]*proto.QueueInfo{}}
+	p := placedState{Machine: m, queues: map[string]*proto.QueueInfo{}, counts: map[string]fsm.QueueCounts{}}
 	for _, id := range c.n.RunningQueueGroups() {
 		c.n.ViewGroup(id, func(g *fsm.Machine) {
 			for _, q := range g.Queues("") {
 				if at, ok := m.QueuePlacement(q.GetVhost(), q.GetName()); ok && at == id {
 					q.RaftGroup = id
 					p.queues[q.GetVhost()+"\x00"+q.GetName()] = q
+				}
+			}
+			for _, qc := range g.QueueCounts() {
+				if at, ok := m.QueuePlacement(qc.Vhost, qc.Name); ok && at == id {
+					p.counts[qc.Vhost+"\x00"+qc.Name] = qc
 				}
 			}
 			for _, x := range g.Consumers("") {
@@ -76,7 +81,18 @@ func (c clusterNode) placed(m *fsm.Machine) State {
 type placedState struct {
 	*fsm.Machine
 	queues    map[string]*proto.QueueInfo // by vhost and name
+	counts    map[string]fsm.QueueCounts  // by vhost and name
 	consumers []*proto.ConsumerInfo
+}
+
+func (p placedState) QueueCounts() []fsm.QueueCounts {
+	qcs := p.Machine.QueueCounts()
+	for i, qc := range qcs {
+		if g, ok := p.counts[qc.Vhost+"\x00"+qc.Name]; ok {
+			qcs[i] = g
+		}
+	}
+	return qcs
 }
 
 func (p placedState) Queues(vhost string) []*proto.QueueInfo {
@@ -186,10 +202,45 @@ func ClusterStats(n *cluster.Node) func() StateStats {
 		var st fsm.Stats
 		var rel fsm.ReleaseStats
 		n.View(func(m *fsm.Machine) { st, rel = m.Stats(), m.Releases() })
+		// Placed queues live in the queue groups, whose counters and
+		// gauges add to the metadata log's; their queues are counted
+		// once, as the metadata's records.
+		for _, id := range n.RunningQueueGroups() {
+			n.ViewGroup(id, func(m *fsm.Machine) { st = addStats(st, m.Stats()) })
+		}
 		out := fromFSMStats(st)
 		out.Releases = rel
 		return out
 	}
+}
+
+// addStats adds a queue group's counters and gauges to st, but for its
+// queues, which the metadata's records count.
+func addStats(st, g fsm.Stats) fsm.Stats {
+	st.Published += g.Published
+	st.Routed += g.Routed
+	st.Delivered += g.Delivered
+	st.Acked += g.Acked
+	st.Requeued += g.Requeued
+	st.Expired += g.Expired
+	st.DeadLettered += g.DeadLettered
+	st.Dropped += g.Dropped
+	st.Refused += g.Refused
+	st.Rejected += g.Rejected
+	st.Purged += g.Purged
+	st.Ready += g.Ready
+	st.ReadyBytes += g.ReadyBytes
+	st.Unacked += g.Unacked
+	st.Consumers += g.Consumers
+	st.Overdue += g.Overdue
+	st.LeaseDueQueues += g.LeaseDueQueues
+	st.Delayed += g.Delayed
+	for i := range st.Deaths {
+		for j := range st.Deaths[i] {
+			st.Deaths[i][j] += g.Deaths[i][j]
+		}
+	}
+	return st
 }
 
 // fromFSMStats maps the state machine's counters to the metrics' view.

@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -114,40 +116,112 @@ func (b *Broker) placing() bool {
 // their results in order. Within one group the commands keep their order
 // and are one unit; across groups nothing is atomic, as RabbitMQ's
 // transactions are not across queues.
+//
+// A publish that reaches queues placed in queue groups is routed here,
+// on the metadata this node applied (fsm PublishRoute), and enqueued in
+// each group's log it reaches (Enqueue): the metadata log does not carry
+// it, and its confirm comes once every one of those logs committed it.
+// The queues the metadata group holds take theirs through an Enqueue in
+// the metadata log. Whatever only the metadata log can decide (an
+// exchange missing, a delayed exchange that holds the message, no queue
+// to take it) goes there as a publish, as before. Routing on the node's
+// view is what RabbitMQ does (a channel routes on its node's copy of the
+// bindings): a binding made a moment before on another node may be
+// missed.
 func (b *Broker) submitRouted(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
 	if !b.placing() {
 		return b.node.SubmitBatch(ctx, cmds)
 	}
-	dests := make([]string, len(cmds))
-	single := true
-	for i, cmd := range cmds {
-		dests[i] = b.destination(cmd)
-		switch cmd.GetCmd().(type) {
-		case *proto.Command_QueueDeclare, *proto.Command_QueueDelete:
-			single = false
-		}
-		if dests[i] != group.DefaultID {
-			single = false
-		}
-	}
-	if single {
+	parts := b.parts(cmds)
+	if len(parts) == len(cmds) && !slices.ContainsFunc(parts, func(p part) bool {
+		return p.dest != group.DefaultID || queueVerb(p.cmd)
+	}) {
 		return b.node.SubmitBatch(ctx, cmds)
 	}
 	results := make([]*proto.Result, len(cmds))
-	// Consecutive commands bound for one group go as one unit.
-	for i := 0; i < len(cmds); {
+	// Consecutive parts bound for one group go as one unit.
+	for i := 0; i < len(parts); {
 		j := i + 1
-		for j < len(cmds) && dests[j] == dests[i] && !queueVerb(cmds[j]) && !queueVerb(cmds[i]) {
+		for j < len(parts) && parts[j].dest == parts[i].dest && !queueVerb(parts[j].cmd) && !queueVerb(parts[i].cmd) {
 			j++
 		}
-		res, err := b.submitTo(ctx, dests[i], cmds[i:j])
+		batch := make([]*proto.Command, 0, j-i)
+		for _, p := range parts[i:j] {
+			batch = append(batch, p.cmd)
+		}
+		res, err := b.submitTo(ctx, parts[i].dest, batch)
 		if err != nil {
 			return nil, err
 		}
-		copy(results[i:j], res)
+		for k, r := range res {
+			of := parts[i+k].of
+			results[of] = mergeResults(results[of], r)
+		}
 		i = j
 	}
 	return results, nil
+}
+
+// part is a command, or one group's share of a publish, with the group
+// it goes to and the command of the batch it answers for.
+type part struct {
+	dest string
+	cmd  *proto.Command
+	of   int
+}
+
+// parts splits cmds into what goes to each group, in order: a publish
+// routed to queues of queue groups becomes an Enqueue per group.
+func (b *Broker) parts(cmds []*proto.Command) []part {
+	routes := make([]map[string][]string, len(cmds))
+	var publishes bool
+	for _, cmd := range cmds {
+		_, ok := cmd.GetCmd().(*proto.Command_Publish)
+		publishes = publishes || ok
+	}
+	if publishes {
+		b.node.View(func(m *fsm.Machine) {
+			for i, cmd := range cmds {
+				if p := cmd.GetPublish(); p != nil {
+					if byGroup, ok := m.PublishRoute(p); ok && (len(byGroup) > 1 || byGroup[group.DefaultID] == nil) {
+						routes[i] = byGroup
+					}
+				}
+			}
+		})
+	}
+	parts := make([]part, 0, len(cmds))
+	for i, cmd := range cmds {
+		if routes[i] == nil {
+			parts = append(parts, part{dest: b.destination(cmd), cmd: cmd, of: i})
+			continue
+		}
+		p := cmd.GetPublish()
+		for _, g := range slices.Sorted(maps.Keys(routes[i])) {
+			parts = append(parts, part{dest: g, of: i, cmd: &proto.Command{Cmd: &proto.Command_Enqueue{Enqueue: &proto.Enqueue{
+				Vhost: p.GetVhost(), Exchange: p.GetExchange(), RoutingKey: p.GetRoutingKey(),
+				Properties: p.GetProperties(), Body: p.GetBody(), Queues: routes[i][g]}}}})
+		}
+	}
+	return parts
+}
+
+// mergeResults is the result of a command some parts of which went to
+// several groups: refused if one refused it, routed if one routed it,
+// rejected (nacked) if a queue rejected it, as RabbitMQ nacks a publish
+// one of whose queues rejected it.
+func mergeResults(a, b *proto.Result) *proto.Result {
+	switch {
+	case a == nil:
+		return b
+	case a.GetCode() != 0:
+		return a
+	case b.GetCode() != 0:
+		return b
+	}
+	a.Routed = a.GetRouted() || b.GetRouted()
+	a.Rejected = a.GetRejected() || b.GetRejected()
+	return a
 }
 
 // queueVerb is a queue's declare or delete, which go through the
