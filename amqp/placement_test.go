@@ -344,3 +344,96 @@ func TestPlacement_QueuesLiveInGroupsAndServeAsBefore(t *testing.T) {
 		t.Fatal("a publish to a missing exchange did not close the channel")
 	}
 }
+
+// Time decided in each queue's own group: a delayed retry built from a
+// TTL queue and dead-letter exchanges moves messages from one group's
+// queue into another's when they expire, and back to the work queue
+// (RabbitMQ's retry pattern); a consumer that holds a placed queue's
+// delivery past its consumer timeout gets basic.cancel, its delivery
+// goes back, and another consumer on the same channel goes on.
+func TestPlacement_TimeInTheGroups(t *testing.T) {
+	c, urls := placedCluster(t)
+	_, ch := dialT(t, urls[0])
+	if _, err := ch.QueueDeclare("r-work", true, false, false, false, amqp091.Table{
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "r-wait"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("r-wait", true, false, false, false, amqp091.Table{
+		"x-message-ttl": int32(300), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "r-work"}); err != nil {
+		t.Fatal(err)
+	}
+	node := c.Nodes[1].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		a, b := node.QueueGroup("/", "r-work"), node.QueueGroup("/", "r-wait")
+		if a == "" || b == "" || a == b {
+			return fmt.Errorf("r-work in %q and r-wait in %q: want two queue groups", a, b)
+		}
+		return nil
+	})
+	_, sub := dialT(t, urls[2])
+	ds, err := sub.Consume("r-work", "w", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "r-work", false, false, amqp091.Publishing{Body: []byte("job")}); err != nil {
+		t.Fatal(err)
+	}
+	// Rejected twice, waiting out the TTL in the other group each time.
+	for attempt := range 3 {
+		var d amqp091.Delivery
+		select {
+		case d = <-ds:
+		case <-time.After(clustertest.Timeout):
+			t.Fatalf("attempt %d: no delivery", attempt)
+		}
+		deaths, _ := d.Headers["x-death"].([]any)
+		if attempt == 0 && len(deaths) != 0 || attempt > 0 && len(deaths) != 2 {
+			t.Fatalf("attempt %d: x-death %v", attempt, d.Headers["x-death"])
+		}
+		if attempt == 2 {
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub.Cancel("w", false); err != nil {
+		t.Fatal(err)
+	}
+
+	// Consumer timeout on a placed queue (x-consumer-timeout 500 ms).
+	if _, err := ch.QueueDeclare("r-slow", true, false, false, false, amqp091.Table{"x-consumer-timeout": int32(500)}); err != nil {
+		t.Fatal(err)
+	}
+	cancels := sub.NotifyCancel(make(chan string, 1))
+	closed := sub.NotifyClose(make(chan *amqp091.Error, 1))
+	slow, err := sub.Consume("r-slow", "slow", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "r-slow", false, false, amqp091.Publishing{Body: []byte("held")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-slow:
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("no delivery on r-slow")
+	}
+	select {
+	case tag := <-cancels:
+		if tag != "slow" {
+			t.Fatalf("basic.cancel for %q", tag)
+		}
+	case e := <-closed:
+		t.Fatalf("the channel closed: %v", e)
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("no basic.cancel after the consumer timeout")
+	}
+	d, ok, err := ch.Get("r-slow", true)
+	if err != nil || !ok || string(d.Body) != "held" || !d.Redelivered {
+		t.Fatalf("after the timeout r-slow gives %q redelivered=%v (%v %v)", d.Body, d.Redelivered, ok, err)
+	}
+}
