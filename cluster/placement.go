@@ -206,6 +206,23 @@ func (n *Node) PlaceQueue(ctx context.Context, id string) error {
 	if qg == nil {
 		return fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
 	}
+	// The group's log takes queues once its leader made it a queue
+	// group's (GroupInit), which this node may not have applied yet.
+	for {
+		_, applied := qg.g.Applied().Load()
+		var k uint32
+		qg.g.State().View(func(m *fsm.Machine) { k = m.Group() })
+		if k != 0 {
+			break
+		}
+		select {
+		case <-applied:
+		case <-qg.closing:
+			return fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+		case <-ctx.Done():
+			return fmt.Errorf("queue group %q is not ready for queues yet: %w", id, ctx.Err())
+		}
+	}
 	_, err := n.mirror(ctx, qg.g, id)
 	return err
 }
@@ -213,12 +230,18 @@ func (n *Node) PlaceQueue(ctx context.Context, id string) error {
 // QueueGroup is the id of the group that holds the queue: a queue group
 // for a queue the metadata placed in one, else the metadata group.
 func (n *Node) QueueGroup(vhost, name string) string {
-	var g string
-	n.View(func(m *fsm.Machine) { g, _ = m.QueuePlacement(vhost, name) })
-	if g == "" {
-		return group.DefaultID
-	}
+	g, _ := n.QueuePlacement(vhost, name)
 	return g
+}
+
+// QueuePlacement is QueueGroup, and whether the metadata this node
+// applied holds the queue at all.
+func (n *Node) QueuePlacement(vhost, name string) (id string, ok bool) {
+	n.View(func(m *fsm.Machine) { id, ok = m.QueuePlacement(vhost, name) })
+	if id == "" {
+		id = group.DefaultID
+	}
+	return id, ok
 }
 
 // proposePlacement switches placement on in the metadata log once it is
@@ -242,6 +265,12 @@ func (n *Node) proposePlacement(ctx context.Context) {
 			if !g.HasMember(v.ID) {
 				return
 			}
+		}
+		// Every group's log made a queue group's by its leader first,
+		// as this node applied it.
+		var k uint32
+		if !n.ViewGroup(g.ID, func(m *fsm.Machine) { k = m.Group() }) || k == 0 {
+			return
 		}
 	}
 	res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_PlaceQueues{PlaceQueues: &proto.PlaceQueues{}}})

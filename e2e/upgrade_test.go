@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -45,11 +46,13 @@ func releaseBinary(t *testing.T, rev string) string {
 }
 
 // A cluster of the landed release upgraded in place, one node at a time,
-// each restarted on its data with this build and --queue-groups 3: every
-// step serves publishes through the upgraded node, and at the end every
-// message published before and during the upgrade is there exactly once,
-// in order, with the user and the policy made before; the queue groups
-// start, each led, once every node runs this build.
+// each restarted on its data with this build, --queue-groups 3 and
+// --place-queues: every step serves publishes through the upgraded node,
+// and at the end every message published before and during the upgrade
+// is there exactly once, in order, with the user and the policy made
+// before; the queue groups start, each led, once every node runs this
+// build, and then a new queue lands in one of them, with the policy made
+// before, while the old queue stays in the metadata group.
 func TestUpgrade_RollingFromTheLandedRelease(t *testing.T) {
 	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
 		t.Skip("upgrades raftmq nodes: raftmq only")
@@ -70,7 +73,7 @@ func TestUpgrade_RollingFromTheLandedRelease(t *testing.T) {
 			t.Fatalf("%s did not stop: %v", c.Nodes[i].ID, err)
 		}
 		c.Nodes[i].Bin = ""
-		c.Nodes[i].ExtraArgs = append(c.Nodes[i].ExtraArgs, "--queue-groups", "3")
+		c.Nodes[i].ExtraArgs = append(c.Nodes[i].ExtraArgs, "--queue-groups", "3", "--place-queues")
 		c.Start(i)
 		c.WaitReady(i, 60*time.Second)
 		// The mixed cluster takes publishes through the upgraded node.
@@ -114,5 +117,43 @@ func TestUpgrade_RollingFromTheLandedRelease(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+
+	// Placement is on once the groups run: a queue declared now lands in
+	// a queue group and takes the policy made before the upgrade there.
+	if err := Eventually(60*time.Second, func() error {
+		ch := channel(t, dial(t, c.Nodes[0]))
+		defer ch.Close()
+		mustDeclare(t, ch, "up.new", nil)
+		rows, err := queuesOn(t, c.Nodes[1])
+		if err != nil {
+			return err
+		}
+		if r := rows["up.new"]; r.Group == metadataGroup {
+			_, _ = ch.QueueDelete("up.new", false, false, false)
+			return fmt.Errorf("up.new not placed yet: %+v", r)
+		}
+		if r := rows["up.q"]; r.Group != metadataGroup {
+			return fmt.Errorf("up.q, declared before the upgrade, moved: %+v", r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	publishConfirmed(t, channel(t, dial(t, c.Nodes[0])), "", "up.new", numbered(0, 20))
+	d, err = channel(t, dial(t, c.Nodes[1])).Consume("up.new", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range receive(t, d, 20, 60*time.Second) {
+		if string(m.Body) != fmt.Sprint(i) || m.Redelivered {
+			t.Fatalf("message %d of up.new is %q (redelivered %v)", i, m.Body, m.Redelivered)
+		}
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := ctl(t, c.Nodes[2], "list_queues", "name", "policy", "raft_group"); !regexp.MustCompile(`up\.new\s+up-ttl\s+q[123]`).MatchString(out) {
+		t.Fatalf("the placed queue does not show the policy made before the upgrade in its group:\n%s", out)
 	}
 }

@@ -4836,7 +4836,10 @@ func (x *ListVhostsResponse) GetVhosts() []*VhostInfo {
 }
 
 type DigestRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue group whose log's state to digest, by id; empty for the
+	// metadata group's.
+	Group         string `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4869,6 +4872,13 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
 	return file_admin_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *DigestRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type DigestResponse struct {
@@ -5629,8 +5639,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"B\n" +
 	"\x12ListVhostsResponse\x12,\n" +
-	"\x06vhosts\x18\x01 \x03(\v2\x14.raftmq.v1.VhostInfoR\x06vhosts\"\x0f\n" +
-	"\rDigestRequest\"f\n" +
+	"\x06vhosts\x18\x01 \x03(\v2\x14.raftmq.v1.VhostInfoR\x06vhosts\"%\n" +
+	"\rDigestRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"f\n" +
 	"\x0eDigestResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x16\n" +

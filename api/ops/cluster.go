@@ -181,6 +181,15 @@ func (c clusterNode) RebalanceGroups(ctx context.Context) (map[string]int, error
 	return c.n.RebalanceGroups(ctx)
 }
 
+// GroupDigest implements Node.
+func (c clusterNode) GroupDigest(id string) (d [32]byte, applied uint64, ok bool) {
+	if id == "" {
+		return d, 0, false
+	}
+	ok = c.n.ViewGroup(id, func(m *fsm.Machine) { d, applied = m.Digest(), m.AppliedIndex() })
+	return d, applied, ok
+}
+
 // SubmitBatch implements BatchSubmitter for a cluster node.
 func (c clusterNode) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
 	return c.b.SubmitBatch(ctx, cmds)

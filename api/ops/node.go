@@ -41,6 +41,9 @@ type Node interface {
 	// Groups lists the Raft groups this node knows, by id (a queue's
 	// QueueInfo.RaftGroup names the one that holds it).
 	Groups() []GroupStatus
+	// GroupDigest is the digest and applied index of queue group id's
+	// state as this node applied it; false for a group it does not run.
+	GroupDigest(id string) (digest [32]byte, applied uint64, ok bool)
 	// GrowGroups, ShrinkGroups and RebalanceGroups are rabbitmq-queues
 	// grow, shrink and rebalance over the groups (cluster.Node's).
 	GrowGroups(ctx context.Context, id string, even bool) ([]GroupChange, error)

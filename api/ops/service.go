@@ -597,8 +597,16 @@ func (s *Service) Environment(_ context.Context, _ *proto.EnvironmentRequest) (*
 }
 
 // Digest answers raftmq.v1.Admin's Digest: this node's state digest.
-func (s *Service) Digest(_ context.Context, _ *proto.DigestRequest) (*proto.DigestResponse, error) {
+func (s *Service) Digest(_ context.Context, req *proto.DigestRequest) (*proto.DigestResponse, error) {
 	resp := &proto.DigestResponse{NodeId: s.node.NodeID()}
+	if req.GetGroup() != "" {
+		d, applied, ok := s.node.GroupDigest(req.GetGroup())
+		if !ok {
+			return nil, fail(NotFound, "this node runs no queue group %q", req.GetGroup())
+		}
+		resp.Digest, resp.AppliedIndex = hex.EncodeToString(d[:]), applied
+		return resp, nil
+	}
 	s.node.View(func(st State) {
 		d := st.Digest()
 		resp.Digest = hex.EncodeToString(d[:])

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
@@ -70,14 +71,14 @@ const everywhere = "\x00all"
 
 // destination is the group a command goes to: a group id (the metadata
 // group's is group.DefaultID) or everywhere.
-func (b *Broker) destination(cmd *proto.Command) string {
+func (b *Broker) destination(ctx context.Context, cmd *proto.Command) string {
 	switch c := cmd.GetCmd().(type) {
 	case *proto.Command_Consume:
-		return b.node.QueueGroup(c.Consume.GetVhost(), c.Consume.GetQueue())
+		return b.queueGroup(ctx, c.Consume.GetVhost(), c.Consume.GetQueue())
 	case *proto.Command_Get:
-		return b.node.QueueGroup(c.Get.GetVhost(), c.Get.GetQueue())
+		return b.queueGroup(ctx, c.Get.GetVhost(), c.Get.GetQueue())
 	case *proto.Command_QueuePurge:
-		return b.node.QueueGroup(c.QueuePurge.GetVhost(), c.QueuePurge.GetName())
+		return b.queueGroup(ctx, c.QueuePurge.GetVhost(), c.QueuePurge.GetName())
 	case *proto.Command_Cancel:
 		return b.consumers.get(c.Cancel.GetConsumer())
 	case *proto.Command_Credit:
@@ -90,6 +91,24 @@ func (b *Broker) destination(cmd *proto.Command) string {
 		}
 	}
 	return group.DefaultID
+}
+
+// queueGroup is the group of a queue as this node's metadata places it.
+// A queue this node does not know may have been declared a moment ago
+// on another node (a client that declares on one node and consumes on
+// another): a Tick through the metadata log comes back once this node
+// applied everything committed before it, and the queue is looked up
+// again. Still unknown, it goes to the metadata log, which refuses it.
+func (b *Broker) queueGroup(ctx context.Context, vhost, name string) string {
+	id, ok := b.node.QueuePlacement(vhost, name)
+	if ok {
+		return id
+	}
+	if _, err := b.node.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+		return group.DefaultID
+	}
+	id, _ = b.node.QueuePlacement(vhost, name)
+	return id
 }
 
 // placing reports whether commands may go elsewhere than the metadata
@@ -132,7 +151,7 @@ func (b *Broker) submitRouted(ctx context.Context, cmds []*proto.Command) ([]*pr
 	if !b.placing() {
 		return b.node.SubmitBatch(ctx, cmds)
 	}
-	parts := b.parts(cmds)
+	parts := b.parts(ctx, cmds)
 	if len(parts) == len(cmds) && !slices.ContainsFunc(parts, func(p part) bool {
 		return p.dest != group.DefaultID || queueVerb(p.cmd)
 	}) {
@@ -172,7 +191,7 @@ type part struct {
 
 // parts splits cmds into what goes to each group, in order: a publish
 // routed to queues of queue groups becomes an Enqueue per group.
-func (b *Broker) parts(cmds []*proto.Command) []part {
+func (b *Broker) parts(ctx context.Context, cmds []*proto.Command) []part {
 	routes := make([]map[string][]string, len(cmds))
 	var publishes bool
 	for _, cmd := range cmds {
@@ -193,7 +212,7 @@ func (b *Broker) parts(cmds []*proto.Command) []part {
 	parts := make([]part, 0, len(cmds))
 	for i, cmd := range cmds {
 		if routes[i] == nil {
-			parts = append(parts, part{dest: b.destination(cmd), cmd: cmd, of: i})
+			parts = append(parts, part{dest: b.destination(ctx, cmd), cmd: cmd, of: i})
 			continue
 		}
 		p := cmd.GetPublish()
@@ -290,6 +309,10 @@ func (b *Broker) broadcast(ctx context.Context, cmds []*proto.Command) ([]*proto
 	return res, nil
 }
 
+// placeWait bounds how long a declare waits for its queue's group to
+// take the queue (a group without a leader takes nothing).
+const placeWait = 30 * time.Second
+
 // declare declares a queue in the metadata log and, when the log placed
 // it in a queue group, makes sure the group holds it and answers with the
 // group's counts: declare-ok comes once the queue can take messages.
@@ -306,7 +329,10 @@ func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.Queue
 	if id == group.DefaultID {
 		return res, nil
 	}
-	if err := b.node.PlaceQueue(ctx, id); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, placeWait)
+	err = b.node.PlaceQueue(pctx, id)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	gr, err := b.node.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{

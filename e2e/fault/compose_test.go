@@ -120,24 +120,34 @@ type cluster struct {
 	// noProcess is how long no node's process ran in the fault, when the
 	// scenario stopped them all (noneRunning).
 	noProcess time.Duration
+	// groups are the queue groups whose digests must agree too.
+	groups []string
 }
 
 // startCluster brings up the compose cluster and waits until every node is
 // ready. The restart policy is turned off so that a killed node stays down
 // until the scenario starts it.
-func startCluster(t *testing.T, name string) *cluster { return startClusterOf(t, name, 3) }
+func startCluster(t *testing.T, name string) *cluster { return startClusterOf(t, name, 3, nil) }
+
+// placedGroups are the queue groups of a cluster started with placedEnv:
+// every node a member of each, and new queues placed into them.
+var (
+	placedGroups = []string{"q1", "q2", "q3"}
+	placedEnv    = []string{`RAFTMQ_QUEUE_GROUPS: "3"`, `RAFTMQ_PLACE_QUEUES: "true"`}
+)
 
 // startClusterOf is startCluster with size nodes: the compose file's
 // three, and more defined like them in the override (their ports are not
-// published: the test reaches every node at its address).
-func startClusterOf(t *testing.T, name string, size int) *cluster {
+// published: the test reaches every node at its address). env are more
+// lines of every node's environment ("NAME: value").
+func startClusterOf(t *testing.T, name string, size int, env []string) *cluster {
 	t.Helper()
 	root, err := buildImage()
 	if err != nil {
 		t.Fatal(err)
 	}
 	override := filepath.Join(t.TempDir(), "override.yml")
-	if err := os.WriteFile(override, []byte(composeOverride(size)), 0o644); err != nil {
+	if err := os.WriteFile(override, []byte(composeOverride(size, env)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, project: fmt.Sprintf("raftmqfault%d%s", os.Getpid(), name)}
@@ -209,8 +219,9 @@ func startClusterOf(t *testing.T, name string, size int) *cluster {
 
 // composeOverride turns the compose file's restart policy off and, for a
 // cluster of more than its three nodes, defines the others as the file
-// defines its own, every node joining and expecting all of them.
-func composeOverride(size int) string {
+// defines its own, every node joining and expecting all of them; env are
+// added to every node's environment.
+func composeOverride(size int, env []string) string {
 	var o strings.Builder
 	o.WriteString("services:\n")
 	join := make([]string, size)
@@ -220,6 +231,12 @@ func composeOverride(size int) string {
 	for i := 1; i <= size; i++ {
 		fmt.Fprintf(&o, "  raftmq%d:\n    restart: \"no\"\n", i)
 		if size == 3 {
+			if len(env) > 0 {
+				o.WriteString("    environment:\n")
+			}
+			for _, e := range env {
+				fmt.Fprintf(&o, "      %s\n", e)
+			}
 			continue
 		}
 		if i > 3 {
@@ -243,6 +260,9 @@ func composeOverride(size int) string {
       RAFTMQ_DEFAULT_USER: ${RAFTMQ_USER}
       RAFTMQ_DEFAULT_PASSWORD: ${RAFTMQ_PASSWORD}
 `, i)
+		}
+		for _, e := range env {
+			fmt.Fprintf(&o, "      %s\n", e)
 		}
 	}
 	if size > 3 {
@@ -560,27 +580,60 @@ func (c *cluster) leader() int {
 // the same applied index.
 func (c *cluster) digestsAgree(timeout time.Duration) error {
 	return e2e.Eventually(timeout, func() error {
-		var first *proto.DigestResponse
-		for i := range c.nodes {
-			a, done := c.admin(i)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			d, err := a.Digest(ctx, &proto.DigestRequest{})
-			cancel()
-			done()
-			if err != nil {
-				return err
-			}
-			if first == nil {
-				first = d
-				continue
-			}
-			if d.AppliedIndex != first.AppliedIndex || d.Digest != first.Digest {
-				return fmt.Errorf("%s: index %d digest %.12s; %s: index %d digest %.12s",
-					first.NodeId, first.AppliedIndex, first.Digest, d.NodeId, d.AppliedIndex, d.Digest)
+		for _, g := range append([]string{""}, c.groups...) {
+			var first *proto.DigestResponse
+			for i := range c.nodes {
+				a, done := c.admin(i)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				d, err := a.Digest(ctx, &proto.DigestRequest{Group: g})
+				cancel()
+				done()
+				if err != nil {
+					return fmt.Errorf("group %q: %w", g, err)
+				}
+				if first == nil {
+					first = d
+					continue
+				}
+				if d.AppliedIndex != first.AppliedIndex || d.Digest != first.Digest {
+					return fmt.Errorf("group %q: %s: index %d digest %.12s; %s: index %d digest %.12s", g,
+						first.NodeId, first.AppliedIndex, first.Digest, d.NodeId, d.AppliedIndex, d.Digest)
+				}
 			}
 		}
 		return nil
 	})
+}
+
+// logQueues logs the queues as each node lists them: where a drain
+// stopped, what holds the messages.
+func (c *cluster) logQueues() {
+	for i, n := range c.nodes {
+		a, done := c.admin(i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := a.ListQueues(ctx, &proto.ListQueuesRequest{Vhost: "/"})
+		cancel()
+		done()
+		if err != nil {
+			c.t.Logf("%s: list queues: %v", n.id, err)
+			continue
+		}
+		var b strings.Builder
+		for _, q := range resp.GetQueues() {
+			fmt.Fprintf(&b, "  %s group=%s ready=%d unacked=%d consumers=%d\n", q.GetName(), q.GetRaftGroup(), q.GetReady(), q.GetUnacked(), q.GetConsumers())
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+		cons, err := a.ListConsumers(ctx, &proto.ListRequest{Vhost: "/"})
+		cancel()
+		if err == nil {
+			for _, x := range cons.GetConsumers() {
+				r := x.GetConsumer()
+				fmt.Fprintf(&b, "  consumer %s/%s/%d/%s of %s unacked=%d\n", r.GetChannel().GetNode(), r.GetChannel().GetConnection(),
+					r.GetChannel().GetChannel(), r.GetTag(), x.GetQueue(), x.GetUnacked())
+			}
+		}
+		c.t.Logf("%s's queues:\n%s", n.id, b.String())
+	}
 }
 
 func (c *cluster) dumpLogs() {

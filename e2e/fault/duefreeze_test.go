@@ -64,7 +64,7 @@ const (
 
 // dueFreeze runs the rounds on a cluster of size nodes and returns its row.
 func dueFreeze(t *testing.T, size, rounds int) report {
-	c := startClusterOf(t, fmt.Sprintf("duefreeze%d", size), size)
+	c := startClusterOf(t, fmt.Sprintf("duefreeze%d", size), size, nil)
 	c.declareTopology()
 	rec := newRecorder()
 	name := fmt.Sprintf("due-freeze-%dn", size)

@@ -90,6 +90,36 @@ func (c *cluster) withChannel(timeout time.Duration, f func(*amqp.Channel) error
 }
 
 // declareTopology declares the exchanges and queues of the workload.
+// waitPlacing returns once a queue declared lands in a queue group: the
+// metadata leader switches placement on once the groups run.
+func (c *cluster) waitPlacing() {
+	c.t.Helper()
+	const probe = "fault.placement-probe"
+	err := c.withChannel(60*time.Second, func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(probe, true, false, false, false, nil); err != nil {
+			return err
+		}
+		a, done := c.admin(0)
+		defer done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		q, err := a.GetQueue(ctx, &proto.GetQueueRequest{Vhost: "/", Name: probe})
+		if err != nil {
+			return err
+		}
+		if _, err := ch.QueueDelete(probe, false, false, false); err != nil {
+			return err
+		}
+		if q.GetRaftGroup() == "metadata" {
+			return errors.New("queues are not placed into queue groups yet")
+		}
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("placement: %v", err)
+	}
+}
+
 func (c *cluster) declareTopology() {
 	c.t.Helper()
 	err := c.withChannel(30*time.Second, func(ch *amqp.Channel) error {

@@ -228,6 +228,10 @@ func (n *Node) Groups() []ops.GroupStatus {
 	slices.SortFunc(g.Members, func(a, b ops.GroupMember) int { return strings.Compare(a.ID, b.ID) })
 	return []ops.GroupStatus{g}
 }
+
+// GroupDigest implements ops.Node: a fake node runs no queue group.
+func (n *Node) GroupDigest(string) ([32]byte, uint64, bool) { return [32]byte{}, 0, false }
+
 func (n *Node) GrowGroups(_ context.Context, id string, _ bool) ([]ops.GroupChange, error) {
 	n.Mu.Lock()
 	defer n.Mu.Unlock()
