@@ -129,11 +129,11 @@ func TestUpgrade_RollingFromTheLandedRelease(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if r := rows["up.new"]; r.Group == metadataGroup {
+		if r, ok := rows["up.new"]; !ok || r.Group == metadataGroup {
 			_, _ = ch.QueueDelete("up.new", false, false, false)
 			return fmt.Errorf("up.new not placed yet: %+v", r)
 		}
-		if r := rows["up.q"]; r.Group != metadataGroup {
+		if r, ok := rows["up.q"]; !ok || r.Group != metadataGroup {
 			return fmt.Errorf("up.q, declared before the upgrade, moved: %+v", r)
 		}
 		return nil
