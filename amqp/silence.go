@@ -152,16 +152,29 @@ func (c *conn) guard(b []byte, marks []mark) []byte {
 // node decided before it. It gives up when the connection fails or
 // ends. Writer only.
 func (c *conn) fence() bool {
-	wait := 20 * time.Millisecond
-	for {
+	return c.retryFence(func() (bool, error) {
 		e0 := c.srv.epoch()
 		_, err := c.srv.node().Submit(c.ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
-		if err == nil && c.srv.epoch() == e0 {
-			c.fenced = e0
+		if err != nil || c.srv.epoch() != e0 {
+			return false, err
+		}
+		c.fenced = e0
+		return true, nil
+	}, "holding frames decided before a silence of this node until it catches up")
+}
+
+// retryFence runs try until it reports done, waiting out an error with a
+// growing backoff (a silence met on the way retries at once); it gives
+// up when the connection fails or ends. Writer only.
+func (c *conn) retryFence(try func() (done bool, err error), waiting string, args ...any) bool {
+	wait := 20 * time.Millisecond
+	for {
+		done, err := try()
+		if done {
 			return true
 		}
 		if err != nil {
-			c.logger().Debug("holding frames decided before a silence of this node until it catches up", "err", err)
+			c.logger().Debug(waiting, append(args, "err", err)...)
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
@@ -190,31 +203,15 @@ func (c *conn) fenceGroup(group uint32, epoch uint64) bool {
 	if c.fencedGroups[group] >= epoch {
 		return true
 	}
-	wait := 20 * time.Millisecond
-	for {
+	return c.retryFence(func() (bool, error) {
 		_, err := c.srv.node().SubmitGroup(c.ctx, group, []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}})
-		if err == nil {
-			if c.fencedGroups == nil {
-				c.fencedGroups = map[uint32]uint64{}
-			}
-			c.fencedGroups[group] = epoch
-			return true
+		if err != nil {
+			return false, err
 		}
-		c.logger().Debug("holding frames decided before a silence of this node until its group's log catches up", "group", group, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-c.ctx.Done():
-		case <-c.failed:
+		if c.fencedGroups == nil {
+			c.fencedGroups = map[uint32]uint64{}
 		}
-		t.Stop()
-		wait = min(2*wait, fenceBackoff)
-		select {
-		case <-c.ctx.Done():
-			return false
-		case <-c.failed:
-			return false
-		default:
-		}
-	}
+		c.fencedGroups[group] = epoch
+		return true, nil
+	}, "holding frames decided before a silence of this node until its group's log catches up", "group", group)
 }

@@ -106,7 +106,7 @@ func (n *Node) handOffRound(ctx context.Context, g *group.Group) (more bool, err
 		// ago on another node): a Tick through the metadata log comes
 		// back once this node applied everything committed before it,
 		// and the entries are routed again on that.
-		if _, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+		if err := n.CatchUp(ctx); err != nil {
 			return false, fmt.Errorf("bringing the metadata up to date before dropping an unroutable message: %w", err)
 		}
 		routeAll()

@@ -119,7 +119,7 @@ func mirrorPolicies(want, have []*proto.PolicyInfo, vhost string) []*proto.Comma
 func (n *Node) mirror(ctx context.Context, g *group.Group, id string) (bool, error) {
 	cmds := n.mirrorCommands(g, id)
 	if slices.ContainsFunc(cmds, deletes) {
-		if _, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+		if err := n.CatchUp(ctx); err != nil {
 			return true, err
 		}
 		cmds = n.mirrorCommands(g, id)
@@ -300,21 +300,6 @@ func (n *Node) GroupID(k uint32) string {
 	return id
 }
 
-// GroupNumber is the number of the log of group id (GroupID's inverse).
-func (n *Node) GroupNumber(id string) (k uint32, ok bool) {
-	if id == group.DefaultID {
-		return 0, true
-	}
-	n.View(func(m *fsm.Machine) {
-		for i, g := range m.QueueGroups() {
-			if g.ID == id {
-				k, ok = uint32(i+1), true
-			}
-		}
-	})
-	return k, ok
-}
-
 // RunningQueueGroups are the ids of the queue groups this node runs,
 // sorted.
 func (n *Node) RunningQueueGroups() []string {
@@ -331,4 +316,14 @@ func (n *Node) RunsQueueGroups() bool {
 	n.qmu.Lock()
 	defer n.qmu.Unlock()
 	return len(n.byID) > 0
+}
+
+// CatchUp returns once this node applied every metadata entry committed
+// before the call: a Tick through the metadata log, whose result comes
+// once this node applied it. It is how a node that reads its own view of
+// the metadata (routing, placement, the mirror) makes sure the view is
+// not behind a change made on another node before it acts on an absence.
+func (n *Node) CatchUp(ctx context.Context) error {
+	_, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
+	return err
 }

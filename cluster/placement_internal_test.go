@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"testing"
 
 	pb "google.golang.org/protobuf/proto"
@@ -80,7 +81,7 @@ func TestMirror_BringsTheGroupInLineWithTheMetadata(t *testing.T) {
 	got := mirrorRound(t, meta, grp, "q1")
 	// The group's log holds "/" already (fsmtest's machine has it).
 	want := []string{"policy+//ttl", "queue+//a", "queue+//f", "vhost+v2", "queue+v2/c"}
-	if !equalStrings(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("first round %v, want %v", got, want)
 	}
 	if got := mirrorRound(t, meta, grp, "q1"); len(got) != 0 {
@@ -100,7 +101,7 @@ func TestMirror_BringsTheGroupInLineWithTheMetadata(t *testing.T) {
 		&proto.Command{Cmd: &proto.Command_VhostDelete{VhostDelete: &proto.VhostDelete{Name: "v2"}}})
 	got = mirrorRound(t, meta, grp, "q1")
 	want = []string{"queue-//f", "vhost-v2", "policy+//short", "policy+//ttl", "policy-//stale"}
-	if !equalStrings(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("after the changes %v, want %v", got, want)
 	}
 	if ps := grp.Policies("/", false); len(ps) != 2 || ps[1].GetDefinition().GetMessageTtl() != 2000 {
@@ -109,16 +110,4 @@ func TestMirror_BringsTheGroupInLineWithTheMetadata(t *testing.T) {
 	if got := mirrorRound(t, meta, grp, "q1"); len(got) != 0 {
 		t.Fatalf("in line again, yet the mirror proposes %v", got)
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -104,7 +104,7 @@ func (b *Broker) queueGroup(ctx context.Context, vhost, name string) string {
 	if ok {
 		return id
 	}
-	if _, err := b.node.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}); err != nil {
+	if err := b.node.CatchUp(ctx); err != nil {
 		return group.DefaultID
 	}
 	id, _ = b.node.QueuePlacement(vhost, name)
