@@ -97,8 +97,9 @@ type Config struct {
 	// State is the lock of the applied state, under which effects are
 	// handed on; held while the held effects are flushed.
 	State sync.Locker
-	// Unacked reports whether d is still unacked on its channel in the
-	// applied state. Locks: State held.
+	// Unacked reports whether d, a delivery of the metadata log (Group
+	// 0), is still unacked on its channel in the applied state. Locks:
+	// State held.
 	Unacked func(d *fsm.Delivery) bool
 	// Effects receives the effects the gate passes on (nil: none).
 	Effects fsm.Sink
@@ -353,7 +354,21 @@ func (w *Watch) flush(held []heldEffect, epoch uint64) {
 		switch {
 		case e.deliver != nil:
 			d := e.deliver
-			if d.NoAck && i < down || !d.NoAck && !w.cfg.Unacked(d) {
+			if d.NoAck && i < down {
+				dropped++
+				continue
+			}
+			if d.Group != 0 {
+				// The fence passed the metadata log only: a queue
+				// group's log may not have applied its NodeDown of
+				// this node yet, and State says nothing of its
+				// deliveries. Handed on as decided before the
+				// silence, the delivery is checked by the sink in its
+				// own log once that log has caught up (EpochSink).
+				g.deliverIn(d, epoch-min(epoch, 1))
+				continue
+			}
+			if !d.NoAck && !w.cfg.Unacked(d) {
 				dropped++
 				continue
 			}

@@ -100,6 +100,32 @@ func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
 	}
 }
 
+// A delivery a queue group's log made while the node was suspect is not
+// the metadata log's to judge: the fence passed the metadata log alone,
+// whose state holds none of that group's deliveries. It goes on as
+// decided before the silence, for the sink to check in its own log; a
+// metadata delivery the state no longer holds is dropped.
+func TestGateSink_QueueGroupDeliveryHeldOverASilenceIsCheckedInItsOwnLog(t *testing.T) {
+	rec := &epochRecorder{}
+	w := New(Config{NodeID: "me", Effects: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Unacked: func(d *fsm.Delivery) bool { return false }})
+	w.suspect, w.gen = true, 3
+	g := w.Sink()
+	ch := &proto.ChannelRef{Node: "me", Connection: "c"}
+	g.Deliver(&fsm.Delivery{Consumer: &proto.ConsumerRef{Channel: ch, Tag: "meta"}, DeliveryTag: 7})
+	g.Deliver(&fsm.Delivery{Consumer: &proto.ConsumerRef{Channel: ch, Tag: "placed"}, DeliveryTag: 7, Group: 2})
+	if len(rec.epochs) != 0 || len(w.held) != 2 {
+		t.Fatalf("passed on while suspect: %v, held %d", rec.epochs, len(w.held))
+	}
+	w.flush(w.held, w.gen)
+	if len(rec.epochs) != 1 {
+		t.Fatalf("after catching up %d deliveries went on, want the queue group's one alone: %v", len(rec.epochs), rec.epochs)
+	}
+	if rec.epochs[0] >= w.gen {
+		t.Fatalf("the queue group's delivery went on in epoch %d, not before the silence's %d: nothing would check it in its log", rec.epochs[0], w.gen)
+	}
+}
+
 // BenchmarkGateSink_Deliver is what the silence gate adds to each
 // delivery of a live node: its lock and one check of the clock.
 func BenchmarkGateSink_Deliver(b *testing.B) {
