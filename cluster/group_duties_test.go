@@ -197,21 +197,7 @@ func TestQueueGroups_DeadLettersCrossIntoTheMetadataGroupOnce(t *testing.T) {
 		return nil
 	})
 	gl := groupLeader(t, c, id)
-	submit := func(cmds ...*proto.Command) {
-		t.Helper()
-		clustertest.Eventually(t, clustertest.Timeout, func() error {
-			res, err := groupLeader(t, c, id).SubmitGroup(ctxT(t, clustertest.Timeout), id, cmds)
-			if err != nil {
-				return err
-			}
-			for _, r := range res {
-				if r.GetCode() != 0 {
-					t.Fatalf("refused: %v", r)
-				}
-			}
-			return nil
-		})
-	}
+	submit := groupSubmitter(t, c, id)
 	// One message kept: each one more pushes the oldest out, dead.
 	submit(&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
 		declareWithArgs("src", int32Arg("x-max-length", 1), strArg("x-dead-letter-exchange", "dlx")))
@@ -267,34 +253,9 @@ func strArg(key, v string) *proto.Field {
 // each group it runs, and the group requeues its deliveries there.
 func TestQueueGroups_NodeDownFreesWhatTheNodeHeldInTheGroup(t *testing.T) {
 	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
-	l := c.WaitForLeader(clustertest.Timeout)
-	waitQueueGroups(t, c, queueGroupIDs)
 	const id = "q2"
+	victim := holdInGroup(t, c, id, 20)
 	gl := groupLeader(t, c, id)
-	var victim *cluster.Node
-	for _, n := range c.Live() {
-		if n != l && n != gl {
-			victim = n
-		}
-	}
-	if victim == nil {
-		// The metadata group and q2 share a leader on one node: any
-		// other node will do.
-		victim = c.Followers()[0]
-	}
-	submit := func(cmds ...*proto.Command) {
-		t.Helper()
-		res, err := gl.SubmitGroup(ctxT(t, clustertest.Timeout), id, cmds)
-		if err != nil {
-			t.Fatal(err)
-		}
-		requireFSM(t, res)
-	}
-	submit(&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}}, declareWithArgs("held"))
-	submit(consumeOn(&proto.ChannelRef{Node: victim.NodeID(), Connection: "conn-1", Channel: 1}, "held", "ctag", 100))
-	for i := range 20 {
-		submit(fsmtest.Enqueue("/", "", "held", fmt.Sprint(i), &proto.Properties{}, "held"))
-	}
 	unacked := func(n *cluster.Node) (uint64, error) {
 		q, err := groupQueue(n, id, "held")
 		if err != nil {
@@ -311,6 +272,88 @@ func TestQueueGroups_NodeDownFreesWhatTheNodeHeldInTheGroup(t *testing.T) {
 			if u, err := unacked(n); err != nil || u != 0 {
 				return fmt.Errorf("%s: %d still held in group %s (%v)", n.NodeID(), u, id, err)
 			}
+			return nil
+		})
+	}
+}
+
+// A node killed and started again before the leader declares it down
+// releases its previous run's consumers in every queue group it is a
+// member of before it takes clients, not only in the metadata log: no
+// one else would, and what they held would wait for ever.
+func TestQueueGroups_ARestartedNodeReleasesItsPastInEachGroup(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		following(3)(i, cfg)
+		cfg.NodeDownAfter = time.Hour // the leader never declares it down
+	}))
+	const id = "q3"
+	victim := holdInGroup(t, c, id, 10)
+	if q, err := groupQueue(groupLeader(t, c, id), id, "held"); err != nil || q.GetUnacked() != 10 {
+		t.Fatalf("the consumer holds %d (%v), want 10", q.GetUnacked(), err)
+	}
+	vi := c.Index(victim.NodeID())
+	c.Restart(vi)
+	back := c.Nodes[vi].Node()
+	select {
+	case <-back.Ready():
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("the restarted node never became ready")
+	}
+	for _, n := range c.Live() {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			q, err := groupQueue(n, id, "held")
+			if err != nil {
+				return err
+			}
+			if q.GetUnacked() != 0 || q.GetConsumers() != 0 {
+				return fmt.Errorf("%s: the previous run still holds %d and has %d consumers in %s", n.NodeID(), q.GetUnacked(), q.GetConsumers(), id)
+			}
+			return nil
+		})
+	}
+}
+
+// holdInGroup declares queue "held" in queue group id, with a consumer of
+// a channel of a node that leads neither the metadata group nor id (when
+// there is one), and gives it k messages it does not acknowledge; it
+// returns that node.
+func holdInGroup(t *testing.T, c *clustertest.Cluster, id string, k int) *cluster.Node {
+	t.Helper()
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	gl := groupLeader(t, c, id)
+	var victim *cluster.Node
+	for _, n := range c.Live() {
+		if n != l && n != gl {
+			victim = n
+		}
+	}
+	if victim == nil {
+		// The metadata group and id share a leader on one node: any
+		// other node will do.
+		victim = c.Followers()[0]
+	}
+	submit := groupSubmitter(t, c, id)
+	submit(&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}}, declareWithArgs("held"))
+	submit(consumeOn(&proto.ChannelRef{Node: victim.NodeID(), Connection: "conn-1", Channel: 1}, "held", "ctag", 100))
+	for i := range k {
+		submit(fsmtest.Enqueue("/", "", "held", fmt.Sprint(i), &proto.Properties{}, "held"))
+	}
+	return victim
+}
+
+// groupSubmitter submits commands to queue group id's leader, whichever
+// node leads it at the time, until one try commits; a refusal fails the
+// test.
+func groupSubmitter(t *testing.T, c *clustertest.Cluster, id string) func(cmds ...*proto.Command) {
+	return func(cmds ...*proto.Command) {
+		t.Helper()
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			res, err := groupLeader(t, c, id).SubmitGroup(ctxT(t, clustertest.Timeout), id, cmds)
+			if err != nil {
+				return err
+			}
+			requireFSM(t, res)
 			return nil
 		})
 	}

@@ -285,26 +285,63 @@ func (n *Node) await(ctx context.Context, f raft.Future) error {
 // AMQP listener should wait for it.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
-// clearPastIncarnation proposes NodeDown{self} until it commits, then
-// closes ready.
+// clearPastIncarnation proposes NodeDown{self} until it commits, in the
+// metadata log and then in each queue group this node is a member of,
+// then closes ready. A node killed and started again within
+// NodeDownAfter is never declared down by the leader: without its own
+// NodeDown in a queue group, the consumers its previous run had there
+// would keep their messages for ever. Each must commit before the node
+// takes clients, or it would drop the new run's consumers too.
 func (n *Node) clearPastIncarnation() {
 	defer n.wg.Done()
 	ctx, cancel := n.untilClosed(context.Background())
 	defer cancel()
-	cmd := &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: n.cfg.NodeID}}}
-	for {
-		res, err := n.Submit(ctx, cmd)
-		if err == nil {
-			n.log.Info("released the previous run's consumers", "index", res.GetIndex())
-			close(n.ready)
+	cmd := []*proto.Command{{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: n.cfg.NodeID}}}}
+	if !n.untilDone(ctx, group.DefaultID, func() ([]*proto.Result, error) { return n.SubmitBatch(ctx, cmd) }) {
+		return
+	}
+	// The metadata log is applied here up to the NodeDown: its queue
+	// groups are those of the previous run, or newer.
+	var ids []string
+	if n.metadataVoter() {
+		n.View(func(m *fsm.Machine) {
+			for _, s := range m.QueueGroups() {
+				if s.HasMember(n.cfg.NodeID) {
+					ids = append(ids, s.ID)
+				}
+			}
+		})
+	}
+	for _, id := range ids {
+		if !n.untilDone(ctx, id, func() ([]*proto.Result, error) {
+			qg := n.queueGroup(id)
+			if qg == nil {
+				return nil, fmt.Errorf("%w: %q is not open yet", ErrNoSuchGroup, id)
+			}
+			return qg.g.Submitter().SubmitBatch(ctx, cmd)
+		}) {
 			return
+		}
+	}
+	close(n.ready)
+}
+
+// untilDone runs submit until it succeeds, and reports false if the node
+// closes first; gid names the log for the log lines (group.DefaultID,
+// "", for the metadata group).
+func (n *Node) untilDone(ctx context.Context, gid string, submit func() ([]*proto.Result, error)) bool {
+	for {
+		res, err := submit()
+		if err == nil {
+			n.log.Info("released the previous run's consumers", "group", gid, "index", res[0].GetIndex())
+			return true
 		}
 		if ctx.Err() != nil {
-			return
+			return false
 		}
-		n.log.Debug("releasing the previous run: waiting for a leader", "err", err)
+		n.log.Debug("releasing the previous run: waiting for a leader", "group", gid, "err", err)
 		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return
+			return false
 		}
 	}
 }
