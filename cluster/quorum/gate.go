@@ -41,7 +41,7 @@ func (g *gate) hold(e heldEffect) (held bool, epoch uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.noteStall()
-	if !w.suspect {
+	if !w.suspect && !w.flushing {
 		return false, w.gen
 	}
 	w.held = append(w.held, e)

@@ -61,6 +61,7 @@ type Watch struct {
 	suspect   bool
 	gen       uint64 // counts the checks that found the node silent
 	fencing   bool
+	flushing  bool // held effects are going out: new ones queue behind them
 	held      []heldEffect
 	isolated  bool
 	why       string
@@ -323,10 +324,24 @@ func (w *Watch) fence(gen uint64) {
 	if ok {
 		held, w.held = w.held, nil
 		w.suspect, w.isolated = false, false
+		w.flushing = true
 	}
 	w.mu.Unlock()
-	if ok {
+	// A queue group applies under its own lock, not State: what it
+	// hands on while the held effects go out is held behind them, so
+	// that a consumer gets its deliveries in log order.
+	for ok {
 		w.flush(held, gen)
+		w.mu.Lock()
+		if w.suspect {
+			// Silent again: the next fence flushes what is held.
+			held = nil
+		} else {
+			held, w.held = w.held, nil
+		}
+		w.flushing = len(held) > 0
+		ok = w.flushing
+		w.mu.Unlock()
 	}
 	w.cfg.State.Unlock()
 	if err != nil {

@@ -1,8 +1,11 @@
 package quorum
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +126,51 @@ func TestGateSink_QueueGroupDeliveryHeldOverASilenceIsCheckedInItsOwnLog(t *test
 	}
 	if rec.epochs[0] >= w.gen {
 		t.Fatalf("the queue group's delivery went on in epoch %d, not before the silence's %d: nothing would check it in its log", rec.epochs[0], w.gen)
+	}
+}
+
+// orderRec records the tags of the deliveries handed on, and calls
+// during once, at the first: a queue group's apply running while the held
+// effects go out.
+type orderRec struct {
+	fsm.Sink
+	tags   []uint64
+	during func()
+}
+
+func (r *orderRec) DeliverIn(d *fsm.Delivery, _ uint64) {
+	r.tags = append(r.tags, d.DeliveryTag)
+	if f := r.during; f != nil {
+		r.during = nil
+		f()
+	}
+}
+
+// A queue group applies under its own lock, so it may hand on a delivery
+// while the deliveries held over a silence are going out: it waits
+// behind them, and the consumer gets them in the log's order.
+func TestGateSink_AQueueGroupDeliveryWaitsBehindTheHeldOnes(t *testing.T) {
+	rec := &orderRec{}
+	ok := func(*fsm.Delivery) bool { return true }
+	w := New(Config{NodeID: "me", Effects: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Unacked: ok,
+		LeaderWait: time.Second, State: &sync.Mutex{}, Fence: func(context.Context) error { return nil }})
+	w.suspect, w.gen, w.fencing = true, 1, true
+	g := w.Sink()
+	ch := &proto.ChannelRef{Node: "me", Connection: "c"}
+	delivery := func(tag uint64) *fsm.Delivery {
+		return &fsm.Delivery{Consumer: &proto.ConsumerRef{Channel: ch, Tag: "placed"}, DeliveryTag: tag, Group: 2}
+	}
+	g.Deliver(delivery(1))
+	g.Deliver(delivery(2))
+	rec.during = func() { g.Deliver(delivery(3)) }
+	w.wg.Add(1)
+	w.fence(1)
+	if !slices.Equal(rec.tags, []uint64{1, 2, 3}) {
+		t.Fatalf("handed on %v, want 1 2 3", rec.tags)
+	}
+	g.Deliver(delivery(4))
+	if !slices.Equal(rec.tags, []uint64{1, 2, 3, 4}) || len(w.held) != 0 {
+		t.Fatalf("after catching up: handed on %v, %d held", rec.tags, len(w.held))
 	}
 }
 
