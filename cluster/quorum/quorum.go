@@ -36,7 +36,9 @@ import (
 //     and, when that is applied here, carries out what it held that the
 //     state still stands for: a delivery only if it is still unacked on
 //     its channel (a no-ack one only if no NodeDown of this node follows
-//     it), everything else in order.
+//     it), everything else in order. A queue group's delivery is not the
+//     metadata state's to judge: it goes on marked as decided before the
+//     silence, for the sink to check in its own log (EpochSink).
 //   - silent for NodeDownAfter and not in the middle of an election among
 //     peers it reaches, the node is isolated: the Pauser closes its client
 //     connections (320 CONNECTION_FORCED) and refuses new ones, as
