@@ -34,6 +34,9 @@ type Node struct {
 	// queueGroups are the queue groups this node is a member of, and the
 	// mux that shares the raft port among all its groups (queue_groups.go).
 	queueGroups
+	// remoteEffects follow the effects of the queue groups this node is
+	// not a member of, for its channels (effects.go).
+	remoteEffects
 
 	// The node's other parts, each declared beside the code that owns it.
 	roster    // membership: who is in the cluster and whom this node reaches (members.go)

@@ -106,6 +106,7 @@ func (n *Node) runQueueGroups() {
 				n.log.Error("cannot open a queue group", "group", s.ID, "err", err)
 			}
 		}
+		n.followRemoteGroups(specs)
 		for _, qg := range n.runningQueueGroups() {
 			i := slices.IndexFunc(specs, func(s fsm.QueueGroup) bool { return s.ID == qg.id })
 			switch {

@@ -86,6 +86,588 @@ func (ForwardError) EnumDescriptor() ([]byte, []int) {
 	return file_internal_proto_rawDescGZIP(), []int{0}
 }
 
+// EffectsRequest asks for the effects of group's log for node's channels.
+type EffectsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EffectsRequest) Reset() {
+	*x = EffectsRequest{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EffectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EffectsRequest) ProtoMessage() {}
+
+func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EffectsRequest.ProtoReflect.Descriptor instead.
+func (*EffectsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EffectsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *EffectsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// EffectsMessage is the sync (first message only) or a run of effects.
+type EffectsMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sync          *EffectsSync           `protobuf:"bytes,1,opt,name=sync" json:"sync,omitempty"`
+	Effects       []*Effect              `protobuf:"bytes,2,rep,name=effects" json:"effects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EffectsMessage) Reset() {
+	*x = EffectsMessage{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EffectsMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EffectsMessage) ProtoMessage() {}
+
+func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EffectsMessage.ProtoReflect.Descriptor instead.
+func (*EffectsMessage) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EffectsMessage) GetSync() *EffectsSync {
+	if x != nil {
+		return x.Sync
+	}
+	return nil
+}
+
+func (x *EffectsMessage) GetEffects() []*Effect {
+	if x != nil {
+		return x.Effects
+	}
+	return nil
+}
+
+// EffectsSync is what the member's log holds of the node's channels once
+// it applied index: every effect after it follows on the stream.
+type EffectsSync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index" json:"index,omitempty"`
+	Channels      []*SyncChannel         `protobuf:"bytes,2,rep,name=channels" json:"channels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EffectsSync) Reset() {
+	*x = EffectsSync{}
+	mi := &file_internal_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EffectsSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EffectsSync) ProtoMessage() {}
+
+func (x *EffectsSync) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EffectsSync.ProtoReflect.Descriptor instead.
+func (*EffectsSync) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EffectsSync) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *EffectsSync) GetChannels() []*SyncChannel {
+	if x != nil {
+		return x.Channels
+	}
+	return nil
+}
+
+// SyncChannel is one channel of the node in the log: its consumers and
+// the deliveries to them not settled yet, ascending by tag.
+type SyncChannel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Channel       *ChannelRef            `protobuf:"bytes,1,opt,name=channel" json:"channel,omitempty"`
+	Consumers     []*ConsumerRef         `protobuf:"bytes,2,rep,name=consumers" json:"consumers,omitempty"`
+	Deliveries    []*RemoteDelivery      `protobuf:"bytes,3,rep,name=deliveries" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncChannel) Reset() {
+	*x = SyncChannel{}
+	mi := &file_internal_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncChannel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncChannel) ProtoMessage() {}
+
+func (x *SyncChannel) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncChannel.ProtoReflect.Descriptor instead.
+func (*SyncChannel) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SyncChannel) GetChannel() *ChannelRef {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+func (x *SyncChannel) GetConsumers() []*ConsumerRef {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
+func (x *SyncChannel) GetDeliveries() []*RemoteDelivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+// RemoteDelivery is a delivery to a consumer (fsm.Delivery) with its body.
+type RemoteDelivery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consumer      *ConsumerRef           `protobuf:"bytes,1,opt,name=consumer" json:"consumer,omitempty"`
+	Group         uint32                 `protobuf:"varint,2,opt,name=group" json:"group,omitempty"`
+	DeliveryTag   uint64                 `protobuf:"varint,3,opt,name=delivery_tag,json=deliveryTag" json:"delivery_tag,omitempty"`
+	Redelivered   bool                   `protobuf:"varint,4,opt,name=redelivered" json:"redelivered,omitempty"`
+	Exchange      string                 `protobuf:"bytes,5,opt,name=exchange" json:"exchange,omitempty"`
+	RoutingKey    string                 `protobuf:"bytes,6,opt,name=routing_key,json=routingKey" json:"routing_key,omitempty"`
+	Properties    *Properties            `protobuf:"bytes,7,opt,name=properties" json:"properties,omitempty"`
+	Body          []byte                 `protobuf:"bytes,8,opt,name=body" json:"body,omitempty"`
+	Deadline      int64                  `protobuf:"varint,9,opt,name=deadline" json:"deadline,omitempty"`
+	NoAck         bool                   `protobuf:"varint,10,opt,name=no_ack,json=noAck" json:"no_ack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoteDelivery) Reset() {
+	*x = RemoteDelivery{}
+	mi := &file_internal_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoteDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoteDelivery) ProtoMessage() {}
+
+func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoteDelivery.ProtoReflect.Descriptor instead.
+func (*RemoteDelivery) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RemoteDelivery) GetConsumer() *ConsumerRef {
+	if x != nil {
+		return x.Consumer
+	}
+	return nil
+}
+
+func (x *RemoteDelivery) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *RemoteDelivery) GetDeliveryTag() uint64 {
+	if x != nil {
+		return x.DeliveryTag
+	}
+	return 0
+}
+
+func (x *RemoteDelivery) GetRedelivered() bool {
+	if x != nil {
+		return x.Redelivered
+	}
+	return false
+}
+
+func (x *RemoteDelivery) GetExchange() string {
+	if x != nil {
+		return x.Exchange
+	}
+	return ""
+}
+
+func (x *RemoteDelivery) GetRoutingKey() string {
+	if x != nil {
+		return x.RoutingKey
+	}
+	return ""
+}
+
+func (x *RemoteDelivery) GetProperties() *Properties {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *RemoteDelivery) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *RemoteDelivery) GetDeadline() int64 {
+	if x != nil {
+		return x.Deadline
+	}
+	return 0
+}
+
+func (x *RemoteDelivery) GetNoAck() bool {
+	if x != nil {
+		return x.NoAck
+	}
+	return false
+}
+
+// Effect is one effect of the log for the node's channels (fsm.Sink).
+type Effect struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*Effect_Deliver
+	//	*Effect_Cancelled
+	//	*Effect_ChannelTimedOut
+	//	*Effect_ConsumerTimedOut
+	//	*Effect_NodeDown
+	Kind          isEffect_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Effect) Reset() {
+	*x = Effect{}
+	mi := &file_internal_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Effect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Effect) ProtoMessage() {}
+
+func (x *Effect) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Effect.ProtoReflect.Descriptor instead.
+func (*Effect) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Effect) GetKind() isEffect_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *Effect) GetDeliver() *RemoteDelivery {
+	if x != nil {
+		if x, ok := x.Kind.(*Effect_Deliver); ok {
+			return x.Deliver
+		}
+	}
+	return nil
+}
+
+func (x *Effect) GetCancelled() *ConsumerRef {
+	if x != nil {
+		if x, ok := x.Kind.(*Effect_Cancelled); ok {
+			return x.Cancelled
+		}
+	}
+	return nil
+}
+
+func (x *Effect) GetChannelTimedOut() *ChannelTimeoutEffect {
+	if x != nil {
+		if x, ok := x.Kind.(*Effect_ChannelTimedOut); ok {
+			return x.ChannelTimedOut
+		}
+	}
+	return nil
+}
+
+func (x *Effect) GetConsumerTimedOut() *ConsumerTimeoutEffect {
+	if x != nil {
+		if x, ok := x.Kind.(*Effect_ConsumerTimedOut); ok {
+			return x.ConsumerTimedOut
+		}
+	}
+	return nil
+}
+
+func (x *Effect) GetNodeDown() string {
+	if x != nil {
+		if x, ok := x.Kind.(*Effect_NodeDown); ok {
+			return x.NodeDown
+		}
+	}
+	return ""
+}
+
+type isEffect_Kind interface {
+	isEffect_Kind()
+}
+
+type Effect_Deliver struct {
+	Deliver *RemoteDelivery `protobuf:"bytes,1,opt,name=deliver,oneof"`
+}
+
+type Effect_Cancelled struct {
+	Cancelled *ConsumerRef `protobuf:"bytes,2,opt,name=cancelled,oneof"`
+}
+
+type Effect_ChannelTimedOut struct {
+	ChannelTimedOut *ChannelTimeoutEffect `protobuf:"bytes,3,opt,name=channel_timed_out,json=channelTimedOut,oneof"`
+}
+
+type Effect_ConsumerTimedOut struct {
+	ConsumerTimedOut *ConsumerTimeoutEffect `protobuf:"bytes,4,opt,name=consumer_timed_out,json=consumerTimedOut,oneof"`
+}
+
+type Effect_NodeDown struct {
+	NodeDown string `protobuf:"bytes,5,opt,name=node_down,json=nodeDown,oneof"`
+}
+
+func (*Effect_Deliver) isEffect_Kind() {}
+
+func (*Effect_Cancelled) isEffect_Kind() {}
+
+func (*Effect_ChannelTimedOut) isEffect_Kind() {}
+
+func (*Effect_ConsumerTimedOut) isEffect_Kind() {}
+
+func (*Effect_NodeDown) isEffect_Kind() {}
+
+type ChannelTimeoutEffect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Channel       *ChannelRef            `protobuf:"bytes,1,opt,name=channel" json:"channel,omitempty"`
+	Timeout       int64                  `protobuf:"varint,2,opt,name=timeout" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelTimeoutEffect) Reset() {
+	*x = ChannelTimeoutEffect{}
+	mi := &file_internal_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelTimeoutEffect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelTimeoutEffect) ProtoMessage() {}
+
+func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelTimeoutEffect.ProtoReflect.Descriptor instead.
+func (*ChannelTimeoutEffect) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ChannelTimeoutEffect) GetChannel() *ChannelRef {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+func (x *ChannelTimeoutEffect) GetTimeout() int64 {
+	if x != nil {
+		return x.Timeout
+	}
+	return 0
+}
+
+type ConsumerTimeoutEffect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consumer      *ConsumerRef           `protobuf:"bytes,1,opt,name=consumer" json:"consumer,omitempty"`
+	Timeout       int64                  `protobuf:"varint,2,opt,name=timeout" json:"timeout,omitempty"`
+	Tags          []uint64               `protobuf:"varint,3,rep,packed,name=tags" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerTimeoutEffect) Reset() {
+	*x = ConsumerTimeoutEffect{}
+	mi := &file_internal_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerTimeoutEffect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerTimeoutEffect) ProtoMessage() {}
+
+func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerTimeoutEffect.ProtoReflect.Descriptor instead.
+func (*ConsumerTimeoutEffect) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ConsumerTimeoutEffect) GetConsumer() *ConsumerRef {
+	if x != nil {
+		return x.Consumer
+	}
+	return nil
+}
+
+func (x *ConsumerTimeoutEffect) GetTimeout() int64 {
+	if x != nil {
+		return x.Timeout
+	}
+	return 0
+}
+
+func (x *ConsumerTimeoutEffect) GetTags() []uint64 {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 type ClockRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -94,7 +676,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -106,7 +688,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -119,7 +701,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{8}
 }
 
 // ClockReading is the callee's wall clock when it answered.
@@ -132,7 +714,7 @@ type ClockReading struct {
 
 func (x *ClockReading) Reset() {
 	*x = ClockReading{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -144,7 +726,7 @@ func (x *ClockReading) String() string {
 func (*ClockReading) ProtoMessage() {}
 
 func (x *ClockReading) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -157,7 +739,7 @@ func (x *ClockReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReading.ProtoReflect.Descriptor instead.
 func (*ClockReading) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClockReading) GetWallUnixNanos() int64 {
@@ -185,7 +767,7 @@ type DirectReply struct {
 
 func (x *DirectReply) Reset() {
 	*x = DirectReply{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +779,7 @@ func (x *DirectReply) String() string {
 func (*DirectReply) ProtoMessage() {}
 
 func (x *DirectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +792,7 @@ func (x *DirectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
 func (*DirectReply) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DirectReply) GetName() string {
@@ -252,7 +834,7 @@ type DirectReplyResult struct {
 
 func (x *DirectReplyResult) Reset() {
 	*x = DirectReplyResult{}
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +846,7 @@ func (x *DirectReplyResult) String() string {
 func (*DirectReplyResult) ProtoMessage() {}
 
 func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +859,7 @@ func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
 func (*DirectReplyResult) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{3}
+	return file_internal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DirectReplyResult) GetDelivered() bool {
@@ -299,7 +881,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +893,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +906,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{4}
+	return file_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -359,7 +941,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +953,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +966,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{5}
+	return file_internal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -458,7 +1040,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +1052,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +1065,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{6}
+	return file_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -560,7 +1142,51 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\traftmq.v1\x1a\rcommand.proto\"\x0e\n" +
+	"\x0einternal.proto\x12\traftmq.v1\x1a\rcommand.proto\":\n" +
+	"\x0eEffectsRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"i\n" +
+	"\x0eEffectsMessage\x12*\n" +
+	"\x04sync\x18\x01 \x01(\v2\x16.raftmq.v1.EffectsSyncR\x04sync\x12+\n" +
+	"\aeffects\x18\x02 \x03(\v2\x11.raftmq.v1.EffectR\aeffects\"W\n" +
+	"\vEffectsSync\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x122\n" +
+	"\bchannels\x18\x02 \x03(\v2\x16.raftmq.v1.SyncChannelR\bchannels\"\xaf\x01\n" +
+	"\vSyncChannel\x12/\n" +
+	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x124\n" +
+	"\tconsumers\x18\x02 \x03(\v2\x16.raftmq.v1.ConsumerRefR\tconsumers\x129\n" +
+	"\n" +
+	"deliveries\x18\x03 \x03(\v2\x19.raftmq.v1.RemoteDeliveryR\n" +
+	"deliveries\"\xda\x02\n" +
+	"\x0eRemoteDelivery\x122\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\rR\x05group\x12!\n" +
+	"\fdelivery_tag\x18\x03 \x01(\x04R\vdeliveryTag\x12 \n" +
+	"\vredelivered\x18\x04 \x01(\bR\vredelivered\x12\x1a\n" +
+	"\bexchange\x18\x05 \x01(\tR\bexchange\x12\x1f\n" +
+	"\vrouting_key\x18\x06 \x01(\tR\n" +
+	"routingKey\x125\n" +
+	"\n" +
+	"properties\x18\a \x01(\v2\x15.raftmq.v1.PropertiesR\n" +
+	"properties\x12\x12\n" +
+	"\x04body\x18\b \x01(\fR\x04body\x12\x1a\n" +
+	"\bdeadline\x18\t \x01(\x03R\bdeadline\x12\x15\n" +
+	"\x06no_ack\x18\n" +
+	" \x01(\bR\x05noAck\"\xbf\x02\n" +
+	"\x06Effect\x125\n" +
+	"\adeliver\x18\x01 \x01(\v2\x19.raftmq.v1.RemoteDeliveryH\x00R\adeliver\x126\n" +
+	"\tcancelled\x18\x02 \x01(\v2\x16.raftmq.v1.ConsumerRefH\x00R\tcancelled\x12M\n" +
+	"\x11channel_timed_out\x18\x03 \x01(\v2\x1f.raftmq.v1.ChannelTimeoutEffectH\x00R\x0fchannelTimedOut\x12P\n" +
+	"\x12consumer_timed_out\x18\x04 \x01(\v2 .raftmq.v1.ConsumerTimeoutEffectH\x00R\x10consumerTimedOut\x12\x1d\n" +
+	"\tnode_down\x18\x05 \x01(\tH\x00R\bnodeDownB\x06\n" +
+	"\x04kind\"a\n" +
+	"\x14ChannelTimeoutEffect\x12/\n" +
+	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12\x18\n" +
+	"\atimeout\x18\x02 \x01(\x03R\atimeout\"y\n" +
+	"\x15ConsumerTimeoutEffect\x122\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\x12\x18\n" +
+	"\atimeout\x18\x02 \x01(\x03R\atimeout\x12\x12\n" +
+	"\x04tags\x18\x03 \x03(\x04R\x04tags\"\x0e\n" +
 	"\fClockRequest\"6\n" +
 	"\fClockReading\x12&\n" +
 	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanos\"\x82\x01\n" +
@@ -601,11 +1227,12 @@ const file_internal_proto_rawDesc = "" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
 	"\x1dFORWARD_ERROR_OUTCOME_UNKNOWN\x10\x02\x12\x18\n" +
 	"\x14FORWARD_ERROR_CLOSED\x10\x03\x12\x18\n" +
-	"\x14FORWARD_ERROR_FAILED\x10\x042\xca\x01\n" +
+	"\x14FORWARD_ERROR_FAILED\x10\x042\x8d\x02\n" +
 	"\bInternal\x12D\n" +
 	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01\x12=\n" +
 	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResult\x129\n" +
-	"\x05Clock\x12\x17.raftmq.v1.ClockRequest\x1a\x17.raftmq.v1.ClockReadingB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\x05Clock\x12\x17.raftmq.v1.ClockRequest\x1a\x17.raftmq.v1.ClockReading\x12A\n" +
+	"\aEffects\x12\x19.raftmq.v1.EffectsRequest\x1a\x19.raftmq.v1.EffectsMessage0\x01B'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -620,36 +1247,62 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_internal_proto_goTypes = []any{
-	(ForwardError)(0),         // 0: raftmq.v1.ForwardError
-	(*ClockRequest)(nil),      // 1: raftmq.v1.ClockRequest
-	(*ClockReading)(nil),      // 2: raftmq.v1.ClockReading
-	(*DirectReply)(nil),       // 3: raftmq.v1.DirectReply
-	(*DirectReplyResult)(nil), // 4: raftmq.v1.DirectReplyResult
-	(*ForwardRequest)(nil),    // 5: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil),   // 6: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),          // 7: raftmq.v1.NodeMeta
-	(*Properties)(nil),        // 8: raftmq.v1.Properties
-	(*Command)(nil),           // 9: raftmq.v1.Command
-	(*Result)(nil),            // 10: raftmq.v1.Result
+	(ForwardError)(0),             // 0: raftmq.v1.ForwardError
+	(*EffectsRequest)(nil),        // 1: raftmq.v1.EffectsRequest
+	(*EffectsMessage)(nil),        // 2: raftmq.v1.EffectsMessage
+	(*EffectsSync)(nil),           // 3: raftmq.v1.EffectsSync
+	(*SyncChannel)(nil),           // 4: raftmq.v1.SyncChannel
+	(*RemoteDelivery)(nil),        // 5: raftmq.v1.RemoteDelivery
+	(*Effect)(nil),                // 6: raftmq.v1.Effect
+	(*ChannelTimeoutEffect)(nil),  // 7: raftmq.v1.ChannelTimeoutEffect
+	(*ConsumerTimeoutEffect)(nil), // 8: raftmq.v1.ConsumerTimeoutEffect
+	(*ClockRequest)(nil),          // 9: raftmq.v1.ClockRequest
+	(*ClockReading)(nil),          // 10: raftmq.v1.ClockReading
+	(*DirectReply)(nil),           // 11: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil),     // 12: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),        // 13: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),       // 14: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),              // 15: raftmq.v1.NodeMeta
+	(*ChannelRef)(nil),            // 16: raftmq.v1.ChannelRef
+	(*ConsumerRef)(nil),           // 17: raftmq.v1.ConsumerRef
+	(*Properties)(nil),            // 18: raftmq.v1.Properties
+	(*Command)(nil),               // 19: raftmq.v1.Command
+	(*Result)(nil),                // 20: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	8,  // 0: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	9,  // 1: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	10, // 2: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
-	0,  // 3: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	5,  // 4: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	3,  // 5: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	1,  // 6: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
-	6,  // 7: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	4,  // 8: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	2,  // 9: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
-	7,  // [7:10] is the sub-list for method output_type
-	4,  // [4:7] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	3,  // 0: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
+	6,  // 1: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
+	4,  // 2: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
+	16, // 3: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
+	17, // 4: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
+	5,  // 5: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
+	17, // 6: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
+	18, // 7: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
+	5,  // 8: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
+	17, // 9: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
+	7,  // 10: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
+	8,  // 11: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
+	16, // 12: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
+	17, // 13: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
+	18, // 14: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	19, // 15: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	20, // 16: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	0,  // 17: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
+	13, // 18: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	11, // 19: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	9,  // 20: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
+	1,  // 21: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
+	14, // 22: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	12, // 23: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	10, // 24: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
+	2,  // 25: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -658,13 +1311,20 @@ func file_internal_proto_init() {
 		return
 	}
 	file_command_proto_init()
+	file_internal_proto_msgTypes[5].OneofWrappers = []any{
+		(*Effect_Deliver)(nil),
+		(*Effect_Cancelled)(nil),
+		(*Effect_ChannelTimedOut)(nil),
+		(*Effect_ConsumerTimedOut)(nil),
+		(*Effect_NodeDown)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

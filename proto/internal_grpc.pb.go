@@ -25,6 +25,7 @@ const (
 	Internal_Forward_FullMethodName = "/raftmq.v1.Internal/Forward"
 	Internal_Reply_FullMethodName   = "/raftmq.v1.Internal/Reply"
 	Internal_Clock_FullMethodName   = "/raftmq.v1.Internal/Clock"
+	Internal_Effects_FullMethodName = "/raftmq.v1.Internal/Effects"
 )
 
 // InternalClient is the client API for Internal service.
@@ -46,6 +47,14 @@ type InternalClient interface {
 	// clocks with it, so that log time follows a quorum of clocks and a node
 	// can tell when its own clock is off (cluster/quorumclock.go).
 	Clock(ctx context.Context, in *ClockRequest, opts ...grpc.CallOption) (*ClockReading, error)
+	// Effects streams, from a member of a queue group, the effects of the
+	// group's log addressed to the channels of a node that does not run
+	// the group: first what the log holds of that node's channels (sync),
+	// then each effect as the member applies its entry, in log order. The
+	// stream ends when the member cannot go on (its state was restored
+	// from a snapshot, the caller fell too far behind, it left the group);
+	// the caller connects again and catches up from the next sync.
+	Effects(ctx context.Context, in *EffectsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EffectsMessage], error)
 }
 
 type internalClient struct {
@@ -89,6 +98,25 @@ func (c *internalClient) Clock(ctx context.Context, in *ClockRequest, opts ...gr
 	return out, nil
 }
 
+func (c *internalClient) Effects(ctx context.Context, in *EffectsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EffectsMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Internal_ServiceDesc.Streams[1], Internal_Effects_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EffectsRequest, EffectsMessage]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Internal_EffectsClient = grpc.ServerStreamingClient[EffectsMessage]
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -108,6 +136,14 @@ type InternalServer interface {
 	// clocks with it, so that log time follows a quorum of clocks and a node
 	// can tell when its own clock is off (cluster/quorumclock.go).
 	Clock(context.Context, *ClockRequest) (*ClockReading, error)
+	// Effects streams, from a member of a queue group, the effects of the
+	// group's log addressed to the channels of a node that does not run
+	// the group: first what the log holds of that node's channels (sync),
+	// then each effect as the member applies its entry, in log order. The
+	// stream ends when the member cannot go on (its state was restored
+	// from a snapshot, the caller fell too far behind, it left the group);
+	// the caller connects again and catches up from the next sync.
+	Effects(*EffectsRequest, grpc.ServerStreamingServer[EffectsMessage]) error
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -126,6 +162,9 @@ func (UnimplementedInternalServer) Reply(context.Context, *DirectReply) (*Direct
 }
 func (UnimplementedInternalServer) Clock(context.Context, *ClockRequest) (*ClockReading, error) {
 	return nil, status.Error(codes.Unimplemented, "method Clock not implemented")
+}
+func (UnimplementedInternalServer) Effects(*EffectsRequest, grpc.ServerStreamingServer[EffectsMessage]) error {
+	return status.Error(codes.Unimplemented, "method Effects not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -191,6 +230,17 @@ func _Internal_Clock_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_Effects_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(EffectsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InternalServer).Effects(m, &grpc.GenericServerStream[EffectsRequest, EffectsMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Internal_EffectsServer = grpc.ServerStreamingServer[EffectsMessage]
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -213,6 +263,11 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Internal_Forward_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Effects",
+			Handler:       _Internal_Effects_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "internal.proto",

@@ -51,6 +51,9 @@ type FSM struct {
 	// relocBytes is the bodies one relocation step copies at most
 	// (relocateStepBytes; tests lower it).
 	relocBytes int64
+	// subs are the subscriptions of nodes that do not run the group,
+	// by node (subscribe.go). Locks: the state lock.
+	subs map[string]*Subscription
 }
 
 // FSMHost is what the state machine adapter asks of the node that runs
@@ -188,7 +191,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if f.host.Effects != nil {
 		next = f.host.Effects()
 	}
-	sink := localSink{node: f.nodeID, next: next, bodies: bb, log: f.log}
+	sink := localSink{node: f.nodeID, next: next, bodies: bb, log: f.log, f: f}
 	var last uint64
 	f.state.mu.Lock()
 	for i, l := range logs[:stop] {
@@ -271,6 +274,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.state.mu.Lock()
 	m.KeepReleases(f.state.m)
 	f.state.m = m
+	f.endSubscriptions(ErrStateRestored)
 	idx := m.AppliedIndex()
 	f.state.mu.Unlock()
 	f.applied.Advance(idx)
@@ -387,16 +391,30 @@ type localSink struct {
 	next   fsm.Sink
 	bodies *batchBodies
 	log    *slog.Logger
+	// f holds the subscriptions of nodes that do not run the group:
+	// their channels' effects are queued for them (subscribe.go).
+	f *FSM
+}
+
+// remote is the subscription of node, another node, nil if it has none.
+func (s localSink) remote(node string) *Subscription {
+	if node == s.node || s.f == nil || len(s.f.subs) == 0 {
+		return nil
+	}
+	return s.f.subscriber(node)
 }
 
 // WantsDeliveries implements fsm.DeliveryFilter: the state machine builds
-// no delivery for another node's consumer.
+// no delivery for another node's consumer, but for one that subscribed.
 func (s localSink) WantsDeliveries(c *proto.ConsumerRef) bool {
-	return s.next != nil && c.GetChannel().GetNode() == s.node
+	node := c.GetChannel().GetNode()
+	return s.next != nil && node == s.node || s.remote(node) != nil
 }
 
 func (s localSink) Deliver(d *fsm.Delivery) {
-	if !s.WantsDeliveries(d.Consumer) {
+	node := d.Consumer.GetChannel().GetNode()
+	sub := s.remote(node)
+	if sub == nil && (s.next == nil || node != s.node) {
 		return
 	}
 	if d.Body == nil && d.BodyRef.Size > 0 {
@@ -410,29 +428,43 @@ func (s localSink) Deliver(d *fsm.Delivery) {
 		}
 		d.Body = b
 	}
+	if sub != nil {
+		sub.push(Effect{Deliver: d})
+		return
+	}
 	s.next.Deliver(d)
 }
 
 func (s localSink) ConsumerCancelled(c *proto.ConsumerRef) {
-	if s.next != nil && c.GetChannel().GetNode() == s.node {
+	node := c.GetChannel().GetNode()
+	if sub := s.remote(node); sub != nil {
+		sub.push(Effect{Cancelled: c})
+	} else if s.next != nil && node == s.node {
 		s.next.ConsumerCancelled(c)
 	}
 }
 
 func (s localSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
-	if s.next != nil && ch.GetNode() == s.node {
+	if sub := s.remote(ch.GetNode()); sub != nil {
+		sub.push(Effect{ChannelTimedOut: ch, Timeout: timeout})
+	} else if s.next != nil && ch.GetNode() == s.node {
 		s.next.ChannelTimedOut(ch, timeout)
 	}
 }
 
 func (s localSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
-	if s.next != nil && c.GetChannel().GetNode() == s.node {
+	node := c.GetChannel().GetNode()
+	if sub := s.remote(node); sub != nil {
+		sub.push(Effect{ConsumerTimedOut: c, Timeout: timeout, Tags: tags})
+	} else if s.next != nil && node == s.node {
 		s.next.ConsumerTimedOut(c, timeout, tags)
 	}
 }
 
 func (s localSink) NodeDown(node string) {
-	if s.next != nil && node == s.node {
+	if sub := s.remote(node); sub != nil {
+		sub.push(Effect{NodeDown: node})
+	} else if s.next != nil && node == s.node {
 		s.next.NodeDown(node)
 	}
 }

@@ -1,0 +1,381 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
+)
+
+// A node that does not run a queue group still serves its queues: its
+// commands go to the group's leader (SubmitGroup), and the effects of the
+// group's log for its channels come from a member as a stream
+// (Internal.Effects). The member queues them as it applies its entries
+// (group.Subscribe) and never waits for the stream. A stream that breaks
+// (the member died, fell out of the group, restored a snapshot, or the
+// node fell too far behind) is opened again, to the next member, and
+// starts with what the log holds of the node's channels: the deliveries
+// the node may have missed are among their unsettled ones. A log numbers
+// each channel's deliveries in order, so the node skips those at or below
+// the last tag it handed its channel.
+
+// maxEffectsBacklog bounds the effects a member queues for one node that
+// does not take them: past it, the stream ends and the node catches up
+// from its next sync.
+const maxEffectsBacklog = 64 << 20
+
+// maxEffectsMessage bounds the effects one stream message carries, below
+// the internal service's message limit.
+const maxEffectsMessage = 4 << 20
+
+// Effects implements proto.InternalServer on a member of the group.
+func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerStreamingServer[proto.EffectsMessage]) error {
+	n := fs.n
+	if req.GetNode() == "" || req.GetNode() == n.cfg.NodeID {
+		return status.Errorf(codes.InvalidArgument, "effects for node %q: not another node", req.GetNode())
+	}
+	qg := n.queueGroup(req.GetGroup())
+	if qg == nil {
+		return status.Errorf(codes.Unavailable, "%s does not run queue group %q", n.cfg.NodeID, req.GetGroup())
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-qg.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	sub, sync := qg.g.FSM().Subscribe(req.GetNode(), maxEffectsBacklog)
+	defer sub.Close()
+	first := &proto.EffectsMessage{Sync: &proto.EffectsSync{Index: sync.Index}}
+	for _, ch := range sync.Channels {
+		sc := &proto.SyncChannel{Channel: ch.Ref, Consumers: ch.Consumers}
+		for _, d := range ch.Deliveries {
+			sc.Deliveries = append(sc.Deliveries, remoteDelivery(d))
+		}
+		first.Sync.Channels = append(first.Sync.Channels, sc)
+	}
+	if err := stream.Send(first); err != nil {
+		return err
+	}
+	for {
+		es, err := sub.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return status.Error(codes.Aborted, err.Error())
+		}
+		msg, size := &proto.EffectsMessage{}, 0
+		for _, e := range es {
+			pe := effectProto(e)
+			msg.Effects = append(msg.Effects, pe)
+			if d := pe.GetDeliver(); d != nil {
+				size += len(d.GetBody())
+			}
+			if size >= maxEffectsMessage {
+				if err := stream.Send(msg); err != nil {
+					return err
+				}
+				msg, size = &proto.EffectsMessage{}, 0
+			}
+		}
+		if len(msg.Effects) > 0 {
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func remoteDelivery(d *fsm.Delivery) *proto.RemoteDelivery {
+	return &proto.RemoteDelivery{Consumer: d.Consumer, Group: d.Group, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered,
+		Exchange: d.Exchange, RoutingKey: d.RoutingKey, Properties: d.Properties, Body: d.Body, Deadline: d.Deadline, NoAck: d.NoAck}
+}
+
+func fsmDelivery(d *proto.RemoteDelivery) *fsm.Delivery {
+	body := d.GetBody()
+	if body == nil {
+		body = []byte{}
+	}
+	return &fsm.Delivery{Consumer: d.GetConsumer(), Group: d.GetGroup(), DeliveryTag: d.GetDeliveryTag(), Redelivered: d.GetRedelivered(),
+		Exchange: d.GetExchange(), RoutingKey: d.GetRoutingKey(), Properties: d.GetProperties(), Body: body,
+		BodyRef: queue.Body{Size: uint32(len(body))}, Deadline: d.GetDeadline(), NoAck: d.GetNoAck()}
+}
+
+func effectProto(e group.Effect) *proto.Effect {
+	switch {
+	case e.Deliver != nil:
+		return &proto.Effect{Kind: &proto.Effect_Deliver{Deliver: remoteDelivery(e.Deliver)}}
+	case e.Cancelled != nil:
+		return &proto.Effect{Kind: &proto.Effect_Cancelled{Cancelled: e.Cancelled}}
+	case e.ChannelTimedOut != nil:
+		return &proto.Effect{Kind: &proto.Effect_ChannelTimedOut{ChannelTimedOut: &proto.ChannelTimeoutEffect{Channel: e.ChannelTimedOut, Timeout: e.Timeout}}}
+	case e.ConsumerTimedOut != nil:
+		return &proto.Effect{Kind: &proto.Effect_ConsumerTimedOut{ConsumerTimedOut: &proto.ConsumerTimeoutEffect{Consumer: e.ConsumerTimedOut, Timeout: e.Timeout, Tags: e.Tags}}}
+	default:
+		return &proto.Effect{Kind: &proto.Effect_NodeDown{NodeDown: e.NodeDown}}
+	}
+}
+
+// remoteEffects are the node's followers of the effects of the queue
+// groups it does not run, by group id.
+type remoteEffects struct {
+	rmu     sync.Mutex
+	remotes map[string]*effectsFollower
+}
+
+// effectsFollower keeps one stream of a group's effects for this node
+// open, to one member after another.
+type effectsFollower struct {
+	id   string
+	stop chan struct{}
+	done chan struct{}
+
+	mu sync.Mutex
+	// last is the tag of the last delivery handed to each channel
+	// (fsm chanKey form), which a sync's deliveries are checked against.
+	last map[string]uint64
+}
+
+// followRemoteGroups starts following the groups of specs this node is
+// not a member of, and stops following those it runs now or the log no
+// longer names.
+func (n *Node) followRemoteGroups(specs []fsm.QueueGroup) {
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
+	want := map[string]bool{}
+	for _, s := range specs {
+		if !s.HasMember(n.cfg.NodeID) && len(s.Members) > 0 {
+			want[s.ID] = true
+		}
+	}
+	for id, f := range n.remotes {
+		if !want[id] {
+			close(f.stop)
+			delete(n.remotes, id)
+		}
+	}
+	for id := range want {
+		if n.remotes[id] != nil {
+			continue
+		}
+		if n.remotes == nil {
+			n.remotes = map[string]*effectsFollower{}
+		}
+		f := &effectsFollower{id: id, stop: make(chan struct{}), done: make(chan struct{}), last: map[string]uint64{}}
+		n.remotes[id] = f
+		n.wg.Add(1)
+		go n.follow(f)
+	}
+}
+
+// follow keeps a stream of f's group's effects open until the node
+// closes or stops following the group.
+func (n *Node) follow(f *effectsFollower) {
+	defer n.wg.Done()
+	defer close(f.done)
+	ctx, cancel := n.untilClosed(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	log := n.log.With("group", f.id)
+	wait := 50 * time.Millisecond
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		member, addr := n.effectsSource(f.id, attempt)
+		if addr == "" {
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		synced, err := n.followFrom(ctx, f, member, addr)
+		if ctx.Err() != nil {
+			return
+		}
+		if synced {
+			wait = 50 * time.Millisecond
+		}
+		log.Info("the stream of a queue group's effects ended: to the next member", "member", member, "err", err)
+		if !sleepCtx(ctx, wait) {
+			return
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// effectsSource is the member of group id to take its effects from on
+// this attempt, in turn, and its gRPC address ("" when none is known).
+func (n *Node) effectsSource(id string, attempt int) (member, addr string) {
+	var members []string
+	n.View(func(m *fsm.Machine) {
+		for _, s := range m.QueueGroups() {
+			if s.ID == id {
+				for _, gm := range s.Members {
+					members = append(members, gm.ID)
+				}
+			}
+		}
+	})
+	if len(members) == 0 {
+		return "", ""
+	}
+	member = members[attempt%len(members)]
+	if m, ok := n.members.Get(member); ok {
+		addr = m.Meta.GetGrpcAddr()
+	}
+	return member, addr
+}
+
+// followFrom takes the effects of f's group from member until the stream
+// ends, and reports whether it got as far as the sync.
+func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr string) (synced bool, _ error) {
+	conn, err := n.dialInternal(member, addr)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := proto.NewInternalClient(conn).Effects(ctx, &proto.EffectsRequest{Group: f.id, Node: n.cfg.NodeID})
+	if err != nil {
+		return false, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return false, err
+	}
+	if first.GetSync() == nil {
+		return false, fmt.Errorf("member %s: the stream did not start with a sync", member)
+	}
+	f.sync(n.effects(), first.GetSync())
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return true, fmt.Errorf("member %s ended the stream", member)
+		}
+		if err != nil {
+			return true, err
+		}
+		f.hand(n.effects(), msg.GetEffects())
+	}
+}
+
+// sync hands on the deliveries of a sync the node has not handed its
+// channels yet, and forgets the channels the log no longer holds.
+func (f *effectsFollower) sync(sink fsm.Sink, s *proto.EffectsSync) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	held := map[string]bool{}
+	for _, ch := range s.GetChannels() {
+		k := refKey(ch.GetChannel())
+		held[k] = true
+		for _, d := range ch.GetDeliveries() {
+			if d.GetDeliveryTag() <= f.last[k] {
+				continue
+			}
+			f.last[k] = d.GetDeliveryTag()
+			if sink != nil {
+				sink.Deliver(fsmDelivery(d))
+			}
+		}
+	}
+	for k := range f.last {
+		if !held[k] {
+			delete(f.last, k)
+		}
+	}
+}
+
+// hand hands on a run of effects from the stream, in order.
+func (f *effectsFollower) hand(sink fsm.Sink, es []*proto.Effect) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range es {
+		switch k := e.GetKind().(type) {
+		case *proto.Effect_Deliver:
+			d := k.Deliver
+			// Set, not raised: a channel closed and opened again in
+			// the log numbers its deliveries from 1.
+			f.last[refKey(d.GetConsumer().GetChannel())] = d.GetDeliveryTag()
+			if sink != nil {
+				sink.Deliver(fsmDelivery(d))
+			}
+		case *proto.Effect_Cancelled:
+			if sink != nil {
+				sink.ConsumerCancelled(k.Cancelled)
+			}
+		case *proto.Effect_ChannelTimedOut:
+			if sink != nil {
+				sink.ChannelTimedOut(k.ChannelTimedOut.GetChannel(), k.ChannelTimedOut.GetTimeout())
+			}
+		case *proto.Effect_ConsumerTimedOut:
+			if sink != nil {
+				c := k.ConsumerTimedOut
+				sink.ConsumerTimedOut(c.GetConsumer(), c.GetTimeout(), c.GetTags())
+			}
+		case *proto.Effect_NodeDown:
+			for key := range f.last {
+				delete(f.last, key)
+			}
+			if sink != nil {
+				sink.NodeDown(k.NodeDown)
+			}
+		}
+	}
+}
+
+// forget drops what f knows of the channels cmds close: the log numbers
+// a channel opened again from 1.
+func (f *effectsFollower) forget(cmds []*proto.Command) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range cmds {
+		switch k := c.GetCmd().(type) {
+		case *proto.Command_ChannelClosed:
+			delete(f.last, refKey(k.ChannelClosed.GetChannel()))
+		case *proto.Command_ConnectionClosed:
+			prefix := k.ConnectionClosed.GetConnection().GetNode() + "\x00" + k.ConnectionClosed.GetConnection().GetConnection() + "\x00"
+			for key := range f.last {
+				if strings.HasPrefix(key, prefix) {
+					delete(f.last, key)
+				}
+			}
+		}
+	}
+}
+
+// forgetClosed tells the follower of group id, if this node follows it,
+// of the channels cmds close there.
+func (n *Node) forgetClosed(id string, cmds []*proto.Command) {
+	n.rmu.Lock()
+	f := n.remotes[id]
+	n.rmu.Unlock()
+	if f != nil {
+		f.forget(cmds)
+	}
+}
+
+// refKey is a channel's key: node, connection and channel number.
+func refKey(r *proto.ChannelRef) string {
+	return fmt.Sprintf("%s\x00%s\x00%d", r.GetNode(), r.GetConnection(), r.GetChannel())
+}
