@@ -343,10 +343,11 @@ func (n *Node) raiseProtocol(ctx context.Context) {
 }
 
 // proposeNodeDown declares id down in the metadata log and in each queue
-// group this node runs, once each while it stays down (downed is keyed by
-// the node, and by node and group for the queue groups): a channel of the
-// node may consume from a queue of any group, and each group frees what
-// the node's channels held in its own log.
+// group the metadata log names (SubmitGroup: a group this node does not
+// run gets it through the group's leader), once each while it stays
+// down (downed is keyed by the node, and by node and group for the queue
+// groups): a channel of the node may consume from a queue of any group,
+// and each group frees what the node's channels held in its own log.
 func (n *Node) proposeNodeDown(ctx context.Context, id string, downed map[string]bool) {
 	cmd := []*proto.Command{{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: id}}}}
 	if !downed[id] {
@@ -358,22 +359,28 @@ func (n *Node) proposeNodeDown(ctx context.Context, id string, downed map[string
 		downed[id] = true
 		n.log.Info("declared node down", "id", id, "index", res.GetIndex())
 	}
-	for _, qg := range n.runningQueueGroups() {
-		key := id + "\x00" + qg.id
+	var gids []string
+	n.View(func(m *fsm.Machine) {
+		for _, s := range m.QueueGroups() {
+			gids = append(gids, s.ID)
+		}
+	})
+	for _, gid := range gids {
+		key := id + "\x00" + gid
 		if downed[key] {
 			continue
 		}
 		// A group without a leader must not hold up the metadata
 		// leader's reconciliation: the next round tries again.
 		gctx, cancel := context.WithTimeout(ctx, n.cfg.LeaderWait)
-		res, err := qg.g.Submitter().SubmitBatch(gctx, cmd)
+		res, err := n.SubmitGroup(gctx, gid, cmd)
 		cancel()
 		if err != nil {
-			n.log.Warn("node-down proposal failed", "id", id, "group", qg.id, "err", err)
+			n.log.Warn("node-down proposal failed", "id", id, "group", gid, "err", err)
 			continue
 		}
 		downed[key] = true
-		n.log.Info("declared node down", "id", id, "group", qg.id, "index", res[0].GetIndex())
+		n.log.Info("declared node down", "id", id, "group", gid, "index", res[0].GetIndex())
 	}
 }
 

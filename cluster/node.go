@@ -601,6 +601,7 @@ func (n *Node) Close() error {
 	// than at its timeout.
 	n.out.Abort()
 	n.group.Forwarder().Close()
+	n.closeRemoteGroups()
 	n.replyConns.close()
 	err := n.shutdownQueueGroups()
 	if n.group != nil {

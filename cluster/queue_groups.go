@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +35,10 @@ type queueGroups struct {
 	qmu     sync.Mutex
 	byID    map[string]*queueGroup
 	qclosed bool // the node is closing: no group opens any more
+	// remote are the ways into queue groups the metadata log names
+	// and this node does not run, by id, made on first use
+	// (remote_groups.go).
+	remote map[string]*remoteGroup
 }
 
 // queueGroup is one queue group this node runs.
@@ -120,6 +123,7 @@ func (n *Node) runQueueGroups() {
 				qg.kick()
 			}
 		}
+		n.dropRemoteGroups(specs)
 		// Look again in a second as well: a group that failed to open,
 		// one the node is to close, and the node's own suffrage in
 		// the metadata group (which no entry applies) are not waited on.
@@ -387,16 +391,34 @@ func (n *Node) runGroupDuties(qg *queueGroup) func() {
 
 // SubmitGroup is SubmitBatch into the log of group id: the metadata
 // group for group.DefaultID, else a queue group this node runs (forwarded
-// to its leader, the group's id on the stream).
+// to its leader, the group's id on the stream), else one the metadata
+// log names: forwarded to its leader from outside the group
+// (remote_groups.go), the results returned once the group committed
+// them, since nothing applies them here. ErrNoSuchGroup is for a group
+// the metadata log does not name.
 func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command) ([]*proto.Result, error) {
 	if id == group.DefaultID {
 		return n.SubmitBatch(ctx, cmds)
 	}
-	qg := n.queueGroup(id)
-	if qg == nil {
-		return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+	for {
+		if qg := n.queueGroup(id); qg != nil {
+			return qg.g.Submitter().SubmitBatch(ctx, cmds)
+		}
+		res, err := n.submitRemote(ctx, id, cmds)
+		if !errors.Is(err, errRemoteDropped) {
+			return res, err
+		}
+		// Nothing was sent: the node runs the group now, or the log
+		// no longer names it.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-n.closing:
+			return nil, ErrClosed
+		default:
+		}
 	}
-	return qg.g.Submitter().SubmitBatch(ctx, cmds)
 }
 
 // ViewGroup runs fn on the state machine of group id as this node has

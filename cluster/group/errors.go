@@ -40,6 +40,32 @@ func NotAppendedf(err error, format string, args ...any) error {
 	return errNotAppended{fmt.Errorf("%w: "+format, append([]any{err}, args...)...)}
 }
 
+// notLeader is a refusal for want of leadership from a node that names
+// the leader it knows of (leader; "" when it knows none).
+type notLeader struct {
+	err    error
+	leader string
+}
+
+func (e notLeader) Error() string { return e.err.Error() }
+func (e notLeader) Unwrap() error { return e.err }
+
+// NotLeaderf is NotAppendedf of ErrNotLeader from a node that names
+// leader as the group's leader (LeaderHint), "" when it knows none.
+func NotLeaderf(leader, format string, args ...any) error {
+	return errNotAppended{notLeader{fmt.Errorf("%w: "+format, append([]any{ErrNotLeader}, args...)...), leader}}
+}
+
+// LeaderHint is the leader a refusal for want of leadership names
+// (NotLeaderf), "" when err names none.
+func LeaderHint(err error) string {
+	var e notLeader
+	if errors.As(err, &e) {
+		return e.leader
+	}
+	return ""
+}
+
 // IsRetryable reports whether nothing of err's commands reached the log.
 func IsRetryable(err error) bool {
 	var e errNotAppended

@@ -304,7 +304,9 @@ func (s *fwdSession) resolve(batch []*Request, resp *proto.ForwardResponse) {
 	switch resp.GetError() {
 	case proto.ForwardError_FORWARD_ERROR_NONE:
 	case proto.ForwardError_FORWARD_ERROR_NOT_LEADER:
-		err = NotAppendedf(ErrNotLeader, "%s: %s", s.leaderID, resp.GetErrorText())
+		// The refuser names the leader it knows of: the caller may go
+		// straight to it.
+		err = NotLeaderf(resp.GetLeaderId(), "%s: %s", s.leaderID, resp.GetErrorText())
 	case proto.ForwardError_FORWARD_ERROR_OUTCOME_UNKNOWN:
 		err = fmt.Errorf("%w: %s: %s", ErrOutcomeUnknown, s.leaderID, resp.GetErrorText())
 	case proto.ForwardError_FORWARD_ERROR_CLOSED:

@@ -132,3 +132,95 @@ func TestForwarder_NamesItsGroup(t *testing.T) {
 		}
 	}
 }
+
+// A follower's refusal names the leader it knows of: the error the
+// forwarder returns carries it (LeaderHint) and is still a retryable
+// ErrNotLeader, and a submitter that hears of it (Refused) goes straight
+// to that leader; with no Applied and no State (a node outside the
+// group) it returns at commit and leaves the commands as they are.
+func TestForwarder_RefusalNamesTheLeader(t *testing.T) {
+	closing := make(chan struct{})
+	g := startGroup(t, t.TempDir(), closing)
+	var stamp int64
+	newBatcher := func(leading bool) *Batcher {
+		return NewBatcher(BatcherConfig{MaxCommands: 1024, MaxBytes: 1 << 20, MaxInflight: 4, MaxMessageSize: fsm.MaxBodySize,
+			Leading: func() bool { return leading }, Stamp: func() int64 { stamp++; return stamp },
+			CommandProtocol: fsm.CommandProtocol, ClusterProtocol: func() uint32 { return fsm.Protocol },
+			Proposals: g.fsm.proposals, Raft: g.Raft, Logger: discardLogger(), Closing: closing})
+	}
+	lb := newBatcher(true)
+	lb.Run()
+	serve := func(b *Batcher, leader string) (string, *grpc.Server) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		proto.RegisterInternalServer(srv, leaderService{b: b, leader: leader})
+		go func() { _ = srv.Serve(lis) }()
+		return lis.Addr().String(), srv
+	}
+	leaderAddr, lsrv := serve(lb, "n1")
+	followerAddr, fsrv := serve(newBatcher(false), "n1")
+	f := NewForwarder(ForwarderConfig{MaxCommands: 1024, MaxBytes: 1 << 20, Group: "q1", Dial: func(id, addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}})
+	defer func() {
+		f.Close()
+		lsrv.Stop()
+		fsrv.Stop()
+		close(closing)
+		lb.Wait()
+		_ = g.Shutdown().Error()
+		g.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	_, _, err := f.Submit(ctx, "n2", followerAddr, NewRequest([]*proto.Command{tick}))
+	if !IsRetryable(err) || !errors.Is(err, ErrNotLeader) || LeaderHint(err) != "n1" {
+		t.Fatalf("refused by a follower: %v (hint %q), want a retryable ErrNotLeader naming n1", err, LeaderHint(err))
+	}
+	if h := LeaderHint(NotAppendedf(ErrNotLeader, "x")); h != "" {
+		t.Fatalf("a refusal naming no leader has hint %q", h)
+	}
+
+	addrs := map[string]string{"n1": leaderAddr, "n2": followerAddr}
+	var tried []string
+	hint := ""
+	s := NewSubmitter(SubmitterConfig{LeaderWait: 5 * time.Second,
+		Leader: func(context.Context, time.Time) (Target, error) {
+			id := "n2" // the member first in turn
+			if hint != "" {
+				id = hint
+			}
+			tried = append(tried, id)
+			return Target{ID: id, Addr: addrs[id]}, nil
+		},
+		Refused: func(_ Target, err error) { hint = LeaderHint(err) },
+		Changed: func() <-chan struct{} { return nil }, Forwarder: f, Closing: closing})
+	reject := &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Failed: true}}}
+	s.gateFailed([]*proto.Command{reject})
+	if !reject.GetRequeue().GetFailed() {
+		t.Fatal("a submitter with no state cleared Requeue.failed")
+	}
+	res, err := s.SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "v"}}}})
+	if err != nil || len(res) != 1 || res[0].GetCode() != 0 || res[0].GetIndex() == 0 {
+		t.Fatalf("submitted: %v, %v", res, err)
+	}
+	if len(tried) != 2 || tried[0] != "n2" || tried[1] != "n1" {
+		t.Fatalf("tried %v, want n2 then the leader it named, n1", tried)
+	}
+}
+
+// leaderService serves streams with ServeForward on b, naming leader as
+// the group's leader in a refusal.
+type leaderService struct {
+	proto.UnimplementedInternalServer
+	b      *Batcher
+	leader string
+}
+
+func (s leaderService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
+	return ServeForward(stream, s.b, func() string { return s.leader })
+}

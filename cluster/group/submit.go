@@ -27,12 +27,20 @@ type SubmitterConfig struct {
 	// Changed is closed at the next change of leader, readiness or
 	// membership.
 	Changed func() <-chan struct{}
-	// Batcher, Forwarder, Applied and State are the group's.
+	// Batcher, Forwarder, Applied and State are the group's. A node
+	// that does not run the group (it forwards to its leader) has no
+	// Batcher (Leader never answers Self), no Applied (a batch returns
+	// once committed: nothing applies it here) and no State (commands
+	// go as they are: the leader's log judges them).
 	Batcher   *Batcher
 	Forwarder *Forwarder
 	Applied   *AppliedIndex
 	State     *State
 	Closing   <-chan struct{}
+	// Refused, when set, hears of each try that target refused with
+	// nothing appended (err, whose LeaderHint may name the leader),
+	// before the next Leader.
+	Refused func(target Target, err error)
 }
 
 // Submitter is the way into a group's log for everyone: local callers,
@@ -64,10 +72,13 @@ func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*
 		if s.isClosed() {
 			return nil, ErrClosed
 		}
-		res, index, err := s.route(ctx, deadline, cmds)
+		target, res, index, err := s.route(ctx, deadline, cmds)
 		if err == nil {
 			if len(res) != len(cmds) {
 				return nil, fmt.Errorf("cluster: %d results for %d commands", len(res), len(cmds))
+			}
+			if s.cfg.Applied == nil {
+				return res, nil
 			}
 			if err := s.cfg.Applied.Wait(ctx, s.cfg.Closing, index); err != nil {
 				return nil, fmt.Errorf("cluster: committed at %d, not yet applied here: %w", index, err)
@@ -76,6 +87,9 @@ func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*
 		}
 		if !IsRetryable(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return nil, err
+		}
+		if s.cfg.Refused != nil && target != nil {
+			s.cfg.Refused(*target, err)
 		}
 		// Nothing reached the log: wait for a leader change and try again.
 		wait := s.cfg.Changed()
@@ -92,10 +106,11 @@ func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*
 
 // route sends the commands once: into the local group commit on a ready
 // leader, over the forwarding stream otherwise.
-func (s *Submitter) route(ctx context.Context, deadline time.Time, cmds []*proto.Command) ([]*proto.Result, uint64, error) {
+// It returns the target it tried, nil when it found none.
+func (s *Submitter) route(ctx context.Context, deadline time.Time, cmds []*proto.Command) (*Target, []*proto.Result, uint64, error) {
 	target, err := s.cfg.Leader(ctx, deadline)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	p := NewRequest(cmds)
 	if target.Self {
@@ -103,13 +118,15 @@ func (s *Submitter) route(ctx context.Context, deadline time.Time, cmds []*proto
 		select {
 		case <-p.Done():
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return &target, nil, 0, ctx.Err()
 		case <-s.cfg.Closing:
 			p.Finish(nil, 0, fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown))
 		}
-		return p.Outcome()
+		res, index, err := p.Outcome()
+		return &target, res, index, err
 	}
-	return s.cfg.Forwarder.Submit(ctx, target.ID, target.Addr, p)
+	res, index, err := s.cfg.Forwarder.Submit(ctx, target.ID, target.Addr, p)
+	return &target, res, index, err
 }
 
 func (s *Submitter) isClosed() bool {
@@ -128,6 +145,10 @@ func (s *Submitter) gateFailed(cmds []*proto.Command) {
 	var level uint32
 	for _, c := range cmds {
 		if r := c.GetRequeue(); r.GetFailed() {
+			if s.cfg.State == nil {
+				// No state here: the leader's log judges the field.
+				return
+			}
 			if level == 0 {
 				s.cfg.State.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
 			}

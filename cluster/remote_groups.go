@@ -1,0 +1,268 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster/group"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// errRemoteDropped is what a dropped remote submitter's Leader answers,
+// before anything is sent: the node now runs the group, or the log no
+// longer names it, and SubmitGroup looks again.
+var errRemoteDropped = errors.New("cluster: the group's remote submitter was dropped")
+
+// remoteGroup is the way into the log of a queue group this node does
+// not run but the metadata log names: its commands are forwarded to the
+// group's leader (group.Forwarder, the group's id on the stream), which
+// the node finds without running the group's raft. The target is the
+// leader a refusal last named (group.LeaderHint), else the group's
+// members in the log's order from the first (the one meant to lead),
+// the next one after each refusal that names none. A batch returns once
+// the group committed it: nothing applies it here.
+type remoteGroup struct {
+	id  string
+	n   *Node
+	fwd *group.Forwarder
+	sub *group.Submitter
+
+	mu      sync.Mutex
+	hint    string   // the leader a refusal named, "" for none
+	fresh   bool     // hint is new since the last target: go to it at once
+	members []string // the group's members, as the last target saw them
+	next    int      // the member to try when there is no hint
+	dropped bool     // no more submits: SubmitGroup looks again
+	active  sync.WaitGroup
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// newRemoteGroup returns the remote submitter of group id.
+func (n *Node) newRemoteGroup(id string) *remoteGroup {
+	r := &remoteGroup{id: id, n: n}
+	r.fwd = group.NewForwarder(group.ForwarderConfig{Group: id, Dial: n.dialInternal,
+		MaxCommands: n.cfg.MaxBatchCommands, MaxBytes: n.cfg.MaxBatchBytes})
+	r.sub = group.NewSubmitter(group.SubmitterConfig{
+		LeaderWait: n.cfg.LeaderWait,
+		Leader:     r.leader,
+		Changed:    r.changed,
+		Forwarder:  r.fwd,
+		Closing:    n.closing,
+		Refused:    r.refused,
+	})
+	return r
+}
+
+// submitRemote submits cmds to group id, which this node does not run,
+// through its remote submitter, created on first use; it returns
+// errRemoteDropped when that submitter was dropped before anything was
+// sent, and ErrNoSuchGroup when the metadata log names no group id.
+func (n *Node) submitRemote(ctx context.Context, id string, cmds []*proto.Command) ([]*proto.Result, error) {
+	named := false
+	n.View(func(m *fsm.Machine) {
+		named = slices.ContainsFunc(m.QueueGroups(), func(s fsm.QueueGroup) bool { return s.ID == id })
+	})
+	if !named {
+		return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+	}
+	n.qmu.Lock()
+	if n.qclosed {
+		n.qmu.Unlock()
+		return nil, ErrClosed
+	}
+	if n.byID[id] != nil {
+		// It opened since the caller looked.
+		n.qmu.Unlock()
+		return nil, errRemoteDropped
+	}
+	r := n.remote[id]
+	if r == nil {
+		if n.remote == nil {
+			n.remote = map[string]*remoteGroup{}
+		}
+		r = n.newRemoteGroup(id)
+		n.remote[id] = r
+	}
+	n.qmu.Unlock()
+	if !r.acquire() {
+		return nil, errRemoteDropped
+	}
+	defer r.active.Done()
+	return r.sub.SubmitBatch(ctx, cmds)
+}
+
+// acquire counts a submit in, unless r was dropped.
+func (r *remoteGroup) acquire() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dropped {
+		return false
+	}
+	r.active.Add(1)
+	return true
+}
+
+// drop stops r taking submits; those under way end (each goes on to
+// the group's leader, or finds r dropped before it sends again).
+func (r *remoteGroup) drop() {
+	r.mu.Lock()
+	r.dropped = true
+	r.mu.Unlock()
+}
+
+// leader returns where r's commands go now (group.SubmitterConfig.Leader):
+// the leader a refusal named, else the members in turn, one gossip
+// reports alive first; it waits until deadline for one whose gRPC
+// address gossip knows.
+func (r *remoteGroup) leader(ctx context.Context, deadline time.Time) (group.Target, error) {
+	n := r.n
+	for {
+		var spec fsm.QueueGroup
+		named := false
+		n.View(func(m *fsm.Machine) {
+			for _, s := range m.QueueGroups() {
+				if s.ID == r.id {
+					spec, named = s, true
+				}
+			}
+		})
+		r.mu.Lock()
+		if r.dropped {
+			r.mu.Unlock()
+			return group.Target{}, errRemoteDropped
+		}
+		if !named {
+			r.mu.Unlock()
+			return group.Target{}, fmt.Errorf("%w: %q", ErrNoSuchGroup, r.id)
+		}
+		r.members = r.members[:0]
+		for _, m := range spec.Members {
+			if m.ID != n.cfg.NodeID {
+				r.members = append(r.members, m.ID)
+			}
+		}
+		hint, start := r.hint, r.next
+		r.fresh = false
+		members := slices.Clone(r.members)
+		r.mu.Unlock()
+		addr := func(id string, alive bool) string {
+			m, ok := n.members.Get(id)
+			if !ok || alive && m.Health != HealthAlive {
+				return ""
+			}
+			return m.Meta.GetGrpcAddr()
+		}
+		if hint != "" && hint != n.cfg.NodeID {
+			if a := addr(hint, false); a != "" {
+				return group.Target{ID: hint, Addr: a}, nil
+			}
+		}
+		for _, alive := range []bool{true, false} {
+			for i := range members {
+				id := members[(start+i)%len(members)]
+				if a := addr(id, alive); a != "" {
+					return group.Target{ID: id, Addr: a}, nil
+				}
+			}
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return group.Target{}, ErrNoLeader
+		}
+		t := time.NewTimer(min(left, 100*time.Millisecond))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return group.Target{}, ctx.Err()
+		case <-n.closing:
+			t.Stop()
+			return group.Target{}, ErrClosed
+		}
+	}
+}
+
+// refused hears that target refused a try with nothing appended
+// (group.SubmitterConfig.Refused): the next try goes to the leader the
+// refusal names, else to the member after target.
+func (r *remoteGroup) refused(target group.Target, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := group.LeaderHint(err); h != "" {
+		// A leader not ready yet names itself: it is tried again after
+		// a pause.
+		r.fresh = h != target.ID
+		r.hint = h
+		return
+	}
+	r.hint = ""
+	if i := slices.Index(r.members, target.ID); i >= 0 {
+		r.next = i + 1
+	} else {
+		r.next++
+	}
+	if len(r.members) > 0 {
+		r.next %= len(r.members)
+	}
+}
+
+// changed is closed at once when a refusal just named a new leader, so
+// the next try goes to it; otherwise the submitter's pause decides.
+func (r *remoteGroup) changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fresh {
+		return closedChan
+	}
+	return nil
+}
+
+// dropRemoteGroups drops the remote submitters of the groups this node
+// runs and of those the metadata log no longer names (specs); each one's
+// forwarder closes once the submits under way on it end.
+func (n *Node) dropRemoteGroups(specs []fsm.QueueGroup) {
+	n.qmu.Lock()
+	var gone []*remoteGroup
+	for id, r := range n.remote {
+		named := slices.ContainsFunc(specs, func(s fsm.QueueGroup) bool { return s.ID == id })
+		if n.byID[id] != nil || !named {
+			delete(n.remote, id)
+			gone = append(gone, r)
+		}
+	}
+	n.qmu.Unlock()
+	for _, r := range gone {
+		r.drop()
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			r.active.Wait()
+			r.fwd.Close()
+		}()
+	}
+}
+
+// closeRemoteGroups closes every remote submitter: the node is closing
+// (n.closing is closed, so no submit waits long), and what is in flight
+// fails as its forwarder's Close says.
+func (n *Node) closeRemoteGroups() {
+	n.qmu.Lock()
+	n.qclosed = true
+	rs := n.remote
+	n.remote = nil
+	n.qmu.Unlock()
+	for _, r := range rs {
+		r.drop()
+		r.fwd.Close()
+		r.active.Wait()
+		// A try that found its target before the drop may have opened
+		// a session since.
+		r.fwd.Close()
+	}
+}
