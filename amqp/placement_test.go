@@ -22,7 +22,13 @@ import (
 // node runs every group and has applied that placement is on.
 func placedCluster(t *testing.T) (*clustertest.Cluster, []string) {
 	t.Helper()
-	const n = 3
+	return placedClusterOf(t, 3)
+}
+
+// placedClusterOf is placedCluster of n nodes: past three, each node runs
+// the groups it is a member of, and the others through their members.
+func placedClusterOf(t *testing.T, n int) (*clustertest.Cluster, []string) {
+	t.Helper()
 	servers := make([]*Server, n)
 	c := clustertest.New(t, n, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
 		servers[i] = NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CloseTimeout: time.Second})
@@ -46,7 +52,7 @@ func placedCluster(t *testing.T) (*clustertest.Cluster, []string) {
 			if !on || !users {
 				return fmt.Errorf("%s: placement %v, defaults %v", nd.NodeID(), on, users)
 			}
-			if got := nd.RunningQueueGroups(); len(got) != 3 {
+			if got := nd.RunningQueueGroups(); n <= 3 && len(got) != 3 || len(got) == 0 {
 				return fmt.Errorf("%s runs groups %v", nd.NodeID(), got)
 			}
 			// Not waited for: each group's log applying its GroupInit on
@@ -431,5 +437,106 @@ func TestPlacement_TimeInTheGroups(t *testing.T) {
 	d, ok, err := ch.Get("r-slow", true)
 	if err != nil || !ok || string(d.Body) != "held" || !d.Redelivered {
 		t.Fatalf("after the timeout r-slow gives %q redelivered=%v (%v %v)", d.Body, d.Redelivered, ok, err)
+	}
+}
+
+// On five nodes each queue group has three members, and a client on a
+// node that does not run a queue's group uses the queue as any other:
+// declare, confirmed publishes, consume and ack, basic.get, purge and
+// delete, served through the group's leader and a member's stream of its
+// effects.
+func TestPlacement_ANodeServesTheQueuesOfGroupsItDoesNotRun(t *testing.T) {
+	c, urls := placedClusterOf(t, 5)
+	_, decl := dialT(t, urls[0])
+	names := []string{"far-1", "far-2", "far-3"}
+	for _, q := range names {
+		if _, err := decl.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range names {
+		id := c.Nodes[0].Node().QueueGroup("/", q)
+		if id == "" {
+			t.Fatalf("%s was not placed", q)
+		}
+		// A node that does not run the queue's group.
+		far := -1
+		for i, nd := range c.Live() {
+			if !slices.Contains(nd.RunningQueueGroups(), id) {
+				far = i
+				break
+			}
+		}
+		if far < 0 {
+			t.Fatalf("every node runs %s", id)
+		}
+		t.Logf("%s in %s, served by %s", q, id, c.Live()[far].NodeID())
+		_, ch := dialT(t, urls[far])
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatalf("declare %s on a node outside its group: %v", q, err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 32))
+		const each = 20
+		for i := range each + 1 {
+			if err := ch.Publish("", q, true, false, amqp091.Publishing{Body: []byte(fmt.Sprintf("%s-%d", q, i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range each + 1 {
+			select {
+			case cf := <-confirms:
+				if !cf.Ack {
+					t.Fatalf("%s: publish %d nacked", q, cf.DeliveryTag)
+				}
+			case <-time.After(clustertest.Timeout):
+				t.Fatalf("%s: no confirm", q)
+			}
+		}
+		m, ok, err := ch.Get(q, false)
+		if err != nil || !ok || string(m.Body) != q+"-0" {
+			t.Fatalf("%s: basic.get: %q %v %v", q, m.Body, ok, err)
+		}
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Qos(5, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := ch.Consume(q, "far", false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= each; i++ {
+			select {
+			case d := <-ds:
+				if want := fmt.Sprintf("%s-%d", q, i); string(d.Body) != want || d.Redelivered {
+					t.Fatalf("%s: delivery %d is %q (redelivered %v), want %q", q, i, d.Body, d.Redelivered, want)
+				}
+				if err := d.Ack(false); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(clustertest.Timeout):
+				t.Fatalf("%s: %d of %d delivered", q, i-1, each)
+			}
+		}
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if qi.Messages != 0 || qi.Consumers != 1 {
+				return fmt.Errorf("%s: %d messages, %d consumers; want 0 and 1", q, qi.Messages, qi.Consumers)
+			}
+			return nil
+		})
+		if err := ch.Cancel("far", false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDelete(q, true, true, false); err != nil {
+			t.Fatalf("%s: delete if-unused if-empty: %v", q, err)
+		}
 	}
 }

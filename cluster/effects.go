@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -137,7 +138,14 @@ func effectProto(e group.Effect) *proto.Effect {
 type remoteEffects struct {
 	rmu     sync.Mutex
 	remotes map[string]*effectsFollower
+	// named is set once the metadata log names queue groups.
+	named atomic.Bool
 }
+
+// HasQueueGroups reports whether the metadata log this node applied names
+// queue groups, whether or not it runs any: without a lock, for the
+// publish path.
+func (n *Node) HasQueueGroups() bool { return n.named.Load() }
 
 // effectsFollower keeps one stream of a group's effects for this node
 // open, to one member after another.
@@ -156,6 +164,9 @@ type effectsFollower struct {
 // not a member of, and stops following those it runs now or the log no
 // longer names.
 func (n *Node) followRemoteGroups(specs []fsm.QueueGroup) {
+	if len(specs) > 0 {
+		n.named.Store(true)
+	}
 	n.rmu.Lock()
 	defer n.rmu.Unlock()
 	want := map[string]bool{}

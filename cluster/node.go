@@ -289,7 +289,7 @@ func (n *Node) await(ctx context.Context, f raft.Future) error {
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // clearPastIncarnation proposes NodeDown{self} until it commits, in the
-// metadata log and then in each queue group this node is a member of,
+// metadata log and then in each queue group the log names,
 // then closes ready. A node killed and started again within
 // NodeDownAfter is never declared down by the leader: without its own
 // NodeDown in a queue group, the consumers its previous run had there
@@ -304,25 +304,11 @@ func (n *Node) clearPastIncarnation() {
 		return
 	}
 	// The metadata log is applied here up to the NodeDown: its queue
-	// groups are those of the previous run, or newer.
-	var ids []string
-	if n.metadataVoter() {
-		n.View(func(m *fsm.Machine) {
-			for _, s := range m.QueueGroups() {
-				if s.HasMember(n.cfg.NodeID) {
-					ids = append(ids, s.ID)
-				}
-			}
-		})
-	}
-	for _, id := range ids {
-		if !n.untilDone(ctx, id, func() ([]*proto.Result, error) {
-			qg := n.queueGroup(id)
-			if qg == nil {
-				return nil, fmt.Errorf("%w: %q is not open yet", ErrNoSuchGroup, id)
-			}
-			return qg.g.Submitter().SubmitBatch(ctx, cmd)
-		}) {
+	// groups are those of the previous run, or newer. A channel of the
+	// node may have consumed in any of them, run here or not
+	// (SubmitGroup goes to a group's leader either way).
+	for _, id := range n.NamedQueueGroups() {
+		if !n.untilDone(ctx, id, func() ([]*proto.Result, error) { return n.SubmitGroup(ctx, id, cmd) }) {
 			return
 		}
 	}

@@ -200,10 +200,15 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 // PlaceQueue makes sure the queue the metadata placed in group id exists
 // in the group's log, proposing what the group lacks itself rather than
 // waiting for the group's leader to (a declare answers once its queue is
-// there). It needs this node to run the group.
+// there). A node that does not run the group cannot read its log: the
+// group's leader mirrors the queue into it (mirrorLoop), and the caller
+// waits for it there (a passive declare through SubmitGroup).
 func (n *Node) PlaceQueue(ctx context.Context, id string) error {
 	qg := n.queueGroup(id)
 	if qg == nil {
+		if slices.Contains(n.NamedQueueGroups(), id) {
+			return nil
+		}
 		return fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
 	}
 	// The group's log takes queues once its leader made it a queue
@@ -246,8 +251,11 @@ func (n *Node) QueuePlacement(vhost, name string) (id string, ok bool) {
 
 // proposePlacement switches placement on in the metadata log once it is
 // asked for, the log is at the level that knows it and names queue
-// groups, and every voter is a member of every group: a node serves the
-// queues of the groups it runs, and no others yet.
+// groups, every group has its members, and each group this node runs was
+// made a queue group's by its leader (a node serves the queues of the
+// groups it does not run through their members: SubmitGroup and the
+// stream of effects, effects.go; a declare waits for its group's log to
+// take queues).
 func (n *Node) proposePlacement(ctx context.Context) {
 	if !n.cfg.PlaceQueues {
 		return
@@ -259,17 +267,12 @@ func (n *Node) proposePlacement(ctx context.Context) {
 	if on || len(groups) == 0 || level < fsm.PlacementLevel {
 		return
 	}
-	voters := n.metadataVoters()
 	for _, g := range groups {
-		for _, v := range voters {
-			if !g.HasMember(v.ID) {
-				return
-			}
+		if len(g.Members) == 0 {
+			return
 		}
-		// Every group's log made a queue group's by its leader first,
-		// as this node applied it.
 		var k uint32
-		if !n.ViewGroup(g.ID, func(m *fsm.Machine) { k = m.Group() }) || k == 0 {
+		if n.ViewGroup(g.ID, func(m *fsm.Machine) { k = m.Group() }) && k == 0 {
 			return
 		}
 	}
@@ -308,6 +311,19 @@ func (n *Node) RunningQueueGroups() []string {
 	for i, qg := range qgs {
 		ids[i] = qg.id
 	}
+	return ids
+}
+
+// NamedQueueGroups are the ids of the queue groups the metadata log this
+// node applied names, in the log's order: those it runs and those it
+// does not.
+func (n *Node) NamedQueueGroups() []string {
+	var ids []string
+	n.View(func(m *fsm.Machine) {
+		for _, g := range m.QueueGroups() {
+			ids = append(ids, g.ID)
+		}
+	})
 	return ids
 }
 

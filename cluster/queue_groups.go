@@ -405,6 +405,9 @@ func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command
 			return qg.g.Submitter().SubmitBatch(ctx, cmds)
 		}
 		res, err := n.submitRemote(ctx, id, cmds)
+		if err == nil {
+			n.forgetClosed(id, cmds)
+		}
 		if !errors.Is(err, errRemoteDropped) {
 			return res, err
 		}

@@ -118,7 +118,7 @@ func (b *Broker) placing() bool {
 	if b.placed.Load() {
 		return true
 	}
-	if !b.node.RunsQueueGroups() {
+	if !b.node.HasQueueGroups() {
 		// No queue group, no placement: a publish need not wait for
 		// the state's lock behind an apply to learn it.
 		return false
@@ -295,13 +295,14 @@ func (b *Broker) submitTo(ctx context.Context, dest string, cmds []*proto.Comman
 }
 
 // broadcast submits cmds to the metadata log and to every queue group
-// this node runs; the metadata log's results are the answer.
+// the metadata names, run here or not (a channel of this node may consume
+// in any); the metadata log's results are the answer.
 func (b *Broker) broadcast(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
 	res, err := b.node.SubmitBatch(ctx, cmds)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range b.node.RunningQueueGroups() {
+	for _, id := range b.node.NamedQueueGroups() {
 		if _, err := b.node.SubmitGroup(ctx, id, cmds); err != nil {
 			return nil, fmt.Errorf("group %s: %w", id, err)
 		}
@@ -335,16 +336,43 @@ func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.Queue
 	if err != nil {
 		return nil, err
 	}
-	gr, err := b.node.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
-		Vhost: d.GetVhost(), Name: name, Passive: true}}}})
+	gr, err := b.inGroup(ctx, id, d.GetVhost(), name)
 	if err != nil {
 		return nil, err
 	}
-	if gr[0].GetCode() != 0 {
-		return gr[0], nil
+	if gr.GetCode() != 0 {
+		return gr, nil
 	}
-	res.MessageCount, res.ConsumerCount = gr[0].GetMessageCount(), gr[0].GetConsumerCount()
+	res.MessageCount, res.ConsumerCount = gr.GetMessageCount(), gr.GetConsumerCount()
 	return res, nil
+}
+
+// inGroup is a passive declare of a queue the metadata placed in group
+// id, in the group's log: its counts there. On a node that does not run
+// the group the queue comes with the group leader's mirror, a moment
+// after the metadata entry: a queue not there yet is asked for again,
+// for up to placeWait.
+func (b *Broker) inGroup(ctx context.Context, id, vhost, name string) (*proto.Result, error) {
+	deadline := time.Now().Add(placeWait)
+	wait := 5 * time.Millisecond
+	for {
+		gr, err := b.node.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
+			Vhost: vhost, Name: name, Passive: true}}}})
+		if err != nil {
+			return nil, err
+		}
+		if gr[0].GetCode() != replycode.NotFound || b.node.ViewGroup(id, func(*fsm.Machine) {}) || time.Now().After(deadline) {
+			return gr[0], nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // delete deletes a placed queue from the metadata log, with its
@@ -361,16 +389,35 @@ func (b *Broker) delete(ctx context.Context, cmd *proto.Command, d *proto.QueueD
 		return b.node.Submit(ctx, cmd)
 	}
 	var refusal *proto.Result
-	b.node.ViewGroup(id, func(m *fsm.Machine) {
-		q, ok := m.Queue(d.GetVhost(), d.GetName())
-		switch {
-		case !ok:
-		case d.GetIfUnused() && q.GetConsumers() > 0:
+	inUse := func(consumers uint32) {
+		if d.GetIfUnused() && consumers > 0 {
 			refusal = &proto.Result{Code: replycode.PreconditionFailed, Text: "PRECONDITION_FAILED - queue '" + d.GetName() + "' in vhost '" + d.GetVhost() + "' in use"}
-		case d.GetIfEmpty() && q.GetReady()+q.GetUnacked() > 0:
+		}
+	}
+	notEmpty := func(messages uint64) {
+		if refusal == nil && d.GetIfEmpty() && messages > 0 {
 			refusal = &proto.Result{Code: replycode.PreconditionFailed, Text: "PRECONDITION_FAILED - queue '" + d.GetName() + "' in vhost '" + d.GetVhost() + "' not empty"}
 		}
+	}
+	runs := b.node.ViewGroup(id, func(m *fsm.Machine) {
+		if q, ok := m.Queue(d.GetVhost(), d.GetName()); ok {
+			inUse(q.GetConsumers())
+			notEmpty(q.GetReady() + q.GetUnacked())
+		}
 	})
+	if !runs && (d.GetIfUnused() || d.GetIfEmpty()) {
+		// Read from the group's leader: its ready messages and
+		// consumers, as a passive declare gives them.
+		gr, err := b.node.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
+			Vhost: d.GetVhost(), Name: d.GetName(), Passive: true}}}})
+		if err != nil {
+			return nil, err
+		}
+		if gr[0].GetCode() == 0 {
+			inUse(gr[0].GetConsumerCount())
+			notEmpty(uint64(gr[0].GetMessageCount()))
+		}
+	}
 	if refusal != nil {
 		return refusal, nil
 	}
