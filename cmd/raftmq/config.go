@@ -107,7 +107,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":5680", "gRPC listen address (admin API and internal forwarding)")
 	fs.StringVar(&c.RaftAddr, "raft-addr", ":5681", "Raft transport listen address")
 	fs.IntVar(&c.QueueGroups, "queue-groups", 0, "how many queue groups (Raft groups besides the metadata group) the cluster runs, 0 to 64; the metadata leader's value counts, a group once created stays; queues live in them with --place-queues")
-	fs.BoolVar(&c.PlaceQueues, "place-queues", false, "place new durable queues (not exclusive, auto-delete or with x-expires) into the queue groups; the metadata leader's value counts, and once on it stays on. For clusters whose every node is a member of every queue group (up to 3 nodes)")
+	fs.BoolVar(&c.PlaceQueues, "place-queues", false, "place new durable queues (not exclusive, auto-delete or with x-expires) into the queue groups; the metadata leader's value counts, and once on it stays on. A node serves the queues of groups it is not a member of through their members")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "memberlist gossip listen address (TCP and UDP)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":15692", "HTTP listen address for /metrics, /healthz and /readyz")
 	fs.StringVar(&c.Advertise, "advertise-host", "", "host or IP other nodes reach this node at (default: the listen host, else the host name)")

@@ -26,6 +26,10 @@ type scenario struct {
 	// workload's queues placed in them: each in its own group, so dead
 	// letters and expired messages cross from one group to another.
 	placed bool
+	// size is the number of nodes (0: three). Past three, each queue
+	// group has three members and the others serve its queues through
+	// them.
+	size int
 }
 
 // How long a cut-off node stays cut off: past the node-down delay, so its
@@ -93,6 +97,11 @@ var scenarios = []scenario{
 	{name: "placed-partition-leader", inject: outage(true, cutFor, (*cluster).isolate, (*cluster).rejoin), needs: partitionReady, limits: silent, placed: true},
 	{name: "placed-freeze-leader", inject: frozen(true), limits: silent, placed: true},
 	{name: "placed-rolling-restart", inject: rolling, placed: true},
+	// Five nodes, groups of three: clients on nodes outside a queue's
+	// group, and the node killed or frozen leads the metadata and some
+	// of the groups.
+	{name: "placed5-kill-leader", inject: outage(true, cutFor, (*cluster).kill, (*cluster).start), placed: true, size: 5},
+	{name: "placed5-freeze-leader", inject: frozen(true), limits: silent, placed: true, size: 5},
 	// Each new leader killed in turn as soon as the killed one is back:
 	// ex-leaders rejoin and truncate their log's suffix again and again.
 	{name: "kill-leader-3x", inject: func(t *testing.T, c *cluster) {
@@ -206,7 +215,7 @@ func (sc scenario) limitsWithGrace() limits {
 func run(t *testing.T, sc scenario) {
 	var c *cluster
 	if sc.placed {
-		c = startClusterOf(t, strings.ReplaceAll(sc.name, "-", ""), 3, placedEnv)
+		c = startClusterOf(t, strings.ReplaceAll(sc.name, "-", ""), max(sc.size, 3), placedEnv)
 		c.groups = placedGroups
 		c.waitPlacing()
 	} else {
