@@ -235,7 +235,8 @@ func (n *Node) follow(f *effectsFollower) {
 }
 
 // effectsSource is the member of group id to take its effects from on
-// this attempt, in turn, and its gRPC address ("" when none is known).
+// this attempt, in turn, skipping those gossip or the metadata leader
+// find silent, and its gRPC address ("" when none is known).
 func (n *Node) effectsSource(id string, attempt int) (member, addr string) {
 	var members []string
 	n.View(func(m *fsm.Machine) {
@@ -249,6 +250,15 @@ func (n *Node) effectsSource(id string, attempt int) (member, addr string) {
 	})
 	if len(members) == 0 {
 		return "", ""
+	}
+	// From this attempt's member on, the first that answers; any, if
+	// none seems to.
+	suspect := n.suspects()
+	for i := range members {
+		id := members[(attempt+i)%len(members)]
+		if m, ok := n.members.Get(id); ok && m.Health == HealthAlive && !suspect[id] {
+			return id, m.Meta.GetGrpcAddr()
+		}
 	}
 	member = members[attempt%len(members)]
 	if m, ok := n.members.Get(member); ok {
@@ -267,6 +277,24 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A member that froze or was cut off sends nothing and closes
+	// nothing: once gossip or the metadata leader's raft finds it silent,
+	// the stream goes to the next member.
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if m, ok := n.members.Get(member); !ok || m.Health != HealthAlive || n.suspects()[member] {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
 	stream, err := proto.NewInternalClient(conn).Effects(ctx, &proto.EffectsRequest{Group: f.id, Node: n.cfg.NodeID})
 	if err != nil {
 		return false, err

@@ -223,6 +223,43 @@ func (r *remoteGroup) changed() <-chan struct{} {
 	return nil
 }
 
+// retireUnreached retires each remote submitter's stream to a leader
+// gossip no longer reports alive, or the metadata leader's raft no longer
+// reaches (suspect), and forgets it as a hint: a member hears of a
+// new leader from raft, a node outside the group only from a refusal,
+// which a frozen leader never sends.
+func (n *Node) retireUnreached() {
+	n.qmu.Lock()
+	rs := make([]*remoteGroup, 0, len(n.remote))
+	for _, r := range n.remote {
+		rs = append(rs, r)
+	}
+	n.qmu.Unlock()
+	if len(rs) == 0 {
+		return
+	}
+	suspect := n.suspects()
+	for _, r := range rs {
+		r.mu.Lock()
+		candidates := append([]string{r.hint}, r.members...)
+		r.mu.Unlock()
+		for _, id := range candidates {
+			if id == "" {
+				continue
+			}
+			if m, ok := n.members.Get(id); ok && m.Health == HealthAlive && !suspect[id] {
+				continue
+			}
+			r.fwd.LeaderSuspect(id)
+			r.mu.Lock()
+			if r.hint == id {
+				r.hint = ""
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
 // dropRemoteGroups drops the remote submitters of the groups this node
 // runs and of those the metadata log no longer names (specs); each one's
 // forwarder closes once the submits under way on it end.

@@ -110,6 +110,25 @@ func (f *Forwarder) LeaderChanged(id string) {
 	}
 }
 
+// LeaderSuspect retires the session to id, if it is the current one, as
+// LeaderChanged does for a leader other than the one raft reports: for a
+// node that runs no raft of the group and so hears of no election, a
+// leader the cluster no longer reaches (frozen, cut off) is as good as
+// replaced. What is in flight to it ends as outcome unknown after
+// oldLeaderGrace; new commands look for the leader again.
+func (f *Forwarder) LeaderSuspect(id string) {
+	f.mu.Lock()
+	s := f.s
+	if s == nil || s.leaderID != id {
+		f.mu.Unlock()
+		return
+	}
+	f.s = nil
+	f.mu.Unlock()
+	s.retire()
+	time.AfterFunc(oldLeaderGrace, func() { s.shutdown(fmt.Errorf("leader %s is not reached", id)) })
+}
+
 // Close retires the session and fails what it still has with ErrClosed.
 func (f *Forwarder) Close() {
 	f.mu.Lock()

@@ -224,3 +224,66 @@ type leaderService struct {
 func (s leaderService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
 	return ServeForward(stream, s.b, func() string { return s.leader })
 }
+
+// silentService takes a follower's requests and never answers: a leader
+// that froze with the stream open.
+type silentService struct {
+	proto.UnimplementedInternalServer
+	got chan struct{}
+}
+
+func (s silentService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return nil
+		}
+		s.got <- struct{}{}
+	}
+}
+
+// A node that runs no raft of the group hears of no election: when the
+// cluster finds the leader silent, LeaderSuspect ends what is in flight
+// to it as outcome unknown instead of leaving it to the stream's
+// keepalive; a suspicion of another node changes nothing.
+func TestForwarder_ASuspectLeadersRequestsEndAsOutcomeUnknown(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc := silentService{got: make(chan struct{}, 1)}
+	proto.RegisterInternalServer(srv, svc)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	f := NewForwarder(ForwarderConfig{MaxCommands: 1024, MaxBytes: 1 << 20, Dial: func(id, addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}})
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := f.Submit(ctx, "n1", lis.Addr().String(), NewRequest([]*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}))
+		done <- err
+	}()
+	select {
+	case <-svc.got:
+	case <-ctx.Done():
+		t.Fatal("the request never reached the leader")
+	}
+	f.LeaderSuspect("n2")
+	select {
+	case err := <-done:
+		t.Fatalf("a suspicion of another node ended the request: %v", err)
+	case <-time.After(2 * oldLeaderGrace):
+	}
+	f.LeaderSuspect("n1")
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("the request to the suspect leader ended with %v, want outcome unknown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request to the suspect leader did not end")
+	}
+}
