@@ -156,9 +156,23 @@ type effectsFollower struct {
 
 	mu sync.Mutex
 	// last is the tag of the last delivery handed to each channel
-	// (fsm chanKey form), which a sync's deliveries are checked against.
+	// (refKey), which a sync's deliveries are checked against.
 	last map[string]uint64
+	// consumers are this node's consumers in the group, each with the
+	// index its consume committed at: one a sync at or past that index
+	// no longer holds was cancelled while the stream was down (its
+	// queue deleted, its delivery timed out), and its client is told.
+	consumers map[string]consumerAt
 }
+
+// consumerAt is a consumer of this node in a followed group.
+type consumerAt struct {
+	ref   *proto.ConsumerRef
+	index uint64
+}
+
+// consumerKey is a consumer's key: its channel's and its tag.
+func consumerKey(c *proto.ConsumerRef) string { return refKey(c.GetChannel()) + "\x00" + c.GetTag() }
 
 // followRemoteGroups starts following the groups of specs this node is
 // not a member of, and stops following those it runs now or the log no
@@ -188,7 +202,8 @@ func (n *Node) followRemoteGroups(specs []fsm.QueueGroup) {
 		if n.remotes == nil {
 			n.remotes = map[string]*effectsFollower{}
 		}
-		f := &effectsFollower{id: id, stop: make(chan struct{}), done: make(chan struct{}), last: map[string]uint64{}}
+		f := &effectsFollower{id: id, stop: make(chan struct{}), done: make(chan struct{}), last: map[string]uint64{},
+			consumers: map[string]consumerAt{}}
 		n.remotes[id] = f
 		n.wg.Add(1)
 		go n.follow(f)
@@ -324,10 +339,13 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 func (f *effectsFollower) sync(sink fsm.Sink, s *proto.EffectsSync) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	held := map[string]bool{}
+	held, consuming := map[string]bool{}, map[string]bool{}
 	for _, ch := range s.GetChannels() {
 		k := refKey(ch.GetChannel())
 		held[k] = true
+		for _, c := range ch.GetConsumers() {
+			consuming[consumerKey(c)] = true
+		}
 		for _, d := range ch.GetDeliveries() {
 			if d.GetDeliveryTag() <= f.last[k] {
 				continue
@@ -341,6 +359,14 @@ func (f *effectsFollower) sync(sink fsm.Sink, s *proto.EffectsSync) {
 	for k := range f.last {
 		if !held[k] {
 			delete(f.last, k)
+		}
+	}
+	for k, c := range f.consumers {
+		if !consuming[k] && c.index <= s.GetIndex() {
+			delete(f.consumers, k)
+			if sink != nil {
+				sink.ConsumerCancelled(c.ref)
+			}
 		}
 	}
 }
@@ -360,22 +386,24 @@ func (f *effectsFollower) hand(sink fsm.Sink, es []*proto.Effect) {
 				sink.Deliver(fsmDelivery(d))
 			}
 		case *proto.Effect_Cancelled:
+			delete(f.consumers, consumerKey(k.Cancelled))
 			if sink != nil {
 				sink.ConsumerCancelled(k.Cancelled)
 			}
 		case *proto.Effect_ChannelTimedOut:
+			f.dropChannel(refKey(k.ChannelTimedOut.GetChannel()) + "\x00")
 			if sink != nil {
 				sink.ChannelTimedOut(k.ChannelTimedOut.GetChannel(), k.ChannelTimedOut.GetTimeout())
 			}
 		case *proto.Effect_ConsumerTimedOut:
+			delete(f.consumers, consumerKey(k.ConsumerTimedOut.GetConsumer()))
 			if sink != nil {
 				c := k.ConsumerTimedOut
 				sink.ConsumerTimedOut(c.GetConsumer(), c.GetTimeout(), c.GetTags())
 			}
 		case *proto.Effect_NodeDown:
-			for key := range f.last {
-				delete(f.last, key)
-			}
+			clear(f.last)
+			clear(f.consumers)
 			if sink != nil {
 				sink.NodeDown(k.NodeDown)
 			}
@@ -383,15 +411,29 @@ func (f *effectsFollower) hand(sink fsm.Sink, es []*proto.Effect) {
 	}
 }
 
-// forget drops what f knows of the channels cmds close: the log numbers
-// a channel opened again from 1.
-func (f *effectsFollower) forget(cmds []*proto.Command) {
+// committed tells f what this node's commands cmds, committed in its
+// group with results res, did to its channels: a consume adds a consumer
+// (with the index it committed at), a cancel removes it, a channel's or
+// connection's close forgets the channels (the log numbers a channel
+// opened again from 1) and their consumers.
+func (f *effectsFollower) committed(cmds []*proto.Command, res []*proto.Result) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, c := range cmds {
+	for i, c := range cmds {
 		switch k := c.GetCmd().(type) {
+		case *proto.Command_Consume:
+			if i < len(res) && res[i].GetCode() == 0 {
+				ref := k.Consume.GetConsumer()
+				if tag := res[i].GetConsumerTag(); tag != "" && tag != ref.GetTag() {
+					ref = &proto.ConsumerRef{Channel: ref.GetChannel(), Tag: tag}
+				}
+				f.consumers[consumerKey(ref)] = consumerAt{ref: ref, index: res[i].GetIndex()}
+			}
+		case *proto.Command_Cancel:
+			delete(f.consumers, consumerKey(k.Cancel.GetConsumer()))
 		case *proto.Command_ChannelClosed:
 			delete(f.last, refKey(k.ChannelClosed.GetChannel()))
+			f.dropChannel(refKey(k.ChannelClosed.GetChannel()) + "\x00")
 		case *proto.Command_ConnectionClosed:
 			prefix := k.ConnectionClosed.GetConnection().GetNode() + "\x00" + k.ConnectionClosed.GetConnection().GetConnection() + "\x00"
 			for key := range f.last {
@@ -399,18 +441,30 @@ func (f *effectsFollower) forget(cmds []*proto.Command) {
 					delete(f.last, key)
 				}
 			}
+			f.dropChannel(prefix)
 		}
 	}
 }
 
-// forgetClosed tells the follower of group id, if this node follows it,
-// of the channels cmds close there.
-func (n *Node) forgetClosed(id string, cmds []*proto.Command) {
+// dropChannel forgets the consumers whose keys start with prefix (a
+// channel's key and a zero byte, or a connection's prefix). Locks: f.mu
+// held.
+func (f *effectsFollower) dropChannel(prefix string) {
+	for key := range f.consumers {
+		if strings.HasPrefix(key, prefix) {
+			delete(f.consumers, key)
+		}
+	}
+}
+
+// committedRemote tells the follower of group id, if this node follows
+// it, of its commands committed there (effectsFollower.committed).
+func (n *Node) committedRemote(id string, cmds []*proto.Command, res []*proto.Result) {
 	n.rmu.Lock()
 	f := n.remotes[id]
 	n.rmu.Unlock()
 	if f != nil {
-		f.forget(cmds)
+		f.committed(cmds, res)
 	}
 }
 

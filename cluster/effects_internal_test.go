@@ -11,7 +11,12 @@ import (
 // tagSink records the tags of the deliveries handed to it.
 type tagSink struct {
 	fsm.DiscardSink
-	tags []uint64
+	tags      []uint64
+	cancelled []string
+}
+
+func (s *tagSink) ConsumerCancelled(c *proto.ConsumerRef) {
+	s.cancelled = append(s.cancelled, c.GetTag())
 }
 
 func (s *tagSink) Deliver(d *fsm.Delivery) { s.tags = append(s.tags, d.DeliveryTag) }
@@ -39,7 +44,7 @@ func TestEffectsFollower_ASyncHandsOnlyWhatTheChannelMissed(t *testing.T) {
 		}
 		return &proto.EffectsSync{Channels: []*proto.SyncChannel{sc}}
 	}
-	f := &effectsFollower{last: map[string]uint64{}}
+	f := &effectsFollower{last: map[string]uint64{}, consumers: map[string]consumerAt{}}
 	s := &tagSink{}
 	f.sync(s, &proto.EffectsSync{})
 	f.hand(s, live(1, 2, 3))
@@ -57,9 +62,41 @@ func TestEffectsFollower_ASyncHandsOnlyWhatTheChannelMissed(t *testing.T) {
 	}
 	// This node closes it, opens it again, and the stream breaks before
 	// the new channel's first delivery came.
-	f.forget([]*proto.Command{{Cmd: &proto.Command_ChannelClosed{ChannelClosed: &proto.ChannelClosed{Channel: ch}}}})
+	f.committed([]*proto.Command{{Cmd: &proto.Command_ChannelClosed{ChannelClosed: &proto.ChannelClosed{Channel: ch}}}}, nil)
 	f.sync(s, syncOf(1))
 	if want := []uint64{1, 2, 3, 4, 5, 1, 1}; !slices.Equal(s.tags, want) {
 		t.Fatalf("after this node closed the channel: handed %v, want %v", s.tags, want)
+	}
+}
+
+// A consumer of this node cancelled in the group while the stream was
+// down (its queue deleted) is missing from the next sync: its client is
+// told, once. One whose consume committed after the sync's state was
+// taken is not missing, only not there yet.
+func TestEffectsFollower_AConsumerGoneFromTheSyncIsCancelled(t *testing.T) {
+	ch := &proto.ChannelRef{Node: "x", Connection: "c", Channel: 1}
+	consume := func(tag string) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{Queue: "q", Consumer: &proto.ConsumerRef{Channel: ch, Tag: tag}}}}
+	}
+	f := &effectsFollower{last: map[string]uint64{}, consumers: map[string]consumerAt{}}
+	s := &tagSink{}
+	f.committed([]*proto.Command{consume("old"), consume("late")}, []*proto.Result{{Index: 5}, {Index: 9}})
+	f.committed([]*proto.Command{consume("kept")}, []*proto.Result{{Index: 6}})
+	sync := &proto.EffectsSync{Index: 7, Channels: []*proto.SyncChannel{{Channel: ch,
+		Consumers: []*proto.ConsumerRef{{Channel: ch, Tag: "kept"}}}}}
+	f.sync(s, sync)
+	if !slices.Equal(s.cancelled, []string{"old"}) {
+		t.Fatalf("cancelled %v, want old alone (late committed after the sync's index 7)", s.cancelled)
+	}
+	f.sync(s, sync)
+	if len(s.cancelled) != 1 {
+		t.Fatalf("cancelled again: %v", s.cancelled)
+	}
+	// Cancelled by its client: not the log's to cancel.
+	f.committed([]*proto.Command{{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{Consumer: &proto.ConsumerRef{Channel: ch, Tag: "kept"}}}}}, nil)
+	f.sync(s, &proto.EffectsSync{Index: 10, Channels: []*proto.SyncChannel{{Channel: ch,
+		Consumers: []*proto.ConsumerRef{{Channel: ch, Tag: "late"}}}}})
+	if len(s.cancelled) != 1 {
+		t.Fatalf("a consumer its client cancelled, or one still there, was cancelled: %v", s.cancelled)
 	}
 }

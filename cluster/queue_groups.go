@@ -407,7 +407,7 @@ func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command
 		}
 		res, err := n.submitRemote(ctx, id, cmds)
 		if err == nil {
-			n.forgetClosed(id, cmds)
+			n.committedRemote(id, cmds, res)
 		}
 		if !errors.Is(err, errRemoteDropped) {
 			return res, err
