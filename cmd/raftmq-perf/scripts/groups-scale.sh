@@ -13,7 +13,8 @@
 #   NODE_ARGS="--queue-groups 3 --place-queues" cmd/raftmq-perf/scripts/groups-scale.sh
 #   NODES=5 NODE_ARGS="--queue-groups 3 --place-queues" cmd/raftmq-perf/scripts/groups-scale.sh
 # BIN, when set, is a raftmq binary to run instead of this checkout's
-# (the landed release, built from its commit). Needs root for the
+# (the landed release, built from its commit; NODE_ARGS goes to it
+# too). Needs root for the
 # cgroups (cgroup v1's cpu controller, or v2's cpu.max).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -31,7 +32,7 @@ if [ -n "${BIN:-}" ]; then
   (cd "$DIR" && RAFTMQ_CLUSTER_SECRET=$(cat secret) && export RAFTMQ_CLUSTER_SECRET && for i in $(seq 1 "$n"); do
     ./raftmq --node-id "n$i" --data-dir "n$i" --bootstrap-expect "$n" --join "127.0.0.1:$((27941 + o))" \
       --amqp-addr "127.0.0.1:$((25671 + i + o))" --grpc-addr "127.0.0.1:$((25680 + i + o))" --raft-addr "127.0.0.1:$(raftport "$i")" \
-      --gossip-addr "127.0.0.1:$((27940 + i + o))" --http-addr "127.0.0.1:$((25694 + i + o))" --management-addr "" >>"n$i.log" 2>&1 &
+      --gossip-addr "127.0.0.1:$((27940 + i + o))" --http-addr "127.0.0.1:$((25694 + i + o))" --management-addr "" ${NODE_ARGS:-} >>"n$i.log" 2>&1 &
     echo $! >"n$i.pid"
   done)
 fi
