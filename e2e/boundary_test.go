@@ -54,7 +54,7 @@ func TestBoundary_LoginTheMomentThePortOpens(t *testing.T) {
 	skipShort(t)
 	bin := Binary(t)
 	for i := 0; i < 3; i++ {
-		c := &Cluster{t: t, bin: bin}
+		c := &Cluster{t: t, bin: bin, root: t.TempDir()}
 		t.Cleanup(func() {
 			for i, n := range c.Nodes {
 				if n.Running() {

@@ -79,6 +79,11 @@ type Cluster struct {
 	// may override it).
 	Secret string
 	Nodes  []*Node
+	// root holds the nodes' folders and logs. It is made before the
+	// cluster's cleanup is registered, so that it is removed after that
+	// cleanup has dumped the logs of a failed test (cleanups run last
+	// registered first; a TempDir made later would be gone by then).
+	root string
 }
 
 // NewSecret returns a random cluster secret, as `openssl rand -base64 32`
@@ -172,7 +177,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // its addresses are chosen and before it starts (to set ExtraArgs or Env).
 func StartClusterWith(t testing.TB, n int, setup func(i int, node *Node)) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, bin: Binary(t), Secret: NewSecret(t)}
+	c := &Cluster{t: t, bin: Binary(t), Secret: NewSecret(t), root: t.TempDir()}
 	t.Cleanup(func() {
 		for i, node := range c.Nodes {
 			if node.Running() {
@@ -214,7 +219,7 @@ func StartClusterWith(t testing.TB, n int, setup func(i int, node *Node)) *Clust
 
 // place gives the cluster n fresh nodes with new addresses and folders.
 func (c *Cluster) place(t testing.TB, n int) {
-	base := t.TempDir()
+	base := c.dir(t, "cluster")
 	c.Nodes = nil
 	for i := 0; i < n; i++ {
 		c.Nodes = append(c.Nodes, newNode(t, base, fmt.Sprintf("n%d", i+1)))
@@ -225,9 +230,22 @@ func (c *Cluster) place(t testing.TB, n int) {
 // AddNode appends a node with fresh addresses and folder to the cluster,
 // not started: Start(len(c.Nodes)-1) starts it, joining the first node.
 func (c *Cluster) AddNode(id string) *Node {
-	n := newNode(c.t, c.t.TempDir(), id)
+	n := newNode(c.t, c.dir(c.t, id), id)
 	c.Nodes = append(c.Nodes, n)
 	return n
+}
+
+// dir makes a new folder in the cluster's root.
+func (c *Cluster) dir(t testing.TB, prefix string) string {
+	t.Helper()
+	if c.root == "" {
+		c.root = t.TempDir()
+	}
+	d, err := os.MkdirTemp(c.root, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func newNode(t testing.TB, dir, id string) *Node {

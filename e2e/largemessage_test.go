@@ -120,6 +120,7 @@ func startAll(t *testing.T, c *Cluster) {
 func checkLarge(t *testing.T, c *Cluster, i int, q string, msgs []largeMsg, ack bool) {
 	t.Helper()
 	ch := channel(t, dial(t, c.Nodes[i]))
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	seen := map[string]int{}
 	for {
 		var d amqp.Delivery
@@ -131,9 +132,16 @@ func checkLarge(t *testing.T, c *Cluster, i int, q string, msgs []largeMsg, ack 
 				return errors.New("queue empty")
 			}
 			return err
-		})
+		}, amqp.ErrClosed)
 		if err != nil {
-			t.Fatalf("%s: get from %s after %v: %v", c.Nodes[i].ID, q, seen, err)
+			// A closed channel answers every later call with 504: what
+			// closed it is the server's exception.
+			var why *amqp.Error
+			select {
+			case why = <-closed:
+			default:
+			}
+			t.Fatalf("%s: get from %s after %v: %v (the channel closed with %v)", c.Nodes[i].ID, q, seen, err, why)
 		}
 		if !ok {
 			break
