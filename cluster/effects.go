@@ -271,8 +271,8 @@ func (n *Node) effectsSource(id string, attempt int) (member, addr string) {
 	suspect := n.suspects()
 	for i := range members {
 		id := members[(attempt+i)%len(members)]
-		if m, ok := n.members.Get(id); ok && m.Health == HealthAlive && !suspect[id] {
-			return id, m.Meta.GetGrpcAddr()
+		if addr, ok := n.answering(id, suspect); ok {
+			return id, addr
 		}
 	}
 	member = members[attempt%len(members)]
@@ -303,7 +303,7 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if m, ok := n.members.Get(member); !ok || m.Health != HealthAlive || n.suspects()[member] {
+				if _, ok := n.answering(member, n.suspects()); !ok {
 					cancel()
 					return
 				}

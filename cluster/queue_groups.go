@@ -425,6 +425,12 @@ func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command
 	}
 }
 
+// RunsGroup reports whether this node runs group id: the metadata group
+// (group.DefaultID) always, a queue group while it is one of its members.
+func (n *Node) RunsGroup(id string) bool {
+	return id == group.DefaultID || n.queueGroup(id) != nil
+}
+
 // ViewGroup runs fn on the state machine of group id as this node has
 // applied it (the metadata group for group.DefaultID), as View does for
 // the metadata group; it reports false, without calling fn, for a queue

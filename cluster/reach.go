@@ -148,6 +148,17 @@ func (n *Node) unreachable() []string {
 	return n.reach.Unreachable(ids, n.cfg.NodeID, membership.UnreachedAfter(n.cfg.HeartbeatTimeout, n.cfg.NodeDownAfter))
 }
 
+// answering reports whether node id is worth a stream: gossip finds it
+// alive and it is not in suspect (a suspects() read once for several
+// nodes). addr is its gRPC address.
+func (n *Node) answering(id string, suspect map[string]bool) (addr string, ok bool) {
+	m, found := n.members.Get(id)
+	if !found || m.Health != HealthAlive || suspect[id] {
+		return "", false
+	}
+	return m.Meta.GetGrpcAddr(), true
+}
+
 // suspects is whom raft does not reach as this node knows it: its own
 // reach on the leader, elsewhere what the leader gossips.
 func (n *Node) suspects() map[string]bool {

@@ -247,7 +247,7 @@ func (n *Node) retireUnreached() {
 			if id == "" {
 				continue
 			}
-			if m, ok := n.members.Get(id); ok && m.Health == HealthAlive && !suspect[id] {
+			if _, ok := n.answering(id, suspect); ok {
 				continue
 			}
 			r.fwd.LeaderSuspect(id)

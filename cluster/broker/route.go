@@ -361,7 +361,7 @@ func (b *Broker) inGroup(ctx context.Context, id, vhost, name string) (*proto.Re
 		if err != nil {
 			return nil, err
 		}
-		if gr[0].GetCode() != replycode.NotFound || b.node.ViewGroup(id, func(*fsm.Machine) {}) || time.Now().After(deadline) {
+		if gr[0].GetCode() != replycode.NotFound || b.node.RunsGroup(id) || time.Now().After(deadline) {
 			return gr[0], nil
 		}
 		t := time.NewTimer(wait)
