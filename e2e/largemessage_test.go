@@ -117,12 +117,15 @@ func startAll(t *testing.T, c *Cluster) {
 // byte for byte with the one published under its id: every confirmed
 // message is there, nothing else is (a republished one may be there
 // twice). Without ack they are requeued when the channel closes.
+//
+// A client whose connection the server closes connects again, as real
+// ones do; what it held goes back to the queue and is got again. The
+// server's reason is logged, and a third loss fails the check.
 func checkLarge(t *testing.T, c *Cluster, i int, q string, msgs []largeMsg, ack bool) {
 	t.Helper()
-	ch := channel(t, dial(t, c.Nodes[i]))
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	seen := map[string]int{}
-	for {
+	conn, ch, closed := largeChannel(t, c, i)
+	for lost := 0; ; {
 		var d amqp.Delivery
 		var ok bool
 		err := Eventually(30*time.Second, func() error {
@@ -133,9 +136,16 @@ func checkLarge(t *testing.T, c *Cluster, i int, q string, msgs []largeMsg, ack 
 			}
 			return err
 		}, amqp.ErrClosed)
-		if err != nil {
+		if errors.Is(err, amqp.ErrClosed) && lost < 2 {
 			// A closed channel answers every later call with 504: what
 			// closed it is the server's exception.
+			lost++
+			t.Logf("%s: get from %s after %v: the channel closed with %v; connecting again", c.Nodes[i].ID, q, seen, <-closed)
+			_ = conn.Close()
+			conn, ch, closed = largeChannel(t, c, i)
+			continue
+		}
+		if err != nil {
 			var why *amqp.Error
 			select {
 			case why = <-closed:
@@ -153,9 +163,8 @@ func checkLarge(t *testing.T, c *Cluster, i int, q string, msgs []largeMsg, ack 
 		seen[d.MessageId]++
 		d.Body = nil
 		if ack {
-			if err := d.Ack(false); err != nil {
-				t.Fatal(err)
-			}
+			// An ack's failure closes the channel: the next get says so.
+			_ = d.Ack(false)
 		}
 	}
 	for _, m := range msgs {
@@ -163,9 +172,18 @@ func checkLarge(t *testing.T, c *Cluster, i int, q string, msgs []largeMsg, ack 
 			t.Fatalf("%s: confirmed message %q not in %s (got %v)", c.Nodes[i].ID, m.id, q, seen)
 		}
 	}
-	if err := ch.Close(); err != nil {
+	if err := conn.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// largeChannel is a new connection to node i and a channel on it, with
+// the channel's close notification.
+func largeChannel(t *testing.T, c *Cluster, i int) (*amqp.Connection, *amqp.Channel, chan *amqp.Error) {
+	t.Helper()
+	conn := dial(t, c.Nodes[i])
+	ch := channel(t, conn)
+	return conn, ch, ch.NotifyClose(make(chan *amqp.Error, 1))
 }
 
 // publishLarge publishes one persistent message until it is confirmed.
