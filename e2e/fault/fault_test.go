@@ -98,10 +98,11 @@ var scenarios = []scenario{
 	{name: "placed-freeze-leader", inject: frozen(true), limits: silent, placed: true},
 	{name: "placed-rolling-restart", inject: rolling, placed: true},
 	// Five nodes, groups of three: clients on nodes outside a queue's
-	// group, and the node killed or frozen leads the metadata and some
-	// of the groups.
+	// group, and the node killed, frozen or cut off leads the metadata
+	// and some of the groups.
 	{name: "placed5-kill-leader", inject: outage(true, cutFor, (*cluster).kill, (*cluster).start), placed: true, size: 5},
 	{name: "placed5-freeze-leader", inject: frozen(true), limits: silent, placed: true, size: 5},
+	{name: "placed5-partition-leader", inject: outage(true, cutFor, (*cluster).isolate, (*cluster).rejoin), needs: partitionReady, limits: silent, placed: true, size: 5},
 	// Each new leader killed in turn as soon as the killed one is back:
 	// ex-leaders rejoin and truncate their log's suffix again and again.
 	{name: "kill-leader-3x", inject: func(t *testing.T, c *cluster) {
