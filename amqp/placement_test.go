@@ -15,6 +15,7 @@ import (
 	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // placedCluster is a test cluster of three nodes that places new queues
@@ -538,5 +539,71 @@ func TestPlacement_ANodeServesTheQueuesOfGroupsItDoesNotRun(t *testing.T) {
 		if _, err := ch.QueueDelete(q, true, true, false); err != nil {
 			t.Fatalf("%s: delete if-unused if-empty: %v", q, err)
 		}
+	}
+}
+
+// Queues declared at once from every node each get declare-ok and keep
+// the message confirmed into them right after. A group's mirror deletes
+// a queue the group holds that the metadata does not place there; a node
+// whose metadata had not yet applied another node's declare took that
+// node's fresh queue for one and deleted it: the declare came back 404,
+// or the queue was declared again empty after its message was confirmed.
+func TestPlacement_DeclaresAtOnceFromEveryNodeAllStay(t *testing.T) {
+	c, urls := placedCluster(t)
+	const clients, each = 6, 60
+	errs := make(chan error, clients)
+	for k := range clients {
+		_, ch := dialT(t, urls[k%len(urls)])
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for i := range each {
+				q := fmt.Sprintf("burst-%d-%d", k, i)
+				if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+					errs <- fmt.Errorf("declare %s on n%d: %w", q, k%len(urls)+1, err)
+					return
+				}
+				dc, err := ch.PublishWithDeferredConfirm("", q, true, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(q)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !dc.Wait() {
+					errs <- fmt.Errorf("publish to %s nacked", q)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every queue is in the group the metadata placed it in, on every
+	// node, once the groups' mirrors have had their rounds.
+	for _, nd := range c.Live() {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			for k := range clients {
+				for i := range each {
+					q := fmt.Sprintf("burst-%d-%d", k, i)
+					g := nd.QueueGroup("/", q)
+					if g == "" {
+						return fmt.Errorf("%s: %s not placed", nd.NodeID(), q)
+					}
+					var info *proto.QueueInfo
+					nd.ViewGroup(g, func(m *fsm.Machine) { info, _ = m.Queue("/", q) })
+					if info == nil {
+						return fmt.Errorf("%s: %s is not in its group %s", nd.NodeID(), q, g)
+					}
+					if info.GetReady() != 1 {
+						return fmt.Errorf("%s: %s holds %d messages in group %s; 1 was confirmed", nd.NodeID(), q, info.GetReady(), g)
+					}
+				}
+			}
+			return nil
+		})
 	}
 }

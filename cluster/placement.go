@@ -117,19 +117,27 @@ func mirrorPolicies(want, have []*proto.PolicyInfo, vhost string) []*proto.Comma
 // through the metadata log, whose result comes once this node applied
 // everything committed before it, and reads again.
 func (n *Node) mirror(ctx context.Context, g *group.Group, id string) (bool, error) {
+	cmds, _, err := n.mirrorRound(ctx, g, id)
+	return len(cmds) > 0, err
+}
+
+// mirrorRound is mirror returning the commands it proposed and the
+// group's results.
+func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string) ([]*proto.Command, []*proto.Result, error) {
 	cmds := n.mirrorCommands(g, id)
 	if slices.ContainsFunc(cmds, deletes) {
+		before := cmds
 		if err := n.CatchUp(ctx); err != nil {
-			return true, err
+			return cmds, nil, err
 		}
-		cmds = n.mirrorCommands(g, id)
+		cmds = keepEarlierDeletes(before, n.mirrorCommands(g, id))
 	}
 	if len(cmds) == 0 {
-		return false, nil
+		return nil, nil, nil
 	}
 	res, err := g.Submitter().SubmitBatch(ctx, cmds)
 	if err != nil {
-		return true, err
+		return cmds, nil, err
 	}
 	for i, r := range res {
 		if r.GetCode() != 0 {
@@ -139,7 +147,7 @@ func (n *Node) mirror(ctx context.Context, g *group.Group, id string) (bool, err
 			n.log.Debug("a mirrored command was refused", "group", id, "cmd", fmt.Sprintf("%T", cmds[i].GetCmd()), "code", r.GetCode(), "text", r.GetText())
 		}
 	}
-	return true, nil
+	return cmds, res, nil
 }
 
 // mirrorCommands reads the metadata and group g's machine as this node
@@ -155,6 +163,20 @@ func (n *Node) mirrorCommands(g *group.Group, id string) []*proto.Command {
 		})
 	})
 	return cmds
+}
+
+// keepEarlierDeletes is after without the deletes that before did not
+// hold. The catch-up between the two reads covers only what the group
+// held at the first: every queue in it was placed by a metadata entry
+// committed before the catch-up's Tick, so the metadata read after it
+// knows whether the queue is still placed here. A queue the group took
+// since (another node's declare, placed by a metadata entry after the
+// Tick, which this node may not have applied) looks unplaced, and
+// deleting it would answer that node's declare with 404.
+func keepEarlierDeletes(before, after []*proto.Command) []*proto.Command {
+	return slices.DeleteFunc(after, func(c *proto.Command) bool {
+		return deletes(c) && !slices.ContainsFunc(before, func(b *proto.Command) bool { return pb.Equal(b, c) })
+	})
 }
 
 // deletes reports whether a mirrored command deletes a queue or vhost.
@@ -203,13 +225,19 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 // there). A node that does not run the group cannot read its log: the
 // group's leader mirrors the queue into it (mirrorLoop), and the caller
 // waits for it there (a passive declare through SubmitGroup).
-func (n *Node) PlaceQueue(ctx context.Context, id string) error {
+//
+// declared is the group's answer to the queue's declare when this call
+// proposed it: the queue is new to the group, and the answer is what a
+// passive declare would give. It is nil when the group held the queue
+// already (its leader's mirror was first) or this node does not run the
+// group.
+func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared *proto.Result, err error) {
 	qg := n.queueGroup(id)
 	if qg == nil {
 		if slices.Contains(n.NamedQueueGroups(), id) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+		return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
 	}
 	// The group's log takes queues once its leader made it a queue
 	// group's (GroupInit), which this node may not have applied yet.
@@ -223,13 +251,21 @@ func (n *Node) PlaceQueue(ctx context.Context, id string) error {
 		select {
 		case <-applied:
 		case <-qg.closing:
-			return fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+			return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
 		case <-ctx.Done():
-			return fmt.Errorf("queue group %q is not ready for queues yet: %w", id, ctx.Err())
+			return nil, fmt.Errorf("queue group %q is not ready for queues yet: %w", id, ctx.Err())
 		}
 	}
-	_, err := n.mirror(ctx, qg.g, id)
-	return err
+	cmds, res, err := n.mirrorRound(ctx, qg.g, id)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		if d := c.GetQueueDeclare(); d != nil && d.GetVhost() == vhost && d.GetName() == name && res[i].GetCode() == 0 {
+			return res[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // QueueGroup is the id of the group that holds the queue: a queue group

@@ -111,3 +111,44 @@ func TestMirror_BringsTheGroupInLineWithTheMetadata(t *testing.T) {
 		t.Fatalf("in line again, yet the mirror proposes %v", got)
 	}
 }
+
+// A mirror that found something to delete catches up with the metadata
+// log and reads again; what it deletes then is only what the group held
+// at its first read. A queue another node placed and mirrored into the
+// group in between was placed by a metadata entry after the catch-up,
+// which this node may not have applied: it looks unplaced, yet it is the
+// other node's fresh queue, and deleting it answered that node's declare
+// with 404.
+func TestMirror_DeletesOnlyWhatTheGroupHeldBeforeTheCatchUp(t *testing.T) {
+	meta := fsmtest.New(t)
+	fsmtest.Apply(t, meta, 1,
+		&proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+			{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}},
+		fsmtest.PlaceQueues(), queueDeclare("/", "gone"))
+	grp := fsmtest.New(t)
+	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+	if got := mirrorRound(t, meta, grp, "q1"); !slices.Equal(got, []string{"queue+//gone"}) {
+		t.Fatalf("first round %v", got)
+	}
+	// The metadata deletes "gone"; the mirror's first read finds it.
+	fsmtest.Apply(t, meta, 2, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "gone"}}})
+	before := mirrorCommands(meta, grp, "q1")
+	// Meanwhile another node's declare of "fresh" reaches the group; this
+	// node's metadata has not applied it.
+	fsmtest.Apply(t, grp, 2, queueDeclare("/", "fresh"))
+	after := mirrorCommands(meta, grp, "q1")
+	if !slices.ContainsFunc(after, func(c *proto.Command) bool { return mirrorCmd(c) == "queue-//fresh" }) {
+		t.Fatalf("the second read %v does not take the fresh queue for unplaced: the case is not made", names(after))
+	}
+	if got := names(keepEarlierDeletes(before, after)); !slices.Equal(got, []string{"queue-//gone"}) {
+		t.Fatalf("the mirror proposes %v, want only the delete of the queue the group held before: [queue-//gone]", got)
+	}
+}
+
+func names(cmds []*proto.Command) []string {
+	var out []string
+	for _, c := range cmds {
+		out = append(out, mirrorCmd(c))
+	}
+	return out
+}

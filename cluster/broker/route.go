@@ -331,14 +331,18 @@ func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.Queue
 		return res, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, placeWait)
-	err = b.node.PlaceQueue(pctx, id)
+	gr, err := b.node.PlaceQueue(pctx, id, d.GetVhost(), name)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	gr, err := b.inGroup(ctx, id, d.GetVhost(), name)
-	if err != nil {
-		return nil, err
+	if gr == nil {
+		// The group held the queue already, or this node does not run
+		// it: a passive declare there gives its counts (and is a use of
+		// the queue in the log that decides its lease).
+		if gr, err = b.inGroup(ctx, id, d.GetVhost(), name); err != nil {
+			return nil, err
+		}
 	}
 	if gr.GetCode() != 0 {
 		return gr, nil
