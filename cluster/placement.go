@@ -33,18 +33,7 @@ func mirrorCommands(meta, grp *fsm.Machine, id string) []*proto.Command {
 	if !meta.Placing() {
 		return nil
 	}
-	declares := meta.PlacedQueues(id)
-	want := map[string]map[string]*proto.QueueDeclare{}
-	var vhosts []string
-	for _, d := range declares {
-		v := want[d.GetVhost()]
-		if v == nil {
-			v = map[string]*proto.QueueDeclare{}
-			want[d.GetVhost()] = v
-			vhosts = append(vhosts, d.GetVhost())
-		}
-		v[d.GetName()] = d
-	}
+	missing, vhosts := meta.PlacedMissing(id, grp.HasQueue)
 	var cmds []*proto.Command
 	// Vhosts the group holds that the metadata no longer has, and queues
 	// it no longer places here, go first: a queue deleted and declared
@@ -56,10 +45,15 @@ func mirrorCommands(meta, grp *fsm.Machine, id string) []*proto.Command {
 			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_VhostDelete{VhostDelete: &proto.VhostDelete{Name: v.GetName()}}})
 			continue
 		}
-		for _, q := range grp.Queues(v.GetName()) {
-			if g, ok := meta.QueuePlacement(q.GetVhost(), q.GetName()); !ok || g != id {
-				cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: q.GetVhost(), Name: q.GetName()}}})
+		var gone []string
+		for _, q := range grp.QueueNames(v.GetName()) {
+			if g, ok := meta.QueuePlacement(v.GetName(), q); !ok || g != id {
+				gone = append(gone, q)
 			}
+		}
+		slices.Sort(gone)
+		for _, q := range gone {
+			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: v.GetName(), Name: q}}})
 		}
 	}
 	for _, vh := range vhosts {
@@ -69,11 +63,8 @@ func mirrorCommands(meta, grp *fsm.Machine, id string) []*proto.Command {
 		for _, operator := range []bool{false, true} {
 			cmds = append(cmds, mirrorPolicies(meta.Policies(vh, operator), grp.Policies(vh, operator), vh)...)
 		}
-		for _, d := range declares {
-			if d.GetVhost() != vh {
-				continue
-			}
-			if _, ok := grp.Queue(vh, d.GetName()); !ok {
+		for _, d := range missing {
+			if d.GetVhost() == vh {
 				cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
 			}
 		}
@@ -193,10 +184,20 @@ func deletes(c *proto.Command) bool {
 // applied more.
 func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 	backoff := time.Duration(0)
+	// The machines' mirror numbers at the last round that went through:
+	// a round with both the same has nothing to do, and most applies
+	// (the message flow) change neither.
+	var seen [2]uint64
 	for {
 		_, metaApplied := n.group.Applied().Load()
 		_, groupApplied := qg.g.Applied().Load()
-		_, err := n.mirror(ctx, qg.g, qg.id)
+		var now [2]uint64
+		n.View(func(m *fsm.Machine) { now[0] = m.MirrorGen() })
+		qg.g.State().View(func(m *fsm.Machine) { now[1] = m.MirrorGen() })
+		var err error
+		if now != seen {
+			_, err = n.mirror(ctx, qg.g, qg.id)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -208,6 +209,7 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 			metaApplied, groupApplied = nil, nil
 		} else {
 			backoff = 0
+			seen = now
 		}
 		select {
 		case <-metaApplied:

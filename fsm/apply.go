@@ -68,6 +68,9 @@ func (s *state) apply(e Entry, sink Sink) []*proto.Result {
 	out := make([]*proto.Result, len(e.Envelope.GetCommands()))
 	for i, c := range e.Envelope.GetCommands() {
 		s.pos = uint32(i)
+		if mirrored(c) {
+			s.mirrorGen = mirrorGens.Add(1)
+		}
 		r := s.applyOne(c)
 		if r == nil {
 			r = &proto.Result{}

@@ -1,8 +1,10 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
@@ -136,21 +138,56 @@ func (m *Machine) QueuePlacement(vhost, name string) (group string, ok bool) {
 	return q.group, true
 }
 
-// PlacedQueues is the declares that create, in group's log, the queues
-// placed in it (vhost, name, durable, arguments), sorted by vhost and
-// name: its leader proposes them into the group's log.
-func (m *Machine) PlacedQueues(group string) []*proto.QueueDeclare {
-	var out []*proto.QueueDeclare
+// PlacedMissing is what a mirror round declares in group's log: the
+// declares of the queues placed in group that has does not report (the
+// group's log lacks them), sorted by vhost and name, and the vhosts that
+// hold any queue placed in group, sorted. It builds nothing for a queue
+// the group holds, so a round over many queues costs a lookup each.
+func (m *Machine) PlacedMissing(group string, has func(vhost, name string) bool) (missing []*proto.QueueDeclare, vhosts []string) {
 	if group == "" {
-		return nil
+		return nil, nil
 	}
-	for _, vk := range sortedKeys(m.vhosts) {
-		v := m.vhosts[vk]
-		for _, qk := range sortedKeys(v.queues) {
-			if q := v.queues[qk]; q.group == group {
-				out = append(out, &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)})
+	for _, v := range m.vhosts {
+		placedHere := false
+		for _, q := range v.queues {
+			if q.group != group {
+				continue
+			}
+			placedHere = true
+			if !has(q.vhost, q.name) {
+				missing = append(missing, &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)})
 			}
 		}
+		if placedHere {
+			vhosts = append(vhosts, v.name)
+		}
+	}
+	slices.SortFunc(missing, func(a, b *proto.QueueDeclare) int {
+		return cmp.Or(cmp.Compare(a.GetVhost(), b.GetVhost()), cmp.Compare(a.GetName(), b.GetName()))
+	})
+	slices.Sort(vhosts)
+	return missing, vhosts
+}
+
+// HasQueue reports whether the state holds queue name in vhost.
+func (m *Machine) HasQueue(vhost, name string) bool {
+	v, ok := m.vhosts[vhost]
+	if !ok {
+		return false
+	}
+	_, ok = v.queues[name]
+	return ok
+}
+
+// QueueNames lists the names of vhost's queues, in no order.
+func (m *Machine) QueueNames(vhost string) []string {
+	v, ok := m.vhosts[vhost]
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(v.queues))
+	for name := range v.queues {
+		out = append(out, name)
 	}
 	return out
 }
@@ -192,4 +229,31 @@ func (m *Machine) PublishRoute(p *proto.Publish) (byGroup map[string][]string, o
 		byGroup[q.group] = append(byGroup[q.group], q.name)
 	}
 	return byGroup, true
+}
+
+// mirrorGens numbers the changes MirrorGen reports, across machines: a
+// machine restored from a snapshot, or a new one in its place, never
+// shows a number it showed before.
+var mirrorGens atomic.Uint64
+
+// MirrorGen is a number that changes whenever what a queue group's
+// mirror reads of this machine may have changed: its vhosts, policies,
+// queues or their placement (a command that may touch them, a restore).
+// A mirror that saw the same numbers in the metadata and the group's
+// machine has nothing new to do. Not state: replicas differ in it.
+func (m *Machine) MirrorGen() uint64 { return m.mirrorGen }
+
+// mirrored reports whether applying c may change what a group's mirror
+// reads. Only the commands of the message flow, which a busy log applies
+// by the thousand, are known not to; any other kind counts, a kind added
+// later included.
+func mirrored(c *proto.Command) bool {
+	switch c.GetCmd().(type) {
+	case *proto.Command_Publish, *proto.Command_Enqueue, *proto.Command_Get, *proto.Command_Consume,
+		*proto.Command_Credit, *proto.Command_Settle, *proto.Command_Requeue, *proto.Command_Discard,
+		*proto.Command_Expire, *proto.Command_Tick, *proto.Command_ReleaseDelayed, *proto.Command_HandOff,
+		*proto.Command_HandOffDone, *proto.Command_QueuePurge, *proto.Command_Bind, *proto.Command_Unbind:
+		return false
+	}
+	return true
 }

@@ -60,15 +60,22 @@ func TestPlacement_SpreadsEvenly(t *testing.T) {
 	if a.Digest() != b.Digest() {
 		t.Fatal("two replicas placed differently")
 	}
-	ds := a.PlacedQueues("q1")
-	if got := idsOf(ds, func(d *proto.QueueDeclare) string { return d.GetName() }); !slices.Equal(got, []string{"a", "d", "g"}) {
-		t.Fatalf("PlacedQueues(q1) %v", got)
+	none := func(string, string) bool { return false }
+	ds, vhosts := a.PlacedMissing("q1", none)
+	if got := idsOf(ds, func(d *proto.QueueDeclare) string { return d.GetName() }); !slices.Equal(got, []string{"a", "d", "g"}) || !slices.Equal(vhosts, []string{"/"}) {
+		t.Fatalf("PlacedMissing(q1) %v in %v", got, vhosts)
+	}
+	if ds, _ := a.PlacedMissing("q1", func(_, name string) bool { return name != "d" }); len(ds) != 1 || ds[0].GetName() != "d" {
+		t.Fatalf("PlacedMissing(q1) of a group holding all but d: %v", ds)
 	}
 	if d := ds[0]; d.GetVhost() != "/" || !d.GetDurable() || len(d.GetArguments().GetFields()) != 1 || d.GetPassive() {
 		t.Fatalf("declare %v", d)
 	}
-	if a.PlacedQueues("q9") != nil || a.PlacedQueues("") != nil {
-		t.Fatal("PlacedQueues of no group")
+	if ds, vs := a.PlacedMissing("q9", none); ds != nil || vs != nil {
+		t.Fatal("PlacedMissing of a group with no queue")
+	}
+	if ds, vs := a.PlacedMissing("", none); ds != nil || vs != nil {
+		t.Fatal("PlacedMissing of the metadata group")
 	}
 	// q2 and q3 hold 2 each, q1 3: deleting one of q2's makes it the
 	// fewest, then it ties with q3, and the earlier wins.
@@ -371,7 +378,7 @@ func TestPlacement_MessagesCommandsRefused(t *testing.T) {
 	if r.GetCode() != 0 || len(m.Bindings("/")) != 0 {
 		t.Fatalf("delete %v, bindings %v", r, m.Bindings("/"))
 	}
-	if m.PlacedQueues("q2") != nil {
+	if ds, _ := m.PlacedMissing("q2", func(string, string) bool { return false }); ds != nil {
 		t.Fatal("a deleted queue is still placed")
 	}
 	if r, _ := fsmtest.One(t, m, 6, publish("fx", "", "x", nil)); r.GetRouted() || m.OutboxLen() != 0 {
@@ -433,4 +440,39 @@ func TestPlacement_PublishRouteByGroup(t *testing.T) {
 			}
 		}
 	}
+}
+
+// MirrorGen moves with what a group's mirror reads (a queue declared or
+// deleted, a policy, a vhost, a restore) and stays put under the message
+// flow, which a busy log applies by the thousand: a mirror that saw the
+// same numbers skips its round.
+func TestMirrorGen_MovesWithWhatTheMirrorReadsOnly(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 1, declare("q", nil))
+	g := m.MirrorGen()
+	for i, c := range []*proto.Command{publish("", "q", "a", nil), get("q", true), consume("q", "c", ch1, 10),
+		{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}, bind("amq.direct", "q", "k", false, nil)} {
+		fsmtest.One(t, m, int64(2+i), c)
+		if m.MirrorGen() != g {
+			t.Fatalf("%T moved the mirror number", c.GetCmd())
+		}
+	}
+	for i, c := range []*proto.Command{declare("r", nil), policySetCmd("p"),
+		{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "r"}}},
+		{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "v2"}}}} {
+		fsmtest.One(t, m, int64(10+i), c)
+		if m.MirrorGen() == g {
+			t.Fatalf("%T left the mirror number as it was", c.GetCmd())
+		}
+		g = m.MirrorGen()
+	}
+	r := roundTrip(t, m)
+	if r.MirrorGen() == g || r.MirrorGen() == 0 {
+		t.Fatalf("a restored machine shows mirror number %d, the original %d", r.MirrorGen(), g)
+	}
+}
+
+func policySetCmd(name string) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: "/", Name: name, Pattern: ".*",
+		ApplyTo: "queues", Definition: &proto.PolicyDefinition{MessageTtl: ptr(int64(1000))}}}}
 }

@@ -154,6 +154,7 @@ func (s *state) restoreBytes(b []byte) error {
 		return err
 	}
 	*s = *n
+	s.mirrorGen = mirrorGens.Add(1)
 	return nil
 }
 

@@ -93,6 +93,9 @@ type state struct {
 	// group, derived from the queues (not state).
 	placing bool
 	placed  map[string]int
+	// mirrorGen changes whenever what a queue group mirrors may have
+	// changed (placement.go, MirrorGen); not state.
+	mirrorGen uint64
 }
 
 type user struct {
@@ -256,6 +259,7 @@ func (s *state) init() {
 	s.channels = map[string]*channel{}
 	s.meta = &queue.Table{}
 	s.delayed.held.SetTable(s.meta)
+	s.mirrorGen = mirrorGens.Add(1)
 }
 
 // atLeast reports whether the log's protocol level is at least l. A
