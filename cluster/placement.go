@@ -156,6 +156,32 @@ func (n *Node) mirrorCommands(g *group.Group, id string) []*proto.Command {
 	return cmds
 }
 
+// placeCommands is the part of a mirror round that one queue placed in
+// group id needs (mirrorCommands): its vhost, the vhost's policies and
+// its declare, where the group's machine grp lacks them. It reads the
+// queue and its vhost only, so a declare costs the same with any number
+// of queues; deletes are the group leader's rounds'.
+func placeCommands(meta, grp *fsm.Machine, id, vhost, name string) []*proto.Command {
+	if !meta.Placing() || grp.Group() == 0 {
+		return nil
+	}
+	d, ok := meta.PlacedDeclare(id, vhost, name)
+	if !ok {
+		return nil
+	}
+	var cmds []*proto.Command
+	if !grp.VhostExists(vhost) {
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: vhost}}})
+	}
+	for _, operator := range []bool{false, true} {
+		cmds = append(cmds, mirrorPolicies(meta.Policies(vhost, operator), grp.Policies(vhost, operator), vhost)...)
+	}
+	if !grp.HasQueue(vhost, name) {
+		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
+	}
+	return cmds
+}
+
 // keepEarlierDeletes is after without the deletes that before did not
 // hold. The catch-up between the two reads covers only what the group
 // held at the first: every queue in it was placed by a metadata entry
@@ -188,6 +214,7 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 	// a round with both the same has nothing to do, and most applies
 	// (the message flow) change neither.
 	var seen [2]uint64
+	var last time.Time // the start of the last round
 	for {
 		_, metaApplied := n.group.Applied().Load()
 		_, groupApplied := qg.g.Applied().Load()
@@ -196,6 +223,21 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 		qg.g.State().View(func(m *fsm.Machine) { now[1] = m.MirrorGen() })
 		var err error
 		if now != seen {
+			// A round reads every queue: in a burst of declares, one
+			// round takes many (a declaring member brings its own queue
+			// itself, PlaceQueue), at the cost of up to mirrorSpacing
+			// for a queue declared on a node outside the group.
+			if wait := time.Until(last.Add(mirrorSpacing)); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+				continue
+			}
+			last = time.Now()
 			_, err = n.mirror(ctx, qg.g, qg.id)
 		}
 		if ctx.Err() != nil {
@@ -220,6 +262,10 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 		}
 	}
 }
+
+// mirrorSpacing is the least time between the starts of two rounds of
+// a group leader's mirror.
+const mirrorSpacing = 10 * time.Millisecond
 
 // PlaceQueue makes sure the queue the metadata placed in group id exists
 // in the group's log, proposing what the group lacks itself rather than
@@ -258,7 +304,14 @@ func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared
 			return nil, fmt.Errorf("queue group %q is not ready for queues yet: %w", id, ctx.Err())
 		}
 	}
-	cmds, res, err := n.mirrorRound(ctx, qg.g, id)
+	var cmds []*proto.Command
+	n.View(func(meta *fsm.Machine) {
+		qg.g.State().View(func(grp *fsm.Machine) { cmds = placeCommands(meta, grp, id, vhost, name) })
+	})
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	res, err := qg.g.Submitter().SubmitBatch(ctx, cmds)
 	if err != nil {
 		return nil, err
 	}

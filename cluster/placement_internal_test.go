@@ -152,3 +152,34 @@ func names(cmds []*proto.Command) []string {
 	}
 	return out
 }
+
+// A declaring node brings only its queue into the group: the vhost and
+// its policies where the group lacks them, then the declare; nothing for
+// a queue of another group, a queue the group holds, or the other
+// queues the group lacks (the group leader's rounds bring those).
+func TestPlaceCommands_BringOnlyTheDeclaredQueue(t *testing.T) {
+	meta := fsmtest.New(t)
+	fsmtest.Apply(t, meta, 1, vhostPut("v2"),
+		&proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+			{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}},
+			{Id: "q2", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}},
+		fsmtest.PlaceQueues(), policySet("v2", "ttl", 1000),
+		queueDeclare("v2", "a"), queueDeclare("v2", "b"), queueDeclare("v2", "c"))
+	grp := fsmtest.New(t)
+	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+	if got := names(placeCommands(meta, grp, "q1", "v2", "c")); !slices.Equal(got, []string{"vhost+v2", "policy+v2/ttl", "queue+v2/c"}) {
+		t.Fatalf("placing c: %v", got)
+	}
+	if got := placeCommands(meta, grp, "q1", "v2", "b"); got != nil {
+		t.Fatalf("b is q2's, yet placing it in q1 proposes %v", names(got))
+	}
+	for _, c := range placeCommands(meta, grp, "q1", "v2", "c") {
+		fsmtest.One(t, grp, 2, c)
+	}
+	if got := placeCommands(meta, grp, "q1", "v2", "c"); got != nil {
+		t.Fatalf("c is in the group, yet placing it proposes %v", names(got))
+	}
+	if grp.HasQueue("v2", "a") {
+		t.Fatal("placing c brought a too")
+	}
+}

@@ -169,6 +169,20 @@ func (m *Machine) PlacedMissing(group string, has func(vhost, name string) bool)
 	return missing, vhosts
 }
 
+// PlacedDeclare is the declare that creates queue name of vhost in the
+// queue group group's log, ok false unless the queue is placed there.
+func (m *Machine) PlacedDeclare(group, vhost, name string) (d *proto.QueueDeclare, ok bool) {
+	v, found := m.vhosts[vhost]
+	if !found || group == "" {
+		return nil, false
+	}
+	q, found := v.queues[name]
+	if !found || q.group != group {
+		return nil, false
+	}
+	return &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)}, true
+}
+
 // HasQueue reports whether the state holds queue name in vhost.
 func (m *Machine) HasQueue(vhost, name string) bool {
 	v, ok := m.vhosts[vhost]

@@ -360,10 +360,14 @@ func (q *queueState) overflow() string {
 }
 
 func (q *queueState) leaseDue() (int64, bool) {
+	// A placed queue's lease (a policy's expires) runs in its group,
+	// where its consumers are. Checked before expires, which looks up
+	// policies: the due loop asks every queue after every apply.
+	if len(q.consumers) > 0 || q.group != "" {
+		return 0, false
+	}
 	e := q.expires()
-	if !e.Set || len(q.consumers) > 0 || q.group != "" {
-		// A placed queue's lease (a policy's expires) runs in its
-		// group, where its consumers are.
+	if !e.Set {
 		return 0, false
 	}
 	return ttl.LeaseDue(q.lastUsed, e.V), true
