@@ -18,59 +18,65 @@ import (
 // deliveries are still the channel's, left alone when they are not, and
 // the consumer's connection stays open either way.
 func TestAcks_UnknownOutcomeIsResolvedFromTheLog(t *testing.T) {
+	eachOutcome(t, func(t *testing.T, committed bool) {
+		ts := startServer(t, Config{})
+		var failed atomic.Bool
+		var asked atomic.Int32
+		ts.broker.mu.Lock()
+		ts.broker.fail = func(cmds []*proto.Command) error {
+			if cmds[0].GetSettle() != nil && failed.CompareAndSwap(false, true) {
+				return errors.New("cluster: leadership lost, outcome unknown")
+			}
+			return nil
+		}
+		ts.broker.unacked = func(ref *proto.ChannelRef, tags []uint64) []uint64 {
+			asked.Add(1)
+			if committed {
+				return nil
+			}
+			return tags
+		}
+		ts.broker.mu.Unlock()
+		conn, ch := openChannel(t, ts)
+		closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+		got := consumeLogTags(t, ts, ch, "q", 101, 102)
+		if err := got[1].Ack(true); err != nil {
+			t.Fatal(err)
+		}
+		// Any method but a publish follows the acks before it.
+		if _, err := ch.QueueDeclare("after", false, false, false, false, nil); err != nil {
+			t.Fatalf("the channel did not survive the unknown outcome: %v", err)
+		}
+		if !failed.Load() || asked.Load() == 0 {
+			t.Fatalf("the failure was not injected (%v) or not resolved from the state (%d)", failed.Load(), asked.Load())
+		}
+		if len(commandsOf(ts.broker, (*proto.Command).GetTick)) == 0 {
+			t.Fatal("no command went through the log before the state was read")
+		}
+		settles := commandsOf(ts.broker, (*proto.Command).GetSettle)
+		switch {
+		case committed && len(settles) != 0:
+			t.Fatalf("settled again what the log had settled: %v", settles)
+		case !committed && (len(settles) != 1 || !slices.Equal(settles[0].GetTags(), []uint64{101, 102})):
+			t.Fatalf("retried settles %v, want one naming 101 and 102", settles)
+		}
+		select {
+		case err := <-closed:
+			t.Fatalf("connection closed: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	})
+}
+
+// eachOutcome runs f as a subtest for a failed submission that did not
+// commit and for one that did.
+func eachOutcome(t *testing.T, f func(t *testing.T, committed bool)) {
 	for _, committed := range []bool{false, true} {
 		name := "not committed"
 		if committed {
 			name = "committed"
 		}
-		t.Run(name, func(t *testing.T) {
-			ts := startServer(t, Config{})
-			var failed atomic.Bool
-			var asked atomic.Int32
-			ts.broker.mu.Lock()
-			ts.broker.fail = func(cmds []*proto.Command) error {
-				if cmds[0].GetSettle() != nil && failed.CompareAndSwap(false, true) {
-					return errors.New("cluster: leadership lost, outcome unknown")
-				}
-				return nil
-			}
-			ts.broker.unacked = func(ref *proto.ChannelRef, tags []uint64) []uint64 {
-				asked.Add(1)
-				if committed {
-					return nil
-				}
-				return tags
-			}
-			ts.broker.mu.Unlock()
-			conn, ch := openChannel(t, ts)
-			closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
-			got := consumeLogTags(t, ts, ch, "q", 101, 102)
-			if err := got[1].Ack(true); err != nil {
-				t.Fatal(err)
-			}
-			// Any method but a publish follows the acks before it.
-			if _, err := ch.QueueDeclare("after", false, false, false, false, nil); err != nil {
-				t.Fatalf("the channel did not survive the unknown outcome: %v", err)
-			}
-			if !failed.Load() || asked.Load() == 0 {
-				t.Fatalf("the failure was not injected (%v) or not resolved from the state (%d)", failed.Load(), asked.Load())
-			}
-			if len(commandsOf(ts.broker, (*proto.Command).GetTick)) == 0 {
-				t.Fatal("no command went through the log before the state was read")
-			}
-			settles := commandsOf(ts.broker, (*proto.Command).GetSettle)
-			switch {
-			case committed && len(settles) != 0:
-				t.Fatalf("settled again what the log had settled: %v", settles)
-			case !committed && (len(settles) != 1 || !slices.Equal(settles[0].GetTags(), []uint64{101, 102})):
-				t.Fatalf("retried settles %v, want one naming 101 and 102", settles)
-			}
-			select {
-			case err := <-closed:
-				t.Fatalf("connection closed: %v", err)
-			case <-time.After(50 * time.Millisecond):
-			}
-		})
+		t.Run(name, func(t *testing.T) { f(t, committed) })
 	}
 }
 
@@ -241,5 +247,109 @@ func TestServer_PauseClosesAndRefusesConnectionsUntilResume(t *testing.T) {
 	_, ch2 := openChannel(t, ts)
 	if _, err := ch2.QueueDeclare("again", false, false, false, false, nil); err != nil {
 		t.Fatalf("a connection after Resume: %v", err)
+	}
+}
+
+// A basic.get whose commit outcome is unknown (the leader changed under
+// it) is resolved from the log and tried again, with the connection
+// open, as an ack is: after a Tick, a delivery of the channel's that the
+// client does not hold came from the failed Get, and goes back to the
+// queue unseen; one the client holds from an earlier get stays. Before,
+// the connection was closed with 541.
+func TestGet_UnknownOutcomeIsResolvedFromTheLog(t *testing.T) {
+	eachOutcome(t, func(t *testing.T, committed bool) {
+		ts := startServer(t, Config{})
+		var gets, tries atomic.Int32
+		ts.broker.mu.Lock()
+		ts.broker.fail = func(cmds []*proto.Command) error {
+			if cmds[0].GetGet() != nil && tries.Add(1) == 2 {
+				return errors.New("cluster: leadership lost, outcome unknown")
+			}
+			return nil
+		}
+		ts.broker.gets = func(vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, bool) {
+			if vhost != "/" || queue != "q" {
+				t.Errorf("Gets asked of %s in %s", queue, vhost)
+			}
+			if tries.Load() < 2 {
+				return 0, []uint64{5}, true
+			}
+			if committed {
+				return 0, []uint64{5, 8}, true
+			}
+			return 0, []uint64{5}, true
+		}
+		ts.broker.mu.Unlock()
+		ts.broker.script(func(c *proto.Command) *proto.Result {
+			if c.GetGet() == nil {
+				return nil
+			}
+			tag := uint64(5)
+			if gets.Add(1) > 1 {
+				tag = 9
+			}
+			return &proto.Result{Get: &proto.GetOk{DeliveryTag: tag, Body: []byte("m")}}
+		}, nil)
+		conn, ch := openChannel(t, ts)
+		closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+		if _, ok, err := ch.Get("q", false); err != nil || !ok {
+			t.Fatalf("first get: %v %v", ok, err)
+		}
+		d, ok, err := ch.Get("q", false)
+		if err != nil || !ok {
+			t.Fatalf("the get of unknown outcome: %v %v", ok, err)
+		}
+		if d.DeliveryTag != 2 {
+			t.Fatalf("wire tag %d, want 2", d.DeliveryTag)
+		}
+		if tries.Load() != 3 {
+			t.Fatalf("%d submissions of a Get, want 3 (one failed, one tried again)", tries.Load())
+		}
+		if len(commandsOf(ts.broker, (*proto.Command).GetTick)) == 0 {
+			t.Fatal("no command went through the log before the state was read")
+		}
+		requeues := commandsOf(ts.broker, (*proto.Command).GetRequeue)
+		switch {
+		case committed && (len(requeues) != 1 || !slices.Equal(requeues[0].GetTags(), []uint64{8}) || !requeues[0].GetUnseen()):
+			t.Fatalf("requeues %v, want one of tag 8, unseen", requeues)
+		case !committed && len(requeues) != 0:
+			t.Fatalf("requeued %v, though the failed Get assigned nothing", requeues)
+		}
+		// Its ack names the retried Get's log tag.
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "ack of the get", func() bool {
+			s := commandsOf(ts.broker, (*proto.Command).GetSettle)
+			return len(s) == 1 && slices.Equal(s[0].Tags, []uint64{9})
+		})
+		select {
+		case err := <-closed:
+			t.Fatalf("connection closed: %v", err)
+		default:
+		}
+	})
+}
+
+// A basic.get of unknown outcome on a log this node cannot read (a queue
+// group it does not run) closes the connection with 541, as before.
+func TestGet_UnknownOutcomeOnALogNotRunHereCloses(t *testing.T) {
+	ts := startServer(t, Config{})
+	failFirst(ts.broker, func(c *proto.Command) bool { return c.GetGet() != nil })
+	ts.broker.mu.Lock()
+	ts.broker.gets = func(string, string, *proto.ChannelRef) (uint32, []uint64, bool) { return 0, nil, false }
+	ts.broker.mu.Unlock()
+	conn, ch := openChannel(t, ts)
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	if _, _, err := ch.Get("q", false); err == nil {
+		t.Fatal("the get of unknown outcome succeeded")
+	}
+	select {
+	case err := <-closed:
+		if err == nil || err.Code != 541 {
+			t.Fatalf("connection closed with %v, want 541", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection stayed open")
 	}
 }

@@ -44,6 +44,8 @@ type fakeBroker struct {
 	unacked func(ref *proto.ChannelRef, tags []uint64) []uint64
 	// unackedIn, when set, answers Unacked with the group instead.
 	unackedIn func(group uint32, ref *proto.ChannelRef, tags []uint64) []uint64
+	// gets answers Gets; nil reports the metadata group, holding none.
+	gets func(vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, bool)
 	// sent records every command with the group it was submitted to and
 	// how: "submit" (Submit, SubmitBatch) or "group" (SubmitGroup).
 	sent []sentCmd
@@ -195,6 +197,16 @@ func (b *fakeBroker) Unacked(group uint32, ref *proto.ChannelRef, tags []uint64)
 		return nil
 	}
 	return f(ref, tags)
+}
+
+func (b *fakeBroker) Gets(_ context.Context, vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, bool) {
+	b.mu.Lock()
+	f := b.gets
+	b.mu.Unlock()
+	if f == nil {
+		return 0, nil, true
+	}
+	return f(vhost, queue, ref)
 }
 
 // ConsumerLoad reports no consumer: the fake applies no log.

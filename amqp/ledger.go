@@ -479,6 +479,18 @@ func (l *ledger) offer(a *actions, d *fsm.Delivery) {
 
 // record numbers a delivery for the wire; one to acknowledge is
 // remembered, and counted in its consumer's window.
+// holds reports whether the client holds log delivery t: written to it
+// and not acknowledged. It walks what the client holds, for the rare
+// basic.get whose outcome a leader change left unknown.
+func (l *ledger) holds(t logRef) bool {
+	for _, w := range l.written {
+		if w.log == t {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *ledger) record(t logRef, consumer string, noAck bool) uint64 {
 	l.wireTag++
 	if !noAck {

@@ -555,14 +555,21 @@ func (ch *channel) handleGet(m *wire.BasicGet) *wire.Error {
 		return e
 	}
 	ch.stateful = true
+	cmd := &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{
+		Vhost: ch.vhost(), Queue: q, NoAck: m.NoAck, Channel: ch.ref(),
+	}}}
 	// Read before the log decides (silence.go): a silence after it may
 	// have handed the message to another consumer.
 	epoch := ch.c.srv.epoch()
-	res, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Get{Get: &proto.Get{
-		Vhost: ch.vhost(), Queue: q, NoAck: m.NoAck, Channel: ch.ref(),
-	}}})
-	if e != nil {
-		return e
+	res, err := ch.c.srv.node().Submit(ch.c.ctx, cmd)
+	if err != nil {
+		res, epoch, err = ch.resolveGet(q, cmd, err)
+		if err != nil {
+			return ch.submitError(m, err)
+		}
+	}
+	if res.GetCode() != 0 {
+		return resultError(m, res)
 	}
 	g := res.GetGet()
 	if g == nil {

@@ -383,6 +383,22 @@ func (m *Machine) Unacked(ref *proto.ChannelRef, tags []uint64) []uint64 {
 	return out
 }
 
+// Gets returns the log tags of the basic.get deliveries (those of no
+// consumer) the state holds as the channel's, ascending.
+func (m *Machine) Gets(ref *proto.ChannelRef) []uint64 {
+	ch, ok := m.channels[chanKey(ref)]
+	if !ok {
+		return nil
+	}
+	var out []uint64
+	for _, u := range ch.unacked {
+		if u.c == nil {
+			out = append(out, u.tag)
+		}
+	}
+	return out
+}
+
 // Policies lists the user (or operator) policies of a vhost ("" = all).
 func (m *Machine) Policies(vhost string, operator bool) []*proto.PolicyInfo {
 	var out []*proto.PolicyInfo

@@ -130,3 +130,33 @@ func TestHeldAtClose_GoBackUnflaggedWhenTheConsumerGoesFirst(t *testing.T) {
 		}
 	}
 }
+
+// Gets names a channel's basic.get deliveries the state holds, not its
+// consumers' deliveries, and not what was settled or requeued unseen.
+func TestGets_NamesTheChannelsGetDeliveriesOnly(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 1, declare("q", nil))
+	for range 4 {
+		fsmtest.One(t, m, 2, publish("", "q", "x", nil))
+	}
+	var got []uint64
+	for range 3 {
+		r, _ := fsmtest.One(t, m, 3, get("q", false))
+		got = append(got, r.GetGet().GetDeliveryTag())
+	}
+	_, rec := fsmtest.One(t, m, 4, consume("q", "c", ch1, 10))
+	if len(rec.Deliveries) != 1 {
+		t.Fatalf("the consumer got %d deliveries, want the one left", len(rec.Deliveries))
+	}
+	if tags := m.Gets(ch1); !slices.Equal(tags, got) {
+		t.Fatalf("Gets = %v, want the gets' tags %v", tags, got)
+	}
+	fsmtest.One(t, m, 5, settleTags(ch1, got[0]))
+	fsmtest.One(t, m, 5, &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{Channel: ch1, Tags: got[1:2], Unseen: true}}})
+	if tags := m.Gets(ch1); !slices.Equal(tags, got[2:]) {
+		t.Fatalf("Gets after a settle and an unseen requeue = %v, want %v", tags, got[2:])
+	}
+	if tags := m.Gets(ch2); tags != nil {
+		t.Fatalf("another channel has %v", tags)
+	}
+}

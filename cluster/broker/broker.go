@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -146,6 +147,18 @@ func (b *Broker) Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) (out
 		return tags
 	}
 	return out
+}
+
+// Gets returns the log tags of the basic.get deliveries that the applied
+// state of the log holding queue has as the channel's, and that log's
+// group number; ok is false where this node does not run that log.
+func (b *Broker) Gets(ctx context.Context, vhost, queue string, ch *proto.ChannelRef) (num uint32, tags []uint64, ok bool) {
+	id := group.DefaultID
+	if b.placing() {
+		id = b.queueGroup(ctx, vhost, queue)
+	}
+	ok = b.node.ViewGroup(id, func(m *fsm.Machine) { num, tags = m.Group(), m.Gets(ch) })
+	return num, tags, ok
 }
 
 // ConsumerLoad returns what the applied state of the consumer's group
