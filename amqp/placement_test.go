@@ -441,13 +441,19 @@ func TestPlacement_TimeInTheGroups(t *testing.T) {
 	}
 }
 
-// On five nodes each queue group has three members, and a client on a
-// node that does not run a queue's group uses the queue as any other:
-// declare, confirmed publishes, consume and ack, basic.get, purge and
-// delete, served through the group's leader and a member's stream of its
-// effects.
+// On five and on seven nodes each queue group has three members, and a
+// client on a node that does not run a queue's group uses the queue as
+// any other: declare, confirmed publishes, consume and ack, basic.get,
+// purge and delete, served through the group's leader and a member's
+// stream of its effects.
 func TestPlacement_ANodeServesTheQueuesOfGroupsItDoesNotRun(t *testing.T) {
-	c, urls := placedClusterOf(t, 5)
+	for _, n := range []int{5, 7} {
+		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) { servesGroupsItDoesNotRun(t, n) })
+	}
+}
+
+func servesGroupsItDoesNotRun(t *testing.T, nodes int) {
+	c, urls := placedClusterOf(t, nodes)
 	_, decl := dialT(t, urls[0])
 	names := []string{"far-1", "far-2", "far-3"}
 	for _, q := range names {
