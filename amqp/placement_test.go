@@ -11,6 +11,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
@@ -502,6 +503,25 @@ func servesGroupsItDoesNotRun(t *testing.T, nodes int) {
 				t.Fatalf("%s: no confirm", q)
 			}
 		}
+		// The node's operator surfaces (management API, metrics,
+		// console) show the queue as its group holds it.
+		farOps := ops.FromCluster(c.Live()[far])
+		farView := func(want uint64, consumer bool) error {
+			var err error
+			farOps.View(func(s ops.State) {
+				qi, ok := s.Queue("/", q)
+				switch {
+				case !ok:
+					err = fmt.Errorf("%s: not listed", q)
+				case qi.GetRaftGroup() != id || qi.GetReady() != want:
+					err = fmt.Errorf("%s: listed in group %q with %d ready; want %s and %d", q, qi.GetRaftGroup(), qi.GetReady(), id, want)
+				case consumer && !slices.ContainsFunc(s.Consumers("/"), func(x *proto.ConsumerInfo) bool { return x.GetQueue() == q && x.GetConsumer().GetTag() == "far" }):
+					err = fmt.Errorf("%s: its consumer is not listed", q)
+				}
+			})
+			return err
+		}
+		clustertest.Eventually(t, clustertest.Timeout, func() error { return farView(each+1, false) })
 		m, ok, err := ch.Get(q, false)
 		if err != nil || !ok || string(m.Body) != q+"-0" {
 			t.Fatalf("%s: basic.get: %q %v %v", q, m.Body, ok, err)
@@ -537,7 +557,7 @@ func servesGroupsItDoesNotRun(t *testing.T, nodes int) {
 			if qi.Messages != 0 || qi.Consumers != 1 {
 				return fmt.Errorf("%s: %d messages, %d consumers; want 0 and 1", q, qi.Messages, qi.Consumers)
 			}
-			return nil
+			return farView(0, true)
 		})
 		if err := ch.Cancel("far", false); err != nil {
 			t.Fatal(err)

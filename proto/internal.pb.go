@@ -86,6 +86,104 @@ func (ForwardError) EnumDescriptor() ([]byte, []int) {
 	return file_internal_proto_rawDescGZIP(), []int{0}
 }
 
+// GroupQueuesRequest names the queue group whose queues are read.
+type GroupQueuesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupQueuesRequest) Reset() {
+	*x = GroupQueuesRequest{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupQueuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupQueuesRequest) ProtoMessage() {}
+
+func (x *GroupQueuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupQueuesRequest.ProtoReflect.Descriptor instead.
+func (*GroupQueuesRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GroupQueuesRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+// GroupQueuesResponse is what the member's copy of the group holds.
+type GroupQueuesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queues        []*QueueInfo           `protobuf:"bytes,1,rep,name=queues" json:"queues,omitempty"`
+	Consumers     []*ConsumerInfo        `protobuf:"bytes,2,rep,name=consumers" json:"consumers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupQueuesResponse) Reset() {
+	*x = GroupQueuesResponse{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupQueuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupQueuesResponse) ProtoMessage() {}
+
+func (x *GroupQueuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupQueuesResponse.ProtoReflect.Descriptor instead.
+func (*GroupQueuesResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupQueuesResponse) GetQueues() []*QueueInfo {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *GroupQueuesResponse) GetConsumers() []*ConsumerInfo {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
 // EffectsRequest asks for the effects of group's log for node's channels.
 type EffectsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -97,7 +195,7 @@ type EffectsRequest struct {
 
 func (x *EffectsRequest) Reset() {
 	*x = EffectsRequest{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -109,7 +207,7 @@ func (x *EffectsRequest) String() string {
 func (*EffectsRequest) ProtoMessage() {}
 
 func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -122,7 +220,7 @@ func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsRequest.ProtoReflect.Descriptor instead.
 func (*EffectsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *EffectsRequest) GetGroup() string {
@@ -150,7 +248,7 @@ type EffectsMessage struct {
 
 func (x *EffectsMessage) Reset() {
 	*x = EffectsMessage{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +260,7 @@ func (x *EffectsMessage) String() string {
 func (*EffectsMessage) ProtoMessage() {}
 
 func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +273,7 @@ func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsMessage.ProtoReflect.Descriptor instead.
 func (*EffectsMessage) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EffectsMessage) GetSync() *EffectsSync {
@@ -204,7 +302,7 @@ type EffectsSync struct {
 
 func (x *EffectsSync) Reset() {
 	*x = EffectsSync{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +314,7 @@ func (x *EffectsSync) String() string {
 func (*EffectsSync) ProtoMessage() {}
 
 func (x *EffectsSync) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +327,7 @@ func (x *EffectsSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsSync.ProtoReflect.Descriptor instead.
 func (*EffectsSync) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EffectsSync) GetIndex() uint64 {
@@ -259,7 +357,7 @@ type SyncChannel struct {
 
 func (x *SyncChannel) Reset() {
 	*x = SyncChannel{}
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +369,7 @@ func (x *SyncChannel) String() string {
 func (*SyncChannel) ProtoMessage() {}
 
 func (x *SyncChannel) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +382,7 @@ func (x *SyncChannel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChannel.ProtoReflect.Descriptor instead.
 func (*SyncChannel) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{3}
+	return file_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SyncChannel) GetChannel() *ChannelRef {
@@ -327,7 +425,7 @@ type RemoteDelivery struct {
 
 func (x *RemoteDelivery) Reset() {
 	*x = RemoteDelivery{}
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +437,7 @@ func (x *RemoteDelivery) String() string {
 func (*RemoteDelivery) ProtoMessage() {}
 
 func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +450,7 @@ func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteDelivery.ProtoReflect.Descriptor instead.
 func (*RemoteDelivery) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{4}
+	return file_internal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RemoteDelivery) GetConsumer() *ConsumerRef {
@@ -442,7 +540,7 @@ type Effect struct {
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +552,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +565,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{5}
+	return file_internal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Effect) GetKind() isEffect_Kind {
@@ -566,7 +664,7 @@ type ChannelTimeoutEffect struct {
 
 func (x *ChannelTimeoutEffect) Reset() {
 	*x = ChannelTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +676,7 @@ func (x *ChannelTimeoutEffect) String() string {
 func (*ChannelTimeoutEffect) ProtoMessage() {}
 
 func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +689,7 @@ func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ChannelTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{6}
+	return file_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ChannelTimeoutEffect) GetChannel() *ChannelRef {
@@ -619,7 +717,7 @@ type ConsumerTimeoutEffect struct {
 
 func (x *ConsumerTimeoutEffect) Reset() {
 	*x = ConsumerTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +729,7 @@ func (x *ConsumerTimeoutEffect) String() string {
 func (*ConsumerTimeoutEffect) ProtoMessage() {}
 
 func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +742,7 @@ func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{7}
+	return file_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ConsumerTimeoutEffect) GetConsumer() *ConsumerRef {
@@ -676,7 +774,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +786,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +799,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{8}
+	return file_internal_proto_rawDescGZIP(), []int{10}
 }
 
 // ClockReading is the callee's wall clock when it answered.
@@ -714,7 +812,7 @@ type ClockReading struct {
 
 func (x *ClockReading) Reset() {
 	*x = ClockReading{}
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +824,7 @@ func (x *ClockReading) String() string {
 func (*ClockReading) ProtoMessage() {}
 
 func (x *ClockReading) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +837,7 @@ func (x *ClockReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReading.ProtoReflect.Descriptor instead.
 func (*ClockReading) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{9}
+	return file_internal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClockReading) GetWallUnixNanos() int64 {
@@ -767,7 +865,7 @@ type DirectReply struct {
 
 func (x *DirectReply) Reset() {
 	*x = DirectReply{}
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +877,7 @@ func (x *DirectReply) String() string {
 func (*DirectReply) ProtoMessage() {}
 
 func (x *DirectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +890,7 @@ func (x *DirectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
 func (*DirectReply) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{10}
+	return file_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DirectReply) GetName() string {
@@ -834,7 +932,7 @@ type DirectReplyResult struct {
 
 func (x *DirectReplyResult) Reset() {
 	*x = DirectReplyResult{}
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +944,7 @@ func (x *DirectReplyResult) String() string {
 func (*DirectReplyResult) ProtoMessage() {}
 
 func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +957,7 @@ func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
 func (*DirectReplyResult) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{11}
+	return file_internal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DirectReplyResult) GetDelivered() bool {
@@ -881,7 +979,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +991,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1004,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{12}
+	return file_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -941,7 +1039,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1051,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1064,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{13}
+	return file_internal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -1040,7 +1138,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1150,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1163,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{14}
+	return file_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -1142,7 +1240,12 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\traftmq.v1\x1a\rcommand.proto\":\n" +
+	"\x0einternal.proto\x12\traftmq.v1\x1a\vadmin.proto\x1a\rcommand.proto\"*\n" +
+	"\x12GroupQueuesRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"z\n" +
+	"\x13GroupQueuesResponse\x12,\n" +
+	"\x06queues\x18\x01 \x03(\v2\x14.raftmq.v1.QueueInfoR\x06queues\x125\n" +
+	"\tconsumers\x18\x02 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\":\n" +
 	"\x0eEffectsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"i\n" +
@@ -1227,12 +1330,13 @@ const file_internal_proto_rawDesc = "" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
 	"\x1dFORWARD_ERROR_OUTCOME_UNKNOWN\x10\x02\x12\x18\n" +
 	"\x14FORWARD_ERROR_CLOSED\x10\x03\x12\x18\n" +
-	"\x14FORWARD_ERROR_FAILED\x10\x042\x8d\x02\n" +
+	"\x14FORWARD_ERROR_FAILED\x10\x042\xdb\x02\n" +
 	"\bInternal\x12D\n" +
 	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01\x12=\n" +
 	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResult\x129\n" +
 	"\x05Clock\x12\x17.raftmq.v1.ClockRequest\x1a\x17.raftmq.v1.ClockReading\x12A\n" +
-	"\aEffects\x12\x19.raftmq.v1.EffectsRequest\x1a\x19.raftmq.v1.EffectsMessage0\x01B'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\aEffects\x12\x19.raftmq.v1.EffectsRequest\x1a\x19.raftmq.v1.EffectsMessage0\x01\x12L\n" +
+	"\vGroupQueues\x12\x1d.raftmq.v1.GroupQueuesRequest\x1a\x1e.raftmq.v1.GroupQueuesResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -1247,62 +1351,70 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_internal_proto_goTypes = []any{
 	(ForwardError)(0),             // 0: raftmq.v1.ForwardError
-	(*EffectsRequest)(nil),        // 1: raftmq.v1.EffectsRequest
-	(*EffectsMessage)(nil),        // 2: raftmq.v1.EffectsMessage
-	(*EffectsSync)(nil),           // 3: raftmq.v1.EffectsSync
-	(*SyncChannel)(nil),           // 4: raftmq.v1.SyncChannel
-	(*RemoteDelivery)(nil),        // 5: raftmq.v1.RemoteDelivery
-	(*Effect)(nil),                // 6: raftmq.v1.Effect
-	(*ChannelTimeoutEffect)(nil),  // 7: raftmq.v1.ChannelTimeoutEffect
-	(*ConsumerTimeoutEffect)(nil), // 8: raftmq.v1.ConsumerTimeoutEffect
-	(*ClockRequest)(nil),          // 9: raftmq.v1.ClockRequest
-	(*ClockReading)(nil),          // 10: raftmq.v1.ClockReading
-	(*DirectReply)(nil),           // 11: raftmq.v1.DirectReply
-	(*DirectReplyResult)(nil),     // 12: raftmq.v1.DirectReplyResult
-	(*ForwardRequest)(nil),        // 13: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil),       // 14: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),              // 15: raftmq.v1.NodeMeta
-	(*ChannelRef)(nil),            // 16: raftmq.v1.ChannelRef
-	(*ConsumerRef)(nil),           // 17: raftmq.v1.ConsumerRef
-	(*Properties)(nil),            // 18: raftmq.v1.Properties
-	(*Command)(nil),               // 19: raftmq.v1.Command
-	(*Result)(nil),                // 20: raftmq.v1.Result
+	(*GroupQueuesRequest)(nil),    // 1: raftmq.v1.GroupQueuesRequest
+	(*GroupQueuesResponse)(nil),   // 2: raftmq.v1.GroupQueuesResponse
+	(*EffectsRequest)(nil),        // 3: raftmq.v1.EffectsRequest
+	(*EffectsMessage)(nil),        // 4: raftmq.v1.EffectsMessage
+	(*EffectsSync)(nil),           // 5: raftmq.v1.EffectsSync
+	(*SyncChannel)(nil),           // 6: raftmq.v1.SyncChannel
+	(*RemoteDelivery)(nil),        // 7: raftmq.v1.RemoteDelivery
+	(*Effect)(nil),                // 8: raftmq.v1.Effect
+	(*ChannelTimeoutEffect)(nil),  // 9: raftmq.v1.ChannelTimeoutEffect
+	(*ConsumerTimeoutEffect)(nil), // 10: raftmq.v1.ConsumerTimeoutEffect
+	(*ClockRequest)(nil),          // 11: raftmq.v1.ClockRequest
+	(*ClockReading)(nil),          // 12: raftmq.v1.ClockReading
+	(*DirectReply)(nil),           // 13: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil),     // 14: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),        // 15: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),       // 16: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),              // 17: raftmq.v1.NodeMeta
+	(*QueueInfo)(nil),             // 18: raftmq.v1.QueueInfo
+	(*ConsumerInfo)(nil),          // 19: raftmq.v1.ConsumerInfo
+	(*ChannelRef)(nil),            // 20: raftmq.v1.ChannelRef
+	(*ConsumerRef)(nil),           // 21: raftmq.v1.ConsumerRef
+	(*Properties)(nil),            // 22: raftmq.v1.Properties
+	(*Command)(nil),               // 23: raftmq.v1.Command
+	(*Result)(nil),                // 24: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	3,  // 0: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
-	6,  // 1: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
-	4,  // 2: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
-	16, // 3: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
-	17, // 4: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
-	5,  // 5: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
-	17, // 6: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
-	18, // 7: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
-	5,  // 8: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
-	17, // 9: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
-	7,  // 10: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
-	8,  // 11: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
-	16, // 12: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
-	17, // 13: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
-	18, // 14: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	19, // 15: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	20, // 16: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
-	0,  // 17: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	13, // 18: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	11, // 19: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	9,  // 20: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
-	1,  // 21: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
-	14, // 22: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	12, // 23: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	10, // 24: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
-	2,  // 25: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 0: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	19, // 1: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	5,  // 2: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
+	8,  // 3: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
+	6,  // 4: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
+	20, // 5: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
+	21, // 6: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
+	7,  // 7: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
+	21, // 8: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
+	22, // 9: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
+	7,  // 10: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
+	21, // 11: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
+	9,  // 12: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
+	10, // 13: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
+	20, // 14: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
+	21, // 15: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
+	22, // 16: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	23, // 17: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	24, // 18: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	0,  // 19: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
+	15, // 20: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	13, // 21: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	11, // 22: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
+	3,  // 23: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
+	1,  // 24: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
+	16, // 25: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	14, // 26: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	12, // 27: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
+	4,  // 28: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
+	2,  // 29: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
+	25, // [25:30] is the sub-list for method output_type
+	20, // [20:25] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -1310,8 +1422,9 @@ func file_internal_proto_init() {
 	if File_internal_proto != nil {
 		return
 	}
+	file_admin_proto_init()
 	file_command_proto_init()
-	file_internal_proto_msgTypes[5].OneofWrappers = []any{
+	file_internal_proto_msgTypes[7].OneofWrappers = []any{
 		(*Effect_Deliver)(nil),
 		(*Effect_Cancelled)(nil),
 		(*Effect_ChannelTimedOut)(nil),
@@ -1324,7 +1437,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,10 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Internal_Forward_FullMethodName = "/raftmq.v1.Internal/Forward"
-	Internal_Reply_FullMethodName   = "/raftmq.v1.Internal/Reply"
-	Internal_Clock_FullMethodName   = "/raftmq.v1.Internal/Clock"
-	Internal_Effects_FullMethodName = "/raftmq.v1.Internal/Effects"
+	Internal_Forward_FullMethodName     = "/raftmq.v1.Internal/Forward"
+	Internal_Reply_FullMethodName       = "/raftmq.v1.Internal/Reply"
+	Internal_Clock_FullMethodName       = "/raftmq.v1.Internal/Clock"
+	Internal_Effects_FullMethodName     = "/raftmq.v1.Internal/Effects"
+	Internal_GroupQueues_FullMethodName = "/raftmq.v1.Internal/GroupQueues"
 )
 
 // InternalClient is the client API for Internal service.
@@ -55,6 +56,11 @@ type InternalClient interface {
 	// from a snapshot, the caller fell too far behind, it left the group);
 	// the caller connects again and catches up from the next sync.
 	Effects(ctx context.Context, in *EffectsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EffectsMessage], error)
+	// GroupQueues reads, from a member of a queue group, the group's
+	// queues and consumers as the member applied them, for a node that
+	// does not run the group to show them whole (management API, metrics,
+	// console). NOT_FOUND from a node that does not run the group.
+	GroupQueues(ctx context.Context, in *GroupQueuesRequest, opts ...grpc.CallOption) (*GroupQueuesResponse, error)
 }
 
 type internalClient struct {
@@ -117,6 +123,16 @@ func (c *internalClient) Effects(ctx context.Context, in *EffectsRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Internal_EffectsClient = grpc.ServerStreamingClient[EffectsMessage]
 
+func (c *internalClient) GroupQueues(ctx context.Context, in *GroupQueuesRequest, opts ...grpc.CallOption) (*GroupQueuesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupQueuesResponse)
+	err := c.cc.Invoke(ctx, Internal_GroupQueues_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -144,6 +160,11 @@ type InternalServer interface {
 	// from a snapshot, the caller fell too far behind, it left the group);
 	// the caller connects again and catches up from the next sync.
 	Effects(*EffectsRequest, grpc.ServerStreamingServer[EffectsMessage]) error
+	// GroupQueues reads, from a member of a queue group, the group's
+	// queues and consumers as the member applied them, for a node that
+	// does not run the group to show them whole (management API, metrics,
+	// console). NOT_FOUND from a node that does not run the group.
+	GroupQueues(context.Context, *GroupQueuesRequest) (*GroupQueuesResponse, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -165,6 +186,9 @@ func (UnimplementedInternalServer) Clock(context.Context, *ClockRequest) (*Clock
 }
 func (UnimplementedInternalServer) Effects(*EffectsRequest, grpc.ServerStreamingServer[EffectsMessage]) error {
 	return status.Error(codes.Unimplemented, "method Effects not implemented")
+}
+func (UnimplementedInternalServer) GroupQueues(context.Context, *GroupQueuesRequest) (*GroupQueuesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GroupQueues not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -241,6 +265,24 @@ func _Internal_Effects_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Internal_EffectsServer = grpc.ServerStreamingServer[EffectsMessage]
 
+func _Internal_GroupQueues_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupQueuesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).GroupQueues(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_GroupQueues_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).GroupQueues(ctx, req.(*GroupQueuesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -255,6 +297,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Clock",
 			Handler:    _Internal_Clock_Handler,
+		},
+		{
+			MethodName: "GroupQueues",
+			Handler:    _Internal_GroupQueues_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -2,6 +2,8 @@ package ops
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/broker"
@@ -36,44 +38,83 @@ func (c clusterNode) Submit(ctx context.Context, cmd *proto.Command) (*proto.Res
 
 // View implements Node.
 func (c clusterNode) View(fn func(State)) {
-	c.n.View(func(m *fsm.Machine) { fn(c.placed(m)) })
+	far := c.farGroups(context.Background())
+	c.n.View(func(m *fsm.Machine) { fn(c.placed(m, far)) })
 }
 
 // ConsistentView implements ConsistentViewer.
 func (c clusterNode) ConsistentView(ctx context.Context, fn func(State)) error {
-	return c.n.ConsistentView(ctx, func(m *fsm.Machine) { fn(c.placed(m)) })
+	far := c.farGroups(ctx)
+	return c.n.ConsistentView(ctx, func(m *fsm.Machine) { fn(c.placed(m, far)) })
+}
+
+// farGroups reads, from their members, the queue groups the metadata
+// names that this node does not run (a cluster larger than a group),
+// before the metadata's lock is taken. A group none of whose members
+// answers is left out: its queues show the metadata's record only.
+func (c clusterNode) farGroups(ctx context.Context) map[string]*proto.GroupQueuesResponse {
+	if !c.n.HasQueueGroups() {
+		return nil
+	}
+	running := c.n.RunningQueueGroups()
+	var far map[string]*proto.GroupQueuesResponse
+	for _, id := range c.n.NamedQueueGroups() {
+		if slices.Contains(running, id) {
+			continue
+		}
+		r, err := c.n.RemoteGroupQueues(ctx, id)
+		if err != nil {
+			continue
+		}
+		if far == nil {
+			far = map[string]*proto.GroupQueuesResponse{}
+		}
+		far[id] = r
+	}
+	return far
 }
 
 // placed is the metadata machine m as a State, with the queues it placed
-// in queue groups this node runs shown as their groups hold them (their
-// messages, their consumers). Called under the metadata group's lock; it
-// takes each group's after it, the order the mirror takes them in.
-func (c clusterNode) placed(m *fsm.Machine) State {
+// in queue groups shown as their groups hold them (their messages, their
+// consumers): those of the groups this node runs as it applied them,
+// those of far, read from other nodes, as a member applied them (without
+// their rates). Called under the metadata group's lock; it takes each
+// group's after it, the order the mirror takes them in.
+func (c clusterNode) placed(m *fsm.Machine, far map[string]*proto.GroupQueuesResponse) State {
 	if !m.Placing() {
 		return machineState(m)
 	}
 	p := placedState{Machine: m, queues: map[string]*proto.QueueInfo{}, counts: map[string]fsm.QueueCounts{}}
+	for _, id := range slices.Sorted(maps.Keys(far)) {
+		p.add(id, far[id].GetQueues(), far[id].GetConsumers())
+	}
 	for _, id := range c.n.RunningQueueGroups() {
 		c.n.ViewGroup(id, func(g *fsm.Machine) {
-			for _, q := range g.Queues("") {
-				if at, ok := m.QueuePlacement(q.GetVhost(), q.GetName()); ok && at == id {
-					q.RaftGroup = id
-					p.queues[q.GetVhost()+"\x00"+q.GetName()] = q
-				}
-			}
+			p.add(id, g.Queues(""), g.Consumers(""))
 			for _, qc := range g.QueueCounts() {
 				if at, ok := m.QueuePlacement(qc.Vhost, qc.Name); ok && at == id {
 					p.counts[qc.Vhost+"\x00"+qc.Name] = qc
 				}
 			}
-			for _, x := range g.Consumers("") {
-				if at, ok := m.QueuePlacement(x.GetVhost(), x.GetQueue()); ok && at == id {
-					p.consumers = append(p.consumers, x)
-				}
-			}
 		})
 	}
 	return p
+}
+
+// add takes group id's queues and consumers that the metadata places in
+// it (a group's log may hold a queue the metadata deleted a moment ago).
+func (p *placedState) add(id string, queues []*proto.QueueInfo, consumers []*proto.ConsumerInfo) {
+	for _, q := range queues {
+		if at, ok := p.QueuePlacement(q.GetVhost(), q.GetName()); ok && at == id {
+			q.RaftGroup = id
+			p.queues[q.GetVhost()+"\x00"+q.GetName()] = q
+		}
+	}
+	for _, x := range consumers {
+		if at, ok := p.QueuePlacement(x.GetVhost(), x.GetQueue()); ok && at == id {
+			p.consumers = append(p.consumers, x)
+		}
+	}
 }
 
 // placedState is a metadata machine whose placed queues read from their
