@@ -24,17 +24,16 @@ func (fs *forwardServer) GroupQueues(_ context.Context, req *proto.GroupQueuesRe
 	return resp, nil
 }
 
-// groupQueuesWait bounds a read of a queue group this node does not run:
-// an operator's page waits no longer for a member that does not answer.
-const groupQueuesWait = 2 * time.Second
+// groupQueuesWait bounds the read of a queue group this node does not
+// run from one member: an operator's page waits no longer for a member
+// that does not answer before it asks the next.
+const groupQueuesWait = time.Second
 
 // RemoteGroupQueues reads the queues and consumers of queue group id,
 // which this node does not run, from a member: the first that gossip and
 // the metadata leader find answering, in turn, as the effects stream
 // picks one.
 func (n *Node) RemoteGroupQueues(ctx context.Context, id string) (*proto.GroupQueuesResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, groupQueuesWait)
-	defer cancel()
 	var last error
 	for attempt := range 3 {
 		member, addr := n.effectsSource(id, attempt)
@@ -46,7 +45,9 @@ func (n *Node) RemoteGroupQueues(ctx context.Context, id string) (*proto.GroupQu
 			last = err
 			continue
 		}
-		resp, err := proto.NewInternalClient(conn).GroupQueues(ctx, &proto.GroupQueuesRequest{Group: id})
+		actx, cancel := context.WithTimeout(ctx, groupQueuesWait)
+		resp, err := proto.NewInternalClient(conn).GroupQueues(actx, &proto.GroupQueuesRequest{Group: id})
+		cancel()
 		_ = conn.Close()
 		if err == nil {
 			return resp, nil
