@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -137,7 +138,10 @@ func TestForward_InvalidCommandsFailAlone(t *testing.T) {
 // TestForward_FollowerCallerGetsTheRefusal: a follower forwards its
 // callers' commands; the caller whose command is invalid gets the
 // refusal as its result (not an unknown outcome), and a bystander
-// submitting on the same follower meanwhile loses nothing.
+// submitting on the same follower meanwhile loses nothing. A leader
+// change (a loaded machine starves heartbeats) may leave a submission's
+// outcome unknown: it is counted as such, and the queue then holds
+// between the known and the known plus the unknown.
 func TestForward_FollowerCallerGetsTheRefusal(t *testing.T) {
 	const maxBody = 1 << 10
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) { cfg.MaxMessageSize = maxBody }))
@@ -151,12 +155,16 @@ func TestForward_FollowerCallerGetsTheRefusal(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	bystander := make(chan error, 1)
-	published := 0
+	published, unknown := 0, 0
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
 			res, err := f.SubmitBatch(context.Background(), []*proto.Command{publish("/", "q", "b"), tick()})
+			if errors.Is(err, cluster.ErrOutcomeUnknown) {
+				unknown++
+				continue
+			}
 			if err == nil && (res[0].GetCode() != 0 || res[1].GetCode() != 0) {
 				err = fmt.Errorf("results %v", res)
 			}
@@ -169,8 +177,13 @@ func TestForward_FollowerCallerGetsTheRefusal(t *testing.T) {
 	}()
 
 	big := publish("/", "q", strings.Repeat("x", maxBody+1))
+	valid, unknownValid := 0, 0
 	for i := range 50 {
 		res, err := f.SubmitBatch(ctxT(t, 10*time.Second), []*proto.Command{{}, big, publish("/", "q", strings.Repeat("x", maxBody))})
+		if errors.Is(err, cluster.ErrOutcomeUnknown) {
+			unknownValid++
+			continue
+		}
 		if err != nil {
 			t.Fatalf("submission %d with invalid commands: %v", i, err)
 		}
@@ -180,6 +193,10 @@ func TestForward_FollowerCallerGetsTheRefusal(t *testing.T) {
 		if res[2].GetCode() != 0 || res[2].GetIndex() == 0 {
 			t.Fatalf("submission %d: the valid publish %v", i, res[2])
 		}
+		valid++
+	}
+	if valid < 40 {
+		t.Fatalf("%d of 50 submissions with invalid commands had an outcome", valid)
 	}
 	cancel()
 	wg.Wait()
@@ -197,8 +214,9 @@ func TestForward_FollowerCallerGetsTheRefusal(t *testing.T) {
 			ready = qi.GetReady()
 		}
 	})
-	if want := uint64(published + 50); ready != want {
-		t.Fatalf("queue holds %d messages, want %d (bystander %d + 50 valid)", ready, want, published)
+	if least := uint64(published + valid); ready < least || ready > least+uint64(unknown+unknownValid) {
+		t.Fatalf("queue holds %d messages, want %d (bystander %d + %d valid) and at most %d more of unknown outcome",
+			ready, least, published, valid, unknown+unknownValid)
 	}
 	healthy(t, c)
 }
