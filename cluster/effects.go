@@ -356,8 +356,19 @@ func (f *effectsFollower) sync(sink fsm.Sink, s *proto.EffectsSync) {
 			}
 		}
 	}
+	// A channel the log no longer holds was closed: a channel opened
+	// again under its key is numbered from 1. Unless a consumer of it
+	// committed after the sync's index: then the member is behind, the
+	// channel not there yet, and what an earlier stream handed it is
+	// still to be told apart from what this member sends next.
+	newer := map[string]bool{}
+	for _, c := range f.consumers {
+		if c.index > s.GetIndex() {
+			newer[refKey(c.ref.GetChannel())] = true
+		}
+	}
 	for k := range f.last {
-		if !held[k] {
+		if !held[k] && !newer[k] {
 			delete(f.last, k)
 		}
 	}
@@ -379,9 +390,20 @@ func (f *effectsFollower) hand(sink fsm.Sink, es []*proto.Effect) {
 		switch k := e.GetKind().(type) {
 		case *proto.Effect_Deliver:
 			d := k.Deliver
-			// Set, not raised: a channel closed and opened again in
-			// the log numbers its deliveries from 1.
-			f.last[refKey(d.GetConsumer().GetChannel())] = d.GetDeliveryTag()
+			key := refKey(d.GetConsumer().GetChannel())
+			// A log hands a channel's deliveries out once each, in
+			// ascending tags: one at or below the last handed comes
+			// again from a member that was behind the one an earlier
+			// stream came from (it had not applied as far when it sent
+			// its sync), and the client has it. A channel closed and
+			// opened again is numbered from 1, but by then it is
+			// forgotten: its close committed here (committed), or the
+			// log no longer held it at a sync, or the node was
+			// declared down.
+			if d.GetDeliveryTag() <= f.last[key] {
+				continue
+			}
+			f.last[key] = d.GetDeliveryTag()
 			if sink != nil {
 				sink.Deliver(fsmDelivery(d))
 			}

@@ -69,6 +69,35 @@ func TestEffectsFollower_ASyncHandsOnlyWhatTheChannelMissed(t *testing.T) {
 	}
 }
 
+// A stream from a member that was behind the one before it (it had not
+// applied as far when it sent its sync) sends again deliveries the node
+// handed already: they are not handed twice, whether the member's sync
+// held the channel or did not yet (its consumer committed after the
+// sync's index).
+func TestEffectsFollower_AMemberBehindSendsNothingTwice(t *testing.T) {
+	ch := &proto.ChannelRef{Node: "x", Connection: "c", Channel: 1}
+	del := func(tag uint64) *proto.Effect {
+		return &proto.Effect{Kind: &proto.Effect_Deliver{Deliver: &proto.RemoteDelivery{Consumer: &proto.ConsumerRef{Channel: ch, Tag: "t"}, DeliveryTag: tag}}}
+	}
+	f := &effectsFollower{last: map[string]uint64{}, consumers: map[string]consumerAt{}}
+	s := &tagSink{}
+	f.committed([]*proto.Command{{Cmd: &proto.Command_Consume{Consume: &proto.Consume{Queue: "q", Consumer: &proto.ConsumerRef{Channel: ch, Tag: "t"}}}}},
+		[]*proto.Result{{Index: 10}})
+	f.sync(s, &proto.EffectsSync{Index: 10, Channels: []*proto.SyncChannel{{Channel: ch, Consumers: []*proto.ConsumerRef{{Channel: ch, Tag: "t"}}}}})
+	f.hand(s, []*proto.Effect{del(1), del(2), del(3)})
+	// The member dies; the next had applied deliveries 1 and 2 only.
+	f.sync(s, &proto.EffectsSync{Index: 12, Channels: []*proto.SyncChannel{{Channel: ch,
+		Consumers:  []*proto.ConsumerRef{{Channel: ch, Tag: "t"}},
+		Deliveries: []*proto.RemoteDelivery{{Consumer: &proto.ConsumerRef{Channel: ch, Tag: "t"}, DeliveryTag: 2}}}}})
+	f.hand(s, []*proto.Effect{del(3), del(4)})
+	// That one dies too; the next had not even applied the consume.
+	f.sync(s, &proto.EffectsSync{Index: 9})
+	f.hand(s, []*proto.Effect{del(1), del(2), del(3), del(4), del(5)})
+	if want := []uint64{1, 2, 3, 4, 5}; !slices.Equal(s.tags, want) {
+		t.Fatalf("handed %v, want %v: each once", s.tags, want)
+	}
+}
+
 // A consumer of this node cancelled in the group while the stream was
 // down (its queue deleted) is missing from the next sync: its client is
 // told, once. One whose consume committed after the sync's state was

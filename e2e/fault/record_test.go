@@ -197,6 +197,7 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 
 	type seenKey struct{ id, queue string }
 	seen := map[seenKey]int{}
+	first := map[seenKey]delivery{}
 	received := map[string]string{} // id -> "own" or "dead"
 	var lateness []time.Duration
 	for _, d := range r.deliveries {
@@ -207,11 +208,16 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 		}
 		k := seenKey{d.id, d.queue}
 		seen[k]++
+		if seen[k] == 1 {
+			first[k] = d
+		}
 		if seen[k] > 1 {
 			rep.duplicated++
 			if !d.redelivered {
 				rep.unflaggedDups++
-				bad = append(bad, fmt.Sprintf("%s delivered again from %s without the redelivered flag", d.id, d.queue))
+				f := first[k]
+				bad = append(bad, fmt.Sprintf("%s delivered again from %s without the redelivered flag: first through %s at %s, again through %s %v later",
+					d.id, d.queue, f.node, f.at.Format("15:04:05.000"), d.node, d.at.Sub(f.at).Round(time.Millisecond)))
 			}
 		}
 		if d.queue == deadQueue {
