@@ -1,0 +1,5 @@
+//go:build !race
+
+package amqp
+
+const raceDetector = false
