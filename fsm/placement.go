@@ -155,7 +155,7 @@ func (m *Machine) PlacedMissing(group string, has func(vhost, name string) bool)
 			}
 			placedHere = true
 			if !has(q.vhost, q.name) {
-				missing = append(missing, &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)})
+				missing = append(missing, groupDeclare(q))
 			}
 		}
 		if placedHere {
@@ -180,7 +180,13 @@ func (m *Machine) PlacedDeclare(group, vhost, name string) (d *proto.QueueDeclar
 	if !found || q.group != group {
 		return nil, false
 	}
-	return &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)}, true
+	return groupDeclare(q), true
+}
+
+// groupDeclare is the declare that creates placed queue q in its
+// group's log.
+func groupDeclare(q *queueState) *proto.QueueDeclare {
+	return &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)}
 }
 
 // HasQueue reports whether the state holds queue name in vhost.
