@@ -33,6 +33,14 @@ func placedCluster(t *testing.T) (*clustertest.Cluster, []string) {
 // the groups it is a member of, and the others through their members.
 func placedClusterOf(t *testing.T, n int) (*clustertest.Cluster, []string) {
 	t.Helper()
+	return placedClusterWaiting(t, n, true)
+}
+
+// placedClusterWaiting is placedClusterOf; without waitAll it returns as
+// soon as one node has applied that placement is on, when the others may
+// not run their groups yet (a client that comes at once).
+func placedClusterWaiting(t *testing.T, n int, waitAll bool) (*clustertest.Cluster, []string) {
+	t.Helper()
 	servers := make([]*Server, n)
 	c := clustertest.New(t, n, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
 		servers[i] = NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CloseTimeout: time.Second})
@@ -49,14 +57,17 @@ func placedClusterOf(t *testing.T, n int) (*clustertest.Cluster, []string) {
 		urls[i] = "amqp://guest:guest@" + serveLoopback(t, srv) + "/"
 	}
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		for _, nd := range c.Live() {
+		for i, nd := range c.Live() {
+			if !waitAll && i > 0 {
+				break
+			}
 			var on bool
 			var users bool
 			nd.View(func(m *fsm.Machine) { on, users = m.Placing(), m.Initialized() })
 			if !on || !users {
 				return fmt.Errorf("%s: placement %v, defaults %v", nd.NodeID(), on, users)
 			}
-			if got := nd.RunningQueueGroups(); n <= 3 && len(got) != 3 || len(got) == 0 {
+			if got := nd.RunningQueueGroups(); waitAll && (n <= 3 && len(got) != 3 || len(got) == 0) {
 				return fmt.Errorf("%s runs groups %v", nd.NodeID(), got)
 			}
 			// Not waited for: each group's log applying its GroupInit on
@@ -677,5 +688,102 @@ func TestPlacement_DeclaresAtOnceFromEveryNodeAllStay(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// A workload that starts the moment queues are placed, before every node
+// runs its groups (the fault suite's clients come that early): consumers
+// on every node, a confirming publisher on every node. Every confirmed
+// message arrives, and none reaches a client twice without the
+// redelivered flag.
+func TestPlacement_AWorkloadFromTheFirstMomentHandsNothingTwice(t *testing.T) {
+	_, urls := placedClusterWaiting(t, 3, false)
+	const q, each, window = "first-moment", 300, 50
+	_, ch := dialT(t, urls[0])
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		node        int
+		redelivered bool
+	}
+	var mu sync.Mutex
+	seen := map[string][]got{}
+	for i, url := range urls {
+		_, c := dialT(t, url)
+		if err := c.Qos(window, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := c.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for d := range ds {
+				mu.Lock()
+				seen[string(d.Body)] = append(seen[string(d.Body)], got{i, d.Redelivered})
+				mu.Unlock()
+				_ = d.Ack(false)
+			}
+		}()
+	}
+	confirmed := make(chan []string, len(urls))
+	for i, url := range urls {
+		_, p := dialT(t, url)
+		if err := p.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			var ok []string
+			defer func() { confirmed <- ok }()
+			pending := make([]*amqp091.DeferredConfirmation, 0, window)
+			bodies := make([]string, 0, window)
+			settle := func() {
+				for k, dc := range pending {
+					if dc.Wait() {
+						ok = append(ok, bodies[k])
+					}
+				}
+				pending, bodies = pending[:0], bodies[:0]
+			}
+			for k := range each {
+				body := fmt.Sprintf("m%d-%d", i, k)
+				dc, err := p.PublishWithDeferredConfirm("", q, false, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(body)})
+				if err != nil {
+					return
+				}
+				pending, bodies = append(pending, dc), append(bodies, body)
+				if len(pending) == window {
+					settle()
+				}
+			}
+			settle()
+		}()
+	}
+	var all []string
+	for range urls {
+		all = append(all, <-confirmed...)
+	}
+	if len(all) < len(urls)*each/2 {
+		t.Fatalf("only %d of %d publishes confirmed", len(all), len(urls)*each)
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, b := range all {
+			if len(seen[b]) == 0 {
+				return fmt.Errorf("confirmed %s not received", b)
+			}
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for b, gs := range seen {
+		for _, g := range gs[1:] {
+			if !g.redelivered {
+				t.Errorf("%s reached a client again without the redelivered flag: %+v", b, gs)
+			}
+		}
 	}
 }

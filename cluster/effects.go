@@ -178,9 +178,6 @@ func consumerKey(c *proto.ConsumerRef) string { return refKey(c.GetChannel()) + 
 // not a member of, and stops following those it runs now or the log no
 // longer names.
 func (n *Node) followRemoteGroups(specs []fsm.QueueGroup) {
-	if len(specs) > 0 {
-		n.named.Store(true)
-	}
 	n.rmu.Lock()
 	defer n.rmu.Unlock()
 	want := map[string]bool{}

@@ -307,10 +307,16 @@ func (n *Node) clearPastIncarnation() {
 	// groups are those of the previous run, or newer. A channel of the
 	// node may have consumed in any of them, run here or not
 	// (SubmitGroup goes to a group's leader either way).
-	for _, id := range n.NamedQueueGroups() {
+	named := n.NamedQueueGroups()
+	for _, id := range named {
 		if !n.untilDone(ctx, id, func() ([]*proto.Result, error) { return n.SubmitGroup(ctx, id, cmd) }) {
 			return
 		}
+	}
+	if len(named) > 0 {
+		// Clients come next: their commands go to the queues' groups
+		// from the first (runQueueGroups may not have looked yet).
+		n.named.Store(true)
 	}
 	close(n.ready)
 }

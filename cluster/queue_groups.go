@@ -100,6 +100,13 @@ func (n *Node) runQueueGroups() {
 		_, applied := n.group.Applied().Load()
 		var specs []fsm.QueueGroup
 		n.View(func(m *fsm.Machine) { specs = m.QueueGroups() })
+		if len(specs) > 0 {
+			// Before any group opens, which takes a while: until it is
+			// set, the broker sends every command to the metadata log,
+			// so a queue's declare would not wait for its group to hold
+			// it and a consume of a placed queue would be refused.
+			n.named.Store(true)
+		}
 		voter := n.metadataVoter()
 		for _, s := range specs {
 			if !voter || !s.HasMember(n.cfg.NodeID) || n.queueGroup(s.ID) != nil {
