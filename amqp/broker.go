@@ -32,9 +32,9 @@ type Broker interface {
 	Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) []uint64
 	// Gets returns the log tags of the basic.get deliveries that the
 	// applied state of the log holding queue has as the channel's, and
-	// that log's group (0 for the metadata group); ok is false where
-	// this node cannot read that log.
-	Gets(ctx context.Context, vhost, queue string, ch *proto.ChannelRef) (group uint32, tags []uint64, ok bool)
+	// that log's group (0 for the metadata group). A log this node does
+	// not run is read from one that does, which may fail (err).
+	Gets(ctx context.Context, vhost, queue string, ch *proto.ChannelRef) (group uint32, tags []uint64, err error)
 	// ConsumerLoad returns what the applied state holds of a consumer's
 	// credit and its queue; false when it has no such consumer.
 	ConsumerLoad(ref *proto.ConsumerRef) (fsm.ConsumerLoad, bool)

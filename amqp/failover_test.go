@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -267,17 +268,17 @@ func TestGet_UnknownOutcomeIsResolvedFromTheLog(t *testing.T) {
 			}
 			return nil
 		}
-		ts.broker.gets = func(vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, bool) {
+		ts.broker.gets = func(vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, error) {
 			if vhost != "/" || queue != "q" {
 				t.Errorf("Gets asked of %s in %s", queue, vhost)
 			}
 			if tries.Load() < 2 {
-				return 0, []uint64{5}, true
+				return 0, []uint64{5}, nil
 			}
 			if committed {
-				return 0, []uint64{5, 8}, true
+				return 0, []uint64{5, 8}, nil
 			}
-			return 0, []uint64{5}, true
+			return 0, []uint64{5}, nil
 		}
 		ts.broker.mu.Unlock()
 		ts.broker.script(func(c *proto.Command) *proto.Result {
@@ -331,25 +332,54 @@ func TestGet_UnknownOutcomeIsResolvedFromTheLog(t *testing.T) {
 	})
 }
 
-// A basic.get of unknown outcome on a log this node cannot read (a queue
-// group it does not run) closes the connection with 541, as before.
-func TestGet_UnknownOutcomeOnALogNotRunHereCloses(t *testing.T) {
-	ts := startServer(t, Config{})
-	failFirst(ts.broker, func(c *proto.Command) bool { return c.GetGet() != nil })
-	ts.broker.mu.Lock()
-	ts.broker.gets = func(string, string, *proto.ChannelRef) (uint32, []uint64, bool) { return 0, nil, false }
-	ts.broker.mu.Unlock()
-	conn, ch := openChannel(t, ts)
-	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
-	if _, _, err := ch.Get("q", false); err == nil {
-		t.Fatal("the get of unknown outcome succeeded")
-	}
-	select {
-	case err := <-closed:
-		if err == nil || err.Code != 541 {
-			t.Fatalf("connection closed with %v, want 541", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the connection stayed open")
+// A basic.get of unknown outcome whose log cannot be read where it is
+// asked (a queue group this node does not run, whose members do not
+// answer yet) is asked again until it can; past resolveGetFor the
+// connection closes with 541.
+func TestGet_UnknownOutcomeOnALogNotReadYet(t *testing.T) {
+	for _, answers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("answered %v", answers), func(t *testing.T) {
+			if !answers {
+				defer func(d time.Duration) { resolveGetFor = d }(resolveGetFor)
+				resolveGetFor = 300 * time.Millisecond
+			}
+			ts := startServer(t, Config{})
+			failFirst(ts.broker, func(c *proto.Command) bool { return c.GetGet() != nil })
+			var asked atomic.Int32
+			ts.broker.mu.Lock()
+			ts.broker.gets = func(string, string, *proto.ChannelRef) (uint32, []uint64, error) {
+				if asked.Add(1) <= 3 || !answers {
+					return 0, nil, errors.New("queue group \"q1\": no member answers")
+				}
+				return 0, nil, nil
+			}
+			ts.broker.mu.Unlock()
+			ts.broker.script(func(c *proto.Command) *proto.Result {
+				if c.GetGet() == nil {
+					return nil
+				}
+				return &proto.Result{Get: &proto.GetOk{DeliveryTag: 1, Body: []byte("m")}}
+			}, nil)
+			conn, ch := openChannel(t, ts)
+			closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+			_, ok, err := ch.Get("q", false)
+			if answers {
+				if err != nil || !ok || asked.Load() < 4 {
+					t.Fatalf("get: %v %v after %d reads", ok, err, asked.Load())
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("the get of unknown outcome succeeded")
+			}
+			select {
+			case err := <-closed:
+				if err == nil || err.Code != 541 {
+					t.Fatalf("connection closed with %v, want 541", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the connection stayed open")
+			}
+		})
 	}
 }

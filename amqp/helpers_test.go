@@ -45,7 +45,7 @@ type fakeBroker struct {
 	// unackedIn, when set, answers Unacked with the group instead.
 	unackedIn func(group uint32, ref *proto.ChannelRef, tags []uint64) []uint64
 	// gets answers Gets; nil reports the metadata group, holding none.
-	gets func(vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, bool)
+	gets func(vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, error)
 	// sent records every command with the group it was submitted to and
 	// how: "submit" (Submit, SubmitBatch) or "group" (SubmitGroup).
 	sent []sentCmd
@@ -199,12 +199,12 @@ func (b *fakeBroker) Unacked(group uint32, ref *proto.ChannelRef, tags []uint64)
 	return f(ref, tags)
 }
 
-func (b *fakeBroker) Gets(_ context.Context, vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, bool) {
+func (b *fakeBroker) Gets(_ context.Context, vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, error) {
 	b.mu.Lock()
 	f := b.gets
 	b.mu.Unlock()
 	if f == nil {
-		return 0, nil, true
+		return 0, nil, nil
 	}
 	return f(vhost, queue, ref)
 }

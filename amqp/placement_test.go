@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -785,5 +786,51 @@ func TestPlacement_AWorkloadFromTheFirstMomentHandsNothingTwice(t *testing.T) {
 				t.Errorf("%s reached a client again without the redelivered flag: %+v", b, gs)
 			}
 		}
+	}
+}
+
+// A node outside a queue's group reads a channel's unsettled basic.get
+// deliveries from a member (RemoteGroupGets), which it needs to settle a
+// basic.get of unknown outcome instead of closing the connection: the
+// member proposes a Tick first, so a Get committed before the call shows.
+func TestPlacement_ANodeOutsideAGroupReadsAChannelsGets(t *testing.T) {
+	c, urls := placedClusterOf(t, 5)
+	_, ch := dialT(t, urls[0])
+	const q = "far-gets"
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm("", q, false, false, amqp091.Publishing{Body: []byte("m")})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish: %v", err)
+	}
+	id := c.Nodes[0].Node().QueueGroup("/", q)
+	far := slices.IndexFunc(c.Live(), func(nd *cluster.Node) bool { return !slices.Contains(nd.RunningQueueGroups(), id) })
+	if far < 0 {
+		t.Fatalf("every node runs %s", id)
+	}
+	nd := c.Live()[far]
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
+	defer cancel()
+	ref := &proto.ChannelRef{Node: nd.NodeID(), Connection: "far-gets-conn", Channel: 1}
+	res, err := nd.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_Get{Get: &proto.Get{Vhost: "/", Queue: q, Channel: ref}}}})
+	if err != nil || res[0].GetGet() == nil {
+		t.Fatalf("get through %s: %v %v", nd.NodeID(), res, err)
+	}
+	var number uint32
+	member := slices.IndexFunc(c.Live(), func(n *cluster.Node) bool { return n.ViewGroup(id, func(m *fsm.Machine) { number = m.Group() }) })
+	if member < 0 {
+		t.Fatalf("no node runs %s", id)
+	}
+	num, tags, err := nd.RemoteGroupGets(ctx, id, ref)
+	if err != nil || num != number || !slices.Equal(tags, []uint64{res[0].GetGet().GetDeliveryTag()}) {
+		t.Fatalf("RemoteGroupGets: group %d tags %v (%v); want group %d and tag %d", num, tags, err, number, res[0].GetGet().GetDeliveryTag())
+	}
+	other := &proto.ChannelRef{Node: nd.NodeID(), Connection: "far-gets-conn", Channel: 2}
+	if _, tags, err := nd.RemoteGroupGets(ctx, id, other); err != nil || len(tags) != 0 {
+		t.Fatalf("a channel without gets: %v %v", tags, err)
 	}
 }

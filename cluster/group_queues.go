@@ -30,32 +30,79 @@ func (fs *forwardServer) GroupQueues(_ context.Context, req *proto.GroupQueuesRe
 const groupQueuesWait = time.Second
 
 // RemoteGroupQueues reads the queues and consumers of queue group id,
-// which this node does not run, from a member: the first that gossip and
-// the metadata leader find answering, in turn, as the effects stream
-// picks one.
-func (n *Node) RemoteGroupQueues(ctx context.Context, id string) (*proto.GroupQueuesResponse, error) {
+// which this node does not run, from a member.
+func (n *Node) RemoteGroupQueues(ctx context.Context, id string) (resp *proto.GroupQueuesResponse, err error) {
+	err = n.askMember(ctx, id, groupQueuesWait, func(ctx context.Context, c proto.InternalClient) (err error) {
+		resp, err = c.GroupQueues(ctx, &proto.GroupQueuesRequest{Group: id})
+		return err
+	})
+	return resp, err
+}
+
+// GroupGets implements proto.InternalServer: the unsettled basic.get
+// deliveries of a channel in a queue group this node runs, once this node
+// applied a Tick it proposed now.
+func (fs *forwardServer) GroupGets(ctx context.Context, req *proto.GroupGetsRequest) (*proto.GroupGetsResponse, error) {
+	id := req.GetGroup()
+	qg := fs.n.queueGroup(id)
+	if qg == nil {
+		return nil, status.Errorf(codes.NotFound, "%s does not run queue group %q", fs.n.cfg.NodeID, id)
+	}
+	if req.GetChannel() == nil {
+		return nil, status.Error(codes.InvalidArgument, "no channel named")
+	}
+	tick := []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}
+	if _, err := qg.g.Submitter().SubmitBatch(ctx, tick); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "queue group %q: %v", id, err)
+	}
+	resp := &proto.GroupGetsResponse{}
+	fs.n.ViewGroup(id, func(m *fsm.Machine) { resp.Number, resp.Tags = m.Group(), m.Gets(req.GetChannel()) })
+	return resp, nil
+}
+
+// groupGetsWait bounds one member's answer to GroupGets, a Tick through
+// the group included: an election takes a second or two.
+const groupGetsWait = 5 * time.Second
+
+// RemoteGroupGets reads, from a member of queue group id (which this node
+// does not run), the group's number and the log tags of the channel's
+// basic.get deliveries not yet settled, as the member applied them after
+// a Tick it proposed during the call.
+func (n *Node) RemoteGroupGets(ctx context.Context, id string, ch *proto.ChannelRef) (number uint32, tags []uint64, err error) {
+	err = n.askMember(ctx, id, groupGetsWait, func(ctx context.Context, c proto.InternalClient) error {
+		resp, err := c.GroupGets(ctx, &proto.GroupGetsRequest{Group: id, Channel: ch})
+		number, tags = resp.GetNumber(), resp.GetTags()
+		return err
+	})
+	return number, tags, err
+}
+
+// askMember calls ask on a member of queue group id, waiting at most wait
+// for each: the first member that gossip and the metadata leader find
+// answering, then the next, as the effects stream picks one.
+func (n *Node) askMember(ctx context.Context, id string, wait time.Duration, ask func(context.Context, proto.InternalClient) error) error {
 	var last error
 	for attempt := range 3 {
 		member, addr := n.effectsSource(id, attempt)
 		if member == "" || addr == "" {
-			return nil, fmt.Errorf("queue group %q: no member known", id)
+			return fmt.Errorf("queue group %q: no member known", id)
 		}
 		conn, err := n.dialInternal(member, addr)
 		if err != nil {
 			last = err
 			continue
 		}
-		actx, cancel := context.WithTimeout(ctx, groupQueuesWait)
-		resp, err := proto.NewInternalClient(conn).GroupQueues(actx, &proto.GroupQueuesRequest{Group: id})
+		actx, cancel := context.WithTimeout(ctx, wait)
+		err = ask(actx, proto.NewInternalClient(conn))
 		cancel()
 		_ = conn.Close()
 		if err == nil {
-			return resp, nil
+			return nil
 		}
 		last = fmt.Errorf("%s: %w", member, err)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, fmt.Errorf("queue group %q: %w", id, last)
+	return fmt.Errorf("queue group %q: %w", id, last)
 }

@@ -86,6 +86,113 @@ func (ForwardError) EnumDescriptor() ([]byte, []int) {
 	return file_internal_proto_rawDescGZIP(), []int{0}
 }
 
+// GroupGetsRequest names the queue group and the channel.
+type GroupGetsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	Channel       *ChannelRef            `protobuf:"bytes,2,opt,name=channel" json:"channel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupGetsRequest) Reset() {
+	*x = GroupGetsRequest{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupGetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupGetsRequest) ProtoMessage() {}
+
+func (x *GroupGetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupGetsRequest.ProtoReflect.Descriptor instead.
+func (*GroupGetsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GroupGetsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupGetsRequest) GetChannel() *ChannelRef {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+// GroupGetsResponse is the group's number and the channel's unsettled
+// basic.get deliveries, by their tags in the group's log.
+type GroupGetsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Number        uint32                 `protobuf:"varint,1,opt,name=number" json:"number,omitempty"`
+	Tags          []uint64               `protobuf:"varint,2,rep,packed,name=tags" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupGetsResponse) Reset() {
+	*x = GroupGetsResponse{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupGetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupGetsResponse) ProtoMessage() {}
+
+func (x *GroupGetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupGetsResponse.ProtoReflect.Descriptor instead.
+func (*GroupGetsResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupGetsResponse) GetNumber() uint32 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *GroupGetsResponse) GetTags() []uint64 {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // GroupQueuesRequest names the queue group whose queues are read.
 type GroupQueuesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -96,7 +203,7 @@ type GroupQueuesRequest struct {
 
 func (x *GroupQueuesRequest) Reset() {
 	*x = GroupQueuesRequest{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -108,7 +215,7 @@ func (x *GroupQueuesRequest) String() string {
 func (*GroupQueuesRequest) ProtoMessage() {}
 
 func (x *GroupQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -121,7 +228,7 @@ func (x *GroupQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupQueuesRequest.ProtoReflect.Descriptor instead.
 func (*GroupQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GroupQueuesRequest) GetGroup() string {
@@ -142,7 +249,7 @@ type GroupQueuesResponse struct {
 
 func (x *GroupQueuesResponse) Reset() {
 	*x = GroupQueuesResponse{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +261,7 @@ func (x *GroupQueuesResponse) String() string {
 func (*GroupQueuesResponse) ProtoMessage() {}
 
 func (x *GroupQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +274,7 @@ func (x *GroupQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupQueuesResponse.ProtoReflect.Descriptor instead.
 func (*GroupQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupQueuesResponse) GetQueues() []*QueueInfo {
@@ -195,7 +302,7 @@ type EffectsRequest struct {
 
 func (x *EffectsRequest) Reset() {
 	*x = EffectsRequest{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -207,7 +314,7 @@ func (x *EffectsRequest) String() string {
 func (*EffectsRequest) ProtoMessage() {}
 
 func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -220,7 +327,7 @@ func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsRequest.ProtoReflect.Descriptor instead.
 func (*EffectsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EffectsRequest) GetGroup() string {
@@ -248,7 +355,7 @@ type EffectsMessage struct {
 
 func (x *EffectsMessage) Reset() {
 	*x = EffectsMessage{}
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +367,7 @@ func (x *EffectsMessage) String() string {
 func (*EffectsMessage) ProtoMessage() {}
 
 func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +380,7 @@ func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsMessage.ProtoReflect.Descriptor instead.
 func (*EffectsMessage) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{3}
+	return file_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EffectsMessage) GetSync() *EffectsSync {
@@ -302,7 +409,7 @@ type EffectsSync struct {
 
 func (x *EffectsSync) Reset() {
 	*x = EffectsSync{}
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +421,7 @@ func (x *EffectsSync) String() string {
 func (*EffectsSync) ProtoMessage() {}
 
 func (x *EffectsSync) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +434,7 @@ func (x *EffectsSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsSync.ProtoReflect.Descriptor instead.
 func (*EffectsSync) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{4}
+	return file_internal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EffectsSync) GetIndex() uint64 {
@@ -357,7 +464,7 @@ type SyncChannel struct {
 
 func (x *SyncChannel) Reset() {
 	*x = SyncChannel{}
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +476,7 @@ func (x *SyncChannel) String() string {
 func (*SyncChannel) ProtoMessage() {}
 
 func (x *SyncChannel) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +489,7 @@ func (x *SyncChannel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChannel.ProtoReflect.Descriptor instead.
 func (*SyncChannel) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{5}
+	return file_internal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SyncChannel) GetChannel() *ChannelRef {
@@ -425,7 +532,7 @@ type RemoteDelivery struct {
 
 func (x *RemoteDelivery) Reset() {
 	*x = RemoteDelivery{}
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +544,7 @@ func (x *RemoteDelivery) String() string {
 func (*RemoteDelivery) ProtoMessage() {}
 
 func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +557,7 @@ func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteDelivery.ProtoReflect.Descriptor instead.
 func (*RemoteDelivery) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{6}
+	return file_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoteDelivery) GetConsumer() *ConsumerRef {
@@ -540,7 +647,7 @@ type Effect struct {
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +659,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +672,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{7}
+	return file_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Effect) GetKind() isEffect_Kind {
@@ -664,7 +771,7 @@ type ChannelTimeoutEffect struct {
 
 func (x *ChannelTimeoutEffect) Reset() {
 	*x = ChannelTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +783,7 @@ func (x *ChannelTimeoutEffect) String() string {
 func (*ChannelTimeoutEffect) ProtoMessage() {}
 
 func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +796,7 @@ func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ChannelTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{8}
+	return file_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ChannelTimeoutEffect) GetChannel() *ChannelRef {
@@ -717,7 +824,7 @@ type ConsumerTimeoutEffect struct {
 
 func (x *ConsumerTimeoutEffect) Reset() {
 	*x = ConsumerTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +836,7 @@ func (x *ConsumerTimeoutEffect) String() string {
 func (*ConsumerTimeoutEffect) ProtoMessage() {}
 
 func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +849,7 @@ func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{9}
+	return file_internal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConsumerTimeoutEffect) GetConsumer() *ConsumerRef {
@@ -774,7 +881,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +893,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +906,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{10}
+	return file_internal_proto_rawDescGZIP(), []int{12}
 }
 
 // ClockReading is the callee's wall clock when it answered.
@@ -812,7 +919,7 @@ type ClockReading struct {
 
 func (x *ClockReading) Reset() {
 	*x = ClockReading{}
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +931,7 @@ func (x *ClockReading) String() string {
 func (*ClockReading) ProtoMessage() {}
 
 func (x *ClockReading) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +944,7 @@ func (x *ClockReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReading.ProtoReflect.Descriptor instead.
 func (*ClockReading) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{11}
+	return file_internal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClockReading) GetWallUnixNanos() int64 {
@@ -865,7 +972,7 @@ type DirectReply struct {
 
 func (x *DirectReply) Reset() {
 	*x = DirectReply{}
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +984,7 @@ func (x *DirectReply) String() string {
 func (*DirectReply) ProtoMessage() {}
 
 func (x *DirectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +997,7 @@ func (x *DirectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
 func (*DirectReply) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{12}
+	return file_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DirectReply) GetName() string {
@@ -932,7 +1039,7 @@ type DirectReplyResult struct {
 
 func (x *DirectReplyResult) Reset() {
 	*x = DirectReplyResult{}
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1051,7 @@ func (x *DirectReplyResult) String() string {
 func (*DirectReplyResult) ProtoMessage() {}
 
 func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1064,7 @@ func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
 func (*DirectReplyResult) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{13}
+	return file_internal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DirectReplyResult) GetDelivered() bool {
@@ -979,7 +1086,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1098,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1111,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{14}
+	return file_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -1039,7 +1146,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1158,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1171,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{15}
+	return file_internal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -1138,7 +1245,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1257,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1270,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{16}
+	return file_internal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -1240,7 +1347,13 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\traftmq.v1\x1a\vadmin.proto\x1a\rcommand.proto\"*\n" +
+	"\x0einternal.proto\x12\traftmq.v1\x1a\vadmin.proto\x1a\rcommand.proto\"Y\n" +
+	"\x10GroupGetsRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12/\n" +
+	"\achannel\x18\x02 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"?\n" +
+	"\x11GroupGetsResponse\x12\x16\n" +
+	"\x06number\x18\x01 \x01(\rR\x06number\x12\x12\n" +
+	"\x04tags\x18\x02 \x03(\x04R\x04tags\"*\n" +
 	"\x12GroupQueuesRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"z\n" +
 	"\x13GroupQueuesResponse\x12,\n" +
@@ -1330,13 +1443,14 @@ const file_internal_proto_rawDesc = "" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
 	"\x1dFORWARD_ERROR_OUTCOME_UNKNOWN\x10\x02\x12\x18\n" +
 	"\x14FORWARD_ERROR_CLOSED\x10\x03\x12\x18\n" +
-	"\x14FORWARD_ERROR_FAILED\x10\x042\xdb\x02\n" +
+	"\x14FORWARD_ERROR_FAILED\x10\x042\xa3\x03\n" +
 	"\bInternal\x12D\n" +
 	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01\x12=\n" +
 	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResult\x129\n" +
 	"\x05Clock\x12\x17.raftmq.v1.ClockRequest\x1a\x17.raftmq.v1.ClockReading\x12A\n" +
 	"\aEffects\x12\x19.raftmq.v1.EffectsRequest\x1a\x19.raftmq.v1.EffectsMessage0\x01\x12L\n" +
-	"\vGroupQueues\x12\x1d.raftmq.v1.GroupQueuesRequest\x1a\x1e.raftmq.v1.GroupQueuesResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\vGroupQueues\x12\x1d.raftmq.v1.GroupQueuesRequest\x1a\x1e.raftmq.v1.GroupQueuesResponse\x12F\n" +
+	"\tGroupGets\x12\x1b.raftmq.v1.GroupGetsRequest\x1a\x1c.raftmq.v1.GroupGetsResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -1351,70 +1465,75 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_internal_proto_goTypes = []any{
 	(ForwardError)(0),             // 0: raftmq.v1.ForwardError
-	(*GroupQueuesRequest)(nil),    // 1: raftmq.v1.GroupQueuesRequest
-	(*GroupQueuesResponse)(nil),   // 2: raftmq.v1.GroupQueuesResponse
-	(*EffectsRequest)(nil),        // 3: raftmq.v1.EffectsRequest
-	(*EffectsMessage)(nil),        // 4: raftmq.v1.EffectsMessage
-	(*EffectsSync)(nil),           // 5: raftmq.v1.EffectsSync
-	(*SyncChannel)(nil),           // 6: raftmq.v1.SyncChannel
-	(*RemoteDelivery)(nil),        // 7: raftmq.v1.RemoteDelivery
-	(*Effect)(nil),                // 8: raftmq.v1.Effect
-	(*ChannelTimeoutEffect)(nil),  // 9: raftmq.v1.ChannelTimeoutEffect
-	(*ConsumerTimeoutEffect)(nil), // 10: raftmq.v1.ConsumerTimeoutEffect
-	(*ClockRequest)(nil),          // 11: raftmq.v1.ClockRequest
-	(*ClockReading)(nil),          // 12: raftmq.v1.ClockReading
-	(*DirectReply)(nil),           // 13: raftmq.v1.DirectReply
-	(*DirectReplyResult)(nil),     // 14: raftmq.v1.DirectReplyResult
-	(*ForwardRequest)(nil),        // 15: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil),       // 16: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),              // 17: raftmq.v1.NodeMeta
-	(*QueueInfo)(nil),             // 18: raftmq.v1.QueueInfo
-	(*ConsumerInfo)(nil),          // 19: raftmq.v1.ConsumerInfo
+	(*GroupGetsRequest)(nil),      // 1: raftmq.v1.GroupGetsRequest
+	(*GroupGetsResponse)(nil),     // 2: raftmq.v1.GroupGetsResponse
+	(*GroupQueuesRequest)(nil),    // 3: raftmq.v1.GroupQueuesRequest
+	(*GroupQueuesResponse)(nil),   // 4: raftmq.v1.GroupQueuesResponse
+	(*EffectsRequest)(nil),        // 5: raftmq.v1.EffectsRequest
+	(*EffectsMessage)(nil),        // 6: raftmq.v1.EffectsMessage
+	(*EffectsSync)(nil),           // 7: raftmq.v1.EffectsSync
+	(*SyncChannel)(nil),           // 8: raftmq.v1.SyncChannel
+	(*RemoteDelivery)(nil),        // 9: raftmq.v1.RemoteDelivery
+	(*Effect)(nil),                // 10: raftmq.v1.Effect
+	(*ChannelTimeoutEffect)(nil),  // 11: raftmq.v1.ChannelTimeoutEffect
+	(*ConsumerTimeoutEffect)(nil), // 12: raftmq.v1.ConsumerTimeoutEffect
+	(*ClockRequest)(nil),          // 13: raftmq.v1.ClockRequest
+	(*ClockReading)(nil),          // 14: raftmq.v1.ClockReading
+	(*DirectReply)(nil),           // 15: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil),     // 16: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),        // 17: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),       // 18: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),              // 19: raftmq.v1.NodeMeta
 	(*ChannelRef)(nil),            // 20: raftmq.v1.ChannelRef
-	(*ConsumerRef)(nil),           // 21: raftmq.v1.ConsumerRef
-	(*Properties)(nil),            // 22: raftmq.v1.Properties
-	(*Command)(nil),               // 23: raftmq.v1.Command
-	(*Result)(nil),                // 24: raftmq.v1.Result
+	(*QueueInfo)(nil),             // 21: raftmq.v1.QueueInfo
+	(*ConsumerInfo)(nil),          // 22: raftmq.v1.ConsumerInfo
+	(*ConsumerRef)(nil),           // 23: raftmq.v1.ConsumerRef
+	(*Properties)(nil),            // 24: raftmq.v1.Properties
+	(*Command)(nil),               // 25: raftmq.v1.Command
+	(*Result)(nil),                // 26: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	18, // 0: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	19, // 1: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	5,  // 2: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
-	8,  // 3: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
-	6,  // 4: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
-	20, // 5: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
-	21, // 6: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
-	7,  // 7: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
-	21, // 8: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
-	22, // 9: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
-	7,  // 10: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
-	21, // 11: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
-	9,  // 12: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
-	10, // 13: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
-	20, // 14: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
-	21, // 15: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
-	22, // 16: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	23, // 17: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	24, // 18: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
-	0,  // 19: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	15, // 20: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	13, // 21: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	11, // 22: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
-	3,  // 23: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
-	1,  // 24: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
-	16, // 25: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	14, // 26: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	12, // 27: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
-	4,  // 28: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
-	2,  // 29: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	20, // 0: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
+	21, // 1: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	22, // 2: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	7,  // 3: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
+	10, // 4: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
+	8,  // 5: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
+	20, // 6: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
+	23, // 7: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
+	9,  // 8: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
+	23, // 9: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
+	24, // 10: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
+	9,  // 11: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
+	23, // 12: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
+	11, // 13: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
+	12, // 14: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
+	20, // 15: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
+	23, // 16: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
+	24, // 17: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	25, // 18: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	26, // 19: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	0,  // 20: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
+	17, // 21: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	15, // 22: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	13, // 23: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
+	5,  // 24: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
+	3,  // 25: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
+	1,  // 26: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
+	18, // 27: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	16, // 28: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	14, // 29: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
+	6,  // 30: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
+	4,  // 31: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
+	2,  // 32: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
+	27, // [27:33] is the sub-list for method output_type
+	21, // [21:27] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -1424,7 +1543,7 @@ func file_internal_proto_init() {
 	}
 	file_admin_proto_init()
 	file_command_proto_init()
-	file_internal_proto_msgTypes[7].OneofWrappers = []any{
+	file_internal_proto_msgTypes[9].OneofWrappers = []any{
 		(*Effect_Deliver)(nil),
 		(*Effect_Cancelled)(nil),
 		(*Effect_ChannelTimedOut)(nil),
@@ -1437,7 +1556,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Internal_Clock_FullMethodName       = "/raftmq.v1.Internal/Clock"
 	Internal_Effects_FullMethodName     = "/raftmq.v1.Internal/Effects"
 	Internal_GroupQueues_FullMethodName = "/raftmq.v1.Internal/GroupQueues"
+	Internal_GroupGets_FullMethodName   = "/raftmq.v1.Internal/GroupGets"
 )
 
 // InternalClient is the client API for Internal service.
@@ -61,6 +62,14 @@ type InternalClient interface {
 	// does not run the group to show them whole (management API, metrics,
 	// console). NOT_FOUND from a node that does not run the group.
 	GroupQueues(ctx context.Context, in *GroupQueuesRequest, opts ...grpc.CallOption) (*GroupQueuesResponse, error)
+	// GroupGets reads, from a member of a queue group, what a basic.get of
+	// unknown outcome needs to be settled on a node that does not run the
+	// group: the group's number and the log tags of the channel's basic.get
+	// deliveries not yet settled, once the member has applied an entry it
+	// proposed after the call began (so a Get that failed before it either
+	// shows or never commits). NOT_FOUND from a node that does not run the
+	// group.
+	GroupGets(ctx context.Context, in *GroupGetsRequest, opts ...grpc.CallOption) (*GroupGetsResponse, error)
 }
 
 type internalClient struct {
@@ -133,6 +142,16 @@ func (c *internalClient) GroupQueues(ctx context.Context, in *GroupQueuesRequest
 	return out, nil
 }
 
+func (c *internalClient) GroupGets(ctx context.Context, in *GroupGetsRequest, opts ...grpc.CallOption) (*GroupGetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupGetsResponse)
+	err := c.cc.Invoke(ctx, Internal_GroupGets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -165,6 +184,14 @@ type InternalServer interface {
 	// does not run the group to show them whole (management API, metrics,
 	// console). NOT_FOUND from a node that does not run the group.
 	GroupQueues(context.Context, *GroupQueuesRequest) (*GroupQueuesResponse, error)
+	// GroupGets reads, from a member of a queue group, what a basic.get of
+	// unknown outcome needs to be settled on a node that does not run the
+	// group: the group's number and the log tags of the channel's basic.get
+	// deliveries not yet settled, once the member has applied an entry it
+	// proposed after the call began (so a Get that failed before it either
+	// shows or never commits). NOT_FOUND from a node that does not run the
+	// group.
+	GroupGets(context.Context, *GroupGetsRequest) (*GroupGetsResponse, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -189,6 +216,9 @@ func (UnimplementedInternalServer) Effects(*EffectsRequest, grpc.ServerStreaming
 }
 func (UnimplementedInternalServer) GroupQueues(context.Context, *GroupQueuesRequest) (*GroupQueuesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GroupQueues not implemented")
+}
+func (UnimplementedInternalServer) GroupGets(context.Context, *GroupGetsRequest) (*GroupGetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GroupGets not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -283,6 +313,24 @@ func _Internal_GroupQueues_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_GroupGets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupGetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).GroupGets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_GroupGets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).GroupGets(ctx, req.(*GroupGetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +349,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GroupQueues",
 			Handler:    _Internal_GroupQueues_Handler,
+		},
+		{
+			MethodName: "GroupGets",
+			Handler:    _Internal_GroupGets_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

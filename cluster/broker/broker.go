@@ -151,14 +151,18 @@ func (b *Broker) Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) (out
 
 // Gets returns the log tags of the basic.get deliveries that the applied
 // state of the log holding queue has as the channel's, and that log's
-// group number; ok is false where this node does not run that log.
-func (b *Broker) Gets(ctx context.Context, vhost, queue string, ch *proto.ChannelRef) (num uint32, tags []uint64, ok bool) {
+// group number. A queue group this node does not run is read from a
+// member, after a Tick the member proposed (RemoteGroupGets); err says
+// that read failed.
+func (b *Broker) Gets(ctx context.Context, vhost, queue string, ch *proto.ChannelRef) (num uint32, tags []uint64, err error) {
 	id := group.DefaultID
 	if b.placing() {
 		id = b.queueGroup(ctx, vhost, queue)
 	}
-	ok = b.node.ViewGroup(id, func(m *fsm.Machine) { num, tags = m.Group(), m.Gets(ch) })
-	return num, tags, ok
+	if b.node.ViewGroup(id, func(m *fsm.Machine) { num, tags = m.Group(), m.Gets(ch) }) {
+		return num, tags, nil
+	}
+	return b.node.RemoteGroupGets(ctx, id, ch)
 }
 
 // ConsumerLoad returns what the applied state of the consumer's group
