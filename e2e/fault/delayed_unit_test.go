@@ -49,9 +49,9 @@ func TestDelayedCheck(t *testing.T) {
 		want string
 	}{
 		{"early", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
-			g[7].at = s["m007"].at.Add(s["m007"].delay - time.Millisecond)
+			g[7].at = s["m007"].at.Add(s["m007"].delay - 2*time.Millisecond)
 			return g
-		}, "m007 (x-delay 1.007s) received by raftmq2 1ms early"},
+		}, "m007 (x-delay 1.007s) received by raftmq2 2ms early"},
 		{"released twice", func(s map[string]*delayedSent, g []delayedDelivery) []delayedDelivery {
 			return append(g, delayedDelivery{id: "m042", at: ms(9000), mark: -1042, marked: true, node: "raftmq1"})
 		}, "m042 released again"},
@@ -84,6 +84,15 @@ func TestDelayedCheck(t *testing.T) {
 		if !strings.Contains(strings.Join(bad, "\n"), tc.want) {
 			t.Errorf("%s: violations %v, want one saying %q", tc.name, bad, tc.want)
 		}
+	}
+
+	// A release within the log's millisecond of its due time is not
+	// early: the send time is read to the nanosecond, the stamp to the
+	// millisecond.
+	sent, got = clean()
+	got[7].at = sent["m007"].at.Add(sent["m007"].delay - 900*time.Microsecond)
+	if rep, bad := delayedViolations("within the millisecond", sent, got, 2*time.Second, faultWindows{}); len(bad) != 0 || rep.early != 0 {
+		t.Errorf("a release 0.9 ms before its due time: violations %v", bad)
 	}
 
 	// One late message in a hundred is within the 99th percentile, and a
