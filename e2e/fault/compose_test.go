@@ -119,6 +119,10 @@ type cluster struct {
 	nodes   []*node
 	// notBack says which nodes did not come back after the fault.
 	notBack []string
+	// ledAgain is how long after a node went down (sitOut) every group
+	// had a leader on another node; 0 if not while it was down.
+	ledAgain    time.Duration
+	ledMeasured bool
 	// noProcess is how long no node's process ran in the fault, when the
 	// scenario stopped them all (noneRunning).
 	noProcess time.Duration
@@ -653,4 +657,52 @@ func (c *cluster) dumpLogs() {
 		out, _ := exec.Command("docker", "logs", "--tail", "60", n.container).CombinedOutput()
 		c.t.Logf("---- %s (%s) log tail ----\n%s", n.id, n.ip, out)
 	}
+}
+
+// sitOut keeps node i down for d, the fault's fixed spell, and meanwhile
+// measures how long it takes until every group (the metadata group and
+// each queue group) names a leader other than node i, as the nodes that
+// run each group report it: the time it takes the cluster to lead again.
+func (c *cluster) sitOut(i int, d time.Duration) {
+	start := time.Now()
+	end := start.Add(d)
+	c.ledAgain, c.ledMeasured = 0, true
+	for time.Now().Before(end) {
+		if c.ledElsewhere(i) {
+			c.ledAgain = time.Since(start)
+			break
+		}
+		time.Sleep(min(50*time.Millisecond, time.Until(end)))
+	}
+	time.Sleep(time.Until(end))
+}
+
+// ledElsewhere reports whether each group has a leader other than node i,
+// by the other nodes' accounts (ListGroups: the groups each runs).
+func (c *cluster) ledElsewhere(i int) bool {
+	led := map[string]bool{}
+	for j := range c.nodes {
+		if j == i {
+			continue
+		}
+		a, done := c.admin(j)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		resp, err := a.ListGroups(ctx, &proto.ListGroupsRequest{})
+		cancel()
+		done()
+		if err != nil {
+			continue
+		}
+		for _, g := range resp.GetGroups() {
+			if l := g.GetLeader(); l != "" && l != c.nodes[i].id {
+				led[g.GetId()] = true
+			}
+		}
+	}
+	for _, g := range append([]string{""}, c.groups...) {
+		if !led[g] {
+			return false
+		}
+	}
+	return true
 }

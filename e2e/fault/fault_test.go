@@ -46,7 +46,7 @@ func outage(leader bool, d time.Duration, down, up func(c *cluster, i int)) func
 			i = (i + 1) % len(c.nodes)
 		}
 		down(c, i)
-		time.Sleep(d)
+		c.sitOut(i, d)
 		up(c, i)
 	}
 }
@@ -140,7 +140,7 @@ func frozen(leader bool) func(t *testing.T, c *cluster) {
 			i = (i + 1) % len(c.nodes)
 		}
 		c.freeze(i)
-		time.Sleep(freezeFor)
+		c.sitOut(i, freezeFor)
 		c.thaw(i)
 		c.comeBack(i)
 	}
@@ -259,6 +259,7 @@ func run(t *testing.T, sc scenario) {
 		w.stopConsuming()
 		rep, _ := w.rec.check(sc.name, sc.limitsWithGrace(), faultAt, time.Now())
 		rep.nodesBack = false
+		rep.ledAgain, rep.ledMeasured = c.ledAgain, c.ledMeasured
 		for _, b := range c.notBack {
 			t.Error(b)
 		}
@@ -315,6 +316,7 @@ func run(t *testing.T, sc scenario) {
 	lim.noProcess = c.noProcess
 	rep, bad := w.rec.check(sc.name, lim, faultAt, publishEnd)
 	rep.leases = []leaseResult{idle1, idle2, used}
+	rep.ledAgain, rep.ledMeasured = c.ledAgain, c.ledMeasured
 	for _, l := range rep.leases {
 		bad = append(bad, l.violations()...)
 	}

@@ -152,6 +152,11 @@ type report struct {
 	latenessP99 time.Duration
 	lateSamples int
 	nodesBack   bool // every node came back after the fault
+	// ledAgain is how long after one node went down every group had a
+	// leader on another node (ledMeasured: the scenario measures it;
+	// ledAgain 0: not within the fault).
+	ledAgain    time.Duration
+	ledMeasured bool
 	leases      []leaseResult
 }
 
@@ -323,8 +328,8 @@ func longestGap(ts []time.Time, from, to time.Time) time.Duration {
 // unflagged those of them without the redelivered flag; death-late-p99 is
 // over the dead letters confirmed within fastConfirm.
 func writeTable(w io.Writer, reps []report) {
-	fmt.Fprintf(w, "%-20s %9s %9s %9s %9s %5s %5s %9s %5s %10s %14s %10s %s\n",
-		"scenario", "published", "confirmed", "consumed", "dead-lttr", "lost", "dups", "unflagged", "late", "max-pause", "death-late-p99", "nodes-back", "x-expires")
+	fmt.Fprintf(w, "%-20s %9s %9s %9s %9s %5s %5s %9s %5s %10s %14s %10s %9s %s\n",
+		"scenario", "published", "confirmed", "consumed", "dead-lttr", "lost", "dups", "unflagged", "late", "max-pause", "death-late-p99", "nodes-back", "led-again", "x-expires")
 	for _, r := range reps {
 		var ls []string
 		for _, l := range r.leases {
@@ -341,8 +346,15 @@ func writeTable(w io.Writer, reps []report) {
 		if !r.nodesBack {
 			back = "NO"
 		}
-		fmt.Fprintf(w, "%-20s %9d %9d %9d %9d %5d %5d %9d %5d %10v %14v %10s %s\n",
+		led := "-"
+		switch {
+		case r.ledMeasured && r.ledAgain == 0:
+			led = "never"
+		case r.ledMeasured:
+			led = r.ledAgain.Round(10 * time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%-20s %9d %9d %9d %9d %5d %5d %9d %5d %10v %14v %10s %9s %s\n",
 			r.scenario, r.published, r.confirmed, r.consumed, r.deadLettered, r.lost, r.duplicated, r.unflaggedDups, r.late,
-			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), back, strings.Join(ls, ", "))
+			r.maxPause.Round(time.Millisecond), r.latenessP99.Round(time.Millisecond), back, led, strings.Join(ls, ", "))
 	}
 }

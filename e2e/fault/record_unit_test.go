@@ -1,6 +1,7 @@
 package fault
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,18 +155,27 @@ func TestLongestGap(t *testing.T) {
 	}
 }
 
-func TestWriteTable_SaysWhenANodeDidNotComeBack(t *testing.T) {
+func TestWriteTable_SaysWhenANodeDidNotComeBackAndWhenGroupsLedAgain(t *testing.T) {
 	var b strings.Builder
-	writeTable(&b, []report{{scenario: "whole", nodesBack: true}, {scenario: "broken", nodesBack: false}})
+	writeTable(&b, []report{
+		{scenario: "whole", nodesBack: true, ledMeasured: true, ledAgain: 1234 * time.Millisecond},
+		{scenario: "broken", nodesBack: false, ledMeasured: true},
+		{scenario: "unmeasured", nodesBack: true},
+	})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "nodes-back") {
+	if len(lines) != 4 {
 		t.Fatalf("table:\n%s", b.String())
 	}
-	if f := strings.Fields(lines[1]); f[len(f)-1] != "yes" {
-		t.Fatalf("nodes-back column wrong:\n%s", b.String())
+	head := strings.Fields(lines[0])
+	back, led := slices.Index(head, "nodes-back"), slices.Index(head, "led-again")
+	if back < 0 || led < 0 {
+		t.Fatalf("columns missing:\n%s", b.String())
 	}
-	if f := strings.Fields(lines[2]); f[len(f)-1] != "NO" {
-		t.Fatalf("nodes-back column wrong:\n%s", b.String())
+	for i, want := range [][2]string{{"yes", "1.23s"}, {"NO", "never"}, {"yes", "-"}} {
+		f := strings.Fields(lines[i+1])
+		if f[back] != want[0] || f[led] != want[1] {
+			t.Fatalf("row %d: nodes-back %q led-again %q, want %q:\n%s", i, f[back], f[led], want, b.String())
+		}
 	}
 }
 
