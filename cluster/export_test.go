@@ -21,3 +21,7 @@ func (n *Node) ScaleSnapshotThreshold() { n.group.ScaleSnapshotThreshold() }
 // ProposeQueueGroups runs one round of the leader's queue group check
 // now.
 func (n *Node) ProposeQueueGroups(ctx context.Context) { n.proposeQueueGroups(ctx) }
+
+// QuietAppends reports how many appends the node's metadata group sent
+// its followers and how many repeats it answered without sending.
+func (n *Node) QuietAppends() (sent, answered uint64) { return n.group.Quiet().Counts() }

@@ -35,7 +35,12 @@ func (t reachTransport) answered(id raft.ServerID, err error) error {
 
 // AppendEntries implements raft.Transport (appends and heartbeats).
 func (t reachTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return t.answered(id, t.NoPipeline.AppendEntries(id, target, args, resp))
+	asked, err := t.NoPipeline.Append(id, target, args, resp)
+	if !asked {
+		// Answered from the follower's last answer: not news of it.
+		return err
+	}
+	return t.answered(id, err)
 }
 
 // RequestVote implements raft.Transport.

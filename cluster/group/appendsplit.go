@@ -20,6 +20,9 @@ type NoPipeline struct {
 	*raft.NetworkTransport
 	// Bulk, when set, carries large entries beside the append (bulk.go).
 	Bulk *Bulk
+	// Quiet, when set, answers an idle group's repeated appends without
+	// sending them (quietappends.go).
+	Quiet *QuietAppends
 }
 
 // AppendEntriesPipeline implements raft.Transport: not supported.
@@ -29,6 +32,23 @@ func (NoPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft
 
 // AppendEntries implements raft.Transport with the byte budget.
 func (t NoPipeline) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	_, err := t.Append(id, target, args, resp)
+	return err
+}
+
+// Append is AppendEntries that also reports whether the follower was
+// asked: false when Quiet answered a repeat from its last answer.
+func (t NoPipeline) Append(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (asked bool, _ error) {
+	if t.Quiet.answer(id, args, resp) {
+		return false, nil
+	}
+	at := t.Quiet.sentAt()
+	err := t.send(id, target, args, resp)
+	t.Quiet.record(id, at, args, resp, err)
+	return true, err
+}
+
+func (t NoPipeline) send(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	args.Entries = appendBudget(args.Entries, maxAppendBytes)
 	if t.Bulk != nil && len(args.Entries) > 0 {
 		// raft keeps args: the append sent is a copy with the large

@@ -107,6 +107,7 @@ type Group struct {
 	fsm       *FSM
 	logs      raft.LogStore
 	bulk      *Bulk
+	quiet     *QuietAppends
 	// raft is set once Start has it: the transport's handshakes may ask
 	// for it before.
 	raft atomic.Pointer[raft.Raft]
@@ -148,6 +149,10 @@ func Open(cfg Config) (*Group, error) {
 		return g, fmt.Errorf("cluster: body store: %w", err)
 	}
 	g.logs = st.Logs(g.bodies.Pin)
+	// A leader's idle appends wait out their window unless the log grows.
+	g.quiet = NewQuietAppends(cfg.Raft.HeartbeatTimeout / 5)
+	st.Meter().OnAppend(g.quiet.Wake)
+	g.quiet.Applied(g.applied.Load)
 	fc := cfg.FSM
 	fc.State, fc.Applied, fc.Proposals, fc.Closing = g.state, g.applied, g.proposals, cfg.Closing
 	fc.Storage, fc.Bodies, fc.TrailingLogs = st, g.bodies, cfg.Raft.TrailingLogs
@@ -207,6 +212,10 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 	return has, nil
 }
 
+// Quiet answers the group's repeated idle appends (quietappends.go),
+// for its transport.
+func (g *Group) Quiet() *QuietAppends { return g.quiet }
+
 // UseBulk has the group's appends take their large entries from b
 // (bulk.go); before Start.
 func (g *Group) UseBulk(b *Bulk) { g.bulk = b }
@@ -247,6 +256,7 @@ func (g *Group) Forwarder() *Forwarder { return g.fwd }
 
 // Shutdown stops the group's raft (raft.Shutdown); nil before Start.
 func (g *Group) Shutdown() raft.Future {
+	g.quiet.Close()
 	if r := g.Raft(); r != nil {
 		return r.Shutdown()
 	}

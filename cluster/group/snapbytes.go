@@ -24,7 +24,12 @@ type LogMeter struct {
 	appended atomic.Int64 // every entry's data since the node started
 	base     atomic.Int64 // appended when the last snapshot (or attempt) began
 	due      chan struct{}
+	appends  func() // hears of every append (OnAppend)
 }
+
+// OnAppend has f called after every append to the log; before raft
+// starts.
+func (m *LogMeter) OnAppend(f func()) { m.appends = f }
 
 func newLogMeter(budget int64) *LogMeter {
 	return &LogMeter{budget: budget, due: make(chan struct{}, 1)}
@@ -74,5 +79,8 @@ func (l meteredLogs) StoreLogs(logs []*raft.Log) error {
 		return err
 	}
 	l.meter.add(logs)
+	if f := l.meter.appends; f != nil {
+		f()
+	}
 	return nil
 }

@@ -26,9 +26,16 @@ const nodes = 3
 
 // counter is the state machine: it counts what it applies, so that the
 // figures are raft's and the log's, not a broker's.
-type counter struct{ n atomic.Uint64 }
+type counter struct {
+	n       atomic.Uint64
+	applied *rgroup.AppliedIndex // for QuietAppends
+}
 
-func (c *counter) Apply(*raft.Log) any { c.n.Add(1); return nil }
+func (c *counter) Apply(l *raft.Log) any {
+	c.n.Add(1)
+	c.applied.Advance(l.Index)
+	return nil
+}
 func (c *counter) Snapshot() (raft.FSMSnapshot, error) {
 	return snap{}, nil
 }
@@ -44,11 +51,16 @@ func (snap) Release()                          {}
 type countingLogs struct {
 	*raftwal.WAL
 	appends *atomic.Uint64
+	quiet   *rgroup.QuietAppends // told of every append, when set
 }
 
 func (l countingLogs) StoreLogs(logs []*raft.Log) error {
 	l.appends.Add(1)
-	return l.WAL.StoreLogs(logs)
+	err := l.WAL.StoreLogs(logs)
+	if l.quiet != nil {
+		l.quiet.Wake()
+	}
+	return err
 }
 
 func (l countingLogs) StoreLog(log *raft.Log) error {
@@ -61,6 +73,7 @@ type group struct {
 	trans  [nodes]*raft.NetworkTransport
 	wals   [nodes]*raftwal.WAL
 	fsms   [nodes]*counter
+	quiet  [nodes]*rgroup.QuietAppends
 	leader atomic.Pointer[raft.Raft]
 }
 
@@ -96,10 +109,12 @@ func (l tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 	return net.DialTimeout("tcp", string(addr), timeout)
 }
 
-// start runs groups of three members. Without mux each member has a TCP
+// start runs groups of three members. With quiet, raft's transport is
+// raftmq's (no pipeline, idle repeats answered by rgroup.QuietAppends).
+// Without mux each member has a TCP
 // listener of its own; with it each node has one, shared by its groups
 // through a group.Mux.
-func start(tb testing.TB, groups int, commit time.Duration, mux bool) *fleet {
+func start(tb testing.TB, groups int, commit time.Duration, mux, quiet bool) *fleet {
 	tb.Helper()
 	dir := tb.TempDir()
 	f := &fleet{}
@@ -152,9 +167,17 @@ func start(tb testing.TB, groups int, commit time.Duration, mux bool) *fleet {
 				tb.Fatal(err)
 			}
 			gr.wals[n] = w
-			gr.fsms[n] = &counter{}
+			gr.fsms[n] = &counter{applied: rgroup.NewAppliedIndex()}
 			logs := countingLogs{WAL: w, appends: &f.appends[n]}
-			r, err := raft.NewRaft(config(n, commit), gr.fsms[n], logs, w, raft.NewInmemSnapshotStore(), gr.trans[n])
+			var tr raft.Transport = gr.trans[n]
+			if quiet {
+				// As a raftmq group's: the window is HeartbeatTimeout/5.
+				logs.quiet = rgroup.NewQuietAppends(time.Second / 5)
+				logs.quiet.Applied(gr.fsms[n].applied.Load)
+				tr = rgroup.NoPipeline{NetworkTransport: gr.trans[n], Quiet: logs.quiet}
+				gr.quiet[n] = logs.quiet
+			}
+			r, err := raft.NewRaft(config(n, commit), gr.fsms[n], logs, w, raft.NewInmemSnapshotStore(), tr)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -198,6 +221,7 @@ func (f *fleet) stop() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				g.quiet[n].Close()
 				_ = g.rafts[n].Shutdown().Error()
 				_ = g.trans[n].Close()
 				_ = g.wals[n].Close()
@@ -229,17 +253,24 @@ func BenchmarkIdleGroups(b *testing.B) {
 		for _, commit := range []time.Duration{2 * time.Millisecond, 50 * time.Millisecond} {
 			for _, groups := range sizes {
 				b.Run(fmt.Sprintf("mux=%t/commit=%s/groups=%d", mux, commit, groups), func(b *testing.B) {
-					idle(b, groups, commit, mux)
+					idle(b, groups, commit, mux, false)
 				})
 			}
 		}
 	}
+	// raftmq's groups: the mux, the 2 ms commit timeout, and the idle
+	// repeats answered without being sent.
+	for _, groups := range sizes {
+		b.Run(fmt.Sprintf("quiet/commit=2ms/groups=%d", groups), func(b *testing.B) {
+			idle(b, groups, 2*time.Millisecond, true, true)
+		})
+	}
 }
 
 // idle is one run of BenchmarkIdleGroups.
-func idle(b *testing.B, groups int, commit time.Duration, mux bool) {
+func idle(b *testing.B, groups int, commit time.Duration, mux, quiet bool) {
 	before := runtime.NumGoroutine()
-	f := start(b, groups, commit, mux)
+	f := start(b, groups, commit, mux, quiet)
 	time.Sleep(2 * time.Second) // let elections and their first appends settle
 	goroutines := runtime.NumGoroutine() - before
 	const window = 5 * time.Second
@@ -266,7 +297,7 @@ func BenchmarkGroupsUnderLoad(b *testing.B) {
 	payload := make([]byte, 1024)
 	for _, groups := range sizes {
 		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
-			f := start(b, groups, 2*time.Millisecond, false)
+			f := start(b, groups, 2*time.Millisecond, false, false)
 			const window = 5 * time.Second
 			var entries, appends uint64
 			var used time.Duration

@@ -1,0 +1,234 @@
+package group
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A leader's raft sends each follower an append without entries every
+// CommitTimeout, so that a follower learns the commit index soon after
+// the last entries of a burst (hashicorp/raft#282). raftmq's commit
+// timeout is 2 ms, because a consumer on a follower waits for that
+// follower's apply; so a group that is idle still costs its leader 500
+// round trips a second to each follower, each with its msgpack and TLS
+// records and a turn of the follower's raft loop, and a node pays that
+// for every group it leads.
+//
+// Past the first, those appends say nothing new: the same term, the same
+// previous entry, the same commit index, which the follower has already
+// taken. QuietAppends answers such a repeat with the follower's answer to
+// the last one sent, as long as the follower has answered the leader (that
+// append, or a heartbeat since, in the same term) within a window; when it
+// has not, the append goes. An append that differs in anything (entries,
+// a commit index that moved, a new term) always goes, as do heartbeats
+// (they carry no commit index), so raft sees the traffic of a busy group
+// unchanged, and an idle group's followers hear only heartbeats.
+//
+// The answer is given when the window ends, or as soon as the log grows
+// (Wake), the leader applies an entry (its commit index moved, and the
+// next append carries it), or the group shuts down (Close), not at once:
+// raft's replication loop would otherwise be back every commit timeout,
+// and the wake-ups of its goroutines, one per follower of every group a
+// node leads, cost about what the appends did. A log that grows and a
+// commit index that moves are all raft's loop waits for, so no entry and
+// no commit waits on this; what does wait, at most the window, is a
+// leadership transfer that finds the follower caught up, the end of
+// replication to a follower that left the configuration, and followers'
+// news of a commit no command was applied at (a barrier, a configuration).
+//
+// A group whose log grew within the last quietAfter is not idle, and its
+// appends all go, as raft sends them: measured at 50 messages a second,
+// answering the repeats between two messages cost every delivery about
+// a millisecond (each node's runtime, no longer woken every few ms, was
+// asleep when the next message came) for a third less CPU. What this is
+// for is the group that has nothing to do.
+//
+// An answer given for the follower can never commit anything: raft
+// counts a follower's match index only from the entries an append
+// carried (updateLastAppended), and these carry none. The follower keeps
+// what an append told it until it restarts, and a
+// restart breaks the leader's connection, so the heartbeat or append
+// that meets it fails; a failure, a refusal or a newer term forgets the
+// follower's answer, so nothing is answered for a follower that did not
+// answer last. What an answered repeat does cost is freshness: a leader
+// cut off from a follower (a partition, a freeze: its RPCs hang rather
+// than fail) counts the follower as heard from up to the window longer
+// than its heartbeats alone would, in its lease check and VerifyLeader.
+// The window is the longest gap raft leaves between two heartbeats
+// (HeartbeatTimeout/5), so the leader's lease runs out at most that much
+// later.
+type QuietAppends struct {
+	window  time.Duration
+	after   time.Duration // quietAfter, or what a test sets
+	now     func() time.Time
+	applied func() (uint64, <-chan struct{}) // the leader's applied index (Applied)
+
+	mu    sync.Mutex
+	last  map[raft.ServerID]quietAnswer
+	grew  time.Time     // the last Wake
+	woken chan struct{} // closed by the next Wake, once someone waits on it
+	wait  bool          // someone took woken
+	done  chan struct{} // closed by Close
+
+	sent, answered atomic.Uint64
+}
+
+// quietAnswer is the follower's answer to the last idle append sent it.
+type quietAnswer struct {
+	key  quietKey
+	resp raft.AppendEntriesResponse
+	at   time.Time // when the last append or heartbeat it answered was sent
+}
+
+// quietKey is what an idle append says.
+type quietKey struct {
+	term, prev, prevTerm, commit uint64
+}
+
+// quietAfter is how long a group's log stands still before its repeated
+// appends are answered.
+const quietAfter = time.Second
+
+// NewQuietAppends answers repeated idle appends for window after the
+// last one sent (0 sends every append).
+func NewQuietAppends(window time.Duration) *QuietAppends {
+	return &QuietAppends{window: window, after: quietAfter, now: time.Now, last: map[raft.ServerID]quietAnswer{},
+		woken: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Applied has answers also end their wait when the leader applies an
+// entry: f is the applied index and a channel closed at its next advance.
+// Before raft starts.
+func (q *QuietAppends) Applied(f func() (uint64, <-chan struct{})) { q.applied = f }
+
+// Wake ends the waits of the answers being given: the log grew.
+func (q *QuietAppends) Wake() {
+	q.mu.Lock()
+	q.grew = q.now()
+	if q.wait {
+		close(q.woken)
+		q.woken, q.wait = make(chan struct{}), false
+	}
+	q.mu.Unlock()
+}
+
+// Close ends every wait, now and later: the group is shutting down.
+func (q *QuietAppends) Close() {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	select {
+	case <-q.done:
+	default:
+		close(q.done)
+	}
+	q.mu.Unlock()
+}
+
+// idleKey is the key of an append that may be answered without sending
+// it: no entries, and a commit index (heartbeats carry none).
+func idleKey(a *raft.AppendEntriesRequest) (quietKey, bool) {
+	if len(a.Entries) > 0 || a.LeaderCommitIndex == 0 {
+		return quietKey{}, false
+	}
+	return quietKey{term: a.Term, prev: a.PrevLogEntry, prevTerm: a.PrevLogTerm, commit: a.LeaderCommitIndex}, true
+}
+
+// answer fills resp and reports true when the append to id need not go.
+func (q *QuietAppends) answer(id raft.ServerID, a *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
+	if q == nil || q.window <= 0 {
+		return false
+	}
+	k, ok := idleKey(a)
+	if !ok {
+		return false
+	}
+	q.mu.Lock()
+	now := q.now()
+	last, ok := q.last[id]
+	left := q.window - now.Sub(last.at)
+	if !ok || last.key != k || left <= 0 || now.Sub(q.grew) < q.after {
+		q.mu.Unlock()
+		return false
+	}
+	woken := q.woken
+	q.wait = true
+	q.mu.Unlock()
+	var moved <-chan struct{}
+	if q.applied != nil {
+		idx, ch := q.applied()
+		if idx > a.LeaderCommitIndex {
+			// The commit index moved on since raft made this append;
+			// its next one carries it.
+			left = 0
+		}
+		moved = ch
+	}
+	if left > 0 {
+		t := time.NewTimer(left)
+		select {
+		case <-t.C:
+		case <-woken:
+		case <-moved:
+		case <-q.done:
+		}
+		t.Stop()
+		// A heartbeat that failed meanwhile took the answer back.
+		q.mu.Lock()
+		cur, ok := q.last[id]
+		q.mu.Unlock()
+		if !ok || cur.key != k {
+			return false
+		}
+	}
+	*resp = last.resp
+	q.answered.Add(1)
+	return true
+}
+
+// sentAt is the time to record an append sent now by.
+func (q *QuietAppends) sentAt() time.Time {
+	if q == nil {
+		return time.Time{}
+	}
+	return q.now()
+}
+
+// record keeps the follower's answer to an append sent at at, or forgets
+// the last one when this one failed or was not idle.
+func (q *QuietAppends) record(id raft.ServerID, at time.Time, a *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, err error) {
+	if q == nil {
+		return
+	}
+	q.sent.Add(1)
+	k, idle := idleKey(a)
+	heartbeat := len(a.Entries) == 0 && a.LeaderCommitIndex == 0
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case idle && err == nil && resp.Success && resp.Term == a.Term:
+		q.last[id] = quietAnswer{key: k, resp: *resp, at: at}
+	case heartbeat && err == nil && resp.Term == a.Term:
+		// The follower is there, in the leader's term: the last idle
+		// answer holds a window longer.
+		if last, ok := q.last[id]; ok && at.After(last.at) {
+			last.at = at
+			q.last[id] = last
+		}
+	default:
+		delete(q.last, id)
+	}
+}
+
+// Counts reports how many appends were sent and how many were answered
+// without sending.
+func (q *QuietAppends) Counts() (sent, answered uint64) {
+	if q == nil {
+		return 0, 0
+	}
+	return q.sent.Load(), q.answered.Load()
+}
