@@ -64,8 +64,8 @@ type GroupConfig struct {
 	// CommitTimeout is how long raft waits before replicating an idle
 	// commit index to followers, which bounds follower apply lag under light
 	// load (default 2 ms: about 3 ms of lag; raft allows 1 ms at least).
-	// A group idle for a second sends its repeats no more
-	// (group.QuietAppends), so it costs an idle group nothing.
+	// A group idle for a second no longer sends these repeats
+	// (group.QuietAppends): an idle group costs its heartbeats only.
 	CommitTimeout time.Duration
 	// SnapshotThreshold, SnapshotInterval and TrailingLogs tune raft
 	// snapshots (defaults 8192 entries, 30 s, 10240 entries). Left at its

@@ -667,8 +667,18 @@ func (c *cluster) sitOut(i int, d time.Duration) {
 	start := time.Now()
 	end := start.Add(d)
 	c.ledAgain, c.ledMeasured = 0, true
+	// One client per other node for the whole spell: a connection per
+	// poll would add its handshake to every reading.
+	admins := map[int]proto.AdminClient{}
+	for j := range c.nodes {
+		if j != i {
+			a, done := c.admin(j)
+			defer done()
+			admins[j] = a
+		}
+	}
 	for time.Now().Before(end) {
-		if c.ledElsewhere(i) {
+		if c.ledElsewhere(i, admins) {
 			c.ledAgain = time.Since(start)
 			break
 		}
@@ -678,18 +688,14 @@ func (c *cluster) sitOut(i int, d time.Duration) {
 }
 
 // ledElsewhere reports whether each group has a leader other than node i,
-// by the other nodes' accounts (ListGroups: the groups each runs).
-func (c *cluster) ledElsewhere(i int) bool {
+// by the accounts of the other nodes, through their admins (ListGroups:
+// the groups each runs).
+func (c *cluster) ledElsewhere(i int, admins map[int]proto.AdminClient) bool {
 	led := map[string]bool{}
-	for j := range c.nodes {
-		if j == i {
-			continue
-		}
-		a, done := c.admin(j)
+	for _, a := range admins {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		resp, err := a.ListGroups(ctx, &proto.ListGroupsRequest{})
 		cancel()
-		done()
 		if err != nil {
 			continue
 		}

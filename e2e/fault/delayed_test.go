@@ -32,8 +32,8 @@ import (
 // The checker wants every confirmed message released exactly once (a
 // repeat flagged redelivered, after a consumer's node died, is a
 // redelivery; an unflagged one a second release), none before its send
-// time plus its delay (to the log's millisecond), each released copy carrying x-delay = minus its
-// delay, nothing confirmed lost, and the 99th percentile of lateness
+// time plus its delay (to the log's millisecond), each released copy
+// carrying x-delay = minus its delay, nothing confirmed lost, and the 99th percentile of lateness
 // (first receipt minus send time plus delay, over the messages confirmed
 // within fastConfirm) at most delayedLateBound; the table says whether
 // it met the 2 s target. Run it alone with
@@ -41,6 +41,7 @@ import (
 //	go test ./e2e/fault -run TestFaultDelayed -v
 //
 // RAFTMQ_FAULT_DELAYED sets another number of messages.
+
 // logTimeResolution is how finely the log tells time: stamps are whole
 // milliseconds, rounded down, so a message the test sends 0.9 ms into a
 // millisecond and the leader stamps in the same one is due up to that

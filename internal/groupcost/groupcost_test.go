@@ -28,12 +28,14 @@ const nodes = 3
 // figures are raft's and the log's, not a broker's.
 type counter struct {
 	n       atomic.Uint64
-	applied *rgroup.AppliedIndex // for QuietAppends
+	applied *rgroup.AppliedIndex // for QuietAppends, when set
 }
 
 func (c *counter) Apply(l *raft.Log) any {
 	c.n.Add(1)
-	c.applied.Advance(l.Index)
+	if c.applied != nil {
+		c.applied.Advance(l.Index)
+	}
 	return nil
 }
 func (c *counter) Snapshot() (raft.FSMSnapshot, error) {
@@ -167,11 +169,12 @@ func start(tb testing.TB, groups int, commit time.Duration, mux, quiet bool) *fl
 				tb.Fatal(err)
 			}
 			gr.wals[n] = w
-			gr.fsms[n] = &counter{applied: rgroup.NewAppliedIndex()}
+			gr.fsms[n] = &counter{}
 			logs := countingLogs{WAL: w, appends: &f.appends[n]}
 			var tr raft.Transport = gr.trans[n]
 			if quiet {
 				// As a raftmq group's: the window is HeartbeatTimeout/5.
+				gr.fsms[n].applied = rgroup.NewAppliedIndex()
 				logs.quiet = rgroup.NewQuietAppends(time.Second / 5)
 				logs.quiet.Applied(gr.fsms[n].applied.Load)
 				tr = rgroup.NoPipeline{NetworkTransport: gr.trans[n], Quiet: logs.quiet}
