@@ -67,7 +67,7 @@ func TestLargeMessages_AtTheLimitSurviveStopsAndKills(t *testing.T) {
 	}
 	msgs := []largeMsg{{"at", largeMax}, {"under", largeMax - 1}}
 	for i, m := range msgs {
-		publishLarge(t, c, ch, q, m.id, largeBody(m.size, byte(i+1)))
+		publishLarge(t, c, 1, q, m.id, largeBody(m.size, byte(i+1)))
 	}
 
 	// One byte over: the channel is closed with 406, the connection stays.
@@ -93,9 +93,8 @@ func TestLargeMessages_AtTheLimitSurviveStopsAndKills(t *testing.T) {
 	checkLarge(t, c, 2, q, msgs, false)
 
 	// A third message confirmed, then every node killed at once.
-	ch = channel(t, dial(t, c.Nodes[0]))
 	msgs = append(msgs, largeMsg{"at-before-kill", largeMax})
-	publishLarge(t, c, ch, q, "at-before-kill", largeBody(largeMax, 3))
+	publishLarge(t, c, 0, q, "at-before-kill", largeBody(largeMax, 3))
 	for i := range c.Nodes {
 		c.Kill(i)
 	}
@@ -186,38 +185,57 @@ func largeChannel(t *testing.T, c *Cluster, i int) (*amqp.Connection, *amqp.Chan
 	return conn, ch, ch.NotifyClose(make(chan *amqp.Error, 1))
 }
 
-// publishLarge publishes one persistent message until it is confirmed.
-// A nack (an outcome a leadership change left unknown) is answered as a
-// publisher does, by publishing again: the message may then be queued
-// twice. The nodes' logs are dumped while they still exist if it is never
-// confirmed.
-func publishLarge(t *testing.T, c *Cluster, ch *amqp.Channel, q, id string, body []byte) {
+// publishLarge publishes one persistent message through node i until it
+// is confirmed. A nack (an outcome a leadership change left unknown) is
+// answered as a publisher does, by publishing again: the message may then
+// be queued twice. A connection the server closes (a node that lost
+// contact with the majority closes its clients and asks them to reconnect
+// to another node: a 72 MiB append on a loaded machine can do that) is
+// answered as a client does, by connecting to the next node and
+// publishing again. The nodes' logs are dumped while they still exist if
+// it is never confirmed.
+func publishLarge(t *testing.T, c *Cluster, i int, q, id string, body []byte) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	conn, ch, closed := largeChannel(t, c, i)
+	defer func() { _ = conn.Close() }()
 	if err := ch.Confirm(false); err != nil {
 		t.Fatalf("confirm.select: %v", err)
 	}
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: body})
-		if err != nil {
+	for attempt, lost := 1, 0; ; attempt++ {
+		if attempt > 5 {
 			c.DumpLogs()
-			var why *amqp.Error
-			select {
-			case why = <-closed:
-			default:
-			}
-			t.Fatalf("publish %s (attempt %d): %v (the channel closed with %v)", id, attempt, err, why)
+			t.Fatalf("%s not confirmed in %d attempts", id, attempt-1)
 		}
-		ok, err := dc.WaitContext(ctx)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: body})
+		ok := false
+		if err == nil {
+			ok, err = dc.WaitContext(ctx)
+		}
 		if ok && err == nil {
 			return
 		}
-		if err != nil || attempt == 5 {
-			c.DumpLogs()
-			t.Fatalf("confirm of %s (attempt %d): ok=%v err=%v", id, attempt, ok, err)
+		if err == nil {
+			t.Logf("%s nacked (attempt %d), publishing it again", id, attempt)
+			continue
 		}
-		t.Logf("%s nacked (attempt %d), publishing it again", id, attempt)
+		var why *amqp.Error
+		select {
+		case why = <-closed:
+		default:
+		}
+		if why == nil || why.Code != amqp.ConnectionForced || lost == 2 {
+			c.DumpLogs()
+			t.Fatalf("publish %s (attempt %d): %v (the channel closed with %v)", id, attempt, err, why)
+		}
+		lost++
+		i = (i + 1) % len(c.Nodes)
+		t.Logf("%s (attempt %d): the server closed the connection with %v; connecting to %s", id, attempt, why, c.Nodes[i].ID)
+		_ = conn.Close()
+		conn, ch, closed = largeChannel(t, c, i)
+		if err := ch.Confirm(false); err != nil {
+			t.Fatalf("confirm.select: %v", err)
+		}
 	}
 }
