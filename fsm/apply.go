@@ -78,8 +78,15 @@ func (s *state) apply(e Entry, sink Sink) []*proto.Result {
 		r.Index = e.Index
 		out[i] = r
 	}
+	if checkHook != nil {
+		checkHook(s)
+	}
 	return out
 }
+
+// checkHook lets tests check the state after every applied entry and
+// every restore.
+var checkHook func(s *state)
 
 // applySetProtocol raises the log's protocol level; a lower level than
 // the log's (a second leader proposing what the first already did)

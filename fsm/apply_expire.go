@@ -21,6 +21,7 @@ func (s *state) applyExpire(c *proto.Expire) *proto.Result {
 		for i := range due {
 			s.kill(q, &due[i], ttl.ReasonExpired)
 		}
+		s.markTimed(q)
 	}
 	return &proto.Result{}
 }

@@ -131,5 +131,7 @@ func (s *state) reapplyPolicies(v *vhost) {
 		q.policy, q.opPolicy = matchPolicies(v, q.name, "queues")
 		q.q.UpdateDeadlines(func(m *queue.Message) int64 { return deadlineOf(q, m) })
 		s.enforceLimits(q)
+		s.markTimed(q)
+		s.markLeased(q)
 	}
 }

@@ -221,6 +221,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	s.stats.Queues++
 	s.place(q, s.placeFor(c))
 	q.policy, q.opPolicy = matchPolicies(v, name, "queues")
+	s.markLeased(q)
 	return &proto.Result{Queue: name}
 }
 
@@ -267,6 +268,7 @@ func (s *state) applyQueuePurge(c *proto.QueuePurge) *proto.Result {
 		return r
 	}
 	n := q.q.Purge()
+	s.markTimed(q)
 	s.stats.Purged += uint64(n)
 	n += s.dropRetries(q)
 	return &proto.Result{Queue: q.name, MessageCount: uint32(n)}
@@ -287,6 +289,8 @@ func (s *state) deleteQueue(q *queueState, notify bool) {
 	s.stats.Purged += uint64(q.q.Purge())
 	s.dropRetries(q)
 	q.deleted = true
+	s.markTimed(q)
+	s.markLeased(q)
 	delete(v.queues, q.name)
 	s.stats.Queues--
 	s.unplace(q)
@@ -311,6 +315,7 @@ func (s *state) enqueue(q *queueState, m *queue.Message, fresh bool) {
 			s.kill(q, r, ttl.ReasonExpired)
 		}
 	}
+	s.markTimed(q)
 }
 
 func deadlineOf(q *queueState, m *queue.Message) int64 {

@@ -284,6 +284,7 @@ func (s *state) releaseRetry(r *retryMsg) {
 	s.stats.Requeued++
 	q.q.PushFront([]*queue.Message{m})
 	s.enforceLimits(q)
+	s.markTimed(q)
 	if !q.deleted {
 		s.dispatch(q, nil)
 	}

@@ -184,6 +184,7 @@ func (s *state) requeue(ps []*unacked, kind returnKind) {
 		s.stats.Requeued += uint64(len(back))
 		q.q.PushFront(back)
 		s.enforceLimits(q)
+		s.markTimed(q)
 	}
 	s.redispatch(qs)
 }

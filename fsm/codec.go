@@ -636,6 +636,8 @@ func decQueue(d *dec, s *state, v *vhost, consumers map[string]*consumer) error 
 		decMessageInto(d, &m, true)
 		q.q.PushBack(&m)
 	}
+	s.markTimed(q)
+	s.markLeased(q)
 	for cn := d.n(); cn > 0 && d.err == nil; cn-- {
 		ref := &proto.ConsumerRef{}
 		d.msg(ref)

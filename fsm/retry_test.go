@@ -372,3 +372,27 @@ func TestRetry_MultiplierOneIsConstant(t *testing.T) {
 		t.Fatalf("delays %v, want [50 50 50]", got)
 	}
 }
+
+// A retried message keeps its deadline when it is released: the queue's
+// next death is the log's to decide again, though the queue held no
+// message with a deadline while it waited.
+func TestRetry_AReleasedMessageDiesOnTime(t *testing.T) {
+	m := fsmtest.New(t)
+	exp := "5000"
+	fsmtest.Apply(t, m, 1000, declare("q", table("x-delayed-retry-type", str("all"), "x-delayed-retry-min", i64(300))),
+		publish("", "q", "dies", &proto.Properties{Expiration: &exp}))
+	tag, _ := getTag(t, m, 1001, "q")
+	// A message without a deadline: the queue's only ready one.
+	fsmtest.Apply(t, m, 1002, publish("", "q", "stays", nil))
+	fsmtest.One(t, m, 1003, reject(ch1, tag))
+	if d, ok := m.NextDeadline(); ok {
+		t.Fatalf("next deadline %d while the message waits, want none", d)
+	}
+	fsmtest.One(t, m, 1303, release())
+	if d, ok := m.NextDeadline(); !ok || d != 6000 {
+		t.Fatalf("next deadline %d %v after the release, want 6000", d, ok)
+	}
+	if due := m.DueExpiries(6000); len(due) != 1 || due[0].GetName() != "q" {
+		t.Fatalf("due at 6000: %v, want q", due)
+	}
+}

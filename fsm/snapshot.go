@@ -155,6 +155,9 @@ func (s *state) restoreBytes(b []byte) error {
 	}
 	*s = *n
 	s.mirrorGen = mirrorGens.Add(1)
+	if checkHook != nil {
+		checkHook(s)
+	}
 	return nil
 }
 

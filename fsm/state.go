@@ -96,6 +96,9 @@ type state struct {
 	// mirrorGen changes whenever what a queue group mirrors may have
 	// changed (placement.go, MirrorGen); not state.
 	mirrorGen uint64
+	// timed and leased are the queues the due scans ask (dueindex.go);
+	// not state.
+	timed, leased queueSet
 }
 
 type user struct {
@@ -206,6 +209,10 @@ type queueState struct {
 	// next one with an equal key shares instead of holding its own copy
 	// (memory only, not state).
 	lastKey string
+
+	// inTimed and inLeased: q is in the state's timed and leased sets
+	// (dueindex.go). Not state.
+	inTimed, inLeased bool
 }
 
 type consumer struct {
@@ -371,56 +378,6 @@ func (q *queueState) leaseDue() (int64, bool) {
 		return 0, false
 	}
 	return ttl.LeaseDue(q.lastUsed, e.V), true
-}
-
-func (s *state) nextDeadline() (int64, bool) {
-	best, ok := int64(0), false
-	for _, vk := range sortedKeys(s.vhosts) {
-		for _, q := range s.vhosts[vk].queues {
-			if d, has := q.q.EarliestDeadline(); has && (!ok || d < best) {
-				best, ok = d, true
-			}
-		}
-	}
-	return best, ok
-}
-
-func (s *state) dueExpiries(now int64) []*proto.QueueRef {
-	var out []*proto.QueueRef
-	for _, vk := range sortedKeys(s.vhosts) {
-		v := s.vhosts[vk]
-		for _, qk := range sortedKeys(v.queues) {
-			if d, has := v.queues[qk].q.EarliestDeadline(); has && d <= now {
-				out = append(out, &proto.QueueRef{Vhost: vk, Name: qk})
-			}
-		}
-	}
-	return out
-}
-
-func (s *state) nextLeaseDue() (int64, bool) {
-	best, ok := int64(0), false
-	for _, v := range s.vhosts {
-		for _, q := range v.queues {
-			if d, has := q.leaseDue(); has && (!ok || d < best) {
-				best, ok = d, true
-			}
-		}
-	}
-	return best, ok
-}
-
-func (s *state) dueLeases(now int64) []*proto.QueueRef {
-	var out []*proto.QueueRef
-	for _, vk := range sortedKeys(s.vhosts) {
-		v := s.vhosts[vk]
-		for _, qk := range sortedKeys(v.queues) {
-			if d, has := v.queues[qk].leaseDue(); has && d <= now {
-				out = append(out, &proto.QueueRef{Vhost: vk, Name: qk})
-			}
-		}
-	}
-	return out
 }
 
 // valueAny converts an AMQP field value to the Go value the ttl rules take.
