@@ -25,3 +25,7 @@ func (n *Node) ProposeQueueGroups(ctx context.Context) { n.proposeQueueGroups(ct
 // QuietAppends reports how many appends the node's metadata group sent
 // its followers and how many repeats it answered without sending.
 func (n *Node) QuietAppends() (sent, answered uint64) { return n.group.Quiet().Counts() }
+
+// CommitNewsTold is how many appends with news of a commit the metadata
+// group's followers took from this node (group.CommitNews).
+func (n *Node) CommitNewsTold() uint64 { return n.group.News().Told() }

@@ -202,7 +202,7 @@ func (n *Node) startRaft() error {
 		Timeout: 10 * time.Second, Logger: n.log})
 	n.group.UseBulk(n.bulk)
 	has, err := n.group.Start(n.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
-		return reachTransport{group.NoPipeline{NetworkTransport: n.trans, Bulk: n.bulk, Quiet: n.group.Quiet()}, n.reach, rpcs}
+		return reachTransport{n.group.Appends(n.trans, n.bulk), n.reach, rpcs}
 	}, n.closing)
 	if err != nil {
 		return err

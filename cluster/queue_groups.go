@@ -221,7 +221,7 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 		return ErrClosed
 	}
 	had, err := qg.g.Start(qg.trans.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
-		return queueTransport{group.NoPipeline{NetworkTransport: qg.trans, Bulk: qg.bulk, Quiet: qg.g.Quiet()}, rpcs}
+		return queueTransport{qg.g.Appends(qg.trans, qg.bulk), rpcs}
 	}, qg.closing)
 	if err != nil {
 		if f := qg.g.Shutdown(); f != nil {

@@ -23,6 +23,9 @@ type NoPipeline struct {
 	// Quiet, when set, answers an idle group's repeated appends without
 	// sending them (quietappends.go).
 	Quiet *QuietAppends
+	// News, when set, hears what each follower took and tells followers
+	// of a commit at the end of a burst (commitnews.go).
+	News *CommitNews
 }
 
 // AppendEntriesPipeline implements raft.Transport: not supported.
@@ -45,6 +48,7 @@ func (t NoPipeline) Append(id raft.ServerID, target raft.ServerAddress, args *ra
 	at := t.Quiet.sentAt()
 	err := t.send(id, target, args, resp)
 	t.Quiet.record(id, at, args, resp, err)
+	t.News.record(id, target, args, resp, err)
 	return true, err
 }
 

@@ -108,6 +108,7 @@ type Group struct {
 	logs      raft.LogStore
 	bulk      *Bulk
 	quiet     *QuietAppends
+	news      *CommitNews
 	// raft is set once Start has it: the transport's handshakes may ask
 	// for it before.
 	raft atomic.Pointer[raft.Raft]
@@ -153,6 +154,7 @@ func Open(cfg Config) (*Group, error) {
 	g.quiet = NewQuietAppends(cfg.Raft.HeartbeatTimeout / 5)
 	st.Meter().OnAppend(g.quiet.Wake)
 	g.quiet.Applied(g.applied.Load)
+	g.news = NewCommitNews(g.applied.Load, g.logs.LastIndex)
 	fc := cfg.FSM
 	fc.State, fc.Applied, fc.Proposals, fc.Closing = g.state, g.applied, g.proposals, cfg.Closing
 	fc.Storage, fc.Bodies, fc.TrailingLogs = st, g.bodies, cfg.Raft.TrailingLogs
@@ -204,17 +206,33 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 		return has, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft.Store(r)
-	g.wg.Add(1)
+	g.wg.Add(2)
 	go func() {
 		defer g.wg.Done()
 		gaps.Run(closing)
 	}()
+	go func() {
+		defer g.wg.Done()
+		g.news.run(closing)
+	}()
 	return has, nil
 }
 
-// Quiet answers the group's repeated idle appends (quietappends.go),
-// for its transport.
+// Appends is the transport of the group's appends over nt, whose large
+// entries go through bulk (nil: none): it answers the group's repeated
+// idle appends (quietappends.go) and tells followers of commits
+// (commitnews.go). Before Start.
+func (g *Group) Appends(nt *raft.NetworkTransport, bulk *Bulk) NoPipeline {
+	t := NoPipeline{NetworkTransport: nt, Bulk: bulk, Quiet: g.quiet, News: g.news}
+	g.news.send = t.send
+	return t
+}
+
+// Quiet answers the group's repeated idle appends (quietappends.go).
 func (g *Group) Quiet() *QuietAppends { return g.quiet }
+
+// News tells the group's followers of its commits (commitnews.go).
+func (g *Group) News() *CommitNews { return g.news }
 
 // UseBulk has the group's appends take their large entries from b
 // (bulk.go); before Start.
