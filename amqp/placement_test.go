@@ -834,3 +834,63 @@ func TestPlacement_ANodeOutsideAGroupReadsAChannelsGets(t *testing.T) {
 		t.Fatalf("a channel without gets: %v %v", tags, err)
 	}
 }
+
+// x-quorum-initial-group-size on a cluster of queue groups of three: a
+// queue asking for five stays in the metadata group, on every node, and
+// serves as any queue; one asking for three goes to a group; a size of
+// 0 is refused as RabbitMQ refuses it, and the connection stays.
+func TestPlacement_InitialGroupSize(t *testing.T) {
+	c, urls := placedCluster(t)
+	conn, ch := dialT(t, urls[1])
+	declare := func(ch *amqp091.Channel, q string, size any) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp091.Table{"x-queue-type": "quorum", "x-quorum-initial-group-size": size})
+		return err
+	}
+	for _, q := range []string{"gs-5", "gs-3"} {
+		if err := declare(ch, q, int32(q[3]-'0')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := c.Nodes[0].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if _, ok := node.QueuePlacement("/", "gs-3"); !ok || node.QueueGroup("/", "gs-3") == "" {
+			return fmt.Errorf("gs-3 in group %q", node.QueueGroup("/", "gs-3"))
+		}
+		return nil
+	})
+	if _, ok := node.QueuePlacement("/", "gs-5"); !ok || node.QueueGroup("/", "gs-5") != "" {
+		t.Fatalf("gs-5 in group %q, want the metadata group", node.QueueGroup("/", "gs-5"))
+	}
+	for _, q := range []string{"gs-5", "gs-3"} {
+		if err := ch.PublishWithContext(context.Background(), "", q, false, false, amqp091.Publishing{Body: []byte(q)}); err != nil {
+			t.Fatal(err)
+		}
+		var d amqp091.Delivery
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			var ok bool
+			var err error
+			if d, ok, err = ch.Get(q, true); err != nil {
+				t.Fatal(err)
+			} else if !ok {
+				return fmt.Errorf("%s empty", q)
+			}
+			return nil
+		})
+		if string(d.Body) != q {
+			t.Fatalf("got %q from %s", d.Body, q)
+		}
+	}
+	bad, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = declare(bad, "gs-0", int32(0))
+	var ae *amqp091.Error
+	want := "PRECONDITION_FAILED - invalid arg 'x-quorum-initial-group-size' for queue 'gs-0' in vhost '/': {value_zero,0}"
+	if !errors.As(err, &ae) || ae.Code != 406 || ae.Reason != want {
+		t.Fatalf("declare with size 0: %v, want 406 %q", err, want)
+	}
+	if err := declare(ch, "gs-5", int32(5)); err != nil {
+		t.Fatalf("the connection did not stay: %v", err)
+	}
+}

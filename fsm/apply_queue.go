@@ -217,6 +217,11 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			return r
 		}
 	}
+	if s.atLeast(levelGroupSize) {
+		if r := checkGroupSizeArg(q); r != nil {
+			return r
+		}
+	}
 	v.queues[name] = q
 	s.stats.Queues++
 	s.place(q, s.placeFor(c))

@@ -55,16 +55,25 @@ func (q *queueState) consumerTimeout(def int64) (int64, bool) {
 // checkConsumerTimeoutArg refuses an x-consumer-timeout that is not a
 // non-negative integer, as RabbitMQ does.
 func checkConsumerTimeoutArg(q *queueState) *proto.Result {
-	v, ok := tableGet(q.args, consumerTimeoutArg)
+	return checkIntArg(q, consumerTimeoutArg, false)
+}
+
+// checkIntArg refuses q's argument key when it is not a non-negative
+// integer (with positive, a positive one), in RabbitMQ's words
+// (check_non_neg_int_arg).
+func checkIntArg(q *queueState, key string, positive bool) *proto.Result {
+	v, ok := tableGet(q.args, key)
 	if !ok {
 		return nil
 	}
 	n, ok := valueAny(v).(int64)
 	switch {
 	case !ok:
-		return invalidArg(consumerTimeoutArg, q, "{unacceptable_type,"+typeName(v)+"}")
+		return invalidArg(key, q, "{unacceptable_type,"+typeName(v)+"}")
 	case n < 0:
-		return invalidArg(consumerTimeoutArg, q, "{value_negative,"+strconv.FormatInt(n, 10)+"}")
+		return invalidArg(key, q, "{value_negative,"+strconv.FormatInt(n, 10)+"}")
+	case n == 0 && positive:
+		return invalidArg(key, q, "{value_zero,0}")
 	}
 	return nil
 }

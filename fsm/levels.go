@@ -57,6 +57,9 @@ const (
 	// placed in queue groups and what the metadata log routes to them
 	// leaves through its outbox (placement.go).
 	levelPlacement uint32 = 17
+	// levelGroupSize: x-quorum-initial-group-size is checked at declare
+	// and placement honours it (group_size.go).
+	levelGroupSize uint32 = 18
 )
 
 // CreditLevel is levelCredit for the node, which sends Credit only once

@@ -51,14 +51,23 @@ func placeable(c *proto.QueueDeclare) bool {
 
 // placeFor is the group a new queue declared by c is placed in, "" for
 // the metadata group: with placement on, the queue group with the fewest
-// queues placed in it, the earliest of the log's groups on a tie. It
+// queues placed in it, the earliest of the log's groups on a tie, among
+// those with at least the members its x-quorum-initial-group-size asks
+// for (from level 18; none has: the metadata group, on every voter). It
 // reads the state only, so every replica places alike.
 func (s *state) placeFor(c *proto.QueueDeclare) string {
 	if !s.placing || s.groups.id != 0 || len(s.queueGroups) == 0 || !placeable(c) {
 		return ""
 	}
+	size := 0
+	if s.atLeast(levelGroupSize) {
+		size = groupSize(c.GetArguments())
+	}
 	best, fewest := "", 0
 	for _, g := range s.queueGroups {
+		if size > len(g.Members) {
+			continue
+		}
 		if n := s.placed[g.ID]; best == "" || n < fewest {
 			best, fewest = g.ID, n
 		}

@@ -476,3 +476,53 @@ func policySetCmd(name string) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: "/", Name: name, Pattern: ".*",
 		ApplyTo: "queues", Definition: &proto.PolicyDefinition{MessageTtl: ptr(int64(1000))}}}}
 }
+
+// x-quorum-initial-group-size (level 18): a queue asking for more
+// replicas than a queue group has members stays in the metadata group,
+// on every voter; one asking for as many or fewer goes to a group with
+// at least that many, and a size that is not a positive integer is
+// refused as RabbitMQ refuses it. Below level 18 the argument was
+// accepted whatever its value and placement ignored it.
+func TestPlacement_InitialGroupSize(t *testing.T) {
+	m := fsmtest.New(t)
+	applyOK(t, m, 2, queueGroupsCmd(groupSpec("q1", "a", "b", "c"), groupSpec("q2", "a", "b", "c", "d", "e")), fsmtest.PlaceQueues())
+	size := func(n int64) *proto.Table { return table("x-quorum-initial-group-size", i64(n)) }
+	applyOK(t, m, 3, declare("one", size(1)), declare("three", size(3)), declare("four", size(4)),
+		declare("five", size(5)), declare("seven", size(7)), declare("plain", nil))
+	want := map[string]string{"one": "q1", "three": "q2", "four": "q2", "five": "q2", "seven": "", "plain": "q1"}
+	for q, g := range want {
+		if got := placementOf(t, m, q); got != g {
+			t.Errorf("%s placed in %q, want %q", q, got, g)
+		}
+	}
+	for _, c := range []struct {
+		v    *proto.Value
+		want string
+	}{
+		{i64(0), "{value_zero,0}"},
+		{i64(-2), "{value_negative,-2}"},
+		{str("3"), "{unacceptable_type,longstr}"},
+	} {
+		r, _ := fsmtest.One(t, m, 4, declare("bad", table("x-quorum-initial-group-size", c.v)))
+		if want := "PRECONDITION_FAILED - invalid arg 'x-quorum-initial-group-size' for queue 'bad' in vhost '/': " + c.want; r.GetCode() != 406 || r.GetText() != want {
+			t.Errorf("declare with %v: %d %q, want 406 %q", c.v, r.GetCode(), r.GetText(), want)
+		}
+	}
+	if _, ok := m.QueuePlacement("/", "bad"); ok {
+		t.Fatal("a refused declare left a queue")
+	}
+
+	old := fsmtest.NewAt(t, 17)
+	applyOK(t, old, 2, queueGroupsCmd(groupSpec("q1", "a", "b", "c")), fsmtest.PlaceQueues(),
+		declare("seven", size(7)), declare("zero", size(0)))
+	if placementOf(t, old, "seven") != "q1" || placementOf(t, old, "zero") != "q1" {
+		t.Fatal("level 17 placed by the group size, or refused a size")
+	}
+	// A replica restored from a snapshot places as one that replayed.
+	r := roundTrip(t, m)
+	applyOK(t, r, 5, declare("six", size(6)))
+	applyOK(t, m, 5, declare("six", size(6)))
+	if placementOf(t, r, "six") != "" || r.Digest() != m.Digest() {
+		t.Fatal("a restored replica places otherwise")
+	}
+}

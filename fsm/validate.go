@@ -102,7 +102,7 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  16. GroupMembers: a queue group's members set (queue_groups.go)
 //  17. PlaceQueues: new queues placed in queue groups; the metadata
 //     log's copies to them leave through its outbox (placement.go)
-const Protocol = 17
+const Protocol = 18
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
