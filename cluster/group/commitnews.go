@@ -25,7 +25,8 @@ import (
 // than that entry. A follower takes it as raft's own, so it can tell
 // nothing raft would not: the index was committed (the leader applied
 // it), the follower holds the leader's log up to that entry (it took
-// it in that term), and a follower whose term moved on refuses it. It
+// it in that term), news goes only while this node is still in that
+// term (tell), and a follower whose term moved on refuses it. It
 // is sent only at the end of a burst, when the leader's log holds nothing
 // past what it applied: while entries are still coming, raft's next
 // append carries the commit index anyway.
@@ -36,6 +37,7 @@ import (
 type CommitNews struct {
 	applied func() (uint64, <-chan struct{})
 	last    func() (uint64, error) // the log's last index
+	term    func() uint64          // raft's current term while it leads, else 0
 	send    func(id raft.ServerID, target raft.ServerAddress, a *raft.AppendEntriesRequest, r *raft.AppendEntriesResponse) error
 
 	mu    sync.Mutex
@@ -57,10 +59,11 @@ type newsPeer struct {
 	sending                bool
 }
 
-// NewCommitNews is the news of a group whose applied index is applied and
-// whose log's last index is last.
-func NewCommitNews(applied func() (uint64, <-chan struct{}), last func() (uint64, error)) *CommitNews {
-	return &CommitNews{applied: applied, last: last, peers: map[raft.ServerID]*newsPeer{}}
+// NewCommitNews is the news of a group whose applied index is applied,
+// whose log's last index is last and whose raft's current term, while it
+// leads, is term.
+func NewCommitNews(applied func() (uint64, <-chan struct{}), last func() (uint64, error), term func() uint64) *CommitNews {
+	return &CommitNews{applied: applied, last: last, term: term, peers: map[raft.ServerID]*newsPeer{}}
 }
 
 // record keeps what the follower took from an append raft sent it, or
@@ -124,6 +127,16 @@ func (c *CommitNews) run(closing <-chan struct{}) {
 
 // tell sends each follower that was not told applied yet an append
 // saying it, when the log holds nothing past applied.
+//
+// applied must have been read before tell reads the term. A follower
+// hears only of the term in which it took the entries, and only while
+// this node's term is still that one: then every entry this node had
+// applied is in the log it led in that term (its own, or committed before
+// it), which the follower holds up to its last entry. A node that led a
+// term and now follows a later one applies the new leader's entries,
+// which may differ at the same indexes from what it sent in its term; a
+// follower cut off from the new leader would take such news as a commit
+// of entries that never committed.
 func (c *CommitNews) tell(applied uint64) {
 	if c.send == nil {
 		return
@@ -131,6 +144,7 @@ func (c *CommitNews) tell(applied uint64) {
 	if last, err := c.last(); err != nil || last != applied {
 		return
 	}
+	term := c.term()
 	type news struct {
 		id     raft.ServerID
 		target raft.ServerAddress
@@ -140,7 +154,7 @@ func (c *CommitNews) tell(applied uint64) {
 	c.mu.Lock()
 	for id, p := range c.peers {
 		commit := min(applied, p.held)
-		if commit <= p.commit || p.sending {
+		if p.term != term || commit <= p.commit || p.sending {
 			continue
 		}
 		p.commit, p.sending = commit, true

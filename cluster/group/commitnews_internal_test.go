@@ -12,15 +12,15 @@ import (
 // newsRig is a CommitNews whose applied and last indexes the test sets
 // and whose sends it answers and records.
 type newsRig struct {
-	c             *CommitNews
-	mu            sync.Mutex
-	applied, last uint64
-	answer        func(a *raft.AppendEntriesRequest, r *raft.AppendEntriesResponse) error
-	sent          chan *raft.AppendEntriesRequest
+	c                   *CommitNews
+	mu                  sync.Mutex
+	applied, last, term uint64
+	answer              func(a *raft.AppendEntriesRequest, r *raft.AppendEntriesResponse) error
+	sent                chan *raft.AppendEntriesRequest
 }
 
 func newNewsRig() *newsRig {
-	g := &newsRig{sent: make(chan *raft.AppendEntriesRequest, 16)}
+	g := &newsRig{sent: make(chan *raft.AppendEntriesRequest, 16), term: 3}
 	g.answer = func(a *raft.AppendEntriesRequest, r *raft.AppendEntriesResponse) error {
 		r.Term, r.Success = a.Term, true
 		return nil
@@ -33,6 +33,10 @@ func newNewsRig() *newsRig {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return g.last, nil
+	}, func() uint64 {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.term
 	})
 	g.c.send = func(_ raft.ServerID, _ raft.ServerAddress, a *raft.AppendEntriesRequest, r *raft.AppendEntriesResponse) error {
 		err := g.answer(a, r)
@@ -193,4 +197,18 @@ func TestCommitNews_TellsTheFollowerThatAnsweredAfterTheApply(t *testing.T) {
 	if got := g.c.Told(); got != 2 {
 		t.Fatalf("told %d, want 2", got)
 	}
+}
+
+// A node that led term 3 and follows term 4 applies the new leader's
+// entries, which may differ at the same indexes from those it sent in
+// term 3: a follower still in term 3 must not hear them as committed.
+func TestCommitNews_NothingOfATermThisNodeNoLongerIsIn(t *testing.T) {
+	g := newNewsRig()
+	a := appendOf(3, 10, 2, 10, 11, 12)
+	g.c.record("f", "addr", a, took(a), nil)
+	g.mu.Lock()
+	g.term = 4
+	g.mu.Unlock()
+	g.at(12, 12)
+	g.none(t)
 }

@@ -154,7 +154,13 @@ func Open(cfg Config) (*Group, error) {
 	g.quiet = NewQuietAppends(cfg.Raft.HeartbeatTimeout / 5)
 	st.Meter().OnAppend(g.quiet.Wake)
 	g.quiet.Applied(g.applied.Load)
-	g.news = NewCommitNews(g.applied.Load, g.logs.LastIndex)
+	g.news = NewCommitNews(g.applied.Load, g.logs.LastIndex, func() uint64 {
+		// 0, which no append was sent in, unless it leads.
+		if r := g.Raft(); r != nil && r.State() == raft.Leader {
+			return r.CurrentTerm()
+		}
+		return 0
+	})
 	fc := cfg.FSM
 	fc.State, fc.Applied, fc.Proposals, fc.Closing = g.state, g.applied, g.proposals, cfg.Closing
 	fc.Storage, fc.Bodies, fc.TrailingLogs = st, g.bodies, cfg.Raft.TrailingLogs
