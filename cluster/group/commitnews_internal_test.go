@@ -86,6 +86,18 @@ func (g *newsRig) none(t *testing.T) {
 // waitIdle waits for the sends on their way to be answered.
 func (g *newsRig) waitIdle() { g.c.inflight.Wait() }
 
+// expect takes the next news, checks its previous entry and commit index,
+// and waits for its answer.
+func (g *newsRig) expect(t *testing.T, prev, commit uint64) *raft.AppendEntriesRequest {
+	t.Helper()
+	n := g.next(t)
+	if n.PrevLogEntry != prev || n.LeaderCommitIndex != commit {
+		t.Fatalf("news %+v: want previous entry %d, commit %d", n, prev, commit)
+	}
+	g.waitIdle()
+	return n
+}
+
 func appendOf(term, prev, prevTerm, commit uint64, entries ...uint64) *raft.AppendEntriesRequest {
 	a := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("n1")}, Term: term, PrevLogEntry: prev, PrevLogTerm: prevTerm, LeaderCommitIndex: commit}
 	for _, i := range entries {
@@ -112,11 +124,9 @@ func TestCommitNews_TellsWhatRaftWouldAndNoMore(t *testing.T) {
 	g.at(12, 13)
 	g.none(t)
 	g.at(12, 12)
-	n := g.next(t)
-	if n.Term != 3 || n.PrevLogEntry != 12 || n.PrevLogTerm != 3 || n.LeaderCommitIndex != 12 || len(n.Entries) != 0 || string(n.ID) != "n1" {
-		t.Fatalf("news %+v: want term 3, previous entry 12 of term 3, commit 12, no entries", n)
+	if n := g.expect(t, 12, 12); n.Term != 3 || n.PrevLogTerm != 3 || len(n.Entries) != 0 || string(n.ID) != "n1" {
+		t.Fatalf("news %+v: want term 3, previous entry of term 3, no entries, the leader's header", n)
 	}
-	g.waitIdle()
 	// Told already.
 	g.at(12, 12)
 	g.none(t)
@@ -127,10 +137,7 @@ func TestCommitNews_TellsWhatRaftWouldAndNoMore(t *testing.T) {
 	a = appendOf(3, 12, 3, 12, 13, 14)
 	g.c.record("f", "addr", a, took(a), nil)
 	g.at(15, 15)
-	if n := g.next(t); n.PrevLogEntry != 14 || n.LeaderCommitIndex != 14 {
-		t.Fatalf("news %+v: want previous entry 14, commit 14 (the follower's last entry)", n)
-	}
-	g.waitIdle()
+	g.expect(t, 14, 14) // the follower's last entry
 	if got := g.c.Told(); got != 2 {
 		t.Fatalf("told %d, want 2", got)
 	}
@@ -184,16 +191,10 @@ func TestCommitNews_TellsTheFollowerThatAnsweredAfterTheApply(t *testing.T) {
 	a := appendOf(3, 10, 2, 10, 11)
 	g.c.record("slow", "addr", a, took(a), nil)
 	b := appendOf(3, 11, 3, 10, 12)
-	g.at(12, 12) // applied before the follower answered b
-	if n := g.next(t); n.PrevLogEntry != 11 || n.LeaderCommitIndex != 11 {
-		t.Fatalf("news %+v: want previous entry 11, commit 11 (all the follower holds)", n)
-	}
-	g.waitIdle()
+	g.at(12, 12)        // applied before the follower answered b
+	g.expect(t, 11, 11) // all the follower holds
 	g.c.record("slow", "addr", b, took(b), nil)
-	if n := g.next(t); n.PrevLogEntry != 12 || n.LeaderCommitIndex != 12 {
-		t.Fatalf("news %+v: want previous entry 12, commit 12", n)
-	}
-	g.waitIdle()
+	g.expect(t, 12, 12)
 	if got := g.c.Told(); got != 2 {
 		t.Fatalf("told %d, want 2", got)
 	}
