@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -99,36 +100,105 @@ func mirrorPolicies(want, have []*proto.PolicyInfo, vhost string) []*proto.Comma
 	return cmds
 }
 
-// mirror proposes into queue group g's log what brings it in line with
-// the metadata this node applied, and reports whether there was any.
-// A queue the group holds and the metadata does not place there may be
-// one declared a moment ago that this node's metadata has not applied
-// yet (the declaring node proposes it into the group right after its
-// metadata commit): before deleting anything, the node passes a Tick
-// through the metadata log, whose result comes once this node applied
-// everything committed before it, and reads again.
-func (n *Node) mirror(ctx context.Context, g *group.Group, id string) (bool, error) {
-	cmds, _, err := n.mirrorRound(ctx, g, id)
-	return len(cmds) > 0, err
+// mirrorMark is where a mirror read the metadata and a group's machine:
+// their settings numbers (fsm SettingsGen) and the heads of their logs of
+// queue changes (fsm QueueChanges), metadata first.
+type mirrorMark struct {
+	settings, queues [2]uint64
 }
 
-// mirrorRound is mirror returning the commands it proposed and the
-// group's results.
-func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string) ([]*proto.Command, []*proto.Result, error) {
-	cmds := n.mirrorCommands(g, id)
+// markOf reads where meta and grp are.
+func markOf(meta, grp *fsm.Machine) mirrorMark {
+	return mirrorMark{settings: [2]uint64{meta.SettingsGen(), grp.SettingsGen()},
+		queues: [2]uint64{meta.QueueChangeHead(), grp.QueueChangeHead()}}
+}
+
+// mirrorRead returns the commands that bring the group machine grp in line
+// with meta, and where it read them. A mirror that brought the two in line
+// as they were at seen, with the same settings since, need only look at
+// the queues declared or deleted in either since (mirrorNamed), which a
+// burst of declares keeps to a few a round; else, or with all set, it
+// compares everything (mirrorCommands).
+func mirrorRead(meta, grp *fsm.Machine, id string, seen mirrorMark, all bool) ([]*proto.Command, mirrorMark) {
+	now := markOf(meta, grp)
+	if !all && now.settings == seen.settings {
+		inMeta, _, okMeta := meta.QueueChanges(seen.queues[0])
+		inGroup, _, okGroup := grp.QueueChanges(seen.queues[1])
+		if okMeta && okGroup {
+			return mirrorNamed(meta, grp, id, append(inMeta, inGroup...)), now
+		}
+	}
+	return mirrorCommands(meta, grp, id), now
+}
+
+// mirrorNamed is what mirrorCommands gives for the queues named in keys,
+// assuming every other queue is in line: the deletes first, then each
+// vhost's put where the group lacks it, its policies and its declares.
+// A queue whose vhost the metadata no longer has is left to the vhost's
+// delete, which a full round proposes (a vhost deleted moves the
+// settings).
+func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey) []*proto.Command {
+	if !meta.Placing() || grp.Group() == 0 || len(keys) == 0 {
+		return nil
+	}
+	slices.SortFunc(keys, func(a, b fsm.QueueKey) int { return cmp.Or(cmp.Compare(a.Vhost, b.Vhost), cmp.Compare(a.Name, b.Name)) })
+	keys = slices.Compact(keys)
+	var cmds, declares []*proto.Command
+	for _, k := range keys {
+		g, placed := meta.QueuePlacement(k.Vhost, k.Name)
+		here, has := placed && g == id, grp.HasQueue(k.Vhost, k.Name)
+		switch {
+		case here && !has:
+			if d, ok := meta.PlacedDeclare(id, k.Vhost, k.Name); ok {
+				declares = append(declares, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
+			}
+		case !here && has && meta.VhostExists(k.Vhost):
+			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: k.Vhost, Name: k.Name}}})
+		}
+	}
+	for i, d := range declares {
+		vh := d.GetQueueDeclare().GetVhost()
+		if i > 0 && declares[i-1].GetQueueDeclare().GetVhost() == vh {
+			cmds = append(cmds, d)
+			continue
+		}
+		if !grp.VhostExists(vh) {
+			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: vh}}})
+		}
+		for _, operator := range []bool{false, true} {
+			cmds = append(cmds, mirrorPolicies(meta.Policies(vh, operator), grp.Policies(vh, operator), vh)...)
+		}
+		cmds = append(cmds, d)
+	}
+	return cmds
+}
+
+// mirrorRound proposes into queue group g's log what brings it in line
+// with the metadata this node applied (mirrorRead from seen), and returns
+// the commands, the group's results and where it read. A queue the group
+// holds and the metadata does not place there may be one declared a
+// moment ago that this node's metadata has not applied yet (the declaring
+// node proposes it into the group right after its metadata commit):
+// before deleting anything, the node passes a Tick through the metadata
+// log, whose result comes once this node applied everything committed
+// before it, and reads again. The mark is the first read's: what came
+// after it is read again next round.
+func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string, seen mirrorMark, all bool) ([]*proto.Command, []*proto.Result, mirrorMark, error) {
+	cmds, mark := n.mirrorCommands(g, id, seen, all)
 	if slices.ContainsFunc(cmds, deletes) {
 		before := cmds
 		if err := n.CatchUp(ctx); err != nil {
-			return cmds, nil, err
+			return cmds, nil, mark, err
 		}
-		cmds = keepEarlierDeletes(before, n.mirrorCommands(g, id))
+		after, _ := n.mirrorCommands(g, id, seen, all)
+		cmds = keepEarlierDeletes(before, after)
 	}
 	if len(cmds) == 0 {
-		return nil, nil, nil
+		return nil, nil, mark, nil
 	}
 	res, err := g.Submitter().SubmitBatch(ctx, cmds)
 	if err != nil {
-		return cmds, nil, err
+		return cmds, nil, mark, err
 	}
 	for i, r := range res {
 		if r.GetCode() != 0 {
@@ -138,22 +208,24 @@ func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string) ([]*p
 			n.log.Debug("a mirrored command was refused", "group", id, "cmd", fmt.Sprintf("%T", cmds[i].GetCmd()), "code", r.GetCode(), "text", r.GetText())
 		}
 	}
-	return cmds, res, nil
+	return cmds, res, mark, nil
 }
 
 // mirrorCommands reads the metadata and group g's machine as this node
-// applied them and returns what brings g in line (mirrorCommands).
-func (n *Node) mirrorCommands(g *group.Group, id string) []*proto.Command {
-	var cmds []*proto.Command
+// applied them and returns what brings g in line (mirrorRead).
+func (n *Node) mirrorCommands(g *group.Group, id string, seen mirrorMark, all bool) (cmds []*proto.Command, mark mirrorMark) {
 	n.View(func(meta *fsm.Machine) {
 		g.State().View(func(grp *fsm.Machine) {
 			if grp.Group() == 0 {
-				return // not a queue group's log yet (GroupInit)
+				// Not a queue group's log yet: its GroupInit moves its
+				// settings, and the round after compares everything.
+				mark = markOf(meta, grp)
+				return
 			}
-			cmds = mirrorCommands(meta, grp, id)
+			cmds, mark = mirrorRead(meta, grp, id, seen, all)
 		})
 	})
-	return cmds
+	return cmds, mark
 }
 
 // placeCommands is the part of a mirror round that one queue placed in
@@ -210,23 +282,26 @@ func deletes(c *proto.Command) bool {
 // applied more.
 func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 	backoff := time.Duration(0)
-	// The machines' mirror numbers at the last round that went through:
-	// a round with both the same has nothing to do, and most applies
-	// (the message flow) change neither.
-	var seen [2]uint64
+	// Where the last round that went through read both machines: a round
+	// with both where they were has nothing to do, and most applies (the
+	// message flow) move neither. all has the next round compare
+	// everything: the first, and the one after a failure or a refusal.
+	var seen mirrorMark
+	all := true
 	var last time.Time // the start of the last round
 	for {
 		_, metaApplied := n.group.Applied().Load()
 		_, groupApplied := qg.g.Applied().Load()
-		var now [2]uint64
-		n.View(func(m *fsm.Machine) { now[0] = m.MirrorGen() })
-		qg.g.State().View(func(m *fsm.Machine) { now[1] = m.MirrorGen() })
+		var now mirrorMark
+		n.View(func(meta *fsm.Machine) {
+			qg.g.State().View(func(grp *fsm.Machine) { now = markOf(meta, grp) })
+		})
 		var err error
 		if now != seen {
-			// A round reads every queue: in a burst of declares, one
-			// round takes many (a declaring member brings its own queue
-			// itself, PlaceQueue), at the cost of up to mirrorSpacing
-			// for a queue declared on a node outside the group.
+			// In a burst of declares, one round takes many (a declaring
+			// member brings its own queue itself, PlaceQueue), at the
+			// cost of up to mirrorSpacing for a queue declared on a node
+			// outside the group.
 			if wait := time.Until(last.Add(mirrorSpacing)); wait > 0 {
 				t := time.NewTimer(wait)
 				select {
@@ -238,7 +313,13 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 				continue
 			}
 			last = time.Now()
-			_, err = n.mirror(ctx, qg.g, qg.id)
+			var res []*proto.Result
+			var mark mirrorMark
+			_, res, mark, err = n.mirrorRound(ctx, qg.g, qg.id, seen, all)
+			if err == nil {
+				seen = mark
+				all = slices.ContainsFunc(res, func(r *proto.Result) bool { return r.GetCode() != 0 })
+			}
 		}
 		if ctx.Err() != nil {
 			return
@@ -249,9 +330,9 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 			n.log.Warn("mirroring the metadata into a queue group failed", "group", qg.id, "err", err, "retry", backoff)
 			retry = time.After(backoff)
 			metaApplied, groupApplied = nil, nil
+			all = true
 		} else {
 			backoff = 0
-			seen = now
 		}
 		select {
 		case <-metaApplied:

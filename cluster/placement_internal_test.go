@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"bytes"
+	"fmt"
+	"math/rand"
 	"slices"
 	"testing"
 
@@ -182,4 +185,97 @@ func TestPlaceCommands_BringOnlyTheDeclaredQueue(t *testing.T) {
 	if grp.HasQueue("v2", "a") {
 		t.Fatal("placing c brought a too")
 	}
+}
+
+// A mirror that looks only at the queues declared or deleted since its
+// last round (mirrorRead) proposes what a comparison of everything
+// (mirrorCommands) would, through declares and deletes on both sides
+// (the metadata's, a member's own placing, a queue the group deleted
+// itself), vhosts and policies that come and go, and a group machine
+// restored from a snapshot; and after each round the two are in line.
+func TestMirrorRead_ProposesWhatAFullComparisonWould(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		meta := fsmtest.New(t)
+		fsmtest.Apply(t, meta, 1, vhostPut("v"),
+			&proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+				{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}},
+				{Id: "q2", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}},
+			fsmtest.PlaceQueues())
+		grp := fsmtest.New(t)
+		fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+		var seen mirrorMark
+		all, incremental := true, 0
+		vhosts := []string{"/", "v", "w"}
+		for step := range 300 {
+			stamp := int64(2 + step)
+			vh, name := vhosts[rng.Intn(len(vhosts))], fmt.Sprint("q", rng.Intn(25))
+			switch op := rng.Intn(20); {
+			case op < 8:
+				fsmtest.One(t, meta, stamp, queueDeclare(vh, name))
+			case op < 12:
+				fsmtest.One(t, meta, stamp, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: vh, Name: name}}})
+			case op < 15: // a member placing the queue it declared
+				for _, c := range placeCommands(meta, grp, "q1", vh, name) {
+					fsmtest.One(t, grp, stamp, c)
+				}
+			case op < 17: // the group deleting a queue itself
+				fsmtest.One(t, grp, stamp, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: vh, Name: name}}})
+			case op == 17:
+				fsmtest.One(t, meta, stamp, policySet(vh, "p", int64(rng.Intn(3)+1)))
+			case op == 18:
+				if rng.Intn(2) == 0 {
+					fsmtest.One(t, meta, stamp, vhostPut("w"))
+				} else {
+					fsmtest.One(t, meta, stamp, &proto.Command{Cmd: &proto.Command_VhostDelete{VhostDelete: &proto.VhostDelete{Name: "w"}}})
+				}
+			default:
+				grp = restored(t, grp)
+			}
+			if rng.Intn(3) == 0 {
+				continue // changes pile up between rounds
+			}
+			got, mark := mirrorRead(meta, grp, "q1", seen, all)
+			want := mirrorCommands(meta, grp, "q1")
+			if g, w := slices.Sorted(slices.Values(names(got))), slices.Sorted(slices.Values(names(want))); !slices.Equal(g, w) {
+				t.Fatalf("seed %d step %d: the mirror proposes %v, a full comparison %v", seed, step, g, w)
+			}
+			if mark.settings == seen.settings && !all {
+				incremental++
+			}
+			for _, c := range got {
+				if r, _ := fsmtest.One(t, grp, stamp, c); r.GetCode() != 0 {
+					t.Fatalf("seed %d step %d: %s refused: %s", seed, step, mirrorCmd(c), r.GetText())
+				}
+			}
+			if rest := mirrorCommands(meta, grp, "q1"); len(rest) != 0 {
+				t.Fatalf("seed %d step %d: after the round the group still lacks %v", seed, step, names(rest))
+			}
+			seen, all = mark, false
+		}
+		if incremental < 50 {
+			t.Fatalf("seed %d: only %d rounds looked at the changed queues alone: the case is not made", seed, incremental)
+		}
+	}
+}
+
+// restored is m after a snapshot and a restore.
+func restored(t *testing.T, m *fsm.Machine) *fsm.Machine {
+	t.Helper()
+	s, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := s.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if rel, ok := s.(fsm.Releaser); ok {
+		rel.Release()
+	}
+	r := fsm.New()
+	if err := r.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -69,7 +69,7 @@ func (s *state) apply(e Entry, sink Sink) []*proto.Result {
 	for i, c := range e.Envelope.GetCommands() {
 		s.pos = uint32(i)
 		if mirrored(c) {
-			s.mirrorGen = mirrorGens.Add(1)
+			s.settingsGen = settingsGens.Add(1)
 		}
 		r := s.applyOne(c)
 		if r == nil {

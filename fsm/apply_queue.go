@@ -223,6 +223,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 		}
 	}
 	v.queues[name] = q
+	s.queueChanges.note(q.vhost, name)
 	s.stats.Queues++
 	s.place(q, s.placeFor(c))
 	q.policy, q.opPolicy = matchPolicies(v, name, "queues")
@@ -297,6 +298,7 @@ func (s *state) deleteQueue(q *queueState, notify bool) {
 	s.markTimed(q)
 	s.markLeased(q)
 	delete(v.queues, q.name)
+	s.queueChanges.note(q.vhost, q.name)
 	s.stats.Queues--
 	s.unplace(q)
 	s.removeBindingsTo(v, q.name, false)

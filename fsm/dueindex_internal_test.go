@@ -15,12 +15,18 @@ import (
 // TestMain checks the due sets against a walk of every queue after every
 // entry any test of the package applies, and after every restore it
 // reads back: a queue left out of a set would never see its messages die
-// or its lease run out. Benchmarks run without the check.
+// or its lease run out. It checks too that every queue that came or went
+// since the last entry is in the log of queue changes: a mirror would
+// never bring it into its group or out. Benchmarks run without the
+// checks.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		checkHook = func(s *state) {
 			if err := s.checkDueSets(); err != nil {
+				panic(fmt.Sprintf("after entry %d: %v", s.index, err))
+			}
+			if err := s.checkQueueChanges(); err != nil {
 				panic(fmt.Sprintf("after entry %d: %v", s.index, err))
 			}
 		}

@@ -260,28 +260,33 @@ func (m *Machine) PublishRoute(p *proto.Publish) (byGroup map[string][]string, o
 	return byGroup, true
 }
 
-// mirrorGens numbers the changes MirrorGen reports, across machines: a
-// machine restored from a snapshot, or a new one in its place, never
+// settingsGens numbers the changes SettingsGen reports, across machines:
+// a machine restored from a snapshot, or a new one in its place, never
 // shows a number it showed before.
-var mirrorGens atomic.Uint64
+var settingsGens atomic.Uint64
 
-// MirrorGen is a number that changes whenever what a queue group's
-// mirror reads of this machine may have changed: its vhosts, policies,
-// queues or their placement (a command that may touch them, a restore).
-// A mirror that saw the same numbers in the metadata and the group's
-// machine has nothing new to do. Not state: replicas differ in it.
-func (m *Machine) MirrorGen() uint64 { return m.mirrorGen }
+// SettingsGen is a number that changes whenever what a queue group's
+// mirror reads of this machine, other than which queues it holds, may
+// have changed: its vhosts, policies, the queues' placement (a command
+// that may touch them, a restore). Queues declared and deleted are
+// QueueChanges. A mirror that saw the same numbers in the metadata and
+// the group's machine, and no queue changes since, has nothing new to
+// do. Not state: replicas differ in it.
+func (m *Machine) SettingsGen() uint64 { return m.settingsGen }
 
 // mirrored reports whether applying c may change what a group's mirror
-// reads. Only the commands of the message flow, which a busy log applies
-// by the thousand, are known not to; any other kind counts, a kind added
-// later included.
+// reads other than which queues a machine holds (queue declares and
+// deletes are logged as QueueChanges, wherever they come from). Only the
+// commands of the message flow, which a busy log applies by the
+// thousand, and the queue declares and deletes are known not to; any
+// other kind counts, a kind added later included.
 func mirrored(c *proto.Command) bool {
 	switch c.GetCmd().(type) {
 	case *proto.Command_Publish, *proto.Command_Enqueue, *proto.Command_Get, *proto.Command_Consume,
 		*proto.Command_Credit, *proto.Command_Settle, *proto.Command_Requeue, *proto.Command_Discard,
 		*proto.Command_Expire, *proto.Command_Tick, *proto.Command_ReleaseDelayed, *proto.Command_HandOff,
-		*proto.Command_HandOffDone, *proto.Command_QueuePurge, *proto.Command_Bind, *proto.Command_Unbind:
+		*proto.Command_HandOffDone, *proto.Command_QueuePurge, *proto.Command_Bind, *proto.Command_Unbind,
+		*proto.Command_QueueDeclare, *proto.Command_QueueDelete:
 		return false
 	}
 	return true

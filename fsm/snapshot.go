@@ -154,7 +154,8 @@ func (s *state) restoreBytes(b []byte) error {
 		return err
 	}
 	*s = *n
-	s.mirrorGen = mirrorGens.Add(1)
+	s.settingsGen = settingsGens.Add(1)
+	s.queueChanges.restart()
 	if checkHook != nil {
 		checkHook(s)
 	}

@@ -93,9 +93,12 @@ type state struct {
 	// group, derived from the queues (not state).
 	placing bool
 	placed  map[string]int
-	// mirrorGen changes whenever what a queue group mirrors may have
-	// changed (placement.go, MirrorGen); not state.
-	mirrorGen uint64
+	// settingsGen changes whenever what a queue group mirrors, other than
+	// which queues there are, may have changed (placement.go,
+	// SettingsGen); queueChanges logs the queues declared and deleted
+	// (queuechanges.go). Neither is state.
+	settingsGen  uint64
+	queueChanges queueChangeLog
 	// timed and leased are the queues the due scans ask (dueindex.go);
 	// not state.
 	timed, leased queueSet
@@ -266,7 +269,8 @@ func (s *state) init() {
 	s.channels = map[string]*channel{}
 	s.meta = &queue.Table{}
 	s.delayed.held.SetTable(s.meta)
-	s.mirrorGen = mirrorGens.Add(1)
+	s.settingsGen = settingsGens.Add(1)
+	s.queueChanges.restart()
 }
 
 // atLeast reports whether the log's protocol level is at least l. A
