@@ -2,6 +2,7 @@ package group
 
 import (
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -11,8 +12,8 @@ import (
 // within a byte budget: raft.LogCache holds its last 512 entries whatever
 // their size, so a burst of large publishes kept gigabytes reachable
 // long after they were committed. An entry over inlineMax is cached only
-// while it is the newest entry (newest); otherwise its side file is read
-// when it is needed.
+// while it is the newest entry (newest), or while it is read again and
+// again (recent); otherwise it is read from the store when it is needed.
 type logCache struct {
 	raft.LogStore
 	budget int64
@@ -28,8 +29,35 @@ type logCache struct {
 	// back from its side file hundreds of times a second, a gigabyte a
 	// second of garbage whose collection starved raft's heartbeats.
 	newest *raft.Log
+	// recent are entries over inlineMax read from the store lately,
+	// kept until none read them for recentFor. A follower behind by a
+	// large entry had it read for every append raft sent it (the entry
+	// itself, or its term as the previous one), and the follower read its
+	// own copy for every append that overlapped it; with a bolt log each
+	// read copied tens of MiB in one uninterruptible move, and the
+	// collector's stop-the-world waited for each (pauses of 100-300 ms, a
+	// process silent for seconds, leaders lost). At most recentMax, so a
+	// follower replaying many large entries reads each from the store.
+	recent [recentMax]readEntry
+	timer  *time.Timer // drops what went unread for recentFor
+	now    func() time.Time
 	gen    uint64 // moves with every append and truncation
+	// rewrites moves when entries may be replaced: a truncation, or an
+	// append at or below last, the highest index appended. An append
+	// above it changes no entry a read may have raced with.
+	rewrites, last uint64
 }
+
+// readEntry is an entry of logCache.recent and when it was last read.
+type readEntry struct {
+	l  *raft.Log
+	at time.Time
+}
+
+const (
+	recentMax = 2
+	recentFor = time.Second
+)
 
 // logCacheBytes is the log cache's budget. What it serves is the newest
 // entries: the leader replicating to a follower a few entries behind, and
@@ -41,7 +69,7 @@ type logCache struct {
 const logCacheBytes = 16 << 20
 
 func newLogCache(capacity int, budget int64, store raft.LogStore) *logCache {
-	return &logCache{LogStore: store, budget: budget, slots: make([]*raft.Log, capacity)}
+	return &logCache{LogStore: store, budget: budget, slots: make([]*raft.Log, capacity), now: time.Now}
 }
 
 func (c *logCache) slot(index uint64) **raft.Log {
@@ -51,7 +79,7 @@ func (c *logCache) slot(index uint64) **raft.Log {
 func (c *logCache) GetLog(index uint64, l *raft.Log) error {
 	c.mu.RLock()
 	cached := *c.slot(index)
-	newest, gen := c.newest, c.gen
+	newest, gen, rewrites := c.newest, c.gen, c.rewrites
 	c.mu.RUnlock()
 	if cached != nil && cached.Index == index {
 		*l = *cached
@@ -61,23 +89,86 @@ func (c *logCache) GetLog(index uint64, l *raft.Log) error {
 		*l = *newest
 		return nil
 	}
+	if c.readRecent(index, l) {
+		return nil
+	}
 	if err := c.LogStore.GetLog(index, l); err != nil {
 		return err
 	}
 	if len(l.Data) > inlineMax {
-		// A restarted leader's last entry was never appended here.
-		// What was read is kept only if the log did not change meanwhile:
-		// a truncation may have replaced the entry at index.
-		if last, err := c.LogStore.LastIndex(); err == nil && last == index {
-			read := *l
-			c.mu.Lock()
-			if c.gen == gen {
-				c.newest = &read
-			}
-			c.mu.Unlock()
+		read := *l
+		// A restarted leader's last entry was never appended here: it
+		// is the newest. What was read is kept only if the log did not
+		// change meanwhile: a truncation may have replaced the entry at
+		// index.
+		last, err := c.LogStore.LastIndex()
+		c.mu.Lock()
+		switch {
+		case c.gen == gen && err == nil && last == index:
+			c.newest = &read
+		case c.rewrites == rewrites:
+			// Appends meanwhile are usual (a follower behind while the
+			// leader goes on), and change no entry up to their first.
+			c.keepRecent(&read)
 		}
+		c.mu.Unlock()
 	}
 	return nil
+}
+
+// readRecent serves index from recent, if it is there.
+func (c *logCache) readRecent(index uint64, l *raft.Log) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.recent {
+		if r := &c.recent[i]; r.l != nil && r.l.Index == index {
+			r.at = c.now()
+			*l = *r.l
+			return true
+		}
+	}
+	return false
+}
+
+// keepRecent keeps l in recent in place of the entry read least lately,
+// and has it dropped once unread for recentFor. Under c.mu.
+func (c *logCache) keepRecent(l *raft.Log) {
+	oldest := 0
+	for i := range c.recent {
+		if c.recent[i].l == nil || c.recent[i].at.Before(c.recent[oldest].at) {
+			oldest = i
+		}
+		if c.recent[i].l == nil {
+			break
+		}
+	}
+	c.recent[oldest] = readEntry{l: l, at: c.now()}
+	if c.timer == nil {
+		c.timer = time.AfterFunc(recentFor, c.dropUnread)
+	}
+}
+
+// dropUnread drops the recent entries unread for recentFor, and comes
+// back while any is left.
+func (c *logCache) dropUnread() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timer = nil
+	now, next := c.now(), time.Duration(0)
+	for i := range c.recent {
+		r := &c.recent[i]
+		if r.l == nil {
+			continue
+		}
+		if left := recentFor - now.Sub(r.at); left > 0 {
+			next = max(next, left)
+			continue
+		}
+		*r = readEntry{}
+	}
+	if next > 0 {
+		c.timer = time.AfterFunc(next, c.dropUnread)
+	}
 }
 
 func (c *logCache) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
@@ -90,6 +181,13 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 	defer c.mu.Unlock()
 	c.gen++
 	c.newest = nil
+	if len(logs) > 0 {
+		if logs[0].Index <= c.last {
+			c.rewrites++
+			c.recent = [recentMax]readEntry{}
+		}
+		c.last = max(c.last, logs[len(logs)-1].Index)
+	}
 	for _, l := range logs {
 		s := c.slot(l.Index)
 		if old := *s; old != nil {
@@ -118,18 +216,42 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 }
 
 func (c *logCache) DeleteRange(min, max uint64) error {
+	// Compaction deletes a prefix, and no entry after it changes; a
+	// follower's conflicting suffix is deleted to be written again.
 	c.mu.Lock()
+	suffix := c.last == 0 || max >= c.last
 	clear(c.slots)
 	c.bytes, c.first, c.newest = 0, 0, nil
+	c.dropRecent(min, max, suffix)
 	c.gen++
 	c.mu.Unlock()
 	err := c.LogStore.DeleteRange(min, max)
 	// A read between the two locks found the entries still in the store.
 	c.mu.Lock()
 	c.newest = nil
+	c.dropRecent(min, max, suffix)
 	c.gen++
 	c.mu.Unlock()
 	return err
+}
+
+// dropRecent drops the recent entries from min to max; for a suffix, all
+// of them, and reads under way are not kept. Under c.mu.
+func (c *logCache) dropRecent(min, max uint64, suffix bool) {
+	if suffix {
+		c.recent = [recentMax]readEntry{}
+		c.rewrites++
+		c.last = min - 1
+		if min == 0 {
+			c.last = 0
+		}
+		return
+	}
+	for i := range c.recent {
+		if l := c.recent[i].l; l != nil && l.Index >= min && l.Index <= max {
+			c.recent[i] = readEntry{}
+		}
+	}
 }
 
 // IsMonotonic passes on raft.MonotonicLogStore.

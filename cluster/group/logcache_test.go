@@ -2,18 +2,24 @@ package group
 
 import (
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// countingStore counts the reads that reach the store.
+// countingStore counts the reads that reach the store; during, when
+// set, runs in the middle of each.
 type countingStore struct {
 	*raft.InmemStore
-	reads int
+	reads  int
+	during func()
 }
 
 func (s *countingStore) GetLog(index uint64, l *raft.Log) error {
 	s.reads++
+	if s.during != nil {
+		s.during()
+	}
 	return s.InmemStore.GetLog(index, l)
 }
 
@@ -54,9 +60,9 @@ func TestLogCache_KeepsRecentEntriesWithinItsBudget(t *testing.T) {
 	if cached(5) {
 		t.Fatal("an entry over inlineMax is cached once a later one came")
 	}
-	// Read back from the store, it is kept only while it is the log's last.
-	if cached(5) || cached(5) {
-		t.Fatal("an older entry over inlineMax is kept after a read")
+	// Read back from the store above, it is kept a while (recent).
+	if !cached(5) {
+		t.Fatal("an older entry over inlineMax, read once, is read from the store again")
 	}
 	for i := uint64(7); i <= 20; i++ { // the ring wraps
 		put(i, 10)
@@ -73,5 +79,89 @@ func TestLogCache_KeepsRecentEntriesWithinItsBudget(t *testing.T) {
 	}
 	if c.bytes != 0 {
 		t.Fatalf("%d bytes counted after the cache was cleared", c.bytes)
+	}
+}
+
+// A large entry that is no longer the newest, read from the store (a
+// follower behind by it is sent it, or its term, on every append), is
+// kept while something reads it within recentFor, two such entries at
+// most; a truncation of the tail drops it, a compaction below it does
+// not, and a read that raced an append rewriting entries is not kept.
+func TestLogCache_KeepsALargeEntryReadLatelyWhileItIsRead(t *testing.T) {
+	store := &countingStore{InmemStore: raft.NewInmemStore()}
+	c := newLogCache(8, 1<<20, store)
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	put := func(index uint64, n int) {
+		t.Helper()
+		if err := c.StoreLogs([]*raft.Log{{Index: index, Term: 1, Type: raft.LogCommand, Data: make([]byte, n)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := func(index uint64) bool {
+		t.Helper()
+		before := store.reads
+		var l raft.Log
+		if err := c.GetLog(index, &l); err != nil || l.Index != index {
+			t.Fatalf("entry %d: %v", index, err)
+		}
+		return store.reads == before
+	}
+	put(1, 10)
+	for i := uint64(2); i <= 4; i++ {
+		put(i, inlineMax+1)
+	}
+	put(5, 10)
+	if cached(2) || !cached(2) {
+		t.Fatal("a large entry read once is read from the store again")
+	}
+	// Read within recentFor, it stays; unread for recentFor, it goes.
+	now = now.Add(recentFor / 2)
+	c.dropUnread()
+	if !cached(2) {
+		t.Fatal("a large entry read half a recentFor ago was dropped")
+	}
+	now = now.Add(recentFor)
+	c.dropUnread()
+	if cached(2) {
+		t.Fatal("a large entry unread for recentFor is still kept")
+	}
+	// Two at most: a third read drops the one read least lately.
+	now = now.Add(time.Millisecond)
+	cached(3)
+	now = now.Add(time.Millisecond)
+	cached(4)
+	if !cached(3) || !cached(4) {
+		t.Fatal("the two entries read last are not kept")
+	}
+	now = now.Add(time.Millisecond)
+	cached(4)
+	now = now.Add(time.Millisecond)
+	if cached(2) || !cached(4) || cached(3) {
+		t.Fatal("a third entry read did not take the place of the one read least lately")
+	}
+	if err := c.DeleteRange(1, 1); err != nil { // compaction below them
+		t.Fatal(err)
+	}
+	if !cached(3) {
+		t.Fatal("a compaction below a kept entry dropped it")
+	}
+	if err := c.DeleteRange(3, 5); err != nil { // a conflicting tail
+		t.Fatal(err)
+	}
+	var l raft.Log
+	if err := c.GetLog(3, &l); err != raft.ErrLogNotFound {
+		t.Fatalf("entry 3, truncated, read as %v", err)
+	}
+	// A read that an append at or below the log's last races is not kept:
+	// the entry read may be the one replaced.
+	put(3, inlineMax+1)
+	put(4, 10)
+	store.during = func() { store.during = nil; put(4, 10) }
+	if cached(3) || cached(3) {
+		t.Fatal("a read that raced a rewrite was kept")
+	}
+	if !cached(3) {
+		t.Fatal("a read after the rewrite was not kept")
 	}
 }
