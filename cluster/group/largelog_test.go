@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
@@ -395,5 +396,60 @@ func TestLargeEntries_HeadTruncatedIsNotFound(t *testing.T) {
 	}
 	if err := s.GetLog(3, &l); err != nil || string(l.Data) != "kept" {
 		t.Fatalf("GetLog(3) = %q, %v", l.Data, err)
+	}
+}
+
+// A bolt log keeps entries over inlineMax in side files too (bbolt copies
+// a value out in one uninterruptible move: seconds at the size limit),
+// and a bolt log an earlier release wrote, with such entries inline,
+// reads as it was.
+func TestLargeEntries_InABoltLog(t *testing.T) {
+	dir := t.TempDir()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	// An earlier release's log: every entry in bolt.
+	old, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, boltFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := []*raft.Log{
+		{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("small"), AppendedAt: at},
+		{Index: 2, Term: 1, Type: raft.LogCommand, Data: patterned(inlineMax+1, 1), AppendedAt: at},
+	}
+	if err := old.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, kind, err := openLogStore(dir, LogStoreAuto, inlineMax, nil)
+	if err != nil || kind != LogStoreBolt {
+		t.Fatalf("open: %q %v", kind, err)
+	}
+	more := []*raft.Log{
+		{Index: 3, Term: 2, Type: raft.LogCommand, Data: patterned(inlineMax+1, 2), Extensions: []byte("ext"), AppendedAt: at},
+		{Index: 4, Term: 2, Type: raft.LogCommand, Data: []byte("small too"), AppendedAt: at},
+	}
+	if err := s.StoreLogs(more); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	side := filepath.Join(dir, boltLargeDir)
+	if names := sideFiles(t, side); len(names) != 1 || !strings.Contains(names[0], sideName(3, 2)) {
+		t.Fatalf("side files %v, want entry 3's alone", names)
+	}
+	s, _, err = openLogStore(dir, LogStoreAuto, inlineMax, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, want := range append(logs, more...) {
+		var got raft.Log
+		if err := s.GetLog(want.Index, &got); err != nil {
+			t.Fatal(err)
+		}
+		sameLog(t, &got, want)
 	}
 }

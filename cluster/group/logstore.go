@@ -44,10 +44,12 @@ type logStore interface {
 	damage() *DataError
 }
 
-// walDir and boltFile are where each store lives in the data dir.
+// walDir and boltFile are where each store lives in the data dir;
+// boltLargeDir holds a bolt log's entries over inlineMax (largelog.go).
 const (
-	walDir   = "wal"
-	boltFile = "raft.db"
+	walDir       = "wal"
+	boltFile     = "raft.db"
+	boltLargeDir = "raft-large"
 )
 
 // resolveLogStore turns kind (possibly auto) into the store to open in dir.
@@ -109,7 +111,28 @@ func openLogStore(dir, kind string, inline int, log *slog.Logger) (store logStor
 		if err != nil {
 			return nil, "", openError(path, err)
 		}
-		return &boltStore{BoltStore: b, path: path}, kind, nil
+		// bbolt copies a value out of its memory map in one move, which
+		// neither the scheduler nor the collector can interrupt, and at
+		// the message size limit took seconds a read: the same side
+		// files as the write-ahead log's keep its values small.
+		side := filepath.Join(dir, boltLargeDir)
+		if err := os.MkdirAll(side, 0o755); err != nil {
+			_ = b.Close()
+			return nil, "", fmt.Errorf("cluster: %s dir: %w", boltLargeDir, err)
+		}
+		if err := syncDir(dir); err != nil {
+			_ = b.Close()
+			return nil, "", err
+		}
+		large, err := withLargeEntries(&boltStore{BoltStore: b, path: path}, side, inline)
+		if err != nil {
+			_ = b.Close()
+			if de := (*DataError)(nil); errors.As(err, &de) {
+				return nil, "", de
+			}
+			return nil, "", openError(side, err)
+		}
+		return large, kind, nil
 	}
 	if err := os.MkdirAll(path, 0o755); err != nil {
 		return nil, "", fmt.Errorf("cluster: %s dir: %w", walDir, err)
