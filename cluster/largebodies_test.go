@@ -157,6 +157,16 @@ func testMaxSizeMessages(t *testing.T, store string) {
 	}
 	c.WaitApplied(tickOn(t, c))
 	c.AssertSameDigest(t)
+	// A node serves clients once it has released its previous run's
+	// consumers (Ready): a consumer of its channels registered before
+	// that would be released with them, its deliveries taken back.
+	for _, nd := range c.Nodes {
+		select {
+		case <-nd.Node().Ready():
+		case <-time.After(clustertest.Timeout):
+			t.Fatalf("%s not ready to serve after %v", nd.ID, clustertest.Timeout)
+		}
+	}
 	l = c.WaitForLeader(clustertest.Timeout)
 	for i, nd := range c.Nodes {
 		ch := &proto.ChannelRef{Node: nd.ID, Connection: "c", Channel: 1}
