@@ -23,18 +23,16 @@ func (s *countingStore) GetLog(index uint64, l *raft.Log) error {
 	return s.InmemStore.GetLog(index, l)
 }
 
-// The cache serves recent entries within its byte budget, the newest
-// first, and never holds an entry kept out of line.
-func TestLogCache_KeepsRecentEntriesWithinItsBudget(t *testing.T) {
-	store := &countingStore{InmemStore: raft.NewInmemStore()}
-	c := newLogCache(8, 3<<10, store)
-	put := func(index uint64, n int) {
+// cacheOps appends an entry of n bytes to c (put), and reads one,
+// reporting whether the cache served it without reading store (cached).
+func cacheOps(t *testing.T, c *logCache, store *countingStore) (put func(index uint64, n int), cached func(index uint64) bool) {
+	put = func(index uint64, n int) {
 		t.Helper()
 		if err := c.StoreLogs([]*raft.Log{{Index: index, Term: 1, Type: raft.LogCommand, Data: make([]byte, n)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cached := func(index uint64) bool {
+	cached = func(index uint64) bool {
 		t.Helper()
 		before := store.reads
 		var l raft.Log
@@ -43,6 +41,15 @@ func TestLogCache_KeepsRecentEntriesWithinItsBudget(t *testing.T) {
 		}
 		return store.reads == before
 	}
+	return put, cached
+}
+
+// The cache serves recent entries within its byte budget, the newest
+// first, and never holds an entry kept out of line.
+func TestLogCache_KeepsRecentEntriesWithinItsBudget(t *testing.T) {
+	store := &countingStore{InmemStore: raft.NewInmemStore()}
+	c := newLogCache(8, 3<<10, store)
+	put, cached := cacheOps(t, c, store)
 	for i := uint64(1); i <= 4; i++ {
 		put(i, 1<<10)
 	}
@@ -92,21 +99,7 @@ func TestLogCache_KeepsALargeEntryReadLatelyWhileItIsRead(t *testing.T) {
 	c := newLogCache(8, 1<<20, store)
 	now := time.Unix(1000, 0)
 	c.now = func() time.Time { return now }
-	put := func(index uint64, n int) {
-		t.Helper()
-		if err := c.StoreLogs([]*raft.Log{{Index: index, Term: 1, Type: raft.LogCommand, Data: make([]byte, n)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cached := func(index uint64) bool {
-		t.Helper()
-		before := store.reads
-		var l raft.Log
-		if err := c.GetLog(index, &l); err != nil || l.Index != index {
-			t.Fatalf("entry %d: %v", index, err)
-		}
-		return store.reads == before
-	}
+	put, cached := cacheOps(t, c, store)
 	put(1, 10)
 	for i := uint64(2); i <= 4; i++ {
 		put(i, inlineMax+1)
