@@ -122,8 +122,8 @@ func markOf(meta, grp *fsm.Machine) mirrorMark {
 func mirrorRead(meta, grp *fsm.Machine, id string, seen mirrorMark, all bool) ([]*proto.Command, mirrorMark) {
 	now := markOf(meta, grp)
 	if !all && now.settings == seen.settings {
-		inMeta, _, okMeta := meta.QueueChanges(seen.queues[0])
-		inGroup, _, okGroup := grp.QueueChanges(seen.queues[1])
+		inMeta, okMeta := meta.QueueChanges(seen.queues[0])
+		inGroup, okGroup := grp.QueueChanges(seen.queues[1])
 		if okMeta && okGroup {
 			return mirrorNamed(meta, grp, id, append(inMeta, inGroup...)), now
 		}

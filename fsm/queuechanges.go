@@ -67,16 +67,16 @@ func (m *Machine) QueueChangeHead() uint64 { return m.queueChanges.head }
 
 // QueueChanges lists the queues declared or deleted on this machine after
 // number seen (a QueueChangeHead read earlier), in order, a queue as often
-// as it changed, and the head to read from next. ok is false when the log
-// no longer reaches back to seen (a restore, a full log, a number of
-// another machine): the reader must compare everything.
-func (m *Machine) QueueChanges(seen uint64) (keys []QueueKey, head uint64, ok bool) {
+// as it changed. ok is false when the log no longer reaches back to seen
+// (a restore, a full log, a number of another machine): the reader must
+// compare everything.
+func (m *Machine) QueueChanges(seen uint64) (keys []QueueKey, ok bool) {
 	return m.queueChanges.read(seen)
 }
 
-func (l *queueChangeLog) read(seen uint64) (keys []QueueKey, head uint64, ok bool) {
+func (l *queueChangeLog) read(seen uint64) (keys []QueueKey, ok bool) {
 	if seen < l.since || seen > l.head {
-		return nil, l.head, false
+		return nil, false
 	}
 	i := len(l.changes)
 	for i > 0 && l.changes[i-1].n > seen {
@@ -85,5 +85,5 @@ func (l *queueChangeLog) read(seen uint64) (keys []QueueKey, head uint64, ok boo
 	for _, c := range l.changes[i:] {
 		keys = append(keys, c.key)
 	}
-	return keys, l.head, true
+	return keys, true
 }
