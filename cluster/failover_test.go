@@ -266,3 +266,41 @@ func TestCluster_RandomWorkloadWithFailover(t *testing.T) {
 	}
 	t.Logf("%d entries committed, %d submissions failed around the failover", len(committed), unknown)
 }
+
+// A follower stands once its leader has been silent for
+// HeartbeatTimeout (cluster/group/promptelection.go), not when raft's own
+// timer, armed for a random one to two timeouts, next finds it silent:
+// each election after a kill ends within 1.6 timeouts of it. By raft's
+// timers alone, both followers of three would have to find the silence
+// that soon, which they do about once in six kills.
+func TestCluster_AKilledLeaderIsReplacedSoonAfterTheHeartbeatTimeout(t *testing.T) {
+	const hb = 2 * time.Second
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = hb, hb, hb/2
+	}))
+	for range 2 {
+		old := c.WaitForLeader(clustertest.Timeout)
+		mustSubmit(t, old, tick())
+		oi := c.Index(old.NodeID())
+		killed := time.Now()
+		c.Kill(oi)
+		var took time.Duration
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			if l := c.Leader(); l == nil || l.NodeID() == old.NodeID() {
+				return errors.New("no new leader")
+			}
+			took = time.Since(killed)
+			return nil
+		})
+		t.Logf("a new leader %v after the kill", took.Round(time.Millisecond))
+		if took > hb*8/5 {
+			t.Fatalf("a new leader only %v after the kill, more than 1.6 heartbeat timeouts (%v)", took.Round(time.Millisecond), hb)
+		}
+		c.Restart(oi)
+		select {
+		case <-c.Nodes[oi].Node().Ready():
+		case <-time.After(clustertest.Timeout):
+			t.Fatal("the restarted node never became ready")
+		}
+	}
+}

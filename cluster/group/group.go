@@ -109,6 +109,7 @@ type Group struct {
 	bulk      *Bulk
 	quiet     *QuietAppends
 	news      *CommitNews
+	reload    sync.Mutex // one raft.ReloadConfig at a time (reloadConfig)
 	// raft is set once Start has it: the transport's handshakes may ask
 	// for it before.
 	raft atomic.Pointer[raft.Raft]
@@ -212,7 +213,7 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 		return has, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft.Store(r)
-	g.wg.Add(2)
+	g.wg.Add(3)
 	go func() {
 		defer g.wg.Done()
 		gaps.Run(closing)
@@ -220,6 +221,10 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 	go func() {
 		defer g.wg.Done()
 		g.news.run(closing)
+	}()
+	go func() {
+		defer g.wg.Done()
+		g.watchSilence(closing)
 	}()
 	return has, nil
 }

@@ -61,14 +61,11 @@ func (g *Group) scaleSnapshotThreshold(held uint64) {
 		return
 	}
 	want := SnapshotThreshold(g.cfg.Raft.SnapshotThreshold, held)
-	rc := g.Raft().ReloadableConfig()
-	if rc.SnapshotThreshold == want {
+	r := g.Raft()
+	if r.ReloadableConfig().SnapshotThreshold == want {
 		return
 	}
-	rc.SnapshotThreshold = want
-	if err := g.Raft().ReloadConfig(rc); err != nil {
-		g.cfg.Logger.Warn("snapshot threshold", "entries", want, "err", err)
-	}
+	g.reloadConfig(r, func(rc *raft.ReloadableConfig) { rc.SnapshotThreshold = want })
 }
 
 // snapshotBytesLoop snapshots when the meter says the log grew by its

@@ -1,0 +1,101 @@
+package group
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A follower's raft looks for its leader's silence only when a timer of
+// its own fires: at a random moment between HeartbeatTimeout and twice it
+// after the timer was armed, re-armed for as long again whenever it finds
+// the leader heard from within HeartbeatTimeout. So a follower notices a
+// leader gone silent between HeartbeatTimeout and about three times it
+// after the last contact. And until it notices, it refuses every
+// candidate's pre-vote ("we have a leader"): a candidate waits out its
+// election timeout (ElectionTimeout to twice it) and asks again, and with
+// five nodes the election waits for the third of four followers to
+// notice. The fault suite measured 0.9 to 2.75 s before every group led
+// again, with a 500 ms timeout, where a leader's death or cut-off also
+// holds up the dead letters its queues owe.
+//
+// silenceWatch has a follower notice at HeartbeatTimeout after the last
+// contact, plus a jitter of up to an eighth of it: a timer armed for that
+// moment, which, when it finds the leader silent that long, has raft's
+// follower loop run its own check at once. The check, and everything
+// after it (giving up the leader, the pre-vote, the vote), stay raft's;
+// only when the check runs changes, to a moment raft's random timer could
+// itself have picked. The jitter and the leader's heartbeats, which reach
+// each follower at its own moments, keep the followers from standing all
+// at once and splitting the vote.
+//
+// raft has one way to have its follower loop check at once: a
+// ReloadConfig that shortens HeartbeatTimeout notifies it to fire its
+// timer now. The watch shortens it by a nanosecond and sets it back,
+// under the lock every reload of the group takes (reloadConfig).
+
+// silenceCheck is the watch's decision for a raft in state, last heard
+// from its leader at last (zero: never since it started), at now:
+// whether to have raft check for the leader's silence now, and how long
+// until the watch looks again.
+func silenceCheck(state raft.RaftState, last, now time.Time, hb, jitter time.Duration) (nudge bool, next time.Duration) {
+	if state != raft.Follower || last.IsZero() {
+		// A leader or a candidate has no leader to lose; a follower
+		// that never heard from one (a start) is left to raft's own
+		// timer, which also covers a cluster that is not formed yet.
+		return false, hb + jitter
+	}
+	silent := now.Sub(last)
+	if silent < hb {
+		return false, hb - silent + jitter
+	}
+	return true, hb + jitter
+}
+
+// watchSilence runs the silence watch until closing closes.
+func (g *Group) watchSilence(closing <-chan struct{}) {
+	hb := g.cfg.Raft.HeartbeatTimeout
+	if hb <= 0 {
+		return
+	}
+	jitter := func() time.Duration { return rand.N(hb/8 + 1) }
+	t := time.NewTimer(hb + jitter())
+	defer t.Stop()
+	for {
+		select {
+		case <-closing:
+			return
+		case <-t.C:
+		}
+		r := g.Raft()
+		if r == nil {
+			t.Reset(hb)
+			continue
+		}
+		nudge, next := silenceCheck(r.State(), r.LastContact(), time.Now(), hb, jitter())
+		if nudge {
+			g.checkLeaderNow(r)
+		}
+		t.Reset(next)
+	}
+}
+
+// checkLeaderNow has raft's follower loop check for its leader's
+// silence at once (see above).
+func (g *Group) checkLeaderNow(r *raft.Raft) {
+	g.reloadConfig(r, func(rc *raft.ReloadableConfig) { rc.HeartbeatTimeout -= time.Nanosecond })
+	g.reloadConfig(r, func(rc *raft.ReloadableConfig) { rc.HeartbeatTimeout = g.cfg.Raft.HeartbeatTimeout })
+}
+
+// reloadConfig changes raft's reloadable settings with change, one
+// reload at a time: each reads the settings and writes them all back.
+func (g *Group) reloadConfig(r *raft.Raft, change func(*raft.ReloadableConfig)) {
+	g.reload.Lock()
+	defer g.reload.Unlock()
+	rc := r.ReloadableConfig()
+	change(&rc)
+	if err := r.ReloadConfig(rc); err != nil {
+		g.cfg.Logger.Warn("raft settings", "err", err)
+	}
+}
