@@ -34,7 +34,8 @@ func manyQueuesManagement(n int) *Server {
 // tests using it change nothing while serving.
 type unlockedView struct{ *opstest.Node }
 
-func (n unlockedView) View(fn func(ops.State)) { fn(n.State) }
+func (n unlockedView) View(fn func(ops.State))      { fn(n.State) }
+func (n unlockedView) LocalView(fn func(ops.State)) { fn(n.State) }
 
 // listingPage is the page object of a paged listing, RabbitMQ's shape.
 type listingPage struct {

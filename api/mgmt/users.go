@@ -25,7 +25,7 @@ func (m *Server) putUser(ctx context.Context, name string, b map[string]any) (ex
 		oldHash []byte
 		oldAlg  string
 	)
-	m.node.View(func(s ops.State) {
+	m.node.LocalView(func(s ops.State) {
 		oldHash, oldAlg, existed = s.UserPasswordHash(name)
 		oldHash = slices.Clone(oldHash)
 	})
@@ -69,7 +69,7 @@ func (m *Server) putPermission(ctx context.Context, vhost, user string, b map[st
 		}
 	}
 	userFound, vhostFound := false, false
-	m.node.View(func(s ops.State) {
+	m.node.LocalView(func(s ops.State) {
 		for _, u := range s.Users() {
 			userFound = userFound || u.GetName() == user
 		}

@@ -42,6 +42,11 @@ func (c clusterNode) View(fn func(State)) {
 	c.n.View(func(m *fsm.Machine) { fn(c.placed(m, far)) })
 }
 
+// LocalView implements Node.
+func (c clusterNode) LocalView(fn func(State)) {
+	c.n.View(func(m *fsm.Machine) { fn(c.placed(m, nil)) })
+}
+
 // ConsistentView implements ConsistentViewer.
 func (c clusterNode) ConsistentView(ctx context.Context, fn func(State)) error {
 	far := c.farGroups(ctx)

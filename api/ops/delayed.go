@@ -113,6 +113,6 @@ func (s *Service) PurgeDelayedMessages(ctx context.Context, req *proto.PurgeDela
 // log decides again when it applies the command.
 func (s *Service) checkDelayed(vhost, name string) error {
 	var err error
-	s.node.View(func(st State) { _, err = delayedExchange(st, vhost, name) })
+	s.node.LocalView(func(st State) { _, err = delayedExchange(st, vhost, name) })
 	return err
 }

@@ -25,7 +25,7 @@ func Authenticate(node Node, user, password string) (*Login, bool) {
 		hash  []byte
 		found bool
 	)
-	node.View(func(s State) {
+	node.LocalView(func(s State) {
 		hash, _, found = s.UserPasswordHash(user)
 		if !found {
 			return
@@ -68,7 +68,7 @@ func NotReady(n Node) string {
 		return "no leader is known"
 	}
 	initialized := false
-	n.View(func(s State) { initialized = s.Initialized() })
+	n.LocalView(func(s State) { initialized = s.Initialized() })
 	if !initialized {
 		return "the leader's defaults are not applied yet"
 	}

@@ -27,6 +27,14 @@ type Node interface {
 	// View runs fn on the applied state under the node's lock. fn must not
 	// keep s after it returns.
 	View(fn func(s State))
+	// LocalView runs fn on the state as this node holds it, under its
+	// lock: the metadata and the queue groups this node runs. It asks no
+	// other node, so it answers at once whatever the cluster's state; a
+	// queue of a group this node does not run shows only the metadata's
+	// record of it. It serves what the metadata answers (users,
+	// permissions, vhosts, exchanges, readiness), which every login
+	// and health check reads.
+	LocalView(fn func(s State))
 	// RaftStats returns raft's view of this node.
 	RaftStats() RaftStats
 	// Members lists the cluster's members as memberlist and the raft

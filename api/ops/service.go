@@ -131,7 +131,7 @@ func (s *Service) clusterStatus() *proto.ClusterStatusResponse {
 		LastLogIndex: st.LastLogIndex,
 		Nodes:        s.node.Members(),
 	}
-	s.node.View(func(m State) { resp.ClockMs = m.Clock() })
+	s.node.LocalView(func(m State) { resp.ClockMs = m.Clock() })
 	r := s.Resources()
 	resp.Alarms, resp.DiskFree, resp.DiskFreeLimit = r.Alarms(), r.DiskFree, r.DiskFreeLimit
 	resp.ClockProblem = ClockProblem(s.node)

@@ -178,6 +178,9 @@ func (n *Node) View(fn func(ops.State)) {
 	fn(n.State)
 }
 
+// LocalView implements ops.Node: a fake node's state is all local.
+func (n *Node) LocalView(fn func(ops.State)) { n.View(fn) }
+
 // Update changes the state under the node's lock.
 func (n *Node) Update(fn func(*State)) {
 	n.Mu.Lock()
