@@ -543,6 +543,19 @@ func servesGroupsItDoesNotRun(t *testing.T, nodes int) {
 			return err
 		}
 		clustertest.Eventually(t, clustertest.Timeout, func() error { return farView(each+1, false) })
+		// And the queue's group with its leader and members (the
+		// management API's and raftmqctl's leader, members, online).
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			for _, g := range farOps.Groups() {
+				if g.ID == id {
+					if g.Leader == "" || len(g.Voters()) != 3 || !slices.Contains(g.Voters(), g.Leader) {
+						return fmt.Errorf("group %s shown with leader %q and members %v", id, g.Leader, g.Voters())
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("group %s not listed", id)
+		})
 		m, ok, err := ch.Get(q, false)
 		if err != nil || !ok || string(m.Body) != q+"-0" {
 			t.Fatalf("%s: basic.get: %q %v %v", q, m.Body, ok, err)

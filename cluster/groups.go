@@ -74,6 +74,9 @@ type GroupStatus struct {
 	// of the cluster for the metadata group, the members the log names
 	// for a queue group.
 	TargetSize int
+	// Far: this node does not run the group (FarGroups); its members are
+	// the log's and its leader what gossip tells.
+	Far bool
 }
 
 // Voters are the ids of the group's voters, sorted.
@@ -152,14 +155,7 @@ func (n *Node) groupStatus(id string, g *group.Group, target int) GroupStatus {
 		CommitLatency: g.Batcher().CommitLatency()}
 	_, leader := r.LeaderWithID()
 	gs.Leader = string(leader)
-	online := map[string]bool{}
-	members := 0
-	for _, m := range n.Members() {
-		online[m.ID] = m.ID == n.cfg.NodeID || m.Health == HealthAlive || m.Health == ""
-		if m.Health != HealthLeft {
-			members++
-		}
-	}
+	online, members := n.onlineMembers()
 	gs.TargetSize = members
 	if target > 0 {
 		gs.TargetSize = target
@@ -171,6 +167,21 @@ func (n *Node) groupStatus(id string, g *group.Group, target int) GroupStatus {
 	}
 	slices.SortFunc(gs.Members, func(a, b GroupMember) int { return strings.Compare(a.ID, b.ID) })
 	return gs
+}
+
+// onlineMembers are the cluster's members by id, true for those online:
+// this node, and those gossip finds alive, or does not know but raft
+// holds and nobody suspects (Members); members is how many have not
+// left.
+func (n *Node) onlineMembers() (online map[string]bool, members int) {
+	online = map[string]bool{}
+	for _, m := range n.Members() {
+		online[m.ID] = m.ID == n.cfg.NodeID || m.Health == HealthAlive || m.Health == ""
+		if m.Health != HealthLeft {
+			members++
+		}
+	}
+	return online, members
 }
 
 // Errors of the membership changes, as RabbitMQ's rabbitmq-queues words

@@ -76,10 +76,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", cfg.NodeID),
-		changed:  broadcast.New(),
-		notifyCh: make(chan bool, 16),
+		cfg:         cfg,
+		log:         cfg.Logger.With("node", cfg.NodeID),
+		changed:     broadcast.New(),
+		notifyCh:    make(chan bool, 16),
+		queueGroups: queueGroups{leadsKick: make(chan struct{}, 1)},
 		roster: roster{
 			reach: membership.NewReach(),
 		},
@@ -119,13 +120,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go func() {
 		defer n.wg.Done()
 		n.gossip.PublishUnreachable(n.closing, n.unreachable)
 	}()
 	go n.watchQuorum()
 	go n.runQueueGroups()
+	go n.gossipLeads()
 	if n.gossip.Joins() {
 		n.wg.Add(1)
 		go func() {

@@ -39,6 +39,9 @@ type queueGroups struct {
 	// and this node does not run, by id, made on first use
 	// (remote_groups.go).
 	remote map[string]*remoteGroup
+	// leadsKick asks gossipLeads to gossip the groups this node leads
+	// (group_leads.go).
+	leadsKick chan struct{}
 }
 
 // queueGroup is one queue group this node runs.
@@ -299,6 +302,7 @@ func (n *Node) closeQueueGroup(qg *queueGroup) {
 	qg.g.Batcher().Wait()
 	qg.closeLinks()
 	qg.g.Close()
+	n.leadsChanged()
 	n.log.Info("queue group closed: this node is no longer a member", "group", qg.id)
 }
 
@@ -331,6 +335,7 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 				stopDuties()
 				qg.leading.Store(false)
 				qg.changed.Signal()
+				n.leadsChanged()
 				continue
 			}
 			ctx, cancel := n.untilClosed(context.Background())
@@ -351,6 +356,7 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 				endTerm = n.runGroupDuties(qg)
 			}
 			qg.changed.Signal()
+			n.leadsChanged()
 		case ob := <-obs:
 			if lo, ok := ob.Data.(raft.LeaderObservation); ok {
 				qg.g.Forwarder().LeaderChanged(string(lo.LeaderID))

@@ -1238,7 +1238,11 @@ type NodeMeta struct {
 	Protocol uint32 `protobuf:"varint,9,opt,name=protocol" json:"protocol,omitempty"`
 	// From the leader: the servers of the raft configuration its heartbeats
 	// do not reach now, which every node shows as suspect ahead of gossip.
-	Unreachable   []string `protobuf:"bytes,10,rep,name=unreachable" json:"unreachable,omitempty"`
+	Unreachable []string `protobuf:"bytes,10,rep,name=unreachable" json:"unreachable,omitempty"`
+	// The queue groups this node leads, each with the term it leads in:
+	// how a node that does not run a group shows the group's leader
+	// (the management API, raftmqctl list_queues), without asking it.
+	Leads         []*GroupLead `protobuf:"bytes,11,rep,name=leads" json:"leads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1343,6 +1347,66 @@ func (x *NodeMeta) GetUnreachable() []string {
 	return nil
 }
 
+func (x *NodeMeta) GetLeads() []*GroupLead {
+	if x != nil {
+		return x.Leads
+	}
+	return nil
+}
+
+// A queue group a node leads, and in which term.
+type GroupLead struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupLead) Reset() {
+	*x = GroupLead{}
+	mi := &file_internal_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupLead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupLead) ProtoMessage() {}
+
+func (x *GroupLead) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupLead.ProtoReflect.Descriptor instead.
+func (*GroupLead) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GroupLead) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupLead) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
@@ -1425,7 +1489,7 @@ const file_internal_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\x0e2\x17.raftmq.v1.ForwardErrorR\x05error\x12\x1d\n" +
 	"\n" +
 	"error_text\x18\x05 \x01(\tR\terrorText\x12\x1b\n" +
-	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\x99\x02\n" +
+	"\tleader_id\x18\x06 \x01(\tR\bleaderId\"\xc5\x02\n" +
 	"\bNodeMeta\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
@@ -1437,7 +1501,11 @@ const file_internal_proto_rawDesc = "" +
 	"\aboot_ms\x18\b \x01(\x03R\x06bootMs\x12\x1a\n" +
 	"\bprotocol\x18\t \x01(\rR\bprotocol\x12 \n" +
 	"\vunreachable\x18\n" +
-	" \x03(\tR\vunreachable*\x9b\x01\n" +
+	" \x03(\tR\vunreachable\x12*\n" +
+	"\x05leads\x18\v \x03(\v2\x14.raftmq.v1.GroupLeadR\x05leads\"5\n" +
+	"\tGroupLead\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term*\x9b\x01\n" +
 	"\fForwardError\x12\x16\n" +
 	"\x12FORWARD_ERROR_NONE\x10\x00\x12\x1c\n" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
@@ -1465,7 +1533,7 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_internal_proto_goTypes = []any{
 	(ForwardError)(0),             // 0: raftmq.v1.ForwardError
 	(*GroupGetsRequest)(nil),      // 1: raftmq.v1.GroupGetsRequest
@@ -1487,53 +1555,55 @@ var file_internal_proto_goTypes = []any{
 	(*ForwardRequest)(nil),        // 17: raftmq.v1.ForwardRequest
 	(*ForwardResponse)(nil),       // 18: raftmq.v1.ForwardResponse
 	(*NodeMeta)(nil),              // 19: raftmq.v1.NodeMeta
-	(*ChannelRef)(nil),            // 20: raftmq.v1.ChannelRef
-	(*QueueInfo)(nil),             // 21: raftmq.v1.QueueInfo
-	(*ConsumerInfo)(nil),          // 22: raftmq.v1.ConsumerInfo
-	(*ConsumerRef)(nil),           // 23: raftmq.v1.ConsumerRef
-	(*Properties)(nil),            // 24: raftmq.v1.Properties
-	(*Command)(nil),               // 25: raftmq.v1.Command
-	(*Result)(nil),                // 26: raftmq.v1.Result
+	(*GroupLead)(nil),             // 20: raftmq.v1.GroupLead
+	(*ChannelRef)(nil),            // 21: raftmq.v1.ChannelRef
+	(*QueueInfo)(nil),             // 22: raftmq.v1.QueueInfo
+	(*ConsumerInfo)(nil),          // 23: raftmq.v1.ConsumerInfo
+	(*ConsumerRef)(nil),           // 24: raftmq.v1.ConsumerRef
+	(*Properties)(nil),            // 25: raftmq.v1.Properties
+	(*Command)(nil),               // 26: raftmq.v1.Command
+	(*Result)(nil),                // 27: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	20, // 0: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
-	21, // 1: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	22, // 2: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	21, // 0: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
+	22, // 1: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	23, // 2: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
 	7,  // 3: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
 	10, // 4: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
 	8,  // 5: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
-	20, // 6: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
-	23, // 7: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
+	21, // 6: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
+	24, // 7: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
 	9,  // 8: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
-	23, // 9: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
-	24, // 10: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
+	24, // 9: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
+	25, // 10: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
 	9,  // 11: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
-	23, // 12: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
+	24, // 12: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
 	11, // 13: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
 	12, // 14: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
-	20, // 15: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
-	23, // 16: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
-	24, // 17: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	25, // 18: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	26, // 19: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	21, // 15: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
+	24, // 16: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
+	25, // 17: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	26, // 18: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	27, // 19: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
 	0,  // 20: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	17, // 21: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	15, // 22: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	13, // 23: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
-	5,  // 24: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
-	3,  // 25: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
-	1,  // 26: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
-	18, // 27: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	16, // 28: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	14, // 29: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
-	6,  // 30: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
-	4,  // 31: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
-	2,  // 32: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
-	27, // [27:33] is the sub-list for method output_type
-	21, // [21:27] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	20, // 21: raftmq.v1.NodeMeta.leads:type_name -> raftmq.v1.GroupLead
+	17, // 22: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	15, // 23: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	13, // 24: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
+	5,  // 25: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
+	3,  // 26: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
+	1,  // 27: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
+	18, // 28: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	16, // 29: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	14, // 30: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
+	6,  // 31: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
+	4,  // 32: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
+	2,  // 33: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -1556,7 +1626,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

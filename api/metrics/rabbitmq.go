@@ -349,6 +349,10 @@ func (g groupDescs) collect(ch chan<- prometheus.Metric, groups []ops.GroupStatu
 	var maxLatency float64
 	maxSegments := 0
 	for _, gs := range groups {
+		if gs.Far {
+			// Another node's log: its members report it.
+			continue
+		}
 		latency := gs.CommitLatency.Seconds()
 		emit(g.term, prometheus.CounterValue, float64(gs.Term), gs.Name)
 		emit(g.commit, prometheus.CounterValue, float64(gs.CommitIndex), gs.Name)

@@ -208,7 +208,7 @@ func (c clusterNode) RemoveNode(_ context.Context, id string) error {
 }
 
 // Groups implements Node.
-func (c clusterNode) Groups() []GroupStatus { return c.n.Groups() }
+func (c clusterNode) Groups() []GroupStatus { return append(c.n.Groups(), c.n.FarGroups()...) }
 
 // QueueGroup implements Node.
 

@@ -47,7 +47,9 @@ type Node interface {
 	// can do it.
 	RemoveNode(ctx context.Context, id string) error
 	// Groups lists the Raft groups this node knows, by id (a queue's
-	// QueueInfo.RaftGroup names the one that holds it).
+	// QueueInfo.RaftGroup names the one that holds it): those it runs,
+	// then those it does not (Far: members from the log, the leader
+	// from gossip, no raft figures).
 	Groups() []GroupStatus
 	// GroupDigest is the digest and applied index of queue group id's
 	// state as this node applied it; false for a group it does not run.

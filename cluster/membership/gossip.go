@@ -72,6 +72,8 @@ type Gossip struct {
 	protocol atomic.Uint32
 	// unreachable is what the leader gossips raft does not reach.
 	unreachable atomic.Pointer[[]string]
+	// leads are the queue groups this node leads (SetLeads).
+	leads atomic.Pointer[[]*proto.GroupLead]
 }
 
 // New returns the gossip of a node, not started yet (Start), with an
@@ -121,6 +123,16 @@ func (g *Gossip) SetUnreachable(ids []string) error {
 	return g.list.UpdateNode(time.Second)
 }
 
+// SetLeads sets the queue groups this node gossips it leads, and gossips
+// them, waiting at most timeout for the broadcast.
+func (g *Gossip) SetLeads(leads []*proto.GroupLead, timeout time.Duration) error {
+	g.leads.Store(&leads)
+	if g.list == nil {
+		return nil
+	}
+	return g.list.UpdateNode(timeout)
+}
+
 // LocalMeta is the metadata this node gossips.
 func (g *Gossip) LocalMeta() *proto.NodeMeta {
 	return &proto.NodeMeta{
@@ -139,6 +151,12 @@ func (g *Gossip) LocalMeta() *proto.NodeMeta {
 			}
 			return nil
 		}(),
+		Leads: func() []*proto.GroupLead {
+			if p := g.leads.Load(); p != nil {
+				return *p
+			}
+			return nil
+		}(),
 	}
 }
 
@@ -152,6 +170,12 @@ func (d delegate) NodeMeta(limit int) []byte {
 	if len(b) > limit && len(meta.Unreachable) > 0 {
 		// What raft reaches is a hint the others can do without.
 		meta.Unreachable = nil
+		b, _ = gproto.Marshal(meta)
+	}
+	if len(b) > limit && len(meta.Leads) > 0 {
+		// So is what this node leads: the surfaces then show no leader
+		// for the groups other nodes do not run.
+		meta.Leads = nil
 		b, _ = gproto.Marshal(meta)
 	}
 	if len(b) > limit {
