@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Starts three raftmq nodes on loopback for load runs and prints their AMQP
 # URLs; `three-nodes.sh stop` stops them. Data goes to ${DIR:-/tmp/raftmq-perf}.
-# NODES=N (default 3, at most 5) starts N nodes instead, with
+# NODES=N (default 3, at most 7) starts N nodes instead, with
 # --bootstrap-expect N. Node i listens on AMQP 25671+i, gRPC 25680+i,
 # gossip 27940+i, HTTP 25694+i and raft 25690+i for i up to 3; raft
-# 25700+i for nodes 4 and 5 (25690+i would be node 1's HTTP port at 5).
+# 25700+i for nodes 4 to 7 (25690+i would be node 1's HTTP port at 5).
 # PORTS=N moves every port up by N, so that two clusters can run side by side
 # (give each its own DIR). NODE_GODEBUG, when set, is the nodes' GODEBUG
 # (e.g. gctrace=1: a line per collection in each node's log); NODE_ARGS,
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../../.."
 dir=${DIR:-/tmp/raftmq-perf}
 o=${PORTS:-0}
 n=${NODES:-3}
-case "$n" in [1-5]) ;; *) echo "NODES must be 1 to 5" >&2; exit 1 ;; esac
+case "$n" in [1-7]) ;; *) echo "NODES must be 1 to 7" >&2; exit 1 ;; esac
 raftport() { if [ "$1" -le 3 ]; then echo $((25690 + $1 + o)); else echo $((25700 + $1 + o)); fi; }
 urls=$(for i in $(seq 1 "$n"); do printf 'amqp://guest:guest@127.0.0.1:%d/\n' $((25671 + i + o)); done | paste -sd,)
 # launch: start the nodes on the data in $dir.
@@ -57,9 +57,9 @@ case "${1:-start}" in
     exit 0 ;;
   stop)
     # Every node that has a pid file, whatever NODES is now.
-    for i in 1 2 3 4 5; do [ -f "$dir/n$i.pid" ] && kill "$(cat "$dir/n$i.pid")" 2>/dev/null || true; done
+    for i in 1 2 3 4 5 6 7; do [ -f "$dir/n$i.pid" ] && kill "$(cat "$dir/n$i.pid")" 2>/dev/null || true; done
     # Wait for them to exit, so a start right after finds the ports free.
-    for i in 1 2 3 4 5; do
+    for i in 1 2 3 4 5 6 7; do
       [ -f "$dir/n$i.pid" ] || continue
       for _ in $(seq 1 200); do kill -0 "$(cat "$dir/n$i.pid")" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$(cat "$dir/n$i.pid")" 2>/dev/null || true
