@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -50,5 +51,40 @@ func TestReach_NewTermCountsThePreviousLeaderFromItsSilence(t *testing.T) {
 	}
 	if want := []string{"old"}; !slices.Equal(got, want) {
 		t.Fatalf("unreachable %v, want %v", got, want)
+	}
+}
+
+// A node's metadata fits memberlist's limit: what it leads goes, then
+// what raft does not reach, and at the limit the leads are left out.
+func TestNodeMeta_LeadsWithinTheLimitAndLeftOutPastIt(t *testing.T) {
+	g := New(Config{NodeID: "n1", GRPCAddr: "10.0.0.1:5680", AMQPAddr: "10.0.0.1:5672", Logger: slog.New(slog.DiscardHandler)})
+	leads := func(k int) []*proto.GroupLead {
+		var out []*proto.GroupLead
+		for i := range k {
+			out = append(out, &proto.GroupLead{Group: "q" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Term: uint64(1000 + i)})
+		}
+		return out
+	}
+	decode := func(b []byte) *proto.NodeMeta {
+		t.Helper()
+		m := &proto.NodeMeta{}
+		if err := gproto.Unmarshal(b, m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if err := g.SetLeads(leads(3), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	m := decode(delegate{g}.NodeMeta(memberlist.MetaMaxSize))
+	if len(m.GetLeads()) != 3 || m.GetLeads()[2].GetGroup() != "qca" || m.GetLeads()[2].GetTerm() != 1002 || m.GetId() != "n1" {
+		t.Fatalf("meta %v, want three leads", m)
+	}
+	if err := g.SetLeads(leads(64), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b := delegate{g}.NodeMeta(memberlist.MetaMaxSize)
+	if m := decode(b); len(b) > memberlist.MetaMaxSize || len(m.GetLeads()) != 0 || m.GetGrpcAddr() != "10.0.0.1:5680" {
+		t.Fatalf("%d bytes, meta %v: want the addresses within %d bytes and no leads", len(b), m, memberlist.MetaMaxSize)
 	}
 }
