@@ -224,7 +224,7 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 	}()
 	go func() {
 		defer g.wg.Done()
-		g.watchSilence(closing)
+		g.watchSilence(r, closing)
 	}()
 	return has, nil
 }

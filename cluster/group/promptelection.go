@@ -32,8 +32,9 @@ import (
 //
 // raft has one way to have its follower loop check at once: a
 // ReloadConfig that shortens HeartbeatTimeout notifies it to fire its
-// timer now. The watch shortens it by a nanosecond and sets it back,
-// under the lock every reload of the group takes (reloadConfig).
+// timer now. The watch shortens it by a nanosecond and sets it back to
+// what it was, both under the lock every reload of the group takes
+// (reloadConfig), so no other reload reads the shortened value.
 
 // silenceCheck is the watch's decision for a raft in state, last heard
 // from its leader at last (zero: never since it started), at now:
@@ -53,8 +54,9 @@ func silenceCheck(state raft.RaftState, last, now time.Time, hb, jitter time.Dur
 	return true, hb + jitter
 }
 
-// watchSilence runs the silence watch until closing closes.
-func (g *Group) watchSilence(closing <-chan struct{}) {
+// watchSilence runs the silence watch of r, the group's raft, until
+// closing closes.
+func (g *Group) watchSilence(r *raft.Raft, closing <-chan struct{}) {
 	hb := g.cfg.Raft.HeartbeatTimeout
 	if hb <= 0 {
 		return
@@ -68,11 +70,6 @@ func (g *Group) watchSilence(closing <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		r := g.Raft()
-		if r == nil {
-			t.Reset(hb)
-			continue
-		}
 		nudge, next := silenceCheck(r.State(), r.LastContact(), time.Now(), hb, jitter())
 		if nudge {
 			g.checkLeaderNow(r)
@@ -84,18 +81,23 @@ func (g *Group) watchSilence(closing <-chan struct{}) {
 // checkLeaderNow has raft's follower loop check for its leader's
 // silence at once (see above).
 func (g *Group) checkLeaderNow(r *raft.Raft) {
-	g.reloadConfig(r, func(rc *raft.ReloadableConfig) { rc.HeartbeatTimeout -= time.Nanosecond })
-	g.reloadConfig(r, func(rc *raft.ReloadableConfig) { rc.HeartbeatTimeout = g.cfg.Raft.HeartbeatTimeout })
+	g.reloadConfig(r, func(cur raft.ReloadableConfig) []raft.ReloadableConfig {
+		shorter := cur
+		shorter.HeartbeatTimeout -= time.Nanosecond
+		return []raft.ReloadableConfig{shorter, cur}
+	})
 }
 
-// reloadConfig changes raft's reloadable settings with change, one
-// reload at a time: each reads the settings and writes them all back.
-func (g *Group) reloadConfig(r *raft.Raft, change func(*raft.ReloadableConfig)) {
+// reloadConfig has raft take the reloadable settings steps returns for
+// the current ones, in turn, one caller at a time: each step writes all
+// of them back.
+func (g *Group) reloadConfig(r *raft.Raft, steps func(cur raft.ReloadableConfig) []raft.ReloadableConfig) {
 	g.reload.Lock()
 	defer g.reload.Unlock()
-	rc := r.ReloadableConfig()
-	change(&rc)
-	if err := r.ReloadConfig(rc); err != nil {
-		g.cfg.Logger.Warn("raft settings", "err", err)
+	for _, s := range steps(r.ReloadableConfig()) {
+		if err := r.ReloadConfig(s); err != nil {
+			g.cfg.Logger.Warn("raft settings", "err", err)
+			return
+		}
 	}
 }

@@ -65,7 +65,10 @@ func (g *Group) scaleSnapshotThreshold(held uint64) {
 	if r.ReloadableConfig().SnapshotThreshold == want {
 		return
 	}
-	g.reloadConfig(r, func(rc *raft.ReloadableConfig) { rc.SnapshotThreshold = want })
+	g.reloadConfig(r, func(cur raft.ReloadableConfig) []raft.ReloadableConfig {
+		cur.SnapshotThreshold = want
+		return []raft.ReloadableConfig{cur}
+	})
 }
 
 // snapshotBytesLoop snapshots when the meter says the log grew by its
