@@ -134,6 +134,48 @@ type limits struct {
 // stands for its log stamp in the dead-letter lateness.
 const fastConfirm = 200 * time.Millisecond
 
+// lateDeath is a dead letter counted in the lateness, with its deadline.
+type lateDeath struct {
+	d        delivery
+	deadline time.Time
+}
+
+// latestDeaths describes the latest percent of the dead letters counted in
+// the lateness, the ones a missed bound is about: when their deadlines
+// fell from the fault's start, which nodes' consumers received them, and
+// how many came redelivered (held by a consumer that was cut off).
+func latestDeaths(lates []lateDeath, fault time.Time) string {
+	if len(lates) == 0 {
+		return "no samples"
+	}
+	sort.Slice(lates, func(i, j int) bool {
+		return lates[i].d.at.Sub(lates[i].deadline) > lates[j].d.at.Sub(lates[j].deadline)
+	})
+	top := lates[:max(1, len(lates)/100)]
+	nodes := map[string]int{}
+	redelivered := 0
+	first, last := top[0].deadline, top[0].deadline
+	for _, l := range top {
+		nodes[l.d.node]++
+		if l.d.redelivered {
+			redelivered++
+		}
+		if l.deadline.Before(first) {
+			first = l.deadline
+		}
+		if l.deadline.After(last) {
+			last = l.deadline
+		}
+	}
+	names := make([]string, 0, len(nodes))
+	for n, k := range nodes {
+		names = append(names, fmt.Sprintf("%s %d", n, k))
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("the latest %d: deadlines %v to %v from the fault's start, %d redelivered, received through %s",
+		len(top), first.Sub(fault).Round(time.Millisecond), last.Sub(fault).Round(time.Millisecond), redelivered, strings.Join(names, ", "))
+}
+
 // report is one scenario's outcome, a row of the printed table.
 type report struct {
 	scenario      string
@@ -205,6 +247,7 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 	first := map[seenKey]delivery{}
 	received := map[string]string{} // id -> "own" or "dead"
 	var lateness []time.Duration
+	var lates []lateDeath
 	for _, d := range r.deliveries {
 		s := r.sent[d.id]
 		if s == nil {
@@ -232,6 +275,7 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 			}
 			if seen[k] == 1 && s.ttl != noTTL && !s.confirmed.IsZero() && s.confirmed.Sub(s.at) <= fastConfirm {
 				lateness = append(lateness, d.at.Sub(s.at.Add(s.ttl)))
+				lates = append(lates, lateDeath{d: d, deadline: s.at.Add(s.ttl)})
 			}
 			if received[d.id] == "" {
 				received[d.id] = "dead"
@@ -276,8 +320,8 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 	rep.lateSamples = len(lateness)
 	rep.maxPause = longestGap(r.confirms, pauseFrom, pauseTo)
 	if lim.deathLate > 0 && rep.latenessP99 > lim.deathLate {
-		bad = append(bad, fmt.Sprintf("dead letters reached a client %v after their deadline at the 99th percentile (of %d confirmed within %v), more than %v",
-			rep.latenessP99.Round(time.Millisecond), rep.lateSamples, fastConfirm, lim.deathLate))
+		bad = append(bad, fmt.Sprintf("dead letters reached a client %v after their deadline at the 99th percentile (of %d confirmed within %v), more than %v; %s",
+			rep.latenessP99.Round(time.Millisecond), rep.lateSamples, fastConfirm, lim.deathLate, latestDeaths(lates, pauseFrom)))
 	}
 	if lim.pause > 0 && rep.maxPause-lim.noProcess > lim.pause {
 		msg := fmt.Sprintf("no confirm for %v, more than %v", rep.maxPause.Round(time.Millisecond), lim.pause)
