@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
-	"strings"
 	"sync"
 	"time"
 
@@ -221,7 +220,7 @@ func (n *Node) initDefaults(ctx context.Context) {
 func (n *Node) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/8+time.Millisecond))
 	defer tick.Stop()
-	downed := map[string]bool{}
+	downed := newDowns()
 	spread := ""
 	for {
 		wait := n.changed.Wait()
@@ -239,7 +238,7 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	}
 }
 
-func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
+func (n *Node) reconcile(ctx context.Context, downed *downs) {
 	f := n.group.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return
@@ -260,7 +259,7 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 		switch m.Health {
 		case HealthAlive:
 			if !in || n.reach.SilentFor(id, now) < n.cfg.NodeDownAfter/2 {
-				undown(downed, id)
+				downed.forget(id)
 			}
 			addr := m.Meta.GetRaftAddr()
 			if addr == "" || (in && string(srv.Address) == addr && srv.Suffrage == raft.Voter) {
@@ -302,11 +301,11 @@ func (n *Node) reconcile(ctx context.Context, downed map[string]bool) {
 		silent := n.reach.SilentFor(id, now)
 		if silent < n.cfg.NodeDownAfter {
 			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
-				undown(downed, id) // reached again: a later loss counts anew
+				downed.forget(id) // reached again: a later loss counts anew
 			}
 			continue
 		}
-		if !downed[id] {
+		if !downed.isDeclared(id) {
 			n.log.Warn("a server has not answered raft for NodeDownAfter", "id", id, "silent", silent.Round(time.Millisecond))
 		}
 		n.proposeNodeDown(ctx, id, downed)
@@ -345,18 +344,19 @@ func (n *Node) raiseProtocol(ctx context.Context) {
 // proposeNodeDown declares id down in the metadata log and in each queue
 // group the metadata log names (SubmitGroup: a group this node does not
 // run gets it through the group's leader), once each while it stays
-// down (downed is keyed by the node, and by node and group for the queue
-// groups): a channel of the node may consume from a queue of any group,
+// down: a channel of the node may consume from a queue of any group,
 // and each group frees what the node's channels held in its own log.
-func (n *Node) proposeNodeDown(ctx context.Context, id string, downed map[string]bool) {
+// The metadata log's proposal is waited for; each queue group's goes
+// out on its own goroutine and does not hold up the reconcile loop.
+func (n *Node) proposeNodeDown(ctx context.Context, id string, downed *downs) {
 	cmd := []*proto.Command{{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: id}}}}
-	if !downed[id] {
+	if !downed.isDeclared(id) {
 		res, err := n.Submit(ctx, cmd[0])
 		if err != nil {
 			n.log.Warn("node-down proposal failed", "id", id, "err", err)
 			return
 		}
-		downed[id] = true
+		downed.declare(id)
 		n.log.Info("declared node down", "id", id, "index", res.GetIndex())
 	}
 	var gids []string
@@ -366,30 +366,25 @@ func (n *Node) proposeNodeDown(ctx context.Context, id string, downed map[string
 		}
 	})
 	for _, gid := range gids {
-		key := id + "\x00" + gid
-		if downed[key] {
+		key := groupKey(id, gid)
+		epoch, ok := downed.start(id, key)
+		if !ok {
 			continue
 		}
-		// A group without a leader must not hold up the metadata
-		// leader's reconciliation: the next round tries again.
-		gctx, cancel := context.WithTimeout(ctx, n.cfg.LeaderWait)
-		res, err := n.SubmitGroup(gctx, gid, cmd)
-		cancel()
-		if err != nil {
-			n.log.Warn("node-down proposal failed", "id", id, "group", gid, "err", err)
-			continue
-		}
-		downed[key] = true
-		n.log.Info("declared node down", "id", id, "group", gid, "index", res[0].GetIndex())
-	}
-}
-
-// undown forgets that id was declared down, in the metadata log and in
-// every queue group, so that a later loss counts anew.
-func undown(downed map[string]bool, id string) {
-	for k := range downed {
-		if k == id || strings.HasPrefix(k, id+"\x00") {
-			delete(downed, k)
-		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			// A group without a leader gives up after LeaderWait: the
+			// next round tries again.
+			gctx, cancel := context.WithTimeout(ctx, n.cfg.LeaderWait)
+			res, err := n.SubmitGroup(gctx, gid, cmd)
+			cancel()
+			downed.finish(id, key, epoch, err == nil)
+			if err != nil {
+				n.log.Warn("node-down proposal failed", "id", id, "group", gid, "err", err)
+				return
+			}
+			n.log.Info("declared node down", "id", id, "group", gid, "index", res[0].GetIndex())
+		}()
 	}
 }

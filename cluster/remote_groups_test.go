@@ -198,3 +198,60 @@ func TestQueueGroups_NodeDownFreesWhatTheNodeHeldInAGroupTheLeaderDoesNotRun(t *
 		t.Logf("the metadata leadership moved to %s", nl.NodeID())
 	}
 }
+
+// A queue group that lost its quorum holds up no other group's NodeDown:
+// the metadata leader declares a down node down in every group at once,
+// and each frees what the node held in its own log, whatever the order
+// of the groups in the log.
+func TestQueueGroups_AGroupWithoutQuorumHoldsUpNoOtherGroupsNodeDown(t *testing.T) {
+	c := clustertest.New(t, 5, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		following(3)(i, cfg)
+		cfg.LeaderWait = time.Minute // how long a proposal to the stuck group waits
+	}))
+	specs := namedGroups(t, c, 3)
+	l := c.WaitForLeader(clustertest.Timeout)
+	// The first group the log names loses two members, neither of them
+	// the metadata leader.
+	stuck := specs[0]
+	var down []string
+	for _, m := range stuck.Members {
+		if m.ID != l.NodeID() && len(down) < 2 {
+			down = append(down, m.ID)
+		}
+	}
+	// A later group keeps its quorum; a channel of one of the two
+	// consumes there.
+	var g fsm.QueueGroup
+	for _, s := range specs[1:] {
+		if !s.HasMember(down[0]) || !s.HasMember(down[1]) {
+			g = s
+		}
+	}
+	if g.ID == "" {
+		t.Fatalf("every group after %s has both %v as members", stuck.ID, down)
+	}
+	submit := groupSubmitter(t, c, g.ID)
+	submit(&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}}, declareWithArgs("held"))
+	submit(consumeOn(&proto.ChannelRef{Node: down[0], Connection: "conn-1", Channel: 1}, "held", "ctag", 100))
+	for i := range 10 {
+		submit(fsmtest.Enqueue("/", "", "held", fmt.Sprint(i), &proto.Properties{}, "held"))
+	}
+	if q, err := groupQueue(groupLeader(t, c, g.ID), g.ID, "held"); err != nil || q.GetUnacked() != 10 {
+		t.Fatalf("the consumer holds %d (%v), want 10", q.GetUnacked(), err)
+	}
+	c.Kill(c.Index(down[0]))
+	c.Kill(c.Index(down[1]))
+	// Well within LeaderWait, which a proposal to the stuck group waits.
+	for _, n := range memberNodes(c, g) { // the live ones
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			q, err := groupQueue(n, g.ID, "held")
+			if err != nil {
+				return err
+			}
+			if q.GetUnacked() != 0 {
+				return fmt.Errorf("%s: %d still held in group %s while %s has no quorum", n.NodeID(), q.GetUnacked(), g.ID, stuck.ID)
+			}
+			return nil
+		})
+	}
+}
