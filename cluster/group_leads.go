@@ -7,6 +7,7 @@ import (
 
 	gproto "google.golang.org/protobuf/proto"
 
+	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -82,21 +83,31 @@ func (n *Node) FarGroups() []GroupStatus {
 			continue
 		}
 		gs := GroupStatus{ID: g.ID, Name: GroupName(g.ID), Far: true, TargetSize: len(g.Members)}
-		var best uint64
 		for _, m := range g.Members {
 			gs.Members = append(gs.Members, GroupMember{ID: m.ID, Voter: true, Online: online[m.ID]})
-			mm, ok := all[m.ID]
-			if !ok || mm.Health != HealthAlive {
-				continue
-			}
-			for _, l := range mm.Meta.GetLeads() {
-				if l.GetGroup() == g.ID && l.GetTerm() > best {
-					gs.Leader, gs.Term, best = m.ID, l.GetTerm(), l.GetTerm()
-				}
-			}
 		}
+		gs.Leader, gs.Term = gossipedLeader(g, all)
 		slices.SortFunc(gs.Members, func(a, b GroupMember) int { return strings.Compare(a.ID, b.ID) })
 		out = append(out, gs)
 	}
 	return out
+}
+
+// gossipedLeader is the member of g that gossip finds alive and that
+// claims to lead g in the highest term, with that term ("", 0: none
+// does). A leader cut off or frozen keeps its old claim until gossip
+// finds it dead, but its successor claims a higher term.
+func gossipedLeader(g fsm.QueueGroup, all map[string]membership.Member) (id string, term uint64) {
+	for _, m := range g.Members {
+		mm, ok := all[m.ID]
+		if !ok || mm.Health != HealthAlive {
+			continue
+		}
+		for _, l := range mm.Meta.GetLeads() {
+			if l.GetGroup() == g.ID && l.GetTerm() > term {
+				id, term = m.ID, l.GetTerm()
+			}
+		}
+	}
+	return id, term
 }

@@ -120,7 +120,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.monitorLeadership()
 	go n.housekeeping()
 	n.group.RunSnapshots(n.closing)
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
 		n.gossip.PublishUnreachable(n.closing, n.unreachable)
@@ -128,6 +128,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.watchQuorum()
 	go n.runQueueGroups()
 	go n.gossipLeads()
+	go n.steerRemoteGroups()
 	if n.gossip.Joins() {
 		n.wg.Add(1)
 		go func() {

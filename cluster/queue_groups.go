@@ -134,7 +134,6 @@ func (n *Node) runQueueGroups() {
 			}
 		}
 		n.dropRemoteGroups(specs)
-		n.retireUnreached()
 		// Look again in a second as well: a group that failed to open,
 		// one the node is to close, and the node's own suffrage in
 		// the metadata group (which no entry applies) are not waited on.

@@ -37,8 +37,11 @@ type remoteGroup struct {
 	fresh   bool     // hint is new since the last target: go to it at once
 	members []string // the group's members, as the last target saw them
 	next    int      // the member to try when there is no hint
-	dropped bool     // no more submits: SubmitGroup looks again
-	active  sync.WaitGroup
+	// gossiped is the highest term in which gossip named the group's
+	// leader: each newer claim steers the submits once.
+	gossiped uint64
+	dropped  bool // no more submits: SubmitGroup looks again
+	active   sync.WaitGroup
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -223,18 +226,89 @@ func (r *remoteGroup) changed() <-chan struct{} {
 	return nil
 }
 
+// steerRemoteGroups runs until the node closes: whenever gossip changes
+// (a member's claim to lead, its health, the metadata leader's list of
+// servers it does not reach), and a few times a second for the time that
+// makes a server unreached, it points each remote submitter at the leader
+// its group's members gossip and retires its streams to members that no
+// longer answer.
+func (n *Node) steerRemoteGroups() {
+	defer n.wg.Done()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		wait := n.changed.Wait()
+		n.followGossipedLeaders()
+		n.retireUnreached()
+		select {
+		case <-wait:
+		case <-tick.C:
+		case <-n.closing:
+			return
+		}
+	}
+}
+
+// remoteGroups are the node's remote submitters now.
+func (n *Node) remoteGroups() []*remoteGroup {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	rs := make([]*remoteGroup, 0, len(n.remote))
+	for _, r := range n.remote {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// followGossipedLeaders sends each remote submitter's commands to the
+// leader its group's members gossip, once per newer term: a member
+// hears of an election from raft, a node outside the group from a
+// refusal, which a frozen or cut-off leader never sends, or from the new
+// leader's gossip, which comes within a gossip round of the election.
+// What is in flight to the old leader ends as outcome unknown
+// (group.Forwarder.LeaderChanged) and is resolved from the log.
+func (n *Node) followGossipedLeaders() {
+	rs := n.remoteGroups()
+	if len(rs) == 0 {
+		return
+	}
+	var named []fsm.QueueGroup
+	n.View(func(m *fsm.Machine) { named = m.QueueGroups() })
+	all := n.members.All()
+	for _, r := range rs {
+		i := slices.IndexFunc(named, func(g fsm.QueueGroup) bool { return g.ID == r.id })
+		if i < 0 {
+			continue
+		}
+		if id, term := gossipedLeader(named[i], all); id != "" && id != n.cfg.NodeID {
+			r.gossipedLeader(id, term)
+		}
+	}
+}
+
+// gossipedLeader steers r to id, which gossip says leads its group in
+// term, unless an earlier call already did for this term or a later one.
+func (r *remoteGroup) gossipedLeader(id string, term uint64) {
+	r.mu.Lock()
+	if term <= r.gossiped {
+		r.mu.Unlock()
+		return
+	}
+	r.gossiped = term
+	if r.hint != id {
+		r.hint, r.fresh = id, true
+	}
+	r.mu.Unlock()
+	r.fwd.LeaderChanged(id)
+}
+
 // retireUnreached retires each remote submitter's stream to a leader
 // gossip no longer reports alive, or the metadata leader's raft no longer
 // reaches (suspect), and forgets it as a hint: a member hears of a
 // new leader from raft, a node outside the group only from a refusal,
 // which a frozen leader never sends.
 func (n *Node) retireUnreached() {
-	n.qmu.Lock()
-	rs := make([]*remoteGroup, 0, len(n.remote))
-	for _, r := range n.remote {
-		rs = append(rs, r)
-	}
-	n.qmu.Unlock()
+	rs := n.remoteGroups()
 	if len(rs) == 0 {
 		return
 	}

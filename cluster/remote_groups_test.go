@@ -143,6 +143,58 @@ func TestQueueGroups_ANonMemberSubmitsThroughTheLeader(t *testing.T) {
 	}
 }
 
+// A node outside a queue group hears of the group's new leader from
+// the new leader's gossip: with the old leader's raft and gRPC frozen,
+// its gossip still running (so gossip finds it alive) and no node
+// declared down or unreached, that gossip is all that tells the node,
+// and its commands must reach the new leader all the same.
+func TestQueueGroups_ANonMemberFollowsTheLeaderItsGroupGossips(t *testing.T) {
+	c := clustertest.New(t, 5, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		following(3)(i, cfg)
+		cfg.NodeDownAfter = time.Hour // nobody is found unreached or down
+	}))
+	g := namedGroups(t, c, 3)[0]
+	_, outsider := nonMember(t, c, g.ID)
+	cmds := []*proto.Command{
+		{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}},
+		declareWithArgs("steered"),
+	}
+	submit := func(d time.Duration) error {
+		res, err := outsider.SubmitGroup(ctxT(t, d), g.ID, cmds)
+		if err != nil {
+			return err
+		}
+		requireFSM(t, res)
+		return nil
+	}
+	// The outsider's commands go to the leader first.
+	clustertest.Eventually(t, clustertest.Timeout, func() error { return submit(clustertest.Timeout) })
+	old := groupLeader(t, c, g.ID)
+	c.FreezeButGossip(old.NodeID())
+	t.Cleanup(c.Heal)
+	var next *cluster.Node
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range memberNodes(c, g) {
+			for _, gs := range n.Groups() {
+				if n != old && gs.ID == g.ID && gs.State == "Leader" {
+					next = n
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("group %s has no leader but the frozen %s", g.ID, old.NodeID())
+	})
+	for _, m := range outsider.Members() {
+		if m.ID == old.NodeID() && m.Health != cluster.HealthAlive {
+			t.Fatalf("%s finds the frozen leader %s %v, want alive: gossip alone must tell it of the new leader", outsider.NodeID(), old.NodeID(), m.Health)
+		}
+	}
+	// A try in flight to the frozen leader ends as outcome unknown; the
+	// next goes to the leader gossip names.
+	clustertest.Eventually(t, clustertest.Timeout, func() error { return submit(3 * time.Second) })
+	t.Logf("group %s: led by %s after %s froze", g.ID, next.NodeID(), old.NodeID())
+}
+
 // The metadata leader declares a down node down in the queue groups it
 // does not run too: what a channel of the node held in such a group is
 // freed.

@@ -408,7 +408,17 @@ func (c *Cluster) Partition(ids ...string) {
 // tell: every link between them and the rest stays open but carries
 // nothing (raft, gRPC and gossip) until Heal. The frozen nodes keep
 // running inside, so a frozen leader still believes it leads.
-func (c *Cluster) Freeze(ids ...string) {
+func (c *Cluster) Freeze(ids ...string) { c.freeze(3, ids) }
+
+// FreezeButGossip freezes the named nodes' raft and gRPC links as Freeze
+// does, and leaves their gossip running: gossip finds them alive while
+// nothing they were asked by raft or gRPC is answered. It isolates what
+// a node learns from gossip alone from what finding a node dead tells.
+func (c *Cluster) FreezeButGossip(ids ...string) { c.freeze(2, ids) }
+
+// freeze freezes the first k of each link's addresses (raft, gRPC,
+// gossip) between the named nodes and the rest.
+func (c *Cluster) freeze(k int, ids []string) {
 	in := map[string]bool{}
 	for _, id := range ids {
 		in[id] = true
@@ -418,7 +428,7 @@ func (c *Cluster) Freeze(ids ...string) {
 		for _, b := range c.Nodes {
 			if in[a.ID] != in[b.ID] {
 				b.mu.Lock()
-				freeze = append(freeze, b.addrs...)
+				freeze = append(freeze, b.addrs[:k]...)
 				b.mu.Unlock()
 			}
 		}
