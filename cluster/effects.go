@@ -62,7 +62,8 @@ func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerSt
 	}()
 	sub, sync := qg.g.FSM().Subscribe(req.GetNode(), maxEffectsBacklog)
 	defer sub.Close()
-	first := &proto.EffectsMessage{Sync: &proto.EffectsSync{Index: sync.Index}}
+	keep := effectsKeepalive(req.GetKeepaliveMs())
+	first := &proto.EffectsMessage{Sync: &proto.EffectsSync{Index: sync.Index, KeepaliveMs: uint32(keep.Milliseconds())}}
 	for _, ch := range sync.Channels {
 		sc := &proto.SyncChannel{Channel: ch.Ref, Consumers: ch.Consumers}
 		for _, d := range ch.Deliveries {
@@ -74,12 +75,19 @@ func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerSt
 		return err
 	}
 	for {
-		es, err := sub.Next(ctx)
+		es, err := nextEffects(ctx, sub, keep)
 		if err != nil {
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
 			}
 			return status.Error(codes.Aborted, err.Error())
+		}
+		if len(es) == 0 {
+			// Quiet for keep: the node hears the member still sends.
+			if err := stream.Send(&proto.EffectsMessage{}); err != nil {
+				return err
+			}
+			continue
 		}
 		msg, size := &proto.EffectsMessage{}, 0
 		for _, e := range es {
@@ -101,6 +109,37 @@ func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerSt
 			}
 		}
 	}
+}
+
+// Bounds on the keepalive a node may ask of an effects stream: a
+// smaller ask gets the least, a larger one the most.
+const (
+	minEffectsKeepalive = 20 * time.Millisecond
+	maxEffectsKeepalive = 10 * time.Second
+)
+
+// effectsKeepalive is the keepalive a member promises for a request's
+// ms (0: none asked, none promised), within the bounds.
+func effectsKeepalive(ms uint32) time.Duration {
+	if ms == 0 {
+		return 0
+	}
+	return min(max(time.Duration(ms)*time.Millisecond, minEffectsKeepalive), maxEffectsKeepalive)
+}
+
+// nextEffects is sub.Next, or no effects and no error once keep (when
+// set) passed without any.
+func nextEffects(ctx context.Context, sub *group.Subscription, keep time.Duration) ([]group.Effect, error) {
+	if keep <= 0 {
+		return sub.Next(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, keep)
+	defer cancel()
+	es, err := sub.Next(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil, nil
+	}
+	return es, err
 }
 
 func remoteDelivery(d *fsm.Delivery) *proto.RemoteDelivery {
@@ -287,11 +326,34 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 		return false, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	// A member that froze or was cut off sends nothing and closes
-	// nothing: once gossip or the metadata leader's raft finds it silent,
-	// the stream goes to the next member.
+	// nothing: the stream goes to the next member once the member has
+	// left a wait for its next message unanswered for longer than it
+	// promised keepalives (silence.limit), or once gossip or the
+	// metadata leader's raft finds it silent.
+	// The two watches are apart: finding the suspects asks raft, which
+	// may keep the caller waiting.
+	silence := newStreamSilence()
+	go func() {
+		t := time.NewTicker(effectsWatchEvery(n.cfg.HeartbeatTimeout))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				if d, ok := silence.over(now); ok {
+					cancel(fmt.Errorf("member %s sent nothing for %v", member, d.Round(time.Millisecond)))
+					// The stream's end must not wait on a
+					// connection that takes nothing.
+					_ = conn.Close()
+					return
+				}
+			}
+		}
+	}()
 	go func() {
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
@@ -301,26 +363,41 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 				return
 			case <-t.C:
 				if _, ok := n.answering(member, n.suspects()); !ok {
-					cancel()
+					cancel(fmt.Errorf("member %s is not reached", member))
+					_ = conn.Close()
 					return
 				}
 			}
 		}
 	}()
-	stream, err := proto.NewInternalClient(conn).Effects(ctx, &proto.EffectsRequest{Group: f.id, Node: n.cfg.NodeID})
+	ask := effectsKeepalive(uint32((n.cfg.HeartbeatTimeout / 5).Milliseconds()))
+	stream, err := proto.NewInternalClient(conn).Effects(ctx, &proto.EffectsRequest{Group: f.id, Node: n.cfg.NodeID,
+		KeepaliveMs: uint32(ask.Milliseconds())})
 	if err != nil {
 		return false, err
 	}
-	first, err := stream.Recv()
+	recv := func() (*proto.EffectsMessage, error) {
+		silence.waiting(time.Now())
+		msg, err := stream.Recv()
+		silence.waiting(time.Time{})
+		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, ctx.Err()) {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		return msg, err
+	}
+	first, err := recv()
 	if err != nil {
 		return false, err
 	}
 	if first.GetSync() == nil {
 		return false, fmt.Errorf("member %s: the stream did not start with a sync", member)
 	}
+	if ka := first.GetSync().GetKeepaliveMs(); ka > 0 {
+		silence.limit.Store(int64(effectsSilenceLimit(n.cfg.HeartbeatTimeout, time.Duration(ka)*time.Millisecond)))
+	}
 	f.sync(n.effects(), first.GetSync())
 	for {
-		msg, err := stream.Recv()
+		msg, err := recv()
 		if errors.Is(err, io.EOF) {
 			return true, fmt.Errorf("member %s ended the stream", member)
 		}
@@ -329,6 +406,50 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 		}
 		f.hand(n.effects(), msg.GetEffects())
 	}
+}
+
+// effectsWatchEvery is how often a node looks at a stream's silence.
+func effectsWatchEvery(heartbeatTimeout time.Duration) time.Duration {
+	return max(heartbeatTimeout/10, 10*time.Millisecond)
+}
+
+// effectsSilenceLimit is how long a node waits for the next message of
+// a stream whose member promised keepalives every keep: raft's own
+// heartbeat timeout, the silence after which a follower stands for
+// leader, and never less than a few keepalives.
+func effectsSilenceLimit(heartbeatTimeout, keep time.Duration) time.Duration {
+	return max(heartbeatTimeout, 4*keep)
+}
+
+// streamSilence is how long a stream's reader has waited for its next
+// message: only a wait counts, not the time the reader spends handing on
+// what it got. Times are on the monotonic clock, from base.
+type streamSilence struct {
+	base  time.Time
+	since atomic.Int64 // 1 + nanoseconds from base to the wait's start; 0: not waiting
+	limit atomic.Int64 // the longest wait allowed; 0: any
+}
+
+func newStreamSilence() *streamSilence { return &streamSilence{base: time.Now()} }
+
+// waiting records that a wait began at t (zero: it ended).
+func (s *streamSilence) waiting(t time.Time) {
+	if t.IsZero() {
+		s.since.Store(0)
+		return
+	}
+	s.since.Store(1 + int64(t.Sub(s.base)))
+}
+
+// over reports how long the current wait has lasted at now, and whether
+// that is over the limit.
+func (s *streamSilence) over(now time.Time) (time.Duration, bool) {
+	limit, since := time.Duration(s.limit.Load()), s.since.Load()
+	if limit <= 0 || since == 0 {
+		return 0, false
+	}
+	d := now.Sub(s.base) - time.Duration(since-1)
+	return d, d > limit
 }
 
 // sync hands on the deliveries of a sync the node has not handed its

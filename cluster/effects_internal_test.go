@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -127,5 +129,67 @@ func TestEffectsFollower_AConsumerGoneFromTheSyncIsCancelled(t *testing.T) {
 		Consumers: []*proto.ConsumerRef{{Channel: ch, Tag: "late"}}}}})
 	if len(s.cancelled) != 1 {
 		t.Fatalf("a consumer its client cancelled, or one still there, was cancelled: %v", s.cancelled)
+	}
+}
+
+// A node's keepalive ask is held to the bounds: none stays none, too
+// small gets the least, too large the most.
+func TestEffectsKeepalive_WithinTheBounds(t *testing.T) {
+	for _, tc := range []struct {
+		ms   uint32
+		want time.Duration
+	}{
+		{0, 0},
+		{1, minEffectsKeepalive},
+		{uint32(minEffectsKeepalive.Milliseconds()), minEffectsKeepalive},
+		{60, 60 * time.Millisecond},
+		{uint32(maxEffectsKeepalive.Milliseconds()), maxEffectsKeepalive},
+		{uint32(maxEffectsKeepalive.Milliseconds()) + 1, maxEffectsKeepalive},
+		{math.MaxUint32, maxEffectsKeepalive},
+	} {
+		if got := effectsKeepalive(tc.ms); got != tc.want {
+			t.Errorf("effectsKeepalive(%d) = %v, want %v", tc.ms, got, tc.want)
+		}
+	}
+}
+
+// Only a wait for the next message counts as a stream's silence, and
+// only past the limit the member's keepalive allows; without a limit
+// (a member that promised none) no wait is too long.
+func TestStreamSilence_CountsWaitsPastTheLimit(t *testing.T) {
+	s := newStreamSilence()
+	t0 := s.base
+	if _, over := s.over(t0.Add(time.Hour)); over {
+		t.Fatal("silent with no limit and no wait")
+	}
+	s.waiting(t0)
+	if _, over := s.over(t0.Add(time.Hour)); over {
+		t.Fatal("silent with no limit")
+	}
+	s.limit.Store(int64(300 * time.Millisecond))
+	if d, over := s.over(t0.Add(300 * time.Millisecond)); over || d != 300*time.Millisecond {
+		t.Fatalf("at the limit: %v, over %v; want 300ms, not over", d, over)
+	}
+	if _, over := s.over(t0.Add(301 * time.Millisecond)); !over {
+		t.Fatal("not silent past the limit")
+	}
+	s.waiting(time.Time{}) // handing on what came: not a wait
+	if _, over := s.over(t0.Add(time.Hour)); over {
+		t.Fatal("silent while not waiting")
+	}
+	s.waiting(t0.Add(time.Hour))
+	if _, over := s.over(t0.Add(time.Hour + 100*time.Millisecond)); over {
+		t.Fatal("a new wait counted from an old one")
+	}
+}
+
+// The silence limit is raft's heartbeat timeout, and never under four
+// keepalives.
+func TestEffectsSilenceLimit(t *testing.T) {
+	if got := effectsSilenceLimit(500*time.Millisecond, 100*time.Millisecond); got != 500*time.Millisecond {
+		t.Errorf("limit %v, want the heartbeat timeout 500ms", got)
+	}
+	if got := effectsSilenceLimit(500*time.Millisecond, time.Second); got != 4*time.Second {
+		t.Errorf("limit %v, want four keepalives, 4s", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
@@ -42,6 +43,36 @@ func nonMember(t *testing.T, c *clustertest.Cluster, id string) (members []strin
 	return nil, nil
 }
 
+// outsiderConsuming starts five nodes with three queue groups (tweak,
+// when set, adjusts each node's configuration), declares queue "held" in
+// group q1, and has a channel of x, a node outside q1, consume from it
+// (prefetch 100). It returns q1's members, x, the sink of x's effects,
+// and a submitter into q1.
+func outsiderConsuming(t *testing.T, tweak func(*cluster.Config)) (c *clustertest.Cluster, members []string, x *cluster.Node, sink *recorder, submit func(...*proto.Command)) {
+	t.Helper()
+	sinks := make([]*recorder, 5)
+	for i := range sinks {
+		sinks[i] = &recorder{}
+	}
+	c = clustertest.New(t, 5, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
+		following(3)(i, cfg)
+		cfg.Effects = sinks[i]
+		if tweak != nil {
+			tweak(cfg)
+		}
+	}))
+	members, x = nonMember(t, c, effectsGroup)
+	sink = sinks[c.Index(x.NodeID())]
+	submit = groupSubmitter(t, c, effectsGroup)
+	submit(&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}}, declareWithArgs("held"))
+	ch := &proto.ChannelRef{Node: x.NodeID(), Connection: "conn-1", Channel: 1}
+	submit(consumeOn(ch, "held", "ctag", 100))
+	return c, members, x, sink, submit
+}
+
+// effectsGroup is the queue group of outsiderConsuming's queue.
+const effectsGroup = "q1"
+
 // A node that does not run a queue group gets the effects of the group's
 // log for its channels from a member, as a stream: each delivery once,
 // with its body. When that member is killed, the node takes the stream
@@ -49,21 +80,7 @@ func nonMember(t *testing.T, c *clustertest.Cluster, id string) (members []strin
 // deliveries its channel holds unsettled in the log), without handing
 // its channel any delivery twice.
 func TestEffects_ANonMemberGetsItsChannelsEffectsFromAMember(t *testing.T) {
-	sinks := make([]*recorder, 5)
-	for i := range sinks {
-		sinks[i] = &recorder{}
-	}
-	c := clustertest.New(t, 5, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
-		following(3)(i, cfg)
-		cfg.Effects = sinks[i]
-	}))
-	const id = "q1"
-	members, x := nonMember(t, c, id)
-	sink := sinks[c.Index(x.NodeID())]
-	submit := groupSubmitter(t, c, id)
-	submit(&proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}}, declareWithArgs("held"))
-	ch := &proto.ChannelRef{Node: x.NodeID(), Connection: "conn-1", Channel: 1}
-	submit(consumeOn(ch, "held", "ctag", 100))
+	c, members, x, sink, submit := outsiderConsuming(t, nil)
 
 	publish := func(from, to int) {
 		for i := from; i < to; i++ {
@@ -100,4 +117,51 @@ func TestEffects_ANonMemberGetsItsChannelsEffectsFromAMember(t *testing.T) {
 	c.Kill(c.Index(members[0]))
 	publish(10, 20)
 	received(20)
+}
+
+// A member that stops answering while gossip still finds it alive (its
+// raft and gRPC frozen, nobody declared down or unreached) sends no more
+// effects and closes nothing: the node finds the stream silent past the
+// keepalives the member promised and takes it from another member.
+func TestEffects_ASilentMembersStreamIsTakenFromAnother(t *testing.T) {
+	c, members, x, sink, submit := outsiderConsuming(t, func(cfg *cluster.Config) {
+		cfg.NodeDownAfter = time.Hour // nobody is found unreached or down
+	})
+	received := func(body string, within time.Duration) {
+		t.Helper()
+		clustertest.Eventually(t, within, func() error {
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			for _, d := range sink.delivered {
+				if string(d.Body) == body {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s got no delivery of %q", x.NodeID(), body)
+		})
+	}
+	submit(fsmtest.Enqueue("/", "", "held", "before", &proto.Properties{}, "held"))
+	received("before", clustertest.Timeout)
+
+	// The stream comes from the first member on the first attempt.
+	// It may be the group's leader: the publish goes through another
+	// member, which follows the group's election.
+	c.FreezeButGossip(members[0])
+	t.Cleanup(c.Heal)
+	frozen := time.Now()
+	other := c.Nodes[c.Index(members[1])].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		res, err := other.SubmitGroup(ctxT(t, 3*time.Second), effectsGroup,
+			[]*proto.Command{fsmtest.Enqueue("/", "", "held", "after", &proto.Properties{}, "held")})
+		if err != nil {
+			return err
+		}
+		requireFSM(t, res)
+		return nil
+	})
+	published := time.Now()
+	// Well within the 15 s gRPC's own keepalive takes to end a stream
+	// whose peer does not answer.
+	received("after", 5*time.Second)
+	t.Logf("published %v after the freeze, received %v after that", published.Sub(frozen).Round(time.Millisecond), time.Since(published).Round(time.Millisecond))
 }

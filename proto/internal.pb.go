@@ -292,10 +292,15 @@ func (x *GroupQueuesResponse) GetConsumers() []*ConsumerInfo {
 }
 
 // EffectsRequest asks for the effects of group's log for node's channels.
+// keepalive_ms, when set, asks the member for an empty message whenever
+// the stream would otherwise have been silent that long: a member that
+// froze or was cut off closes nothing, and the node can tell its silence
+// from a quiet log only so. A member of a release before it ignores it.
 type EffectsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
 	Node          string                 `protobuf:"bytes,2,opt,name=node" json:"node,omitempty"`
+	KeepaliveMs   uint32                 `protobuf:"varint,3,opt,name=keepalive_ms,json=keepaliveMs" json:"keepalive_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +347,13 @@ func (x *EffectsRequest) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *EffectsRequest) GetKeepaliveMs() uint32 {
+	if x != nil {
+		return x.KeepaliveMs
+	}
+	return 0
 }
 
 // EffectsMessage is the sync (first message only) or a run of effects.
@@ -399,10 +411,13 @@ func (x *EffectsMessage) GetEffects() []*Effect {
 
 // EffectsSync is what the member's log holds of the node's channels once
 // it applied index: every effect after it follows on the stream.
+// keepalive_ms is how often at least the member sends a message (the
+// request's, as the member bounds it; 0: no promise).
 type EffectsSync struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         uint64                 `protobuf:"varint,1,opt,name=index" json:"index,omitempty"`
 	Channels      []*SyncChannel         `protobuf:"bytes,2,rep,name=channels" json:"channels,omitempty"`
+	KeepaliveMs   uint32                 `protobuf:"varint,3,opt,name=keepalive_ms,json=keepaliveMs" json:"keepalive_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -449,6 +464,13 @@ func (x *EffectsSync) GetChannels() []*SyncChannel {
 		return x.Channels
 	}
 	return nil
+}
+
+func (x *EffectsSync) GetKeepaliveMs() uint32 {
+	if x != nil {
+		return x.KeepaliveMs
+	}
+	return 0
 }
 
 // SyncChannel is one channel of the node in the log: its consumers and
@@ -1422,16 +1444,18 @@ const file_internal_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"z\n" +
 	"\x13GroupQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.raftmq.v1.QueueInfoR\x06queues\x125\n" +
-	"\tconsumers\x18\x02 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\":\n" +
+	"\tconsumers\x18\x02 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\"]\n" +
 	"\x0eEffectsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\"i\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
+	"\fkeepalive_ms\x18\x03 \x01(\rR\vkeepaliveMs\"i\n" +
 	"\x0eEffectsMessage\x12*\n" +
 	"\x04sync\x18\x01 \x01(\v2\x16.raftmq.v1.EffectsSyncR\x04sync\x12+\n" +
-	"\aeffects\x18\x02 \x03(\v2\x11.raftmq.v1.EffectR\aeffects\"W\n" +
+	"\aeffects\x18\x02 \x03(\v2\x11.raftmq.v1.EffectR\aeffects\"z\n" +
 	"\vEffectsSync\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x122\n" +
-	"\bchannels\x18\x02 \x03(\v2\x16.raftmq.v1.SyncChannelR\bchannels\"\xaf\x01\n" +
+	"\bchannels\x18\x02 \x03(\v2\x16.raftmq.v1.SyncChannelR\bchannels\x12!\n" +
+	"\fkeepalive_ms\x18\x03 \x01(\rR\vkeepaliveMs\"\xaf\x01\n" +
 	"\vSyncChannel\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x124\n" +
 	"\tconsumers\x18\x02 \x03(\v2\x16.raftmq.v1.ConsumerRefR\tconsumers\x129\n" +
