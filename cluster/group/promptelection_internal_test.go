@@ -8,7 +8,7 @@ import (
 )
 
 func TestSilenceCheck_AFollowerChecksAtTheTimeoutAfterItsLastContact(t *testing.T) {
-	const hb, jitter = 500 * time.Millisecond, 20 * time.Millisecond
+	const wait = 500 * time.Millisecond
 	last := time.Unix(1_000_000, 0)
 	for _, tc := range []struct {
 		name      string
@@ -18,21 +18,56 @@ func TestSilenceCheck_AFollowerChecksAtTheTimeoutAfterItsLastContact(t *testing.
 		nudge     bool
 		wantAfter time.Duration
 	}{
-		{"heard from just now", raft.Follower, last, 0, false, hb + jitter},
-		{"heard from 300 ms ago: look again when it is silent for the timeout", raft.Follower, last, 300 * time.Millisecond, false, 200*time.Millisecond + jitter},
-		{"a nanosecond short of the timeout", raft.Follower, last, hb - time.Nanosecond, false, time.Nanosecond + jitter},
-		{"silent for the timeout", raft.Follower, last, hb, true, hb + jitter},
-		{"silent for a minute", raft.Follower, last, time.Minute, true, hb + jitter},
-		{"never heard from a leader: raft's own timer", raft.Follower, time.Time{}, time.Minute, false, hb + jitter},
-		{"a leader has none to lose", raft.Leader, last, time.Minute, false, hb + jitter},
-		{"a candidate already stood", raft.Candidate, last, time.Minute, false, hb + jitter},
-		{"shut down", raft.Shutdown, last, time.Minute, false, hb + jitter},
+		{"heard from just now", raft.Follower, last, 0, false, wait},
+		{"heard from 300 ms ago: look again when it is silent for the wait", raft.Follower, last, 300 * time.Millisecond, false, 200 * time.Millisecond},
+		{"a nanosecond short of the wait", raft.Follower, last, wait - time.Nanosecond, false, time.Nanosecond},
+		{"silent for the wait", raft.Follower, last, wait, true, wait},
+		{"silent for a minute", raft.Follower, last, time.Minute, true, wait},
+		{"never heard from a leader: raft's own timer", raft.Follower, time.Time{}, time.Minute, false, wait},
+		{"a leader has none to lose", raft.Leader, last, time.Minute, false, wait},
+		{"a candidate already stood", raft.Candidate, last, time.Minute, false, wait},
+		{"shut down", raft.Shutdown, last, time.Minute, false, wait},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nudge, next := silenceCheck(tc.state, tc.last, last.Add(tc.since), hb, jitter)
+			nudge, next := silenceCheck(tc.state, tc.last, last.Add(tc.since), wait)
 			if nudge != tc.nudge || next != tc.wantAfter {
 				t.Fatalf("silenceCheck = %v, %v; want %v, %v", nudge, next, tc.nudge, tc.wantAfter)
 			}
 		})
+	}
+}
+
+// The followers stand in the order of the configuration's voters, in a
+// ring that starts after the silent leader: each has its own place, all
+// agree on it, and who stands first moves with the leader.
+func TestStandOrder_TheVotersInARingFromTheLeader(t *testing.T) {
+	voter := func(id string) raft.Server { return raft.Server{ID: raft.ServerID(id), Suffrage: raft.Voter} }
+	five := []raft.Server{voter("a"), voter("b"), voter("c"), voter("d"), voter("e")}
+	for _, tc := range []struct {
+		servers []raft.Server
+		leader  string
+		want    map[string]int
+	}{
+		{five, "a", map[string]int{"b": 0, "c": 1, "d": 2, "e": 3}},
+		{five, "c", map[string]int{"d": 0, "e": 1, "a": 2, "b": 3}},
+		{five, "e", map[string]int{"a": 0, "b": 1, "c": 2, "d": 3}},
+		{five[:3], "b", map[string]int{"c": 0, "a": 1}},
+		// No leader known: from the first voter.
+		{five[:3], "", map[string]int{"a": 0, "b": 1, "c": 2}},
+		// A non-voter is left out of the ring and stands last.
+		{[]raft.Server{voter("a"), {ID: "x", Suffrage: raft.Nonvoter}, voter("b"), voter("c")}, "a",
+			map[string]int{"b": 0, "c": 1, "x": 2}},
+	} {
+		seen := map[int]string{}
+		for self, want := range tc.want {
+			got := standOrder(tc.servers, raft.ServerID(self), raft.ServerID(tc.leader))
+			if got != want {
+				t.Errorf("leader %q: %s stands %d, want %d", tc.leader, self, got, want)
+			}
+			if other, dup := seen[got]; dup {
+				t.Errorf("leader %q: %s and %s both stand %d", tc.leader, self, other, got)
+			}
+			seen[got] = self
+		}
 	}
 }
