@@ -332,9 +332,8 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 	// nothing: the stream goes to the next member once the member has
 	// left a wait for its next message unanswered for longer than it
 	// promised keepalives (silence.limit), or once gossip or the
-	// metadata leader's raft finds it silent.
-	// The two watches are apart: finding the suspects asks raft, which
-	// may keep the caller waiting.
+	// metadata leader's raft finds it silent. The two watches run apart:
+	// finding the suspects asks raft, which may keep the caller waiting.
 	silence := newStreamSilence()
 	go func() {
 		t := time.NewTicker(effectsWatchEvery(n.cfg.HeartbeatTimeout))

@@ -304,9 +304,8 @@ func (r *remoteGroup) gossipedLeader(id string, term uint64) {
 
 // retireUnreached retires each remote submitter's stream to a leader
 // gossip no longer reports alive, or the metadata leader's raft no longer
-// reaches (suspect), and forgets it as a hint: a member hears of a
-// new leader from raft, a node outside the group only from a refusal,
-// which a frozen leader never sends.
+// reaches (suspect), and forgets it as a hint: a frozen leader sends no
+// refusal, and its successor's gossip may not have come yet.
 func (n *Node) retireUnreached() {
 	rs := n.remoteGroups()
 	if len(rs) == 0 {
