@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -83,7 +84,14 @@ func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerSt
 			return status.Error(codes.Aborted, err.Error())
 		}
 		if len(es) == 0 {
-			// Quiet for keep: the node hears the member still sends.
+			// Quiet for keep: the node hears the member still sends,
+			// unless the member lost touch with its group (cut off
+			// from the others' raft while the node still reaches it):
+			// then its log is quiet because it learns nothing, and
+			// the node had better take the effects from another.
+			if !inTouch(qg.g.Raft().State(), qg.g.Raft().LastContact(), time.Now(), n.cfg.HeartbeatTimeout) {
+				continue
+			}
 			if err := stream.Send(&proto.EffectsMessage{}); err != nil {
 				return err
 			}
@@ -109,6 +117,19 @@ func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerSt
 			}
 		}
 	}
+}
+
+// inTouch reports whether a member whose raft is in state, last heard
+// from its leader at last, is in touch with its group at now: it leads,
+// or it follows a leader heard from within the heartbeat timeout.
+func inTouch(state raft.RaftState, last, now time.Time, heartbeatTimeout time.Duration) bool {
+	switch state {
+	case raft.Leader:
+		return true
+	case raft.Follower:
+		return !last.IsZero() && now.Sub(last) <= heartbeatTimeout
+	}
+	return false
 }
 
 // Bounds on the keepalive a node may ask of an effects stream: a

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"github.com/hashicorp/raft"
 	"math"
 	"slices"
 	"testing"
@@ -191,5 +192,28 @@ func TestEffectsSilenceLimit(t *testing.T) {
 	}
 	if got := effectsSilenceLimit(500*time.Millisecond, time.Second); got != 4*time.Second {
 		t.Errorf("limit %v, want four keepalives, 4s", got)
+	}
+}
+
+// A member is in touch with its group while it leads, or follows a
+// leader heard from within the heartbeat timeout.
+func TestInTouch(t *testing.T) {
+	const hb = 500 * time.Millisecond
+	now := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		state raft.RaftState
+		last  time.Time
+		want  bool
+	}{
+		{raft.Leader, time.Time{}, true},
+		{raft.Follower, now.Add(-hb), true},
+		{raft.Follower, now.Add(-hb - time.Nanosecond), false},
+		{raft.Follower, time.Time{}, false},
+		{raft.Candidate, now, false},
+		{raft.Shutdown, now, false},
+	} {
+		if got := inTouch(tc.state, tc.last, now, hb); got != tc.want {
+			t.Errorf("inTouch(%v, %v before) = %v, want %v", tc.state, now.Sub(tc.last), got, tc.want)
+		}
 	}
 }

@@ -165,3 +165,40 @@ func TestEffects_ASilentMembersStreamIsTakenFromAnother(t *testing.T) {
 	received("after", 5*time.Second)
 	t.Logf("published %v after the freeze, received %v after that", published.Sub(frozen).Round(time.Millisecond), time.Since(published).Round(time.Millisecond))
 }
+
+// A member cut off from its group's raft, but reached by the node and
+// found alive by gossip, learns no more of the log, so it has no effects
+// to send: it stops its keepalives too once it is out of touch with the
+// group, and the node takes the stream from a member that is not.
+func TestEffects_AMemberOutOfTouchWithItsGroupSendsNoKeepalives(t *testing.T) {
+	c, members, x, sink, _ := outsiderConsuming(t, func(cfg *cluster.Config) {
+		cfg.NodeDownAfter = time.Hour // nobody is found unreached or down
+		// A member no leader sends to closes the group after ten
+		// election timeouts, which would end the stream too: not
+		// within this test.
+		cfg.ElectionTimeout = 2 * time.Second
+	})
+	// The stream comes from the first member on the first attempt.
+	c.FreezeRaft(members[0])
+	t.Cleanup(c.Heal)
+	other := c.Nodes[c.Index(members[1])].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		res, err := other.SubmitGroup(ctxT(t, 3*time.Second), effectsGroup,
+			[]*proto.Command{fsmtest.Enqueue("/", "", "held", "after", &proto.Properties{}, "held")})
+		if err != nil {
+			return err
+		}
+		requireFSM(t, res)
+		return nil
+	})
+	clustertest.Eventually(t, 5*time.Second, func() error {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for _, d := range sink.delivered {
+			if string(d.Body) == "after" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s got no delivery of %q", x.NodeID(), "after")
+	})
+}

@@ -416,6 +416,11 @@ func (c *Cluster) Freeze(ids ...string) { c.freeze(3, ids) }
 // a node learns from gossip alone from what finding a node dead tells.
 func (c *Cluster) FreezeButGossip(ids ...string) { c.freeze(2, ids) }
 
+// FreezeRaft freezes the named nodes' raft links alone: gRPC and gossip
+// run, so the others reach them and find them alive, while their raft
+// hears from no one (a node cut off from its groups' consensus only).
+func (c *Cluster) FreezeRaft(ids ...string) { c.freeze(1, ids) }
+
 // freeze freezes the first k of each link's addresses (raft, gRPC,
 // gossip) between the named nodes and the rest.
 func (c *Cluster) freeze(k int, ids []string) {
