@@ -280,7 +280,10 @@ func TestCluster_AKilledLeaderIsReplacedSoonAfterTheHeartbeatTimeout(t *testing.
 	}))
 	for range 2 {
 		old := c.WaitForLeader(clustertest.Timeout)
-		mustSubmit(t, old, tick())
+		// Every follower holds the whole log: one that lags may not win
+		// a vote, and the election would wait for the other's election
+		// timeout (raft's rule, not the watch's).
+		c.WaitApplied(mustSubmit(t, old, tick())[0].GetIndex())
 		oi := c.Index(old.NodeID())
 		killed := time.Now()
 		c.Kill(oi)
