@@ -70,6 +70,21 @@ func outsiderConsuming(t *testing.T, tweak func(*cluster.Config)) (c *clustertes
 	return c, members, x, sink, submit
 }
 
+// publishThrough publishes body to outsiderConsuming's queue through
+// node n, until a try commits.
+func publishThrough(t *testing.T, n *cluster.Node, body string) {
+	t.Helper()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		res, err := n.SubmitGroup(ctxT(t, 3*time.Second), effectsGroup,
+			[]*proto.Command{fsmtest.Enqueue("/", "", "held", body, &proto.Properties{}, "held")})
+		if err != nil {
+			return err
+		}
+		requireFSM(t, res)
+		return nil
+	})
+}
+
 // effectsGroup is the queue group of outsiderConsuming's queue.
 const effectsGroup = "q1"
 
@@ -150,15 +165,7 @@ func TestEffects_ASilentMembersStreamIsTakenFromAnother(t *testing.T) {
 	t.Cleanup(c.Heal)
 	frozen := time.Now()
 	other := c.Nodes[c.Index(members[1])].Node()
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		res, err := other.SubmitGroup(ctxT(t, 3*time.Second), effectsGroup,
-			[]*proto.Command{fsmtest.Enqueue("/", "", "held", "after", &proto.Properties{}, "held")})
-		if err != nil {
-			return err
-		}
-		requireFSM(t, res)
-		return nil
-	})
+	publishThrough(t, other, "after")
 	published := time.Now()
 	// Well within the 15 s gRPC's own keepalive takes to end a stream
 	// whose peer does not answer.
@@ -182,15 +189,7 @@ func TestEffects_AMemberOutOfTouchWithItsGroupSendsNoKeepalives(t *testing.T) {
 	c.FreezeRaft(members[0])
 	t.Cleanup(c.Heal)
 	other := c.Nodes[c.Index(members[1])].Node()
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		res, err := other.SubmitGroup(ctxT(t, 3*time.Second), effectsGroup,
-			[]*proto.Command{fsmtest.Enqueue("/", "", "held", "after", &proto.Properties{}, "held")})
-		if err != nil {
-			return err
-		}
-		requireFSM(t, res)
-		return nil
-	})
+	publishThrough(t, other, "after")
 	clustertest.Eventually(t, 5*time.Second, func() error {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()
