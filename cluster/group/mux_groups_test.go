@@ -40,8 +40,12 @@ type netTransport struct {
 
 func (t netTransport) Consumer() <-chan raft.RPC { return t.rpcs }
 
-var muxTestTimings = RaftTimings{HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
-	LeaderLeaseTimeout: 150 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+// muxTestTimings give a leader a 500 ms lease: the bulk tests append
+// 16 MiB entries, which under -race on a loaded machine can keep a
+// follower from answering within a shorter one, and the leader then
+// steps down in the middle of the test.
+var muxTestTimings = RaftTimings{HeartbeatTimeout: time.Second, ElectionTimeout: time.Second,
+	LeaderLeaseTimeout: 500 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 	SnapshotThreshold: 8192, SnapshotInterval: time.Minute, TrailingLogs: 1024}
 
 // startMuxNode listens on addr (":0" picks one; a restart reuses the
