@@ -907,3 +907,123 @@ func TestPlacement_InitialGroupSize(t *testing.T) {
 		t.Fatalf("the connection did not stay: %v", err)
 	}
 }
+
+// A message rejected in a queue of a queue group into an
+// x-delayed-message exchange with an x-delay header waits out its delay
+// in that exchange, which only the metadata group holds: the group hands
+// it to the metadata log whole, which holds it, and the dead letters
+// behind it in the group's outbox go on at once rather than wait behind
+// it. Each arrives once.
+func TestPlacement_ADeadLetterIntoADelayedExchangeWaitsThereAndHoldsUpNoOther(t *testing.T) {
+	c, urls := placedCluster(t)
+	_, ch := dialT(t, urls[0])
+	if err := ch.ExchangeDeclare("d-dx", "x-delayed-message", true, false, false, false, amqp091.Table{"x-delayed-type": "direct"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct {
+		name string
+		args amqp091.Table
+	}{
+		{"d-done", nil},
+		{"d-work", amqp091.Table{"x-dead-letter-exchange": "d-dx", "x-dead-letter-routing-key": "d-done"}},
+	} {
+		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ch.QueueBind("d-done", "d-done", "d-dx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	node := c.Nodes[1].Node()
+	if g := node.QueueGroup("/", "d-work"); g == "" {
+		t.Fatal("d-work is not placed in a queue group")
+	}
+	_, sub := dialT(t, urls[2])
+	done, err := sub.Consume("d-done", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const delay = 400
+	for _, p := range []amqp091.Publishing{
+		{Body: []byte("late"), Headers: amqp091.Table{"x-delay": int32(delay)}},
+		{Body: []byte("now")},
+	} {
+		if err := ch.Publish("", "d-work", false, false, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rejected time.Time
+	for _, want := range []string{"late", "now"} {
+		var d amqp091.Delivery
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			var ok bool
+			var err error
+			if d, ok, err = ch.Get("d-work", false); err != nil {
+				t.Fatal(err)
+			} else if !ok {
+				return errors.New("d-work is empty")
+			}
+			return nil
+		})
+		if string(d.Body) != want {
+			t.Fatalf("got %q from d-work, want %q", d.Body, want)
+		}
+		if want == "late" {
+			rejected = time.Now()
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(what string) amqp091.Delivery {
+		t.Helper()
+		select {
+		case d := <-done:
+			return d
+		case <-time.After(clustertest.Timeout):
+			t.Fatalf("no %s dead letter in d-done", what)
+		}
+		return amqp091.Delivery{}
+	}
+	if d := next("first"); string(d.Body) != "now" {
+		t.Fatalf("first in d-done: %q, want the one without a delay", d.Body)
+	}
+	d := next("delayed")
+	if string(d.Body) != "late" {
+		t.Fatalf("second in d-done: %q", d.Body)
+	}
+	if v, ok := d.Headers["x-delay"].(int32); !ok || v != -delay {
+		t.Fatalf("x-delay %#v, want int32 %d: it did not wait in the delayed exchange", d.Headers["x-delay"], -delay)
+	}
+	if waited := time.Since(rejected); waited < delay*time.Millisecond/2 {
+		t.Fatalf("arrived %v after its rejection, delay %d ms", waited, delay)
+	}
+	if deaths, _ := d.Headers["x-death"].([]any); len(deaths) != 1 {
+		t.Fatalf("x-death %v", d.Headers["x-death"])
+	}
+	// Nothing more: every outbox empty and nothing left waiting, on
+	// every node, then d-done empty.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			var delayed uint64
+			n.View(func(m *fsm.Machine) { delayed = m.Stats().Delayed })
+			if delayed != 0 {
+				return fmt.Errorf("%s: %d held in delayed exchanges", n.NodeID(), delayed)
+			}
+			for _, id := range n.RunningQueueGroups() {
+				var out int
+				n.ViewGroup(id, func(m *fsm.Machine) { out = m.OutboxLen() })
+				if out != 0 {
+					return fmt.Errorf("%s: %d in group %s's outbox", n.NodeID(), out, id)
+				}
+			}
+		}
+		return nil
+	})
+	select {
+	case d := <-done:
+		t.Fatalf("%q arrived again", d.Body)
+	default:
+	}
+	c.AssertSameDigest(t)
+}

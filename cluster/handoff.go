@@ -84,8 +84,10 @@ func (n *Node) handOffRound(ctx context.Context, g *group.Group) (more bool, err
 		held, ok bool
 	}
 	routes := make([]route, len(entries))
+	var level uint32 // the metadata log's protocol level
 	routeAll := func() (nowhere bool) {
 		n.View(func(m *fsm.Machine) {
+			level = m.ProtocolLevel()
 			for i, e := range entries {
 				r := &routes[i]
 				if len(e.Queues) > 0 {
@@ -118,17 +120,18 @@ func (n *Node) handOffRound(ctx context.Context, g *group.Group) (more bool, err
 	bytes := 0
 	for i, e := range entries {
 		queues, held, ok := routes[i].queues, routes[i].held, routes[i].ok
-		if held {
-			// A delayed exchange on the way would hold it: it stays in
-			// the outbox, and so does every key after it until a later
+		if held && level < fsm.HandOffRouteLevel {
+			// A delayed exchange on the way would hold it, and the
+			// metadata log cannot yet be asked to: it stays in the
+			// outbox, and so does every key after it until a later
 			// round (HandOffDone acknowledges a prefix).
 			if last == 0 {
-				return false, fmt.Errorf("outbox key %d: dead-lettered through a delayed exchange of vhost %q, which a hand-off cannot hold yet", e.Key, e.Vhost)
+				return false, fmt.Errorf("outbox key %d: dead-lettered through a delayed exchange of vhost %q, which the metadata log at level %d cannot hold for a hand-off", e.Key, e.Vhost, level)
 			}
 			break
 		}
 		body := e.InlineBody
-		if ok && len(queues) > 0 && body == nil {
+		if ok && (len(queues) > 0 || held) && body == nil {
 			if body, err = g.ReadBody(e.Body); err != nil {
 				if last == 0 {
 					return false, fmt.Errorf("outbox key %d: %w", e.Key, err)
@@ -141,6 +144,17 @@ func (n *Node) handOffRound(ctx context.Context, g *group.Group) (more bool, err
 		}
 		bytes += len(body)
 		last = e.Key
+		if held {
+			// The delayed exchange that holds it is the metadata
+			// group's: that log routes the whole entry, holding it
+			// there and putting the copies the way finds beside it
+			// where they belong, once.
+			if targets[group.DefaultID] == nil {
+				order = append(order, group.DefaultID)
+			}
+			targets[group.DefaultID] = append(targets[group.DefaultID], e.RouteHandOffCommand(source, body))
+			continue
+		}
 
 		byGroup := map[string][]string{}
 		for _, q := range queues {

@@ -195,6 +195,10 @@ func (s *state) applyHandOff(c *proto.HandOff) *proto.Result {
 		return &proto.Result{}
 	}
 	a.add(c.GetKey())
+	if keys := c.GetRouteKeys(); len(keys) > 0 && s.atLeast(levelHandOffRoute) {
+		s.routeHandOff(c.GetMessage(), keys)
+		return &proto.Result{}
+	}
 	r := s.enqueueInto(c.GetMessage(), c.GetDeadLettered())
 	if r.GetCode() != 0 {
 		// The vhost went away: the message is dropped, as a dead letter
@@ -202,6 +206,32 @@ func (s *state) applyHandOff(c *proto.HandOff) *proto.Result {
 		return &proto.Result{}
 	}
 	return r
+}
+
+// routeHandOff routes a dead letter handed off by another group through
+// its exchange with keys, on this log's bindings, as one dying here is
+// routed: a delayed exchange on its way holds it here (a queue group
+// holds no exchanges, so it cannot), the queues this log holds take
+// their copies, and those placed in queue groups leave through the
+// outbox. A vhost or exchange gone by now drops it, as RabbitMQ drops a
+// dead letter into an exchange that does not exist.
+func (s *state) routeHandOff(c *proto.Enqueue, keys []string) {
+	v, ok := s.vhosts[c.GetVhost()]
+	if !ok {
+		return
+	}
+	x, ok := v.exchanges[c.GetExchange()]
+	if !ok {
+		return
+	}
+	props := c.GetProperties()
+	enc := encodeProps(props)
+	m := &queue.Message{Body: queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}}
+	rt := s.route(v, x, keys, props)
+	if len(rt.held) > 0 {
+		s.holdDeadLettered(v, m, keys[0], enc, rt)
+	}
+	s.deadLetterCopies(rt.queues, x.name, keys[0], props, enc, readDeaths(props.GetHeaders()), m)
 }
 
 // applyHandOffDone forgets the outbox entries up to the key.
@@ -271,9 +301,20 @@ type OutboxEntry struct {
 // HandOffCommand is the HandOff that puts e into queues of a target
 // group, from source (this group's id), with the body's bytes.
 func (e *OutboxEntry) HandOffCommand(source uint32, body []byte, queues []string) *proto.Command {
+	return e.handOff(source, body, queues, nil)
+}
+
+// RouteHandOffCommand is the HandOff that gives e, with the body's bytes,
+// to the metadata group to route there (HandOffRouteLevel): what a
+// delayed exchange on its way holds waits in that log.
+func (e *OutboxEntry) RouteHandOffCommand(source uint32, body []byte) *proto.Command {
+	return e.handOff(source, body, nil, slices.Clone(e.RoutingKeys))
+}
+
+func (e *OutboxEntry) handOff(source uint32, body []byte, queues, routeKeys []string) *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_HandOff{HandOff: &proto.HandOff{SourceGroup: source, Key: e.Key, Done: e.Done,
 		DeadLettered: e.DeadLettered, Message: &proto.Enqueue{Vhost: e.Vhost, Exchange: e.Exchange,
-			RoutingKey: e.RoutingKeys[0], Properties: e.Properties, Body: body, Queues: queues}}}}
+			RoutingKey: e.RoutingKeys[0], Properties: e.Properties, Body: body, Queues: queues}, RouteKeys: routeKeys}}}
 }
 
 // Outbox lists at most limit (0: all) outbox entries with keys above

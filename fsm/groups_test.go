@@ -476,3 +476,59 @@ func TestRoute_AsAPublishRoutes(t *testing.T) {
 		}
 	}
 }
+
+// A queue group's dead letter whose way meets a delayed exchange is
+// handed whole to the metadata log with its routing keys (level 19): the
+// metadata log routes it there, its delayed exchange holds it until due,
+// once however often the hand-off is proposed. Below level 19 the keys
+// are not read, as a replica of the release before reads them.
+func TestHandOff_RoutedInTheTargetIsHeldByItsDelayedExchange(t *testing.T) {
+	src := queueGroup(t, 1, declare("q", table("x-message-ttl", i64(10), "x-dead-letter-exchange", str("dx"), "x-dead-letter-routing-key", str("k"))))
+	fsmtest.One(t, src, 3, fsmtest.Enqueue("/", "", "q", "payload", withDelay(i64(500)), "q"))
+	fsmtest.One(t, src, 20, expire("q"))
+	e := src.Outbox(0, 0)[0]
+	cmd := e.RouteHandOffCommand(src.Group(), fsmtest.Body(e.Body))
+
+	meta := delayedSetup(t, "direct")
+	fsmtest.One(t, meta, 1500, consume("q", "t", ch1, 10))
+	for i, stamp := range []int64{2000, 2001, 2002} {
+		r, rec := fsmtest.One(t, meta, stamp, cmd)
+		mustOK(t, r)
+		if len(rec.Deliveries) != 0 || ready(t, meta, "q") != 0 {
+			t.Fatalf("hand-off %d: delivered %d, ready %d: want it held", i, len(rec.Deliveries), ready(t, meta, "q"))
+		}
+		if due, _, held := meta.NextDelayed(); !held || due != 2500 || meta.Stats().Delayed != 1 {
+			t.Fatalf("hand-off %d: held %v due %d, %d delayed: want one, due at 2500", i, held, due, meta.Stats().Delayed)
+		}
+	}
+	if !meta.HandedOff(1, e.Key) {
+		t.Fatal("the key is not applied")
+	}
+	_, rec := fsmtest.One(t, meta, 2499, release())
+	if len(rec.Deliveries) != 0 {
+		t.Fatal("released before it was due")
+	}
+	_, rec = fsmtest.One(t, meta, 2500, release())
+	if len(rec.Deliveries) != 1 {
+		t.Fatalf("%d deliveries at the due time, want 1", len(rec.Deliveries))
+	}
+	d := rec.Deliveries[0]
+	if string(d.Body) != "payload" || d.Exchange != "dx" || d.RoutingKey != "k" || len(headerKeys(d.Properties, "x-death")) != 1 {
+		t.Fatalf("delivery %+v", d)
+	}
+	if meta.Stats().Delayed != 0 {
+		t.Fatal("still held after its release")
+	}
+
+	old := fsmtest.NewAt(t, 18)
+	res, _ := fsmtest.Apply(t, old, 1000, delayedX("dx", "direct"), declare("q", nil), bind("dx", "q", "k", false, nil))
+	for _, r := range res {
+		mustOK(t, r)
+	}
+	mustOK(t, first(fsmtest.One(t, old, 2000, cmd)))
+	if _, _, held := old.NextDelayed(); held || ready(t, old, "q") != 0 || !old.HandedOff(1, e.Key) {
+		t.Fatalf("level 18: held %v, ready %d: want the keys unread, the message routed to no queue", held, ready(t, old, "q"))
+	}
+}
+
+func first(r *proto.Result, _ *fsmtest.Recorder) *proto.Result { return r }

@@ -60,7 +60,16 @@ const (
 	// levelGroupSize: x-quorum-initial-group-size is checked at declare
 	// and placement honours it (group_size.go).
 	levelGroupSize uint32 = 18
+	// levelHandOffRoute: a HandOff with route keys is routed in the
+	// target's log, where a delayed exchange on its way holds it
+	// (groups.go, applyHandOff).
+	levelHandOffRoute uint32 = 19
 )
+
+// HandOffRouteLevel is levelHandOffRoute for the node, which hands a dead
+// letter to the metadata log to route only once that log is at that
+// level.
+const HandOffRouteLevel = levelHandOffRoute
 
 // CreditLevel is levelCredit for the node, which sends Credit only once
 // the log it applied is at that level.

@@ -102,7 +102,11 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  16. GroupMembers: a queue group's members set (queue_groups.go)
 //  17. PlaceQueues: new queues placed in queue groups; the metadata
 //     log's copies to them leave through its outbox (placement.go)
-const Protocol = 18
+//  18. x-quorum-initial-group-size checked, and honoured by placement
+//     (group_size.go)
+//  19. HandOff.route_keys: a hand-off routed in the target's log, so
+//     that a delayed exchange there holds it (groups.go)
+const Protocol = 19
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -733,6 +737,10 @@ func (v *validator) command(c *proto.Command) {
 			return
 		}
 		v.enqueue(x.HandOff.GetMessage())
+		v.list("routing keys", len(x.HandOff.GetRouteKeys()))
+		for _, k := range x.HandOff.GetRouteKeys() {
+			v.name("routing key", k, false)
+		}
 	case *proto.Command_HandOffDone:
 		if x.HandOffDone.GetUpTo() == 0 {
 			v.fail(replycode.InternalError, "hand-off done up to key 0")

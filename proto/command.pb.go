@@ -3054,7 +3054,15 @@ type HandOff struct {
 	// (HandOffDone: committed by all its target groups), read from the
 	// same state as the entry: the target counts them applied, so the keys
 	// it keeps are only those above, whatever keys never came its way.
-	Done          uint64 `protobuf:"varint,5,opt,name=done" json:"done,omitempty"`
+	Done uint64 `protobuf:"varint,5,opt,name=done" json:"done,omitempty"`
+	// When set, the message's queues are decided here, not by the source:
+	// this log routes it through message.exchange with these routing keys,
+	// as a dead letter dying in this log would be routed, so that a delayed
+	// exchange on its way holds it here (the queue groups hold no
+	// exchanges: a queue group's dead letter whose way meets a delayed
+	// exchange is handed whole to the metadata group this way). Protocol
+	// level 19; below it the field is not read.
+	RouteKeys     []string `protobuf:"bytes,6,rep,name=route_keys,json=routeKeys" json:"route_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3122,6 +3130,13 @@ func (x *HandOff) GetDone() uint64 {
 		return x.Done
 	}
 	return 0
+}
+
+func (x *HandOff) GetRouteKeys() []string {
+	if x != nil {
+		return x.RouteKeys
+	}
+	return nil
 }
 
 // HandOffDone tells the group that every group its outbox entries up to
@@ -5344,13 +5359,15 @@ const file_command_proto_rawDesc = "" +
 	"\x06queues\x18\x06 \x03(\tR\x06queues\x12/\n" +
 	"\achannel\x18\a \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"!\n" +
 	"\tGroupInit\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\rR\x05group\"\xa5\x01\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\"\xc4\x01\n" +
 	"\aHandOff\x12!\n" +
 	"\fsource_group\x18\x01 \x01(\rR\vsourceGroup\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\x04R\x03key\x12,\n" +
 	"\amessage\x18\x03 \x01(\v2\x12.raftmq.v1.EnqueueR\amessage\x12#\n" +
 	"\rdead_lettered\x18\x04 \x01(\bR\fdeadLettered\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\x04R\x04done\"\"\n" +
+	"\x04done\x18\x05 \x01(\x04R\x04done\x12\x1d\n" +
+	"\n" +
+	"route_keys\x18\x06 \x03(\tR\trouteKeys\"\"\n" +
 	"\vHandOffDone\x12\x13\n" +
 	"\x05up_to\x18\x01 \x01(\x04R\x04upTo\"y\n" +
 	"\x03Get\x12\x14\n" +
