@@ -372,3 +372,26 @@ func TestQueueGroups_LeadershipComesBack(t *testing.T) {
 	commitThroughLeaders(t, c, queueGroupIDs)
 	c.AssertSameDigest(t)
 }
+
+// A new cluster's queue groups are led by the members meant to lead them
+// within seconds of forming, not a LeadershipBalanceAfter later: the
+// first elections fall where they fall, and a leader that took its group
+// while the member meant to lead it was online hands it over once the
+// leadership settled.
+func TestQueueGroups_ANewClustersLeadershipsSpreadWithinSeconds(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.QueueGroups = 3
+		cfg.LeadershipBalanceAfter = time.Hour
+	}))
+	c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	start := time.Now()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		leads, err := followed(c, queueGroupIDs, true)
+		if err == nil && len(leads) != 3 {
+			err = fmt.Errorf("leaderships %v", leads)
+		}
+		return err
+	})
+	t.Logf("every queue group led by the member meant to lead it %v after the groups formed", time.Since(start).Round(time.Millisecond))
+}

@@ -18,6 +18,11 @@ import (
 // leader makes the group's raft configuration match and hands its
 // leadership back to the member meant to lead it (steerQueueGroup).
 
+// leadershipSettle is how long a leader that took a group while the
+// member meant to lead it was online leads it before handing it over,
+// the first time (steer.due).
+const leadershipSettle = 2 * time.Second
+
 // steer is what a group's steering remembers between rounds.
 type steer struct {
 	ledSince    time.Time // this node leads the group since
@@ -143,6 +148,8 @@ func (n *Node) steerQueueGroup(ctx context.Context, qg *queueGroup, st *steer, n
 // the leadership to meant now: meant is another node, online (as seen
 // at each round) for wait without a break, this node has led for wait,
 // and its last hand-over is wait ago. It records a hand-over when due.
+// A leader that never handed the group over, and took it while meant
+// was online, waits leadershipSettle instead of wait.
 func (st *steer) due(now time.Time, wait time.Duration, self, meant string, online bool) bool {
 	if meant != st.meant || !online {
 		st.meant, st.onlineSince = meant, time.Time{}
@@ -150,7 +157,20 @@ func (st *steer) due(now time.Time, wait time.Duration, self, meant string, onli
 	if online && st.onlineSince.IsZero() {
 		st.onlineSince = now
 	}
-	if meant == self || !online || now.Sub(st.onlineSince) < wait || now.Sub(st.ledSince) < wait || now.Sub(st.moved) < wait {
+	if meant == self || !online {
+		return false
+	}
+	hold := wait
+	if st.moved.IsZero() && !st.onlineSince.After(st.ledSince) {
+		// Meant was online when this node took the group (a new group's
+		// first election, or meant's raft stalled while its node stayed
+		// up): nothing came back that could flap, so the group goes to
+		// meant once the leadership settled, not a whole wait later; a
+		// new cluster's leaders spread within seconds. Only the first
+		// hand-over of this node is so quick.
+		hold = min(wait, leadershipSettle)
+	}
+	if now.Sub(st.onlineSince) < hold || now.Sub(st.ledSince) < hold || now.Sub(st.moved) < wait {
 		return false
 	}
 	st.moved = now

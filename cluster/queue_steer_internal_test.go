@@ -37,13 +37,29 @@ func TestSteer_HandBackWaitsOutFlapping(t *testing.T) {
 	if !st.due(at(80), wait, "a", "b", true) {
 		t.Fatal("not handed a wait after the last")
 	}
-	// A leader that is the member meant to lead keeps it; a new leader
-	// waits until it has led for the wait.
+	// A leader that is the member meant to lead keeps it.
 	if st.due(at(200), wait, "b", "b", true) {
 		t.Fatal("handed to itself")
 	}
+	// A leader that took the group while meant was online all along
+	// (a new group's first election) hands it over once it settled,
+	// the first time; after a hand-over it waits the whole wait again.
 	fresh := steer{ledSince: at(300), onlineSince: at(0), meant: "b"}
-	if fresh.due(at(305), wait, "a", "b", true) || !fresh.due(at(310), wait, "a", "b", true) {
-		t.Fatal("a new leader's wait")
+	if fresh.due(at(301), wait, "a", "b", true) || !fresh.due(at(300).Add(leadershipSettle), wait, "a", "b", true) {
+		t.Fatal("a first leader's settle")
+	}
+	fresh.ledSince = at(400)
+	if fresh.due(at(405), wait, "a", "b", true) || !fresh.due(at(410), wait, "a", "b", true) {
+		t.Fatal("a second hand-over's wait")
+	}
+	// Meant came online after this node took the group: the whole wait.
+	back := steer{ledSince: at(500)}
+	for s := 501; s < 511; s++ {
+		if back.due(at(s), wait, "a", "b", true) {
+			t.Fatalf("handed at %d s to a member online since 501 s", s)
+		}
+	}
+	if !back.due(at(511), wait, "a", "b", true) {
+		t.Fatal("not handed a wait after the member came back")
 	}
 }
