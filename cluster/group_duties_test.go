@@ -177,13 +177,38 @@ func assertGroupDigests(t *testing.T, c *clustertest.Cluster, id string) {
 // committed. Through a kill of the group's leader halfway, every dead
 // letter arrives exactly once, and the outbox ends empty on every member.
 func TestQueueGroups_DeadLettersCrossIntoTheMetadataGroupOnce(t *testing.T) {
+	deadLettersCrossOnce(t, &proto.ExchangeDeclare{Vhost: "/", Name: "dlx", Type: "fanout", Durable: true}, func(i int) *proto.Properties {
+		return &proto.Properties{MessageId: ptrTo(fmt.Sprint(i))}
+	})
+}
+
+// The same through an x-delayed-message dead-letter exchange, every other
+// message with an x-delay header: those the group hands to the metadata
+// log whole, which holds them until due; the others it routes itself.
+// Through the kill each arrives once, and nothing is left held.
+func TestQueueGroups_DeadLettersThroughADelayedExchangeCrossOnce(t *testing.T) {
+	deadLettersCrossOnce(t, &proto.ExchangeDeclare{Vhost: "/", Name: "dlx", Type: fsm.DelayedExchangeType, Durable: true,
+		Arguments: &proto.Table{Fields: []*proto.Field{strArg("x-delayed-type", "fanout")}}}, func(i int) *proto.Properties {
+		p := &proto.Properties{MessageId: ptrTo(fmt.Sprint(i))}
+		if i%2 == 0 {
+			p.Headers = &proto.Table{Fields: []*proto.Field{int32Arg("x-delay", 50)}}
+		}
+		return p
+	})
+}
+
+// deadLettersCrossOnce publishes into a queue of group q2 that keeps one
+// message, the others dying into dlx (declared by x, a fanout's routing)
+// and bound to queue dead of the metadata group, killing the group's
+// leader halfway: each dead letter arrives in dead once.
+func deadLettersCrossOnce(t *testing.T, x *proto.ExchangeDeclare, props func(int) *proto.Properties) {
 	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
 	l := c.WaitForLeader(clustertest.Timeout)
 	waitDefaults(t, c, l)
 	waitQueueGroups(t, c, queueGroupIDs)
 	const id = "q2"
 	requireFSM(t, mustSubmit(t, l,
-		&proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "dlx", Type: "fanout", Durable: true}}},
+		&proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: x}},
 		declareWithArgs("dead"),
 		&proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "dlx", Destination: "dead"}}}))
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
@@ -206,7 +231,7 @@ func TestQueueGroups_DeadLettersCrossIntoTheMetadataGroupOnce(t *testing.T) {
 		if i == total/2 {
 			c.Kill(c.Index(gl.NodeID()))
 		}
-		submit(fsmtest.Enqueue("/", "", "src", fmt.Sprint(i), &proto.Properties{MessageId: ptrTo(fmt.Sprint(i))}, "src"))
+		submit(fsmtest.Enqueue("/", "", "src", fmt.Sprint(i), props(i), "src"))
 	}
 	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
 		for _, n := range c.Live() {
@@ -227,15 +252,17 @@ func TestQueueGroups_DeadLettersCrossIntoTheMetadataGroupOnce(t *testing.T) {
 				return fmt.Errorf("%s: %d dead letters in the metadata group (want %d), %d in %s's outbox", n.NodeID(), dead.GetReady(), want, out, id)
 			}
 			var missing []uint64
+			var held uint64
 			n.View(func(m *fsm.Machine) {
+				held = m.Stats().Delayed
 				for k := uint64(1); k <= want; k++ {
 					if !m.HandedOff(num, k) {
 						missing = append(missing, k)
 					}
 				}
 			})
-			if len(missing) > 0 {
-				return fmt.Errorf("%s: keys %v not handed off", n.NodeID(), missing)
+			if len(missing) > 0 || held != 0 {
+				return fmt.Errorf("%s: keys %v not handed off, %d held", n.NodeID(), missing, held)
 			}
 		}
 		return nil
