@@ -1027,3 +1027,36 @@ func TestPlacement_ADeadLetterIntoADelayedExchangeWaitsThereAndHoldsUpNoOther(t 
 	}
 	c.AssertSameDigest(t)
 }
+
+// x-queue-leader-locator client-local places a queue in the queue group
+// the declaring client's node is meant to lead, whichever node that is; a
+// locator RabbitMQ does not know is refused with its words.
+func TestPlacement_ClientLocalPlacesWhereTheClientIs(t *testing.T) {
+	c, urls := placedCluster(t)
+	for i, url := range urls {
+		_, ch := dialT(t, url)
+		name := fmt.Sprintf("ll-%d", i)
+		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp091.Table{"x-queue-leader-locator": "client-local"}); err != nil {
+			t.Fatal(err)
+		}
+		node := c.Nodes[i].Node()
+		id := node.QueueGroup("/", name)
+		var meant string
+		node.View(func(m *fsm.Machine) {
+			for _, g := range m.QueueGroups() {
+				if g.ID == id && len(g.Members) > 0 {
+					meant = g.Members[0].ID
+				}
+			}
+		})
+		if meant != node.NodeID() {
+			t.Errorf("%s declared from %s went to group %q, meant to be led by %q", name, node.NodeID(), id, meant)
+		}
+	}
+	_, ch := dialT(t, urls[0])
+	_, err := ch.QueueDeclare("ll-bad", true, false, false, false, amqp091.Table{"x-queue-leader-locator": "nearest"})
+	var e *amqp091.Error
+	if !errors.As(err, &e) || e.Code != 406 || e.Reason != "PRECONDITION_FAILED - invalid arg 'x-queue-leader-locator' for queue 'll-bad' in vhost '/': invalid_queue_locator_arg" {
+		t.Fatalf("declare with an unknown locator: %v", err)
+	}
+}

@@ -222,6 +222,13 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 			return r
 		}
 	}
+	if s.atLeast(levelLeaderLocator) && s.groups.id == 0 {
+		// A queue group's log takes the declare as the metadata log
+		// took it, maybe below level 20, whatever its locator says.
+		if r := checkLeaderLocatorArg(q); r != nil {
+			return r
+		}
+	}
 	v.queues[name] = q
 	s.queueChanges.note(q.vhost, name)
 	s.stats.Queues++

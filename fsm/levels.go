@@ -64,6 +64,9 @@ const (
 	// target's log, where a delayed exchange on its way holds it
 	// (groups.go, applyHandOff).
 	levelHandOffRoute uint32 = 19
+	// levelLeaderLocator: x-queue-leader-locator is checked at declare
+	// and placement honours client-local (leader_locator.go).
+	levelLeaderLocator uint32 = 20
 )
 
 // HandOffRouteLevel is levelHandOffRoute for the node, which hands a dead

@@ -53,8 +53,10 @@ func placeable(c *proto.QueueDeclare) bool {
 // the metadata group: with placement on, the queue group with the fewest
 // queues placed in it, the earliest of the log's groups on a tie, among
 // those with at least the members its x-quorum-initial-group-size asks
-// for (from level 18; none has: the metadata group, on every voter). It
-// reads the state only, so every replica places alike.
+// for (from level 18; none has: the metadata group, on every voter); with
+// x-queue-leader-locator client-local (from level 20), the declaring
+// node's groups first (leader_locator.go). It reads the state and the
+// command only, so every replica places alike.
 func (s *state) placeFor(c *proto.QueueDeclare) string {
 	if !s.placing || s.groups.id != 0 || len(s.queueGroups) == 0 || !placeable(c) {
 		return ""
@@ -63,13 +65,21 @@ func (s *state) placeFor(c *proto.QueueDeclare) string {
 	if s.atLeast(levelGroupSize) {
 		size = groupSize(c.GetArguments())
 	}
-	best, fewest := "", 0
+	node := ""
+	if s.atLeast(levelLeaderLocator) && clientLocal(c.GetArguments()) {
+		node = c.GetConnection().GetNode()
+	}
+	best, bestTier, fewest := "", 0, 0
 	for _, g := range s.queueGroups {
 		if size > len(g.Members) {
 			continue
 		}
-		if n := s.placed[g.ID]; best == "" || n < fewest {
-			best, fewest = g.ID, n
+		tier := 0
+		if node != "" {
+			tier = localTier(g, node)
+		}
+		if n := s.placed[g.ID]; best == "" || tier < bestTier || tier == bestTier && n < fewest {
+			best, bestTier, fewest = g.ID, tier, n
 		}
 	}
 	return best

@@ -526,3 +526,70 @@ func TestPlacement_InitialGroupSize(t *testing.T) {
 		t.Fatal("a restored replica places otherwise")
 	}
 }
+
+// declareFrom is declare from a connection of node.
+func declareFrom(node, name string, args *proto.Table) *proto.Command {
+	c := declare(name, args)
+	c.GetQueueDeclare().Connection = &proto.ConnectionRef{Node: node, Connection: "c1"}
+	return c
+}
+
+// x-queue-leader-locator (level 20): client-local places a queue in a
+// group the declaring node is meant to lead, else one it is a member of,
+// else any, the fewest placed first within each; balanced, and a declare
+// of no connection, place as without it. A name RabbitMQ does not know
+// is refused as RabbitMQ refuses it. Below level 20 the argument was
+// accepted whatever its value and placement ignored it.
+func TestPlacement_LeaderLocator(t *testing.T) {
+	m := fsmtest.New(t)
+	applyOK(t, m, 2, queueGroupsCmd(groupSpec("q1", "a", "b", "c"), groupSpec("q2", "b", "c", "d"), groupSpec("q3", "c", "d", "e")), fsmtest.PlaceQueues())
+	local := table("x-queue-leader-locator", str("client-local"))
+	applyOK(t, m, 3,
+		declareFrom("c", "c-1", local), declareFrom("c", "c-2", local), // q3, then q3 again: c leads it
+		declareFrom("d", "d-1", local), // d leads none: its groups q2 and q3, q2 the fewer
+		declareFrom("f", "f-1", local), // f is in none: the fewest, q1
+		declareFrom("a", "bal", table("x-queue-leader-locator", str("balanced"))),
+		declare("none", local), // no connection: balanced
+	)
+	want := map[string]string{"c-1": "q3", "c-2": "q3", "d-1": "q2", "f-1": "q1", "bal": "q1", "none": "q2"}
+	for q, g := range want {
+		if got := placementOf(t, m, q); got != g {
+			t.Errorf("%s placed in %q, want %q", q, got, g)
+		}
+	}
+	for _, name := range []string{"random", "least-leaders"} {
+		applyOK(t, m, 4, declareFrom("c", name, table("x-queue-leader-locator", str(name))))
+	}
+	for _, c := range []struct {
+		v    *proto.Value
+		want string
+	}{
+		{str("nearest"), "invalid_queue_locator_arg"},
+		{i64(1), "{unacceptable_type,long}"},
+	} {
+		r, _ := fsmtest.One(t, m, 5, declareFrom("c", "bad", table("x-queue-leader-locator", c.v)))
+		if want := "PRECONDITION_FAILED - invalid arg 'x-queue-leader-locator' for queue 'bad' in vhost '/': " + c.want; r.GetCode() != 406 || r.GetText() != want {
+			t.Errorf("declare with %v: %d %q, want 406 %q", c.v, r.GetCode(), r.GetText(), want)
+		}
+	}
+
+	old := fsmtest.NewAt(t, 19)
+	applyOK(t, old, 2, queueGroupsCmd(groupSpec("q1", "a", "b", "c"), groupSpec("q2", "b", "c", "d")), fsmtest.PlaceQueues(),
+		declareFrom("d", "d-1", local), declareFrom("d", "odd", table("x-queue-leader-locator", str("nearest"))))
+	if placementOf(t, old, "d-1") != "q1" || placementOf(t, old, "odd") != "q2" {
+		t.Fatal("level 19 placed by the leader locator, or refused one")
+	}
+	r := roundTrip(t, m)
+	applyOK(t, r, 6, declareFrom("e", "e-1", local))
+	applyOK(t, m, 6, declareFrom("e", "e-1", local))
+	if placementOf(t, r, "e-1") != "q3" || r.Digest() != m.Digest() {
+		t.Fatal("a restored replica places otherwise")
+	}
+}
+
+// A queue group's log takes a declare whatever its locator says: the
+// metadata log took it, below level 20 maybe with a name it now refuses.
+func TestPlacement_AGroupTakesAnyLocatorTheMetadataTook(t *testing.T) {
+	g := queueGroup(t, 1)
+	applyOK(t, g, 3, declare("odd", table("x-queue-leader-locator", str("nearest"))))
+}

@@ -106,7 +106,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     (group_size.go)
 //  19. HandOff.route_keys: a hand-off routed in the target's log, so
 //     that a delayed exchange there holds it (groups.go)
-const Protocol = 19
+//  20. x-queue-leader-locator checked, and client-local honoured by
+//     placement (leader_locator.go)
+const Protocol = 20
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once

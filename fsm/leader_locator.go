@@ -1,0 +1,63 @@
+package fsm
+
+import (
+	"github.com/raftmq/raftmq/proto"
+)
+
+// x-queue-leader-locator (level 20) is where RabbitMQ puts a new quorum
+// queue's leader: client-local on the node of the declaring connection,
+// balanced on the node leading the fewest (random and least-leaders, the
+// older names, count as balanced). raftmq places a queue in a queue
+// group, so client-local picks among the groups with the members the
+// queue asks for (x-quorum-initial-group-size) those whose member meant
+// to lead (the first the log names) is the declaring node, then those it
+// is a member of, then the others, the fewest placed queues first within
+// each. Without the argument, or from a declare of no connection (the
+// management API, definitions), placement is balanced: the groups are
+// shared, and queues declared from one node's clients would otherwise
+// pile up in its groups. RabbitMQ defaults to client-local; raftmq to
+// what its queue_leader_locator = balanced gives. Below level 20 the
+// argument was accepted whatever its value and placement ignored it.
+
+const leaderLocatorArg = "x-queue-leader-locator"
+
+// checkLeaderLocatorArg refuses, as RabbitMQ does, a leader locator that
+// is not one of the names it knows.
+func checkLeaderLocatorArg(q *queueState) *proto.Result {
+	v, ok := tableGet(q.args, leaderLocatorArg)
+	if !ok {
+		return nil
+	}
+	s, ok := valueString(v)
+	if !ok {
+		return invalidArg(leaderLocatorArg, q, "{unacceptable_type,"+typeName(v)+"}")
+	}
+	switch s {
+	case "client-local", "balanced", "random", "least-leaders":
+		return nil
+	}
+	return invalidArg(leaderLocatorArg, q, "invalid_queue_locator_arg")
+}
+
+// clientLocal reports whether args ask for the declaring node's groups;
+// a declare that got this far passed checkLeaderLocatorArg.
+func clientLocal(args *proto.Table) bool {
+	v, ok := tableGet(args, leaderLocatorArg)
+	if !ok {
+		return false
+	}
+	s, _ := valueString(v)
+	return s == "client-local"
+}
+
+// localTier ranks group g for a queue declared from node: 0 when node is
+// the member meant to lead it, 1 a member, 2 neither.
+func localTier(g QueueGroup, node string) int {
+	switch {
+	case len(g.Members) > 0 && g.Members[0].ID == node:
+		return 0
+	case g.HasMember(node):
+		return 1
+	}
+	return 2
+}
