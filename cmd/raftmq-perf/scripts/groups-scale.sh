@@ -14,7 +14,9 @@
 #   NODES=5 NODE_ARGS="--queue-groups 3 --place-queues" cmd/raftmq-perf/scripts/groups-scale.sh
 # BIN, when set, is a raftmq binary to run instead of this checkout's
 # (the landed release, built from its commit; NODE_ARGS goes to it
-# too). Needs root for the
+# too). QUEUE_ARGS, when set, is each queue's arguments as JSON, e.g.
+# '{"x-queue-leader-locator":"client-local"}' (the queue is declared from
+# its publisher's node). Needs root for the
 # cgroups (cgroup v1's cpu controller, or v2's cpu.max).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -72,7 +74,7 @@ pids=()
 for q in $(seq 1 "$queues"); do
   # The publisher on one node, the consumer on the next.
   a=${u[$(((q - 1) % n))]} b=${u[$((q % n))]}
-  "$DIR/raftmq-perf" -uri "$a,$b" -producers 1 -consumers 1 -duration "$duration" -queue "scale-$q" >"$DIR/scale-$q.out" 2>&1 &
+  "$DIR/raftmq-perf" -uri "$a,$b" -producers 1 -consumers 1 -duration "$duration" -queue "scale-$q" ${QUEUE_ARGS:+-queue-args "$QUEUE_ARGS"} >"$DIR/scale-$q.out" 2>&1 &
   pids+=($!)
 done
 # Where the queues are, and each group's leader and members as its
