@@ -35,38 +35,9 @@ func queuesOn(t *testing.T, n *Node) (map[string]queueRow, error) {
 // redelivered flag, in the order published.
 func TestPlacement_RealNodesServePlacedQueuesThroughAGroupLeaderKill(t *testing.T) {
 	skipShort(t)
-	c := StartClusterWith(t, 3, func(_ int, n *Node) {
-		n.ExtraArgs = append(n.ExtraArgs, "--queue-groups", "3", "--place-queues")
-	})
+	c := placingCluster(t)
 	names := []string{"pl-1", "pl-2", "pl-3"}
 	var rows map[string]queueRow
-	if err := Eventually(60*time.Second, func() error {
-		gs, err := groupsOn(t, c.Nodes[0])
-		if err != nil {
-			return err
-		}
-		if len(gs) != 4 {
-			return fmt.Errorf("groups %v", gs)
-		}
-		// Placement is switched on by the metadata leader once the
-		// groups run; a queue declared before stays in the metadata.
-		ch := channel(t, dial(t, c.Nodes[0]))
-		defer ch.Close()
-		if _, err := ch.QueueDeclare("pl-probe", true, false, false, false, nil); err != nil {
-			return err
-		}
-		rows, err = queuesOn(t, c.Nodes[0])
-		if err != nil {
-			return err
-		}
-		if r := rows["pl-probe"]; r.Group == metadataGroup || len(r.Members) != 3 || r.Leader == "" {
-			_, _ = ch.QueueDelete("pl-probe", false, false, false)
-			return fmt.Errorf("pl-probe not placed yet: %+v", r)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
 	ch := channel(t, dial(t, c.Nodes[0]))
 	for _, q := range names {
 		mustDeclare(t, ch, q, nil)
@@ -181,4 +152,61 @@ func TestPlacement_RealNodesServePlacedQueuesThroughAGroupLeaderKill(t *testing.
 	}
 	c.Start(victim)
 	c.WaitReady(victim, 60*time.Second)
+}
+
+// placingCluster starts three real nodes with --queue-groups 3
+// --place-queues and returns once a queue declared through AMQP is
+// placed in a queue group: the metadata leader switches placement on
+// once the groups run, and a queue declared before stays in the
+// metadata group.
+func placingCluster(t *testing.T) *Cluster {
+	t.Helper()
+	c := StartClusterWith(t, 3, func(_ int, n *Node) {
+		n.ExtraArgs = append(n.ExtraArgs, "--queue-groups", "3", "--place-queues")
+	})
+	if err := Eventually(60*time.Second, func() error {
+		gs, err := groupsOn(t, c.Nodes[0])
+		if err != nil {
+			return err
+		}
+		if len(gs) != 4 {
+			return fmt.Errorf("groups %v", gs)
+		}
+		ch := channel(t, dial(t, c.Nodes[0]))
+		defer ch.Close()
+		if _, err := ch.QueueDeclare("pl-probe", true, false, false, false, nil); err != nil {
+			return err
+		}
+		rows, err := queuesOn(t, c.Nodes[0])
+		if err != nil {
+			return err
+		}
+		if r := rows["pl-probe"]; r.Group == metadataGroup || len(r.Members) != 3 || r.Leader == "" {
+			_, _ = ch.QueueDelete("pl-probe", false, false, false)
+			return fmt.Errorf("pl-probe not placed yet: %+v", r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Three real nodes with queues in queue groups, driven by pika: jobs
+// declared with x-queue-leader-locator client-local and rejected once
+// come back through an x-delayed-message dead-letter exchange after
+// their x-delay, each once (the group hands such a dead letter to the
+// metadata log, whose delayed exchange holds it).
+func TestPlacement_PikaRetriesThroughADelayedExchange(t *testing.T) {
+	skipShort(t)
+	py := pythonWithPika(t)
+	c := placingCluster(t)
+	runPika(t, "pika_delayed_retry.py", py, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL())
+	rows, err := queuesOn(t, c.Nodes[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rows["pika-jobs"]; r.Group == metadataGroup || r.Group == "" {
+		t.Fatalf("pika-jobs is not in a queue group: %+v", r)
+	}
 }
