@@ -235,13 +235,20 @@ func (s *state) deadLetter(q *queueState, m *queue.Message, reason string) {
 		s.toOutbox(q.vhost, dlx, rk, deadLetterCopy(dlx, rk[0], props, enc, m, s.clock))
 		return
 	}
+	s.routeDeadLetter(v, x, rk, props, enc, deaths, m)
+}
+
+// routeDeadLetter routes dead letter m through exchange x of v with keys
+// rk: a delayed exchange on the way holds it, the queues reached take
+// their copies (deadLetterCopies).
+func (s *state) routeDeadLetter(v *vhost, x *exchange, rk []string, props *proto.Properties, enc []byte, deaths []ttl.Death, m *queue.Message) {
 	rt := s.route(v, x, rk, props)
 	if len(rt.held) > 0 {
 		// Dead-lettered into an x-delayed-message exchange with an
 		// x-delay header: it waits there, as the plugin's would.
 		s.holdDeadLettered(v, m, rk[0], enc, rt)
 	}
-	s.deadLetterCopies(rt.queues, dlx, rk[0], props, enc, deaths, m)
+	s.deadLetterCopies(rt.queues, x.name, rk[0], props, enc, deaths, m)
 }
 
 // deadLetterCopy is the copy of m a dead letter enqueues, its body

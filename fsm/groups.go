@@ -225,13 +225,8 @@ func (s *state) routeHandOff(c *proto.Enqueue, keys []string) {
 		return
 	}
 	props := c.GetProperties()
-	enc := encodeProps(props)
 	m := &queue.Message{Body: queue.Body{Index: s.index, Pos: s.pos, Size: uint32(len(c.GetBody()))}}
-	rt := s.route(v, x, keys, props)
-	if len(rt.held) > 0 {
-		s.holdDeadLettered(v, m, keys[0], enc, rt)
-	}
-	s.deadLetterCopies(rt.queues, x.name, keys[0], props, enc, readDeaths(props.GetHeaders()), m)
+	s.routeDeadLetter(v, x, keys, props, encodeProps(props), readDeaths(props.GetHeaders()), m)
 }
 
 // applyHandOffDone forgets the outbox entries up to the key.
