@@ -122,9 +122,9 @@ func (n *Node) Groups() []GroupStatus {
 	return out
 }
 
-// leading is the raft of group id, which this node must lead to change
-// its membership or leadership.
-func (n *Node) leading(id string) (*raft.Raft, error) {
+// leading is group id, which this node must lead to change its
+// membership or leadership.
+func (n *Node) leading(id string) (*group.Group, error) {
 	g := n.group
 	if id != group.DefaultID {
 		qg := n.queueGroup(id)
@@ -133,11 +133,10 @@ func (n *Node) leading(id string) (*raft.Raft, error) {
 		}
 		g = qg.g
 	}
-	r := g.Raft()
-	if r.State() != raft.Leader {
+	if g.Raft().State() != raft.Leader {
 		return nil, ErrNotGroupLeader
 	}
-	return r, nil
+	return g, nil
 }
 
 // groupStatus is g as this node sees it; target is its TargetSize, 0 for
@@ -467,10 +466,11 @@ func (n *Node) handBackQueueGroups(ctx context.Context) error {
 }
 
 func (n *Node) addGroupVoter(ctx context.Context, gid, id, addr string) error {
-	r, err := n.leading(gid)
+	g, err := n.leading(gid)
 	if err != nil {
 		return err
 	}
+	r := g.Raft()
 	// An operator's removal no longer holds: reconcile may keep it in.
 	n.removed.Delete(id)
 	if err := n.await(ctx, r.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
@@ -480,10 +480,11 @@ func (n *Node) addGroupVoter(ctx context.Context, gid, id, addr string) error {
 }
 
 func (n *Node) removeGroupVoter(ctx context.Context, gid, id string) error {
-	r, err := n.leading(gid)
+	g, err := n.leading(gid)
 	if err != nil {
 		return err
 	}
+	r := g.Raft()
 	// Reconcile adds alive members as voters of the metadata group: the
 	// removal holds until gossip no longer sees the node alive, or it
 	// is grown back.
@@ -496,15 +497,15 @@ func (n *Node) removeGroupVoter(ctx context.Context, gid, id string) error {
 }
 
 func (n *Node) transferGroupLeadership(ctx context.Context, gid, id string) error {
-	r, err := n.leading(gid)
+	g, err := n.leading(gid)
 	if err != nil {
 		return err
 	}
-	srv, ok := configServer(r, id)
+	srv, ok := configServer(g.Raft(), id)
 	if !ok {
 		return fmt.Errorf("cluster: node %q is not in the group's configuration", id)
 	}
-	if err := n.await(ctx, r.LeadershipTransferToServer(srv.ID, srv.Address)); err != nil {
+	if err := n.await(ctx, g.TransferLeadership(srv.ID, srv.Address)); err != nil {
 		return group.MapRaftError(err)
 	}
 	return nil

@@ -481,13 +481,13 @@ func (n *Node) TransferLeadership(id string) error {
 	}
 	var f raft.Future
 	if id == "" {
-		f = n.group.Raft().LeadershipTransfer()
+		f = n.group.TransferLeadership("", "")
 	} else {
 		srv, ok := n.server(id)
 		if !ok {
 			return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 		}
-		f = n.group.Raft().LeadershipTransferToServer(srv.ID, srv.Address)
+		f = n.group.TransferLeadership(srv.ID, srv.Address)
 	}
 	if err := n.await(context.Background(), f); err != nil {
 		return fmt.Errorf("cluster: transfer leadership: %w", group.MapRaftError(err))

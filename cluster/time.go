@@ -53,7 +53,7 @@ func (n *Node) newTime() *clock.Time {
 					addr = string(s.Address)
 				}
 			}
-			return n.group.Raft().LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
+			return n.group.TransferLeadership(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 		},
 	})
 }

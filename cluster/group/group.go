@@ -283,6 +283,19 @@ func (g *Group) Submitter() *Submitter { return g.submit }
 func (g *Group) Batcher() *Batcher     { return g.batcher }
 func (g *Group) Forwarder() *Forwarder { return g.fwd }
 
+// TransferLeadership hands the group to the server id at addr, or to the
+// most up-to-date follower when id is empty. Raft hands over through its
+// replication to that follower, which in an idle group waits out an
+// answer of QuietAppends; Wake ends the wait and has the group's appends
+// go as raft sends them for a while.
+func (g *Group) TransferLeadership(id raft.ServerID, addr raft.ServerAddress) raft.Future {
+	g.quiet.Wake()
+	if id == "" {
+		return g.Raft().LeadershipTransfer()
+	}
+	return g.Raft().LeadershipTransferToServer(id, addr)
+}
+
 // Shutdown stops the group's raft (raft.Shutdown); nil before Start.
 func (g *Group) Shutdown() raft.Future {
 	g.quiet.Close()

@@ -27,17 +27,26 @@ import (
 // (they carry no commit index), so raft sees the traffic of a busy group
 // unchanged, and an idle group's followers hear only heartbeats.
 //
-// The answer is given when the window ends, or as soon as the log grows
-// (Wake), the leader applies an entry (its commit index moved, and the
-// next append carries it), or the group shuts down (Close), not at once:
-// raft's replication loop would otherwise be back every commit timeout,
-// and the wake-ups of its goroutines, one per follower of every group a
-// node leads, cost about what the appends did. A log that grows and a
-// commit index that moves are all raft's loop waits for, so no entry and
-// no commit waits on this; what does wait, at most the window, is a
-// leadership transfer that finds the follower caught up, the end of
-// replication to a follower that left the configuration, and followers'
-// news of a commit no command was applied at (a barrier, a configuration).
+// The answer is given when the hold ends (HeartbeatTimeout, five
+// windows), or as soon as the log grows (Wake), the leader applies an
+// entry (its commit index moved, and the next append carries it), or the
+// group shuts down (Close), not at once: raft's replication loop would
+// otherwise be back every commit timeout, and the wake-ups of its
+// goroutines, one per follower of every group a node leads, cost about
+// what the appends did. It is given only if the follower is still fresh
+// then (it answered an append or a heartbeat sent within the window);
+// else the append goes. Raft's heartbeats, every HeartbeatTimeout/10,
+// keep a live follower fresh, so an idle group's replication goroutine
+// wakes once a hold; when it woke at the end of every window, those
+// wake-ups were a fifth of an idle node's CPU samples. A log that grows
+// and a commit index that moves are all raft's loop waits for, so no
+// entry and no commit waits on this; what does wait, at most the hold,
+// is the end of replication to a follower that left the configuration
+// or to every follower of a leader that stepped down (they send nothing
+// meanwhile), and followers' news of a commit no command was applied at
+// (a barrier, a configuration; both grow the log, so the group is busy
+// again). A leadership transfer wakes the waits first
+// (Group.TransferLeadership).
 //
 // A group whose log grew within the last quietAfter is not idle, and its
 // appends all go, as raft sends them: measured at 50 messages a second,
@@ -62,6 +71,7 @@ import (
 // later.
 type QuietAppends struct {
 	window  time.Duration
+	hold    time.Duration // how long an answer waits at most
 	after   time.Duration // quietAfter, or what a test sets
 	now     func() time.Time
 	applied func() (uint64, <-chan struct{}) // the leader's applied index (Applied)
@@ -92,10 +102,14 @@ type quietKey struct {
 // appends are answered.
 const quietAfter = time.Second
 
+// quietHolds is the hold in windows: raft's heartbeat timeout, when the
+// window is a fifth of it.
+const quietHolds = 5
+
 // NewQuietAppends answers repeated idle appends for window after the
 // last one sent (0 sends every append).
 func NewQuietAppends(window time.Duration) *QuietAppends {
-	return &QuietAppends{window: window, after: quietAfter, now: time.Now, last: map[raft.ServerID]quietAnswer{},
+	return &QuietAppends{window: window, hold: quietHolds * window, after: quietAfter, now: time.Now, last: map[raft.ServerID]quietAnswer{},
 		woken: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -150,26 +164,26 @@ func (q *QuietAppends) answer(id raft.ServerID, a *raft.AppendEntriesRequest, re
 	q.mu.Lock()
 	now := q.now()
 	last, ok := q.last[id]
-	left := q.window - now.Sub(last.at)
-	if !ok || last.key != k || left <= 0 || now.Sub(q.grew) < q.after {
+	if !ok || last.key != k || now.Sub(last.at) >= q.window || now.Sub(q.grew) < q.after {
 		q.mu.Unlock()
 		return false
 	}
 	woken := q.woken
 	q.wait = true
 	q.mu.Unlock()
+	wait := true
 	var moved <-chan struct{}
 	if q.applied != nil {
 		idx, ch := q.applied()
 		if idx > a.LeaderCommitIndex {
 			// The commit index moved on since raft made this append;
 			// its next one carries it.
-			left = 0
+			wait = false
 		}
 		moved = ch
 	}
-	if left > 0 {
-		t := time.NewTimer(left)
+	if wait {
+		t := time.NewTimer(q.hold)
 		select {
 		case <-t.C:
 		case <-woken:
@@ -177,13 +191,17 @@ func (q *QuietAppends) answer(id raft.ServerID, a *raft.AppendEntriesRequest, re
 		case <-q.done:
 		}
 		t.Stop()
-		// A heartbeat that failed meanwhile took the answer back.
+		// The follower must still be fresh: a heartbeat that failed
+		// meanwhile took the answer back, and one that has not been
+		// answered for a window leaves it stale.
 		q.mu.Lock()
 		cur, ok := q.last[id]
+		now := q.now()
 		q.mu.Unlock()
-		if !ok || cur.key != k {
+		if !ok || cur.key != k || now.Sub(cur.at) >= q.window {
 			return false
 		}
+		last = cur
 	}
 	*resp = last.resp
 	q.answered.Add(1)

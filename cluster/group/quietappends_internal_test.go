@@ -2,6 +2,7 @@ package group
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,20 +187,24 @@ func awaitWaiting(t *testing.T, q *QuietAppends) {
 	}
 }
 
-func TestQuietAppends_AnAnswerWaitsUntilTheLogGrowsTheGroupStopsOrTheWindowEnds(t *testing.T) {
+// repeat plays an idle append to f1 through q in the background; what
+// comes reports whether it went or was answered other than with the
+// follower's last answer.
+func repeat(q *QuietAppends) <-chan bool {
+	got := make(chan bool, 1)
+	go func() {
+		resp, sent, _ := sendTo(q, "f1", idle(3, 100, 100), accepts)
+		got <- sent || !resp.Success
+	}()
+	return got
+}
+
+func TestQuietAppends_AnAnswerWaitsUntilTheLogGrowsTheGroupStopsOrTheHoldEnds(t *testing.T) {
 	q := NewQuietAppends(time.Hour)
 	q.after = 0 // the Wakes here do not make the group busy
 	sendTo(q, "f1", idle(3, 100, 100), accepts)
-	repeat := func() <-chan bool {
-		got := make(chan bool, 1)
-		go func() {
-			resp, sent, _ := sendTo(q, "f1", idle(3, 100, 100), accepts)
-			got <- sent || !resp.Success
-		}()
-		return got
-	}
 
-	got := repeat()
+	got := repeat(q)
 	awaitWaiting(t, q)
 	select {
 	case <-got:
@@ -211,7 +216,7 @@ func TestQuietAppends_AnAnswerWaitsUntilTheLogGrowsTheGroupStopsOrTheWindowEnds(
 		t.Fatal("the repeat was sent, or answered other than the follower's last answer")
 	}
 
-	got = repeat()
+	got = repeat(q)
 	awaitWaiting(t, q)
 	q.Close()
 	if wrong := <-got; wrong {
@@ -221,7 +226,7 @@ func TestQuietAppends_AnAnswerWaitsUntilTheLogGrowsTheGroupStopsOrTheWindowEnds(
 	q = NewQuietAppends(time.Hour)
 	q.after = 0
 	sendTo(q, "f1", idle(3, 100, 100), accepts)
-	got = repeat()
+	got = repeat(q)
 	awaitWaiting(t, q)
 	sendTo(q, "f1", &raft.AppendEntriesRequest{Term: 3}, func(*raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error) {
 		return raft.AppendEntriesResponse{}, errors.New("connection reset")
@@ -231,14 +236,58 @@ func TestQuietAppends_AnAnswerWaitsUntilTheLogGrowsTheGroupStopsOrTheWindowEnds(
 		t.Fatal("a heartbeat failed while the repeat waited, and the repeat was answered")
 	}
 
-	short := NewQuietAppends(20 * time.Millisecond)
+	// The hold ends by itself, and a follower still fresh then (the
+	// clock here does not move) is answered.
+	short := NewQuietAppends(time.Hour)
+	short.hold = 20 * time.Millisecond
 	sendTo(short, "f1", idle(3, 100, 100), accepts)
 	start := time.Now()
 	if _, sent, _ := sendTo(short, "f1", idle(3, 100, 100), accepts); sent {
-		t.Fatal("the repeat within the window was sent")
+		t.Fatal("the repeat to a fresh follower was sent at the end of the hold")
 	}
-	if waited := time.Since(start); waited > 10*time.Second {
-		t.Fatalf("the answer waited %v with a window of 20 ms", waited)
+	if waited := time.Since(start); waited < short.hold || waited > 10*time.Second {
+		t.Fatalf("the answer waited %v with a hold of %v", waited, short.hold)
+	}
+}
+
+func TestQuietAppends_AHeldAnswerIsGivenOnlyToAFollowerStillFresh(t *testing.T) {
+	var mu sync.Mutex
+	clock := time.Unix(1_000_000, 0)
+	move := func(d time.Duration) {
+		mu.Lock()
+		clock = clock.Add(d)
+		mu.Unlock()
+	}
+	q := NewQuietAppends(50 * time.Millisecond)
+	q.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	q.hold = time.Hour // only Wake ends a hold here
+	q.after = 0        // and it does not make the group busy
+	sendTo(q, "f1", idle(3, 100, 100), accepts)
+
+	// Heartbeats answered every 40 ms keep the follower fresh for ten
+	// windows of the hold.
+	got := repeat(q)
+	awaitWaiting(t, q)
+	for range 10 {
+		move(40 * time.Millisecond)
+		sendTo(q, "f1", &raft.AppendEntriesRequest{Term: 3}, accepts)
+	}
+	q.Wake()
+	if wrong := <-got; wrong {
+		t.Fatal("a follower that answered every heartbeat during the hold was sent the repeat")
+	}
+
+	// None answered for a window: when the hold ends the repeat goes.
+	got = repeat(q)
+	awaitWaiting(t, q)
+	move(50 * time.Millisecond)
+	q.Wake()
+	if sent := <-got; !sent {
+		t.Fatal("a follower that answered nothing for a window was answered for")
 	}
 }
 
