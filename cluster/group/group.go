@@ -153,6 +153,10 @@ func Open(cfg Config) (*Group, error) {
 	g.logs = st.Logs(g.bodies.Pin)
 	// A leader's idle appends wait out their window unless the log grows.
 	g.quiet = NewQuietAppends(cfg.Raft.HeartbeatTimeout / 5)
+	if cfg.GroupID != DefaultID {
+		// The metadata group's heartbeats feed the node's reach.
+		g.quiet.AnswerHeartbeats()
+	}
 	st.Meter().OnAppend(g.quiet.Wake)
 	g.quiet.Applied(g.applied.Load)
 	g.news = NewCommitNews(g.applied.Load, g.logs.LastIndex, func() uint64 {

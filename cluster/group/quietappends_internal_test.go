@@ -343,3 +343,69 @@ func TestQuietAppends_AGroupWhoseLogGrewLatelyIsNotIdle(t *testing.T) {
 		t.Fatalf("%v after the log grew a repeat was sent", quietAfter)
 	}
 }
+
+func TestQuietAppends_AQueueGroupsHeartbeatToAFreshFollowerIsAnswered(t *testing.T) {
+	beat := func() *raft.AppendEntriesRequest { return &raft.AppendEntriesRequest{Term: 3} }
+	start := func(window time.Duration) (*QuietAppends, *quietClock) {
+		q, c := newQuiet(window)
+		q.AnswerHeartbeats()
+		if _, sent, _ := sendTo(q, "f1", beat(), accepts); !sent {
+			t.Fatal("the first heartbeat was not sent")
+		}
+		return q, c
+	}
+
+	q, c := start(50 * time.Millisecond)
+	for i := range 4 {
+		c.t = c.t.Add(12 * time.Millisecond)
+		resp, sent, err := sendTo(q, "f1", beat(), accepts)
+		if sent || err != nil || !resp.Success || resp.Term != 3 {
+			t.Fatalf("heartbeat %d, %v after the one answered: sent %v, %+v, %v", i, time.Duration(i+1)*12*time.Millisecond, sent, resp, err)
+		}
+	}
+	c.t = c.t.Add(2 * time.Millisecond) // a window after the one sent
+	if _, sent, _ := sendTo(q, "f1", beat(), accepts); !sent {
+		t.Fatal("a heartbeat a whole window after the last one answered was not sent")
+	}
+	// An idle append the follower answered is news of it as well.
+	c.t = c.t.Add(40 * time.Millisecond)
+	sendTo(q, "f1", idle(3, 100, 100), accepts)
+	c.t = c.t.Add(40 * time.Millisecond)
+	if _, sent, _ := sendTo(q, "f1", beat(), accepts); sent {
+		t.Fatal("a heartbeat 40 ms after an answered idle append was sent")
+	}
+
+	down := errors.New("connection reset")
+	for name, tc := range map[string]struct {
+		setup func(q *QuietAppends, c *quietClock)
+		a     *raft.AppendEntriesRequest
+	}{
+		"the metadata group's": {setup: func(q *QuietAppends, _ *quietClock) { q.beats = false }, a: beat()},
+		"in a newer term":      {a: &raft.AppendEntriesRequest{Term: 4}},
+		"to another follower":  {setup: func(q *QuietAppends, _ *quietClock) { q.beat["f2"] = q.beat["f1"]; delete(q.beat, "f1") }, a: beat()},
+		"after the log grew": {setup: func(q *QuietAppends, c *quietClock) {
+			q.after = time.Second
+			q.Wake()
+		}, a: beat()},
+		"after a heartbeat failed": {setup: func(q *QuietAppends, c *quietClock) {
+			q.record("f1", c.t, beat(), &raft.AppendEntriesResponse{}, down)
+		}, a: beat()},
+		"after an append was refused": {setup: func(q *QuietAppends, c *quietClock) {
+			q.record("f1", c.t, idle(3, 100, 100), &raft.AppendEntriesResponse{Term: 3}, nil)
+		}, a: beat()},
+		"after an answer in a newer term": {setup: func(q *QuietAppends, c *quietClock) {
+			q.record("f1", c.t, beat(), &raft.AppendEntriesResponse{Term: 4, Success: true}, nil)
+		}, a: beat()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			q, c := start(time.Hour)
+			c.t = c.t.Add(time.Millisecond)
+			if tc.setup != nil {
+				tc.setup(q, c)
+			}
+			if _, sent, _ := sendTo(q, "f1", tc.a, accepts); !sent {
+				t.Fatalf("%+v was answered", tc.a)
+			}
+		})
+	}
+}

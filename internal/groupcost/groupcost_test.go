@@ -176,6 +176,7 @@ func start(tb testing.TB, groups int, commit time.Duration, mux, quiet bool) *fl
 				// As a raftmq group's: the window is HeartbeatTimeout/5.
 				gr.fsms[n].applied = rgroup.NewAppliedIndex()
 				logs.quiet = rgroup.NewQuietAppends(time.Second / 5)
+				logs.quiet.AnswerHeartbeats() // as a queue group's
 				logs.quiet.Applied(gr.fsms[n].applied.Load)
 				tr = rgroup.NoPipeline{NetworkTransport: gr.trans[n], Quiet: logs.quiet}
 				gr.quiet[n] = logs.quiet
