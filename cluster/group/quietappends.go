@@ -274,11 +274,11 @@ func (q *QuietAppends) record(id raft.ServerID, at time.Time, a *raft.AppendEntr
 	switch {
 	case idle && err == nil && resp.Success && resp.Term == a.Term:
 		q.last[id] = quietAnswer{key: k, resp: *resp, at: at}
-		q.heard(q.beat, id, a.Term, at)
+		heardAt(q.beat, id, a.Term, at)
 	case heartbeat && err == nil && resp.Term == a.Term:
 		// The follower is there, in the leader's term: the last idle
 		// answer holds a window longer.
-		q.heard(q.last, id, a.Term, at)
+		heardAt(q.last, id, a.Term, at)
 		if b, ok := q.beat[id]; !ok || at.After(b.at) {
 			q.beat[id] = quietAnswer{resp: *resp, at: at}
 		}
@@ -286,16 +286,16 @@ func (q *QuietAppends) record(id raft.ServerID, at time.Time, a *raft.AppendEntr
 		// Entries the follower took: the next idle append says
 		// something new, and the follower was there.
 		delete(q.last, id)
-		q.heard(q.beat, id, a.Term, at)
+		heardAt(q.beat, id, a.Term, at)
 	default:
 		delete(q.last, id)
 		delete(q.beat, id)
 	}
 }
 
-// heard moves the time of the answer m holds for id, given in term, to
-// at, if later.
-func (q *QuietAppends) heard(m map[raft.ServerID]quietAnswer, id raft.ServerID, term uint64, at time.Time) {
+// heardAt moves the time of the answer m holds for id, given in term, to
+// at, if later. Under q.mu.
+func heardAt(m map[raft.ServerID]quietAnswer, id raft.ServerID, term uint64, at time.Time) {
 	if x, ok := m[id]; ok && x.resp.Term == term && at.After(x.at) {
 		x.at = at
 		m[id] = x
