@@ -653,6 +653,17 @@ func (c *cluster) logQueues() {
 }
 
 func (c *cluster) dumpLogs() {
+	// RAFTMQ_FAULT_LOGS names a folder to keep every node's whole log in,
+	// for a failure whose cause is older than the tail.
+	if dir := os.Getenv("RAFTMQ_FAULT_LOGS"); dir != "" {
+		for _, n := range c.nodes {
+			out, _ := exec.Command("docker", "logs", n.container).CombinedOutput()
+			name := filepath.Join(dir, strings.ReplaceAll(c.t.Name(), "/", "_")+"-"+n.id+".log")
+			if err := os.WriteFile(name, out, 0o644); err != nil {
+				c.t.Logf("keeping %s's log: %v", n.id, err)
+			}
+		}
+	}
 	for _, n := range c.nodes {
 		out, _ := exec.Command("docker", "logs", "--tail", "60", n.container).CombinedOutput()
 		c.t.Logf("---- %s (%s) log tail ----\n%s", n.id, n.ip, out)

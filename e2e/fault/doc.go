@@ -57,5 +57,7 @@
 //	go test ./e2e/fault -run 'TestFaults/^freeze-follower$' -v
 //
 // Set RAFTMQ_FAULT_REPORT to a file name to have the per-scenario tables
-// appended there (.ci/run prints them).
+// appended there (.ci/run prints them), and RAFTMQ_FAULT_LOGS to a folder
+// to keep every node's whole log of a scenario that fails there (the test
+// prints only their tails).
 package fault
