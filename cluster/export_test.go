@@ -1,6 +1,11 @@
 package cluster
 
-import "context"
+import (
+	"context"
+	"fmt"
+
+	"github.com/raftmq/raftmq/proto"
+)
 
 // RaiseProtocol runs one round of the leader's protocol-level check now,
 // so a test can tell "not raised" from "not checked yet".
@@ -29,3 +34,12 @@ func (n *Node) QuietAppends() (sent, answered uint64) { return n.group.Quiet().C
 // CommitNewsTold is how many appends with news of a commit the metadata
 // group's followers took from this node (group.CommitNews).
 func (n *Node) CommitNewsTold() uint64 { return n.group.News().Told() }
+
+// GroupLogEntries is LogEntries of queue group id's log on this node.
+func (n *Node) GroupLogEntries(id string, fn func(index uint64, env *proto.Envelope) bool) error {
+	qg := n.queueGroup(id)
+	if qg == nil {
+		return fmt.Errorf("%s runs no queue group %s", n.cfg.NodeID, id)
+	}
+	return logEntries(qg.g, fn)
+}

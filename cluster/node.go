@@ -643,7 +643,12 @@ func (n *Node) cleanup() {
 // (entries compacted into a snapshot are gone), in index order, until fn
 // returns false. It is meant for diagnostics and tests.
 func (n *Node) LogEntries(fn func(index uint64, env *proto.Envelope) bool) error {
-	store := n.group.Storage().Store()
+	return logEntries(n.group, fn)
+}
+
+// logEntries is LogEntries of group g's log.
+func logEntries(g *group.Group, fn func(index uint64, env *proto.Envelope) bool) error {
+	store := g.Storage().Store()
 	first, err := store.FirstIndex()
 	if err != nil {
 		return err

@@ -339,15 +339,19 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 			}
 			ctx, cancel := n.untilClosed(context.Background())
 			err := n.await(ctx, r.Barrier(n.cfg.LeaderWait))
-			cancel()
 			if err != nil {
+				cancel()
 				n.log.Warn("queue group barrier failed", "group", qg.id, "err", err)
 				continue
 			}
 			qg.kick()
 			var clock int64
 			qg.g.State().View(func(m *fsm.Machine) { clock = m.Clock() })
-			n.clocks.Stamper().Floor(clock)
+			started := n.clocks.StartGroupTerm(ctx, clock)
+			cancel()
+			if !started {
+				continue
+			}
 			qg.g.Forwarder().Retire()
 			qg.leading.Store(r.State() == raft.Leader)
 			if qg.leading.Load() {

@@ -395,3 +395,59 @@ func TestQueueGroups_ANewClustersLeadershipsSpreadWithinSeconds(t *testing.T) {
 	})
 	t.Logf("every queue group led by the member meant to lead it %v after the groups formed", time.Since(start).Round(time.Millisecond))
 }
+
+// A new cluster's queue group may be led first by a node that has not
+// read the voters' clocks yet (it leads no metadata term, which waits for
+// a reading). Its log time must still start at the quorum's time, not at
+// the epoch: a message with a TTL stamped in 1970 is overdue on every
+// node, and the leap to the quorum's time at the first reading would
+// time out every consumer of the group at once. With five nodes and
+// groups of three, some group has no member that leads the metadata
+// group; and a node reads the clocks only when it starts and when a term
+// asks (the hour between readings).
+func TestQueueGroups_ANewGroupIsStampedWithTheQuorumsTime(t *testing.T) {
+	start := time.Now()
+	c := clustertest.New(t, 5, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.QueueGroups = 3
+		cfg.ClockSampleInterval = time.Hour
+	}))
+	l := c.WaitForLeader(clustertest.Timeout)
+	// Every member of every group numbered its log (GroupInit, the first
+	// entry its first leader stamps).
+	var gs []fsm.QueueGroup
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if gs = logGroups(l); len(gs) != len(queueGroupIDs) {
+			return fmt.Errorf("the log names %d queue groups", len(gs))
+		}
+		for _, g := range gs {
+			for _, m := range g.Members {
+				var num uint32
+				c.Nodes[c.Index(m.ID)].Node().ViewGroup(g.ID, func(m *fsm.Machine) { num = m.Group() })
+				if num == 0 {
+					return fmt.Errorf("%s: group %s not yet numbered", m.ID, g.ID)
+				}
+			}
+		}
+		return nil
+	})
+	// The clocks of one machine: the quorum's time is this test's.
+	floor := start.Add(-time.Second).UnixMilli()
+	for _, g := range gs {
+		for _, m := range g.Members {
+			entries := 0
+			if err := c.Nodes[c.Index(m.ID)].Node().GroupLogEntries(g.ID, func(i uint64, env *proto.Envelope) bool {
+				entries++
+				if env.GetStampMs() < floor {
+					t.Errorf("%s: group %s's entry %d stamped %v, before the cluster started (%v)", m.ID, g.ID, i,
+						time.UnixMilli(env.GetStampMs()).UTC(), start.UTC())
+				}
+				return true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if entries == 0 {
+				t.Errorf("%s: group %s's log holds no command", m.ID, g.ID)
+			}
+		}
+	}
+}

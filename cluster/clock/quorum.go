@@ -422,3 +422,40 @@ func (t *Time) StartTerm(ctx context.Context, clock int64) bool {
 		}
 	}
 }
+
+// StartGroupTerm starts this node's term as a queue group's leader. The
+// node has one stamper for every log it leads, so log time is only raised
+// to the group's clock (Floor), never reset. A stamper that neither a
+// quorum's clocks nor a log with time ever set counts from the epoch: a
+// node that leads a new cluster's queue group before its first reading
+// of the voters' clocks. Stamped so, the group's first messages would
+// carry deadlines of 1970 (every node would withhold them as overdue),
+// and its log clock would leap 56 years at the first reading, timing out
+// every consumer at once. Such a node waits for a reading, as StartTerm
+// waits on a new cluster; one that has log time, or a group whose log has
+// time, stamps at once. It returns false when ctx ends first.
+func (t *Time) StartGroupTerm(ctx context.Context, clock int64) bool {
+	t.stamp.Floor(clock)
+	if t.stamp.isAnchored() {
+		return true
+	}
+	select {
+	case t.q.kick <- struct{}{}:
+	default:
+	}
+	warn := time.NewTimer(t.cfg.LeaderWait)
+	defer warn.Stop()
+	for {
+		wait := t.q.rounds.Wait()
+		if t.stamp.isAnchored() {
+			return true
+		}
+		select {
+		case <-wait:
+		case <-warn.C:
+			t.cfg.Logger.Warn("no quorum of clocks read: a new queue group's leader waits for one before it stamps")
+		case <-ctx.Done():
+			return false
+		}
+	}
+}

@@ -42,6 +42,10 @@ type Stamper struct {
 	last   int64         // the last stamp handed out, ms
 	lt     int64         // log time at ltMono, unix ns
 	ltMono time.Duration // the monotonic reading lt was taken at
+	// anchored: log time was set from a quorum's clocks or from a log
+	// that has time. Until then it counts from the epoch, which no
+	// entry may be stamped with (StartGroupTerm).
+	anchored bool
 }
 
 func newStamper(clock Clock, q quorumTime, window time.Duration) *Stamper {
@@ -57,6 +61,7 @@ func (s *Stamper) advance() int64 {
 	if s.quorum != nil {
 		if e := s.quorum.estimate(); e.ok {
 			qt := int64(m) + e.offset
+			s.anchored = true
 			switch {
 			case qt >= lt:
 				lt = qt
@@ -93,6 +98,7 @@ func (s *Stamper) reset(clockMs int64) {
 	s.last = clockMs
 	s.lt = clockMs * int64(time.Millisecond)
 	s.ltMono = s.clock.Monotonic()
+	s.anchored = s.anchored || clockMs > 0
 }
 
 // Floor raises log time to clockMs if it is behind: a queue group's
@@ -105,6 +111,16 @@ func (s *Stamper) Floor(clockMs int64) {
 	s.advance()
 	s.last = max(s.last, clockMs)
 	s.lt = max(s.lt, clockMs*int64(time.Millisecond))
+	s.anchored = s.anchored || clockMs > 0
+}
+
+// isAnchored reports whether log time was ever set from a quorum's clocks
+// or from a log that has time.
+func (s *Stamper) isAnchored() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance()
+	return s.anchored
 }
 
 // offset is log time now minus the monotonic clock (unix ns minus
@@ -123,4 +139,5 @@ func (s *Stamper) anchor(offset int64) {
 	defer s.mu.Unlock()
 	s.advance()
 	s.lt = max(s.lt, int64(s.ltMono)+offset)
+	s.anchored = true
 }

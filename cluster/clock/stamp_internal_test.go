@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,3 +72,63 @@ func (c *manualClock) Monotonic() time.Duration {
 	return time.Duration(c.mono.Load()) * time.Millisecond
 }
 func (c *manualClock) NewTimer(d time.Duration) Timer { return Real().NewTimer(d) }
+
+// A queue group's term on a node whose log time nothing set yet (no
+// reading of the quorum's clocks, no log with time) waits for a reading
+// before it stamps: counted from the epoch, its first stamps would be of
+// 1970. A node with log time, or a group whose log has time, stamps at
+// once.
+func TestTime_AGroupTermWaitsForLogTime(t *testing.T) {
+	const wall = 1_800_000_000_000
+	newTime := func() *Time {
+		clk := &manualClock{}
+		clk.set(wall)
+		return New(Config{Self: "a", Clock: clk, MaxOffset: 500 * time.Millisecond, SampleInterval: time.Hour, LeaderWait: time.Hour})
+	}
+	start := func(tm *Time, ctx context.Context, clock int64) <-chan bool {
+		done := make(chan bool, 1)
+		go func() { done <- tm.StartGroupTerm(ctx, clock) }()
+		return done
+	}
+
+	// No reading: a round that reads no quorum does not start it; the
+	// term ends waiting.
+	tm := newTime()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := start(tm, ctx, 0)
+	tm.q.rounds.Signal()
+	cancel()
+	if <-done {
+		t.Fatal("a group term started with no log time")
+	}
+
+	// A reading arrives (this node is the only voter): it starts, at the
+	// quorum's time.
+	tm = newTime()
+	done = start(tm, context.Background(), 0)
+	tm.q.mu.Lock()
+	tm.q.voters = []string{"a"}
+	tm.q.mu.Unlock()
+	tm.q.rounds.Signal()
+	if !<-done {
+		t.Fatal("a group term did not start after a reading")
+	}
+	if got := tm.Stamper().Next(); got < wall {
+		t.Fatalf("stamped %d after a reading of %d", got, wall)
+	}
+
+	// A group whose log has time, or a node that led a log with time,
+	// starts at once, from that time.
+	tm = newTime()
+	if !<-start(tm, context.Background(), 5000) {
+		t.Fatal("a group with log time did not start")
+	}
+	if got := tm.Stamper().Next(); got < 5000 {
+		t.Fatalf("stamped %d, below the group's clock 5000", got)
+	}
+	tm = newTime()
+	tm.stamp.reset(7000)
+	if !<-start(tm, context.Background(), 0) {
+		t.Fatal("a node with log time did not start a new group")
+	}
+}
