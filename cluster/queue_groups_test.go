@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -396,24 +397,20 @@ func TestQueueGroups_ANewClustersLeadershipsSpreadWithinSeconds(t *testing.T) {
 	t.Logf("every queue group led by the member meant to lead it %v after the groups formed", time.Since(start).Round(time.Millisecond))
 }
 
-// A new cluster's queue group may be led first by a node that has not
-// read the voters' clocks yet (it leads no metadata term, which waits for
-// a reading). Its log time must still start at the quorum's time, not at
-// the epoch: a message with a TTL stamped in 1970 is overdue on every
-// node, and the leap to the quorum's time at the first reading would
-// time out every consumer of the group at once. With five nodes and
-// groups of three, some group has no member that leads the metadata
-// group; and a node reads the clocks only when it starts and when a term
-// asks (the hour between readings).
-func TestQueueGroups_ANewGroupIsStampedWithTheQuorumsTime(t *testing.T) {
-	start := time.Now()
-	c := clustertest.New(t, 5, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
-		cfg.QueueGroups = 3
-		cfg.ClockSampleInterval = time.Hour
-	}))
-	l := c.WaitForLeader(clustertest.Timeout)
-	// Every member of every group numbered its log (GroupInit, the first
-	// entry its first leader stamps).
+// slowClockReads is the configuration of the tests of a queue group's
+// first stamps: three groups, and a node reads the voters' clocks only
+// when it starts and when a term asks (the hour between readings), so
+// that a node leading no metadata term has no reading of its own.
+func slowClockReads(_ int, cfg *cluster.Config) {
+	cfg.QueueGroups = 3
+	cfg.ClockSampleInterval = time.Hour
+}
+
+// numberedGroups waits until every member of every queue group the
+// log of l names numbered its log (GroupInit, the first entry a group's
+// first leader stamps) and returns the groups.
+func numberedGroups(t *testing.T, c *clustertest.Cluster, l *cluster.Node) []fsm.QueueGroup {
+	t.Helper()
 	var gs []fsm.QueueGroup
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		if gs = logGroups(l); len(gs) != len(queueGroupIDs) {
@@ -430,24 +427,90 @@ func TestQueueGroups_ANewGroupIsStampedWithTheQuorumsTime(t *testing.T) {
 		}
 		return nil
 	})
-	// The clocks of one machine: the quorum's time is this test's.
-	floor := start.Add(-time.Second).UnixMilli()
+	return gs
+}
+
+// groupStamps calls fn with each command entry of every group in gs past
+// index from[member+group] on each member, and reports how many it saw.
+func groupStamps(t *testing.T, c *clustertest.Cluster, gs []fsm.QueueGroup, from map[string]uint64, fn func(member, group string, i uint64, stamp int64)) int {
+	t.Helper()
+	seen := 0
 	for _, g := range gs {
 		for _, m := range g.Members {
-			entries := 0
 			if err := c.Nodes[c.Index(m.ID)].Node().GroupLogEntries(g.ID, func(i uint64, env *proto.Envelope) bool {
-				entries++
-				if env.GetStampMs() < floor {
-					t.Errorf("%s: group %s's entry %d stamped %v, before the cluster started (%v)", m.ID, g.ID, i,
-						time.UnixMilli(env.GetStampMs()).UTC(), start.UTC())
+				if i > from[m.ID+"/"+g.ID] {
+					seen++
+					fn(m.ID, g.ID, i, env.GetStampMs())
 				}
 				return true
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if entries == 0 {
-				t.Errorf("%s: group %s's log holds no command", m.ID, g.ID)
-			}
 		}
+	}
+	return seen
+}
+
+// A new cluster's queue group may be led first by a node that has not
+// read the voters' clocks yet (it leads no metadata term, which waits for
+// a reading). Its log time must still start at the quorum's time, not at
+// the epoch: a message with a TTL stamped in 1970 is overdue on every
+// node, and the leap to the quorum's time at the first reading would
+// time out every consumer of the group at once. With five nodes and
+// groups of three, some group has no member that leads the metadata
+// group.
+func TestQueueGroups_ANewGroupIsStampedWithTheQuorumsTime(t *testing.T) {
+	start := time.Now()
+	c := clustertest.New(t, 5, clustertest.WithConfig(slowClockReads))
+	gs := numberedGroups(t, c, c.WaitForLeader(clustertest.Timeout))
+	// The clocks of one machine: the quorum's time is this test's.
+	floor := start.Add(-time.Second).UnixMilli()
+	if groupStamps(t, c, gs, nil, func(member, group string, i uint64, stamp int64) {
+		if stamp < floor {
+			t.Errorf("%s: group %s's entry %d stamped %v, before the cluster started (%v)", member, group, i,
+				time.UnixMilli(stamp).UTC(), start.UTC())
+		}
+	}) == 0 {
+		t.Fatal("the groups' logs hold no command")
+	}
+}
+
+// A cluster back from a stop of two hours: a queue group's first leader
+// after the restart stamps from the quorum's time, not from where the
+// group's log stopped, whether or not it has read the voters' clocks yet
+// (else the group's log clock would leap two hours at that node's first
+// reading: its TTLs would run out at once, and every consumer holding a
+// delivery would time out).
+func TestQueueGroups_BackFromALongStopAGroupIsStampedWithTheQuorumsTime(t *testing.T) {
+	c := clustertest.New(t, 5, clustertest.WithFakeClock(t0), clustertest.WithConfig(slowClockReads))
+	gs := numberedGroups(t, c, c.WaitForLeader(clustertest.Timeout))
+	before := map[string]uint64{}
+	groupStamps(t, c, gs, nil, func(member, group string, i uint64, _ int64) { before[member+"/"+group] = i })
+	for i := range c.Nodes {
+		c.Kill(i)
+	}
+	const stopped = 2 * time.Hour
+	c.AdvanceClock(stopped)
+	for i := range c.Nodes {
+		c.Restart(i)
+	}
+	l := c.WaitForLeader(clustertest.Timeout)
+	tick := []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}
+	for _, g := range gs {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := l.SubmitGroup(ctx, g.ID, tick)
+			return err
+		})
+	}
+	back := t0.Add(stopped).UnixMilli()
+	if groupStamps(t, c, gs, before, func(member, group string, i uint64, stamp int64) {
+		if stamp < back {
+			t.Errorf("%s: group %s's entry %d stamped %v after the restart, %v before the quorum's time", member, group, i,
+				time.UnixMilli(stamp).UTC(), time.Duration(back-stamp)*time.Millisecond)
+		}
+	}) == 0 {
+		t.Fatal("no entry after the restart")
 	}
 }

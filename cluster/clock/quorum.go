@@ -423,36 +423,60 @@ func (t *Time) StartTerm(ctx context.Context, clock int64) bool {
 	}
 }
 
+// groupTermRetry is how often a queue group's term that waits for a
+// reading of the quorum's clocks asks for another round.
+const groupTermRetry = 100 * time.Millisecond
+
 // StartGroupTerm starts this node's term as a queue group's leader. The
 // node has one stamper for every log it leads, so log time is only raised
-// to the group's clock (Floor), never reset. A stamper that neither a
-// quorum's clocks nor a log with time ever set counts from the epoch: a
-// node that leads a new cluster's queue group before its first reading
-// of the voters' clocks. Stamped so, the group's first messages would
-// carry deadlines of 1970 (every node would withhold them as overdue),
+// to the group's clock (Floor), never reset. A node that has read a
+// quorum's clocks since it started stamps at once. One that has not (it
+// has just started, or it leads no metadata term, whose start asks for a
+// reading, and its own reading is yet to come) waits for a reading first,
+// as a metadata term does: its log time would otherwise count from the
+// epoch (a new cluster's group: the group's TTLs would run out in 1970,
 // and its log clock would leap 56 years at the first reading, timing out
-// every consumer at once. Such a node waits for a reading, as StartTerm
-// waits on a new cluster; one that has log time, or a group whose log has
-// time, stamps at once. It returns false when ctx ends first.
+// every consumer of the group at once), or from the group's last stamp
+// (a cluster back from a long stop: the same leap, by as long as it was
+// stopped). Without a reading within LeaderWait a group whose log has
+// time, or a node whose metadata term set log time, goes on from there
+// by the monotonic clock; a new group on a node without log time keeps
+// waiting. It returns false when ctx ends first.
 func (t *Time) StartGroupTerm(ctx context.Context, clock int64) bool {
 	t.stamp.Floor(clock)
-	if t.stamp.isAnchored() {
+	if off, ok := t.q.lastAgreed(); ok {
+		t.stamp.anchor(off)
+	}
+	if read, _ := t.stamp.setBy(); read {
 		return true
 	}
-	select {
-	case t.q.kick <- struct{}{}:
-	default:
+	kick := func() {
+		select {
+		case t.q.kick <- struct{}{}:
+		default:
+		}
 	}
-	warn := time.NewTimer(t.cfg.LeaderWait)
-	defer warn.Stop()
+	kick()
+	// A node that has just started may not reach its peers yet: it asks
+	// for rounds until one reads a quorum, not once a SampleInterval.
+	again := time.NewTicker(groupTermRetry)
+	defer again.Stop()
+	giveUp := time.NewTimer(t.cfg.LeaderWait)
+	defer giveUp.Stop()
 	for {
 		wait := t.q.rounds.Wait()
-		if t.stamp.isAnchored() {
+		if read, _ := t.stamp.setBy(); read {
 			return true
 		}
 		select {
 		case <-wait:
-		case <-warn.C:
+		case <-again.C:
+			kick()
+		case <-giveUp.C:
+			if _, logTime := t.stamp.setBy(); logTime {
+				t.cfg.Logger.Warn("no quorum of clocks read: a queue group's log time goes on from its log's by this node's monotonic clock")
+				return true
+			}
 			t.cfg.Logger.Warn("no quorum of clocks read: a new queue group's leader waits for one before it stamps")
 		case <-ctx.Done():
 			return false

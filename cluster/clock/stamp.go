@@ -42,10 +42,11 @@ type Stamper struct {
 	last   int64         // the last stamp handed out, ms
 	lt     int64         // log time at ltMono, unix ns
 	ltMono time.Duration // the monotonic reading lt was taken at
-	// anchored: log time was set from a quorum's clocks or from a log
-	// that has time. Until then it counts from the epoch, which no
-	// entry may be stamped with (StartGroupTerm).
-	anchored bool
+	// read: a reading of a quorum's clocks set log time; logTime: a log
+	// that has time did (a term's reset, a group's Floor). Until one of
+	// them, log time counts from the epoch, which no entry may be
+	// stamped with (StartGroupTerm).
+	read, logTime bool
 }
 
 func newStamper(clock Clock, q quorumTime, window time.Duration) *Stamper {
@@ -61,7 +62,7 @@ func (s *Stamper) advance() int64 {
 	if s.quorum != nil {
 		if e := s.quorum.estimate(); e.ok {
 			qt := int64(m) + e.offset
-			s.anchored = true
+			s.read = true
 			switch {
 			case qt >= lt:
 				lt = qt
@@ -98,7 +99,7 @@ func (s *Stamper) reset(clockMs int64) {
 	s.last = clockMs
 	s.lt = clockMs * int64(time.Millisecond)
 	s.ltMono = s.clock.Monotonic()
-	s.anchored = s.anchored || clockMs > 0
+	s.logTime = s.logTime || clockMs > 0
 }
 
 // Floor raises log time to clockMs if it is behind: a queue group's
@@ -111,16 +112,16 @@ func (s *Stamper) Floor(clockMs int64) {
 	s.advance()
 	s.last = max(s.last, clockMs)
 	s.lt = max(s.lt, clockMs*int64(time.Millisecond))
-	s.anchored = s.anchored || clockMs > 0
+	s.logTime = s.logTime || clockMs > 0
 }
 
-// isAnchored reports whether log time was ever set from a quorum's clocks
-// or from a log that has time.
-func (s *Stamper) isAnchored() bool {
+// setBy reports whether a reading of a quorum's clocks (read) or a log
+// with time (logTime) ever set log time.
+func (s *Stamper) setBy() (read, logTime bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance()
-	return s.anchored
+	return s.read, s.logTime
 }
 
 // offset is log time now minus the monotonic clock (unix ns minus
@@ -139,5 +140,5 @@ func (s *Stamper) anchor(offset int64) {
 	defer s.mu.Unlock()
 	s.advance()
 	s.lt = max(s.lt, int64(s.ltMono)+offset)
-	s.anchored = true
+	s.read = true
 }

@@ -2,6 +2,8 @@ package clock
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,62 +75,81 @@ func (c *manualClock) Monotonic() time.Duration {
 }
 func (c *manualClock) NewTimer(d time.Duration) Timer { return Real().NewTimer(d) }
 
-// A queue group's term on a node whose log time nothing set yet (no
-// reading of the quorum's clocks, no log with time) waits for a reading
-// before it stamps: counted from the epoch, its first stamps would be of
-// 1970. A node with log time, or a group whose log has time, stamps at
-// once.
-func TestTime_AGroupTermWaitsForLogTime(t *testing.T) {
+// A queue group's term on a node that has read no quorum of clocks since
+// it started waits for a reading before it stamps: counted from the epoch
+// (a new group) or from the group's last stamp (a cluster back from a long
+// stop), its log time would leap at the first reading. With a reading in
+// hand it starts at once. Without one within LeaderWait, a group whose log
+// has time, or a node whose metadata term set log time, goes on from
+// there; a new group on a node with no time at all keeps waiting.
+func TestTime_AGroupTermWaitsForAReading(t *testing.T) {
 	const wall = 1_800_000_000_000
-	newTime := func() *Time {
+	newTime := func(leaderWait time.Duration) *Time {
 		clk := &manualClock{}
 		clk.set(wall)
-		return New(Config{Self: "a", Clock: clk, MaxOffset: 500 * time.Millisecond, SampleInterval: time.Hour, LeaderWait: time.Hour})
+		return New(Config{Self: "a", Clock: clk, MaxOffset: 500 * time.Millisecond, SampleInterval: time.Hour,
+			LeaderWait: leaderWait, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	}
 	start := func(tm *Time, ctx context.Context, clock int64) <-chan bool {
 		done := make(chan bool, 1)
 		go func() { done <- tm.StartGroupTerm(ctx, clock) }()
 		return done
 	}
-
-	// No reading: a round that reads no quorum does not start it; the
-	// term ends waiting.
-	tm := newTime()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := start(tm, ctx, 0)
-	tm.q.rounds.Signal()
-	cancel()
-	if <-done {
-		t.Fatal("a group term started with no log time")
+	read := func(tm *Time) {
+		tm.q.mu.Lock()
+		tm.q.voters = []string{"a"} // the only voter: its own clock is the quorum's
+		tm.q.mu.Unlock()
+	}
+	// waits checks that a term keeps waiting through a round that reads
+	// no quorum, until its ctx ends.
+	waits := func(what string, tm *Time, clock int64) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := start(tm, ctx, clock)
+		tm.q.rounds.Signal()
+		cancel()
+		if <-done {
+			t.Fatalf("%s: the term started without a reading", what)
+		}
 	}
 
-	// A reading arrives (this node is the only voter): it starts, at the
-	// quorum's time.
-	tm = newTime()
-	done = start(tm, context.Background(), 0)
-	tm.q.mu.Lock()
-	tm.q.voters = []string{"a"}
-	tm.q.mu.Unlock()
+	waits("a new group", newTime(time.Hour), 0)
+	waits("a group with log time", newTime(time.Hour), 5000)
+	tm := newTime(time.Hour)
+	tm.stamp.reset(7000)
+	waits("a node with log time", tm, 0)
+
+	// A reading arrives: the term starts, at the quorum's time.
+	tm = newTime(time.Hour)
+	done := start(tm, context.Background(), 0)
+	read(tm)
 	tm.q.rounds.Signal()
 	if !<-done {
-		t.Fatal("a group term did not start after a reading")
+		t.Fatal("the term did not start after a reading")
 	}
 	if got := tm.Stamper().Next(); got < wall {
 		t.Fatalf("stamped %d after a reading of %d", got, wall)
 	}
+	// With a reading in hand, the next term starts at once.
+	if !<-start(tm, context.Background(), 0) {
+		t.Fatal("a term with a reading in hand did not start")
+	}
 
-	// A group whose log has time, or a node that led a log with time,
-	// starts at once, from that time.
-	tm = newTime()
+	// No reading within LeaderWait: a group with log time goes on from
+	// it, and a node with log time starts a new group from its own.
+	tm = newTime(10 * time.Millisecond)
 	if !<-start(tm, context.Background(), 5000) {
-		t.Fatal("a group with log time did not start")
+		t.Fatal("a group with log time did not go on without a reading")
 	}
-	if got := tm.Stamper().Next(); got < 5000 {
-		t.Fatalf("stamped %d, below the group's clock 5000", got)
+	if got := tm.Stamper().Next(); got < 5000 || got >= wall {
+		t.Fatalf("stamped %d, want the group's clock 5000 on", got)
 	}
-	tm = newTime()
+	tm = newTime(10 * time.Millisecond)
 	tm.stamp.reset(7000)
 	if !<-start(tm, context.Background(), 0) {
-		t.Fatal("a node with log time did not start a new group")
+		t.Fatal("a node with log time did not start a new group without a reading")
+	}
+	if got := tm.Stamper().Next(); got < 7000 || got >= wall {
+		t.Fatalf("stamped %d, want the node's log time 7000 on", got)
 	}
 }
