@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -123,8 +124,8 @@ type cluster struct {
 	// had a leader on another node; 0 if not while it was down.
 	ledAgain    time.Duration
 	ledMeasured bool
-	// noProcess is how long no node's process ran in the fault, when the
-	// scenario stopped them all (noneRunning).
+	// noProcess is how long fewer than a majority of the nodes' processes
+	// ran in the fault, when the scenario stopped them all (noneRunning).
 	noProcess time.Duration
 	// groups are the queue groups whose digests must agree too.
 	groups []string
@@ -421,7 +422,7 @@ func (c *cluster) stopAll() { c.dockerEach("stop", "-t", "20") }
 // yet begun.
 func (c *cluster) noneRunning() time.Duration {
 	c.t.Helper()
-	var lastExit, firstStart time.Time
+	var starts, exits []time.Time
 	for _, n := range c.nodes {
 		out := strings.TrimSpace(c.docker("inspect", "-f", "{{.State.StartedAt}} {{.State.FinishedAt}}", n.container))
 		started, finished, ok := strings.Cut(out, " ")
@@ -430,14 +431,28 @@ func (c *cluster) noneRunning() time.Duration {
 		if !ok || err1 != nil || err2 != nil {
 			c.t.Fatalf("docker inspect %s: %q: want two times", n.container, out)
 		}
-		if f.After(lastExit) {
-			lastExit = f
-		}
-		if firstStart.IsZero() || s.Before(firstStart) {
-			firstStart = s
-		}
+		starts, exits = append(starts, s), append(exits, f)
 	}
-	return max(firstStart.Sub(lastExit), 0)
+	return withoutMajority(exits, starts)
+}
+
+// withoutMajority is how long fewer than a majority of the nodes' processes
+// ran while all were stopped and then started again (each node's exit and
+// start, as docker records them; every exit before every start): from the exit that left fewer than a
+// majority running to the start that made a majority again. No log can
+// commit without a majority, so a confirm cannot come sooner, however
+// quickly the broker serves: docker starting the containers one by one
+// is docker's time.
+func withoutMajority(exits, starts []time.Time) time.Duration {
+	n := len(exits)
+	if n == 0 || len(starts) != n {
+		return 0
+	}
+	q := n/2 + 1
+	exits, starts = slices.Clone(exits), slices.Clone(starts)
+	slices.SortFunc(exits, func(a, b time.Time) int { return a.Compare(b) })
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	return max(starts[q-1].Sub(exits[n-q]), 0)
 }
 
 func (c *cluster) startAll() {

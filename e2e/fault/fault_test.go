@@ -73,7 +73,7 @@ var scenarios = []scenario{
 		stopped := time.Now()
 		c.startAll()
 		c.noProcess = c.noneRunning()
-		t.Logf("restart-cluster: stopped in %v, started and ready in %v; no node ran for %v",
+		t.Logf("restart-cluster: stopped in %v, started and ready in %v; no majority of nodes ran for %v",
 			stopped.Sub(start).Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond), c.noProcess.Round(time.Millisecond))
 	}, limits: limits{pause: 5 * time.Second}},
 	// kill -9 of all three under load, as a power cut would.

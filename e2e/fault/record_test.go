@@ -124,9 +124,9 @@ type limits struct {
 	// pause, when set, bounds the longest stretch without a confirm from
 	// the fault on, less noProcess.
 	pause time.Duration
-	// noProcess is how long no node's process ran during the fault (from
-	// the last one's exit to the first one's start, as docker records
-	// them): docker's time, which the broker cannot shorten.
+	// noProcess is how long fewer than a majority of the nodes' processes
+	// ran during the fault (withoutMajority): docker's time, which the
+	// broker cannot shorten.
 	noProcess time.Duration
 }
 
@@ -326,7 +326,7 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 	if lim.pause > 0 && rep.maxPause-lim.noProcess > lim.pause {
 		msg := fmt.Sprintf("no confirm for %v, more than %v", rep.maxPause.Round(time.Millisecond), lim.pause)
 		if lim.noProcess > 0 {
-			msg = fmt.Sprintf("no confirm for %v, of which no node ran for %v: more than %v with a node running",
+			msg = fmt.Sprintf("no confirm for %v, of which no majority of nodes ran for %v: more than %v with a majority running",
 				rep.maxPause.Round(time.Millisecond), lim.noProcess.Round(time.Millisecond), lim.pause)
 		}
 		bad = append(bad, msg)

@@ -101,7 +101,7 @@ func TestCheck_DeathLatenessAndPauseBounds(t *testing.T) {
 	if rep.maxPause != 2850*time.Millisecond || !strings.Contains(all, "no confirm for 2.85s") {
 		t.Fatalf("max pause %v, violations:\n%s\nwant 2.85s and a pause violation", rep.maxPause, all)
 	}
-	// The time no node ran is docker's, not the broker's: 0.85 s of it
+	// The time no majority of nodes ran is docker's, not the broker's: 0.85 s of it
 	// brings the pause to the bound, 0.84 s leaves it over.
 	pauseOnly := limits{deliveryGrace: 50 * time.Millisecond, pause: 2 * time.Second}
 	pauseOnly.noProcess = 850 * time.Millisecond
@@ -109,7 +109,7 @@ func TestCheck_DeathLatenessAndPauseBounds(t *testing.T) {
 		t.Fatalf("violations with 850ms of no process: %v", bad)
 	}
 	pauseOnly.noProcess = 840 * time.Millisecond
-	if _, bad := r.check("no process", pauseOnly, t0, ms(4000)); len(bad) != 1 || !strings.Contains(bad[0], "of which no node ran for 840ms") {
+	if _, bad := r.check("no process", pauseOnly, t0, ms(4000)); len(bad) != 1 || !strings.Contains(bad[0], "of which no majority of nodes ran for 840ms") {
 		t.Fatalf("violations with 840ms of no process: %v; want the pause", bad)
 	}
 	// Without bounds the same records are no violation.
@@ -198,5 +198,35 @@ func TestUnreceived(t *testing.T) {
 	r.delivered(delivery{id: "u"})
 	if n := r.missing(); n != 2 {
 		t.Fatalf("a and u received: %d missing, want 2", n)
+	}
+}
+
+// A confirm needs a majority of the nodes running: of a whole cluster's
+// stop and start (every exit before every start), the time that does not
+// count against the broker runs from the exit that leaves fewer than a
+// majority to the start that makes one again, in whatever order docker
+// stopped and started them.
+func TestWithoutMajority(t *testing.T) {
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	at := func(ms ...int64) []time.Time {
+		var out []time.Time
+		for _, m := range ms {
+			out = append(out, base.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name         string
+		exits, start []time.Time
+		want         time.Duration
+	}{
+		{"three, staggered", at(100, 300, 200), at(4000, 9000, 6000), 5800 * time.Millisecond},
+		{"three, together", at(100, 100, 100), at(1000, 1000, 1000), 900 * time.Millisecond},
+		{"five", at(1, 2, 3, 4, 5), at(10, 20, 30, 40, 50), 27 * time.Millisecond},
+		{"none", nil, nil, 0},
+	} {
+		if got := withoutMajority(tc.exits, tc.start); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
