@@ -388,10 +388,7 @@ func (t *Time) StartTerm(ctx context.Context, clock int64) bool {
 	if off, ok := t.q.lastAgreed(); ok {
 		t.stamp.anchor(off)
 	}
-	select {
-	case t.q.kick <- struct{}{}:
-	default:
-	}
+	t.q.askRound()
 	giveUp := time.NewTimer(t.cfg.LeaderWait)
 	defer giveUp.Stop()
 	warned := false
@@ -423,6 +420,15 @@ func (t *Time) StartTerm(ctx context.Context, clock int64) bool {
 	}
 }
 
+// askRound has Run take a round of readings now, unless one is asked
+// for already.
+func (c *quorumClock) askRound() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
 // groupTermRetry is how often a queue group's term that waits for a
 // reading of the quorum's clocks asks for another round.
 const groupTermRetry = 100 * time.Millisecond
@@ -450,13 +456,7 @@ func (t *Time) StartGroupTerm(ctx context.Context, clock int64) bool {
 	if read, _ := t.stamp.setBy(); read {
 		return true
 	}
-	kick := func() {
-		select {
-		case t.q.kick <- struct{}{}:
-		default:
-		}
-	}
-	kick()
+	t.q.askRound()
 	// A node that has just started may not reach its peers yet: it asks
 	// for rounds until one reads a quorum, not once a SampleInterval.
 	again := time.NewTicker(groupTermRetry)
@@ -471,7 +471,7 @@ func (t *Time) StartGroupTerm(ctx context.Context, clock int64) bool {
 		select {
 		case <-wait:
 		case <-again.C:
-			kick()
+			t.q.askRound()
 		case <-giveUp.C:
 			if _, logTime := t.stamp.setBy(); logTime {
 				t.cfg.Logger.Warn("no quorum of clocks read: a queue group's log time goes on from its log's by this node's monotonic clock")

@@ -125,7 +125,7 @@ type cluster struct {
 	ledAgain    time.Duration
 	ledMeasured bool
 	// noProcess is how long fewer than a majority of the nodes' processes
-	// ran in the fault, when the scenario stopped them all (noneRunning).
+	// ran in the fault, when the scenario stopped them all (noMajority).
 	noProcess time.Duration
 	// groups are the queue groups whose digests must agree too.
 	groups []string
@@ -415,12 +415,12 @@ func partitionReady() string {
 // time, would count in the pause the scenario measures.
 func (c *cluster) stopAll() { c.dockerEach("stop", "-t", "20") }
 
-// noneRunning is how long no node's process ran between the last exit
-// and the first start that docker recorded for the nodes' containers
-// (zero when they overlap): after a stop of all, the time docker took to
-// stop and start containers whose processes had already exited or not
-// yet begun.
-func (c *cluster) noneRunning() time.Duration {
+// noMajority reads from docker when each node's container last exited
+// and started, and returns how long fewer than a majority of them ran
+// (withoutMajority): after a stop of all, the time docker took to stop
+// and start containers whose processes had already exited or not yet
+// begun, as far as it kept the cluster from a majority.
+func (c *cluster) noMajority() time.Duration {
 	c.t.Helper()
 	var starts, exits []time.Time
 	for _, n := range c.nodes {
@@ -436,13 +436,13 @@ func (c *cluster) noneRunning() time.Duration {
 	return withoutMajority(exits, starts)
 }
 
-// withoutMajority is how long fewer than a majority of the nodes' processes
-// ran while all were stopped and then started again (each node's exit and
-// start, as docker records them; every exit before every start): from the exit that left fewer than a
-// majority running to the start that made a majority again. No log can
-// commit without a majority, so a confirm cannot come sooner, however
-// quickly the broker serves: docker starting the containers one by one
-// is docker's time.
+// withoutMajority is how long fewer than a majority of the nodes'
+// processes ran while all were stopped and then started again (each
+// node's exit and start; every exit before every start): from the exit
+// that left fewer than a majority running to the start that made a
+// majority again. No log commits without a majority, so no confirm can
+// come sooner however quickly the broker serves: docker starting the
+// containers one by one is docker's time.
 func withoutMajority(exits, starts []time.Time) time.Duration {
 	n := len(exits)
 	if n == 0 || len(starts) != n {

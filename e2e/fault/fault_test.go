@@ -72,7 +72,7 @@ var scenarios = []scenario{
 		c.stopAll()
 		stopped := time.Now()
 		c.startAll()
-		c.noProcess = c.noneRunning()
+		c.noProcess = c.noMajority()
 		t.Logf("restart-cluster: stopped in %v, started and ready in %v; no majority of nodes ran for %v",
 			stopped.Sub(start).Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond), c.noProcess.Round(time.Millisecond))
 	}, limits: limits{pause: 5 * time.Second}},

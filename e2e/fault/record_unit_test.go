@@ -101,8 +101,8 @@ func TestCheck_DeathLatenessAndPauseBounds(t *testing.T) {
 	if rep.maxPause != 2850*time.Millisecond || !strings.Contains(all, "no confirm for 2.85s") {
 		t.Fatalf("max pause %v, violations:\n%s\nwant 2.85s and a pause violation", rep.maxPause, all)
 	}
-	// The time no majority of nodes ran is docker's, not the broker's: 0.85 s of it
-	// brings the pause to the bound, 0.84 s leaves it over.
+	// The time no majority of nodes ran is docker's, not the broker's:
+	// 0.85 s of it brings the pause to the bound, 0.84 s leaves it over.
 	pauseOnly := limits{deliveryGrace: 50 * time.Millisecond, pause: 2 * time.Second}
 	pauseOnly.noProcess = 850 * time.Millisecond
 	if _, bad := r.check("no process", pauseOnly, t0, ms(4000)); len(bad) != 0 {
