@@ -285,6 +285,43 @@ func TestMethods_ImmediateIsRefused(t *testing.T) {
 	}
 }
 
+// A global prefetch (RabbitMQ's deprecated channel-wide QoS) is the limit
+// of each later consumer without one of its own; a per-consumer prefetch
+// wins over it, and the global one is back once that is cleared.
+func TestMethods_GlobalPrefetchLimitsEachConsumer(t *testing.T) {
+	ts := startServer(t, Config{})
+	_, ch := openChannel(t, ts)
+	consume := func(queue string) {
+		t.Helper()
+		if _, err := ch.Consume(queue, queue, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ch.Qos(5, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	consume("a")
+	consume("b")
+	if err := ch.Qos(3, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	consume("c")
+	if err := ch.Qos(0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	consume("d")
+	want := map[string]uint32{"a": 5, "b": 5, "c": 3, "d": 5}
+	cons := commandsOf(ts.broker, (*proto.Command).GetConsume)
+	if len(cons) != len(want) {
+		t.Fatalf("%d consumes, want %d", len(cons), len(want))
+	}
+	for _, c := range cons {
+		if c.GetPrefetch() != want[c.GetQueue()] {
+			t.Errorf("consumer of %s has prefetch %d, want %d", c.GetQueue(), c.GetPrefetch(), want[c.GetQueue()])
+		}
+	}
+}
+
 func TestMethods_ConsumeOkPrecedesDeliveries(t *testing.T) {
 	ts := startServer(t, Config{})
 	// The node applies the Consume entry and the FSM assigns two ready
