@@ -136,12 +136,26 @@ func (t *Table) free1(h uint32) {
 		t.last = 0
 	}
 	if len(t.byKey) == 0 {
-		// Nothing left: give the memory back.
-		*t = Table{scratch: t.scratch, cow: t.cow}
+		if cap(t.entries) > keptTableCap {
+			// Nothing left of a large table: give the memory back.
+			*t = Table{scratch: t.scratch, cow: t.cow}
+			return
+		}
+		// Nothing left of a small one: keep its map and slices. A queue
+		// consumed as fast as it is published is empty between two
+		// messages, and making them again took three allocations a
+		// message. Every entry is zero already (freed ones are), and no
+		// capture lives (free1 runs only then), so none reads the array
+		// the next entries are written into.
+		t.entries, t.free, t.last = t.entries[:0], t.free[:0], 0
 		return
 	}
 	t.free = append(t.free, h)
 }
+
+// keptTableCap is the most entries a table that empties keeps room for;
+// a larger one gives its memory back (a map never shrinks).
+const keptTableCap = 256
 
 // fill sets m's shared fields from entry h: its strings share the
 // entry's key, Props too (never changed in place).
