@@ -25,7 +25,7 @@ func (s *state) take(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags
 
 // takeOut is take without the settlement's time.
 func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, tags []uint64) ([]*unacked, *channel, *proto.Result) {
-	ch, ok := s.channels[chanKey(ref)]
+	ch, ok := s.applyChannel(ref)
 	if len(tags) > 0 && !all {
 		return s.takeTags(ch, ok, tags)
 	}
@@ -37,13 +37,12 @@ func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, t
 		ch.unacked = nil
 		return out, ch, nil
 	}
-	unknown := refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(tag, 10))
 	if !ok {
-		return nil, nil, unknown
+		return nil, nil, unknownTag(tag)
 	}
 	i := sort.Search(len(ch.unacked), func(i int) bool { return ch.unacked[i].tag >= tag })
 	if i == len(ch.unacked) || ch.unacked[i].tag != tag {
-		return nil, nil, unknown
+		return nil, nil, unknownTag(tag)
 	}
 	var out []*unacked
 	switch {
@@ -54,7 +53,7 @@ func (s *state) takeOut(ref *proto.ChannelRef, tag uint64, multiple, all bool, t
 	case i == 0:
 		out = []*unacked{ch.unacked[0]}
 		ch.unacked[0] = nil
-		ch.unacked = ch.unacked[1:]
+		ch.unacked = dropFront(ch.unacked, 1)
 	default:
 		out = []*unacked{ch.unacked[i]}
 		ch.unacked = append(ch.unacked[:i], ch.unacked[i+1:]...)
@@ -73,7 +72,7 @@ func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*unacked, *chan
 			idx[k], found = slices.BinarySearchFunc(ch.unacked, t, func(p *unacked, t uint64) int { return cmp.Compare(p.tag, t) })
 		}
 		if !found {
-			return nil, nil, refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(t, 10))
+			return nil, nil, unknownTag(t)
 		}
 	}
 	out := make([]*unacked, len(idx))
@@ -84,7 +83,7 @@ func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*unacked, *chan
 		// The oldest deliveries, as a consumer acking in order settles
 		// them: drop the front instead of moving the rest.
 		clear(ch.unacked[:len(idx)])
-		ch.unacked = ch.unacked[len(idx):]
+		ch.unacked = dropFront(ch.unacked, len(idx))
 		return out, ch, nil
 	}
 	w, next := idx[0], 0
@@ -100,6 +99,29 @@ func (s *state) takeTags(ch *channel, ok bool, tags []uint64) ([]*unacked, *chan
 	ch.unacked = ch.unacked[:w]
 	return out, ch, nil
 }
+
+func unknownTag(tag uint64) *proto.Result {
+	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag "+strconv.FormatUint(tag, 10))
+}
+
+// dropFront is us without its first n, whose slots are cleared already.
+// Emptied, it keeps a small array: a consumer that acks each delivery
+// before the next holds one at a time, and slicing the front off left no
+// room for the next, so each delivery made a new array. A large one
+// (after a burst) goes.
+func dropFront(us []*unacked, n int) []*unacked {
+	if n < len(us) {
+		return us[n:]
+	}
+	if cap(us) > keptUnackedCap {
+		return nil
+	}
+	return us[:0]
+}
+
+// keptUnackedCap is the most room a channel's emptied list of
+// deliveries keeps.
+const keptUnackedCap = 64
 
 // release drops the bookkeeping of a finished delivery and returns the
 // queues whose consumers regained credit.

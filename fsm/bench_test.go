@@ -221,6 +221,25 @@ func fill(m *fsm.Machine, queue string, n int) {
 	}
 }
 
+// BenchmarkApplyPublishAck is a queue consumed as fast as it is
+// published: each publish (with a message-id of its own, as most clients
+// send) is delivered to the consumer and acknowledged in the next entry,
+// so the queue is empty between two messages.
+func BenchmarkApplyPublishAck(b *testing.B) {
+	m := fsmtest.New(b)
+	fsmtest.One(b, m, 2, declare("q", nil))
+	fsmtest.One(b, m, 2, consume("q", "c", ch1, 100))
+	props := &proto.Properties{DeliveryMode: new(uint32(2))}
+	pub := &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{Vhost: "/", RoutingKey: "q", Body: make([]byte, 1024),
+		Properties: props, Channel: ch1}}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		props.MessageId = new("m-" + strconv.Itoa(i))
+		m.Apply(entry(m, 3, pub), fsm.DiscardSink{})
+		m.Apply(entry(m, 3, settle(ch1, uint64(i+1), false)), fsm.DiscardSink{})
+	}
+}
+
 // BenchmarkApplySettleWindow acks one delivery at a time by explicit tag,
 // oldest first, with 1,100 deliveries assigned to the channel (prefetch
 // 100 with the default look-ahead), as a consumer's node sends them.

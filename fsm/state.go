@@ -102,6 +102,8 @@ type state struct {
 	// timed and leased are the queues the due scans ask (dueindex.go);
 	// not state.
 	timed, leased queueSet
+	// keyBuf is where applyChannel builds a channel's key; not state.
+	keyBuf []byte
 }
 
 type user struct {
@@ -293,6 +295,24 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func chanKey(c *proto.ChannelRef) string {
 	return c.GetNode() + "\x00" + c.GetConnection() + "\x00" + strconv.FormatUint(uint64(c.GetChannel())+1e10, 10)
+}
+
+// appendChanKey appends chanKey(c) to b.
+func appendChanKey(b []byte, c *proto.ChannelRef) []byte {
+	b = append(b, c.GetNode()...)
+	b = append(b, 0)
+	b = append(b, c.GetConnection()...)
+	b = append(b, 0)
+	return strconv.AppendUint(b, uint64(c.GetChannel())+1e10, 10)
+}
+
+// applyChannel looks the channel ref names up without making its key,
+// which an ack did for every delivery it settled. Apply only: it builds
+// the key in the state's one buffer.
+func (s *state) applyChannel(ref *proto.ChannelRef) (*channel, bool) {
+	s.keyBuf = appendChanKey(s.keyBuf[:0], ref)
+	ch, ok := s.channels[string(s.keyBuf)]
+	return ch, ok
 }
 
 func connKey(node, conn string) string { return node + "\x00" + conn + "\x00" }

@@ -1,0 +1,51 @@
+package fsm
+
+import (
+	"math"
+	"testing"
+
+	"github.com/raftmq/raftmq/proto"
+)
+
+// The key an ack looks its channel up by is the one the channel was
+// stored under.
+func TestAppendChanKey_IsChanKey(t *testing.T) {
+	buf := []byte("left over")
+	for _, ref := range []*proto.ChannelRef{
+		nil,
+		{},
+		{Node: "n1", Connection: "c1", Channel: 1},
+		{Node: "n\x00x", Connection: "c", Channel: 65535},
+		{Node: "node-with-a-long-name", Connection: "10.0.0.1:5672 -> 10.0.0.2:40000", Channel: math.MaxUint32},
+	} {
+		buf = appendChanKey(buf[:0], ref)
+		if got, want := string(buf), chanKey(ref); got != want {
+			t.Errorf("%v: appendChanKey %q, chanKey %q", ref, got, want)
+		}
+	}
+	s := &state{channels: map[string]*channel{}}
+	ref := &proto.ChannelRef{Node: "n2", Connection: "c9", Channel: 7}
+	want := s.channel(ref)
+	if got, ok := s.applyChannel(ref); !ok || got != want {
+		t.Fatalf("applyChannel found %v, %v; want the channel stored", got, ok)
+	}
+	if _, ok := s.applyChannel(&proto.ChannelRef{Node: "n2", Connection: "c9", Channel: 8}); ok {
+		t.Fatal("applyChannel found a channel never stored")
+	}
+}
+
+// A channel's list of deliveries emptied by acks keeps a small array for
+// the next delivery and lets a large one go.
+func TestDropFront_KeepsASmallArrayOnly(t *testing.T) {
+	small := make([]*unacked, 3, 8)
+	if got := dropFront(small, 1); len(got) != 2 || cap(got) != 7 {
+		t.Fatalf("part dropped: len %d cap %d, want 2 and 7", len(got), cap(got))
+	}
+	if got := dropFront(small, 3); len(got) != 0 || cap(got) != 8 {
+		t.Fatalf("small emptied: len %d cap %d, want its array kept", len(got), cap(got))
+	}
+	large := make([]*unacked, keptUnackedCap+1)
+	if got := dropFront(large, len(large)); got != nil {
+		t.Fatalf("large emptied: cap %d kept, want none", cap(got))
+	}
+}
