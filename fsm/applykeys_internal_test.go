@@ -7,30 +7,27 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
-// The key an ack looks its channel up by is the one the channel was
-// stored under.
-func TestAppendChanKey_IsChanKey(t *testing.T) {
-	buf := []byte("left over")
-	for _, ref := range []*proto.ChannelRef{
-		nil,
+// An ack finds its channel under the key the channel was stored by, and
+// keys sort by channel number within a connection.
+func TestApplyChannel_FindsTheChannelStored(t *testing.T) {
+	s := &state{channels: map[string]*channel{}}
+	refs := []*proto.ChannelRef{
 		{},
 		{Node: "n1", Connection: "c1", Channel: 1},
 		{Node: "n\x00x", Connection: "c", Channel: 65535},
 		{Node: "node-with-a-long-name", Connection: "10.0.0.1:5672 -> 10.0.0.2:40000", Channel: math.MaxUint32},
-	} {
-		buf = appendChanKey(buf[:0], ref)
-		if got, want := string(buf), chanKey(ref); got != want {
-			t.Errorf("%v: appendChanKey %q, chanKey %q", ref, got, want)
+	}
+	for _, ref := range refs {
+		want := s.channel(ref)
+		if got, ok := s.applyChannel(ref); !ok || got != want {
+			t.Fatalf("%v: applyChannel found %v, %v; want the channel stored", ref, got, ok)
 		}
 	}
-	s := &state{channels: map[string]*channel{}}
-	ref := &proto.ChannelRef{Node: "n2", Connection: "c9", Channel: 7}
-	want := s.channel(ref)
-	if got, ok := s.applyChannel(ref); !ok || got != want {
-		t.Fatalf("applyChannel found %v, %v; want the channel stored", got, ok)
-	}
-	if _, ok := s.applyChannel(&proto.ChannelRef{Node: "n2", Connection: "c9", Channel: 8}); ok {
+	if _, ok := s.applyChannel(&proto.ChannelRef{Node: "n1", Connection: "c1", Channel: 2}); ok {
 		t.Fatal("applyChannel found a channel never stored")
+	}
+	if a, b := chanKey(&proto.ChannelRef{Node: "n", Connection: "c", Channel: 9}), chanKey(&proto.ChannelRef{Node: "n", Connection: "c", Channel: 10}); a >= b {
+		t.Fatalf("channel 9's key %q sorts after channel 10's %q", a, b)
 	}
 }
 

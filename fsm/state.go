@@ -294,10 +294,12 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 func chanKey(c *proto.ChannelRef) string {
-	return c.GetNode() + "\x00" + c.GetConnection() + "\x00" + strconv.FormatUint(uint64(c.GetChannel())+1e10, 10)
+	return string(appendChanKey(make([]byte, 0, len(c.GetNode())+len(c.GetConnection())+13), c))
 }
 
-// appendChanKey appends chanKey(c) to b.
+// appendChanKey appends c's key to b: node, connection and the channel
+// number raised by 1e10, so that keys sort by the number within a
+// connection.
 func appendChanKey(b []byte, c *proto.ChannelRef) []byte {
 	b = append(b, c.GetNode()...)
 	b = append(b, 0)
