@@ -5,7 +5,7 @@
 #   cmd/raftmq-perf/scripts/compare.sh [raftmq|rabbitmq]... > results.jsonl
 # DURATION (default 25s) sets the length of the throughput runs; ONLY (an
 # extended regular expression) keeps the runs whose names match it
-# (backlog-* is one run, kill-leader another). DIR and PORTS go to
+# (backlog-* is one run, busy-* one, kill-leader another). DIR and PORTS go to
 # three-nodes.sh (raftmq); RABBITMQ_DIR is the RabbitMQ nodes' directory.
 # Every run but kill-leader passes the nodes' process ids to raftmq-perf
 # (-pids), so its JSON line has the brokers' CPU seconds per 100,000
@@ -105,6 +105,21 @@ RUNS
     run "$s" backlog-fill -uri "$uri" -pids "$(pids "$s")" -size 1024 -persistent -confirm 256 -producers 2 -consumers 0 -count $((${BACKLOG:-500000} / 2)) -duration 30m -queue backlog "${args[@]}" </dev/null
     rss "$s" backlog-rss
     run "$s" paced-behind-backlog -uri "$uri" -pids "$(pids "$s")" -size 1024 -persistent -confirm 256 -prefetch 100 -producers 1 -consumers 1 -rate 1000 -duration "$duration" -queue cpb "${args[@]}" </dev/null
+    down "$s" </dev/null
+  fi
+  # A busy cluster, no backlog: BUSY_SIZE (default 8 KiB) persistent
+  # messages at 1,000/s through one queue with its consumer while a paced
+  # 1,000/s queue of 1 KiB runs beside it, BUSY_DURATION (default 40s).
+  # busy-paced is the paced queue's line (its tail is the target), busy-big
+  # the other's.
+  if wanted busy; then
+    uri=$(up "$s" </dev/null)
+    p=$(pids "$s")
+    "$out/raftmq-perf" -interval 5s -uri "$uri" -pids "$p" -size "${BUSY_SIZE:-8192}" -persistent -confirm 256 -prefetch 100 -rate 1000 -duration "${BUSY_DURATION:-40s}" -queue big "${args[@]}" >"$out/big.txt" 2>&1 </dev/null &
+    big=$!
+    run "$s" busy-paced -uri "$uri" -pids "$p" -size 1024 -persistent -confirm 256 -prefetch 100 -rate 1000 -duration "${BUSY_DURATION:-40s}" -queue paced "${args[@]}" </dev/null
+    wait "$big" || { cat "$out/big.txt" >&2; exit 1; }
+    printf '{"system":"%s","run":"busy-big","result":%s}\n' "$s" "$(grep '^{' "$out/big.txt" | tail -1)"
     down "$s" </dev/null
   fi
   wanted kill-leader || continue
