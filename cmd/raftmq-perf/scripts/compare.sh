@@ -26,7 +26,11 @@ run() {
   local system=$1 name=$2
   shift 2
   "$out/raftmq-perf" -interval 5s "$@" >"$out/run.txt" 2>&1 || { cat "$out/run.txt" >&2; return 1; }
-  printf '{"system":"%s","run":"%s","result":%s}\n' "$system" "$name" "$(grep '^{' "$out/run.txt" | tail -1)"
+  line "$system" "$name" "$out/run.txt"
+}
+# line SYSTEM NAME FILE: the JSON line raftmq-perf wrote to FILE, tagged.
+line() {
+  printf '{"system":"%s","run":"%s","result":%s}\n' "$1" "$2" "$(grep '^{' "$3" | tail -1)"
 }
 
 # up SYSTEM: a fresh cluster (no backlog left by the run before), its URLs.
@@ -119,7 +123,7 @@ RUNS
     big=$!
     run "$s" busy-paced -uri "$uri" -pids "$p" -size 1024 -persistent -confirm 256 -prefetch 100 -rate 1000 -duration "${BUSY_DURATION:-40s}" -queue paced "${args[@]}" </dev/null
     wait "$big" || { cat "$out/big.txt" >&2; exit 1; }
-    printf '{"system":"%s","run":"busy-big","result":%s}\n' "$s" "$(grep '^{' "$out/big.txt" | tail -1)"
+    line "$s" busy-big "$out/big.txt"
     down "$s" </dev/null
   fi
   wanted kill-leader || continue
