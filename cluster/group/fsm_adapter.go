@@ -122,10 +122,11 @@ func (f *FSM) err() error {
 }
 
 // DecodeEntry decodes a log entry and checks that this binary can apply
-// every command of it.
+// every command of it. The bodies of its publishes alias l.Data, which
+// nothing changes once raft has it.
 func DecodeEntry(l *raft.Log) (*proto.Envelope, error) {
 	env := &proto.Envelope{}
-	if err := gproto.Unmarshal(l.Data, env); err != nil {
+	if err := proto.UnmarshalEnvelope(l.Data, env); err != nil {
 		return nil, fmt.Errorf("cluster: log entry %d is not an Envelope this version reads (%w): written by a newer version, or damaged; upgrade this node", l.Index, err)
 	}
 	if err := checkEnvelope(l.Index, env); err != nil {
