@@ -34,8 +34,10 @@ const maxBatch = 256
 // processes them in order and may block on the broker without stalling the
 // connection's other channels or its heartbeats.
 type channel struct {
-	c    *conn
-	id   uint16
+	c  *conn
+	id uint16
+	// self is the channel's name in commands (ref), made once.
+	self atomic.Pointer[proto.ChannelRef]
 	in   chan item
 	quit chan struct{}
 	done chan struct{}
@@ -98,8 +100,16 @@ func newChannel(c *conn, id uint16) *channel {
 	return ch
 }
 
+// ref names the channel in the commands it proposes. The name is the same
+// for the channel's life and nothing changes a command once made, so its
+// commands share one (a publish or an ack made one each before).
 func (ch *channel) ref() *proto.ChannelRef {
-	return &proto.ChannelRef{Node: ch.c.srv.node().NodeID(), Connection: ch.c.id, Channel: uint32(ch.id)}
+	if r := ch.self.Load(); r != nil {
+		return r
+	}
+	r := &proto.ChannelRef{Node: ch.c.srv.node().NodeID(), Connection: ch.c.id, Channel: uint32(ch.id)}
+	ch.self.Store(r)
+	return r
 }
 
 // stop ends the worker without telling the broker (the connection is gone
