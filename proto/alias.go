@@ -27,9 +27,9 @@ var (
 
 type bodyField struct {
 	body protowire.Number
-	// decode unmarshals the member's message without its body (before
-	// and after are the bytes either side of the body field) and sets it.
-	decode func(c *Command, before, after, body []byte) error
+	// decode unmarshals the member's message from the bytes either side
+	// of its body field, sets the body and returns the member.
+	decode func(before, after, body []byte) (isCommand_Cmd, error)
 }
 
 func init() {
@@ -39,24 +39,18 @@ func init() {
 	cmdIgnorable = number(cmd, "ignorable")
 	bodyFields = map[protowire.Number]bodyField{
 		number(cmd, "publish"): {body: number((&Publish{}).ProtoReflect().Descriptor(), "body"),
-			decode: func(c *Command, before, after, body []byte) error {
+			decode: func(before, after, body []byte) (isCommand_Cmd, error) {
 				p := &Publish{}
-				if err := unmarshalAround(p, before, after); err != nil {
-					return err
-				}
+				err := unmarshalAround(p, before, after)
 				p.Body = body
-				c.Cmd = &Command_Publish{Publish: p}
-				return nil
+				return &Command_Publish{Publish: p}, err
 			}},
 		number(cmd, "enqueue"): {body: number((&Enqueue{}).ProtoReflect().Descriptor(), "body"),
-			decode: func(c *Command, before, after, body []byte) error {
+			decode: func(before, after, body []byte) (isCommand_Cmd, error) {
 				e := &Enqueue{}
-				if err := unmarshalAround(e, before, after); err != nil {
-					return err
-				}
+				err := unmarshalAround(e, before, after)
 				e.Body = body
-				c.Cmd = &Command_Enqueue{Enqueue: e}
-				return nil
+				return &Command_Enqueue{Enqueue: e}, err
 			}},
 	}
 }
@@ -172,11 +166,11 @@ func unmarshalCommand(data []byte, c *Command) error {
 			member, msg, haveMsg = f, v, true
 		default:
 			// Another kind of command, or one of an unusual shape.
-			return (gproto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecursionLimit - 1}).Unmarshal(data, c)
+			return unmarshalWhole(data, c)
 		}
 	}
 	if !haveMsg {
-		return (gproto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecursionLimit - 1}).Unmarshal(data, c)
+		return unmarshalWhole(data, c)
 	}
 	// The body field, once; a message with two is decoded whole.
 	start, end := -1, -1
@@ -195,18 +189,29 @@ func unmarshalCommand(data []byte, c *Command) error {
 		}
 		b = b[n:]
 	}
+	var before, after, body []byte
 	switch start {
 	case -1:
-		return member.decode(c, msg, nil, nil)
+		before = msg
 	case -2:
 		return errShape
+	default:
+		_, _, tag := protowire.ConsumeTag(msg[start:])
+		body, _ = protowire.ConsumeBytes(msg[start+tag : end])
+		if len(body) == 0 {
+			body = nil // as proto.Unmarshal leaves an empty bytes field
+		} else {
+			body = body[:len(body):len(body)]
+		}
+		before, after = msg[:start], msg[end:]
 	}
-	_, _, tag := protowire.ConsumeTag(msg[start:])
-	body, _ := protowire.ConsumeBytes(msg[start+tag : end])
-	if len(body) == 0 {
-		body = nil // as proto.Unmarshal leaves an empty bytes field
-	} else {
-		body = body[:len(body):len(body)]
-	}
-	return member.decode(c, msg[:start], msg[end:], body)
+	var err error
+	c.Cmd, err = member.decode(before, after, body)
+	return err
+}
+
+// unmarshalWhole decodes a command by proto.Unmarshal, one message down
+// from the Envelope as in a decode of the whole entry.
+func unmarshalWhole(data []byte, c *Command) error {
+	return (gproto.UnmarshalOptions{RecursionLimit: protowire.DefaultRecursionLimit - 1}).Unmarshal(data, c)
 }
