@@ -138,21 +138,25 @@ func openLogStore(dir, kind string, inline int, log *slog.Logger) (store logStor
 		return nil, "", fmt.Errorf("cluster: %s dir: %w", walDir, err)
 	}
 	meta := &metadb.BoltMetaDB{}
-	removals := newLaterRemovals(segment.NewFiler(path, walfs.New()), path, log)
+	files := newWrittenSegments(walfs.New(), path, log)
+	removals := newLaterRemovals(segment.NewFiler(path, files), path, log)
+	removals.recycle = files.recycle
 	w, err := raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(removals))
 	if err != nil {
 		_ = meta.Close()
 		removals.close()
+		files.close()
 		bad := path
 		if strings.Contains(err.Error(), metadb.FileName) {
 			bad = filepath.Join(path, metadb.FileName)
 		}
 		return nil, "", openError(bad, err)
 	}
-	large, err := withLargeEntries(&walStore{WAL: w, dir: path, removals: removals}, path, inline)
+	large, err := withLargeEntries(&walStore{WAL: w, dir: path, removals: removals, files: files}, path, inline)
 	if err != nil {
 		_ = w.Close()
 		removals.close()
+		files.close()
 		if de := (*DataError)(nil); errors.As(err, &de) {
 			return nil, "", de
 		}
@@ -208,13 +212,15 @@ type walStore struct {
 	*raftwal.WAL
 	dir      string
 	removals *laterRemovals
+	files    *writtenSegments
 	bad      atomic.Pointer[DataError]
 }
 
-// Close closes the log and waits for the removal of the segments its
-// truncations freed.
+// Close closes the log, stops the making of a spare segment and waits for
+// the removal of the segments its truncations freed.
 func (s *walStore) Close() error {
 	err := s.WAL.Close()
+	s.files.close()
 	s.removals.close()
 	return err
 }

@@ -42,6 +42,9 @@ type laterRemovals struct {
 	// wait after each (step 0: unlinked whole).
 	step  int64
 	pause time.Duration
+	// recycle, when set, may take a freed file instead of its removal
+	// (writtenSegments.recycle).
+	recycle func(path string) bool
 
 	mu      sync.Mutex
 	queue   []segmentID
@@ -90,7 +93,12 @@ func (r *laterRemovals) run() {
 		s := r.queue[0]
 		r.queue = r.queue[1:]
 		r.mu.Unlock()
-		r.shrink(filepath.Join(r.dir, segment.FileName(types.SegmentInfo{BaseIndex: s.base, ID: s.id})))
+		path := filepath.Join(r.dir, segment.FileName(types.SegmentInfo{BaseIndex: s.base, ID: s.id}))
+		if r.recycle != nil && r.recycle(path) {
+			r.mu.Lock()
+			continue
+		}
+		r.shrink(path)
 		if err := r.SegmentFiler.Delete(s.base, s.id); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			// Not fatal: the file takes disk space until the next open
 			// removes it.

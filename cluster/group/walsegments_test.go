@@ -81,6 +81,7 @@ func openHeld(t *testing.T, dir string, crash bool) (logStore, *heldRemovals) {
 		t.Fatal(err)
 	}
 	r := s.(*largeEntries).logStore.(*walStore).removals
+	r.recycle = nil // these tests are of the removal
 	held := &heldRemovals{SegmentFiler: r.SegmentFiler, dir: r.dir, release: make(chan struct{}), crash: crash}
 	r.SegmentFiler = held // before the first append: nothing reads it yet
 	return s, held
