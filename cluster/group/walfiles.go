@@ -43,7 +43,8 @@ import (
 // used; one cut short by a crash (spareTmpName) is removed at open. When
 // no spare is ready, a segment is created as raft-wal creates it. There
 // are at most maxSpares: a segment freed while they are ready is removed
-// as before (laterRemovals).
+// as before (laterRemovals). A spare unused for spareKeep is removed, so
+// that a log gone idle gives its disk back.
 //
 // The zeros are written in steps with a sync and a pause between, so that
 // the disk takes them beside the log's own syncs rather than in one
@@ -55,10 +56,11 @@ type writtenSegments struct {
 
 	step  int           // bytes written between two syncs
 	pause time.Duration // wait after each step
+	keep  time.Duration // how long a spare waits to be used (spareKeep)
 
 	mu        sync.Mutex
-	size      uint64            // a segment's size, from the last Create
-	spares    map[string]uint64 // the ready spares' names and sizes
+	size      uint64                // a segment's size, from the last Create
+	spares    map[string]*spareFile // the ready spares by name
 	preparing bool
 	closed    bool
 	idle      *sync.Cond // signalled when a preparation ends
@@ -73,11 +75,26 @@ const (
 	// snapshots).
 	maxSpares = 2
 
-	// spareStep and sparePause write a 64 MiB spare in 16 steps with
-	// about 50 ms of pauses.
-	spareStep  = 4 << 20
-	sparePause = 3 * time.Millisecond
+	// spareStep and sparePause write a 64 MiB spare in 64 steps over
+	// about 2.5 s: the disk takes one segment's bytes a second time, and
+	// the log's syncs should queue behind as little of them as they can.
+	// A log that rotates faster than that (one segment in 2.5 s is 26 MB
+	// a second) creates the odd segment itself.
+	spareStep  = 1 << 20
+	sparePause = 40 * time.Millisecond
 )
+
+// spareKeep is how long a spare waits for the log to need it before it
+// is removed: a log that rotates does so within seconds at any rate that
+// makes the spares worth having, and one gone idle (a queue group whose
+// queues went quiet) should not hold their disk.
+const spareKeep = 5 * time.Minute
+
+// spareFile is a ready spare.
+type spareFile struct {
+	size  uint64
+	timer *time.Timer // its removal once unused for keep
+}
 
 // zeros is what a spare is written with.
 var zeros = make([]byte, 1<<20)
@@ -85,16 +102,65 @@ var zeros = make([]byte, 1<<20)
 // newWrittenSegments wraps vfs for the log in dir. A spare left whole by
 // an earlier run is kept; one cut short is removed.
 func newWrittenSegments(vfs types.VFS, dir string, log *slog.Logger) *writtenSegments {
-	w := &writtenSegments{VFS: vfs, dir: dir, log: log, step: spareStep, pause: sparePause, spares: map[string]uint64{}}
+	return newWrittenSegmentsKept(vfs, dir, log, spareKeep)
+}
+
+// newWrittenSegmentsKept is newWrittenSegments with spares kept for keep.
+func newWrittenSegmentsKept(vfs types.VFS, dir string, log *slog.Logger, keep time.Duration) *writtenSegments {
+	w := &writtenSegments{VFS: vfs, dir: dir, log: log, step: spareStep, pause: sparePause, keep: keep, spares: map[string]*spareFile{}}
 	w.idle = sync.NewCond(&w.mu)
 	_ = os.Remove(filepath.Join(dir, spareTmpName))
+	w.mu.Lock()
 	for i := range maxSpares {
 		name := spareName(i)
 		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.Mode().IsRegular() && st.Size() > 0 {
-			w.spares[name] = uint64(st.Size())
+			w.addSpare(name, uint64(st.Size()))
 		}
 	}
+	w.mu.Unlock()
 	return w
+}
+
+// addSpare records the spare name, ready, and arms its removal. Under mu.
+func (w *writtenSegments) addSpare(name string, size uint64) {
+	sp := &spareFile{size: size}
+	sp.timer = time.AfterFunc(w.keep, func() { w.expire(name, sp) })
+	w.spares[name] = sp
+}
+
+// takeSpareLocked forgets the spare name, taken or removed. Under mu.
+func (w *writtenSegments) takeSpareLocked(name string) {
+	if sp := w.spares[name]; sp != nil {
+		sp.timer.Stop()
+		delete(w.spares, name)
+	}
+}
+
+// expire removes the spare sp, still unused after keep: shrunk a step at
+// a time, as laterRemovals removes a segment, then unlinked.
+func (w *writtenSegments) expire(name string, sp *spareFile) {
+	w.mu.Lock()
+	if w.closed || w.spares[name] != sp {
+		w.mu.Unlock()
+		return
+	}
+	if w.preparing {
+		// A spare being made holds the one goroutine that writes or
+		// removes them; this one's turn comes after.
+		sp.timer.Reset(time.Second)
+		w.mu.Unlock()
+		return
+	}
+	delete(w.spares, name)
+	w.preparing = true
+	w.mu.Unlock()
+	path := filepath.Join(w.dir, name)
+	shrinkFile(path, removalStep, removalPause)
+	_ = os.Remove(path)
+	w.mu.Lock()
+	w.preparing = false
+	w.idle.Broadcast()
+	w.mu.Unlock()
 }
 
 // spareName is the name of the i-th spare.
@@ -123,15 +189,15 @@ func (w *writtenSegments) takeSpare(dir, name string, size uint64) types.Writabl
 	w.mu.Lock()
 	w.size = size
 	var spare string
-	for n, sz := range w.spares {
+	for n, sp := range w.spares {
 		switch {
-		case sz != size:
+		case sp.size != size:
 			// Left by a run with another segment size: of no use.
 			_ = os.Remove(filepath.Join(dir, n))
-			delete(w.spares, n)
+			w.takeSpareLocked(n)
 		case spare == "" && !w.closed:
 			spare = n
-			delete(w.spares, n)
+			w.takeSpareLocked(n)
 		}
 	}
 	w.mu.Unlock()
@@ -182,7 +248,7 @@ func (w *writtenSegments) recycle(path string) bool {
 	w.mu.Lock()
 	w.preparing = false
 	if err == nil {
-		w.spares[name] = size
+		w.addSpare(name, size)
 	}
 	w.idle.Broadcast()
 	w.mu.Unlock()
@@ -271,6 +337,9 @@ func (w *writtenSegments) close() {
 	}
 	w.mu.Lock()
 	w.closed = true
+	for _, sp := range w.spares {
+		sp.timer.Stop()
+	}
 	for w.preparing {
 		w.idle.Wait()
 	}

@@ -2,10 +2,13 @@ package group
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	walfs "github.com/hashicorp/raft-wal/fs"
@@ -80,6 +83,7 @@ func TestWAL_ASegmentTheCompactionFreedIsTheNextSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := filesOf(s)
+	files.pause = 0 // before the removal goroutine starts
 	spare := filepath.Join(wal, spareName(0))
 
 	// Two segments: entries 1-64 (sealed past 64 MiB) and the tail.
@@ -147,6 +151,7 @@ func TestWAL_ASpareLeftWholeIsUsedAfterAStartAndOneCutShortIsRemoved(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
+	filesOf(s).pause = 0 // before the removal goroutine starts
 	appendNumbered(t, s, 1, 71)
 	if err := s.DeleteRange(1, 64); err != nil {
 		t.Fatal(err)
@@ -187,6 +192,7 @@ func TestWAL_ASpareIsUsedOnlyForANewSegmentOfItsSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newWrittenSegments(walfs.New(), dir, discardLogger())
+	w.pause = 0
 	defer w.close()
 	const name = "00000000000000000001-0000000000000001.wal"
 	f, err := w.Create(dir, name, 1<<20)
@@ -233,5 +239,37 @@ func TestWAL_ASpareIsUsedOnlyForANewSegmentOfItsSize(t *testing.T) {
 	}
 	if n := len(w.spares); n != maxSpares {
 		t.Fatalf("%d spares, want %d", n, maxSpares)
+	}
+}
+
+func TestWAL_ASpareUnusedForItsKeepIsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	w := newWrittenSegmentsKept(walfs.New(), dir, discardLogger(), 10*time.Millisecond)
+	w.pause = 0
+	defer w.close()
+	w.size = 1 << 20
+	freed := filepath.Join(dir, "freed")
+	if err := os.WriteFile(freed, bytes.Repeat([]byte{1}, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !w.recycle(freed) {
+		t.Fatal("the freed file was not taken")
+	}
+	w.mu.Lock()
+	for len(w.spares) > 0 || w.preparing {
+		w.idle.Wait()
+	}
+	w.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, spareName(0))); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the spare unused past its keep is still there (%v)", err)
+	}
+	// A Create after it makes its segment the usual way.
+	f, err := w.Create(dir, "00000000000000000001-0000000000000001.wal", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.(io.Closer).Close()
+	if w.used.Load() != 0 {
+		t.Fatal("a removed spare was used")
 	}
 }

@@ -113,8 +113,14 @@ func (r *laterRemovals) run() {
 // shrink truncates the file at path to nothing, step by step. It is
 // unreferenced, so nothing reads it; on any error the unlink that follows
 // frees what is left.
-func (r *laterRemovals) shrink(path string) {
-	if r.step <= 0 {
+func (r *laterRemovals) shrink(path string) { shrinkFile(path, r.step, r.pause) }
+
+// shrinkFile truncates the file at path to nothing, step bytes at a time
+// with pause after each (step 0: not at all), so that no truncation
+// frees more blocks in one journal handle than an fsync of the log
+// should wait for.
+func shrinkFile(path string, step int64, pause time.Duration) {
+	if step <= 0 {
 		return
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -127,11 +133,11 @@ func (r *laterRemovals) shrink(path string) {
 		return
 	}
 	for size := info.Size(); size > 0; {
-		size = max(size-r.step, 0)
+		size = max(size-step, 0)
 		if f.Truncate(size) != nil {
 			return
 		}
-		time.Sleep(r.pause)
+		time.Sleep(pause)
 	}
 }
 
