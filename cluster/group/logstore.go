@@ -52,6 +52,10 @@ const (
 	boltLargeDir = "raft-large"
 )
 
+// walSegmentSize is the size of a write-ahead log's segment files (raft-wal's
+// default), told to raft-wal and to the reuse of freed ones (walfiles.go).
+const walSegmentSize = 64 << 20
+
 // resolveLogStore turns kind (possibly auto) into the store to open in dir.
 // A data dir never switches store: its log would be lost.
 func resolveLogStore(dir, kind string) (string, error) {
@@ -138,10 +142,10 @@ func openLogStore(dir, kind string, inline int, log *slog.Logger) (store logStor
 		return nil, "", fmt.Errorf("cluster: %s dir: %w", walDir, err)
 	}
 	meta := &metadb.BoltMetaDB{}
-	files := newWrittenSegments(walfs.New(), path, log)
+	files := newWrittenSegments(walfs.New(), path, walSegmentSize, log)
 	removals := newLaterRemovals(segment.NewFiler(path, files), path, log)
 	removals.recycle = files.recycle
-	w, err := raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(removals))
+	w, err := raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(removals), raftwal.WithSegmentSize(walSegmentSize))
 	if err != nil {
 		_ = meta.Close()
 		removals.close()

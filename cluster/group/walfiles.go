@@ -59,7 +59,7 @@ type writtenSegments struct {
 	keep  time.Duration // how long a spare waits to be used (spareKeep)
 
 	mu        sync.Mutex
-	size      uint64                // a segment's size, from the last Create
+	size      uint64                // a segment's size: given, then as raft-wal last created one
 	spares    map[string]*spareFile // the ready spares by name
 	preparing bool
 	closed    bool
@@ -99,15 +99,20 @@ type spareFile struct {
 // zeros is what a spare is written with.
 var zeros = make([]byte, 1<<20)
 
-// newWrittenSegments wraps vfs for the log in dir. A spare left whole by
-// an earlier run is kept; one cut short is removed.
-func newWrittenSegments(vfs types.VFS, dir string, log *slog.Logger) *writtenSegments {
-	return newWrittenSegmentsKept(vfs, dir, log, spareKeep)
+// newWrittenSegments wraps vfs for the log in dir, whose segments are
+// segmentSize bytes. A spare left whole by an earlier run is kept; one cut
+// short is removed.
+//
+// The size is given rather than learnt from the first Create: a restarted
+// log reopens its tail segment and creates none until it rotates, and the
+// segments its first compactions free are to be reused all the same.
+func newWrittenSegments(vfs types.VFS, dir string, segmentSize uint64, log *slog.Logger) *writtenSegments {
+	return newWrittenSegmentsKept(vfs, dir, segmentSize, log, spareKeep)
 }
 
 // newWrittenSegmentsKept is newWrittenSegments with spares kept for keep.
-func newWrittenSegmentsKept(vfs types.VFS, dir string, log *slog.Logger, keep time.Duration) *writtenSegments {
-	w := &writtenSegments{VFS: vfs, dir: dir, log: log, step: spareStep, pause: sparePause, keep: keep, spares: map[string]*spareFile{}}
+func newWrittenSegmentsKept(vfs types.VFS, dir string, segmentSize uint64, log *slog.Logger, keep time.Duration) *writtenSegments {
+	w := &writtenSegments{VFS: vfs, dir: dir, log: log, size: segmentSize, step: spareStep, pause: sparePause, keep: keep, spares: map[string]*spareFile{}}
 	w.idle = sync.NewCond(&w.mu)
 	_ = os.Remove(filepath.Join(dir, spareTmpName))
 	w.mu.Lock()
@@ -224,9 +229,8 @@ func (w *writtenSegments) takeSpare(dir, name string, size uint64) types.Writabl
 
 // recycle makes the freed segment file at path a spare, and reports
 // whether it took the file (the name is gone then, spare or not). It
-// declines when maxSpares are ready or one is being made, when no segment
-// was created yet (its size unknown), or when the file is smaller than a
-// segment (writing its missing blocks would be the cost it saves).
+// declines when maxSpares are ready or one is being made, or when the file
+// is smaller than a segment (writing its missing blocks would be the cost it saves).
 func (w *writtenSegments) recycle(path string) bool {
 	w.mu.Lock()
 	size, name := w.size, ""

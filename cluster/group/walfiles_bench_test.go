@@ -36,7 +36,6 @@ func BenchmarkSegmentAppendSync(b *testing.B) {
 			if err := os.WriteFile(old, bytes.Repeat([]byte{1}, size), 0o644); err != nil {
 				b.Fatal(err)
 			}
-			w.size = size
 			if !w.recycle(old) {
 				b.Fatal("the freed segment was not recycled")
 			}
@@ -53,7 +52,7 @@ func BenchmarkSegmentAppendSync(b *testing.B) {
 			for done := 0; done < b.N; {
 				b.StopTimer()
 				dir := b.TempDir()
-				w := newWrittenSegments(walfs.New(), dir, discardLogger())
+				w := newWrittenSegments(walfs.New(), dir, size, discardLogger())
 				w.pause = 0
 				f := open[name](b, dir, w)
 				b.StartTimer()

@@ -186,12 +186,45 @@ func TestWAL_ASpareLeftWholeIsUsedAfterAStartAndOneCutShortIsRemoved(t *testing.
 	}
 }
 
+func TestWAL_ARestartedLogReusesWhatItsFirstCompactionFrees(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := openLogStore(dir, LogStoreWAL, inlineMax, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendNumbered(t, s, 1, 71)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened, the log appends to its tail segment and creates none
+	// before its first compaction frees the sealed one.
+	s, _, err = openLogStore(dir, LogStoreWAL, inlineMax, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	filesOf(s).pause = 0 // before the removal goroutine starts
+	if err := s.DeleteRange(1, 64); err != nil {
+		t.Fatal(err)
+	}
+	s.(*largeEntries).logStore.(*walStore).removals.wait()
+	if _, err := os.Stat(filepath.Join(dir, walDir, spareName(0))); err != nil {
+		t.Fatalf("the segment freed before the restarted log's first rotation was not kept: %v", err)
+	}
+	appendNumbered(t, s, 72, 72)
+	if n := filesOf(s).used.Load(); n != 1 {
+		t.Fatalf("%d segments made from a spare, want 1", n)
+	}
+	checkNumbered(t, s, 65, 143)
+}
+
 func TestWAL_ASpareIsUsedOnlyForANewSegmentOfItsSize(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, spareName(0)), make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := newWrittenSegments(walfs.New(), dir, discardLogger())
+	w := newWrittenSegments(walfs.New(), dir, 1<<20, discardLogger())
 	w.pause = 0
 	defer w.close()
 	const name = "00000000000000000001-0000000000000001.wal"
@@ -244,10 +277,9 @@ func TestWAL_ASpareIsUsedOnlyForANewSegmentOfItsSize(t *testing.T) {
 
 func TestWAL_ASpareUnusedForItsKeepIsRemoved(t *testing.T) {
 	dir := t.TempDir()
-	w := newWrittenSegmentsKept(walfs.New(), dir, discardLogger(), 10*time.Millisecond)
+	w := newWrittenSegmentsKept(walfs.New(), dir, 1<<20, discardLogger(), 10*time.Millisecond)
 	w.pause = 0
 	defer w.close()
-	w.size = 1 << 20
 	freed := filepath.Join(dir, "freed")
 	if err := os.WriteFile(freed, bytes.Repeat([]byte{1}, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
