@@ -6,12 +6,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/types"
+
+	"github.com/raftmq/raftmq/internal/procstat"
 )
 
 // BenchmarkSegmentAppendSync is one append of 48 KiB (a batch of about
@@ -56,7 +57,7 @@ func BenchmarkSegmentAppendSync(b *testing.B) {
 				w.pause = 0
 				f := open[name](b, dir, w)
 				b.StartTimer()
-				before := processCPU()
+				before := procstat.CPU()
 				for off := 0; off+len(chunk) <= size && done < b.N; off, done = off+len(chunk), done+1 {
 					if _, err := f.WriteAt(chunk, int64(off)); err != nil {
 						b.Fatal(err)
@@ -65,7 +66,7 @@ func BenchmarkSegmentAppendSync(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				cpu += processCPU() - before
+				cpu += procstat.CPU() - before
 				b.StopTimer()
 				_ = f.(interface{ Close() error }).Close()
 				w.close()
@@ -73,11 +74,4 @@ func BenchmarkSegmentAppendSync(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 		})
 	}
-}
-
-// processCPU is the process's user and system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

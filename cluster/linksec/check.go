@@ -190,13 +190,14 @@ func (c *Checker) clientConfig(addr string) *tls.Config {
 	})
 }
 
-// Dial dials addr and, with TLS, completes a handshake within timeout.
+// Dial dials addr and, with TLS, completes a handshake within timeout; the
+// connection's writes hand the socket their records together (recordConn).
 func (c *Checker) Dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
 	raw, err := c.dial(ctx, addr, timeout)
 	if err != nil || c.tls == nil {
 		return raw, err
 	}
-	tc := tls.Client(raw, c.clientConfig(addr))
+	tc := newRecordConn(raw, c.clientConfig(addr))
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
@@ -247,6 +248,6 @@ func (c *Checker) dialVerify(ctx context.Context, id, addr string) error {
 		return err
 	}
 	defer conn.Close()
-	cert := conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
+	cert := conn.(interface{ ConnectionState() tls.ConnectionState }).ConnectionState().PeerCertificates[0]
 	return c.checkPeerCert(cert, id)
 }
