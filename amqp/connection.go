@@ -31,6 +31,8 @@ type conn struct {
 	id  string
 	nc  net.Conn
 	r   *bufio.Reader
+	// noReadDeadline: the reader knows nc has no read deadline (readFrame).
+	noReadDeadline bool
 	// logp is the connection's logger; the handshake adds the user and
 	// vhost to it while other goroutines (a server close, an admin's
 	// close_connection) may already log through it.
@@ -434,10 +436,17 @@ func (c *conn) fail(e *wire.Error) {
 
 // readFrame reads one frame with the read deadline heartbeats imply.
 func (c *conn) readFrame(timeout time.Duration) (wire.Frame, error) {
-	if timeout > 0 {
-		_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
-	} else {
-		_ = c.nc.SetReadDeadline(time.Time{})
+	// Only a read of the socket needs the deadline. A publish is three
+	// frames, most often all in the buffer already, and the clock read
+	// and deadline set for each were 3 % of a publisher's node's CPU.
+	if !wire.FrameBuffered(c.r) {
+		if timeout > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
+			c.noReadDeadline = false
+		} else if !c.noReadDeadline {
+			_ = c.nc.SetReadDeadline(time.Time{})
+			c.noReadDeadline = true
+		}
 	}
 	return wire.ReadFrame(c.r, c.frameMax)
 }

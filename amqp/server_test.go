@@ -160,6 +160,34 @@ func TestServer_SilentPeerIsDropped(t *testing.T) {
 	})
 }
 
+// A peer whose last bytes are whole frames and the start of one more, all
+// read at once, and then nothing: the frames in the reader's buffer are
+// read without the socket, and the silence after them is still counted.
+func TestServer_PeerSilentMidFrameIsDropped(t *testing.T) {
+	ts := startServer(t, Config{})
+	rc := dialRaw(t, ts.addr)
+	rc.handshake(1, 0)
+	var b []byte
+	for range 3 {
+		b = append(b, wire.FrameHeartbeat, 0, 0, 0, 0, 0, 0, wire.FrameEnd)
+	}
+	b = append(b, wire.FrameMethod, 0, 0, 0, 0)
+	rc.write(b)
+	start := time.Now()
+	_ = rc.nc.SetReadDeadline(time.Now().Add(6 * time.Second))
+	for {
+		if _, err := wire.ReadFrame(rc.r, 1<<20); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("connection not dropped: %v", err)
+			}
+			break
+		}
+	}
+	if d := time.Since(start); d < 1500*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("dropped after %v, want about two intervals", d)
+	}
+}
+
 func TestServer_WrongProtocolHeaders(t *testing.T) {
 	ts := startServer(t, Config{})
 	cases := map[string][]byte{

@@ -29,6 +29,17 @@ type Frame struct {
 	Payload []byte
 }
 
+// FrameBuffered reports whether the next frame is whole in r's buffer, so
+// that reading it reads nothing from the connection under r.
+func FrameBuffered(r *bufio.Reader) bool {
+	n := r.Buffered()
+	if n < FrameHeaderSize {
+		return false
+	}
+	hdr, _ := r.Peek(FrameHeaderSize) // buffered: reads nothing
+	return uint64(n) >= uint64(binary.BigEndian.Uint32(hdr[3:7]))+FrameOverhead
+}
+
 // ReadFrame reads one frame. frameMax is the negotiated frame-max (the
 // largest frame, overhead included; values below FrameMinSize count as
 // FrameMinSize). A frame whose size exceeds it, an unknown frame type or a
