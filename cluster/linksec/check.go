@@ -177,9 +177,9 @@ func (c *Checker) InternalCredentials(id string) credentials.TransportCredential
 	if c.tls == nil {
 		return insecure.NewCredentials()
 	}
-	return credentials.NewTLS(c.tls.clientConfig(func(cert *x509.Certificate) error {
+	return recordCredentials{credentials.NewTLS(c.tls.clientConfig(func(cert *x509.Certificate) error {
 		return c.checkPeerCert(cert, id)
-	}))
+	}))}
 }
 
 // clientConfig is the configuration to dial addr: the server must name
@@ -197,14 +197,14 @@ func (c *Checker) Dial(ctx context.Context, addr string, timeout time.Duration) 
 	if err != nil || c.tls == nil {
 		return raw, err
 	}
-	tc := newRecordConn(raw, c.clientConfig(addr))
+	rc, tc := recordClient(raw, c.clientConfig(addr))
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
 		_ = raw.Close()
 		return nil, fmt.Errorf("cluster: TLS with %s: %w", addr, err)
 	}
-	return tc, nil
+	return rc, nil
 }
 
 // VerifyPeer checks, before the leader adds a member as a voter, that the

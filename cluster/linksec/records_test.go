@@ -2,6 +2,7 @@ package linksec
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"io"
@@ -25,23 +26,31 @@ func (c *countedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// recordPair dials a recordConn to a TLS server of the cluster secret on
-// loopback, handshaken; serve runs on the server's side of it.
-func recordPair(t testing.TB, serve func(s *tls.Conn)) (*recordConn, *countedConn) {
+// secretEnds are the TLS of two nodes of one cluster secret, n1 to serve
+// on ln and n2 to dial it.
+func secretEnds(t testing.TB) (srv, cli *TLS, ln net.Listener) {
 	t.Helper()
 	srv, err := SecretTLS(testSecret, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := SecretTLS(testSecret, "n2")
+	cli, err = SecretTLS(testSecret, "n2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
+	return srv, cli, ln
+}
+
+// recordPair dials a recordConn to a TLS server of the cluster secret on
+// loopback, handshaken; serve runs on the server's side of it.
+func recordPair(t testing.TB, serve func(s *tls.Conn)) (*recordConn, *countedConn) {
+	t.Helper()
+	srv, cli, ln := secretEnds(t)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -59,9 +68,9 @@ func recordPair(t testing.TB, serve func(s *tls.Conn)) (*recordConn, *countedCon
 		t.Fatal(err)
 	}
 	counted := &countedConn{Conn: raw}
-	c := newRecordConn(counted, cli.clientConfig(nil))
+	c, tc := recordClient(counted, cli.clientConfig(nil))
 	t.Cleanup(func() { _ = c.Close() })
-	if err := c.Handshake(); err != nil {
+	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
 	return c, counted
@@ -181,5 +190,74 @@ func BenchmarkTLSWrite(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64((procstat.CPU()-before).Microseconds())/float64(b.N), "cpu-us/op")
 		})
+	}
+}
+
+// The internal service's credentials, both ends: what each writes goes to
+// its socket in a few writes, and arrives whole.
+func TestRecordCredentials_BothEndsWriteRecordsTogether(t *testing.T) {
+	srv, cli, ln := secretEnds(t)
+	const size = 1 << 20
+	type end struct {
+		conn    net.Conn
+		counted *countedConn
+	}
+	served := make(chan end, 1)
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			served <- end{}
+			return
+		}
+		counted := &countedConn{Conn: raw}
+		conn, _, err := srv.GRPCCredentials().ServerHandshake(counted)
+		if err != nil {
+			_ = raw.Close()
+			served <- end{}
+			return
+		}
+		served <- end{conn, counted}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &countedConn{Conn: raw}
+	checker := NewChecker(cli, View{Self: "n2"}, nil)
+	conn, _, err := checker.InternalCredentials("n1").ClientHandshake(context.Background(), "n1", counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s := <-served
+	if s.conn == nil {
+		t.Fatal("the server's handshake failed")
+	}
+	defer s.conn.Close()
+	for _, dir := range []struct {
+		name     string
+		from, to net.Conn
+		counted  *countedConn
+	}{{"client to server", conn, s.conn, counted}, {"server to client", s.conn, conn, s.counted}} {
+		want := make([]byte, size)
+		_, _ = rand.Read(want)
+		got := make(chan []byte, 1)
+		go func() {
+			b := make([]byte, size)
+			if _, err := io.ReadFull(dir.to, b); err != nil {
+				b = nil
+			}
+			got <- b
+		}()
+		before := dir.counted.writes.Load()
+		if n, err := dir.from.Write(want); n != size || err != nil {
+			t.Fatalf("%s: Write: %d, %v", dir.name, n, err)
+		}
+		if w, most := dir.counted.writes.Load()-before, int64(size/recordFlushAt+1); w > most {
+			t.Fatalf("%s: 1 MiB went to the socket in %d writes, want at most %d", dir.name, w, most)
+		}
+		if b := <-got; !bytes.Equal(b, want) {
+			t.Fatalf("%s: other bytes arrived than were written", dir.name)
+		}
 	}
 }

@@ -161,10 +161,10 @@ func (t *TLS) CAPEM() []byte {
 func (t *TLS) GRPCCredentials() credentials.TransportCredentials {
 	c := t.ServerConfig()
 	if !t.optionalClient {
-		return credentials.NewTLS(c)
+		return recordCredentials{credentials.NewTLS(c)}
 	}
 	c.ClientAuth = tls.VerifyClientCertIfGiven
-	return &tlsOrPlain{tls: credentials.NewTLS(c)}
+	return recordCredentials{&tlsOrPlain{tls: credentials.NewTLS(c)}}
 }
 
 // tlsOrPlain serves TLS to clients that start a TLS handshake and plain
