@@ -34,13 +34,13 @@ var recordBufs = sync.Pool{New: func() any {
 	return &b
 }}
 
-// heldWrites is the socket under a recordConn's TLS: while holding, what
-// TLS writes is kept in buf and written in one go.
+// heldWrites is the socket under a recordConn's TLS: while a Write holds
+// it, what TLS writes is kept in buf and written in one go.
 type heldWrites struct {
 	net.Conn
 
 	mu      sync.Mutex
-	holding bool
+	holders int // Writes of the TLS connection under way
 	buf     *[]byte
 	err     error // the first failed write: every later write fails with it
 
@@ -55,7 +55,7 @@ func (h *heldWrites) Write(p []byte) (int, error) {
 	if h.err != nil {
 		return 0, h.err
 	}
-	if !h.holding {
+	if h.holders == 0 {
 		n, err := h.Conn.Write(p)
 		h.err = err
 		return n, err
@@ -69,15 +69,20 @@ func (h *heldWrites) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// hold starts keeping what TLS writes.
+// hold starts keeping what TLS writes, for one Write.
 func (h *heldWrites) hold() {
 	h.mu.Lock()
-	h.holding = true
-	h.buf = recordBufs.Get().(*[]byte)
+	if h.holders == 0 {
+		h.buf = recordBufs.Get().(*[]byte)
+	}
+	h.holders++
 	h.mu.Unlock()
 }
 
-// release writes what was kept and stops keeping.
+// release writes what was kept, and stops keeping once no Write holds.
+// Writes of one connection from several goroutines take turns in the TLS
+// connection, and each one's records are written by its release at the
+// latest.
 func (h *heldWrites) release() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -90,10 +95,11 @@ func (h *heldWrites) release() error {
 	if err == nil {
 		err = h.writeHeldLocked()
 	}
-	h.holding = false
-	*h.buf = (*h.buf)[:0]
-	recordBufs.Put(h.buf)
-	h.buf = nil
+	if h.holders--; h.holders == 0 {
+		*h.buf = (*h.buf)[:0]
+		recordBufs.Put(h.buf)
+		h.buf = nil
+	}
 	return err
 }
 

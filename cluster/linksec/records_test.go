@@ -107,6 +107,44 @@ func TestRecordConn_AWritesRecordsGoToTheSocketTogether(t *testing.T) {
 	}
 }
 
+// Writes from several goroutines at once: each arrives whole, and none is
+// left waiting in the socket's buffer.
+func TestRecordConn_WritesFromManyGoroutines(t *testing.T) {
+	const writers, each, size = 8, 50, 10 << 10
+	got := make(chan []byte, 1)
+	c, _ := recordPair(t, func(s *tls.Conn) {
+		b := make([]byte, writers*each*size)
+		if _, err := io.ReadFull(s, b); err != nil {
+			b = nil
+		}
+		got <- b
+	})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chunk := bytes.Repeat([]byte{byte(w + 1)}, size)
+			for range each {
+				if _, err := c.Write(chunk); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b := <-got
+	if b == nil {
+		t.Fatal("the server did not read every write")
+	}
+	for off := 0; off < len(b); off += size {
+		if w := b[off]; w == 0 || len(bytes.Trim(b[off:off+size], string([]byte{w}))) != 0 {
+			t.Fatalf("the write at %d arrived mixed with another", off)
+		}
+	}
+}
+
 // stallConn is a socket whose writes, once stalled, block until it is
 // closed, as a write to a peer that reads nothing does once the buffers
 // are full; a deadline does not end them.
