@@ -16,7 +16,7 @@ import (
 // receiver's TCP work in the sender's call. recordConn hands the socket
 // the records of one Write in one write (up to recordFlushAt at a time).
 // On loopback, writes of 256 KiB took about a fifth less CPU, both ends
-// together, and moved an eighth more a second (BenchmarkTLSWrite).
+// together, and moved a third more a second (BenchmarkTLSWrite).
 //
 // Only the records of a Write wait: the handshake's, an alert, or a
 // post-handshake message the connection sends while it reads go to the
