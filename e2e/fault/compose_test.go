@@ -336,10 +336,34 @@ func (c *cluster) startNodes() {
 	}
 }
 
-// freeze stops node i's processes (SIGSTOP to the container, docker
-// pause); thaw resumes them.
-func (c *cluster) freeze(i int) { c.docker("pause", c.nodes[i].container) }
-func (c *cluster) thaw(i int)   { c.docker("unpause", c.nodes[i].container) }
+// freeze stops node i's processes (docker pause, the cgroup freezer);
+// thaw resumes them. The freezer gives up on a task it cannot stop
+// within its retries, as one in a long fsync on a loaded disk can be
+// (runc's "unable to freeze", moby/moby#48205); runc thaws the container
+// again then, so the pause is tried again.
+func (c *cluster) freeze(i int) {
+	c.t.Helper()
+	args := []string{"pause", c.nodes[i].container}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+		cancel()
+		if err == nil {
+			return
+		}
+		if attempt < freezeAttempts && strings.Contains(string(out), "unable to freeze") {
+			c.t.Logf("docker pause of %s, attempt %d: %s", c.nodes[i].id, attempt, strings.TrimSpace(string(out)))
+			continue
+		}
+		c.t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (c *cluster) thaw(i int) { c.docker("unpause", c.nodes[i].container) }
+
+// freezeAttempts is how many times a pause the freezer gave up on is
+// tried.
+const freezeAttempts = 5
 
 // comeBack waits until node i is ready again; one that exits or stays
 // unready is recorded in notBack with its log.
