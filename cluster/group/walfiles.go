@@ -59,7 +59,7 @@ type writtenSegments struct {
 	keep  time.Duration // how long a spare waits to be used (spareKeep)
 
 	mu        sync.Mutex
-	size      uint64                // a segment's size: given, then as raft-wal last created one
+	size      uint64                // a segment's size, as raft-wal is told (walSegmentSize)
 	spares    map[string]*spareFile // the ready spares by name
 	preparing bool
 	closed    bool
@@ -192,7 +192,6 @@ func (w *writtenSegments) takeSpare(dir, name string, size uint64) types.Writabl
 		return nil
 	}
 	w.mu.Lock()
-	w.size = size
 	var spare string
 	for n, sp := range w.spares {
 		switch {
