@@ -488,7 +488,7 @@ func (n *Node) removeGroupVoter(ctx context.Context, gid, id string) error {
 	// Reconcile adds alive members as voters of the metadata group: the
 	// removal holds until gossip no longer sees the node alive, or it
 	// is grown back.
-	n.removed.Store(id, true)
+	n.removed.Store(id, n.removedBoot(id))
 	if err := n.await(ctx, r.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 		n.removed.Delete(id)
 		return group.MapRaftError(err)

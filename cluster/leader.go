@@ -253,9 +253,7 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) {
 			continue
 		}
 		srv, in := inConfig[id]
-		if m.Health != HealthAlive {
-			n.removed.Delete(id)
-		}
+		n.forgetRestarted(id, m)
 		switch m.Health {
 		case HealthAlive:
 			if !in || n.reach.SilentFor(id, now) < n.cfg.NodeDownAfter/2 {

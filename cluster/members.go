@@ -23,10 +23,13 @@ import (
 type roster struct {
 	gossip  *membership.Gossip
 	members *membership.Table // gossip.Members()
-	// removed holds the servers an operator removed (RemoveNode) while
-	// they were alive: reconcile adds alive members as voters, and would
-	// undo the removal at its next round. An id is forgotten once gossip
-	// no longer sees the member alive, so a node that comes back joins.
+	// removed holds the servers an operator removed (RemoveNode, shrink),
+	// each with the boot its gossip announced then (removedBoot):
+	// reconcile adds alive members as voters, and would undo the removal
+	// at its next round. The removal holds while the node runs that boot,
+	// reachable or not: a node cut off when it was removed and reachable
+	// again stays out (it counts itself out, queue_steer.go). Once it has
+	// restarted it joins again (forgetRestarted).
 	removed sync.Map
 
 	reach *membership.Reach // whom this node's raft and pings reach
@@ -178,6 +181,31 @@ type MemberInfo struct {
 	// Protocol is the command protocol the member announces (0: none
 	// heard; the leader counts it as 1).
 	Protocol uint32
+}
+
+// removedBoot is the boot gossip knows for id, kept with an operator's
+// removal of it (0 when gossip has not heard of it, or it is of a
+// release that announces none).
+func (n *Node) removedBoot(id string) int64 {
+	if m, ok := n.members.Get(id); ok {
+		return m.Meta.GetBootMs()
+	}
+	return 0
+}
+
+// forgetRestarted forgets an operator's removal of id once its member m
+// announces another boot than the one it ran when removed: the node was
+// restarted, and joins again. A node without a known boot is forgotten as
+// soon as gossip no longer sees it alive (it may be restarting).
+func (n *Node) forgetRestarted(id string, m membership.Member) {
+	v, ok := n.removed.Load(id)
+	if !ok {
+		return
+	}
+	boot, now := v.(int64), m.Meta.GetBootMs()
+	if (boot != 0 && now != 0 && now != boot) || ((boot == 0 || now == 0) && m.Health != HealthAlive) {
+		n.removed.Delete(id)
+	}
 }
 
 // Members lists the gossip members and the raft configuration's servers,

@@ -504,7 +504,7 @@ func (n *Node) RemoveNode(id string) error {
 	if _, ok := n.server(id); !ok {
 		return fmt.Errorf("cluster: node %q is not in the raft configuration", id)
 	}
-	n.removed.Store(id, true)
+	n.removed.Store(id, n.removedBoot(id))
 	if err := n.await(context.Background(), n.group.Raft().RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 		n.removed.Delete(id)
 		return fmt.Errorf("cluster: remove %s: %w", id, group.MapRaftError(err))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -284,7 +285,10 @@ func TestQueueGroups_LogsTakeTheMetadataLevelAndTheirNumber(t *testing.T) {
 // configuration still names it a voter and its log a member. Once it
 // has heard from no metadata leader for ten election timeouts it counts
 // itself out, and closes the queue groups whose leaders no longer send
-// to it; the others never notice.
+// to it; the others never notice. The cut lasts until gossip declares
+// the node dead: reachable again, the node running the same boot stays
+// out (the shrink holds), and once restarted it is a voter again and the
+// groups are spread over it.
 func TestQueueGroups_ShrunkWhileCutOffClosesItsGroups(t *testing.T) {
 	c := clustertest.New(t, 4, clustertest.WithConfig(following(3)))
 	l := c.WaitForLeader(clustertest.Timeout)
@@ -320,15 +324,74 @@ func TestQueueGroups_ShrunkWhileCutOffClosesItsGroups(t *testing.T) {
 		}
 	}
 	kept := len(victim.Groups())
+	// What a node down for good looks like to the leader: gossip too
+	// finds it dead, not only raft unreached.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, m := range l.Members() {
+			if m.ID == id && m.Health != cluster.HealthDead {
+				return fmt.Errorf("%s is %q to %s", id, m.Health, l.NodeID())
+			}
+		}
+		return nil
+	})
 	c.Heal()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, m := range l.Members() {
+			if m.ID == id && m.Health != cluster.HealthAlive {
+				return fmt.Errorf("%s is %q to %s", id, m.Health, l.NodeID())
+			}
+		}
+		return nil
+	})
 	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
 		if gs := victim.Groups(); len(gs) != 1 {
-			return fmt.Errorf("%s runs %d groups", id, len(gs))
+			return fmt.Errorf("%s runs %d groups: %s", id, len(gs), groupViews(c, gs))
 		}
 		return nil
 	})
 	t.Logf("%s ran %d groups when healed, the metadata group alone since", id, kept)
 	commitThroughLeaders(t, c, queueGroupIDs)
+	if slices.Contains(voters(l), id) {
+		t.Fatalf("%s is a voter again without a restart: %v", id, voters(l))
+	}
+
+	c.Restart(c.Index(id))
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		if !slices.Contains(voters(l), id) {
+			return fmt.Errorf("%s not a voter after its restart: %v", id, voters(l))
+		}
+		if gs := c.Nodes[c.Index(id)].Node().Groups(); len(gs) == 1 {
+			return fmt.Errorf("%s runs no queue group after its restart", id)
+		}
+		return nil
+	})
+	commitThroughLeaders(t, c, queueGroupIDs)
+}
+
+// groupViews describes, for a failure, how each live node sees the groups
+// of gs: its raft state, the leader it knows, the term and the members
+// of its configuration (with * for those it finds online).
+func groupViews(c *clustertest.Cluster, gs []cluster.GroupStatus) string {
+	var b strings.Builder
+	for _, g := range gs {
+		fmt.Fprintf(&b, "\n  %s:", g.Name)
+		for _, n := range c.Live() {
+			for _, v := range n.Groups() {
+				if v.ID != g.ID {
+					continue
+				}
+				fmt.Fprintf(&b, " %s=%s/leader %q/term %d/members", n.NodeID(), v.State, v.Leader, v.Term)
+				for _, m := range v.Members {
+					fmt.Fprintf(&b, " %s", m.ID)
+					if m.Online {
+						b.WriteString("*")
+					}
+				}
+				b.WriteString(";")
+			}
+		}
+	}
+	return b.String()
 }
 
 // On three nodes, each leads the group it is meant to lead; the leader
