@@ -72,6 +72,9 @@ func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerSt
 		}
 		first.Sync.Channels = append(first.Sync.Channels, sc)
 	}
+	for _, t := range sync.Timeouts {
+		first.Sync.Timeouts = append(first.Sync.Timeouts, &proto.SyncTimeout{Index: t.Index, Effect: effectProto(t.Effect)})
+	}
 	if err := stream.Send(first); err != nil {
 		return err
 	}
@@ -494,6 +497,7 @@ func (f *effectsFollower) sync(sink fsm.Sink, s *proto.EffectsSync) {
 			}
 		}
 	}
+	f.timedOut(sink, s, held, consuming)
 	// A channel the log no longer holds was closed: a channel opened
 	// again under its key is numbered from 1. Unless a consumer of it
 	// committed after the sync's index: then the member is behind, the
@@ -518,6 +522,56 @@ func (f *effectsFollower) sync(sink fsm.Sink, s *proto.EffectsSync) {
 			}
 		}
 	}
+}
+
+// timedOut tells the node's channels the consumer timeouts of a sync
+// that a broken stream did not bring: a consumer of this node that the
+// sync no longer holds, and that committed before the entry that timed
+// it (or its channel) out, went by that timeout, and its client is told
+// as the stream would have told it (the channel closed with 406, or the
+// timeout's basic.cancel), not as of a consumer whose queue went. A
+// timeout the node was told already found its consumers gone here; one
+// of a channel since opened again under its key finds only consumers
+// that committed after it. Under f.mu.
+func (f *effectsFollower) timedOut(sink fsm.Sink, s *proto.EffectsSync, held, consuming map[string]bool) {
+	for _, t := range s.GetTimeouts() {
+		if t.GetIndex() > s.GetIndex() {
+			continue // not the sync's own: the stream brings it
+		}
+		switch k := t.GetEffect().GetKind().(type) {
+		case *proto.Effect_ConsumerTimedOut:
+			c := k.ConsumerTimedOut
+			key := consumerKey(c.GetConsumer())
+			if at, ok := f.consumers[key]; !ok || consuming[key] || at.index >= t.GetIndex() {
+				continue
+			}
+			delete(f.consumers, key)
+			if sink != nil {
+				sink.ConsumerTimedOut(c.GetConsumer(), c.GetTimeout(), c.GetTags())
+			}
+		case *proto.Effect_ChannelTimedOut:
+			ch := k.ChannelTimedOut
+			prefix := refKey(ch.GetChannel()) + "\x00"
+			if held[refKey(ch.GetChannel())] || !f.consumedBefore(prefix, t.GetIndex()) {
+				continue
+			}
+			f.dropChannel(prefix)
+			if sink != nil {
+				sink.ChannelTimedOut(ch.GetChannel(), ch.GetTimeout())
+			}
+		}
+	}
+}
+
+// consumedBefore reports whether a consumer whose key starts with prefix
+// (a channel's) committed before index. Under f.mu.
+func (f *effectsFollower) consumedBefore(prefix string, index uint64) bool {
+	for k, c := range f.consumers {
+		if strings.HasPrefix(k, prefix) && c.index < index {
+			return true
+		}
+	}
+	return false
 }
 
 // hand hands on a run of effects from the stream, in order.

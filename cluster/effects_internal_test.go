@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"fmt"
+
 	"github.com/hashicorp/raft"
 	"math"
 	"slices"
@@ -11,11 +13,21 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
-// tagSink records the tags of the deliveries handed to it.
+// tagSink records the tags of the deliveries handed to it, and the
+// consumers cancelled and timed out.
 type tagSink struct {
 	fsm.DiscardSink
 	tags      []uint64
 	cancelled []string
+	timedOut  []string // consumer tags, and channels as "ch<n>"
+}
+
+func (s *tagSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
+	s.timedOut = append(s.timedOut, fmt.Sprintf("%s/%d/%v", c.GetTag(), timeout, tags))
+}
+
+func (s *tagSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
+	s.timedOut = append(s.timedOut, fmt.Sprintf("ch%d/%d", ch.GetChannel(), timeout))
 }
 
 func (s *tagSink) ConsumerCancelled(c *proto.ConsumerRef) {
@@ -131,6 +143,56 @@ func TestEffectsFollower_AConsumerGoneFromTheSyncIsCancelled(t *testing.T) {
 	if len(s.cancelled) != 1 {
 		t.Fatalf("a consumer its client cancelled, or one still there, was cancelled: %v", s.cancelled)
 	}
+}
+
+// A consumer of this node timed out in the group while the stream was
+// down is told as a timeout, not as a cancel: the sync brings the
+// member's last timeouts with their indexes. A timeout is told once, and
+// only to consumers that committed before it (not to a channel opened
+// again under its key); a consumer gone for another reason is cancelled.
+func TestEffectsFollower_ATimeoutMissedWhileDownIsToldAsATimeout(t *testing.T) {
+	ref := func(ch uint32, tag string) *proto.ConsumerRef {
+		return &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: "x", Connection: "c", Channel: ch}, Tag: tag}
+	}
+	consume := func(c *proto.ConsumerRef) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_Consume{Consume: &proto.Consume{Queue: "q", Consumer: c}}}
+	}
+	consumerTimeout := func(index uint64, c *proto.ConsumerRef, tags ...uint64) *proto.SyncTimeout {
+		return &proto.SyncTimeout{Index: index, Effect: &proto.Effect{Kind: &proto.Effect_ConsumerTimedOut{
+			ConsumerTimedOut: &proto.ConsumerTimeoutEffect{Consumer: c, Timeout: 30000, Tags: tags}}}}
+	}
+	channelTimeout := func(index uint64, c *proto.ConsumerRef) *proto.SyncTimeout {
+		return &proto.SyncTimeout{Index: index, Effect: &proto.Effect{Kind: &proto.Effect_ChannelTimedOut{
+			ChannelTimedOut: &proto.ChannelTimeoutEffect{Channel: c.GetChannel(), Timeout: 1000}}}}
+	}
+	f := &effectsFollower{last: map[string]uint64{}, consumers: map[string]consumerAt{}}
+	s := &tagSink{}
+	a, b, gone, again := ref(1, "a"), ref(2, "b"), ref(3, "gone"), ref(4, "again")
+	f.committed([]*proto.Command{consume(a), consume(b), consume(gone)}, []*proto.Result{{Index: 5}, {Index: 6}, {Index: 7}})
+	f.committed([]*proto.Command{consume(again)}, []*proto.Result{{Index: 12}})
+	// While the stream was down: a timed out at 8 (two deliveries
+	// requeued), b's channel at 9, gone's queue deleted; again's channel
+	// timed out at 10, then opened again under its key and consumed at
+	// 12, and that consumer's queue deleted since.
+	sync := &proto.EffectsSync{Index: 20, Timeouts: []*proto.SyncTimeout{
+		consumerTimeout(8, a, 3, 4), channelTimeout(9, b), channelTimeout(10, again)}}
+	f.sync(s, sync)
+	if want := []string{"a/30000/[3 4]", "ch2/1000"}; !slices.Equal(s.timedOut, want) {
+		t.Fatalf("timed out %v, want %v", s.timedOut, want)
+	}
+	if want := []string{"again", "gone"}; !slices.Equal(sortedCopy(s.cancelled), want) {
+		t.Fatalf("cancelled %v, want %v", s.cancelled, want)
+	}
+	f.sync(s, sync)
+	if len(s.timedOut) != 2 || len(s.cancelled) != 2 {
+		t.Fatalf("told again: timed out %v, cancelled %v", s.timedOut, s.cancelled)
+	}
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
 }
 
 // A node's keepalive ask is held to the bounds: none stays none, too

@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/fsm/fsmtest"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -132,6 +133,72 @@ func TestEffects_ANonMemberGetsItsChannelsEffectsFromAMember(t *testing.T) {
 	c.Kill(c.Index(members[0]))
 	publish(10, 20)
 	received(20)
+}
+
+// A consumer of a node outside the group that times out while the node's
+// stream is down (the node frozen, so nothing reaches it) is told as the
+// timeout it was once the node is back, not as a consumer whose queue
+// went: the member's sync brings the timeouts it applied. Only that
+// consumer's channel loses it.
+func TestEffects_ATimeoutWhileTheStreamIsDownIsToldAsATimeout(t *testing.T) {
+	const timeout = 2 * time.Second
+	c, members, x, sink, submit := outsiderConsuming(t, func(cfg *cluster.Config) {
+		cfg.ConsumerTimeout = timeout
+		cfg.NodeDownAfter = time.Hour // the frozen node is not declared down
+	})
+	// A consume through the node itself, as its AMQP server makes them:
+	// the node knows its consumer from the commit.
+	submit(declareWithArgs("late"))
+	ch := &proto.ChannelRef{Node: x.NodeID(), Connection: "conn-2", Channel: 1}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		res, err := x.SubmitGroup(ctxT(t, 3*time.Second), effectsGroup, []*proto.Command{consumeOn(ch, "late", "mine", 10)})
+		if err != nil {
+			return err
+		}
+		requireFSM(t, res)
+		return nil
+	})
+	submit(fsmtest.Enqueue("/", "", "late", "m", &proto.Properties{}, "late"))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if len(sink.deliveriesTo("mine")) != 1 {
+			return fmt.Errorf("%s has not got the message", x.NodeID())
+		}
+		return nil
+	})
+	c.FreezeButGossip(x.NodeID())
+	t.Cleanup(c.Heal)
+	member := c.Nodes[c.Index(members[1])].Node()
+	clustertest.Eventually(t, clustertest.Timeout+timeout, func() error {
+		var consumers int
+		if !member.ViewGroup(effectsGroup, func(m *fsm.Machine) {
+			for _, nc := range m.NodeChannels(x.NodeID()) {
+				if nc.Ref.GetConnection() == ch.GetConnection() {
+					consumers += len(nc.Consumers)
+				}
+			}
+		}) {
+			return fmt.Errorf("%s does not run %s", member.NodeID(), effectsGroup)
+		}
+		if consumers != 0 {
+			return fmt.Errorf("%s's consumer has not timed out yet", x.NodeID())
+		}
+		return nil
+	})
+	if got := sink.timedOutConsumers(); len(got) != 0 {
+		t.Fatalf("%s was told while frozen: %v", x.NodeID(), got)
+	}
+	c.Heal()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if got := sink.timedOutConsumers(); len(got) != 1 || got[0].GetTag() != "mine" {
+			return fmt.Errorf("%s told of timeouts %v, want mine's", x.NodeID(), got)
+		}
+		return nil
+	})
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.cancelled) != 0 || len(sink.timedOut) != 0 {
+		t.Fatalf("%s was told of cancels %v and channels timed out %v as well", x.NodeID(), sink.cancelled, sink.timedOut)
+	}
 }
 
 // A member that stops answering while gossip still finds it alive (its

@@ -414,10 +414,17 @@ func (x *EffectsMessage) GetEffects() []*Effect {
 // keepalive_ms is how often at least the member sends a message (the
 // request's, as the member bounds it; 0: no promise).
 type EffectsSync struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index" json:"index,omitempty"`
-	Channels      []*SyncChannel         `protobuf:"bytes,2,rep,name=channels" json:"channels,omitempty"`
-	KeepaliveMs   uint32                 `protobuf:"varint,3,opt,name=keepalive_ms,json=keepaliveMs" json:"keepalive_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Index       uint64                 `protobuf:"varint,1,opt,name=index" json:"index,omitempty"`
+	Channels    []*SyncChannel         `protobuf:"bytes,2,rep,name=channels" json:"channels,omitempty"`
+	KeepaliveMs uint32                 `protobuf:"varint,3,opt,name=keepalive_ms,json=keepaliveMs" json:"keepalive_ms,omitempty"`
+	// The consumer timeouts of the node's channels and consumers the
+	// member applied last (at most a bound of them, whatever the stream
+	// they were sent on), each with the index of the entry that decided
+	// it, in log order: a node whose stream broke as one fell due tells its
+	// client as the log decided (406 or the timeout's basic.cancel), not as
+	// a consumer gone. A member of a release before it sends none.
+	Timeouts      []*SyncTimeout `protobuf:"bytes,4,rep,name=timeouts" json:"timeouts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -473,6 +480,67 @@ func (x *EffectsSync) GetKeepaliveMs() uint32 {
 	return 0
 }
 
+func (x *EffectsSync) GetTimeouts() []*SyncTimeout {
+	if x != nil {
+		return x.Timeouts
+	}
+	return nil
+}
+
+// SyncTimeout is a consumer timeout (channel_timed_out or
+// consumer_timed_out) and the index of the entry that decided it.
+type SyncTimeout struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index" json:"index,omitempty"`
+	Effect        *Effect                `protobuf:"bytes,2,opt,name=effect" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncTimeout) Reset() {
+	*x = SyncTimeout{}
+	mi := &file_internal_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncTimeout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncTimeout) ProtoMessage() {}
+
+func (x *SyncTimeout) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncTimeout.ProtoReflect.Descriptor instead.
+func (*SyncTimeout) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SyncTimeout) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SyncTimeout) GetEffect() *Effect {
+	if x != nil {
+		return x.Effect
+	}
+	return nil
+}
+
 // SyncChannel is one channel of the node in the log: its consumers and
 // the deliveries to them not settled yet, ascending by tag.
 type SyncChannel struct {
@@ -486,7 +554,7 @@ type SyncChannel struct {
 
 func (x *SyncChannel) Reset() {
 	*x = SyncChannel{}
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +566,7 @@ func (x *SyncChannel) String() string {
 func (*SyncChannel) ProtoMessage() {}
 
 func (x *SyncChannel) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +579,7 @@ func (x *SyncChannel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChannel.ProtoReflect.Descriptor instead.
 func (*SyncChannel) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{7}
+	return file_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SyncChannel) GetChannel() *ChannelRef {
@@ -554,7 +622,7 @@ type RemoteDelivery struct {
 
 func (x *RemoteDelivery) Reset() {
 	*x = RemoteDelivery{}
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +634,7 @@ func (x *RemoteDelivery) String() string {
 func (*RemoteDelivery) ProtoMessage() {}
 
 func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +647,7 @@ func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteDelivery.ProtoReflect.Descriptor instead.
 func (*RemoteDelivery) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{8}
+	return file_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemoteDelivery) GetConsumer() *ConsumerRef {
@@ -669,7 +737,7 @@ type Effect struct {
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +749,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +762,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{9}
+	return file_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Effect) GetKind() isEffect_Kind {
@@ -793,7 +861,7 @@ type ChannelTimeoutEffect struct {
 
 func (x *ChannelTimeoutEffect) Reset() {
 	*x = ChannelTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +873,7 @@ func (x *ChannelTimeoutEffect) String() string {
 func (*ChannelTimeoutEffect) ProtoMessage() {}
 
 func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +886,7 @@ func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ChannelTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{10}
+	return file_internal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ChannelTimeoutEffect) GetChannel() *ChannelRef {
@@ -846,7 +914,7 @@ type ConsumerTimeoutEffect struct {
 
 func (x *ConsumerTimeoutEffect) Reset() {
 	*x = ConsumerTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +926,7 @@ func (x *ConsumerTimeoutEffect) String() string {
 func (*ConsumerTimeoutEffect) ProtoMessage() {}
 
 func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +939,7 @@ func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{11}
+	return file_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConsumerTimeoutEffect) GetConsumer() *ConsumerRef {
@@ -903,7 +971,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +983,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +996,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{12}
+	return file_internal_proto_rawDescGZIP(), []int{13}
 }
 
 // ClockReading is the callee's wall clock when it answered.
@@ -941,7 +1009,7 @@ type ClockReading struct {
 
 func (x *ClockReading) Reset() {
 	*x = ClockReading{}
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1021,7 @@ func (x *ClockReading) String() string {
 func (*ClockReading) ProtoMessage() {}
 
 func (x *ClockReading) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1034,7 @@ func (x *ClockReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReading.ProtoReflect.Descriptor instead.
 func (*ClockReading) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{13}
+	return file_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClockReading) GetWallUnixNanos() int64 {
@@ -994,7 +1062,7 @@ type DirectReply struct {
 
 func (x *DirectReply) Reset() {
 	*x = DirectReply{}
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1074,7 @@ func (x *DirectReply) String() string {
 func (*DirectReply) ProtoMessage() {}
 
 func (x *DirectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1087,7 @@ func (x *DirectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
 func (*DirectReply) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{14}
+	return file_internal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DirectReply) GetName() string {
@@ -1061,7 +1129,7 @@ type DirectReplyResult struct {
 
 func (x *DirectReplyResult) Reset() {
 	*x = DirectReplyResult{}
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1141,7 @@ func (x *DirectReplyResult) String() string {
 func (*DirectReplyResult) ProtoMessage() {}
 
 func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1154,7 @@ func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
 func (*DirectReplyResult) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{15}
+	return file_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DirectReplyResult) GetDelivered() bool {
@@ -1108,7 +1176,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1188,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1201,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{16}
+	return file_internal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -1168,7 +1236,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[17]
+	mi := &file_internal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1248,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[17]
+	mi := &file_internal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1261,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{17}
+	return file_internal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -1271,7 +1339,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[18]
+	mi := &file_internal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1351,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[18]
+	mi := &file_internal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1364,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{18}
+	return file_internal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -1387,7 +1455,7 @@ type GroupLead struct {
 
 func (x *GroupLead) Reset() {
 	*x = GroupLead{}
-	mi := &file_internal_proto_msgTypes[19]
+	mi := &file_internal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1467,7 @@ func (x *GroupLead) String() string {
 func (*GroupLead) ProtoMessage() {}
 
 func (x *GroupLead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[19]
+	mi := &file_internal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1480,7 @@ func (x *GroupLead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLead.ProtoReflect.Descriptor instead.
 func (*GroupLead) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{19}
+	return file_internal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GroupLead) GetGroup() string {
@@ -1451,11 +1519,15 @@ const file_internal_proto_rawDesc = "" +
 	"\fkeepalive_ms\x18\x03 \x01(\rR\vkeepaliveMs\"i\n" +
 	"\x0eEffectsMessage\x12*\n" +
 	"\x04sync\x18\x01 \x01(\v2\x16.raftmq.v1.EffectsSyncR\x04sync\x12+\n" +
-	"\aeffects\x18\x02 \x03(\v2\x11.raftmq.v1.EffectR\aeffects\"z\n" +
+	"\aeffects\x18\x02 \x03(\v2\x11.raftmq.v1.EffectR\aeffects\"\xae\x01\n" +
 	"\vEffectsSync\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x122\n" +
 	"\bchannels\x18\x02 \x03(\v2\x16.raftmq.v1.SyncChannelR\bchannels\x12!\n" +
-	"\fkeepalive_ms\x18\x03 \x01(\rR\vkeepaliveMs\"\xaf\x01\n" +
+	"\fkeepalive_ms\x18\x03 \x01(\rR\vkeepaliveMs\x122\n" +
+	"\btimeouts\x18\x04 \x03(\v2\x16.raftmq.v1.SyncTimeoutR\btimeouts\"N\n" +
+	"\vSyncTimeout\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12)\n" +
+	"\x06effect\x18\x02 \x01(\v2\x11.raftmq.v1.EffectR\x06effect\"\xaf\x01\n" +
 	"\vSyncChannel\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x124\n" +
 	"\tconsumers\x18\x02 \x03(\v2\x16.raftmq.v1.ConsumerRefR\tconsumers\x129\n" +
@@ -1557,7 +1629,7 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_internal_proto_goTypes = []any{
 	(ForwardError)(0),             // 0: raftmq.v1.ForwardError
 	(*GroupGetsRequest)(nil),      // 1: raftmq.v1.GroupGetsRequest
@@ -1567,67 +1639,70 @@ var file_internal_proto_goTypes = []any{
 	(*EffectsRequest)(nil),        // 5: raftmq.v1.EffectsRequest
 	(*EffectsMessage)(nil),        // 6: raftmq.v1.EffectsMessage
 	(*EffectsSync)(nil),           // 7: raftmq.v1.EffectsSync
-	(*SyncChannel)(nil),           // 8: raftmq.v1.SyncChannel
-	(*RemoteDelivery)(nil),        // 9: raftmq.v1.RemoteDelivery
-	(*Effect)(nil),                // 10: raftmq.v1.Effect
-	(*ChannelTimeoutEffect)(nil),  // 11: raftmq.v1.ChannelTimeoutEffect
-	(*ConsumerTimeoutEffect)(nil), // 12: raftmq.v1.ConsumerTimeoutEffect
-	(*ClockRequest)(nil),          // 13: raftmq.v1.ClockRequest
-	(*ClockReading)(nil),          // 14: raftmq.v1.ClockReading
-	(*DirectReply)(nil),           // 15: raftmq.v1.DirectReply
-	(*DirectReplyResult)(nil),     // 16: raftmq.v1.DirectReplyResult
-	(*ForwardRequest)(nil),        // 17: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil),       // 18: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),              // 19: raftmq.v1.NodeMeta
-	(*GroupLead)(nil),             // 20: raftmq.v1.GroupLead
-	(*ChannelRef)(nil),            // 21: raftmq.v1.ChannelRef
-	(*QueueInfo)(nil),             // 22: raftmq.v1.QueueInfo
-	(*ConsumerInfo)(nil),          // 23: raftmq.v1.ConsumerInfo
-	(*ConsumerRef)(nil),           // 24: raftmq.v1.ConsumerRef
-	(*Properties)(nil),            // 25: raftmq.v1.Properties
-	(*Command)(nil),               // 26: raftmq.v1.Command
-	(*Result)(nil),                // 27: raftmq.v1.Result
+	(*SyncTimeout)(nil),           // 8: raftmq.v1.SyncTimeout
+	(*SyncChannel)(nil),           // 9: raftmq.v1.SyncChannel
+	(*RemoteDelivery)(nil),        // 10: raftmq.v1.RemoteDelivery
+	(*Effect)(nil),                // 11: raftmq.v1.Effect
+	(*ChannelTimeoutEffect)(nil),  // 12: raftmq.v1.ChannelTimeoutEffect
+	(*ConsumerTimeoutEffect)(nil), // 13: raftmq.v1.ConsumerTimeoutEffect
+	(*ClockRequest)(nil),          // 14: raftmq.v1.ClockRequest
+	(*ClockReading)(nil),          // 15: raftmq.v1.ClockReading
+	(*DirectReply)(nil),           // 16: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil),     // 17: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),        // 18: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),       // 19: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),              // 20: raftmq.v1.NodeMeta
+	(*GroupLead)(nil),             // 21: raftmq.v1.GroupLead
+	(*ChannelRef)(nil),            // 22: raftmq.v1.ChannelRef
+	(*QueueInfo)(nil),             // 23: raftmq.v1.QueueInfo
+	(*ConsumerInfo)(nil),          // 24: raftmq.v1.ConsumerInfo
+	(*ConsumerRef)(nil),           // 25: raftmq.v1.ConsumerRef
+	(*Properties)(nil),            // 26: raftmq.v1.Properties
+	(*Command)(nil),               // 27: raftmq.v1.Command
+	(*Result)(nil),                // 28: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	21, // 0: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
-	22, // 1: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	23, // 2: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	22, // 0: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
+	23, // 1: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	24, // 2: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
 	7,  // 3: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
-	10, // 4: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
-	8,  // 5: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
-	21, // 6: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
-	24, // 7: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
-	9,  // 8: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
-	24, // 9: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
-	25, // 10: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
-	9,  // 11: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
-	24, // 12: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
-	11, // 13: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
-	12, // 14: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
-	21, // 15: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
-	24, // 16: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
-	25, // 17: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	26, // 18: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	27, // 19: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
-	0,  // 20: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	20, // 21: raftmq.v1.NodeMeta.leads:type_name -> raftmq.v1.GroupLead
-	17, // 22: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	15, // 23: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	13, // 24: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
-	5,  // 25: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
-	3,  // 26: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
-	1,  // 27: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
-	18, // 28: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	16, // 29: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	14, // 30: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
-	6,  // 31: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
-	4,  // 32: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
-	2,  // 33: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	11, // 4: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
+	9,  // 5: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
+	8,  // 6: raftmq.v1.EffectsSync.timeouts:type_name -> raftmq.v1.SyncTimeout
+	11, // 7: raftmq.v1.SyncTimeout.effect:type_name -> raftmq.v1.Effect
+	22, // 8: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
+	25, // 9: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
+	10, // 10: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
+	25, // 11: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
+	26, // 12: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
+	10, // 13: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
+	25, // 14: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
+	12, // 15: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
+	13, // 16: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
+	22, // 17: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
+	25, // 18: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
+	26, // 19: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	27, // 20: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	28, // 21: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	0,  // 22: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
+	21, // 23: raftmq.v1.NodeMeta.leads:type_name -> raftmq.v1.GroupLead
+	18, // 24: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	16, // 25: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	14, // 26: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
+	5,  // 27: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
+	3,  // 28: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
+	1,  // 29: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
+	19, // 30: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	17, // 31: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	15, // 32: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
+	6,  // 33: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
+	4,  // 34: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
+	2,  // 35: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
+	30, // [30:36] is the sub-list for method output_type
+	24, // [24:30] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -1637,7 +1712,7 @@ func file_internal_proto_init() {
 	}
 	file_admin_proto_init()
 	file_command_proto_init()
-	file_internal_proto_msgTypes[9].OneofWrappers = []any{
+	file_internal_proto_msgTypes[10].OneofWrappers = []any{
 		(*Effect_Deliver)(nil),
 		(*Effect_Cancelled)(nil),
 		(*Effect_ChannelTimedOut)(nil),
@@ -1650,7 +1725,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -196,6 +196,43 @@ func TestLocalSink_KeepsOnlyThisNodesEffects(t *testing.T) {
 	}
 }
 
+// The sink keeps the consumer timeouts of other nodes' channels, with
+// the index of the entry applied, for their syncs; this node's own go
+// to its channels alone. The last maxRecentTimeouts are kept, oldest
+// first.
+func TestLocalSink_KeepsOtherNodesTimeoutsForTheirSyncs(t *testing.T) {
+	f := &FSM{}
+	s := &localSink{node: "me", next: &recSink{}, f: f}
+	ref := func(node, tag string) *proto.ConsumerRef {
+		return &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: node, Connection: tag}, Tag: tag}
+	}
+	s.index = 7
+	s.ConsumerTimedOut(ref("other", "a"), 1, []uint64{2})
+	s.ConsumerTimedOut(ref("me", "b"), 1, nil)
+	s.index = 9
+	s.ChannelTimedOut(ref("other", "c").GetChannel(), 1)
+	s.ChannelTimedOut(ref("third", "d").GetChannel(), 1)
+	got := f.timeouts.of("other")
+	if len(got) != 2 || got[0].Index != 7 || got[0].Effect.ConsumerTimedOut.GetTag() != "a" ||
+		got[1].Index != 9 || got[1].Effect.ChannelTimedOut.GetConnection() != "c" {
+		t.Fatalf("other's timeouts %+v", got)
+	}
+	if got := f.timeouts.of("me"); len(got) != 0 {
+		t.Fatalf("this node's own timeouts kept: %+v", got)
+	}
+	for i := range maxRecentTimeouts + 5 {
+		s.index = uint64(100 + i)
+		s.ConsumerTimedOut(ref("third", "e"), 1, nil)
+	}
+	got = f.timeouts.of("third")
+	if len(got) != maxRecentTimeouts || got[0].Index != 105 || got[len(got)-1].Index != 100+maxRecentTimeouts+4 {
+		t.Fatalf("%d kept for third, from %d to %d", len(got), got[0].Index, got[len(got)-1].Index)
+	}
+	if got := f.timeouts.of("other"); len(got) != 0 {
+		t.Fatalf("other's timeouts outlived the bound: %+v", got)
+	}
+}
+
 type memSink struct{ *bytes.Buffer }
 
 func (memSink) ID() string    { return "mem" }

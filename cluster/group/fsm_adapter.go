@@ -54,6 +54,10 @@ type FSM struct {
 	// subs are the subscriptions of nodes that do not run the group,
 	// by node (subscribe.go). Locks: the state lock.
 	subs map[string]*Subscription
+	// timeouts are the consumer timeouts the log decided for channels of
+	// other nodes, the last of them (recentTimeouts), for their syncs
+	// (subscribe.go). Locks: the state lock.
+	timeouts recentTimeouts
 }
 
 // FSMHost is what the state machine adapter asks of the node that runs
@@ -192,7 +196,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if f.host.Effects != nil {
 		next = f.host.Effects()
 	}
-	sink := localSink{node: f.nodeID, next: next, bodies: bb, log: f.log, f: f}
+	sink := &localSink{node: f.nodeID, next: next, bodies: bb, log: f.log, f: f}
 	var last uint64
 	f.state.mu.Lock()
 	for i, l := range logs[:stop] {
@@ -200,6 +204,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		if envs[i] == nil {
 			continue
 		}
+		sink.index = l.Index
 		res := f.state.m.Apply(fsm.Entry{Index: l.Index, Envelope: envs[i]}, sink)
 		for _, r := range res {
 			if r != nil && r.Index == 0 {
@@ -395,6 +400,8 @@ type localSink struct {
 	// f holds the subscriptions of nodes that do not run the group:
 	// their channels' effects are queued for them (subscribe.go).
 	f *FSM
+	// index is the entry being applied.
+	index uint64
 }
 
 // remote is the subscription of node, another node, nil if it has none.
@@ -446,6 +453,9 @@ func (s localSink) ConsumerCancelled(c *proto.ConsumerRef) {
 }
 
 func (s localSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
+	if ch.GetNode() != s.node && s.f != nil {
+		s.f.timeouts.add(RecentTimeout{Index: s.index, Effect: Effect{ChannelTimedOut: ch, Timeout: timeout}})
+	}
 	if sub := s.remote(ch.GetNode()); sub != nil {
 		sub.push(Effect{ChannelTimedOut: ch, Timeout: timeout})
 	} else if s.next != nil && ch.GetNode() == s.node {
@@ -455,6 +465,9 @@ func (s localSink) ChannelTimedOut(ch *proto.ChannelRef, timeout int64) {
 
 func (s localSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64) {
 	node := c.GetChannel().GetNode()
+	if node != s.node && s.f != nil {
+		s.f.timeouts.add(RecentTimeout{Index: s.index, Effect: Effect{ConsumerTimedOut: c, Timeout: timeout, Tags: tags}})
+	}
 	if sub := s.remote(node); sub != nil {
 		sub.push(Effect{ConsumerTimedOut: c, Timeout: timeout, Tags: tags})
 	} else if s.next != nil && node == s.node {

@@ -64,9 +64,62 @@ type Subscription struct {
 
 // Sync is what the log held of a node's channels when its subscription
 // started: every effect after Index is queued on the subscription.
+// Timeouts are the consumer timeouts of its channels this node applied
+// last, at or before Index, in log order: a node whose earlier stream
+// broke as one fell due learns from them what became of a consumer the
+// sync no longer holds.
 type Sync struct {
 	Index    uint64
 	Channels []fsm.NodeChannel
+	Timeouts []RecentTimeout
+}
+
+// RecentTimeout is a consumer timeout (Effect's ChannelTimedOut or
+// ConsumerTimedOut) and the index of the entry that decided it.
+type RecentTimeout struct {
+	Index  uint64
+	Effect Effect
+}
+
+// maxRecentTimeouts bounds the consumer timeouts a group's state machine
+// keeps for other nodes' syncs. A timeout is one entry of the log per
+// channel or consumer whose delivery went unacknowledged for minutes; a
+// node's stream is down for seconds.
+const maxRecentTimeouts = 1024
+
+// recentTimeouts keeps the last maxRecentTimeouts timeouts, oldest first.
+type recentTimeouts struct {
+	ring []RecentTimeout
+	next int // where the next goes once the ring is full
+}
+
+func (r *recentTimeouts) add(t RecentTimeout) {
+	if len(r.ring) < maxRecentTimeouts {
+		r.ring = append(r.ring, t)
+		return
+	}
+	r.ring[r.next] = t
+	r.next = (r.next + 1) % maxRecentTimeouts
+}
+
+// of is the timeouts of node's channels, oldest first.
+func (r *recentTimeouts) of(node string) []RecentTimeout {
+	var out []RecentTimeout
+	for i := range r.ring {
+		t := r.ring[(r.next+i)%len(r.ring)]
+		if t.node() == node {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// node is the node of the timeout's channel.
+func (t RecentTimeout) node() string {
+	if c := t.Effect.ConsumerTimedOut; c != nil {
+		return c.GetChannel().GetNode()
+	}
+	return t.Effect.ChannelTimedOut.GetNode()
 }
 
 // Subscribe starts queueing the effects of this group's log for node's
@@ -79,7 +132,7 @@ func (f *FSM) Subscribe(node string, maxBytes int) (*Subscription, Sync) {
 	bb := &batchBodies{store: f.bodies}
 	f.state.mu.Lock()
 	defer f.state.mu.Unlock()
-	sync := Sync{Index: f.state.m.AppliedIndex(), Channels: f.state.m.NodeChannels(node)}
+	sync := Sync{Index: f.state.m.AppliedIndex(), Channels: f.state.m.NodeChannels(node), Timeouts: f.timeouts.of(node)}
 	for i := range sync.Channels {
 		ds := sync.Channels[i].Deliveries[:0]
 		for _, d := range sync.Channels[i].Deliveries {
