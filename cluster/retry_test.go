@@ -36,6 +36,9 @@ func TestCluster_DelayedRetryThroughLeaderChange(t *testing.T) {
 	res = mustSubmit(t, f, &proto.Command{Cmd: &proto.Command_Requeue{Requeue: &proto.Requeue{
 		Channel: ch, Tags: []uint64{res[0].GetGet().GetDeliveryTag()}, Failed: true}}})
 	requireFSM(t, res)
+	// Until a replica has applied the get and the requeue, it holds the
+	// message ready, as published: not a release.
+	c.WaitApplied(res[0].GetIndex())
 	due := entryStamp(t, l, res[0].GetIndex()) + 2000
 	now := entryStamp(t, l, res[0].GetIndex())
 	check := func(released bool) {
