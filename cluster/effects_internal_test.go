@@ -180,19 +180,13 @@ func TestEffectsFollower_ATimeoutMissedWhileDownIsToldAsATimeout(t *testing.T) {
 	if want := []string{"a/30000/[3 4]", "ch2/1000"}; !slices.Equal(s.timedOut, want) {
 		t.Fatalf("timed out %v, want %v", s.timedOut, want)
 	}
-	if want := []string{"again", "gone"}; !slices.Equal(sortedCopy(s.cancelled), want) {
+	if want := []string{"again", "gone"}; !slices.Equal(slices.Sorted(slices.Values(s.cancelled)), want) {
 		t.Fatalf("cancelled %v, want %v", s.cancelled, want)
 	}
 	f.sync(s, sync)
 	if len(s.timedOut) != 2 || len(s.cancelled) != 2 {
 		t.Fatalf("told again: timed out %v, cancelled %v", s.timedOut, s.cancelled)
 	}
-}
-
-func sortedCopy(s []string) []string {
-	c := slices.Clone(s)
-	slices.Sort(c)
-	return c
 }
 
 // A node's keepalive ask is held to the bounds: none stays none, too

@@ -486,8 +486,8 @@ func (n *Node) removeGroupVoter(ctx context.Context, gid, id string) error {
 	}
 	r := g.Raft()
 	// Reconcile adds alive members as voters of the metadata group: the
-	// removal holds until gossip no longer sees the node alive, or it
-	// is grown back.
+	// removal holds while the node runs the boot it runs now, or until
+	// it is grown back (roster.removed).
 	n.removed.Store(id, n.removedBoot(id))
 	if err := n.await(ctx, r.RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
 		n.removed.Delete(id)

@@ -203,7 +203,8 @@ func (n *Node) forgetRestarted(id string, m membership.Member) {
 		return
 	}
 	boot, now := v.(int64), m.Meta.GetBootMs()
-	if (boot != 0 && now != 0 && now != boot) || ((boot == 0 || now == 0) && m.Health != HealthAlive) {
+	known := boot != 0 && now != 0
+	if known && now != boot || !known && m.Health != HealthAlive {
 		n.removed.Delete(id)
 	}
 }

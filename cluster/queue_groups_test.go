@@ -326,23 +326,22 @@ func TestQueueGroups_ShrunkWhileCutOffClosesItsGroups(t *testing.T) {
 	kept := len(victim.Groups())
 	// What a node down for good looks like to the leader: gossip too
 	// finds it dead, not only raft unreached.
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		for _, m := range l.Members() {
-			if m.ID == id && m.Health != cluster.HealthDead {
-				return fmt.Errorf("%s is %q to %s", id, m.Health, l.NodeID())
+	seenAs := func(health string) func() error {
+		return func() error {
+			ms := l.Members()
+			i := slices.IndexFunc(ms, func(m cluster.MemberInfo) bool { return m.ID == id })
+			if i < 0 {
+				return fmt.Errorf("%s unknown to %s", id, l.NodeID())
 			}
+			if h := ms[i].Health; h != health {
+				return fmt.Errorf("%s is %q to %s, want %q", id, h, l.NodeID(), health)
+			}
+			return nil
 		}
-		return nil
-	})
+	}
+	clustertest.Eventually(t, clustertest.Timeout, seenAs(cluster.HealthDead))
 	c.Heal()
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		for _, m := range l.Members() {
-			if m.ID == id && m.Health != cluster.HealthAlive {
-				return fmt.Errorf("%s is %q to %s", id, m.Health, l.NodeID())
-			}
-		}
-		return nil
-	})
+	clustertest.Eventually(t, clustertest.Timeout, seenAs(cluster.HealthAlive))
 	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
 		if gs := victim.Groups(); len(gs) != 1 {
 			return fmt.Errorf("%s runs %d groups: %s", id, len(gs), groupViews(c, gs))

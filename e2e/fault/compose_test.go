@@ -293,13 +293,23 @@ func (c *cluster) compose(args ...string) (string, error) {
 // docker runs a docker command that must succeed.
 func (c *cluster) docker(args ...string) string {
 	c.t.Helper()
+	out, err := runDocker(args...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// runDocker runs docker with args, for at most 2 minutes, and returns
+// what it printed; the error names the command and holds its output.
+func runDocker(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
 	if err != nil {
-		c.t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 // kill sends SIGKILL to node i's process (kill -9).
@@ -343,19 +353,16 @@ func (c *cluster) startNodes() {
 // again then, so the pause is tried again.
 func (c *cluster) freeze(i int) {
 	c.t.Helper()
-	args := []string{"pause", c.nodes[i].container}
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
-		cancel()
+		out, err := runDocker("pause", c.nodes[i].container)
 		if err == nil {
 			return
 		}
-		if attempt < freezeAttempts && strings.Contains(string(out), "unable to freeze") {
-			c.t.Logf("docker pause of %s, attempt %d: %s", c.nodes[i].id, attempt, strings.TrimSpace(string(out)))
+		if attempt < freezeAttempts && strings.Contains(out, "unable to freeze") {
+			c.t.Logf("docker pause of %s, attempt %d: %s", c.nodes[i].id, attempt, strings.TrimSpace(out))
 			continue
 		}
-		c.t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+		c.t.Fatal(err)
 	}
 }
 
@@ -495,12 +502,7 @@ func (c *cluster) dockerEach(args ...string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := append(append([]string{}, args...), n.container)
-			if out, err := exec.CommandContext(ctx, "docker", cmd...).CombinedOutput(); err != nil {
-				errs[i] = fmt.Errorf("docker %s: %v\n%s", strings.Join(cmd, " "), err, out)
-			}
+			_, errs[i] = runDocker(append(append([]string{}, args...), n.container)...)
 		}()
 	}
 	wg.Wait()
