@@ -107,6 +107,12 @@ type GroupConfig struct {
 	// hold yet, once every server announces the protocol level that
 	// knows them; a group once created stays (queue_groups.go).
 	QueueGroups int
+	// QueueGroupsPerNode raises QueueGroups to one queue group per voter
+	// of the metadata group, and at least MinQueueGroupsPerNode: a
+	// cluster grown to more nodes gets a group for each, so that every
+	// node leads one and is a member of three (DESIGN.md decision 1).
+	// Groups created stay when nodes leave, as QueueGroups' do.
+	QueueGroupsPerNode bool
 	// PlaceQueues places new queues into the queue groups (placement.go):
 	// the metadata leader switches it on in the log once queue groups
 	// exist and every server announces the level that knows it. Until a

@@ -511,25 +511,26 @@ func (n *Node) closeQueueGroups() {
 }
 
 // proposeQueueGroups proposes, on the metadata leader, the queue groups
-// that --queue-groups asks for and the log does not hold yet, once the
+// that --queue-groups asks for (wantQueueGroups: with per-node, one more
+// as each node joins past the third) and the log does not hold yet, once the
 // log is at the level that knows them (every server announced it). The
 // new groups' members are spread over the voters with the groups the log
 // holds (fsm.SpreadGroups: fsm.GroupSize members, or every voter when
 // there are fewer, members and would-be leaders, the first member,
 // spread evenly).
 func (n *Node) proposeQueueGroups(ctx context.Context) {
-	want := n.cfg.QueueGroups
-	if want == 0 {
+	if n.cfg.QueueGroups == 0 && !n.cfg.QueueGroupsPerNode {
 		return
 	}
 	var level uint32
 	var have []fsm.QueueGroup
 	n.View(func(m *fsm.Machine) { level, have = m.ProtocolLevel(), m.QueueGroups() })
-	if len(have) >= want || level < fsm.QueueGroupLevel {
+	if level < fsm.QueueGroupLevel {
 		return
 	}
 	voters := n.metadataVoters()
-	if len(voters) == 0 {
+	want := wantQueueGroups(n.cfg.QueueGroups, n.cfg.QueueGroupsPerNode, len(voters))
+	if len(have) >= want || len(voters) == 0 {
 		return
 	}
 	gs := slices.Clone(have)
@@ -556,6 +557,21 @@ func (n *Node) proposeQueueGroups(ctx context.Context) {
 	default:
 		n.log.Info("created queue groups", "from", len(have), "to", want, "index", res.GetIndex())
 	}
+}
+
+// MinQueueGroupsPerNode is the least number of queue groups
+// QueueGroupsPerNode asks for: three, so that a cluster of one or two
+// nodes grown to three has as many groups as one started with three.
+const MinQueueGroupsPerNode = 3
+
+// wantQueueGroups is how many queue groups a cluster of voters metadata
+// voters should run: fixed, or with perNode one per voter and at least
+// MinQueueGroupsPerNode if that is more; never more than the log holds.
+func wantQueueGroups(fixed int, perNode bool, voters int) int {
+	if perNode {
+		fixed = max(fixed, voters, MinQueueGroupsPerNode)
+	}
+	return min(fixed, fsm.MaxQueueGroups)
 }
 
 // metadataVoters are the voters of the metadata group with their raft

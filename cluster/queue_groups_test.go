@@ -576,3 +576,44 @@ func TestQueueGroups_BackFromALongStopAGroupIsStampedWithTheQuorumsTime(t *testi
 		t.Fatal("no entry after the restart")
 	}
 }
+
+// With one queue group per node, a three-node cluster runs three, and
+// two nodes added make it five: each node a member of three groups and
+// the leader of one, so that the load of five nodes' queues spreads over
+// all five.
+func TestQueueGroups_PerNodeAddsAGroupForEachNewNode(t *testing.T) {
+	perNode := func(_ int, c *cluster.Config) {
+		c.QueueGroupsPerNode = true
+		c.LeadershipBalanceAfter = time.Second
+	}
+	c := clustertest.New(t, 3, clustertest.WithConfig(perNode))
+	c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	c.Add(perNode)
+	c.Add(perNode)
+	five := []string{"q1", "q2", "q3", "q4", "q5"}
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		l := c.Leader()
+		if l == nil || len(voters(l)) != 5 {
+			return errors.New("the metadata leader has not taken both new nodes as voters")
+		}
+		leads, err := followed(c, five, true)
+		if err != nil {
+			return err
+		}
+		in := map[string]int{}
+		for _, g := range logGroups(l) {
+			for _, m := range g.Members {
+				in[m.ID]++
+			}
+		}
+		for _, n := range c.Live() {
+			if id := n.NodeID(); in[id] != 3 || leads[id] != 1 {
+				return fmt.Errorf("memberships %v, leaderships %v", in, leads)
+			}
+		}
+		return nil
+	})
+	commitThroughLeaders(t, c, five)
+	c.AssertSameDigest(t)
+}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/raftmq/raftmq/proto"
@@ -28,7 +29,9 @@ const GroupSize = 3
 //     chosen, so that a new node takes leaderships with its groups.
 //   - Within each group the first member, the one meant to lead, is
 //     moved so that no group's first member is meant to lead two groups
-//     more than another of its members.
+//     more than another of its members; then, where a voter is meant
+//     to lead two more than another that shares none of its groups,
+//     leaderships move along a chain of groups between them (shiftLead).
 //
 // A group with more members than GroupSize (grown by an operator) keeps
 // them.
@@ -125,6 +128,8 @@ func SpreadGroups(groups []QueueGroup, voters []GroupMember) []QueueGroup {
 			}
 		}
 	}
+	for shiftLead(lists, ids, leads) {
+	}
 	var out []QueueGroup
 	for i, g := range groups {
 		ms := make([]GroupMember, 0, len(lists[i]))
@@ -136,6 +141,61 @@ func SpreadGroups(groups []QueueGroup, voters []GroupMember) []QueueGroup {
 		}
 	}
 	return out
+}
+
+// shiftLead moves one leadership along a chain of groups when a voter is
+// meant to lead two more groups than another and no single group holds
+// both (a group added to a grown cluster can leave it so): the voter
+// leading fewest takes a group it is a member of from that group's first
+// member, who takes another from its own, and so on until the one
+// leading most gives one up. It reports whether it moved any; repeated,
+// the leaderships differ by one at most where the memberships allow it.
+// Breadth first, voters in id order, groups in order: a pure function.
+func shiftLead(lists [][]string, ids []string, leads map[string]int) bool {
+	most := slices.MaxFunc(ids, func(a, b string) int { return cmp.Compare(leads[a], leads[b]) })
+	for _, start := range ids {
+		if leads[most]-leads[start] <= 1 {
+			continue
+		}
+		// A voter reached is one whose group (via) the voter that
+		// reached it (by) could take over; start is reached by none.
+		type step struct {
+			by  string
+			via int
+		}
+		reached := map[string]step{start: {via: -1}}
+		queue := []string{start}
+		for len(queue) > 0 {
+			id := queue[0]
+			queue = queue[1:]
+			for gi, l := range lists {
+				if len(l) == 0 || l[0] == id || !slices.Contains(l, id) {
+					continue
+				}
+				from := l[0]
+				if _, ok := reached[from]; ok {
+					continue
+				}
+				reached[from] = step{by: id, via: gi}
+				if leads[from]-leads[start] <= 1 {
+					queue = append(queue, from)
+					continue
+				}
+				leads[from]--
+				leads[start]++
+				for cur := from; cur != start; {
+					st := reached[cur]
+					g := lists[st.via]
+					k := slices.Index(g, st.by)
+					copy(g[1:k+1], g[:k])
+					g[0] = st.by
+					cur = st.by
+				}
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // GroupMembersCommand is GroupMembers setting g's members, worked out

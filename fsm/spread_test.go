@@ -187,3 +187,70 @@ func TestSpreadGroups_Property(t *testing.T) {
 		}
 	}
 }
+
+// leadSpread is the fewest and most groups a voter is meant to lead.
+func leadSpread(gs []fsm.QueueGroup, voters []string) (lo, hi int) {
+	leads := map[string]int{}
+	for _, g := range gs {
+		leads[g.Members[0].ID]++
+	}
+	lo = len(gs)
+	for _, v := range voters {
+		lo, hi = min(lo, leads[v]), max(hi, leads[v])
+	}
+	return lo, hi
+}
+
+// A voter meant to lead two groups more than another that is in none of
+// its groups hands one over along a chain: n1 takes q3 from n2, which
+// takes q1 from n5. Every voter then leads one, and every membership
+// stays.
+func TestSpreadGroups_LeadershipsMoveAlongAChain(t *testing.T) {
+	voters := nodeIDs(5)
+	group := func(id string, ms ...string) fsm.QueueGroup {
+		return fsm.QueueGroup{ID: id, Members: membersOf(ms...)}
+	}
+	gs := []fsm.QueueGroup{
+		group("q1", "n5", "n2", "n3"),
+		group("q2", "n5", "n3", "n4"),
+		group("q3", "n2", "n1", "n4"),
+		group("q4", "n3", "n1", "n5"),
+		group("q5", "n4", "n1", "n2"),
+	}
+	out, _ := spread(gs, voters)
+	checkSpread(t, out, voters)
+	if lo, hi := leadSpread(out, voters); lo != 1 || hi != 1 {
+		t.Fatalf("leaderships from %d to %d: %+v", lo, hi, out)
+	}
+	for i := range gs {
+		a, b := memberIDs(gs[i]), memberIDs(out[i])
+		slices.Sort(a)
+		slices.Sort(b)
+		if !slices.Equal(a, b) {
+			t.Fatalf("group %s: members %v became %v", gs[i].ID, a, b)
+		}
+	}
+}
+
+// With a group per node (--queue-groups per-node), a cluster grown one
+// node at a time from three to seven gets a group with each, created as
+// the metadata leader creates it and then spread with the others: every
+// voter is meant to lead one.
+func TestSpreadGroups_AGroupForEachNodeAdded(t *testing.T) {
+	gs := created(3, nodeIDs(3))
+	for n := 4; n <= 7; n++ {
+		voters := nodeIDs(n)
+		gs, _ = spread(gs, voters)
+		grown := append(slices.Clone(gs), fsm.QueueGroup{ID: fmt.Sprintf("q%d", n)})
+		for _, c := range fsm.SpreadGroups(grown, membersOf(voters...)) {
+			if c.ID == grown[len(grown)-1].ID {
+				grown[len(grown)-1] = c
+			}
+		}
+		gs, _ = spread(grown, voters)
+		checkSpread(t, gs, voters)
+		if lo, hi := leadSpread(gs, voters); lo != 1 || hi != 1 {
+			t.Fatalf("%d nodes: leaderships from %d to %d: %+v", n, lo, hi, gs)
+		}
+	}
+}

@@ -46,6 +46,7 @@ type config struct {
 	RaftTimeout     time.Duration
 	MaxClockOffset  time.Duration
 	QueueGroups     int
+	QueueGroupsPer  bool // --queue-groups per-node
 	PlaceQueues     bool
 	Cluster         clusterSecurity
 
@@ -106,7 +107,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.AMQPAddr, "amqp-addr", ":5672", "AMQP 0-9-1 listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":5680", "gRPC listen address (admin API and internal forwarding)")
 	fs.StringVar(&c.RaftAddr, "raft-addr", ":5681", "Raft transport listen address")
-	fs.IntVar(&c.QueueGroups, "queue-groups", 0, "how many queue groups (Raft groups besides the metadata group) the cluster runs, 0 to 64; the metadata leader's value counts, a group once created stays; queues live in them with --place-queues")
+	fs.Var(queueGroupsFlag{c}, "queue-groups", "how many queue groups (Raft groups besides the metadata group) the cluster runs, 0 to 64, or per-node: one for each node, at least 3, more as nodes join; the metadata leader's value counts, a group once created stays; queues live in them with --place-queues")
 	fs.BoolVar(&c.PlaceQueues, "place-queues", false, "place new durable queues (not exclusive, auto-delete or with x-expires) into the queue groups; the metadata leader's value counts, and once on it stays on. A node serves the queues of groups it is not a member of through their members")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", ":7946", "memberlist gossip listen address (TCP and UDP)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":15692", "HTTP listen address for /metrics, /healthz and /readyz")
@@ -180,9 +181,6 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	}
 	if c.RaftTimeout < 50*time.Millisecond {
 		return nil, fmt.Errorf("--raft-timeout must be at least 50ms, got %v", c.RaftTimeout)
-	}
-	if c.QueueGroups < 0 || c.QueueGroups > fsm.MaxQueueGroups {
-		return nil, fmt.Errorf("--queue-groups must be between 0 and %d, got %d", fsm.MaxQueueGroups, c.QueueGroups)
 	}
 	if c.MaxClockOffset < time.Millisecond || c.MaxClockOffset > time.Minute {
 		return nil, fmt.Errorf("--max-clock-offset must be between 1ms and 1m, got %v", c.MaxClockOffset)
@@ -280,6 +278,32 @@ func (l *limitsConfig) check() error {
 
 // errHelp is returned when -h or --help was asked for (usage was printed).
 var errHelp = flag.ErrHelp
+
+// queueGroupsFlag is --queue-groups: a number of groups, or per-node.
+type queueGroupsFlag struct{ c *config }
+
+func (f queueGroupsFlag) String() string {
+	switch {
+	case f.c == nil:
+		return "0"
+	case f.c.QueueGroupsPer:
+		return "per-node"
+	}
+	return strconv.Itoa(f.c.QueueGroups)
+}
+
+func (f queueGroupsFlag) Set(s string) error {
+	if s == "per-node" {
+		f.c.QueueGroups, f.c.QueueGroupsPer = 0, true
+		return nil
+	}
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 0 || k > fsm.MaxQueueGroups {
+		return fmt.Errorf("want a number of groups, 0 to %d, or per-node", fsm.MaxQueueGroups)
+	}
+	f.c.QueueGroups, f.c.QueueGroupsPer = k, false
+	return nil
+}
 
 // watermarkFlag is --vm-memory-high-watermark: a number with a decimal
 // point and no unit is a fraction of the memory available (RabbitMQ's

@@ -77,6 +77,8 @@ func TestConfig_BadValuesAreRefused(t *testing.T) {
 		{args: []string{"--max-clock-offset", "2m"}},
 		{args: []string{"--queue-groups", "-1"}},
 		{args: []string{"--queue-groups", "65"}},
+		{args: []string{"--queue-groups", "auto"}},
+		{env: map[string]string{"RAFTMQ_QUEUE_GROUPS": "per node"}},
 		{env: map[string]string{"RAFTMQ_CONSUMER_TIMEOUT": "30m"}},
 	} {
 		if _, err := parseConfig(tc.args, envMap(tc.env), io.Discard); err == nil {
@@ -231,5 +233,37 @@ func TestConfig_MemoryWatermark(t *testing.T) {
 	}
 	if w := relativeMemoryWatermark(0.5); w <= 0 || w != relativeMemoryWatermark(1)/2 {
 		t.Fatalf("half the memory: %d of %d", w, relativeMemoryWatermark(1))
+	}
+}
+
+// --queue-groups takes a number or per-node; the command line wins over
+// the environment either way, and the settings show what was taken.
+func TestConfig_QueueGroups(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		env     map[string]string
+		fixed   int
+		perNode bool
+		shown   string
+	}{
+		{fixed: 0, shown: "0"},
+		{args: []string{"--queue-groups", "5"}, fixed: 5, shown: "5"},
+		{args: []string{"--queue-groups", "per-node"}, perNode: true, shown: "per-node"},
+		{env: map[string]string{"RAFTMQ_QUEUE_GROUPS": "per-node"}, perNode: true, shown: "per-node"},
+		{args: []string{"--queue-groups", "64"}, env: map[string]string{"RAFTMQ_QUEUE_GROUPS": "per-node"}, fixed: 64, shown: "64"},
+		{args: []string{"--queue-groups", "per-node"}, env: map[string]string{"RAFTMQ_QUEUE_GROUPS": "2"}, perNode: true, shown: "per-node"},
+	} {
+		c, err := parseConfig(tc.args, envMap(tc.env), io.Discard)
+		if err != nil {
+			t.Fatalf("args %v env %v: %v", tc.args, tc.env, err)
+		}
+		if c.QueueGroups != tc.fixed || c.QueueGroupsPer != tc.perNode {
+			t.Errorf("args %v env %v: queue groups %d, per node %v", tc.args, tc.env, c.QueueGroups, c.QueueGroupsPer)
+		}
+		for _, s := range c.Settings {
+			if s.GetName() == "queue-groups" && s.GetValue() != tc.shown {
+				t.Errorf("args %v env %v: shown as %q, want %q", tc.args, tc.env, s.GetValue(), tc.shown)
+			}
+		}
 	}
 }

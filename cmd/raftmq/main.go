@@ -144,6 +144,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 			LeaderLeaseTimeout: cfg.RaftTimeout / 2,
 			MaxMessageSize:     cfg.MaxMessageSize,
 			QueueGroups:        cfg.QueueGroups,
+			QueueGroupsPerNode: cfg.QueueGroupsPer,
 			PlaceQueues:        cfg.PlaceQueues,
 		},
 		MembershipConfig: cluster.MembershipConfig{
