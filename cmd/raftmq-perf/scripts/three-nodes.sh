@@ -9,7 +9,7 @@
 # (give each its own DIR). NODE_GODEBUG, when set, is the nodes' GODEBUG
 # (e.g. gctrace=1: a line per collection in each node's log); NODE_ARGS,
 # when set, is added to each node's flags (e.g. --max-message-size 75497472);
-# with --queue-groups N there, the start returns once the groups' leaders
+# with --queue-groups N (or per-node) there, the start returns once the groups' leaders
 # have spread over the nodes (at most 20 s more).
 # `three-nodes.sh restart` stops all the nodes and starts
 # them again on their data (SIG=KILL to kill them instead of SIGTERM), and
@@ -91,7 +91,9 @@ done
 # 2 s later: a run started before that measures the hand-overs. Wait
 # until the groups' leaders are spread (as many as there are groups, or
 # nodes), at most 20 s.
-groups=$(echo " ${NODE_ARGS:-} " | sed -n 's/.* --queue-groups[ =]\([0-9][0-9]*\) .*/\1/p')
+groups=$(echo " ${NODE_ARGS:-} " | sed -n 's/.* --queue-groups[ =]\([0-9][0-9]*\|per-node\) .*/\1/p')
+# per-node: one group a node, at least three.
+if [ "$groups" = per-node ]; then groups=$((n > 3 ? n : 3)); fi
 if [ "${groups:-0}" -gt 0 ]; then
   go build -o "$dir/raftmqctl" ./cmd/raftmqctl
   for _ in $(seq 1 100); do
