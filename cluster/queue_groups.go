@@ -566,7 +566,8 @@ const MinQueueGroupsPerNode = 3
 
 // wantQueueGroups is how many queue groups a cluster of voters metadata
 // voters should run: fixed, or with perNode one per voter and at least
-// MinQueueGroupsPerNode if that is more; never more than the log holds.
+// MinQueueGroupsPerNode if that is more; never more than
+// fsm.MaxQueueGroups.
 func wantQueueGroups(fixed int, perNode bool, voters int) int {
 	if perNode {
 		fixed = max(fixed, voters, MinQueueGroupsPerNode)

@@ -106,29 +106,7 @@ func SpreadGroups(groups []QueueGroup, voters []GroupMember) []QueueGroup {
 			leads[l[0]]++
 		}
 	}
-	for moved := true; moved; {
-		moved = false
-		for _, l := range lists {
-			if len(l) == 0 {
-				continue
-			}
-			b := 0
-			for j, id := range l {
-				if leads[id] < leads[l[b]] {
-					b = j
-				}
-			}
-			if leads[l[0]] > leads[l[b]]+1 {
-				leads[l[0]]--
-				leads[l[b]]++
-				id := l[b]
-				copy(l[1:b+1], l[:b])
-				l[0] = id
-				moved = true
-			}
-		}
-	}
-	for shiftLead(lists, ids, leads) {
+	for leadWithin(lists, leads) || shiftLead(lists, ids, leads) {
 	}
 	var out []QueueGroup
 	for i, g := range groups {
@@ -143,6 +121,33 @@ func SpreadGroups(groups []QueueGroup, voters []GroupMember) []QueueGroup {
 	return out
 }
 
+// leadWithin moves, in each group whose first member is meant to lead two
+// groups more than another of its members, the first place to the member
+// meant to lead fewest, and reports whether it moved any.
+func leadWithin(lists [][]string, leads map[string]int) bool {
+	moved := false
+	for _, l := range lists {
+		if len(l) == 0 {
+			continue
+		}
+		b := 0
+		for j, id := range l {
+			if leads[id] < leads[l[b]] {
+				b = j
+			}
+		}
+		if leads[l[0]] > leads[l[b]]+1 {
+			leads[l[0]]--
+			leads[l[b]]++
+			id := l[b]
+			copy(l[1:b+1], l[:b])
+			l[0] = id
+			moved = true
+		}
+	}
+	return moved
+}
+
 // shiftLead moves one leadership along a chain of groups when a voter is
 // meant to lead two more groups than another and no single group holds
 // both (a group added to a grown cluster can leave it so): the voter
@@ -150,10 +155,16 @@ func SpreadGroups(groups []QueueGroup, voters []GroupMember) []QueueGroup {
 // member, who takes another from its own, and so on until the one
 // leading most gives one up. It reports whether it moved any; repeated,
 // the leaderships differ by one at most where the memberships allow it.
-// Breadth first, voters in id order, groups in order: a pure function.
+// Breadth first from the voter leading fewest, groups in order: a pure
+// function. Each move, as each of leadWithin's, takes a leadership from a
+// voter leading at least two more than the one it goes to, so SpreadGroups'
+// loop over the two ends.
 func shiftLead(lists [][]string, ids []string, leads map[string]int) bool {
 	most := slices.MaxFunc(ids, func(a, b string) int { return cmp.Compare(leads[a], leads[b]) })
-	for _, start := range ids {
+	// The voters leading fewest first (ids are sorted: ties by id).
+	starts := slices.Clone(ids)
+	slices.SortStableFunc(starts, func(a, b string) int { return cmp.Compare(leads[a], leads[b]) })
+	for _, start := range starts {
 		if leads[most]-leads[start] <= 1 {
 			continue
 		}

@@ -169,6 +169,9 @@ func TestSpreadGroups_Property(t *testing.T) {
 		}
 		out, _ := spread(gs, voters)
 		checkSpread(t, out, voters)
+		if lo, hi := leadSpread(out, voters); hi-lo > 1 {
+			t.Fatalf("leaderships from %d to %d: %+v", lo, hi, out)
+		}
 		shuffled := slices.Clone(voters)
 		r.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 		if again, _ := spread(gs, shuffled); !slices.EqualFunc(again, out, func(a, b fsm.QueueGroup) bool { return slices.Equal(a.Members, b.Members) }) {
