@@ -139,21 +139,27 @@ func leadWithin(lists [][]string, leads map[string]int) bool {
 		if leads[l[0]] > leads[l[b]]+1 {
 			leads[l[0]]--
 			leads[l[b]]++
-			id := l[b]
-			copy(l[1:b+1], l[:b])
-			l[0] = id
+			toFront(l, b)
 			moved = true
 		}
 	}
 	return moved
 }
 
+// toFront makes l[k] the group's first member, the others keeping their
+// order.
+func toFront(l []string, k int) {
+	id := l[k]
+	copy(l[1:k+1], l[:k])
+	l[0] = id
+}
+
 // shiftLead moves one leadership along a chain of groups when a voter is
 // meant to lead two more groups than another and no single group holds
 // both (a group added to a grown cluster can leave it so): the voter
 // leading fewest takes a group it is a member of from that group's first
-// member, who takes another from its own, and so on until the one
-// leading most gives one up. It reports whether it moved any; repeated,
+// member, who takes another from its own, and so on until a voter
+// leading at least two more than the first gives one up. It reports whether it moved any; repeated,
 // the leaderships differ by one at most where the memberships allow it.
 // Breadth first from the voter leading fewest, groups in order: a pure
 // function. Each move, as each of leadWithin's, takes a leadership from a
@@ -197,9 +203,7 @@ func shiftLead(lists [][]string, ids []string, leads map[string]int) bool {
 				for cur := from; cur != start; {
 					st := reached[cur]
 					g := lists[st.via]
-					k := slices.Index(g, st.by)
-					copy(g[1:k+1], g[:k])
-					g[0] = st.by
+					toFront(g, slices.Index(g, st.by))
 					cur = st.by
 				}
 				return true
