@@ -68,6 +68,11 @@ func (s *state) applyPolicySet(c *proto.PolicySet) *proto.Result {
 			return r
 		}
 	}
+	if s.atLeast(levelLocatorPolicy) {
+		if r := checkLocatorPolicy(c.GetDefinition()); r != nil {
+			return r
+		}
+	}
 	p := &policy{def: pb.Clone(c).(*proto.PolicySet), re: re}
 	if p.def.Definition == nil {
 		p.def.Definition = &proto.PolicyDefinition{}

@@ -232,8 +232,8 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	v.queues[name] = q
 	s.queueChanges.note(q.vhost, name)
 	s.stats.Queues++
-	s.place(q, s.placeFor(c))
 	q.policy, q.opPolicy = matchPolicies(v, name, "queues")
+	s.place(q, s.placeFor(c, q.policy))
 	s.markLeased(q)
 	return &proto.Result{Queue: name}
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -18,6 +19,14 @@ import (
 // pile up in its groups. RabbitMQ defaults to client-local; raftmq to
 // what its queue_leader_locator = balanced gives. Below level 20 the
 // argument was accepted whatever its value and placement ignored it.
+//
+// From level 21 a policy's queue-leader-locator (the queue's own policy:
+// RabbitMQ has no such operator policy key) is checked as the argument
+// is, and wins over the argument, as RabbitMQ's lookup of the key has the
+// policy's value win. A policy is how an operator makes client-local the
+// default of a virtual host, where RabbitMQ also has a node setting
+// (queue_leader_locator) that raftmq does not: a node's setting would make
+// two replicas place one declare apart unless the declare carried it.
 
 const leaderLocatorArg = "x-queue-leader-locator"
 
@@ -32,22 +41,46 @@ func checkLeaderLocatorArg(q *queueState) *proto.Result {
 	if !ok {
 		return invalidArg(leaderLocatorArg, q, "{unacceptable_type,"+typeName(v)+"}")
 	}
-	switch s {
-	case "client-local", "balanced", "random", "least-leaders":
+	if KnownLeaderLocator(s) {
 		return nil
 	}
 	return invalidArg(leaderLocatorArg, q, "invalid_queue_locator_arg")
 }
 
-// clientLocal reports whether args ask for the declaring node's groups;
-// a declare that got this far passed checkLeaderLocatorArg.
-func clientLocal(args *proto.Table) bool {
+// knownLocator reports whether s is one of RabbitMQ's leader locators.
+func KnownLeaderLocator(s string) bool {
+	switch s {
+	case "client-local", "balanced", "random", "least-leaders":
+		return true
+	}
+	return false
+}
+
+// checkLocatorPolicy refuses a policy whose queue-leader-locator is not
+// one of the names the argument takes.
+func checkLocatorPolicy(d *proto.PolicyDefinition) *proto.Result {
+	if d == nil || d.QueueLeaderLocator == nil || KnownLeaderLocator(d.GetQueueLeaderLocator()) {
+		return nil
+	}
+	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid queue-leader-locator '"+d.GetQueueLeaderLocator()+"'")
+}
+
+// locateLocal reports whether a queue declared with args, under policy
+// pol, asks for the declaring node's groups: pol's queue-leader-locator
+// when it has one (from level 21), else the argument. A declare that got
+// this far passed checkLeaderLocatorArg, a policy checkLocatorPolicy.
+func (s *state) locateLocal(args *proto.Table, pol *policy) bool {
+	if s.atLeast(levelLocatorPolicy) && pol != nil {
+		if d := pol.def.GetDefinition(); d.QueueLeaderLocator != nil {
+			return d.GetQueueLeaderLocator() == "client-local"
+		}
+	}
 	v, ok := tableGet(args, leaderLocatorArg)
 	if !ok {
 		return false
 	}
-	s, _ := valueString(v)
-	return s == "client-local"
+	str, _ := valueString(v)
+	return str == "client-local"
 }
 
 // localTier ranks group g for a queue declared from node: 0 when node is

@@ -67,6 +67,10 @@ const (
 	// levelLeaderLocator: x-queue-leader-locator is checked at declare
 	// and placement honours client-local (leader_locator.go).
 	levelLeaderLocator uint32 = 20
+	// levelLocatorPolicy: a policy's queue-leader-locator is checked when
+	// set and wins over x-queue-leader-locator at placement
+	// (leader_locator.go).
+	levelLocatorPolicy uint32 = 21
 )
 
 // HandOffRouteLevel is levelHandOffRoute for the node, which hands a dead

@@ -54,10 +54,11 @@ func placeable(c *proto.QueueDeclare) bool {
 // queues placed in it, the earliest of the log's groups on a tie, among
 // those with at least the members its x-quorum-initial-group-size asks
 // for (from level 18; none has: the metadata group, on every voter); with
-// x-queue-leader-locator client-local (from level 20), the declaring
+// x-queue-leader-locator client-local (from level 20), or a policy pol
+// whose queue-leader-locator says so (from level 21), the declaring
 // node's groups first (leader_locator.go). It reads the state and the
 // command only, so every replica places alike.
-func (s *state) placeFor(c *proto.QueueDeclare) string {
+func (s *state) placeFor(c *proto.QueueDeclare, pol *policy) string {
 	if !s.placing || s.groups.id != 0 || len(s.queueGroups) == 0 || !placeable(c) {
 		return ""
 	}
@@ -66,7 +67,7 @@ func (s *state) placeFor(c *proto.QueueDeclare) string {
 		size = groupSize(c.GetArguments())
 	}
 	node := ""
-	if s.atLeast(levelLeaderLocator) && clientLocal(c.GetArguments()) {
+	if s.atLeast(levelLeaderLocator) && s.locateLocal(c.GetArguments(), pol) {
 		node = c.GetConnection().GetNode()
 	}
 	best, bestTier, fewest := "", 0, 0

@@ -593,3 +593,47 @@ func TestPlacement_AGroupTakesAnyLocatorTheMetadataTook(t *testing.T) {
 	g := queueGroup(t, 1)
 	applyOK(t, g, 3, declare("odd", table("x-queue-leader-locator", str("nearest"))))
 }
+
+// A policy's queue-leader-locator (level 21) places as the argument does
+// and wins over it, as RabbitMQ's policy value wins; a name the argument
+// does not take is refused. At level 20 the key was kept but placement
+// did not read it, and any value was taken.
+func TestPlacement_LeaderLocatorPolicy(t *testing.T) {
+	locator := func(s string) *proto.PolicyDefinition { return &proto.PolicyDefinition{QueueLeaderLocator: &s} }
+	groups := queueGroupsCmd(groupSpec("q1", "a", "b", "c"), groupSpec("q2", "b", "c", "d"), groupSpec("q3", "c", "d", "e"))
+	m := fsmtest.New(t)
+	applyOK(t, m, 2, groups, fsmtest.PlaceQueues(),
+		policySet("local", "^local-", 0, false, locator("client-local")),
+		policySet("bal", "^bal-", 0, false, locator("balanced")))
+	applyOK(t, m, 3,
+		declareFrom("c", "local-1", nil),                                                // q3: c leads it
+		declareFrom("c", "local-2", nil),                                                // q3 again, though it holds the most
+		declareFrom("c", "bal-1", table("x-queue-leader-locator", str("client-local"))), // the policy wins: the fewest, q1
+		declareFrom("c", "other", nil),                                                  // no policy, no argument: the fewest, q2
+	)
+	want := map[string]string{"local-1": "q3", "local-2": "q3", "bal-1": "q1", "other": "q2"}
+	for q, g := range want {
+		if got := placementOf(t, m, q); got != g {
+			t.Errorf("%s placed in %q, want %q", q, got, g)
+		}
+	}
+	r, _ := fsmtest.One(t, m, 4, policySet("odd", "^odd-", 0, false, locator("nearest")))
+	if want := "PRECONDITION_FAILED - invalid queue-leader-locator 'nearest'"; r.GetCode() != 406 || r.GetText() != want {
+		t.Errorf("policy with locator nearest: %d %q, want 406 %q", r.GetCode(), r.GetText(), want)
+	}
+	rt := roundTrip(t, m)
+	applyOK(t, rt, 5, declareFrom("c", "local-3", nil))
+	applyOK(t, m, 5, declareFrom("c", "local-3", nil))
+	if placementOf(t, rt, "local-3") != "q3" || rt.Digest() != m.Digest() {
+		t.Fatal("a restored replica places otherwise")
+	}
+
+	old := fsmtest.NewAt(t, 20)
+	applyOK(t, old, 2, groups, fsmtest.PlaceQueues(),
+		policySet("local", "^local-", 0, false, locator("client-local")),
+		policySet("odd", "^odd-", 0, false, locator("nearest")),
+		declareFrom("c", "local-1", nil), declareFrom("c", "local-2", nil))
+	if placementOf(t, old, "local-1") != "q1" || placementOf(t, old, "local-2") != "q2" {
+		t.Fatal("level 20 placed by a policy's leader locator")
+	}
+}

@@ -108,7 +108,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     that a delayed exchange there holds it (groups.go)
 //  20. x-queue-leader-locator checked, and client-local honoured by
 //     placement (leader_locator.go)
-const Protocol = 20
+//  21. a policy's queue-leader-locator checked, and winning over the
+//     argument at placement (leader_locator.go)
+const Protocol = 21
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once

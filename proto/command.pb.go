@@ -4583,8 +4583,13 @@ type PolicyDefinition struct {
 	DelayedRetryMin        *int64  `protobuf:"varint,11,opt,name=delayed_retry_min,json=delayedRetryMin" json:"delayed_retry_min,omitempty"`
 	DelayedRetryMax        *int64  `protobuf:"varint,12,opt,name=delayed_retry_max,json=delayedRetryMax" json:"delayed_retry_max,omitempty"`
 	DelayedRetryMultiplier *int64  `protobuf:"varint,13,opt,name=delayed_retry_multiplier,json=delayedRetryMultiplier" json:"delayed_retry_multiplier,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// queue-leader-locator: where placement puts a new queue, as the
+	// x-queue-leader-locator argument says it (client-local or balanced; random
+	// and least-leaders count as balanced), winning over that argument as in
+	// RabbitMQ; from protocol level 21.
+	QueueLeaderLocator *string `protobuf:"bytes,14,opt,name=queue_leader_locator,json=queueLeaderLocator" json:"queue_leader_locator,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PolicyDefinition) Reset() {
@@ -4706,6 +4711,13 @@ func (x *PolicyDefinition) GetDelayedRetryMultiplier() int64 {
 		return *x.DelayedRetryMultiplier
 	}
 	return 0
+}
+
+func (x *PolicyDefinition) GetQueueLeaderLocator() string {
+	if x != nil && x.QueueLeaderLocator != nil {
+		return *x.QueueLeaderLocator
+	}
+	return ""
 }
 
 type PolicySet struct {
@@ -5449,7 +5461,7 @@ const file_command_proto_rawDesc = "" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x0f\n" +
 	"\rRestartLeases\"#\n" +
 	"\vSetProtocol\x12\x14\n" +
-	"\x05level\x18\x01 \x01(\rR\x05level\"\x88\x05\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\"\xc1\x05\n" +
 	"\x10PolicyDefinition\x12&\n" +
 	"\vmessage_ttl\x18\x01 \x01(\x03B\x05\xaa\x01\x02\b\x01R\n" +
 	"messageTtl\x12\x1f\n" +
@@ -5466,7 +5478,8 @@ const file_command_proto_rawDesc = "" +
 	" \x01(\tB\x05\xaa\x01\x02\b\x01R\x10delayedRetryType\x121\n" +
 	"\x11delayed_retry_min\x18\v \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0fdelayedRetryMin\x121\n" +
 	"\x11delayed_retry_max\x18\f \x01(\x03B\x05\xaa\x01\x02\b\x01R\x0fdelayedRetryMax\x12?\n" +
-	"\x18delayed_retry_multiplier\x18\r \x01(\x03B\x05\xaa\x01\x02\b\x01R\x16delayedRetryMultiplier\"\xdf\x01\n" +
+	"\x18delayed_retry_multiplier\x18\r \x01(\x03B\x05\xaa\x01\x02\b\x01R\x16delayedRetryMultiplier\x127\n" +
+	"\x14queue_leader_locator\x18\x0e \x01(\tB\x05\xaa\x01\x02\b\x01R\x12queueLeaderLocator\"\xdf\x01\n" +
 	"\tPolicySet\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +

@@ -110,5 +110,8 @@ func PolicyDefinitionJSON(d *PolicyDefinition) map[string]any {
 	if d.DelayedRetryMultiplier != nil {
 		out["delayed-retry-multiplier"] = d.GetDelayedRetryMultiplier()
 	}
+	if d.QueueLeaderLocator != nil {
+		out["queue-leader-locator"] = d.GetQueueLeaderLocator()
+	}
 	return out
 }

@@ -96,6 +96,20 @@ func TestManagementObjects(t *testing.T) {
 	if fmt.Sprint(pol["definition"]) != fmt.Sprint(retry) {
 		t.Fatalf("retry policy %v, want %v", pol["definition"], retry)
 	}
+	// RabbitMQ's queue-leader-locator: its names only, and not in an
+	// operator policy, which RabbitMQ has no such key for either.
+	g.must(http.StatusCreated, "PUT", "/api/policies/%2F/near", map[string]any{"pattern": "^near-", "apply-to": "queues",
+		"definition": map[string]any{"queue-leader-locator": "client-local"}})
+	g.getJSON("/api/policies/%2F/near", &pol)
+	if pol["definition"].(map[string]any)["queue-leader-locator"] != "client-local" {
+		t.Fatalf("locator policy %v", pol)
+	}
+	for _, c := range []struct{ path, value string }{{"/api/policies/%2F/far", "nearest"}, {"/api/operator-policies/%2F/far", "balanced"}} {
+		if code, body, _ := g.do("PUT", c.path, map[string]any{"pattern": ".*", "definition": map[string]any{"queue-leader-locator": c.value}}); code != http.StatusBadRequest {
+			t.Fatalf("PUT %s with queue-leader-locator %s: %d %s", c.path, c.value, code, body)
+		}
+	}
+	g.must(http.StatusNoContent, "DELETE", "/api/policies/%2F/near", nil)
 	var q map[string]any
 	g.getJSON("/api/queues/%2F/work", &q)
 	if d, ok := q["messages_delayed"]; !ok || d != float64(0) {

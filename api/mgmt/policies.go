@@ -41,7 +41,7 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 			default:
 				def.MaxLengthBytes = &n
 			}
-		case "dead-letter-exchange", "dead-letter-routing-key", "overflow", "delayed-retry-type":
+		case "dead-letter-exchange", "dead-letter-routing-key", "overflow", "delayed-retry-type", "queue-leader-locator":
 			s, err := fieldString(b, k, "")
 			if err != nil {
 				return nil, nil, err
@@ -53,6 +53,8 @@ func policyDefFromJSON(b map[string]any) (def *proto.PolicyDefinition, unknown [
 				def.DeadLetterRoutingKey = &s
 			case "delayed-retry-type":
 				def.DelayedRetryType = &s
+			case "queue-leader-locator":
+				def.QueueLeaderLocator = &s
 			default:
 				def.Overflow = &s
 			}

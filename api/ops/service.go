@@ -366,6 +366,11 @@ func (s *Service) SetPolicy(ctx context.Context, req *proto.SetPolicyRequest) (*
 	if err := validatePolicy(req.GetName(), req.GetPattern(), applyTo, req.GetDefinition()); err != nil {
 		return nil, fail(Invalid, "%s", err)
 	}
+	if req.GetOperator() && req.GetDefinition().QueueLeaderLocator != nil {
+		// Placement reads the queue's own policy only, as RabbitMQ's
+		// operator policies have no such key.
+		return nil, fail(Invalid, "queue-leader-locator is not an operator policy key")
+	}
 	_, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{
 		Vhost: orDefaultVhost(req.GetVhost()), Name: req.GetName(), Pattern: req.GetPattern(),
 		ApplyTo: applyTo, Priority: req.GetPriority(), Definition: req.GetDefinition(), Operator: req.GetOperator(),

@@ -91,6 +91,12 @@ func validatePolicy(name, pattern, applyTo string, def *proto.PolicyDefinition) 
 			}
 		}
 	}
+	if def.QueueLeaderLocator != nil {
+		empty = false
+		if !fsm.KnownLeaderLocator(def.GetQueueLeaderLocator()) {
+			return fmt.Errorf("queue-leader-locator %q must be one of client-local, balanced (random and least-leaders: balanced)", def.GetQueueLeaderLocator())
+		}
+	}
 	if def.DeadLetterExchange != nil {
 		empty = false
 	}

@@ -129,6 +129,7 @@ type policyJSON struct {
 	DelayedRetryMin      *int64  `json:"delayed-retry-min"`
 	DelayedRetryMax      *int64  `json:"delayed-retry-max"`
 	DelayedRetryMult     *int64  `json:"delayed-retry-multiplier"`
+	QueueLeaderLocator   *string `json:"queue-leader-locator"`
 }
 
 // parseDefinition reads a policy definition; unknown keys are an error.
@@ -148,6 +149,6 @@ func parseDefinition(s string) (*proto.PolicyDefinition, error) {
 		MaxLength: p.MaxLength, MaxLengthBytes: p.MaxLengthBytes, Overflow: p.Overflow,
 		DeliveryLimit: p.DeliveryLimit, ConsumerTimeout: p.ConsumerTimeout,
 		DelayedRetryType: p.DelayedRetryType, DelayedRetryMin: p.DelayedRetryMin, DelayedRetryMax: p.DelayedRetryMax,
-		DelayedRetryMultiplier: p.DelayedRetryMult,
+		DelayedRetryMultiplier: p.DelayedRetryMult, QueueLeaderLocator: p.QueueLeaderLocator,
 	}, nil
 }
