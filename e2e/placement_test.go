@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -208,5 +210,64 @@ func TestPlacement_PikaRetriesThroughADelayedExchange(t *testing.T) {
 	}
 	if r := rows["pika-jobs"]; r.Group == metadataGroup || r.Group == "" {
 		t.Fatalf("pika-jobs is not in a queue group: %+v", r)
+	}
+}
+
+// A policy's queue-leader-locator, set with the real rabbitmqadmin,
+// places the queues it matches in the declaring node's groups, over an
+// x-queue-leader-locator argument, as RabbitMQ has a policy's value win;
+// a name RabbitMQ does not know is refused. Each node is meant to lead
+// one of the three groups, so the two queues declared through a node
+// share a group, and the three nodes' groups differ, where balanced
+// placement would spread the two apart.
+func TestPlacement_LocatorPolicyThroughRabbitmqadmin(t *testing.T) {
+	skipShort(t)
+	bin, err := exec.LookPath("rabbitmqadmin")
+	if err != nil {
+		t.Skip("rabbitmqadmin not found (Debian's rabbitmq-server package provides /usr/bin/rabbitmqadmin)")
+	}
+	c := placingCluster(t)
+	rabbitmqadmin(t, bin, c.Nodes[1], "declare", "policy", "name=near", `pattern=^near\.`, "apply-to=queues",
+		`definition={"queue-leader-locator":"client-local"}`)
+	host, port, err := net.SplitHostPort(c.Nodes[1].ManagementAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "-H", host, "-P", port, "-u", "guest", "-p", "guest", "declare", "policy", "name=odd",
+		"pattern=^odd$", `definition={"queue-leader-locator":"nearest"}`).CombinedOutput(); err == nil {
+		t.Fatalf("a policy with queue-leader-locator nearest was taken: %s", out)
+	}
+	for _, n := range c.Nodes {
+		ch := channel(t, dial(t, n))
+		mustDeclare(t, ch, "near."+n.ID+".a", nil)
+		mustDeclare(t, ch, "near."+n.ID+".b", amqp.Table{"x-queue-leader-locator": "balanced"})
+	}
+	var rows map[string]queueRow
+	if err := Eventually(30*time.Second, func() (err error) {
+		rows, err = queuesOn(t, c.Nodes[2])
+		if err != nil {
+			return err
+		}
+		for _, n := range c.Nodes {
+			for _, q := range []string{"near." + n.ID + ".a", "near." + n.ID + ".b"} {
+				if rows[q].Group == "" {
+					return fmt.Errorf("%s not listed with its group yet: %+v", q, rows)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]string{}
+	for _, n := range c.Nodes {
+		a, b := rows["near."+n.ID+".a"].Group, rows["near."+n.ID+".b"].Group
+		if a == metadataGroup || a == "" || a != b {
+			t.Fatalf("the queues declared through %s are in groups %q and %q, want one queue group: %+v", n.ID, a, b, rows)
+		}
+		if other, ok := groups[a]; ok {
+			t.Fatalf("the queues declared through %s and %s share group %s", other, n.ID, a)
+		}
+		groups[a] = n.ID
 	}
 }
