@@ -47,7 +47,8 @@ func checkLeaderLocatorArg(q *queueState) *proto.Result {
 	return invalidArg(leaderLocatorArg, q, "invalid_queue_locator_arg")
 }
 
-// knownLocator reports whether s is one of RabbitMQ's leader locators.
+// KnownLeaderLocator reports whether s is one of RabbitMQ's leader
+// locators, the names the argument and the policy key take.
 func KnownLeaderLocator(s string) bool {
 	switch s {
 	case "client-local", "balanced", "random", "least-leaders":

@@ -159,8 +159,9 @@ func toFront(l []string, k int) {
 // both (a group added to a grown cluster can leave it so): the voter
 // leading fewest takes a group it is a member of from that group's first
 // member, who takes another from its own, and so on until a voter
-// leading at least two more than the first gives one up. It reports whether it moved any; repeated,
-// the leaderships differ by one at most where the memberships allow it.
+// leading at least two more than the first gives one up. It reports
+// whether it moved any; repeated, the leaderships differ by one at most
+// where the memberships allow it.
 // Breadth first from the voter leading fewest, groups in order: a pure
 // function. Each move, as each of leadWithin's, takes a leadership from a
 // voter leading at least two more than the one it goes to, so SpreadGroups'
