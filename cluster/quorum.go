@@ -93,3 +93,12 @@ func (n *Node) checkStall() {
 // Isolated reports whether this node is cut off from a majority of the
 // cluster (its clients are refused), and why.
 func (n *Node) Isolated() (bool, string) { return n.watch.Isolated() }
+
+// Refusing reports why this node does not take clients now, "" when it
+// does (quorum.Watch.Refusing).
+func (n *Node) Refusing() string {
+	if n.watch == nil {
+		return ""
+	}
+	return n.watch.Refusing()
+}

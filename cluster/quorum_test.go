@@ -149,6 +149,9 @@ func testPartitionedNodePauses(t *testing.T, leader bool) {
 	if iso, why := victim.Isolated(); !iso || why == "" {
 		t.Fatalf("Isolated() = %v, %q after the pause", iso, why)
 	}
+	if _, why := victim.Isolated(); victim.Refusing() != why {
+		t.Fatalf("paused, Refusing() = %q, want %q", victim.Refusing(), why)
+	}
 	c.Heal()
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		if ev := ps[vi].list(); len(ev) != 2 || ev[1] != "resume" {
@@ -156,6 +159,9 @@ func testPartitionedNodePauses(t *testing.T, leader bool) {
 		}
 		return nil
 	})
+	if why := victim.Refusing(); why != "" {
+		t.Fatalf("resumed, Refusing() = %q", why)
+	}
 	for i, p := range ps {
 		if i != vi && len(p.list()) != 0 {
 			t.Fatalf("node%d of the majority was told %v", i, p.list())

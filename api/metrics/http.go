@@ -33,8 +33,8 @@ type HandlerOptions struct {
 // NewHandler serves /metrics and /metrics/per-object (the same with
 // RabbitMQ's queue series per queue), /healthz (200 while the process
 // runs), /readyz (200 once the node is a member of a cluster with a known
-// leader, has applied the leader's defaults and serves AMQP, 503 with the
-// reason otherwise) and, when enabled, /debug/pprof/.
+// leader, has applied the leader's defaults, takes clients and serves
+// AMQP, 503 with the reason otherwise) and, when enabled, /debug/pprof/.
 func NewHandler(o HandlerOptions) http.Handler {
 	mux := http.NewServeMux()
 	m := o.Metrics

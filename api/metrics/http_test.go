@@ -175,6 +175,16 @@ func TestHTTP_ReadyzFlips(t *testing.T) {
 	step(http.StatusServiceUnavailable, "defaults")
 	n.Update(func(s *opstest.State) { s.Ready = true })
 	step(http.StatusOK, "ready")
+	// A node cut off from the majority closes its clients' connections:
+	// no probe may send it more.
+	n.Mu.Lock()
+	n.Refused = "no contact with a majority"
+	n.Mu.Unlock()
+	step(http.StatusServiceUnavailable, "no contact with a majority")
+	n.Mu.Lock()
+	n.Refused = ""
+	n.Mu.Unlock()
+	step(http.StatusOK, "ready")
 	n.SetLeader("")
 	step(http.StatusServiceUnavailable, "no leader")
 

@@ -47,6 +47,9 @@ func (c clusterNode) LocalView(fn func(State)) {
 	c.n.View(func(m *fsm.Machine) { fn(c.placed(m, nil)) })
 }
 
+// Refusing implements ClientRefuser.
+func (c clusterNode) Refusing() string { return c.n.Refusing() }
+
 // ConsistentView implements ConsistentViewer.
 func (c clusterNode) ConsistentView(ctx context.Context, fn func(State)) error {
 	far := c.farGroups(ctx)

@@ -50,8 +50,9 @@ func Authenticate(node Node, user, password string) (*Login, bool) {
 }
 
 // NotReady returns why the node is not ready to serve clients, "" when it
-// is: it is a member of the raft configuration, knows a leader and has
-// applied the leader's defaults.
+// is: it is a member of the raft configuration, knows a leader, has
+// applied the leader's defaults and takes clients (ClientRefuser: a node
+// cut off from a majority closes their connections).
 func NotReady(n Node) string {
 	self := n.NodeID()
 	member := false
@@ -71,6 +72,9 @@ func NotReady(n Node) string {
 	n.LocalView(func(s State) { initialized = s.Initialized() })
 	if !initialized {
 		return "the leader's defaults are not applied yet"
+	}
+	if r, ok := n.(ClientRefuser); ok {
+		return r.Refusing()
 	}
 	return ""
 }

@@ -76,6 +76,13 @@ type ConsistentViewer interface {
 	ConsistentView(ctx context.Context, fn func(s State)) error
 }
 
+// ClientRefuser is implemented by a Node that can stop taking clients
+// while it is up (cut off from a majority of the cluster, or just resumed
+// from a pause): Refusing says why, "" while it takes them.
+type ClientRefuser interface {
+	Refusing() string
+}
+
 // ClockChecker is implemented by a Node that checks its wall clock
 // against the voters': ClockProblem says why the clock is unfit to lead
 // (further from the quorum's than --max-clock-offset), "" when it is fine.

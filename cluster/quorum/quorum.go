@@ -438,6 +438,26 @@ func (w *Watch) Isolated() (bool, string) {
 	return w.isolated, w.why
 }
 
+// Refusing reports why this node does not take clients now, "" when it
+// does: it is isolated, or the watch has not run for the suspect time.
+// A process that was paused (or starved) learns only at the watch's
+// first check after it resumes whether the cluster declared it down
+// meanwhile; until then, a readiness probe that asked it would send
+// clients to a node about to close their connections.
+func (w *Watch) Refusing() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.isolated {
+		return w.why
+	}
+	if !w.lastCheck.IsZero() {
+		if d := time.Since(w.lastCheck); d >= w.after {
+			return fmt.Sprintf("this node did not run for %v (paused or starved): it is checking its contact with the cluster", d.Round(time.Millisecond))
+		}
+	}
+	return ""
+}
+
 // pingPeers pings every other voter that has no ping in flight.
 func (w *Watch) pingPeers(voters []string) {
 	for _, id := range voters {

@@ -2,9 +2,11 @@ package quorum
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -182,5 +184,57 @@ func BenchmarkGateSink_Deliver(b *testing.B) {
 	for b.Loop() {
 		g.Deliver(d)
 		rec.epochs = rec.epochs[:0]
+	}
+}
+
+// fakeRaft is a follower's raft: a voter among three whose leader last
+// contacted it at contact.
+type fakeRaft struct{ contact time.Time }
+
+func (r *fakeRaft) Voters() ([]string, bool) { return []string{"n1", "n2", "n3"}, true }
+func (r *fakeRaft) LastContact() time.Time   { return r.contact }
+func (r *fakeRaft) Leading() bool            { return false }
+func (fakeReach) WasLeader() bool            { return false }
+func (fakeReach) LastAck(string) time.Time   { return time.Time{} }
+func (fakeReach) LastHeard(string) time.Time { return time.Time{} }
+
+// fakeReach is a node no peer answers.
+type fakeReach struct{}
+
+// A node refuses clients while it is cut off, and also from the moment
+// its process resumes from a pause until its watch has looked: a
+// readiness probe answered first must not send clients to a node about
+// to close their connections. Once the watch has looked and found a
+// leader in touch, it takes them again.
+func TestRefusing_FromAResumeUntilTheWatchLooks(t *testing.T) {
+	r := &fakeRaft{contact: time.Now()}
+	w := New(Config{NodeID: "n1", NodeDownAfter: time.Second, HeartbeatTimeout: 100 * time.Millisecond,
+		ElectionTimeout: 100 * time.Millisecond, Raft: r, Reach: fakeReach{},
+		Addr: func(string) string { return "" }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		State: &sync.Mutex{}, Fence: func(context.Context) error { return errors.New("no fence in this test") }})
+	defer w.wg.Wait()
+	w.check(time.Now())
+	if why := w.Refusing(); why != "" {
+		t.Fatalf("a node in touch with its leader refuses clients: %q", why)
+	}
+
+	// The process was paused for longer than the suspect time.
+	w.mu.Lock()
+	w.lastCheck = time.Now().Add(-w.after)
+	w.mu.Unlock()
+	if why := w.Refusing(); !strings.Contains(why, "did not run") {
+		t.Fatalf("right after a pause, before the watch looked: Refusing() = %q", why)
+	}
+	w.check(time.Now())
+	if why := w.Refusing(); why != "" {
+		t.Fatalf("the watch looked and the leader is in touch, yet Refusing() = %q", why)
+	}
+
+	// No leader for longer than NodeDownAfter and its election grace,
+	// and no peer answers: the node is isolated, and says why.
+	r.contact = time.Now().Add(-time.Minute)
+	w.check(time.Now())
+	if iso, why := w.Isolated(); !iso || w.Refusing() != why {
+		t.Fatalf("cut off: Isolated() = %v %q, Refusing() = %q", iso, why, w.Refusing())
 	}
 }

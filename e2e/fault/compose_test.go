@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -531,19 +532,26 @@ func (c *cluster) ready(i int) error {
 		if err == nil && strings.HasPrefix(string(state), "exited") {
 			return fmt.Errorf("%w (%s)", errExited, strings.TrimSpace(string(state)))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(n.ip, "15692")+"/readyz", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
+		return c.readyz(i)
 	}, errExited)
+}
+
+// readyz asks node i's /readyz once: nil when it is ready to serve
+// clients, the reason it gives otherwise.
+func (c *cluster) readyz(i int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(c.nodes[i].ip, "15692")+"/readyz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s /readyz: %s %s", c.nodes[i].id, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
 
 // admin dials node i's admin API as the cluster's first user (an
@@ -589,6 +597,11 @@ func (c *cluster) waitMembers() {
 			}
 			if len(st.Nodes) != len(c.nodes) {
 				return fmt.Errorf("%s sees %d members", c.nodes[i].id, len(st.Nodes))
+			}
+			// A node that resumed from a pause may still be about to
+			// find it was cut off, and close its clients' connections.
+			if err := c.readyz(i); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -118,6 +118,16 @@ type Node struct {
 	// Changes is what they return.
 	Grown, Shrunk []string
 	Changes       []ops.GroupChange
+	// Refused is why the node refuses clients (Refusing), "" when it
+	// takes them.
+	Refused string
+}
+
+// Refusing implements ops.ClientRefuser.
+func (n *Node) Refusing() string {
+	n.Mu.Lock()
+	defer n.Mu.Unlock()
+	return n.Refused
 }
 
 // NewNode is the fake node id, leading, its defaults applied.
