@@ -281,22 +281,23 @@ func (s *boltStore) GetLog(index uint64, l *raft.Log) error {
 
 func (s *boltStore) damage() *DataError { return s.bad.Load() }
 
-// SnapshotStore remembers why snapshots could not be opened, so that a
-// start that restores none can name them.
+// SnapshotStore is raft's file store (retaining keepSnapshots+1) which
+// remembers why snapshots could not be opened, so that a start that
+// restores none can name them, and frees the space of the snapshots it
+// drops a step at a time (snapreap.go).
 type SnapshotStore struct {
 	raft.SnapshotStore
 	dir string
 
-	mu     sync.Mutex
-	failed map[string]error // snapshot id -> why Open failed
-}
-
-func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
-	meta, rc, err := s.SnapshotStore.Open(id)
-	if err != nil {
-		s.Fail(id, err)
-	}
-	return meta, rc, err
+	mu        sync.Mutex
+	failed    map[string]error // snapshot id -> why Open failed
+	readers   map[string]int   // snapshot id -> its open readers
+	reaping   map[string]bool  // snapshots being shrunk, or shrunk
+	shrunk    map[string]bool  // snapshots shrunk
+	shrinking bool             // a shrink goroutine runs
+	closed    bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // Fail records why snapshot id could not be opened (unreadable).

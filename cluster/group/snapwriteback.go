@@ -33,19 +33,19 @@ func (s *SnapshotStore) Create(version raft.SnapshotVersion, index, term uint64,
 	// named after it with a .tmp suffix until it is complete. The sink
 	// writes through a buffer, so a second descriptor of the file sees
 	// the same pages: the writeback needs nothing of the sink's own.
-	f, err := os.Open(filepath.Join(s.dir, sink.ID()+".tmp", "state.bin"))
-	if err != nil {
-		// Another store's layout: the snapshot is synced as raft does.
-		return sink, nil
-	}
-	return &writeBackSink{SnapshotSink: sink, file: f}, nil
+	// Without it (another store's layout) the snapshot is synced as raft
+	// does.
+	f, _ := os.Open(filepath.Join(s.dir, sink.ID()+".tmp", "state.bin"))
+	return &writeBackSink{SnapshotSink: sink, file: f, store: s}, nil
 }
 
 // writeBackSink is a snapshot sink whose file is handed to writeback
-// every writeBackEvery bytes.
+// every writeBackEvery bytes, and whose completion has the snapshots it
+// pushed out of raft's view shrunk (SnapshotStore.reap).
 type writeBackSink struct {
 	raft.SnapshotSink
-	file    *os.File
+	file    *os.File // nil: no writeback
+	store   *SnapshotStore
 	written int64 // bytes the sink took
 	hinted  int64 // bytes handed to writeback
 	hints   int   // writeback hints given (tests)
@@ -54,7 +54,7 @@ type writeBackSink struct {
 func (w *writeBackSink) Write(p []byte) (int, error) {
 	n, err := w.SnapshotSink.Write(p)
 	w.written += int64(n)
-	if w.written-w.hinted >= writeBackEvery {
+	if w.file != nil && w.written-w.hinted >= writeBackEvery {
 		// What the sink's buffer still holds is written back by the
 		// next hint, or by raft's sync.
 		writeBack(w.file, w.hinted, w.written-w.hinted)
@@ -66,12 +66,21 @@ func (w *writeBackSink) Write(p []byte) (int, error) {
 
 func (w *writeBackSink) Close() error {
 	err := w.SnapshotSink.Close()
-	w.file.Close()
+	w.closeFile()
+	if err == nil {
+		w.store.reap()
+	}
 	return err
 }
 
 func (w *writeBackSink) Cancel() error {
 	err := w.SnapshotSink.Cancel()
-	w.file.Close()
+	w.closeFile()
 	return err
+}
+
+func (w *writeBackSink) closeFile() {
+	if w.file != nil {
+		w.file.Close()
+	}
 }

@@ -68,7 +68,7 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, o.RaftLogger)
+	files, err := raft.NewFileSnapshotStoreWithLogger(dir, keepSnapshots+1, o.RaftLogger)
 	if err != nil {
 		_ = store.Close()
 		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
@@ -174,6 +174,7 @@ func (s *Storage) Stable() raft.StableStore { return s.stable }
 
 // Close closes the log store.
 func (s *Storage) Close() error {
+	s.snaps.close()
 	s.stable.close()
 	return s.store.Close()
 }
