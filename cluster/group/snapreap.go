@@ -3,7 +3,6 @@ package group
 import (
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -33,7 +32,7 @@ import (
 const keepSnapshots = 2
 
 // The pace of a shrink: reapStep bytes cut from the file's end, then
-// reapPause.
+// reapPause (shrinkFile).
 var (
 	reapStep  int64 = 1 << 20
 	reapPause       = 2 * time.Millisecond
@@ -125,7 +124,7 @@ func (s *SnapshotStore) shrinkAll() {
 		if id == "" {
 			return
 		}
-		s.shrink(filepath.Join(s.dir, id, "state.bin"))
+		s.shrink(id)
 		select {
 		case <-s.stop:
 			return
@@ -169,39 +168,12 @@ func (s *SnapshotStore) nextToShrink() string {
 	return ""
 }
 
-// shrink cuts path down to nothing a step at a time. The descriptor
-// holds the file: when raft's reap unlinks it meanwhile, its blocks are
-// freed by the steps still, not at once.
-func (s *SnapshotStore) shrink(path string) {
-	id := filepath.Base(filepath.Dir(path))
-	defer func() {
-		s.mu.Lock()
-		s.shrunk[id] = true
-		s.mu.Unlock()
-	}()
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return
-	}
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for size := fi.Size(); size > 0; {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		size = max(0, size-reapStep)
-		if f.Truncate(size) != nil {
-			return
-		}
-		t.Reset(reapPause)
-	}
+// shrink cuts snapshot id's file down to nothing a step at a time.
+func (s *SnapshotStore) shrink(id string) {
+	shrinkFileUntil(filepath.Join(s.dir, id, "state.bin"), reapStep, reapPause, s.stop)
+	s.mu.Lock()
+	s.shrunk[id] = true
+	s.mu.Unlock()
 }
 
 // close stops a shrink under way; what is left of the file is shrunk

@@ -120,6 +120,13 @@ func (r *laterRemovals) shrink(path string) { shrinkFile(path, r.step, r.pause) 
 // frees more blocks in one journal handle than an fsync of the log
 // should wait for.
 func shrinkFile(path string, step int64, pause time.Duration) {
+	shrinkFileUntil(path, step, pause, nil)
+}
+
+// shrinkFileUntil is shrinkFile, stopping when stop closes (nil: never).
+// The descriptor holds the file: unlinked by someone else meanwhile, its
+// blocks are still freed by the steps, not at once.
+func shrinkFileUntil(path string, step int64, pause time.Duration, stop <-chan struct{}) {
 	if step <= 0 {
 		return
 	}
@@ -137,7 +144,11 @@ func shrinkFile(path string, step int64, pause time.Duration) {
 		if f.Truncate(size) != nil {
 			return
 		}
-		time.Sleep(pause)
+		select {
+		case <-stop:
+			return
+		case <-time.After(pause):
+		}
 	}
 }
 
