@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +90,48 @@ func submitRetried(t *testing.T, c *clustertest.Cluster, cmds ...*proto.Command)
 		return nil
 	})
 	return index
+}
+
+// Replicas append the same bytes: by size alone they would snapshot at
+// once, and behind a long queue the whole majority would be busy writing
+// its snapshot together. Each replica's first snapshot by size waits a
+// share of the budget by its rank among the voters, so their snapshots
+// come apart: the lowest id's first, the highest id's about two thirds of
+// a budget later.
+func TestCluster_ReplicasSnapshotBySizeApart(t *testing.T) {
+	const (
+		budget = 1 << 20
+		body   = 128 << 10
+	)
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, c *cluster.Config) {
+		c.SnapshotThreshold = 1 << 20 // never by entry count
+		c.SnapshotInterval = time.Hour
+		c.SnapshotBytes = budget
+	}))
+	submitRetried(t, c, queueDeclare("/", "q"))
+	ids := make([]string, len(c.Nodes))
+	for i, nd := range c.Nodes {
+		ids[i] = nd.ID
+	}
+	slices.Sort(ids)
+	// first[id] is the entry after which the node was first seen with a
+	// snapshot, one entry at a time, each applied everywhere before the
+	// next.
+	first := map[string]int{}
+	for i := 1; i <= 24 && len(first) < len(ids); i++ {
+		c.WaitApplied(submitRetried(t, c, publish("/", "q", fmt.Sprintf("%d.", i)+strings.Repeat("b", body))))
+		for _, nd := range c.Nodes {
+			if _, seen := first[nd.ID]; !seen && nd.Node().Stats().LastSnapshotIndex > 0 {
+				first[nd.ID] = i
+			}
+		}
+	}
+	lo, mid, hi := first[ids[0]], first[ids[1]], first[ids[2]]
+	t.Logf("first snapshot after entry %d (%s), %d (%s), %d (%s)", lo, ids[0], mid, ids[1], hi, ids[2])
+	if lo == 0 || mid == 0 || hi == 0 {
+		t.Fatalf("a replica took no snapshot in 24 entries of %d KiB: %v", body>>10, first)
+	}
+	if !(lo <= mid && mid <= hi && lo < hi) {
+		t.Fatalf("the replicas' first snapshots are not apart by rank: %v", first)
+	}
 }
