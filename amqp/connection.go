@@ -564,9 +564,14 @@ func (c *conn) handshake() error {
 	}
 	c.vhost = open.VirtualHost
 	// Opened under the server's lock, so a Pause either sees this
-	// connection opened (and closes it) or is seen here.
+	// connection opened (and closes it) or is seen here. The node is
+	// asked first, outside the lock: its watch calls Pause.
+	refusing := c.srv.refusing()
 	c.srv.mu.Lock()
 	paused := c.srv.paused
+	if paused == "" {
+		paused = refusing
+	}
 	if paused == "" {
 		c.opened.Store(true)
 	}

@@ -251,6 +251,30 @@ func TestServer_PauseClosesAndRefusesConnectionsUntilResume(t *testing.T) {
 	}
 }
 
+// A node that has just resumed from a pause refuses a connection at
+// connection.open with 320 and why, before its watch has looked (it did
+// not tell the server to Pause yet), rather than open it and close it a
+// moment later; once the node takes clients, so does the server.
+func TestServer_RefusesConnectionsWhileTheNodeRefusesClients(t *testing.T) {
+	ts := startServer(t, Config{})
+	const reason = "this node did not run for 6s (paused or starved): it is checking its contact with the cluster"
+	ts.broker.mu.Lock()
+	ts.broker.refused = reason
+	ts.broker.mu.Unlock()
+	_, err := amqp091.Dial(ts.url)
+	var ae *amqp091.Error
+	if !errors.As(err, &ae) || ae.Code != amqp091.ConnectionForced || !strings.Contains(ae.Reason, reason) {
+		t.Fatalf("a connection while the node refuses clients: %v, want 320 with its reason", err)
+	}
+	ts.broker.mu.Lock()
+	ts.broker.refused = ""
+	ts.broker.mu.Unlock()
+	_, ch := openChannel(t, ts)
+	if _, err := ch.QueueDeclare("again", false, false, false, false, nil); err != nil {
+		t.Fatalf("a connection once the node takes clients: %v", err)
+	}
+}
+
 // A basic.get whose commit outcome is unknown (the leader changed under
 // it) is resolved from the log and tried again, with the connection
 // open, as an ack is: after a Tick, a delivery of the channel's that the

@@ -49,6 +49,14 @@ type fakeBroker struct {
 	// sent records every command with the group it was submitted to and
 	// how: "submit" (Submit, SubmitBatch) or "group" (SubmitGroup).
 	sent []sentCmd
+	// refused is what Refusing answers.
+	refused string
+}
+
+func (b *fakeBroker) Refusing() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.refused
 }
 
 // sentCmd is a command a fakeBroker was given.

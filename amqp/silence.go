@@ -21,6 +21,25 @@ type Silences interface {
 	SilenceEpoch() uint64
 }
 
+// Refuser is implemented by a Broker whose node can stop taking clients
+// without being told to Pause first: a process that resumes from a pause
+// learns only at its watch's next check whether the cluster declared it
+// down meanwhile, and a client that connects before that check would be
+// opened and then closed with 320. Refusing says why the node takes no
+// clients now, "" when it takes them.
+type Refuser interface {
+	Refusing() string
+}
+
+// refusing is why the broker's node takes no clients now, "" when it
+// takes them or cannot tell.
+func (s *Server) refusing() string {
+	if b, ok := s.node().(Refuser); ok {
+		return b.Refusing()
+	}
+	return ""
+}
+
 // epoch is the node's current silence epoch; 0 when its broker knows no
 // silences (or before SetBroker).
 func (s *Server) epoch() uint64 {

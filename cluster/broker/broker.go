@@ -70,6 +70,9 @@ func (b *Broker) PeerConnections(ctx context.Context, vhost string) int {
 // SilenceEpoch counts the node's silences (amqp.Silences).
 func (b *Broker) SilenceEpoch() uint64 { return b.node.SilenceEpoch() }
 
+// Refusing says why the node takes no clients now (amqp.Refuser).
+func (b *Broker) Refusing() string { return b.node.Refusing() }
+
 // Submit proposes cmd through the log of the group it concerns
 // (route.go): the metadata log (Node.Submit) unless the log places
 // queues in queue groups.
