@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -295,6 +296,8 @@ type SnapshotStore struct {
 	reaping   map[string]bool  // snapshots being shrunk, or shrunk
 	shrunk    map[string]bool  // snapshots shrunk
 	shrinking bool             // a shrink goroutine runs
+	step      int64            // a shrink's pace (reapStep; 0: no shrink)
+	pause     time.Duration    // and pause between steps (reapPause)
 	closed    bool
 	stop      chan struct{}
 	wg        sync.WaitGroup

@@ -32,8 +32,8 @@ import (
 const keepSnapshots = 2
 
 // The pace of a shrink: reapStep bytes cut from the file's end, then
-// reapPause (shrinkFile).
-var (
+// reapPause (shrinkFile); a store's own (SnapshotStore.step, pause).
+const (
 	reapStep  int64 = 1 << 20
 	reapPause       = 2 * time.Millisecond
 )
@@ -170,7 +170,7 @@ func (s *SnapshotStore) nextToShrink() string {
 
 // shrink cuts snapshot id's file down to nothing a step at a time.
 func (s *SnapshotStore) shrink(id string) {
-	shrinkFileUntil(filepath.Join(s.dir, id, "state.bin"), reapStep, reapPause, s.stop)
+	shrinkFileUntil(filepath.Join(s.dir, id, "state.bin"), s.step, s.pause, s.stop)
 	s.mu.Lock()
 	s.shrunk[id] = true
 	s.mu.Unlock()

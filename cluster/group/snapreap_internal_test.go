@@ -12,15 +12,15 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// reapStore is a snapshot store in a temporary folder that shrinks 64 KiB
-// at a time.
-func reapStore(t *testing.T, dir string) *SnapshotStore {
+// reapStore is a snapshot store in dir that shrinks 64 KiB at a time,
+// pause apart.
+func reapStore(t *testing.T, dir string, pause time.Duration) *SnapshotStore {
 	t.Helper()
 	files, err := raft.NewFileSnapshotStoreWithLogger(dir, keepSnapshots+1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &SnapshotStore{SnapshotStore: files, dir: filepath.Join(dir, "snapshots")}
+	s := &SnapshotStore{SnapshotStore: files, dir: filepath.Join(dir, "snapshots"), step: 64 << 10, pause: pause}
 	t.Cleanup(s.close)
 	return s
 }
@@ -73,18 +73,11 @@ func ids(t *testing.T, s *SnapshotStore) []string {
 	return l
 }
 
-func smallReapSteps(t *testing.T, pause time.Duration) {
-	step, p := reapStep, reapPause
-	reapStep, reapPause = 64<<10, pause
-	t.Cleanup(func() { reapStep, reapPause = step, p })
-}
-
 // The snapshot a new one pushes out of raft's view is shrunk a step at a
 // time and then unlinked by raft's next reap; raft is never shown it, nor
 // can it open it, and a snapshot still being read is left whole.
 func TestSnapshotStore_ShrinksWhatItDropsAStepAtATime(t *testing.T) {
-	smallReapSteps(t, time.Millisecond)
-	s := reapStore(t, t.TempDir())
+	s := reapStore(t, t.TempDir(), time.Millisecond)
 	body := bytes.Repeat([]byte("raftmq snapshot "), (1<<20)/16)
 	a := snap(t, s, 10, body)
 	b := snap(t, s, 20, body)
@@ -129,9 +122,8 @@ func TestSnapshotStore_ShrinksWhatItDropsAStepAtATime(t *testing.T) {
 // its folder it shows raft the two newest snapshots only, and the next
 // snapshot shrinks what was left.
 func TestSnapshotStore_CloseStopsAShrinkThatTheNextSnapshotEnds(t *testing.T) {
-	smallReapSteps(t, 50*time.Millisecond)
 	dir := t.TempDir()
-	s := reapStore(t, dir)
+	s := reapStore(t, dir, 50*time.Millisecond)
 	body := bytes.Repeat([]byte("raftmq snapshot "), (4<<20)/16)
 	a := snap(t, s, 10, body)
 	snap(t, s, 20, body)
@@ -147,11 +139,10 @@ func TestSnapshotStore_CloseStopsAShrinkThatTheNextSnapshotEnds(t *testing.T) {
 		t.Fatalf("the shrink ended (%d bytes left) before the store closed", left)
 	}
 
-	s2 := reapStore(t, dir)
+	s2 := reapStore(t, dir, time.Nanosecond)
 	if got := ids(t, s2); len(got) != 2 || got[0] != c {
 		t.Fatalf("reopened, raft is shown %v", got)
 	}
-	smallReapSteps(t, 0)
 	snap(t, s2, 40, body)
 	if size(s2, a) != -1 {
 		t.Fatalf("the half-shrunk snapshot outlived raft's reap")

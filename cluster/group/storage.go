@@ -78,7 +78,7 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 		kind:    kind,
 		store:   store,
 		stable:  &stableUntilClosed{store: store},
-		snaps:   &SnapshotStore{SnapshotStore: files, dir: filepath.Join(dir, "snapshots")},
+		snaps:   &SnapshotStore{SnapshotStore: files, dir: filepath.Join(dir, "snapshots"), step: reapStep, pause: reapPause},
 		entries: &bodyLogs{LogStore: store},
 		meter:   newLogMeter(o.SnapshotBytes),
 	}, nil
