@@ -35,9 +35,15 @@ cd "$(dirname "$0")/../.."
 # get, nack multiple with requeue, basic.recover requeue=false refused
 # with 540).
 #
+# TestNotifyClosesAllChansAfterConnectionClose talks to no server: it
+# drives the client against the package's in-memory fake, and gives the
+# client's close 1 ms to reach NotifyClose. Beside the other packages of
+# a CI run that deadline was missed once (v1.16.0); it says nothing of
+# raftmq either way.
+#
 # TestConnection_Close_WhenMemoryAlarmIsActive skips itself unless
 # rabbitmqctl is available (it raises a RabbitMQ memory alarm).
-SKIP='^(TestRabbitMQQueueTTLGet|TestRabbitMQQueueNackMultipleRequeue|TestIntegrationRecoverNotImplemented)$'
+SKIP='^(TestRabbitMQQueueTTLGet|TestRabbitMQQueueNackMultipleRequeue|TestIntegrationRecoverNotImplemented|TestNotifyClosesAllChansAfterConnectionClose)$'
 
 work=$(mktemp -d)
 node_pid=""
