@@ -281,20 +281,44 @@ func (ch *channel) run() {
 			}
 			continue
 		case <-ch.quit:
+			ch.finishQueued(batch)
 			return
 		}
-		batch = append(batch[:0], it)
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case it := <-ch.in:
-				batch = append(batch, it)
-			default:
-				break drain
-			}
-		}
+		batch = ch.queued(append(batch[:0], it))
 		// Withheld deliveries go back before the client's acks that
 		// follow them: a multiple ack must not settle a tag it never saw.
+		ch.requeueOverdue()
+		if ch.process(batch) {
+			return
+		}
+	}
+}
+
+// queued appends the methods queued now to batch, up to maxBatch.
+func (ch *channel) queued(batch []item) []item {
+	for len(batch) < maxBatch {
+		select {
+		case it := <-ch.in:
+			batch = append(batch, it)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// finishQueued handles the methods still queued when the connection
+// ends. The reader reads in order, so on a client's connection.close they
+// are what the client sent before it, and RabbitMQ handles those before
+// the close: a dropped ack was requeued by the close and delivered again,
+// a dropped publish lost. When the socket died instead, the connection's
+// context is cancelled and what they submit fails at once.
+func (ch *channel) finishQueued(batch []item) {
+	for {
+		batch = ch.queued(batch[:0])
+		if len(batch) == 0 {
+			return
+		}
 		ch.requeueOverdue()
 		if ch.process(batch) {
 			return

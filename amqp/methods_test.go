@@ -3,8 +3,10 @@ package amqp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -763,5 +765,82 @@ func TestMethods_OverdueDeliveryIsRequeuedUnseen(t *testing.T) {
 	r := commandsOf(ts.broker, (*proto.Command).GetRequeue)[0]
 	if !slices.Equal(r.Tags, []uint64{1}) || !r.Unseen || r.Channel.GetChannel() != 1 {
 		t.Fatalf("requeue %v, want log tag 1 alone, unseen, on channel 1", r)
+	}
+}
+
+// Methods a client sent before its connection.close are handled before the
+// connection ends, as RabbitMQ does, even when they still wait behind a
+// method in hand when the close arrives: acks the worker dropped then were
+// requeued by the close (the consumer's next connection got them again),
+// and a publish dropped then was lost. The worker picks between its queue
+// and the close at random, so a dropped method shows within a few rounds.
+func TestMethods_MethodsQueuedBeforeTheConnectionCloseAreHandled(t *testing.T) {
+	for round := range 8 {
+		ts := startServer(t, Config{CloseTimeout: 10 * time.Second})
+		release := make(chan struct{})
+		var (
+			mu          sync.Mutex
+			settled     []uint64
+			published   int
+			afterClosed []string
+			closed      bool
+		)
+		ts.broker.script(nil, func(c *proto.Command) {
+			if c.GetSettle() != nil && len(c.GetSettle().GetTags()) == 1 && c.GetSettle().GetTags()[0] == 101 {
+				<-release
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case c.GetConnectionClosed() != nil:
+				closed = true
+			case closed:
+				afterClosed = append(afterClosed, fmt.Sprintf("%T", c.GetCmd()))
+			case c.GetSettle() != nil:
+				settled = append(settled, c.GetSettle().GetTags()...)
+			case c.GetPublish() != nil:
+				published++
+			}
+		})
+		conn, pch := openChannel(t, ts)
+		got := consumeLogTags(t, ts, pch, "q", 101, 102, 103, 104, 105)
+		ch := ts.srv.lookupFirst().channel(1)
+		if err := got[0].Ack(false); err != nil {
+			t.Fatal(err)
+		}
+		// The first ack is held in the log; a qos waits for it, in the
+		// worker's hand, while the rest queue behind it.
+		go func() { _ = pch.Qos(10, 0, false) }()
+		eventually(t, 5*time.Second, "the worker waiting on the held ack", ch.acks.flushing)
+		for _, d := range got[1:] {
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := pch.Publish("", "q", false, false, amqp091.Publishing{Body: []byte("last words")}); err != nil {
+			t.Fatal(err)
+		}
+		// Four acks and the publish.
+		eventually(t, 5*time.Second, "the acks and the publish queued", func() bool { return len(ch.in) == len(got[1:])+1 })
+		done := make(chan error, 1)
+		go func() { done <- conn.Close() }()
+		eventually(t, 5*time.Second, "the close arriving", func() bool {
+			select {
+			case <-ch.quit:
+				return true
+			default:
+				return false
+			}
+		})
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if len(settled) != len(got) || published != 1 || !closed || len(afterClosed) > 0 {
+			t.Errorf("round %d: settled %v and %d publish before ConnectionClosed (seen %v), then %v; want the 5 tags and 1 publish, then nothing",
+				round, settled, published, closed, afterClosed)
+		}
+		mu.Unlock()
 	}
 }
