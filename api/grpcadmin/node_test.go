@@ -3,6 +3,7 @@ package grpcadmin
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/raftmq/raftmq/api/ops"
 	"github.com/raftmq/raftmq/api/ops/opstest"
@@ -30,7 +31,7 @@ func startNode(t *testing.T, node *opstest.Node, conns *opstest.Conns) *testNode
 	pool := ops.NewPeerPool()
 	t.Cleanup(func() { _ = pool.Close() })
 	srv := grpc.NewServer()
-	deps := ops.Deps{Node: node, Peers: pool}
+	deps := ops.Deps{Node: node, Peers: pool, LeaderWait: 2 * time.Second}
 	if conns != nil {
 		deps.Conns = conns
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -338,6 +339,30 @@ func TestAdmin_ConsistentReadForwardsToLeader(t *testing.T) {
 	follower.SetLeader("")
 	_, err = f.client.ListUsers(ctx, &proto.ListRequest{Consistent: true})
 	wantCode(t, err, codes.Unavailable, "no leader")
+
+	// An election under way when the call comes: it is served by the
+	// leader elected, not refused.
+	leader.SetLeader("n1")
+	follower.Mu.Lock()
+	asked := follower.LeaderAsked
+	follower.Mu.Unlock()
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			follower.Mu.Lock()
+			waiting := follower.LeaderAsked > asked+1
+			follower.Mu.Unlock()
+			if waiting {
+				follower.SetLeader("n1")
+				return
+			}
+		}
+	}()
+	qs, err = f.client.ListQueues(ctx, &proto.ListQueuesRequest{Consistent: true})
+	if err != nil || qs.GetQueues()[0].GetName() != "on-leader" {
+		t.Fatalf("consistent read during an election: %v %v", qs, err)
+	}
 }
 
 func TestAdmin_ListConnectionsMergesPeers(t *testing.T) {

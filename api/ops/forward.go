@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -22,12 +23,34 @@ import (
 // forwarding again.
 const forwardedKey = "raftmq-forwarded"
 
-// leaderAdmin returns an Admin client of the current leader.
-func (s *Service) leaderAdmin() (proto.AdminClient, error) {
-	id, _ := s.node.Leader()
-	if id == "" {
-		return nil, fail(Unavailable, "no leader is known")
+// awaitLeader returns the leader's id, "" when this node leads. While no
+// leader is known (an election, a leadership hand-over) it waits, up to
+// leaderWait or the call's deadline: an operator's command run in that
+// second is served once it is over, as a publish is, instead of failing.
+func (s *Service) awaitLeader(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.leaderWait)
+	defer cancel()
+	backoff := 10 * time.Millisecond
+	for {
+		if s.node.IsLeader() {
+			return "", nil
+		}
+		if id, _ := s.node.Leader(); id != "" {
+			return id, nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", fail(Unavailable, "no leader is known")
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// leaderAdmin returns an Admin client of leader id.
+func (s *Service) leaderAdmin(id string) (proto.AdminClient, error) {
 	addr := s.memberAddr(id)
 	if addr == "" {
 		return nil, fail(Unavailable, "leader %s has no known gRPC address", id)
@@ -55,14 +78,21 @@ func wasForwarded(ctx context.Context) bool {
 func onLeader[Req, Resp any](ctx context.Context, s *Service, req Req,
 	call func(proto.AdminClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
 	local func() (Resp, error)) (Resp, error) {
+	var zero Resp
 	if s.node.IsLeader() {
 		return local()
 	}
-	var zero Resp
 	if wasForwarded(ctx) {
 		return zero, fail(Unavailable, "not the leader (leadership changed while forwarding)")
 	}
-	c, err := s.leaderAdmin()
+	id, err := s.awaitLeader(ctx)
+	if err != nil {
+		return zero, err
+	}
+	if id == "" {
+		return local()
+	}
+	c, err := s.leaderAdmin(id)
 	if err != nil {
 		return zero, err
 	}

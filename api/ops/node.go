@@ -207,6 +207,10 @@ type Deps struct {
 	Environment func() []*proto.Setting
 	// PeerTimeout bounds each call fanned out to a peer (default 2s).
 	PeerTimeout time.Duration
+	// LeaderWait bounds how long a call for the leader waits while no
+	// leader is known, an election under way (default 5s; the call's
+	// own deadline when sooner).
+	LeaderWait time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }

@@ -31,6 +31,7 @@ type Service struct {
 	peers       Peers
 	ownPool     *PeerPool // the pool New made, closed by Close
 	peerTimeout time.Duration
+	leaderWait  time.Duration
 	log         *slog.Logger
 	counters    func() NodeCounters
 	resources   func() Resources
@@ -44,6 +45,7 @@ func New(d Deps) *Service {
 		conns:       d.Conns,
 		peers:       d.Peers,
 		peerTimeout: d.PeerTimeout,
+		leaderWait:  d.LeaderWait,
 		log:         d.Logger,
 		counters:    d.Counters,
 		resources:   d.Resources,
@@ -55,6 +57,9 @@ func New(d Deps) *Service {
 	}
 	if s.peerTimeout <= 0 {
 		s.peerTimeout = 2 * time.Second
+	}
+	if s.leaderWait <= 0 {
+		s.leaderWait = 5 * time.Second
 	}
 	if s.log == nil {
 		s.log = slog.Default()

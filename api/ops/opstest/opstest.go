@@ -100,13 +100,15 @@ func (f *State) UserPasswordHash(n string) ([]byte, string, bool) {
 // Node is an ops.Node whose log is a list of submitted commands. Mu guards
 // every field; a test that changes them holds it.
 type Node struct {
-	Mu         sync.Mutex
-	ID         string
-	LeaderID   string
-	State      *State
-	MemberList []*proto.NodeStatus
-	Raft       ops.RaftStats
-	Submitted  []*proto.Command
+	Mu       sync.Mutex
+	ID       string
+	LeaderID string
+	// LeaderAsked counts the calls of Leader.
+	LeaderAsked int
+	State       *State
+	MemberList  []*proto.NodeStatus
+	Raft        ops.RaftStats
+	Submitted   []*proto.Command
 	// Result answers a submitted command; nil means success.
 	Result      func(*proto.Command) *proto.Result
 	Transferred []string
@@ -144,6 +146,7 @@ func (n *Node) IsLeader() bool {
 func (n *Node) Leader() (string, string) {
 	n.Mu.Lock()
 	defer n.Mu.Unlock()
+	n.LeaderAsked++
 	return n.LeaderID, n.LeaderID + ":raft"
 }
 
