@@ -492,6 +492,12 @@ func TestConsole(t *testing.T) {
 	b.run("close a connection",
 		chromedp.Click(chromedp.CSS(`button.close-conn`)),
 		until(`document.querySelector('button.close-conn').classList.contains('armed')`),
+		// The page's timed refresh leaves an armed button as it is.
+		func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+			_, err := chromedp.Evaluate[bool](`(refresh().then(() => { window.refreshedWhileArmed = true; }), true)`)(ctx, t)
+			return chromedp.Void{}, err
+		},
+		until(`window.refreshedWhileArmed === true && document.querySelector('button.close-conn').classList.contains('armed')`),
 		chromedp.Click(chromedp.CSS(`button.close-conn`)),
 		until(`document.querySelector('#banner-text').textContent === 'Connection closed'`),
 	)

@@ -223,11 +223,13 @@ function schedule() {
 }
 
 // refresh reloads the shown page's data, unless the user is typing in one
-// of its forms.
+// of its forms or has armed a danger button: a list drawn again would
+// meet the confirming click with a fresh button, unarmed.
 async function refresh() {
   if (!S.page || document.hidden) return;
   const a = document.activeElement;
   if (a && a.matches('input, textarea, select') && a.closest('#main form')) return;
+  if (document.querySelector('#main button.danger.armed')) return;
   try {
     await S.page.refresh();
   } catch (e) { showError(e); }
