@@ -14,14 +14,11 @@ import (
 // port stops the node at once with a clear message, although the AMQP
 // listeners open only later (awaitServing). It returns the address to
 // listen on then (port 0 resolved to the port the system picked) and the
-// address the check bound.
+// address the check bound. The check binds without listening: nothing
+// takes a connection before the listener does.
 func reserveAddr(addr string) (listen, bound string, err error) {
-	ln, err := net.Listen("tcp", addr)
+	bound, err = bindOnly(addr)
 	if err != nil {
-		return "", "", err
-	}
-	bound = ln.Addr().String()
-	if err := ln.Close(); err != nil {
 		return "", "", err
 	}
 	host, port, err := net.SplitHostPort(addr)
