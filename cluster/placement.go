@@ -359,14 +359,19 @@ const mirrorSpacing = 10 * time.Millisecond
 // proposed it: the queue is new to the group, and the answer is what a
 // passive declare would give. It is nil when the group held the queue
 // already (its leader's mirror was first) or this node does not run the
-// group.
-func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared *proto.Result, err error) {
+// group. ran reports whether this node ran the group: the group's answer
+// to a passive declare after is final then, where a node that did not
+// has to ask again until the mirror brought the queue. The caller takes
+// it from here rather than asking RunsGroup after, as a group may start
+// on this node in between, its log not yet holding what the mirror
+// brings.
+func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared *proto.Result, ran bool, err error) {
 	qg := n.queueGroup(id)
 	if qg == nil {
 		if slices.Contains(n.NamedQueueGroups(), id) {
-			return nil, nil
+			return nil, false, nil
 		}
-		return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+		return nil, false, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
 	}
 	// The group's log takes queues once its leader made it a queue
 	// group's (GroupInit), which this node may not have applied yet.
@@ -380,9 +385,9 @@ func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared
 		select {
 		case <-applied:
 		case <-qg.closing:
-			return nil, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
+			return nil, false, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("queue group %q is not ready for queues yet: %w", id, ctx.Err())
+			return nil, true, fmt.Errorf("queue group %q is not ready for queues yet: %w", id, ctx.Err())
 		}
 	}
 	var cmds []*proto.Command
@@ -390,18 +395,18 @@ func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared
 		qg.g.State().View(func(grp *fsm.Machine) { cmds = placeCommands(meta, grp, id, vhost, name) })
 	})
 	if len(cmds) == 0 {
-		return nil, nil
+		return nil, true, nil
 	}
 	res, err := qg.g.Submitter().SubmitBatch(ctx, cmds)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	for i, c := range cmds {
 		if d := c.GetQueueDeclare(); d != nil && d.GetVhost() == vhost && d.GetName() == name && res[i].GetCode() == 0 {
-			return res[i], nil
+			return res[i], true, nil
 		}
 	}
-	return nil, nil
+	return nil, true, nil
 }
 
 // QueueGroup is the id of the group that holds the queue: a queue group

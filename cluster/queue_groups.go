@@ -125,7 +125,7 @@ func (n *Node) runQueueGroups() {
 			switch {
 			case voter && i >= 0 && specs[i].HasMember(n.cfg.NodeID):
 				qg.kick()
-			case qg.removed(n.cfg.NodeID, 10*n.cfg.ElectionTimeout):
+			case qg.removed(n.cfg.NodeID, 10*n.cfg.ElectionTimeout, n.ledElsewhere(specOf(specs, i))):
 				n.closeQueueGroup(qg)
 			default:
 				// Its leader has yet to remove this node (or it is
@@ -262,14 +262,22 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 // removed reports whether this node, which the log no longer names among
 // the group's members, may close its copy: the group's configuration as
 // it knows it no longer holds the node as a voter (its leader removed
-// it), its raft stopped, or it has heard from no leader for quiet while
-// not leading. The leader sends a removed follower the entry that
-// removes it as it stops replicating to it, but that send may fail (the
-// follower just got a new leader, which removes it at once); the
-// follower then hears no more from any leader.
-func (qg *queueGroup) removed(id string, quiet time.Duration) bool {
+// it), its raft stopped, or, not leading, it has heard from no leader
+// for quiet while another member leads the group (ledElsewhere, given
+// the term this node knows). The leader sends a removed follower the
+// entry that removes it as it stops replicating to it, but that send may
+// fail (the follower just got a new leader, which removes it at once);
+// the follower then hears no more from any leader. Silence alone is no
+// removal: while the group elects (a loaded machine, a partition) its
+// configuration may still count this node, and closing the copies of
+// two of three voters that the log no longer names left the group
+// without a quorum for good, before its leader could add the new ones.
+func (qg *queueGroup) removed(id string, quiet time.Duration, ledElsewhere func(term uint64) bool) bool {
 	r := qg.g.Raft()
-	if r.State() == raft.Shutdown || r.State() != raft.Leader && time.Since(r.LastContact()) > quiet {
+	if r.State() == raft.Shutdown {
+		return true
+	}
+	if r.State() != raft.Leader && time.Since(r.LastContact()) > quiet && ledElsewhere(r.CurrentTerm()) {
 		return true
 	}
 	f := r.GetConfiguration()
@@ -279,6 +287,26 @@ func (qg *queueGroup) removed(id string, quiet time.Duration) bool {
 	return !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
 		return string(s.ID) == id && s.Suffrage == raft.Voter
 	})
+}
+
+// ledElsewhere reports whether a member of spec other than this node
+// leads the group, as gossip tells, in term or a later one: a leader
+// whose claim is older than the term this node knows may have lost the
+// group in an election since. A spec without members (a group the log
+// does not name) is led by none.
+func (n *Node) ledElsewhere(spec fsm.QueueGroup) func(term uint64) bool {
+	return func(term uint64) bool {
+		leader, claimed := gossipedLeader(spec, n.members.All())
+		return leader != "" && leader != n.cfg.NodeID && claimed >= term
+	}
+}
+
+// specOf is specs[i], or no group for i < 0.
+func specOf(specs []fsm.QueueGroup, i int) fsm.QueueGroup {
+	if i < 0 {
+		return fsm.QueueGroup{}
+	}
+	return specs[i]
 }
 
 // closeQueueGroup closes a queue group this node no longer is a member
@@ -439,12 +467,6 @@ func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command
 		default:
 		}
 	}
-}
-
-// RunsGroup reports whether this node runs group id: the metadata group
-// (group.DefaultID) always, a queue group while it is one of its members.
-func (n *Node) RunsGroup(id string) bool {
-	return id == group.DefaultID || n.queueGroup(id) != nil
 }
 
 // ViewGroup runs fn on the state machine of group id as this node has

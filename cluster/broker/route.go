@@ -331,7 +331,7 @@ func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.Queue
 		return res, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, placeWait)
-	gr, err := b.node.PlaceQueue(pctx, id, d.GetVhost(), name)
+	gr, ran, err := b.node.PlaceQueue(pctx, id, d.GetVhost(), name)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -340,7 +340,7 @@ func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.Queue
 		// The group held the queue already, or this node does not run
 		// it: a passive declare there gives its counts (and is a use of
 		// the queue in the log that decides its lease).
-		if gr, err = b.inGroup(ctx, id, d.GetVhost(), name); err != nil {
+		if gr, err = b.inGroup(ctx, id, d.GetVhost(), name, ran); err != nil {
 			return nil, err
 		}
 	}
@@ -352,11 +352,11 @@ func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.Queue
 }
 
 // inGroup is a passive declare of a queue the metadata placed in group
-// id, in the group's log: its counts there. On a node that does not run
-// the group the queue comes with the group leader's mirror, a moment
-// after the metadata entry: a queue not there yet is asked for again,
-// for up to placeWait.
-func (b *Broker) inGroup(ctx context.Context, id, vhost, name string) (*proto.Result, error) {
+// id, in the group's log: its counts there. When this node did not run
+// the group as it placed the queue (ran false), the queue comes with the
+// group leader's mirror, a moment after the metadata entry: a queue not
+// there yet is asked for again, for up to placeWait.
+func (b *Broker) inGroup(ctx context.Context, id, vhost, name string, ran bool) (*proto.Result, error) {
 	deadline := time.Now().Add(placeWait)
 	wait := 5 * time.Millisecond
 	for {
@@ -365,7 +365,7 @@ func (b *Broker) inGroup(ctx context.Context, id, vhost, name string) (*proto.Re
 		if err != nil {
 			return nil, err
 		}
-		if gr[0].GetCode() != replycode.NotFound || b.node.RunsGroup(id) || time.Now().After(deadline) {
+		if gr[0].GetCode() != replycode.NotFound || ran || time.Now().After(deadline) {
 			return gr[0], nil
 		}
 		t := time.NewTimer(wait)
