@@ -20,7 +20,8 @@ import (
 
 // leadershipSettle is how long a leader that took a group while the
 // member meant to lead it was online leads it before handing it over,
-// the first time (steer.due).
+// the first time (steer.due); each hand-over after doubles it, up to
+// Config.LeadershipBalanceAfter.
 const leadershipSettle = 2 * time.Second
 
 // steer is what a group's steering remembers between rounds.
@@ -29,6 +30,7 @@ type steer struct {
 	onlineSince time.Time // the member meant to lead is online since
 	meant       string    // that member
 	moved       time.Time // the last hand-over
+	handed      int       // the hand-overs so far
 }
 
 // steerLoop runs the group's steering when asked (the metadata log
@@ -148,8 +150,10 @@ func (n *Node) steerQueueGroup(ctx context.Context, qg *queueGroup, st *steer, n
 // the leadership to meant now: meant is another node, online (as seen
 // at each round) for wait without a break, this node has led for wait,
 // and its last hand-over is wait ago. It records a hand-over when due.
-// A leader that never handed the group over, and took it while meant
-// was online, waits leadershipSettle instead of wait.
+//
+// A leader that took the group while meant was online waits less: the
+// settle (leadershipSettle) the first time, twice as long at each
+// hand-over after, up to wait.
 func (st *steer) due(now time.Time, wait time.Duration, self, meant string, online bool) bool {
 	if meant != st.meant || !online {
 		st.meant, st.onlineSince = meant, time.Time{}
@@ -161,19 +165,22 @@ func (st *steer) due(now time.Time, wait time.Duration, self, meant string, onli
 		return false
 	}
 	hold := wait
-	if st.moved.IsZero() && !st.onlineSince.After(st.ledSince) {
+	if !st.onlineSince.After(st.ledSince) {
 		// Meant was online when this node took the group (a new group's
-		// first election, or meant's raft stalled while its node stayed
-		// up): nothing came back that could flap, so the group goes to
-		// meant once the leadership settled, not a whole wait later; a
-		// new cluster's leaders spread within seconds. Only the first
-		// hand-over of this node is so quick.
-		hold = min(wait, leadershipSettle)
+		// first election, a transfer meant did not win, meant's raft
+		// stalled while its node stayed up): nothing came back that
+		// could flap, so the group goes to meant once the leadership
+		// settled, not a whole wait later; a new cluster's leaders
+		// spread within seconds, and a transfer lost on a loaded machine
+		// is tried again. A group that keeps coming back, meant unable
+		// to hold it, is handed over ever more seldom.
+		hold = min(wait, leadershipSettle<<min(st.handed, 16))
 	}
-	if now.Sub(st.onlineSince) < hold || now.Sub(st.ledSince) < hold || now.Sub(st.moved) < wait {
+	if now.Sub(st.onlineSince) < hold || now.Sub(st.ledSince) < hold || now.Sub(st.moved) < hold {
 		return false
 	}
 	st.moved = now
+	st.handed++
 	return true
 }
 

@@ -43,14 +43,19 @@ func TestSteer_HandBackWaitsOutFlapping(t *testing.T) {
 	}
 	// A leader that took the group while meant was online all along
 	// (a new group's first election) hands it over once it settled,
-	// the first time; after a hand-over it waits the whole wait again.
+	// the first time. Led again with meant online all along (the
+	// transfer lost), it hands over again after twice the settle, then
+	// four times, and after that no sooner than the wait.
 	fresh := steer{ledSince: at(300), onlineSince: at(0), meant: "b"}
 	if fresh.due(at(301), wait, "a", "b", true) || !fresh.due(at(300).Add(leadershipSettle), wait, "a", "b", true) {
 		t.Fatal("a first leader's settle")
 	}
-	fresh.ledSince = at(400)
-	if fresh.due(at(405), wait, "a", "b", true) || !fresh.due(at(410), wait, "a", "b", true) {
-		t.Fatal("a second hand-over's wait")
+	for k, hold := range []time.Duration{2 * leadershipSettle, 4 * leadershipSettle, wait, wait} {
+		led := at(400 + 100*k)
+		fresh.ledSince = led
+		if fresh.due(led.Add(hold-time.Millisecond), wait, "a", "b", true) || !fresh.due(led.Add(hold), wait, "a", "b", true) {
+			t.Fatalf("hand-over %d not held for %v", k+2, hold)
+		}
 	}
 	// Meant came online after this node took the group: the whole wait.
 	back := steer{ledSince: at(500)}
