@@ -288,9 +288,7 @@ func TestQueueGroups_AGroupWithoutQuorumHoldsUpNoOtherGroupsNodeDown(t *testing.
 	for i := range 10 {
 		submit(fsmtest.Enqueue("/", "", "held", fmt.Sprint(i), &proto.Properties{}, "held"))
 	}
-	if q, err := groupQueue(groupLeader(t, c, g.ID), g.ID, "held"); err != nil || q.GetUnacked() != 10 {
-		t.Fatalf("the consumer holds %d (%v), want 10", q.GetUnacked(), err)
-	}
+	mustHoldAll(t, groupLeader(t, c, g.ID), g.ID, 10)
 	c.Kill(c.Index(down[0]))
 	c.Kill(c.Index(down[1]))
 	// Well within LeaderWait, which a proposal to the stuck group waits.
