@@ -177,6 +177,10 @@ type Releaser interface {
 // snapshot names (lazySnapshot.Bodies).
 type BodyLister interface {
 	Bodies() []queue.Body
+	// DelayedBodyBytes is the size of the bodies of Bodies that wait in
+	// delayed exchanges: they are read as they fall due, not in the
+	// order the log carried them.
+	DelayedBodyBytes() int64
 }
 
 // ReadBody returns the body b names from the entry that published it

@@ -289,6 +289,35 @@ func TestDelayed_SameMillisecondBurstReleasesInBatches(t *testing.T) {
 	}
 }
 
+// A snapshot tells how much of the bodies it names wait in delayed
+// exchanges (released as they fall due, not in log order) apart from
+// those queued: the node relocates the first rather than hold its log for
+// them (cluster/group holdDenseLog).
+func TestDelayed_SnapshotTellsTheDelayedBodiesApart(t *testing.T) {
+	m := delayedSetup(t, "direct")
+	want := int64(0)
+	for i := 0; i < 20; i++ {
+		body := fmt.Sprint("delayed-", i)
+		want += int64(len(body))
+		fsmtest.One(t, m, 1000, publish("dx", "k", body, withDelay(i64(5000))))
+	}
+	fsmtest.One(t, m, 1000, publish("dx", "k", "queued at once", nil))
+	if m.Stats().Delayed != 20 {
+		t.Fatalf("delayed %d, want 20", m.Stats().Delayed)
+	}
+	w, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := w.(fsm.BodyLister)
+	if n := len(bl.Bodies()); n != 21 {
+		t.Fatalf("the snapshot names %d bodies, want 21", n)
+	}
+	if got := bl.DelayedBodyBytes(); got != want {
+		t.Fatalf("delayed bodies: %d bytes, want %d", got, want)
+	}
+}
+
 // TestDelayed_SnapshotRestoreAndDigest: delayed messages are state: a
 // snapshot holds them (and names their bodies), a restored replica
 // releases exactly what the original does, and the digest tells states

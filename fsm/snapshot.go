@@ -134,6 +134,23 @@ func (l *lazySnapshot) Bodies() []queue.Body {
 	return slices.CompactFunc(out, func(a, b queue.Body) bool { return a.Index == b.Index && a.Pos == b.Pos })
 }
 
+// DelayedBodyBytes is the size of the bodies that the snapshot's delayed
+// exchanges hold (BodyLister).
+func (l *lazySnapshot) DelayedBodyBytes() int64 {
+	var n int64
+	for _, p := range l.parts {
+		if p.held == nil {
+			continue
+		}
+		l.each(p, func(m *queue.Message, _ string) {
+			if _, inline := m.Inline(); !inline {
+				n += int64(m.Body.Size)
+			}
+		})
+	}
+	return n
+}
+
 func (s *state) digest() [32]byte {
 	e := &enc{b: make([]byte, 0, 4096), digest: true}
 	s.encodeTo(e)

@@ -337,8 +337,10 @@ type fsmSnapshot struct {
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	var live []bodies.Live
+	var outOfOrder int64
 	if bl, ok := s.w.(fsm.BodyLister); ok {
 		live = toLive(bl.Bodies())
+		outOfOrder = bl.DelayedBodyBytes()
 	}
 	if err := writeSnapshot(sink, s.w, live); err != nil {
 		_ = sink.Cancel()
@@ -356,8 +358,8 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 			to = s.index - t
 		}
 		s.f.snapLive.Store(int64(len(live)))
-		to = s.f.holdDenseLog(live, to, s.f.storage.WALBytes)
-		s.f.retain(live, to)
+		compact := s.f.holdDenseLog(live, outOfOrder, to, s.f.storage.WALBytes)
+		s.f.retain(live, relocateTo(s.index, to, compact, outOfOrder), compact)
 	}
 	return nil
 }

@@ -28,12 +28,14 @@ const (
 )
 
 // relocJob is the rest of a snapshot's relocation: live is the snapshot's
-// list of bodies, to the compaction point, next the first key of live
-// not relocated yet.
+// list of bodies, to the last entry whose bodies are copied, compact the
+// compaction point (at most to), next the first key of live not
+// relocated yet.
 type relocJob struct {
-	live []bodies.Live
-	to   uint64
-	next int
+	live    []bodies.Live
+	to      uint64
+	compact uint64
+	next    int
 }
 
 // relocator runs the relocation jobs one at a time; a newer snapshot's
@@ -72,9 +74,11 @@ func relocStep(store *bodies.Store, live []bodies.Live, i int, to uint64, budget
 	return to, i, n
 }
 
-// retain relocates what a snapshot's compaction to to needs: one bounded
-// step here, the rest on the relocator's goroutine.
-func (f *FSM) retain(live []bodies.Live, to uint64) {
+// retain relocates the live bodies up to entry to: one bounded step
+// here, the rest on the relocator's goroutine, which then compacts the
+// log up to compact (at most to; less where raft keeps trailing entries
+// whose bodies are copied all the same).
+func (f *FSM) retain(live []bodies.Live, to, compact uint64) {
 	step, next, _ := relocStep(f.bodies, live, 0, to, f.relocBytes)
 	if err := f.bodies.Retain(live, step); err != nil {
 		// The pin stays where it was: the log is kept, nothing lost.
@@ -89,7 +93,7 @@ func (f *FSM) retain(live []bodies.Live, to uint64) {
 	if step == to {
 		return
 	}
-	r.job = &relocJob{live: live, to: to, next: next}
+	r.job = &relocJob{live: live, to: to, compact: min(compact, to), next: next}
 	if !r.running {
 		r.running = true
 		go f.relocate()
@@ -157,7 +161,7 @@ func (f *FSM) relocateJob(j *relocJob, gen uint64) {
 	if r.current(gen) {
 		f.log.Info("relocated the bodies of the compacted log", "bodies", j.next-from, "bytes", copied,
 			"seconds", time.Since(start).Seconds(), "to", j.to)
-		f.compact(j.to)
+		f.compact(j.compact)
 	}
 }
 

@@ -62,7 +62,7 @@ func BenchmarkRelocation_LogAppends(b *testing.B) {
 					}
 				} else {
 					n.f.paceHook = nil
-					n.f.retain(live, to)
+					n.f.retain(live, to, to)
 					n.waitIdle()
 				}
 				reloc := time.Since(start)

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftmq/raftmq/bodies"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -323,4 +324,47 @@ func TestPersist_KilledDuringPacedRelocationLosesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Bodies waiting in a delayed exchange are read as they fall due, each
+// from another entry: a snapshot copies them into body files even when
+// they are most of the log (holdDenseLog holds a dense log only for
+// queued bodies), also those of the trailing entries raft keeps, which
+// stay in the log.
+func TestPersist_CopiesDelayedBodiesOutOfTheTrailingEntries(t *testing.T) {
+	n := openRelocNode(t, t.TempDir())
+	n.f.paceHook = func(int64) bool { return true }
+	conn := &proto.ConnectionRef{Node: "me", Connection: "c1"}
+	ch := &proto.ChannelRef{Node: "me", Connection: "c1", Channel: 1}
+	field := func(k string, v *proto.Value) *proto.Table {
+		return &proto.Table{Fields: []*proto.Field{{Key: k, Value: v}}}
+	}
+	n.append(t, &proto.Command{Cmd: &proto.Command_SetProtocol{SetProtocol: &proto.SetProtocol{Level: fsm.Protocol}}})
+	n.append(t, &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "/"}}})
+	n.append(t, &proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "dx",
+		Type: fsm.DelayedExchangeType, Arguments: field("x-delayed-type", &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("direct")}})}}})
+	n.append(t, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true, Connection: conn}}})
+	n.append(t, &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "dx", Destination: "q", RoutingKey: "k", Connection: conn}}})
+	hour := &proto.Properties{Headers: field("x-delay", &proto.Value{Kind: &proto.Value_Int64{Int64: 3600_000}})}
+	const held = 3 * relocTrail
+	var keys []bodies.Key
+	for i := range held {
+		keys = append(keys, bodies.Key{Index: n.append(t, &proto.Command{Cmd: &proto.Command_Publish{Publish: &proto.Publish{
+			Vhost: "/", Exchange: "dx", RoutingKey: "k", Body: relocBodyOf(i), Properties: hour, Channel: ch}}})})
+	}
+	if got := n.f.state.m.Stats().Delayed; got != held {
+		t.Fatalf("%d delayed, want %d", got, held)
+	}
+
+	_, index := n.snapshot(t)
+	n.waitIdle()
+	for i, k := range keys {
+		if !n.store.InFile(k) {
+			t.Fatalf("delayed body %d (entry %d of a snapshot at %d, %d trailing) is only in the log", i, k.Index, index, relocTrail)
+		}
+	}
+	if first, _ := n.logs.FirstIndex(); first != index-relocTrail+1 {
+		t.Fatalf("log begins at %d, want %d: raft's trailing entries stay", first, index-relocTrail+1)
+	}
+	checkBodies(t, n.store, keys)
 }

@@ -11,7 +11,8 @@ import (
 
 // A write-ahead log that is mostly live bodies is held below its oldest
 // one instead of being relocated; once less than half of it is live, the
-// compaction point stands and the store relocates what is left. A bolt
+// compaction point stands and the store relocates what is left. Bodies
+// waiting in delayed exchanges do not count as live for this. A bolt
 // log is never held.
 func TestHoldDenseLog(t *testing.T) {
 	dir := t.TempDir()
@@ -27,19 +28,49 @@ func TestHoldDenseLog(t *testing.T) {
 	live := []bodies.Live{{Key: bodies.Key{Index: 10}, Size: 300}, {Key: bodies.Key{Index: 20}, Size: 300}, {Key: bodies.Key{Index: 90}, Size: 100}}
 
 	setLog(1000) // 700 of 1000 bytes live: held below entry 10
-	if got := f.holdDenseLog(live, 50, walBytes); got != 9 {
+	if got := f.holdDenseLog(live, 0, 50, walBytes); got != 9 {
 		t.Fatalf("dense log: compaction point %d, want 9", got)
 	}
+	// 700 of 1000 live, but 500 of it waits in delayed exchanges: read
+	// out of log order, it is relocated.
+	if got := f.holdDenseLog(live, 500, 50, walBytes); got != 50 {
+		t.Fatalf("dense with delayed bodies: compaction point %d, want 50", got)
+	}
+	if got := f.holdDenseLog(live, 150, 50, walBytes); got != 9 {
+		t.Fatalf("dense, some of it delayed: compaction point %d, want 9", got)
+	}
 	setLog(2000) // 700 of 2000: compacted to 50, relocating 10 and 20
-	if got := f.holdDenseLog(live, 50, walBytes); got != 50 {
+	if got := f.holdDenseLog(live, 0, 50, walBytes); got != 50 {
 		t.Fatalf("sparse log: compaction point %d, want 50", got)
 	}
 	setLog(1000)
-	if got := f.holdDenseLog(live[2:], 50, walBytes); got != 50 {
+	if got := f.holdDenseLog(live[2:], 0, 50, walBytes); got != 50 {
 		t.Fatalf("nothing live below the compaction point: %d, want 50", got)
 	}
 	isWAL = false
-	if got := f.holdDenseLog(live, 50, walBytes); got != 50 {
+	if got := f.holdDenseLog(live, 0, 50, walBytes); got != 50 {
 		t.Fatalf("bolt log: compaction point %d, want 50", got)
+	}
+}
+
+// A snapshot copies the bodies of its trailing entries only while some
+// wait in delayed exchanges and the log is not held dense: a dense
+// backlog held for its consumers is copied no further than its hold.
+func TestRelocateTo(t *testing.T) {
+	const index, raftTo = 100, 60
+	for _, c := range []struct {
+		name       string
+		compact    uint64
+		outOfOrder int64
+		want       uint64
+	}{
+		{"no delayed bodies", raftTo, 0, raftTo},
+		{"delayed bodies", raftTo, 4096, index},
+		{"held dense, no delayed bodies", 9, 0, 9},
+		{"held dense beside delayed bodies", 9, 4096, 9},
+	} {
+		if got := relocateTo(index, raftTo, c.compact, c.outOfOrder); got != c.want {
+			t.Errorf("%s: relocated to %d, want %d", c.name, got, c.want)
+		}
 	}
 }
