@@ -194,6 +194,80 @@ func TestRunDue_ByHeadTakesABurstAndBacksOffAStuckHead(t *testing.T) {
 	}
 }
 
+// A paced duty proposes work that fell due after its last proposal no
+// sooner than the pace after it, in log time; work that was already due
+// at the last proposal (a batch it had no room for) goes at once.
+func TestRunDue_PacesWorkThatFallsDueAfterTheLastProposal(t *testing.T) {
+	n := startSingle(t)
+	var (
+		mu     sync.Mutex
+		nows   []int64
+		head   = uint64(1)
+		steady = true // the head falls due 1 ms after the last proposal
+	)
+	next := func(*fsm.Machine) (int64, uint64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !steady || len(nows) == 0 {
+			return 0, head, true // due long before any proposal
+		}
+		return nows[len(nows)-1] + 1, head, true
+	}
+	propose := func(ctx context.Context, now int64) (bool, error) {
+		mu.Lock()
+		nows = append(nows, now)
+		head++
+		mu.Unlock()
+		_, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
+		return err == nil, err
+	}
+	proposals := func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int64(nil), nows...)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		dl := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(dl) {
+				t.Fatalf("timed out waiting for %s (%d proposals)", what, len(proposals()))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	run := func(pace time.Duration) func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.runDue(ctx, dueDuty{what: "test", log: n.group, next: next, propose: propose, progress: byHead, pace: pace})
+		}()
+		return func() { cancel(); <-done }
+	}
+
+	// Work falling due steadily: one proposal a pace.
+	const pace = 40 * time.Millisecond
+	stop := run(pace)
+	waitFor("five proposals", func() bool { return len(proposals()) >= 5 })
+	stop()
+	got := proposals()
+	for i := 1; i < len(got); i++ {
+		if gap := got[i] - got[i-1]; gap < pace.Milliseconds() {
+			t.Fatalf("proposals at %v: %d ms apart, the pace is %v", got, gap, pace)
+		}
+	}
+
+	// A backlog due before the last proposal is not paced: with a pace
+	// of an hour, twenty proposals come only if it is not.
+	mu.Lock()
+	steady, nows = false, nil
+	mu.Unlock()
+	stop = run(time.Hour)
+	waitFor("a backlog's twenty proposals", func() bool { return len(proposals()) >= 20 })
+	stop()
+}
+
 func TestNode_SingleNodeRestartResumes(t *testing.T) {
 	dir := t.TempDir()
 	cfg := soloConfig(dir, "")
