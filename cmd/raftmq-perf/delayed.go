@@ -28,7 +28,11 @@ import (
 // leader's stamp comes after the send, so a broker that releases it on
 // time never delivers it before that instant. Lateness is arrival minus
 // due time; it includes the publish's own latency (the stamp is taken when
-// the leader proposes the publish), so it is an upper bound.
+// the leader proposes the publish), so it is an upper bound. Arrival minus
+// the confirm's arrival plus the delay is a lower bound (the stamp came
+// before the confirm left the broker), 0 where negative: the release's
+// own lateness at the consumer lies between the two, the publish's
+// latency under a saturating load being what sets them apart.
 //
 // Delays are spread uniformly over [-delay-min, -delay-min + -delay-spread],
 // or, with -delay-same, computed per message so that every message is due
@@ -84,19 +88,25 @@ const (
 // delayTracker follows every message of a delayed run by id: its due
 // time and publish state, and what arrived when.
 type delayTracker struct {
-	mu       sync.Mutex
-	due      []int64 // unix ms
-	state    []uint8
-	got      []uint8 // arrivals, saturating
-	confirms bool    // expected means confirmed (else published)
-	lateness *latencies
+	mu  sync.Mutex
+	due []int64 // unix ms
+	// confirmedAt is when each confirmed message's confirm came (unix
+	// µs), 0 until it came.
+	confirmedAt []int64
+	state       []uint8
+	got         []uint8 // arrivals, saturating
+	confirms    bool    // expected means confirmed (else published)
+	lateness    *latencies
 	// quiet is the lateness of the messages due after publishing ended
 	// (pubEndMs), when releases no longer share the machine with the
 	// publishers' load.
-	quiet    *latencies
-	pubEndMs int64
-	expected int64 // messages in the expected state
-	uniq     int64 // first arrivals
+	quiet *latencies
+	// lower and lowerQuiet are lateness and quiet's lower bounds: arrival
+	// minus (confirmedAt + delay).
+	lower, lowerQuiet *latencies
+	pubEndMs          int64
+	expected          int64 // messages in the expected state
+	uniq              int64 // first arrivals
 	// uniqWanted are the first arrivals of expected messages (others
 	// are published ones the broker nacked or did not confirm, yet held).
 	uniqWanted int64
@@ -117,8 +127,8 @@ type delayTracker struct {
 }
 
 func newDelayTracker(n int, confirms bool) *delayTracker {
-	return &delayTracker{due: make([]int64, n), state: make([]uint8, n), got: make([]uint8, n), confirms: confirms,
-		lateness: newLatencies(max(n, 1)), quiet: newLatencies(max(n, 1))}
+	return &delayTracker{due: make([]int64, n), confirmedAt: make([]int64, n), state: make([]uint8, n), got: make([]uint8, n), confirms: confirms,
+		lateness: newLatencies(max(n, 1)), quiet: newLatencies(max(n, 1)), lower: newLatencies(max(n, 1)), lowerQuiet: newLatencies(max(n, 1))}
 }
 
 // publishingEnded marks the end of publishing: messages due after it
@@ -138,7 +148,9 @@ func (t *delayTracker) published(id int, due int64) {
 	}
 }
 
-func (t *delayTracker) confirmed(id int, ack bool) {
+// confirmed records the broker's answer to message id's publish, come
+// at at.
+func (t *delayTracker) confirmed(id int, ack bool, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.state[id] != stPublished {
@@ -146,6 +158,7 @@ func (t *delayTracker) confirmed(id int, ack bool) {
 	}
 	if ack {
 		t.state[id] = stConfirmed
+		t.confirmedAt[id] = at.UnixMicro()
 		if t.confirms {
 			t.expected++
 			if t.got[id] > 0 { // released before its confirm came
@@ -194,8 +207,21 @@ func (t *delayTracker) arrive(body []byte, now time.Time, redelivered bool) {
 	if t.slow > 0 && late >= t.slow {
 		fmt.Fprintf(t.slowOut, "late %.1f ms: message %d arrived %s\n", float64(late.Microseconds())/1000, id, now.UTC().Format("15:04:05.000"))
 	}
-	if t.pubEndMs > 0 && due > t.pubEndMs {
+	quiet := t.pubEndMs > 0 && due > t.pubEndMs
+	if quiet {
 		t.quiet.add(late)
+	}
+	if t.confirms && t.confirmedAt != nil {
+		// A release that came before its confirm (the confirm still on
+		// its way) has no lower bound but 0.
+		low := time.Duration(0)
+		if c := t.confirmedAt[id]; c > 0 {
+			low = max(now.Sub(time.UnixMicro(c).Add(time.Duration(delay)*time.Millisecond)), 0)
+		}
+		t.lower.add(low)
+		if quiet {
+			t.lowerQuiet.add(low)
+		}
 	}
 }
 
@@ -238,9 +264,14 @@ type delayedReport struct {
 	// LatenessDueAfterPublishing is Lateness over the messages due after
 	// publishing ended, away from the publishers' load (empty with -phase).
 	LatenessDueAfterPublishing summary `json:"lateness_due_after_publishing"`
-	Early                      int64   `json:"early"`
-	MaxEarlyMs                 float64 `json:"max_early_ms"`
-	Duplicates                 int64   `json:"duplicates"`
+	// LatenessFromConfirm and LatenessFromConfirmDueAfterPublishing are
+	// the lower bounds of the two: arrival minus (confirm + delay), 0
+	// where negative (empty with -phase consume).
+	LatenessFromConfirm                   summary `json:"lateness_from_confirm"`
+	LatenessFromConfirmDueAfterPublishing summary `json:"lateness_from_confirm_due_after_publishing"`
+	Early                                 int64   `json:"early"`
+	MaxEarlyMs                            float64 `json:"max_early_ms"`
+	Duplicates                            int64   `json:"duplicates"`
 	// Redelivered are arrivals after the first that the broker marked
 	// redelivered (their ack was lost with a connection); Reconnects the
 	// consumer's connections after the first.
@@ -296,6 +327,8 @@ func (t *delayTracker) report(accepted float64) *delayedReport {
 	}
 	r.Lateness = t.lateness.summary()
 	r.LatenessDueAfterPublishing = t.quiet.summary()
+	r.LatenessFromConfirm = t.lower.summary()
+	r.LatenessFromConfirmDueAfterPublishing = t.lowerQuiet.summary()
 	if t.instantMs > 0 && t.uniq > 0 {
 		w := ms(t.last.Sub(time.UnixMilli(t.instantMs)))
 		r.BurstDeliveredWithinMs = &w
@@ -343,6 +376,7 @@ func loadTracker(path string) (*delayTracker, *expectFile, error) {
 	}
 	t := newDelayTracker(len(e.Due), e.Confirms)
 	t.due, t.state, t.instantMs = e.Due, e.State, e.InstantMs
+	t.confirmedAt = nil // the confirms' times stayed with the publishing run
 	for i := range t.state {
 		if t.wanted(i) {
 			t.expected++
@@ -373,7 +407,7 @@ func (s *delayShaper) shape(n int, now time.Time, body []byte) (string, string, 
 	return s.exchange, s.o.Queue, amqp.Table{"x-delay": delay}
 }
 
-func (s *delayShaper) confirmed(n int, ack bool) { s.t.confirmed(s.base+n, ack) }
+func (s *delayShaper) confirmed(n int, ack bool) { s.t.confirmed(s.base+n, ack, time.Now()) }
 
 // checkDelayed checks and completes the options of the delayed mode.
 func checkDelayed(o *options, durationSet bool) error {

@@ -79,10 +79,10 @@ func TestDelayTracker_CountsEveryOutcome(t *testing.T) {
 		tr.published(id, dueMs(t0, 1000))
 	}
 	for id := 0; id < 4; id++ {
-		tr.confirmed(id, true)
+		tr.confirmed(id, true, t0)
 	}
-	tr.confirmed(4, false)
-	tr.confirmed(0, true) // a second answer changes nothing
+	tr.confirmed(4, false, t0)
+	tr.confirmed(0, true, t0) // a second answer changes nothing
 	due := t0.Add(time.Second)
 	tr.arrive(arrival(0, t0, 1000), due.Add(5*time.Millisecond), false)
 	tr.arrive(arrival(1, t0, 1000), due.Add(-2*time.Millisecond), false) // early
@@ -125,6 +125,42 @@ func TestDelayTracker_LatenessDueAfterPublishing(t *testing.T) {
 	}
 }
 
+// The lateness from the confirm leaves the publish's own latency out:
+// arrival minus (confirm + delay), 0 where the confirm came late or
+// after the message.
+func TestDelayTracker_LatenessFromTheConfirm(t *testing.T) {
+	tr := newDelayTracker(3, true)
+	t0 := time.UnixMilli(1700000000000)
+	for id := range 3 {
+		tr.published(id, dueMs(t0, 1000))
+	}
+	tr.confirmed(0, true, t0.Add(200*time.Millisecond)) // a slow publish
+	tr.confirmed(1, true, t0.Add(2*time.Millisecond))
+	tr.publishingEnded(t0.Add(500 * time.Millisecond))
+	tr.arrive(arrival(0, t0, 1000), t0.Add(1210*time.Millisecond), false)
+	tr.arrive(arrival(1, t0, 1000), t0.Add(1005*time.Millisecond), false)
+	tr.arrive(arrival(2, t0, 1000), t0.Add(1030*time.Millisecond), false) // before its confirm
+	tr.confirmed(2, true, t0.Add(1100*time.Millisecond))
+	r := tr.report(1)
+	if r.Lateness.Count != 3 || r.Lateness.Max != 210 {
+		t.Fatalf("lateness = %+v", r.Lateness)
+	}
+	l := r.LatenessFromConfirm
+	if l.Count != 3 || l.Max != 10 || l.P50 != 3 {
+		t.Fatalf("lateness from the confirm = %+v; want 10, 3 and 0 ms", l)
+	}
+	if q := r.LatenessFromConfirmDueAfterPublishing; q.Count != 3 || q.Max != 10 {
+		t.Fatalf("due after publishing = %+v", q)
+	}
+	// Without confirms there is no lower bound.
+	nc := newDelayTracker(1, false)
+	nc.published(0, dueMs(t0, 1000))
+	nc.arrive(arrival(0, t0, 1000), t0.Add(1100*time.Millisecond), false)
+	if r := nc.report(1); r.LatenessFromConfirm.Count != 0 {
+		t.Fatalf("a lower bound without confirms: %+v", r.LatenessFromConfirm)
+	}
+}
+
 func TestDelayTracker_WithoutConfirmsExpectsWhatWasPublished(t *testing.T) {
 	tr := newDelayTracker(3, false)
 	tr.published(0, 10)
@@ -144,7 +180,7 @@ func TestDelayTracker_BurstAndSaveLoad(t *testing.T) {
 	for id := 0; id < 3; id++ {
 		sent := t0.Add(time.Duration(id) * time.Millisecond)
 		tr.published(id, dueMs(sent, sameDelay(sent, tr.instantMs)))
-		tr.confirmed(id, id < 2)
+		tr.confirmed(id, id < 2, sent)
 	}
 	path := filepath.Join(t.TempDir(), "expect")
 	if err := tr.save(path, "x", "q", 123); err != nil {
