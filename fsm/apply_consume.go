@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"sort"
 	"strconv"
 
 	"github.com/raftmq/raftmq/internal/replycode"
@@ -88,12 +89,52 @@ func (s *state) removeConsumer(c *consumer) {
 
 func (s *state) applyChannelClosed(c *proto.ChannelClosed) *proto.Result {
 	if ch, ok := s.channels[chanKey(c.GetChannel())]; ok {
-		s.closeChannel(ch, false, returnFailed)
+		s.closeChannelSeen(ch, returnFailed, s.seenAtClose(c.GetSeenListed(), c.GetSeen(), ch))
 	}
 	return &proto.Result{}
 }
 
+// seenAtClose is which of channel ch's deliveries in this log its
+// client was sent, as the closing node named them (listed, from level
+// 22): the others it held back (look-ahead beyond the prefetch) or had
+// not received yet, and they go back as RabbitMQ returns what it never
+// sent, unflagged and uncounted; a delivery-limit must not dead-letter
+// a message no consumer saw. nil when the node named none: every one
+// counts as seen, as before.
+func (s *state) seenAtClose(listed bool, seen []*proto.SeenDeliveries, ch *channel) func(tag uint64) bool {
+	if !listed || !s.atLeast(levelSeenAtClose) {
+		return nil
+	}
+	var ranges [][]uint64
+	for _, e := range seen {
+		if e.GetChannel() == ch.ref.GetChannel() && e.GetGroup() == s.groups.id {
+			ranges = append(ranges, e.GetRanges())
+		}
+	}
+	return func(tag uint64) bool {
+		for _, r := range ranges {
+			// The first pair whose last tag is at or above tag.
+			i := sort.Search(len(r)/2, func(i int) bool { return r[2*i+1] >= tag })
+			if i < len(r)/2 && r[2*i] <= tag {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 func (s *state) closeChannel(ch *channel, notify bool, kind returnKind) {
+	s.closeChannelAs(ch, notify, kind, nil)
+}
+
+func (s *state) closeChannelSeen(ch *channel, kind returnKind, seen func(tag uint64) bool) {
+	s.closeChannelAs(ch, false, kind, seen)
+}
+
+// closeChannelAs closes ch: its consumers go, and its deliveries go back
+// as kind says, but those seen reports unseen go back unseen (nil: all
+// as kind says).
+func (s *state) closeChannelAs(ch *channel, notify bool, kind returnKind, seen func(tag uint64) bool) {
 	var qs []*queueState
 	for len(ch.consumers) > 0 {
 		c := ch.consumers[0]
@@ -103,7 +144,7 @@ func (s *state) closeChannel(ch *channel, notify bool, kind returnKind) {
 		s.removeConsumer(c)
 		qs = append(qs, c.q)
 	}
-	s.requeue(ch.unacked, kind)
+	s.requeueAs(ch.unacked, kind, seen)
 	ch.unacked = nil
 	if s.atLeast(levelTagFloor) {
 		s.tagFloor = max(s.tagFloor, ch.nextTag)
@@ -117,7 +158,9 @@ func (s *state) closeChannel(ch *channel, notify bool, kind returnKind) {
 }
 
 func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {
-	s.closeConnections(connRefKey(c.GetConnection()), false, returnFailed)
+	s.closeConnectionsAs(connRefKey(c.GetConnection()), false, returnFailed, func(ch *channel) func(uint64) bool {
+		return s.seenAtClose(c.GetSeenListed(), c.GetSeen(), ch)
+	})
 	return &proto.Result{}
 }
 
@@ -130,10 +173,16 @@ func (s *state) applyNodeDown(c *proto.NodeDown) *proto.Result {
 // closeConnections closes every channel whose key starts with prefix and
 // deletes the exclusive queues such connections own.
 func (s *state) closeConnections(prefix string, notify bool, kind returnKind) {
+	s.closeConnectionsAs(prefix, notify, kind, func(*channel) func(uint64) bool { return nil })
+}
+
+// closeConnectionsAs is closeConnections with what each channel's client
+// saw (closeChannelAs).
+func (s *state) closeConnectionsAs(prefix string, notify bool, kind returnKind, seen func(*channel) func(uint64) bool) {
 	for _, k := range sortedKeys(s.channels) {
 		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
 			if ch, ok := s.channels[k]; ok {
-				s.closeChannel(ch, notify, kind)
+				s.closeChannelAs(ch, notify, kind, seen(ch))
 			}
 		}
 	}

@@ -174,9 +174,18 @@ func (s *state) applyRequeue(c *proto.Requeue) *proto.Result {
 // client saw (kind) are flagged redelivered and counted; unseen ones keep
 // the flag they had.
 func (s *state) requeue(ps []*unacked, kind returnKind) {
-	seen := kind != returnUnseen
+	s.requeueAs(ps, kind, nil)
+}
+
+// requeueAs is requeue, but a delivery seen reports unseen goes back
+// unseen whatever kind says (nil: every one as kind says).
+func (s *state) requeueAs(ps []*unacked, kind returnKind, seenTag func(tag uint64) bool) {
+	type returning struct {
+		m    *queue.Message
+		seen bool
+	}
 	qs := release(ps)
-	byQueue := map[*queueState][]*queue.Message{}
+	byQueue := map[*queueState][]returning{}
 	var order []*queueState
 	for _, p := range ps {
 		if p.q.deleted {
@@ -186,22 +195,23 @@ func (s *state) requeue(ps []*unacked, kind returnKind) {
 		if _, ok := byQueue[p.q]; !ok {
 			order = append(order, p.q)
 		}
+		seen := kind != returnUnseen && (seenTag == nil || seenTag(p.tag))
 		if seen {
 			p.m.Redelivered = true
 		}
-		byQueue[p.q] = append(byQueue[p.q], p.m)
+		byQueue[p.q] = append(byQueue[p.q], returning{p.m, seen})
 	}
 	for _, q := range order {
 		var back []*queue.Message
-		for _, m := range byQueue[q] {
-			if ttl.Expired(m.Deadline, s.clock) {
-				s.kill(q, m, ttl.ReasonExpired)
+		for _, r := range byQueue[q] {
+			if ttl.Expired(r.m.Deadline, s.clock) {
+				s.kill(q, r.m, ttl.ReasonExpired)
 				continue
 			}
-			if seen && s.returned(q, m, kind == returnFailed) {
+			if r.seen && s.returned(q, r.m, kind == returnFailed) {
 				continue
 			}
-			back = append(back, m)
+			back = append(back, r.m)
 		}
 		s.stats.Requeued += uint64(len(back))
 		q.q.PushFront(back)

@@ -71,6 +71,10 @@ const (
 	// set and wins over x-queue-leader-locator at placement
 	// (leader_locator.go).
 	levelLocatorPolicy uint32 = 21
+	// levelSeenAtClose: a ChannelClosed or ConnectionClosed may name the
+	// deliveries the client was sent (seen_listed); the rest go back
+	// unflagged, as deliveries it never saw (apply_consume.go).
+	levelSeenAtClose uint32 = 22
 )
 
 // HandOffRouteLevel is levelHandOffRoute for the node, which hands a dead
@@ -85,6 +89,11 @@ const CreditLevel = levelCredit
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
 // once the log it applied is at that level.
 const RetryLevel = levelRetry
+
+// SeenAtCloseLevel is levelSeenAtClose for the node, which names what a
+// closing channel's client was sent only once the log it applied is at
+// that level.
+const SeenAtCloseLevel = levelSeenAtClose
 
 // PlacementLevel is levelPlacement for the node, which proposes
 // PlaceQueues only once the log it applied is at that level.

@@ -110,7 +110,10 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     placement (leader_locator.go)
 //  21. a policy's queue-leader-locator checked, and winning over the
 //     argument at placement (leader_locator.go)
-const Protocol = 21
+//  22. ChannelClosed.seen and ConnectionClosed.seen: a closing channel
+//     names what its client was sent, the rest returns unflagged
+//     (apply_consume.go)
+const Protocol = 22
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -150,7 +153,24 @@ func CommandProtocol(c *proto.Command) uint32 {
 	if retryFields(c) {
 		return levelRetry
 	}
+	if c.GetChannelClosed().GetSeenListed() || c.GetConnectionClosed().GetSeenListed() {
+		return levelSeenAtClose
+	}
 	return kindProtocol[f.Number()]
+}
+
+// WithoutSeen is a copy of a ChannelClosed or ConnectionClosed that
+// names what its client saw (level 22) without that list, for a log below
+// the level; nil for any other command.
+func WithoutSeen(c *proto.Command) *proto.Command {
+	switch {
+	case c.GetChannelClosed().GetSeenListed():
+		return &proto.Command{Cmd: &proto.Command_ChannelClosed{ChannelClosed: &proto.ChannelClosed{Channel: c.GetChannelClosed().GetChannel()}}}
+	case c.GetConnectionClosed().GetSeenListed():
+		return &proto.Command{Cmd: &proto.Command_ConnectionClosed{ConnectionClosed: &proto.ConnectionClosed{
+			Connection: c.GetConnectionClosed().GetConnection()}}}
+	}
+	return nil
 }
 
 // retryFields reports whether c sets a field of level 8: Requeue.failed
@@ -625,6 +645,35 @@ func (v *validator) properties(p *proto.Properties) {
 
 func (v *validator) tags(n int) { v.list("delivery tags", n) }
 
+// seen checks a closing channel's seen deliveries: channel numbers in
+// range, and each list of ranges pairs of tags, first at most last,
+// ascending, within MaxListLen values in all.
+func (v *validator) seen(ss []*proto.SeenDeliveries) {
+	v.list("seen deliveries", len(ss))
+	n := 0
+	for _, s := range ss {
+		if s.GetChannel() > math.MaxUint16 {
+			v.fail(replycode.InternalError, "seen deliveries' channel number %d is out of range", s.GetChannel())
+			return
+		}
+		r := s.GetRanges()
+		if n += len(r); n > MaxListLen {
+			v.list("seen delivery ranges", n)
+			return
+		}
+		if len(r)%2 != 0 {
+			v.fail(replycode.InternalError, "seen delivery ranges hold %d tags, not pairs", len(r))
+			return
+		}
+		for i := 0; i < len(r); i += 2 {
+			if r[i] > r[i+1] || i > 0 && r[i] <= r[i-1] {
+				v.fail(replycode.InternalError, "seen delivery ranges are not ascending at %d-%d", r[i], r[i+1])
+				return
+			}
+		}
+	}
+}
+
 // command checks the fields of each kind. Names the state machine keys
 // state by are required; names it resolves itself (an empty queue name
 // for a server-named queue, an empty exchange for the default one, an
@@ -722,8 +771,10 @@ func (v *validator) command(c *proto.Command) {
 		v.tags(len(x.Discard.GetTags()))
 	case *proto.Command_ChannelClosed:
 		v.channel("channel", x.ChannelClosed.GetChannel())
+		v.seen(x.ChannelClosed.GetSeen())
 	case *proto.Command_ConnectionClosed:
 		v.connection("connection", x.ConnectionClosed.GetConnection(), true)
+		v.seen(x.ConnectionClosed.GetSeen())
 	case *proto.Command_NodeDown:
 		v.name("node", x.NodeDown.GetNode(), true)
 	case *proto.Command_Expire:

@@ -3708,8 +3708,14 @@ func (x *Discard) GetTags() []uint64 {
 // ChannelClosed cancels the channel's consumers and requeues its unacked
 // deliveries.
 type ChannelClosed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Channel       *ChannelRef            `protobuf:"bytes,1,opt,name=channel" json:"channel,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Channel *ChannelRef            `protobuf:"bytes,1,opt,name=channel" json:"channel,omitempty"`
+	// From protocol level 22, with seen_listed: the deliveries the client
+	// was sent (seen, the channel's own; channel unused); every other
+	// delivery of the channel goes back as one the client never saw, not
+	// flagged redelivered nor counted. Without it every one is flagged.
+	Seen          []*SeenDeliveries `protobuf:"bytes,2,rep,name=seen" json:"seen,omitempty"`
+	SeenListed    bool              `protobuf:"varint,3,opt,name=seen_listed,json=seenListed" json:"seen_listed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3751,11 +3757,29 @@ func (x *ChannelClosed) GetChannel() *ChannelRef {
 	return nil
 }
 
+func (x *ChannelClosed) GetSeen() []*SeenDeliveries {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
+func (x *ChannelClosed) GetSeenListed() bool {
+	if x != nil {
+		return x.SeenListed
+	}
+	return false
+}
+
 // ConnectionClosed closes every channel of the connection and deletes the
 // queues it owns exclusively.
 type ConnectionClosed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Connection    *ConnectionRef         `protobuf:"bytes,1,opt,name=connection" json:"connection,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Connection *ConnectionRef         `protobuf:"bytes,1,opt,name=connection" json:"connection,omitempty"`
+	// As ChannelClosed's, for each channel of the connection: a channel
+	// not named there had nothing seen.
+	Seen          []*SeenDeliveries `protobuf:"bytes,2,rep,name=seen" json:"seen,omitempty"`
+	SeenListed    bool              `protobuf:"varint,3,opt,name=seen_listed,json=seenListed" json:"seen_listed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3797,6 +3821,83 @@ func (x *ConnectionClosed) GetConnection() *ConnectionRef {
 	return nil
 }
 
+func (x *ConnectionClosed) GetSeen() []*SeenDeliveries {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
+func (x *ConnectionClosed) GetSeenListed() bool {
+	if x != nil {
+		return x.SeenListed
+	}
+	return false
+}
+
+// SeenDeliveries are deliveries of one channel in one group's log that
+// the client was sent: ranges holds pairs of delivery tags, first and
+// last, ascending.
+type SeenDeliveries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Channel       uint32                 `protobuf:"varint,1,opt,name=channel" json:"channel,omitempty"`
+	Group         uint32                 `protobuf:"varint,2,opt,name=group" json:"group,omitempty"`
+	Ranges        []uint64               `protobuf:"varint,3,rep,packed,name=ranges" json:"ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeenDeliveries) Reset() {
+	*x = SeenDeliveries{}
+	mi := &file_command_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeenDeliveries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeenDeliveries) ProtoMessage() {}
+
+func (x *SeenDeliveries) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeenDeliveries.ProtoReflect.Descriptor instead.
+func (*SeenDeliveries) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SeenDeliveries) GetChannel() uint32 {
+	if x != nil {
+		return x.Channel
+	}
+	return 0
+}
+
+func (x *SeenDeliveries) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *SeenDeliveries) GetRanges() []uint64 {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
 // NodeDown closes every connection of a node the cluster declared dead.
 type NodeDown struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3807,7 +3908,7 @@ type NodeDown struct {
 
 func (x *NodeDown) Reset() {
 	*x = NodeDown{}
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +3920,7 @@ func (x *NodeDown) String() string {
 func (*NodeDown) ProtoMessage() {}
 
 func (x *NodeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[41]
+	mi := &file_command_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +3933,7 @@ func (x *NodeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDown.ProtoReflect.Descriptor instead.
 func (*NodeDown) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{41}
+	return file_command_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeDown) GetNode() string {
@@ -3853,7 +3954,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +3966,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[42]
+	mi := &file_command_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +3979,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{42}
+	return file_command_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Expire) GetQueues() []*QueueRef {
@@ -3907,7 +4008,7 @@ type ConsumerTimeout struct {
 
 func (x *ConsumerTimeout) Reset() {
 	*x = ConsumerTimeout{}
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4020,7 @@ func (x *ConsumerTimeout) String() string {
 func (*ConsumerTimeout) ProtoMessage() {}
 
 func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[43]
+	mi := &file_command_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4033,7 @@ func (x *ConsumerTimeout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeout.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeout) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{43}
+	return file_command_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ConsumerTimeout) GetChannel() *ChannelRef {
@@ -3964,7 +4065,7 @@ type ReleaseDelayed struct {
 
 func (x *ReleaseDelayed) Reset() {
 	*x = ReleaseDelayed{}
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4077,7 @@ func (x *ReleaseDelayed) String() string {
 func (*ReleaseDelayed) ProtoMessage() {}
 
 func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[44]
+	mi := &file_command_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4090,7 @@ func (x *ReleaseDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDelayed.ProtoReflect.Descriptor instead.
 func (*ReleaseDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{44}
+	return file_command_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReleaseDelayed) GetLimit() uint32 {
@@ -4014,7 +4115,7 @@ type CancelDelayed struct {
 
 func (x *CancelDelayed) Reset() {
 	*x = CancelDelayed{}
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4127,7 @@ func (x *CancelDelayed) String() string {
 func (*CancelDelayed) ProtoMessage() {}
 
 func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[45]
+	mi := &file_command_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4140,7 @@ func (x *CancelDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDelayed.ProtoReflect.Descriptor instead.
 func (*CancelDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{45}
+	return file_command_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CancelDelayed) GetVhost() string {
@@ -4077,7 +4178,7 @@ type PurgeDelayed struct {
 
 func (x *PurgeDelayed) Reset() {
 	*x = PurgeDelayed{}
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4190,7 @@ func (x *PurgeDelayed) String() string {
 func (*PurgeDelayed) ProtoMessage() {}
 
 func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[46]
+	mi := &file_command_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4203,7 @@ func (x *PurgeDelayed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDelayed.ProtoReflect.Descriptor instead.
 func (*PurgeDelayed) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{46}
+	return file_command_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PurgeDelayed) GetVhost() string {
@@ -4130,7 +4231,7 @@ type ExpireQueue struct {
 
 func (x *ExpireQueue) Reset() {
 	*x = ExpireQueue{}
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4243,7 @@ func (x *ExpireQueue) String() string {
 func (*ExpireQueue) ProtoMessage() {}
 
 func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[47]
+	mi := &file_command_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4256,7 @@ func (x *ExpireQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpireQueue.ProtoReflect.Descriptor instead.
 func (*ExpireQueue) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{47}
+	return file_command_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ExpireQueue) GetQueue() *QueueRef {
@@ -4174,7 +4275,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4186,7 +4287,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[48]
+	mi := &file_command_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4199,7 +4300,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{48}
+	return file_command_proto_rawDescGZIP(), []int{49}
 }
 
 // QueueGroups creates the queue groups it names that the log does not
@@ -4216,7 +4317,7 @@ type QueueGroups struct {
 
 func (x *QueueGroups) Reset() {
 	*x = QueueGroups{}
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4329,7 @@ func (x *QueueGroups) String() string {
 func (*QueueGroups) ProtoMessage() {}
 
 func (x *QueueGroups) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[49]
+	mi := &file_command_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4342,7 @@ func (x *QueueGroups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGroups.ProtoReflect.Descriptor instead.
 func (*QueueGroups) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{49}
+	return file_command_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueueGroups) GetGroups() []*QueueGroup {
@@ -4264,7 +4365,7 @@ type QueueGroup struct {
 
 func (x *QueueGroup) Reset() {
 	*x = QueueGroup{}
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4377,7 @@ func (x *QueueGroup) String() string {
 func (*QueueGroup) ProtoMessage() {}
 
 func (x *QueueGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[50]
+	mi := &file_command_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4390,7 @@ func (x *QueueGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGroup.ProtoReflect.Descriptor instead.
 func (*QueueGroup) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{50}
+	return file_command_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueueGroup) GetId() string {
@@ -4323,7 +4424,7 @@ type GroupMembers struct {
 
 func (x *GroupMembers) Reset() {
 	*x = GroupMembers{}
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4335,7 +4436,7 @@ func (x *GroupMembers) String() string {
 func (*GroupMembers) ProtoMessage() {}
 
 func (x *GroupMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[51]
+	mi := &file_command_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4348,7 +4449,7 @@ func (x *GroupMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMembers.ProtoReflect.Descriptor instead.
 func (*GroupMembers) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{51}
+	return file_command_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GroupMembers) GetGroup() string {
@@ -4386,7 +4487,7 @@ type PlaceQueues struct {
 
 func (x *PlaceQueues) Reset() {
 	*x = PlaceQueues{}
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4398,7 +4499,7 @@ func (x *PlaceQueues) String() string {
 func (*PlaceQueues) ProtoMessage() {}
 
 func (x *PlaceQueues) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[52]
+	mi := &file_command_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4411,7 +4512,7 @@ func (x *PlaceQueues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlaceQueues.ProtoReflect.Descriptor instead.
 func (*PlaceQueues) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{52}
+	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
 // QueueGroupMember is a member of a queue group: a node id and its raft
@@ -4426,7 +4527,7 @@ type QueueGroupMember struct {
 
 func (x *QueueGroupMember) Reset() {
 	*x = QueueGroupMember{}
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4438,7 +4539,7 @@ func (x *QueueGroupMember) String() string {
 func (*QueueGroupMember) ProtoMessage() {}
 
 func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[53]
+	mi := &file_command_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4451,7 +4552,7 @@ func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGroupMember.ProtoReflect.Descriptor instead.
 func (*QueueGroupMember) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{53}
+	return file_command_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueueGroupMember) GetId() string {
@@ -4481,7 +4582,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4493,7 +4594,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4506,7 +4607,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{54}
+	return file_command_proto_rawDescGZIP(), []int{55}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -4525,7 +4626,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4638,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4651,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{55}
+	return file_command_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -4594,7 +4695,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4707,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4720,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{56}
+	return file_command_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -4737,7 +4838,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4749,7 +4850,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4762,7 +4863,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{57}
+	return file_command_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4825,7 +4926,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4837,7 +4938,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4850,7 +4951,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{58}
+	return file_command_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -4901,7 +5002,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[59]
+	mi := &file_command_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5014,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[59]
+	mi := &file_command_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5027,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{59}
+	return file_command_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -5024,7 +5125,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[60]
+	mi := &file_command_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5137,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[60]
+	mi := &file_command_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5150,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{60}
+	return file_command_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -5418,13 +5519,23 @@ const file_command_proto_rawDesc = "" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +
 	"\bmultiple\x18\x03 \x01(\bR\bmultiple\x12\x12\n" +
-	"\x04tags\x18\x04 \x03(\x04R\x04tags\"@\n" +
+	"\x04tags\x18\x04 \x03(\x04R\x04tags\"\x90\x01\n" +
 	"\rChannelClosed\x12/\n" +
-	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"L\n" +
+	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12-\n" +
+	"\x04seen\x18\x02 \x03(\v2\x19.raftmq.v1.SeenDeliveriesR\x04seen\x12\x1f\n" +
+	"\vseen_listed\x18\x03 \x01(\bR\n" +
+	"seenListed\"\x9c\x01\n" +
 	"\x10ConnectionClosed\x128\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x18.raftmq.v1.ConnectionRefR\n" +
-	"connection\"\x1e\n" +
+	"connection\x12-\n" +
+	"\x04seen\x18\x02 \x03(\v2\x19.raftmq.v1.SeenDeliveriesR\x04seen\x12\x1f\n" +
+	"\vseen_listed\x18\x03 \x01(\bR\n" +
+	"seenListed\"X\n" +
+	"\x0eSeenDeliveries\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\rR\achannel\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +
+	"\x06ranges\x18\x03 \x03(\x04R\x06ranges\"\x1e\n" +
 	"\bNodeDown\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"5\n" +
 	"\x06Expire\x12+\n" +
@@ -5535,7 +5646,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -5578,26 +5689,27 @@ var file_command_proto_goTypes = []any{
 	(*Discard)(nil),          // 38: raftmq.v1.Discard
 	(*ChannelClosed)(nil),    // 39: raftmq.v1.ChannelClosed
 	(*ConnectionClosed)(nil), // 40: raftmq.v1.ConnectionClosed
-	(*NodeDown)(nil),         // 41: raftmq.v1.NodeDown
-	(*Expire)(nil),           // 42: raftmq.v1.Expire
-	(*ConsumerTimeout)(nil),  // 43: raftmq.v1.ConsumerTimeout
-	(*ReleaseDelayed)(nil),   // 44: raftmq.v1.ReleaseDelayed
-	(*CancelDelayed)(nil),    // 45: raftmq.v1.CancelDelayed
-	(*PurgeDelayed)(nil),     // 46: raftmq.v1.PurgeDelayed
-	(*ExpireQueue)(nil),      // 47: raftmq.v1.ExpireQueue
-	(*Tick)(nil),             // 48: raftmq.v1.Tick
-	(*QueueGroups)(nil),      // 49: raftmq.v1.QueueGroups
-	(*QueueGroup)(nil),       // 50: raftmq.v1.QueueGroup
-	(*GroupMembers)(nil),     // 51: raftmq.v1.GroupMembers
-	(*PlaceQueues)(nil),      // 52: raftmq.v1.PlaceQueues
-	(*QueueGroupMember)(nil), // 53: raftmq.v1.QueueGroupMember
-	(*RestartLeases)(nil),    // 54: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 55: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 56: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 57: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 58: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 59: raftmq.v1.Result
-	(*GetOk)(nil),            // 60: raftmq.v1.GetOk
+	(*SeenDeliveries)(nil),   // 41: raftmq.v1.SeenDeliveries
+	(*NodeDown)(nil),         // 42: raftmq.v1.NodeDown
+	(*Expire)(nil),           // 43: raftmq.v1.Expire
+	(*ConsumerTimeout)(nil),  // 44: raftmq.v1.ConsumerTimeout
+	(*ReleaseDelayed)(nil),   // 45: raftmq.v1.ReleaseDelayed
+	(*CancelDelayed)(nil),    // 46: raftmq.v1.CancelDelayed
+	(*PurgeDelayed)(nil),     // 47: raftmq.v1.PurgeDelayed
+	(*ExpireQueue)(nil),      // 48: raftmq.v1.ExpireQueue
+	(*Tick)(nil),             // 49: raftmq.v1.Tick
+	(*QueueGroups)(nil),      // 50: raftmq.v1.QueueGroups
+	(*QueueGroup)(nil),       // 51: raftmq.v1.QueueGroup
+	(*GroupMembers)(nil),     // 52: raftmq.v1.GroupMembers
+	(*PlaceQueues)(nil),      // 53: raftmq.v1.PlaceQueues
+	(*QueueGroupMember)(nil), // 54: raftmq.v1.QueueGroupMember
+	(*RestartLeases)(nil),    // 55: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 56: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 57: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 58: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 59: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 60: raftmq.v1.Result
+	(*GetOk)(nil),            // 61: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -5624,26 +5736,26 @@ var file_command_proto_depIdxs = []int32{
 	38, // 21: raftmq.v1.Command.discard:type_name -> raftmq.v1.Discard
 	39, // 22: raftmq.v1.Command.channel_closed:type_name -> raftmq.v1.ChannelClosed
 	40, // 23: raftmq.v1.Command.connection_closed:type_name -> raftmq.v1.ConnectionClosed
-	41, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
-	42, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
-	47, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
-	48, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	54, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	55, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
-	43, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
-	44, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
-	45, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
-	46, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
+	42, // 24: raftmq.v1.Command.node_down:type_name -> raftmq.v1.NodeDown
+	43, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
+	48, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
+	49, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
+	55, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	56, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	44, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
+	45, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
+	46, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
+	47, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
 	35, // 34: raftmq.v1.Command.credit:type_name -> raftmq.v1.Credit
-	57, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	58, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	58, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	59, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
 	29, // 37: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
 	28, // 38: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
 	30, // 39: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
 	31, // 40: raftmq.v1.Command.hand_off_done:type_name -> raftmq.v1.HandOffDone
-	49, // 41: raftmq.v1.Command.queue_groups:type_name -> raftmq.v1.QueueGroups
-	51, // 42: raftmq.v1.Command.group_members:type_name -> raftmq.v1.GroupMembers
-	52, // 43: raftmq.v1.Command.place_queues:type_name -> raftmq.v1.PlaceQueues
+	50, // 41: raftmq.v1.Command.queue_groups:type_name -> raftmq.v1.QueueGroups
+	52, // 42: raftmq.v1.Command.group_members:type_name -> raftmq.v1.GroupMembers
+	53, // 43: raftmq.v1.Command.place_queues:type_name -> raftmq.v1.PlaceQueues
 	3,  // 44: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
 	7,  // 45: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
 	8,  // 46: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
@@ -5676,21 +5788,23 @@ var file_command_proto_depIdxs = []int32{
 	3,  // 73: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
 	3,  // 74: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
 	3,  // 75: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	2,  // 76: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	5,  // 77: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 78: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 79: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	50, // 80: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
-	53, // 81: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
-	53, // 82: raftmq.v1.GroupMembers.members:type_name -> raftmq.v1.QueueGroupMember
-	56, // 83: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	60, // 84: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 85: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	86, // [86:86] is the sub-list for method output_type
-	86, // [86:86] is the sub-list for method input_type
-	86, // [86:86] is the sub-list for extension type_name
-	86, // [86:86] is the sub-list for extension extendee
-	0,  // [0:86] is the sub-list for field type_name
+	41, // 76: raftmq.v1.ChannelClosed.seen:type_name -> raftmq.v1.SeenDeliveries
+	2,  // 77: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	41, // 78: raftmq.v1.ConnectionClosed.seen:type_name -> raftmq.v1.SeenDeliveries
+	5,  // 79: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 80: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 81: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	51, // 82: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
+	54, // 83: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
+	54, // 84: raftmq.v1.GroupMembers.members:type_name -> raftmq.v1.QueueGroupMember
+	57, // 85: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	61, // 86: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 87: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	88, // [88:88] is the sub-list for method output_type
+	88, // [88:88] is the sub-list for method input_type
+	88, // [88:88] is the sub-list for extension type_name
+	88, // [88:88] is the sub-list for extension extendee
+	0,  // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -5769,7 +5883,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

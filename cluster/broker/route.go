@@ -302,12 +302,44 @@ func (b *Broker) broadcast(ctx context.Context, cmds []*proto.Command) ([]*proto
 	if err != nil {
 		return nil, err
 	}
+	if err := b.closeBelowSeenLevel(ctx, group.DefaultID, cmds, res); err != nil {
+		return nil, err
+	}
 	for _, id := range b.node.NamedQueueGroups() {
-		if _, err := b.node.SubmitGroup(ctx, id, cmds); err != nil {
+		gres, err := b.node.SubmitGroup(ctx, id, cmds)
+		if err != nil {
+			return nil, fmt.Errorf("group %s: %w", id, err)
+		}
+		if err := b.closeBelowSeenLevel(ctx, id, cmds, gres); err != nil {
 			return nil, fmt.Errorf("group %s: %w", id, err)
 		}
 	}
 	return res, nil
+}
+
+// closeBelowSeenLevel sends again, without the list, a close naming what
+// its client saw that group id refused: a group whose log is not at
+// level 22 yet (it follows the metadata log's level a moment later), on
+// a node that does not run it and so cannot leave the list out before.
+// The close must reach every log, or the connection's consumers stay in
+// that one.
+// Its result takes the refusal's place in res.
+func (b *Broker) closeBelowSeenLevel(ctx context.Context, id string, cmds []*proto.Command, res []*proto.Result) error {
+	for i, r := range res {
+		if r.GetCode() == 0 || i >= len(cmds) {
+			continue
+		}
+		c := fsm.WithoutSeen(cmds[i])
+		if c == nil {
+			continue
+		}
+		again, err := b.node.SubmitGroup(ctx, id, []*proto.Command{c})
+		if err != nil {
+			return err
+		}
+		res[i] = again[0]
+	}
+	return nil
 }
 
 // placeWait bounds how long a declare waits for its queue's group to

@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/raftmq/raftmq/fsm"
@@ -64,6 +65,7 @@ func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*
 		return nil, nil
 	}
 	s.gateFailed(cmds)
+	cmds = s.gateSeen(cmds)
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline {
 		deadline = time.Now().Add(s.cfg.LeaderWait)
@@ -157,4 +159,39 @@ func (s *Submitter) gateFailed(cmds []*proto.Command) {
 			}
 		}
 	}
+}
+
+// gateSeen leaves out what a closing channel's client saw
+// (ChannelClosed.seen, ConnectionClosed.seen) while the log this node
+// applied is below protocol level 22: a server of an earlier release
+// would refuse the fields, and below it every delivery returned by a
+// close counts as seen. The commands stay as the caller made them (a
+// close goes to several logs, which may stand at different levels):
+// a copy without the fields takes their place in a copy of cmds.
+func (s *Submitter) gateSeen(cmds []*proto.Command) []*proto.Command {
+	var level uint32
+	var out []*proto.Command
+	for i, c := range cmds {
+		if !c.GetChannelClosed().GetSeenListed() && !c.GetConnectionClosed().GetSeenListed() {
+			continue
+		}
+		if s.cfg.State == nil {
+			// No state here: the leader's log judges the fields.
+			return cmds
+		}
+		if level == 0 {
+			s.cfg.State.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+		}
+		if level >= fsm.SeenAtCloseLevel {
+			return cmds
+		}
+		if out == nil {
+			out = slices.Clone(cmds)
+		}
+		out[i] = fsm.WithoutSeen(c)
+	}
+	if out == nil {
+		return cmds
+	}
+	return out
 }
