@@ -155,6 +155,11 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 			first = e
 		}
 	}
+	if ch.c.ctx.Err() != nil {
+		// The connection ended: some may not have reached the log, and
+		// its close must count them as seen (seen.go).
+		ch.noteUnsettled(run)
+	}
 	return first
 }
 

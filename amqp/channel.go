@@ -64,6 +64,10 @@ type channel struct {
 	// epochs are the silence epochs the channel's deliveries were
 	// decided in, by group (silence.go). Guarded by mu.
 	epochs map[uint32][]tagEpoch
+	// sent is what the client held when the ledger closed, unsettled the
+	// deliveries of acknowledgements that may not have reached the log:
+	// what the close names as seen (seen.go). Guarded by mu.
+	sent, unsettled []logRef
 	// heldTimer calls expireHeld at the deadline the ledger asked for.
 	heldTimer *time.Timer
 	// overdueKick wakes the worker to requeue what the ledger withheld
@@ -139,7 +143,9 @@ func (ch *channel) push(it item) {
 	select {
 	case ch.in <- it:
 	case <-ch.done:
+		ch.noteUnsettled([]item{it})
 	case <-ch.quit:
+		ch.noteUnsettled([]item{it})
 	}
 }
 
@@ -196,9 +202,13 @@ func (ch *channel) handleFrame(f wire.Frame) *wire.Error {
 		if m.HasContent() || m.ClassID() == wire.ClassConnection {
 			return wire.ConnError(replycode.CommandInvalid, m.ClassID(), m.MethodID(), "%s is not allowed here", m.Name())
 		}
-		switch m.(type) {
+		switch m := m.(type) {
 		case *wire.TxSelect:
 			ch.txAsked.Store(true)
+		case *wire.BasicCancel:
+			ch.mu.Lock()
+			ch.led.cancelling(m.ConsumerTag)
+			ch.mu.Unlock()
 		case *wire.BasicAck, *wire.BasicNack, *wire.BasicReject:
 			items, e := ch.translateAck(m, ch.txAsked.Load(), time.Now().UnixMilli())
 			if e != nil {
@@ -415,9 +425,11 @@ func (ch *channel) finish(reply bool) {
 	if ch.stateful {
 		cancels, held := ch.heldRequeue()
 		// Retried until it commits while the connection lives; when the
-		// connection ends, its ConnectionClosed covers the channel.
+		// connection ends, its ConnectionClosed covers the channel. The
+		// acks are flushed: what the client was sent is known.
 		ch.c.srv.recordEnds(ch.c.ctx, ch.c.logger().With("channel", ch.id), "channel close", cancels, held,
-			&proto.Command{Cmd: &proto.Command_ChannelClosed{ChannelClosed: &proto.ChannelClosed{Channel: ch.ref()}}})
+			&proto.Command{Cmd: &proto.Command_ChannelClosed{ChannelClosed: &proto.ChannelClosed{Channel: ch.ref(),
+				Seen: ch.seen(), SeenListed: true}}})
 	}
 	ch.c.removeChannel(ch)
 	if reply {

@@ -73,9 +73,12 @@ type conn struct {
 	recorded   chan struct{} // closed when ConnectionClosed committed or was given up (set by recordOnce)
 	// heldAtClose are the unseen requeues of what the stopped channels
 	// held, sent with ConnectionClosed after cancelAtClose, the cancels of
-	// their consumers (window.go's heldRequeue says why; guarded by mu).
+	// their consumers (window.go's heldRequeue says why), and stopped the
+	// channels, whose clients' seen deliveries it names (seen.go).
+	// Guarded by mu.
 	heldAtClose   []groupCmd
 	cancelAtClose []*proto.Command
+	stopped       []*channel
 	writerEnd     chan struct{}
 	// failed is closed when the server sends connection.close or the
 	// socket fails: a reader waiting for publishers to be unblocked stops.
@@ -181,7 +184,7 @@ func (c *conn) end(err error) {
 		default:
 			c.logger().Info("connection closed", "err", err)
 		}
-		c.stopChannels()
+		chans := c.stopChannels()
 		c.cancel()
 		c.markFailed()
 		c.out.close()
@@ -190,6 +193,7 @@ func (c *conn) end(err error) {
 		case <-time.After(c.srv.cfg.CloseTimeout):
 		}
 		c.lingerClose()
+		awaitWorkers(chans, c.srv.cfg.CloseTimeout)
 		c.awaitRecord()
 		if c.opened.Load() {
 			c.srv.openConns.Add(-1)
@@ -212,14 +216,29 @@ func (c *conn) stopChannels() []*channel {
 	c.srv.counts.chClosed.Add(uint64(len(chans)))
 	for _, ch := range chans {
 		ch.stop()
-		if cancels, held := ch.heldRequeue(); len(held) > 0 {
-			c.mu.Lock()
-			c.cancelAtClose = append(c.cancelAtClose, cancels...)
-			c.heldAtClose = append(c.heldAtClose, held...)
-			c.mu.Unlock()
-		}
+		cancels, held := ch.heldRequeue()
+		c.mu.Lock()
+		c.cancelAtClose = append(c.cancelAtClose, cancels...)
+		c.heldAtClose = append(c.heldAtClose, held...)
+		c.stopped = append(c.stopped, ch)
+		c.mu.Unlock()
 	}
 	return chans
+}
+
+// awaitWorkers waits, at most wait, for the workers of chans to end:
+// their acknowledgements reached the log or failed, and the close can
+// name what their clients saw (seen.go).
+func awaitWorkers(chans []*channel, wait time.Duration) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for _, ch := range chans {
+		select {
+		case <-ch.done:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // recordClosed starts submitting ConnectionClosed, once, for an opened
@@ -293,13 +312,14 @@ func (c *conn) lingerClose() {
 func (c *conn) submitConnectionClosed() {
 	// What the channels held for their consumers goes back unseen first.
 	c.mu.Lock()
-	cancels, held := c.cancelAtClose, c.heldAtClose
-	c.cancelAtClose, c.heldAtClose = nil, nil
+	cancels, held, stopped := c.cancelAtClose, c.heldAtClose, c.stopped
+	c.cancelAtClose, c.heldAtClose, c.stopped = nil, nil, nil
 	c.mu.Unlock()
+	seen, listed := seenOf(stopped)
 	// Retried until it commits, for as long as the server runs: a
 	// connection gone from the node must be gone from the log.
 	c.srv.recordEnds(c.srv.life, c.logger(), "connection close", cancels, held, &proto.Command{Cmd: &proto.Command_ConnectionClosed{
-		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref()},
+		ConnectionClosed: &proto.ConnectionClosed{Connection: c.ref(), Seen: seen, SeenListed: listed},
 	}})
 }
 
@@ -783,14 +803,7 @@ func (c *conn) handleConnectionMethod(m wire.Method) (bool, error) {
 		// follows ConnectionClosed in the log. The commit is awaited for
 		// closeRecordWait at most: without a quorum the client is let go
 		// and the record goes on without it.
-		wait, cancel := context.WithTimeout(context.Background(), c.srv.cfg.CloseTimeout)
-		defer cancel()
-		for _, ch := range c.stopChannels() {
-			select {
-			case <-ch.done:
-			case <-wait.Done():
-			}
-		}
+		awaitWorkers(c.stopChannels(), c.srv.cfg.CloseTimeout)
 		c.awaitRecord()
 		c.send(0, &wire.ConnectionCloseOk{})
 		return true, nil

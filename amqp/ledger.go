@@ -130,6 +130,16 @@ func (l *ledger) deliver(d *fsm.Delivery, now int64) actions {
 			l.starting[tag] = append(pending, d)
 			break
 		}
+		if !l.consumers[tag] && !d.NoAck {
+			// Its consumer was cancelled here, and the log assigned it
+			// before it applied the Cancel (look-ahead beyond the
+			// prefetch, on its way meanwhile): after cancel-ok the client
+			// gets nothing more for the consumer, as from RabbitMQ. It
+			// goes back unseen; a no-ack one was settled as it was
+			// assigned and is written.
+			l.withhold(&a, refOf(d))
+			break
+		}
 		l.offer(&a, d)
 	}
 	return a
@@ -256,6 +266,27 @@ func (l *ledger) wasReclaimed(group uint32, logTags []uint64) bool {
 		}
 	}
 	return false
+}
+
+// cancelling stops writing what the ledger holds for consumer tag, as the
+// reader reads the client's basic.cancel, before the log has the Cancel:
+// a client tearing its consumer down rejects, requeueing, what it is sent
+// meanwhile (pika does), and each reject freed a place the ledger filled
+// from what it held, flagging and counting look-ahead deliveries by the
+// hundred. What it holds goes back unseen with the cancel (or the close);
+// what the log assigns meanwhile is held too. notCancelling undoes it
+// when the Cancel fails.
+func (l *ledger) cancelling(tag string) {
+	if w := l.windows[tag]; w != nil {
+		w.cancelling = true
+	}
+}
+
+func (l *ledger) notCancelling(a *actions, tag string, now int64) {
+	if w := l.windows[tag]; w != nil && w.cancelling {
+		w.cancelling = false
+		l.refill(a, w, now)
+	}
 }
 
 // cancel forgets a consumer the client cancelled (the log committed the
@@ -469,7 +500,7 @@ func (l *ledger) offer(a *actions, d *fsm.Delivery) {
 	if w != nil {
 		w.ctl.assigned(d)
 	}
-	if w != nil && (w.inflight >= w.prefetch || len(w.held) > 0) {
+	if w != nil && (w.inflight >= w.prefetch || len(w.held) > 0 || w.cancelling) {
 		w.held = append(w.held, d)
 		l.armHeld(a, d.Deadline)
 		return
@@ -509,7 +540,7 @@ func (l *ledger) record(t logRef, consumer string, noAck bool) uint64 {
 // refill writes held deliveries of w while its client has room; the ones
 // past their deadline are withheld for requeueing.
 func (l *ledger) refill(a *actions, w *window, now int64) {
-	for len(w.held) > 0 && w.inflight < w.prefetch {
+	for len(w.held) > 0 && w.inflight < w.prefetch && !w.cancelling {
 		d := w.held[0]
 		w.held[0] = nil
 		w.held = w.held[1:]

@@ -432,3 +432,44 @@ func TestLedger_ReplyConsumer(t *testing.T) {
 		t.Fatal("a closed ledger takes replies")
 	}
 }
+
+// Once the client asked to cancel a consumer, what the ledger holds for
+// it is no longer written: the rejects a client tearing down sends (pika
+// rejects, requeueing, what it gets meanwhile) free places that used to
+// be filled from the look-ahead, so each reject wrote one more message
+// for the client to reject. What is held, and what the log assigns
+// meanwhile, goes back unseen with the cancel; a Cancel that failed
+// writes again. After the cancel, a delivery for the consumer is
+// withheld for an unseen requeue, not written; a no-ack one is written.
+func TestLedger_CancellingWritesNothingMore(t *testing.T) {
+	l := started(t, nil, []string{"a"})
+	if got := feed(l, t0, dl("a", 1, 0), dl("a", 2, 0), dl("a", 3, 0)); !slices.Equal(got, [][2]uint64{{1, 1}, {2, 2}}) {
+		t.Fatalf("written %v", got)
+	}
+	l.cancelling("a")
+	_, _, a, e := l.ack(&wire.BasicReject{DeliveryTag: 1, Requeue: true}, false, t0)
+	if e != nil || len(a.writes) != 0 {
+		t.Fatalf("a reject while cancelling wrote %v (%v)", writes(a), e)
+	}
+	if got := feed(l, t0, dl("a", 4, 0)); len(got) != 0 {
+		t.Fatalf("a delivery while cancelling was written: %v", got)
+	}
+	var back actions
+	l.notCancelling(&back, "a", t0)
+	if got := writes(back); !slices.Equal(got, [][2]uint64{{3, 3}}) {
+		t.Fatalf("a failed cancel wrote %v, want the held log tag 3", got)
+	}
+	l.cancelling("a")
+	if held := l.cancel("a"); !slices.Equal(held, g0(4)) {
+		t.Fatalf("the cancel hands back %v, want log tag 4", held)
+	}
+	a = l.deliver(dl("a", 5, 0), t0)
+	if len(a.writes) != 0 || !a.requeue || !slices.Equal(l.takeOverdue(), g0(5)) {
+		t.Fatalf("a delivery after the cancel: writes %v, requeue %v", writes(a), a.requeue)
+	}
+	noAck := dl("a", 6, 0)
+	noAck.NoAck = true
+	if got := feed(l, t0, noAck); len(got) != 1 {
+		t.Fatalf("a no-ack delivery after the cancel was not written: %v", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"strings"
+	"time"
 
 	"github.com/raftmq/raftmq/amqp/wire"
 	"github.com/raftmq/raftmq/internal/replycode"
@@ -528,6 +529,11 @@ func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
 	if _, e := ch.submit(m, &proto.Command{Cmd: &proto.Command_Cancel{Cancel: &proto.Cancel{
 		Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: m.ConsumerTag},
 	}}}); e != nil {
+		ch.mu.Lock()
+		var a actions
+		ch.led.notCancelling(&a, m.ConsumerTag, time.Now().UnixMilli())
+		ch.carryOut(a)
+		ch.mu.Unlock()
 		return e
 	}
 	ch.mu.Lock()

@@ -337,7 +337,16 @@ func (s *Server) recordEnd(ctx context.Context, log *slog.Logger, what string, g
 	for {
 		res, err := s.submitTo(ctx, group, cmds)
 		if err == nil {
-			if r := res[len(res)-1]; r.GetCode() != 0 {
+			last := len(res) - 1
+			if r := res[last]; r.GetCode() != 0 {
+				if c := fsm.WithoutSeen(cmds[last]); c != nil {
+					// A log below the level that names what the client
+					// saw (a leader that counts a server of an earlier
+					// release): the close goes again as that release
+					// sends it; what came before it committed.
+					cmds = []*proto.Command{c}
+					continue
+				}
 				log.Warn(what+" refused", "code", r.GetCode(), "text", r.GetText())
 			}
 			return

@@ -108,6 +108,9 @@ type window struct {
 	inflight uint32          // written and not yet acknowledged
 	held     []*fsm.Delivery // assigned by the log, not yet written
 	ctl      creditCtl       // the credit the log gives it (credit.go)
+	// cancelling is set once the client asked to cancel the consumer:
+	// nothing held is written any more (ledger.cancelling).
+	cancelling bool
 }
 
 // translateAck turns a client's basic.ack, basic.nack or basic.reject into
@@ -207,6 +210,7 @@ func (ch *channel) recoverTags() []logRef {
 func (ch *channel) heldRequeue() (cancels []*proto.Command, requeues []groupCmd) {
 	ch.mu.Lock()
 	out := ch.led.close()
+	ch.sent = out.redelivered
 	ch.mu.Unlock()
 	if len(out.unseen) == 0 {
 		return nil, nil
