@@ -34,6 +34,10 @@ type ledger struct {
 	// that wait for it.
 	consumers map[string]bool
 	starting  map[string][]*fsm.Delivery
+	// clientCancelled are the consumers the client cancelled (the log
+	// committed the Cancel); a tag leaves it when a consumer of that tag
+	// starts again.
+	clientCancelled map[string]bool
 	// windows of the consumers with look-ahead.
 	windows map[string]*window
 	// wireTag is the last wire tag handed out; written holds the
@@ -130,7 +134,7 @@ func (l *ledger) deliver(d *fsm.Delivery, now int64) actions {
 			l.starting[tag] = append(pending, d)
 			break
 		}
-		if !l.consumers[tag] && !d.NoAck {
+		if l.clientCancelled[tag] && !d.NoAck {
 			// Its consumer was cancelled here, and the log assigned it
 			// before it applied the Cancel (look-ahead beyond the
 			// prefetch, on its way meanwhile): after cancel-ok the client
@@ -156,6 +160,7 @@ func (l *ledger) startConsume(tag string, prefetch, credit uint32) bool {
 		return false
 	}
 	l.starting[tag] = nil
+	delete(l.clientCancelled, tag)
 	if credit > prefetch {
 		l.windows[tag] = &window{prefetch: prefetch, ctl: creditCtl{base: credit, credit: credit}}
 	}
@@ -295,6 +300,10 @@ func (l *ledger) notCancelling(a *actions, tag string, now int64) {
 func (l *ledger) cancel(tag string) []logRef {
 	delete(l.consumers, tag)
 	delete(l.groups, tag)
+	if l.clientCancelled == nil {
+		l.clientCancelled = map[string]bool{}
+	}
+	l.clientCancelled[tag] = true
 	return l.dropWindow(tag)
 }
 
