@@ -215,7 +215,16 @@ func (n *Node) leaseLoop(ctx context.Context, g *group.Group) {
 		for i, q := range due {
 			cmds[i] = &proto.Command{Cmd: &proto.Command_ExpireQueue{ExpireQueue: &proto.ExpireQueue{Queue: q}}}
 		}
-		_, err := g.Submitter().SubmitBatch(ctx, cmds)
+		res, err := g.Submitter().SubmitBatch(ctx, cmds)
+		for i, r := range res {
+			// A deletion nobody asked for is worth a line: an operator
+			// asking where a queue went finds when its lease ran out, in
+			// the log's time.
+			if r.GetQueue() != "" && i < len(due) {
+				n.log.Info("queue deleted: its x-expires lease ran out", "group", g.ID(), "vhost", due[i].GetVhost(),
+					"queue", due[i].GetName(), "log_time", time.UnixMilli(now).UTC().Format(time.RFC3339Nano), "index", r.GetIndex())
+			}
+		}
 		return err == nil, err
 	})
 }

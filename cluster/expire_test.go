@@ -3,7 +3,9 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,7 +212,10 @@ func TestCluster_ExpiryAcrossFailover(t *testing.T) {
 }
 
 func TestCluster_QueueLeaseScheduler(t *testing.T) {
-	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0))
+	logs := &lockedLog{}
+	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0), clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}))
 	l := c.WaitForLeader(clustertest.Timeout)
 	waitDefaults(t, c, l)
 	requireFSM(t, mustSubmit(t, l, declareWithArgs("lease-q", int32Arg("x-expires", 5000))))
@@ -234,6 +239,40 @@ func TestCluster_QueueLeaseScheduler(t *testing.T) {
 		return nil
 	})
 	c.AssertSameDigest(t)
+	// The node that deleted it says so: a deletion nobody asked for.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if !logs.has(`msg="queue deleted: its x-expires lease ran out"`, "queue=lease-q") {
+			return fmt.Errorf("no node logged the lease running out")
+		}
+		return nil
+	})
+}
+
+// lockedLog collects the lines the nodes log, for a test to look for one.
+type lockedLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(p))
+	return len(p), nil
+}
+
+// has reports whether a line holds every one of parts.
+func (l *lockedLog) has(parts ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.lines, func(line string) bool {
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // recorder is an fsm.Sink that records the deliveries it is given.

@@ -722,6 +722,20 @@ func (c *cluster) dumpLogs() {
 		out, _ := exec.Command("docker", "logs", "--tail", "60", n.container).CombinedOutput()
 		c.t.Logf("---- %s (%s) log tail ----\n%s", n.id, n.ip, out)
 	}
+	// Events older than the tail that the scenario's checks ask about: a
+	// lease that ran out, a queue's deletion.
+	for _, n := range c.nodes {
+		out, _ := exec.Command("docker", "logs", n.container).CombinedOutput()
+		var lines []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "x-expires lease ran out") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 0 {
+			c.t.Logf("---- %s: leases that ran out ----\n%s", n.id, strings.Join(lines, "\n"))
+		}
+	}
 }
 
 // sitOut keeps node i down for d, the fault's fixed spell, and meanwhile
