@@ -89,7 +89,7 @@ func (s *state) removeConsumer(c *consumer) {
 
 func (s *state) applyChannelClosed(c *proto.ChannelClosed) *proto.Result {
 	if ch, ok := s.channels[chanKey(c.GetChannel())]; ok {
-		s.closeChannelSeen(ch, returnFailed, s.seenAtClose(c.GetSeenListed(), c.GetSeen(), ch))
+		s.closeChannelAs(ch, false, returnFailed, s.seenAtClose(c.GetSeenListed(), c.GetSeen(), ch))
 	}
 	return &proto.Result{}
 }
@@ -125,10 +125,6 @@ func (s *state) seenAtClose(listed bool, seen []*proto.SeenDeliveries, ch *chann
 
 func (s *state) closeChannel(ch *channel, notify bool, kind returnKind) {
 	s.closeChannelAs(ch, notify, kind, nil)
-}
-
-func (s *state) closeChannelSeen(ch *channel, kind returnKind, seen func(tag uint64) bool) {
-	s.closeChannelAs(ch, false, kind, seen)
 }
 
 // closeChannelAs closes ch: its consumers go, and its deliveries go back
@@ -173,16 +169,20 @@ func (s *state) applyNodeDown(c *proto.NodeDown) *proto.Result {
 // closeConnections closes every channel whose key starts with prefix and
 // deletes the exclusive queues such connections own.
 func (s *state) closeConnections(prefix string, notify bool, kind returnKind) {
-	s.closeConnectionsAs(prefix, notify, kind, func(*channel) func(uint64) bool { return nil })
+	s.closeConnectionsAs(prefix, notify, kind, nil)
 }
 
 // closeConnectionsAs is closeConnections with what each channel's client
-// saw (closeChannelAs).
+// saw (closeChannelAs); nil: every delivery as kind says.
 func (s *state) closeConnectionsAs(prefix string, notify bool, kind returnKind, seen func(*channel) func(uint64) bool) {
 	for _, k := range sortedKeys(s.channels) {
 		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
 			if ch, ok := s.channels[k]; ok {
-				s.closeChannelAs(ch, notify, kind, seen(ch))
+				var seenTag func(uint64) bool
+				if seen != nil {
+					seenTag = seen(ch)
+				}
+				s.closeChannelAs(ch, notify, kind, seenTag)
 			}
 		}
 	}

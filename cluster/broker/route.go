@@ -302,9 +302,6 @@ func (b *Broker) broadcast(ctx context.Context, cmds []*proto.Command) ([]*proto
 	if err != nil {
 		return nil, err
 	}
-	if err := b.closeBelowSeenLevel(ctx, group.DefaultID, cmds, res); err != nil {
-		return nil, err
-	}
 	for _, id := range b.node.NamedQueueGroups() {
 		gres, err := b.node.SubmitGroup(ctx, id, cmds)
 		if err != nil {
@@ -322,7 +319,8 @@ func (b *Broker) broadcast(ctx context.Context, cmds []*proto.Command) ([]*proto
 // level 22 yet (it follows the metadata log's level a moment later), on
 // a node that does not run it and so cannot leave the list out before.
 // The close must reach every log, or the connection's consumers stay in
-// that one.
+// that one. The metadata log's refusal needs none of this: it is the
+// answer, and the connection's recordEnd sends the close again.
 // Its result takes the refusal's place in res.
 func (b *Broker) closeBelowSeenLevel(ctx context.Context, id string, cmds []*proto.Command, res []*proto.Result) error {
 	for i, r := range res {
