@@ -176,7 +176,13 @@ type Releaser interface {
 // BodyLister is implemented by what Snapshot returns: the bodies the
 // snapshot names (lazySnapshot.Bodies).
 type BodyLister interface {
+	// Bodies lists them, each once, in (Index, Pos) order.
 	Bodies() []queue.Body
+	// EachBody calls its function with each of them, in no order and
+	// perhaps more than once, at most BodyCount times: for a caller
+	// that keeps them in a list of its own (queue.SortedBodies).
+	EachBody(func(queue.Body))
+	BodyCount() int
 	// DelayedBodyBytes is the size of the bodies of Bodies that wait in
 	// delayed exchanges: they are read as they fall due, not in the
 	// order the log carried them.

@@ -1,11 +1,9 @@
 package fsm
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"io"
 	"runtime"
-	"slices"
 
 	"github.com/raftmq/raftmq/queue"
 	"github.com/raftmq/raftmq/ttl"
@@ -77,6 +75,7 @@ func (l *lazySnapshot) WriteTo(w io.Writer) (int64, error) {
 			buf.b = buf.b[:0]
 		}
 	}
+	var pace queue.Pace
 	for _, p := range l.parts {
 		l.each(p, func(m *queue.Message, vhost string) {
 			if p.held != nil {
@@ -84,6 +83,7 @@ func (l *lazySnapshot) WriteTo(w io.Writer) (int64, error) {
 			}
 			encMessage(buf, m)
 			flush(false)
+			pace.Step()
 		})
 		flush(true)
 		if err == nil && p.b != nil {
@@ -117,27 +117,50 @@ func (l *lazySnapshot) each(p part, fn func(m *queue.Message, vhost string)) {
 // order: the node keeps them readable while the snapshot may be restored
 // or sent to a follower. Inline bodies are in the snapshot itself.
 func (l *lazySnapshot) Bodies() []queue.Body {
-	out := l.names
+	out := make([]queue.Body, 0, l.BodyCount())
+	l.EachBody(func(b queue.Body) { out = append(out, b) })
+	return queue.SortedBodies(out, func(b queue.Body) queue.Body { return b })
+}
+
+// BodyCount bounds how many times EachBody calls its function.
+func (l *lazySnapshot) BodyCount() int {
+	n := len(l.names)
+	for _, p := range l.parts {
+		switch {
+		case p.q != nil:
+			n += p.q.Len()
+		case p.held != nil:
+			n += p.held.Len()
+		}
+	}
+	return n
+}
+
+// EachBody calls fn with each body the snapshot names, in no particular
+// order and a body perhaps more than once (a message routed to several
+// queues); inline bodies are left out. A snapshot of millions of messages
+// is listed on raft's snapshot goroutine beside the applies, so the walk
+// yields the processor now and then (queue.Pace).
+func (l *lazySnapshot) EachBody(fn func(queue.Body)) {
+	for _, b := range l.names {
+		fn(b)
+	}
+	var pace queue.Pace
 	for _, p := range l.parts {
 		l.each(p, func(m *queue.Message, _ string) {
 			if _, inline := m.Inline(); !inline {
-				out = append(out, m.Body)
+				fn(m.Body)
 			}
+			pace.Step()
 		})
 	}
-	slices.SortFunc(out, func(a, b queue.Body) int {
-		if c := cmp.Compare(a.Index, b.Index); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Pos, b.Pos)
-	})
-	return slices.CompactFunc(out, func(a, b queue.Body) bool { return a.Index == b.Index && a.Pos == b.Pos })
 }
 
 // DelayedBodyBytes is the size of the bodies that the snapshot's delayed
 // exchanges hold (BodyLister).
 func (l *lazySnapshot) DelayedBodyBytes() int64 {
 	var n int64
+	var pace queue.Pace
 	for _, p := range l.parts {
 		if p.held == nil {
 			continue
@@ -146,6 +169,7 @@ func (l *lazySnapshot) DelayedBodyBytes() int64 {
 			if _, inline := m.Inline(); !inline {
 				n += int64(m.Body.Size)
 			}
+			pace.Step()
 		})
 	}
 	return n

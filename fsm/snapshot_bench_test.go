@@ -141,3 +141,28 @@ func snapshotUnderLoad(b *testing.B, args *proto.Table) {
 	b.ReportMetric(float64(entries)/float64(b.N), "entries")
 	b.ReportMetric(float64(worst.Microseconds())/1000, "apply-max-ms")
 }
+
+// BenchmarkSnapshotBodies is the list of bodies a snapshot names, which
+// the node builds on raft's snapshot goroutine beside the applies: its
+// time and what it allocates, with every queued message's body in the
+// log (persistent publishes).
+func BenchmarkSnapshotBodies(b *testing.B) {
+	for _, n := range []int{1_000_000, 5_000_000} {
+		b.Run("queued="+strconv.Itoa(n), func(b *testing.B) {
+			m := queued(b, n)
+			w, err := m.Snapshot()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.(fsm.Releaser).Release()
+			bl := w.(fsm.BodyLister)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if got := len(bl.Bodies()); got != n {
+					b.Fatalf("%d bodies, want %d", got, n)
+				}
+			}
+		})
+	}
+}

@@ -187,3 +187,27 @@ func TestSnapshot_LargeEncodingOutsideTheHeap(t *testing.T) {
 		t.Fatalf("%d bodies listed after Release", got)
 	}
 }
+
+// A snapshot lists its bodies into one list allocated at its size: a
+// backlog's snapshot lists millions, beside the applies, and the list
+// grown by doubling was most of what the node allocated for it.
+func TestSnapshot_BodiesListedInOneAllocation(t *testing.T) {
+	const n = 50_000
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 2, declare("q", nil))
+	fill(m, "q", n)
+	w, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.(fsm.Releaser).Release()
+	bl := w.(fsm.BodyLister)
+	allocs := testing.AllocsPerRun(3, func() {
+		if got := len(bl.Bodies()); got != n {
+			t.Fatalf("%d bodies listed, want %d", got, n)
+		}
+	})
+	if allocs > 3 {
+		t.Fatalf("listing %d bodies made %v allocations", n, allocs)
+	}
+}

@@ -2,11 +2,13 @@ package group
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/raftmq/raftmq/bodies"
+	"github.com/raftmq/raftmq/queue"
 )
 
 // A write-ahead log that is mostly live bodies is held below its oldest
@@ -72,5 +74,33 @@ func TestRelocateTo(t *testing.T) {
 		if got := relocateTo(index, raftTo, c.compact, c.outOfOrder); got != c.want {
 			t.Errorf("%s: relocated to %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// listedBodies is a snapshot's BodyLister that gives its bodies in the
+// order it holds them.
+type listedBodies []queue.Body
+
+func (l listedBodies) Bodies() []queue.Body { return l }
+func (l listedBodies) EachBody(fn func(queue.Body)) {
+	for _, b := range l {
+		fn(b)
+	}
+}
+func (l listedBodies) BodyCount() int          { return len(l) }
+func (l listedBodies) DelayedBodyBytes() int64 { return 0 }
+
+// The live list of a snapshot is in log order and names each body once,
+// however the state gave them: a message routed to two queues names its
+// body twice, and queues interleave in the log.
+func TestLiveBodies_InLogOrderOnce(t *testing.T) {
+	got := liveBodies(listedBodies{{Index: 9, Pos: 0, Size: 10}, {Index: 4, Pos: 1, Size: 20}, {Index: 9, Pos: 0, Size: 10}, {Index: 4, Pos: 0, Size: 30}})
+	want := []bodies.Live{
+		{Key: bodies.Key{Index: 4, Pos: 0}, Size: 30},
+		{Key: bodies.Key{Index: 4, Pos: 1}, Size: 20},
+		{Key: bodies.Key{Index: 9, Pos: 0}, Size: 10},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("live bodies %v, want %v", got, want)
 	}
 }
