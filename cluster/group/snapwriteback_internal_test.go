@@ -10,7 +10,8 @@ import (
 )
 
 // A snapshot is handed to writeback every writeBackEvery bytes as it is
-// written, and reads back whole; a cancelled one leaves nothing.
+// written, each piece once the one before is on disk, and reads back
+// whole; a cancelled one leaves nothing.
 func TestSnapshotStore_WritesBackAsItGrows(t *testing.T) {
 	dir := t.TempDir()
 	files, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, nil)
@@ -34,6 +35,11 @@ func TestSnapshotStore_WritesBackAsItGrows(t *testing.T) {
 	}
 	if w.hints != 2 {
 		t.Fatalf("%d writeback hints for %d bytes, want 2", w.hints, len(want))
+	}
+	// The first piece was waited for before the second was handed over:
+	// no more than one piece is ever queued ahead of the log's syncs.
+	if w.waited != w.hinted-writeBackEvery || w.waited == 0 {
+		t.Fatalf("waited for %d bytes of the %d handed over, want all but the last piece of %d", w.waited, w.hinted, writeBackEvery)
 	}
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
