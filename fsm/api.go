@@ -174,19 +174,22 @@ type Releaser interface {
 }
 
 // BodyLister is implemented by what Snapshot returns: the bodies the
-// snapshot names (lazySnapshot.Bodies).
+// snapshot names (lazySnapshot.EachBody).
 type BodyLister interface {
-	// Bodies lists them, each once, in (Index, Pos) order.
-	Bodies() []queue.Body
 	// EachBody calls its function with each of them, in no order and
 	// perhaps more than once, at most BodyCount times: for a caller
-	// that keeps them in a list of its own (queue.SortedBodies).
-	EachBody(func(queue.Body))
+	// that keeps them in a list of its own (queue.SortedBodies). delayed
+	// says the body waits in a delayed exchange, where it is read when
+	// it falls due, not in the order the log carried it.
+	EachBody(func(b queue.Body, delayed bool))
 	BodyCount() int
-	// DelayedBodyBytes is the size of the bodies of Bodies that wait in
-	// delayed exchanges: they are read as they fall due, not in the
-	// order the log carried them.
-	DelayedBodyBytes() int64
+}
+
+// Bodies lists the bodies bl names, each once, in (Index, Pos) order.
+func Bodies(bl BodyLister) []queue.Body {
+	out := make([]queue.Body, 0, bl.BodyCount())
+	bl.EachBody(func(b queue.Body, _ bool) { out = append(out, b) })
+	return queue.SortedBodies(out, func(b queue.Body) queue.Body { return b })
 }
 
 // ReadBody returns the body b names from the entry that published it

@@ -22,7 +22,7 @@ func snapshotBytes(t *testing.T, m *fsm.Machine) ([]byte, []queue.Body) {
 	if _, err := w.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes(), w.(fsm.BodyLister).Bodies()
+	return buf.Bytes(), fsm.Bodies(w.(fsm.BodyLister))
 }
 
 // A snapshot holds each message's metadata and the name of its body, not

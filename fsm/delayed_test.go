@@ -10,6 +10,7 @@ import (
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/fsm/fsmtest"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 	pb "google.golang.org/protobuf/proto"
 )
 
@@ -310,10 +311,16 @@ func TestDelayed_SnapshotTellsTheDelayedBodiesApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	bl := w.(fsm.BodyLister)
-	if n := len(bl.Bodies()); n != 21 {
+	if n := len(fsm.Bodies(bl)); n != 21 {
 		t.Fatalf("the snapshot names %d bodies, want 21", n)
 	}
-	if got := bl.DelayedBodyBytes(); got != want {
+	var got int64
+	bl.EachBody(func(b queue.Body, delayed bool) {
+		if delayed {
+			got += int64(b.Size)
+		}
+	})
+	if got != want {
 		t.Fatalf("delayed bodies: %d bytes, want %d", got, want)
 	}
 }
@@ -335,7 +342,7 @@ func TestDelayed_SnapshotRestoreAndDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := w.(fsm.BodyLister).Bodies()
+	named := fsm.Bodies(w.(fsm.BodyLister))
 	if len(named) != 50 {
 		t.Fatalf("the snapshot names %d bodies, want the 50 delayed ones", len(named))
 	}

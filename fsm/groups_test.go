@@ -163,7 +163,7 @@ func TestGroup_DeadLetterIntoOutbox(t *testing.T) {
 		t.Fatal("Outbox after its only key listed something")
 	}
 	w, _ := g.Snapshot()
-	if bs := w.(fsm.BodyLister).Bodies(); len(bs) != 1 || bs[0] != e.Body {
+	if bs := fsm.Bodies(w.(fsm.BodyLister)); len(bs) != 1 || bs[0] != e.Body {
 		t.Fatalf("snapshot bodies %v, want the outbox's %v", bs, e.Body)
 	}
 	w.(fsm.Releaser).Release()

@@ -113,15 +113,6 @@ func (l *lazySnapshot) each(p part, fn func(m *queue.Message, vhost string)) {
 	}
 }
 
-// Bodies lists the bodies the snapshot names, each once, in (Index, Pos)
-// order: the node keeps them readable while the snapshot may be restored
-// or sent to a follower. Inline bodies are in the snapshot itself.
-func (l *lazySnapshot) Bodies() []queue.Body {
-	out := make([]queue.Body, 0, l.BodyCount())
-	l.EachBody(func(b queue.Body) { out = append(out, b) })
-	return queue.SortedBodies(out, func(b queue.Body) queue.Body { return b })
-}
-
 // BodyCount bounds how many times EachBody calls its function.
 func (l *lazySnapshot) BodyCount() int {
 	n := len(l.names)
@@ -138,41 +129,25 @@ func (l *lazySnapshot) BodyCount() int {
 
 // EachBody calls fn with each body the snapshot names, in no particular
 // order and a body perhaps more than once (a message routed to several
-// queues); inline bodies are left out. A snapshot of millions of messages
-// is listed on raft's snapshot goroutine beside the applies, so the walk
+// queues), with whether it waits in a delayed exchange; inline bodies are
+// left out. The node keeps them readable while the snapshot may be
+// restored or sent to a follower. A snapshot of millions of messages is
+// listed on raft's snapshot goroutine beside the applies, so the walk
 // yields the processor now and then (queue.Pace).
-func (l *lazySnapshot) EachBody(fn func(queue.Body)) {
+func (l *lazySnapshot) EachBody(fn func(b queue.Body, delayed bool)) {
 	for _, b := range l.names {
-		fn(b)
+		fn(b, false)
 	}
 	var pace queue.Pace
 	for _, p := range l.parts {
+		delayed := p.held != nil
 		l.each(p, func(m *queue.Message, _ string) {
 			if _, inline := m.Inline(); !inline {
-				fn(m.Body)
+				fn(m.Body, delayed)
 			}
 			pace.Step()
 		})
 	}
-}
-
-// DelayedBodyBytes is the size of the bodies that the snapshot's delayed
-// exchanges hold (BodyLister).
-func (l *lazySnapshot) DelayedBodyBytes() int64 {
-	var n int64
-	var pace queue.Pace
-	for _, p := range l.parts {
-		if p.held == nil {
-			continue
-		}
-		l.each(p, func(m *queue.Message, _ string) {
-			if _, inline := m.Inline(); !inline {
-				n += int64(m.Body.Size)
-			}
-			pace.Step()
-		})
-	}
-	return n
 }
 
 func (s *state) digest() [32]byte {

@@ -159,7 +159,7 @@ func BenchmarkSnapshotBodies(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if got := len(bl.Bodies()); got != n {
+				if got := len(fsm.Bodies(bl)); got != n {
 					b.Fatalf("%d bodies, want %d", got, n)
 				}
 			}

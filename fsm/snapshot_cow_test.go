@@ -170,7 +170,7 @@ func TestSnapshot_WrittenWhileApplying(t *testing.T) {
 
 func bodyNames(w io.WriterTo) []string {
 	var out []string
-	for _, b := range w.(BodyLister).Bodies() {
+	for _, b := range Bodies(w.(BodyLister)) {
 		out = append(out, fmt.Sprint(b))
 	}
 	return out

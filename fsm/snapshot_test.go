@@ -176,14 +176,14 @@ func TestSnapshot_LargeEncodingOutsideTheHeap(t *testing.T) {
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc) - names; grew > int64(buf.Len())/4 {
 		t.Fatalf("a snapshot of %d bytes grew the heap by %d bytes beyond its list of bodies", buf.Len(), grew)
 	}
-	if got := len(w.(fsm.BodyLister).Bodies()); got != n {
+	if got := len(fsm.Bodies(w.(fsm.BodyLister))); got != n {
 		t.Fatalf("%d bodies listed", got)
 	}
 	if restoreBytes(t, buf.Bytes()).Digest() != m.Digest() {
 		t.Fatal("digest differs after the round trip")
 	}
 	w.(fsm.Releaser).Release()
-	if got := len(w.(fsm.BodyLister).Bodies()); got != 0 {
+	if got := len(fsm.Bodies(w.(fsm.BodyLister))); got != 0 {
 		t.Fatalf("%d bodies listed after Release", got)
 	}
 }
@@ -203,11 +203,13 @@ func TestSnapshot_BodiesListedInOneAllocation(t *testing.T) {
 	defer w.(fsm.Releaser).Release()
 	bl := w.(fsm.BodyLister)
 	allocs := testing.AllocsPerRun(3, func() {
-		if got := len(bl.Bodies()); got != n {
+		if got := len(fsm.Bodies(bl)); got != n {
 			t.Fatalf("%d bodies listed, want %d", got, n)
 		}
 	})
-	if allocs > 3 {
+	// The list, and the walk's closures called through the interface: a
+	// few whatever n. A list grown by doubling makes 28 at this size.
+	if allocs > 6 {
 		t.Fatalf("listing %d bodies made %v allocations", n, allocs)
 	}
 }

@@ -339,8 +339,7 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	var live []bodies.Live
 	var outOfOrder int64
 	if bl, ok := s.w.(fsm.BodyLister); ok {
-		live = liveBodies(bl)
-		outOfOrder = bl.DelayedBodyBytes()
+		live, outOfOrder = liveBodies(bl)
 	}
 	if err := writeSnapshot(sink, s.w, live); err != nil {
 		_ = sink.Cancel()

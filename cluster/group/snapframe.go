@@ -68,13 +68,17 @@ func newBodyToken() [tokenLen]byte {
 // list of the state's own type converted after would hold two lists of
 // every queued message at once (200 MB at 5,000,000), and that burst of
 // allocation beside the applies had the collector take a processor for
-// 100 ms at a time.
-func liveBodies(bl fsm.BodyLister) []bodies.Live {
+// 100 ms at a time. delayed is the size of those that wait in delayed
+// exchanges, counted in the same walk.
+func liveBodies(bl fsm.BodyLister) (live []bodies.Live, delayed int64) {
 	out := make([]bodies.Live, 0, bl.BodyCount())
-	bl.EachBody(func(b queue.Body) {
+	bl.EachBody(func(b queue.Body, isDelayed bool) {
 		out = append(out, bodies.Live{Key: bodies.Key{Index: b.Index, Pos: b.Pos}, Size: int64(b.Size)})
+		if isDelayed {
+			delayed += int64(b.Size)
+		}
 	})
-	return queue.SortedBodies(out, func(l bodies.Live) queue.Body { return queue.Body{Index: l.Key.Index, Pos: l.Key.Pos} })
+	return queue.SortedBodies(out, func(l bodies.Live) queue.Body { return queue.Body{Index: l.Key.Index, Pos: l.Key.Pos} }), delayed
 }
 
 func keysOf(live []bodies.Live) []bodies.Key {

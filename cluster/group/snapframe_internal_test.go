@@ -78,29 +78,34 @@ func TestRelocateTo(t *testing.T) {
 }
 
 // listedBodies is a snapshot's BodyLister that gives its bodies in the
-// order it holds them.
+// order it holds them; those of Index 7 wait in a delayed exchange.
 type listedBodies []queue.Body
 
-func (l listedBodies) Bodies() []queue.Body { return l }
-func (l listedBodies) EachBody(fn func(queue.Body)) {
+func (l listedBodies) EachBody(fn func(queue.Body, bool)) {
 	for _, b := range l {
-		fn(b)
+		fn(b, b.Index == 7)
 	}
 }
-func (l listedBodies) BodyCount() int          { return len(l) }
-func (l listedBodies) DelayedBodyBytes() int64 { return 0 }
+func (l listedBodies) BodyCount() int { return len(l) }
 
 // The live list of a snapshot is in log order and names each body once,
 // however the state gave them: a message routed to two queues names its
-// body twice, and queues interleave in the log.
+// body twice, and queues interleave in the log. The same walk counts the
+// bytes of the delayed ones.
 func TestLiveBodies_InLogOrderOnce(t *testing.T) {
-	got := liveBodies(listedBodies{{Index: 9, Pos: 0, Size: 10}, {Index: 4, Pos: 1, Size: 20}, {Index: 9, Pos: 0, Size: 10}, {Index: 4, Pos: 0, Size: 30}})
+	got, delayed := liveBodies(listedBodies{{Index: 9, Pos: 0, Size: 10}, {Index: 7, Pos: 2, Size: 5}, {Index: 4, Pos: 1, Size: 20},
+		{Index: 9, Pos: 0, Size: 10}, {Index: 7, Pos: 0, Size: 7}, {Index: 4, Pos: 0, Size: 30}})
 	want := []bodies.Live{
 		{Key: bodies.Key{Index: 4, Pos: 0}, Size: 30},
 		{Key: bodies.Key{Index: 4, Pos: 1}, Size: 20},
+		{Key: bodies.Key{Index: 7, Pos: 0}, Size: 7},
+		{Key: bodies.Key{Index: 7, Pos: 2}, Size: 5},
 		{Key: bodies.Key{Index: 9, Pos: 0}, Size: 10},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("live bodies %v, want %v", got, want)
+	}
+	if delayed != 12 {
+		t.Fatalf("delayed bodies %d bytes, want 12", delayed)
 	}
 }
