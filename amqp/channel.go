@@ -543,13 +543,29 @@ func (ch *channel) writeDelivery(n numbered) {
 	if d.NoAck {
 		ref = nil // settled as assigned: the log requeues it to nobody else
 	}
-	ch.c.sendDecided(ch.id, &wire.BasicDeliver{
+	t := refOf(d)
+	mk := &mark{epoch: ch.epochOf(t), ch: ref, group: t.group, tag: t.tag}
+	if hasDeadline(d) {
+		mk.wire, mk.deadline = n.wire, d.Deadline
+	}
+	ch.c.sendMarked(ch.id, &wire.BasicDeliver{
 		ConsumerTag: d.Consumer.GetTag(),
 		DeliveryTag: n.wire,
 		Redelivered: d.Redelivered,
 		Exchange:    d.Exchange,
 		RoutingKey:  d.RoutingKey,
-	}, &props, d.Body, ch.epochOf(refOf(d)), ref, refOf(d))
+	}, &props, d.Body, mk)
+}
+
+// takeBack withholds, for an unseen requeue, the delivery the ledger
+// numbered wireTag for log tag t, which the writer did not write (guard);
+// false when the ledger holds no such delivery. Writer only.
+func (ch *channel) takeBack(wireTag uint64, t logRef) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	a, ok := ch.led.takeBack(wireTag, t, time.Now().UnixMilli())
+	ch.carryOut(a)
+	return ok
 }
 
 // consumerCancelled sends basic.cancel for a consumer the broker cancelled.

@@ -3,9 +3,6 @@ package amqp
 import (
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -386,13 +383,7 @@ func TestGroups_SilenceChecksEachDeliveryInItsGroup(t *testing.T) {
 		}
 		return nil
 	}
-	srv := NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv.SetBroker(b)
-	a, peer := net.Pipe()
-	defer a.Close()
-	defer peer.Close()
-	c := srv.newConn(a)
-	defer c.cancel()
+	c := silentConn(t, b)
 	ref := &proto.ChannelRef{Node: "node-a", Connection: "c1", Channel: 1}
 	frame := func(s string) func([]byte) []byte { return func(p []byte) []byte { return append(p, s...) } }
 	c.out.appendMarked(&mark{ch: ref, group: 1, tag: 5}, frame("[g1]"))

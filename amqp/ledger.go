@@ -483,6 +483,26 @@ func (l *ledger) expire(now int64) actions {
 	return a
 }
 
+// takeBack forgets the delivery numbered wireTag for log tag t, which
+// was never written (the writer found its message dead: guard), and
+// withholds it for an unseen requeue; its consumer's window has room
+// again. false when the ledger holds no such delivery (closed, or
+// acknowledged).
+func (l *ledger) takeBack(wireTag uint64, t logRef, now int64) (a actions, ok bool) {
+	w, found := l.written[wireTag]
+	if l.closed || !found || w.log != t {
+		return a, false
+	}
+	delete(l.written, wireTag)
+	l.withhold(&a, t)
+	if win := l.windows[w.consumer]; win != nil && win.inflight > 0 {
+		win.inflight--
+		l.refill(&a, win, now)
+	}
+	l.compactOrder()
+	return a, true
+}
+
 // takeOverdue returns the withheld log tags for the worker's unseen
 // requeue and forgets them.
 func (l *ledger) takeOverdue() []logRef {

@@ -473,3 +473,46 @@ func TestLedger_CancellingWritesNothingMore(t *testing.T) {
 		t.Fatalf("a no-ack delivery after the cancel was not written: %v", got)
 	}
 }
+
+// A delivery the writer did not write, its message dead by then (guard),
+// is taken back: withheld for an unseen requeue, its place in the window
+// given to what is held, its wire tag no longer the client's to
+// acknowledge, and at the close nobody names it seen. A tag acknowledged
+// already, one numbered for another log tag, or a closed ledger gives
+// nothing back.
+func TestLedger_TakeBack(t *testing.T) {
+	l := started(t, []string{"b"}, []string{"a"})
+	if got := feed(l, t0, dl("a", 1, t0+10), dl("a", 2, 0), dl("a", 3, 0), dl("b", 4, t0+10), dl("b", 5, 0)); !slices.Equal(got, [][2]uint64{{1, 1}, {2, 2}, {3, 4}, {4, 5}}) {
+		t.Fatalf("written %v", got)
+	}
+	if _, ok := l.takeBack(1, logRef{tag: 2}, t0+1000); ok {
+		t.Fatal("took back wire tag 1 for another log tag")
+	}
+	a, ok := l.takeBack(1, logRef{tag: 1}, t0+1000)
+	if !ok || !a.requeue || !slices.Equal(writes(a), [][2]uint64{{5, 3}}) || !slices.Equal(l.takeOverdue(), g0(1)) {
+		t.Fatalf("take back of a's delivery: ok %v, writes %v, requeue %v", ok, writes(a), a.requeue)
+	}
+	if a, ok := l.takeBack(3, logRef{tag: 4}, t0+1000); !ok || len(a.writes) != 0 || !slices.Equal(l.takeOverdue(), g0(4)) {
+		t.Fatalf("take back of b's delivery: ok %v, writes %v", ok, writes(a))
+	}
+	if _, ok := l.takeBack(1, logRef{tag: 1}, t0+1000); ok {
+		t.Fatal("took back the same delivery twice")
+	}
+	if _, _, _, e := l.ack(ack(1, false), false, t0); e == nil {
+		t.Fatal("a taken-back wire tag is still the client's to acknowledge")
+	}
+	tags, _, _, e := l.ack(ack(4, true), false, t0)
+	if e != nil || !slices.Equal(tags, g0(2, 5)) {
+		t.Fatalf("a multiple ack up to 4 names %v (%v), want log tags 2 and 5", tags, e)
+	}
+	if _, ok := l.takeBack(2, logRef{tag: 2}, t0+1000); ok {
+		t.Fatal("took back an acknowledged delivery")
+	}
+	out := l.close()
+	if !slices.Equal(out.redelivered, g0(3)) {
+		t.Fatalf("close names %v seen, want only log tag 3", out.redelivered)
+	}
+	if _, ok := l.takeBack(5, logRef{tag: 3}, t0+1000); ok {
+		t.Fatal("a closed ledger took a delivery back")
+	}
+}

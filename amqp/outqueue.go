@@ -56,6 +56,12 @@ type mark struct {
 	ch    *proto.ChannelRef
 	group uint32
 	tag   uint64
+	// wire and deadline are a consumer's delivery's wire tag and its
+	// message's deadline (unix ms of log time), when it has one that can
+	// still pass (0: none): the writer takes back a delivery it would
+	// write long after its message died (guard).
+	wire     uint64
+	deadline int64
 }
 
 func newOutQueue(limit, hard int, stalled func() bool, overflow func()) *outQueue {

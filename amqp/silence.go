@@ -96,7 +96,11 @@ func (ch *channel) epochOf(t logRef) uint64 {
 // t name it when it is an acknowledged delivery (or get-ok), which the
 // writer drops if its log took it back meanwhile.
 func (c *conn) sendDecided(channel uint16, m wire.Method, props *wire.Properties, body []byte, epoch uint64, ref *proto.ChannelRef, t logRef) {
-	mk := &mark{epoch: epoch, ch: ref, group: t.group, tag: t.tag}
+	c.sendMarked(channel, m, props, body, &mark{epoch: epoch, ch: ref, group: t.group, tag: t.tag})
+}
+
+// sendMarked queues a content method under mk (sendDecided).
+func (c *conn) sendMarked(channel uint16, m wire.Method, props *wire.Properties, body []byte, mk *mark) {
 	c.out.appendMarked(mk, func(b []byte) []byte {
 		if !m.HasContent() {
 			return wire.AppendMethodFrame(b, channel, m)
@@ -115,7 +119,17 @@ const fenceBackoff = time.Second
 // are dropped (the cluster declared this node down, or closed the
 // channel, and gave them to others). The connection ends soon after
 // either way: its node's NodeDown or the channel's close follow. If the
-// connection ends first, every stale frame is dropped. Writer only.
+// connection ends first, every stale frame is dropped.
+//
+// A delivery the log still holds is written, unless its message died
+// meanwhile: a silence of a second (a stalled process, a node cut off
+// for less than it takes to be declared down) would otherwise hand a
+// consumer a message with a TTL of 0 a second after its publish was
+// confirmed. Past its deadline by more than overdueGrace, the rule for a
+// delivery that reaches the node that late (overdueAt), it is dropped
+// and taken back from its channel, which requeues it unseen: the log
+// kills it (dead-lettered as expired) as if it had never left the
+// queue. Writer only.
 func (c *conn) guard(b []byte, marks []mark) []byte {
 	if len(marks) == 0 {
 		return b
@@ -146,23 +160,55 @@ func (c *conn) guard(b []byte, marks []mark) []byte {
 		}
 	}
 	node := c.srv.node()
+	nowMs := time.Now().UnixMilli()
 	out := make([]byte, 0, len(b))
 	at, dropped := 0, 0
+	var dead []mark
 	for _, m := range marks {
 		stale := m.epoch < cur
-		if !stale || fenced && (m.ch == nil || (m.group == 0 || groups[m.group]) && len(node.Unacked(m.group, m.ch, []uint64{m.tag})) > 0) {
+		stands := !stale || fenced && (m.ch == nil || (m.group == 0 || groups[m.group]) && len(node.Unacked(m.group, m.ch, []uint64{m.tag})) > 0)
+		if stands && (!stale || !m.died(nowMs)) {
 			continue
+		}
+		if stands {
+			dead = append(dead, m)
+		} else {
+			dropped++
 		}
 		out = append(out, b[at:m.start]...)
 		at = m.end
-		dropped++
 	}
 	out = append(out, b[at:]...)
 	if dropped > 0 {
 		c.logger().Info("dropped frames decided before a silence of this node: the log no longer stands for them",
 			"frames", dropped, "caught_up", fenced)
 	}
+	if len(dead) > 0 {
+		taken := 0
+		for _, m := range dead {
+			if c.takeBack(m) {
+				taken++
+			}
+		}
+		c.logger().Info("dropped deliveries decided before a silence of this node: their messages died meanwhile, and go back unseen to die in the log",
+			"deliveries", len(dead), "taken_back", taken)
+	}
 	return out
+}
+
+// died reports whether m is a consumer's delivery whose message died by
+// nowMs, past the grace a late delivery has (overdueAt).
+func (m mark) died(nowMs int64) bool {
+	return m.wire != 0 && m.deadline != 0 && nowMs > m.deadline+overdueGrace.Milliseconds()
+}
+
+// takeBack has the channel of m, a delivery the writer will not write,
+// take it back for an unseen requeue; false when the channel is gone (its
+// close names what the client was sent) or numbered it otherwise.
+// Writer only.
+func (c *conn) takeBack(m mark) bool {
+	ch := c.channel(uint16(m.ch.GetChannel()))
+	return ch != nil && ch.takeBack(m.wire, logRef{m.group, m.tag})
 }
 
 // fence submits a Tick and waits until it is applied here, with no

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +20,9 @@ import (
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/ttl"
 )
 
 // writeHold holds a server's connection writers between taking frames the
@@ -168,31 +172,11 @@ func TestSilence_NodeHeldBeforeWritingADeliveryDropsItOnceTheLogTookItBack(t *te
 		t.Fatal(err)
 	}
 	var r receiver
-	vconn := dialURL(t, urls[victim])
-	vch, err := vconn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := vch.Qos(1, 0, false); err != nil {
-		t.Fatal(err)
-	}
-	vdone := r.consume(t, "victim", vch, "held")
+	vdone := r.consumeOneAtATime(t, "victim", urls[victim], "held")
 
 	// The victim's node applies the assignment and its writer takes the
 	// delivery; there it stops.
-	holds[victim].armed.Store(true)
-	conf, err := pch.PublishWithDeferredConfirmWithContext(context.Background(), "", "held", false, false, amqp091.Publishing{Body: []byte("m1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := conf.WaitContext(ctxFor(t, clustertest.Timeout)); !ok || err != nil {
-		t.Fatalf("publish not confirmed: %v %v", ok, err)
-	}
-	select {
-	case <-holds[victim].held:
-	case <-time.After(clustertest.Timeout):
-		t.Fatal("the victim's writer never took the delivery")
-	}
+	publishHeld(t, pch, holds[victim], "held", "m1")
 
 	oconn := dialURL(t, urls[other])
 	och, err := oconn.Channel()
@@ -226,6 +210,129 @@ func TestSilence_NodeHeldBeforeWritingADeliveryDropsItOnceTheLogTookItBack(t *te
 	}
 	if r.has("victim", "m1") {
 		t.Fatal("the victim's consumer got m1 after the cluster gave it to another consumer")
+	}
+}
+
+// A node held between applying a delivery and writing it, for a silence
+// shorter than it takes the cluster to declare it down: the log still
+// holds the delivery for its consumer when the node catches up, but the
+// message's TTL ran out meanwhile. It is not handed to the consumer late;
+// it goes back unseen and the log dead-letters it as expired. The fault
+// suite saw messages with a TTL of 0 reach a client 1.2 s after their
+// confirm this way.
+func TestSilence_NodeHeldPastAMessagesTTLDeadLettersIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	c, _, urls, holds := silenceCluster(t, 3)
+	leader := c.Index(c.WaitForLeader(clustertest.Timeout).NodeID())
+	victim := (leader + 1) % 3
+
+	pconn := dialURL(t, urls[leader])
+	pch, err := pconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.ExchangeDeclare("ttl.dlx", "fanout", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pch.QueueDeclare("ttl.dead", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.QueueBind("ttl.dead", "", "ttl.dlx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pch.QueueDeclare("ttl.short", false, false, false, false,
+		amqp091.Table{"x-message-ttl": int32(100), "x-dead-letter-exchange": "ttl.dlx"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	var r receiver
+	r.consumeOneAtATime(t, "victim", urls[victim], "ttl.short")
+	publishHeld(t, pch, holds[victim], "ttl.short", "m1")
+
+	// The victim finds itself cut off (a new silence epoch), and is
+	// healed before the others declare it down.
+	node := c.Nodes[victim].Node()
+	epoch := node.SilenceEpoch()
+	c.Freeze(c.Nodes[victim].ID)
+	clustertest.Eventually(t, 3*clustertest.Timeout, func() error {
+		if node.SilenceEpoch() == epoch {
+			return errors.New("the victim has not found its silence yet")
+		}
+		return nil
+	})
+	c.Heal()
+	close(holds[victim].release)
+
+	dconn := dialURL(t, urls[leader])
+	dch, err := dconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := dch.Consume("ttl.dead", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-dead:
+		deaths, _ := d.Headers["x-death"].([]any)
+		if string(d.Body) != "m1" || len(deaths) != 1 || deaths[0].(amqp091.Table)["reason"] != "expired" {
+			t.Fatalf("dead-lettered %q with x-death %v, want m1 expired once", d.Body, d.Headers["x-death"])
+		}
+	case <-time.After(3 * clustertest.Timeout):
+		t.Fatal("m1 was not dead-lettered")
+	}
+	if r.has("victim", "m1") {
+		t.Fatal("the victim's consumer got m1 after its TTL ran out during the silence")
+	}
+}
+
+// silentConn is a connection of a server on b, over a pipe nobody reads:
+// the tests take what its writer would write and guard it themselves.
+func silentConn(t *testing.T, b *silentBroker) *conn {
+	t.Helper()
+	srv := NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv.SetBroker(b)
+	a, peer := net.Pipe()
+	c := srv.newConn(a)
+	t.Cleanup(func() { c.cancel(); a.Close(); peer.Close() })
+	return c
+}
+
+// consumeOneAtATime starts consumer name of queue, prefetch 1, on a
+// connection of its own to url (receiver.consume).
+func (r *receiver) consumeOneAtATime(t *testing.T, name, url, queue string) <-chan struct{} {
+	t.Helper()
+	ch, err := dialURL(t, url).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	return r.consume(t, name, ch, queue)
+}
+
+// publishHeld arms hold, publishes body to queue on pch (in confirm mode)
+// and returns once the publish is confirmed and hold holds a writer: the
+// delivery is taken from the queue, not written.
+func publishHeld(t *testing.T, pch *amqp091.Channel, hold *writeHold, queue, body string) {
+	t.Helper()
+	hold.armed.Store(true)
+	conf, err := pch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false, amqp091.Publishing{Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := conf.WaitContext(ctxFor(t, clustertest.Timeout)); !ok || err != nil {
+		t.Fatalf("publish not confirmed: %v %v", ok, err)
+	}
+	select {
+	case <-hold.held:
+	case <-time.After(clustertest.Timeout):
+		t.Fatal("the writer never took the delivery")
 	}
 }
 
@@ -268,13 +375,7 @@ func TestSilence_WriterHoldsStaleFramesUntilTheLogSaysTheyStand(t *testing.T) {
 		}
 		return nil
 	}
-	srv := NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv.SetBroker(b)
-	a, peer := net.Pipe()
-	defer a.Close()
-	defer peer.Close()
-	c := srv.newConn(a)
-	defer c.cancel()
+	c := silentConn(t, b)
 
 	frame := func(s string) func([]byte) []byte { return func(p []byte) []byte { return append(p, s...) } }
 	queue := func(epoch uint64) {
@@ -312,5 +413,64 @@ func TestSilence_WriterHoldsStaleFramesUntilTheLogSaysTheyStand(t *testing.T) {
 	c.markFailed()
 	if got := write(); got != "[plain]" {
 		t.Fatalf("connection failing before the node caught up: wrote %q, want only what the log did not decide", got)
+	}
+}
+
+// A delivery decided before a silence, which the log still holds for its
+// channel but whose message died meanwhile (past its deadline by more
+// than overdueGrace), is not written once the node caught up: the channel
+// takes it back for an unseen requeue, so the log kills it. A live one,
+// one without a deadline and a no-ack one (settled as it was assigned)
+// are written as before.
+func TestSilence_WriterTakesBackADeliveryThatDiedDuringTheSilence(t *testing.T) {
+	b := &silentBroker{fakeBroker: newFakeBroker()}
+	b.unacked = func(_ *proto.ChannelRef, tags []uint64) []uint64 { return tags }
+	c := silentConn(t, b)
+	ch := newChannel(c, 1)
+	c.mu.Lock()
+	c.channels[1] = ch
+	c.mu.Unlock()
+	ch.led.startConsume("ctag", 0, 0)
+	ch.led.consumed("ctag", true)
+
+	// The ledger numbered them as they came, in time (as offer does); the
+	// silence then held them in the writer's queue.
+	now := time.Now().UnixMilli()
+	consumer := &proto.ConsumerRef{Channel: ch.ref(), Tag: "ctag"}
+	ch.mu.Lock()
+	for _, d := range []struct {
+		tag      uint64
+		body     string
+		deadline int64
+		noAck    bool
+	}{
+		{1, "<dead>", now - 2000, false},
+		{2, "<alive>", now + 60_000, false},
+		{3, "<forever>", ttl.NoDeadline, false},
+		{4, "<noack>", now - 2000, true},
+	} {
+		fd := &fsm.Delivery{Consumer: consumer, DeliveryTag: d.tag, Deadline: d.deadline, NoAck: d.noAck, Body: []byte(d.body)}
+		ch.writeDelivery(numbered{d: fd, wire: ch.led.record(refOf(fd), "ctag", fd.NoAck)})
+	}
+	ch.mu.Unlock()
+	b.epoch.Store(1)
+	buf, marks, _ := c.out.take(nil, nil)
+	out := string(c.guard(buf, marks))
+
+	for _, body := range []string{"<alive>", "<forever>", "<noack>"} {
+		if !strings.Contains(out, body) {
+			t.Errorf("%s was not written", body)
+		}
+	}
+	if strings.Contains(out, "<dead>") {
+		t.Fatal("a delivery whose message died during the silence was written")
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if _, ok := ch.led.written[1]; ok {
+		t.Fatal("wire tag 1 is still the client's to acknowledge")
+	}
+	if got := ch.led.takeOverdue(); !slices.Equal(got, g0(1)) {
+		t.Fatalf("withheld for an unseen requeue: %v, want log tag 1", got)
 	}
 }
