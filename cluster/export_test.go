@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -19,6 +21,9 @@ func (n *Node) ClockRound() <-chan struct{} { return n.clocks.RoundDone() }
 func (n *Node) RaftSnapshotThreshold() uint64 {
 	return n.group.Raft().ReloadableConfig().SnapshotThreshold
 }
+
+// MetaRaft is the raft of the node's metadata group.
+func (n *Node) MetaRaft() *raft.Raft { return n.group.Raft() }
 
 // ScaleSnapshotThreshold runs one round of the threshold's scaling now.
 func (n *Node) ScaleSnapshotThreshold() { n.group.ScaleSnapshotThreshold() }

@@ -340,13 +340,8 @@ func (n *Node) closeQueueGroup(qg *queueGroup) {
 func (n *Node) followQueueGroup(qg *queueGroup) {
 	defer qg.wg.Done()
 	r := qg.g.Raft()
-	obs := make(chan raft.Observation, 16)
-	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	r.RegisterObserver(o)
-	defer r.DeregisterObserver(o)
+	obs, stop := group.Observe[raft.LeaderObservation](r, 16)
+	defer stop()
 	var endTerm func() // ends the duties of this node's term as leader
 	stopDuties := func() {
 		if endTerm != nil {

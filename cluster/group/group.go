@@ -217,10 +217,14 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 		return has, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	g.raft.Store(r)
-	g.wg.Add(3)
+	g.wg.Add(4)
 	go func() {
 		defer g.wg.Done()
 		gaps.Run(closing)
+	}()
+	go func() {
+		defer g.wg.Done()
+		g.watchCandidacy(r, closing)
 	}()
 	go func() {
 		defer g.wg.Done()

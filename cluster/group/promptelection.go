@@ -131,6 +131,11 @@ func (g *Group) watchSilence(r *raft.Raft, closing <-chan struct{}) {
 // silence at once (see above).
 func (g *Group) checkLeaderNow(r *raft.Raft) {
 	g.reloadConfig(r, func(cur raft.ReloadableConfig) []raft.ReloadableConfig {
+		if cur.HeartbeatTimeout != g.cfg.Raft.HeartbeatTimeout {
+			// A candidacy's timeouts (candidacy.go), set back as
+			// the watch sees raft a follower again.
+			return nil
+		}
 		shorter := cur
 		shorter.HeartbeatTimeout -= time.Nanosecond
 		return []raft.ReloadableConfig{shorter, cur}

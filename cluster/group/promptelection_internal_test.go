@@ -71,3 +71,24 @@ func TestStandOrder_TheVotersInARingFromTheLeader(t *testing.T) {
 		}
 	}
 }
+
+// A candidacy's timeouts are the lease timeout, when that shortens the
+// election timeout and raft's checks allow it; else the configured ones.
+func TestCandidateTimeouts_TheLeaseWhereItShortensTheElection(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		t            RaftTimings
+		hb, election time.Duration
+	}{
+		{RaftTimings{HeartbeatTimeout: 500 * ms, ElectionTimeout: 500 * ms, LeaderLeaseTimeout: 250 * ms}, 250 * ms, 250 * ms},
+		{RaftTimings{HeartbeatTimeout: 1000 * ms, ElectionTimeout: 1000 * ms, LeaderLeaseTimeout: 500 * ms}, 500 * ms, 500 * ms},
+		{RaftTimings{HeartbeatTimeout: 500 * ms, ElectionTimeout: 500 * ms, LeaderLeaseTimeout: 500 * ms}, 500 * ms, 500 * ms},
+		{RaftTimings{HeartbeatTimeout: 500 * ms, ElectionTimeout: 500 * ms}, 500 * ms, 500 * ms},
+		{RaftTimings{HeartbeatTimeout: 200 * ms, ElectionTimeout: 500 * ms, LeaderLeaseTimeout: 300 * ms}, 200 * ms, 500 * ms},
+	} {
+		hb, election := candidateTimeouts(tc.t)
+		if hb != tc.hb || election != tc.election {
+			t.Errorf("%+v: %v and %v, want %v and %v", tc.t, hb, election, tc.hb, tc.election)
+		}
+	}
+}
