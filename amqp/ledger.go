@@ -704,7 +704,13 @@ const overdueGrace = 250 * time.Millisecond
 // would hand the client a message that is already dead. A no-ack delivery
 // is settled already, so it is written whatever its age.
 func overdueAt(d *fsm.Delivery, nowMs int64) bool {
-	return hasDeadline(d) && nowMs > d.Deadline+overdueGrace.Milliseconds()
+	return hasDeadline(d) && pastGrace(d.Deadline, nowMs)
+}
+
+// pastGrace reports whether nowMs is more than overdueGrace past
+// deadline: too late to write a delivery of a message dying then.
+func pastGrace(deadline, nowMs int64) bool {
+	return nowMs > deadline+overdueGrace.Milliseconds()
 }
 
 // hasDeadline reports whether d's message can still die: it has a deadline

@@ -199,7 +199,7 @@ func (c *conn) guard(b []byte, marks []mark) []byte {
 // died reports whether m is a consumer's delivery whose message died by
 // nowMs, past the grace a late delivery has (overdueAt).
 func (m mark) died(nowMs int64) bool {
-	return m.wire != 0 && m.deadline != 0 && nowMs > m.deadline+overdueGrace.Milliseconds()
+	return m.wire != 0 && m.deadline != 0 && pastGrace(m.deadline, nowMs)
 }
 
 // takeBack has the channel of m, a delivery the writer will not write,
