@@ -36,6 +36,10 @@ func (n *Node) ProposeQueueGroups(ctx context.Context) { n.proposeQueueGroups(ct
 // its followers and how many repeats it answered without sending.
 func (n *Node) QuietAppends() (sent, answered uint64) { return n.group.Quiet().Counts() }
 
+// HeartbeatsAnswered reports how many heartbeats the node's metadata
+// group answered for its followers without sending them.
+func (n *Node) HeartbeatsAnswered() uint64 { return n.group.Quiet().HeartbeatsAnswered() }
+
 // CommitNewsTold is how many appends with news of a commit the metadata
 // group's followers took from this node (group.CommitNews).
 func (n *Node) CommitNewsTold() uint64 { return n.group.News().Told() }

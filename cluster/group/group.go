@@ -151,12 +151,10 @@ func Open(cfg Config) (*Group, error) {
 		return g, fmt.Errorf("cluster: body store: %w", err)
 	}
 	g.logs = st.Logs(g.bodies.Pin)
-	// A leader's idle appends wait out their window unless the log grows.
+	// A leader's idle appends wait out their window unless the log grows;
+	// its idle heartbeats to a fresh follower are answered.
 	g.quiet = NewQuietAppends(cfg.Raft.HeartbeatTimeout / 5)
-	if cfg.GroupID != DefaultID {
-		// The metadata group's heartbeats feed the node's reach.
-		g.quiet.AnswerHeartbeats()
-	}
+	g.quiet.AnswerHeartbeats()
 	st.Meter().OnAppend(g.quiet.Wake)
 	g.quiet.Applied(g.applied.Load)
 	g.news = NewCommitNews(g.applied.Load, g.logs.LastIndex, func() uint64 {

@@ -70,14 +70,16 @@ import (
 // (HeartbeatTimeout/5), so the leader's lease runs out at most that much
 // later.
 //
-// A queue group's idle heartbeats are answered the same way
+// A group's idle heartbeats are answered the same way
 // (AnswerHeartbeats): one that finds the follower fresh is answered with
 // its answer to the last heartbeat, so a live follower of an idle group
 // is sent one about every other time raft sends one, every 100 to 200 ms
 // instead of 50 to 100 with raftmq's 500 ms heartbeat timeout, well
-// within the timeout after which it stands. The metadata group's all go:
-// its leader's count of whom it reaches (membership.Reach) is fed by
-// the RPCs that go, and marks a server unreached after 187 ms.
+// within the timeout after which it stands. The metadata group's too:
+// its leader's count of whom it reaches (membership.Reach) hears only
+// the RPCs that go, so a server is unreached only after a silence longer
+// than the longest gap between two of them, twice the window
+// (membership.UnreachedAfter).
 type QuietAppends struct {
 	window  time.Duration
 	hold    time.Duration // how long an answer waits at most
@@ -96,6 +98,7 @@ type QuietAppends struct {
 	done  chan struct{}                 // closed by Close
 
 	sent, answered atomic.Uint64
+	beatsAnswered  atomic.Uint64 // the heartbeats among answered
 }
 
 // quietAnswer is the follower's answer to the last idle append sent it.
@@ -249,6 +252,7 @@ func (q *QuietAppends) answerBeat(id raft.ServerID, a *raft.AppendEntriesRequest
 	}
 	*resp = b.resp
 	q.answered.Add(1)
+	q.beatsAnswered.Add(1)
 	return true
 }
 
@@ -300,6 +304,15 @@ func heardAt(m map[raft.ServerID]quietAnswer, id raft.ServerID, term uint64, at 
 		x.at = at
 		m[id] = x
 	}
+}
+
+// HeartbeatsAnswered reports how many of the answered appends were
+// heartbeats.
+func (q *QuietAppends) HeartbeatsAnswered() uint64 {
+	if q == nil {
+		return 0
+	}
+	return q.beatsAnswered.Load()
 }
 
 // Counts reports how many appends were sent and how many were answered

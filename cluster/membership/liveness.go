@@ -44,10 +44,14 @@ func (r *Reach) Unreachable(servers []string, self string, after time.Duration) 
 }
 
 // UnreachedAfter is how long a server may leave the leader's raft RPCs
-// unanswered before operators see it suspect: a few of the heartbeats the
-// leader sends every HeartbeatTimeout/10, well before NodeDownAfter.
+// unanswered before operators see it suspect, well before NodeDownAfter.
+// An idle group's leader sends a fresh follower only every other
+// heartbeat (group.QuietAppends), so the RPCs that go, which are all
+// Reach hears of, can be up to twice HeartbeatTimeout/5 apart; this is
+// that and half as much again, and never less than a fifth of
+// NodeDownAfter.
 func UnreachedAfter(heartbeatTimeout, nodeDownAfter time.Duration) time.Duration {
-	return max(heartbeatTimeout/3, nodeDownAfter/8)
+	return max(heartbeatTimeout*3/5, nodeDownAfter/5)
 }
 
 // Suspects is whom the leader gossips raft does not reach, as the member

@@ -88,3 +88,23 @@ func TestNodeMeta_LeadsWithinTheLimitAndLeftOutPastIt(t *testing.T) {
 		t.Fatalf("%d bytes, meta %v: want the addresses within %d bytes and no leads", len(b), m, memberlist.MetaMaxSize)
 	}
 }
+
+// An idle group's leader sends a fresh follower every other heartbeat
+// (group.QuietAppends: the window is HeartbeatTimeout/5, raft's
+// heartbeats come every HeartbeatTimeout/10 to /5), so the RPCs the
+// reach hears of can be 2×HeartbeatTimeout/5 apart. A live server must
+// not read as unreached between two of them, with room for a late one.
+func TestUnreachedAfter_OutlastsTheGapBetweenHeartbeatsThatGo(t *testing.T) {
+	for _, c := range []struct{ hb, down time.Duration }{
+		{500 * time.Millisecond, 1500 * time.Millisecond}, // raftmq's defaults
+		{300 * time.Millisecond, time.Second},             // the test clusters'
+		{50 * time.Millisecond, 100 * time.Millisecond},   // the least --raft-timeout
+		{2 * time.Second, 10 * time.Second},
+	} {
+		gap := 2 * (c.hb / 5)
+		if got := UnreachedAfter(c.hb, c.down); got < gap+c.hb/10 || got >= c.down {
+			t.Errorf("UnreachedAfter(%v, %v) = %v: want at least %v (the gap %v and half a heartbeat interval) and under NodeDownAfter",
+				c.hb, c.down, got, gap+c.hb/10, gap)
+		}
+	}
+}
