@@ -217,33 +217,55 @@ func (n *Node) initDefaults(ctx context.Context) {
 // changes (an upgraded node rejoins announcing its protocol); then it
 // creates the queue groups asked for that the log does not hold yet, and
 // spreads the queue groups' members over the voters when they changed.
+//
+// Between changes it runs again when the first server could have been
+// silent, or the first member dead, for NodeDownAfter (reconcileAfter),
+// so a node is declared down when its time is up, not at the next of a
+// ticker's rounds, and an idle cluster's leader is not woken five
+// times a second to find everyone there.
 func (n *Node) reconcileLoop(ctx context.Context) {
-	tick := time.NewTicker(min(n.cfg.ReconcileInterval, n.cfg.NodeDownAfter/8+time.Millisecond))
-	defer tick.Stop()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	downed := newDowns()
 	spread := ""
 	for {
 		wait := n.changed.Wait()
-		n.reconcile(ctx, downed)
+		due := n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
 		n.proposeQueueGroups(ctx)
 		n.proposePlacement(ctx)
 		_ = n.spreadQueueGroups(ctx, &spread, false)
+		t.Reset(reconcileAfter(time.Until(due), n.cfg.NodeDownAfter, n.cfg.ReconcileInterval))
 		select {
 		case <-wait:
-		case <-tick.C:
+		case <-t.C:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-func (n *Node) reconcile(ctx context.Context, downed *downs) {
+// reconcileAfter is how long the reconcile loop waits for a change before
+// it runs again, when the first server's or member's time to be declared
+// down is up after due (negative: past, or already declared): that long,
+// but at least an eighth of NodeDownAfter (a server declared down is
+// looked at that often, to find it back, and so is a round whose work
+// failed) and at most half of it or the reconcile interval, so what a
+// round retries waits no longer.
+func reconcileAfter(due, nodeDownAfter, interval time.Duration) time.Duration {
+	return min(max(due, nodeDownAfter/8+time.Millisecond), nodeDownAfter/2, interval)
+}
+
+// reconcile runs one round (reconcileLoop) and returns when the first
+// server of the configuration will have been silent, or the first member
+// dead, for NodeDownAfter: in the past when one already has.
+func (n *Node) reconcile(ctx context.Context, downed *downs) time.Time {
+	now := time.Now()
+	left := n.cfg.NodeDownAfter
 	f := n.group.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
-		return
+		return now.Add(left)
 	}
-	now := time.Now()
 	inConfig := map[string]raft.Server{}
 	for _, s := range f.Configuration().Servers {
 		inConfig[string(s.ID)] = s
@@ -283,7 +305,9 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) {
 			}
 			n.proposeNodeDown(ctx, id, downed)
 		case HealthDead:
-			if time.Since(m.Since) >= n.cfg.NodeDownAfter {
+			dead := now.Sub(m.Since)
+			left = min(left, n.cfg.NodeDownAfter-dead)
+			if dead >= n.cfg.NodeDownAfter {
 				n.proposeNodeDown(ctx, id, downed)
 			}
 		}
@@ -297,6 +321,7 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) {
 			continue
 		}
 		silent := n.reach.SilentFor(id, now)
+		left = min(left, n.cfg.NodeDownAfter-silent)
 		if silent < n.cfg.NodeDownAfter {
 			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
 				downed.forget(id) // reached again: a later loss counts anew
@@ -308,6 +333,7 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) {
 		}
 		n.proposeNodeDown(ctx, id, downed)
 	}
+	return now.Add(left)
 }
 
 // raiseProtocol proposes SetProtocol when the log's level is below both

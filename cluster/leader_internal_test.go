@@ -428,3 +428,23 @@ func TestLowestProtocol(t *testing.T) {
 		}
 	}
 }
+
+// The reconcile loop sleeps until the first server's time to be declared
+// down is up, but looks at least every eighth of NodeDownAfter while one
+// is past it, and waits at most half of NodeDownAfter (or the reconcile
+// interval) for what a round retries.
+func TestReconcileAfter_UntilTheFirstServerIsDueWithinBounds(t *testing.T) {
+	const down, interval = 1500 * time.Millisecond, 5 * time.Second
+	floor := down/8 + time.Millisecond
+	for _, c := range []struct{ due, interval, want time.Duration }{
+		{400 * time.Millisecond, interval, 400 * time.Millisecond}, // a server silent for 1.1 s
+		{1400 * time.Millisecond, interval, down / 2},              // every server just heard from
+		{50 * time.Millisecond, interval, floor},                   // due in less than the floor
+		{-time.Second, interval, floor},                            // one declared down: found back within the floor
+		{400 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
+	} {
+		if got := reconcileAfter(c.due, down, c.interval); got != c.want {
+			t.Errorf("reconcileAfter(%v, %v, %v) = %v, want %v", c.due, down, c.interval, got, c.want)
+		}
+	}
+}
