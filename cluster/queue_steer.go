@@ -33,18 +33,16 @@ type steer struct {
 	handed      int       // the hand-overs so far
 }
 
-// steerLoop runs the group's steering when asked (the metadata log
-// applied, this node became the leader) and every second, until the
-// group closes.
+// steerLoop runs the group's steering when asked, until the group
+// closes: when this node became the leader, and at every round of
+// runQueueGroups, which comes as the metadata log applies and every
+// second at least, so the steering needs no ticker of its own.
 func (n *Node) steerLoop(qg *queueGroup) {
 	defer qg.wg.Done()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	var st steer
 	for {
 		select {
 		case <-qg.steer:
-		case <-tick.C:
 		case <-qg.closing:
 			return
 		}
