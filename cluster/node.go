@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
-		n.gossip.PublishUnreachable(n.closing, n.unreachable)
+		n.gossip.PublishUnreachable(n.closing, n.changed.Wait, func() ([]string, bool) { return n.unreachable(), n.IsLeader() })
 	}()
 	go n.watchQuorum()
 	go n.runQueueGroups()

@@ -73,29 +73,39 @@ func (g *Gossip) Suspects(leader string) map[string]bool {
 
 // PublishUnreachable keeps this node's gossiped unreachable list equal to
 // what unreachable says (nil but on the ready leader), until closing.
-func (g *Gossip) PublishUnreachable(closing <-chan struct{}, unreachable func() []string) {
-	t := time.NewTicker(reachPublishInterval)
+// Only a leader's list changes with time, so it is looked at every
+// reachPublishInterval while the node leads (or the last update failed);
+// otherwise the loop waits for changed to fire (the node's leadership
+// changed), not waking every interval to find nothing to say.
+func (g *Gossip) PublishUnreachable(closing <-chan struct{}, changed func() <-chan struct{}, unreachable func() (ids []string, leading bool)) {
+	t := time.NewTimer(reachPublishInterval)
 	defer t.Stop()
 	var published []string
 	for {
-		select {
-		case <-t.C:
-		case <-closing:
-			return
-		}
-		now := unreachable()
+		wait := changed()
+		now, leading := unreachable()
 		if len(now) > maxGossipedUnreachable {
 			now = now[:maxGossipedUnreachable]
 		}
-		if slices.Equal(now, published) {
-			continue
+		if !slices.Equal(now, published) {
+			// The update waits, at most a second, for the change to
+			// be broadcast; the next look tries again if it fails.
+			if err := g.SetUnreachable(now); err != nil {
+				g.cfg.Logger.Debug("gossip the unreachable servers", "err", err)
+			} else {
+				published = now
+			}
 		}
-		// The update waits, at most a second, for the change to be
-		// broadcast; the next tick tries again if it fails.
-		if err := g.SetUnreachable(now); err != nil {
-			g.cfg.Logger.Debug("gossip the unreachable servers", "err", err)
-			continue
+		var tick <-chan time.Time
+		if leading || !slices.Equal(now, published) {
+			t.Reset(reachPublishInterval)
+			tick = t.C
 		}
-		published = now
+		select {
+		case <-tick:
+		case <-wait:
+		case <-closing:
+			return
+		}
 	}
 }
