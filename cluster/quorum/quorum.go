@@ -55,11 +55,13 @@ import (
 type Watch struct {
 	cfg   Config
 	after time.Duration // suspectAfter
+	tick  time.Duration // the checks' period while anything is near (Run)
 	gate  *gate         // nil without Config.Effects
 	wg    sync.WaitGroup
 
 	mu        sync.Mutex
 	lastCheck time.Time
+	wait      time.Duration // how long after lastCheck the next check is due
 	suspect   bool
 	gen       uint64 // counts the checks that found the node silent
 	fencing   bool
@@ -171,7 +173,8 @@ type heldEffect struct {
 
 // New returns the watch of a node; Run runs it.
 func New(cfg Config) *Watch {
-	w := &Watch{cfg: cfg, after: cfg.NodeDownAfter / 2, pinging: map[string]bool{}}
+	tick := min(max(cfg.NodeDownAfter/10, 5*time.Millisecond), 100*time.Millisecond)
+	w := &Watch{cfg: cfg, after: cfg.NodeDownAfter / 2, tick: tick, wait: tick, pinging: map[string]bool{}}
 	if cfg.Effects != nil {
 		w.gate = &gate{w: w, next: cfg.Effects}
 		w.gate.epochs, _ = cfg.Effects.(EpochSink)
@@ -179,15 +182,20 @@ func New(cfg Config) *Watch {
 	return w
 }
 
-// Run checks the node's contact with the cluster every NodeDownAfter/10
-// (at most every 100 ms) until closing is closed, and returns once what
-// it started (pings, a fence) has returned.
+// Run checks the node's contact with the cluster until closing is
+// closed, and returns once what it started (pings, a fence) has
+// returned: every NodeDownAfter/10 (at most every 100 ms, the tick)
+// while the node is suspect, isolated, catching up or has been silent
+// for NodeDownAfter/4, and otherwise when that silence would begin, if
+// nothing is heard meanwhile (calmWait). A silence grows no faster than
+// the clock, so no threshold is crossed unseen, and an idle node is not
+// woken ten times a second to find its leader there.
 func (w *Watch) Run(closing <-chan struct{}) {
 	defer w.wg.Wait()
-	t := time.NewTicker(min(max(w.cfg.NodeDownAfter/10, 5*time.Millisecond), 100*time.Millisecond))
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		w.check(time.Now())
+		t.Reset(w.check(time.Now()))
 		select {
 		case <-t.C:
 		case <-closing:
@@ -236,17 +244,17 @@ func (w *Watch) majorityAnswers(now time.Time, voters []string) bool {
 	return k > len(voters)/2
 }
 
-// check is one round of the watch.
-func (w *Watch) check(now time.Time) {
+// check is one round of the watch; it returns how long until the next.
+func (w *Watch) check(now time.Time) time.Duration {
 	voters, self := w.cfg.Raft.Voters()
 	if !self || w.cfg.Raft.LastContact().IsZero() && !w.cfg.Raft.Leading() {
 		// Not a voter (yet), or not yet in touch with a leader since the
 		// start: there is no majority to lose yet, and no client either
 		// (the AMQP listener waits for the node's first entries).
 		w.mu.Lock()
-		w.lastCheck = now
+		w.lastCheck, w.wait = now, w.tick
 		w.mu.Unlock()
-		return
+		return w.tick
 	}
 	silent := now.Sub(w.contact(now, voters))
 	if silent >= w.after/2 {
@@ -254,8 +262,7 @@ func (w *Watch) check(now time.Time) {
 	}
 	electionGrace := 2 * (w.cfg.HeartbeatTimeout + w.cfg.ElectionTimeout)
 	w.mu.Lock()
-	stalled := !w.lastCheck.IsZero() && now.Sub(w.lastCheck) >= w.after
-	w.lastCheck = now
+	stalled := w.stalled(now)
 	if silent >= w.after || stalled {
 		w.suspect = true
 		w.gen++
@@ -271,12 +278,39 @@ func (w *Watch) check(now time.Time) {
 	if fence {
 		w.fencing = true
 	}
+	wait := w.tick
+	if !w.suspect && !w.isolated && !w.fencing && !w.flushing {
+		wait = calmWait(silent, w.after, w.tick)
+	}
+	w.lastCheck, w.wait = now, wait
 	w.mu.Unlock()
 	w.tellPauser()
 	if fence {
 		w.wg.Add(1)
 		go w.fence(gen)
 	}
+	return wait
+}
+
+// calmWait is how long a node in touch, silent for silent, waits before
+// its next check: until the silence would reach after/2, where its pings
+// start, and never less than the tick.
+func calmWait(silent, after, tick time.Duration) time.Duration {
+	return max(after/2-silent, tick)
+}
+
+// stallAfter is how long after the last check the watch counts as not
+// having run: the suspect time, plus what the last check's wait adds
+// to the tick, so that a watch is stalled when it is late by the
+// suspect time less a tick, whatever it waited. Locks: w.mu held.
+func (w *Watch) stallAfter() time.Duration {
+	return w.after + w.wait - w.tick
+}
+
+// stalled reports whether the watch has not run for stallAfter at now.
+// Locks: w.mu held.
+func (w *Watch) stalled(now time.Time) bool {
+	return !w.lastCheck.IsZero() && now.Sub(w.lastCheck) >= w.stallAfter()
 }
 
 // CheckStall is the apply path's check: when the watch has not run for
@@ -304,7 +338,7 @@ func (w *Watch) Epoch() uint64 {
 // lastCheck always has the monotonic reading of the watch's time.Now.
 // Locks: w.mu held.
 func (w *Watch) noteStall() {
-	if !w.lastCheck.IsZero() && time.Since(w.lastCheck) >= w.after {
+	if !w.lastCheck.IsZero() && time.Since(w.lastCheck) >= w.stallAfter() {
 		w.suspect = true
 		w.gen++
 	}
@@ -451,7 +485,7 @@ func (w *Watch) Refusing() string {
 		return w.why
 	}
 	if !w.lastCheck.IsZero() {
-		if d := time.Since(w.lastCheck); d >= w.after {
+		if d := time.Since(w.lastCheck); d >= w.stallAfter() {
 			return fmt.Sprintf("this node did not run for %v (paused or starved): it is checking its contact with the cluster", d.Round(time.Millisecond))
 		}
 	}

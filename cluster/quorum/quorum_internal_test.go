@@ -51,7 +51,7 @@ func TestSilence_PauseBetweenEffectsIsSeenByTheGateAndTheEpoch(t *testing.T) {
 	// The process stops for longer than NodeDownAfter/2: the watch did
 	// not run meanwhile.
 	w.mu.Lock()
-	w.lastCheck = time.Now().Add(-w.after)
+	w.lastCheck = time.Now().Add(-w.stallAfter())
 	w.mu.Unlock()
 	if e := w.Epoch(); e <= before {
 		t.Fatalf("Epoch() = %d after a stall, want more than %d", e, before)
@@ -64,7 +64,7 @@ func TestSilence_PauseBetweenEffectsIsSeenByTheGateAndTheEpoch(t *testing.T) {
 	// The gate alone sees the stall too, when it comes first.
 	w.mu.Lock()
 	w.suspect, w.held = false, nil
-	w.lastCheck = time.Now().Add(-w.after)
+	w.lastCheck = time.Now().Add(-w.stallAfter())
 	w.mu.Unlock()
 	g.Deliver(&fsm.Delivery{Consumer: &proto.ConsumerRef{Tag: "c"}, DeliveryTag: 3})
 	if len(rec.epochs) != 1 || len(w.held) != 1 {
@@ -220,7 +220,7 @@ func TestRefusing_FromAResumeUntilTheWatchLooks(t *testing.T) {
 
 	// The process was paused for longer than the suspect time.
 	w.mu.Lock()
-	w.lastCheck = time.Now().Add(-w.after)
+	w.lastCheck = time.Now().Add(-w.stallAfter())
 	w.mu.Unlock()
 	if why := w.Refusing(); !strings.Contains(why, "did not run") {
 		t.Fatalf("right after a pause, before the watch looked: Refusing() = %q", why)
@@ -236,5 +236,46 @@ func TestRefusing_FromAResumeUntilTheWatchLooks(t *testing.T) {
 	w.check(time.Now())
 	if iso, why := w.Isolated(); !iso || w.Refusing() != why {
 		t.Fatalf("cut off: Isolated() = %v %q, Refusing() = %q", iso, why, w.Refusing())
+	}
+}
+
+// A node in touch with its leader checks again when its silence would
+// reach the point where its pings start (NodeDownAfter/4), not every
+// tick; once it is that silent, or suspect, it checks every tick. A
+// watch that waited longer is stalled only when it is as late as one
+// that waited a tick: the suspect time less a tick.
+func TestCheck_WaitsUntilASilenceCouldBeginAndEveryTickOnceNear(t *testing.T) {
+	now := time.Now()
+	r := &fakeRaft{contact: now.Add(-100 * time.Millisecond)}
+	w := New(Config{NodeID: "n1", NodeDownAfter: time.Second, HeartbeatTimeout: 100 * time.Millisecond,
+		ElectionTimeout: 100 * time.Millisecond, Raft: r, Reach: fakeReach{},
+		Addr: func(string) string { return "" }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		State: &sync.Mutex{}, Fence: func(context.Context) error { return errors.New("no fence in this test") }})
+	defer w.wg.Wait()
+	if w.tick != 100*time.Millisecond || w.after != 500*time.Millisecond {
+		t.Fatalf("tick %v, suspect after %v: the cases below assume 100ms and 500ms", w.tick, w.after)
+	}
+	if got := w.check(now); got != 150*time.Millisecond {
+		t.Errorf("silent for 100ms: next check in %v, want 150ms (when the silence reaches 250ms)", got)
+	}
+	w.mu.Lock()
+	if w.stalled(now.Add(w.after)) || !w.stalled(now.Add(w.after+150*time.Millisecond-w.tick)) {
+		t.Errorf("after a wait of 150ms the watch must be stalled from %v after its check, no earlier", w.after+150*time.Millisecond-w.tick)
+	}
+	w.mu.Unlock()
+	r.contact = now.Add(-200 * time.Millisecond)
+	if got := w.check(now); got != w.tick {
+		t.Errorf("silent for 200ms, 50ms before the pings: next check in %v, want the tick", got)
+	}
+	r.contact = now.Add(-300 * time.Millisecond)
+	if got := w.check(now); got != w.tick {
+		t.Errorf("silent for 300ms, pinging: next check in %v, want the tick", got)
+	}
+	r.contact = now
+	w.mu.Lock()
+	w.suspect = true
+	w.mu.Unlock()
+	if got := w.check(now); got != w.tick {
+		t.Errorf("suspect, its fence under way: next check in %v, want the tick", got)
 	}
 }
