@@ -39,6 +39,8 @@ type queueGroups struct {
 	// and this node does not run, by id, made on first use
 	// (remote_groups.go).
 	remote map[string]*remoteGroup
+	// remoteAdded tells steerRemoteGroups of a new entry in remote.
+	remoteAdded chan struct{}
 	// leadsKick asks gossipLeads to gossip the groups this node leads
 	// (group_leads.go).
 	leadsKick chan struct{}

@@ -91,6 +91,10 @@ func (n *Node) submitRemote(ctx context.Context, id string, cmds []*proto.Comman
 		}
 		r = n.newRemoteGroup(id)
 		n.remote[id] = r
+		select {
+		case n.remoteAdded <- struct{}{}:
+		default:
+		}
 	}
 	n.qmu.Unlock()
 	if !r.acquire() {
@@ -228,10 +232,12 @@ func (r *remoteGroup) changed() <-chan struct{} {
 
 // steerRemoteGroups runs until the node closes: whenever gossip changes
 // (a member's claim to lead, its health, the metadata leader's list of
-// servers it does not reach), and a few times a second for the time that
-// makes a server unreached, it points each remote submitter at the leader
-// its group's members gossip and retires its streams to members that no
-// longer answer.
+// servers it does not reach), when a remote submitter is made, and,
+// while the node has any, a few times a second for the time that makes
+// a server unreached, it points each remote submitter at the leader its
+// group's members gossip and retires its streams to members that no
+// longer answer. A node that runs every group it serves (three nodes,
+// groups of three) has none, and is not woken for them.
 func (n *Node) steerRemoteGroups() {
 	defer n.wg.Done()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -240,9 +246,14 @@ func (n *Node) steerRemoteGroups() {
 		wait := n.changed.Wait()
 		n.followGossipedLeaders()
 		n.retireUnreached()
+		var ticks <-chan time.Time
+		if len(n.remoteGroups()) > 0 {
+			ticks = tick.C
+		}
 		select {
 		case <-wait:
-		case <-tick.C:
+		case <-ticks:
+		case <-n.remoteAdded:
 		case <-n.closing:
 			return
 		}
