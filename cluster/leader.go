@@ -222,7 +222,11 @@ func (n *Node) initDefaults(ctx context.Context) {
 // silent, or the first member dead, for NodeDownAfter (reconcileAfter),
 // so a node is declared down when its time is up, not at the next of a
 // ticker's rounds, and an idle cluster's leader is not woken five
-// times a second to find everyone there.
+// times a second to find everyone there. While a round had work to do
+// (a voter to add or remove, a node to declare down) or the log has
+// yet to reach what the node asks of it (its protocol level, the queue
+// groups, placement: steps that wait on each other), it runs again
+// after the shortest wait, as a new cluster forms.
 func (n *Node) reconcileLoop(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -230,11 +234,14 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	spread := ""
 	for {
 		wait := n.changed.Wait()
-		due := n.reconcile(ctx, downed)
+		due, busy := n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
 		n.proposeQueueGroups(ctx)
 		n.proposePlacement(ctx)
 		_ = n.spreadQueueGroups(ctx, &spread, false)
+		if busy || !n.logSettled() {
+			due = time.Time{}
+		}
 		t.Reset(reconcileAfter(time.Until(due), n.cfg.NodeDownAfter, n.cfg.ReconcileInterval))
 		select {
 		case <-wait:
@@ -256,15 +263,30 @@ func reconcileAfter(due, nodeDownAfter, interval time.Duration) time.Duration {
 	return min(max(due, nodeDownAfter/8+time.Millisecond), nodeDownAfter/2, interval)
 }
 
+// logSettled reports whether the metadata log holds what this node asks
+// of it at start: this binary's protocol level, the queue groups it asks
+// for, and placement on if asked.
+func (n *Node) logSettled() bool {
+	var level uint32
+	var have int
+	var placing bool
+	n.View(func(m *fsm.Machine) { level, have, placing = m.ProtocolLevel(), len(m.QueueGroups()), m.Placing() })
+	if level < fsm.Protocol || n.cfg.PlaceQueues && !placing {
+		return false
+	}
+	return have >= wantQueueGroups(n.cfg.QueueGroups, n.cfg.QueueGroupsPerNode, len(n.metadataVoters()))
+}
+
 // reconcile runs one round (reconcileLoop) and returns when the first
 // server of the configuration will have been silent, or the first member
-// dead, for NodeDownAfter: in the past when one already has.
-func (n *Node) reconcile(ctx context.Context, downed *downs) time.Time {
+// dead, for NodeDownAfter (in the past when one already has), and
+// whether it had work to do.
+func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, busy bool) {
 	now := time.Now()
 	left := n.cfg.NodeDownAfter
 	f := n.group.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
-		return now.Add(left)
+		return now, true
 	}
 	inConfig := map[string]raft.Server{}
 	for _, s := range f.Configuration().Servers {
@@ -292,11 +314,13 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) time.Time {
 				n.log.Warn("not adding a member whose raft address fails the TLS check", "id", id, "addr", addr, "err", err)
 				continue
 			}
+			busy = true
 			n.log.Info("adding voter", "id", id, "addr", addr)
 			if err := n.await(ctx, n.group.Raft().AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
 				n.log.Warn("add voter failed", "id", id, "err", err)
 			}
 		case HealthLeft:
+			busy = busy || in || !downed.isDeclared(id)
 			if in {
 				n.log.Info("removing a member that left", "id", id)
 				if err := n.await(ctx, n.group.Raft().RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
@@ -308,6 +332,7 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) time.Time {
 			dead := now.Sub(m.Since)
 			left = min(left, n.cfg.NodeDownAfter-dead)
 			if dead >= n.cfg.NodeDownAfter {
+				busy = busy || !downed.isDeclared(id)
 				n.proposeNodeDown(ctx, id, downed)
 			}
 		}
@@ -329,11 +354,12 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) time.Time {
 			continue
 		}
 		if !downed.isDeclared(id) {
+			busy = true
 			n.log.Warn("a server has not answered raft for NodeDownAfter", "id", id, "silent", silent.Round(time.Millisecond))
 		}
 		n.proposeNodeDown(ctx, id, downed)
 	}
-	return now.Add(left)
+	return now.Add(left), busy
 }
 
 // raiseProtocol proposes SetProtocol when the log's level is below both
