@@ -277,10 +277,16 @@ func TestGroups_AckOfUnknownOutcomeIsResolvedInItsGroup(t *testing.T) {
 }
 
 // Held look-ahead deliveries of a group-1 consumer go back to group 1's
-// log, unseen, when the consumer is cancelled and when the channel
-// closes.
+// log, unseen, when the consumer is cancelled (before cancel-ok, however
+// slowly the group commits) and when the channel closes.
 func TestGroups_HeldDeliveriesGoBackToTheirGroup(t *testing.T) {
 	ts := startServer(t, Config{ConsumerLookahead: 1})
+	ts.broker.fail = func(cmds []*proto.Command) error {
+		if cmds[0].GetRequeue() != nil {
+			time.Sleep(50 * time.Millisecond) // a group that commits slowly
+		}
+		return nil
+	}
 	_, ch := openChannel(t, ts)
 	if err := ch.Qos(10, 0, false); err != nil {
 		t.Fatal(err)

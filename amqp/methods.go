@@ -539,15 +539,17 @@ func (ch *channel) handleCancel(m *wire.BasicCancel) *wire.Error {
 	ch.mu.Lock()
 	held := ch.led.cancel(m.ConsumerTag)
 	ch.mu.Unlock()
-	if !m.NoWait {
-		ch.c.send(ch.id, &wire.BasicCancelOk{ConsumerTag: m.ConsumerTag})
-	}
 	sortRefs(held)
-	// What this node held for the consumer goes back to the queue.
+	// What this node held for the consumer goes back to the queue before
+	// cancel-ok, as in RabbitMQ, where the queue never handed it out: a
+	// consumer that takes over once the cancel is answered finds it there.
 	for _, r := range unseenRequeues(ch.ref(), held) {
 		if _, e := ch.submitIn(m, r.group, r.cmd); e != nil {
 			return e
 		}
+	}
+	if !m.NoWait {
+		ch.c.send(ch.id, &wire.BasicCancelOk{ConsumerTag: m.ConsumerTag})
 	}
 	return nil
 }
