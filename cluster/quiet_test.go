@@ -17,10 +17,12 @@ func leaderCounts(t *testing.T, c *clustertest.Cluster, what string, count func(
 	var from uint64
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		if now := c.Leader(); now != l {
-			if l = now; l == nil {
-				return fmt.Errorf("no leader")
+			if l = now; l != nil {
+				from = count(l)
 			}
-			from = count(l)
+		}
+		if l == nil {
+			return fmt.Errorf("no leader")
 		}
 		if got := count(l) - from; got < want {
 			return fmt.Errorf("%s answered %d %s, want %d", l.NodeID(), got, what, want)
