@@ -234,15 +234,13 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 	spread := ""
 	for {
 		wait := n.changed.Wait()
-		due, busy := n.reconcile(ctx, downed)
+		due, soon := n.reconcile(ctx, downed)
 		n.raiseProtocol(ctx)
 		n.proposeQueueGroups(ctx)
 		n.proposePlacement(ctx)
 		_ = n.spreadQueueGroups(ctx, &spread, false)
-		if busy || !n.logSettled() {
-			due = time.Time{}
-		}
-		t.Reset(reconcileAfter(time.Until(due), n.cfg.NodeDownAfter, n.cfg.ReconcileInterval))
+		soon = soon || !n.logSettled()
+		t.Reset(reconcileAfter(time.Until(due), n.cfg.NodeDownAfter, n.cfg.ReconcileInterval, soon))
 		select {
 		case <-wait:
 		case <-t.C:
@@ -254,13 +252,21 @@ func (n *Node) reconcileLoop(ctx context.Context) {
 
 // reconcileAfter is how long the reconcile loop waits for a change before
 // it runs again, when the first server's or member's time to be declared
-// down is up after due (negative: past, or already declared): that long,
-// but at least an eighth of NodeDownAfter (a server declared down is
-// looked at that often, to find it back, and so is a round whose work
-// failed) and at most half of it or the reconcile interval, so what a
-// round retries waits no longer.
-func reconcileAfter(due, nodeDownAfter, interval time.Duration) time.Duration {
-	return min(max(due, nodeDownAfter/8+time.Millisecond), nodeDownAfter/2, interval)
+// down is up after due: that long, so that it is declared down on time,
+// but at most half of NodeDownAfter or the reconcile interval, so what a
+// round retries waits no longer, and at most an eighth of NodeDownAfter
+// when soon asks for it (a round had work, the log is not settled, or a
+// node declared down is looked at to find it back) or when due is past (a
+// declaration that failed is tried again).
+func reconcileAfter(due, nodeDownAfter, interval time.Duration, soon bool) time.Duration {
+	most := min(nodeDownAfter/2, interval)
+	if soon || due <= 0 {
+		most = min(most, nodeDownAfter/8)
+	}
+	if due <= 0 {
+		return most
+	}
+	return min(max(due, time.Millisecond), most)
 }
 
 // logSettled reports whether the metadata log holds what this node asks
@@ -278,9 +284,11 @@ func (n *Node) logSettled() bool {
 }
 
 // reconcile runs one round (reconcileLoop) and returns when the first
-// server of the configuration will have been silent, or the first member
-// dead, for NodeDownAfter (in the past when one already has), and
-// whether it had work to do.
+// server of the configuration not declared down will have been silent,
+// or the first such member dead, for NodeDownAfter (in the past when one
+// has and its declaration failed), and whether the next round should
+// come soon: it had work to do, or a node declared down is to be found
+// back.
 func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, busy bool) {
 	now := time.Now()
 	left := n.cfg.NodeDownAfter
@@ -330,10 +338,14 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, bus
 			n.proposeNodeDown(ctx, id, downed)
 		case HealthDead:
 			dead := now.Sub(m.Since)
-			left = min(left, n.cfg.NodeDownAfter-dead)
-			if dead >= n.cfg.NodeDownAfter {
-				busy = busy || !downed.isDeclared(id)
-				n.proposeNodeDown(ctx, id, downed)
+			if dead < n.cfg.NodeDownAfter {
+				left = min(left, n.cfg.NodeDownAfter-dead)
+				continue
+			}
+			busy = true
+			n.proposeNodeDown(ctx, id, downed)
+			if !downed.isDeclared(id) {
+				left = min(left, n.cfg.NodeDownAfter-dead)
 			}
 		}
 	}
@@ -346,18 +358,21 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, bus
 			continue
 		}
 		silent := n.reach.SilentFor(id, now)
-		left = min(left, n.cfg.NodeDownAfter-silent)
 		if silent < n.cfg.NodeDownAfter {
+			left = min(left, n.cfg.NodeDownAfter-silent)
 			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
 				downed.forget(id) // reached again: a later loss counts anew
 			}
 			continue
 		}
+		busy = true // declared down: looked at soon, to find it back
 		if !downed.isDeclared(id) {
-			busy = true
 			n.log.Warn("a server has not answered raft for NodeDownAfter", "id", id, "silent", silent.Round(time.Millisecond))
 		}
 		n.proposeNodeDown(ctx, id, downed)
+		if !downed.isDeclared(id) {
+			left = min(left, n.cfg.NodeDownAfter-silent)
+		}
 	}
 	return now.Add(left), busy
 }

@@ -430,21 +430,29 @@ func TestLowestProtocol(t *testing.T) {
 }
 
 // The reconcile loop sleeps until the first server's time to be declared
-// down is up, but looks at least every eighth of NodeDownAfter while one
-// is past it, and waits at most half of NodeDownAfter (or the reconcile
-// interval) for what a round retries.
+// down is up, however soon, but waits at most half of NodeDownAfter (or
+// the reconcile interval) for what a round retries, and at most an eighth
+// of it while rounds are to come soon or a declaration is past due.
 func TestReconcileAfter_UntilTheFirstServerIsDueWithinBounds(t *testing.T) {
 	const down, interval = 1500 * time.Millisecond, 5 * time.Second
-	floor := down/8 + time.Millisecond
-	for _, c := range []struct{ due, interval, want time.Duration }{
-		{400 * time.Millisecond, interval, 400 * time.Millisecond}, // a server silent for 1.1 s
-		{1400 * time.Millisecond, interval, down / 2},              // every server just heard from
-		{50 * time.Millisecond, interval, floor},                   // due in less than the floor
-		{-time.Second, interval, floor},                            // one declared down: found back within the floor
-		{400 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
+	for _, c := range []struct {
+		due, interval time.Duration
+		soon          bool
+		want          time.Duration
+	}{
+		{400 * time.Millisecond, interval, false, 400 * time.Millisecond}, // a server silent for 1.1 s
+		{1400 * time.Millisecond, interval, false, down / 2},              // every server just heard from
+		{20 * time.Millisecond, interval, false, 20 * time.Millisecond},   // due in less than an eighth: on time
+		{20 * time.Millisecond, interval, true, 20 * time.Millisecond},    // also while busy
+		{400 * time.Millisecond, interval, true, down / 8},                // busy: the next round soon
+		{-time.Second, interval, false, down / 8},                         // a declaration that failed: tried again
+		{0, interval, false, down / 8},
+		{time.Microsecond, interval, false, time.Millisecond},
+		{400 * time.Millisecond, 100 * time.Millisecond, false, 100 * time.Millisecond},
+		{400 * time.Millisecond, 100 * time.Millisecond, true, 100 * time.Millisecond},
 	} {
-		if got := reconcileAfter(c.due, down, c.interval); got != c.want {
-			t.Errorf("reconcileAfter(%v, %v, %v) = %v, want %v", c.due, down, c.interval, got, c.want)
+		if got := reconcileAfter(c.due, down, c.interval, c.soon); got != c.want {
+			t.Errorf("reconcileAfter(%v, %v, %v, %v) = %v, want %v", c.due, down, c.interval, c.soon, got, c.want)
 		}
 	}
 }
