@@ -723,17 +723,26 @@ func (c *cluster) dumpLogs() {
 		c.t.Logf("---- %s (%s) log tail ----\n%s", n.id, n.ip, out)
 	}
 	// Events older than the tail that the scenario's checks ask about: a
-	// lease that ran out, a queue's deletion.
+	// lease that ran out, a queue's deletion; and the fault's course, which
+	// a late death or a slow election is measured against: who led each
+	// group from when, and when a node was found silent and declared down.
 	for _, n := range c.nodes {
 		out, _ := exec.Command("docker", "logs", n.container).CombinedOutput()
-		var lines []string
+		var leases, course []string
 		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "x-expires lease ran out") {
-				lines = append(lines, l)
+			switch {
+			case strings.Contains(l, "x-expires lease ran out"):
+				leases = append(leases, l)
+			case strings.Contains(l, "entering leader state"), strings.Contains(l, "declared node down"),
+				strings.Contains(l, "has not answered raft"):
+				course = append(course, l)
 			}
 		}
-		if len(lines) > 0 {
-			c.t.Logf("---- %s: leases that ran out ----\n%s", n.id, strings.Join(lines, "\n"))
+		if len(leases) > 0 {
+			c.t.Logf("---- %s: leases that ran out ----\n%s", n.id, strings.Join(leases, "\n"))
+		}
+		if len(course) > 0 {
+			c.t.Logf("---- %s: leaderships taken and nodes declared down ----\n%s", n.id, strings.Join(course, "\n"))
 		}
 	}
 }

@@ -155,6 +155,7 @@ func latestDeaths(lates []lateDeath, fault time.Time) string {
 	nodes := map[string]int{}
 	redelivered := 0
 	first, last := top[0].deadline, top[0].deadline
+	firstAt, lastAt := top[0].d.at, top[0].d.at
 	for _, l := range top {
 		nodes[l.d.node]++
 		if l.d.redelivered {
@@ -166,14 +167,24 @@ func latestDeaths(lates []lateDeath, fault time.Time) string {
 		if l.deadline.After(last) {
 			last = l.deadline
 		}
+		if l.d.at.Before(firstAt) {
+			firstAt = l.d.at
+		}
+		if l.d.at.After(lastAt) {
+			lastAt = l.d.at
+		}
 	}
 	names := make([]string, 0, len(nodes))
 	for n, k := range nodes {
 		names = append(names, fmt.Sprintf("%s %d", n, k))
 	}
 	sort.Strings(names)
-	return fmt.Sprintf("the latest %d: deadlines %v to %v from the fault's start, %d redelivered, received through %s",
-		len(top), first.Sub(fault).Round(time.Millisecond), last.Sub(fault).Round(time.Millisecond), redelivered, strings.Join(names, ", "))
+	// The fault's start in UTC, to the millisecond, places them against
+	// the nodes' logs (dumpLogs).
+	return fmt.Sprintf("the latest %d: deadlines %v to %v and receipts %v to %v from the fault's start (%s), %d redelivered, received through %s",
+		len(top), first.Sub(fault).Round(time.Millisecond), last.Sub(fault).Round(time.Millisecond),
+		firstAt.Sub(fault).Round(time.Millisecond), lastAt.Sub(fault).Round(time.Millisecond),
+		fault.UTC().Format("15:04:05.000"), redelivered, strings.Join(names, ", "))
 }
 
 // report is one scenario's outcome, a row of the printed table.
