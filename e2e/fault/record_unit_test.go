@@ -118,6 +118,35 @@ func TestCheck_DeathLatenessAndPauseBounds(t *testing.T) {
 	}
 }
 
+// A dead letter first received redelivered was held by a silent node's
+// consumer: it is left out of the 99th percentile and held to heldLate,
+// which it passes only by more than NodeDownAfter.
+func TestCheck_HeldDeathsHaveTheirOwnBound(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	r := recorded(t0) // c: dead 10ms after its deadline
+	r.published(&sent{id: "held", queue: delayQueue, ttl: time.Second, at: ms(100)})
+	r.confirmed("held", ms(150))
+	r.delivered(delivery{id: "held", queue: deadQueue, at: ms(4100), reason: "expired", redelivered: true})
+	lim := limits{deliveryGrace: 50 * time.Millisecond, deathLate: 2 * time.Second, heldLate: 3500 * time.Millisecond}
+	rep, bad := r.check("held", lim, t0, ms(4000))
+	if len(bad) != 0 || rep.latenessP99 != 10*time.Millisecond || rep.lateSamples != 1 || rep.heldSamples != 1 || rep.heldLateMax != 3*time.Second {
+		t.Fatalf("report %+v, violations %v; want c alone in the percentile, held 3s late, none", rep, bad)
+	}
+	lim.heldLate = 2999 * time.Millisecond
+	if _, bad := r.check("held too long", lim, t0, ms(4000)); len(bad) != 1 || !strings.Contains(bad[0], "a silent node held reached a client 3s after") {
+		t.Fatalf("violations %v; want the held death's", bad)
+	}
+	// The same death received unflagged counts in the percentile.
+	r = recorded(t0)
+	r.published(&sent{id: "late", queue: delayQueue, ttl: time.Second, at: ms(100)})
+	r.confirmed("late", ms(150))
+	r.delivered(delivery{id: "late", queue: deadQueue, at: ms(4100), reason: "expired"})
+	if rep, bad := r.check("unheld", lim, t0, ms(4000)); len(bad) != 1 || rep.latenessP99 != 3*time.Second || rep.heldSamples != 0 {
+		t.Fatalf("report %+v, violations %v; want a 3s p99 and its violation", rep, bad)
+	}
+}
+
 func TestLeaseResult_Violations(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	base := leaseResult{name: "q", declared: t0, expires: 3 * time.Second, allowed: time.Second}
