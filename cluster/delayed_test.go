@@ -174,7 +174,7 @@ func TestCluster_DelayedThroughLeaderKillAndFullRestart(t *testing.T) {
 	for range 8 {
 		step(1250 * time.Millisecond)
 	}
-	c.Kill(c.Index(c.Leader().NodeID()))
+	c.Kill(c.Index(c.WaitForLeader(clustertest.Timeout).NodeID()))
 	c.WaitForLeader(clustertest.Timeout)
 	for range 6 {
 		step(1250 * time.Millisecond)
@@ -323,7 +323,7 @@ func TestCluster_DelayedThroughFreezeAndPartition(t *testing.T) {
 	settled(c.Live())
 
 	for _, cut := range []func(ids ...string){c.Freeze, c.Partition} {
-		old := c.Leader()
+		old := c.WaitForLeader(clustertest.Timeout)
 		cut(old.NodeID())
 		rest := others(old.NodeID())
 		clustertest.Eventually(t, clustertest.Timeout, func() error {

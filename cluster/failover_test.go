@@ -232,7 +232,7 @@ func TestCluster_RandomWorkloadWithFailover(t *testing.T) {
 		})
 	}
 	waitCommitted(50)
-	l := c.Leader()
+	l := c.WaitForLeader(clustertest.Timeout)
 	li := c.Index(l.NodeID())
 	c.Kill(li)
 	c.WaitForLeader(clustertest.Timeout)

@@ -109,7 +109,7 @@ func callInternal(t *testing.T, addr string, creds credentials.TransportCredenti
 // not a broken connection).
 func TestSecret_InternalServiceRefusesOutsiders(t *testing.T) {
 	c := secretCluster(t)
-	l := c.Leader()
+	l := c.WaitForLeader(clustertest.Timeout)
 	addr := c.Nodes[c.Index(l.NodeID())].Config.GRPCAddr
 	trustAny := func(cert *linksec.TLS) credentials.TransportCredentials {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} // the client side's check is not what is tested
@@ -158,7 +158,7 @@ func TestSecret_InternalServiceRefusesOutsiders(t *testing.T) {
 // calls only: no vhost appears.
 func TestSecret_RefusedForwardCommitsNothing(t *testing.T) {
 	c := secretCluster(t)
-	l := c.Leader()
+	l := c.WaitForLeader(clustertest.Timeout)
 	addr := c.Nodes[c.Index(l.NodeID())].Config.GRPCAddr
 	for _, err := range callInternal(t, addr, insecure.NewCredentials()) {
 		if status.Code(err) != codes.Unauthenticated {
@@ -200,7 +200,7 @@ func (d dialLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 func TestSecret_RaftRefusesOutsiders(t *testing.T) {
 	c := secretCluster(t)
 	f := c.Followers()[0]
-	l := c.Leader()
+	l := c.WaitForLeader(clustertest.Timeout)
 	lid, _ := l.Leader()
 	tlsLayer := func(sec *linksec.TLS) func(string, time.Duration) (net.Conn, error) {
 		cfg := sec.ClientConfig()

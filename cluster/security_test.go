@@ -225,7 +225,7 @@ func TestParseGossipKeys(t *testing.T) {
 func TestSecurity_OnlyMembersReachRaftAndForwarding(t *testing.T) {
 	ca := testpki.New(t, "raftmq test CA")
 	c := secureCluster(t, ca, gossipKey(t))
-	l := c.Leader()
+	l := c.WaitForLeader(clustertest.Timeout)
 	ops := clustertest.NodeTLS(t, ca, "ops")
 
 	// Raft: the handshake is refused once the node sees the certificate
@@ -341,7 +341,7 @@ func TestSecurity_GossipMemberOutsideRaftIsRefused(t *testing.T) {
 		}
 		return nil
 	})
-	l := c.Leader()
+	l := c.WaitForLeader(clustertest.Timeout)
 	cc, err := grpc.NewClient(c.Nodes[c.Index(l.NodeID())].Config.GRPCAddr,
 		grpc.WithTransportCredentials(credentials.NewTLS(sec.ClientConfig())))
 	if err != nil {
