@@ -405,7 +405,9 @@ func longestGap(ts []time.Time, from, to time.Time) time.Duration {
 
 // writeTable prints reports as a table: dups counts repeated deliveries,
 // unflagged those of them without the redelivered flag; death-late-p99 is
-// over the dead letters confirmed within fastConfirm.
+// over the dead letters confirmed within fastConfirm and first received
+// unflagged, held-late-max the latest of those first received redelivered
+// (a silent node's consumer held them), with their count.
 func writeTable(w io.Writer, reps []report) {
 	fmt.Fprintf(w, "%-20s %9s %9s %9s %9s %5s %5s %9s %5s %10s %14s %14s %10s %9s %s\n",
 		"scenario", "published", "confirmed", "consumed", "dead-lttr", "lost", "dups", "unflagged", "late", "max-pause", "death-late-p99", "held-late-max", "nodes-back", "led-again", "x-expires")
