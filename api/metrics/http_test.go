@@ -204,3 +204,25 @@ func TestHTTP_ReadyzFlips(t *testing.T) {
 		t.Fatalf("pprof: %d", code)
 	}
 }
+
+// The records of queued messages that live outside the Go heap (queue
+// slabs) are two series, what the slabs map and what is in use; a node
+// that reads none has neither.
+func TestMetrics_OffHeapRecords(t *testing.T) {
+	n := opstest.NewNode("n1")
+	var mapped, used atomic.Int64
+	mapped.Store(5 << 20)
+	used.Store(40960)
+	h := NewHandler(HandlerOptions{Node: n, Metrics: New(Options{Node: n, OffHeap: func() (int64, int64) { return mapped.Load(), used.Load() }})})
+	got := scrape(t, h)
+	wantSample(t, got, `raftmq_message_records_offheap_bytes{kind="mapped"}`, 5<<20)
+	wantSample(t, got, `raftmq_message_records_offheap_bytes{kind="used"}`, 40960)
+	used.Store(0)
+	wantSample(t, scrape(t, h), `raftmq_message_records_offheap_bytes{kind="used"}`, 0)
+
+	for k := range scrape(t, NewHandler(HandlerOptions{Node: n, Metrics: New(Options{Node: n})})) {
+		if strings.HasPrefix(k, "raftmq_message_records_offheap_bytes") {
+			t.Fatalf("%s without a reader", k)
+		}
+	}
+}

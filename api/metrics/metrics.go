@@ -36,6 +36,11 @@ type Options struct {
 	// Resources reads this node's alarms and free disk space; nil omits
 	// their series.
 	Resources func() ops.Resources
+	// OffHeap reads the bytes of queued messages' records that this
+	// process keeps outside the Go heap (queue.OffHeap): the slabs'
+	// mapped address space and the record blocks in use. nil omits the
+	// series.
+	OffHeap func() (mapped, used int64)
 	// ClusterName is the rabbitmq_cluster label of rabbitmq_identity_info
 	// (default "raftmq", as the management API's cluster name).
 	ClusterName string
@@ -57,6 +62,7 @@ type Metrics struct {
 	connections, channels                                                  *prometheus.Desc
 	qReady, qUnacked, qConsumers, qReadyBytes                              *prometheus.Desc
 	delayed, xDelayed, released, lateness, creditRaised, creditLowered     *prometheus.Desc
+	offHeap                                                                *prometheus.Desc
 }
 
 // New returns the collector of o.Node registered, with the Go and
@@ -112,7 +118,9 @@ func New(o Options) *Metrics {
 		xDelayed:      d("exchange_messages_delayed", "Messages waiting in an x-delayed-message exchange.", "vhost", "exchange"),
 		creditRaised:  d("consumer_credit_raised_total", "Times this node raised a consumer's credit through the log (its look-ahead grew to cover its acks' round trip)."),
 		creditLowered: d("consumer_credit_lowered_total", "Times this node lowered a consumer's credit through the log (it held more than it used)."),
-		released:      d("delayed_messages_released_total", "Delayed messages released (routed at their due time), as this node applied them since it started."),
+		offHeap: d("message_records_offheap_bytes", "Bytes of queued messages' records kept outside the Go heap, in slabs the collector does not scan: "+
+			"mapped, the slabs' address space; used, the record blocks in use.", "kind"),
+		released: d("delayed_messages_released_total", "Delayed messages released (routed at their due time), as this node applied them since it started."),
 		lateness: d("delayed_release_lateness_seconds", "How late delayed messages were released: the release entry's log time minus their due time, "+
 			"as this node applied them since it started."),
 	}
@@ -212,6 +220,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.delayed, float64(s.Delayed))
 		counter(m.released, s.Releases.Released)
 		ch <- latenessHistogram(m.lateness, s.Releases)
+	}
+	if m.o.OffHeap != nil {
+		mapped, used := m.o.OffHeap()
+		gauge(m.offHeap, float64(mapped), "mapped")
+		gauge(m.offHeap, float64(used), "used")
 	}
 
 	var conns, chans int

@@ -31,6 +31,7 @@ import (
 	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/internal/version"
 	"github.com/raftmq/raftmq/proto"
+	"github.com/raftmq/raftmq/queue"
 )
 
 func main() {
@@ -189,7 +190,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 			DiskAlarm: alarm, DiskFree: free, DiskFreeLimit: limit}
 	}
 	nodeMetrics := metrics.New(metrics.Options{Node: apiNode, Conns: amqpSrv.Connections(), Stats: ops.ClusterStats(node),
-		MemoryLimit: uint64(watermark), Resources: resources,
+		MemoryLimit: uint64(watermark), Resources: resources, OffHeap: queue.OffHeap,
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }})
 	amqpBroker := broker.New(node, nodeMetrics.ObserveApply)
 	amqpSrv.SetBroker(amqpBroker)
