@@ -289,7 +289,7 @@ func (n *Node) logSettled() bool {
 // has and its declaration failed), and whether the next round should
 // come soon: it had work to do, or a node declared down is to be found
 // back.
-func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, busy bool) {
+func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, soon bool) {
 	now := time.Now()
 	left := n.cfg.NodeDownAfter
 	f := n.group.Raft().GetConfiguration()
@@ -322,13 +322,13 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, bus
 				n.log.Warn("not adding a member whose raft address fails the TLS check", "id", id, "addr", addr, "err", err)
 				continue
 			}
-			busy = true
+			soon = true
 			n.log.Info("adding voter", "id", id, "addr", addr)
 			if err := n.await(ctx, n.group.Raft().AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.LeaderWait)); err != nil {
 				n.log.Warn("add voter failed", "id", id, "err", err)
 			}
 		case HealthLeft:
-			busy = busy || in || !downed.isDeclared(id)
+			soon = soon || in || !downed.isDeclared(id)
 			if in {
 				n.log.Info("removing a member that left", "id", id)
 				if err := n.await(ctx, n.group.Raft().RemoveServer(raft.ServerID(id), 0, n.cfg.LeaderWait)); err != nil {
@@ -342,7 +342,7 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, bus
 				left = min(left, n.cfg.NodeDownAfter-dead)
 				continue
 			}
-			busy = true
+			soon = true
 			n.proposeNodeDown(ctx, id, downed)
 			if !downed.isDeclared(id) {
 				left = min(left, n.cfg.NodeDownAfter-dead)
@@ -365,7 +365,7 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, bus
 			}
 			continue
 		}
-		busy = true // declared down: looked at soon, to find it back
+		soon = true // declared down: looked at soon, to find it back
 		if !downed.isDeclared(id) {
 			n.log.Warn("a server has not answered raft for NodeDownAfter", "id", id, "silent", silent.Round(time.Millisecond))
 		}
@@ -374,7 +374,7 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, bus
 			left = min(left, n.cfg.NodeDownAfter-silent)
 		}
 	}
-	return now.Add(left), busy
+	return now.Add(left), soon
 }
 
 // raiseProtocol proposes SetProtocol when the log's level is below both
