@@ -125,7 +125,17 @@ type GroupConfig struct {
 	// between two hand-overs of one group (default
 	// DefaultLeadershipBalanceAfter; queue_steer.go).
 	LeadershipBalanceAfter time.Duration
+	// PlaceGrace is how long a queue group leader's mirror leaves a queue
+	// just placed in its group to the node that declared it, where every
+	// node is a member of the group (default DefaultPlaceGrace;
+	// placement.go).
+	PlaceGrace time.Duration
 }
+
+// DefaultPlaceGrace is PlaceGrace's default: well past the time a
+// declaring member takes from its metadata commit to placing the queue,
+// and short for a queue whose declaring node died between the two.
+const DefaultPlaceGrace = 100 * time.Millisecond
 
 // DefaultLeadershipBalanceAfter is LeadershipBalanceAfter's default: long
 // enough that a node which restarts or flaps does not pull leaderships
@@ -260,6 +270,7 @@ func (c *Config) setDefaults() error {
 	def(&c.NodeDownAfter, DefaultNodeDownAfter)
 	def(&c.ReconcileInterval, 5*time.Second)
 	def(&c.LeadershipBalanceAfter, DefaultLeadershipBalanceAfter)
+	def(&c.PlaceGrace, DefaultPlaceGrace)
 	def(&c.JoinRetryInterval, time.Second)
 	def(&c.LeaderWait, 10*time.Second)
 	def(&c.MaxClockOffset, DefaultMaxClockOffset)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -119,16 +120,116 @@ func markOf(meta, grp *fsm.Machine) mirrorMark {
 // the queues declared or deleted in either since (mirrorNamed), which a
 // burst of declares keeps to a few a round; else, or with all set, it
 // compares everything (mirrorCommands).
-func mirrorRead(meta, grp *fsm.Machine, id string, seen mirrorMark, all bool) ([]*proto.Command, mirrorMark) {
+//
+// With hold, a queue the group lacks that was first found lacking less
+// than the hold's grace ago is left out (mirrorHold), in either kind of
+// round, and the queues held are looked at again whatever changed.
+func mirrorRead(meta, grp *fsm.Machine, id string, seen mirrorMark, all bool, hold *mirrorHold) ([]*proto.Command, mirrorMark) {
 	now := markOf(meta, grp)
+	hold.begin()
 	if !all && now.settings == seen.settings {
 		inMeta, okMeta := meta.QueueChanges(seen.queues[0])
 		inGroup, okGroup := grp.QueueChanges(seen.queues[1])
 		if okMeta && okGroup {
-			return mirrorNamed(meta, grp, id, append(inMeta, inGroup...)), now
+			return mirrorNamed(meta, grp, id, append(append(inMeta, inGroup...), hold.pending()...), hold), now
 		}
 	}
-	return mirrorCommands(meta, grp, id), now
+	cmds := mirrorCommands(meta, grp, id)
+	if hold != nil {
+		cmds = slices.DeleteFunc(cmds, func(c *proto.Command) bool {
+			d := c.GetQueueDeclare()
+			return d != nil && hold.keep(fsm.QueueKey{Vhost: d.GetVhost(), Name: d.GetName()})
+		})
+	}
+	return cmds, now
+}
+
+// A group leader's mirror leaves a queue it finds missing from the group
+// to the node that declared it for Config.PlaceGrace, where every node is
+// a member of the group: that node places the queue itself right after
+// its metadata commit (PlaceQueue), and a mirror that declared it too
+// would write the declare to the group's log twice (a third of the
+// declares in a burst from every node were). The mirror declares it once
+// the grace is over, should the declaring node have died in between or
+// its client gone away; a node outside the group waits for the mirror,
+// so where one exists nothing is held.
+
+// mirrorHold is what a group leader's mirror leaves to the declaring
+// members for grace: each queue it found missing, since when, and those
+// it held back in the current round. A nil one holds nothing.
+type mirrorHold struct {
+	grace time.Duration
+	now   time.Time // the round's
+	since map[fsm.QueueKey]time.Time
+	held  map[fsm.QueueKey]bool
+}
+
+func newMirrorHold(grace time.Duration) *mirrorHold {
+	return &mirrorHold{grace: grace, since: map[fsm.QueueKey]time.Time{}, held: map[fsm.QueueKey]bool{}}
+}
+
+// begin starts a read: a round reads twice when it deletes (mirrorRound),
+// and the second read's holds are the round's.
+func (h *mirrorHold) begin() {
+	if h != nil {
+		clear(h.held)
+	}
+}
+
+// pending are the queues held back before, looked at again in every round
+// until the group holds them, the metadata no longer places them there,
+// or their grace is over.
+func (h *mirrorHold) pending() []fsm.QueueKey {
+	if h == nil {
+		return nil
+	}
+	return slices.Collect(maps.Keys(h.since))
+}
+
+// keep reports whether the declare of k, missing from the group, waits:
+// it does until the grace after k was first found missing.
+func (h *mirrorHold) keep(k fsm.QueueKey) bool {
+	if h == nil {
+		return false
+	}
+	first, ok := h.since[k]
+	if !ok {
+		first = h.now
+		h.since[k] = first
+	}
+	if h.now.Sub(first) >= h.grace {
+		return false
+	}
+	h.held[k] = true
+	return true
+}
+
+// settle forgets the queues not held back by the last read (placed,
+// unplaced, or declared now) and returns when the first of those held
+// is due (zero: none is).
+func (h *mirrorHold) settle() time.Time {
+	if h == nil {
+		return time.Time{}
+	}
+	var due time.Time
+	for k, first := range h.since {
+		if !h.held[k] {
+			delete(h.since, k)
+			continue
+		}
+		if at := first.Add(h.grace); due.IsZero() || at.Before(due) {
+			due = at
+		}
+	}
+	return due
+}
+
+// clear forgets every queue held.
+func (h *mirrorHold) clear() {
+	if h != nil {
+		clear(h.since)
+		clear(h.held)
+	}
 }
 
 // mirrorNamed is what mirrorCommands gives for the queues named in keys,
@@ -137,7 +238,7 @@ func mirrorRead(meta, grp *fsm.Machine, id string, seen mirrorMark, all bool) ([
 // A queue whose vhost the metadata no longer has is left to the vhost's
 // delete, which a full round proposes (a vhost deleted moves the
 // settings).
-func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey) []*proto.Command {
+func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey, hold *mirrorHold) []*proto.Command {
 	if !meta.Placing() || grp.Group() == 0 || len(keys) == 0 {
 		return nil
 	}
@@ -149,6 +250,9 @@ func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey) []*prot
 		here, has := placed && g == id, grp.HasQueue(k.Vhost, k.Name)
 		switch {
 		case here && !has:
+			if hold.keep(k) {
+				continue
+			}
 			if d, ok := meta.PlacedDeclare(id, k.Vhost, k.Name); ok {
 				declares = append(declares, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
 			}
@@ -183,14 +287,14 @@ func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey) []*prot
 // log, whose result comes once this node applied everything committed
 // before it, and reads again. The mark is the first read's: what came
 // after it is read again next round.
-func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string, seen mirrorMark, all bool) ([]*proto.Command, []*proto.Result, mirrorMark, error) {
-	cmds, mark := n.mirrorCommands(g, id, seen, all)
+func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string, seen mirrorMark, all bool, hold *mirrorHold) ([]*proto.Command, []*proto.Result, mirrorMark, error) {
+	cmds, mark := n.mirrorCommands(g, id, seen, all, hold)
 	if slices.ContainsFunc(cmds, deletes) {
 		before := cmds
 		if err := n.CatchUp(ctx); err != nil {
 			return cmds, nil, mark, err
 		}
-		after, _ := n.mirrorCommands(g, id, seen, all)
+		after, _ := n.mirrorCommands(g, id, seen, all, hold)
 		cmds = keepEarlierDeletes(before, after)
 	}
 	if len(cmds) == 0 {
@@ -213,7 +317,7 @@ func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string, seen 
 
 // mirrorCommands reads the metadata and group g's machine as this node
 // applied them and returns what brings g in line (mirrorRead).
-func (n *Node) mirrorCommands(g *group.Group, id string, seen mirrorMark, all bool) (cmds []*proto.Command, mark mirrorMark) {
+func (n *Node) mirrorCommands(g *group.Group, id string, seen mirrorMark, all bool, hold *mirrorHold) (cmds []*proto.Command, mark mirrorMark) {
 	n.View(func(meta *fsm.Machine) {
 		g.State().View(func(grp *fsm.Machine) {
 			if grp.Group() == 0 {
@@ -222,7 +326,7 @@ func (n *Node) mirrorCommands(g *group.Group, id string, seen mirrorMark, all bo
 				mark = markOf(meta, grp)
 				return
 			}
-			cmds, mark = mirrorRead(meta, grp, id, seen, all)
+			cmds, mark = mirrorRead(meta, grp, id, seen, all, hold)
 		})
 	})
 	return cmds, mark
@@ -289,6 +393,11 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 	var seen mirrorMark
 	all := true
 	var last time.Time // the start of the last round
+	hold := newMirrorHold(n.cfg.PlaceGrace)
+	var holdDue time.Time // when the first queue held back is due (zero: none is)
+	holdTimer := time.NewTimer(time.Hour)
+	holdTimer.Stop()
+	defer holdTimer.Stop()
 	for {
 		_, metaApplied := n.group.Applied().Load()
 		_, groupApplied := qg.g.Applied().Load()
@@ -297,7 +406,7 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 			qg.g.State().View(func(grp *fsm.Machine) { now = markOf(meta, grp) })
 		})
 		var err error
-		if now != seen {
+		if now != seen || !holdDue.IsZero() && !time.Now().Before(holdDue) {
 			// In a burst of declares, one round takes many (a declaring
 			// member brings its own queue itself, PlaceQueue), at the
 			// cost of up to mirrorSpacing for a queue declared on a node
@@ -313,13 +422,21 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 				continue
 			}
 			last = time.Now()
+			h := hold
+			if n.allInGroup(qg.id) {
+				h.now = last
+			} else {
+				hold.clear()
+				h = nil
+			}
 			var res []*proto.Result
 			var mark mirrorMark
-			_, res, mark, err = n.mirrorRound(ctx, qg.g, qg.id, seen, all)
+			_, res, mark, err = n.mirrorRound(ctx, qg.g, qg.id, seen, all, h)
 			if err == nil {
 				seen = mark
 				all = slices.ContainsFunc(res, func(r *proto.Result) bool { return r.GetCode() != 0 })
 			}
+			holdDue = hold.settle()
 		}
 		if ctx.Err() != nil {
 			return
@@ -334,14 +451,52 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 		} else {
 			backoff = 0
 		}
+		var held <-chan time.Time
+		if !holdDue.IsZero() {
+			holdTimer.Reset(max(time.Until(holdDue), 0))
+			held = holdTimer.C
+		}
 		select {
 		case <-metaApplied:
 		case <-groupApplied:
 		case <-retry:
+		case <-held:
 		case <-ctx.Done():
 			return
 		}
+		holdTimer.Stop()
 	}
+}
+
+// allInGroup reports whether every node of the cluster (the metadata
+// group's voters, and the members gossip knows that have not left) is a
+// member of queue group id as the metadata names them: then whoever
+// declares a queue placed there places it in the group itself.
+func (n *Node) allInGroup(id string) bool {
+	in := map[string]bool{}
+	n.View(func(m *fsm.Machine) {
+		for _, g := range m.QueueGroups() {
+			if g.ID == id {
+				for _, mem := range g.Members {
+					in[mem.ID] = true
+				}
+			}
+		}
+	})
+	if len(in) == 0 {
+		return false
+	}
+	for _, v := range n.metadataVoters() {
+		if !in[v.ID] {
+			return false
+		}
+	}
+	for node, m := range n.members.All() {
+		if m.Health != HealthLeft && !in[node] {
+			return false
+		}
+	}
+	return true
 }
 
 // mirrorSpacing is the least time between the starts of two rounds of

@@ -44,7 +44,7 @@ func BenchmarkMirrorRound(b *testing.B) {
 				}
 				b.StartTimer()
 				var cmds []*proto.Command
-				cmds, seen = mirrorRead(meta, grp, "q1", seen, all)
+				cmds, seen = mirrorRead(meta, grp, "q1", seen, all, nil)
 				if len(cmds) != 0 {
 					b.Fatalf("in line, yet the mirror proposes %v", names(cmds))
 				}

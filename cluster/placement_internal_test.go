@@ -3,9 +3,12 @@ package cluster
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	pb "google.golang.org/protobuf/proto"
 
@@ -235,7 +238,7 @@ func TestMirrorRead_ProposesWhatAFullComparisonWould(t *testing.T) {
 			if rng.Intn(3) == 0 {
 				continue // changes pile up between rounds
 			}
-			got, mark := mirrorRead(meta, grp, "q1", seen, all)
+			got, mark := mirrorRead(meta, grp, "q1", seen, all, nil)
 			want := mirrorCommands(meta, grp, "q1")
 			if g, w := slices.Sorted(slices.Values(names(got))), slices.Sorted(slices.Values(names(want))); !slices.Equal(g, w) {
 				t.Fatalf("seed %d step %d: the mirror proposes %v, a full comparison %v", seed, step, g, w)
@@ -278,4 +281,94 @@ func restored(t *testing.T, m *fsm.Machine) *fsm.Machine {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// queueNames are the queue declares and deletes among cmds.
+func queueNames(cmds []*proto.Command) []string {
+	var out []string
+	for _, n := range names(cmds) {
+		if strings.HasPrefix(n, "queue") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Where every node is a member of the group, the mirror leaves a queue
+// it finds missing to the member that declared it for the grace: that
+// member places it itself, and the mirror would write its declare into
+// the group's log a second time. A queue still missing when the grace is
+// over is declared, whatever else changed meanwhile, and one placed or
+// deleted meanwhile is forgotten; a round that compares everything holds
+// back alike. Without a hold, it is declared at once.
+func TestMirrorRead_LeavesANewQueueToItsMemberForTheGrace(t *testing.T) {
+	meta := fsmtest.New(t)
+	fsmtest.Apply(t, meta, 1, &proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+		{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}}, fsmtest.PlaceQueues())
+	grp := fsmtest.New(t)
+	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+	apply := func(cmds []*proto.Command) {
+		t.Helper()
+		for _, c := range cmds {
+			if r, _ := fsmtest.One(t, grp, 2, c); r.GetCode() != 0 {
+				t.Fatalf("%s refused: %s", mirrorCmd(c), r.GetText())
+			}
+		}
+	}
+	cmds, seen := mirrorRead(meta, grp, "q1", mirrorMark{}, true, nil)
+	apply(cmds)
+
+	fsmtest.Apply(t, meta, 2, queueDeclare("/", "placed"), queueDeclare("/", "orphan"), queueDeclare("/", "gone"))
+	if got, _ := mirrorRead(meta, grp, "q1", seen, false, nil); !slices.Equal(queueNames(got), []string{"queue+//gone", "queue+//orphan", "queue+//placed"}) {
+		t.Fatalf("without a hold the mirror proposes %v", queueNames(got))
+	}
+	hold := newMirrorHold(DefaultPlaceGrace)
+	t0 := time.Unix(1000, 0)
+	round := func(at time.Duration) []string {
+		t.Helper()
+		hold.now = t0.Add(at)
+		cmds, mark := mirrorRead(meta, grp, "q1", seen, false, hold)
+		apply(cmds)
+		seen = mark
+		return queueNames(cmds)
+	}
+	if got := round(0); len(got) != 0 {
+		t.Fatalf("at once the mirror proposes %v", got)
+	}
+	if due := hold.settle(); !due.Equal(t0.Add(DefaultPlaceGrace)) {
+		t.Fatalf("the held queues are due at %v, want %v", due, t0.Add(DefaultPlaceGrace))
+	}
+	// The member places its queue; another is deleted.
+	apply(placeCommands(meta, grp, "q1", "/", "placed"))
+	fsmtest.Apply(t, meta, 3, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "gone"}}})
+	if got := round(DefaultPlaceGrace / 2); len(got) != 0 {
+		t.Fatalf("within the grace the mirror proposes %v", got)
+	}
+	hold.settle()
+	if got := slices.Collect(maps.Keys(hold.since)); len(got) != 1 || got[0].Name != "orphan" {
+		t.Fatalf("held %v, want only orphan", got)
+	}
+	// Nothing changed since in either log: the grace alone brings it.
+	if got := round(DefaultPlaceGrace); !slices.Equal(got, []string{"queue+//orphan"}) {
+		t.Fatalf("once the grace is over the mirror proposes %v, want orphan's declare", got)
+	}
+	if due := hold.settle(); !due.IsZero() || len(hold.since) != 0 {
+		t.Fatalf("after the declare: due %v, held %v", due, hold.since)
+	}
+	if rest := mirrorCommands(meta, grp, "q1"); len(rest) != 0 {
+		t.Fatalf("the group still lacks %v", names(rest))
+	}
+
+	// A round that compares everything (a new leader's first) holds a
+	// missing queue back too.
+	fsmtest.Apply(t, meta, 4, queueDeclare("/", "late"))
+	hold.now = t0.Add(2 * DefaultPlaceGrace)
+	if got, _ := mirrorRead(meta, grp, "q1", seen, true, hold); len(queueNames(got)) != 0 {
+		t.Fatalf("a full comparison within the grace proposes %v", queueNames(got))
+	}
+	hold.settle()
+	hold.now = t0.Add(3 * DefaultPlaceGrace)
+	if got, _ := mirrorRead(meta, grp, "q1", seen, true, hold); !slices.Equal(queueNames(got), []string{"queue+//late"}) {
+		t.Fatalf("a full comparison after the grace proposes %v, want late's declare", queueNames(got))
+	}
 }
