@@ -14,9 +14,8 @@ import (
 )
 
 // placedCluster is three nodes with three queue groups, placement on,
-// every node running every group, each group led by the member meant to
-// lead it (a new leader's mirror compares everything at once), and grace
-// as their PlaceGrace (0: the default).
+// every node running every group, and grace as their PlaceGrace (0: the
+// default).
 func placedCluster(t *testing.T, grace time.Duration) *clustertest.Cluster {
 	t.Helper()
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
@@ -36,13 +35,6 @@ func placedCluster(t *testing.T, grace time.Duration) *clustertest.Cluster {
 			return nil
 		})
 	}
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		leads, err := followed(c, queueGroupIDs, true)
-		if err == nil && len(leads) != 3 {
-			err = fmt.Errorf("leaderships %v", leads)
-		}
-		return err
-	})
 	return c
 }
 
