@@ -144,7 +144,7 @@ func openLogStore(dir, kind string, inline int, log *slog.Logger) (store logStor
 	}
 	meta := &metadb.BoltMetaDB{}
 	files := newWrittenSegments(walfs.New(), path, walSegmentSize, log)
-	removals := newLaterRemovals(segment.NewFiler(path, files), path, log)
+	removals := newLaterRemovals(sealedReaders{SegmentFiler: segment.NewFiler(path, files), log: log}, path, log)
 	removals.recycle = files.recycle
 	w, err := raftwal.Open(path, raftwal.WithMetaStore(meta), raftwal.WithSegmentFiler(removals), raftwal.WithSegmentSize(walSegmentSize))
 	if err != nil {
