@@ -37,7 +37,7 @@ func writeBodyFiles(tb testing.TB, dir string, n, size int) []Live {
 	buf := bytes.Repeat([]byte{'b'}, size)
 	for i := range live {
 		k := Key{Index: uint64(i/4 + 1), Pos: uint32(i % 4)}
-		live[i] = Live{Key: k, Size: int64(size)}
+		live[i] = Live{Index: k.Index, Pos: k.Pos, Size: uint32(size)}
 		if err := b.add(k, buf); err != nil {
 			tb.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func BenchmarkGetFromFile(b *testing.B) {
 	b.SetBytes(1024)
 	b.ResetTimer()
 	for range b.N {
-		if _, err := s.Get(live[r.IntN(len(live))].Key); err != nil {
+		if _, err := s.Get(live[r.IntN(len(live))].Key()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -150,7 +150,7 @@ func BenchmarkRetain1M(b *testing.B) {
 		defer s.Close()
 		b.ResetTimer()
 		for range b.N {
-			if err := s.Retain(live, live[len(live)-1].Key.Index); err != nil {
+			if err := s.Retain(live, live[len(live)-1].Index); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -172,7 +172,7 @@ func BenchmarkRetain1M(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StartTimer()
-			if err := s.Retain(live, all[len(all)-1].Key.Index); err != nil {
+			if err := s.Retain(live, all[len(all)-1].Index); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
@@ -206,7 +206,7 @@ func BenchmarkOpen1M(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		heap = float64(after.HeapAlloc-before.HeapAlloc) / float64(len(live))
-		if _, err := s.Get(live[len(live)/2].Key); err != nil {
+		if _, err := s.Get(live[len(live)/2].Key()); err != nil {
 			b.Fatal(err)
 		}
 		_ = s.Close()

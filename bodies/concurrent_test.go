@@ -112,7 +112,7 @@ func TestConcurrent_ReadsDuringRetain(t *testing.T) {
 		// Of the older ones, a random half goes; the stable stay.
 		keep := live[:0]
 		for _, x := range live {
-			if isStable[x.Key] || rand.IntN(2) == 0 {
+			if isStable[x.Key()] || rand.IntN(2) == 0 {
 				keep = append(keep, x)
 			}
 		}

@@ -81,7 +81,7 @@ func (l *testLog) entries(n, per, size int) []Key {
 func (l *testLog) live(keys []Key) []Live {
 	out := make([]Live, len(keys))
 	for i, k := range keys {
-		out[i] = Live{Key: k, Size: int64(len(l.want[k]))}
+		out[i] = Live{Index: k.Index, Pos: k.Pos, Size: uint32(len(l.want[k]))}
 	}
 	return out
 }

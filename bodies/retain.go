@@ -32,8 +32,8 @@ import (
 // was.
 func (s *Store) Retain(live []Live, truncateTo uint64) error {
 	for i := 1; i < len(live); i++ {
-		if !live[i-1].Key.Less(live[i].Key) {
-			return fmt.Errorf("bodies: Retain: live keys not ascending and unique at %v, %v", live[i-1].Key, live[i].Key)
+		if !live[i-1].Key().Less(live[i].Key()) {
+			return fmt.Errorf("bodies: Retain: live keys not ascending and unique at %v, %v", live[i-1].Key(), live[i].Key())
 		}
 	}
 	s.maint.Lock()
@@ -89,8 +89,8 @@ func claim(files []*file, live []Live, truncateTo uint64) ([]usage, []bool) {
 		if nf == 0 {
 			continue
 		}
-		lo := sort.Search(len(live), func(i int) bool { return !live[i].Key.Less(f.minKey()) })
-		hi := lo + sort.Search(len(live)-lo, func(i int) bool { return f.maxKey().Less(live[lo+i].Key) })
+		lo := sort.Search(len(live), func(i int) bool { return !live[i].Key().Less(f.minKey()) })
+		hi := lo + sort.Search(len(live)-lo, func(i int) bool { return f.maxKey().Less(live[lo+i].Key()) })
 		mark := func(i, j int) {
 			if !claimed[i] {
 				claimed[i] = true
@@ -104,21 +104,21 @@ func claim(files []*file, live []Live, truncateTo uint64) ([]usage, []bool) {
 		case nf*16 < nl:
 			for j := range nf {
 				k := f.key(j)
-				i := lo + sort.Search(nl, func(i int) bool { return !live[lo+i].Key.Less(k) })
-				if i < hi && live[i].Key == k {
+				i := lo + sort.Search(nl, func(i int) bool { return !live[lo+i].Key().Less(k) })
+				if i < hi && live[i].Key() == k {
 					mark(i, j)
 				}
 			}
 		case nl*16 < nf:
 			for i := lo; i < hi; i++ {
-				if j, ok := f.find(live[i].Key); ok {
+				if j, ok := f.find(live[i].Key()); ok {
 					mark(i, j)
 				}
 			}
 		default:
 			j := 0
 			for i := lo; i < hi; i++ {
-				k := live[i].Key
+				k := live[i].Key()
 				for j < nf && f.key(j).Less(k) {
 					j++
 				}
@@ -156,10 +156,10 @@ func (s *Store) relocate(live []Live, claimed []bool, truncateTo uint64) (_ []*f
 	var nMissing int
 	var firstMissing Key
 	var n, bytes int64
-	for i := 0; i < len(live) && live[i].Key.Index <= truncateTo; {
-		index := live[i].Key.Index
+	for i := 0; i < len(live) && live[i].Index <= truncateTo; {
+		index := live[i].Index
 		j := i
-		for j < len(live) && live[j].Key.Index == index {
+		for j < len(live) && live[j].Index == index {
 			j++
 		}
 		run := live[i:j]
@@ -173,7 +173,7 @@ func (s *Store) relocate(live []Live, claimed []bool, truncateTo uint64) (_ []*f
 			for r := range run {
 				if !runClaimed[r] {
 					if nMissing == 0 {
-						firstMissing = run[r].Key
+						firstMissing = run[r].Key()
 					}
 					nMissing++
 				}
@@ -195,16 +195,16 @@ func (s *Store) relocate(live []Live, claimed []bool, truncateTo uint64) (_ []*f
 			if runClaimed[r] {
 				continue
 			}
-			body, err := e.body(l.Key.Pos)
+			body, err := e.body(l.Pos)
 			if err != nil {
 				b.abort()
-				return nil, nil, fmt.Errorf("bodies: relocate %v: log entry %d: %w", l.Key, index, err)
+				return nil, nil, fmt.Errorf("bodies: relocate %v: log entry %d: %w", l.Key(), index, err)
 			}
-			if int64(len(body)) != l.Size {
+			if len(body) != int(l.Size) {
 				b.abort()
-				return nil, nil, fmt.Errorf("bodies: relocate %v: the entry's body has %d bytes, the state says %d: the key names another command", l.Key, len(body), l.Size)
+				return nil, nil, fmt.Errorf("bodies: relocate %v: the entry's body has %d bytes, the state says %d: the key names another command", l.Key(), len(body), l.Size)
 			}
-			if err := b.add(l.Key, body); err != nil {
+			if err := b.add(l.Key(), body); err != nil {
 				b.abort()
 				return nil, nil, err
 			}

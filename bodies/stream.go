@@ -142,7 +142,7 @@ func (s *Store) ReadBodies(r io.Reader, keys []Key) (err error) {
 func StreamLen(live []Live) int64 {
 	n := int64(len(streamMagic) + 8)
 	for _, l := range live {
-		n += recHeader + l.Size
+		n += recHeader + int64(l.Size)
 	}
 	return n
 }

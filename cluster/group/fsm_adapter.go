@@ -319,8 +319,8 @@ func (f *FSM) restoreBodies(sr *snapshotReader, index uint64) error {
 		return err
 	}
 	for _, l := range live {
-		if (first == 0 || l.Key.Index < first) && !store.Has(l.Key) {
-			return fmt.Errorf("the snapshot names the body of log entry %d (command %d), which this node no longer holds: %w", l.Key.Index, l.Key.Pos, bodies.ErrMissing)
+		if (first == 0 || l.Index < first) && !store.Has(l.Key()) {
+			return fmt.Errorf("the snapshot names the body of log entry %d (command %d), which this node no longer holds: %w", l.Index, l.Pos, bodies.ErrMissing)
 		}
 	}
 	return nil

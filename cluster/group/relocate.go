@@ -56,13 +56,13 @@ type relocator struct {
 // every live body up to to fits. next is the first key above the step,
 // n the bytes it copies.
 func relocStep(store *bodies.Store, live []bodies.Live, i int, to uint64, budget int64) (step uint64, next int, n int64) {
-	for i < len(live) && live[i].Key.Index <= to {
-		index := live[i].Key.Index
+	for i < len(live) && live[i].Index <= to {
+		index := live[i].Index
 		var m int64
 		j := i
-		for ; j < len(live) && live[j].Key.Index == index; j++ {
-			if !store.InFile(live[j].Key) {
-				m += live[j].Size
+		for ; j < len(live) && live[j].Index == index; j++ {
+			if !store.InFile(live[j].Key()) {
+				m += int64(live[j].Size)
 			}
 		}
 		if n > 0 && n+m > budget {

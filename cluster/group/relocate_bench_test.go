@@ -112,7 +112,7 @@ func (n *relocNode) benchFill(b *testing.B, size, count int) ([]bodies.Live, uin
 		if err := n.logs.StoreLogs([]*raft.Log{l}); err != nil {
 			b.Fatal(err)
 		}
-		live = append(live, bodies.Live{Key: bodies.Key{Index: l.Index}, Size: int64(size)})
+		live = append(live, bodies.Live{Index: l.Index, Size: uint32(size)})
 		last = l.Index
 	}
 	return live, last

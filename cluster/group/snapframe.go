@@ -73,18 +73,18 @@ func newBodyToken() [tokenLen]byte {
 func liveBodies(bl fsm.BodyLister) (live []bodies.Live, delayed int64) {
 	out := make([]bodies.Live, 0, bl.BodyCount())
 	bl.EachBody(func(b queue.Body, isDelayed bool) {
-		out = append(out, bodies.Live{Key: bodies.Key{Index: b.Index, Pos: b.Pos}, Size: int64(b.Size)})
+		out = append(out, bodies.Live{Index: b.Index, Pos: b.Pos, Size: b.Size})
 		if isDelayed {
 			delayed += int64(b.Size)
 		}
 	})
-	return queue.SortedBodies(out, func(l bodies.Live) queue.Body { return queue.Body{Index: l.Key.Index, Pos: l.Key.Pos} }), delayed
+	return queue.SortedBodies(out, func(l bodies.Live) queue.Body { return queue.Body{Index: l.Index, Pos: l.Pos} }), delayed
 }
 
 func keysOf(live []bodies.Live) []bodies.Key {
 	out := make([]bodies.Key, len(live))
 	for i, l := range live {
-		out[i] = l.Key
+		out[i] = l.Key()
 	}
 	return out
 }
@@ -107,9 +107,9 @@ func writeSnapshot(w io.Writer, state io.WriterTo, live []bodies.Live) error {
 	var pace queue.Pace
 	for _, l := range live {
 		pace.Step()
-		binary.BigEndian.PutUint64(b[:8], l.Key.Index)
-		binary.BigEndian.PutUint32(b[8:12], l.Key.Pos)
-		binary.BigEndian.PutUint32(b[12:16], uint32(l.Size))
+		binary.BigEndian.PutUint64(b[:8], l.Index)
+		binary.BigEndian.PutUint32(b[8:12], l.Pos)
+		binary.BigEndian.PutUint32(b[12:16], l.Size)
 		bw.Write(b[:])
 	}
 	bw.WriteByte(bodiesNone)
@@ -209,6 +209,10 @@ func (s *snapshotReader) state() ([]byte, bool, error) {
 	return out.Bytes(), framed, err
 }
 
+// maxListedUpFront bounds the list of bodies a restore allocates before
+// reading them: 4,194,304 (64 MiB).
+const maxListedUpFront = 1 << 22
+
 // bodyList reads the named bodies.
 func (s *snapshotReader) bodyList() ([]bodies.Live, error) {
 	var b [keyLen]byte
@@ -216,14 +220,17 @@ func (s *snapshotReader) bodyList() ([]bodies.Live, error) {
 		return nil, errSnapshotFraming
 	}
 	n := binary.BigEndian.Uint64(b[:8])
-	var out []bodies.Live
+	// Sized from the count up to a bound, so that a damaged count fails
+	// at the end of the file rather than in the allocation.
+	out := make([]bodies.Live, 0, min(n, maxListedUpFront))
 	for range n {
 		if _, err := io.ReadFull(s.r, b[:]); err != nil {
 			return nil, errSnapshotFraming
 		}
 		out = append(out, bodies.Live{
-			Key:  bodies.Key{Index: binary.BigEndian.Uint64(b[:8]), Pos: binary.BigEndian.Uint32(b[8:12])},
-			Size: int64(binary.BigEndian.Uint32(b[12:16])),
+			Index: binary.BigEndian.Uint64(b[:8]),
+			Pos:   binary.BigEndian.Uint32(b[8:12]),
+			Size:  binary.BigEndian.Uint32(b[12:16]),
 		})
 	}
 	return out, nil
@@ -408,10 +415,10 @@ func (f *FSM) holdDenseLog(live []bodies.Live, outOfOrder int64, to uint64, walB
 	// nothing.
 	oldest, liveBytes := uint64(0), -outOfOrder
 	for _, l := range live {
-		if l.Key.Index <= to && oldest == 0 && !f.bodies.InFile(l.Key) {
-			oldest = l.Key.Index
+		if l.Index <= to && oldest == 0 && !f.bodies.InFile(l.Key()) {
+			oldest = l.Index
 		}
-		liveBytes += l.Size
+		liveBytes += int64(l.Size)
 	}
 	if oldest == 0 {
 		return to

@@ -27,7 +27,7 @@ func TestHoldDenseLog(t *testing.T) {
 	logBytes, isWAL := int64(0), true
 	walBytes := func() (int64, bool) { return logBytes, isWAL }
 	setLog := func(size int) { logBytes = int64(size) }
-	live := []bodies.Live{{Key: bodies.Key{Index: 10}, Size: 300}, {Key: bodies.Key{Index: 20}, Size: 300}, {Key: bodies.Key{Index: 90}, Size: 100}}
+	live := []bodies.Live{{Index: 10, Size: 300}, {Index: 20, Size: 300}, {Index: 90, Size: 100}}
 
 	setLog(1000) // 700 of 1000 bytes live: held below entry 10
 	if got := f.holdDenseLog(live, 0, 50, walBytes); got != 9 {
@@ -96,11 +96,11 @@ func TestLiveBodies_InLogOrderOnce(t *testing.T) {
 	got, delayed := liveBodies(listedBodies{{Index: 9, Pos: 0, Size: 10}, {Index: 7, Pos: 2, Size: 5}, {Index: 4, Pos: 1, Size: 20},
 		{Index: 9, Pos: 0, Size: 10}, {Index: 7, Pos: 0, Size: 7}, {Index: 4, Pos: 0, Size: 30}})
 	want := []bodies.Live{
-		{Key: bodies.Key{Index: 4, Pos: 0}, Size: 30},
-		{Key: bodies.Key{Index: 4, Pos: 1}, Size: 20},
-		{Key: bodies.Key{Index: 7, Pos: 0}, Size: 7},
-		{Key: bodies.Key{Index: 7, Pos: 2}, Size: 5},
-		{Key: bodies.Key{Index: 9, Pos: 0}, Size: 10},
+		{Index: 4, Pos: 0, Size: 30},
+		{Index: 4, Pos: 1, Size: 20},
+		{Index: 7, Pos: 0, Size: 7},
+		{Index: 7, Pos: 2, Size: 5},
+		{Index: 9, Pos: 0, Size: 10},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("live bodies %v, want %v", got, want)
