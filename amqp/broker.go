@@ -30,6 +30,14 @@ type Broker interface {
 	// still holds as unacknowledged deliveries of the channel. A log never
 	// hands out a channel's tag twice, so a tag missing was settled.
 	Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) []uint64
+	// FarUnacked is Unacked for the log of a queue group this node does
+	// not run, which Unacked cannot read: those of tags that a member
+	// holds as unacknowledged deliveries of the channel once it applied a
+	// Tick proposed during the call, so that what the log took back
+	// before the call shows as settled. here is true, and nothing is
+	// read, when this node runs group's log (Unacked reads it); err when
+	// no member answered.
+	FarUnacked(ctx context.Context, group uint32, ch *proto.ChannelRef, tags []uint64) (unacked []uint64, here bool, err error)
 	// Gets returns the log tags of the basic.get deliveries that the
 	// applied state of the log holding queue has as the channel's, and
 	// that log's group (0 for the metadata group). A log this node does

@@ -401,3 +401,41 @@ func TestGroups_SilenceChecksEachDeliveryInItsGroup(t *testing.T) {
 	}
 	wantSent(t, b.fakeBroker, "g0 submit tick []", "g1 group tick []")
 }
+
+// A delivery of a group's log this node does not run, decided before a
+// silence, is checked on a member (FarUnacked), which applied a Tick of
+// its own: this node reads nothing of that log, and must not take the
+// delivery for standing because it cannot.
+func TestGroups_SilenceChecksADeliveryOfAFarGroupOnAMember(t *testing.T) {
+	b := &silentBroker{fakeBroker: newFakeBroker()}
+	var asked []string
+	b.farUnacked = func(group uint32, ref *proto.ChannelRef, tags []uint64) ([]uint64, bool, error) {
+		asked = append(asked, fmt.Sprintf("g%d ch%d %v", group, ref.GetChannel(), tags))
+		if group != 2 {
+			return nil, true, nil
+		}
+		return []uint64{7}, false, nil
+	}
+	b.unackedIn = func(group uint32, _ *proto.ChannelRef, tags []uint64) []uint64 {
+		if group == 2 {
+			t.Errorf("group 2's log read here, where it is not run")
+		}
+		return tags
+	}
+	c := silentConn(t, b)
+	ref := &proto.ChannelRef{Node: "node-a", Connection: "c1", Channel: 1}
+	frame := func(s string) func([]byte) []byte { return func(p []byte) []byte { return append(p, s...) } }
+	c.out.appendMarked(&mark{ch: ref, group: 2, tag: 7}, frame("[g2t7]"))
+	c.out.appendMarked(&mark{ch: ref, group: 2, tag: 8}, frame("[g2t8]"))
+	c.out.appendMarked(&mark{ch: ref, group: 1, tag: 8}, frame("[g1t8]"))
+	b.epoch.Store(1)
+	buf, marks, _ := c.out.take(nil, nil)
+	if got := string(c.guard(buf, marks)); got != "[g2t7][g1t8]" {
+		t.Fatalf("wrote %q, want the far group's tag 7 its member holds, and the near group's", got)
+	}
+	slices.Sort(asked)
+	if want := []string{"g1 ch1 [8]", "g2 ch1 [7 8]"}; !slices.Equal(asked, want) {
+		t.Fatalf("asked %q, want %q", asked, want)
+	}
+	wantSent(t, b.fakeBroker, "g0 submit tick []", "g1 group tick []")
+}

@@ -44,6 +44,8 @@ type fakeBroker struct {
 	unacked func(ref *proto.ChannelRef, tags []uint64) []uint64
 	// unackedIn, when set, answers Unacked with the group instead.
 	unackedIn func(group uint32, ref *proto.ChannelRef, tags []uint64) []uint64
+	// farUnacked, when set, answers FarUnacked for groups other than 0.
+	farUnacked func(group uint32, ref *proto.ChannelRef, tags []uint64) ([]uint64, bool, error)
 	// gets answers Gets; nil reports the metadata group, holding none.
 	gets func(vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, error)
 	// sent records every command with the group it was submitted to and
@@ -205,6 +207,18 @@ func (b *fakeBroker) Unacked(group uint32, ref *proto.ChannelRef, tags []uint64)
 		return nil
 	}
 	return f(ref, tags)
+}
+
+// FarUnacked reads group from farUnacked, set by a test; without it, the
+// fake runs every group.
+func (b *fakeBroker) FarUnacked(_ context.Context, group uint32, ref *proto.ChannelRef, tags []uint64) ([]uint64, bool, error) {
+	b.mu.Lock()
+	f := b.farUnacked
+	b.mu.Unlock()
+	if f == nil || group == 0 {
+		return nil, true, nil
+	}
+	return f(group, ref, tags)
 }
 
 func (b *fakeBroker) Gets(_ context.Context, vhost, queue string, ref *proto.ChannelRef) (uint32, []uint64, error) {

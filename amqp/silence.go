@@ -147,26 +147,26 @@ func (c *conn) guard(b []byte, marks []mark) []byte {
 		cur = c.fenced // what was decided before it is checked
 	}
 	// A delivery of another group's log is checked in that log's applied
-	// state, once a Tick proposed there after the silence is applied too.
-	var groups map[uint32]bool
+	// state, once a Tick proposed there after the silence is applied too:
+	// here, or on a member when this node does not run the log.
+	var groups map[uint32]groupCheck
 	for _, m := range marks {
 		if fenced && m.ch != nil && m.group != 0 && m.epoch < cur {
 			if _, done := groups[m.group]; !done {
 				if groups == nil {
-					groups = map[uint32]bool{}
+					groups = map[uint32]groupCheck{}
 				}
-				groups[m.group] = c.fenceGroup(m.group, cur)
+				groups[m.group] = c.checkGroup(m.group, cur, marks)
 			}
 		}
 	}
-	node := c.srv.node()
 	nowMs := time.Now().UnixMilli()
 	out := make([]byte, 0, len(b))
 	at, dropped := 0, 0
 	var dead []mark
 	for _, m := range marks {
 		stale := m.epoch < cur
-		stands := !stale || fenced && (m.ch == nil || (m.group == 0 || groups[m.group]) && len(node.Unacked(m.group, m.ch, []uint64{m.tag})) > 0)
+		stands := !stale || fenced && (m.ch == nil || c.stands(groups, m))
 		if stands && (!stale || !m.died(nowMs)) {
 			continue
 		}
@@ -194,6 +194,78 @@ func (c *conn) guard(b []byte, marks []mark) []byte {
 			"deliveries", len(dead), "taken_back", taken)
 	}
 	return out
+}
+
+// groupCheck is what the writer learnt of a queue group's log after a
+// silence of its node: whether it caught up with it (ok), and whether
+// the log is read here (this node runs it) or the deliveries asked about
+// were read on a member: those it still holds are in far.
+type groupCheck struct {
+	ok, here bool
+	far      map[chanTag]bool
+}
+
+// chanTag names a delivery of one log on a connection: its channel's
+// number and its tag in the log.
+type chanTag struct {
+	channel uint32
+	tag     uint64
+}
+
+// checkGroup brings the writer's view of group's log past the silence of
+// epoch: for a log this node runs, a Tick proposed there is applied here
+// (fenceGroup), and the applied state is read as each delivery is
+// checked; for a log it does not run, whose state it cannot read, a
+// member is asked which of the deliveries of marks decided before the
+// silence it still holds, after a Tick of its own. ok is false when the
+// connection failed or ended first. Writer only.
+func (c *conn) checkGroup(group uint32, epoch uint64, marks []mark) groupCheck {
+	tags := map[uint32][]uint64{}
+	refs := map[uint32]*proto.ChannelRef{}
+	for _, m := range marks {
+		if m.ch != nil && m.group == group && m.epoch < epoch {
+			k := m.ch.GetChannel()
+			tags[k], refs[k] = append(tags[k], m.tag), m.ch
+		}
+	}
+	far := map[chanTag]bool{}
+	for k, ts := range tags {
+		here := false
+		ok := c.retryFence(func() (bool, error) {
+			unacked, h, err := c.srv.node().FarUnacked(c.ctx, group, refs[k], ts)
+			if err != nil {
+				return false, err
+			}
+			here = h
+			for _, t := range unacked {
+				far[chanTag{k, t}] = true
+			}
+			return true, nil
+		}, "holding frames decided before a silence of this node until a member of their group's log answers", "group", group)
+		if !ok {
+			return groupCheck{}
+		}
+		if here {
+			return groupCheck{ok: c.fenceGroup(group, epoch), here: true}
+		}
+	}
+	return groupCheck{ok: true, far: far}
+}
+
+// stands reports whether the log that assigned m, an acknowledged
+// delivery decided before a silence of this node, still holds it for its
+// channel, as the writer learnt after the silence (groups). Writer only.
+func (c *conn) stands(groups map[uint32]groupCheck, m mark) bool {
+	if m.group != 0 {
+		g := groups[m.group]
+		if !g.ok {
+			return false
+		}
+		if !g.here {
+			return g.far[chanTag{m.ch.GetChannel(), m.tag}]
+		}
+	}
+	return len(c.srv.node().Unacked(m.group, m.ch, []uint64{m.tag})) > 0
 }
 
 // died reports whether m is a consumer's delivery whose message died by

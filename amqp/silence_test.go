@@ -49,6 +49,13 @@ func (h *writeHold) hold(*conn) {
 // writeHold installed.
 func silenceCluster(t *testing.T, n int) (*clustertest.Cluster, []*Server, []string, []*writeHold) {
 	t.Helper()
+	return silenceClusterPlacing(t, n, false)
+}
+
+// silenceClusterPlacing is silenceCluster, with queues placed into queue
+// groups when placing is set (placedCluster).
+func silenceClusterPlacing(t *testing.T, n int, placing bool) (*clustertest.Cluster, []*Server, []string, []*writeHold) {
+	t.Helper()
 	servers := make([]*Server, n)
 	holds := make([]*writeHold, n)
 	c := clustertest.New(t, n, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
@@ -59,6 +66,9 @@ func silenceCluster(t *testing.T, n int) (*clustertest.Cluster, []*Server, []str
 		// after NodeDownAfter, which hides a stale write whenever it comes
 		// first; a paused process closes nothing before it writes.
 		cfg.Effects = servers[i]
+		if placing {
+			cfg.QueueGroups, cfg.PlaceQueues = 3, true
+		}
 	}))
 	c.WaitForLeader(clustertest.Timeout)
 	urls := make([]string, n)
@@ -178,8 +188,16 @@ func TestSilence_NodeHeldBeforeWritingADeliveryDropsItOnceTheLogTookItBack(t *te
 	// delivery; there it stops.
 	publishHeld(t, pch, holds[victim], "held", "m1")
 
-	oconn := dialURL(t, urls[other])
-	och, err := oconn.Channel()
+	silenceUntilOtherHasIt(t, c, &r, urls[other], c.Nodes[victim].ID, holds[victim], vdone)
+}
+
+// silenceUntilOtherHasIt consumes "held" on url as "other", cuts off the
+// victim until the cluster declared it down and gave m1, which the
+// victim's consumer held, to the other consumer (flagged), then lets the
+// victim's writer go on, heals it, and checks that it did not write m1.
+func silenceUntilOtherHasIt(t *testing.T, c *clustertest.Cluster, r *receiver, url, victim string, hold *writeHold, vdone <-chan struct{}) {
+	t.Helper()
+	och, err := dialURL(t, url).Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +205,7 @@ func TestSilence_NodeHeldBeforeWritingADeliveryDropsItOnceTheLogTookItBack(t *te
 
 	// The others stop hearing from the victim, declare it down and give
 	// the message to the other consumer, flagged.
-	c.Freeze(c.Nodes[victim].ID)
+	c.Freeze(victim)
 	clustertest.Eventually(t, 3*clustertest.Timeout, func() error {
 		if !r.has("other", "m1") {
 			return errors.New("the other consumer has not got m1 yet")
@@ -196,7 +214,7 @@ func TestSilence_NodeHeldBeforeWritingADeliveryDropsItOnceTheLogTookItBack(t *te
 	})
 
 	// The victim resumes: its writer goes on, and its links heal.
-	close(holds[victim].release)
+	close(hold.release)
 	c.Heal()
 	// It applies its own NodeDown, which closes its clients' connections;
 	// everything it wrote before reached the consumer by then.
@@ -211,6 +229,57 @@ func TestSilence_NodeHeldBeforeWritingADeliveryDropsItOnceTheLogTookItBack(t *te
 	if r.has("victim", "m1") {
 		t.Fatal("the victim's consumer got m1 after the cluster gave it to another consumer")
 	}
+}
+
+// The same for a node that does not run the queue's group (five nodes,
+// groups of three): the delivery reaches it from a member's stream, and
+// once it caught up it must ask a member whether the group's log still
+// holds it, not take it for standing because it cannot read that log
+// itself. The fault suite's frozen leader on five nodes wrote a window
+// of such dead letters to its client on the thaw, after another node's
+// consumer had them flagged.
+func TestSilence_NodeOutsideTheGroupHeldBeforeWritingDropsWhatTheGroupTookBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	c, _, urls, holds := silenceClusterPlacing(t, 5, true)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, nd := range c.Live() {
+			if len(nd.RunningQueueGroups()) == 0 {
+				return fmt.Errorf("%s runs no queue group yet", nd.NodeID())
+			}
+		}
+		return nil
+	})
+	leader := c.Index(c.WaitForLeader(clustertest.Timeout).NodeID())
+	pch, err := dialURL(t, urls[leader]).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pch.QueueDeclare("held", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	id := c.Nodes[leader].Node().QueueGroup("/", "held")
+	victim, other := -1, -1
+	for i, nd := range c.Live() {
+		switch {
+		case i == leader:
+		case victim < 0 && !slices.Contains(nd.RunningQueueGroups(), id):
+			victim = c.Index(nd.NodeID())
+		case other < 0:
+			other = c.Index(nd.NodeID())
+		}
+	}
+	if victim < 0 || other < 0 {
+		t.Fatalf("no node outside group %q besides the leader", id)
+	}
+	if err := pch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	var r receiver
+	vdone := r.consumeOneAtATime(t, "victim", urls[victim], "held")
+	publishHeld(t, pch, holds[victim], "held", "m1")
+	silenceUntilOtherHasIt(t, c, &r, urls[other], c.Nodes[victim].ID, holds[victim], vdone)
 }
 
 // A node held between applying a delivery and writing it, for a silence

@@ -43,24 +43,33 @@ func (n *Node) RemoteGroupQueues(ctx context.Context, id string) (resp *proto.Gr
 // deliveries of a channel in a queue group this node runs, once this node
 // applied a Tick it proposed now.
 func (fs *forwardServer) GroupGets(ctx context.Context, req *proto.GroupGetsRequest) (*proto.GroupGetsResponse, error) {
-	id := req.GetGroup()
-	qg := fs.n.queueGroup(id)
-	if qg == nil {
-		return nil, status.Errorf(codes.NotFound, "%s does not run queue group %q", fs.n.cfg.NodeID, id)
-	}
-	if req.GetChannel() == nil {
-		return nil, status.Error(codes.InvalidArgument, "no channel named")
-	}
-	tick := []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}
-	if _, err := qg.g.Submitter().SubmitBatch(ctx, tick); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "queue group %q: %v", id, err)
+	if err := fs.tickGroup(ctx, req.GetGroup(), req.GetChannel()); err != nil {
+		return nil, err
 	}
 	resp := &proto.GroupGetsResponse{}
-	fs.n.ViewGroup(id, func(m *fsm.Machine) { resp.Number, resp.Tags = m.Group(), m.Gets(req.GetChannel()) })
+	fs.n.ViewGroup(req.GetGroup(), func(m *fsm.Machine) { resp.Number, resp.Tags = m.Group(), m.Gets(req.GetChannel()) })
 	return resp, nil
 }
 
-// groupGetsWait bounds one member's answer to GroupGets, a Tick through
+// tickGroup returns once this node, which must run queue group id, has
+// applied a Tick it proposed there now: a read of the group's state after
+// it sees every entry committed before the call. ch must name a channel.
+func (fs *forwardServer) tickGroup(ctx context.Context, id string, ch *proto.ChannelRef) error {
+	qg := fs.n.queueGroup(id)
+	if qg == nil {
+		return status.Errorf(codes.NotFound, "%s does not run queue group %q", fs.n.cfg.NodeID, id)
+	}
+	if ch == nil {
+		return status.Error(codes.InvalidArgument, "no channel named")
+	}
+	tick := []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}
+	if _, err := qg.g.Submitter().SubmitBatch(ctx, tick); err != nil {
+		return status.Errorf(codes.Unavailable, "queue group %q: %v", id, err)
+	}
+	return nil
+}
+
+// groupGetsWait bounds one member's answer to GroupGets or GroupUnacked, a Tick through
 // the group included: an election takes a second or two.
 const groupGetsWait = 5 * time.Second
 
@@ -105,4 +114,31 @@ func (n *Node) askMember(ctx context.Context, id string, wait time.Duration, ask
 		}
 	}
 	return fmt.Errorf("queue group %q: %w", id, last)
+}
+
+// GroupUnacked implements proto.InternalServer: those of the tags that a
+// queue group this node runs holds as unacknowledged deliveries of the
+// channel, once this node applied a Tick it proposed now.
+func (fs *forwardServer) GroupUnacked(ctx context.Context, req *proto.GroupUnackedRequest) (*proto.GroupUnackedResponse, error) {
+	if err := fs.tickGroup(ctx, req.GetGroup(), req.GetChannel()); err != nil {
+		return nil, err
+	}
+	resp := &proto.GroupUnackedResponse{}
+	fs.n.ViewGroup(req.GetGroup(), func(m *fsm.Machine) { resp.Tags = m.Unacked(req.GetChannel(), req.GetTags()) })
+	return resp, nil
+}
+
+// RemoteGroupUnacked reads, from a member of queue group id (which this
+// node does not run), those of tags that the group's log holds as
+// unacknowledged deliveries of the channel, as the member applied them
+// after a Tick it proposed during the call: what the log took back before
+// the call began (this node declared down while it was silent) shows as
+// settled.
+func (n *Node) RemoteGroupUnacked(ctx context.Context, id string, ch *proto.ChannelRef, tags []uint64) (unacked []uint64, err error) {
+	err = n.askMember(ctx, id, groupGetsWait, func(ctx context.Context, c proto.InternalClient) error {
+		resp, err := c.GroupUnacked(ctx, &proto.GroupUnackedRequest{Group: id, Channel: ch, Tags: tags})
+		unacked = resp.GetTags()
+		return err
+	})
+	return unacked, err
 }

@@ -86,6 +86,114 @@ func (ForwardError) EnumDescriptor() ([]byte, []int) {
 	return file_internal_proto_rawDescGZIP(), []int{0}
 }
 
+// GroupUnackedRequest names the queue group, the channel and the log tags
+// of the deliveries asked about.
+type GroupUnackedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	Channel       *ChannelRef            `protobuf:"bytes,2,opt,name=channel" json:"channel,omitempty"`
+	Tags          []uint64               `protobuf:"varint,3,rep,packed,name=tags" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupUnackedRequest) Reset() {
+	*x = GroupUnackedRequest{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupUnackedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupUnackedRequest) ProtoMessage() {}
+
+func (x *GroupUnackedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupUnackedRequest.ProtoReflect.Descriptor instead.
+func (*GroupUnackedRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GroupUnackedRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupUnackedRequest) GetChannel() *ChannelRef {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+func (x *GroupUnackedRequest) GetTags() []uint64 {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+// GroupUnackedResponse is those of the tags asked about that the group's
+// log holds as unacknowledged deliveries of the channel.
+type GroupUnackedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tags          []uint64               `protobuf:"varint,1,rep,packed,name=tags" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupUnackedResponse) Reset() {
+	*x = GroupUnackedResponse{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupUnackedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupUnackedResponse) ProtoMessage() {}
+
+func (x *GroupUnackedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupUnackedResponse.ProtoReflect.Descriptor instead.
+func (*GroupUnackedResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupUnackedResponse) GetTags() []uint64 {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // GroupGetsRequest names the queue group and the channel.
 type GroupGetsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -97,7 +205,7 @@ type GroupGetsRequest struct {
 
 func (x *GroupGetsRequest) Reset() {
 	*x = GroupGetsRequest{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -109,7 +217,7 @@ func (x *GroupGetsRequest) String() string {
 func (*GroupGetsRequest) ProtoMessage() {}
 
 func (x *GroupGetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -122,7 +230,7 @@ func (x *GroupGetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupGetsRequest.ProtoReflect.Descriptor instead.
 func (*GroupGetsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GroupGetsRequest) GetGroup() string {
@@ -151,7 +259,7 @@ type GroupGetsResponse struct {
 
 func (x *GroupGetsResponse) Reset() {
 	*x = GroupGetsResponse{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -163,7 +271,7 @@ func (x *GroupGetsResponse) String() string {
 func (*GroupGetsResponse) ProtoMessage() {}
 
 func (x *GroupGetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -176,7 +284,7 @@ func (x *GroupGetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupGetsResponse.ProtoReflect.Descriptor instead.
 func (*GroupGetsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupGetsResponse) GetNumber() uint32 {
@@ -203,7 +311,7 @@ type GroupQueuesRequest struct {
 
 func (x *GroupQueuesRequest) Reset() {
 	*x = GroupQueuesRequest{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +323,7 @@ func (x *GroupQueuesRequest) String() string {
 func (*GroupQueuesRequest) ProtoMessage() {}
 
 func (x *GroupQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +336,7 @@ func (x *GroupQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupQueuesRequest.ProtoReflect.Descriptor instead.
 func (*GroupQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupQueuesRequest) GetGroup() string {
@@ -249,7 +357,7 @@ type GroupQueuesResponse struct {
 
 func (x *GroupQueuesResponse) Reset() {
 	*x = GroupQueuesResponse{}
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +369,7 @@ func (x *GroupQueuesResponse) String() string {
 func (*GroupQueuesResponse) ProtoMessage() {}
 
 func (x *GroupQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +382,7 @@ func (x *GroupQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupQueuesResponse.ProtoReflect.Descriptor instead.
 func (*GroupQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{3}
+	return file_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GroupQueuesResponse) GetQueues() []*QueueInfo {
@@ -307,7 +415,7 @@ type EffectsRequest struct {
 
 func (x *EffectsRequest) Reset() {
 	*x = EffectsRequest{}
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +427,7 @@ func (x *EffectsRequest) String() string {
 func (*EffectsRequest) ProtoMessage() {}
 
 func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +440,7 @@ func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsRequest.ProtoReflect.Descriptor instead.
 func (*EffectsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{4}
+	return file_internal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EffectsRequest) GetGroup() string {
@@ -367,7 +475,7 @@ type EffectsMessage struct {
 
 func (x *EffectsMessage) Reset() {
 	*x = EffectsMessage{}
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +487,7 @@ func (x *EffectsMessage) String() string {
 func (*EffectsMessage) ProtoMessage() {}
 
 func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +500,7 @@ func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsMessage.ProtoReflect.Descriptor instead.
 func (*EffectsMessage) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{5}
+	return file_internal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EffectsMessage) GetSync() *EffectsSync {
@@ -431,7 +539,7 @@ type EffectsSync struct {
 
 func (x *EffectsSync) Reset() {
 	*x = EffectsSync{}
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +551,7 @@ func (x *EffectsSync) String() string {
 func (*EffectsSync) ProtoMessage() {}
 
 func (x *EffectsSync) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +564,7 @@ func (x *EffectsSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsSync.ProtoReflect.Descriptor instead.
 func (*EffectsSync) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{6}
+	return file_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EffectsSync) GetIndex() uint64 {
@@ -499,7 +607,7 @@ type SyncTimeout struct {
 
 func (x *SyncTimeout) Reset() {
 	*x = SyncTimeout{}
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +619,7 @@ func (x *SyncTimeout) String() string {
 func (*SyncTimeout) ProtoMessage() {}
 
 func (x *SyncTimeout) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +632,7 @@ func (x *SyncTimeout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncTimeout.ProtoReflect.Descriptor instead.
 func (*SyncTimeout) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{7}
+	return file_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SyncTimeout) GetIndex() uint64 {
@@ -554,7 +662,7 @@ type SyncChannel struct {
 
 func (x *SyncChannel) Reset() {
 	*x = SyncChannel{}
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +674,7 @@ func (x *SyncChannel) String() string {
 func (*SyncChannel) ProtoMessage() {}
 
 func (x *SyncChannel) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +687,7 @@ func (x *SyncChannel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChannel.ProtoReflect.Descriptor instead.
 func (*SyncChannel) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{8}
+	return file_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SyncChannel) GetChannel() *ChannelRef {
@@ -622,7 +730,7 @@ type RemoteDelivery struct {
 
 func (x *RemoteDelivery) Reset() {
 	*x = RemoteDelivery{}
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +742,7 @@ func (x *RemoteDelivery) String() string {
 func (*RemoteDelivery) ProtoMessage() {}
 
 func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +755,7 @@ func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteDelivery.ProtoReflect.Descriptor instead.
 func (*RemoteDelivery) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{9}
+	return file_internal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoteDelivery) GetConsumer() *ConsumerRef {
@@ -737,7 +845,7 @@ type Effect struct {
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +857,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +870,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{10}
+	return file_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Effect) GetKind() isEffect_Kind {
@@ -861,7 +969,7 @@ type ChannelTimeoutEffect struct {
 
 func (x *ChannelTimeoutEffect) Reset() {
 	*x = ChannelTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +981,7 @@ func (x *ChannelTimeoutEffect) String() string {
 func (*ChannelTimeoutEffect) ProtoMessage() {}
 
 func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +994,7 @@ func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ChannelTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{11}
+	return file_internal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChannelTimeoutEffect) GetChannel() *ChannelRef {
@@ -914,7 +1022,7 @@ type ConsumerTimeoutEffect struct {
 
 func (x *ConsumerTimeoutEffect) Reset() {
 	*x = ConsumerTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1034,7 @@ func (x *ConsumerTimeoutEffect) String() string {
 func (*ConsumerTimeoutEffect) ProtoMessage() {}
 
 func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1047,7 @@ func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{12}
+	return file_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConsumerTimeoutEffect) GetConsumer() *ConsumerRef {
@@ -971,7 +1079,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1091,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1104,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{13}
+	return file_internal_proto_rawDescGZIP(), []int{15}
 }
 
 // ClockReading is the callee's wall clock when it answered.
@@ -1009,7 +1117,7 @@ type ClockReading struct {
 
 func (x *ClockReading) Reset() {
 	*x = ClockReading{}
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1129,7 @@ func (x *ClockReading) String() string {
 func (*ClockReading) ProtoMessage() {}
 
 func (x *ClockReading) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1142,7 @@ func (x *ClockReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReading.ProtoReflect.Descriptor instead.
 func (*ClockReading) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{14}
+	return file_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClockReading) GetWallUnixNanos() int64 {
@@ -1062,7 +1170,7 @@ type DirectReply struct {
 
 func (x *DirectReply) Reset() {
 	*x = DirectReply{}
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1182,7 @@ func (x *DirectReply) String() string {
 func (*DirectReply) ProtoMessage() {}
 
 func (x *DirectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1195,7 @@ func (x *DirectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
 func (*DirectReply) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{15}
+	return file_internal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DirectReply) GetName() string {
@@ -1129,7 +1237,7 @@ type DirectReplyResult struct {
 
 func (x *DirectReplyResult) Reset() {
 	*x = DirectReplyResult{}
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1249,7 @@ func (x *DirectReplyResult) String() string {
 func (*DirectReplyResult) ProtoMessage() {}
 
 func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1262,7 @@ func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
 func (*DirectReplyResult) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{16}
+	return file_internal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DirectReplyResult) GetDelivered() bool {
@@ -1176,7 +1284,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[17]
+	mi := &file_internal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1296,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[17]
+	mi := &file_internal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1309,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{17}
+	return file_internal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -1236,7 +1344,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[18]
+	mi := &file_internal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1356,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[18]
+	mi := &file_internal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1369,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{18}
+	return file_internal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -1339,7 +1447,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[19]
+	mi := &file_internal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1459,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[19]
+	mi := &file_internal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1472,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{19}
+	return file_internal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -1455,7 +1563,7 @@ type GroupLead struct {
 
 func (x *GroupLead) Reset() {
 	*x = GroupLead{}
-	mi := &file_internal_proto_msgTypes[20]
+	mi := &file_internal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1575,7 @@ func (x *GroupLead) String() string {
 func (*GroupLead) ProtoMessage() {}
 
 func (x *GroupLead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[20]
+	mi := &file_internal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1588,7 @@ func (x *GroupLead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLead.ProtoReflect.Descriptor instead.
 func (*GroupLead) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{20}
+	return file_internal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GroupLead) GetGroup() string {
@@ -1501,7 +1609,13 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\traftmq.v1\x1a\vadmin.proto\x1a\rcommand.proto\"Y\n" +
+	"\x0einternal.proto\x12\traftmq.v1\x1a\vadmin.proto\x1a\rcommand.proto\"p\n" +
+	"\x13GroupUnackedRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12/\n" +
+	"\achannel\x18\x02 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12\x12\n" +
+	"\x04tags\x18\x03 \x03(\x04R\x04tags\"*\n" +
+	"\x14GroupUnackedResponse\x12\x12\n" +
+	"\x04tags\x18\x01 \x03(\x04R\x04tags\"Y\n" +
 	"\x10GroupGetsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12/\n" +
 	"\achannel\x18\x02 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\"?\n" +
@@ -1607,14 +1721,15 @@ const file_internal_proto_rawDesc = "" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
 	"\x1dFORWARD_ERROR_OUTCOME_UNKNOWN\x10\x02\x12\x18\n" +
 	"\x14FORWARD_ERROR_CLOSED\x10\x03\x12\x18\n" +
-	"\x14FORWARD_ERROR_FAILED\x10\x042\xa3\x03\n" +
+	"\x14FORWARD_ERROR_FAILED\x10\x042\xf4\x03\n" +
 	"\bInternal\x12D\n" +
 	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01\x12=\n" +
 	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResult\x129\n" +
 	"\x05Clock\x12\x17.raftmq.v1.ClockRequest\x1a\x17.raftmq.v1.ClockReading\x12A\n" +
 	"\aEffects\x12\x19.raftmq.v1.EffectsRequest\x1a\x19.raftmq.v1.EffectsMessage0\x01\x12L\n" +
 	"\vGroupQueues\x12\x1d.raftmq.v1.GroupQueuesRequest\x1a\x1e.raftmq.v1.GroupQueuesResponse\x12F\n" +
-	"\tGroupGets\x12\x1b.raftmq.v1.GroupGetsRequest\x1a\x1c.raftmq.v1.GroupGetsResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\tGroupGets\x12\x1b.raftmq.v1.GroupGetsRequest\x1a\x1c.raftmq.v1.GroupGetsResponse\x12O\n" +
+	"\fGroupUnacked\x12\x1e.raftmq.v1.GroupUnackedRequest\x1a\x1f.raftmq.v1.GroupUnackedResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -1629,80 +1744,85 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_internal_proto_goTypes = []any{
 	(ForwardError)(0),             // 0: raftmq.v1.ForwardError
-	(*GroupGetsRequest)(nil),      // 1: raftmq.v1.GroupGetsRequest
-	(*GroupGetsResponse)(nil),     // 2: raftmq.v1.GroupGetsResponse
-	(*GroupQueuesRequest)(nil),    // 3: raftmq.v1.GroupQueuesRequest
-	(*GroupQueuesResponse)(nil),   // 4: raftmq.v1.GroupQueuesResponse
-	(*EffectsRequest)(nil),        // 5: raftmq.v1.EffectsRequest
-	(*EffectsMessage)(nil),        // 6: raftmq.v1.EffectsMessage
-	(*EffectsSync)(nil),           // 7: raftmq.v1.EffectsSync
-	(*SyncTimeout)(nil),           // 8: raftmq.v1.SyncTimeout
-	(*SyncChannel)(nil),           // 9: raftmq.v1.SyncChannel
-	(*RemoteDelivery)(nil),        // 10: raftmq.v1.RemoteDelivery
-	(*Effect)(nil),                // 11: raftmq.v1.Effect
-	(*ChannelTimeoutEffect)(nil),  // 12: raftmq.v1.ChannelTimeoutEffect
-	(*ConsumerTimeoutEffect)(nil), // 13: raftmq.v1.ConsumerTimeoutEffect
-	(*ClockRequest)(nil),          // 14: raftmq.v1.ClockRequest
-	(*ClockReading)(nil),          // 15: raftmq.v1.ClockReading
-	(*DirectReply)(nil),           // 16: raftmq.v1.DirectReply
-	(*DirectReplyResult)(nil),     // 17: raftmq.v1.DirectReplyResult
-	(*ForwardRequest)(nil),        // 18: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil),       // 19: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),              // 20: raftmq.v1.NodeMeta
-	(*GroupLead)(nil),             // 21: raftmq.v1.GroupLead
-	(*ChannelRef)(nil),            // 22: raftmq.v1.ChannelRef
-	(*QueueInfo)(nil),             // 23: raftmq.v1.QueueInfo
-	(*ConsumerInfo)(nil),          // 24: raftmq.v1.ConsumerInfo
-	(*ConsumerRef)(nil),           // 25: raftmq.v1.ConsumerRef
-	(*Properties)(nil),            // 26: raftmq.v1.Properties
-	(*Command)(nil),               // 27: raftmq.v1.Command
-	(*Result)(nil),                // 28: raftmq.v1.Result
+	(*GroupUnackedRequest)(nil),   // 1: raftmq.v1.GroupUnackedRequest
+	(*GroupUnackedResponse)(nil),  // 2: raftmq.v1.GroupUnackedResponse
+	(*GroupGetsRequest)(nil),      // 3: raftmq.v1.GroupGetsRequest
+	(*GroupGetsResponse)(nil),     // 4: raftmq.v1.GroupGetsResponse
+	(*GroupQueuesRequest)(nil),    // 5: raftmq.v1.GroupQueuesRequest
+	(*GroupQueuesResponse)(nil),   // 6: raftmq.v1.GroupQueuesResponse
+	(*EffectsRequest)(nil),        // 7: raftmq.v1.EffectsRequest
+	(*EffectsMessage)(nil),        // 8: raftmq.v1.EffectsMessage
+	(*EffectsSync)(nil),           // 9: raftmq.v1.EffectsSync
+	(*SyncTimeout)(nil),           // 10: raftmq.v1.SyncTimeout
+	(*SyncChannel)(nil),           // 11: raftmq.v1.SyncChannel
+	(*RemoteDelivery)(nil),        // 12: raftmq.v1.RemoteDelivery
+	(*Effect)(nil),                // 13: raftmq.v1.Effect
+	(*ChannelTimeoutEffect)(nil),  // 14: raftmq.v1.ChannelTimeoutEffect
+	(*ConsumerTimeoutEffect)(nil), // 15: raftmq.v1.ConsumerTimeoutEffect
+	(*ClockRequest)(nil),          // 16: raftmq.v1.ClockRequest
+	(*ClockReading)(nil),          // 17: raftmq.v1.ClockReading
+	(*DirectReply)(nil),           // 18: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil),     // 19: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),        // 20: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),       // 21: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),              // 22: raftmq.v1.NodeMeta
+	(*GroupLead)(nil),             // 23: raftmq.v1.GroupLead
+	(*ChannelRef)(nil),            // 24: raftmq.v1.ChannelRef
+	(*QueueInfo)(nil),             // 25: raftmq.v1.QueueInfo
+	(*ConsumerInfo)(nil),          // 26: raftmq.v1.ConsumerInfo
+	(*ConsumerRef)(nil),           // 27: raftmq.v1.ConsumerRef
+	(*Properties)(nil),            // 28: raftmq.v1.Properties
+	(*Command)(nil),               // 29: raftmq.v1.Command
+	(*Result)(nil),                // 30: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	22, // 0: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
-	23, // 1: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	24, // 2: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	7,  // 3: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
-	11, // 4: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
-	9,  // 5: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
-	8,  // 6: raftmq.v1.EffectsSync.timeouts:type_name -> raftmq.v1.SyncTimeout
-	11, // 7: raftmq.v1.SyncTimeout.effect:type_name -> raftmq.v1.Effect
-	22, // 8: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
-	25, // 9: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
-	10, // 10: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
-	25, // 11: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
-	26, // 12: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
-	10, // 13: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
-	25, // 14: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
-	12, // 15: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
-	13, // 16: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
-	22, // 17: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
-	25, // 18: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
-	26, // 19: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	27, // 20: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	28, // 21: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
-	0,  // 22: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	21, // 23: raftmq.v1.NodeMeta.leads:type_name -> raftmq.v1.GroupLead
-	18, // 24: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	16, // 25: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	14, // 26: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
-	5,  // 27: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
-	3,  // 28: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
-	1,  // 29: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
-	19, // 30: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	17, // 31: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	15, // 32: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
-	6,  // 33: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
-	4,  // 34: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
-	2,  // 35: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
-	30, // [30:36] is the sub-list for method output_type
-	24, // [24:30] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	24, // 0: raftmq.v1.GroupUnackedRequest.channel:type_name -> raftmq.v1.ChannelRef
+	24, // 1: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
+	25, // 2: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	26, // 3: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	9,  // 4: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
+	13, // 5: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
+	11, // 6: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
+	10, // 7: raftmq.v1.EffectsSync.timeouts:type_name -> raftmq.v1.SyncTimeout
+	13, // 8: raftmq.v1.SyncTimeout.effect:type_name -> raftmq.v1.Effect
+	24, // 9: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
+	27, // 10: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
+	12, // 11: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
+	27, // 12: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
+	28, // 13: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
+	12, // 14: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
+	27, // 15: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
+	14, // 16: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
+	15, // 17: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
+	24, // 18: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
+	27, // 19: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
+	28, // 20: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	29, // 21: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	30, // 22: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	0,  // 23: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
+	23, // 24: raftmq.v1.NodeMeta.leads:type_name -> raftmq.v1.GroupLead
+	20, // 25: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	18, // 26: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	16, // 27: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
+	7,  // 28: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
+	5,  // 29: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
+	3,  // 30: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
+	1,  // 31: raftmq.v1.Internal.GroupUnacked:input_type -> raftmq.v1.GroupUnackedRequest
+	21, // 32: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	19, // 33: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	17, // 34: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
+	8,  // 35: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
+	6,  // 36: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
+	4,  // 37: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
+	2,  // 38: raftmq.v1.Internal.GroupUnacked:output_type -> raftmq.v1.GroupUnackedResponse
+	32, // [32:39] is the sub-list for method output_type
+	25, // [25:32] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_internal_proto_init() }
@@ -1712,7 +1832,7 @@ func file_internal_proto_init() {
 	}
 	file_admin_proto_init()
 	file_command_proto_init()
-	file_internal_proto_msgTypes[10].OneofWrappers = []any{
+	file_internal_proto_msgTypes[12].OneofWrappers = []any{
 		(*Effect_Deliver)(nil),
 		(*Effect_Cancelled)(nil),
 		(*Effect_ChannelTimedOut)(nil),
@@ -1725,7 +1845,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

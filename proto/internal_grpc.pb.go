@@ -22,12 +22,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Internal_Forward_FullMethodName     = "/raftmq.v1.Internal/Forward"
-	Internal_Reply_FullMethodName       = "/raftmq.v1.Internal/Reply"
-	Internal_Clock_FullMethodName       = "/raftmq.v1.Internal/Clock"
-	Internal_Effects_FullMethodName     = "/raftmq.v1.Internal/Effects"
-	Internal_GroupQueues_FullMethodName = "/raftmq.v1.Internal/GroupQueues"
-	Internal_GroupGets_FullMethodName   = "/raftmq.v1.Internal/GroupGets"
+	Internal_Forward_FullMethodName      = "/raftmq.v1.Internal/Forward"
+	Internal_Reply_FullMethodName        = "/raftmq.v1.Internal/Reply"
+	Internal_Clock_FullMethodName        = "/raftmq.v1.Internal/Clock"
+	Internal_Effects_FullMethodName      = "/raftmq.v1.Internal/Effects"
+	Internal_GroupQueues_FullMethodName  = "/raftmq.v1.Internal/GroupQueues"
+	Internal_GroupGets_FullMethodName    = "/raftmq.v1.Internal/GroupGets"
+	Internal_GroupUnacked_FullMethodName = "/raftmq.v1.Internal/GroupUnacked"
 )
 
 // InternalClient is the client API for Internal service.
@@ -70,6 +71,14 @@ type InternalClient interface {
 	// shows or never commits). NOT_FOUND from a node that does not run the
 	// group.
 	GroupGets(ctx context.Context, in *GroupGetsRequest, opts ...grpc.CallOption) (*GroupGetsResponse, error)
+	// GroupUnacked reads, from a member of a queue group, which of a
+	// channel's deliveries the group's log still holds unacknowledged,
+	// once the member has applied an entry it proposed after the call
+	// began: a node that does not run the group asks it after a silence of
+	// its own, before it writes what it decided before, since the cluster
+	// may have declared it down meanwhile and given those deliveries to
+	// others. NOT_FOUND from a node that does not run the group.
+	GroupUnacked(ctx context.Context, in *GroupUnackedRequest, opts ...grpc.CallOption) (*GroupUnackedResponse, error)
 }
 
 type internalClient struct {
@@ -152,6 +161,16 @@ func (c *internalClient) GroupGets(ctx context.Context, in *GroupGetsRequest, op
 	return out, nil
 }
 
+func (c *internalClient) GroupUnacked(ctx context.Context, in *GroupUnackedRequest, opts ...grpc.CallOption) (*GroupUnackedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupUnackedResponse)
+	err := c.cc.Invoke(ctx, Internal_GroupUnacked_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -192,6 +211,14 @@ type InternalServer interface {
 	// shows or never commits). NOT_FOUND from a node that does not run the
 	// group.
 	GroupGets(context.Context, *GroupGetsRequest) (*GroupGetsResponse, error)
+	// GroupUnacked reads, from a member of a queue group, which of a
+	// channel's deliveries the group's log still holds unacknowledged,
+	// once the member has applied an entry it proposed after the call
+	// began: a node that does not run the group asks it after a silence of
+	// its own, before it writes what it decided before, since the cluster
+	// may have declared it down meanwhile and given those deliveries to
+	// others. NOT_FOUND from a node that does not run the group.
+	GroupUnacked(context.Context, *GroupUnackedRequest) (*GroupUnackedResponse, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -219,6 +246,9 @@ func (UnimplementedInternalServer) GroupQueues(context.Context, *GroupQueuesRequ
 }
 func (UnimplementedInternalServer) GroupGets(context.Context, *GroupGetsRequest) (*GroupGetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GroupGets not implemented")
+}
+func (UnimplementedInternalServer) GroupUnacked(context.Context, *GroupUnackedRequest) (*GroupUnackedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GroupUnacked not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -331,6 +361,24 @@ func _Internal_GroupGets_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_GroupUnacked_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupUnackedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).GroupUnacked(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_GroupUnacked_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).GroupUnacked(ctx, req.(*GroupUnackedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -353,6 +401,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GroupGets",
 			Handler:    _Internal_GroupGets_Handler,
+		},
+		{
+			MethodName: "GroupUnacked",
+			Handler:    _Internal_GroupUnacked_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

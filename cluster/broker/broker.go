@@ -152,6 +152,22 @@ func (b *Broker) Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) (out
 	return out
 }
 
+// FarUnacked reads, from a member of group's log when this node does not
+// run it, those of tags that the log holds as unacknowledged deliveries
+// of the channel after a Tick the member proposed during the call
+// (cluster's RemoteGroupUnacked); here is true for a log this node runs.
+func (b *Broker) FarUnacked(ctx context.Context, group uint32, ch *proto.ChannelRef, tags []uint64) (unacked []uint64, here bool, err error) {
+	if group == 0 {
+		return nil, true, nil
+	}
+	id := b.node.GroupID(group)
+	if b.node.ViewGroup(id, func(*fsm.Machine) {}) {
+		return nil, true, nil
+	}
+	unacked, err = b.node.RemoteGroupUnacked(ctx, id, ch, tags)
+	return unacked, false, err
+}
+
 // Gets returns the log tags of the basic.get deliveries that the applied
 // state of the log holding queue has as the channel's, and that log's
 // group number. A queue group this node does not run is read from a
