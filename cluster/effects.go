@@ -61,6 +61,14 @@ func (fs *forwardServer) Effects(req *proto.EffectsRequest, stream grpc.ServerSt
 		case <-ctx.Done():
 		}
 	}()
+	if req.GetFence() {
+		tctx, cancel := context.WithTimeout(ctx, groupGetsWait)
+		err := qg.tick(tctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	sub, sync := qg.g.FSM().Subscribe(req.GetNode(), maxEffectsBacklog)
 	defer sub.Close()
 	keep := effectsKeepalive(req.GetKeepaliveMs())
@@ -226,6 +234,11 @@ type effectsFollower struct {
 	// no longer holds was cancelled while the stream was down (its
 	// queue deleted, its delivery timed out), and its client is told.
 	consumers map[string]consumerAt
+
+	// syncedIn is the node's silence epoch when the last stream opened
+	// (follow's goroutine only): a stream opened in a later one asks the
+	// member to catch up with the log before its sync (fence).
+	syncedIn uint64
 }
 
 // consumerAt is a consumer of this node in a followed group.
@@ -394,8 +407,14 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 		}
 	}()
 	ask := effectsKeepalive(uint32((n.cfg.HeartbeatTimeout / 5).Milliseconds()))
+	// Every delivery of this stream goes on as decided in the epoch it
+	// opened in, and the stream ends at the node's next silence: what
+	// the member sent meanwhile is checked in the log before it is
+	// written, and the next stream starts from a sync the member takes
+	// once it caught up with the log.
+	opened := n.SilenceEpoch()
 	stream, err := proto.NewInternalClient(conn).Effects(ctx, &proto.EffectsRequest{Group: f.id, Node: n.cfg.NodeID,
-		KeepaliveMs: uint32(ask.Milliseconds())})
+		KeepaliveMs: uint32(ask.Milliseconds()), Fence: opened != f.syncedIn})
 	if err != nil {
 		return false, err
 	}
@@ -418,7 +437,9 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 	if ka := first.GetSync().GetKeepaliveMs(); ka > 0 {
 		silence.limit.Store(int64(effectsSilenceLimit(n.cfg.HeartbeatTimeout, time.Duration(ka)*time.Millisecond)))
 	}
-	f.sync(n.effects(), first.GetSync())
+	f.syncedIn = opened
+	sink := n.streamSink(opened)
+	f.sync(sink, first.GetSync())
 	for {
 		msg, err := recv()
 		if errors.Is(err, io.EOF) {
@@ -427,7 +448,10 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 		if err != nil {
 			return true, err
 		}
-		f.hand(n.effects(), msg.GetEffects())
+		f.hand(sink, msg.GetEffects())
+		if n.SilenceEpoch() != opened {
+			return true, errors.New("this node was silent since the stream opened")
+		}
 	}
 }
 

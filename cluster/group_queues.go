@@ -62,15 +62,22 @@ func (fs *forwardServer) tickGroup(ctx context.Context, id string, ch *proto.Cha
 	if ch == nil {
 		return status.Error(codes.InvalidArgument, "no channel named")
 	}
+	return qg.tick(ctx)
+}
+
+// tick returns once this node applied a Tick it proposed in the group
+// now; the error is a gRPC status.
+func (qg *queueGroup) tick(ctx context.Context) error {
 	tick := []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}
 	if _, err := qg.g.Submitter().SubmitBatch(ctx, tick); err != nil {
-		return status.Errorf(codes.Unavailable, "queue group %q: %v", id, err)
+		return status.Errorf(codes.Unavailable, "queue group %q: %v", qg.id, err)
 	}
 	return nil
 }
 
-// groupGetsWait bounds one member's answer to GroupGets or GroupUnacked, a Tick through
-// the group included: an election takes a second or two.
+// groupGetsWait bounds one member's answer to GroupGets or GroupUnacked,
+// and the Tick an effects stream's fence waits for: a Tick through the
+// group, which an election holds up for a second or two.
 const groupGetsWait = 5 * time.Second
 
 // RemoteGroupGets reads, from a member of queue group id (which this node

@@ -72,3 +72,26 @@ func (n *Node) effects() fsm.Sink {
 	}
 	return n.watch.Sink()
 }
+
+// streamSink is where the effects of a queue group's stream, opened when
+// the node was in silence epoch opened, go: the gate, each delivery as
+// decided no later than then (quorum.Watch.DeliverBy). A member keeps
+// sending what it decided for this node while the node is silent, and
+// what the node reads of it after its silence the log may have given to
+// others meanwhile.
+func (n *Node) streamSink(opened uint64) fsm.Sink {
+	sink := n.effects()
+	if n.watch == nil || sink == nil {
+		return sink
+	}
+	return streamSink{Sink: sink, watch: n.watch, opened: opened}
+}
+
+// streamSink is the gate for a stream opened in silence epoch opened.
+type streamSink struct {
+	fsm.Sink
+	watch  *quorum.Watch
+	opened uint64
+}
+
+func (s streamSink) Deliver(d *fsm.Delivery) { s.watch.DeliverBy(d, s.opened) }

@@ -404,11 +404,16 @@ func (x *GroupQueuesResponse) GetConsumers() []*ConsumerInfo {
 // the stream would otherwise have been silent that long: a member that
 // froze or was cut off closes nothing, and the node can tell its silence
 // from a quiet log only so. A member of a release before it ignores it.
+// fence asks the member to apply a Tick it proposes before it reads the
+// sync: a node asks so after a silence of its own, when the log may have
+// taken back what it held (declared it down) and a member that lags
+// behind the log would sync it what others were given since.
 type EffectsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
 	Node          string                 `protobuf:"bytes,2,opt,name=node" json:"node,omitempty"`
 	KeepaliveMs   uint32                 `protobuf:"varint,3,opt,name=keepalive_ms,json=keepaliveMs" json:"keepalive_ms,omitempty"`
+	Fence         bool                   `protobuf:"varint,4,opt,name=fence" json:"fence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -462,6 +467,13 @@ func (x *EffectsRequest) GetKeepaliveMs() uint32 {
 		return x.KeepaliveMs
 	}
 	return 0
+}
+
+func (x *EffectsRequest) GetFence() bool {
+	if x != nil {
+		return x.Fence
+	}
+	return false
 }
 
 // EffectsMessage is the sync (first message only) or a run of effects.
@@ -1626,11 +1638,12 @@ const file_internal_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"z\n" +
 	"\x13GroupQueuesResponse\x12,\n" +
 	"\x06queues\x18\x01 \x03(\v2\x14.raftmq.v1.QueueInfoR\x06queues\x125\n" +
-	"\tconsumers\x18\x02 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\"]\n" +
+	"\tconsumers\x18\x02 \x03(\v2\x17.raftmq.v1.ConsumerInfoR\tconsumers\"s\n" +
 	"\x0eEffectsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
-	"\fkeepalive_ms\x18\x03 \x01(\rR\vkeepaliveMs\"i\n" +
+	"\fkeepalive_ms\x18\x03 \x01(\rR\vkeepaliveMs\x12\x14\n" +
+	"\x05fence\x18\x04 \x01(\bR\x05fence\"i\n" +
 	"\x0eEffectsMessage\x12*\n" +
 	"\x04sync\x18\x01 \x01(\v2\x16.raftmq.v1.EffectsSyncR\x04sync\x12+\n" +
 	"\aeffects\x18\x02 \x03(\v2\x11.raftmq.v1.EffectR\aeffects\"\xae\x01\n" +

@@ -54,6 +54,21 @@ func (g *gate) Deliver(d *fsm.Delivery) {
 	}
 }
 
+// DeliverBy is the gate's Deliver for a delivery decided no later than
+// in silence epoch by, as one that came on a stream a member opened to
+// this node then: a silence of this node since makes it checked as one
+// decided before that silence (the log may have given it to others
+// meanwhile), whenever it arrives. A node without effects drops it.
+func (w *Watch) DeliverBy(d *fsm.Delivery, by uint64) {
+	g := w.gate
+	if g == nil {
+		return
+	}
+	if held, epoch := g.hold(heldEffect{deliver: d}); !held {
+		g.deliverIn(d, min(epoch, by))
+	}
+}
+
 func (g *gate) ConsumerCancelled(c *proto.ConsumerRef) {
 	if held, _ := g.hold(heldEffect{cancel: c}); !held {
 		g.next.ConsumerCancelled(c)

@@ -131,6 +131,28 @@ func TestGateSink_QueueGroupDeliveryHeldOverASilenceIsCheckedInItsOwnLog(t *test
 	}
 }
 
+// A delivery that came on a member's stream opened before a silence of
+// the node goes on as decided before it, even once the node caught up
+// and is no longer suspect: the member went on deciding for the node's
+// consumers while the node was silent, and the log may have given what
+// it sent to others since. One from a stream opened in the current epoch
+// goes on in it; one that arrives while the node is suspect is held.
+func TestDeliverBy_AStreamOpenedBeforeASilenceIsCheckedAfterIt(t *testing.T) {
+	w, _, rec, d := liveGate(time.Hour)
+	w.gen = 2
+	w.DeliverBy(d, 1)
+	w.DeliverBy(d, 2)
+	w.DeliverBy(d, 5)
+	if !slices.Equal(rec.epochs, []uint64{1, 2, 2}) {
+		t.Fatalf("handed on in epochs %v, want 1 (its stream's), 2, 2 (the node's)", rec.epochs)
+	}
+	w.suspect = true
+	w.DeliverBy(d, 1)
+	if len(rec.epochs) != 3 || len(w.held) != 1 {
+		t.Fatalf("while suspect: handed on %v, held %d", rec.epochs, len(w.held))
+	}
+}
+
 // orderRec records the tags of the deliveries handed on, and calls
 // during once, at the first: a queue group's apply running while the held
 // effects go out.
