@@ -5,6 +5,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -285,8 +286,15 @@ func (g *Gossip) Joins() bool {
 
 // Run joins the seeds, retrying until one answers, and joins them again
 // whenever this node finds itself alone (after a long partition
-// memberlist forgets the members it declared dead), until closing.
+// memberlist forgets the members it declared dead), until closing. Beside
+// it, reconnect reaches out to the members declared dead.
 func (g *Gossip) Run(closing <-chan struct{}) {
+	done := make(chan struct{})
+	defer func() { <-done }()
+	go func() {
+		defer close(done)
+		g.reconnect(closing)
+	}()
 	joined := false
 	for {
 		if seeds := g.joinSeeds(); g.list.NumMembers() <= 1 && len(seeds) > 0 {
@@ -309,6 +317,65 @@ func (g *Gossip) Run(closing <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// reconnect joins, one a round, the members this node holds dead, until
+// closing. memberlist neither probes nor (after GossipToTheDeadTime)
+// gossips to a member it declared dead, and a member that was cut off
+// but declared no one dead itself is not alone, so Run does not join
+// again for it: it hears that it was declared dead, and refutes it, only
+// at its next push-pull, up to PushPullInterval (30 s) after the cut
+// heals, and longer when its own view still holds the others suspect
+// (push-pull picks among the alive). A join is a push-pull with the dead
+// member: it learns it was declared dead and refutes it at once, and the
+// next round's join carries the refutation back even when the gossip
+// packets are still lost. A member that is really gone costs a refused
+// dial a round.
+func (g *Gossip) reconnect(closing <-chan struct{}) {
+	var last string
+	t := time.NewTicker(g.cfg.JoinRetryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-closing:
+			return
+		}
+		if g.leaving.Load() {
+			// A join would undo the leave.
+			return
+		}
+		id, addr := g.nextDead(last)
+		if addr == "" {
+			continue
+		}
+		last = id
+		if _, err := g.list.Join([]string{addr}); err != nil {
+			g.cfg.Logger.Debug("reconnect to a member declared dead failed", "member", id, "err", err)
+		}
+	}
+}
+
+// nextDead is the member declared dead (not one that left) after the one
+// named last, by id, wrapping around: each gets its turn.
+func (g *Gossip) nextDead(last string) (id, addr string) {
+	var dead []string
+	all := g.members.All()
+	for mid, m := range all {
+		if mid != g.cfg.NodeID && m.Health == HealthDead && m.Addr != "" {
+			dead = append(dead, mid)
+		}
+	}
+	if len(dead) == 0 {
+		return "", ""
+	}
+	slices.Sort(dead)
+	i, _ := slices.BinarySearch(dead, last)
+	if i < len(dead) && dead[i] == last {
+		i++
+	}
+	id = dead[i%len(dead)]
+	return id, all[id].Addr
 }
 
 // SetLeaving records that this node is leaving; Update gossips it.

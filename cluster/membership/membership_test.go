@@ -1,12 +1,16 @@
 package membership
 
 import (
+	"io"
+	"log"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/raftmq/raftmq/cluster/links"
 	"github.com/raftmq/raftmq/proto"
 	gproto "google.golang.org/protobuf/proto"
 )
@@ -107,4 +111,110 @@ func TestUnreachedAfter_OutlastsTheGapBetweenHeartbeatsThatGo(t *testing.T) {
 				c.hb, c.down, got, gap+c.hb/10, gap)
 		}
 	}
+}
+
+// A member cut off long enough for the others to declare it dead, which
+// itself declared no one dead, is alive to them again soon after the cut
+// heals. memberlist alone would tell it that it was declared dead only at
+// its next push-pull (here an hour away), and until then it is not
+// alone, so it does not join again; the others reach out to it.
+func TestGossip_AMemberDeclaredDeadIsAliveSoonAfterTheCutHeals(t *testing.T) {
+	fast := func(c *memberlist.Config) {
+		c.ProbeInterval = 50 * time.Millisecond
+		c.ProbeTimeout = 25 * time.Millisecond
+		c.SuspicionMult = 1
+		c.SuspicionMaxTimeoutMult = 1
+		c.GossipInterval = 20 * time.Millisecond
+		c.PushPullInterval = time.Hour
+		c.TCPTimeout = 500 * time.Millisecond
+		c.GossipToTheDeadTime = 50 * time.Millisecond
+	}
+	// The one cut off takes minutes to declare anyone dead.
+	slow := func(c *memberlist.Config) {
+		fast(c)
+		c.SuspicionMult = 10000
+	}
+	type node struct {
+		id string
+		g  *Gossip
+		l  *links.Links
+	}
+	closing := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		close(closing)
+		wg.Wait()
+	})
+	start := func(id string, tune func(*memberlist.Config), join []string) node {
+		l := links.New()
+		g := New(Config{
+			NodeID:            id,
+			DataDir:           t.TempDir(),
+			GossipAddr:        "127.0.0.1:0",
+			Join:              join,
+			JoinRetryInterval: 50 * time.Millisecond,
+			Tune:              tune,
+			Transport:         func(tr memberlist.Transport) memberlist.Transport { return links.Gossip(tr, l) },
+			Logger:            slog.New(slog.DiscardHandler),
+			MemberlistLogger:  log.New(io.Discard, "", 0),
+			Changed:           func() {},
+		})
+		if err := g.Start("127.0.0.1:1"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Shutdown)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.Run(closing)
+		}()
+		return node{id: id, g: g, l: l}
+	}
+	a := start("a", slow, nil)
+	b := start("b", fast, []string{a.g.Addr()})
+	c := start("c", fast, []string{a.g.Addr()})
+	nodes := []node{a, b, c}
+	health := func(of node, id string) string {
+		m, _ := of.g.Members().Get(id)
+		return m.Health
+	}
+	waitFor := func(what string, within time.Duration, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, within)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	allAlive := func() bool {
+		for _, n := range nodes {
+			for _, o := range nodes {
+				if o.id != n.id && health(n, o.id) != HealthAlive {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	waitFor("every member alive to every other", 10*time.Second, allAlive)
+
+	a.l.Block(b.g.Addr(), c.g.Addr())
+	b.l.Block(a.g.Addr())
+	c.l.Block(a.g.Addr())
+	waitFor("a dead to b and c", 10*time.Second, func() bool {
+		return health(b, "a") == HealthDead && health(c, "a") == HealthDead
+	})
+	// The cut outlasts the death by far more than b and c retransmit it
+	// (a few gossip rounds) and gossip to the dead: after it, nothing b
+	// and c send on their own tells a what they hold.
+	time.Sleep(time.Second)
+	if h := health(a, "b") + "/" + health(a, "c"); h != HealthAlive+"/"+HealthAlive {
+		t.Fatalf("a declared b/c %s: the test needs a that declared no one dead", h)
+	}
+	for _, n := range nodes {
+		n.l.Heal()
+	}
+	waitFor("every member alive to every other after the cut", 5*time.Second, allAlive)
 }
