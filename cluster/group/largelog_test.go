@@ -3,9 +3,12 @@ package group
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -451,5 +454,92 @@ func TestLargeEntries_InABoltLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameLog(t, &got, want)
+	}
+}
+
+// readCounter counts the reads made of a file.
+type readCounter struct {
+	r     io.ReaderAt
+	reads int
+}
+
+func (c *readCounter) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return c.r.ReadAt(p, off)
+}
+
+// A sealed segment's records are sized from its index block: a few reads
+// whatever it holds, where a scan of its frame headers reads each. The
+// two agree on which records are oversized.
+func TestSegmentOversized_ReadsASealedSegmentsIndex(t *testing.T) {
+	dataDir := t.TempDir()
+	// 500 small entries, then one over raft-wal's limit, which seals
+	// their segment, and one more in the next.
+	var logs []*raft.Log
+	add := func(data []byte) {
+		logs = append(logs, &raft.Log{Index: uint64(len(logs) + 1), Term: 1, Type: raft.LogCommand, Data: data})
+	}
+	for i := range 500 {
+		add([]byte(fmt.Sprint("small ", i)))
+	}
+	add(patterned(overWAL, 5))
+	add([]byte("after"))
+	writeOldWAL(t, dataDir, logs)
+	dir := filepath.Join(dataDir, walDir)
+	meta := &metadb.BoltMetaDB{}
+	state, err := meta.Load(dir)
+	meta.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := 0
+	for _, si := range state.Segments {
+		path := filepath.Join(dir, fmt.Sprintf("%020d-%016x.wal", si.BaseIndex, si.ID))
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		scanned, indexed := map[uint64]walFrame{}, map[uint64]walFrame{}
+		if err := scanFrames(f, path, si.BaseIndex, st.Size(), scanned); err != nil {
+			t.Fatal(err)
+		}
+		c := &readCounter{r: f}
+		if err := segmentOversized(c, path, si, st.Size(), indexed); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if !reflect.DeepEqual(scanned, indexed) {
+			t.Errorf("segment %d: index finds %v, the scan %v", si.ID, indexed, scanned)
+		}
+		if si.SealTime.IsZero() {
+			continue
+		}
+		sealed++
+		// The header, the index frame and its block, and each oversized
+		// record's frame header.
+		if max := 3 + len(indexed); c.reads > max {
+			t.Errorf("sealed segment %d (%d entries): %d reads, want at most %d", si.ID, si.MaxIndex-si.BaseIndex+1, c.reads, max)
+		}
+		// An index frame that is not where the metadata says, or an
+		// index naming no entry frame: the frames are scanned.
+		file, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, at := range map[string]int64{"index frame": int64(si.IndexStart) - walFrameHeader, "index entry": int64(si.IndexStart) + 4} {
+			damaged := bytes.Clone(file)
+			copy(damaged[at:], []byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
+			got := map[uint64]walFrame{}
+			if err := segmentOversized(bytes.NewReader(damaged), path, si, st.Size(), got); err != nil {
+				t.Fatalf("%s damaged: %v", what, err)
+			}
+			if !reflect.DeepEqual(got, scanned) {
+				t.Errorf("%s damaged: %v, the scan %v", what, got, scanned)
+			}
+		}
+	}
+	if sealed == 0 {
+		t.Fatal("no sealed segment to read")
 	}
 }
