@@ -140,9 +140,14 @@ func (s *Store) ReadBodies(r io.Reader, keys []Key) (err error) {
 // node that appends the stream to a snapshot states the snapshot's size
 // before sending it.
 func StreamLen(live []Live) int64 {
-	n := int64(len(streamMagic) + 8)
+	var total int64
 	for _, l := range live {
-		n += recHeader + int64(l.Size)
+		total += int64(l.Size)
 	}
-	return n
+	return StreamLenOf(int64(len(live)), total)
+}
+
+// StreamLenOf is StreamLen of count bodies whose sizes add up to total.
+func StreamLenOf(count, total int64) int64 {
+	return int64(len(streamMagic)+8) + count*recHeader + total
 }

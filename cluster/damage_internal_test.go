@@ -119,6 +119,25 @@ func sealWithoutIndex(t *testing.T, dir string, more bool) string {
 	return filepath.Join(dir, fmt.Sprintf("%020d-%016x.wal", sealed.BaseIndex, sealed.ID))
 }
 
+// snapshotNow has a node take a snapshot.
+func snapshotNow(t *testing.T) func(n *Node) {
+	return func(n *Node) {
+		if err := n.group.Raft().Snapshot().Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// snapshotState is the state file of the snapshot in dir.
+func snapshotState(t *testing.T, dir string) string {
+	t.Helper()
+	states, err := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+	if err != nil || len(states) == 0 {
+		t.Fatalf("no snapshot state in %s: %v", dir, err)
+	}
+	return states[0]
+}
+
 // TestStart_DamagedDataIsAnError checks that a node whose log, meta
 // database or snapshots cannot be read fails to start with a *DataError
 // naming the file and the recovery procedure, instead of panicking (raft
@@ -154,17 +173,25 @@ func TestStart_DamagedDataIsAnError(t *testing.T) {
 			garbage(path)
 			return path
 		}},
-		{"snapshot state damaged", LogStoreWAL, func(n *Node) {
-			if err := n.group.Raft().Snapshot().Error(); err != nil {
+		{"snapshot state damaged", LogStoreWAL, snapshotNow(t), func(t *testing.T, dir string) string {
+			state := snapshotState(t, dir)
+			garbage(state)
+			return filepath.Dir(state)
+		}},
+		// Only the snapshot's sum tells: the state reads as before.
+		{"snapshot state with a byte more", LogStoreWAL, snapshotNow(t), func(t *testing.T, dir string) string {
+			state := snapshotState(t, dir)
+			f, err := os.OpenFile(state, os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				_, err = f.Write([]byte{0})
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
-		}, func(t *testing.T, dir string) string {
-			states, err := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
-			if err != nil || len(states) == 0 {
-				t.Fatalf("no snapshot state in %s: %v", dir, err)
-			}
-			garbage(states[0])
-			return filepath.Dir(states[0])
+			return filepath.Dir(state)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,7 +211,11 @@ func TestStart_DamagedDataIsAnError(t *testing.T) {
 			if !strings.Contains(de.Path, file) {
 				t.Errorf("error names %q, want %q", de.Path, file)
 			}
-			for _, want := range []string{file, "move its data dir aside", RecoveryDoc} {
+			wants := []string{file, "move its data dir aside", RecoveryDoc}
+			if strings.Contains(c.name, "byte more") {
+				wants = append(wants, "CRC mismatch")
+			}
+			for _, want := range wants {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not say %q", err, want)
 				}

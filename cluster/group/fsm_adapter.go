@@ -264,13 +264,25 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	f.cancelRelocation()
 	sr := &snapshotReader{r: bufio.NewReaderSize(rc, 64<<10)}
-	state, framed, err := sr.state()
+	checked := checkedOf(rc)
+	var sizeHint int64
+	if checked != nil {
+		sizeHint = checked.stateSize()
+	}
+	state, framed, err := sr.state(sizeHint)
 	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
 	m := fsm.New()
 	if err := m.RestoreBytes(state); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	// The file's sum, taken beside this read (snapopen.go), before a body
+	// is stored or the state taken.
+	if checked != nil {
+		if err := checked.verify(); err != nil {
+			return fmt.Errorf("cluster: restore: %w", err)
+		}
 	}
 	if framed {
 		if err := f.restoreBodies(sr, m.AppliedIndex()); err != nil {
@@ -288,6 +300,21 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	// are free now: as large as the state, or twice.
 	f.returnMemory()
 	return nil
+}
+
+// checkedOf is the snapshot reader under rc if it is one whose sum a
+// restore checks; raft hands Restore its reader wrapped in a counter.
+func checkedOf(rc io.Reader) checkedSnapshot {
+	for {
+		switch r := rc.(type) {
+		case checkedSnapshot:
+			return r
+		case interface{ WrappedReadCloser() io.ReadCloser }:
+			rc = r.WrappedReadCloser()
+		default:
+			return nil
+		}
+	}
 }
 
 func (f *FSM) restoreBodies(sr *snapshotReader, index uint64) error {

@@ -194,13 +194,17 @@ func (s *snapshotReader) chunks(w io.Writer) error {
 }
 
 // state returns the state machine's snapshot bytes and whether the file
-// is in the framed format.
-func (s *snapshotReader) state() ([]byte, bool, error) {
+// is in the framed format; sizeHint, when known, bounds their length (a
+// buffer grown by doubling copies a large state several times over).
+func (s *snapshotReader) state(sizeHint int64) ([]byte, bool, error) {
 	framed, err := s.framed()
 	if err != nil {
 		return nil, framed, err
 	}
 	var out bytes.Buffer
+	if sizeHint > 0 && sizeHint <= maxStateHint {
+		out.Grow(int(sizeHint))
+	}
 	if !framed {
 		_, err = io.Copy(&out, s.r)
 	} else {
@@ -208,6 +212,10 @@ func (s *snapshotReader) state() ([]byte, bool, error) {
 	}
 	return out.Bytes(), framed, err
 }
+
+// maxStateHint bounds the buffer a restore allocates up front for the
+// state: 4 GiB.
+const maxStateHint = 1 << 32
 
 // maxListedUpFront bounds the list of bodies a restore allocates before
 // reading them: 4,194,304 (64 MiB).
@@ -256,12 +264,6 @@ func (s *snapshotReader) follow() (bool, [tokenLen]byte, error) {
 	return false, tok, errSnapshotFraming
 }
 
-// bodySectionSize is the length of the bodies appended for live: raft
-// sends a snapshot's size ahead of it.
-func bodySectionSize(live []bodies.Live) int64 {
-	return 1 + tokenLen + bodies.StreamLen(live)
-}
-
 // bodiesSnapshots is the node's snapshot store, opening a node's own
 // snapshot with its bodies appended (read lazily from the body store as
 // raft reads the stream), so that a follower that installs it has them.
@@ -273,58 +275,43 @@ type bodiesSnapshots struct {
 }
 
 func (s *bodiesSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
-	meta, rc, err := s.SnapshotStore.Open(id)
+	meta, f, err := s.SnapshotStore.openFile(id)
 	if err != nil {
-		return meta, rc, err
+		return nil, nil, err
 	}
-	// A first pass finds the named bodies and whether the file already
-	// carries them (one received from a leader, or written before bodies
-	// left the state); the second is what raft reads.
-	sr := &snapshotReader{r: bufio.NewReaderSize(rc, 64<<10)}
-	framed, live, follow, err := sr.skim()
-	rc.Close()
+	// The framing says where the named bodies are listed and whether the
+	// file already carries them (one received from a leader, or written
+	// before bodies left the state).
+	framed, listing, follow, err := skimFile(f.f, f.size)
 	if err != nil {
+		f.Close()
 		err = fmt.Errorf("cluster: snapshot %s: %w", id, err)
 		s.Fail(id, err)
 		return nil, nil, err
 	}
-	meta, rc, err = s.SnapshotStore.Open(id)
-	if err != nil || !framed || follow {
-		return meta, rc, err
+	if !framed || follow {
+		return meta, f.stream(), nil
 	}
 	own := meta.Size - 1 // the file without its bodiesNone byte
 	m := *meta
-	m.Size = own + bodySectionSize(live)
+	m.Size = own + 1 + tokenLen + listing.streamLen
 	// The bodies must outlast the send: no Retain of a newer snapshot
 	// deletes them or lets the log go until the reader is closed.
-	return &m, &withBodies{file: rc, head: io.LimitReader(rc, own), live: live, store: s.store, token: s.token,
+	return &m, &withBodies{file: f, head: f.section(0, own), listing: listing, store: s.store, token: s.token,
 		release: s.store.Hold()}, nil
 }
 
-// skim reads a snapshot file through, keeping only the named bodies.
-func (s *snapshotReader) skim() (framed bool, live []bodies.Live, follow bool, err error) {
-	if framed, err = s.framed(); !framed || err != nil {
-		return framed, nil, false, err
-	}
-	if err = s.chunks(io.Discard); err != nil {
-		return true, nil, false, err
-	}
-	if live, err = s.bodyList(); err != nil {
-		return true, nil, false, err
-	}
-	follow, _, err = s.follow()
-	return true, live, follow, err
-}
-
 // withBodies is a node's own snapshot file followed by the bodies it
-// names: the marker and token come first, and the bodies are read from
-// the store only once a reader goes past them (a follower being sent the
-// snapshot; a restore on this node stops at the token).
+// names: the marker and token come first, and the bodies are listed and
+// read from the store only once a reader goes past them (a follower being
+// sent the snapshot; a restore on this node stops at the token). The
+// file's sum is checked before the marker: a damaged file ends the send
+// there, and the follower's install with it.
 type withBodies struct {
-	file    io.Closer
+	file    *snapshotFile
 	head    io.Reader
 	mark    []byte
-	live    []bodies.Live
+	listing bodyListing
 	store   *bodies.Store
 	token   [tokenLen]byte
 	release func()
@@ -338,6 +325,9 @@ func (w *withBodies) Read(p []byte) (int, error) {
 		case 0:
 			n, err := w.head.Read(p)
 			if err == io.EOF {
+				if verr := w.file.verify(); verr != nil {
+					return n, verr
+				}
 				w.state = 1
 				w.mark = append([]byte{bodiesFollow}, w.token[:]...)
 				if n > 0 {
@@ -352,15 +342,23 @@ func (w *withBodies) Read(p []byte) (int, error) {
 				w.mark = w.mark[n:]
 				return n, nil
 			}
+			sr := &snapshotReader{r: w.file.section(w.listing.at, w.file.size-w.listing.at)}
+			live, err := sr.bodyList()
+			if err != nil {
+				return 0, err
+			}
 			w.state = 2
 			pr, pw := io.Pipe()
 			w.pr = pr
-			go func() { pw.CloseWithError(w.store.WriteBodies(pw, keysOf(w.live))) }()
+			go func() { pw.CloseWithError(w.store.WriteBodies(pw, keysOf(live))) }()
 		default:
 			return w.pr.Read(p)
 		}
 	}
 }
+
+func (w *withBodies) verify() error    { return w.file.verify() }
+func (w *withBodies) stateSize() int64 { return w.listing.at }
 
 func (w *withBodies) Close() error {
 	if w.pr != nil {

@@ -51,8 +51,18 @@ func (s *SnapshotStore) List() ([]*raft.SnapshotMeta, error) {
 }
 
 // Open is raft's, refusing a snapshot being shrunk and counting the
-// readers of the others, which are not shrunk while read.
+// readers of the others, which are not shrunk while read; the file's
+// checksum is taken as it is read (snapopen.go).
 func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, f, err := s.openFile(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return meta, f.stream(), nil
+}
+
+// openFile opens snapshot id for Open, its sum started.
+func (s *SnapshotStore) openFile(id string) (*raft.SnapshotMeta, *snapshotFile, error) {
 	s.mu.Lock()
 	if s.reaping[id] {
 		s.mu.Unlock()
@@ -63,13 +73,13 @@ func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	}
 	s.readers[id]++
 	s.mu.Unlock()
-	meta, rc, err := s.SnapshotStore.Open(id)
+	meta, f, err := openSnapshotFile(s.dir, id, func(err error) { s.Fail(id, err) }, func() { s.closeReader(id) })
 	if err != nil {
 		s.closeReader(id)
 		s.Fail(id, err)
 		return nil, nil, err
 	}
-	return meta, &countedReader{ReadCloser: rc, done: func() { s.closeReader(id) }}, nil
+	return meta, f, nil
 }
 
 func (s *SnapshotStore) closeReader(id string) {
@@ -78,22 +88,6 @@ func (s *SnapshotStore) closeReader(id string) {
 	if s.readers[id]--; s.readers[id] <= 0 {
 		delete(s.readers, id)
 	}
-}
-
-// countedReader tells its store when it is closed.
-type countedReader struct {
-	io.ReadCloser
-	done func()
-	once bool
-}
-
-func (r *countedReader) Close() error {
-	err := r.ReadCloser.Close()
-	if !r.once {
-		r.once = true
-		r.done()
-	}
-	return err
 }
 
 // reap starts shrinking the snapshots raft is no longer shown, unless a
