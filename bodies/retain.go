@@ -168,7 +168,7 @@ func (s *Store) relocate(live []Live, claimed []bool, truncateTo uint64) (_ []*f
 		if !slices.Contains(runClaimed, false) {
 			continue
 		}
-		data, err := s.entry(index, false)
+		data, _, err := s.entry(index, false)
 		if errors.Is(err, raft.ErrLogNotFound) {
 			for r := range run {
 				if !runClaimed[r] {

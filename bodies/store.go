@@ -297,11 +297,16 @@ func (s *Store) inFile(k Key, activeOnly bool) bool {
 // whether an entry read from the log joins it. The body aliases the
 // entry's data.
 func (s *Store) getLog(k Key, cached bool) ([]byte, error) {
-	data, err := s.entry(k.Index, cached)
+	data, c, err := s.entry(k.Index, cached)
 	if err != nil {
 		return nil, err
 	}
-	b, err := entryBody(data, k.Pos)
+	var b []byte
+	if c != nil {
+		b, err = c.body(k.Pos)
+	} else {
+		b, err = entryBody(data, k.Pos)
+	}
 	if errors.Is(err, errNotPublish) || errors.Is(err, errNoCommand) {
 		// No state holds such a key; if one does, its body is missing.
 		return nil, fmt.Errorf("%w: %v: log entry %d: %v", ErrMissing, k, k.Index, err)
@@ -312,27 +317,28 @@ func (s *Store) getLog(k Key, cached bool) ([]byte, error) {
 	return b, nil
 }
 
-// entry is the data of the command entry at index, as it was appended.
-func (s *Store) entry(index uint64, cached bool) ([]byte, error) {
-	if data, ok := s.cache.get(index); ok {
+// entry is the data of the command entry at index, as it was appended,
+// and its place in the cache (nil when it is not cached).
+func (s *Store) entry(index uint64, cache bool) ([]byte, *cached, error) {
+	if c, ok := s.cache.get(index); ok {
 		s.stats.cacheHits.Add(1)
-		return data, nil
+		return c.data, c, nil
 	}
 	var l raft.Log
 	s.stats.logReads.Add(1)
 	if err := s.logs.GetLog(index, &l); err != nil {
 		if errors.Is(err, raft.ErrLogNotFound) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("bodies: read log entry %d: %w", index, err)
+		return nil, nil, fmt.Errorf("bodies: read log entry %d: %w", index, err)
 	}
 	if l.Type != raft.LogCommand {
-		return nil, fmt.Errorf("bodies: log entry %d is a %v, not a command", index, l.Type)
+		return nil, nil, fmt.Errorf("bodies: log entry %d is a %v, not a command", index, l.Type)
 	}
-	if cached {
-		s.cache.put(index, l.Data)
+	if cache {
+		return l.Data, s.cache.put(index, l.Data), nil
 	}
-	return l.Data, nil
+	return l.Data, nil, nil
 }
 
 // Has says whether Get(k) would find a body.
