@@ -289,8 +289,13 @@ func (s *bodiesSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, er
 		s.Fail(id, err)
 		return nil, nil, err
 	}
-	if !framed || follow {
-		return meta, f.stream(), nil
+	switch {
+	case !framed:
+		return meta, f.stream(f.size), nil
+	case follow:
+		// The state is what comes before the list; the bodies after it
+		// may be gigabytes.
+		return meta, f.stream(listing.at), nil
 	}
 	own := meta.Size - 1 // the file without its bodiesNone byte
 	m := *meta

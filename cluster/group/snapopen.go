@@ -149,8 +149,9 @@ func (s *snapshotFile) section(off, n int64) *bufio.Reader {
 }
 
 // stream is the whole file, to be read through: its end is the sum's.
-func (s *snapshotFile) stream() io.ReadCloser {
-	return &checkedStream{r: s.section(0, s.size), file: s}
+// stateSize bounds the state machine's part of it, 0 if not known.
+func (s *snapshotFile) stream(stateSize int64) io.ReadCloser {
+	return &checkedStream{r: s.section(0, s.size), file: s, state: stateSize}
 }
 
 // checkedSnapshot is a snapshot reader whose file's sum a restore checks
@@ -164,8 +165,9 @@ type checkedSnapshot interface {
 
 // checkedStream is a snapshot file read through, the sum checked at its end.
 type checkedStream struct {
-	r    io.Reader
-	file *snapshotFile
+	r     io.Reader
+	file  *snapshotFile
+	state int64
 }
 
 func (c *checkedStream) Read(p []byte) (int, error) {
@@ -180,7 +182,7 @@ func (c *checkedStream) Read(p []byte) (int, error) {
 
 func (c *checkedStream) Close() error     { return c.file.Close() }
 func (c *checkedStream) verify() error    { return c.file.verify() }
-func (c *checkedStream) stateSize() int64 { return c.file.size }
+func (c *checkedStream) stateSize() int64 { return c.state }
 
 // bodyListing is where a framed snapshot lists the bodies it names, and
 // what the stream of those bodies (bodies.Store.WriteBodies) will take.

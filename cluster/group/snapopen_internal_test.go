@@ -243,6 +243,15 @@ func TestRestore_ChecksTheSumOfASnapshotThatCarriesItsBodies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The restore's buffer is sized for the state, not for the
+		// bodies that follow it.
+		stateBytes, _, err := (&snapshotReader{r: bufioOf(sent)}).state(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := checkedOf(rc); c == nil || c.stateSize() < int64(len(stateBytes)) || c.stateSize() >= int64(len(sent))-int64(len(keys))*relocBody {
+			t.Fatalf("state size hint %v for a state of %d bytes in a snapshot of %d", c, len(stateBytes), len(sent))
+		}
 		err = r.f.Restore(rc)
 		if !damaged {
 			if err != nil {

@@ -58,7 +58,7 @@ func (s *SnapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	return meta, f.stream(), nil
+	return meta, f.stream(0), nil
 }
 
 // openFile opens snapshot id for Open, its sum started.
