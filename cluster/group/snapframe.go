@@ -223,25 +223,38 @@ const maxListedUpFront = 1 << 22
 
 // bodyList reads the named bodies.
 func (s *snapshotReader) bodyList() ([]bodies.Live, error) {
+	var out []bodies.Live
+	err := s.eachListed(func(n uint64) {
+		// Sized from the count up to a bound, so that a damaged count
+		// fails at the end of the file rather than in the allocation.
+		out = make([]bodies.Live, 0, min(n, maxListedUpFront))
+	}, func(l bodies.Live) { out = append(out, l) })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachListed reads the list of named bodies: count is told how many the
+// list says, then each is given to fn.
+func (s *snapshotReader) eachListed(count func(uint64), fn func(bodies.Live)) error {
 	var b [keyLen]byte
 	if _, err := io.ReadFull(s.r, b[:8]); err != nil {
-		return nil, errSnapshotFraming
+		return errSnapshotFraming
 	}
 	n := binary.BigEndian.Uint64(b[:8])
-	// Sized from the count up to a bound, so that a damaged count fails
-	// at the end of the file rather than in the allocation.
-	out := make([]bodies.Live, 0, min(n, maxListedUpFront))
+	count(n)
 	for range n {
 		if _, err := io.ReadFull(s.r, b[:]); err != nil {
-			return nil, errSnapshotFraming
+			return errSnapshotFraming
 		}
-		out = append(out, bodies.Live{
+		fn(bodies.Live{
 			Index: binary.BigEndian.Uint64(b[:8]),
 			Pos:   binary.BigEndian.Uint32(b[8:12]),
 			Size:  binary.BigEndian.Uint32(b[12:16]),
 		})
 	}
-	return out, nil
+	return nil
 }
 
 // follow reads the byte that says whether bodies follow, and the token

@@ -195,20 +195,11 @@ type bodyListing struct {
 // its list of bodies is, and whether bodies follow the list. It reads the
 // chunks' lengths and the list, not the state.
 func skimFile(r io.ReaderAt, size int64) (framed bool, l bodyListing, follow bool, err error) {
-	var hdr [5]byte
-	if n, _ := r.ReadAt(hdr[:], 0); n < len(snapFrameMagic) {
-		return false, l, false, errors.New("cluster: snapshot too short")
+	head := &snapshotReader{r: bufio.NewReaderSize(io.NewSectionReader(r, 0, size), 16)}
+	if framed, err = head.framed(); !framed || err != nil {
+		return framed, l, false, err
 	}
-	if string(hdr[:len(snapFrameMagic)]) != snapFrameMagic {
-		return false, l, false, nil
-	}
-	if size < int64(len(hdr)) {
-		return true, l, false, errSnapshotFraming
-	}
-	if hdr[4] != snapFrameVersion {
-		return true, l, false, fmt.Errorf("cluster: snapshot framing version %d, this version reads %d: written by a newer version", hdr[4], snapFrameVersion)
-	}
-	off := int64(len(hdr))
+	off := int64(len(snapFrameMagic) + 1) // the magic and the version
 	for {
 		var h [4]byte
 		if _, err := r.ReadAt(h[:], off); err != nil {
@@ -226,28 +217,15 @@ func skimFile(r io.ReaderAt, size int64) (framed bool, l bodyListing, follow boo
 	}
 	l.at = off
 	sr := &snapshotReader{r: bufio.NewReaderSize(io.NewSectionReader(r, off, size-off), 64<<10)}
-	count, total, err := sr.bodySizes()
+	var count, total int64
+	err = sr.eachListed(func(n uint64) {}, func(b bodies.Live) {
+		count++
+		total += int64(b.Size)
+	})
 	if err != nil {
 		return true, l, false, err
 	}
 	l.streamLen = bodies.StreamLenOf(count, total)
 	follow, _, err = sr.follow()
 	return true, l, follow, err
-}
-
-// bodySizes reads the list of named bodies as bodyList does, keeping
-// only their count and the sum of their sizes.
-func (s *snapshotReader) bodySizes() (count, total int64, err error) {
-	var b [keyLen]byte
-	if _, err := io.ReadFull(s.r, b[:8]); err != nil {
-		return 0, 0, errSnapshotFraming
-	}
-	n := binary.BigEndian.Uint64(b[:8])
-	for range n {
-		if _, err := io.ReadFull(s.r, b[:]); err != nil {
-			return 0, 0, errSnapshotFraming
-		}
-		total += int64(binary.BigEndian.Uint32(b[12:16]))
-	}
-	return int64(n), total, nil
 }
