@@ -46,6 +46,14 @@ type logCache struct {
 	// append at or below last, the highest index appended. An append
 	// above it changes no entry a read may have raced with.
 	rewrites, last uint64
+	// quiet lets the cache go once the log has stood still for
+	// quietFor (letGo); quietGen is gen when it was armed.
+	quiet    *time.Timer
+	quietFor time.Duration
+	quietGen uint64
+	// giveBack is told that the log went quiet and how many bytes the
+	// cache let go of.
+	giveBack func(freed int64)
 }
 
 // readEntry is an entry of logCache.recent and when it was last read.
@@ -68,8 +76,18 @@ const (
 // message at 500,000 queued. A follower further behind reads from disk.
 const logCacheBytes = 16 << 20
 
+// quietFor is how long a log takes no append before its cache lets go of
+// all but its last entry. Once a burst ends every live follower has the
+// entries (a follower behind reads them from the store anyway) and the
+// body store has read what it delivers at once; what a backlog's
+// consumer reads later is long out of a 16 MiB window. Kept, the window
+// is resident memory a quiet node holds for nothing, twice over once the
+// collector's headroom is counted: 60 bytes a message at 500,000 queued.
+const quietFor = 2 * time.Second
+
 func newLogCache(capacity int, budget int64, store raft.LogStore) *logCache {
-	return &logCache{LogStore: store, budget: budget, slots: make([]*raft.Log, capacity), now: time.Now}
+	return &logCache{LogStore: store, budget: budget, slots: make([]*raft.Log, capacity), now: time.Now,
+		quietFor: quietFor}
 }
 
 func (c *logCache) slot(index uint64) **raft.Log {
@@ -212,7 +230,57 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 			}
 		}
 	}
+	if c.quiet == nil && c.bytes > 0 {
+		// One timer a quietFor while appends go on, none while quiet.
+		c.quietGen = c.gen
+		c.quiet = time.AfterFunc(c.quietFor, c.letGo)
+	}
 	return nil
+}
+
+// letGo runs quietFor after the cache was armed: if nothing was appended
+// since, it drops every entry but the last (a leader reads its term for
+// each append it sends) and tells giveBack what it freed, nothing
+// included; otherwise it looks again quietFor later.
+func (c *logCache) letGo() {
+	c.mu.Lock()
+	if c.quiet == nil {
+		c.mu.Unlock()
+		return // stopped
+	}
+	if c.gen != c.quietGen {
+		c.quietGen = c.gen
+		c.quiet = time.AfterFunc(c.quietFor, c.letGo)
+		c.mu.Unlock()
+		return
+	}
+	c.quiet = nil
+	before := c.bytes
+	var last *raft.Log
+	if l := *c.slot(c.last); l != nil && l.Index == c.last {
+		last = l
+	}
+	clear(c.slots)
+	c.bytes = 0
+	if last != nil {
+		*c.slot(last.Index) = last
+		c.bytes = int64(len(last.Data))
+	}
+	freed, giveBack := before-c.bytes, c.giveBack
+	c.mu.Unlock()
+	if giveBack != nil {
+		giveBack(freed)
+	}
+}
+
+// stop drops the pending look at a quiet log: the log is closing.
+func (c *logCache) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quiet != nil {
+		c.quiet.Stop()
+		c.quiet = nil
+	}
 }
 
 func (c *logCache) DeleteRange(min, max uint64) error {

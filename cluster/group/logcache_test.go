@@ -1,6 +1,8 @@
 package group
 
 import (
+	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -157,4 +159,115 @@ func TestLogCache_KeepsALargeEntryReadLatelyWhileItIsRead(t *testing.T) {
 	if !cached(3) {
 		t.Fatal("a read after the rewrite was not kept")
 	}
+}
+
+// A log that takes no append for quietFor has its cache let go of all
+// but its last entry, and the bytes it freed reported; one still
+// appended to keeps its cache and looks again later.
+func TestLogCache_LetsGoOfItsEntriesWhenTheLogIsQuiet(t *testing.T) {
+	store := &countingStore{InmemStore: raft.NewInmemStore()}
+	c := newLogCache(8, 1<<20, store)
+	c.quietFor = time.Hour // letGo is called by hand below
+	defer c.stop()
+	var freed []int64
+	c.giveBack = func(n int64) { freed = append(freed, n) }
+	put, cached := cacheOps(t, c, store)
+	put(1, 100)
+	if c.quiet == nil {
+		t.Fatal("an append left no look at the log's quiet pending")
+	}
+	put(2, 200)
+	put(3, 300)
+	c.letGo() // appends came since it was armed
+	if !cached(1) || !cached(3) || len(freed) != 0 || c.quiet == nil {
+		t.Fatalf("a cache appended to meanwhile let go (freed %v, pending %v)", freed, c.quiet != nil)
+	}
+	c.letGo() // nothing appended since the look before
+	if cached(1) || cached(2) || !cached(3) {
+		t.Fatal("a quiet cache kept entries before its last, or dropped its last")
+	}
+	if len(freed) != 1 || freed[0] != 300 || c.bytes != 300 || c.quiet != nil {
+		t.Fatalf("freed %v, %d bytes counted, pending %v; want [300], 300, none", freed, c.bytes, c.quiet != nil)
+	}
+	put(4, 400)
+	if c.quiet == nil || !cached(4) || !cached(3) {
+		t.Fatal("the cache did not fill and arm again after it let go")
+	}
+	c.stop()
+	c.letGo() // a look that fired as the log closed
+	if !cached(3) {
+		t.Fatal("a stopped cache let go")
+	}
+}
+
+// The look at a quiet log runs by itself quietFor after the appends end.
+func TestLogCache_LetsGoOnItsOwnTimer(t *testing.T) {
+	store := &countingStore{InmemStore: raft.NewInmemStore()}
+	c := newLogCache(8, 1<<20, store)
+	c.quietFor = 5 * time.Millisecond
+	defer c.stop()
+	freed := make(chan int64, 1)
+	c.giveBack = func(n int64) { freed <- n }
+	put, _ := cacheOps(t, c, store)
+	put(1, 100)
+	put(2, 10)
+	select {
+	case n := <-freed:
+		if n != 100 {
+			t.Fatalf("freed %d bytes, want 100", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a quiet log's cache was not let go of")
+	}
+}
+
+// Memory is handed back when a quiet log's cache and the heap free
+// enough between them, and not more often than every.
+func TestMemoryReturn_CollectsWhenAQuietLogFreesEnough(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var reclaimable int64
+	frees := 0
+	m := &memoryReturn{least: 8 << 20, every: 10 * time.Second, now: func() time.Time { return now },
+		reclaimable: func() int64 { return reclaimable }, free: func() { frees++ }}
+	reclaimable = 1 << 20
+	m.quiet(1 << 20)
+	if frees != 0 {
+		t.Fatal("2 MiB to free: collected")
+	}
+	m.quiet(7 << 20)
+	if frees != 1 {
+		t.Fatalf("8 MiB to free, 7 of them the cache's: %d collections, want 1", frees)
+	}
+	now = now.Add(time.Second)
+	m.quiet(64 << 20)
+	if frees != 1 {
+		t.Fatal("collected again within every")
+	}
+	now = now.Add(10 * time.Second)
+	reclaimable = 200 << 20 // a replay's garbage, the cache holding little
+	m.quiet(0)
+	if frees != 2 {
+		t.Fatal("a quiet node's uncollected heap was not handed back")
+	}
+}
+
+// What the runtime reports as reclaimable grows with garbage made since
+// the last collection, and a collection takes it away.
+func TestHeapReclaimable_CountsGarbageSinceTheLastCollection(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no collection but the test's
+	debug.FreeOSMemory()
+	before := heapReclaimable()
+	var keep [][]byte
+	for range 64 {
+		keep = append(keep, make([]byte, 1<<20))
+	}
+	keep = nil
+	if got := heapReclaimable(); got < before+60<<20 {
+		t.Fatalf("64 MiB of garbage made: reclaimable %d, %d before", got, before)
+	}
+	debug.FreeOSMemory()
+	if got := heapReclaimable(); got > before+4<<20 {
+		t.Fatalf("after a collection that returned the heap: reclaimable %d, %d before", got, before)
+	}
+	runtime.KeepAlive(keep)
 }

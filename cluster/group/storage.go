@@ -111,6 +111,7 @@ func (s *Storage) Logs(pin func() uint64) raft.LogStore {
 		panic("group: Storage.Logs called twice")
 	}
 	cache := newLogCache(512, logCacheBytes, holdingLogs{logStore: s.store, pin: pin})
+	cache.giveBack = returnMemory.quiet
 	s.entries.cache.Store(cache)
 	s.logs = meteredLogs{logCache: cache, meter: s.meter}
 	return s.logs
@@ -176,6 +177,9 @@ func (s *Storage) Stable() raft.StableStore { return s.stable }
 func (s *Storage) Close() error {
 	s.snaps.close()
 	s.stable.close()
+	if c := s.entries.cache.Load(); c != nil {
+		c.stop()
+	}
 	return s.store.Close()
 }
 
