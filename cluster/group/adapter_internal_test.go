@@ -336,8 +336,8 @@ func TestSnapshotRelease_LargeReturnsFreeHeap(t *testing.T) {
 	forced := func() uint32 { runtime.ReadMemStats(&st); return st.NumForcedGC }
 	// A quiet log's hand-back (giveback.go) waits, so that it is not
 	// counted among the collections below.
-	returnMemory.mu.Lock()
-	defer returnMemory.mu.Unlock()
+	quietReturn.mu.Lock()
+	defer quietReturn.mu.Unlock()
 
 	f.snapLive.Store(returnAfterBodies - 1)
 	garbage()

@@ -31,10 +31,11 @@ type memoryReturn struct {
 	last time.Time
 }
 
-// returnMemory is the process's memoryReturn: 8 MiB or more, at most
+// quietReturn is the process's memoryReturn for quiet logs (a large
+// snapshot has its own, FSM.returnMemory): 8 MiB or more, at most
 // every 10 s. A forced collection of a node's heap takes a few
 // milliseconds of a core (the queues' records are outside it).
-var returnMemory = &memoryReturn{least: 8 << 20, every: 10 * time.Second, now: time.Now,
+var quietReturn = &memoryReturn{least: 8 << 20, every: 10 * time.Second, now: time.Now,
 	reclaimable: heapReclaimable, free: debug.FreeOSMemory}
 
 // quiet is told that a log went quiet and its cache let go of freed bytes.

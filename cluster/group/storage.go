@@ -111,7 +111,7 @@ func (s *Storage) Logs(pin func() uint64) raft.LogStore {
 		panic("group: Storage.Logs called twice")
 	}
 	cache := newLogCache(512, logCacheBytes, holdingLogs{logStore: s.store, pin: pin})
-	cache.giveBack = returnMemory.quiet
+	cache.giveBack = quietReturn.quiet
 	s.entries.cache.Store(cache)
 	s.logs = meteredLogs{logCache: cache, meter: s.meter}
 	return s.logs
