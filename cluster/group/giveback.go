@@ -14,7 +14,7 @@ import (
 // one. What it holds is the log cache's window of the burst before
 // (logcache.go), and whatever the burst left since the last collection:
 // after a restart with 5,000,000 queued, the replay of the log's tail left
-// 220 MB uncollected on a node whose live heap was 5 MB. One for the
+// 226 MB uncollected on a node whose live heap was 5 MB. One for the
 // process, whose heap it is: each group's log cache tells it when its log
 // has gone quiet, and it collects when that frees least bytes or more, at
 // most once in every.
