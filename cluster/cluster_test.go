@@ -207,6 +207,7 @@ func TestCluster_ForwardsLargeMessages(t *testing.T) {
 	// Large entries are slow to write under the race detector: relax raft.
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, time.Second
+		cfg.NodeDownAfter = cluster.LeastDownAfter(cfg.HeartbeatTimeout)
 	}))
 	c.WaitForLeader(clustertest.Timeout)
 	big := string(make([]byte, 4<<20+1024)) // above gRPC's 4 MiB default

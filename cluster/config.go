@@ -163,7 +163,8 @@ type MembershipConfig struct {
 	BootstrapExpect int
 	// NodeDownAfter is how long a member stays dead in gossip, or a server
 	// unreached by the leader's raft, before the leader proposes NodeDown
-	// for it (default DefaultNodeDownAfter).
+	// for it (default DefaultNodeDownAfter, or LeastDownAfter when that
+	// is longer); at least LeastDownAfter.
 	NodeDownAfter time.Duration
 	// ReconcileInterval is how often the leader reconciles members with the
 	// raft configuration, besides member events (default 5 s).
@@ -267,7 +268,12 @@ func (c *Config) setDefaults() error {
 	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
 	def(&c.CommitTimeout, 2*time.Millisecond)
 	def(&c.SnapshotInterval, 30*time.Second)
-	def(&c.NodeDownAfter, DefaultNodeDownAfter)
+	if least := LeastDownAfter(c.HeartbeatTimeout); c.NodeDownAfter <= 0 {
+		c.NodeDownAfter = max(DefaultNodeDownAfter, least)
+	} else if c.NodeDownAfter < least {
+		return fmt.Errorf("cluster: NodeDownAfter %v is shorter than HeartbeatTimeout %v: an idle group's leader and a live follower hear from each other only every two fifths of it, so live nodes would count themselves cut off",
+			c.NodeDownAfter, least)
+	}
 	def(&c.ReconcileInterval, 5*time.Second)
 	def(&c.LeadershipBalanceAfter, DefaultLeadershipBalanceAfter)
 	def(&c.PlaceGrace, DefaultPlaceGrace)
@@ -310,6 +316,19 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("cluster: Protocol %d is above %d, the highest this version applies", c.Protocol, fsm.Protocol)
 	}
 	return nil
+}
+
+// LeastDownAfter is the shortest NodeDownAfter a HeartbeatTimeout
+// allows: the timeout itself. A live follower of an idle group hears from
+// its leader, and answers the leader's RPCs that go, only up to
+// 2×HeartbeatTimeout/5 apart (group.QuietAppends,
+// membership.UnreachedAfter). A node silent for half of NodeDownAfter
+// counts itself suspect (quorum.Watch: it holds what it applies until a
+// Tick commits), and the leader declares one silent for NodeDownAfter
+// down (its consumers cancelled, its connections closed); so half of it
+// must outlast that gap, here by a quarter of it.
+func LeastDownAfter(heartbeatTimeout time.Duration) time.Duration {
+	return heartbeatTimeout
 }
 
 // DefaultMaxClockOffset is how far a node's wall clock may be from the

@@ -279,6 +279,7 @@ func TestCluster_AKilledLeaderIsReplacedSoonAfterTheHeartbeatTimeout(t *testing.
 	const hb = 2 * time.Second
 	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = hb, hb, hb/2
+		cfg.NodeDownAfter = cluster.LeastDownAfter(hb)
 	}))
 	for range 2 {
 		old := c.WaitForLeader(clustertest.Timeout)

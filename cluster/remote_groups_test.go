@@ -205,6 +205,7 @@ func TestQueueGroups_NodeDownFreesWhatTheNodeHeldInAGroupTheLeaderDoesNotRun(t *
 		// metadata leader that is a member of the group would free
 		// what the node held there without going outside its groups.
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, time.Second
+		cfg.NodeDownAfter = cluster.LeastDownAfter(cfg.HeartbeatTimeout)
 	}))
 	specs := namedGroups(t, c, 3)
 	l := c.WaitForLeader(clustertest.Timeout)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/raftmq/raftmq/amqp"
 	"github.com/raftmq/raftmq/api/client"
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -121,7 +122,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.Int64Var(&c.ConsumerTimeout, "consumer-timeout", 1800000, "ms a delivery may stay unacknowledged before its consumer is cancelled, or its channel closed with 406 for a client without consumer_cancel_notify (RabbitMQ's consumer_timeout), unless its queue sets x-consumer-timeout or a consumer-timeout policy; 0 means none")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
-	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 1500*time.Millisecond, "how long a member stays dead (in gossip, or unreached by the leader's raft) before its consumers are cancelled")
+	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 1500*time.Millisecond, "how long a member stays dead (in gossip, or unreached by the leader's raft) before its consumers are cancelled; at least --raft-timeout, which it follows when not given")
 	fs.DurationVar(&c.MaxClockOffset, "max-clock-offset", 500*time.Millisecond, "how far this node's wall clock may be from the voters' (the quorum's) before it hands leadership over and its clock health check fails")
 	fs.DurationVar(&c.RaftTimeout, "raft-timeout", defaultRaftTimeout, "how long followers go without hearing from the leader before they elect another (raft's heartbeat and election timeouts; the leader's lease is half of it)")
 	c.Cluster.flags(fs)
@@ -150,7 +151,8 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "RAFTMQ_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := env(name); v != "" && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
+			// Through the flag set, so that it counts as given (fs.Visit).
+			if err := fs.Set(f.Name, v); err != nil {
 				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
 			}
 		}
@@ -181,6 +183,14 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	}
 	if c.RaftTimeout < 50*time.Millisecond {
 		return nil, fmt.Errorf("--raft-timeout must be at least 50ms, got %v", c.RaftTimeout)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if least := cluster.LeastDownAfter(c.RaftTimeout); !given["node-down-after"] {
+		c.NodeDownAfter = max(c.NodeDownAfter, least)
+	} else if c.NodeDownAfter < least {
+		return nil, fmt.Errorf("--node-down-after %v is shorter than --raft-timeout %v: an idle leader and a live follower hear from each other only every two fifths of it, so live nodes would count themselves cut off and be declared down; give at least %v or leave it out",
+			c.NodeDownAfter, c.RaftTimeout, least)
 	}
 	if c.MaxClockOffset < time.Millisecond || c.MaxClockOffset > time.Minute {
 		return nil, fmt.Errorf("--max-clock-offset must be between 1ms and 1m, got %v", c.MaxClockOffset)

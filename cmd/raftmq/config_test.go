@@ -267,3 +267,45 @@ func TestConfig_QueueGroups(t *testing.T) {
 		}
 	}
 }
+
+// --node-down-after follows a long --raft-timeout when it is not given,
+// and a given one too short for it is refused, from a flag or from the
+// environment: an idle leader hears from a live follower only every two
+// fifths of the timeout.
+func TestConfig_NodeDownAfterOutlastsTheRaftTimeoutsSilences(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{want: 1500 * time.Millisecond},
+		{args: []string{"--raft-timeout", "1s"}, want: 1500 * time.Millisecond},
+		{args: []string{"--raft-timeout", "5s"}, want: 5 * time.Second},
+		{env: map[string]string{"RAFTMQ_RAFT_TIMEOUT": "10s"}, want: 10 * time.Second},
+		{args: []string{"--raft-timeout", "5s", "--node-down-after", "8s"}, want: 8 * time.Second},
+		{args: []string{"--node-down-after", "500ms"}, want: 500 * time.Millisecond},
+	} {
+		cfg, err := parseConfig(c.args, envMap(c.env), io.Discard)
+		if err != nil {
+			t.Errorf("args %v env %v: %v", c.args, c.env, err)
+			continue
+		}
+		if cfg.NodeDownAfter != c.want {
+			t.Errorf("args %v env %v: --node-down-after %v, want %v", c.args, c.env, cfg.NodeDownAfter, c.want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{args: []string{"--raft-timeout", "5s", "--node-down-after", "1500ms"}},
+		{args: []string{"--raft-timeout", "5s", "--node-down-after", "3s"}},
+		{args: []string{"--node-down-after", "499ms"}},
+		{args: []string{"--raft-timeout", "5s"}, env: map[string]string{"RAFTMQ_NODE_DOWN_AFTER": "4s"}},
+	} {
+		_, err := parseConfig(c.args, envMap(c.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--node-down-after") {
+			t.Errorf("args %v env %v: %v, want --node-down-after refused", c.args, c.env, err)
+		}
+	}
+}
