@@ -68,6 +68,11 @@ type options struct {
 	Expect      string
 	Grace       time.Duration
 	Linger      time.Duration
+	// Settle is how long queues mode waits after the declares before its
+	// idle window: the nodes finish what the burst left (the last
+	// entries' replication and apply, the connections' close, the log
+	// caches let go) in the first seconds.
+	Settle time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (*options, error) {
@@ -104,6 +109,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.Phase, "phase", "", "delayed mode: publish (and save what was confirmed in -expect) or consume (what -expect names); empty: both at once")
 	fs.StringVar(&o.Expect, "expect", "", "delayed mode: the file of expected messages that -phase publish writes and -phase consume reads")
 	fs.DurationVar(&o.Grace, "grace", 30*time.Second, "delayed mode: how long after the last due time the consumer waits for missing messages")
+	fs.DurationVar(&o.Settle, "settle", 0, "queues mode: how long to wait after the declares before the idle CPU is read")
 	fs.DurationVar(&o.Linger, "linger", 2*time.Second, "delayed mode: how long the consumer goes on once everything arrived, to see duplicates")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

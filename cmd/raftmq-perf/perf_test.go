@@ -71,10 +71,11 @@ func TestRun_AgainstARealNode(t *testing.T) {
 		t.Fatalf("the 300 ms messages behind a 60 s head took %v to die", el)
 	}
 
-	// Queues mode: every queue declared, and the node's idle CPU read.
+	// Queues mode: every queue declared, and the node's idle CPU read
+	// after the settle.
 	out.Reset()
 	pid := fmt.Sprint(c.Nodes[0].PID())
-	if code := run(context.Background(), []string{"-uri", uri, "-mode", "queues", "-count", "60", "-producers", "3", "-queue", "many", "-duration", "300ms", "-pids", pid}, &out, &out); code != 0 {
+	if code := run(context.Background(), []string{"-uri", uri, "-mode", "queues", "-count", "60", "-producers", "3", "-queue", "many", "-duration", "300ms", "-settle", "200ms", "-pids", pid}, &out, &out); code != 0 {
 		t.Fatalf("queues exit %d:\n%s", code, out.String())
 	}
 	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -82,7 +83,7 @@ func TestRun_AgainstARealNode(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatal(err)
 	}
-	if q := r.Queues; q == nil || q.Declared != 60 || q.DeclareRate <= 0 || len(q.IdleCPUShare) != 1 || q.IdleSeconds < 0.3 {
+	if q := r.Queues; q == nil || q.Declared != 60 || q.DeclareRate <= 0 || len(q.IdleCPUShare) != 1 || q.IdleSeconds < 0.3 || q.SettleSeconds < 0.2 {
 		t.Fatalf("queues report = %+v\n%s", r.Queues, out.String())
 	}
 	ch := channelOn(t, uri)

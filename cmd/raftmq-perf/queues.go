@@ -15,6 +15,9 @@ type queuesReport struct {
 	Declared    int64   `json:"declared"`
 	DeclareRate float64 `json:"declared_per_s"`
 	IdleSeconds float64 `json:"idle_s"`
+	// SettleSeconds is how long the idle window waited for after the
+	// declares (-settle).
+	SettleSeconds float64 `json:"settle_s"`
 	// IdleCPUShare is each -pids process's CPU over the idle time, as a
 	// share of one core.
 	IdlePIDs     []int     `json:"idle_pids,omitempty"`
@@ -22,8 +25,8 @@ type queuesReport struct {
 }
 
 // runQueues declares o.Count durable queues named <queue>-N from
-// o.Producers connections at once (spread over the URLs), then leaves
-// them idle for o.Duration and reads each -pids process's CPU over that
+// o.Producers connections at once (spread over the URLs), then, after
+// o.Settle, leaves them idle for o.Duration and reads each -pids process's CPU over that
 // time: what a cluster of many idle queues costs a node.
 func runQueues(ctx context.Context, o *options, out io.Writer) (*report, error) {
 	workers := max(o.Producers, 1)
@@ -68,7 +71,13 @@ func runQueues(ctx context.Context, o *options, out io.Writer) (*report, error) 
 	default:
 	}
 	q := &queuesReport{Declared: declared.Load(), DeclareRate: float64(declared.Load()) / secs}
-	fmt.Fprintf(out, "declared %d queues in %.2f s (%.0f/s); idle for %v\n", q.Declared, secs, q.DeclareRate, o.Duration)
+	fmt.Fprintf(out, "declared %d queues in %.2f s (%.0f/s); idle for %v after %v\n", q.Declared, secs, q.DeclareRate, o.Duration, o.Settle)
+	settleFrom := time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(o.Settle):
+	}
+	q.SettleSeconds = time.Since(settleFrom).Seconds()
 
 	before, err := sampleBrokers(o.PIDs)
 	if err != nil {
