@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -281,7 +282,11 @@ func TestCluster_AKilledLeaderIsReplacedSoonAfterTheHeartbeatTimeout(t *testing.
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = hb, hb, hb/2
 		cfg.NodeDownAfter = cluster.LeastDownAfter(hb)
 	}))
-	for range 2 {
+	timed := 0
+	for kills := 0; timed < 2; kills++ {
+		if kills == 6 {
+			t.Fatalf("%d kills, %d with both followers holding the same log", kills, timed)
+		}
 		old := c.WaitForLeader(clustertest.Timeout)
 		// Every follower holds the whole log: one that lags may not win
 		// a vote, and the election would wait for the other's election
@@ -290,6 +295,13 @@ func TestCluster_AKilledLeaderIsReplacedSoonAfterTheHeartbeatTimeout(t *testing.
 		oi := c.Index(old.NodeID())
 		killed := time.Now()
 		c.Kill(oi)
+		// The leader's own duties may still have appended an entry
+		// after the tick that only one follower took before the kill;
+		// then raft's rule decides, and the election is not timed.
+		var lasts []uint64
+		for _, n := range c.Live() {
+			lasts = append(lasts, n.Stats().LastLogIndex)
+		}
 		var took time.Duration
 		clustertest.Eventually(t, clustertest.Timeout, func() error {
 			if l := c.Leader(); l == nil || l.NodeID() == old.NodeID() {
@@ -298,9 +310,12 @@ func TestCluster_AKilledLeaderIsReplacedSoonAfterTheHeartbeatTimeout(t *testing.
 			took = time.Since(killed)
 			return nil
 		})
-		t.Logf("a new leader %v after the kill", took.Round(time.Millisecond))
-		if took > hb*8/5 {
-			t.Fatalf("a new leader only %v after the kill, more than 1.6 heartbeat timeouts (%v)", took.Round(time.Millisecond), hb)
+		t.Logf("a new leader %v after the kill (the followers' last indexes %v)", took.Round(time.Millisecond), lasts)
+		if slices.Min(lasts) == slices.Max(lasts) {
+			timed++
+			if took > hb*8/5 {
+				t.Fatalf("a new leader only %v after the kill, more than 1.6 heartbeat timeouts (%v)", took.Round(time.Millisecond), hb)
+			}
 		}
 		c.Restart(oi)
 		select {
