@@ -122,7 +122,7 @@ func TestAdmin_PolicyThroughFollowerAppliesToExistingAndNewQueues(t *testing.T) 
 	start := time.Now()
 	publishConfirmed(t, ch, "", "pol-new", []amqp.Publishing{{Body: []byte("new")}})
 	m := receive(t, dead, 1, 10*time.Second)[0]
-	if el := time.Since(start); string(m.Body) != "new" || el < 900*time.Millisecond || el > 5*time.Second {
+	if el := elapsed(start); string(m.Body) != "new" || el < 900*time.Millisecond || el > 5*time.Second {
 		t.Fatalf("%q died after %v, want about 1 s (the policy's TTL)", m.Body, el)
 	}
 	out := ctl(t, c.Nodes[2], "--consistent", "list_queues", "name", "policy", "effective_message_ttl")
