@@ -475,7 +475,8 @@ func Eventually(timeout time.Duration, cond func() error, fatal ...error) error 
 // releases in log time, which follows the wall clocks of the quorum; a
 // step of the machine's wall clock moves it, and the monotonic clock
 // alone would then see a release due 2,400 ms after the publish arrive
-// a few ms short of it (CI saw 2.398 s after a forward step). A step
+// a few ms short of it (CI saw 2.398 s, most likely after a forward
+// step: every release after some moment was early by about as much). A step
 // back shortens the wall clock's reading instead, so a test that checks
 // that something did not happen too soon takes the longer of the two:
 // only a release early by both clocks is early.
