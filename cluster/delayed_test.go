@@ -361,7 +361,7 @@ func TestCluster_DelayedWaitsForEveryServerAtLevel6(t *testing.T) {
 	waitDefaults(t, c, l)
 	waitLevel(t, c, 5)
 	res := mustSubmit(t, l, delayedExchange("dx", "direct"))
-	if res[0].GetCode() != 503 || res[0].GetText() != "COMMAND_INVALID - invalid exchange type 'x-delayed-message'" {
+	if res[0].GetCode() != 503 || res[0].GetText() != "COMMAND_INVALID - unknown exchange type 'x-delayed-message'" {
 		t.Fatalf("declare at level 5: %v", res[0])
 	}
 	rel, err := l.SubmitBatch(ctxT(t, 10*time.Second), []*proto.Command{{Cmd: &proto.Command_ReleaseDelayed{ReleaseDelayed: &proto.ReleaseDelayed{Limit: 1}}}})

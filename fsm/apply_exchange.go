@@ -25,7 +25,7 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 		return refused(replycode.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	if !validType(c.GetType()) && !s.delayedType(c.GetType()) && !s.pickDeclared(c.GetType()) {
-		return refused(replycode.CommandInvalid, "COMMAND_INVALID - invalid exchange type '"+c.GetType()+"'")
+		return refused(replycode.CommandInvalid, "COMMAND_INVALID - unknown exchange type '"+c.GetType()+"'")
 	}
 	if ok {
 		if x.typ != c.GetType() {

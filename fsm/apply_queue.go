@@ -32,8 +32,11 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 			q.parsed.expires = ttl.Some(n)
 		case "x-max-length", "x-max-length-bytes":
 			n, ok := valueAny(v).(int64)
-			if !ok || n < 0 {
-				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
+			if !ok {
+				return invalidArg(f.GetKey(), q, notInteger(v))
+			}
+			if n < 0 {
+				return invalidArg(f.GetKey(), q, "{value_negative,"+strconv.FormatInt(n, 10)+"}")
 			}
 			if f.GetKey() == "x-max-length" {
 				q.parsed.maxLen = ttl.Some(n)
@@ -43,7 +46,7 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 		case "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow":
 			sv, ok := valueString(v)
 			if !ok {
-				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+f.GetKey()+"' for "+rs("queue", q.name, q.vhost))
+				return invalidArg(f.GetKey(), q, "{unacceptable_type,"+typeName(v)+"}")
 			}
 			switch f.GetKey() {
 			case "x-dead-letter-exchange":
@@ -52,7 +55,7 @@ func parseQueueArgs(q *queueState, args *proto.Table) *proto.Result {
 				q.parsed.dlrk = &sv
 			default:
 				if sv != "drop-head" && sv != "reject-publish" && sv != "reject-publish-dlx" {
-					return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg 'x-overflow' for "+rs("queue", q.name, q.vhost))
+					return invalidArg(f.GetKey(), q, "invalid_overflow")
 				}
 				q.parsed.overflow = sv
 			}

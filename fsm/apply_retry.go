@@ -122,7 +122,7 @@ func parseRetryArg(q *queueState, key string, v *proto.Value) (bool, *proto.Resu
 		n, ok := valueAny(v).(int64)
 		switch {
 		case !ok:
-			return true, invalidArg(key, q, "\"expected integer, got "+typeName(v)+"\"")
+			return true, invalidArg(key, q, notInteger(v))
 		case n < 0:
 			return true, invalidArg(key, q, "{value_negative,"+strconv.FormatInt(n, 10)+"}")
 		case key == "x-delayed-retry-multiplier" && n == 0:

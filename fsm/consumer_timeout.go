@@ -69,7 +69,7 @@ func checkIntArg(q *queueState, key string, positive bool) *proto.Result {
 	n, ok := valueAny(v).(int64)
 	switch {
 	case !ok:
-		return invalidArg(key, q, "{unacceptable_type,"+typeName(v)+"}")
+		return invalidArg(key, q, notInteger(v))
 	case n < 0:
 		return invalidArg(key, q, "{value_negative,"+strconv.FormatInt(n, 10)+"}")
 	case n == 0 && positive:

@@ -168,7 +168,7 @@ func TestConsumerTimeout_InvalidValues(t *testing.T) {
 		want string
 	}{
 		{i64(-1), "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for queue 'q' in vhost '/': {value_negative,-1}"},
-		{str("60000"), "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for queue 'q' in vhost '/': {unacceptable_type,longstr}"},
+		{str("60000"), "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for queue 'q' in vhost '/': \"expected integer, got longstr\""},
 	} {
 		r, _ := fsmtest.One(t, m, 1, declare("q", table("x-consumer-timeout", tc.v)))
 		if r.GetCode() != 406 || r.GetText() != tc.want {

@@ -44,7 +44,7 @@ func delayedSetup(t testing.TB, typ string) *fsm.Machine {
 func TestDelayed_DeclareNeedsLevel6AndAValidDelayedType(t *testing.T) {
 	old := fsmtest.NewAt(t, 5)
 	r, _ := fsmtest.One(t, old, 10, delayedX("dx", "direct"))
-	if r.GetCode() != 503 || r.GetText() != "COMMAND_INVALID - invalid exchange type 'x-delayed-message'" {
+	if r.GetCode() != 503 || r.GetText() != "COMMAND_INVALID - unknown exchange type 'x-delayed-message'" {
 		t.Fatalf("level 5: %v", r)
 	}
 	m := fsmtest.New(t)

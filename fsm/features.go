@@ -43,6 +43,11 @@ var unsupportedConsumeArgs = map[string]bool{
 	"x-stream-filter-match-unfiltered": true,
 }
 
+// notInteger is RabbitMQ's refusal of an integer argument given v, of
+// another type: "expected integer, got longstr", quoted, as it is a string
+// where its other refusals are terms.
+func notInteger(v *proto.Value) string { return `"expected integer, got ` + typeName(v) + `"` }
+
 func invalidArg(key string, q *queueState, why string) *proto.Result {
 	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+key+"' for "+rs("queue", q.name, q.vhost)+": "+why)
 }
@@ -55,7 +60,7 @@ func parseFeatureArg(q *queueState, key string, v *proto.Value) *proto.Result {
 		n, ok := valueAny(v).(int64)
 		switch {
 		case !ok:
-			return invalidArg(key, q, "\"expected integer, got "+typeName(v)+"\"")
+			return invalidArg(key, q, notInteger(v))
 		case n < 0:
 			return invalidArg(key, q, "{value_negative,"+strconv.FormatInt(n, 10)+"}")
 		case n > maxPriority:
@@ -276,7 +281,7 @@ func consumerPriority(q *queueState, args *proto.Table) (int64, *proto.Result) {
 	}
 	n, isInt := valueAny(v).(int64)
 	if !isInt {
-		return 0, invalidArg("x-priority", q, "\"expected integer, got "+typeName(v)+"\"")
+		return 0, invalidArg("x-priority", q, notInteger(v))
 	}
 	return n, nil
 }

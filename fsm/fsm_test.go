@@ -93,7 +93,7 @@ func TestMachine_Refusals(t *testing.T) {
 		{"inequivalent ttl", declare("q", table("x-message-ttl", i64(2000))), 406, "inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received the value '2000' of type 'long' but current is the value '1000' of type 'long'"},
 		{"locked", &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "ex", Connection: other}}}, 405, "cannot obtain exclusive access to locked queue 'ex' in vhost '/'"},
 		{"reserved", declare("amq.q", nil), 403, "reserved prefix 'amq.*'"},
-		{"bad type", exchangeDeclare("e", "bogus", nil), 503, "invalid exchange type 'bogus'"},
+		{"bad type", exchangeDeclare("e", "bogus", nil), 503, "unknown exchange type 'bogus'"},
 		{"bad ttl", declare("t", table("x-message-ttl", i64(-1))), 406, "invalid arg 'x-message-ttl'"},
 		{"bad expires", declare("t", table("x-expires", i64(0))), 406, "invalid arg 'x-expires'"},
 		{"bad expiration", publish("", "q", "b", expiring("abc")), 406, "invalid expiration 'abc'"},

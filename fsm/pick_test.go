@@ -64,7 +64,7 @@ func TestPick_DeclareNeedsLevel11(t *testing.T) {
 		old := fsmtest.NewAt(t, level)
 		for _, typ := range pickTypes {
 			r, _ := fsmtest.One(t, old, 10, exchangeDeclare("x", typ, nil))
-			if r.GetCode() != 503 || r.GetText() != "COMMAND_INVALID - invalid exchange type '"+typ+"'" {
+			if r.GetCode() != 503 || r.GetText() != "COMMAND_INVALID - unknown exchange type '"+typ+"'" {
 				t.Fatalf("level %d, %s: %v", level, typ, r)
 			}
 		}

@@ -501,7 +501,7 @@ func TestPlacement_InitialGroupSize(t *testing.T) {
 	}{
 		{i64(0), "{value_zero,0}"},
 		{i64(-2), "{value_negative,-2}"},
-		{str("3"), "{unacceptable_type,longstr}"},
+		{str("3"), `"expected integer, got longstr"`},
 	} {
 		r, _ := fsmtest.One(t, m, 4, declare("bad", table("x-quorum-initial-group-size", c.v)))
 		if want := "PRECONDITION_FAILED - invalid arg 'x-quorum-initial-group-size' for queue 'bad' in vhost '/': " + c.want; r.GetCode() != 406 || r.GetText() != want {

@@ -87,6 +87,11 @@ func uintArg(u uint64) (int64, string, string, bool) {
 	return int64(u), "", "", true
 }
 
+// notInteger is the refusal of an integer argument given another AMQP
+// type typ, as RabbitMQ words it (its integer check, quoted because it is
+// a string rather than a term): "expected integer, got longstr".
+func notInteger(typ string) string { return `"expected integer, got ` + typ + `"` }
+
 // checkExpiry is rabbit_misc:check_expiry/1: the Erlang term of the refusal,
 // or "" when n is within 0..MaxTTL. big, when set, is n's exact text.
 func checkExpiry(n int64, big string) string {
@@ -106,7 +111,7 @@ func checkExpiry(n int64, big string) string {
 // integer of any AMQP width (short-short-int to long-long-int, signed or
 // unsigned) in 0..MaxTTL; anything else is refused with 406 and the text
 // "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost
-// '/': {value_negative,-1}" (or {value_too_large,N}, {unacceptable_type,T}).
+// '/': {value_negative,-1}" (or {value_too_large,N}, "expected integer, got T").
 //
 // v is the argument converted to Go: int64 (or any Go integer type) for the
 // AMQP integers, float32/float64, string, []byte, bool, nil (void),
@@ -115,7 +120,7 @@ func checkExpiry(n int64, big string) string {
 func MessageTTLArg(v any, vhost, queue string) (int64, error) {
 	n, big, typ, ok := intArg(v)
 	if !ok {
-		return 0, argError(ArgMessageTTL, vhost, queue, "{unacceptable_type,"+typ+"}")
+		return 0, argError(ArgMessageTTL, vhost, queue, notInteger(typ))
 	}
 	if bad := checkExpiry(n, big); bad != "" {
 		return 0, argError(ArgMessageTTL, vhost, queue, bad)
@@ -130,7 +135,7 @@ func MessageTTLArg(v any, vhost, queue string) (int64, error) {
 func ExpiresArg(v any, vhost, queue string) (int64, error) {
 	n, big, typ, ok := intArg(v)
 	if !ok {
-		return 0, argError(ArgExpires, vhost, queue, "{unacceptable_type,"+typ+"}")
+		return 0, argError(ArgExpires, vhost, queue, notInteger(typ))
 	}
 	if n == 0 && big == "" {
 		return 0, argError(ArgExpires, vhost, queue, "{value_zero,0}")

@@ -55,17 +55,17 @@ func TestMessageTTLArg(t *testing.T) {
 		{"negative short", `seeds/000: "must be a non-negative integer (0 <= n)"`, int8(-5), 0, pre + "{value_negative,-5}"},
 		{"over max", `RabbitMQ 3.10.8: "invalid arg 'x-message-ttl' ...: {value_too_large,315360000001}"`, int64(315360000001), 0, pre + "{value_too_large,315360000001}"},
 		{"huge unsigned", `seeds/004: "(0 <= n <= 2^32-1)"`, uint64(math.MaxUint64), 0, pre + "{value_too_large,18446744073709551615}"},
-		{"double", `seeds/000: "must be a non-negative integer"`, float64(1000), 0, pre + "{unacceptable_type,double}"},
-		{"float", `seeds/000: "must be a non-negative integer"`, float32(1.5), 0, pre + "{unacceptable_type,float}"},
-		{"string", `seeds/000: "must be a non-negative integer"`, "1000", 0, pre + "{unacceptable_type,longstr}"},
-		{"bytes", `seeds/000: "must be a non-negative integer"`, []byte("1000"), 0, pre + "{unacceptable_type,binary}"},
-		{"bool", `seeds/000: "must be a non-negative integer"`, true, 0, pre + "{unacceptable_type,bool}"},
-		{"void", `seeds/000: "must be a non-negative integer"`, nil, 0, pre + "{unacceptable_type,void}"},
-		{"timestamp", `seeds/000: "must be a non-negative integer"`, time.Unix(1000, 0), 0, pre + "{unacceptable_type,timestamp}"},
-		{"array", `seeds/000: "must be a non-negative integer"`, []any{int64(1)}, 0, pre + "{unacceptable_type,array}"},
-		{"table", `seeds/000: "must be a non-negative integer"`, map[string]any{}, 0, pre + "{unacceptable_type,table}"},
-		{"decimal", `seeds/000: "must be a non-negative integer"`, Unsupported("decimal"), 0, pre + "{unacceptable_type,decimal}"},
-		{"other Go type", `seeds/000: "must be a non-negative integer"`, struct{}{}, 0, pre + "{unacceptable_type,unknown}"},
+		{"double", `seeds/000: "must be a non-negative integer"`, float64(1000), 0, pre + `"expected integer, got double"`},
+		{"float", `seeds/000: "must be a non-negative integer"`, float32(1.5), 0, pre + `"expected integer, got float"`},
+		{"string", `seeds/000: "must be a non-negative integer"`, "1000", 0, pre + `"expected integer, got longstr"`},
+		{"bytes", `seeds/000: "must be a non-negative integer"`, []byte("1000"), 0, pre + `"expected integer, got binary"`},
+		{"bool", `seeds/000: "must be a non-negative integer"`, true, 0, pre + `"expected integer, got bool"`},
+		{"void", `seeds/000: "must be a non-negative integer"`, nil, 0, pre + `"expected integer, got void"`},
+		{"timestamp", `seeds/000: "must be a non-negative integer"`, time.Unix(1000, 0), 0, pre + `"expected integer, got timestamp"`},
+		{"array", `seeds/000: "must be a non-negative integer"`, []any{int64(1)}, 0, pre + `"expected integer, got array"`},
+		{"table", `seeds/000: "must be a non-negative integer"`, map[string]any{}, 0, pre + `"expected integer, got table"`},
+		{"decimal", `seeds/000: "must be a non-negative integer"`, Unsupported("decimal"), 0, pre + `"expected integer, got decimal"`},
+		{"other Go type", `seeds/000: "must be a non-negative integer"`, struct{}{}, 0, pre + `"expected integer, got unknown"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,9 +107,9 @@ func TestExpiresArg(t *testing.T) {
 		{"zero short", `seeds/002: "它必须是正整数（与消息 TTL 不同，它不能为 0）"`, uint8(0), 0, pre + "{value_zero,0}"},
 		{"negative", `seeds/000: "It must be a positive integer"`, int64(-1000), 0, pre + "{value_negative,-1000}"},
 		{"too large", `RabbitMQ 3.10.8 refuses x-expires above 315360000000`, int64(1) << 40, 0, pre + "{value_too_large,1099511627776}"},
-		{"string", `seeds/000: "It must be a positive integer"`, "1000", 0, pre + "{unacceptable_type,longstr}"},
-		{"double", `seeds/000: "It must be a positive integer"`, 1000.0, 0, pre + "{unacceptable_type,double}"},
-		{"zero double", `seeds/000: "It must be a positive integer" (type is checked first)`, 0.0, 0, pre + "{unacceptable_type,double}"},
+		{"string", `seeds/000: "It must be a positive integer"`, "1000", 0, pre + `"expected integer, got longstr"`},
+		{"double", `seeds/000: "It must be a positive integer"`, 1000.0, 0, pre + `"expected integer, got double"`},
+		{"zero double", `seeds/000: "It must be a positive integer" (type is checked first)`, 0.0, 0, pre + `"expected integer, got double"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
