@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"github.com/raftmq/raftmq/fsm"
 	"regexp"
 	"sync"
 
@@ -126,8 +127,8 @@ func (ch *channel) authorizeBind(m wire.Method, destKind, dest, source string) *
 // on an exchange): read on the declared resource and write on the named
 // exchange. Without it a user confined to some names could route messages
 // into any exchange through a dead-letter or alternate exchange. A value
-// that is not a string names no exchange: the state machine refuses it (a
-// dead-letter exchange) or never routes through it (an alternate exchange).
+// that is not a string names no exchange, and is refused with RabbitMQ's
+// channel error for it ("invalid type 'signedint' for arg ...").
 func (ch *channel) authorizeTarget(m wire.Method, kind, name string, args wire.Table, key string) *wire.Error {
 	v, ok := args.Get(key)
 	if !ok {
@@ -135,7 +136,13 @@ func (ch *channel) authorizeTarget(m wire.Method, kind, name string, args wire.T
 	}
 	target, ok := v.(string)
 	if !ok {
-		return nil
+		// RabbitMQ's channel checks the type before the permission.
+		typ := "void"
+		if pv, err := valueToProto(v); err == nil {
+			typ = fsm.TypeName(pv)
+		}
+		return wire.ChanError(replycode.PreconditionFailed, m.ClassID(), m.MethodID(),
+			"invalid type '%s' for arg '%s' in %s '%s' in vhost '%s'", typ, key, kind, name, ch.vhost())
 	}
 	if e := ch.authorize(m, accessRead, kind, name); e != nil {
 		return e

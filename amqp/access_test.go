@@ -171,3 +171,43 @@ func TestAccess_PermissionRevokedMidChannelRefusesNextPublish(t *testing.T) {
 		t.Fatalf("%d publishes in the log, want the 4 allowed ones", n)
 	}
 }
+
+// An alternate or dead-letter exchange that is not a string names no
+// exchange: the channel refuses the declare with RabbitMQ's words for it,
+// and nothing reaches the log.
+func TestAccess_TargetExchangeOfAnotherTypeIsRefused(t *testing.T) {
+	ts := startServer(t, Config{})
+	conn, err := amqp091.Dial(ts.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, c := range []struct {
+		declare func(*amqp091.Channel) error
+		want    string
+	}{
+		{func(ch *amqp091.Channel) error {
+			return ch.ExchangeDeclare("xae", "direct", false, false, false, false, amqp091.Table{"alternate-exchange": int32(5)})
+		}, "PRECONDITION_FAILED - invalid type 'signedint' for arg 'alternate-exchange' in exchange 'xae' in vhost '/'"},
+		{func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDeclare("dlx1", false, false, false, false, amqp091.Table{"x-dead-letter-exchange": true})
+			return err
+		}, "PRECONDITION_FAILED - invalid type 'bool' for arg 'x-dead-letter-exchange' in queue 'dlx1' in vhost '/'"},
+	} {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ae *amqp091.Error
+		if err := c.declare(ch); !errors.As(err, &ae) || ae.Code != amqp091.PreconditionFailed || ae.Reason != c.want {
+			t.Errorf("declare: %v, want 406 %q", err, c.want)
+		}
+	}
+	ts.broker.mu.Lock()
+	defer ts.broker.mu.Unlock()
+	for _, c := range ts.broker.cmds {
+		if c.GetExchangeDeclare() != nil || c.GetQueueDeclare() != nil {
+			t.Errorf("a declare reached the log: %v", c)
+		}
+	}
+}

@@ -80,6 +80,12 @@ func (b *Broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result,
 	if b.observe != nil {
 		defer b.timed(time.Now())
 	}
+	if d := cmd.GetQueueDeclare(); d != nil {
+		// Refused for what it says on its own, before any log.
+		if r := fsm.DeclareRefusal(d); r != nil {
+			return r, nil
+		}
+	}
 	if !b.placing() {
 		return b.node.Submit(ctx, cmd)
 	}

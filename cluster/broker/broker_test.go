@@ -62,18 +62,7 @@ func TestBroker_ServesFromTheNodesAppliedState(t *testing.T) {
 // SubmitBatch; a queue group's log is not served here yet, which it says
 // rather than propose to the wrong log.
 func TestBroker_SubmitGroup(t *testing.T) {
-	c := clustertest.New(t, 1)
-	node := c.WaitForLeader(clustertest.Timeout)
-	<-node.Ready()
-	b := broker.New(node, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
-	defer cancel()
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		if !b.VhostExists("/") {
-			return errors.New("no default vhost yet")
-		}
-		return nil
-	})
+	b, ctx := oneNode(t)
 	res, err := b.SubmitGroup(ctx, 0, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{
 		QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true}}}})
 	if err != nil || len(res) != 1 || res[0].GetCode() != 0 {
@@ -88,4 +77,47 @@ func TestBroker_SubmitGroup(t *testing.T) {
 	if got := b.Unacked(1, &proto.ChannelRef{}, []uint64{1}); len(got) != 0 {
 		t.Fatalf("group 1 without its log holds %v", got)
 	}
+}
+
+// A declare that RabbitMQ refuses for what it says on its own (here a
+// quorum queue that is not durable) is refused before it reaches a log,
+// and no queue comes of it.
+func TestBroker_DeclareRefusedBeforeTheLog(t *testing.T) {
+	b, ctx := oneNode(t)
+	quorum := &proto.Table{Fields: []*proto.Field{{Key: "x-queue-type", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("quorum")}}}}}
+	res, err := b.Submit(ctx, &proto.Command{Cmd: &proto.Command_QueueDeclare{
+		QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Arguments: quorum}}})
+	if want := "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'q' in vhost '/'"; err != nil || res.GetCode() != 406 || res.GetText() != want {
+		t.Fatalf("non-durable quorum queue: %v %v, want 406 %q", res, err, want)
+	}
+	if _, exists := b.QueueCount("/", "q"); exists {
+		t.Fatal("the refused declare made a queue")
+	}
+	res, err = b.Submit(ctx, &proto.Command{Cmd: &proto.Command_QueueDeclare{
+		QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true, Arguments: quorum}}})
+	if err != nil || res.GetCode() != 0 {
+		t.Fatalf("durable quorum queue: %v %v", res, err)
+	}
+	if _, exists := b.QueueCount("/", "q"); !exists {
+		t.Fatal("the durable quorum queue was not made")
+	}
+}
+
+// oneNode is the broker of a one-node cluster whose leader made the
+// default vhost, and a context that ends with the test.
+func oneNode(t *testing.T) (*broker.Broker, context.Context) {
+	t.Helper()
+	c := clustertest.New(t, 1)
+	node := c.WaitForLeader(clustertest.Timeout)
+	<-node.Ready()
+	b := broker.New(node, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
+	t.Cleanup(cancel)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if !b.VhostExists("/") {
+			return errors.New("no default vhost yet")
+		}
+		return nil
+	})
+	return b, ctx
 }

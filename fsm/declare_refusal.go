@@ -1,0 +1,60 @@
+package fsm
+
+import (
+	"github.com/raftmq/raftmq/internal/replycode"
+	"github.com/raftmq/raftmq/proto"
+)
+
+// DeclareRefusal is RabbitMQ's refusal of queue declare d for what the
+// declare says on its own, whatever the queues are: a dead-letter routing
+// key without a dead-letter exchange, a queue mode other than default or
+// lazy, and a quorum queue that is exclusive, auto-delete or not durable.
+// nil lets the declare go on to the log.
+//
+// It is checked where a declare enters (cluster/broker), not when the log
+// applies it: logs written before these refusals hold declares they let
+// through, and a replica replaying them must make the queue the others
+// made from the same entry.
+func DeclareRefusal(d *proto.QueueDeclare) *proto.Result {
+	if d.GetPassive() {
+		return nil
+	}
+	q := &queueState{queueIdentity: queueIdentity{vhost: d.GetVhost(), name: d.GetName()}}
+	args := d.GetArguments()
+	if _, ok := tableGet(args, "x-dead-letter-routing-key"); ok {
+		if _, ok := tableGet(args, "x-dead-letter-exchange"); !ok {
+			return invalidArg("x-dead-letter-routing-key", q, "routing_key_but_no_dlx_defined")
+		}
+	}
+	quorum := false
+	if v, ok := tableGet(args, "x-queue-type"); ok {
+		t, _ := valueString(v)
+		quorum = t == "quorum"
+	}
+	if v, ok := tableGet(args, "x-queue-mode"); ok && !quorum {
+		mode, ok := valueString(v)
+		switch {
+		case !ok:
+			return invalidArg("x-queue-mode", q, "{unacceptable_type,"+typeName(v)+"}")
+		case mode != "default" && mode != "lazy":
+			return invalidArg("x-queue-mode", q, `"unsupported queue mode '`+mode+`'"`)
+		}
+	}
+	if !quorum {
+		return nil
+	}
+	// RabbitMQ's quorum queue checks these properties in this order.
+	for _, p := range []struct {
+		set  bool
+		name string
+	}{{d.GetAutoDelete(), "auto-delete"}, {d.GetExclusive(), "exclusive-owner"}, {!d.GetDurable(), "non-durable"}} {
+		if p.set {
+			return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid property '"+p.name+"' for "+rs("queue", q.name, q.vhost))
+		}
+	}
+	return nil
+}
+
+// TypeName is the AMQP name of v's type as RabbitMQ's refusals give it
+// (longstr, signedint, bool, ...).
+func TypeName(v *proto.Value) string { return typeName(v) }
