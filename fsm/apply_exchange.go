@@ -39,6 +39,15 @@ func (s *state) applyExchangeDeclare(c *proto.ExchangeDeclare) *proto.Result {
 				return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '"+f.name+"' for "+rs("exchange", c.GetName(), c.GetVhost())+": received '"+boolText(f.got)+"' but current is '"+boolText(f.have)+"'")
 			}
 		}
+		// The one argument RabbitMQ compares on an exchange's redeclare.
+		// A redeclare changes nothing either way, so logs from before
+		// this refusal apply alike.
+		const ae = "alternate-exchange"
+		a, aok := tableGet(c.GetArguments(), ae)
+		b, bok := tableGet(x.args, ae)
+		if aok != bok || (aok && !argEqual(a, b)) {
+			return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '"+ae+"' for "+rs("exchange", c.GetName(), c.GetVhost())+": received "+describe(a, aok)+" but current is "+describe(b, bok))
+		}
 		return &proto.Result{}
 	}
 	if strings.HasPrefix(c.GetName(), "amq.") || c.GetName() == "" {
@@ -72,7 +81,7 @@ func (s *state) applyExchangeDelete(c *proto.ExchangeDelete) *proto.Result {
 		return refused(replycode.AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	if strings.HasPrefix(c.GetName(), "amq.") {
-		return refused(replycode.AccessRefused, "ACCESS_REFUSED - deletion of system "+rs("exchange", c.GetName(), c.GetVhost())+" refused")
+		return refused(replycode.AccessRefused, "ACCESS_REFUSED - deletion of system "+rs("exchange", c.GetName(), c.GetVhost())+" not allowed")
 	}
 	x, ok := v.exchanges[c.GetName()]
 	if !ok {

@@ -83,6 +83,10 @@ func TestMachine_Refusals(t *testing.T) {
 	fsmtest.One(t, m, 2, declare("q", table("x-message-ttl", i64(1000))))
 	other := &proto.ConnectionRef{Node: "n2", Connection: "c9"}
 	fsmtest.One(t, m, 2, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "ex", Exclusive: true, Connection: conn1}}})
+	fsmtest.One(t, m, 2, exchangeDeclare("xa", "direct", table("alternate-exchange", str("a"))))
+	if r, _ := fsmtest.One(t, m, 2, exchangeDeclare("xa", "direct", table("alternate-exchange", str("a")))); r.GetCode() != 0 {
+		t.Fatalf("redeclare with the same alternate exchange: %v", r)
+	}
 	cases := []struct {
 		name string
 		cmd  *proto.Command
@@ -94,6 +98,10 @@ func TestMachine_Refusals(t *testing.T) {
 		{"locked", &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "ex", Connection: other}}}, 405, "cannot obtain exclusive access to locked queue 'ex' in vhost '/'"},
 		{"reserved", declare("amq.q", nil), 403, "reserved prefix 'amq.*'"},
 		{"bad type", exchangeDeclare("e", "bogus", nil), 503, "unknown exchange type 'bogus'"},
+		{"inequivalent alternate exchange", exchangeDeclare("xa", "direct", table("alternate-exchange", str("b"))), 406,
+			"inequivalent arg 'alternate-exchange' for exchange 'xa' in vhost '/': received the value 'b' of type 'longstr' but current is the value 'a' of type 'longstr'"},
+		{"alternate exchange left out", exchangeDeclare("xa", "direct", nil), 406,
+			"inequivalent arg 'alternate-exchange' for exchange 'xa' in vhost '/': received none but current is the value 'a' of type 'longstr'"},
 		{"bad ttl", declare("t", table("x-message-ttl", i64(-1))), 406, "invalid arg 'x-message-ttl'"},
 		{"bad expires", declare("t", table("x-expires", i64(0))), 406, "invalid arg 'x-expires'"},
 		{"bad expiration", publish("", "q", "b", expiring("abc")), 406, "invalid expiration 'abc'"},

@@ -52,7 +52,7 @@ func TestMachine_Topology(t *testing.T) {
 	if r.GetCode() != 0 || len(rec.Cancelled) != 1 || len(m.Bindings("/")) != 0 {
 		t.Fatalf("delete under a consumer: %v, %d cancels, %d bindings", r, len(rec.Cancelled), len(m.Bindings("/")))
 	}
-	if r, _ := fsmtest.One(t, m, 7, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{Vhost: "/", Name: "amq.direct"}}}); r.GetCode() != 403 {
+	if r, _ := fsmtest.One(t, m, 7, &proto.Command{Cmd: &proto.Command_ExchangeDelete{ExchangeDelete: &proto.ExchangeDelete{Vhost: "/", Name: "amq.direct"}}}); r.GetCode() != 403 || r.GetText() != "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed" {
 		t.Fatalf("delete of a system exchange: %v", r)
 	}
 }
