@@ -203,6 +203,14 @@ func TestManagementFollowerTopologyPublishGet(t *testing.T) {
 		t.Fatalf("missing exchange: %d %s", code, body)
 	}
 	c.must(http.StatusNotFound, "GET", "/api/queues/nosuchvhost", nil)
+	// Deleting what is not there is 404, as in RabbitMQ's API (tools
+	// read it as "already gone"); AMQP's queue.delete of it stays ok.
+	for _, path := range []string{"/api/queues/%2F/q1", "/api/exchanges/%2F/x1", "/api/permissions/%2F/nobody"} {
+		code, body, _ := c.do("DELETE", path, nil)
+		if code != http.StatusNotFound || string(bytes.TrimSpace(body)) != `{"error":"Object Not Found","reason":"Not Found"}` {
+			t.Errorf("DELETE %s of nothing: %d %s, want 404", path, code, body)
+		}
+	}
 }
 
 func TestManagementAuth(t *testing.T) {

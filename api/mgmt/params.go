@@ -184,9 +184,9 @@ func (q *req) topicPermissions() error {
 	case http.MethodPut:
 		return unsupportedWrite("topic permissions: its topic exchanges check only the write and read permissions")
 	case http.MethodDelete:
-		// As RabbitMQ answers clearing topic permissions that are not set.
-		q.noContent()
-		return nil
+		// None is ever set, and RabbitMQ answers clearing topic
+		// permissions that are not set with 404.
+		return notFound()
 	}
 	return methodNotAllowed()
 }

@@ -55,10 +55,11 @@ func TestManagementParametersAndLimits(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", r.method, r.path, code, body)
 		}
 	}
-	// Clearing what is not set is done, as in RabbitMQ; a parameter that
-	// does not exist is not found.
+	// As in RabbitMQ 3.10.8: clearing a vhost limit that is not set is
+	// done; topic permissions that are not set, and a parameter that does
+	// not exist, are not found.
 	g.must(http.StatusNoContent, "DELETE", "/api/vhost-limits/%2F/max-connections", nil)
-	g.must(http.StatusNoContent, "DELETE", "/api/topic-permissions/%2F/guest", nil)
+	g.must(http.StatusNotFound, "DELETE", "/api/topic-permissions/%2F/guest", nil)
 	g.must(http.StatusNotFound, "DELETE", "/api/parameters/federation-upstream/%2F/up", nil)
 	g.must(http.StatusNotFound, "DELETE", "/api/global-parameters/foo", nil)
 	// Still nothing there.

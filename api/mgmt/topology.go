@@ -274,6 +274,13 @@ func (q *req) queue() error {
 		if e := q.user.may(vhost, permConfigure, "queue", name); e != nil {
 			return e
 		}
+		// RabbitMQ's API answers 404 for a queue that is not there, where
+		// AMQP's queue.delete of it is ok.
+		existed := false
+		q.view(func(s ops.State) { _, existed = s.Queue(vhost, name) })
+		if !existed {
+			return notFound()
+		}
 		if _, err := q.m.ops.DeleteQueue(q.ctx, &proto.DeleteQueueRequest{Vhost: vhost, Name: name,
 			IfEmpty: q.queryBool("if-empty"), IfUnused: q.queryBool("if-unused")}); err != nil {
 			return err
@@ -568,6 +575,9 @@ func (q *req) exchange() error {
 	case http.MethodDelete:
 		if e := q.user.may(vhost, permConfigure, "exchange", name); e != nil {
 			return e
+		}
+		if exists() == nil {
+			return notFound()
 		}
 		if err := q.m.ops.DeleteExchange(q.ctx, vhost, name, q.queryBool("if-unused")); err != nil {
 			return err

@@ -214,16 +214,16 @@ func (q *req) permissions() error {
 	if vhost == "" {
 		return q.listPermissions(func(*proto.PermissionInfo) bool { return true })
 	}
+	var out map[string]any
+	q.view(func(s ops.State) {
+		for _, p := range s.Permissions() {
+			if p.GetVhost() == vhost && p.GetUser() == user {
+				out = permissionJSON(p)
+			}
+		}
+	})
 	switch q.r.Method {
 	case http.MethodGet:
-		var out map[string]any
-		q.view(func(s ops.State) {
-			for _, p := range s.Permissions() {
-				if p.GetVhost() == vhost && p.GetUser() == user {
-					out = permissionJSON(p)
-				}
-			}
-		})
 		if out == nil {
 			return notFound()
 		}
@@ -241,6 +241,10 @@ func (q *req) permissions() error {
 		q.created(existed)
 		return nil
 	case http.MethodDelete:
+		if out == nil {
+			// Nothing to clear: RabbitMQ's API answers 404.
+			return notFound()
+		}
 		if _, err := q.m.ops.ClearPermissions(q.ctx, &proto.ClearPermissionsRequest{User: user, Vhost: vhost}); err != nil {
 			return err
 		}
