@@ -360,7 +360,7 @@ func TestFeatures_Pika(t *testing.T) {
 	runPika(t, "pika_features.py", py, urls...)
 }
 
-// Declares RabbitMQ refuses for what they say are refused on every node
+// Declares and binds RabbitMQ refuses for what they say are refused on every node
 // with its code and words (the script's cases pass on RabbitMQ 3.10.8 as
 // they stand), and the client's connection goes on.
 func TestFeatures_PikaRefusals(t *testing.T) {

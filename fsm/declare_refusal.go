@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"slices"
+	"strconv"
+
 	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -58,3 +61,48 @@ func DeclareRefusal(d *proto.QueueDeclare) *proto.Result {
 // TypeName is the AMQP name of v's type as RabbitMQ's refusals give it
 // (longstr, signedint, bool, ...).
 func TypeName(v *proto.Value) string { return typeName(v) }
+
+// headersMatchModes are the x-match values a headers exchange knows.
+var headersMatchModes = []string{"all", "any", "all-with-x", "any-with-x"}
+
+// BindRefusal is RabbitMQ's refusal of binding b to a headers exchange
+// with an x-match it does not know, or of another type than a string,
+// judged on the exchanges m holds. nil lets the bind go on to the log,
+// also when m does not hold the exchange (yet): the log decides then,
+// and the binding matches as x-match all, as it did before this check.
+//
+// Like DeclareRefusal it is checked where a bind enters, not in apply,
+// so that logs holding binds it lets through replay alike.
+func (m *Machine) BindRefusal(b *proto.Bind) *proto.Result {
+	v, ok := tableGet(b.GetArguments(), "x-match")
+	if !ok {
+		return nil
+	}
+	vh, ok := m.vhosts[b.GetVhost()]
+	if !ok {
+		return nil
+	}
+	if x, ok := vh.exchanges[b.GetSource()]; !ok || x.typ != "headers" {
+		return nil
+	}
+	mode, ok := valueString(v)
+	switch {
+	case !ok:
+		return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - Invalid x-match field type "+typeName(v)+" (value "+describeBare(v)+"); expected longstr")
+	case !slices.Contains(headersMatchModes, mode):
+		return refused(replycode.PreconditionFailed, `PRECONDITION_FAILED - Invalid x-match field value <<"`+mode+`">>; expected all, any, all-with-x, or any-with-x`)
+	}
+	return nil
+}
+
+// describeBare is a value as an Erlang term prints it in a refusal: an
+// integer or a boolean by itself, anything else as "?".
+func describeBare(v *proto.Value) string {
+	switch x := valueAny(v).(type) {
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case bool:
+		return boolText(x)
+	}
+	return "?"
+}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/fsm/fsmtest"
 	"github.com/raftmq/raftmq/proto"
 )
 
@@ -42,12 +43,46 @@ func TestDeclareRefusal(t *testing.T) {
 		{"passive, routing key alone", &proto.QueueDeclare{Name: "q", Passive: true, Arguments: table("x-dead-letter-routing-key", str("k"))}, ""},
 	} {
 		c.d.Vhost = "/"
-		r := fsm.DeclareRefusal(c.d)
-		switch {
-		case c.want == "" && r != nil:
-			t.Errorf("%s: refused %d %q", c.name, r.GetCode(), r.GetText())
-		case c.want != "" && (r.GetCode() != 406 || r.GetText() != c.want):
-			t.Errorf("%s: %d %q, want 406 %q", c.name, r.GetCode(), r.GetText(), c.want)
-		}
+		wantRefusal(t, c.name, fsm.DeclareRefusal(c.d), c.want)
+	}
+}
+
+// A bind to a headers exchange with an x-match RabbitMQ does not know is
+// refused in its words; other exchanges, and exchanges not held, are left
+// to the log.
+func TestBindRefusal(t *testing.T) {
+	i32 := func(n int32) *proto.Value { return &proto.Value{Kind: &proto.Value_Int32{Int32: n}} }
+	m := fsmtest.New(t)
+	fsmtest.Apply(t, m, 1, exchangeDeclare("h", "headers", nil), exchangeDeclare("d", "direct", nil))
+	bindTo := func(x string, match *proto.Value) *proto.Bind {
+		return bind(x, "q", "", false, table("x-match", match)).GetBind()
+	}
+	for _, c := range []struct {
+		name string
+		b    *proto.Bind
+		want string
+	}{
+		{"unknown mode", bindTo("h", str("bogus")), `PRECONDITION_FAILED - Invalid x-match field value <<"bogus">>; expected all, any, all-with-x, or any-with-x`},
+		{"not a string", bindTo("h", i32(1)), "PRECONDITION_FAILED - Invalid x-match field type signedint (value 1); expected longstr"},
+		{"any-with-x", bindTo("h", str("any-with-x")), ""},
+		{"all", bindTo("h", str("all")), ""},
+		{"amq.headers", bindTo("amq.headers", str("some")), `PRECONDITION_FAILED - Invalid x-match field value <<"some">>; expected all, any, all-with-x, or any-with-x`},
+		{"a direct exchange", bindTo("d", str("bogus")), ""},
+		{"an exchange not held", bindTo("nope", str("bogus")), ""},
+		{"no x-match", bind("h", "q", "", false, nil).GetBind(), ""},
+	} {
+		wantRefusal(t, c.name, m.BindRefusal(c.b), c.want)
+	}
+}
+
+// wantRefusal checks r against want: no refusal for "", else 406 with
+// want as its text.
+func wantRefusal(t *testing.T, name string, r *proto.Result, want string) {
+	t.Helper()
+	switch {
+	case want == "" && r != nil:
+		t.Errorf("%s: refused %d %q", name, r.GetCode(), r.GetText())
+	case want != "" && (r.GetCode() != 406 || r.GetText() != want):
+		t.Errorf("%s: %d %q, want 406 %q", name, r.GetCode(), r.GetText(), want)
 	}
 }

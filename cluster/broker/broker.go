@@ -80,11 +80,8 @@ func (b *Broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result,
 	if b.observe != nil {
 		defer b.timed(time.Now())
 	}
-	if d := cmd.GetQueueDeclare(); d != nil {
-		// Refused for what it says on its own, before any log.
-		if r := fsm.DeclareRefusal(d); r != nil {
-			return r, nil
-		}
+	if r := b.refusal(cmd); r != nil {
+		return r, nil
 	}
 	if !b.placing() {
 		return b.node.Submit(ctx, cmd)
@@ -94,6 +91,21 @@ func (b *Broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result,
 		return nil, err
 	}
 	return res[0], nil
+}
+
+// refusal is RabbitMQ's refusal of cmd that is made before any log: a
+// queue declare for what it says on its own, a bind to a headers exchange
+// with an x-match it does not know (as this node's metadata has the
+// exchange).
+func (b *Broker) refusal(cmd *proto.Command) *proto.Result {
+	var r *proto.Result
+	switch c := cmd.GetCmd().(type) {
+	case *proto.Command_QueueDeclare:
+		r = fsm.DeclareRefusal(c.QueueDeclare)
+	case *proto.Command_Bind:
+		b.node.View(func(m *fsm.Machine) { r = m.BindRefusal(c.Bind) })
+	}
+	return r
 }
 
 // SubmitBatch proposes cmds as one unit (Node.SubmitBatch), each unit

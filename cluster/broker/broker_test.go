@@ -101,6 +101,12 @@ func TestBroker_DeclareRefusedBeforeTheLog(t *testing.T) {
 	if _, exists := b.QueueCount("/", "q"); !exists {
 		t.Fatal("the durable quorum queue was not made")
 	}
+	// A bind to a headers exchange with an x-match it does not know.
+	match := &proto.Table{Fields: []*proto.Field{{Key: "x-match", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("most")}}}}}
+	res, err = b.Submit(ctx, &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "amq.headers", Destination: "q", Arguments: match}}})
+	if err != nil || res.GetCode() != 406 {
+		t.Fatalf("bind with x-match most: %v %v, want 406", res, err)
+	}
 }
 
 // oneNode is the broker of a one-node cluster whose leader made the
