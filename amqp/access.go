@@ -1,11 +1,11 @@
 package amqp
 
 import (
-	"github.com/raftmq/raftmq/fsm"
 	"regexp"
 	"sync"
 
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/internal/replycode"
 )
 

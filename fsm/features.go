@@ -6,6 +6,7 @@ import (
 	"github.com/raftmq/raftmq/internal/replycode"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
+	"github.com/raftmq/raftmq/ttl"
 )
 
 // Queue features beyond TTL and length limits: priorities
@@ -43,10 +44,9 @@ var unsupportedConsumeArgs = map[string]bool{
 	"x-stream-filter-match-unfiltered": true,
 }
 
-// notInteger is RabbitMQ's refusal of an integer argument given v, of
-// another type: "expected integer, got longstr", quoted, as it is a string
-// where its other refusals are terms.
-func notInteger(v *proto.Value) string { return `"expected integer, got ` + typeName(v) + `"` }
+// notInteger is RabbitMQ's reason for refusing an integer argument given
+// v, of another type (ttl.NotInteger).
+func notInteger(v *proto.Value) string { return ttl.NotInteger(typeName(v)) }
 
 func invalidArg(key string, q *queueState, why string) *proto.Result {
 	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - invalid arg '"+key+"' for "+rs("queue", q.name, q.vhost)+": "+why)

@@ -87,10 +87,11 @@ func uintArg(u uint64) (int64, string, string, bool) {
 	return int64(u), "", "", true
 }
 
-// notInteger is the refusal of an integer argument given another AMQP
-// type typ, as RabbitMQ words it (its integer check, quoted because it is
-// a string rather than a term): "expected integer, got longstr".
-func notInteger(typ string) string { return `"expected integer, got ` + typ + `"` }
+// NotInteger is the reason RabbitMQ gives for refusing an integer
+// argument given another AMQP type typ (its integer check's, quoted
+// because it is a string rather than a term): "expected integer, got
+// longstr".
+func NotInteger(typ string) string { return `"expected integer, got ` + typ + `"` }
 
 // checkExpiry is rabbit_misc:check_expiry/1: the Erlang term of the refusal,
 // or "" when n is within 0..MaxTTL. big, when set, is n's exact text.
@@ -120,7 +121,7 @@ func checkExpiry(n int64, big string) string {
 func MessageTTLArg(v any, vhost, queue string) (int64, error) {
 	n, big, typ, ok := intArg(v)
 	if !ok {
-		return 0, argError(ArgMessageTTL, vhost, queue, notInteger(typ))
+		return 0, argError(ArgMessageTTL, vhost, queue, NotInteger(typ))
 	}
 	if bad := checkExpiry(n, big); bad != "" {
 		return 0, argError(ArgMessageTTL, vhost, queue, bad)
@@ -135,7 +136,7 @@ func MessageTTLArg(v any, vhost, queue string) (int64, error) {
 func ExpiresArg(v any, vhost, queue string) (int64, error) {
 	n, big, typ, ok := intArg(v)
 	if !ok {
-		return 0, argError(ArgExpires, vhost, queue, notInteger(typ))
+		return 0, argError(ArgExpires, vhost, queue, NotInteger(typ))
 	}
 	if n == 0 && big == "" {
 		return 0, argError(ArgExpires, vhost, queue, "{value_zero,0}")
