@@ -10,7 +10,6 @@ import (
 // The log's own refusals of declare arguments say what is wrong with
 // them, in RabbitMQ 3.10.8's words.
 func TestQueueArgs_RefusalsSayWhatIsWrong(t *testing.T) {
-	i32 := func(n int32) *proto.Value { return &proto.Value{Kind: &proto.Value_Int32{Int32: n}} }
 	m := fsmtest.New(t)
 	const pre = "PRECONDITION_FAILED - invalid arg '"
 	for _, c := range []struct {

@@ -12,7 +12,6 @@ import (
 // words (read from a real node with pika), before it reaches a log; what
 // RabbitMQ lets through goes on.
 func TestDeclareRefusal(t *testing.T) {
-	i32 := func(n int32) *proto.Value { return &proto.Value{Kind: &proto.Value_Int32{Int32: n}} }
 	qq := func(kv ...any) *proto.Table { return table(append([]any{"x-queue-type", str("quorum")}, kv...)...) }
 	const pre = "PRECONDITION_FAILED - "
 	for _, c := range []struct {
@@ -51,7 +50,6 @@ func TestDeclareRefusal(t *testing.T) {
 // refused in its words; other exchanges, and exchanges not held, are left
 // to the log.
 func TestBindRefusal(t *testing.T) {
-	i32 := func(n int32) *proto.Value { return &proto.Value{Kind: &proto.Value_Int32{Int32: n}} }
 	m := fsmtest.New(t)
 	fsmtest.Apply(t, m, 1, exchangeDeclare("h", "headers", nil), exchangeDeclare("d", "direct", nil))
 	bindTo := func(x string, match *proto.Value) *proto.Bind {

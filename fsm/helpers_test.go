@@ -19,6 +19,7 @@ var (
 func init() { fsm.BodyOf = fsmtest.Body }
 
 func i64(n int64) *proto.Value { return &proto.Value{Kind: &proto.Value_Int64{Int64: n}} }
+func i32(n int32) *proto.Value { return &proto.Value{Kind: &proto.Value_Int32{Int32: n}} }
 func str(s string) *proto.Value {
 	return &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(s)}}
 }

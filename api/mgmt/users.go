@@ -214,16 +214,20 @@ func (q *req) permissions() error {
 	if vhost == "" {
 		return q.listPermissions(func(*proto.PermissionInfo) bool { return true })
 	}
-	var out map[string]any
-	q.view(func(s ops.State) {
-		for _, p := range s.Permissions() {
-			if p.GetVhost() == vhost && p.GetUser() == user {
-				out = permissionJSON(p)
+	// current is the user's permissions in vhost, nil for none.
+	current := func() (out map[string]any) {
+		q.view(func(s ops.State) {
+			for _, p := range s.Permissions() {
+				if p.GetVhost() == vhost && p.GetUser() == user {
+					out = permissionJSON(p)
+				}
 			}
-		}
-	})
+		})
+		return out
+	}
 	switch q.r.Method {
 	case http.MethodGet:
+		out := current()
 		if out == nil {
 			return notFound()
 		}
@@ -241,7 +245,7 @@ func (q *req) permissions() error {
 		q.created(existed)
 		return nil
 	case http.MethodDelete:
-		if out == nil {
+		if current() == nil {
 			// Nothing to clear: RabbitMQ's API answers 404.
 			return notFound()
 		}
