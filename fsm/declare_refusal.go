@@ -68,11 +68,13 @@ var headersMatchModes = []string{"all", "any", "all-with-x", "any-with-x"}
 // BindRefusal is RabbitMQ's refusal of binding b to a headers exchange
 // with an x-match it does not know, or of another type than a string,
 // judged on the exchanges m holds. nil lets the bind go on to the log,
-// also when m does not hold the exchange (yet): the log decides then,
-// and the binding matches as x-match all, as it did before this check.
+// also when m does not hold the exchange (yet).
 //
-// Like DeclareRefusal it is checked where a bind enters, not in apply,
-// so that logs holding binds it lets through replay alike.
+// Like DeclareRefusal it is checked before the log, not in apply, so
+// that logs holding binds it let through replay alike: by the node the
+// bind came in on, against its own state, and again by the leader as the
+// bind enters an entry, against the leader's (cluster/group), which
+// holds an exchange a client was told was declared.
 func (m *Machine) BindRefusal(b *proto.Bind) *proto.Result {
 	v, ok := tableGet(b.GetArguments(), "x-match")
 	if !ok {

@@ -96,7 +96,7 @@ func (b *Broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result,
 // refusal is RabbitMQ's refusal of cmd that is made before any log: a
 // queue declare for what it says on its own, a bind to a headers exchange
 // with an x-match it does not know (as this node's metadata has the
-// exchange).
+// exchange; the leader checks the bind again against its own).
 func (b *Broker) refusal(cmd *proto.Command) *proto.Result {
 	var r *proto.Result
 	switch c := cmd.GetCmd().(type) {

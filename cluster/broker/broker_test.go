@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +107,40 @@ func TestBroker_DeclareRefusedBeforeTheLog(t *testing.T) {
 	res, err = b.Submit(ctx, &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "amq.headers", Destination: "q", Arguments: match}}})
 	if err != nil || res.GetCode() != 406 {
 		t.Fatalf("bind with x-match most: %v %v, want 406", res, err)
+	}
+}
+
+// A bind that a node lets through because its own state does not hold
+// the headers exchange yet (declared a moment earlier through another
+// node) is refused by the leader, which holds it: here the bind goes to
+// the log the way such a node sends it, past the broker's own check.
+func TestBroker_BindRefusedByTheLeader(t *testing.T) {
+	c := clustertest.New(t, 3)
+	c.WaitForLeader(clustertest.Timeout)
+	follower := c.Followers()[0]
+	<-follower.Ready()
+	b := broker.New(follower, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
+	defer cancel()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if !b.VhostExists("/") {
+			return errors.New("no default vhost yet")
+		}
+		return nil
+	})
+	if res, err := b.Submit(ctx, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true}}}); err != nil || res.GetCode() != 0 {
+		t.Fatalf("declare q: %v %v", res, err)
+	}
+	bind := func(mode string) *proto.Command {
+		match := &proto.Table{Fields: []*proto.Field{{Key: "x-match", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(mode)}}}}}
+		return &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "amq.headers", Destination: "q", Arguments: match}}}
+	}
+	res, err := follower.Submit(ctx, bind("most"))
+	if err != nil || res.GetCode() != 406 || !strings.Contains(res.GetText(), "Invalid x-match field value") || res.GetIndex() != 0 {
+		t.Fatalf("bind with x-match most through the log: %v %v, want 406 before any entry", res, err)
+	}
+	if res, err := follower.Submit(ctx, bind("any")); err != nil || res.GetCode() != 0 || res.GetIndex() == 0 {
+		t.Fatalf("bind with x-match any: %v %v", res, err)
 	}
 }
 

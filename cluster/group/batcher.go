@@ -37,6 +37,9 @@ type BatcherConfig struct {
 	ClusterProtocol func() uint32
 	// Proposals keeps each proposed Envelope for the adapter.
 	Proposals *Proposals
+	// Refusal, when set, is a command's refusal judged on what the leader
+	// has applied (Group.refusal); nil lets the command into the entry.
+	Refusal func(*proto.Command) *proto.Result
 	// Raft is the group's raft.
 	Raft    func() *raft.Raft
 	Logger  *slog.Logger
@@ -116,18 +119,25 @@ func (b *Batcher) admit(p *Request, have *uint32) {
 				}
 			}
 		}
-		if err == nil {
+		var r *proto.Result
+		switch {
+		case err != nil:
+			var ie *fsm.InvalidError
+			if !errors.As(err, &ie) {
+				ie = &fsm.InvalidError{Code: replycode.InternalError, Text: "INTERNAL_ERROR - " + err.Error()}
+			}
+			r = ie.Result()
+			b.cfg.Logger.Warn("refused a command before proposing it", "text", ie.Text)
+		case b.cfg.Refusal != nil:
+			r = b.cfg.Refusal(c)
+		}
+		if r == nil {
 			continue
 		}
 		if p.refused == nil {
 			p.refused = make([]*proto.Result, len(p.cmds))
 		}
-		var ie *fsm.InvalidError
-		if !errors.As(err, &ie) {
-			ie = &fsm.InvalidError{Code: replycode.InternalError, Text: "INTERNAL_ERROR - " + err.Error()}
-		}
-		p.refused[i] = ie.Result()
-		b.cfg.Logger.Warn("refused a command before proposing it", "text", ie.Text)
+		p.refused[i] = r
 	}
 	if p.refused == nil {
 		p.valid = p.cmds

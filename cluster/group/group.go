@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/raftmq/raftmq/bodies"
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 	"github.com/raftmq/raftmq/queue"
 )
@@ -131,7 +132,8 @@ func Open(cfg Config) (*Group, error) {
 	pc := cfg.Pipeline
 	g.batcher = NewBatcher(BatcherConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, MaxInflight: pc.MaxInflight,
 		MaxMessageSize: pc.MaxMessageSize, Leading: pc.Leading, Stamp: pc.Stamp, CommandProtocol: pc.CommandProtocol,
-		ClusterProtocol: pc.ClusterProtocol, Proposals: g.proposals, Raft: g.Raft, Logger: cfg.Logger, Closing: cfg.Closing})
+		ClusterProtocol: pc.ClusterProtocol, Proposals: g.proposals, Refusal: g.refusal, Raft: g.Raft,
+		Logger: cfg.Logger, Closing: cfg.Closing})
 	g.fwd = NewForwarder(ForwarderConfig{MaxCommands: pc.MaxCommands, MaxBytes: pc.MaxBytes, Dial: pc.Dial, Group: cfg.GroupID})
 	g.submit = NewSubmitter(SubmitterConfig{LeaderWait: pc.LeaderWait, Leader: pc.Leader, Changed: pc.Changed,
 		Batcher: g.batcher, Forwarder: g.fwd, Applied: g.applied, State: g.state, Closing: cfg.Closing})
@@ -169,6 +171,25 @@ func Open(cfg Config) (*Group, error) {
 	fc.Storage, fc.Bodies, fc.TrailingLogs = st, g.bodies, cfg.Raft.TrailingLogs
 	g.fsm = NewFSM(fc)
 	return g, nil
+}
+
+// refusal is RabbitMQ's refusal of a command as this leader's applied
+// state judges it, made before the command enters an entry: a bind to a
+// headers exchange with an x-match it does not know (fsm
+// Machine.BindRefusal). The node the bind came in on checked it against
+// its own state already, which may not hold yet an exchange declared a
+// moment earlier through another node; the leader's does, as that
+// declare was answered only once it applied here (a leader elected since
+// may apply it a moment after its election). Like every check
+// before the log, it leaves what the log holds to replay alike.
+func (g *Group) refusal(c *proto.Command) *proto.Result {
+	b, ok := c.GetCmd().(*proto.Command_Bind)
+	if !ok {
+		return nil
+	}
+	var r *proto.Result
+	g.state.View(func(m *fsm.Machine) { r = m.BindRefusal(b.Bind) })
+	return r
 }
 
 // Start starts the group's raft. in is what the transport receives (its
