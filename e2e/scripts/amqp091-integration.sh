@@ -22,7 +22,8 @@
 # connection_name in GET /api/connections and closed with DELETE
 # /api/connections/{name}. The client hard-wires that API to
 # http://localhost:15672; when the node's management port is another one,
-# the copy is pointed at it (the only change made to the client's code).
+# the copy is pointed at it (the only change made to the client's code;
+# one test file is added, which turns the client's log on).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -103,6 +104,19 @@ if [ "$mgmt_port" != 15672 ]; then
   sed -i "s#http://localhost:15672/#http://localhost:$mgmt_port/#" internal/utils/http.go
   sed -i "s#\(DropConnection(.*\)\"15672\")#\1\"$mgmt_port\")#" recovery_test.go
 fi
+# The client's own log (its recovery steps, silent by default) goes to
+# stderr with the time of day, so that a recovery test that fails shows
+# what the client did and when, beside the node's log below.
+cat >raftmq_log_test.go <<'EOF'
+package amqp091
+
+import (
+	"log"
+	"os"
+)
+
+func init() { SetLogger(log.New(os.Stderr, "amqp091-go log: ", log.Ltime|log.Lmicroseconds)) }
+EOF
 echo "amqp091-go $version against $AMQP_URL (management API on port $mgmt_port)"
 status=0
 go test -count=1 -tags integration -skip "$SKIP" -timeout 20m "$@" ./... || status=$?
