@@ -59,16 +59,24 @@ func TestAMQP091Integration(t *testing.T) {
 // failedTests picks out of go test -v output the lines of each test that
 // failed: the lines printed under its name (go test heads a test's lines
 // with "=== RUN", "=== CONT" or "=== NAME" and the test's name), its
-// "--- FAIL" line, and any panic or package FAIL line.
+// "--- FAIL" line, and any panic or package FAIL line. A test still
+// running when the suite's timeout panicked never prints "--- FAIL":
+// the lines of each test the panic names as running come last.
 func failedTests(out string) string {
 	lines := map[string][]string{}
 	var cur string
 	var tail int
+	var running []string
 	var b strings.Builder
 	for _, line := range strings.Split(out, "\n") {
 		if tail > 0 {
 			b.WriteString(line + "\n")
 			tail--
+			// "panic: test timed out after 20m0s" is followed by
+			// "running tests:" and a line "\t\tTestName (19m59s)" each.
+			if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "Test") && strings.HasPrefix(f[1], "(") {
+				running = append(running, f[0])
+			}
 			continue
 		}
 		trim := strings.TrimSpace(line)
@@ -94,6 +102,12 @@ func failedTests(out string) string {
 			tail = 40
 		case cur != "" && !strings.HasPrefix(trim, "===") && !strings.HasPrefix(trim, "--- "):
 			lines[cur] = append(lines[cur], line)
+		}
+	}
+	for _, name := range running {
+		b.WriteString("the lines of " + name + ", running at the panic:\n")
+		for _, l := range lines[name] {
+			b.WriteString(l + "\n")
 		}
 	}
 	if b.Len() == 0 {
@@ -136,5 +150,26 @@ func TestFailedTests_NamesOnlyTheFailuresLines(t *testing.T) {
 		"goleak: Errors on successful test run: found unexpected goroutines:\n[Goroutine 7 in state select]\n"
 	if got != want {
 		t.Fatalf("failedTests:\n%q\nwant\n%q", got, want)
+	}
+
+	// A test that hangs until the suite's timeout prints no "--- FAIL".
+	out = strings.Join([]string{
+		"=== RUN   TestGood",
+		"--- PASS: TestGood (0.00s)",
+		"=== RUN   TestHung",
+		"amqp091-go log: 10:00:00.000001 Channel 1 recovery attempt 1 of 5",
+		"    hung_test.go:4: waiting",
+		"panic: test timed out after 20m0s",
+		"\trunning tests:",
+		"\t\tTestHung (19m59s)",
+		"",
+		"goroutine 1 [running]:",
+	}, "\n")
+	got = failedTests(out)
+	want = "panic: test timed out after 20m0s\n\trunning tests:\n\t\tTestHung (19m59s)\n\ngoroutine 1 [running]:\n" +
+		"the lines of TestHung, running at the panic:\n" +
+		"amqp091-go log: 10:00:00.000001 Channel 1 recovery attempt 1 of 5\n    hung_test.go:4: waiting\n"
+	if got != want {
+		t.Fatalf("failedTests of a timeout:\n%q\nwant\n%q", got, want)
 	}
 }
