@@ -103,8 +103,7 @@ func TestBroker_DeclareRefusedBeforeTheLog(t *testing.T) {
 		t.Fatal("the durable quorum queue was not made")
 	}
 	// A bind to a headers exchange with an x-match it does not know.
-	match := &proto.Table{Fields: []*proto.Field{{Key: "x-match", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte("most")}}}}}
-	res, err = b.Submit(ctx, &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "amq.headers", Destination: "q", Arguments: match}}})
+	res, err = b.Submit(ctx, headersBind("q", "most"))
 	if err != nil || res.GetCode() != 406 {
 		t.Fatalf("bind with x-match most: %v %v, want 406", res, err)
 	}
@@ -131,17 +130,19 @@ func TestBroker_BindRefusedByTheLeader(t *testing.T) {
 	if res, err := b.Submit(ctx, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true}}}); err != nil || res.GetCode() != 0 {
 		t.Fatalf("declare q: %v %v", res, err)
 	}
-	bind := func(mode string) *proto.Command {
-		match := &proto.Table{Fields: []*proto.Field{{Key: "x-match", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(mode)}}}}}
-		return &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "amq.headers", Destination: "q", Arguments: match}}}
-	}
-	res, err := follower.Submit(ctx, bind("most"))
+	res, err := follower.Submit(ctx, headersBind("q", "most"))
 	if err != nil || res.GetCode() != 406 || !strings.Contains(res.GetText(), "Invalid x-match field value") || res.GetIndex() != 0 {
 		t.Fatalf("bind with x-match most through the log: %v %v, want 406 before any entry", res, err)
 	}
-	if res, err := follower.Submit(ctx, bind("any")); err != nil || res.GetCode() != 0 || res.GetIndex() == 0 {
+	if res, err := follower.Submit(ctx, headersBind("q", "any")); err != nil || res.GetCode() != 0 || res.GetIndex() == 0 {
 		t.Fatalf("bind with x-match any: %v %v", res, err)
 	}
+}
+
+// headersBind binds queue q to amq.headers with x-match mode.
+func headersBind(q, mode string) *proto.Command {
+	match := &proto.Table{Fields: []*proto.Field{{Key: "x-match", Value: &proto.Value{Kind: &proto.Value_LongString{LongString: []byte(mode)}}}}}
+	return &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "amq.headers", Destination: q, Arguments: match}}}
 }
 
 // oneNode is the broker of a one-node cluster whose leader made the
