@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,9 +30,31 @@ const (
 	handOffBatch = 256
 	handOffBytes = 8 << 20
 	// handOffBackoff bounds the wait before a round that failed (a
-	// target without a leader, a body not readable yet) is tried again.
-	handOffBackoff = 5 * time.Second
+	// target without a leader, a body not readable yet) is tried again:
+	// a dead letter is late by at most that much past the failure's end,
+	// well within the 2 s the fault suite holds deaths to.
+	handOffBackoff = time.Second
 )
+
+// retryAfter is how long a loop that proposes into another group's log
+// (the hand-off, the metadata's mirror) waits after a round failed with
+// err, and the backoff the next failure doubles. An outcome left unknown
+// by a leader that lost its place (frozen, cut off, deposed while it
+// committed) is settled by sending the round again at once: the target
+// applies each key once, and the Submitter takes the new leader. Such a
+// failure costs an election, so it cannot spin (a node that closes ends
+// the loop; its ErrClosed is not such a failure), and a group whose
+// leadership changed twice in a row would otherwise hold its dead
+// letters back by the doubled wait as well. Any other failure doubles the
+// wait, from 100 ms up to handOffBackoff, so that a lasting one is not
+// tried in a loop.
+func retryAfter(err error, backoff time.Duration) (wait, next time.Duration) {
+	if errors.Is(err, group.ErrOutcomeUnknown) && !errors.Is(err, group.ErrClosed) {
+		return 0, backoff
+	}
+	next = min(max(2*backoff, 100*time.Millisecond), handOffBackoff)
+	return next, next
+}
 
 // handOffLoop hands g's outbox off, on its leader, until ctx ends: a
 // round whenever the group applied more, and again after a failure.
@@ -46,9 +69,10 @@ func (n *Node) handOffLoop(ctx context.Context, g *group.Group) {
 		var retry <-chan time.Time
 		switch {
 		case err != nil:
-			backoff = min(max(2*backoff, 100*time.Millisecond), handOffBackoff)
-			n.log.Warn("handing off a group's outbox failed", "group", g.ID(), "err", err, "retry", backoff)
-			retry = time.After(backoff)
+			var wait time.Duration
+			wait, backoff = retryAfter(err, backoff)
+			n.log.Warn("handing off a group's outbox failed", "group", g.ID(), "err", err, "retry", wait)
+			retry = time.After(wait)
 			applied = nil // wait out the backoff
 		case more:
 			backoff = 0

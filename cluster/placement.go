@@ -443,9 +443,10 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 		}
 		var retry <-chan time.Time
 		if err != nil {
-			backoff = min(max(2*backoff, 100*time.Millisecond), handOffBackoff)
-			n.log.Warn("mirroring the metadata into a queue group failed", "group", qg.id, "err", err, "retry", backoff)
-			retry = time.After(backoff)
+			var wait time.Duration
+			wait, backoff = retryAfter(err, backoff)
+			n.log.Warn("mirroring the metadata into a queue group failed", "group", qg.id, "err", err, "retry", wait)
+			retry = time.After(wait)
 			metaApplied, groupApplied = nil, nil
 			all = true
 		} else {
