@@ -707,44 +707,124 @@ func (c *cluster) logQueues() {
 }
 
 func (c *cluster) dumpLogs() {
+	logs := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out, _ := exec.Command("docker", "logs", n.container).CombinedOutput()
+		logs[i] = string(out)
+	}
 	// RAFTMQ_FAULT_LOGS names a folder to keep every node's whole log in,
 	// for a failure whose cause is older than the tail.
 	if dir := os.Getenv("RAFTMQ_FAULT_LOGS"); dir != "" {
-		for _, n := range c.nodes {
-			out, _ := exec.Command("docker", "logs", n.container).CombinedOutput()
+		for i, n := range c.nodes {
 			name := filepath.Join(dir, strings.ReplaceAll(c.t.Name(), "/", "_")+"-"+n.id+".log")
-			if err := os.WriteFile(name, out, 0o644); err != nil {
+			if err := os.WriteFile(name, []byte(logs[i]), 0o644); err != nil {
 				c.t.Logf("keeping %s's log: %v", n.id, err)
 			}
+		}
+	}
+	// First the fault's course, which a late death or a slow election is
+	// measured against, from every node in one timeline: CI repeats only
+	// a failure's first lines, and the tails below run long. Then the
+	// events older than the tails that the scenario's checks ask about: a
+	// lease that ran out, a queue's deletion.
+	if course := faultCourse(logs); len(course) > 0 {
+		c.t.Logf("---- the fault's course: elections, leaderships, silences, nodes declared down, failed hand-offs ----\n%s",
+			strings.Join(course, "\n"))
+	}
+	for i, n := range c.nodes {
+		var leases []string
+		for _, l := range strings.Split(logs[i], "\n") {
+			if strings.Contains(l, "x-expires lease ran out") {
+				leases = append(leases, l)
+			}
+		}
+		if len(leases) > 0 {
+			c.t.Logf("---- %s: leases that ran out ----\n%s", n.id, strings.Join(leases, "\n"))
 		}
 	}
 	for _, n := range c.nodes {
 		out, _ := exec.Command("docker", "logs", "--tail", "60", n.container).CombinedOutput()
 		c.t.Logf("---- %s (%s) log tail ----\n%s", n.id, n.ip, out)
 	}
-	// Events older than the tail that the scenario's checks ask about: a
-	// lease that ran out, a queue's deletion; and the fault's course, which
-	// a late death or a slow election is measured against: who led each
-	// group from when, and when a node was found silent and declared down.
-	for _, n := range c.nodes {
-		out, _ := exec.Command("docker", "logs", n.container).CombinedOutput()
-		var leases, course []string
-		for _, l := range strings.Split(string(out), "\n") {
-			switch {
-			case strings.Contains(l, "x-expires lease ran out"):
-				leases = append(leases, l)
-			case strings.Contains(l, "entering leader state"), strings.Contains(l, "declared node down"),
-				strings.Contains(l, "has not answered raft"):
-				course = append(course, l)
+}
+
+// courseEvents are the log messages that make up a fault's course.
+var courseEvents = []string{
+	"entering candidate state", "entering leader state", "lost leadership",
+	"has not answered raft", "declared node down", "node-down proposal failed",
+	"handing off a group's outbox failed",
+}
+
+// faultCourse merges the course events of the nodes' logs (slog's text
+// lines) into one list in time order, each shortened to its time, node,
+// group, message and error: a line a reader takes in at a glance.
+func faultCourse(logs []string) []string {
+	type event struct {
+		at   time.Time
+		line string
+	}
+	var events []event
+	for _, log := range logs {
+		for _, l := range strings.Split(log, "\n") {
+			if !slices.ContainsFunc(courseEvents, func(e string) bool { return strings.Contains(l, e) }) {
+				continue
 			}
-		}
-		if len(leases) > 0 {
-			c.t.Logf("---- %s: leases that ran out ----\n%s", n.id, strings.Join(leases, "\n"))
-		}
-		if len(course) > 0 {
-			c.t.Logf("---- %s: leaderships taken and nodes declared down ----\n%s", n.id, strings.Join(course, "\n"))
+			at, _ := time.Parse(time.RFC3339Nano, strings.TrimPrefix(strings.Fields(l)[0], "time="))
+			events = append(events, event{at, shortLine(l)})
 		}
 	}
+	slices.SortStableFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
+	course := make([]string, len(events))
+	for i, e := range events {
+		course[i] = e.line
+	}
+	return course
+}
+
+// shortLine keeps of a slog text line its time, node, group, message, the
+// id of the node it names and its error, with raft's own prefixes cut.
+func shortLine(l string) string {
+	field := func(key string) string {
+		i := strings.Index(l, " "+key+"=")
+		if i < 0 {
+			return ""
+		}
+		v := l[i+len(key)+2:]
+		if strings.HasPrefix(v, `"`) {
+			// A quoted value ends at the first quote not escaped.
+			for j := 1; j < len(v); j++ {
+				if v[j] == '\\' {
+					j++
+					continue
+				}
+				if v[j] == '"' {
+					return strings.ReplaceAll(v[1:j], `\"`, `"`)
+				}
+			}
+			return v[1:]
+		}
+		if j := strings.IndexByte(v, ' '); j >= 0 {
+			return v[:j]
+		}
+		return v
+	}
+	at := strings.TrimPrefix(strings.Fields(l + " ")[0], "time=")
+	if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+		at = t.UTC().Format("15:04:05.000")
+	}
+	parts := []string{at, field("node")}
+	if g := field("group"); g != "" {
+		parts = append(parts, g)
+	} else {
+		parts = append(parts, "meta")
+	}
+	parts = append(parts, strings.TrimPrefix(field("msg"), "raft: "))
+	for _, k := range []string{"id", "silent", "index", "retry", "err"} {
+		if v := field(k); v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // sitOut keeps node i down for d, the fault's fixed spell, and meanwhile
