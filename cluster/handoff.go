@@ -36,23 +36,31 @@ const (
 	handOffBackoff = time.Second
 )
 
+// handOffRetryFloor is the first wait after a failed round, and the
+// least time a round whose outcome was left unknown must have taken to be
+// tried again at once.
+const handOffRetryFloor = 100 * time.Millisecond
+
 // retryAfter is how long a loop that proposes into another group's log
-// (the hand-off, the metadata's mirror) waits after a round failed with
-// err, and the backoff the next failure doubles. An outcome left unknown
-// by a leader that lost its place (frozen, cut off, deposed while it
-// committed) is settled by sending the round again at once: the target
-// applies each key once, and the Submitter takes the new leader. Such a
-// failure costs an election, so it cannot spin (a node that closes ends
-// the loop; its ErrClosed is not such a failure), and a group whose
-// leadership changed twice in a row would otherwise hold its dead
-// letters back by the doubled wait as well. Any other failure doubles the
-// wait, from 100 ms up to handOffBackoff, so that a lasting one is not
-// tried in a loop.
-func retryAfter(err error, backoff time.Duration) (wait, next time.Duration) {
-	if errors.Is(err, group.ErrOutcomeUnknown) && !errors.Is(err, group.ErrClosed) {
+// (the hand-off, the metadata's mirror) waits after a round that took
+// took failed with err, and the backoff the next failure doubles. An
+// outcome left unknown by a leader that lost its place (frozen, cut off,
+// deposed while it committed) is settled by sending the round again: the
+// target applies each key once, and the Submitter takes the new leader.
+// Such a round waited for the election that deposed the leader (the
+// forwarder gives a former leader 200 ms to answer), so it goes again at
+// once: a group whose leadership changed two or three times in a row
+// would otherwise hold its dead letters back by the doubled waits as
+// well. An unknown outcome that came faster (a stream that broke as soon
+// as it was sent on) could repeat as fast, and a node that closes
+// (ErrClosed) ends the loop: they back off as any other failure does,
+// doubling the wait from handOffRetryFloor up to handOffBackoff, so that
+// a lasting one is not tried in a loop.
+func retryAfter(err error, took, backoff time.Duration) (wait, next time.Duration) {
+	if took >= handOffRetryFloor && errors.Is(err, group.ErrOutcomeUnknown) && !errors.Is(err, group.ErrClosed) {
 		return 0, backoff
 	}
-	next = min(max(2*backoff, 100*time.Millisecond), handOffBackoff)
+	next = min(max(2*backoff, handOffRetryFloor), handOffBackoff)
 	return next, next
 }
 
@@ -62,6 +70,7 @@ func (n *Node) handOffLoop(ctx context.Context, g *group.Group) {
 	backoff := time.Duration(0)
 	for {
 		_, applied := g.Applied().Load()
+		start := time.Now()
 		more, err := n.handOffRound(ctx, g)
 		if ctx.Err() != nil {
 			return
@@ -70,7 +79,7 @@ func (n *Node) handOffLoop(ctx context.Context, g *group.Group) {
 		switch {
 		case err != nil:
 			var wait time.Duration
-			wait, backoff = retryAfter(err, backoff)
+			wait, backoff = retryAfter(err, time.Since(start), backoff)
 			n.log.Warn("handing off a group's outbox failed", "group", g.ID(), "err", err, "retry", wait)
 			retry = time.After(wait)
 			applied = nil // wait out the backoff

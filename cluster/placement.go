@@ -444,7 +444,7 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 		var retry <-chan time.Time
 		if err != nil {
 			var wait time.Duration
-			wait, backoff = retryAfter(err, backoff)
+			wait, backoff = retryAfter(err, time.Since(last), backoff)
 			n.log.Warn("mirroring the metadata into a queue group failed", "group", qg.id, "err", err, "retry", wait)
 			retry = time.After(wait)
 			metaApplied, groupApplied = nil, nil
