@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -769,8 +770,9 @@ func faultCourse(logs []string) []string {
 			if !slices.ContainsFunc(courseEvents, func(e string) bool { return strings.Contains(l, e) }) {
 				continue
 			}
-			at, _ := time.Parse(time.RFC3339Nano, strings.TrimPrefix(strings.Fields(l)[0], "time="))
-			events = append(events, event{at, shortLine(l)})
+			// A line whose time does not parse sorts first.
+			at, _ := time.Parse(time.RFC3339Nano, logField(l, "time"))
+			events = append(events, event{at, shortLine(at, l)})
 		}
 	}
 	slices.SortStableFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
@@ -781,50 +783,38 @@ func faultCourse(logs []string) []string {
 	return course
 }
 
-// shortLine keeps of a slog text line its time, node, group, message, the
-// id of the node it names and its error, with raft's own prefixes cut.
-func shortLine(l string) string {
-	field := func(key string) string {
-		i := strings.Index(l, " "+key+"=")
-		if i < 0 {
-			return ""
-		}
-		v := l[i+len(key)+2:]
-		if strings.HasPrefix(v, `"`) {
-			// A quoted value ends at the first quote not escaped.
-			for j := 1; j < len(v); j++ {
-				if v[j] == '\\' {
-					j++
-					continue
-				}
-				if v[j] == '"' {
-					return strings.ReplaceAll(v[1:j], `\"`, `"`)
-				}
-			}
-			return v[1:]
-		}
-		if j := strings.IndexByte(v, ' '); j >= 0 {
-			return v[:j]
-		}
-		return v
+// shortLine keeps of a slog text line logged at at its time of day, node,
+// group, message (raft's own prefix cut), the id of the node it names and
+// its error.
+func shortLine(at time.Time, l string) string {
+	group := logField(l, "group")
+	if group == "" {
+		group = "meta"
 	}
-	at := strings.TrimPrefix(strings.Fields(l + " ")[0], "time=")
-	if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
-		at = t.UTC().Format("15:04:05.000")
-	}
-	parts := []string{at, field("node")}
-	if g := field("group"); g != "" {
-		parts = append(parts, g)
-	} else {
-		parts = append(parts, "meta")
-	}
-	parts = append(parts, strings.TrimPrefix(field("msg"), "raft: "))
+	parts := []string{at.UTC().Format("15:04:05.000"), logField(l, "node"), group,
+		strings.TrimPrefix(logField(l, "msg"), "raft: ")}
 	for _, k := range []string{"id", "silent", "index", "retry", "err"} {
-		if v := field(k); v != "" {
+		if v := logField(l, k); v != "" {
 			parts = append(parts, k+"="+v)
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// logField is the value of key in a slog text line, unquoted ("" when
+// the line has none): slog quotes a value with strconv.Quote.
+func logField(l, key string) string {
+	i := strings.Index(" "+l, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := l[i+len(key)+1:]
+	if q, err := strconv.QuotedPrefix(v); err == nil {
+		u, _ := strconv.Unquote(q)
+		return u
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v
 }
 
 // sitOut keeps node i down for d, the fault's fixed spell, and meanwhile
