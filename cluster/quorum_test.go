@@ -257,3 +257,68 @@ func TestCluster_NodeBackFromPartitionDeliversNothingItsNodeDownSuperseded(t *te
 	}
 	c.AssertSameDigest(t)
 }
+
+// A frozen leader whose first successor is frozen too, once every other
+// node follows it: the third leader never followed the first, yet counts
+// its silence from when it last heard from it, not from its own
+// election. Counted from the election, the first leader's consumers held
+// their messages a whole NodeDownAfter longer (the five-node freeze of
+// the fault suite, where the metadata group elected twice).
+func TestCluster_LeaderFrozenBeforeTwoElectionsDeclaredDownFromItsSilence(t *testing.T) {
+	c := clustertest.New(t, 5, productionGossip)
+	first := c.WaitForLeader(clustertest.Timeout)
+	for _, f := range c.Followers() {
+		mustSubmit(t, f, tick())
+	}
+	c.Freeze(first.NodeID())
+	defer c.Heal()
+	// The second leader, once every live node follows it.
+	var second *cluster.Node
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		second = nil
+		for _, n := range c.Live() {
+			if n != first && n.IsLeader() {
+				second = n
+			}
+		}
+		if second == nil {
+			return errors.New("no second leader yet")
+		}
+		for _, n := range c.Live() {
+			if id, _ := n.Leader(); n != first && id != second.NodeID() {
+				return fmt.Errorf("%s follows %q, not %s", n.NodeID(), id, second.NodeID())
+			}
+		}
+		return nil
+	})
+	if nodeDowns(second, first.NodeID()) != 0 {
+		t.Skip("the second leader declared the first down before it could be frozen: nothing to tell")
+	}
+	c.Freeze(first.NodeID(), second.NodeID())
+	var third *cluster.Node
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, n := range c.Live() {
+			if n != first && n != second && n.IsLeader() {
+				third = n
+				return nil
+			}
+		}
+		return errors.New("no third leader yet")
+	})
+	elected := time.Now()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if nodeDowns(third, first.NodeID()) == 0 {
+			return fmt.Errorf("no NodeDown for %s", first.NodeID())
+		}
+		return nil
+	})
+	took := time.Since(elected)
+	after := c.Nodes[c.Index(third.NodeID())].Config.NodeDownAfter
+	t.Logf("first leader declared down %v after the third leader's election (NodeDownAfter %v)", took.Round(time.Millisecond), after)
+	// It had been silent for two elections already: the third leader
+	// gives it the first appends' grace (NodeDownAfter/4), and the
+	// reconcile round adds up to NodeDownAfter/8.
+	if took >= after*3/4 {
+		t.Fatalf("declared down %v after the third leader's election, want well within NodeDownAfter (%v): counted from the election, not from its silence", took, after)
+	}
+}

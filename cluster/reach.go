@@ -63,8 +63,8 @@ func (t reachTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, 
 	return t.answered(id, t.NoPipeline.TimeoutNow(id, target, args, resp))
 }
 
-// watchLeaders follows raft's leader changes to remember the leader this
-// node last followed and when it last heard from it (membership.Reach.Reset).
+// watchLeaders follows raft's leader changes to remember the leaders this
+// node lost and when it last heard from each (membership.Reach.Reset).
 func (n *Node) watchLeaders(r *raft.Raft) {
 	obs := make(chan raft.Observation, 64)
 	r.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -74,22 +74,12 @@ func (n *Node) watchLeaders(r *raft.Raft) {
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		var cur string
 		for {
 			select {
 			case o := <-obs:
-				lo, ok := o.Data.(raft.LeaderObservation)
-				if !ok {
-					continue
+				if lo, ok := o.Data.(raft.LeaderObservation); ok {
+					n.reach.LeaderChanged(n.cfg.NodeID, string(lo.LeaderID), time.Now(), r.LastContact(), n.cfg.NodeDownAfter)
 				}
-				next := string(lo.LeaderID)
-				if cur != "" && cur != n.cfg.NodeID && next != cur {
-					n.reach.LeaderGone(cur, r.LastContact())
-				}
-				if next != "" {
-					n.reach.SetLedLast(next == n.cfg.NodeID)
-				}
-				cur = next
 			case <-n.closing:
 				return
 			}

@@ -45,7 +45,9 @@ func TestTable_LeavingMemberThatDiesHasLeft(t *testing.T) {
 func TestReach_NewTermCountsThePreviousLeaderFromItsSilence(t *testing.T) {
 	r := NewReach()
 	now := time.Now()
-	r.LeaderGone("old", now.Add(-time.Hour))
+	r.LeaderChanged("self", "old", now.Add(-2*time.Hour), time.Time{}, time.Second)
+	r.LeaderChanged("self", "", now.Add(-time.Second), now.Add(-time.Hour), time.Second)
+	r.LeaderChanged("self", "self", now, time.Time{}, time.Second)
 	r.Reset(now, now.Add(-time.Minute))
 	r.Ack("fresh", now)
 	r.Ack("stale", now.Add(-2*time.Second))
@@ -55,6 +57,51 @@ func TestReach_NewTermCountsThePreviousLeaderFromItsSilence(t *testing.T) {
 	}
 	if want := []string{"old"}; !slices.Equal(got, want) {
 		t.Fatalf("unreachable %v, want %v", got, want)
+	}
+	if !r.WasLeader() {
+		t.Error("the last leader this node knew of was itself, WasLeader false")
+	}
+}
+
+// When the group elects twice while its leader is frozen (a leader that
+// held for a moment, then lost its place too), the third leader counts
+// both lost leaders from when it last heard from each; a leader that held
+// for the settled while had counted the servers itself, so the ones lost
+// before it are not counted from their silence again.
+func TestReach_ANewTermCountsEveryLeaderLostSinceASettledOne(t *testing.T) {
+	const settled = 1500 * time.Millisecond
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	r := NewReach()
+	r.LeaderChanged("y", "frozen", at(0), time.Time{}, settled)
+	r.LeaderChanged("y", "", at(time.Minute), at(time.Minute-time.Second), settled)                               // frozen, last heard 1 s before
+	r.LeaderChanged("y", "x", at(time.Minute+300*time.Millisecond), time.Time{}, settled)                         // x elected
+	r.LeaderChanged("y", "", at(time.Minute+900*time.Millisecond), at(time.Minute+700*time.Millisecond), settled) // x lost
+	now := at(time.Minute + 1200*time.Millisecond)
+	r.LeaderChanged("y", "y", now, time.Time{}, settled)
+	r.Reset(now, now.Add(-time.Hour))
+	if s := r.SilentFor("frozen", now); s != 2200*time.Millisecond {
+		t.Errorf("the frozen leader silent for %v, want 2.2s: from when it was last heard, not from this term", s)
+	}
+	if s := r.SilentFor("x", now); s != 500*time.Millisecond {
+		t.Errorf("the short-lived leader silent for %v, want 500ms", s)
+	}
+	if r.WasLeader() != true {
+		t.Error("WasLeader false after this node's own election")
+	}
+
+	// y leads for the settled while, then follows z, who is lost at once:
+	// only z is counted from its silence at y's next term.
+	r.LeaderChanged("y", "z", now.Add(settled), time.Time{}, settled)
+	r.LeaderChanged("y", "", now.Add(settled+time.Second), now.Add(settled+500*time.Millisecond), settled)
+	next := now.Add(settled + 2*time.Second)
+	r.LeaderChanged("y", "y", next, time.Time{}, settled)
+	r.Reset(next, next.Add(-time.Hour))
+	if s := r.SilentFor("frozen", next); s != 0 {
+		t.Errorf("a leader lost before a settled one silent for %v at the next term, want 0", s)
+	}
+	if s := r.SilentFor("z", next); s != 1500*time.Millisecond {
+		t.Errorf("z silent for %v, want 1.5s", s)
 	}
 }
 

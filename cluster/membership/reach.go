@@ -36,17 +36,22 @@ type Reach struct {
 	pinged map[string]time.Time // server id -> last answered Ping
 	since  map[string]time.Time // this term: when the leader began counting the server
 
-	// The leader this node last followed, and when it last heard from
-	// it, recorded when that leader went away (LeaderGone).
-	prevLeader string
-	prevHeard  time.Time
+	// The leaders this node followed and lost since it last had one
+	// leader for a settled while, each with when this node last heard
+	// from it (LeaderChanged). An election can fail to hold: when the
+	// metadata group elects twice while its old leader is frozen, the
+	// leader that counts the frozen one is the third of the run, and the
+	// frozen one is not the leader it followed just before.
+	lost     map[string]time.Time
+	cur      string    // this node's leader now, "" while none
+	curSince time.Time // since when
 	// ledLast: the last leader this node knew of was itself.
 	ledLast bool
 }
 
 // NewReach returns a Reach that has heard from no one.
 func NewReach() *Reach {
-	return &Reach{acked: map[string]time.Time{}, pinged: map[string]time.Time{}, since: map[string]time.Time{}}
+	return &Reach{acked: map[string]time.Time{}, pinged: map[string]time.Time{}, since: map[string]time.Time{}, lost: map[string]time.Time{}}
 }
 
 // Ack records that the server id answered a raft RPC at t.
@@ -68,33 +73,45 @@ func (r *Reach) Ping(id string, t time.Time) {
 }
 
 // Reset starts a term of leadership at now. Every server gets
-// NodeDownAfter from now to answer, except the leader this node followed
-// before: it has been silent since this node last heard from it, which
-// is what made this node stand, so it is counted from then, though not
-// from earlier than floor, which leaves the new term's first appends time
-// to reach it.
+// NodeDownAfter from now to answer, except the leaders this node followed
+// and lost since it last had a settled leader: each has been silent since
+// this node last heard from it, which is what made the group elect, so it
+// is counted from then, though not from earlier than floor, which leaves
+// the new term's first appends time to reach it.
 func (r *Reach) Reset(now, floor time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.since)
-	if r.prevLeader != "" && !r.prevHeard.IsZero() {
-		r.since[r.prevLeader] = maxTime(r.prevHeard, floor)
+	for id, heard := range r.lost {
+		if !heard.IsZero() {
+			r.since[id] = maxTime(heard, floor)
+		}
 	}
 }
 
-// LeaderGone records that the leader this node followed is no longer its
-// leader, and when this node last heard from it.
-func (r *Reach) LeaderGone(id string, heard time.Time) {
+// LeaderChanged records that this node's leader is next from now on (""
+// while it has none). self is this node's id, heard when this node last
+// heard from the leader it had until now. A leader that held its place
+// for settled (NodeDownAfter) had time to count the servers itself, so
+// the leaders lost before it are forgotten.
+func (r *Reach) LeaderChanged(self, next string, now, heard time.Time, settled time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.prevLeader, r.prevHeard = id, heard
-}
-
-// SetLedLast records whether the last leader this node knew of was itself.
-func (r *Reach) SetLedLast(v bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ledLast = v
+	if next == r.cur {
+		return
+	}
+	if r.cur != "" {
+		if now.Sub(r.curSince) >= settled {
+			clear(r.lost)
+		}
+		if r.cur != self {
+			r.lost[r.cur] = maxTime(r.lost[r.cur], heard)
+		}
+	}
+	if next != "" {
+		r.ledLast = next == self
+	}
+	r.cur, r.curSince = next, now
 }
 
 // WasLeader reports whether the last leader this node knew of was itself.
