@@ -42,9 +42,17 @@ cd "$(dirname "$0")/../.."
 # a CI run that deadline was missed once (v1.16.0); it says nothing of
 # raftmq either way.
 #
+# TestConnectionRecoveryCancelInterrupt races inside the client: it closes
+# a channel the moment the client starts to recover it, and passes only if
+# the server's channel.open-ok arrives before that close. When the close
+# wins, the client's connection recovery takes the aborted channel for its
+# own failure, closes the connection, and the test's conn.Close returns the
+# client's own 504. Against RabbitMQ 3.10.8 (-count=20) it failed 3 times
+# in 20 with that error, as against raftmq (2 in 10 on a loaded machine).
+#
 # TestConnection_Close_WhenMemoryAlarmIsActive skips itself unless
 # rabbitmqctl is available (it raises a RabbitMQ memory alarm).
-SKIP='^(TestRabbitMQQueueTTLGet|TestRabbitMQQueueNackMultipleRequeue|TestIntegrationRecoverNotImplemented|TestNotifyClosesAllChansAfterConnectionClose)$'
+SKIP='^(TestRabbitMQQueueTTLGet|TestRabbitMQQueueNackMultipleRequeue|TestIntegrationRecoverNotImplemented|TestNotifyClosesAllChansAfterConnectionClose|TestConnectionRecoveryCancelInterrupt)$'
 
 work=$(mktemp -d)
 node_pid=""
