@@ -771,7 +771,7 @@ func faultCourse(logs []string) []string {
 				continue
 			}
 			// A line whose time does not parse sorts first.
-			at, _ := time.Parse(time.RFC3339Nano, logField(l, "time"))
+			at, _ := time.Parse(time.RFC3339Nano, logFields(l)["time"])
 			events = append(events, event{at, shortLine(at, l)})
 		}
 	}
@@ -787,34 +787,44 @@ func faultCourse(logs []string) []string {
 // group, message (raft's own prefix cut), the id of the node it names and
 // its error.
 func shortLine(at time.Time, l string) string {
-	group := logField(l, "group")
+	f := logFields(l)
+	group := f["group"]
 	if group == "" {
 		group = "meta"
 	}
-	parts := []string{at.UTC().Format("15:04:05.000"), logField(l, "node"), group,
-		strings.TrimPrefix(logField(l, "msg"), "raft: ")}
+	parts := []string{at.UTC().Format("15:04:05.000"), f["node"], group, strings.TrimPrefix(f["msg"], "raft: ")}
 	for _, k := range []string{"id", "silent", "index", "retry", "err"} {
-		if v := logField(l, k); v != "" {
+		if v := f[k]; v != "" {
 			parts = append(parts, k+"="+v)
 		}
 	}
 	return strings.Join(parts, " ")
 }
 
-// logField is the value of key in a slog text line, unquoted ("" when
-// the line has none): slog quotes a value with strconv.Quote.
-func logField(l, key string) string {
-	i := strings.Index(" "+l, " "+key+"=")
-	if i < 0 {
-		return ""
+// logFields reads a slog text line's key=value fields from left to right,
+// values unquoted (slog quotes with strconv.Quote), so that a key=
+// inside a quoted value (raft's messages carry node=...) is not taken for
+// a field of the line.
+func logFields(l string) map[string]string {
+	f := map[string]string{}
+	for l != "" {
+		key, rest, ok := strings.Cut(strings.TrimLeft(l, " "), "=")
+		if !ok {
+			break
+		}
+		v := rest
+		if q, err := strconv.QuotedPrefix(rest); err == nil {
+			v, _ = strconv.Unquote(q)
+			rest = rest[len(q):]
+		} else {
+			v, rest, _ = strings.Cut(rest, " ")
+		}
+		if _, seen := f[key]; !seen {
+			f[key] = v
+		}
+		l = rest
 	}
-	v := l[i+len(key)+1:]
-	if q, err := strconv.QuotedPrefix(v); err == nil {
-		u, _ := strconv.Unquote(q)
-		return u
-	}
-	v, _, _ = strings.Cut(v, " ")
-	return v
+	return f
 }
 
 // sitOut keeps node i down for d, the fault's fixed spell, and meanwhile
