@@ -38,21 +38,25 @@ import (
 // one whose commit outcome is unknown is resolved from the log
 // (resolveAcks), never by closing the connection.
 type ackSender struct {
-	ch *channel
+	// submit hands a run to the logs and returns the exception to raise,
+	// nil when there is none (channel.submitAcks); failed tells the worker
+	// one waits (channel.kick).
+	submit func(run []item) *wire.Error
+	failed func()
 
 	mu      sync.Mutex
 	changed sync.Cond // queue, flights, err or ending changed
 	queue   []item
 	flights int  // submissions in flight
-	waiting bool // the worker waits in flush
+	waiting bool // the worker waits in flush or drain
 	err     *wire.Error
 	started bool
 	ending  bool
 	done    chan struct{} // closed when the goroutine returns
 }
 
-func newAckSender(ch *channel) *ackSender {
-	a := &ackSender{ch: ch, done: make(chan struct{})}
+func newAckSender(submit func(run []item) *wire.Error, failed func()) *ackSender {
+	a := &ackSender{submit: submit, failed: failed, done: make(chan struct{})}
 	a.changed.L = &a.mu
 	return a
 }
@@ -92,25 +96,36 @@ func (a *ackSender) run() {
 		flights.Add(1)
 		go func() {
 			defer flights.Done()
-			e := a.ch.submitAcks(run)
+			e := a.submit(run)
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			a.flights--
 			if e != nil && a.err == nil {
 				a.err = e
-				a.ch.kick()
+				a.failed()
 			}
 			a.changed.Broadcast()
 		}()
 	}
 }
 
-// flush waits until every queued acknowledgement is answered and returns
-// the first failure not yet raised. Worker only.
-func (a *ackSender) flush() *wire.Error {
+// flush waits until every queued acknowledgement is answered, or one
+// failed, and returns the first failure not yet raised. Worker only.
+func (a *ackSender) flush() *wire.Error { return a.await(false) }
+
+// drain waits until every queued acknowledgement is answered, whatever
+// failed meanwhile, and returns the first failure not yet raised. A
+// closing channel drains before its close goes to the log: flush stops at
+// the first failure so that the worker raises it at once, and a close
+// sent then would overtake the acks still in flight; the log would return
+// their deliveries, which the client saw and which the close does not
+// name, without the redelivered flag. Worker only.
+func (a *ackSender) drain() *wire.Error { return a.await(true) }
+
+func (a *ackSender) await(pastFailures bool) *wire.Error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for (len(a.queue) > 0 || a.flights > 0) && a.err == nil {
+	for (len(a.queue) > 0 || a.flights > 0) && (pastFailures || a.err == nil) {
 		a.waiting = true
 		a.changed.Wait()
 	}
@@ -155,9 +170,9 @@ func (ch *channel) submitAcks(run []item) *wire.Error {
 			first = e
 		}
 	}
-	if ch.c.ctx.Err() != nil {
-		// The connection ended: some may not have reached the log, and
-		// its close must count them as seen (seen.go).
+	if first != nil || ch.c.ctx.Err() != nil {
+		// Refused, or the connection ended: some may not have reached
+		// the log, and the close must count them as seen (seen.go).
 		ch.noteUnsettled(run)
 	}
 	return first
@@ -249,8 +264,8 @@ func (ch *channel) submitEach(group uint32, run []item) *wire.Error {
 // consumer timeout took some of its deliveries back first: the client
 // acked them as the timeout was applied, and RabbitMQ 4.3 ignores such a
 // late ack. The refusal was applied here (Submit returns then), so the
-// ledger knows what the timeout took and the state what is left, which
-// goes again. handled is false for any other refusal.
+// ledger knows what the timeout took; what is left, as the log holds it
+// (stillUnacked), goes again. handled is false for any other refusal.
 func (ch *channel) takenBack(it item) (e *wire.Error, handled bool) {
 	tags := ackTags(it.cmd)
 	ch.mu.Lock()
@@ -259,7 +274,11 @@ func (ch *channel) takenBack(it item) (e *wire.Error, handled bool) {
 	if !took {
 		return nil, false
 	}
-	left := ch.c.srv.node().Unacked(it.group, ch.ref(), tags)
+	lefts, err := ch.stillUnacked(it.group, []*proto.Command{it.cmd})
+	if err != nil {
+		return ch.resolveAcks(it.group, []item{it}, []*proto.Command{it.cmd}, err), true
+	}
+	left := lefts[0]
 	if len(left) == 0 {
 		return nil, true
 	}
@@ -320,34 +339,26 @@ const maxSettleTags = 1 << 16
 // (a leader change, a lost quorum).
 // Closing the connection for it, as this server once did, redelivered
 // everything every consumer held at each failover. Instead the log is
-// asked: once a command proposed after the failure has committed and been
-// applied here, the fate of the failed one is decided (it committed before
-// that command, or it never will), and the applied state tells which of
-// its deliveries are still this channel's. Those are settled again; the
-// others are done. It retries, with backoff, until that works or the
-// connection ends. The Tick and the state asked are those of group's log:
-// the others order nothing of it.
+// asked (stillUnacked): once a command proposed after the failure has
+// committed and been applied where the state is read, the fate of the
+// failed one is decided (it committed before that command, or it never
+// will), and the applied state tells which of its deliveries are still
+// this channel's. Those are settled again; the others are done. It
+// retries, with backoff, until that works or the connection ends.
 func (ch *channel) resolveAcks(group uint32, run []item, cmds []*proto.Command, err error) *wire.Error {
-	b := ch.c.srv.node()
-	ref := ch.ref()
 	backoff := 20 * time.Millisecond
 	for {
 		if ch.c.ctx.Err() != nil {
 			return nil
 		}
 		ch.c.logger().Info("acknowledgements of unknown outcome: resolving them from the log", "channel", ch.id, "group", group, "count", len(cmds), "err", err)
-		tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
-		if group == 0 {
-			_, err = b.Submit(ch.c.ctx, tick)
-		} else {
-			_, err = b.SubmitGroup(ch.c.ctx, group, []*proto.Command{tick})
-		}
-		if err == nil {
+		var left [][]uint64
+		if left, err = ch.stillUnacked(group, cmds); err == nil {
 			var again []*proto.Command
 			var items []item
 			for i, cmd := range cmds {
-				if left := b.Unacked(group, ref, ackTags(cmd)); len(left) > 0 {
-					again = append(again, withAckTags(cmd, left))
+				if len(left[i]) > 0 {
+					again = append(again, withAckTags(cmd, left[i]))
 					items = append(items, run[i])
 				}
 			}
@@ -356,14 +367,7 @@ func (ch *channel) resolveAcks(group uint32, run []item, cmds []*proto.Command, 
 			}
 			var results []*proto.Result
 			if results, err = ch.c.srv.submitTo(ch.c.ctx, group, again); err == nil {
-				for i, r := range results {
-					// Refused because the first attempt committed after
-					// all (the log decided it late): nothing is left to do.
-					if r.GetCode() != 0 && len(b.Unacked(group, ref, ackTags(again[i]))) > 0 {
-						return resultError(items[i].m, r)
-					}
-				}
-				return nil
+				return ch.refusedAgain(group, items, again, results)
 			}
 			cmds, run = again, items
 		}
@@ -376,6 +380,84 @@ func (ch *channel) resolveAcks(group uint32, run []item, cmds []*proto.Command, 
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// refusedAgain answers for acknowledgements settled again after an
+// unknown outcome (resolveAcks): one the log refused because the first
+// attempt committed after all (the log decided it late) leaves nothing to
+// do; one whose deliveries the log still holds for the channel was
+// refused for its own sake and is raised.
+func (ch *channel) refusedAgain(group uint32, items []item, cmds []*proto.Command, results []*proto.Result) *wire.Error {
+	var refused []*proto.Command
+	var which []item
+	var res []*proto.Result
+	for i, r := range results {
+		if r.GetCode() != 0 {
+			refused, which, res = append(refused, cmds[i]), append(which, items[i]), append(res, r)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	left, err := ch.stillUnacked(group, refused)
+	if err != nil {
+		return ch.resolveAcks(group, which, refused, err)
+	}
+	for i := range refused {
+		if len(left[i]) > 0 {
+			return resultError(which[i].m, res[i])
+		}
+	}
+	return nil
+}
+
+// stillUnacked returns, for each of cmds, those of the tags it names that
+// group's log still holds as the channel's unacknowledged deliveries, as
+// its applied state is once a Tick proposed now has been applied where it
+// is read: here when this node runs the log, else on a member
+// (FarUnacked). This node's Unacked cannot read a log it does not run and
+// reports every tag held, so a settlement that had committed after all
+// would be taken for one the log refused, and the channel closed with
+// 406 under a consumer that did nothing wrong.
+func (ch *channel) stillUnacked(group uint32, cmds []*proto.Command) ([][]uint64, error) {
+	b := ch.c.srv.node()
+	ref := ch.ref()
+	var all []uint64
+	for _, cmd := range cmds {
+		all = append(all, ackTags(cmd)...)
+	}
+	far, here, err := b.FarUnacked(ch.c.ctx, group, ref, all)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]uint64, len(cmds))
+	if !here {
+		held := make(map[uint64]bool, len(far))
+		for _, t := range far {
+			held[t] = true
+		}
+		for i, cmd := range cmds {
+			for _, t := range ackTags(cmd) {
+				if held[t] {
+					out[i] = append(out[i], t)
+				}
+			}
+		}
+		return out, nil
+	}
+	tick := &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}
+	if group == 0 {
+		_, err = b.Submit(ch.c.ctx, tick)
+	} else {
+		_, err = b.SubmitGroup(ch.c.ctx, group, []*proto.Command{tick})
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, cmd := range cmds {
+		out[i] = b.Unacked(group, ref, ackTags(cmd))
+	}
+	return out, nil
 }
 
 // ackTags returns the log tags an acknowledgement's command names.

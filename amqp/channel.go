@@ -100,7 +100,7 @@ func newChannel(c *conn, id uint16) *channel {
 		led:         newLedger(),
 		overdueKick: make(chan struct{}, 1),
 	}
-	ch.acks = newAckSender(ch)
+	ch.acks = newAckSender(ch.submitAcks, ch.kick)
 	return ch
 }
 
@@ -421,7 +421,7 @@ func (ch *channel) raise(e *wire.Error) {
 // A channel that never consumed nor got a message has nothing in the log
 // to clean up, so its close costs no log entry.
 func (ch *channel) finish(reply bool) {
-	_ = ch.acks.flush() // closing: a failure has nobody left to tell
+	_ = ch.acks.drain() // closing: a failure has nobody left to tell
 	if ch.stateful {
 		cancels, held := ch.heldRequeue()
 		// Retried until it commits while the connection lives; when the

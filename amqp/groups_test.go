@@ -276,6 +276,71 @@ func TestGroups_AckOfUnknownOutcomeIsResolvedInItsGroup(t *testing.T) {
 	wantSent(t, ts.broker, "g1 group tick []", "g1 group settle [2]")
 }
 
+// A node that does not run group 1 resolves an ack of unknown outcome
+// from a member (FarUnacked), not from its own Unacked, which reports
+// every tag of a log it does not run as held. The ack had committed
+// after all: nothing is settled again, and the channel stays open. Read
+// from Unacked, the settle went again, the log refused it ("unknown
+// delivery tag"), and the consumer's channel closed with 406 while the
+// acks behind it were still on their way to the log.
+func TestGroups_AckOfUnknownOutcomeOnANonMemberIsResolvedFromAMember(t *testing.T) {
+	for _, committed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) {
+			ts := startServer(t, Config{})
+			ch, _, _, ds := twoGroups(t, ts)
+			closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+			var failed atomic.Bool
+			var asked atomic.Int32
+			ts.broker.mu.Lock()
+			ts.broker.fail = func(cmds []*proto.Command) error {
+				if cmds[0].GetSettle() != nil && failed.CompareAndSwap(false, true) {
+					return errors.New("leadership lost, outcome unknown")
+				}
+				return nil
+			}
+			// This node's view of a log it does not run: every tag held.
+			ts.broker.unackedIn = func(group uint32, _ *proto.ChannelRef, tags []uint64) []uint64 {
+				if group == 1 {
+					return tags
+				}
+				return nil
+			}
+			ts.broker.farUnacked = func(group uint32, _ *proto.ChannelRef, tags []uint64) ([]uint64, bool, error) {
+				asked.Add(1)
+				if committed {
+					return nil, false, nil
+				}
+				return tags, false, nil
+			}
+			// The log refuses to settle a tag it settled already.
+			ts.broker.answer = func(c *proto.Command) *proto.Result {
+				if s := c.GetSettle(); s != nil && committed {
+					return &proto.Result{Code: 406, Text: "PRECONDITION_FAILED - unknown delivery tag 2"}
+				}
+				return nil
+			}
+			ts.broker.mu.Unlock()
+			if err := ds[3].Ack(false); err != nil {
+				t.Fatal(err)
+			}
+			syncChannel(t, ch)
+			if !failed.Load() || asked.Load() == 0 {
+				t.Fatalf("the failure was not injected (%v) or no member was asked (%d)", failed.Load(), asked.Load())
+			}
+			if committed {
+				wantSent(t, ts.broker)
+			} else {
+				wantSent(t, ts.broker, "g1 group settle [2]")
+			}
+			select {
+			case err := <-closed:
+				t.Fatalf("channel closed: %v", err)
+			default:
+			}
+		})
+	}
+}
+
 // Held look-ahead deliveries of a group-1 consumer go back to group 1's
 // log, unseen, when the consumer is cancelled (before cancel-ok, however
 // slowly the group commits) and when the channel closes.

@@ -225,6 +225,42 @@ func TestClose_AcksThatFailedWithTheSocketAreNamedSeen(t *testing.T) {
 	}
 }
 
+// An acknowledgement the log refused closes the channel with the log's
+// exception, and the close names its delivery as seen with what the
+// client still held: the client was sent it, and whatever the log still
+// holds of it must come back flagged.
+func TestClose_ARefusedAckIsNamedSeen(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.mu.Lock()
+	ts.broker.answer = func(c *proto.Command) *proto.Result {
+		if c.GetSettle() != nil {
+			return &proto.Result{Code: 406, Text: "PRECONDITION_FAILED - unknown delivery tag 101"}
+		}
+		return nil
+	}
+	ts.broker.mu.Unlock()
+	_, ch := openChannel(t, ts)
+	closedCh := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	got := consumeLogTags(t, ts, ch, "q", 101, 102)
+	if err := got[0].Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-closedCh; err == nil || err.Code != 406 {
+		t.Fatalf("channel closed with %v, want the log's 406", err)
+	}
+	var closed *proto.ChannelClosed
+	eventually(t, 10*time.Second, "the ChannelClosed", func() bool {
+		if cs := commandsOf(ts.broker, (*proto.Command).GetChannelClosed); len(cs) > 0 {
+			closed = cs[0]
+			return true
+		}
+		return false
+	})
+	if !closed.GetSeenListed() || len(closed.GetSeen()) != 1 || !slices.Equal(closed.GetSeen()[0].GetRanges(), []uint64{101, 102}) {
+		t.Fatalf("the close names %v (listed %v), want 101 to 102", closed.GetSeen(), closed.GetSeenListed())
+	}
+}
+
 // closeCluster is a cluster of three nodes whose first serves AMQP with
 // the look-ahead cmd/raftmq sets by default (--consumer-lookahead), with
 // queues placed in queue groups when placed and its last node announcing
