@@ -156,9 +156,9 @@ func (b *Broker) Authenticate(user, password string) (tags []string, ok bool) {
 
 // Unacked returns those of tags the applied state of group's log holds
 // as unacknowledged deliveries of the channel. A group this node does
-// not run reports every tag unacknowledged: the caller then settles them
-// again, which the log ignores for a tag settled, rather than taking an
-// unknown outcome for a settlement.
+// not run cannot be read here and reports every tag unacknowledged: a
+// caller that must tell a settled tag from a held one asks a member
+// (FarUnacked), since settling a settled tag again is refused (406).
 func (b *Broker) Unacked(group uint32, ch *proto.ChannelRef, tags []uint64) (out []uint64) {
 	if group == 0 {
 		b.node.View(func(m *fsm.Machine) { out = m.Unacked(ch, tags) })
