@@ -42,6 +42,13 @@ func placedClusterOf(t *testing.T, n int) (*clustertest.Cluster, []string) {
 // not run their groups yet (a client that comes at once).
 func placedClusterWaiting(t *testing.T, n int, waitAll bool) (*clustertest.Cluster, []string) {
 	t.Helper()
+	return placedClusterWrapped(t, n, waitAll, nil)
+}
+
+// placedClusterWrapped is placedClusterWaiting whose servers use the
+// broker wrap makes of each node's (nil: the node's own).
+func placedClusterWrapped(t *testing.T, n int, waitAll bool, wrap func(i int, b *broker.Broker) Broker) (*clustertest.Cluster, []string) {
+	t.Helper()
 	servers := make([]*Server, n)
 	c := clustertest.New(t, n, clustertest.WithConfig(func(i int, cfg *cluster.Config) {
 		servers[i] = NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CloseTimeout: time.Second})
@@ -54,7 +61,11 @@ func placedClusterWaiting(t *testing.T, n int, waitAll bool) (*clustertest.Clust
 	for i, srv := range servers {
 		node := c.Nodes[i].Node()
 		<-node.Ready()
-		srv.SetBroker(broker.New(node, nil))
+		var b Broker = broker.New(node, nil)
+		if wrap != nil {
+			b = wrap(i, b.(*broker.Broker))
+		}
+		srv.SetBroker(b)
 		urls[i] = "amqp://guest:guest@" + serveLoopback(t, srv) + "/"
 	}
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
@@ -600,6 +611,110 @@ func servesGroupsItDoesNotRun(t *testing.T, nodes int) {
 			t.Fatalf("%s: delete if-unused if-empty: %v", q, err)
 		}
 	}
+}
+
+// A node outside a queue's group resolves an ack whose outcome it lost
+// from a member of the group, on real nodes. The ack committed, but the
+// node was told its outcome is unknown (a leader change under the
+// forwarded ack, as in the five-node partition of the fault suite): the
+// consumer's channel stays open, and the queue's messages are settled
+// once and delivered once. Read from this node's own Unacked, which
+// cannot read a log it does not run, the ack went again, the log refused
+// it, and the channel closed with 406.
+func TestPlacement_AFarAckOfLostOutcomeIsResolvedFromAMember(t *testing.T) {
+	wrapped := make([]*lostSettle, 5)
+	c, urls := placedClusterWrapped(t, 5, true, func(i int, b *broker.Broker) Broker {
+		wrapped[i] = &lostSettle{Broker: b}
+		return wrapped[i]
+	})
+	const q = "far-ack"
+	_, decl := dialT(t, urls[0])
+	if _, err := decl.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	id := c.Nodes[0].Node().QueueGroup("/", q)
+	far := -1
+	for i, nd := range c.Live() {
+		if id != "" && !slices.Contains(nd.RunningQueueGroups(), id) {
+			far = i
+			break
+		}
+	}
+	if far < 0 {
+		t.Fatalf("%s placed in %q, which every node runs", q, id)
+	}
+	_, ch := dialT(t, urls[far])
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	publishConfirmed(t, ch, q, 3)
+	// A publish a leader change nacked may be in the queue or not.
+	qi, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil || qi.Messages == 0 {
+		t.Fatalf("queue: %+v, %v", qi, err)
+	}
+	if err := ch.Qos(10, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(q, "far", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]amqp091.Delivery, 0, qi.Messages)
+	for len(got) < qi.Messages {
+		select {
+		case d := <-ds:
+			got = append(got, d)
+		case <-time.After(clustertest.Timeout):
+			t.Fatalf("%d of %d delivered", len(got), qi.Messages)
+		}
+	}
+	wrapped[far].armed.Store(true)
+	for _, d := range got {
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Any method but a publish follows the acks before it.
+	if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+		t.Fatalf("the channel did not survive the lost outcome: %v", err)
+	}
+	if wrapped[far].lost.Load() != 1 {
+		t.Fatalf("%d outcomes lost, want 1", wrapped[far].lost.Load())
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		qi, err := decl.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if qi.Messages != 0 {
+			return fmt.Errorf("%d messages left, want 0", qi.Messages)
+		}
+		return nil
+	})
+	select {
+	case d := <-ds:
+		t.Fatalf("%q delivered again (redelivered %v)", d.Body, d.Redelivered)
+	case err := <-closed:
+		t.Fatalf("channel closed: %v", err)
+	default:
+	}
+}
+
+// lostSettle is a node's broker that, once armed, reports the first
+// settlement it commits in a queue group as of unknown outcome, as a
+// forwarded command is reported when its leader loses its place.
+type lostSettle struct {
+	*broker.Broker
+	armed atomic.Bool
+	lost  atomic.Int32
+}
+
+func (b *lostSettle) SubmitGroup(ctx context.Context, group uint32, cmds []*proto.Command) ([]*proto.Result, error) {
+	res, err := b.Broker.SubmitGroup(ctx, group, cmds)
+	if err == nil && group != 0 && cmds[0].GetSettle() != nil && b.armed.CompareAndSwap(true, false) {
+		b.lost.Add(1)
+		return nil, errors.New("cluster: leadership lost, outcome unknown")
+	}
+	return res, err
 }
 
 // Queues declared at once from every node each get declare-ok and keep
