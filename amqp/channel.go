@@ -352,6 +352,11 @@ func (ch *channel) process(batch []item) bool {
 			case *wire.ChannelCloseOk:
 				ch.finish(false)
 				return true
+			case *wire.BasicAck, *wire.BasicNack, *wire.BasicReject:
+				// Dropped, as RabbitMQ drops what comes before close-ok;
+				// the reader took its deliveries from what the client
+				// holds, and the close must name them as seen.
+				ch.noteUnsettled(batch[i : i+1])
 			}
 			i++
 			continue

@@ -626,11 +626,11 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 // handleAcks hands a run of basic.ack, basic.nack and basic.reject to the
 // channel's ack sender (acks.go); a failure of an earlier run is raised.
 func (ch *channel) handleAcks(run []item) *wire.Error {
-	if e := ch.acks.failure(); e != nil {
-		return e
-	}
+	// The run goes to the log even when an earlier one failed: the
+	// client sent it before the channel's close, and its deliveries left
+	// what the client holds as the reader took it.
 	ch.acks.add(run)
-	return nil
+	return ch.acks.failure()
 }
 
 func (ch *channel) submitBatch(cmds []*proto.Command) ([]*proto.Result, error) {

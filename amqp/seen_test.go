@@ -248,6 +248,64 @@ func TestClose_ARefusedAckIsNamedSeen(t *testing.T) {
 	if err := <-closedCh; err == nil || err.Code != 406 {
 		t.Fatalf("channel closed with %v, want the log's 406", err)
 	}
+	closed := firstChannelClosed(t, ts)
+	wantSeenRange(t, closed, 101, 102)
+}
+
+// An acknowledgement the node read just before the channel closed with
+// an exception, still queued for the worker when the close came, is
+// dropped with everything else the client sent before close-ok, as
+// RabbitMQ drops it; its delivery left what the client holds as the ack
+// was read, so the close names it as seen, and the log returns it
+// flagged, as RabbitMQ returns what it sent and had no ack for.
+func TestClose_AnAckQueuedBehindTheExceptionIsNamedSeen(t *testing.T) {
+	ts := startServer(t, Config{})
+	declaring, release := make(chan struct{}), make(chan struct{})
+	ts.broker.script(func(c *proto.Command) *proto.Result {
+		if c.GetQueueDeclare().GetName() == "refused" {
+			return &proto.Result{Code: 406, Text: "PRECONDITION_FAILED - inequivalent arg 'durable'"}
+		}
+		return nil
+	}, func(c *proto.Command) {
+		if c.GetQueueDeclare().GetName() == "refused" {
+			close(declaring)
+			<-release
+		}
+	})
+	_, ch := openChannel(t, ts)
+	got := consumeLogTags(t, ts, ch, "q", 101, 102)
+	declared := make(chan error, 1)
+	go func() {
+		_, err := ch.QueueDeclare("refused", true, false, false, false, nil)
+		declared <- err
+	}()
+	<-declaring
+	if err := got[0].Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	// The reader took the ack: wire tag 1 left what the client holds.
+	sch := ts.srv.lookupFirst().channel(1)
+	eventually(t, 5*time.Second, "the ack read", func() bool {
+		sch.mu.Lock()
+		defer sch.mu.Unlock()
+		_, held := sch.led.written[1]
+		return !held
+	})
+	close(release)
+	if err := <-declared; err == nil {
+		t.Fatal("the declare was not refused")
+	}
+	closed := firstChannelClosed(t, ts)
+	if n := len(commandsOf(ts.broker, (*proto.Command).GetSettle)); n != 0 {
+		t.Fatalf("%d settles went to the log after the exception, want none", n)
+	}
+	wantSeenRange(t, closed, 101, 102)
+}
+
+// firstChannelClosed waits for the first ChannelClosed the server sends
+// the log.
+func firstChannelClosed(t *testing.T, ts *testServer) *proto.ChannelClosed {
+	t.Helper()
 	var closed *proto.ChannelClosed
 	eventually(t, 10*time.Second, "the ChannelClosed", func() bool {
 		if cs := commandsOf(ts.broker, (*proto.Command).GetChannelClosed); len(cs) > 0 {
@@ -256,8 +314,15 @@ func TestClose_ARefusedAckIsNamedSeen(t *testing.T) {
 		}
 		return false
 	})
-	if !closed.GetSeenListed() || len(closed.GetSeen()) != 1 || !slices.Equal(closed.GetSeen()[0].GetRanges(), []uint64{101, 102}) {
-		t.Fatalf("the close names %v (listed %v), want 101 to 102", closed.GetSeen(), closed.GetSeenListed())
+	return closed
+}
+
+// wantSeenRange checks that a close names one range of channel 1's log
+// tags as seen, from to to.
+func wantSeenRange(t *testing.T, closed *proto.ChannelClosed, from, to uint64) {
+	t.Helper()
+	if !closed.GetSeenListed() || len(closed.GetSeen()) != 1 || !slices.Equal(closed.GetSeen()[0].GetRanges(), []uint64{from, to}) {
+		t.Fatalf("the close names %v (listed %v), want %d to %d", closed.GetSeen(), closed.GetSeenListed(), from, to)
 	}
 }
 
