@@ -210,19 +210,8 @@ func TestClose_AcksThatFailedWithTheSocketAreNamedSeen(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the acks submitted", func() bool { return blocked.Load() > 0 })
 	_ = sock.Close()
-	var closed *proto.ConnectionClosed
-	eventually(t, 10*time.Second, "the ConnectionClosed", func() bool {
-		if cs := commandsOf(ts.broker, (*proto.Command).GetConnectionClosed); len(cs) > 0 {
-			closed = cs[0]
-			return true
-		}
-		return false
-	})
-	want := []*proto.SeenDeliveries{{Channel: 1, Group: 0, Ranges: []uint64{101, 103}}}
-	if !closed.GetSeenListed() || len(closed.GetSeen()) != 1 || !slices.Equal(closed.GetSeen()[0].GetRanges(), want[0].Ranges) ||
-		closed.GetSeen()[0].GetChannel() != 1 {
-		t.Fatalf("the close names %v (listed %v), want %v", closed.GetSeen(), closed.GetSeenListed(), want)
-	}
+	seen, listed := firstClose(t, ts, (*proto.Command).GetConnectionClosed)
+	wantSeenRange(t, seen, listed, 101, 103)
 }
 
 // An acknowledgement the log refused closes the channel with the log's
@@ -248,8 +237,8 @@ func TestClose_ARefusedAckIsNamedSeen(t *testing.T) {
 	if err := <-closedCh; err == nil || err.Code != 406 {
 		t.Fatalf("channel closed with %v, want the log's 406", err)
 	}
-	closed := firstChannelClosed(t, ts)
-	wantSeenRange(t, closed, 101, 102)
+	seen, listed := firstClose(t, ts, (*proto.Command).GetChannelClosed)
+	wantSeenRange(t, seen, listed, 101, 102)
 }
 
 // An acknowledgement the node read just before the channel closed with
@@ -295,34 +284,64 @@ func TestClose_AnAckQueuedBehindTheExceptionIsNamedSeen(t *testing.T) {
 	if err := <-declared; err == nil {
 		t.Fatal("the declare was not refused")
 	}
-	closed := firstChannelClosed(t, ts)
+	seen, listed := firstClose(t, ts, (*proto.Command).GetChannelClosed)
 	if n := len(commandsOf(ts.broker, (*proto.Command).GetSettle)); n != 0 {
 		t.Fatalf("%d settles went to the log after the exception, want none", n)
 	}
-	wantSeenRange(t, closed, 101, 102)
+	wantSeenRange(t, seen, listed, 101, 102)
 }
 
-// firstChannelClosed waits for the first ChannelClosed the server sends
-// the log.
-func firstChannelClosed(t *testing.T, ts *testServer) *proto.ChannelClosed {
+// basic.recover takes the channel's deliveries out of what the client
+// holds and hands them back to the log. When that fails (the connection
+// closes with 541), the connection's close names them as seen, and they
+// come back flagged: the client had them.
+func TestClose_ARecoverThatFailedIsNamedSeen(t *testing.T) {
+	ts := startServer(t, Config{})
+	ts.broker.mu.Lock()
+	ts.broker.fail = func(cmds []*proto.Command) error {
+		if r := cmds[0].GetRequeue(); r != nil && !r.GetUnseen() {
+			return errors.New("cluster: leadership lost, outcome unknown")
+		}
+		return nil
+	}
+	ts.broker.mu.Unlock()
+	conn, ch := openChannel(t, ts)
+	closedConn := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	consumeLogTags(t, ts, ch, "q", 101, 102)
+	if err := ch.Recover(true); err == nil {
+		t.Fatal("the recover did not fail")
+	}
+	if err := <-closedConn; err == nil || err.Code != 541 {
+		t.Fatalf("connection closed with %v, want 541", err)
+	}
+	seen, listed := firstClose(t, ts, (*proto.Command).GetConnectionClosed)
+	wantSeenRange(t, seen, listed, 101, 102)
+}
+
+// firstClose waits for the first command of the server's that get
+// finds (a ChannelClosed or a ConnectionClosed) and returns what it names
+// as seen and whether it names it.
+func firstClose[C interface {
+	GetSeen() []*proto.SeenDeliveries
+	GetSeenListed() bool
+}](t *testing.T, ts *testServer, get func(*proto.Command) C) (seen []*proto.SeenDeliveries, listed bool) {
 	t.Helper()
-	var closed *proto.ChannelClosed
-	eventually(t, 10*time.Second, "the ChannelClosed", func() bool {
-		if cs := commandsOf(ts.broker, (*proto.Command).GetChannelClosed); len(cs) > 0 {
-			closed = cs[0]
+	eventually(t, 10*time.Second, "the close", func() bool {
+		if cs := commandsOf(ts.broker, get); len(cs) > 0 {
+			seen, listed = cs[0].GetSeen(), cs[0].GetSeenListed()
 			return true
 		}
 		return false
 	})
-	return closed
+	return seen, listed
 }
 
 // wantSeenRange checks that a close names one range of channel 1's log
 // tags as seen, from to to.
-func wantSeenRange(t *testing.T, closed *proto.ChannelClosed, from, to uint64) {
+func wantSeenRange(t *testing.T, seen []*proto.SeenDeliveries, listed bool, from, to uint64) {
 	t.Helper()
-	if !closed.GetSeenListed() || len(closed.GetSeen()) != 1 || !slices.Equal(closed.GetSeen()[0].GetRanges(), []uint64{from, to}) {
-		t.Fatalf("the close names %v (listed %v), want %d to %d", closed.GetSeen(), closed.GetSeenListed(), from, to)
+	if !listed || len(seen) != 1 || seen[0].GetChannel() != 1 || !slices.Equal(seen[0].GetRanges(), []uint64{from, to}) {
+		t.Fatalf("the close names %v (listed %v), want %d to %d", seen, listed, from, to)
 	}
 }
 
