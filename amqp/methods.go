@@ -612,12 +612,13 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 	}
 	// The deliveries this node assigned so far, by name: one the log
 	// assigns while this is on its way is new, and is delivered as usual.
-	groups := byGroup(ch.recoverTags())
-	for i, g := range groups {
+	tags := ch.recoverTags()
+	for _, g := range byGroup(tags) {
 		if _, e := ch.submitIn(m, g.group, settleTags(ch.ref(), g.tags, true, false)); e != nil || ch.c.ctx.Err() != nil {
 			// Not handed back, or not known to be: the client had them,
-			// so the close names them as seen.
-			ch.noteUnsettled(recoverItems(ch.ref(), groups[i:]))
+			// so the close names them as seen (those already handed back
+			// the log no longer holds under these tags).
+			ch.noteSeen(tags)
 			return e
 		}
 	}
@@ -625,16 +626,6 @@ func (ch *channel) handleRecover(m wire.Method, requeue bool, reply bool) *wire.
 		ch.c.send(ch.id, &wire.BasicRecoverOk{})
 	}
 	return nil
-}
-
-// recoverItems are items naming what basic.recover hands back of groups,
-// for noteUnsettled.
-func recoverItems(ref *proto.ChannelRef, groups []groupTags) []item {
-	items := make([]item, len(groups))
-	for i, g := range groups {
-		items[i] = item{group: g.group, cmd: settleTags(ref, g.tags, true, false)}
-	}
-	return items
 }
 
 // handleAcks hands a run of basic.ack, basic.nack and basic.reject to the

@@ -39,6 +39,12 @@ func (ch *channel) noteUnsettled(items []item) {
 			refs = append(refs, w.log)
 		}
 	}
+	ch.noteSeen(refs)
+}
+
+// noteSeen records deliveries the client was sent that the log may
+// still hold for the channel, for its close to name. Locks: none.
+func (ch *channel) noteSeen(refs []logRef) {
 	if len(refs) == 0 {
 		return
 	}
