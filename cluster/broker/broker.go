@@ -10,6 +10,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,10 @@ type Broker struct {
 	// placed is set once the metadata log places queues, which it then
 	// does for good.
 	placed atomic.Bool
+	// reported stands between a submit's outcome and Submit (nil: the
+	// outcome as it is); tests report a commit's outcome as unknown with
+	// it, as a leader that loses its place does.
+	reported func(cmd *proto.Command, res *proto.Result, err error) (*proto.Result, error)
 }
 
 // New serves the AMQP server from node; observe, when set, is told how
@@ -83,14 +88,56 @@ func (b *Broker) Submit(ctx context.Context, cmd *proto.Command) (*proto.Result,
 	if r := b.refusal(cmd); r != nil {
 		return r, nil
 	}
+	res, err := b.submitOnce(ctx, cmd)
+	for tries := 1; tries < idempotentTries && again(cmd, err) && ctx.Err() == nil; tries++ {
+		res, err = b.submitOnce(ctx, cmd)
+	}
+	return res, err
+}
+
+func (b *Broker) submitOnce(ctx context.Context, cmd *proto.Command) (res *proto.Result, err error) {
 	if !b.placing() {
-		return b.node.Submit(ctx, cmd)
+		res, err = b.node.Submit(ctx, cmd)
+	} else {
+		var all []*proto.Result
+		if all, err = b.submitRouted(ctx, []*proto.Command{cmd}); err == nil {
+			res = all[0]
+		}
 	}
-	res, err := b.submitRouted(ctx, []*proto.Command{cmd})
-	if err != nil {
-		return nil, err
+	if b.reported != nil {
+		return b.reported(cmd, res, err)
 	}
-	return res[0], nil
+	return res, err
+}
+
+// idempotentTries bounds how often Submit proposes a command that may be
+// proposed again (again): each try waits for a leader of its own, and
+// three leaders lost in a row say more about the cluster than a fourth
+// try would.
+const idempotentTries = 3
+
+// again reports whether cmd, whose submission failed with err, is
+// proposed again: its outcome is unknown (its leader lost its place, in
+// the metadata log or a queue group's), the node is not closing, and a
+// second commit of cmd leaves the state and its answer as one commit
+// does. Those are the declares of a named queue or an exchange, binds and
+// unbinds, as RabbitMQ makes them: a client that declares its topology
+// at every start relies on it, and a leader change is no reason to close
+// its connection. A server-named queue is not among them (a second
+// commit names a second queue), nor a delete or a purge (the second
+// answers with no messages), nor what names deliveries (the channel
+// resolves those from the log).
+func again(cmd *proto.Command, err error) bool {
+	if err == nil || !errors.Is(err, cluster.ErrOutcomeUnknown) || errors.Is(err, group.ErrClosed) {
+		return false
+	}
+	switch c := cmd.GetCmd().(type) {
+	case *proto.Command_QueueDeclare:
+		return c.QueueDeclare.GetName() != ""
+	case *proto.Command_ExchangeDeclare, *proto.Command_Bind, *proto.Command_Unbind:
+		return true
+	}
+	return false
 }
 
 // refusal is RabbitMQ's refusal of cmd that is made before any log: a

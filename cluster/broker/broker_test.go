@@ -3,10 +3,12 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/proto"
@@ -162,4 +164,67 @@ func oneNode(t *testing.T) (*broker.Broker, context.Context) {
 		return nil
 	})
 	return b, ctx
+}
+
+// A command that committed but whose outcome came back unknown (its
+// leader lost its place before it answered) is proposed again when a
+// second commit changes nothing: the client gets its declare-ok rather
+// than a connection closed by a leader change. What a second commit
+// would change (a server-named queue: a second queue) keeps its error,
+// and the tries are bounded.
+func TestBroker_AnIdempotentCommandOfUnknownOutcomeGoesAgain(t *testing.T) {
+	named := &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "q", Durable: true}}}
+	serverNamed := &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Durable: true}}}
+	exchange := &proto.Command{Cmd: &proto.Command_ExchangeDeclare{ExchangeDeclare: &proto.ExchangeDeclare{Vhost: "/", Name: "x", Type: "direct", Durable: true}}}
+	bind := &proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "x", Destination: "q", RoutingKey: "k"}}}
+	purge := &proto.Command{Cmd: &proto.Command_QueuePurge{QueuePurge: &proto.QueuePurge{Vhost: "/", Name: "q"}}}
+	for _, tc := range []struct {
+		name   string
+		cmds   []*proto.Command // the last is the one whose outcome is lost
+		losses int              // how many of its tries report it unknown
+		tries  int
+		ok     bool
+		queues int // queues of the vhost after it
+	}{
+		{"named queue declare", []*proto.Command{named}, 1, 2, true, 1},
+		{"named queue declare, lost every time", []*proto.Command{named}, 5, 3, false, 1},
+		{"exchange declare", []*proto.Command{exchange}, 1, 2, true, 0},
+		{"bind", []*proto.Command{named, exchange, bind}, 1, 2, true, 1},
+		{"server-named queue declare", []*proto.Command{serverNamed}, 1, 1, false, 1},
+		{"purge", []*proto.Command{named, purge}, 1, 1, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, ctx := oneNode(t)
+			last := tc.cmds[len(tc.cmds)-1]
+			for _, cmd := range tc.cmds[:len(tc.cmds)-1] {
+				if res, err := b.Submit(ctx, cmd); err != nil || res.GetCode() != 0 {
+					t.Fatalf("%v: %v %v", cmd, res, err)
+				}
+			}
+			tries := 0
+			broker.ReportOutcomes(b, func(cmd *proto.Command, res *proto.Result, err error) (*proto.Result, error) {
+				if cmd != last {
+					return res, err
+				}
+				tries++
+				if err == nil && tries <= tc.losses {
+					return nil, fmt.Errorf("%w: the leader lost its place", cluster.ErrOutcomeUnknown)
+				}
+				return res, err
+			})
+			res, err := b.Submit(ctx, last)
+			if tries != tc.tries {
+				t.Errorf("%d tries, want %d", tries, tc.tries)
+			}
+			if got := err == nil && res.GetCode() == 0; got != tc.ok {
+				t.Errorf("answered %v %v, want success %v", res, err, tc.ok)
+			}
+			if !tc.ok && !errors.Is(err, cluster.ErrOutcomeUnknown) {
+				t.Errorf("error %v, want the unknown outcome", err)
+			}
+			if n, _ := b.QueueCount("/", "q"); n != tc.queues {
+				t.Errorf("%d queues in the vhost, want %d", n, tc.queues)
+			}
+		})
+	}
 }
