@@ -97,9 +97,9 @@ func (c *Cluster) newNode(id string, i, expect int) *Node {
 		Logger:  c.logger.With("test_node", id),
 		GroupConfig: cluster.GroupConfig{
 			RaftAddr:           "127.0.0.1:0",
-			HeartbeatTimeout:   300 * time.Millisecond,
-			ElectionTimeout:    300 * time.Millisecond,
-			LeaderLeaseTimeout: 150 * time.Millisecond,
+			HeartbeatTimeout:   timingScale * 300 * time.Millisecond,
+			ElectionTimeout:    timingScale * 300 * time.Millisecond,
+			LeaderLeaseTimeout: timingScale * 150 * time.Millisecond,
 			CommitTimeout:      2 * time.Millisecond,
 			LeaderWait:         5 * time.Second,
 		},
@@ -108,7 +108,7 @@ func (c *Cluster) newNode(id string, i, expect int) *Node {
 			GossipAddr:        "127.0.0.1:0",
 			BootstrapExpect:   expect,
 			Links:             nd.Links,
-			NodeDownAfter:     time.Second,
+			NodeDownAfter:     timingScale * time.Second,
 			ReconcileInterval: 200 * time.Millisecond,
 			JoinRetryInterval: 100 * time.Millisecond,
 			Gossip:            tightGossip,
@@ -212,8 +212,8 @@ func testLogger() *slog.Logger {
 }
 
 func tightGossip(c *memberlist.Config) {
-	c.ProbeInterval = 200 * time.Millisecond
-	c.ProbeTimeout = 100 * time.Millisecond
+	c.ProbeInterval = timingScale * 200 * time.Millisecond
+	c.ProbeTimeout = timingScale * 100 * time.Millisecond
 	c.SuspicionMult = 2
 	c.GossipInterval = 20 * time.Millisecond
 	c.PushPullInterval = time.Second
