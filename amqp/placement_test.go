@@ -475,7 +475,7 @@ func TestPlacement_TimeInTheGroups(t *testing.T) {
 func TestPlacement_ANodeServesTheQueuesOfGroupsItDoesNotRun(t *testing.T) {
 	for _, n := range []int{5, 7} {
 		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
-			if n > 5 && raceDetector {
+			if n > 5 && clustertest.RaceDetector {
 				// Seven raced nodes on a loaded machine lose leaders to
 				// starved heartbeats, and a declare's outcome with them.
 				t.Skip("seven nodes run without -race: go test -run TestPlacement_ANodeServes ./amqp/")

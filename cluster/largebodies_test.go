@@ -73,7 +73,7 @@ func TestCluster_MaxSizeMessagesSurviveRestartsAndInstall(t *testing.T) {
 
 func testMaxSizeMessages(t *testing.T, store string) {
 	max := segment.MaxEntrySize + 8<<20
-	if raceDetector {
+	if clustertest.RaceDetector {
 		// Under the race detector three nodes of one process moving
 		// 72 MiB entries starve raft's heartbeats for seconds: the same
 		// path (entries kept beside the log, the snapshot's bodies) is

@@ -2,6 +2,11 @@
 
 package clustertest
 
+// RaceDetector reports whether the tests run under the race detector,
+// which makes every byte a node moves several times dearer: tests that
+// move huge bodies or run the largest clusters size themselves by it.
+const RaceDetector = true
+
 // timingScale stretches the test nodes' raft, gossip and down timings
 // under the race detector. It makes every node's work several times
 // dearer, and five in-process nodes each running six raft groups then

@@ -1,5 +1,0 @@
-//go:build !race
-
-package amqp
-
-const raceDetector = false

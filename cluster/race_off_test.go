@@ -1,5 +1,0 @@
-//go:build !race
-
-package cluster_test
-
-const raceDetector = false
