@@ -10,8 +10,8 @@ tool (
 require (
 	github.com/chromedp/chromedp v0.24.0
 	github.com/hashicorp/go-hclog v1.6.3
-	github.com/hashicorp/memberlist v0.6.0
-	github.com/hashicorp/raft v1.7.3
+	github.com/hashicorp/memberlist v0.7.0
+	github.com/hashicorp/raft v1.8.0
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
 	github.com/hashicorp/raft-wal v0.4.2
 	github.com/michaelklishin/rabbit-hole/v2 v2.12.0
@@ -38,7 +38,7 @@ require (
 	github.com/google/btree v1.1.3 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
-	github.com/hashicorp/go-metrics v0.6.1 // indirect
+	github.com/hashicorp/go-metrics v0.7.0 // indirect
 	github.com/hashicorp/go-msgpack/v2 v2.1.5 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
@@ -58,3 +58,9 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261104224025-d1e00e9f33ab // indirect
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
 )
+
+// raft 1.8 and memberlist 0.7 ask for go-metrics 0.7, which dropped the
+// compat package that raft-boltdb 2.3.1 and raft-wal 0.4.2 (their latest
+// tags) still import; 0.6.1 has both. Drop this once they tag releases
+// without it.
+replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.1
