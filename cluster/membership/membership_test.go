@@ -186,35 +186,9 @@ func TestGossip_AMemberDeclaredDeadIsAliveSoonAfterTheCutHeals(t *testing.T) {
 		g  *Gossip
 		l  *links.Links
 	}
-	closing := make(chan struct{})
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		close(closing)
-		wg.Wait()
-	})
 	start := func(id string, tune func(*memberlist.Config), join []string) node {
 		l := links.New()
-		g := New(Config{
-			NodeID:            id,
-			DataDir:           t.TempDir(),
-			GossipAddr:        "127.0.0.1:0",
-			Join:              join,
-			JoinRetryInterval: 50 * time.Millisecond,
-			Tune:              tune,
-			Transport:         func(tr memberlist.Transport) memberlist.Transport { return links.Gossip(tr, l) },
-			Logger:            slog.New(slog.DiscardHandler),
-			MemberlistLogger:  log.New(io.Discard, "", 0),
-			Changed:           func() {},
-		})
-		if err := g.Start("127.0.0.1:1"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(g.Shutdown)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g.Run(closing)
-		}()
+		g := startGossip(t, id, tune, join, func(tr memberlist.Transport) memberlist.Transport { return links.Gossip(tr, l) })
 		return node{id: id, g: g, l: l}
 	}
 	a := start("a", slow, nil)
@@ -264,4 +238,119 @@ func TestGossip_AMemberDeclaredDeadIsAliveSoonAfterTheCutHeals(t *testing.T) {
 		n.l.Heal()
 	}
 	waitFor("every member alive to every other after the cut", 5*time.Second, allAlive)
+}
+
+// packetKinds is a memberlist transport that records the kind of every
+// packet its node sends (memberlist's message type, after the CRC header
+// when there is one).
+type packetKinds struct {
+	memberlist.Transport
+	mu    sync.Mutex
+	kinds map[byte]int
+}
+
+func (p *packetKinds) WriteTo(b []byte, addr string) (time.Time, error) {
+	const hasCrc, crcHeader = 12, 5
+	kind := b[0]
+	if kind == hasCrc && len(b) > crcHeader {
+		kind = b[crcHeader]
+	}
+	p.mu.Lock()
+	p.kinds[kind]++
+	p.mu.Unlock()
+	return p.Transport.WriteTo(b, addr)
+}
+
+func (p *packetKinds) count(kind byte) (of, all int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, n := range p.kinds {
+		if k == kind {
+			of += n
+		}
+		all += n
+	}
+	return of, all
+}
+
+// A node sends its packets uncompressed (a probe's ping and ack gain
+// nothing from it, and each compression allocated a 64 KiB table), and
+// still reads the compressed packets of a node of an earlier release, so
+// a rolling upgrade keeps every member alive to every other.
+func TestGossip_PacketsGoUncompressedAndCompressedOnesAreRead(t *testing.T) {
+	const compressMsg = 9 // memberlist's message type of a compressed packet
+	fast := func(c *memberlist.Config) {
+		c.ProbeInterval = 20 * time.Millisecond
+		c.ProbeTimeout = 100 * time.Millisecond
+		c.GossipInterval = 20 * time.Millisecond
+	}
+	earlier := func(c *memberlist.Config) {
+		fast(c)
+		c.EnableCompression = true
+	}
+	start := func(id string, tune func(*memberlist.Config), join []string) (*Gossip, *packetKinds) {
+		sent := &packetKinds{kinds: map[byte]int{}}
+		g := startGossip(t, id, tune, join, func(tr memberlist.Transport) memberlist.Transport { sent.Transport = tr; return sent })
+		return g, sent
+	}
+	old, oldSent := start("old", earlier, nil)
+	cur, curSent := start("new", fast, []string{old.Addr()})
+	alive := func(of *Gossip, id string) bool {
+		m, ok := of.Members().Get(id)
+		return ok && m.Health == HealthAlive
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		oldCompressed, _ := oldSent.count(compressMsg)
+		_, curAll := curSent.count(compressMsg)
+		if alive(old, "new") && alive(cur, "old") && oldCompressed >= 1 && curAll >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("within 10 s: old sees new alive %v, new sees old alive %v; old sent %d compressed, new sent %d packets",
+				alive(old, "new"), alive(cur, "old"), oldCompressed, curAll)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, all := curSent.count(compressMsg); n > 0 {
+		t.Fatalf("this release compressed %d of its %d packets", n, all)
+	}
+	// Both still see each other after all those probes: the compressed
+	// ones were read, or new would have suspected old.
+	if !alive(old, "new") || !alive(cur, "old") {
+		t.Fatal("a member is no longer alive to the other")
+	}
+}
+
+// startGossip starts a member named id with tune and transport, joining
+// join, and stops it when the test ends.
+func startGossip(t *testing.T, id string, tune func(*memberlist.Config), join []string, transport func(memberlist.Transport) memberlist.Transport) *Gossip {
+	t.Helper()
+	g := New(Config{
+		NodeID:            id,
+		DataDir:           t.TempDir(),
+		GossipAddr:        "127.0.0.1:0",
+		Join:              join,
+		JoinRetryInterval: 50 * time.Millisecond,
+		Tune:              tune,
+		Transport:         transport,
+		Logger:            slog.New(slog.DiscardHandler),
+		MemberlistLogger:  log.New(io.Discard, "", 0),
+		Changed:           func() {},
+	})
+	if err := g.Start("127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	closing := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(closing)
+	}()
+	t.Cleanup(func() {
+		close(closing)
+		<-done
+		g.Shutdown()
+	})
+	return g
 }
