@@ -88,14 +88,14 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 	judge := false // byHead: a proposal went through and its effect is unseen
 	backoff := time.Duration(0)
 	retry := false // the backoff ran out: propose even if it looks stuck
+	// The backoff paces retries in real time, as the retry of a failed
+	// byDeadline proposal does: it is not a deadline of log time, and a
+	// clock that stands still (a test's fake one between its steps) must
+	// not hold the retry of work already due.
 	backOff := func(why string, at int64) bool {
 		backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
 		n.log.Debug(why, "what", d.what, "group", d.log.ID(), "deadline", at, "backoff", backoff)
-		t := n.cfg.Clock.NewTimer(backoff)
-		defer t.Stop()
-		select {
-		case <-t.C():
-		case <-ctx.Done():
+		if !sleepCtx(ctx, backoff) {
 			return false
 		}
 		retry = true

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/membership"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -454,5 +456,99 @@ func TestReconcileAfter_UntilTheFirstServerIsDueWithinBounds(t *testing.T) {
 		if got := reconcileAfter(c.due, down, c.interval, c.soon); got != c.want {
 			t.Errorf("reconcileAfter(%v, %v, %v, %v) = %v, want %v", c.due, down, c.interval, c.soon, got, c.want)
 		}
+	}
+}
+
+// stillClock is a clock that stands still: its timers of any length
+// never fire, as a test's fake clock between two of its steps.
+type stillClock struct{ now time.Time }
+
+func (c stillClock) Now() time.Time                       { return c.now }
+func (stillClock) Monotonic() time.Duration               { return time.Hour }
+func (c stillClock) NewTimer(d time.Duration) clock.Timer { return stillTimer{c.now, d} }
+
+type stillTimer struct {
+	now time.Time
+	d   time.Duration
+}
+
+func (t stillTimer) C() <-chan time.Time {
+	if t.d <= 0 {
+		ch := make(chan time.Time, 1)
+		ch <- t.now
+		return ch
+	}
+	return nil
+}
+func (stillTimer) Stop() bool { return true }
+
+// A duty whose proposal failed goes again after its backoff even while
+// the node's clock stands still: the backoff paces retries in real time.
+// A test's fake clock moves only between its steps, and a backoff on it
+// held a delayed release that was already due until the test's wait for
+// it gave up.
+func TestRunDue_AFailedProposalGoesAgainWhileTheClockStandsStill(t *testing.T) {
+	cfg := soloConfig(t.TempDir(), "")
+	cfg.Clock = stillClock{now: time.Now()}
+	n, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("a lone node did not become leader")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, progress := range []dueProgress{byHead, byDeadline} {
+		var (
+			mu    sync.Mutex
+			tries int
+			done  bool
+		)
+		next := func(*fsm.Machine) (int64, uint64, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return n.clocks.Stamper().Peek(), 1, !done
+		}
+		propose := func(ctx context.Context, now int64) (bool, error) {
+			mu.Lock()
+			tries++
+			first := tries == 1
+			mu.Unlock()
+			if first {
+				return false, errors.New("a transient failure")
+			}
+			_, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}})
+			mu.Lock()
+			done = err == nil
+			mu.Unlock()
+			return err == nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			n.runDue(ctx, dueDuty{what: "test", log: n.group, next: next, propose: propose, progress: progress})
+		}()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mu.Lock()
+			ok, k := done, tries
+			mu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				cancel()
+				<-stopped
+				t.Fatalf("progress %d: %d proposals in 5 s, none after the failed one", progress, k)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		<-stopped
 	}
 }
