@@ -27,7 +27,13 @@ func discardLogger() *slog.Logger {
 // startSingle starts a lone node on loopback.
 func startSingle(t *testing.T) *Node {
 	t.Helper()
-	n, err := Start(context.Background(), soloConfig(t.TempDir(), ""))
+	return startSingleWith(t, soloConfig(t.TempDir(), ""))
+}
+
+// startSingleWith starts a lone node with cfg and waits until it leads.
+func startSingleWith(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,23 +491,12 @@ func (stillTimer) Stop() bool { return true }
 // A duty whose proposal failed goes again after its backoff even while
 // the node's clock stands still: the backoff paces retries in real time.
 // A test's fake clock moves only between its steps, and a backoff on it
-// held a delayed release that was already due until the test's wait for
-// it gave up.
+// holds a delayed release that is already due until the test moves the
+// clock, which a test waiting for the release never does.
 func TestRunDue_AFailedProposalGoesAgainWhileTheClockStandsStill(t *testing.T) {
 	cfg := soloConfig(t.TempDir(), "")
 	cfg.Clock = stillClock{now: time.Now()}
-	n, err := Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for !n.IsLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("a lone node did not become leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	n := startSingleWith(t, cfg)
 	for _, progress := range []dueProgress{byHead, byDeadline} {
 		var (
 			mu    sync.Mutex
