@@ -222,11 +222,7 @@ func (g *Gossip) Start(raftAddr string) error {
 		host = "0.0.0.0"
 	}
 	glog := cfg.MemberlistLogger
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{host},
-		BindPort:  port,
-		Logger:    glog,
-	})
+	nt, err := newTransport(host, port, glog)
 	if err != nil {
 		return fmt.Errorf("cluster: gossip listen: %w", err)
 	}
@@ -239,7 +235,7 @@ func (g *Gossip) Start(raftAddr string) error {
 	mc.EnableCompression = false
 	mc.Name = cfg.NodeID
 	mc.BindAddr = host
-	mc.BindPort = nt.GetAutoBindPort()
+	mc.BindPort = nt.Port()
 	if cfg.GossipAdvertise != "" {
 		ah, ap, err := net.SplitHostPort(cfg.GossipAdvertise)
 		if err != nil {
