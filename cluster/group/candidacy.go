@@ -27,6 +27,16 @@ import (
 // use meanwhile; a follower that arms its timer with the shorter one
 // before they are set back still compares its leader's silence with
 // what is set when the timer fires.
+//
+// A node starved of CPU (or on a link slower than the lease) may not get
+// its votes back within the short timeout: each candidacy then ends
+// before its answers are counted and the next begins, and no candidate
+// ever wins. So a raft that has been a candidate for shortCandidacies
+// times the lease (at least half that many short candidacies failed)
+// goes back to the configured timeouts for the rest of its candidacy;
+// the next candidacy waits the configured election timeout for its
+// votes. An election that succeeds within two short candidacies, as an
+// election does when its votes come back in time, never reaches it.
 
 // candidateTimeouts is what a group's raft uses as its heartbeat and
 // election timeouts while it is a candidate, given its configured ones
@@ -49,10 +59,12 @@ func (g *Group) watchCandidacy(r *raft.Raft, closing <-chan struct{}) {
 	changes, stop := Observe[raft.RaftState](r, 16)
 	defer stop()
 	// The observer drops what its channel cannot take, so the state is
-	// read again, and while the timeouts are short it is also read every
-	// lease, lest a missed change leave them short.
+	// read again, and while it is a candidate it is also read every
+	// lease, lest a missed change leave the timeouts short, and to see
+	// how long the candidacy has lasted.
 	var recheck <-chan time.Time
 	short := false
+	var since time.Time // when the raft became a candidate; zero when it is none
 	for {
 		select {
 		case <-closing:
@@ -61,23 +73,40 @@ func (g *Group) watchCandidacy(r *raft.Raft, closing <-chan struct{}) {
 		case <-recheck:
 		}
 		candidate := r.State() == raft.Candidate
-		if candidate != short {
+		switch {
+		case !candidate:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		}
+		want := candidate && time.Since(since) < shortCandidacies*hb
+		if want != short {
+			if candidate && !want {
+				g.cfg.Logger.Warn("no votes won within the short election timeouts: standing with the configured ones",
+					"candidate_for", time.Since(since).Round(time.Millisecond), "election_timeout", g.cfg.Raft.ElectionTimeout)
+			}
 			g.reloadConfig(r, func(cur raft.ReloadableConfig) []raft.ReloadableConfig {
-				if candidate {
+				if want {
 					cur.HeartbeatTimeout, cur.ElectionTimeout = hb, election
 				} else {
 					cur.HeartbeatTimeout, cur.ElectionTimeout = g.cfg.Raft.HeartbeatTimeout, g.cfg.Raft.ElectionTimeout
 				}
 				return []raft.ReloadableConfig{cur}
 			})
-			short = candidate
+			short = want
 		}
 		recheck = nil
-		if short {
+		if candidate {
 			recheck = time.After(hb)
 		}
 	}
 }
+
+// shortCandidacies is how many leases a raft stands with the short
+// timeouts before it goes back to the configured ones (above): each
+// short candidacy lasts one to two leases, so at least three of them
+// failed.
+const shortCandidacies = 6
 
 // Observe registers an observer of r's observations whose Data is a T,
 // on a channel of n that drops what it cannot take (raft does not wait

@@ -1,0 +1,93 @@
+package group
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// slowVotes is an in-memory transport whose vote and pre-vote requests
+// are answered only after delay, as on a node starved of CPU.
+type slowVotes struct {
+	rpcsTransport
+	delay time.Duration
+}
+
+func (t slowVotes) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	time.Sleep(t.delay)
+	return t.rpcsTransport.RequestVote(id, target, args, resp)
+}
+
+func (t slowVotes) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	time.Sleep(t.delay)
+	return t.rpcsTransport.RequestPreVote(id, target, args, resp)
+}
+
+// Votes that come back after the short candidacy timeout (the lease) but
+// within the configured election timeout still elect a leader: the
+// candidates go back to the configured timeouts once the short ones have
+// failed a few times. With the short ones alone, every candidacy ended
+// before its answers were counted, and no group of three ever led.
+func TestCandidacy_VotesSlowerThanTheLeaseStillElect(t *testing.T) {
+	timings := RaftTimings{HeartbeatTimeout: 400 * time.Millisecond, ElectionTimeout: 400 * time.Millisecond,
+		LeaderLeaseTimeout: 40 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+		SnapshotThreshold: 8192, SnapshotInterval: time.Minute, TrailingLogs: 1024}
+	// A short candidacy lasts 40 to 80 ms; the votes take 150 ms, and
+	// the configured election waits 400 to 800 ms.
+	const delay = 150 * time.Millisecond
+	closing := make(chan struct{})
+	ids := []raft.ServerID{"n1", "n2", "n3"}
+	var cfg raft.Configuration
+	trans := make([]*raft.InmemTransport, len(ids))
+	for i, id := range ids {
+		var addr raft.ServerAddress
+		addr, trans[i] = raft.NewInmemTransport(raft.ServerAddress(id))
+		cfg.Servers = append(cfg.Servers, raft.Server{ID: id, Address: addr})
+	}
+	for i := range trans {
+		for j := range trans {
+			if i != j {
+				trans[i].Connect(trans[j].LocalAddr(), trans[j])
+			}
+		}
+	}
+	var groups []*Group
+	for i, id := range ids {
+		g, err := Open(Config{ID: string(id), Dir: filepath.Join(t.TempDir(), string(id)), Logger: discardLogger(),
+			Raft: timings, FSM: FSMConfig{NodeID: string(id)}, Closing: closing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := trans[i]
+		if _, err := g.Start(tr.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
+			return slowVotes{rpcsTransport{tr, rpcs}, delay}
+		}, closing); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Raft().BootstrapCluster(cfg).Error(); err != nil {
+			t.Fatal(err)
+		}
+		groups = append(groups, g)
+	}
+	t.Cleanup(func() {
+		close(closing)
+		for _, g := range groups {
+			_ = g.Shutdown().Error()
+			g.Close()
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, g := range groups {
+			if g.Raft().State() == raft.Leader {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no member led within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
