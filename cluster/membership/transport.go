@@ -53,14 +53,13 @@ func newTransport(host string, port int, logger *log.Logger) (*transport, error)
 		}
 		ip = a.IP
 	}
-	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port})
-	if err != nil {
-		return nil, err
+	tcp, udp, err := listen(ip, port)
+	// A free TCP port may be a taken UDP one: with port 0, other ports
+	// are tried, as memberlist's own transport does.
+	for try := 1; err != nil && port == 0 && try < 10; try++ {
+		tcp, udp, err = listen(ip, port)
 	}
-	port = tcp.Addr().(*net.TCPAddr).Port
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: port})
 	if err != nil {
-		_ = tcp.Close()
 		return nil, err
 	}
 	for size := packetBuffer; size > 0; size /= 2 {
@@ -80,6 +79,21 @@ func newTransport(host string, port int, logger *log.Logger) (*transport, error)
 	go t.acceptStreams()
 	go t.readPackets()
 	return t, nil
+}
+
+// listen opens the TCP listener on ip:port and the UDP socket on the
+// same port (the TCP one's, when port is 0).
+func listen(ip net.IP, port int) (*net.TCPListener, *net.UDPConn, error) {
+	tcp, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip, Port: port})
+	if err != nil {
+		return nil, nil, err
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip, Port: tcp.Addr().(*net.TCPAddr).Port})
+	if err != nil {
+		_ = tcp.Close()
+		return nil, nil, err
+	}
+	return tcp, udp, nil
 }
 
 // Port is the port the transport listens on.

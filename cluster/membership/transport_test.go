@@ -2,6 +2,8 @@ package membership
 
 import (
 	"bytes"
+	"io"
+	"log"
 	"net"
 	"runtime"
 	"sync"
@@ -105,4 +107,24 @@ func TestGossip_AReceivedPacketCostsItsLength(t *testing.T) {
 	if per := (after.TotalAlloc - before.TotalAlloc) / count; per > 8<<10 {
 		t.Fatalf("a 40-byte packet cost %d bytes of allocation", per)
 	}
+}
+
+// A port whose UDP side is taken is refused, and its TCP side is let go
+// again.
+func TestTransport_APortTakenForPacketsIsRefusedWhole(t *testing.T) {
+	taken, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.LocalAddr().(*net.UDPAddr).Port
+	if tr, err := newTransport("127.0.0.1", port, log.New(io.Discard, "", 0)); err == nil {
+		_ = tr.Shutdown()
+		t.Fatalf("port %d, taken for UDP, was listened on", port)
+	}
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	if err != nil {
+		t.Fatalf("the TCP side of port %d was kept: %v", port, err)
+	}
+	_ = l.Close()
 }
