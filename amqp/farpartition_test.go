@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -93,11 +94,14 @@ func TestPlacement_AFarConsumerThroughPartitionsOfItsGroupsLeader(t *testing.T) 
 		go func() {
 			defer pubs.Done()
 			n := 0
-			for {
+			for attempt := 0; ; attempt++ {
+				// A node that refuses clients (no quorum) is asked again
+				// after a pause, not in a loop.
+				pause := time.Duration(min(attempt, 1)) * 50 * time.Millisecond
 				select {
 				case <-stop:
 					return
-				default:
+				case <-time.After(pause):
 				}
 				conn, err := amqp091.Dial(urls[node])
 				if err != nil {
