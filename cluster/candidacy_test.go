@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -25,30 +26,21 @@ func TestCandidacy_ShortTimeoutsOnlyWhileACandidate(t *testing.T) {
 	r := victim.Node().MetaRaft()
 	cfg := victim.Config
 
+	// expect waits until the raft is in state with these timeouts.
+	expect := func(when string, state raft.RaftState, hb, election time.Duration) {
+		t.Helper()
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			rc := r.ReloadableConfig()
+			if s := r.State(); s != state || rc.HeartbeatTimeout != hb || rc.ElectionTimeout != election {
+				return fmt.Errorf("%s: %v with heartbeat and election timeouts %v and %v, want %v with %v and %v",
+					when, s, rc.HeartbeatTimeout, rc.ElectionTimeout, state, hb, election)
+			}
+			return nil
+		})
+	}
 	c.Partition(victim.ID)
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		rc := r.ReloadableConfig()
-		if s := r.State(); s != raft.Candidate || rc.ElectionTimeout != cfg.LeaderLeaseTimeout || rc.HeartbeatTimeout != cfg.LeaderLeaseTimeout {
-			return fmt.Errorf("cut off: %v with heartbeat and election timeouts %v and %v, want a candidate with both at the lease timeout %v",
-				s, rc.HeartbeatTimeout, rc.ElectionTimeout, cfg.LeaderLeaseTimeout)
-		}
-		return nil
-	})
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		rc := r.ReloadableConfig()
-		if s := r.State(); s != raft.Candidate || rc.ElectionTimeout != cfg.ElectionTimeout || rc.HeartbeatTimeout != cfg.HeartbeatTimeout {
-			return fmt.Errorf("cut off for long: %v with heartbeat and election timeouts %v and %v, want a candidate with the configured %v and %v",
-				s, rc.HeartbeatTimeout, rc.ElectionTimeout, cfg.HeartbeatTimeout, cfg.ElectionTimeout)
-		}
-		return nil
-	})
+	expect("cut off", raft.Candidate, cfg.LeaderLeaseTimeout, cfg.LeaderLeaseTimeout)
+	expect("cut off for long", raft.Candidate, cfg.HeartbeatTimeout, cfg.ElectionTimeout)
 	c.Heal()
-	clustertest.Eventually(t, clustertest.Timeout, func() error {
-		rc := r.ReloadableConfig()
-		if s := r.State(); s != raft.Follower || rc.ElectionTimeout != cfg.ElectionTimeout || rc.HeartbeatTimeout != cfg.HeartbeatTimeout {
-			return fmt.Errorf("healed: %v with heartbeat and election timeouts %v and %v, want a follower with %v and %v",
-				s, rc.HeartbeatTimeout, rc.ElectionTimeout, cfg.HeartbeatTimeout, cfg.ElectionTimeout)
-		}
-		return nil
-	})
+	expect("healed", raft.Follower, cfg.HeartbeatTimeout, cfg.ElectionTimeout)
 }
