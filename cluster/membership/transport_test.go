@@ -20,14 +20,24 @@ type packetTap struct {
 	once sync.Once
 	out  chan *memberlist.Packet
 	got  chan *memberlist.Packet
+	done chan struct{} // closed when the test ends: the relay stops
 }
 
 func (p *packetTap) PacketCh() <-chan *memberlist.Packet {
 	p.once.Do(func() {
 		go func() {
-			for pk := range p.Transport.PacketCh() {
-				p.got <- pk
-				p.out <- pk
+			for {
+				select {
+				case pk := <-p.Transport.PacketCh():
+					p.got <- pk
+					select {
+					case p.out <- pk:
+					case <-p.done:
+						return
+					}
+				case <-p.done:
+					return
+				}
 			}
 		}()
 	})
@@ -39,7 +49,8 @@ func (p *packetTap) PacketCh() <-chan *memberlist.Packet {
 // passed over, and each packet keeps its own bytes when the next arrives
 // (memberlist may hold on to parts of one).
 func TestGossip_AReceivedPacketCostsItsLength(t *testing.T) {
-	tap := &packetTap{out: make(chan *memberlist.Packet), got: make(chan *memberlist.Packet, 1024)}
+	tap := &packetTap{out: make(chan *memberlist.Packet), got: make(chan *memberlist.Packet, 1024), done: make(chan struct{})}
+	t.Cleanup(func() { close(tap.done) })
 	g := startGossip(t, "a", nil, nil, func(tr memberlist.Transport) memberlist.Transport { tap.Transport = tr; return tap })
 	to, err := net.ResolveUDPAddr("udp", g.Addr())
 	if err != nil {
