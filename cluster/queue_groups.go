@@ -61,7 +61,7 @@ type queueGroup struct {
 	stop, closing chan struct{}
 	// steer asks the group's steering (steerLoop) for a round now.
 	steer chan struct{}
-	wg    sync.WaitGroup // followQueueGroup and steerLoop
+	wg    sync.WaitGroup // followQueueGroup, steerLoop and SnapshotAfterReplay
 }
 
 // closeLinks closes the group's transport and bulk layer.
@@ -255,6 +255,15 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 	qg.wg.Add(2)
 	go n.followQueueGroup(qg)
 	go n.steerLoop(qg)
+	if had {
+		// A queue group's log is where a crash-looping node's messages
+		// are: its replay is bounded as the metadata group's is.
+		qg.wg.Add(1)
+		go func() {
+			defer qg.wg.Done()
+			qg.g.SnapshotAfterReplay(qg.closing)
+		}()
+	}
 	qg.g.Batcher().Run()
 	qg.g.RunSnapshots(qg.closing)
 	log.Info("queue group started", "members", s.Members, "epoch", s.Epoch, "had_state", had)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // A node killed before raft's snapshot timer ever fired (a crash loop)
@@ -57,4 +58,66 @@ func TestCluster_RestartSnapshotsAfterReplayingALongLog(t *testing.T) {
 	if s := short.Stats(); s.LastSnapshotIndex != 0 {
 		t.Fatalf("the node restarted with a short log snapshotted at %d", s.LastSnapshotIndex)
 	}
+}
+
+// groupSnapshot is n's last snapshot index of the group id, and whether
+// n runs it.
+func groupSnapshot(n *cluster.Node, id string) (uint64, bool) {
+	for _, g := range n.Groups() {
+		if g.ID == id {
+			return g.SnapshotIndex, true
+		}
+	}
+	return 0, false
+}
+
+// A queue group's log is where the messages are: a member restarted on
+// a long one snapshots it once replayed, as the metadata group does.
+func TestCluster_RestartSnapshotsAQueueGroupsLongLog(t *testing.T) {
+	const threshold = 200
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, c *cluster.Config) {
+		c.QueueGroups = 1
+		c.SnapshotThreshold = threshold
+		c.TrailingLogs = threshold / 2
+		c.SnapshotInterval = time.Hour
+	}))
+	const id = "q1"
+	waitQueueGroups(t, c, []string{id})
+	var last uint64
+	for range threshold + 50 {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			res, err := c.WaitForLeader(clustertest.Timeout).SubmitGroup(ctxT(t, clustertest.Timeout), id, []*proto.Command{tick()})
+			if err != nil || len(res) != 1 || res[0].GetCode() != 0 {
+				return fmt.Errorf("tick in %s: %v, %v", id, res, err)
+			}
+			last = res[0].GetIndex()
+			return nil
+		})
+	}
+	var vi int
+	for i, nd := range c.Nodes {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			for _, g := range nd.Node().Groups() {
+				if g.ID == id && g.LastApplied < last {
+					return fmt.Errorf("%s applied %s to %d of %d", nd.ID, id, g.LastApplied, last)
+				}
+			}
+			return nil
+		})
+		if snap, ok := groupSnapshot(nd.Node(), id); !ok || snap != 0 {
+			t.Fatalf("%s: group %s snapshot at %d (runs it: %v) before any restart", nd.ID, id, snap, ok)
+		}
+		if g := nd.Node().Groups(); len(g) > 1 && g[1].State != "Leader" && nd.Node() != c.Leader() {
+			vi = i
+		}
+	}
+	c.Kill(vi)
+	c.Restart(vi)
+	back := c.Nodes[vi].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if snap, ok := groupSnapshot(back, id); !ok || snap < last {
+			return fmt.Errorf("%s restarted with %d entries of %s, snapshot at %d (runs it: %v)", back.NodeID(), last, id, snap, ok)
+		}
+		return nil
+	})
 }
