@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +118,60 @@ func TestCluster_RestartSnapshotsAQueueGroupsLongLog(t *testing.T) {
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
 		if snap, ok := groupSnapshot(back, id); !ok || snap < last {
 			return fmt.Errorf("%s restarted with %d entries of %s, snapshot at %d (runs it: %v)", back.NodeID(), last, id, snap, ok)
+		}
+		return nil
+	})
+}
+
+// A node killed before it ever appends SnapshotBytes in one life (a
+// crash loop on large messages, far below the entry threshold) still
+// snapshots by size: what it replays at a restart counts, so the log a
+// restart reads stops growing.
+func TestCluster_ACrashLoopSnapshotsByTheBytesItReplays(t *testing.T) {
+	const (
+		budget = 1 << 20
+		body   = 64 << 10
+		perEnt = 2 // publishes an entry: 128 KiB
+		life   = 4 // entries a life: half a budget
+		lives  = 5 // two and a half budgets in all
+	)
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, c *cluster.Config) {
+		c.SnapshotThreshold = 1 << 20 // never by entry count
+		c.TrailingLogs = 1 << 20      // the leader keeps every entry: no snapshot is sent
+		c.SnapshotInterval = time.Hour
+		c.SnapshotBytes = budget
+	}))
+	submitRetried(t, c, queueDeclare("/", "q"))
+	vi := c.Index(c.Followers()[0].NodeID())
+	var last uint64
+	for l := range lives {
+		for e := range life {
+			var cmds []*proto.Command
+			for j := range perEnt {
+				cmds = append(cmds, publish("/", "q", fmt.Sprintf("%d.%d.%d.", l, e, j)+strings.Repeat("b", body)))
+			}
+			last = submitRetried(t, c, cmds...)
+		}
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			if a := c.Nodes[vi].Node().AppliedIndex(); a < last {
+				return fmt.Errorf("%s applied %d of %d", c.Nodes[vi].ID, a, last)
+			}
+			return nil
+		})
+		if s := c.Nodes[vi].Node().Stats(); s.LastSnapshotIndex != 0 {
+			if l == 0 {
+				t.Fatalf("%s snapshotted at %d before any restart: a life appends a budget", c.Nodes[vi].ID, s.LastSnapshotIndex)
+			}
+			// Snapshotted in this life, by what it replayed.
+			return
+		}
+		c.Kill(vi)
+		c.Restart(vi)
+	}
+	back := c.Nodes[vi].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if s := back.Stats(); s.LastSnapshotIndex == 0 {
+			return fmt.Errorf("%s restarted %d times, %d entries of log, no snapshot", back.NodeID(), lives, s.LastLogIndex)
 		}
 		return nil
 	})

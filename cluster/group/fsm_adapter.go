@@ -58,6 +58,10 @@ type FSM struct {
 	// other nodes, the last of them (recentTimeouts), for their syncs
 	// (subscribe.go). Locks: the state lock.
 	timeouts recentTimeouts
+	// replayTo is the last index of the log this process started with,
+	// until the apply has passed it (0 then): the entries up to it that
+	// are applied are counted as replayed (LogMeter.Replayed).
+	replayTo atomic.Uint64
 }
 
 // FSMHost is what the state machine adapter asks of the node that runs
@@ -153,6 +157,31 @@ func checkEnvelope(index uint64, env *proto.Envelope) error {
 	return nil
 }
 
+// ReplayUpTo has the entries up to last, the log this process started
+// with, counted as replayed as they are applied. Before raft starts.
+func (f *FSM) ReplayUpTo(last uint64) { f.replayTo.Store(last) }
+
+// countReplayed tells the log's meter of the bytes of the entries among
+// logs, just applied, that the log held when this process started. An
+// entry a follower's new leader overwrote after the start is counted
+// both appended and replayed: a conflicting tail, a few entries.
+func (f *FSM) countReplayed(logs []*raft.Log) {
+	to := f.replayTo.Load()
+	if to == 0 || f.storage == nil {
+		return
+	}
+	var n int64
+	for _, l := range logs {
+		if l.Index <= to {
+			n += int64(len(l.Data))
+		}
+	}
+	if logs[len(logs)-1].Index >= to {
+		f.replayTo.Store(0)
+	}
+	f.storage.Meter().Replayed(n)
+}
+
 // Apply implements raft.FSM.
 func (f *FSM) Apply(l *raft.Log) any {
 	return f.ApplyBatch([]*raft.Log{l})[0]
@@ -228,6 +257,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	f.state.mu.Unlock()
 	if stop > 0 {
 		f.applied.Advance(last)
+		f.countReplayed(logs[:stop])
 	}
 	if decodeErr != nil {
 		if f.host.Fail != nil {

@@ -221,6 +221,13 @@ func (g *Group) Start(in <-chan raft.RPC, transport func(rpcs <-chan raft.RPC) r
 	if err != nil {
 		return false, fmt.Errorf("cluster: read raft state: %w", err)
 	}
+	if has {
+		last, err := g.logs.LastIndex()
+		if err != nil {
+			return has, fmt.Errorf("cluster: read raft log: %w", err)
+		}
+		g.fsm.ReplayUpTo(last)
+	}
 	gaps := st.GapBridge(in, func(from, to uint64) {
 		cfg.Logger.Info("an append from the leader continues after the entries this node already holds past its snapshot", "prev_index", from, "continues_after", to)
 	})

@@ -11,10 +11,11 @@ import (
 // SnapshotAfterReplay snapshots once the group has applied the log it
 // started with, if that log holds at least raft's entry threshold after
 // the last snapshot. Raft checks its threshold only once per
-// SnapshotInterval (30-60 s) of a process's life, and the byte meter
-// counts only what this process appended: a node killed again and again
-// sooner than that never snapshots, so every restart replays the whole
-// log since the last snapshot, longer each time. The replay holds the
+// SnapshotInterval (30-60 s) of a process's life: a node killed again
+// and again sooner than that never snapshots by entries, so every
+// restart replays the whole log since the last snapshot, longer each
+// time. (The bytes it replays count toward the byte budget as they are
+// applied: FSM.ReplayUpTo.) The replay holds the
 // node's barrier when it wins an election, and after a whole-cluster
 // restart nothing expires until it is done: in the crash loop (a node
 // killed every few seconds, 230 entries a second) no node snapshotted in

@@ -21,7 +21,7 @@ const DefaultSnapshotBytes = 128 << 20
 // for a snapshot once budget of them came since the last one.
 type LogMeter struct {
 	budget   int64
-	appended atomic.Int64 // every entry's data since the node started
+	appended atomic.Int64 // every entry's data appended since the node started, and replayed (Replayed)
 	base     atomic.Int64 // appended when the last snapshot (or attempt) began
 	due      chan struct{}
 	appends  func() // hears of every append (OnAppend)
@@ -40,6 +40,22 @@ func (m *LogMeter) add(logs []*raft.Log) {
 	for _, l := range logs {
 		n += int64(len(l.Data))
 	}
+	m.count(n)
+}
+
+// Replayed counts n bytes of entries this process applied from the log
+// it started with. The log after the last snapshot is what a restart
+// reads, whoever appended it: a node killed every few seconds never
+// appends a budget in one life, so counting only its own appends, it
+// would never snapshot by size and each restart would replay the whole
+// log since its last snapshot, longer each time.
+func (m *LogMeter) Replayed(n int64) {
+	if m != nil && n > 0 {
+		m.count(n)
+	}
+}
+
+func (m *LogMeter) count(n int64) {
 	if total := m.appended.Add(n); m.budget > 0 && total-m.base.Load() >= m.budget {
 		select {
 		case m.due <- struct{}{}:
