@@ -64,6 +64,35 @@ const crashBudget = 150 * time.Second
 // logs (dumpCrash).
 func TestCrashLoop(t *testing.T) {
 	skipShort(t)
+	runCrashLoop(t, crashLoop{plan: crashPlan, budget: crashBudget,
+		start:  func(t *testing.T) *Cluster { return StartCluster(t, 3) },
+		leader: func(_ *testing.T, c *Cluster) (int, error) { return crashLeader(c) }})
+}
+
+// TestCrashLoop_QueueGroups is the crash loop on three nodes whose queues
+// are placed into three queue groups: each node's restart replays the
+// groups it is a member of and releases its previous run's consumers in
+// each, and crash.ttl's dead letters go to crash.dead through the
+// hand-off between groups whenever the two were placed apart. A
+// kill-leader round kills the leader of crash.ttl's group, where its
+// deaths are decided. Shorter than TestCrashLoop: the same faults, fewer
+// of them.
+func TestCrashLoop_QueueGroups(t *testing.T) {
+	skipShort(t)
+	runCrashLoop(t, crashLoop{plan: map[string]int{killOne: 8, killLeader: 4, powerCut: 4}, budget: 60 * time.Second,
+		start: placingCluster, leader: crashGroupLeader(crashTTL)})
+}
+
+// crashLoop is what a run of the crash loop varies.
+type crashLoop struct {
+	plan   map[string]int // rounds of each fault kind
+	budget time.Duration  // no fault is injected once it is spent
+	start  func(t *testing.T) *Cluster
+	// leader is the node a kill-leader round kills.
+	leader func(t *testing.T, c *Cluster) (int, error)
+}
+
+func runCrashLoop(t *testing.T, cl crashLoop) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("RAFTMQ_CRASH_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -75,7 +104,7 @@ func TestCrashLoop(t *testing.T) {
 	t.Logf("crash loop seed %d (replay with RAFTMQ_CRASH_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 
-	c := StartCluster(t, 3)
+	c := cl.start(t)
 	declareCrashTopology(t, c)
 	rec := &crashRecorder{sent: map[string]*crashSent{}, got: map[string]time.Time{},
 		redelivered: map[string]bool{}, node: map[string]int{}}
@@ -92,7 +121,7 @@ func TestCrashLoop(t *testing.T) {
 
 	var plan []string
 	for _, kind := range []string{killOne, killLeader, powerCut} {
-		for range crashPlan[kind] {
+		for range cl.plan[kind] {
 			plan = append(plan, kind)
 		}
 	}
@@ -101,8 +130,8 @@ func TestCrashLoop(t *testing.T) {
 	rounds := []crashRound{{kind: noFault, start: rec.firstPublish()}}
 	began := time.Now()
 	for r, kind := range plan {
-		if time.Since(began) > crashBudget {
-			t.Logf("fault budget of %v spent after %d rounds", crashBudget, r)
+		if time.Since(began) > cl.budget {
+			t.Logf("fault budget of %v spent after %d rounds", cl.budget, r)
 			break
 		}
 		// A random moment of the load.
@@ -126,7 +155,7 @@ func TestCrashLoop(t *testing.T) {
 			}
 		case killLeader:
 			for range 3 {
-				i, err := crashLeader(c)
+				i, err := cl.leader(t, c)
 				if err != nil {
 					t.Fatalf("round %d (%s, seed %d): %v", r+1, kind, seed, err)
 				}
@@ -247,6 +276,32 @@ func crashLeader(c *Cluster) (int, error) {
 		return errors.New("no node names a leader")
 	})
 	return idx, err
+}
+
+// crashGroupLeader is the leader of queue's group, as a running node's
+// raftmqctl shows it.
+func crashGroupLeader(queue string) func(t *testing.T, c *Cluster) (int, error) {
+	return func(t *testing.T, c *Cluster) (int, error) {
+		idx := -1
+		err := Eventually(30*time.Second, func() error {
+			for _, n := range c.Nodes {
+				if !n.Running() {
+					continue
+				}
+				rows, err := queuesOn(t, n)
+				if err != nil {
+					continue
+				}
+				leader := rows[queue].Leader
+				if i := slices.IndexFunc(c.Nodes, func(m *Node) bool { return m.ID == leader }); i >= 0 {
+					idx = i
+					return nil
+				}
+			}
+			return fmt.Errorf("no node names the leader of %s's group", queue)
+		})
+		return idx, err
+	}
 }
 
 func crashStatus(n *Node) (*proto.ClusterStatusResponse, error) {
