@@ -47,8 +47,9 @@ type ackSender struct {
 	mu      sync.Mutex
 	changed sync.Cond // queue, flights, err or ending changed
 	queue   []item
-	flights int  // submissions in flight
-	waiting bool // the worker waits in flush or drain
+	spare   []item // a submitted run's array, emptied, for the next queue
+	flights int    // submissions in flight
+	waiting bool   // the worker waits in flush or drain
 	err     *wire.Error
 	started bool
 	ending  bool
@@ -77,6 +78,10 @@ func (a *ackSender) add(run []item) {
 // maxAckFlights bounds a channel's ack batches in flight.
 const maxAckFlights = 4
 
+// maxSpareRun bounds the array an ackSender keeps for its next queue: a
+// burst's larger one goes to the collector.
+const maxSpareRun = 4096
+
 func (a *ackSender) run() {
 	defer close(a.done)
 	var flights sync.WaitGroup
@@ -91,7 +96,7 @@ func (a *ackSender) run() {
 			return
 		}
 		run := a.queue
-		a.queue = nil
+		a.queue, a.spare = a.spare, nil
 		a.flights++
 		flights.Add(1)
 		go func() {
@@ -99,6 +104,12 @@ func (a *ackSender) run() {
 			e := a.submit(run)
 			a.mu.Lock()
 			defer a.mu.Unlock()
+			if a.spare == nil && cap(run) <= maxSpareRun {
+				// Nothing holds the run once submitted: the next queue
+				// fills its array instead of growing a new one.
+				clear(run)
+				a.spare = run[:0]
+			}
 			a.flights--
 			if e != nil && a.err == nil {
 				a.err = e
@@ -300,34 +311,66 @@ func (ch *channel) takenBack(it item) (e *wire.Error, handled bool) {
 // the item it answers for (the first it carries) and, for the merged one,
 // the items it carries (nil for the others).
 func mergeSettles(run []item) (cmds []*proto.Command, firsts []item, groups [][]item) {
-	cmds = make([]*proto.Command, 0, len(run))
-	firsts = make([]item, 0, len(run))
-	groups = make([][]item, 0, len(run))
+	plain, tags := 0, 0
+	for _, it := range run {
+		if t, ok := plainAck(it); ok {
+			plain++
+			tags += t
+		}
+	}
+	if plain == len(run) && plain > 1 && tags <= maxSettleTags {
+		// Every item a plain ack (a consumer acking each message): one
+		// Settle, and the run itself is what it carries.
+		all := make([]uint64, 0, tags)
+		for _, it := range run {
+			all = append(all, it.cmd.GetSettle().GetTags()...)
+		}
+		m := &proto.Settle{Channel: run[0].cmd.GetSettle().GetChannel(), Tags: all}
+		return []*proto.Command{{Cmd: &proto.Command_Settle{Settle: m}}}, run[:1:1], [][]item{run}
+	}
+	// The others as they come, and a Settle per maxSettleTags of plain tags.
+	n := len(run) - plain + 1 + tags/maxSettleTags
+	cmds, firsts, groups = make([]*proto.Command, 0, n), make([]item, 0, n), make([][]item, 0, n)
 	merged := -1 // index in cmds of the Settle that takes the next plain ack
 	for _, it := range run {
-		s := it.cmd.GetSettle()
-		if s == nil || len(s.GetTags()) == 0 || s.GetMultiple() || s.GetDeliveryTag() != 0 {
+		t, ok := plainAck(it)
+		if !ok {
 			cmds, firsts, groups = append(cmds, it.cmd), append(firsts, it), append(groups, nil)
 			continue
 		}
-		if merged >= 0 && len(cmds[merged].GetSettle().GetTags())+len(s.GetTags()) > maxSettleTags {
+		if merged >= 0 && len(cmds[merged].GetSettle().GetTags())+t > maxSettleTags {
 			merged = -1
 		}
 		if merged < 0 {
 			merged = len(cmds)
-			cmds, firsts, groups = append(cmds, it.cmd), append(firsts, it), append(groups, []item{it})
+			cmds, firsts, groups = append(cmds, it.cmd), append(firsts, it), append(groups, make([]item, 1, plain))
+			groups[merged][0] = it
+			plain--
 			continue
 		}
 		m := cmds[merged].GetSettle()
 		if len(groups[merged]) == 1 {
 			// The item's own command stays as it was, for submitEach.
-			m = &proto.Settle{Channel: m.GetChannel(), Tags: slices.Clone(m.GetTags())}
+			own := m.GetTags()
+			m = &proto.Settle{Channel: m.GetChannel(), Tags: append(make([]uint64, 0, min(tags, maxSettleTags)), own...)}
 			cmds[merged] = &proto.Command{Cmd: &proto.Command_Settle{Settle: m}}
 		}
-		m.Tags = append(m.Tags, s.GetTags()...)
+		m.Tags = append(m.Tags, it.cmd.GetSettle().GetTags()...)
 		groups[merged] = append(groups[merged], it)
+		plain--
 	}
 	return cmds, firsts, groups
+}
+
+// plainAck reports whether it is a plain ack (a Settle of its own tags,
+// not multiple), which mergeSettles may fold into another, and how many
+// tags it names.
+func plainAck(it item) (tags int, ok bool) {
+	s := it.cmd.GetSettle()
+	if s == nil || len(s.GetTags()) == 0 || s.GetMultiple() || s.GetDeliveryTag() != 0 {
+		return 0, false
+	}
+	return len(s.GetTags()), true
 }
 
 // maxSettleTags bounds the tags of one merged Settle, far below what a

@@ -43,6 +43,40 @@ func TestMergeSettles_PlainAcksBecomeOneSettle(t *testing.T) {
 	}
 }
 
+// A run of plain acks only (a consumer acking each message) is one
+// Settle of all their tags in order, carrying the whole run; past
+// maxSettleTags the tags go in a Settle more.
+func TestMergeSettles_ARunOfPlainAcksOnly(t *testing.T) {
+	ref := &proto.ChannelRef{Node: "node-a", Connection: "c1", Channel: 1}
+	run := []item{settleItem(ref, 7), settleItem(ref, 3, 4), settleItem(ref, 9)}
+	cmds, firsts, groups := mergeSettles(run)
+	if len(cmds) != 1 || len(firsts) != 1 || len(groups) != 1 || len(groups[0]) != 3 {
+		t.Fatalf("%d commands, %d firsts, %d groups", len(cmds), len(firsts), len(groups))
+	}
+	if s := cmds[0].GetSettle(); !slices.Equal(s.GetTags(), []uint64{7, 3, 4, 9}) || s.GetChannel() != ref || cmds[0] == run[0].cmd {
+		t.Fatalf("merged settle %v", cmds[0])
+	}
+	if firsts[0].cmd != run[0].cmd || groups[0][2].cmd != run[2].cmd {
+		t.Fatalf("the Settle does not answer for the run's acks")
+	}
+	if !slices.Equal(run[0].cmd.GetSettle().GetTags(), []uint64{7}) || !slices.Equal(run[1].cmd.GetSettle().GetTags(), []uint64{3, 4}) {
+		t.Fatalf("an ack's command changed: %v %v", run[0].cmd, run[1].cmd)
+	}
+
+	half := func(from uint64) []uint64 {
+		tags := make([]uint64, maxSettleTags/2)
+		for i := range tags {
+			tags[i] = from + uint64(i)
+		}
+		return tags
+	}
+	big := []item{settleItem(ref, half(1)...), settleItem(ref, half(1<<20)...), settleItem(ref, 1<<30)}
+	cmds, _, groups = mergeSettles(big)
+	if len(cmds) != 2 || len(cmds[0].GetSettle().GetTags()) != maxSettleTags || len(groups[0]) != 2 || len(cmds[1].GetSettle().GetTags()) != 1 || len(groups[1]) != 1 {
+		t.Fatalf("%d commands for %d tags: %d and %d tags", len(cmds), maxSettleTags+1, len(cmds[0].GetSettle().GetTags()), len(cmds[len(cmds)-1].GetSettle().GetTags()))
+	}
+}
+
 // Acks that queued behind the batches in flight reach the log as one
 // Settle; when the log refuses it (a Settle settles all its tags or none),
 // they go again one by one and the channel is closed for the one refused.
