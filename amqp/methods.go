@@ -675,7 +675,7 @@ func (ch *channel) handlePublishes(run []item) *wire.Error {
 		if m.Immediate {
 			// RabbitMQ refuses immediate=true the same way.
 			e = wire.ConnError(replycode.NotImplemented, m.ClassID(), m.MethodID(), "immediate=true")
-		} else if e = ch.rewriteReplyTo(it); e == nil {
+		} else if e = ch.takePublish(it); e == nil {
 			cmd, e = ch.publishCommand(ref, *it)
 		}
 		if e != nil {

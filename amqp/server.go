@@ -83,6 +83,11 @@ type Config struct {
 	// more), held by the consumer's node and written as the client acks
 	// (window.go); 0 turns it off.
 	ConsumerLookahead int
+	// HeaderTimestamp and HeaderRoutingNode are RabbitMQ's incoming
+	// message interceptors set_header_timestamp and
+	// set_header_routing_node (interceptors.go); StampOff, the default,
+	// adds nothing.
+	HeaderTimestamp, HeaderRoutingNode Stamp
 	// Logger receives structured logs; component=amqp is added.
 	Logger *slog.Logger
 }

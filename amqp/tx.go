@@ -41,8 +41,9 @@ func (ch *channel) bufferTx(run []item) *wire.Error {
 				return wire.ConnError(replycode.NotImplemented, p.ClassID(), p.MethodID(), "immediate=true")
 			}
 			// As in RabbitMQ, a request's reply_to is taken (or refused)
-			// when it is published, not at commit.
-			if e := ch.rewriteReplyTo(&it); e != nil {
+			// and the interceptors' values given when it is published,
+			// not at commit.
+			if e := ch.takePublish(&it); e != nil {
 				return e
 			}
 		}

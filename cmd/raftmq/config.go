@@ -51,6 +51,10 @@ type config struct {
 	PlaceQueues     bool
 	Cluster         clusterSecurity
 
+	// HeaderTimestamp and HeaderRoutingNode are RabbitMQ's incoming
+	// message interceptors.
+	HeaderTimestamp, HeaderRoutingNode amqp.Stamp
+
 	// TLS is the AMQPS listener and its certificates.
 	TLS tlsConfig
 	// Limits bound what clients may use.
@@ -120,6 +124,8 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.IntVar(&c.MaxMessageSize, "max-message-size", amqp.DefaultMaxMessageSize, "largest message body accepted, in bytes (at most 134217728, 128 MiB)")
 	fs.IntVar(&c.Lookahead, "consumer-lookahead", 10, "a consumer with a prefetch of at least 10 may be assigned this many times its prefetch beyond it, held by its node and written as it acks (at most 2,000 more; from protocol level 14 it grows while the consumer acks faster than its credit returns); 0 turns it off")
 	fs.Int64Var(&c.ConsumerTimeout, "consumer-timeout", 1800000, "ms a delivery may stay unacknowledged before its consumer is cancelled, or its channel closed with 406 for a client without consumer_cancel_notify (RabbitMQ's consumer_timeout), unless its queue sets x-consumer-timeout or a consumer-timeout policy; 0 means none")
+	fs.TextVar(&c.HeaderTimestamp, "set-header-timestamp", amqp.StampOff, "give each message published on this node the time it arrived, as RabbitMQ's message_interceptors.incoming.set_header_timestamp: a timestamp_in_ms header (ms) and the timestamp property (s); keep leaves a publisher's own (overwrite = false), overwrite replaces them, off adds nothing")
+	fs.TextVar(&c.HeaderRoutingNode, "set-header-routing-node", amqp.StampOff, "give each message published on this node an x-routed-by header naming this node, as RabbitMQ's message_interceptors.incoming.set_header_routing_node: keep, overwrite or off")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the HTTP address")
 	fs.DurationVar(&c.NodeDownAfter, "node-down-after", 1500*time.Millisecond, "how long a member stays dead (in gossip, or unreached by the leader's raft) before its consumers are cancelled; at least --raft-timeout, which it follows when not given")

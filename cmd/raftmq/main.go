@@ -126,6 +126,8 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		MaxBufferedBytes:  cfg.Limits.MaxConnectionBuffer,
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		ConsumerLookahead: cfg.Lookahead,
+		HeaderTimestamp:   cfg.HeaderTimestamp,
+		HeaderRoutingNode: cfg.HeaderRoutingNode,
 		Logger:            logger,
 	})
 	node, err := cluster.Start(ctx, cluster.Config{
