@@ -32,7 +32,12 @@ import (
 // the confirm's arrival plus the delay is a lower bound (the stamp came
 // before the confirm left the broker), 0 where negative: the release's
 // own lateness at the consumer lies between the two, the publish's
-// latency under a saturating load being what sets them apart.
+// latency under a saturating load being what sets them apart. A broker
+// that stamps what it takes in (timestamp_in_ms: raftmq's
+// --set-header-timestamp, RabbitMQ's set_header_timestamp interceptor)
+// gives a third count, arrival minus (that stamp + delay): the wait
+// before the broker had the message left out, its wait inside the broker
+// for the log kept in.
 //
 // Delays are spread uniformly over [-delay-min, -delay-min + -delay-spread],
 // or, with -delay-same, computed per message so that every message is due
@@ -104,9 +109,15 @@ type delayTracker struct {
 	// lower and lowerQuiet are lateness and quiet's lower bounds: arrival
 	// minus (confirmedAt + delay).
 	lower, lowerQuiet *latencies
-	pubEndMs          int64
-	expected          int64 // messages in the expected state
-	uniq              int64 // first arrivals
+	// fromRecv and fromRecvQuiet are lateness and quiet counted from the
+	// time the broker took the message in, where it says so (a
+	// timestamp_in_ms header: raftmq's --set-header-timestamp, RabbitMQ's
+	// message_interceptors.incoming.set_header_timestamp): arrival minus
+	// (that time + delay), the publisher's own wait left out.
+	fromRecv, fromRecvQuiet *latencies
+	pubEndMs                int64
+	expected                int64 // messages in the expected state
+	uniq                    int64 // first arrivals
 	// uniqWanted are the first arrivals of expected messages (others
 	// are published ones the broker nacked or did not confirm, yet held).
 	uniqWanted int64
@@ -128,7 +139,8 @@ type delayTracker struct {
 
 func newDelayTracker(n int, confirms bool) *delayTracker {
 	return &delayTracker{due: make([]int64, n), confirmedAt: make([]int64, n), state: make([]uint8, n), got: make([]uint8, n), confirms: confirms,
-		lateness: newLatencies(max(n, 1)), quiet: newLatencies(max(n, 1)), lower: newLatencies(max(n, 1)), lowerQuiet: newLatencies(max(n, 1))}
+		lateness: newLatencies(max(n, 1)), quiet: newLatencies(max(n, 1)), lower: newLatencies(max(n, 1)), lowerQuiet: newLatencies(max(n, 1)),
+		fromRecv: newLatencies(max(n, 1)), fromRecvQuiet: newLatencies(max(n, 1))}
 }
 
 // publishingEnded marks the end of publishing: messages due after it
@@ -172,8 +184,9 @@ func (t *delayTracker) confirmed(id int, ack bool, at time.Time) {
 
 // arrive records a delivery of body at now; a redelivered one that came
 // before is not a duplicate (the consumer's connection was lost before
-// its ack).
-func (t *delayTracker) arrive(body []byte, now time.Time, redelivered bool) {
+// its ack). receivedMs is the time the broker took the message in (its
+// timestamp_in_ms header, unix ms), 0 when it does not say.
+func (t *delayTracker) arrive(body []byte, now time.Time, redelivered bool, receivedMs int64) {
 	id, sent, delay, ok := readDelayed(body)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -210,6 +223,13 @@ func (t *delayTracker) arrive(body []byte, now time.Time, redelivered bool) {
 	quiet := t.pubEndMs > 0 && due > t.pubEndMs
 	if quiet {
 		t.quiet.add(late)
+	}
+	if receivedMs > 0 {
+		fromReceived := now.Sub(time.UnixMilli(receivedMs).Add(time.Duration(delay) * time.Millisecond))
+		t.fromRecv.add(fromReceived)
+		if quiet {
+			t.fromRecvQuiet.add(fromReceived)
+		}
 	}
 	if t.confirms && t.confirmedAt != nil {
 		// A release that came before its confirm (the confirm still on
@@ -269,9 +289,15 @@ type delayedReport struct {
 	// where negative (empty with -phase consume).
 	LatenessFromConfirm                   summary `json:"lateness_from_confirm"`
 	LatenessFromConfirmDueAfterPublishing summary `json:"lateness_from_confirm_due_after_publishing"`
-	Early                                 int64   `json:"early"`
-	MaxEarlyMs                            float64 `json:"max_early_ms"`
-	Duplicates                            int64   `json:"duplicates"`
+	// LatenessFromReceived and LatenessFromReceivedDueAfterPublishing
+	// count from the time the broker took each message in (its
+	// timestamp_in_ms header), over the messages that carry one: arrival
+	// minus (that time + delay). Absent when none did.
+	LatenessFromReceived                   *summary `json:"lateness_from_received,omitempty"`
+	LatenessFromReceivedDueAfterPublishing *summary `json:"lateness_from_received_due_after_publishing,omitempty"`
+	Early                                  int64    `json:"early"`
+	MaxEarlyMs                             float64  `json:"max_early_ms"`
+	Duplicates                             int64    `json:"duplicates"`
 	// Redelivered are arrivals after the first that the broker marked
 	// redelivered (their ack was lost with a connection); Reconnects the
 	// consumer's connections after the first.
@@ -329,6 +355,10 @@ func (t *delayTracker) report(accepted float64) *delayedReport {
 	r.LatenessDueAfterPublishing = t.quiet.summary()
 	r.LatenessFromConfirm = t.lower.summary()
 	r.LatenessFromConfirmDueAfterPublishing = t.lowerQuiet.summary()
+	if s := t.fromRecv.summary(); s.Count > 0 {
+		q := t.fromRecvQuiet.summary()
+		r.LatenessFromReceived, r.LatenessFromReceivedDueAfterPublishing = &s, &q
+	}
 	if t.instantMs > 0 && t.uniq > 0 {
 		w := ms(t.last.Sub(time.UnixMilli(t.instantMs)))
 		r.BurstDeliveredWithinMs = &w
@@ -663,5 +693,8 @@ func consumeDelayedOnce(ctx context.Context, uri string, o *options, t *delayTra
 	default:
 		close(ready)
 	}
-	return receive(ctx, ds, o.AutoAck, func(d amqp.Delivery) { t.arrive(d.Body, time.Now(), d.Redelivered) })
+	return receive(ctx, ds, o.AutoAck, func(d amqp.Delivery) {
+		received, _ := d.Headers["timestamp_in_ms"].(int64)
+		t.arrive(d.Body, time.Now(), d.Redelivered, received)
+	})
 }

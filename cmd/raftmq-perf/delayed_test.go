@@ -84,13 +84,13 @@ func TestDelayTracker_CountsEveryOutcome(t *testing.T) {
 	tr.confirmed(4, false, t0)
 	tr.confirmed(0, true, t0) // a second answer changes nothing
 	due := t0.Add(time.Second)
-	tr.arrive(arrival(0, t0, 1000), due.Add(5*time.Millisecond), false)
-	tr.arrive(arrival(1, t0, 1000), due.Add(-2*time.Millisecond), false) // early
-	tr.arrive(arrival(1, t0, 1000), due.Add(7*time.Millisecond), false)  // twice
-	tr.arrive(arrival(2, t0, 1000), due, false)
-	tr.arrive(arrival(2, t0, 1000), due, true)   // again after a lost ack
-	tr.arrive(arrival(99, t0, 1000), due, false) // not of this run
-	tr.arrive([]byte("short"), due, false)
+	tr.arrive(arrival(0, t0, 1000), due.Add(5*time.Millisecond), false, 0)
+	tr.arrive(arrival(1, t0, 1000), due.Add(-2*time.Millisecond), false, 0) // early
+	tr.arrive(arrival(1, t0, 1000), due.Add(7*time.Millisecond), false, 0)  // twice
+	tr.arrive(arrival(2, t0, 1000), due, false, 0)
+	tr.arrive(arrival(2, t0, 1000), due, true, 0)   // again after a lost ack
+	tr.arrive(arrival(99, t0, 1000), due, false, 0) // not of this run
+	tr.arrive([]byte("short"), due, false, 0)
 	if tr.done() {
 		t.Fatal("done with message 3 missing")
 	}
@@ -101,7 +101,7 @@ func TestDelayTracker_CountsEveryOutcome(t *testing.T) {
 	if r.Lateness.Count != 3 || r.Lateness.Max != 5 || r.BurstDeliveredWithinMs != nil {
 		t.Fatalf("lateness = %+v, burst %v", r.Lateness, r.BurstDeliveredWithinMs)
 	}
-	tr.arrive(arrival(3, t0, 1000), due, false)
+	tr.arrive(arrival(3, t0, 1000), due, false, 0)
 	if !tr.done() {
 		t.Fatal("not done with every confirmed message received")
 	}
@@ -114,8 +114,8 @@ func TestDelayTracker_LatenessDueAfterPublishing(t *testing.T) {
 	tr.published(0, dueMs(t0, 1000))
 	tr.published(1, dueMs(t0, 5000))
 	tr.publishingEnded(t0.Add(2 * time.Second))
-	tr.arrive(arrival(0, t0, 1000), t0.Add(1300*time.Millisecond), false)
-	tr.arrive(arrival(1, t0, 5000), t0.Add(5004*time.Millisecond), false)
+	tr.arrive(arrival(0, t0, 1000), t0.Add(1300*time.Millisecond), false, 0)
+	tr.arrive(arrival(1, t0, 5000), t0.Add(5004*time.Millisecond), false, 0)
 	r := tr.report(1)
 	if r.Lateness.Count != 2 || r.Lateness.Max != 300 {
 		t.Fatalf("lateness = %+v", r.Lateness)
@@ -137,9 +137,9 @@ func TestDelayTracker_LatenessFromTheConfirm(t *testing.T) {
 	tr.confirmed(0, true, t0.Add(200*time.Millisecond)) // a slow publish
 	tr.confirmed(1, true, t0.Add(2*time.Millisecond))
 	tr.publishingEnded(t0.Add(500 * time.Millisecond))
-	tr.arrive(arrival(0, t0, 1000), t0.Add(1210*time.Millisecond), false)
-	tr.arrive(arrival(1, t0, 1000), t0.Add(1005*time.Millisecond), false)
-	tr.arrive(arrival(2, t0, 1000), t0.Add(1030*time.Millisecond), false) // before its confirm
+	tr.arrive(arrival(0, t0, 1000), t0.Add(1210*time.Millisecond), false, 0)
+	tr.arrive(arrival(1, t0, 1000), t0.Add(1005*time.Millisecond), false, 0)
+	tr.arrive(arrival(2, t0, 1000), t0.Add(1030*time.Millisecond), false, 0) // before its confirm
 	tr.confirmed(2, true, t0.Add(1100*time.Millisecond))
 	r := tr.report(1)
 	if r.Lateness.Count != 3 || r.Lateness.Max != 210 {
@@ -155,9 +155,42 @@ func TestDelayTracker_LatenessFromTheConfirm(t *testing.T) {
 	// Without confirms there is no lower bound.
 	nc := newDelayTracker(1, false)
 	nc.published(0, dueMs(t0, 1000))
-	nc.arrive(arrival(0, t0, 1000), t0.Add(1100*time.Millisecond), false)
+	nc.arrive(arrival(0, t0, 1000), t0.Add(1100*time.Millisecond), false, 0)
 	if r := nc.report(1); r.LatenessFromConfirm.Count != 0 {
 		t.Fatalf("a lower bound without confirms: %+v", r.LatenessFromConfirm)
+	}
+}
+
+// Where the broker says when it took a message in (timestamp_in_ms),
+// the lateness is also counted from then: the publisher's wait before it
+// is left out, and a message without the header is not counted.
+func TestDelayTracker_LatenessFromTheBrokersReceipt(t *testing.T) {
+	tr := newDelayTracker(3, false)
+	t0 := time.UnixMilli(1700000000000)
+	for id := range 3 {
+		tr.published(id, dueMs(t0, 1000))
+	}
+	tr.publishingEnded(t0.Add(100 * time.Millisecond))
+	// Sent at t0; the broker took 0 in 40 ms later, 1 at once.
+	tr.arrive(arrival(0, t0, 1000), t0.Add(1050*time.Millisecond), false, t0.Add(40*time.Millisecond).UnixMilli())
+	tr.arrive(arrival(1, t0, 1000), t0.Add(1020*time.Millisecond), false, t0.UnixMilli())
+	tr.arrive(arrival(2, t0, 1000), t0.Add(1090*time.Millisecond), false, 0)
+	r := tr.report(1)
+	if r.Lateness.Count != 3 || r.Lateness.Max != 90 {
+		t.Fatalf("lateness = %+v", r.Lateness)
+	}
+	l := r.LatenessFromReceived
+	if l == nil || l.Count != 2 || l.Max != 20 || l.P50 != 10 {
+		t.Fatalf("lateness from the receipt = %+v; want 10 and 20 ms", l)
+	}
+	if q := r.LatenessFromReceivedDueAfterPublishing; q == nil || q.Count != 2 {
+		t.Fatalf("lateness from the receipt, due after publishing = %+v", q)
+	}
+	none := newDelayTracker(1, false)
+	none.published(0, dueMs(t0, 1000))
+	none.arrive(arrival(0, t0, 1000), t0.Add(time.Second), false, 0)
+	if r := none.report(1); r.LatenessFromReceived != nil {
+		t.Fatalf("lateness from the receipt %+v with no header", r.LatenessFromReceived)
 	}
 }
 
@@ -194,8 +227,8 @@ func TestDelayTracker_BurstAndSaveLoad(t *testing.T) {
 		t.Fatalf("loaded %+v, expected %d, instant %d", e, got.expected, got.instantMs)
 	}
 	instant := time.UnixMilli(tr.instantMs)
-	got.arrive(arrival(0, t0, sameDelay(t0, tr.instantMs)), instant.Add(40*time.Millisecond), false)
-	got.arrive(arrival(1, t0, sameDelay(t0, tr.instantMs)), instant.Add(150*time.Millisecond), false)
+	got.arrive(arrival(0, t0, sameDelay(t0, tr.instantMs)), instant.Add(40*time.Millisecond), false, 0)
+	got.arrive(arrival(1, t0, sameDelay(t0, tr.instantMs)), instant.Add(150*time.Millisecond), false, 0)
 	r := got.report(e.AcceptedPerS)
 	if r.BurstDeliveredWithinMs == nil || *r.BurstDeliveredWithinMs != 150 || r.Missing != 0 || r.DueInstantMs != tr.instantMs {
 		t.Fatalf("report = %+v", r)

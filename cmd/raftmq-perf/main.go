@@ -618,6 +618,9 @@ func printReport(w io.Writer, r *report) {
 		if l := d.LatenessFromConfirm; l.Count > 0 {
 			fmt.Fprintf(tw, "delay lateness from the confirm\t%d\t\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", l.Count, l.P50, l.P95, l.P99, l.P999, l.Max)
 		}
+		if l := d.LatenessFromReceived; l != nil {
+			fmt.Fprintf(tw, "delay lateness from the broker's receipt\t%d\t\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\n", l.Count, l.P50, l.P95, l.P99, l.P999, l.Max)
+		}
 	}
 	if r.DeathLateness != nil {
 		l := r.DeathLateness
