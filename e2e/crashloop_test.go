@@ -212,7 +212,7 @@ func runCrashLoop(t *testing.T, cl crashLoop) {
 	t.Logf("crash loop rounds:\n%s", per.String())
 	if path := os.Getenv("RAFTMQ_FAULT_REPORT"); path != "" {
 		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-			fmt.Fprintf(f, "crash loop (e2e, processes on loopback; seed %d):\n%s\n", seed, tbl.String())
+			fmt.Fprintf(f, "%s (e2e, processes on loopback; seed %d):\n%s\n", t.Name(), seed, tbl.String())
 			f.Close()
 		}
 	}
