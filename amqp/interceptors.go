@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/amqp/wire"
+	"github.com/raftmq/raftmq/proto"
 )
 
 // Stamp is how one of RabbitMQ's incoming message interceptors
@@ -83,22 +84,35 @@ func (ch *channel) takePublish(it *item) *wire.Error {
 }
 
 // intercept gives a publish the values the server's incoming interceptors
-// add, before it is routed, as RabbitMQ's channel does: with
-// Config.HeaderTimestamp the time it reached this node (a
-// timestamp_in_ms header in ms and the timestamp property in seconds),
-// with Config.HeaderRoutingNode this node's id (x-routed-by). The
+// add, before it is routed, as RabbitMQ's channel does (stamped). The
 // publisher's properties are copied, never changed: a run's items may
 // share them. The values are decided here, once, and travel in the
 // publish: every replica holds the same message.
 func (ch *channel) intercept(it *item, now time.Time) {
-	cfg := &ch.c.srv.cfg
-	if cfg.HeaderTimestamp == StampOff && cfg.HeaderRoutingNode == StampOff {
+	srv := ch.c.srv
+	if !srv.intercepting() {
 		return
 	}
 	var p wire.Properties
 	if it.props != nil {
 		p = *it.props
 	}
+	p = srv.stamped(p, now)
+	it.props = &p
+}
+
+// intercepting reports whether an incoming interceptor is on.
+func (s *Server) intercepting() bool {
+	return s.cfg.HeaderTimestamp != StampOff || s.cfg.HeaderRoutingNode != StampOff
+}
+
+// stamped returns p with the values of the server's incoming
+// interceptors: with Config.HeaderTimestamp the time now the message
+// reached this node (a timestamp_in_ms header in ms and the timestamp
+// property in seconds), with Config.HeaderRoutingNode this node's id
+// (x-routed-by). p's headers are copied before any is changed.
+func (s *Server) stamped(p wire.Properties, now time.Time) wire.Properties {
+	cfg := &s.cfg
 	if p.Flags&wire.FlagHeaders != 0 {
 		p.Headers = slices.Clone(p.Headers)
 	}
@@ -118,6 +132,21 @@ func (ch *channel) intercept(it *item, now time.Time) {
 		p.Timestamp = time.Unix(now.Unix(), 0)
 		p.Flags |= wire.FlagTimestamp
 	}
-	set(cfg.HeaderRoutingNode, headerRoutedBy, ch.c.srv.node().NodeID())
-	it.props = &p
+	if b := s.node(); b != nil {
+		set(cfg.HeaderRoutingNode, headerRoutedBy, b.NodeID())
+	}
+	return p
+}
+
+// Intercept returns the properties of a message published on this node
+// other than through AMQP (the management API's publish) with the values
+// the incoming interceptors give an AMQP publish: RabbitMQ publishes
+// those through a channel, so its interceptors stamp them too. p itself
+// is not changed; with every interceptor off it is returned as it is.
+func (s *Server) Intercept(p *proto.Properties) (*proto.Properties, error) {
+	if !s.intercepting() {
+		return p, nil
+	}
+	w := s.stamped(propertiesFromProto(p), time.Now())
+	return propertiesToProto(&w)
 }

@@ -205,6 +205,10 @@ type Deps struct {
 	// Environment lists this node's settings for rabbitmqctl environment,
 	// secrets withheld; nil lists none.
 	Environment func() []*proto.Setting
+	// Intercept gives a message published here (Publish) what this
+	// node's incoming message interceptors give an AMQP publish; nil
+	// leaves it as it is.
+	Intercept func(*proto.Properties) (*proto.Properties, error)
 	// PeerTimeout bounds each call fanned out to a peer (default 2s).
 	PeerTimeout time.Duration
 	// LeaderWait bounds how long a call for the leader waits while no

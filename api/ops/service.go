@@ -36,6 +36,7 @@ type Service struct {
 	counters    func() NodeCounters
 	resources   func() Resources
 	environment func() []*proto.Setting
+	intercept   func(*proto.Properties) (*proto.Properties, error)
 }
 
 // New returns the operations of the node in d.
@@ -50,6 +51,7 @@ func New(d Deps) *Service {
 		counters:    d.Counters,
 		resources:   d.Resources,
 		environment: d.Environment,
+		intercept:   d.Intercept,
 	}
 	if s.peers == nil {
 		s.ownPool = NewPeerPool()

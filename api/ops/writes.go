@@ -64,8 +64,14 @@ func (s *Service) Unbind(ctx context.Context, b *proto.Unbind) error {
 }
 
 // Publish publishes one message and reports whether it reached a queue.
+// The node's incoming interceptors stamp it as they stamp an AMQP publish.
 func (s *Service) Publish(ctx context.Context, p *proto.Publish) (routed bool, err error) {
 	p.Vhost = orDefaultVhost(p.GetVhost())
+	if s.intercept != nil {
+		if p.Properties, err = s.intercept(p.GetProperties()); err != nil {
+			return false, fail(Invalid, "message properties: %v", err)
+		}
+	}
 	r, err := s.submit(ctx, &proto.Command{Cmd: &proto.Command_Publish{Publish: p}})
 	if err != nil {
 		return false, err

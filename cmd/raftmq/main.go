@@ -202,7 +202,7 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	defer peers.Close()
 	operations := ops.New(ops.Deps{Node: apiNode, Conns: amqpSrv.Connections(), Peers: peers, Logger: logger.With("component", "api"),
 		Counters: func() ops.NodeCounters { return ops.NodeCounters(amqpSrv.Counters()) }, Resources: resources,
-		Environment: func() []*proto.Setting { return cfg.Settings }})
+		Environment: func() []*proto.Setting { return cfg.Settings }, Intercept: amqpSrv.Intercept})
 	defer operations.Close()
 	amqpBroker.SetPeerConnections(operations.PeerConnections)
 	proto.RegisterAdminServer(grpcSrv, grpcadmin.New(operations))
