@@ -27,8 +27,8 @@ import (
 // (Internal.Effects). The member queues them as it applies its entries
 // (group.Subscribe) and never waits for the stream. A stream that breaks
 // (the member died, fell out of the group, restored a snapshot, or the
-// node fell too far behind) is opened again, to the next member, and
-// starts with what the log holds of the node's channels: the deliveries
+// node fell too far behind) is opened again, to the next member (to the
+// same one when it ended for the node's own silence), and starts with what the log holds of the node's channels: the deliveries
 // the node may have missed are among their unsettled ones. A log numbers
 // each channel's deliveries in order, so the node skips those at or below
 // the last tag it handed its channel.
@@ -239,6 +239,10 @@ type effectsFollower struct {
 	// (follow's goroutine only): a stream opened in a later one asks the
 	// member to catch up with the log before its sync (fence).
 	syncedIn uint64
+	// opened counts the streams opened, source the member of the last
+	// (under mu).
+	opened int
+	source string
 }
 
 // consumerAt is a consumer of this node in a followed group.
@@ -307,9 +311,24 @@ func (n *Node) follow(f *effectsFollower) {
 			}
 			continue
 		}
+		f.mu.Lock()
+		f.opened++
+		f.source = member
+		f.mu.Unlock()
 		synced, err := n.followFrom(ctx, f, member, addr)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errNodeSilent) {
+			// The member answered after this node's silence: it is
+			// live, and the next stream, fenced, goes to it again at
+			// once. Another member may be the one whose silence this
+			// was (a frozen metadata leader silences every node), and
+			// a stream to it would wait until the cluster finds it out.
+			log.Info("the stream of a queue group's effects ended: from the same member", "member", member, "err", err)
+			attempt--
+			wait = 50 * time.Millisecond
+			continue
 		}
 		if synced {
 			wait = 50 * time.Millisecond
@@ -354,6 +373,11 @@ func (n *Node) effectsSource(id string, attempt int) (member, addr string) {
 	}
 	return member, addr
 }
+
+// errNodeSilent ends a stream that delivered after this node's own
+// silence (SilenceEpoch changed since it opened): what the member sent
+// since must be fenced again, and the member itself is live.
+var errNodeSilent = errors.New("this node was silent since the stream opened")
 
 // followFrom takes the effects of f's group from member until the stream
 // ends, and reports whether it got as far as the sync.
@@ -450,7 +474,7 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 		}
 		f.hand(sink, msg.GetEffects())
 		if n.SilenceEpoch() != opened {
-			return true, errors.New("this node was silent since the stream opened")
+			return true, errNodeSilent
 		}
 	}
 }

@@ -268,3 +268,42 @@ func TestEffects_AMemberOutOfTouchWithItsGroupSendsNoKeepalives(t *testing.T) {
 		return fmt.Errorf("%s got no delivery of %q", x.NodeID(), "after")
 	})
 }
+
+// A node that hears from no leader for a while finds itself silent and
+// ends its streams of effects once the member sends after that: what it
+// sent must be fenced. The member itself is live, so the next stream
+// goes to it again. Another member may be what silenced the node (a
+// frozen metadata leader silences every node), and a stream to it would
+// wait until the cluster finds it out while its group goes on
+// delivering.
+func TestEffects_AStreamCutByThisNodesSilenceGoesOnFromItsMember(t *testing.T) {
+	c, _, x, sink, submit := outsiderConsuming(t, nil)
+	submit(fsmtest.Enqueue("/", "", "held", "before", &proto.Properties{}, "held"))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if len(sink.delivered) == 0 {
+			return fmt.Errorf("%s got no delivery", x.NodeID())
+		}
+		return nil
+	})
+	opened, source := x.EffectsStream(effectsGroup)
+
+	// x's raft hears no one: x is silent, while its stream's member
+	// goes on sending keepalives.
+	epoch := x.SilenceEpoch()
+	c.FreezeRaft(x.NodeID())
+	t.Cleanup(c.Heal)
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if x.SilenceEpoch() == epoch {
+			return fmt.Errorf("%s was not silent", x.NodeID())
+		}
+		if n, _ := x.EffectsStream(effectsGroup); n == opened {
+			return fmt.Errorf("%s opened no stream after its silence", x.NodeID())
+		}
+		return nil
+	})
+	if _, next := x.EffectsStream(effectsGroup); next != source {
+		t.Fatalf("%s took its stream from %s after its silence, not again from %s", x.NodeID(), next, source)
+	}
+}

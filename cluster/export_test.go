@@ -52,3 +52,17 @@ func (n *Node) GroupLogEntries(id string, fn func(index uint64, env *proto.Envel
 	}
 	return logEntries(qg.g, fn)
 }
+
+// EffectsStream is how many streams of group id's effects this node
+// opened, and the member it opened the last to.
+func (n *Node) EffectsStream(id string) (opened int, source string) {
+	n.rmu.Lock()
+	f := n.remotes[id]
+	n.rmu.Unlock()
+	if f == nil {
+		return 0, ""
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.opened, f.source
+}
