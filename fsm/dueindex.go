@@ -74,10 +74,26 @@ func (s *state) dueExpiries(now int64) []*proto.QueueRef {
 	return queueRefs(due)
 }
 
+// leaseToPropose is when the leader proposes q's ExpireQueue. In a
+// queue group's state only q's own x-expires counts, not a policy's
+// expires: the metadata places a queue with its own lease nowhere but in
+// itself, so a lease in a group can come only from a policy, and a
+// delete in the group alone would leave the queue in the metadata, whose
+// mirror declares it again, empty, to lose what it takes at each lease's
+// end (DESIGN.md, "Planned: leases of placed queues"). Apply is the same
+// in every state, so an ExpireQueue a leader of an earlier release
+// proposed applies alike on every replica.
+func (s *state) leaseToPropose(q *queueState) (int64, bool) {
+	if s.groups.id != 0 {
+		return q.leaseDueOf(true)
+	}
+	return q.leaseDue()
+}
+
 func (s *state) nextLeaseDue() (int64, bool) {
 	best, ok := int64(0), false
 	for q := range s.leased {
-		if d, has := q.leaseDue(); has && (!ok || d < best) {
+		if d, has := s.leaseToPropose(q); has && (!ok || d < best) {
 			best, ok = d, true
 		}
 	}
@@ -89,7 +105,7 @@ func (s *state) nextLeaseDue() (int64, bool) {
 func (s *state) dueLeases(now int64) []*proto.QueueRef {
 	var due []*queueState
 	for q := range s.leased {
-		if d, has := q.leaseDue(); has && d <= now {
+		if d, has := s.leaseToPropose(q); has && d <= now {
 			due = append(due, q)
 		}
 	}

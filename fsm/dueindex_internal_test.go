@@ -44,7 +44,7 @@ func (s *state) checkDueSets() error {
 			if d, ok := q.q.EarliestDeadline(); ok && (!hasNext || d < wantNext) {
 				wantNext, hasNext = d, true
 			}
-			if d, ok := q.leaseDue(); ok && (!hasLease || d < wantLease) {
+			if d, ok := s.leaseToPropose(q); ok && (!hasLease || d < wantLease) {
 				wantLease, hasLease = d, true
 			}
 		}
@@ -59,7 +59,7 @@ func (s *state) checkDueSets() error {
 		if got, want := s.dueExpiries(now), s.walkDue(now, (*queueState).earliest); !reflect.DeepEqual(got, want) {
 			return fmt.Errorf("dueExpiries(%d) %v, a walk of every queue %v", now, got, want)
 		}
-		if got, want := s.dueLeases(now), s.walkDue(now, (*queueState).leaseDue); !reflect.DeepEqual(got, want) {
+		if got, want := s.dueLeases(now), s.walkDue(now, s.leaseToPropose); !reflect.DeepEqual(got, want) {
 			return fmt.Errorf("dueLeases(%d) %v, a walk of every queue %v", now, got, want)
 		}
 	}

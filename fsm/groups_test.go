@@ -532,3 +532,44 @@ func TestHandOff_RoutedInTheTargetIsHeldByItsDelayedExchange(t *testing.T) {
 }
 
 func first(r *proto.Result, _ *fsmtest.Recorder) *proto.Result { return r }
+
+// A queue placed in a queue group gets a lease only from a policy's
+// expires (the metadata places no queue with its own x-expires), and its
+// group proposes no ExpireQueue for it: a delete there would leave it in
+// the metadata, whose mirror would declare it again, empty, and the lease
+// would empty it again and again. The same queue in the metadata group
+// has its lease due, and so has a queue of the group with its own
+// x-expires.
+func TestLeases_AQueueGroupProposesNoneOfAPolicy(t *testing.T) {
+	expires := policySet("exp", "^q$", 0, false, &proto.PolicyDefinition{Expires: ptr(int64(100))})
+	own := declare("own", table("x-expires", i64(100)))
+	for _, grouped := range []bool{false, true} {
+		var m *fsm.Machine
+		if grouped {
+			m = queueGroup(t, 3, declare("q", nil), expires)
+		} else {
+			m = fsmtest.New(t)
+			for _, c := range []*proto.Command{declare("q", nil), expires} {
+				if r, _ := fsmtest.One(t, m, 2, c); r.GetCode() != 0 {
+					t.Fatalf("setup: %v", r)
+				}
+			}
+		}
+		_, next := m.NextLeaseDue()
+		due := m.DueLeases(m.Clock() + 1000)
+		if grouped && (next || len(due) != 0) {
+			t.Fatalf("a queue group has a lease due (%v) for %v", next, due)
+		}
+		if !grouped && (!next || len(due) != 1) {
+			t.Fatalf("the metadata group has no lease due (%v, %v) for an expires policy", next, due)
+		}
+		if grouped {
+			if r, _ := fsmtest.One(t, m, 3, own); r.GetCode() != 0 {
+				t.Fatalf("declare: %v", r)
+			}
+			if due := m.DueLeases(m.Clock() + 1000); len(due) != 1 || due[0].GetName() != "own" {
+				t.Fatalf("a queue group's leases due: %v, want its own x-expires queue's", due)
+			}
+		}
+	}
+}
