@@ -28,10 +28,11 @@ import (
 // (group.Subscribe) and never waits for the stream. A stream that breaks
 // (the member died, fell out of the group, restored a snapshot, or the
 // node fell too far behind) is opened again, to the next member (to the
-// same one when it ended for the node's own silence), and starts with what the log holds of the node's channels: the deliveries
-// the node may have missed are among their unsettled ones. A log numbers
-// each channel's deliveries in order, so the node skips those at or below
-// the last tag it handed its channel.
+// same one when it ended for the node's own silence), and starts with
+// what the log holds of the node's channels: the deliveries the node may
+// have missed are among their unsettled ones. A log numbers each
+// channel's deliveries in order, so the node skips those at or below the
+// last tag it handed its channel.
 
 // maxEffectsBacklog bounds the effects a member queues for one node that
 // does not take them: past it, the stream ends and the node catches up
