@@ -221,7 +221,12 @@ func (n *Node) leaseLoop(ctx context.Context, g *group.Group) {
 			// asking where a queue went finds when its lease ran out, in
 			// the log's time.
 			if r.GetQueue() != "" && i < len(due) {
-				n.log.Info("queue deleted: its x-expires lease ran out", "group", g.ID(), "vhost", due[i].GetVhost(),
+				msg := "queue deleted: its x-expires lease ran out"
+				if g != n.group {
+					// fsm lease.go: the metadata deletes it next.
+					msg = "queue ended in its queue group: its lease ran out"
+				}
+				n.log.Info(msg, "group", g.ID(), "vhost", due[i].GetVhost(),
 					"queue", due[i].GetName(), "log_time", time.UnixMilli(now).UTC().Format(time.RFC3339Nano), "index", r.GetIndex())
 			}
 		}

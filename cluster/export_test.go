@@ -6,8 +6,24 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
+
+// HoldCommands has every leader of the process refuse the commands hold
+// picks as of a later protocol than any server announces (540), until
+// restore is called.
+func HoldCommands(hold func(*proto.Command) bool) (restore func()) {
+	saved := commandProtocol.Load()
+	f := func(c *proto.Command) uint32 {
+		if hold(c) {
+			return fsm.Protocol + 1
+		}
+		return (*saved)(c)
+	}
+	commandProtocol.Store(&f)
+	return func() { commandProtocol.Store(saved) }
+}
 
 // RaiseProtocol runs one round of the leader's protocol-level check now,
 // so a test can tell "not raised" from "not checked yet".

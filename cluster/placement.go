@@ -35,7 +35,7 @@ func mirrorCommands(meta, grp *fsm.Machine, id string) []*proto.Command {
 	if !meta.Placing() {
 		return nil
 	}
-	missing, vhosts := meta.PlacedMissing(id, grp.HasQueue)
+	missing, vhosts := meta.PlacedMissing(id, func(vhost, name string) bool { return groupHolds(meta, grp, vhost, name) })
 	var cmds []*proto.Command
 	// Vhosts the group holds that the metadata no longer has, and queues
 	// it no longer places here, go first: a queue deleted and declared
@@ -48,7 +48,7 @@ func mirrorCommands(meta, grp *fsm.Machine, id string) []*proto.Command {
 			continue
 		}
 		var gone []string
-		for _, q := range grp.QueueNames(v.GetName()) {
+		for _, q := range append(grp.QueueNames(v.GetName()), grp.EndedNames(v.GetName())...) {
 			if g, ok := meta.QueuePlacement(v.GetName(), q); !ok || g != id {
 				gone = append(gone, q)
 			}
@@ -247,7 +247,7 @@ func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey, hold *m
 	var cmds, declares []*proto.Command
 	for _, k := range keys {
 		g, placed := meta.QueuePlacement(k.Vhost, k.Name)
-		here, has := placed && g == id, grp.HasQueue(k.Vhost, k.Name)
+		here, has := placed && g == id, groupHolds(meta, grp, k.Vhost, k.Name)
 		switch {
 		case here && !has:
 			if hold.keep(k) {
@@ -256,7 +256,7 @@ func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey, hold *m
 			if d, ok := meta.PlacedDeclare(id, k.Vhost, k.Name); ok {
 				declares = append(declares, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
 			}
-		case !here && has && meta.VhostExists(k.Vhost):
+		case !here && (has || grp.Ended(k.Vhost, k.Name)) && meta.VhostExists(k.Vhost):
 			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: k.Vhost, Name: k.Name}}})
 		}
 	}
@@ -286,7 +286,8 @@ func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey, hold *m
 // before deleting anything, the node passes a Tick through the metadata
 // log, whose result comes once this node applied everything committed
 // before it, and reads again. The mark is the first read's: what came
-// after it is read again next round.
+// after it is read again next round. Then it has the metadata log
+// delete the queues whose lease ended in the group (endLeases).
 func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string, seen mirrorMark, all bool, hold *mirrorHold) ([]*proto.Command, []*proto.Result, mirrorMark, error) {
 	cmds, mark := n.mirrorCommands(g, id, seen, all, hold)
 	if slices.ContainsFunc(cmds, deletes) {
@@ -298,7 +299,7 @@ func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string, seen 
 		cmds = keepEarlierDeletes(before, after)
 	}
 	if len(cmds) == 0 {
-		return nil, nil, mark, nil
+		return nil, nil, mark, n.endLeases(ctx, g, id)
 	}
 	res, err := g.Submitter().SubmitBatch(ctx, cmds)
 	if err != nil {
@@ -312,7 +313,34 @@ func (n *Node) mirrorRound(ctx context.Context, g *group.Group, id string, seen 
 			n.log.Debug("a mirrored command was refused", "group", id, "cmd", fmt.Sprintf("%T", cmds[i].GetCmd()), "code", r.GetCode(), "text", r.GetText())
 		}
 	}
-	return cmds, res, mark, nil
+	return cmds, res, mark, n.endLeases(ctx, g, id)
+}
+
+// endLeases has the metadata log delete the queues whose lease ended in
+// queue group g (leaseEnds), after a mirror round: the next one finds
+// them unplaced and has the group forget them.
+func (n *Node) endLeases(ctx context.Context, g *group.Group, id string) error {
+	var cmds []*proto.Command
+	n.View(func(meta *fsm.Machine) {
+		g.State().View(func(grp *fsm.Machine) { cmds = leaseEnds(meta, grp, id) })
+	})
+	if len(cmds) == 0 {
+		return nil
+	}
+	res, err := n.SubmitBatch(ctx, cmds)
+	if err != nil {
+		return fmt.Errorf("deleting the queues whose lease ended: %w", err)
+	}
+	for i, r := range res {
+		e := cmds[i].GetQueueLeaseEnded()
+		if r.GetCode() != 0 {
+			return fmt.Errorf("deleting queue %q of vhost %q, whose lease ended: %w", e.GetName(), e.GetVhost(), &refusedError{r})
+		}
+		if r.GetQueue() != "" {
+			n.log.Info("queue deleted: its lease ran out in its queue group", "vhost", e.GetVhost(), "queue", e.GetName(), "group", id)
+		}
+	}
+	return nil
 }
 
 // mirrorCommands reads the metadata and group g's machine as this node
@@ -352,8 +380,39 @@ func placeCommands(meta, grp *fsm.Machine, id, vhost, name string) []*proto.Comm
 	for _, operator := range []bool{false, true} {
 		cmds = append(cmds, mirrorPolicies(meta.Policies(vhost, operator), grp.Policies(vhost, operator), vhost)...)
 	}
-	if !grp.HasQueue(vhost, name) {
+	if !groupHolds(meta, grp, vhost, name) {
 		cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
+	}
+	return cmds
+}
+
+// groupHolds reports whether the group machine grp holds queue name of
+// vhost as the metadata meta places it: the queue itself, or its name
+// ended there under the metadata's record (fsm lease.go), which the
+// mirror must not declare again. The record is read only where the group
+// lacks the queue.
+func groupHolds(meta, grp *fsm.Machine, vhost, name string) bool {
+	if grp.HasQueue(vhost, name) {
+		return true
+	}
+	_, at, _ := meta.PlacedAt(vhost, name)
+	return grp.HoldsRecord(vhost, name, at)
+}
+
+// leaseEnds are the metadata commands that delete the queues whose lease
+// ended in group id's machine grp and that meta still places there under
+// the record they ended (QueueLeaseEnded): the group's leader proposes
+// them with its mirror's rounds, and the metadata log applies each once,
+// a repeat finding the record gone. The mirror then deletes the name
+// from the group, which forgets it.
+func leaseEnds(meta, grp *fsm.Machine, id string) []*proto.Command {
+	var cmds []*proto.Command
+	for _, e := range grp.EndedQueues() {
+		g, at, ok := meta.PlacedAt(e.Vhost, e.Name)
+		if ok && g == id && (e.PlacedAt == 0 || e.PlacedAt == at) {
+			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueLeaseEnded{QueueLeaseEnded: &proto.QueueLeaseEnded{
+				Vhost: e.Vhost, Name: e.Name, Group: id, PlacedAt: e.PlacedAt}}})
+		}
 	}
 	return cmds
 }

@@ -372,3 +372,70 @@ func TestMirrorRead_LeavesANewQueueToItsMemberForTheGrace(t *testing.T) {
 		t.Fatalf("a full comparison after the grace proposes %v, want late's declare", queueNames(got))
 	}
 }
+
+// A placed queue whose lease ran out in its group (fsm lease.go) is not
+// declared there again while the metadata places it under the same
+// record: the mirror's rounds, full or by name, leave it alone, and the
+// group's leader has the metadata delete the record, once. The next round
+// then has the group forget the name. A queue deleted and declared again
+// in the metadata meanwhile is another record: no lease end goes for it,
+// and the mirror declares it, fresh.
+func TestMirror_AQueueWhoseLeaseEndedLeavesTheMetadataThenTheGroup(t *testing.T) {
+	expires := &proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: "/", Name: "exp", Pattern: "^l",
+		ApplyTo: "queues", Definition: &proto.PolicyDefinition{Expires: pb.Int64(100)}}}}
+	meta := fsmtest.New(t)
+	fsmtest.Apply(t, meta, 1,
+		&proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+			{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}},
+		fsmtest.PlaceQueues(), expires, queueDeclare("/", "lq"), queueDeclare("/", "lr"))
+	grp := fsmtest.New(t)
+	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+	if got := mirrorRound(t, meta, grp, "q1"); !slices.Equal(got, []string{"policy+//exp", "queue+//lq", "queue+//lr"}) {
+		t.Fatalf("first round %v", got)
+	}
+	expire := func(name string) {
+		t.Helper()
+		r, _ := fsmtest.One(t, grp, 1000, &proto.Command{Cmd: &proto.Command_ExpireQueue{ExpireQueue: &proto.ExpireQueue{Queue: &proto.QueueRef{Vhost: "/", Name: name}}}})
+		if r.GetQueue() != name || !grp.Ended("/", name) {
+			t.Fatalf("%s's lease did not end in its group: %v", name, r)
+		}
+	}
+	expire("lq")
+	expire("lr")
+	if got := mirrorRound(t, meta, grp, "q1"); len(got) != 0 {
+		t.Fatalf("the mirror brings back a queue whose lease ended: %v", got)
+	}
+	keys := []fsm.QueueKey{{Vhost: "/", Name: "lq"}, {Vhost: "/", Name: "lr"}}
+	if got := mirrorNamed(meta, grp, "q1", slices.Clone(keys), nil); len(got) != 0 {
+		t.Fatalf("a round by name brings back a queue whose lease ended: %v", got)
+	}
+
+	// lr is deleted and declared again in the metadata before its lease
+	// end reaches it: another record.
+	fsmtest.Apply(t, meta, 2, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "lr"}}})
+	fsmtest.Apply(t, meta, 3, queueDeclare("/", "lr"))
+	ends := leaseEnds(meta, grp, "q1")
+	if len(ends) != 1 || ends[0].GetQueueLeaseEnded().GetName() != "lq" {
+		t.Fatalf("lease ends %v, want lq's alone", ends)
+	}
+	fsmtest.Apply(t, meta, 4, ends...)
+	fsmtest.Apply(t, meta, 5, ends...) // a repeat finds the record gone
+	if _, ok := meta.QueuePlacement("/", "lq"); ok {
+		t.Fatal("the metadata still places lq after its lease end")
+	}
+	if _, ok := meta.QueuePlacement("/", "lr"); !ok {
+		t.Fatal("the lease end of lr's old record deleted the new one")
+	}
+	if got := leaseEnds(meta, grp, "q1"); len(got) != 0 {
+		t.Fatalf("lease ends again: %v", got)
+	}
+	if got := mirrorRound(t, meta, grp, "q1"); !slices.Equal(got, []string{"queue-//lq", "queue+//lr"}) {
+		t.Fatalf("after the lease end %v, want lq forgotten and lr's new record declared", got)
+	}
+	if grp.Ended("/", "lq") || grp.Ended("/", "lr") || !grp.HasQueue("/", "lr") || grp.HasQueue("/", "lq") {
+		t.Fatalf("the group still holds an ended name: %v", grp.EndedQueues())
+	}
+	if got := mirrorRound(t, meta, grp, "q1"); len(got) != 0 {
+		t.Fatalf("in line, yet the mirror proposes %v", got)
+	}
+}

@@ -15,14 +15,14 @@ import (
 
 // placedCluster is three nodes with three queue groups, placement on,
 // every node running every group, and grace as their PlaceGrace (0: the
-// default).
-func placedCluster(t *testing.T, grace time.Duration) *clustertest.Cluster {
+// default); opts are more options of the cluster.
+func placedCluster(t *testing.T, grace time.Duration, opts ...clustertest.Option) *clustertest.Cluster {
 	t.Helper()
-	c := clustertest.New(t, 3, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+	c := clustertest.New(t, 3, append(opts, clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
 		cfg.QueueGroups = 3
 		cfg.PlaceQueues = true
 		cfg.PlaceGrace = grace
-	}))
+	}))...)
 	c.WaitForLeader(clustertest.Timeout)
 	for _, nd := range c.Live() {
 		<-nd.Ready()

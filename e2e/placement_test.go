@@ -271,3 +271,69 @@ func TestPlacement_LocatorPolicyThroughRabbitmqadmin(t *testing.T) {
 		groups[a] = n.ID
 	}
 }
+
+// A policy's expires, set with raftmqctl on three real nodes, expires
+// the queues placed in queue groups as RabbitMQ's does: an unused queue
+// goes after the policy's time with its messages and its bindings, one
+// with a consumer on another node stays until the consumer leaves, and
+// the queue declared again is a new, empty one that the old binding no
+// longer reaches.
+func TestPlacement_AnExpiresPolicyExpiresPlacedQueues(t *testing.T) {
+	skipShort(t)
+	c := placingCluster(t)
+	ch := channel(t, dial(t, c.Nodes[0]))
+	mustDeclare(t, ch, "exp.idle", nil)
+	mustDeclare(t, ch, "exp.used", nil)
+	if err := ch.QueueBind("exp.idle", "exp-key", "amq.direct", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	publishConfirmed(t, ch, "amq.direct", "exp-key", []amqp.Publishing{{Body: []byte("1")}, {Body: []byte("2")}, {Body: []byte("3")}})
+	cons := channel(t, dial(t, c.Nodes[2]))
+	if _, err := cons.Consume("exp.used", "exp-c", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := queuesOn(t, c.Nodes[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"exp.idle", "exp.used"} {
+		if g := rows[q].Group; g == metadataGroup || g == "" {
+			t.Fatalf("%s is not in a queue group: %+v", q, rows[q])
+		}
+	}
+
+	start := time.Now()
+	ctl(t, c.Nodes[1], "set_policy", "EXP", `^exp\.`, `{"expires":1000}`, "--apply-to", "queues")
+	if err := gone(t, channel(t, dial(t, c.Nodes[1])), "exp.idle", 15*time.Second); err != nil {
+		t.Fatalf("expires policy on a placed queue: %v", err)
+	}
+	if el := elapsed(start); el < 900*time.Millisecond {
+		t.Fatalf("exp.idle expired %v after the policy, before its 1 s", el)
+	}
+	if _, err := channel(t, dial(t, c.Nodes[1])).QueueDeclarePassive("exp.used", true, false, false, false, nil); err != nil {
+		t.Fatalf("exp.used, consumed from another node, expired: %v", err)
+	}
+
+	again := channel(t, dial(t, c.Nodes[1]))
+	q, err := again.QueueDeclare("exp.idle", true, false, false, false, nil)
+	if err != nil || q.Messages != 0 {
+		t.Fatalf("exp.idle declared again: %+v %v, want a new empty queue", q, err)
+	}
+	returns := again.NotifyReturn(make(chan amqp.Return, 1))
+	if err := again.PublishWithContext(context.Background(), "amq.direct", "exp-key", true, false, amqp.Publishing{Body: []byte("late")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-returns:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the expired queue's binding still routes")
+	}
+
+	if err := cons.Cancel("exp-c", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone(t, channel(t, dial(t, c.Nodes[0])), "exp.used", 15*time.Second); err != nil {
+		t.Fatalf("exp.used after its consumer left: %v", err)
+	}
+	ctl(t, c.Nodes[1], "clear_policy", "EXP")
+}

@@ -179,6 +179,8 @@ func (s *state) applyOne(c *proto.Command) *proto.Result {
 		return s.applyGroupMembers(x.GroupMembers)
 	case *proto.Command_PlaceQueues:
 		return s.applyPlaceQueues()
+	case *proto.Command_QueueLeaseEnded:
+		return s.applyQueueLeaseEnded(x.QueueLeaseEnded)
 	case *proto.Command_SetProtocol:
 		return s.applySetProtocol(x.SetProtocol)
 	case *proto.Command_ConsumerTimeout:

@@ -27,7 +27,8 @@ func (s *state) applyExpire(c *proto.Expire) *proto.Result {
 }
 
 // applyExpireQueue deletes a queue whose lease is due and that has no
-// consumers; its messages are not dead-lettered.
+// consumers; its messages are not dead-lettered. A queue group's log at
+// level 23 ends it instead (lease.go): its record is the metadata's.
 func (s *state) applyExpireQueue(c *proto.ExpireQueue) *proto.Result {
 	v, ok := s.vhosts[c.GetQueue().GetVhost()]
 	if !ok {
@@ -38,6 +39,10 @@ func (s *state) applyExpireQueue(c *proto.ExpireQueue) *proto.Result {
 		return &proto.Result{}
 	}
 	if due, ok := q.leaseDue(); ok && due <= s.clock {
+		if s.groups.id != 0 && s.atLeast(levelLeases) {
+			s.endQueue(q)
+			return &proto.Result{Queue: q.name}
+		}
 		s.deleteQueue(q, true)
 		return &proto.Result{Queue: q.name}
 	}

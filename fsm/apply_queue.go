@@ -199,6 +199,9 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	if c.GetPassive() {
 		return notFound("queue", name, c.GetVhost())
 	}
+	if r := s.redeclareEnded(v, name, c); r != nil {
+		return r
+	}
 	if strings.HasPrefix(name, "amq.") && c.GetName() != "" {
 		return refused(replycode.AccessRefused, "ACCESS_REFUSED - queue name '"+name+"' contains reserved prefix 'amq.*'")
 	}
@@ -237,6 +240,7 @@ func (s *state) applyQueueDeclare(c *proto.QueueDeclare) *proto.Result {
 	s.stats.Queues++
 	q.policy, q.opPolicy = matchPolicies(v, name, "queues")
 	s.place(q, s.placeFor(c, q.policy))
+	q.placedAt = s.placedAtOf(q, c)
 	s.markLeased(q)
 	return &proto.Result{Queue: name}
 }
@@ -260,6 +264,9 @@ func (s *state) applyQueueDelete(c *proto.QueueDelete) *proto.Result {
 	q, r := s.lookupQueue(c.GetVhost(), c.GetName(), c.GetConnection())
 	if r != nil {
 		if r.Code == replycode.NotFound {
+			if v, ok := s.vhosts[c.GetVhost()]; ok && forgetEnded(v, c.GetName()) {
+				s.queueChanges.note(c.GetVhost(), c.GetName())
+			}
 			return &proto.Result{Queue: c.GetName()}
 		}
 		return r

@@ -205,6 +205,13 @@ func encVhost(e *enc, v *vhost) {
 	for _, qk := range sortedKeys(v.queues) {
 		encQueue(e, v.queues[qk])
 	}
+	if e.has(formatLeases) {
+		e.u(uint64(len(v.ended)))
+		for _, name := range sortedKeys(v.ended) {
+			e.s(name)
+			e.u(v.ended[name])
+		}
+	}
 }
 
 func encQueue(e *enc, q *queueState) {
@@ -226,6 +233,9 @@ func encQueue(e *enc, q *queueState) {
 	}
 	if e.has(formatPlacement) {
 		e.s(q.group)
+	}
+	if e.has(formatLeases) {
+		e.u(q.placedAt)
 	}
 	e.u(uint64(q.q.Len()))
 	if e.capture != nil {
@@ -606,6 +616,15 @@ func decVhost(d *dec, s *state, consumers map[string]*consumer) error {
 			return err
 		}
 	}
+	if d.has(formatLeases) {
+		for en := d.n(); en > 0 && d.err == nil; en-- {
+			if v.ended == nil {
+				v.ended = map[string]uint64{}
+			}
+			name := d.s()
+			v.ended[name] = d.u()
+		}
+	}
 	return nil
 }
 
@@ -625,6 +644,9 @@ func decQueue(d *dec, s *state, v *vhost, consumers map[string]*consumer) error 
 	var group string
 	if d.has(formatPlacement) {
 		group = d.s()
+	}
+	if d.has(formatLeases) {
+		q.placedAt = d.u()
 	}
 	if r := restoreQueueArgs(q); r != nil {
 		return errCorrupt

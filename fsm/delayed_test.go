@@ -683,12 +683,13 @@ func TestDelayed_ValidateRelease(t *testing.T) {
 // written in format 7, which the release before reads; from 6 on in 8,
 // from 9 on in 9 (apply_retry.go), from 12 on in 10 (vhost_limits.go),
 // from 13 on in 11 (groups.go), from 15 on in 12 (queue_groups.go),
-// from 16 on in 13 (GroupMembers), from 17 on in 14 (placement.go).
+// from 16 on in 13 (GroupMembers), from 17 on in 14 (placement.go),
+// from 23 on in 15 (lease.go).
 func TestDelayed_SnapshotFormatFollowsTheLevel(t *testing.T) {
 	for _, c := range []struct {
 		level  uint32
 		format byte
-	}{{5, 7}, {6, 8}, {11, 9}, {12, 10}, {13, 11}, {14, 11}, {15, 12}, {16, 13}, {fsm.Protocol, 14}} {
+	}{{5, 7}, {6, 8}, {11, 9}, {12, 10}, {13, 11}, {14, 11}, {15, 12}, {16, 13}, {22, 14}, {fsm.Protocol, 15}} {
 		m := fsmtest.NewAt(t, c.level)
 		w, err := m.Snapshot()
 		if err != nil {

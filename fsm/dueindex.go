@@ -75,16 +75,15 @@ func (s *state) dueExpiries(now int64) []*proto.QueueRef {
 }
 
 // leaseToPropose is when the leader proposes q's ExpireQueue. In a
-// queue group's state only q's own x-expires counts, not a policy's
-// expires: the metadata places a queue with its own lease nowhere but in
-// itself, so a lease in a group can come only from a policy, and a
-// delete in the group alone would leave the queue in the metadata, whose
-// mirror declares it again, empty, to lose what it takes at each lease's
-// end (DESIGN.md, "Planned: leases of placed queues"). Apply is the same
-// in every state, so an ExpireQueue a leader of an earlier release
-// proposed applies alike on every replica.
+// queue group's state below level 23 only q's own x-expires counts, not
+// a policy's expires: there a delete in the group alone would leave the
+// queue in the metadata, whose mirror declares it again, empty, to lose
+// what it takes at each lease's end. From level 23 on the group ends the
+// queue and the metadata deletes its record after it (lease.go). Apply
+// is the same in every state at a level, so an ExpireQueue a leader of an
+// earlier release proposed applies alike on every replica.
 func (s *state) leaseToPropose(q *queueState) (int64, bool) {
-	if s.groups.id != 0 {
+	if s.groups.id != 0 && !s.atLeast(levelLeases) {
 		return q.leaseDueOf(true)
 	}
 	return q.leaseDue()

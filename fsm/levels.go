@@ -75,6 +75,12 @@ const (
 	// deliveries the client was sent (seen_listed); the rest go back
 	// unflagged, as deliveries it never saw (apply_consume.go).
 	levelSeenAtClose uint32 = 22
+	// levelLeases: a queue group runs a placed queue's lease, a policy's
+	// expires included, and ends it there (ExpireQueue leaves the queue
+	// ended); the metadata log deletes the queue after it
+	// (QueueLeaseEnded) and records where it placed each queue
+	// (queueState.placedAt, lease.go).
+	levelLeases uint32 = 23
 )
 
 // HandOffRouteLevel is levelHandOffRoute for the node, which hands a dead
@@ -138,8 +144,11 @@ const (
 	// formatPlacement adds whether placement is on, each queue's group
 	// and each outbox entry's target queues.
 	formatPlacement format = 14
+	// formatLeases adds each queue's placedAt and each vhost's ended
+	// queues.
+	formatLeases format = 15
 
-	snapVersion = formatPlacement
+	snapVersion = formatLeases
 )
 
 // formatFor is the format a state at level writes: the newest one a node
@@ -152,7 +161,8 @@ const (
 // handed off, below levelQueueGroups the log names no queue group,
 // below levelGroupMembers every queue group's epoch is 0, and below
 // levelPlacement placement is off (PlaceQueues is refused), so no queue
-// is placed and no outbox entry is pre-routed.
+// is placed and no outbox entry is pre-routed, and below levelLeases no
+// queue records where it was placed and none has ended.
 func formatFor(level uint32) format {
 	switch {
 	case level < levelDelayed:
@@ -169,6 +179,8 @@ func formatFor(level uint32) format {
 		return formatGroupMembers - 1
 	case level < levelPlacement:
 		return formatPlacement - 1
+	case level < levelLeases:
+		return formatLeases - 1
 	}
 	return snapVersion
 }

@@ -206,7 +206,7 @@ func (m *Machine) PlacedDeclare(group, vhost, name string) (d *proto.QueueDeclar
 // groupDeclare is the declare that creates placed queue q in its
 // group's log.
 func groupDeclare(q *queueState) *proto.QueueDeclare {
-	return &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args)}
+	return &proto.QueueDeclare{Vhost: q.vhost, Name: q.name, Durable: q.durable, Arguments: cloneTable(q.args), PlacedAt: q.placedAt}
 }
 
 // HasQueue reports whether the state holds queue name in vhost.

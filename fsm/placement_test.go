@@ -194,8 +194,8 @@ func TestPlacement_SnapshotAndDigest(t *testing.T) {
 	if out := n.Outbox(0, 0); len(out) != 1 || !slices.Equal(out[0].Queues, []string{"x"}) {
 		t.Fatalf("restored outbox %+v", out)
 	}
-	if b, _ := snapshotBytes(t, a); b[4] != 14 {
-		t.Fatalf("format %d, want 14", b[4])
+	if b, _ := snapshotBytes(t, a); b[4] != 15 {
+		t.Fatalf("format %d, want 15", b[4])
 	}
 }
 

@@ -122,6 +122,10 @@ type vhost struct {
 	// limits are the vhost's limits by name (vhost_limits.go), nil
 	// when it has none.
 	limits map[string]int64
+	// ended are, in a queue group's log, the queues whose lease ended
+	// there and that the metadata may still place here, by name, with
+	// the metadata record each was declared from (lease.go).
+	ended map[string]uint64
 }
 
 type policy struct {
@@ -209,6 +213,9 @@ type queueState struct {
 	// "" for a queue the machine holds: a placed queue is a record here
 	// (name, arguments, bindings) and holds no messages.
 	group string
+	// placedAt names the metadata record of a placed queue, in both
+	// logs (lease.go, placedAtOf).
+	placedAt uint64
 
 	// lastKey is the routing key of the last message enqueued, which the
 	// next one with an equal key shares instead of holding its own copy

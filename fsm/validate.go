@@ -113,7 +113,10 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  22. ChannelClosed.seen and ConnectionClosed.seen: a closing channel
 //     names what its client was sent, the rest returns unflagged
 //     (apply_consume.go)
-const Protocol = 22
+//  23. QueueLeaseEnded and QueueDeclare.placed_at: a queue group runs
+//     the leases of its queues, policies' included, and the metadata
+//     log deletes a queue whose lease ended there (lease.go)
+const Protocol = 23
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -139,6 +142,7 @@ func init() {
 	kindProtocol[cmdOneof.Fields().ByName("queue_groups").Number()] = levelQueueGroups
 	kindProtocol[cmdOneof.Fields().ByName("group_members").Number()] = levelGroupMembers
 	kindProtocol[cmdOneof.Fields().ByName("place_queues").Number()] = levelPlacement
+	kindProtocol[cmdOneof.Fields().ByName("queue_lease_ended").Number()] = levelLeases
 }
 
 // CommandProtocol is the protocol version a command's kind needs, 0 for a
@@ -155,6 +159,9 @@ func CommandProtocol(c *proto.Command) uint32 {
 	}
 	if c.GetChannelClosed().GetSeenListed() || c.GetConnectionClosed().GetSeenListed() {
 		return levelSeenAtClose
+	}
+	if c.GetQueueDeclare().GetPlacedAt() != 0 {
+		return levelLeases
 	}
 	return kindProtocol[f.Number()]
 }
@@ -813,6 +820,11 @@ func (v *validator) command(c *proto.Command) {
 	case *proto.Command_GroupMembers:
 		v.groupMembers(x.GroupMembers)
 	case *proto.Command_PlaceQueues:
+	case *proto.Command_QueueLeaseEnded:
+		// Named from a group's state, as ExpireQueue's queue is.
+		e := x.QueueLeaseEnded
+		v.queueRef("queue", &proto.QueueRef{Vhost: e.GetVhost(), Name: e.GetName()})
+		v.name("queue group", e.GetGroup(), true)
 	case *proto.Command_PolicyClear:
 		v.name("vhost name", x.PolicyClear.GetVhost(), true)
 		v.name("policy name", x.PolicyClear.GetName(), true)

@@ -100,6 +100,7 @@ func validCommands() []*proto.Command {
 		fsmtest.CancelDelayed("/", "dx", 7),
 		fsmtest.PurgeDelayed("/", "dx"),
 		{Cmd: &proto.Command_Credit{Credit: &proto.Credit{Consumer: cons, Credit: 1100}}},
+		fsmtest.QueueLeaseEnded("/", "q", "g1", 12),
 		// Before the level 13 kinds, which groups_test.go reads as the last four.
 		queueGroupsCmd(groupSpec("g1", "n1", "n2", "n3")),
 		groupMembersCmd("g1", 0, "n2", "n4", "n3"),
@@ -115,7 +116,7 @@ func validCommands() []*proto.Command {
 // protocol of each.
 var laterKinds = map[string]uint32{"set_protocol": 2, "consumer_timeout": 4, "release_delayed": 6, "cancel_delayed": 6, "purge_delayed": 6, "vhost_limits": 12,
 	"group_init": 13, "enqueue": 13, "hand_off": 13, "hand_off_done": 13, "credit": 14, "queue_groups": 15,
-	"group_members": 16, "place_queues": 17}
+	"group_members": 16, "place_queues": 17, "queue_lease_ended": 23}
 
 // oneofKinds lists the Command oneof's fields.
 func oneofKinds() []protoreflect.FieldDescriptor {

@@ -140,6 +140,7 @@ type Command struct {
 	//	*Command_QueueGroups
 	//	*Command_GroupMembers
 	//	*Command_PlaceQueues
+	//	*Command_QueueLeaseEnded
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -576,6 +577,15 @@ func (x *Command) GetPlaceQueues() *PlaceQueues {
 	return nil
 }
 
+func (x *Command) GetQueueLeaseEnded() *QueueLeaseEnded {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_QueueLeaseEnded); ok {
+			return x.QueueLeaseEnded
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -752,6 +762,10 @@ type Command_PlaceQueues struct {
 	PlaceQueues *PlaceQueues `protobuf:"bytes,66,opt,name=place_queues,json=placeQueues,oneof"`
 }
 
+type Command_QueueLeaseEnded struct {
+	QueueLeaseEnded *QueueLeaseEnded `protobuf:"bytes,67,opt,name=queue_lease_ended,json=queueLeaseEnded,oneof"`
+}
+
 func (*Command_VhostPut) isCommand_Cmd() {}
 
 func (*Command_VhostDelete) isCommand_Cmd() {}
@@ -837,6 +851,8 @@ func (*Command_QueueGroups) isCommand_Cmd() {}
 func (*Command_GroupMembers) isCommand_Cmd() {}
 
 func (*Command_PlaceQueues) isCommand_Cmd() {}
+
+func (*Command_QueueLeaseEnded) isCommand_Cmd() {}
 
 // ConnectionRef names one client connection: the node it is connected to and
 // a connection id unique on that node across restarts.
@@ -2378,7 +2394,12 @@ type QueueDeclare struct {
 	Arguments  *Table                 `protobuf:"bytes,7,opt,name=arguments" json:"arguments,omitempty"`
 	// The declaring connection: owner of an exclusive queue, and checked
 	// against the owner of an existing exclusive queue (405).
-	Connection    *ConnectionRef `protobuf:"bytes,8,opt,name=connection" json:"connection,omitempty"`
+	Connection *ConnectionRef `protobuf:"bytes,8,opt,name=connection" json:"connection,omitempty"`
+	// placed_at names, in a queue group's log, the metadata log's record
+	// of the queue: the index of the metadata entry that placed it. A
+	// queue whose lease ended in the group is declared there again only
+	// under another record (QueueLeaseEnded). Protocol level 23.
+	PlacedAt      uint64 `protobuf:"varint,9,opt,name=placed_at,json=placedAt" json:"placed_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2467,6 +2488,13 @@ func (x *QueueDeclare) GetConnection() *ConnectionRef {
 		return x.Connection
 	}
 	return nil
+}
+
+func (x *QueueDeclare) GetPlacedAt() uint64 {
+	if x != nil {
+		return x.PlacedAt
+	}
+	return 0
 }
 
 type QueueDelete struct {
@@ -4515,6 +4543,81 @@ func (*PlaceQueues) Descriptor() ([]byte, []int) {
 	return file_command_proto_rawDescGZIP(), []int{53}
 }
 
+// QueueLeaseEnded deletes, in the metadata log, a placed queue whose
+// lease ran out in its queue group (ExpireQueue there), with its
+// bindings: only while the metadata still places the queue in that group
+// under that record (placed_at, the group's copy of QueueDeclare's; 0
+// for a queue placed below level 23 matches any record). A queue deleted
+// and declared again meanwhile is another queue. Refused in a queue
+// group's log. Protocol level 23.
+type QueueLeaseEnded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vhost         string                 `protobuf:"bytes,1,opt,name=vhost" json:"vhost,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	Group         string                 `protobuf:"bytes,3,opt,name=group" json:"group,omitempty"`
+	PlacedAt      uint64                 `protobuf:"varint,4,opt,name=placed_at,json=placedAt" json:"placed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLeaseEnded) Reset() {
+	*x = QueueLeaseEnded{}
+	mi := &file_command_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLeaseEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLeaseEnded) ProtoMessage() {}
+
+func (x *QueueLeaseEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLeaseEnded.ProtoReflect.Descriptor instead.
+func (*QueueLeaseEnded) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *QueueLeaseEnded) GetVhost() string {
+	if x != nil {
+		return x.Vhost
+	}
+	return ""
+}
+
+func (x *QueueLeaseEnded) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *QueueLeaseEnded) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *QueueLeaseEnded) GetPlacedAt() uint64 {
+	if x != nil {
+		return x.PlacedAt
+	}
+	return 0
+}
+
 // QueueGroupMember is a member of a queue group: a node id and its raft
 // address.
 type QueueGroupMember struct {
@@ -4527,7 +4630,7 @@ type QueueGroupMember struct {
 
 func (x *QueueGroupMember) Reset() {
 	*x = QueueGroupMember{}
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +4642,7 @@ func (x *QueueGroupMember) String() string {
 func (*QueueGroupMember) ProtoMessage() {}
 
 func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[54]
+	mi := &file_command_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +4655,7 @@ func (x *QueueGroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueGroupMember.ProtoReflect.Descriptor instead.
 func (*QueueGroupMember) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{54}
+	return file_command_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *QueueGroupMember) GetId() string {
@@ -4582,7 +4685,7 @@ type RestartLeases struct {
 
 func (x *RestartLeases) Reset() {
 	*x = RestartLeases{}
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4594,7 +4697,7 @@ func (x *RestartLeases) String() string {
 func (*RestartLeases) ProtoMessage() {}
 
 func (x *RestartLeases) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[55]
+	mi := &file_command_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4607,7 +4710,7 @@ func (x *RestartLeases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartLeases.ProtoReflect.Descriptor instead.
 func (*RestartLeases) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{55}
+	return file_command_proto_rawDescGZIP(), []int{56}
 }
 
 // SetProtocol raises the log's protocol level: from this entry on, every
@@ -4626,7 +4729,7 @@ type SetProtocol struct {
 
 func (x *SetProtocol) Reset() {
 	*x = SetProtocol{}
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4638,7 +4741,7 @@ func (x *SetProtocol) String() string {
 func (*SetProtocol) ProtoMessage() {}
 
 func (x *SetProtocol) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[56]
+	mi := &file_command_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4651,7 +4754,7 @@ func (x *SetProtocol) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProtocol.ProtoReflect.Descriptor instead.
 func (*SetProtocol) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{56}
+	return file_command_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetProtocol) GetLevel() uint32 {
@@ -4695,7 +4798,7 @@ type PolicyDefinition struct {
 
 func (x *PolicyDefinition) Reset() {
 	*x = PolicyDefinition{}
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4810,7 @@ func (x *PolicyDefinition) String() string {
 func (*PolicyDefinition) ProtoMessage() {}
 
 func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[57]
+	mi := &file_command_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +4823,7 @@ func (x *PolicyDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyDefinition.ProtoReflect.Descriptor instead.
 func (*PolicyDefinition) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{57}
+	return file_command_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PolicyDefinition) GetMessageTtl() int64 {
@@ -4838,7 +4941,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4850,7 +4953,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[58]
+	mi := &file_command_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4863,7 +4966,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{58}
+	return file_command_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PolicySet) GetVhost() string {
@@ -4926,7 +5029,7 @@ type PolicyClear struct {
 
 func (x *PolicyClear) Reset() {
 	*x = PolicyClear{}
-	mi := &file_command_proto_msgTypes[59]
+	mi := &file_command_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4938,7 +5041,7 @@ func (x *PolicyClear) String() string {
 func (*PolicyClear) ProtoMessage() {}
 
 func (x *PolicyClear) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[59]
+	mi := &file_command_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4951,7 +5054,7 @@ func (x *PolicyClear) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyClear.ProtoReflect.Descriptor instead.
 func (*PolicyClear) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{59}
+	return file_command_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PolicyClear) GetVhost() string {
@@ -5002,7 +5105,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_command_proto_msgTypes[60]
+	mi := &file_command_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5014,7 +5117,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[60]
+	mi := &file_command_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5027,7 +5130,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{60}
+	return file_command_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -5125,7 +5228,7 @@ type GetOk struct {
 
 func (x *GetOk) Reset() {
 	*x = GetOk{}
-	mi := &file_command_proto_msgTypes[61]
+	mi := &file_command_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5137,7 +5240,7 @@ func (x *GetOk) String() string {
 func (*GetOk) ProtoMessage() {}
 
 func (x *GetOk) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[61]
+	mi := &file_command_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5150,7 +5253,7 @@ func (x *GetOk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOk.ProtoReflect.Descriptor instead.
 func (*GetOk) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{61}
+	return file_command_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetOk) GetDeliveryTag() uint64 {
@@ -5231,7 +5334,7 @@ const file_command_proto_rawDesc = "" +
 	"\bEnvelope\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bstamp_ms\x18\x02 \x01(\x03R\astampMs\x12.\n" +
-	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\xc2\x13\n" +
+	"\bcommands\x18\x03 \x03(\v2\x12.raftmq.v1.CommandR\bcommands\"\x8c\x14\n" +
 	"\aCommand\x12\x1c\n" +
 	"\tignorable\x18\x01 \x01(\bR\tignorable\x122\n" +
 	"\tvhost_put\x18\n" +
@@ -5281,7 +5384,8 @@ const file_command_proto_rawDesc = "" +
 	"\rhand_off_done\x18? \x01(\v2\x16.raftmq.v1.HandOffDoneH\x00R\vhandOffDone\x12;\n" +
 	"\fqueue_groups\x18@ \x01(\v2\x16.raftmq.v1.QueueGroupsH\x00R\vqueueGroups\x12>\n" +
 	"\rgroup_members\x18A \x01(\v2\x17.raftmq.v1.GroupMembersH\x00R\fgroupMembers\x12;\n" +
-	"\fplace_queues\x18B \x01(\v2\x16.raftmq.v1.PlaceQueuesH\x00R\vplaceQueuesB\x05\n" +
+	"\fplace_queues\x18B \x01(\v2\x16.raftmq.v1.PlaceQueuesH\x00R\vplaceQueues\x12H\n" +
+	"\x11queue_lease_ended\x18C \x01(\v2\x1a.raftmq.v1.QueueLeaseEndedH\x00R\x0fqueueLeaseEndedB\x05\n" +
 	"\x03cmd\"C\n" +
 	"\rConnectionRef\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
@@ -5399,7 +5503,7 @@ const file_command_proto_rawDesc = "" +
 	"\x0eExchangeDelete\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
-	"\tif_unused\x18\x03 \x01(\bR\bifUnused\"\x95\x02\n" +
+	"\tif_unused\x18\x03 \x01(\bR\bifUnused\"\xb2\x02\n" +
 	"\fQueueDeclare\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -5411,7 +5515,8 @@ const file_command_proto_rawDesc = "" +
 	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\x128\n" +
 	"\n" +
 	"connection\x18\b \x01(\v2\x18.raftmq.v1.ConnectionRefR\n" +
-	"connection\"\xa9\x01\n" +
+	"connection\x12\x1b\n" +
+	"\tplaced_at\x18\t \x01(\x04R\bplacedAt\"\xa9\x01\n" +
 	"\vQueueDelete\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -5566,7 +5671,12 @@ const file_command_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x125\n" +
 	"\amembers\x18\x02 \x03(\v2\x1b.raftmq.v1.QueueGroupMemberR\amembers\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\r\n" +
-	"\vPlaceQueues\"6\n" +
+	"\vPlaceQueues\"n\n" +
+	"\x0fQueueLeaseEnded\x12\x14\n" +
+	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x1b\n" +
+	"\tplaced_at\x18\x04 \x01(\x04R\bplacedAt\"6\n" +
 	"\x10QueueGroupMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x0f\n" +
@@ -5646,7 +5756,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_command_proto_goTypes = []any{
 	(*Envelope)(nil),         // 0: raftmq.v1.Envelope
 	(*Command)(nil),          // 1: raftmq.v1.Command
@@ -5702,14 +5812,15 @@ var file_command_proto_goTypes = []any{
 	(*QueueGroup)(nil),       // 51: raftmq.v1.QueueGroup
 	(*GroupMembers)(nil),     // 52: raftmq.v1.GroupMembers
 	(*PlaceQueues)(nil),      // 53: raftmq.v1.PlaceQueues
-	(*QueueGroupMember)(nil), // 54: raftmq.v1.QueueGroupMember
-	(*RestartLeases)(nil),    // 55: raftmq.v1.RestartLeases
-	(*SetProtocol)(nil),      // 56: raftmq.v1.SetProtocol
-	(*PolicyDefinition)(nil), // 57: raftmq.v1.PolicyDefinition
-	(*PolicySet)(nil),        // 58: raftmq.v1.PolicySet
-	(*PolicyClear)(nil),      // 59: raftmq.v1.PolicyClear
-	(*Result)(nil),           // 60: raftmq.v1.Result
-	(*GetOk)(nil),            // 61: raftmq.v1.GetOk
+	(*QueueLeaseEnded)(nil),  // 54: raftmq.v1.QueueLeaseEnded
+	(*QueueGroupMember)(nil), // 55: raftmq.v1.QueueGroupMember
+	(*RestartLeases)(nil),    // 56: raftmq.v1.RestartLeases
+	(*SetProtocol)(nil),      // 57: raftmq.v1.SetProtocol
+	(*PolicyDefinition)(nil), // 58: raftmq.v1.PolicyDefinition
+	(*PolicySet)(nil),        // 59: raftmq.v1.PolicySet
+	(*PolicyClear)(nil),      // 60: raftmq.v1.PolicyClear
+	(*Result)(nil),           // 61: raftmq.v1.Result
+	(*GetOk)(nil),            // 62: raftmq.v1.GetOk
 }
 var file_command_proto_depIdxs = []int32{
 	1,  // 0: raftmq.v1.Envelope.commands:type_name -> raftmq.v1.Command
@@ -5740,15 +5851,15 @@ var file_command_proto_depIdxs = []int32{
 	43, // 25: raftmq.v1.Command.expire:type_name -> raftmq.v1.Expire
 	48, // 26: raftmq.v1.Command.expire_queue:type_name -> raftmq.v1.ExpireQueue
 	49, // 27: raftmq.v1.Command.tick:type_name -> raftmq.v1.Tick
-	55, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
-	56, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
+	56, // 28: raftmq.v1.Command.restart_leases:type_name -> raftmq.v1.RestartLeases
+	57, // 29: raftmq.v1.Command.set_protocol:type_name -> raftmq.v1.SetProtocol
 	44, // 30: raftmq.v1.Command.consumer_timeout:type_name -> raftmq.v1.ConsumerTimeout
 	45, // 31: raftmq.v1.Command.release_delayed:type_name -> raftmq.v1.ReleaseDelayed
 	46, // 32: raftmq.v1.Command.cancel_delayed:type_name -> raftmq.v1.CancelDelayed
 	47, // 33: raftmq.v1.Command.purge_delayed:type_name -> raftmq.v1.PurgeDelayed
 	35, // 34: raftmq.v1.Command.credit:type_name -> raftmq.v1.Credit
-	58, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
-	59, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
+	59, // 35: raftmq.v1.Command.policy_set:type_name -> raftmq.v1.PolicySet
+	60, // 36: raftmq.v1.Command.policy_clear:type_name -> raftmq.v1.PolicyClear
 	29, // 37: raftmq.v1.Command.group_init:type_name -> raftmq.v1.GroupInit
 	28, // 38: raftmq.v1.Command.enqueue:type_name -> raftmq.v1.Enqueue
 	30, // 39: raftmq.v1.Command.hand_off:type_name -> raftmq.v1.HandOff
@@ -5756,55 +5867,56 @@ var file_command_proto_depIdxs = []int32{
 	50, // 41: raftmq.v1.Command.queue_groups:type_name -> raftmq.v1.QueueGroups
 	52, // 42: raftmq.v1.Command.group_members:type_name -> raftmq.v1.GroupMembers
 	53, // 43: raftmq.v1.Command.place_queues:type_name -> raftmq.v1.PlaceQueues
-	3,  // 44: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
-	7,  // 45: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
-	8,  // 46: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
-	9,  // 47: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
-	6,  // 48: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
-	10, // 49: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
-	8,  // 50: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
-	6,  // 51: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
-	15, // 52: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
-	6,  // 53: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
-	6,  // 54: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
-	2,  // 55: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 56: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
-	2,  // 57: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 58: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
-	2,  // 59: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
-	6,  // 60: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
-	2,  // 61: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
-	11, // 62: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
-	3,  // 63: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
-	11, // 64: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
-	3,  // 65: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
-	28, // 66: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
-	3,  // 67: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
-	4,  // 68: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
-	6,  // 69: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
-	4,  // 70: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
-	4,  // 71: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
-	3,  // 72: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 73: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 74: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
-	3,  // 75: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
-	41, // 76: raftmq.v1.ChannelClosed.seen:type_name -> raftmq.v1.SeenDeliveries
-	2,  // 77: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
-	41, // 78: raftmq.v1.ConnectionClosed.seen:type_name -> raftmq.v1.SeenDeliveries
-	5,  // 79: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
-	3,  // 80: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
-	5,  // 81: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
-	51, // 82: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
-	54, // 83: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
-	54, // 84: raftmq.v1.GroupMembers.members:type_name -> raftmq.v1.QueueGroupMember
-	57, // 85: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
-	61, // 86: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
-	11, // 87: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
-	88, // [88:88] is the sub-list for method output_type
-	88, // [88:88] is the sub-list for method input_type
-	88, // [88:88] is the sub-list for extension type_name
-	88, // [88:88] is the sub-list for extension extendee
-	0,  // [0:88] is the sub-list for field type_name
+	54, // 44: raftmq.v1.Command.queue_lease_ended:type_name -> raftmq.v1.QueueLeaseEnded
+	3,  // 45: raftmq.v1.ConsumerRef.channel:type_name -> raftmq.v1.ChannelRef
+	7,  // 46: raftmq.v1.Table.fields:type_name -> raftmq.v1.Field
+	8,  // 47: raftmq.v1.Field.value:type_name -> raftmq.v1.Value
+	9,  // 48: raftmq.v1.Value.decimal:type_name -> raftmq.v1.Decimal
+	6,  // 49: raftmq.v1.Value.table:type_name -> raftmq.v1.Table
+	10, // 50: raftmq.v1.Value.array:type_name -> raftmq.v1.Array
+	8,  // 51: raftmq.v1.Array.values:type_name -> raftmq.v1.Value
+	6,  // 52: raftmq.v1.Properties.headers:type_name -> raftmq.v1.Table
+	15, // 53: raftmq.v1.VhostLimits.set:type_name -> raftmq.v1.VhostLimit
+	6,  // 54: raftmq.v1.ExchangeDeclare.arguments:type_name -> raftmq.v1.Table
+	6,  // 55: raftmq.v1.QueueDeclare.arguments:type_name -> raftmq.v1.Table
+	2,  // 56: raftmq.v1.QueueDeclare.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 57: raftmq.v1.QueueDelete.connection:type_name -> raftmq.v1.ConnectionRef
+	2,  // 58: raftmq.v1.QueuePurge.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 59: raftmq.v1.Bind.arguments:type_name -> raftmq.v1.Table
+	2,  // 60: raftmq.v1.Bind.connection:type_name -> raftmq.v1.ConnectionRef
+	6,  // 61: raftmq.v1.Unbind.arguments:type_name -> raftmq.v1.Table
+	2,  // 62: raftmq.v1.Unbind.connection:type_name -> raftmq.v1.ConnectionRef
+	11, // 63: raftmq.v1.Publish.properties:type_name -> raftmq.v1.Properties
+	3,  // 64: raftmq.v1.Publish.channel:type_name -> raftmq.v1.ChannelRef
+	11, // 65: raftmq.v1.Enqueue.properties:type_name -> raftmq.v1.Properties
+	3,  // 66: raftmq.v1.Enqueue.channel:type_name -> raftmq.v1.ChannelRef
+	28, // 67: raftmq.v1.HandOff.message:type_name -> raftmq.v1.Enqueue
+	3,  // 68: raftmq.v1.Get.channel:type_name -> raftmq.v1.ChannelRef
+	4,  // 69: raftmq.v1.Consume.consumer:type_name -> raftmq.v1.ConsumerRef
+	6,  // 70: raftmq.v1.Consume.arguments:type_name -> raftmq.v1.Table
+	4,  // 71: raftmq.v1.Cancel.consumer:type_name -> raftmq.v1.ConsumerRef
+	4,  // 72: raftmq.v1.Credit.consumer:type_name -> raftmq.v1.ConsumerRef
+	3,  // 73: raftmq.v1.Settle.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 74: raftmq.v1.Requeue.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 75: raftmq.v1.Discard.channel:type_name -> raftmq.v1.ChannelRef
+	3,  // 76: raftmq.v1.ChannelClosed.channel:type_name -> raftmq.v1.ChannelRef
+	41, // 77: raftmq.v1.ChannelClosed.seen:type_name -> raftmq.v1.SeenDeliveries
+	2,  // 78: raftmq.v1.ConnectionClosed.connection:type_name -> raftmq.v1.ConnectionRef
+	41, // 79: raftmq.v1.ConnectionClosed.seen:type_name -> raftmq.v1.SeenDeliveries
+	5,  // 80: raftmq.v1.Expire.queues:type_name -> raftmq.v1.QueueRef
+	3,  // 81: raftmq.v1.ConsumerTimeout.channel:type_name -> raftmq.v1.ChannelRef
+	5,  // 82: raftmq.v1.ExpireQueue.queue:type_name -> raftmq.v1.QueueRef
+	51, // 83: raftmq.v1.QueueGroups.groups:type_name -> raftmq.v1.QueueGroup
+	55, // 84: raftmq.v1.QueueGroup.members:type_name -> raftmq.v1.QueueGroupMember
+	55, // 85: raftmq.v1.GroupMembers.members:type_name -> raftmq.v1.QueueGroupMember
+	58, // 86: raftmq.v1.PolicySet.definition:type_name -> raftmq.v1.PolicyDefinition
+	62, // 87: raftmq.v1.Result.get:type_name -> raftmq.v1.GetOk
+	11, // 88: raftmq.v1.GetOk.properties:type_name -> raftmq.v1.Properties
+	89, // [89:89] is the sub-list for method output_type
+	89, // [89:89] is the sub-list for method input_type
+	89, // [89:89] is the sub-list for extension type_name
+	89, // [89:89] is the sub-list for extension extendee
+	0,  // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -5856,6 +5968,7 @@ func file_command_proto_init() {
 		(*Command_QueueGroups)(nil),
 		(*Command_GroupMembers)(nil),
 		(*Command_PlaceQueues)(nil),
+		(*Command_QueueLeaseEnded)(nil),
 	}
 	file_command_proto_msgTypes[8].OneofWrappers = []any{
 		(*Value_Bool)(nil),
@@ -5883,7 +5996,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

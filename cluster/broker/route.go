@@ -347,10 +347,47 @@ const placeWait = 30 * time.Second
 // declare declares a queue in the metadata log and, when the log placed
 // it in a queue group, makes sure the group holds it and answers with the
 // group's counts: declare-ok comes once the queue can take messages.
+//
+// A group that answers 404 after the metadata took the declare has
+// ended the queue (its lease ran out there) or deleted it since: the
+// metadata drops its record in a moment (fsm lease.go), and a declare
+// that is not passive is made again until the metadata declares the
+// queue anew, for up to placeWait, as RabbitMQ creates a queue declared
+// after its expiry. A passive one answers 404: the queue is gone.
 func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.QueueDeclare) (*proto.Result, error) {
+	deadline := time.Now().Add(placeWait)
+	wait := 5 * time.Millisecond
+	for {
+		res, gone, err := b.declareOnce(ctx, cmd, d)
+		if err != nil || !gone || d.GetPassive() || d.GetName() == "" || !time.Now().Before(deadline) {
+			return res, err
+		}
+		if err := pause(ctx, &wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// pause waits *wait, or until ctx ends, and doubles it up to 200 ms: the
+// pause before asking again for a queue its group answered 404 for.
+func pause(ctx context.Context, wait *time.Duration) error {
+	t := time.NewTimer(*wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	*wait = min(2**wait, 200*time.Millisecond)
+	return nil
+}
+
+// declareOnce is one round of declare: the metadata log's, then the
+// group's; gone reports that the group answered 404.
+func (b *Broker) declareOnce(ctx context.Context, cmd *proto.Command, d *proto.QueueDeclare) (_ *proto.Result, gone bool, _ error) {
 	res, err := b.node.Submit(ctx, cmd)
 	if err != nil || res.GetCode() != 0 {
-		return res, err
+		return res, false, err
 	}
 	name := d.GetName()
 	if res.GetQueue() != "" {
@@ -358,55 +395,68 @@ func (b *Broker) declare(ctx context.Context, cmd *proto.Command, d *proto.Queue
 	}
 	id := b.node.QueueGroup(d.GetVhost(), name)
 	if id == group.DefaultID {
-		return res, nil
+		return res, false, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, placeWait)
 	gr, ran, err := b.node.PlaceQueue(pctx, id, d.GetVhost(), name)
 	cancel()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if gr == nil {
 		// The group held the queue already, or this node does not run
 		// it: a passive declare there gives its counts (and is a use of
 		// the queue in the log that decides its lease).
 		if gr, err = b.inGroup(ctx, id, d.GetVhost(), name, ran); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	if gr.GetCode() != 0 {
-		return gr, nil
+		return gr, gr.GetCode() == replycode.NotFound, nil
 	}
 	res.MessageCount, res.ConsumerCount = gr.GetMessageCount(), gr.GetConsumerCount()
-	return res, nil
+	return res, false, nil
 }
 
 // inGroup is a passive declare of a queue the metadata placed in group
 // id, in the group's log: its counts there. When this node did not run
 // the group as it placed the queue (ran false), the queue comes with the
 // group leader's mirror, a moment after the metadata entry: a queue not
-// there yet is asked for again, for up to placeWait.
+// there yet is asked for again, for up to placeWait, while the metadata
+// keeps the record the declare found (a queue whose lease ended in the
+// group is never mirrored again: the metadata drops its record instead).
 func (b *Broker) inGroup(ctx context.Context, id, vhost, name string, ran bool) (*proto.Result, error) {
 	deadline := time.Now().Add(placeWait)
 	wait := 5 * time.Millisecond
+	record := b.record(vhost, name)
 	for {
 		gr, err := b.node.SubmitGroup(ctx, id, []*proto.Command{{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{
 			Vhost: vhost, Name: name, Passive: true}}}})
 		if err != nil {
 			return nil, err
 		}
-		if gr[0].GetCode() != replycode.NotFound || ran || time.Now().After(deadline) {
+		if gr[0].GetCode() != replycode.NotFound || ran || time.Now().After(deadline) || b.record(vhost, name) != record {
 			return gr[0], nil
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		if err := pause(ctx, &wait); err != nil {
+			return nil, err
 		}
-		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// placedRecord is a placed queue's record in the metadata log: its group
+// and the entry that placed it (fsm Machine.PlacedAt).
+type placedRecord struct {
+	group string
+	at    uint64
+	ok    bool
+}
+
+// record reads queue name of vhost's record as this node applied the
+// metadata log.
+func (b *Broker) record(vhost, name string) (r placedRecord) {
+	b.node.View(func(m *fsm.Machine) { r.group, r.at, r.ok = m.PlacedAt(vhost, name) })
+	return r
 }
 
 // delete deletes a placed queue from the metadata log, with its

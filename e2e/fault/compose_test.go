@@ -735,7 +735,7 @@ func (c *cluster) dumpLogs() {
 	for i, n := range c.nodes {
 		var leases []string
 		for _, l := range strings.Split(logs[i], "\n") {
-			if strings.Contains(l, "x-expires lease ran out") {
+			if strings.Contains(l, "lease ran out") {
 				leases = append(leases, l)
 			}
 		}

@@ -23,3 +23,10 @@ func HandOffDone(upTo uint64) *proto.Command {
 func PlaceQueues() *proto.Command {
 	return &proto.Command{Cmd: &proto.Command_PlaceQueues{PlaceQueues: &proto.PlaceQueues{}}}
 }
+
+// QueueLeaseEnded is the metadata log's delete of queue name of vhost,
+// whose lease ended in group under the record placed at.
+func QueueLeaseEnded(vhost, name, group string, at uint64) *proto.Command {
+	return &proto.Command{Cmd: &proto.Command_QueueLeaseEnded{QueueLeaseEnded: &proto.QueueLeaseEnded{
+		Vhost: vhost, Name: name, Group: group, PlacedAt: at}}}
+}

@@ -1,0 +1,135 @@
+package cluster_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/broker"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/fsm"
+	"github.com/raftmq/raftmq/internal/replycode"
+	"github.com/raftmq/raftmq/proto"
+	pb "google.golang.org/protobuf/proto"
+)
+
+// A placed queue under a policy's expires expires as RabbitMQ's does:
+// its lease runs out in its group's log, where its uses are, which ends
+// it there (its messages gone, a passive declare 404), and the metadata
+// log then deletes it with its bindings. A declare that meets the queue
+// ended before the metadata dropped it waits for that and declares it
+// anew, empty: the test holds the metadata's delete back until the
+// declare has met the ended queue at least once.
+func TestLeases_APlacedQueueExpiresInItsGroupThenLeavesTheMetadata(t *testing.T) {
+	c := placedCluster(t, 0)
+	n0 := c.Nodes[0].Node()
+	b := broker.New(n0, nil)
+	ctx := ctxT(t, clustertest.Timeout)
+	submit := func(cmd *proto.Command) *proto.Result {
+		t.Helper()
+		r, err := b.Submit(ctx, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	declare := func(passive bool) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "lq", Durable: true, Passive: passive}}}
+	}
+	restore := cluster.HoldCommands(func(c *proto.Command) bool { return c.GetQueueLeaseEnded() != nil })
+	defer restore()
+
+	mustOK := func(what string, r *proto.Result) {
+		t.Helper()
+		if r.GetCode() != 0 {
+			t.Fatalf("%s: %d %s", what, r.GetCode(), r.GetText())
+		}
+	}
+	mustOK("declare", submit(declare(false)))
+	mustOK("bind", submit(&proto.Command{Cmd: &proto.Command_Bind{Bind: &proto.Bind{Vhost: "/", Source: "amq.direct", Destination: "lq", RoutingKey: "k"}}}))
+	for i := range 3 {
+		mustOK("publish", submit(publish("/", "lq", fmt.Sprint(i))))
+	}
+	group, first, _ := recordOf(n0, "lq")
+	mustOK("policy", submit(&proto.Command{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: "/", Name: "exp", Pattern: "^lq$",
+		ApplyTo: "queues", Definition: &proto.PolicyDefinition{Expires: pb.Int64(300)}}}}))
+
+	for _, nd := range c.Live() {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			ended := false
+			nd.ViewGroup(group, func(m *fsm.Machine) { ended = m.Ended("/", "lq") })
+			if _, at, ok := recordOf(nd, "lq"); !ended || !ok || at != first {
+				return fmt.Errorf("%s: ended in %s %v, the metadata's record %d (%v)", nd.NodeID(), group, ended, at, ok)
+			}
+			return nil
+		})
+	}
+	if r := submit(declare(true)); r.GetCode() != replycode.NotFound {
+		t.Fatalf("a passive declare of the ended queue: %v, want 404", r)
+	}
+	passives := func() (n int) {
+		if err := n0.GroupLogEntries(group, func(_ uint64, env *proto.Envelope) bool {
+			for _, c := range env.GetCommands() {
+				if d := c.GetQueueDeclare(); d.GetName() == "lq" && d.GetPassive() {
+					n++
+				}
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := passives()
+	done := make(chan *proto.Result, 1)
+	go func() {
+		r, err := b.Submit(ctx, declare(false))
+		if err != nil {
+			r = &proto.Result{Code: 1, Text: err.Error()}
+		}
+		done <- r
+	}()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if n := passives(); n <= before {
+			return fmt.Errorf("the declare has not met the ended queue in its group yet (%d passive declares)", n)
+		}
+		return nil
+	})
+	restore()
+	r := <-done
+	if r.GetCode() != 0 || r.GetMessageCount() != 0 {
+		t.Fatalf("declaring the queue again after its lease ended: %v, want declare-ok of an empty queue", r)
+	}
+	for _, nd := range c.Live() {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			g, at, ok := recordOf(nd, "lq")
+			if !ok || at == first {
+				return fmt.Errorf("%s: the metadata's record of lq %d (%v), want a new one", nd.NodeID(), at, ok)
+			}
+			var held, ended bool
+			var ready uint64
+			nd.ViewGroup(g, func(m *fsm.Machine) {
+				q, ok := m.Queue("/", "lq")
+				held, ready, ended = ok, q.GetReady(), m.Ended("/", "lq")
+			})
+			if !held || ready != 0 || ended {
+				return fmt.Errorf("%s: lq in %s held %v with %d ready, ended %v", nd.NodeID(), g, held, ready, ended)
+			}
+			if ended := func() (e bool) { nd.ViewGroup(group, func(m *fsm.Machine) { e = m.Ended("/", "lq") }); return }(); ended {
+				return fmt.Errorf("%s: %s still keeps the ended name", nd.NodeID(), group)
+			}
+			var routed []string
+			nd.View(func(m *fsm.Machine) { routed, _, _ = m.Route("/", "amq.direct", []string{"k"}, nil) })
+			if len(routed) != 0 {
+				return fmt.Errorf("%s: the expired queue's binding still routes to %v", nd.NodeID(), routed)
+			}
+			return nil
+		})
+	}
+}
+
+// recordOf is nd's metadata record of placed queue name in vhost "/".
+func recordOf(nd *cluster.Node, name string) (group string, at uint64, ok bool) {
+	nd.View(func(m *fsm.Machine) { group, at, ok = m.PlacedAt("/", name) })
+	return group, at, ok
+}
