@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -84,13 +85,13 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 	n.log.Info("leading", "barrier", tb.Round(time.Millisecond), "clock_wait", (time.Since(t0) - tb).Round(time.Millisecond),
 		"since_last_stamp", time.Duration(n.clocks.Stamper().Peek()-clock)*time.Millisecond)
 	// Decided before this term stamps anything: were we all down?
-	wasDown := n.clusterWasDown(clock)
+	wasDown := n.clusterWasDown(n.group.Raft(), clock)
 	n.group.Forwarder().Retire()
 	n.resetReach()
 	n.lead.Store(lt)
 	n.changed.Signal()
 	if wasDown {
-		n.restartLeases(lt.ctx)
+		n.restartLeasesIn(lt.ctx, n.group)
 	}
 
 	var wg sync.WaitGroup
@@ -110,11 +111,11 @@ func (n *Node) leaderLoop(lt *leaderTerm) {
 // last entry was stamped at clock: then no quorum ran in between, and the
 // cluster was down. A failover keeps a quorum running and leaves leases
 // alone; a whole-cluster restart restarts them.
-func (n *Node) clusterWasDown(clock int64) bool {
+func (n *Node) clusterWasDown(r *raft.Raft, clock int64) bool {
 	if clock == 0 {
 		return false
 	}
-	f := n.group.Raft().GetConfiguration()
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}
@@ -136,17 +137,18 @@ func (n *Node) clusterWasDown(clock int64) bool {
 	return voters > 0 && fresh > voters/2
 }
 
-// restartLeases proposes RestartLeases until it commits or the term ends.
-func (n *Node) restartLeases(ctx context.Context) {
+// restartLeasesIn proposes RestartLeases in g's log until it commits or
+// ctx ends, and reports whether it committed.
+func (n *Node) restartLeasesIn(ctx context.Context, g *group.Group) bool {
 	for {
-		res, err := n.Submit(ctx, &proto.Command{Cmd: &proto.Command_RestartLeases{RestartLeases: &proto.RestartLeases{}}})
+		res, err := g.Submitter().SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_RestartLeases{RestartLeases: &proto.RestartLeases{}}}})
 		if err == nil {
-			n.log.Info("the cluster was down: x-expires leases restart", "index", res.GetIndex())
-			return
+			n.log.Info("the cluster was down: x-expires leases restart", "group", g.ID(), "index", res[0].GetIndex())
+			return true
 		}
-		n.log.Warn("restarting leases failed", "err", err)
+		n.log.Warn("restarting leases failed", "group", g.ID(), "err", err)
 		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return
+			return false
 		}
 	}
 }

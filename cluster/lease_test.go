@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/broker"
@@ -126,6 +127,71 @@ func TestLeases_APlacedQueueExpiresInItsGroupThenLeavesTheMetadata(t *testing.T)
 			return nil
 		})
 	}
+}
+
+// A whole-cluster stop restarts the leases of a queue group's queues as
+// the metadata's: the time the cluster was down does not count, so a
+// placed queue under an expires policy does not end at the restart.
+func TestLeases_AGroupsLeasesRestartAfterAWholeClusterStop(t *testing.T) {
+	c := placedCluster(t, 0, clustertest.WithFakeClock(t0))
+	b := broker.New(c.Nodes[0].Node(), nil)
+	for _, cmd := range []*proto.Command{
+		{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "lq", Durable: true}}},
+		{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: "/", Name: "exp", Pattern: "^lq$",
+			ApplyTo: "queues", Definition: &proto.PolicyDefinition{Expires: pb.Int64(5000)}}}},
+	} {
+		if r, err := b.Submit(ctxT(t, clustertest.Timeout), cmd); err != nil || r.GetCode() != 0 {
+			t.Fatalf("%v: %v %v", cmd, r, err)
+		}
+	}
+	group, _, _ := recordOf(c.Nodes[0].Node(), "lq")
+	// The group holds the policy before the stop: its lease runs there.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		due := false
+		c.Nodes[0].Node().ViewGroup(group, func(m *fsm.Machine) { _, due = m.NextLeaseDue() })
+		if !due {
+			return fmt.Errorf("no lease runs in %s yet", group)
+		}
+		return nil
+	})
+
+	for i := range c.Nodes {
+		c.Kill(i)
+	}
+	c.AdvanceClock(time.Minute)
+	for i := range c.Nodes {
+		c.Restart(i)
+	}
+	c.WaitForLeader(clustertest.Timeout)
+	n := c.Nodes[0].Node()
+	var restartedAt int64
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		restartedAt = 0
+		err := n.GroupLogEntries(group, func(_ uint64, env *proto.Envelope) bool {
+			for _, cmd := range env.GetCommands() {
+				if cmd.GetRestartLeases() != nil {
+					restartedAt = env.GetStampMs()
+				}
+			}
+			return true
+		})
+		if err != nil || restartedAt == 0 {
+			return fmt.Errorf("no RestartLeases in %s's log (%v)", group, err)
+		}
+		return nil
+	})
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		var due int64
+		var ok, held bool
+		n.ViewGroup(group, func(m *fsm.Machine) {
+			due, ok = m.NextLeaseDue()
+			_, held = m.Queue("/", "lq")
+		})
+		if !held || !ok || due != restartedAt+5000 {
+			return fmt.Errorf("after the restart: lq held %v, lease due %d (%v), want %d", held, due, ok, restartedAt+5000)
+		}
+		return nil
+	})
 }
 
 // recordOf is nd's metadata record of placed queue name in vhost "/".

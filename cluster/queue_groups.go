@@ -390,7 +390,7 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 			qg.leading.Store(r.State() == raft.Leader)
 			if qg.leading.Load() {
 				stopDuties()
-				endTerm = n.runGroupDuties(qg)
+				endTerm = n.runGroupDuties(qg, n.clusterWasDown(r, clock))
 			}
 			qg.changed.Signal()
 			n.leadsChanged()
@@ -412,19 +412,28 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 // (handOffLoop) and the mirror of what the metadata placed in it
 // (mirrorLoop), each on its own goroutine. The
 // function it returns ends them and waits for them to return; so does
-// the group's closing.
-func (n *Node) runGroupDuties(qg *queueGroup) func() {
+// the group's closing. After a whole-cluster stop (wasDown) the duties
+// start once the group's leases restarted, as the metadata's do: a
+// placed queue's lease (fsm lease.go) only runs while the cluster is up.
+func (n *Node) runGroupDuties(qg *queueGroup, wasDown bool) func() {
 	ctx, cancel := n.untilClosed(context.Background())
 	var wg sync.WaitGroup
 	duties := append(n.dueDuties(qg.g), func(ctx context.Context) { n.handOffLoop(ctx, qg.g) },
 		func(ctx context.Context) { n.mirrorLoop(ctx, qg) })
-	for _, duty := range duties {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			duty(ctx)
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if wasDown && !n.restartLeasesIn(ctx, qg.g) {
+			return
+		}
+		for _, duty := range duties {
+			wg.Add(1) // the count is above 0 here: this goroutine holds one
+			go func() {
+				defer wg.Done()
+				duty(ctx)
+			}()
+		}
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
