@@ -194,6 +194,60 @@ func TestLeases_AGroupsLeasesRestartAfterAWholeClusterStop(t *testing.T) {
 	})
 }
 
+// A lease that ran out in a queue group reaches the metadata through a
+// kill of the group's leader: the next leader finds the queue ended in
+// its state and has the metadata delete it, and the replicas of both
+// logs agree once the killed node is back. The test holds the
+// metadata's delete back until the kill, so that the killed leader
+// cannot have proposed it.
+func TestLeases_ALeaseEndOutlivesAKillOfTheGroupsLeader(t *testing.T) {
+	c := placedCluster(t, 0)
+	restore := cluster.HoldCommands(func(c *proto.Command) bool { return c.GetQueueLeaseEnded() != nil })
+	defer restore()
+	b := broker.New(c.Nodes[0].Node(), nil)
+	for _, cmd := range []*proto.Command{
+		{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "lq", Durable: true}}},
+		publish("/", "lq", "m"),
+		{Cmd: &proto.Command_PolicySet{PolicySet: &proto.PolicySet{Vhost: "/", Name: "exp", Pattern: "^lq$",
+			ApplyTo: "queues", Definition: &proto.PolicyDefinition{Expires: pb.Int64(300)}}}},
+	} {
+		if r, err := b.Submit(ctxT(t, clustertest.Timeout), cmd); err != nil || r.GetCode() != 0 {
+			t.Fatalf("%v: %v %v", cmd, r, err)
+		}
+	}
+	group, _, _ := recordOf(c.Nodes[0].Node(), "lq")
+	for _, nd := range c.Live() {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			ended := false
+			nd.ViewGroup(group, func(m *fsm.Machine) { ended = m.Ended("/", "lq") })
+			if !ended {
+				return fmt.Errorf("%s: lq has not ended in %s", nd.NodeID(), group)
+			}
+			return nil
+		})
+	}
+	killed := c.Index(groupLeader(t, c, group).NodeID())
+	c.Kill(killed)
+	restore()
+	for _, nd := range c.Live() {
+		clustertest.Eventually(t, clustertest.Timeout, func() error {
+			_, _, placed := recordOf(nd, "lq")
+			var ended, held bool
+			nd.ViewGroup(group, func(m *fsm.Machine) { ended, held = m.Ended("/", "lq"), m.HasQueue("/", "lq") })
+			if placed || ended || held {
+				return fmt.Errorf("%s: lq placed %v, ended %v, held %v in %s", nd.NodeID(), placed, ended, held, group)
+			}
+			return nil
+		})
+	}
+	c.Restart(killed)
+	c.AssertSameDigest(t)
+	assertGroupDigests(t, c, group)
+	if _, _, placed := recordOf(c.Nodes[killed].Node(), "lq"); placed {
+		t.Fatal("the restarted leader still places lq")
+	}
+}
+
 // recordOf is nd's metadata record of placed queue name in vhost "/".
 func recordOf(nd *cluster.Node, name string) (group string, at uint64, ok bool) {
 	nd.View(func(m *fsm.Machine) { group, at, ok = m.PlacedAt("/", name) })
