@@ -143,7 +143,7 @@ func (n *Node) restartLeasesIn(ctx context.Context, g *group.Group) bool {
 	for {
 		res, err := g.Submitter().SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_RestartLeases{RestartLeases: &proto.RestartLeases{}}}})
 		if err == nil {
-			n.log.Info("the cluster was down: x-expires leases restart", "group", g.ID(), "index", res[0].GetIndex())
+			n.log.Info("the cluster was down: queue leases restart", "group", g.ID(), "index", res[0].GetIndex())
 			return true
 		}
 		n.log.Warn("restarting leases failed", "group", g.ID(), "err", err)

@@ -396,7 +396,7 @@ func groupHolds(meta, grp *fsm.Machine, vhost, name string) bool {
 		return true
 	}
 	_, at, _ := meta.PlacedAt(vhost, name)
-	return grp.HoldsRecord(vhost, name, at)
+	return grp.EndedUnder(vhost, name, at)
 }
 
 // leaseEnds are the metadata commands that delete the queues whose lease

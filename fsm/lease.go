@@ -67,13 +67,10 @@ func endedRecord(v *vhost, name string, at uint64) bool {
 // metadata deletes the record, and a declare under another record (the
 // queue declared again since) takes the name back.
 func (s *state) redeclareEnded(v *vhost, name string, c *proto.QueueDeclare) *proto.Result {
-	if _, ok := v.ended[name]; !ok {
-		return nil
-	}
 	if endedRecord(v, name, c.GetPlacedAt()) {
 		return notFound("queue", name, v.name)
 	}
-	delete(v.ended, name)
+	forgetEnded(v, name)
 	return nil
 }
 
@@ -132,18 +129,12 @@ func (m *Machine) EndedQueues() []EndedQueue {
 	return out
 }
 
-// HoldsRecord reports whether this queue group's log holds queue name of
-// vhost, or ended it under the metadata record placed at: either way the
-// mirror has nothing to declare.
-func (m *Machine) HoldsRecord(vhost, name string, at uint64) bool {
+// EndedUnder reports whether queue name of vhost ended in this queue
+// group's log under the metadata record placed at (or under record 0,
+// which matches any): the mirror must not declare it again.
+func (m *Machine) EndedUnder(vhost, name string, at uint64) bool {
 	v, ok := m.vhosts[vhost]
-	if !ok {
-		return false
-	}
-	if _, ok := v.queues[name]; ok {
-		return true
-	}
-	return endedRecord(v, name, at)
+	return ok && endedRecord(v, name, at)
 }
 
 // EndedNames lists the queues of vhost that ended in this queue group's

@@ -34,7 +34,7 @@ func TestLeases_AQueueGroupEndsAQueueWhoseLeaseRanOut(t *testing.T) {
 	if !ok || len(m.DueLeases(due)) != 1 {
 		t.Fatalf("a placed queue's policy lease is not due in its group at level %d", fsm.Protocol)
 	}
-	if r, _ := fsmtest.One(t, m, due-1, expireQueue("q")); r.GetQueue() != "" || !m.HoldsRecord("/", "q", 7) || m.Ended("/", "q") {
+	if r, _ := fsmtest.One(t, m, due-1, expireQueue("q")); r.GetQueue() != "" || !m.HasQueue("/", "q") || m.Ended("/", "q") {
 		t.Fatalf("ended before its lease ran out: %v", r)
 	}
 	if r, _ := fsmtest.One(t, m, due, expireQueue("q")); r.GetQueue() != "q" {
@@ -60,18 +60,18 @@ func TestLeases_AQueueGroupEndsAQueueWhoseLeaseRanOut(t *testing.T) {
 		}
 	}
 	applyOK(t, m, due+1, fsmtest.Enqueue("/", "", "q", "late", nil, "q"))
-	if _, ok := m.Queue("/", "q"); ok || !m.HoldsRecord("/", "q", 7) || m.HoldsRecord("/", "q", 8) {
+	if _, ok := m.Queue("/", "q"); ok || !m.EndedUnder("/", "q", 7) || m.EndedUnder("/", "q", 8) {
 		t.Fatal("an enqueue, or a declare from its record, brought an ended queue back")
 	}
 
 	// The snapshot and the digest hold the ended queue and its record.
 	n := roundTrip(t, m)
-	if !n.HoldsRecord("/", "q", 7) || n.HoldsRecord("/", "q", 8) {
+	if !n.EndedUnder("/", "q", 7) || n.EndedUnder("/", "q", 8) {
 		t.Fatal("restored without the ended queue's record")
 	}
 	other := roundTrip(t, m)
 	applyOK(t, other, due+2, placedDeclare("q", 8))
-	if !other.HoldsRecord("/", "q", 8) || other.Ended("/", "q") || ready(t, other, "q") != 0 {
+	if !other.HasQueue("/", "q") || other.Ended("/", "q") || ready(t, other, "q") != 0 {
 		t.Fatal("a declare from another record did not take the name back, empty")
 	}
 	applyOK(t, m, due+2, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: "q"}}})
