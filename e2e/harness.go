@@ -154,15 +154,35 @@ func ModuleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+// handedOut are the addresses FreeAddr gave in this process: the kernel
+// may give a port that was just released again at once, and two nodes
+// of one cluster were handed the same one (the second exited, "address
+// already in use", three starts in a row).
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago and that no other FreeAddr of this process returned.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no loopback port left that this process has not handed out")
+	return ""
 }
 
 // StartCluster starts n raftmq processes that form one cluster
