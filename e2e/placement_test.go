@@ -272,55 +272,76 @@ func TestPlacement_LocatorPolicyThroughRabbitmqadmin(t *testing.T) {
 	}
 }
 
-// A policy's expires, set with raftmqctl on three real nodes, expires
-// the queues placed in queue groups as RabbitMQ's does: an unused queue
-// goes after the policy's time with its messages and its bindings, one
-// with a consumer on another node stays until the consumer leaves, and
-// the queue declared again is a new, empty one that the old binding no
-// longer reaches.
-func TestPlacement_AnExpiresPolicyExpiresPlacedQueues(t *testing.T) {
+// A lease expires the queues placed in queue groups as RabbitMQ's does,
+// on three real nodes, whether it is a policy's expires set with
+// raftmqctl or a queue's own x-expires: an unused queue goes after the
+// lease's time with its messages and its bindings, one with a consumer on
+// another node stays until the consumer leaves, and the queue declared
+// again is a new, empty one that the old binding no longer reaches.
+func TestPlacement_LeasesExpirePlacedQueues(t *testing.T) {
 	skipShort(t)
 	c := placingCluster(t)
+	t.Run("x-expires", func(t *testing.T) {
+		leasesExpirePlaced(t, c, "own.", 3*time.Second, amqp.Table{"x-expires": int32(3000)}, nil)
+	})
+	t.Run("expires policy", func(t *testing.T) {
+		leasesExpirePlaced(t, c, "exp.", time.Second, nil, func() {
+			ctl(t, c.Nodes[1], "set_policy", "EXP", `^exp\.`, `{"expires":1000}`, "--apply-to", "queues")
+		})
+		ctl(t, c.Nodes[1], "clear_policy", "EXP")
+	})
+}
+
+// leasesExpirePlaced declares prefix+"idle" and prefix+"used" with args,
+// the first bound and holding three messages, the second consumed from
+// another node, and checks what TestPlacement_LeasesExpirePlacedQueues
+// says of their lease of length d: begun by their declare when lease is
+// nil, else by lease.
+func leasesExpirePlaced(t *testing.T, c *Cluster, prefix string, d time.Duration, args amqp.Table, lease func()) {
+	idle, used, key := prefix+"idle", prefix+"used", prefix+"key"
+	start := time.Now()
 	ch := channel(t, dial(t, c.Nodes[0]))
-	mustDeclare(t, ch, "exp.idle", nil)
-	mustDeclare(t, ch, "exp.used", nil)
-	if err := ch.QueueBind("exp.idle", "exp-key", "amq.direct", false, nil); err != nil {
+	mustDeclare(t, ch, idle, args)
+	mustDeclare(t, ch, used, args)
+	if err := ch.QueueBind(idle, key, "amq.direct", false, nil); err != nil {
 		t.Fatal(err)
 	}
-	publishConfirmed(t, ch, "amq.direct", "exp-key", []amqp.Publishing{{Body: []byte("1")}, {Body: []byte("2")}, {Body: []byte("3")}})
+	publishConfirmed(t, ch, "amq.direct", key, []amqp.Publishing{{Body: []byte("1")}, {Body: []byte("2")}, {Body: []byte("3")}})
 	cons := channel(t, dial(t, c.Nodes[2]))
-	if _, err := cons.Consume("exp.used", "exp-c", false, false, false, false, nil); err != nil {
+	if _, err := cons.Consume(used, "lease-c", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := queuesOn(t, c.Nodes[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{"exp.idle", "exp.used"} {
+	for _, q := range []string{idle, used} {
 		if g := rows[q].Group; g == metadataGroup || g == "" {
 			t.Fatalf("%s is not in a queue group: %+v", q, rows[q])
 		}
 	}
 
-	start := time.Now()
-	ctl(t, c.Nodes[1], "set_policy", "EXP", `^exp\.`, `{"expires":1000}`, "--apply-to", "queues")
-	if err := gone(t, channel(t, dial(t, c.Nodes[1])), "exp.idle", 15*time.Second); err != nil {
-		t.Fatalf("expires policy on a placed queue: %v", err)
+	if lease != nil {
+		start = time.Now()
+		lease()
 	}
-	if el := elapsed(start); el < 900*time.Millisecond {
-		t.Fatalf("exp.idle expired %v after the policy, before its 1 s", el)
+	if err := gone(t, channel(t, dial(t, c.Nodes[1])), idle, 15*time.Second); err != nil {
+		t.Fatalf("a lease on a placed queue: %v", err)
 	}
-	if _, err := channel(t, dial(t, c.Nodes[1])).QueueDeclarePassive("exp.used", true, false, false, false, nil); err != nil {
-		t.Fatalf("exp.used, consumed from another node, expired: %v", err)
+	if el := elapsed(start); el < d-100*time.Millisecond {
+		t.Fatalf("%s expired %v after its lease began, before its %v", idle, el, d)
+	}
+	if _, err := channel(t, dial(t, c.Nodes[1])).QueueDeclarePassive(used, true, false, false, false, args); err != nil {
+		t.Fatalf("%s, consumed from another node, expired: %v", used, err)
 	}
 
 	again := channel(t, dial(t, c.Nodes[1]))
-	q, err := again.QueueDeclare("exp.idle", true, false, false, false, nil)
+	q, err := again.QueueDeclare(idle, true, false, false, false, args)
 	if err != nil || q.Messages != 0 {
-		t.Fatalf("exp.idle declared again: %+v %v, want a new empty queue", q, err)
+		t.Fatalf("%s declared again: %+v %v, want a new empty queue", idle, q, err)
 	}
 	returns := again.NotifyReturn(make(chan amqp.Return, 1))
-	if err := again.PublishWithContext(context.Background(), "amq.direct", "exp-key", true, false, amqp.Publishing{Body: []byte("late")}); err != nil {
+	if err := again.PublishWithContext(context.Background(), "amq.direct", key, true, false, amqp.Publishing{Body: []byte("late")}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -329,11 +350,10 @@ func TestPlacement_AnExpiresPolicyExpiresPlacedQueues(t *testing.T) {
 		t.Fatal("the expired queue's binding still routes")
 	}
 
-	if err := cons.Cancel("exp-c", false); err != nil {
+	if err := cons.Cancel("lease-c", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := gone(t, channel(t, dial(t, c.Nodes[0])), "exp.used", 15*time.Second); err != nil {
-		t.Fatalf("exp.used after its consumer left: %v", err)
+	if err := gone(t, channel(t, dial(t, c.Nodes[0])), used, 15*time.Second); err != nil {
+		t.Fatalf("%s after its consumer left: %v", used, err)
 	}
-	ctl(t, c.Nodes[1], "clear_policy", "EXP")
 }

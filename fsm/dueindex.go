@@ -74,17 +74,19 @@ func (s *state) dueExpiries(now int64) []*proto.QueueRef {
 	return queueRefs(due)
 }
 
-// leaseToPropose is when the leader proposes q's ExpireQueue. In a
-// queue group's state below level 23 only q's own x-expires counts, not
-// a policy's expires: there a delete in the group alone would leave the
-// queue in the metadata, whose mirror declares it again, empty, to lose
-// what it takes at each lease's end. From level 23 on the group ends the
-// queue and the metadata deletes its record after it (lease.go). Apply
-// is the same in every state at a level, so an ExpireQueue a leader of an
-// earlier release proposed applies alike on every replica.
+// leaseToPropose is when the leader proposes q's ExpireQueue. A queue
+// group's log below level 23 proposes none: a delete in the group alone
+// would leave the queue in the metadata, whose mirror declares it again,
+// empty, to lose what it takes at each lease's end. (A log at 24 places
+// queues with their own x-expires, and a queue group's log may still be
+// below 23 until its leader raises it to the metadata's level.) From
+// level 23 on the group ends the queue and the metadata deletes its
+// record after it (lease.go). Apply is the same in every state at a
+// level, so an ExpireQueue a leader of an earlier release proposed
+// applies alike on every replica.
 func (s *state) leaseToPropose(q *queueState) (int64, bool) {
 	if s.groups.id != 0 && !s.atLeast(levelLeases) {
-		return q.leaseDueOf(true)
+		return 0, false
 	}
 	return q.leaseDue()
 }

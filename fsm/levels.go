@@ -81,6 +81,9 @@ const (
 	// (QueueLeaseEnded) and records where it placed each queue
 	// (queueState.placedAt, lease.go).
 	levelLeases uint32 = 23
+	// levelPlaceExpires: a queue with its own x-expires is placed in a
+	// queue group like any other, whose log runs its lease (placement.go).
+	levelPlaceExpires uint32 = 24
 )
 
 // HandOffRouteLevel is levelHandOffRoute for the node, which hands a dead

@@ -38,12 +38,18 @@ func (s *state) applyPlaceQueues() *proto.Result {
 
 // placeable reports whether a new queue declared by c may live in a
 // queue group. An exclusive or auto-delete queue lives and dies with its
-// connection or consumers, and an x-expires lease with its use: the
-// metadata group keeps them, where the connections and the leases are
-// decided today.
-func placeable(c *proto.QueueDeclare) bool {
+// connection or consumers, which the metadata group decides, so it stays
+// there. A queue with its own x-expires stays too below levelPlaceExpires:
+// until queue groups ran leases and the metadata deleted what a group
+// ended (levelLeases), its lease had to run where its record is. From
+// that level it is placed like any other, and its group runs the lease
+// (lease.go).
+func (s *state) placeable(c *proto.QueueDeclare) bool {
 	if c.GetExclusive() || c.GetAutoDelete() {
 		return false
+	}
+	if s.atLeast(levelPlaceExpires) {
+		return true
 	}
 	_, expires := tableGet(c.GetArguments(), ttl.ArgExpires)
 	return !expires
@@ -59,7 +65,7 @@ func placeable(c *proto.QueueDeclare) bool {
 // node's groups first (leader_locator.go). It reads the state and the
 // command only, so every replica places alike.
 func (s *state) placeFor(c *proto.QueueDeclare, pol *policy) string {
-	if !s.placing || s.groups.id != 0 || len(s.queueGroups) == 0 || !placeable(c) {
+	if !s.placing || s.groups.id != 0 || len(s.queueGroups) == 0 || !s.placeable(c) {
 		return ""
 	}
 	size := 0

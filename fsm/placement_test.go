@@ -14,7 +14,13 @@ import (
 // named and placement on.
 func placing(t *testing.T, groups ...string) *fsm.Machine {
 	t.Helper()
-	m := fsmtest.New(t)
+	return placingAt(t, fsm.Protocol, groups...)
+}
+
+// placingAt is placing in a log at level.
+func placingAt(t *testing.T, level uint32, groups ...string) *fsm.Machine {
+	t.Helper()
+	m := fsmtest.NewAt(t, level)
 	var specs []*proto.QueueGroup
 	for _, g := range groups {
 		specs = append(specs, groupSpec(g, "a", "b", "c"))
@@ -97,17 +103,15 @@ func TestPlacement_SpreadsEvenly(t *testing.T) {
 	}
 }
 
-// Exclusive, auto-delete and x-expires queues stay in the metadata group,
-// as does every queue while placement is off or no queue group exists;
-// a redeclare keeps its queue where it is and checks equivalence as
-// ever.
+// Exclusive and auto-delete queues stay in the metadata group, as does
+// every queue while placement is off or no queue group exists; a
+// redeclare keeps its queue where it is and checks equivalence as ever.
 func TestPlacement_WhatStays(t *testing.T) {
 	m := placing(t, "q1", "q2")
 	applyOK(t, m, 3, exclusiveDeclare("ex"),
 		&proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: &proto.QueueDeclare{Vhost: "/", Name: "ad", AutoDelete: true}}},
-		declare("exp", table("x-expires", i64(60000))),
 		declare("p", table("x-message-ttl", i64(1000))))
-	for q, g := range map[string]string{"ex": "", "ad": "", "exp": "", "p": "q1"} {
+	for q, g := range map[string]string{"ex": "", "ad": "", "p": "q1"} {
 		if got := placementOf(t, m, q); got != g {
 			t.Errorf("%s placed in %q, want %q", q, got, g)
 		}
@@ -635,5 +639,38 @@ func TestPlacement_LeaderLocatorPolicy(t *testing.T) {
 		declareFrom("c", "local-1", nil), declareFrom("c", "local-2", nil))
 	if placementOf(t, old, "local-1") != "q1" || placementOf(t, old, "local-2") != "q2" {
 		t.Fatal("level 20 placed by a policy's leader locator")
+	}
+}
+
+// A queue with its own x-expires stays in the metadata group, where its
+// lease runs, below level 24, and is placed like any other from 24 on:
+// its group runs the lease, and the metadata runs none for it. A replica
+// that replays the raise and one restored from a snapshot taken before
+// it place alike.
+func TestPlacement_AnXExpiresQueueIsPlacedFromLevel24(t *testing.T) {
+	exp := func(name string) *proto.Command { return declare(name, table("x-expires", i64(100))) }
+	m := placingAt(t, 23, "q1", "q2")
+	applyOK(t, m, 3, exp("before"))
+	if g := placementOf(t, m, "before"); g != "" {
+		t.Fatalf("at level 23 an x-expires queue placed in %q", g)
+	}
+	restored := roundTrip(t, m)
+	for _, r := range []*fsm.Machine{m, restored} {
+		applyOK(t, r, 4, fsmtest.SetProtocol(24), exp("after"), declare("plain", nil))
+	}
+	for _, r := range []*fsm.Machine{m, restored} {
+		if placementOf(t, r, "before") != "" || placementOf(t, r, "after") != "q1" || placementOf(t, r, "plain") != "q2" {
+			t.Fatalf("placed: before %q, after %q, plain %q; want the metadata, q1, q2",
+				placementOf(t, r, "before"), placementOf(t, r, "after"), placementOf(t, r, "plain"))
+		}
+	}
+	if restored.Digest() != m.Digest() {
+		t.Fatal("a replica restored before the raise differs")
+	}
+	// The metadata's lease runs for the queue it holds, not for the
+	// placed one.
+	due := m.DueLeases(m.Clock() + 1000)
+	if len(due) != 1 || due[0].GetName() != "before" {
+		t.Fatalf("the metadata's leases due: %v, want before's alone", due)
 	}
 }

@@ -399,22 +399,17 @@ func (q *queueState) overflow() string {
 	return "drop-head"
 }
 
-func (q *queueState) leaseDue() (int64, bool) { return q.leaseDueOf(false) }
-
-// leaseDueOf is leaseDue, of the queue's own x-expires alone when own
-// is set (a policy's expires left out).
-func (q *queueState) leaseDueOf(own bool) (int64, bool) {
-	// A placed queue's lease (a policy's expires) is not run in the
-	// metadata, which does not see its consumers, nor in its group
-	// (leaseToPropose). Checked before expires, which looks up
-	// policies: the due loop asks every queue after every apply.
+// leaseDue is when q's lease (its own x-expires or its policy's
+// expires, the lower) runs out, if it has one running.
+func (q *queueState) leaseDue() (int64, bool) {
+	// A placed queue's lease is not run in the metadata, which does not
+	// see its consumers, but in its group (leaseToPropose). Checked
+	// before expires, which looks up policies: the due loop asks every
+	// queue after every apply.
 	if len(q.consumers) > 0 || q.group != "" {
 		return 0, false
 	}
-	e := q.parsed.expires
-	if !own {
-		e = q.expires()
-	}
+	e := q.expires()
 	if !e.Set {
 		return 0, false
 	}

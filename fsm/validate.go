@@ -116,7 +116,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //  23. QueueLeaseEnded and QueueDeclare.placed_at: a queue group runs
 //     the leases of its queues, policies' included, and the metadata
 //     log deletes a queue whose lease ended there (lease.go)
-const Protocol = 23
+//  24. a queue with its own x-expires is placed in a queue group, where
+//     its lease runs (placement.go)
+const Protocol = 24
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
