@@ -166,6 +166,17 @@ func placingCluster(t *testing.T) *Cluster {
 	c := StartClusterWith(t, 3, func(_ int, n *Node) {
 		n.ExtraArgs = append(n.ExtraArgs, "--queue-groups", "3", "--place-queues")
 	})
+	waitPlacing(t, c, "pl-probe", 3)
+	return c
+}
+
+// waitPlacing returns once queue probe, declared through c's first node
+// (again and again until then), is placed in a queue group of members
+// members with a leader, as raftmqctl lists it: the metadata leader
+// switches placement on once the groups run, and a queue declared before
+// stays in the metadata group.
+func waitPlacing(t *testing.T, c *Cluster, probe string, members int) {
+	t.Helper()
 	if err := Eventually(60*time.Second, func() error {
 		gs, err := groupsOn(t, c.Nodes[0])
 		if err != nil {
@@ -176,22 +187,21 @@ func placingCluster(t *testing.T) *Cluster {
 		}
 		ch := channel(t, dial(t, c.Nodes[0]))
 		defer ch.Close()
-		if _, err := ch.QueueDeclare("pl-probe", true, false, false, false, nil); err != nil {
+		if _, err := ch.QueueDeclare(probe, true, false, false, false, nil); err != nil {
 			return err
 		}
 		rows, err := queuesOn(t, c.Nodes[0])
 		if err != nil {
 			return err
 		}
-		if r := rows["pl-probe"]; r.Group == metadataGroup || len(r.Members) != 3 || r.Leader == "" {
-			_, _ = ch.QueueDelete("pl-probe", false, false, false)
-			return fmt.Errorf("pl-probe not placed yet: %+v", r)
+		if r := rows[probe]; r.Group == metadataGroup || len(r.Members) != members || r.Leader == "" {
+			_, _ = ch.QueueDelete(probe, false, false, false)
+			return fmt.Errorf("%s not placed yet: %+v", probe, r)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return c
 }
 
 // Three real nodes with queues in queue groups, driven by pika: jobs
