@@ -3,7 +3,6 @@ package mgmt
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -24,10 +23,7 @@ func TestManagementPublishIsIntercepted(t *testing.T) {
 	srv := amqp.NewServer(amqp.Config{HeaderTimestamp: amqp.StampOverwrite, HeaderRoutingNode: amqp.StampKeep})
 	srv.SetBroker(broker.New(n, nil))
 	admin := ops.New(ops.Deps{Node: ops.FromCluster(n), Intercept: srv.Intercept})
-	t.Cleanup(func() { _ = admin.Close() })
-	hs := httptest.NewServer(New(Options{Ops: admin}))
-	t.Cleanup(hs.Close)
-	mc := mgmtClient{t: t, base: hs.URL, user: "guest", pass: "guest"}
+	mc := serveOps(t, admin)
 
 	mc.must(http.StatusCreated, "PUT", "/api/queues/%2F/q", map[string]any{"durable": true})
 	before := time.Now().UnixMilli()
