@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -36,6 +37,10 @@ type brokerSample struct {
 	pid     int
 	ticks   int64
 	rssAnon int64 // KiB
+	// switches are each thread's context switches, voluntary and not,
+	// by thread id: how often the process was put to sleep and woken,
+	// which is what an idle process pays for.
+	switches map[int]int64
 }
 
 func parsePIDs(s string) ([]int, error) {
@@ -65,7 +70,11 @@ func sampleBrokers(pids []int) ([]brokerSample, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, brokerSample{pid: pid, ticks: ticks, rssAnon: rss})
+		sw, err := procSwitches(pid)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, brokerSample{pid: pid, ticks: ticks, rssAnon: rss, switches: sw})
 	}
 	return out, nil
 }
@@ -149,6 +158,72 @@ func procRSSAnon(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no RssAnon in /proc/%d/status", pid)
+}
+
+// procSwitches is the context switches of each thread of pid.
+func procSwitches(pid int) (map[int]int64, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]int64, len(tasks))
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "status"))
+		if err != nil {
+			// The thread ended since the directory was read.
+			continue
+		}
+		n, err := parseSwitches(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("%s/%d/status: %w", dir, tid, err)
+		}
+		out[tid] = n
+	}
+	return out, nil
+}
+
+// parseSwitches is voluntary_ctxt_switches plus nonvoluntary_ctxt_switches
+// of a /proc status file.
+func parseSwitches(status string) (int64, error) {
+	var total int64
+	found := 0
+	for _, line := range strings.Split(status, "\n") {
+		rest, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:")
+		if !ok {
+			rest, ok = strings.CutPrefix(line, "nonvoluntary_ctxt_switches:")
+		}
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+		found++
+	}
+	if found != 2 {
+		return 0, errors.New("no context switch counts")
+	}
+	return total, nil
+}
+
+// switchesBetween is the context switches of the threads alive at both
+// samples, between them (a thread that ended or began in between is left
+// out: a Go process's threads live as long as it does, as a rule).
+func switchesBetween(before, after map[int]int64) int64 {
+	var n int64
+	for tid, a := range after {
+		if b, ok := before[tid]; ok && a >= b {
+			n += a - b
+		}
+	}
+	return n
 }
 
 // print writes the brokers' lines of the text report.

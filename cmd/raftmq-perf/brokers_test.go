@@ -24,7 +24,7 @@ func TestSampleBrokers_ThisProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s[0].rssAnon <= 0 || s[0].ticks < 0 {
+	if s[0].rssAnon <= 0 || s[0].ticks < 0 || len(s[0].switches) == 0 {
 		t.Fatalf("sample %+v", s[0])
 	}
 	if _, err := sampleBrokers([]int{1 << 30}); err == nil {
@@ -32,6 +32,32 @@ func TestSampleBrokers_ThisProcess(t *testing.T) {
 	}
 	if _, err := parsePIDs("12, x"); err == nil {
 		t.Fatal("-pids took a name")
+	}
+}
+
+func TestParseSwitches_VoluntaryAndNot(t *testing.T) {
+	status := "Name:\traftmq\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t1200\nnonvoluntary_ctxt_switches:\t34\n"
+	if n, err := parseSwitches(status); err != nil || n != 1234 {
+		t.Fatalf("switches %d, %v; want 1234", n, err)
+	}
+	for _, bad := range []string{
+		"Name:\traftmq\n",
+		"voluntary_ctxt_switches:\t12\n",
+		"voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n",
+	} {
+		if _, err := parseSwitches(bad); err == nil {
+			t.Fatalf("%q was read", bad)
+		}
+	}
+}
+
+// Only threads alive at both samples count: one that began in between
+// would bring all its switches since it began, one that ended none.
+func TestSwitchesBetween_ThreadsAtBothSamples(t *testing.T) {
+	before := map[int]int64{1: 100, 2: 50, 3: 7}
+	after := map[int]int64{1: 130, 2: 55, 4: 9000}
+	if n := switchesBetween(before, after); n != 35 {
+		t.Fatalf("switches %d, want 35", n)
 	}
 }
 

@@ -608,6 +608,9 @@ func printReport(w io.Writer, r *report) {
 		for i, c := range q.IdleCPUShare {
 			fmt.Fprintf(tw, "idle CPU, %% of a core, pid %d\t\t%.2f\t\t\t\t\t\n", q.IdlePIDs[i], 100*c)
 		}
+		for i, n := range q.IdleSwitchesPerS {
+			fmt.Fprintf(tw, "idle context switches per s, pid %d\t\t%.0f\t\t\t\t\t\n", q.IdlePIDs[i], n)
+		}
 	}
 	if r.MaxConfirmGapMs > 0 {
 		fmt.Fprintf(tw, "longest wait for a confirm\t\t\t\t\t\t\t%.2f\n", r.MaxConfirmGapMs)

@@ -83,7 +83,7 @@ func TestRun_AgainstARealNode(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatal(err)
 	}
-	if q := r.Queues; q == nil || q.Declared != 60 || q.DeclareRate <= 0 || len(q.IdleCPUShare) != 1 || q.IdleSeconds < 0.3 || q.SettleSeconds < 0.2 {
+	if q := r.Queues; q == nil || q.Declared != 60 || q.DeclareRate <= 0 || len(q.IdleCPUShare) != 1 || len(q.IdleSwitchesPerS) != 1 || q.IdleSwitchesPerS[0] <= 0 || q.IdleSeconds < 0.3 || q.SettleSeconds < 0.2 {
 		t.Fatalf("queues report = %+v\n%s", r.Queues, out.String())
 	}
 	ch := channelOn(t, uri)

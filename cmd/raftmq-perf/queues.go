@@ -22,6 +22,11 @@ type queuesReport struct {
 	// share of one core.
 	IdlePIDs     []int     `json:"idle_pids,omitempty"`
 	IdleCPUShare []float64 `json:"idle_cpu_share,omitempty"`
+	// IdleSwitchesPerS is each process's context switches a second over
+	// the idle time: how often it slept and woke, which is what an idle
+	// process's CPU is made of, counted rather than timed (a machine's
+	// noise moves the CPU an idle node takes by a third from run to run).
+	IdleSwitchesPerS []float64 `json:"idle_switches_per_s,omitempty"`
 }
 
 // runQueues declares o.Count durable queues named <queue>-N from
@@ -99,6 +104,7 @@ func runQueues(ctx context.Context, o *options, out io.Writer) (*report, error) 
 		}
 		for i, s := range before {
 			q.IdleCPUShare = append(q.IdleCPUShare, float64(after[i].ticks-s.ticks)/clockTicks/q.IdleSeconds)
+			q.IdleSwitchesPerS = append(q.IdleSwitchesPerS, float64(switchesBetween(s.switches, after[i].switches))/q.IdleSeconds)
 		}
 	}
 	return &report{Mode: o.Mode, Seconds: secs, Queues: q}, nil
