@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // landedRelease is the last release of raftmq before queue groups ran
@@ -45,6 +47,20 @@ func releaseBinary(t *testing.T, rev string) string {
 	return bin
 }
 
+// upgradeNode stops node i of c and starts it again on its data with this
+// build, and args added to its flags.
+func upgradeNode(t *testing.T, c *Cluster, i int, args ...string) {
+	t.Helper()
+	c.Stop(i)
+	if _, err := c.WaitExit(i, 60*time.Second); err != nil {
+		t.Fatalf("%s did not stop: %v", c.Nodes[i].ID, err)
+	}
+	c.Nodes[i].Bin = ""
+	c.Nodes[i].ExtraArgs = append(c.Nodes[i].ExtraArgs, args...)
+	c.Start(i)
+	c.WaitReady(i, 60*time.Second)
+}
+
 // A cluster of the landed release upgraded in place, one node at a time,
 // each restarted on its data with this build, --queue-groups 3 and
 // --place-queues: every step serves publishes through the upgraded node,
@@ -68,14 +84,7 @@ func TestUpgrade_RollingFromTheLandedRelease(t *testing.T) {
 
 	sent := 100
 	for i := range c.Nodes {
-		c.Stop(i)
-		if _, err := c.WaitExit(i, 60*time.Second); err != nil {
-			t.Fatalf("%s did not stop: %v", c.Nodes[i].ID, err)
-		}
-		c.Nodes[i].Bin = ""
-		c.Nodes[i].ExtraArgs = append(c.Nodes[i].ExtraArgs, "--queue-groups", "3", "--place-queues")
-		c.Start(i)
-		c.WaitReady(i, 60*time.Second)
+		upgradeNode(t, c, i, "--queue-groups", "3", "--place-queues")
 		// The mixed cluster takes publishes through the upgraded node.
 		publishConfirmed(t, channel(t, dial(t, c.Nodes[i])), "", "up.q", numbered(sent, sent+10))
 		sent += 10
@@ -155,5 +164,130 @@ func TestUpgrade_RollingFromTheLandedRelease(t *testing.T) {
 	}
 	if out := ctl(t, c.Nodes[2], "list_queues", "name", "policy", "raft_group"); !regexp.MustCompile(`up\.new\s+up-ttl\s+q[123]`).MatchString(out) {
 		t.Fatalf("the placed queue does not show the policy made before the upgrade in its group:\n%s", out)
+	}
+}
+
+// groupsRelease is the last release whose queue groups left every queue
+// with its own x-expires in the metadata group (protocol level 23).
+const groupsRelease = "c676c20"
+
+// A cluster that already runs queue groups, upgraded in place one node at
+// a time to this build: the placed queue keeps every message, exactly
+// once and in order; while a node of the release runs, a queue declared
+// with its own x-expires stays in the metadata group as the release
+// placed it, so that old and new replicas place alike; once every node
+// runs this build such a queue lands in a queue group and its lease ends
+// it there, and the x-expires queues declared before stay where they
+// were, with their messages.
+func TestUpgrade_RollingAClusterWithQueueGroups(t *testing.T) {
+	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
+		t.Skip("upgrades raftmq nodes: raftmq only")
+	}
+	skipShort(t)
+	old := releaseBinary(t, groupsRelease)
+	grouped := []string{"--queue-groups", "3", "--place-queues"}
+	c := StartClusterWith(t, 3, func(_ int, n *Node) {
+		n.Bin = old
+		n.ExtraArgs = append(n.ExtraArgs, grouped...)
+	})
+	groupOf := func(name string) (string, error) {
+		rows, err := queuesOn(t, c.Nodes[0])
+		if err != nil {
+			return "", err
+		}
+		r, ok := rows[name]
+		if !ok {
+			return "", fmt.Errorf("%s is not listed", name)
+		}
+		return r.Group, nil
+	}
+	mustBeIn := func(name string, inMetadata bool) {
+		t.Helper()
+		if err := Eventually(30*time.Second, func() error {
+			g, err := groupOf(name)
+			if err != nil {
+				return err
+			}
+			if (g == metadataGroup) != inMetadata {
+				return fmt.Errorf("%s is in group %q", name, g)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// declarePlaced declares name through n until the cluster places it
+	// in a queue group (deleting it again meanwhile).
+	declarePlaced := func(n *Node, name string, args amqp.Table) *amqp.Channel {
+		t.Helper()
+		var ch *amqp.Channel
+		if err := Eventually(60*time.Second, func() error {
+			ch = channel(t, dial(t, n))
+			mustDeclare(t, ch, name, args)
+			if g, err := groupOf(name); err != nil || g == metadataGroup {
+				_, _ = ch.QueueDelete(name, false, false, false)
+				return fmt.Errorf("%s not placed yet: %q %v", name, g, err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	long := amqp.Table{"x-expires": int32(600_000)}
+	// Placement starts once the release's groups lead.
+	ch := declarePlaced(c.Nodes[0], "gu.placed", nil)
+	mustDeclare(t, ch, "gu.old", long)
+	mustBeIn("gu.old", true)
+	publishConfirmed(t, ch, "", "gu.placed", numbered(0, 100))
+	publishConfirmed(t, ch, "", "gu.old", numbered(0, 5))
+
+	sent := 100
+	for i := range c.Nodes {
+		upgradeNode(t, c, i)
+		up := channel(t, dial(t, c.Nodes[i]))
+		publishConfirmed(t, up, "", "gu.placed", numbered(sent, sent+10))
+		sent += 10
+		if i == 0 {
+			// Two nodes of the release still run: the cluster places as
+			// the release does.
+			mustDeclare(t, up, "gu.mixed", long)
+			mustBeIn("gu.mixed", true)
+		}
+		t.Logf("%s upgraded: %d messages published to gu.placed so far", c.Nodes[i].ID, sent)
+	}
+
+	// Every node runs this build: the protocol level rises, and a queue
+	// with its own x-expires is placed, its lease run in its group.
+	declarePlaced(c.Nodes[1], "gu.new", amqp.Table{"x-expires": int32(2000)})
+	if err := Eventually(30*time.Second, func() error {
+		if _, err := groupOf("gu.new"); err == nil {
+			return fmt.Errorf("gu.new is still there after its x-expires")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustBeIn("gu.old", true)
+	mustBeIn("gu.mixed", true)
+
+	cons := channel(t, dial(t, c.Nodes[2]))
+	for _, q := range []struct {
+		name string
+		n    int
+	}{{"gu.placed", sent}, {"gu.old", 5}} {
+		d, err := cons.Consume(q.name, "", false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range receive(t, d, q.n, 60*time.Second) {
+			if string(m.Body) != fmt.Sprint(i) || m.Redelivered {
+				t.Fatalf("%s: message %d is %q (redelivered %v): lost, repeated or out of order across the upgrade", q.name, i, m.Body, m.Redelivered)
+			}
+			if err := m.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		expectNothing(t, d, 300*time.Millisecond)
 	}
 }
