@@ -259,7 +259,9 @@ func TestUpgrade_RollingAClusterWithQueueGroups(t *testing.T) {
 
 	// Every node runs this build: the protocol level rises, and a queue
 	// with its own x-expires is placed, its lease run in its group.
-	declarePlaced(c.Nodes[1], "gu.new", amqp.Table{"x-expires": int32(2000)})
+	// 5 s: the listing that finds it placed must come before its lease
+	// ends, on a loaded machine too.
+	declarePlaced(c.Nodes[1], "gu.new", amqp.Table{"x-expires": int32(5000)})
 	if err := Eventually(30*time.Second, func() error {
 		if _, err := groupOf("gu.new"); err == nil {
 			return fmt.Errorf("gu.new is still there after its x-expires")
