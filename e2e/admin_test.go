@@ -96,19 +96,11 @@ func TestAdmin_PolicyThroughFollowerAppliesToExistingAndNewQueues(t *testing.T) 
 	f := follower(t, c)
 	ch := channel(t, dial(t, c.Nodes[0]))
 	obs := channel(t, dial(t, c.Nodes[2]))
-	if err := ch.ExchangeDeclare("pdlx", "fanout", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	mustDeclare(t, ch, "pdead", nil)
-	if err := ch.QueueBind("pdead", "", "pdlx", false, nil); err != nil {
-		t.Fatal(err)
-	}
+	declareDeadLetters(t, ch, "pol-old", time.Minute, "pdlx", "pdead")
 	dead, err := obs.Consume("pdead", "", true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := amqp.Table{"x-message-ttl": int32(60000), "x-dead-letter-exchange": "pdlx"}
-	mustDeclare(t, ch, "pol-old", args)
 	publishConfirmed(t, ch, "", "pol-old", []amqp.Publishing{{Body: []byte("old")}})
 
 	// seeds/000: rabbitmqctl set_policy TTL ".*" '{"message-ttl":60000}'
@@ -118,6 +110,7 @@ func TestAdmin_PolicyThroughFollowerAppliesToExistingAndNewQueues(t *testing.T) 
 	if m := receive(t, dead, 1, 10*time.Second)[0]; string(m.Body) != "old" {
 		t.Fatalf("dead-lettered %q, want the message queued before the policy", m.Body)
 	}
+	args := amqp.Table{"x-message-ttl": int32(60000), "x-dead-letter-exchange": "pdlx"}
 	mustDeclare(t, ch, "pol-new", args)
 	start := time.Now()
 	publishConfirmed(t, ch, "", "pol-new", []amqp.Publishing{{Body: []byte("new")}})

@@ -55,6 +55,21 @@ func mustDeclare(t *testing.T, ch *amqp.Channel, name string, args amqp.Table) {
 	}
 }
 
+// declareDeadLetters declares a durable fanout exchange dlx with the
+// durable queue dead bound to it, and the durable queue src whose
+// messages die after ttl into dlx.
+func declareDeadLetters(t *testing.T, ch *amqp.Channel, src string, ttl time.Duration, dlx, dead string) {
+	t.Helper()
+	if err := ch.ExchangeDeclare(dlx, "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustDeclare(t, ch, dead, nil)
+	if err := ch.QueueBind(dead, "", dlx, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustDeclare(t, ch, src, amqp.Table{"x-message-ttl": int32(ttl / time.Millisecond), "x-dead-letter-exchange": dlx})
+}
+
 // publishConfirmed publishes msgs with confirms and fails unless every one
 // is acked by the broker.
 func publishConfirmed(t *testing.T, ch *amqp.Channel, exchange, key string, msgs []amqp.Publishing) {

@@ -323,16 +323,8 @@ func crashStatus(n *Node) (*proto.ClusterStatusResponse, error) {
 func declareCrashTopology(t *testing.T, c *Cluster) {
 	t.Helper()
 	ch := channel(t, dial(t, c.Nodes[0]))
-	if err := ch.ExchangeDeclare(crashDLX, "fanout", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	mustDeclare(t, ch, crashDead, nil)
-	if err := ch.QueueBind(crashDead, "", crashDLX, false, nil); err != nil {
-		t.Fatal(err)
-	}
 	mustDeclare(t, ch, crashWork, nil)
-	mustDeclare(t, ch, crashTTL, amqp.Table{
-		"x-message-ttl": int32(crashTTLFor / time.Millisecond), "x-dead-letter-exchange": crashDLX})
+	declareDeadLetters(t, ch, crashTTL, crashTTLFor, crashDLX, crashDead)
 }
 
 // crashSent is one publish as its client saw it.

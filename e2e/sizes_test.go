@@ -83,14 +83,7 @@ func sized(t *testing.T, c *Cluster, tag string) {
 	waitPlacing(t, c, tag+".probe", members)
 	src, dst, dlx := tag+".src", tag+".dst", tag+".dlx"
 	ch := channel(t, dial(t, c.Nodes[0]))
-	if err := ch.ExchangeDeclare(dlx, "fanout", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	mustDeclare(t, ch, dst, nil)
-	if err := ch.QueueBind(dst, "", dlx, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	mustDeclare(t, ch, src, amqp.Table{"x-message-ttl": int32(300), "x-dead-letter-exchange": dlx})
+	declareDeadLetters(t, ch, src, 300*time.Millisecond, dlx, dst)
 	rows, err := queuesOn(t, c.Nodes[size/2])
 	if err != nil {
 		t.Fatal(err)
