@@ -396,7 +396,18 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 	// promised keepalives (silence.limit), or once gossip or the
 	// metadata leader's raft finds it silent. The two watches run apart:
 	// finding the suspects asks raft, which may keep the caller waiting.
+	//
+	// Until its sync the member has promised nothing, and a member that
+	// froze takes the request and never answers: the wait for the sync,
+	// from before the stream opens (the connection is made then), is
+	// bounded by the keepalive this node asks for, and by the Tick a
+	// fence waits for on top.
+	ask := effectsKeepalive(uint32((n.cfg.HeartbeatTimeout / 5).Milliseconds()))
+	opened := n.SilenceEpoch()
+	fence := opened != f.syncedIn
 	silence := newStreamSilence()
+	silence.limit.Store(int64(effectsSyncLimit(n.cfg.HeartbeatTimeout, ask, fence)))
+	silence.waiting(time.Now())
 	go func() {
 		t := time.NewTicker(effectsWatchEvery(n.cfg.HeartbeatTimeout))
 		defer t.Stop()
@@ -431,26 +442,21 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 			}
 		}
 	}()
-	ask := effectsKeepalive(uint32((n.cfg.HeartbeatTimeout / 5).Milliseconds()))
 	// Every delivery of this stream goes on as decided in the epoch it
 	// opened in, and the stream ends at the node's next silence: what
 	// the member sent meanwhile is checked in the log before it is
 	// written, and the next stream starts from a sync the member takes
 	// once it caught up with the log.
-	opened := n.SilenceEpoch()
 	stream, err := proto.NewInternalClient(conn).Effects(ctx, &proto.EffectsRequest{Group: f.id, Node: n.cfg.NodeID,
-		KeepaliveMs: uint32(ask.Milliseconds()), Fence: opened != f.syncedIn})
+		KeepaliveMs: uint32(ask.Milliseconds()), Fence: fence})
 	if err != nil {
-		return false, err
+		return false, withCause(ctx, err)
 	}
 	recv := func() (*proto.EffectsMessage, error) {
-		silence.waiting(time.Now())
+		silence.goesOn(time.Now())
 		msg, err := stream.Recv()
 		silence.waiting(time.Time{})
-		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, ctx.Err()) {
-			err = fmt.Errorf("%w: %w", err, cause)
-		}
-		return msg, err
+		return msg, withCause(ctx, err)
 	}
 	first, err := recv()
 	if err != nil {
@@ -461,6 +467,10 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 	}
 	if ka := first.GetSync().GetKeepaliveMs(); ka > 0 {
 		silence.limit.Store(int64(effectsSilenceLimit(n.cfg.HeartbeatTimeout, time.Duration(ka)*time.Millisecond)))
+	} else {
+		// A member that promised none may be quiet for as long as its
+		// log is.
+		silence.limit.Store(0)
 	}
 	f.syncedIn = opened
 	sink := n.streamSink(opened)
@@ -478,6 +488,26 @@ func (n *Node) followFrom(ctx context.Context, f *effectsFollower, member, addr 
 			return true, errNodeSilent
 		}
 	}
+}
+
+// withCause adds to err why ctx was cancelled, when it was for a reason
+// of its own (a silent member, one no longer reached).
+func withCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, ctx.Err()) {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
+
+// effectsSyncLimit is how long a node waits for the sync of a stream it
+// opens with keepalives asked every ask: as long as for any message,
+// and with a fence the Tick the member waits for before it syncs.
+func effectsSyncLimit(heartbeatTimeout, ask time.Duration, fence bool) time.Duration {
+	limit := effectsSilenceLimit(heartbeatTimeout, ask)
+	if fence {
+		limit += groupGetsWait
+	}
+	return limit
 }
 
 // effectsWatchEvery is how often a node looks at a stream's silence.
@@ -511,6 +541,12 @@ func (s *streamSilence) waiting(t time.Time) {
 		return
 	}
 	s.since.Store(1 + int64(t.Sub(s.base)))
+}
+
+// goesOn records that a wait began at t, unless one is already under
+// way: the wait for a stream's sync began before the stream opened.
+func (s *streamSilence) goesOn(t time.Time) {
+	s.since.CompareAndSwap(0, 1+int64(t.Sub(s.base)))
 }
 
 // over reports how long the current wait has lasted at now, and whether

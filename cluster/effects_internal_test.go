@@ -240,6 +240,35 @@ func TestStreamSilence_CountsWaitsPastTheLimit(t *testing.T) {
 	}
 }
 
+// The wait for a stream's sync, begun before the stream opened, goes on
+// through the first receive: it is not restarted there.
+func TestStreamSilence_TheWaitForTheSyncGoesOnThroughTheFirstReceive(t *testing.T) {
+	s := newStreamSilence()
+	t0 := s.base
+	s.limit.Store(int64(300 * time.Millisecond))
+	s.waiting(t0)
+	s.goesOn(t0.Add(200 * time.Millisecond))
+	if d, over := s.over(t0.Add(301 * time.Millisecond)); !over || d != 301*time.Millisecond {
+		t.Fatalf("301ms after the stream opened: %v, over %v; want 301ms, over", d, over)
+	}
+	s.waiting(time.Time{})
+	s.goesOn(t0.Add(time.Second))
+	if d, _ := s.over(t0.Add(time.Second + 100*time.Millisecond)); d != 100*time.Millisecond {
+		t.Fatalf("a wait begun after the last one ended: %v, want 100ms", d)
+	}
+}
+
+// A sync is waited for as long as any message, and with a fence as long
+// as the Tick the member waits for on top.
+func TestEffectsSyncLimit(t *testing.T) {
+	if got := effectsSyncLimit(500*time.Millisecond, 100*time.Millisecond, false); got != 500*time.Millisecond {
+		t.Errorf("limit %v, want the heartbeat timeout 500ms", got)
+	}
+	if got, want := effectsSyncLimit(500*time.Millisecond, 100*time.Millisecond, true), 500*time.Millisecond+groupGetsWait; got != want {
+		t.Errorf("fenced: limit %v, want %v", got, want)
+	}
+}
+
 // The silence limit is raft's heartbeat timeout, and never under four
 // keepalives.
 func TestEffectsSilenceLimit(t *testing.T) {

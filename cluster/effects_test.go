@@ -86,6 +86,22 @@ func publishThrough(t *testing.T, n *cluster.Node, body string) {
 	})
 }
 
+// awaitDelivery waits up to within for sink, node x's, to hold a
+// delivery of body.
+func awaitDelivery(t *testing.T, x *cluster.Node, sink *recorder, body string, within time.Duration) {
+	t.Helper()
+	clustertest.Eventually(t, within, func() error {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for _, d := range sink.delivered {
+			if string(d.Body) == body {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s got no delivery of %q", x.NodeID(), body)
+	})
+}
+
 // effectsGroup is the queue group of outsiderConsuming's queue.
 const effectsGroup = "q1"
 
@@ -209,21 +225,8 @@ func TestEffects_ASilentMembersStreamIsTakenFromAnother(t *testing.T) {
 	c, members, x, sink, submit := outsiderConsuming(t, func(cfg *cluster.Config) {
 		cfg.NodeDownAfter = time.Hour // nobody is found unreached or down
 	})
-	received := func(body string, within time.Duration) {
-		t.Helper()
-		clustertest.Eventually(t, within, func() error {
-			sink.mu.Lock()
-			defer sink.mu.Unlock()
-			for _, d := range sink.delivered {
-				if string(d.Body) == body {
-					return nil
-				}
-			}
-			return fmt.Errorf("%s got no delivery of %q", x.NodeID(), body)
-		})
-	}
 	submit(fsmtest.Enqueue("/", "", "held", "before", &proto.Properties{}, "held"))
-	received("before", clustertest.Timeout)
+	awaitDelivery(t, x, sink, "before", clustertest.Timeout)
 
 	// The stream comes from the first member on the first attempt.
 	// It may be the group's leader: the publish goes through another
@@ -236,8 +239,39 @@ func TestEffects_ASilentMembersStreamIsTakenFromAnother(t *testing.T) {
 	published := time.Now()
 	// Well within the 15 s gRPC's own keepalive takes to end a stream
 	// whose peer does not answer.
-	received("after", 5*time.Second)
+	awaitDelivery(t, x, sink, "after", 5*time.Second)
 	t.Logf("published %v after the freeze, received %v after that", published.Sub(frozen).Round(time.Millisecond), time.Since(published).Round(time.Millisecond))
+}
+
+// A member that takes a new stream's request and sends nothing back (it
+// froze while gossip still finds it alive) has promised no keepalives
+// yet: the node still leaves it within the keepalive it asked for, and
+// takes its effects from another member. gRPC's own keepalive would
+// end that stream only after 15 s.
+func TestEffects_AStreamOpenedToASilentMemberGoesToAnother(t *testing.T) {
+	c, members, x, sink, submit := outsiderConsuming(t, func(cfg *cluster.Config) {
+		cfg.NodeDownAfter = time.Hour // nobody is found unreached or down
+	})
+	ix := c.Index(x.NodeID())
+	c.Kill(ix)
+	// From before x starts again, its links to the first member's gRPC
+	// port take nothing: its first stream goes there.
+	c.Nodes[ix].Links.Freeze(c.Nodes[c.Index(members[0])].Config.GRPCAddr)
+	t.Cleanup(c.Heal)
+	c.Restart(ix)
+	x = c.Nodes[ix].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if opened, source := x.EffectsStream(effectsGroup); opened == 0 || source != members[0] {
+			return fmt.Errorf("%s's first stream: %d opened, from %q", x.NodeID(), opened, source)
+		}
+		return nil
+	})
+	submit(consumeOn(&proto.ChannelRef{Node: x.NodeID(), Connection: "conn-2", Channel: 1}, "held", "ctag", 100))
+	publishThrough(t, c.Nodes[c.Index(members[1])].Node(), "after")
+	published := time.Now()
+	awaitDelivery(t, x, sink, "after", 5*time.Second)
+	_, source := x.EffectsStream(effectsGroup)
+	t.Logf("received %v after the publish, from %s", time.Since(published).Round(time.Millisecond), source)
 }
 
 // A member cut off from its group's raft, but reached by the node and
@@ -257,16 +291,7 @@ func TestEffects_AMemberOutOfTouchWithItsGroupSendsNoKeepalives(t *testing.T) {
 	t.Cleanup(c.Heal)
 	other := c.Nodes[c.Index(members[1])].Node()
 	publishThrough(t, other, "after")
-	clustertest.Eventually(t, 5*time.Second, func() error {
-		sink.mu.Lock()
-		defer sink.mu.Unlock()
-		for _, d := range sink.delivered {
-			if string(d.Body) == "after" {
-				return nil
-			}
-		}
-		return fmt.Errorf("%s got no delivery of %q", x.NodeID(), "after")
-	})
+	awaitDelivery(t, x, sink, "after", 5*time.Second)
 }
 
 // A node that hears from no leader for a while finds itself silent and
