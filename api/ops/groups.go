@@ -105,6 +105,47 @@ func changeResult(err error) string {
 	}
 }
 
+// groupLeaders is the leader of every group, as the node leading it
+// says, after a rebalance: this node runs only some of the queue groups,
+// and what it knows of the others' leaders comes to it later. Of two
+// nodes that say they lead a group (one cut off and not told yet), the
+// later term's; a group no node says it leads is taken as this node
+// sees it, when it runs it.
+func (s *Service) groupLeaders(ctx context.Context) map[string]string {
+	leaders, terms := map[string]string{}, map[string]uint64{}
+	claim := func(node, group string, term uint64) {
+		if _, ok := leaders[group]; !ok || term > terms[group] {
+			leaders[group], terms[group] = node, term
+		}
+	}
+	self := s.node.NodeID()
+	local := s.node.Groups()
+	for _, g := range local {
+		if g.State == raftLeader {
+			claim(self, g.ID, g.Term)
+		}
+	}
+	askPeers(ctx, s, "rebalance", func(ctx context.Context, c proto.AdminClient) (*proto.ListGroupsResponse, error) {
+		return c.ListGroups(ctx, &proto.ListGroupsRequest{})
+	}, func(id string, r *proto.ListGroupsResponse) {
+		for _, g := range r.GetGroups() {
+			if g.GetState() == raftLeader {
+				claim(id, g.GetId(), g.GetTerm())
+			}
+		}
+	})
+	for _, g := range local {
+		if _, ok := leaders[g.ID]; !ok && g.Leader != "" {
+			leaders[g.ID] = g.Leader
+		}
+	}
+	return leaders
+}
+
+// raftLeader is a group's state, in GroupStatus and GroupInfo, on the
+// node that leads it.
+const raftLeader = "Leader"
+
 // handBackKey marks the RebalanceGroups the metadata leader asks of
 // every other node: that node hands the queue groups it leads to the
 // members meant to lead them, and answers what it leads.
@@ -135,12 +176,15 @@ func (s *Service) RebalanceGroups(ctx context.Context, req *proto.RebalanceGroup
 			return nil, nodeError(err, Precondition, "rebalance")
 		}
 		byNode := map[string]*proto.NodeLeadership{}
-		for id, n := range led {
-			byNode[id] = &proto.NodeLeadership{NodeId: id, Groups: uint32(n)}
+		for id := range led {
+			byNode[id] = &proto.NodeLeadership{NodeId: id}
 		}
-		leaders := map[string]string{}
-		for _, g := range s.node.Groups() {
-			leaders[g.ID] = g.Leader
+		leaders := s.groupLeaders(ctx)
+		for _, id := range leaders {
+			if byNode[id] == nil {
+				byNode[id] = &proto.NodeLeadership{NodeId: id}
+			}
+			byNode[id].Groups++
 		}
 		s.node.View(func(st State) {
 			for _, q := range st.Queues("") {
