@@ -109,8 +109,8 @@ func changeResult(err error) string {
 // says, after a rebalance: this node runs only some of the queue groups,
 // and what it knows of the others' leaders comes to it later. Of two
 // nodes that say they lead a group (one cut off and not told yet), the
-// later term's; a group no node says it leads is taken as this node
-// sees it, when it runs it.
+// later term's; a group no node says it leads (its leader did not
+// answer) is taken as this node knows it, from its raft or from gossip.
 func (s *Service) groupLeaders(ctx context.Context) map[string]string {
 	leaders, terms := map[string]string{}, map[string]uint64{}
 	claim := func(node, group string, term uint64) {
