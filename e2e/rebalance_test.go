@@ -42,7 +42,10 @@ func TestRebalance_CountsTheLeadersOfGroupsTheAnsweringNodeDoesNotRun(t *testing
 
 	var last string
 	if err := Eventually(60*time.Second, func() error {
-		table := rebalanceTable(t, c.Nodes[0])
+		table, err := rebalanceTable(t, c.Nodes[0])
+		if err != nil {
+			return err
+		}
 		leads := map[string]int{}
 		total := 0
 		for _, n := range c.Nodes {
@@ -72,10 +75,14 @@ func TestRebalance_CountsTheLeadersOfGroupsTheAnsweringNodeDoesNotRun(t *testing
 }
 
 // rebalanceTable runs raftmqctl rebalance on n and returns its "Number of
-// raft groups" by node, nodes that lead none left out.
-func rebalanceTable(t *testing.T, n *Node) map[string]int {
+// raft groups" by node, nodes that lead none left out. A refusal (a move
+// that met an election) is an error to try again after.
+func rebalanceTable(t *testing.T, n *Node) (map[string]int, error) {
 	t.Helper()
-	out := ctl(t, n, "rebalance")
+	out, errOut, code := ctlRun(t, n, "rebalance")
+	if code != 0 {
+		return nil, fmt.Errorf("raftmqctl rebalance: exit %d: %s", code, errOut)
+	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) < 2 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "Number of raft groups") {
 		t.Fatalf("rebalance: %q", out)
@@ -91,5 +98,5 @@ func rebalanceTable(t *testing.T, n *Node) map[string]int {
 			table[f[0]] = groups
 		}
 	}
-	return table
+	return table, nil
 }
