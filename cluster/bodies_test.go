@@ -99,6 +99,26 @@ func dirSize(t *testing.T, dir string) int64 {
 	return n
 }
 
+// awaitInstalledSnapshot fails the test unless n, restarted while its
+// leader compacted the log, caught up by installing a snapshot. raft
+// records an installed snapshot only after the state machine restored
+// it, so a node can have applied past it, and agree on the digest, a
+// moment before its stats show it: the check waits for raft's own
+// applied index to reach the state machine's first.
+func awaitInstalledSnapshot(t *testing.T, n *cluster.Node) {
+	t.Helper()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		s := n.Stats()
+		if s.AppliedIndex < s.FSMIndex {
+			return fmt.Errorf("raft has applied %d, the state machine %d", s.AppliedIndex, s.FSMIndex)
+		}
+		if s.LastSnapshotIndex == 0 {
+			return fmt.Errorf("the restarted node caught up without a snapshot: %+v", s)
+		}
+		return nil
+	})
+}
+
 // A backlog lives in the log and the body files, not in snapshots: a
 // follower that was down while the leader compacted its log installs the
 // snapshot with the bodies it names, delivers every one intact after a
@@ -162,9 +182,7 @@ func testBacklogBodies(t *testing.T, store string) {
 	c.WaitApplied(res[0].GetIndex())
 	c.AssertSameDigest(t)
 	if store == cluster.LogStoreBolt {
-		if s := back.Stats(); s.LastSnapshotIndex == 0 {
-			t.Fatalf("the restarted node caught up without a snapshot: %+v", s)
-		}
+		awaitInstalledSnapshot(t, back)
 	}
 	// Restart it once more: now the bodies come from its own store.
 	c.Kill(vi)

@@ -245,15 +245,7 @@ func testDelayedBodies(t *testing.T, store string) {
 	c.WaitApplied(mustSubmit(t, l, tick())[0].GetIndex())
 	c.AssertSameDigest(t)
 	if store == cluster.LogStoreBolt {
-		// raft records the installed snapshot just after the state
-		// machine has restored it, so the digest can agree a moment
-		// before the stats show it.
-		clustertest.Eventually(t, clustertest.Timeout, func() error {
-			if s := back.Stats(); s.LastSnapshotIndex == 0 {
-				return fmt.Errorf("the restarted node caught up without a snapshot: %+v", s)
-			}
-			return nil
-		})
+		awaitInstalledSnapshot(t, back)
 	}
 
 	ch := &proto.ChannelRef{Node: back.NodeID(), Connection: "c", Channel: 1}

@@ -140,9 +140,7 @@ func testMaxSizeMessages(t *testing.T, store string) {
 		// The write-ahead log keeps a log that is mostly live bodies
 		// (holdDenseLog), so its follower may catch up from the log; a
 		// bolt log is compacted, and the bodies come with the snapshot.
-		if s := c.Nodes[vi].Node().Stats(); s.LastSnapshotIndex == 0 {
-			t.Fatalf("the restarted node caught up without a snapshot: %+v", s)
-		}
+		awaitInstalledSnapshot(t, c.Nodes[vi].Node())
 		if n := dirSize(t, filepath.Join(c.Nodes[vi].Config.DataDir, "bodies")); n < 2*int64(max) {
 			t.Fatalf("the node that installed the snapshot holds %d bytes of body files, want both bodies", n)
 		}
