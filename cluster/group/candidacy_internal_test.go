@@ -37,6 +37,28 @@ func TestCandidacy_VotesSlowerThanTheLeaseStillElect(t *testing.T) {
 	// A short candidacy lasts 40 to 80 ms; the votes take 150 ms, and
 	// the configured election waits 400 to 800 ms.
 	const delay = 150 * time.Millisecond
+	groups := inmemGroups(t, timings, func(tr raft.Transport) raft.Transport {
+		return slowVotes{tr.(rpcsTransport), delay}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, g := range groups {
+			if g.Raft().State() == raft.Leader {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no member led within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// inmemGroups starts three groups of one raft group on in-memory
+// transports, wrap (nil: none) around each member's, and shuts them down
+// when the test ends.
+func inmemGroups(t *testing.T, timings RaftTimings, wrap func(raft.Transport) raft.Transport) []*Group {
+	t.Helper()
 	closing := make(chan struct{})
 	ids := []raft.ServerID{"n1", "n2", "n3"}
 	var cfg raft.Configuration
@@ -54,23 +76,6 @@ func TestCandidacy_VotesSlowerThanTheLeaseStillElect(t *testing.T) {
 		}
 	}
 	var groups []*Group
-	for i, id := range ids {
-		g, err := Open(Config{ID: string(id), Dir: filepath.Join(t.TempDir(), string(id)), Logger: discardLogger(),
-			Raft: timings, FSM: FSMConfig{NodeID: string(id)}, Closing: closing})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := trans[i]
-		if _, err := g.Start(tr.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
-			return slowVotes{rpcsTransport{tr, rpcs}, delay}
-		}, closing); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Raft().BootstrapCluster(cfg).Error(); err != nil {
-			t.Fatal(err)
-		}
-		groups = append(groups, g)
-	}
 	t.Cleanup(func() {
 		close(closing)
 		for _, g := range groups {
@@ -78,16 +83,26 @@ func TestCandidacy_VotesSlowerThanTheLeaseStillElect(t *testing.T) {
 			g.Close()
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, g := range groups {
-			if g.Raft().State() == raft.Leader {
-				return
+	for i, id := range ids {
+		g, err := Open(Config{ID: string(id), Dir: filepath.Join(t.TempDir(), string(id)), Logger: discardLogger(),
+			Raft: timings, FSM: FSMConfig{NodeID: string(id)}, Closing: closing})
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups = append(groups, g)
+		tr := trans[i]
+		if _, err := g.Start(tr.Consumer(), func(rpcs <-chan raft.RPC) raft.Transport {
+			var rt raft.Transport = rpcsTransport{tr, rpcs}
+			if wrap != nil {
+				rt = wrap(rt)
 			}
+			return rt
+		}, closing); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no member led within 20 s")
+		if err := g.Raft().BootstrapCluster(cfg).Error(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	return groups
 }

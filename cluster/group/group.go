@@ -111,6 +111,8 @@ type Group struct {
 	quiet     *QuietAppends
 	news      *CommitNews
 	reload    sync.Mutex // one raft.ReloadConfig at a time (reloadConfig)
+	// silenceChecks counts the silence watch's looks (tests).
+	silenceChecks atomic.Uint64
 	// raft is set once Start has it: the transport's handshakes may ask
 	// for it before.
 	raft atomic.Pointer[raft.Raft]

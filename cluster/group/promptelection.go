@@ -53,10 +53,16 @@ import (
 // to have raft check for the leader's silence now, and how long until
 // the watch looks again.
 func silenceCheck(state raft.RaftState, last, now time.Time, wait time.Duration) (nudge bool, next time.Duration) {
-	if state != raft.Follower || last.IsZero() {
-		// A leader or a candidate has no leader to lose; a follower
-		// that never heard from one (a start) is left to raft's own
-		// timer, which also covers a cluster that is not formed yet.
+	if state != raft.Follower {
+		// A leader or a candidate has no leader to lose: the watch
+		// looks again when raft's state changes (watchSilence), and
+		// only every leaderRecheck waits without one.
+		return false, leaderRecheck * wait
+	}
+	if last.IsZero() {
+		// A follower that never heard from a leader (a start) is left
+		// to raft's own timer, which also covers a cluster that is not
+		// formed yet.
 		return false, wait
 	}
 	silent := now.Sub(last)
@@ -111,6 +117,8 @@ func (g *Group) watchSilence(r *raft.Raft, closing <-chan struct{}) {
 		return
 	}
 	self := raft.ServerID(g.cfg.ID)
+	changes, stop := Observe[raft.RaftState](r, 16)
+	defer stop()
 	t := time.NewTimer(standAfter(r, self, hb))
 	defer t.Stop()
 	for {
@@ -118,7 +126,10 @@ func (g *Group) watchSilence(r *raft.Raft, closing <-chan struct{}) {
 		case <-closing:
 			return
 		case <-t.C:
+		case <-changes:
+			t.Stop()
 		}
+		g.silenceChecks.Add(1)
 		nudge, next := silenceCheck(r.State(), r.LastContact(), time.Now(), standAfter(r, self, hb))
 		if nudge {
 			g.checkLeaderNow(r)
@@ -126,6 +137,16 @@ func (g *Group) watchSilence(r *raft.Raft, closing <-chan struct{}) {
 		t.Reset(next)
 	}
 }
+
+// leaderRecheck is how many heartbeat timeouts the watch of a leader or a
+// candidate waits for a change of raft's state before it looks again. An
+// idle node pays for every moment it wakes (docs/performance.md, "Half of
+// an idle node's context switches are the runtime's sysmon"); a leader's
+// watch, woken every heartbeat timeout, found nothing to watch each
+// time. The observer drops a change only when sixteen wait unread, and
+// a follower whose watch missed its change is still found silent by
+// raft's own timer, later; the recheck bounds how long it is left to it.
+const leaderRecheck = 8
 
 // checkLeaderNow has raft's follower loop check for its leader's
 // silence at once (see above).

@@ -24,9 +24,9 @@ func TestSilenceCheck_AFollowerChecksAtTheTimeoutAfterItsLastContact(t *testing.
 		{"silent for the wait", raft.Follower, last, wait, true, wait},
 		{"silent for a minute", raft.Follower, last, time.Minute, true, wait},
 		{"never heard from a leader: raft's own timer", raft.Follower, time.Time{}, time.Minute, false, wait},
-		{"a leader has none to lose", raft.Leader, last, time.Minute, false, wait},
-		{"a candidate already stood", raft.Candidate, last, time.Minute, false, wait},
-		{"shut down", raft.Shutdown, last, time.Minute, false, wait},
+		{"a leader has none to lose: looked at again when its state changes", raft.Leader, last, time.Minute, false, leaderRecheck * wait},
+		{"a candidate already stood", raft.Candidate, last, time.Minute, false, leaderRecheck * wait},
+		{"shut down", raft.Shutdown, last, time.Minute, false, leaderRecheck * wait},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nudge, next := silenceCheck(tc.state, tc.last, last.Add(tc.since), wait)
@@ -90,5 +90,52 @@ func TestCandidateTimeouts_TheLeaseWhereItShortensTheElection(t *testing.T) {
 		if hb != tc.hb || election != tc.election {
 			t.Errorf("%+v: %v and %v, want %v and %v", tc.t, hb, election, tc.hb, tc.election)
 		}
+	}
+}
+
+// A leader's silence watch has nothing to watch: it sleeps until its
+// raft's state changes rather than waking every heartbeat timeout, and
+// once the raft follows again (here after handing its leadership over)
+// it watches at once.
+func TestWatchSilence_ALeaderSleepsUntilItFollows(t *testing.T) {
+	const hb = 250 * time.Millisecond
+	timings := RaftTimings{HeartbeatTimeout: hb, ElectionTimeout: hb, LeaderLeaseTimeout: hb / 2,
+		CommitTimeout: 5 * time.Millisecond, SnapshotThreshold: 8192, SnapshotInterval: time.Minute, TrailingLogs: 1024}
+	groups := inmemGroups(t, timings, nil)
+	var leader *Group
+	deadline := time.Now().Add(20 * time.Second)
+	for leader == nil {
+		for _, g := range groups {
+			if g.Raft().State() == raft.Leader {
+				leader = g
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no member led within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The window is what is measured: how often the watch looks while
+	// nothing changes.
+	before := leader.silenceChecks.Load()
+	time.Sleep(6 * hb)
+	if n := leader.silenceChecks.Load() - before; n > 1 || leader.Raft().State() != raft.Leader {
+		t.Fatalf("the leader's watch looked %d times in %v (state %v), want at most 1", n, 6*hb, leader.Raft().State())
+	}
+
+	before = leader.silenceChecks.Load()
+	if err := leader.TransferLeadership("", "").Error(); err != nil {
+		t.Fatal(err)
+	}
+	handed := time.Now()
+	// As a follower it looks at once and then every heartbeat timeout;
+	// a watch that learnt of the change only at its recheck (eight
+	// timeouts) would not have looked twice before four.
+	for leader.silenceChecks.Load()-before < 2 {
+		if time.Since(handed) > 4*hb {
+			t.Fatalf("the watch looked %d times in the %v after its raft gave up leading (state %v)",
+				leader.silenceChecks.Load()-before, 4*hb, leader.Raft().State())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
