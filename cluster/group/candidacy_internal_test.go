@@ -40,18 +40,7 @@ func TestCandidacy_VotesSlowerThanTheLeaseStillElect(t *testing.T) {
 	groups := inmemGroups(t, timings, func(tr raft.Transport) raft.Transport {
 		return slowVotes{tr.(rpcsTransport), delay}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, g := range groups {
-			if g.Raft().State() == raft.Leader {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no member led within 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitLeader(t, groups)
 }
 
 // inmemGroups starts three groups of one raft group on in-memory
@@ -105,4 +94,22 @@ func inmemGroups(t *testing.T, timings RaftTimings, wrap func(raft.Transport) ra
 		}
 	}
 	return groups
+}
+
+// awaitLeader returns the member of groups that leads, failing the test
+// when none does within 20 s.
+func awaitLeader(t *testing.T, groups []*Group) *Group {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, g := range groups {
+			if g.Raft().State() == raft.Leader {
+				return g
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no member led within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -101,20 +101,7 @@ func TestWatchSilence_ALeaderSleepsUntilItFollows(t *testing.T) {
 	const hb = 250 * time.Millisecond
 	timings := RaftTimings{HeartbeatTimeout: hb, ElectionTimeout: hb, LeaderLeaseTimeout: hb / 2,
 		CommitTimeout: 5 * time.Millisecond, SnapshotThreshold: 8192, SnapshotInterval: time.Minute, TrailingLogs: 1024}
-	groups := inmemGroups(t, timings, nil)
-	var leader *Group
-	deadline := time.Now().Add(20 * time.Second)
-	for leader == nil {
-		for _, g := range groups {
-			if g.Raft().State() == raft.Leader {
-				leader = g
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no member led within 20 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	leader := awaitLeader(t, inmemGroups(t, timings, nil))
 	// The window is what is measured: how often the watch looks while
 	// nothing changes.
 	before := leader.silenceChecks.Load()
