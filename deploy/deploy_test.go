@@ -78,6 +78,22 @@ func TestCompose_ConfigRefusesWithoutPassword(t *testing.T) {
 	if strings.Contains(out, "0.0.0.0") {
 		t.Fatalf("a port is published on every interface:\n%s", out)
 	}
+	// Queue groups per node unless the operator says otherwise.
+	everyNode := func(out, name, value string) {
+		t.Helper()
+		re := regexp.MustCompile(`(?m)^\s+` + name + `: ['"]?` + value + `['"]?\s*$`)
+		if c := len(re.FindAllString(out, -1)); c != 3 {
+			t.Errorf("%s=%s on %d nodes, want 3:\n%s", name, value, c, out)
+		}
+	}
+	everyNode(out, "RAFTMQ_QUEUE_GROUPS", "per-node")
+	everyNode(out, "RAFTMQ_PLACE_QUEUES", "true")
+	out, err = config("RAFTMQ_CLUSTER_SECRET=s", "RAFTMQ_PASSWORD=p", "RAFTMQ_QUEUE_GROUPS=0", "RAFTMQ_PLACE_QUEUES=false")
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, out)
+	}
+	everyNode(out, "RAFTMQ_QUEUE_GROUPS", "0")
+	everyNode(out, "RAFTMQ_PLACE_QUEUES", "false")
 }
 
 // The Kubernetes manifest ships no password: the first user's
@@ -96,5 +112,22 @@ func TestKubernetes_CredentialsFromSecrets(t *testing.T) {
 	}
 	if strings.Contains(s, "{name: RAFTMQ_DEFAULT_PASSWORD, value:") {
 		t.Error("a literal default password")
+	}
+}
+
+// Every deployment of three nodes runs a queue group per node with new
+// queues placed into them, and compose lets the operator turn both off.
+func TestDeployments_QueueGroupsPerNode(t *testing.T) {
+	for _, c := range []struct{ file, groups, place string }{
+		{"docker-compose.yml", "RAFTMQ_QUEUE_GROUPS: ${RAFTMQ_QUEUE_GROUPS:-per-node}", "RAFTMQ_PLACE_QUEUES: ${RAFTMQ_PLACE_QUEUES:-true}"},
+		{"kubernetes/raftmq.yaml", "{name: RAFTMQ_QUEUE_GROUPS, value: per-node}", `{name: RAFTMQ_PLACE_QUEUES, value: "true"}`},
+		{"systemd/raftmq.env", "\nRAFTMQ_QUEUE_GROUPS=per-node\n", "\nRAFTMQ_PLACE_QUEUES=true\n"},
+	} {
+		s := read(t, c.file)
+		for _, want := range []string{c.groups, c.place} {
+			if strings.Count(s, want) != 1 {
+				t.Errorf("%s: %q appears %d times, want once", c.file, want, strings.Count(s, want))
+			}
+		}
 	}
 }
