@@ -183,11 +183,10 @@ func startClusterOf(t *testing.T, name string, size int, env []string) *cluster 
 		subnet := fmt.Sprintf("172.30.%d", 100+rand.IntN(150))
 		// The test calls the admin API on the containers' addresses
 		// without TLS: the compose file takes credentials in clear only
-		// when told to.
-		// The compose file runs a queue group per node; the scenarios
-		// without placedEnv keep every queue in the metadata log, which
-		// a node started without flags runs, and placedEnv's lines in
-		// the override win over these.
+		// when told to. The compose file runs a queue group per node;
+		// the scenarios without placedEnv keep every queue in the
+		// metadata log, which a node started without flags runs, and
+		// placedEnv's lines in the override win over these.
 		c.env = append(os.Environ(), "RAFTMQ_IMAGE="+image, "RAFTMQ_SUBNET="+subnet,
 			"RAFTMQ_USER="+user, "RAFTMQ_PASSWORD="+password, "RAFTMQ_CLUSTER_SECRET="+secret,
 			"RAFTMQ_ADMIN_PLAINTEXT=true", "RAFTMQ_QUEUE_GROUPS=0", "RAFTMQ_PLACE_QUEUES=false")
