@@ -97,19 +97,43 @@ func inmemGroups(t *testing.T, timings RaftTimings, wrap func(raft.Transport) ra
 }
 
 // awaitLeader returns the member of groups that leads, failing the test
-// when none does within 20 s.
+// when none does within 20 s. It looks again at each change of a
+// member's raft state (Observe), registered before the first look so
+// that no change in between is missed.
 func awaitLeader(t *testing.T, groups []*Group) *Group {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	changed := make(chan struct{}, 1)
+	done := make(chan struct{})
+	defer close(done)
+	for _, g := range groups {
+		obs, stop := Observe[raft.RaftState](g.Raft(), 4)
+		defer stop()
+		go func() {
+			for {
+				select {
+				case <-obs:
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
 	for {
 		for _, g := range groups {
 			if g.Raft().State() == raft.Leader {
 				return g
 			}
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-deadline.C:
 			t.Fatal("no member led within 20 s")
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
