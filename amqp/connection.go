@@ -483,7 +483,7 @@ func (c *conn) handshake() error {
 		}
 		return fmt.Errorf("protocol header: %w", err)
 	}
-	if !bytes.Equal(hdr[:], wire.ProtocolHeader) {
+	if !bytes.Equal(hdr[:], wire.ProtocolHeader) && !bytes.Equal(hdr[:], wire.ProtocolHeader09) {
 		// spec: the server MUST respond with the protocol header it
 		// supports and close the socket.
 		c.out.append(func(b []byte) []byte { return append(b, wire.ProtocolHeader...) })

@@ -195,6 +195,10 @@ func TestServer_WrongProtocolHeaders(t *testing.T) {
 		"http request": []byte("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
 		"amqp 0-10":    {'A', 'M', 'Q', 'P', 1, 1, 0, 10},
 		"amqp 1.0":     {'A', 'M', 'Q', 'P', 0, 1, 0, 0},
+		// 0-8 as its clients send it and as its spec wrote it: RabbitMQ
+		// speaks 0-8's own framing to them, raftmq does not.
+		"amqp 0-8":         {'A', 'M', 'Q', 'P', 1, 1, 8, 0},
+		"amqp 0-8 as spec": {'A', 'M', 'Q', 'P', 1, 1, 9, 1},
 	}
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -210,6 +214,31 @@ func TestServer_WrongProtocolHeaders(t *testing.T) {
 			}
 			assertServing(t, ts)
 		})
+	}
+}
+
+// A client of AMQP 0-9 is served as 0-9-1, as RabbitMQ serves it: the
+// same connection.start (0-9 is the version it names), then a session.
+func TestServer_AMQP09HeaderIsServedAs091(t *testing.T) {
+	ts := startServer(t, Config{})
+	rc := dialRaw(t, ts.addr)
+	rc.write(wire.ProtocolHeader09)
+	start, ok := rc.method().(*wire.ConnectionStart)
+	if !ok || start.VersionMajor != 0 || start.VersionMinor != 9 {
+		t.Fatalf("got %#v, want connection.start for 0-9", start)
+	}
+	rc.send(0, &wire.ConnectionStartOk{Mechanism: "PLAIN", Response: "\x00guest\x00guest"})
+	if _, ok := rc.method().(*wire.ConnectionTune); !ok {
+		t.Fatal("no connection.tune")
+	}
+	rc.send(0, &wire.ConnectionTuneOk{ChannelMax: 0, FrameMax: 131072})
+	rc.send(0, &wire.ConnectionOpen{VirtualHost: "/"})
+	if _, ok := rc.method().(*wire.ConnectionOpenOk); !ok {
+		t.Fatal("no connection.open-ok")
+	}
+	rc.send(1, &wire.ChannelOpen{})
+	if _, ok := rc.method().(*wire.ChannelOpenOk); !ok {
+		t.Fatal("no channel.open-ok")
 	}
 }
 

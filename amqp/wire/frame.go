@@ -21,6 +21,12 @@ const (
 // server answers to a client that sends anything else.
 var ProtocolHeader = []byte{'A', 'M', 'Q', 'P', 0, 0, 9, 1}
 
+// ProtocolHeader09 is what a client of AMQP 0-9 sends first. RabbitMQ
+// serves it as 0-9-1, whose methods and framing are those of 0-9 less
+// the classes no broker of either implemented; old clients that speak
+// no 0-9-1 (the .NET client Mono ships) connect with it.
+var ProtocolHeader09 = []byte{'A', 'M', 'Q', 'P', 1, 1, 0, 9}
+
 // Frame is one frame: its type (FrameMethod, FrameHeader, FrameBody or
 // FrameHeartbeat), its channel and its payload.
 type Frame struct {
