@@ -137,6 +137,9 @@ func mirrorRead(meta, grp *fsm.Machine, id string, seen mirrorMark, all bool, ho
 	cmds := mirrorCommands(meta, grp, id)
 	if hold != nil {
 		cmds = slices.DeleteFunc(cmds, func(c *proto.Command) bool {
+			if d := c.GetQueueDelete(); d != nil {
+				return hold.keepDelete(fsm.QueueKey{Vhost: d.GetVhost(), Name: d.GetName()})
+			}
 			d := c.GetQueueDeclare()
 			return d != nil && hold.keep(fsm.QueueKey{Vhost: d.GetVhost(), Name: d.GetName()})
 		})
@@ -154,14 +157,24 @@ func mirrorRead(meta, grp *fsm.Machine, id string, seen mirrorMark, all bool, ho
 // its client gone away; a node outside the group waits for the mirror,
 // so where one exists nothing is held.
 
+// A queue the metadata no longer places in the group is left the same
+// way to the node that deleted it, whether a member or not: that node
+// deletes it from the group right after its metadata commit and answers
+// its client's delete-ok with the group's count of the queue's messages.
+// A mirror that deleted it first (on the leader of both logs it sees the
+// metadata's delete at once) left that node no queue to count, and the
+// client read 0 for a queue that held messages.
+
 // mirrorHold is what a group leader's mirror leaves to the declaring
-// members for grace: each queue it found missing, since when, and those
-// it held back in the current round. A nil one holds nothing.
+// members (where every node is one: declares) and to the deleting node
+// for grace: each queue it found missing or unplaced, since when, and
+// those it held back in the current round. A nil one holds nothing.
 type mirrorHold struct {
-	grace time.Duration
-	now   time.Time // the round's
-	since map[fsm.QueueKey]time.Time
-	held  map[fsm.QueueKey]bool
+	grace    time.Duration
+	now      time.Time // the round's
+	declares bool      // declares are held too
+	since    map[fsm.QueueKey]time.Time
+	held     map[fsm.QueueKey]bool
 }
 
 func newMirrorHold(grace time.Duration) *mirrorHold {
@@ -187,8 +200,19 @@ func (h *mirrorHold) pending() []fsm.QueueKey {
 }
 
 // keep reports whether the declare of k, missing from the group, waits:
-// it does until the grace after k was first found missing.
+// it does until the grace after k was first found missing, where every
+// node is a member.
 func (h *mirrorHold) keep(k fsm.QueueKey) bool {
+	if h == nil || !h.declares {
+		return false
+	}
+	return h.keepDelete(k)
+}
+
+// keepDelete reports whether the delete of k, which the metadata no
+// longer places in the group, waits: it does until the grace after k was
+// first found so.
+func (h *mirrorHold) keepDelete(k fsm.QueueKey) bool {
 	if h == nil {
 		return false
 	}
@@ -224,14 +248,6 @@ func (h *mirrorHold) settle() time.Time {
 	return due
 }
 
-// clear forgets every queue held.
-func (h *mirrorHold) clear() {
-	if h != nil {
-		clear(h.since)
-		clear(h.held)
-	}
-}
-
 // mirrorNamed is what mirrorCommands gives for the queues named in keys,
 // assuming every other queue is in line: the deletes first, then each
 // vhost's put where the group lacks it, its policies and its declares.
@@ -257,6 +273,9 @@ func mirrorNamed(meta, grp *fsm.Machine, id string, keys []fsm.QueueKey, hold *m
 				declares = append(declares, &proto.Command{Cmd: &proto.Command_QueueDeclare{QueueDeclare: d}})
 			}
 		case !here && (has || grp.Ended(k.Vhost, k.Name)) && meta.VhostExists(k.Vhost):
+			if hold.keepDelete(k) {
+				continue
+			}
 			cmds = append(cmds, &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: k.Vhost, Name: k.Name}}})
 		}
 	}
@@ -481,16 +500,10 @@ func (n *Node) mirrorLoop(ctx context.Context, qg *queueGroup) {
 				continue
 			}
 			last = time.Now()
-			h := hold
-			if n.allInGroup(qg.id) {
-				h.now = last
-			} else {
-				hold.clear()
-				h = nil
-			}
+			hold.now, hold.declares = last, n.allInGroup(qg.id)
 			var res []*proto.Result
 			var mark mirrorMark
-			_, res, mark, err = n.mirrorRound(ctx, qg.g, qg.id, seen, all, h)
+			_, res, mark, err = n.mirrorRound(ctx, qg.g, qg.id, seen, all, hold)
 			if err == nil {
 				seen = mark
 				all = slices.ContainsFunc(res, func(r *proto.Result) bool { return r.GetCode() != 0 })

@@ -323,6 +323,7 @@ func TestMirrorRead_LeavesANewQueueToItsMemberForTheGrace(t *testing.T) {
 		t.Fatalf("without a hold the mirror proposes %v", queueNames(got))
 	}
 	hold := newMirrorHold(DefaultPlaceGrace)
+	hold.declares = true
 	t0 := time.Unix(1000, 0)
 	round := func(at time.Duration) []string {
 		t.Helper()
@@ -437,5 +438,64 @@ func TestMirror_AQueueWhoseLeaseEndedLeavesTheMetadataThenTheGroup(t *testing.T)
 	}
 	if got := mirrorRound(t, meta, grp, "q1"); len(got) != 0 {
 		t.Fatalf("in line, yet the mirror proposes %v", got)
+	}
+}
+
+// A leader's mirror leaves a queue the metadata deleted in the group for
+// the grace, member or not, to the node that deleted it (which counts
+// its messages for the client's delete-ok there), and deletes it itself
+// once the grace is over; a round that compares everything holds back
+// alike. Without a hold, it is deleted at once.
+func TestMirrorRead_LeavesADeletedQueueToItsNodeForTheGrace(t *testing.T) {
+	meta := fsmtest.New(t)
+	fsmtest.Apply(t, meta, 1, &proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+		{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}}, fsmtest.PlaceQueues())
+	grp := fsmtest.New(t)
+	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+	apply := func(cmds []*proto.Command) {
+		t.Helper()
+		for _, c := range cmds {
+			if r, _ := fsmtest.One(t, grp, 2, c); r.GetCode() != 0 {
+				t.Fatalf("%s refused: %s", mirrorCmd(c), r.GetText())
+			}
+		}
+	}
+	fsmtest.Apply(t, meta, 2, queueDeclare("/", "counted"), queueDeclare("/", "left"))
+	cmds, seen := mirrorRead(meta, grp, "q1", mirrorMark{}, true, nil)
+	apply(cmds)
+	del := func(name string) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_QueueDelete{QueueDelete: &proto.QueueDelete{Vhost: "/", Name: name}}}
+	}
+	fsmtest.Apply(t, meta, 3, del("counted"), del("left"))
+	if got, _ := mirrorRead(meta, grp, "q1", seen, false, nil); !slices.Equal(queueNames(got), []string{"queue-//counted", "queue-//left"}) {
+		t.Fatalf("without a hold the mirror proposes %v", queueNames(got))
+	}
+	hold := newMirrorHold(DefaultPlaceGrace) // declares not held: not every node is a member
+	t0 := time.Unix(1000, 0)
+	round := func(at time.Duration, all bool) []string {
+		t.Helper()
+		hold.now = t0.Add(at)
+		cmds, mark := mirrorRead(meta, grp, "q1", seen, all, hold)
+		apply(cmds)
+		seen = mark
+		hold.settle()
+		return queueNames(cmds)
+	}
+	if got := round(0, false); len(got) != 0 {
+		t.Fatalf("at once the mirror proposes %v", got)
+	}
+	// The deleting node deletes its queue from the group.
+	apply([]*proto.Command{del("counted")})
+	if got := round(DefaultPlaceGrace/2, true); len(got) != 0 {
+		t.Fatalf("within the grace a full comparison proposes %v", got)
+	}
+	if got := slices.Collect(maps.Keys(hold.since)); len(got) != 1 || got[0].Name != "left" {
+		t.Fatalf("held %v, want only left", got)
+	}
+	if got := round(DefaultPlaceGrace, false); !slices.Equal(got, []string{"queue-//left"}) {
+		t.Fatalf("once the grace is over the mirror proposes %v, want left's delete", got)
+	}
+	if rest := mirrorCommands(meta, grp, "q1"); len(rest) != 0 || len(hold.since) != 0 {
+		t.Fatalf("the group still differs by %v; held %v", names(rest), hold.since)
 	}
 }
