@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -40,6 +41,9 @@ type ledger struct {
 	clientCancelled map[string]bool
 	// windows of the consumers with look-ahead.
 	windows map[string]*window
+	// prefetches are the prefetches of the consumers that acknowledge,
+	// as the log holds them (a basic.qos changes them: setPrefetch).
+	prefetches map[string]uint32
 	// wireTag is the last wire tag handed out; written holds the
 	// deliveries the client has and has not acknowledged, by wire tag,
 	// and order their wire tags ascending (some acknowledged already).
@@ -108,10 +112,11 @@ type closeout struct {
 
 func newLedger() *ledger {
 	return &ledger{
-		consumers: map[string]bool{},
-		starting:  map[string][]*fsm.Delivery{},
-		windows:   map[string]*window{},
-		groups:    map[string]uint32{},
+		consumers:  map[string]bool{},
+		starting:   map[string][]*fsm.Delivery{},
+		windows:    map[string]*window{},
+		prefetches: map[string]uint32{},
+		groups:     map[string]uint32{},
 	}
 }
 
@@ -177,6 +182,7 @@ func (l *ledger) consumed(tag string, registered bool) (active bool, a actions) 
 	delete(l.starting, tag)
 	if !registered {
 		delete(l.windows, tag)
+		delete(l.prefetches, tag)
 		return false, a
 	}
 	if !starting || l.closed {
@@ -202,6 +208,7 @@ func (l *ledger) cancelled(tag string) (known bool, a actions) {
 	delete(l.consumers, tag)
 	delete(l.starting, tag)
 	delete(l.groups, tag)
+	delete(l.prefetches, tag)
 	for _, t := range l.dropWindow(tag) {
 		l.withhold(&a, t)
 	}
@@ -226,6 +233,7 @@ func (l *ledger) timedOut(tag string, logTags []uint64) (known bool) {
 	delete(l.starting, tag)
 	delete(l.windows, tag)
 	delete(l.groups, tag)
+	delete(l.prefetches, tag)
 	back := make(map[logRef]bool, len(logTags))
 	for _, t := range logTags {
 		back[logRef{group, t}] = true
@@ -300,6 +308,7 @@ func (l *ledger) notCancelling(a *actions, tag string, now int64) {
 func (l *ledger) cancel(tag string) []logRef {
 	delete(l.consumers, tag)
 	delete(l.groups, tag)
+	delete(l.prefetches, tag)
 	if l.clientCancelled == nil {
 		l.clientCancelled = map[string]bool{}
 	}
@@ -529,7 +538,7 @@ func (l *ledger) offer(a *actions, d *fsm.Delivery) {
 	if w != nil {
 		w.ctl.assigned(d)
 	}
-	if w != nil && (w.inflight >= w.prefetch || len(w.held) > 0 || w.cancelling) {
+	if w != nil && (w.full() || len(w.held) > 0 || w.cancelling) {
 		w.held = append(w.held, d)
 		l.armHeld(a, d.Deadline)
 		return
@@ -569,7 +578,7 @@ func (l *ledger) record(t logRef, consumer string, noAck bool) uint64 {
 // refill writes held deliveries of w while its client has room; the ones
 // past their deadline are withheld for requeueing.
 func (l *ledger) refill(a *actions, w *window, now int64) {
-	for len(w.held) > 0 && w.inflight < w.prefetch && !w.cancelling {
+	for len(w.held) > 0 && !w.full() && !w.cancelling {
 		d := w.held[0]
 		w.held[0] = nil
 		w.held = w.held[1:]
@@ -579,7 +588,7 @@ func (l *ledger) refill(a *actions, w *window, now int64) {
 		}
 		a.writes = append(a.writes, numbered{d: d, wire: l.record(refOf(d), d.Consumer.GetTag(), d.NoAck)})
 	}
-	if w.inflight < w.prefetch {
+	if !w.full() {
 		// The client has room and nothing is held for it.
 		w.ctl.starved = true
 	}
@@ -679,6 +688,43 @@ func (l *ledger) compactOrder() {
 		}
 	}
 	l.order = keep
+}
+
+// acking records the prefetch of consumer tag, which acknowledges what
+// it is sent, once the log registered it.
+func (l *ledger) acking(tag string, prefetch uint32) { l.prefetches[tag] = prefetch }
+
+// prefetchChange is a consumer whose prefetch a basic.qos changed, with
+// the credit the log is to give it.
+type prefetchChange struct {
+	consumer         string
+	prefetch, credit uint32
+}
+
+// setPrefetch makes prefetch (0: no limit) the prefetch of each of the
+// channel's consumers that acknowledge, as a basic.qos on a channel that
+// consumes does (the log's share: prefetchChange). A consumer with
+// look-ahead keeps it, at factor times the new prefetch, and its window
+// writes what it holds up to the new prefetch; one without gets no
+// look-ahead, as it had none at its Consume.
+func (l *ledger) setPrefetch(a *actions, prefetch uint32, factor int, now int64) []prefetchChange {
+	var out []prefetchChange
+	for tag, old := range l.prefetches {
+		if old == prefetch || !l.consumers[tag] {
+			continue
+		}
+		l.prefetches[tag] = prefetch
+		credit := prefetch
+		if w := l.windows[tag]; w != nil {
+			credit = consumerCredit(prefetch, false, factor)
+			w.prefetch = prefetch
+			w.ctl.base, w.ctl.credit = credit, credit
+			l.refill(a, w, now)
+		}
+		out = append(out, prefetchChange{consumer: tag, prefetch: prefetch, credit: credit})
+	}
+	slices.SortFunc(out, func(x, y prefetchChange) int { return cmp.Compare(x.consumer, y.consumer) })
+	return out
 }
 
 // dropWindow removes consumer's window and returns the log tags of what it

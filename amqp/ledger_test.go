@@ -516,3 +516,37 @@ func TestLedger_TakeBack(t *testing.T) {
 		t.Fatal("a closed ledger took a delivery back")
 	}
 }
+
+// A basic.qos gives the channel's consumers that acknowledge its new
+// prefetch at once: a window writes what it held up to it and keeps its
+// look-ahead at the new prefetch, a consumer without one is only told to
+// the log, and neither an unchanged consumer nor one that acknowledges
+// nothing (no prefetch recorded) is named.
+func TestLedger_QosChangesTheRunningConsumersPrefetch(t *testing.T) {
+	l := started(t, []string{"plain", "noack"}, []string{"win"})
+	l.acking("plain", 1)
+	l.acking("win", 2)
+	var ds []*fsm.Delivery
+	for i := range uint64(5) {
+		ds = append(ds, dl("win", i+1, 0))
+	}
+	if got := feed(l, t0, ds...); len(got) != 2 {
+		t.Fatalf("wrote %v before the qos, want the window's prefetch 2", got)
+	}
+	var a actions
+	changes := l.setPrefetch(&a, 4, 3, t0)
+	want := []prefetchChange{{consumer: "plain", prefetch: 4, credit: 4}, {consumer: "win", prefetch: 4, credit: consumerCredit(4, false, 3)}}
+	if !slices.Equal(changes, want) {
+		t.Fatalf("changes %+v, want %+v", changes, want)
+	}
+	if got := writes(a); len(got) != 2 || got[0] != [2]uint64{3, 3} || got[1] != [2]uint64{4, 4} {
+		t.Fatalf("the raise wrote %v, want log tags 3 and 4 as wire tags 3 and 4", got)
+	}
+	if changes := l.setPrefetch(&a, 4, 3, t0); len(changes) != 0 {
+		t.Fatalf("the same prefetch again changed %+v", changes)
+	}
+	a = actions{}
+	if changes := l.setPrefetch(&a, 0, 3, t0); len(changes) != 2 || writes(a)[0] != [2]uint64{5, 5} {
+		t.Fatalf("lifting the prefetch changed %+v and wrote %v, want both consumers and log tag 5", changes, writes(a))
+	}
+}

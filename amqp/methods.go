@@ -452,8 +452,42 @@ func (ch *channel) handleQos(m *wire.BasicQos) *wire.Error {
 	} else {
 		ch.prefetch = m.PrefetchCount
 	}
+	ch.requalify()
 	ch.c.send(ch.id, &wire.BasicQosOk{})
 	return nil
+}
+
+// requalify gives the channel's consumers its prefetch, now that a
+// basic.qos changed it. RabbitMQ applies a new prefetch only to the
+// consumers started after it; the AMQP spec's prefetch is the channel's,
+// and clients written to it raise the prefetch of a running consumer to
+// take more while they hold what they cannot settle yet: a Celery worker
+// does for each task with an ETA it holds, and kept at its old prefetch
+// it takes no new task until the held ones come due. So each consumer
+// that acknowledges gets the channel's prefetch at once (LavinMQ does the
+// same). The change commits in each consumer's log before qos-ok; a log
+// below protocol level 25, or one that refuses, leaves the consumer's
+// prefetch in the log as it was (only its credit follows), and qos-ok is
+// sent all the same: the client's setting stands for later consumers.
+func (ch *channel) requalify() {
+	ch.mu.Lock()
+	var a actions
+	changes := ch.led.setPrefetch(&a, ch.consumerPrefetch(), ch.c.srv.cfg.ConsumerLookahead, time.Now().UnixMilli())
+	ch.carryOut(a)
+	ch.mu.Unlock()
+	b := ch.c.srv.node()
+	for _, x := range changes {
+		p := x.prefetch
+		cmd := &proto.Command{Cmd: &proto.Command_Credit{Credit: &proto.Credit{
+			Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: x.consumer}, Credit: x.credit, Prefetch: &p,
+		}}}
+		ctx, cancel := context.WithTimeout(ch.c.ctx, 10*time.Second)
+		r, err := b.Submit(ctx, cmd)
+		cancel()
+		if err != nil || r.GetCode() != 0 {
+			ch.c.logger().Debug("a consumer's prefetch not changed in its log", "consumer", x.consumer, "err", err, "text", r.GetText())
+		}
+	}
 }
 
 func (ch *channel) consumerPrefetch() uint32 {
@@ -504,6 +538,9 @@ func (ch *channel) handleConsume(m *wire.BasicConsume) *wire.Error {
 	active, a := ch.led.consumed(tag, e == nil)
 	if e != nil {
 		return e
+	}
+	if active && !m.NoAck {
+		ch.led.acking(tag, prefetch)
 	}
 	if res.GetConsumerTag() != "" && res.GetConsumerTag() != tag {
 		ch.c.logger().Warn("consumer tag changed by the broker", "sent", tag, "got", res.GetConsumerTag())

@@ -288,8 +288,9 @@ func TestMethods_ImmediateIsRefused(t *testing.T) {
 }
 
 // A global prefetch (RabbitMQ's deprecated channel-wide QoS) is the limit
-// of each later consumer without one of its own; a per-consumer prefetch
-// wins over it, and the global one is back once that is cleared.
+// of each consumer without one of its own; a per-consumer prefetch wins
+// over it, and the global one is back once that is cleared. Each change
+// reaches the consumers already running too.
 func TestMethods_GlobalPrefetchLimitsEachConsumer(t *testing.T) {
 	ts := startServer(t, Config{})
 	_, ch := openChannel(t, ts)
@@ -321,6 +322,17 @@ func TestMethods_GlobalPrefetchLimitsEachConsumer(t *testing.T) {
 		if c.GetPrefetch() != want[c.GetQueue()] {
 			t.Errorf("consumer of %s has prefetch %d, want %d", c.GetQueue(), c.GetPrefetch(), want[c.GetQueue()])
 		}
+	}
+	// Each basic.qos also gave the consumers already running the
+	// channel's prefetch, through their logs, in the order it was set.
+	var changed []string
+	for _, c := range commandsOf(ts.broker, (*proto.Command).GetCredit) {
+		if c.Prefetch != nil {
+			changed = append(changed, fmt.Sprintf("%s:%d", c.GetConsumer().GetTag(), c.GetPrefetch()))
+		}
+	}
+	if want := []string{"a:3", "b:3", "a:5", "b:5", "c:5"}; !slices.Equal(changed, want) {
+		t.Errorf("prefetches changed %v, want %v", changed, want)
 	}
 }
 

@@ -113,6 +113,9 @@ type window struct {
 	cancelling bool
 }
 
+// full reports whether the client holds w's prefetch (0: no limit).
+func (w *window) full() bool { return w.prefetch != 0 && w.inflight >= w.prefetch }
+
 // translateAck turns a client's basic.ack, basic.nack or basic.reject into
 // the log commands naming the logs' tags, one item per group whose
 // deliveries it names (groups ascending; in a transaction each carries

@@ -27,6 +27,16 @@ const MaxCredit = 100_000
 // the queue at once; a lowered one takes nothing back, the consumer just
 // gets nothing more until its unacked count is below the new credit.
 // Below level 14 nothing changes: the kind did not exist.
+//
+// From level 25 a Credit may carry a prefetch, which becomes the
+// consumer's first: a basic.qos on its channel. RabbitMQ applies a
+// channel's new prefetch to the consumers started after it, but a worker
+// that holds deliveries it cannot settle yet (Celery's tasks with an ETA)
+// raises the prefetch of its running consumer to go on taking work, as
+// the AMQP spec lets it: kept at its old prefetch such a worker takes no
+// new task until the held ones come due. The queue is dispatched at
+// once, since a larger prefetch (or none) may let the consumer take
+// more; a smaller one takes nothing back.
 func (s *state) applyCredit(c *proto.Credit) *proto.Result {
 	if !s.atLeast(levelCredit) {
 		return &proto.Result{}
@@ -38,6 +48,15 @@ func (s *state) applyCredit(c *proto.Credit) *proto.Result {
 	for _, x := range ch.consumers {
 		if x.ref.GetTag() != c.GetConsumer().GetTag() {
 			continue
+		}
+		if c.Prefetch != nil && s.atLeast(levelQos) && !x.noAck {
+			x.prefetch = c.GetPrefetch()
+			x.credit = 0
+			if x.prefetch != 0 {
+				x.credit = max(c.GetCredit(), x.prefetch)
+			}
+			s.dispatch(x.q, nil)
+			break
 		}
 		if x.noAck || x.prefetch == 0 {
 			break

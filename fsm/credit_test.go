@@ -139,3 +139,113 @@ func TestCredit_ReplayAcrossTheLevelAgrees(t *testing.T) {
 		}
 	}
 }
+
+func qosOf(ch *proto.ChannelRef, tag string, prefetch uint32) *proto.Command {
+	c := creditOf(ch, tag, 0)
+	c.GetCredit().Prefetch = &prefetch
+	return c
+}
+
+// qosRun: a consumer with prefetch 1 holds 1 of 10 messages; its prefetch
+// is raised to 3, cut to 2 (then two are acked), and lifted (0). It
+// returns what the consumer holds after each.
+func qosRun(t *testing.T, m *fsm.Machine) (raised, cut, lifted uint64) {
+	t.Helper()
+	fsmtest.One(t, m, 1, declare("q", nil))
+	fsmtest.One(t, m, 1, consume("q", "c", ch1, 1))
+	fsmtest.Apply(t, m, 2, publishes("q", 10)...)
+	fsmtest.One(t, m, 3, qosOf(ch1, "c", 3))
+	raised = assignedOn(m, ch1)
+	fsmtest.One(t, m, 4, qosOf(ch1, "c", 2))
+	fsmtest.One(t, m, 5, settle(ch1, 2, true))
+	cut = assignedOn(m, ch1)
+	fsmtest.One(t, m, 6, qosOf(ch1, "c", 0))
+	return raised, cut, assignedOn(m, ch1)
+}
+
+// From level 25 a Credit's prefetch becomes the consumer's while it
+// consumes: a raise assigns at once, a cut takes nothing back and holds
+// assignments until the consumer is below it, 0 lifts the limit.
+func TestQos_SetsThePrefetchWhileConsuming(t *testing.T) {
+	raised, cut, lifted := qosRun(t, fsmtest.New(t))
+	if raised != 3 {
+		t.Fatalf("after a prefetch of 3 the consumer holds %d, want 3", raised)
+	}
+	if cut != 2 {
+		t.Fatalf("cut to 2 with 3 held, then 2 acked, it holds %d, want 2", cut)
+	}
+	if lifted != 8 {
+		t.Fatalf("with the prefetch lifted it holds %d, want the 8 left", lifted)
+	}
+}
+
+// Below level 25 a Credit's prefetch is ignored (its credit still counts
+// from level 14): the consumer keeps the prefetch of its Consume.
+func TestQos_BelowItsLevelOnlyTheCreditCounts(t *testing.T) {
+	raised, cut, lifted := qosRun(t, fsmtest.NewAt(t, 24))
+	if raised != 1 || cut != 1 || lifted != 1 {
+		t.Fatalf("at level 24 the consumer holds %d, %d, %d, want its Consume's prefetch 1 each time", raised, cut, lifted)
+	}
+}
+
+// A prefetch for a consumer without acks limits nothing; the leader
+// proposes one only once every server announces level 25, and refuses
+// one above AMQP's short.
+func TestQos_ProtocolAndBound(t *testing.T) {
+	m := fsmtest.New(t)
+	fsmtest.One(t, m, 1, declare("q", nil))
+	noAck := consume("q", "c", ch1, 0)
+	noAck.GetConsume().NoAck = true
+	fsmtest.One(t, m, 1, noAck)
+	if r, _ := fsmtest.One(t, m, 2, qosOf(ch1, "c", 5)); r.GetCode() != 0 {
+		t.Fatalf("a prefetch for a no-ack consumer refused: %d %s", r.GetCode(), r.GetText())
+	}
+	fsmtest.Apply(t, m, 3, publishes("q", 8)...)
+	if got := m.Stats().Delivered; got != 8 {
+		t.Fatalf("the no-ack consumer was given %d of 8 after a prefetch of 5, want all", got)
+	}
+	if got := fsm.CommandProtocol(qosOf(ch1, "c", 5)); got != 25 {
+		t.Fatalf("a Credit with a prefetch needs protocol %d, want 25", got)
+	}
+	if err := fsm.Validate(qosOf(ch1, "c", 65535), fsm.Limits{}); err != nil {
+		t.Fatalf("a prefetch of 65535 refused: %v", err)
+	}
+	if err := fsm.Validate(qosOf(ch1, "c", 65536), fsm.Limits{}); err == nil {
+		t.Fatal("a prefetch above 65535 accepted")
+	}
+}
+
+// A replica that replays the log across the SetProtocol that reaches 25
+// and one restored from a snapshot at any point agree.
+func TestQos_ReplayAcrossTheLevelAgrees(t *testing.T) {
+	log := [][]*proto.Command{
+		{declare("q", nil)},
+		{consume("q", "c", ch1, 1)},
+		publishes("q", 10),
+		{qosOf(ch1, "c", 4)},
+		{fsmtest.SetProtocol(25)},
+		{qosOf(ch1, "c", 4)},
+		{settle(ch1, 2, true)},
+		{qosOf(ch1, "c", 2)},
+		publishes("q", 3),
+	}
+	run := func(from int) ([32]byte, uint64) {
+		m := fsmtest.NewAt(t, 24)
+		for i, cmds := range log {
+			if i == from {
+				m = roundTrip(t, m)
+			}
+			fsmtest.Apply(t, m, int64(i+1), cmds...)
+		}
+		return m.Digest(), assignedOn(m, ch1)
+	}
+	want, held := run(-1)
+	if held != 4 {
+		t.Fatalf("the consumer holds %d at the end, want 4 (1 until the level, then 4, 2 acked and refilled, then the cut to 2 takes nothing back)", held)
+	}
+	for i := range log {
+		if got, _ := run(i); got != want {
+			t.Fatalf("restored from a snapshot before entry %d: digest differs", i)
+		}
+	}
+}

@@ -84,6 +84,9 @@ const (
 	// levelPlaceExpires: a queue with its own x-expires is placed in a
 	// queue group like any other, whose log runs its lease (placement.go).
 	levelPlaceExpires uint32 = 24
+	// levelQos: Credit.prefetch, a consumer's prefetch changed while it
+	// consumes (a basic.qos on its channel; apply_credit.go).
+	levelQos uint32 = 25
 )
 
 // HandOffRouteLevel is levelHandOffRoute for the node, which hands a dead
@@ -94,6 +97,10 @@ const HandOffRouteLevel = levelHandOffRoute
 // CreditLevel is levelCredit for the node, which sends Credit only once
 // the log it applied is at that level.
 const CreditLevel = levelCredit
+
+// QosLevel is levelQos for the node, which sends Credit.prefetch only
+// once the log it applied is at that level.
+const QosLevel = levelQos
 
 // RetryLevel is levelRetry for the node, which sends Requeue.failed only
 // once the log it applied is at that level.

@@ -118,7 +118,9 @@ func (e *InvalidError) Result() *proto.Result { return refused(e.Code, e.Text) }
 //     log deletes a queue whose lease ended there (lease.go)
 //  24. a queue with its own x-expires is placed in a queue group, where
 //     its lease runs (placement.go)
-const Protocol = 24
+//  25. Credit.prefetch: a basic.qos changes the prefetch of the channel's
+//     consumers while they consume (apply_credit.go)
+const Protocol = 25
 
 // kindProtocol is the protocol version that introduced each command kind
 // (by its field number in Command's oneof). A kind is proposed only once
@@ -164,6 +166,9 @@ func CommandProtocol(c *proto.Command) uint32 {
 	}
 	if c.GetQueueDeclare().GetPlacedAt() != 0 {
 		return levelLeases
+	}
+	if cr := c.GetCredit(); cr != nil && cr.Prefetch != nil {
+		return levelQos
 	}
 	return kindProtocol[f.Number()]
 }
@@ -768,6 +773,9 @@ func (v *validator) command(c *proto.Command) {
 		v.consumer("consumer", x.Credit.GetConsumer())
 		if c := x.Credit.GetCredit(); c > MaxCredit {
 			v.fail(replycode.PreconditionFailed, "credit %d is above %d", c, MaxCredit)
+		}
+		if p := x.Credit.GetPrefetch(); p > math.MaxUint16 {
+			v.fail(replycode.PreconditionFailed, "prefetch %d is above %d", p, math.MaxUint16)
 		}
 	case *proto.Command_Settle:
 		v.channel("channel", x.Settle.GetChannel())

@@ -3435,12 +3435,16 @@ func (x *Cancel) GetConsumer() *ConsumerRef {
 // Credit sets a consumer's credit (Consume.credit) while it consumes: its
 // node grows the look-ahead to cover what the consumer takes while an ack
 // of it is on its way through the log, and shrinks it back when the
-// consumer holds more than it uses. 0 is the prefetch. Protocol level 13;
+// consumer holds more than it uses. 0 is the prefetch. Protocol level 14;
 // below it the command changes nothing.
 type Credit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Consumer      *ConsumerRef           `protobuf:"bytes,1,opt,name=consumer" json:"consumer,omitempty"`
-	Credit        uint32                 `protobuf:"varint,2,opt,name=credit" json:"credit,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Consumer *ConsumerRef           `protobuf:"bytes,1,opt,name=consumer" json:"consumer,omitempty"`
+	Credit   uint32                 `protobuf:"varint,2,opt,name=credit" json:"credit,omitempty"`
+	// When present, the consumer's prefetch (Consume.prefetch; 0: no limit)
+	// becomes this first: a basic.qos on a channel that consumes. Protocol
+	// level 25; below it only the credit is set.
+	Prefetch      *uint32 `protobuf:"varint,3,opt,name=prefetch" json:"prefetch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3485,6 +3489,13 @@ func (x *Credit) GetConsumer() *ConsumerRef {
 func (x *Credit) GetCredit() uint32 {
 	if x != nil {
 		return x.Credit
+	}
+	return 0
+}
+
+func (x *Credit) GetPrefetch() uint32 {
+	if x != nil && x.Prefetch != nil {
+		return *x.Prefetch
 	}
 	return 0
 }
@@ -5603,10 +5614,11 @@ const file_command_proto_rawDesc = "" +
 	"\targuments\x18\a \x01(\v2\x10.raftmq.v1.TableR\targuments\x12\x16\n" +
 	"\x06credit\x18\b \x01(\rR\x06credit\"<\n" +
 	"\x06Cancel\x122\n" +
-	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"T\n" +
+	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\"w\n" +
 	"\x06Credit\x122\n" +
 	"\bconsumer\x18\x01 \x01(\v2\x16.raftmq.v1.ConsumerRefR\bconsumer\x12\x16\n" +
-	"\x06credit\x18\x02 \x01(\rR\x06credit\"\x8c\x01\n" +
+	"\x06credit\x18\x02 \x01(\rR\x06credit\x12!\n" +
+	"\bprefetch\x18\x03 \x01(\rB\x05\xaa\x01\x02\b\x01R\bprefetch\"\x8c\x01\n" +
 	"\x06Settle\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12!\n" +
 	"\fdelivery_tag\x18\x02 \x01(\x04R\vdeliveryTag\x12\x1a\n" +

@@ -65,6 +65,7 @@ func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*
 		return nil, nil
 	}
 	s.gateFailed(cmds)
+	s.gateQos(cmds)
 	cmds = s.gateSeen(cmds)
 	deadline, hasDeadline := ctx.Deadline()
 	if !hasDeadline {
@@ -156,6 +157,28 @@ func (s *Submitter) gateFailed(cmds []*proto.Command) {
 			}
 			if level < fsm.RetryLevel {
 				r.Failed = false
+			}
+		}
+	}
+}
+
+// gateQos clears Credit.prefetch (a basic.qos for a running consumer)
+// while the log this node applied is below protocol level 25: a server of
+// an earlier release would refuse the field, and below it a consumer's
+// prefetch is its Consume's; the credit still counts.
+func (s *Submitter) gateQos(cmds []*proto.Command) {
+	var level uint32
+	for _, c := range cmds {
+		if cr := c.GetCredit(); cr != nil && cr.Prefetch != nil {
+			if s.cfg.State == nil {
+				// No state here: the leader's log judges the field.
+				return
+			}
+			if level == 0 {
+				s.cfg.State.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+			}
+			if level < fsm.QosLevel {
+				cr.Prefetch = nil
 			}
 		}
 	}

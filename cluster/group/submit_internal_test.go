@@ -43,3 +43,31 @@ func TestSubmitter_LeavesTheSeenListOutBelowItsLevel(t *testing.T) {
 		}
 	}
 }
+
+// A Credit with a prefetch (a basic.qos for a running consumer) goes to a
+// log below level 25 without it, its credit kept, and as it is from 25
+// on; a node without state leaves it to the leader's log.
+func TestSubmitter_LeavesTheQosPrefetchOutBelowItsLevel(t *testing.T) {
+	credit := func() *proto.Command {
+		p := uint32(9)
+		return &proto.Command{Cmd: &proto.Command_Credit{Credit: &proto.Credit{
+			Consumer: &proto.ConsumerRef{Channel: &proto.ChannelRef{Node: "n1", Connection: "c1", Channel: 1}, Tag: "c"},
+			Credit:   9, Prefetch: &p}}}
+	}
+	for _, level := range []uint32{fsm.QosLevel - 1, fsm.QosLevel} {
+		c := credit()
+		NewSubmitter(SubmitterConfig{State: &State{m: fsmtest.NewAt(t, level)}}).gateQos([]*proto.Command{c})
+		keeps := level >= fsm.QosLevel
+		if (c.GetCredit().Prefetch != nil) != keeps || c.GetCredit().GetCredit() != 9 {
+			t.Errorf("level %d: prefetch kept %v, credit %d; want kept %v, credit 9", level, c.GetCredit().Prefetch != nil, c.GetCredit().GetCredit(), keeps)
+		}
+		if fsm.CommandProtocol(c) > level {
+			t.Errorf("level %d: the Credit needs level %d", level, fsm.CommandProtocol(c))
+		}
+	}
+	c := credit()
+	NewSubmitter(SubmitterConfig{}).gateQos([]*proto.Command{c})
+	if c.GetCredit().Prefetch == nil {
+		t.Error("a submitter with no state cleared Credit.prefetch")
+	}
+}
