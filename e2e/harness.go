@@ -56,6 +56,11 @@ func (n *Node) PID() int {
 // AMQPURL is the node's AMQP URL for the default guest user.
 func (n *Node) AMQPURL() string { return "amqp://guest:guest@" + n.AMQPAddr + "/" }
 
+// AMQPSpecURL is AMQPURL for clients that read URLs as the AMQP URI spec
+// does (rabbitmq-c, Bunny), where the path "/" names the vhost "" and "/"
+// is named by its escape.
+func (n *Node) AMQPSpecURL() string { return "amqp://guest:guest@" + n.AMQPAddr + "/%2F" }
+
 // Running reports whether the process is alive.
 func (n *Node) Running() bool {
 	if n.cmd == nil {
