@@ -8,24 +8,12 @@ traceback, and the exit status is 1 when any failed.
 """
 import sys
 import time
-import traceback
 
 from celery import group
 from celery.exceptions import TaskRevokedError
 
 from celery_tasks import add, app, boom, echo, flaky
-
-# Generous: CI runs other clusters beside this one on few cores.
-WAIT = 30
-
-
-class Failure(Exception):
-    pass
-
-
-def expect(cond, msg, *args):
-    if not cond:
-        raise Failure(msg % args if args else msg)
+from clientchecks import WAIT, Failure, expect, run_check
 
 
 def check_ping(worker):
@@ -139,13 +127,8 @@ def main():
     for fn in [check_ping, check_results, check_error, check_retry, check_expires,
                check_active_queues, check_eta_beyond_prefetch]:
         name = fn.__name__[len("check_"):]
-        start = time.monotonic()
-        try:
-            fn(worker)
-            print("ok %s (%.2f s)" % (name, time.monotonic() - start), flush=True)
-        except Exception as e:
+        if not run_check(name, fn, worker):
             failed.append(name)
-            print("FAIL %s: %s\n%s" % (name, e, traceback.format_exc()), flush=True)
     if failed:
         print("failed: %s" % ", ".join(failed), flush=True)
         return 1

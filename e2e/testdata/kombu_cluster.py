@@ -19,25 +19,15 @@ import json
 import socket
 import sys
 import time
-import traceback
 
 import amqp.exceptions
 from kombu import Connection, Consumer, Exchange, Producer, Queue, binding
 
+from clientchecks import WAIT, Failure, expect, run_check
+
 # pickle stays out of every accept list: a consumer that accepts it runs
 # whatever a publisher sends.
 ACCEPT = ["json", "yaml", "application/octet-stream", "text/plain"]
-# Generous: CI runs other clusters beside this one on few cores.
-WAIT = 30
-
-
-class Failure(Exception):
-    pass
-
-
-def expect(cond, msg, *args):
-    if not cond:
-        raise Failure(msg % args if args else msg)
 
 
 def connect(url, **kw):
@@ -541,13 +531,8 @@ def main():
     failed = []
     for fn in checks:
         name = fn.__name__[len("check_"):]
-        start = time.monotonic()
-        try:
-            fn(pub, cons)
-            print("ok %s (%.2f s)" % (name, time.monotonic() - start), flush=True)
-        except Exception as e:
+        if not run_check(name, fn, pub, cons):
             failed.append(name)
-            print("FAIL %s: %s\n%s" % (name, e, traceback.format_exc()), flush=True)
             # A channel error closed the default channel; the next check
             # gets fresh connections.
             pub.release()
@@ -556,13 +541,8 @@ def main():
             cons = connect(urls[1])
     pub.release()
     cons.release()
-    start = time.monotonic()
-    try:
-        check_failover(urls, urls[2])
-        print("ok failover (%.2f s)" % (time.monotonic() - start), flush=True)
-    except Exception as e:
+    if not run_check("failover", check_failover, urls, urls[2]):
         failed.append("failover")
-        print("FAIL failover: %s\n%s" % (e, traceback.format_exc()), flush=True)
     if failed:
         print("failed: %s" % ", ".join(failed), flush=True)
         return 1
