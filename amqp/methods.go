@@ -465,10 +465,12 @@ func (ch *channel) handleQos(m *wire.BasicQos) *wire.Error {
 // does for each task with an ETA it holds, and kept at its old prefetch
 // it takes no new task until the held ones come due. So each consumer
 // that acknowledges gets the channel's prefetch at once (LavinMQ does the
-// same). The change commits in each consumer's log before qos-ok; a log
-// below protocol level 25, or one that refuses, leaves the consumer's
-// prefetch in the log as it was (only its credit follows), and qos-ok is
-// sent all the same: the client's setting stands for later consumers.
+// same). The change commits in each consumer's log before qos-ok. A log
+// below protocol level 25 keeps the consumer's prefetch as it was: the
+// group's submitter leaves the field out and only the credit is set, or,
+// where this node holds no state of the group, the leader refuses the
+// command. qos-ok is sent all the same: the client's setting stands for
+// later consumers, and the node's window follows it.
 func (ch *channel) requalify() {
 	ch.mu.Lock()
 	var a actions

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,9 +47,9 @@ func runClient(t *testing.T, name string, cmd *exec.Cmd, timeout time.Duration, 
 		t.Fatal(err)
 	}
 	var once sync.Once
-	timedOut := false
+	var timedOut atomic.Bool
 	kill := func() { once.Do(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }) }
-	timer := time.AfterFunc(timeout, func() { timedOut = true; kill() })
+	timer := time.AfterFunc(timeout, func() { timedOut.Store(true); kill() })
 	// A t.Fatal in onLine must not leave the program running.
 	defer func() {
 		timer.Stop()
@@ -76,7 +77,7 @@ func runClient(t *testing.T, name string, cmd *exec.Cmd, timeout time.Duration, 
 	timer.Stop()
 	stdout, stderr = outb.String(), errb.String()
 	switch {
-	case timedOut:
+	case timedOut.Load():
 		t.Errorf("%s still running after %v; killed\n%s%s", name, timeout, stdout, stderr)
 	case err != nil:
 		t.Errorf("%s: %v\n%s%s", name, err, stdout, stderr)
