@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -627,6 +628,17 @@ func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared
 	}
 	res, err := qg.g.Submitter().SubmitBatch(ctx, cmds)
 	if err != nil {
+		select {
+		case <-qg.closing:
+			// The node left the group (a grown cluster spread its
+			// members) or is closing: what it proposed may have
+			// committed, and the caller asks the group's leader, as a
+			// node that does not run the group does.
+			if errors.Is(err, group.ErrClosed) {
+				return nil, false, nil
+			}
+		default:
+		}
 		return nil, true, err
 	}
 	for i, c := range cmds {
