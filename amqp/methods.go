@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/raftmq/raftmq/amqp/wire"
@@ -477,19 +478,26 @@ func (ch *channel) requalify() {
 	changes := ch.led.setPrefetch(&a, ch.consumerPrefetch(), ch.c.srv.cfg.ConsumerLookahead, time.Now().UnixMilli())
 	ch.carryOut(a)
 	ch.mu.Unlock()
+	// The consumers' commands go side by side: each waits for its own
+	// commit, and a channel with many consumers would otherwise wait for
+	// as many commits in a row before qos-ok.
 	b := ch.c.srv.node()
+	var wg sync.WaitGroup
 	for _, x := range changes {
 		p := x.prefetch
 		cmd := &proto.Command{Cmd: &proto.Command_Credit{Credit: &proto.Credit{
 			Consumer: &proto.ConsumerRef{Channel: ch.ref(), Tag: x.consumer}, Credit: x.credit, Prefetch: &p,
 		}}}
-		ctx, cancel := context.WithTimeout(ch.c.ctx, 10*time.Second)
-		r, err := b.Submit(ctx, cmd)
-		cancel()
-		if err != nil || r.GetCode() != 0 {
-			ch.c.logger().Debug("a consumer's prefetch not changed in its log", "consumer", x.consumer, "err", err, "text", r.GetText())
-		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ch.c.ctx, 10*time.Second)
+			defer cancel()
+			r, err := b.Submit(ctx, cmd)
+			if err != nil || r.GetCode() != 0 {
+				ch.c.logger().Debug("a consumer's prefetch not changed in its log", "consumer", x.consumer, "err", err, "text", r.GetText())
+			}
+		})
 	}
+	wg.Wait()
 }
 
 func (ch *channel) consumerPrefetch() uint32 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -324,15 +325,59 @@ func TestMethods_GlobalPrefetchLimitsEachConsumer(t *testing.T) {
 		}
 	}
 	// Each basic.qos also gave the consumers already running the
-	// channel's prefetch, through their logs, in the order it was set.
-	var changed []string
+	// channel's prefetch, through their logs, each consumer's in the
+	// order it was set.
+	changed := map[string][]uint32{}
 	for _, c := range commandsOf(ts.broker, (*proto.Command).GetCredit) {
 		if c.Prefetch != nil {
-			changed = append(changed, fmt.Sprintf("%s:%d", c.GetConsumer().GetTag(), c.GetPrefetch()))
+			changed[c.GetConsumer().GetTag()] = append(changed[c.GetConsumer().GetTag()], c.GetPrefetch())
 		}
 	}
-	if want := []string{"a:3", "b:3", "a:5", "b:5", "c:5"}; !slices.Equal(changed, want) {
+	if want := map[string][]uint32{"a": {3, 5}, "b": {3, 5}, "c": {5}}; !maps.EqualFunc(changed, want, slices.Equal) {
 		t.Errorf("prefetches changed %v, want %v", changed, want)
+	}
+}
+
+// A basic.qos proposes the prefetch of each running consumer side by
+// side: none waits for another's commit, so the qos-ok of a channel with
+// many consumers comes after about one commit. The fake's log holds each
+// change until all of them are proposed; one at a time, the first would
+// wait there alone.
+func TestMethods_QosChangesTheConsumersSideBySide(t *testing.T) {
+	ts := startServer(t, Config{})
+	_, ch := openChannel(t, ts)
+	const consumers = 4
+	for i := range consumers {
+		q := fmt.Sprintf("q%d", i)
+		if _, err := ch.Consume(q, q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	arrived, all := 0, make(chan struct{})
+	var alone atomic.Int32
+	ts.broker.script(nil, func(c *proto.Command) {
+		if c.GetCredit().GetPrefetch() == 0 {
+			return
+		}
+		mu.Lock()
+		if arrived++; arrived == consumers {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(2 * time.Second):
+			alone.Add(1)
+		}
+	})
+	if err := ch.Qos(7, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if arrived != consumers || alone.Load() != 0 {
+		t.Errorf("%d of %d prefetch changes proposed, %d waited alone for the others", arrived, consumers, alone.Load())
 	}
 }
 
