@@ -294,6 +294,28 @@ func queueNames(cmds []*proto.Command) []string {
 	return out
 }
 
+// placingGroup is a metadata machine that places queues in its one group
+// q1, the group's machine, and apply, which applies commands to the group
+// and fails t on a refusal: a mirror's proposal the group refuses is a bug
+// the test would otherwise miss.
+func placingGroup(t *testing.T) (meta, grp *fsm.Machine, apply func([]*proto.Command)) {
+	t.Helper()
+	meta = fsmtest.New(t)
+	fsmtest.Apply(t, meta, 1, &proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
+		{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}}, fsmtest.PlaceQueues())
+	grp = fsmtest.New(t)
+	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
+	apply = func(cmds []*proto.Command) {
+		t.Helper()
+		for _, c := range cmds {
+			if r, _ := fsmtest.One(t, grp, 2, c); r.GetCode() != 0 {
+				t.Fatalf("%s refused: %s", mirrorCmd(c), r.GetText())
+			}
+		}
+	}
+	return meta, grp, apply
+}
+
 // Where every node is a member of the group, the mirror leaves a queue
 // it finds missing to the member that declared it for the grace: that
 // member places it itself, and the mirror would write its declare into
@@ -302,19 +324,7 @@ func queueNames(cmds []*proto.Command) []string {
 // deleted meanwhile is forgotten; a round that compares everything holds
 // back alike. Without a hold, it is declared at once.
 func TestMirrorRead_LeavesANewQueueToItsMemberForTheGrace(t *testing.T) {
-	meta := fsmtest.New(t)
-	fsmtest.Apply(t, meta, 1, &proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
-		{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}}, fsmtest.PlaceQueues())
-	grp := fsmtest.New(t)
-	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
-	apply := func(cmds []*proto.Command) {
-		t.Helper()
-		for _, c := range cmds {
-			if r, _ := fsmtest.One(t, grp, 2, c); r.GetCode() != 0 {
-				t.Fatalf("%s refused: %s", mirrorCmd(c), r.GetText())
-			}
-		}
-	}
+	meta, grp, apply := placingGroup(t)
 	cmds, seen := mirrorRead(meta, grp, "q1", mirrorMark{}, true, nil)
 	apply(cmds)
 
@@ -447,19 +457,7 @@ func TestMirror_AQueueWhoseLeaseEndedLeavesTheMetadataThenTheGroup(t *testing.T)
 // once the grace is over; a round that compares everything holds back
 // alike. Without a hold, it is deleted at once.
 func TestMirrorRead_LeavesADeletedQueueToItsNodeForTheGrace(t *testing.T) {
-	meta := fsmtest.New(t)
-	fsmtest.Apply(t, meta, 1, &proto.Command{Cmd: &proto.Command_QueueGroups{QueueGroups: &proto.QueueGroups{Groups: []*proto.QueueGroup{
-		{Id: "q1", Members: []*proto.QueueGroupMember{{Id: "a", Addr: "a:1"}}}}}}}, fsmtest.PlaceQueues())
-	grp := fsmtest.New(t)
-	fsmtest.Apply(t, grp, 1, fsmtest.GroupInit(1))
-	apply := func(cmds []*proto.Command) {
-		t.Helper()
-		for _, c := range cmds {
-			if r, _ := fsmtest.One(t, grp, 2, c); r.GetCode() != 0 {
-				t.Fatalf("%s refused: %s", mirrorCmd(c), r.GetText())
-			}
-		}
-	}
+	meta, grp, apply := placingGroup(t)
 	fsmtest.Apply(t, meta, 2, queueDeclare("/", "counted"), queueDeclare("/", "left"))
 	cmds, seen := mirrorRead(meta, grp, "q1", mirrorMark{}, true, nil)
 	apply(cmds)

@@ -119,25 +119,25 @@ func TestCredit_ReplayAcrossTheLevelAgrees(t *testing.T) {
 		{creditOf(ch1, "c", 3)},
 		publishes("q", 3),
 	}
-	run := func(from int) ([32]byte, uint64) {
-		m := fsmtest.NewAt(t, 13)
-		for i, cmds := range log {
-			if i == from {
-				m = roundTrip(t, m)
-			}
-			fsmtest.Apply(t, m, int64(i+1), cmds...)
-		}
-		return m.Digest(), assignedOn(m, ch1)
-	}
-	want, held := run(-1)
-	if held != 7 {
+	if held := replicasAgree(t, 13, log); held != 7 {
 		t.Fatalf("the consumer holds %d at the end, want 7 (8 after the Credit above the level, 3 acked, the last 2 of 10 assigned, then the cut to 3 assigns nothing)", held)
 	}
-	for i := range log {
-		if got, _ := run(i); got != want {
-			t.Fatalf("restored from a snapshot before entry %d: digest differs", i)
+}
+
+// replicasAgree replays log on a machine at level below, and fails t
+// unless a replica restored from a snapshot after any entry ends with the
+// same digest. It returns what the consumer on ch1 holds at the end, so
+// that the caller can check that the level's change took effect in the
+// replay.
+func replicasAgree(t *testing.T, below uint32, log [][]*proto.Command) (held uint64) {
+	t.Helper()
+	want, _ := replayLog(t, below, log, -1)
+	for at := range log {
+		if got, _ := replayLog(t, below, log, at); got.Digest() != want.Digest() {
+			t.Fatalf("restored from a snapshot after entry %d: digest differs", at)
 		}
 	}
+	return assignedOn(want, ch1)
 }
 
 func qosOf(ch *proto.ChannelRef, tag string, prefetch uint32) *proto.Command {
@@ -229,23 +229,7 @@ func TestQos_ReplayAcrossTheLevelAgrees(t *testing.T) {
 		{qosOf(ch1, "c", 2)},
 		publishes("q", 3),
 	}
-	run := func(from int) ([32]byte, uint64) {
-		m := fsmtest.NewAt(t, 24)
-		for i, cmds := range log {
-			if i == from {
-				m = roundTrip(t, m)
-			}
-			fsmtest.Apply(t, m, int64(i+1), cmds...)
-		}
-		return m.Digest(), assignedOn(m, ch1)
-	}
-	want, held := run(-1)
-	if held != 4 {
+	if held := replicasAgree(t, 24, log); held != 4 {
 		t.Fatalf("the consumer holds %d at the end, want 4 (1 until the level, then 4, 2 acked and refilled, then the cut to 2 takes nothing back)", held)
-	}
-	for i := range log {
-		if got, _ := run(i); got != want {
-			t.Fatalf("restored from a snapshot before entry %d: digest differs", i)
-		}
 	}
 }
