@@ -27,10 +27,7 @@ func TestCluster_BunnyRecovery(t *testing.T) {
 	skipShort(t)
 	ruby := rubyWithBunny(t)
 	c := placingCluster(t)
-	args := []string{testdataPath(t, "bunny_recovery.rb")}
-	for _, n := range c.Nodes {
-		args = append(args, n.AMQPAddr)
-	}
+	args := append([]string{testdataPath(t, "bunny_recovery.rb")}, amqpAddrs(c)...)
 	onLine, killed := nodeKiller(t, c, nil)
 	runClient(t, "bunny_recovery.rb", exec.Command(ruby, args...), 2*time.Minute, onLine)
 	if killed() < 0 {

@@ -3,11 +3,13 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,10 +18,12 @@ import (
 	"time"
 )
 
-// The real clients' tests (Java, .NET, Bunny, kombu and Celery) run a
-// program of the client's language against a cluster, each check of it
-// printing a line. A program that needs a node killed (its failover)
-// prints "KILL <port>" and waits for "KILLED" on stdin.
+// The real clients' tests (Java, .NET, Bunny, pika, kombu and Celery) run
+// a program of the client's language against a cluster; one whose check
+// failed exits non-zero and says why in what it prints (the Java, .NET,
+// kombu and Celery programs print a line for each check). A program that
+// needs a node killed (its failover) prints "KILL <port>" and waits for
+// "KILLED" on stdin.
 
 // runClient runs cmd, the program name, in a process group of its own (in a temporary
 // folder unless cmd.Dir is set), hands each line it prints on stdout to
@@ -133,6 +137,16 @@ func nodeKiller(t *testing.T, c *Cluster, before func(*Node)) (onLine func(strin
 	return onLine, func() int { return victim }
 }
 
+// amqpAddrs is the AMQP address of each node of c, in order: the
+// programs take them as arguments.
+func amqpAddrs(c *Cluster) []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.AMQPAddr
+	}
+	return addrs
+}
+
 // testdataPath is the absolute path of testdata/name.
 func testdataPath(t *testing.T, name ...string) string {
 	t.Helper()
@@ -144,4 +158,69 @@ func testdataPath(t *testing.T, name ...string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// toolchain gathers the programs and files a client's check needs, noting
+// each that is missing against the Debian package that brings it, so that
+// one skip names every package to install.
+type toolchain struct {
+	missing []toolchainGap
+}
+
+// toolchainGap is a Debian package to install and what of it was missing.
+type toolchainGap struct {
+	pkg  string
+	what []string
+}
+
+func (tc *toolchain) note(pkg, what string) {
+	if i := slices.IndexFunc(tc.missing, func(g toolchainGap) bool { return g.pkg == pkg }); i >= 0 {
+		tc.missing[i].what = append(tc.missing[i].what, what)
+		return
+	}
+	tc.missing = append(tc.missing, toolchainGap{pkg, []string{what}})
+}
+
+// program is the path of name on PATH, or "" (noted against pkg).
+func (tc *toolchain) program(pkg, name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		tc.note(pkg, name)
+		return ""
+	}
+	return p
+}
+
+// file is the first of paths that is a regular file, or "" (noted against
+// pkg): packages install to different places in different releases.
+func (tc *toolchain) file(pkg string, paths ...string) string {
+	p := firstRegularFile(paths...)
+	if p == "" {
+		tc.note(pkg, strings.Join(paths, " or "))
+	}
+	return p
+}
+
+// skipIfMissing skips the test, naming the Debian packages of all that was
+// missing, if anything was.
+func (tc *toolchain) skipIfMissing(t *testing.T, client string) {
+	t.Helper()
+	if len(tc.missing) == 0 {
+		return
+	}
+	pkgs := make([]string, len(tc.missing))
+	for i, g := range tc.missing {
+		pkgs[i] = fmt.Sprintf("%s (%s)", g.pkg, strings.Join(g.what, ", "))
+	}
+	t.Skipf("the %s client check needs the Debian packages %s", client, strings.Join(pkgs, ", "))
+}
+
+// firstRegularFile is the first of paths that is a regular file, or "".
+func firstRegularFile(paths ...string) string {
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
 }

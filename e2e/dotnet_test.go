@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -33,12 +30,7 @@ func TestCluster_DotNet(t *testing.T) {
 	mcs, mono, assembly := dotnetToolchain(t)
 	exe := compileDotNetCheck(t, mcs, assembly)
 	c := placingCluster(t)
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		addrs[i] = n.AMQPAddr
-	}
-
-	cmd := exec.Command(mono, append([]string{exe}, addrs...)...)
+	cmd := exec.Command(mono, append([]string{exe}, amqpAddrs(c)...)...)
 	// The assembly may be installed outside the GAC, where mono does not
 	// look for it by itself.
 	cmd.Env = append(os.Environ(), "MONO_PATH="+filepath.Dir(assembly))
@@ -52,26 +44,12 @@ func TestCluster_DotNet(t *testing.T) {
 // the test naming the Debian packages that are missing.
 func dotnetToolchain(t *testing.T) (mcs, mono, assembly string) {
 	t.Helper()
-	var missing []string
-	mcs, err := exec.LookPath("mcs")
-	if err != nil {
-		missing = append(missing, "mono-mcs (mcs)")
-	}
-	mono, err = exec.LookPath("mono")
-	if err != nil {
-		missing = append(missing, "mono-runtime (mono)")
-	}
-	i := slices.IndexFunc(dotnetClientAssembly, func(p string) bool {
-		st, err := os.Stat(p)
-		return err == nil && st.Mode().IsRegular()
-	})
-	if i < 0 {
-		missing = append(missing, fmt.Sprintf("libmono-rabbitmq4.0-cil (%s)", strings.Join(dotnetClientAssembly, " or ")))
-	}
-	if len(missing) > 0 {
-		t.Skipf("the .NET client check needs the Debian packages %s", strings.Join(missing, ", "))
-	}
-	return mcs, mono, dotnetClientAssembly[i]
+	var tc toolchain
+	mcs = tc.program("mono-mcs", "mcs")
+	mono = tc.program("mono-runtime", "mono")
+	assembly = tc.file("libmono-rabbitmq4.0-cil", dotnetClientAssembly...)
+	tc.skipIfMissing(t, ".NET")
+	return mcs, mono, assembly
 }
 
 // compileDotNetCheck compiles testdata/dotnet into a temporary folder, so

@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,13 +39,8 @@ func TestCluster_Java(t *testing.T) {
 	javac, java, classpath := javaToolchain(t)
 	classes := compileClientCheck(t, javac, classpath)
 	c := placingCluster(t)
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		addrs[i] = n.AMQPAddr
-	}
-
 	onLine, killed := nodeKiller(t, c, nil)
-	stdout, stderr, _ := runClientCheck(t, java, classes, classpath, onLine, addrs...)
+	stdout, stderr, _ := runClientCheck(t, java, classes, classpath, onLine, amqpAddrs(c)...)
 	reportChecks(t, "Java", stdout, stderr)
 	if killed() < 0 {
 		t.Errorf("ClientCheck never asked for its node to be killed: recovery was not exercised")
@@ -58,33 +51,18 @@ func TestCluster_Java(t *testing.T) {
 // jars, or skips the test naming the Debian packages that are missing.
 func javaToolchain(t *testing.T) (javac, java, classpath string) {
 	t.Helper()
-	var missing []string
-	javac, errc := exec.LookPath("javac")
-	java, errj := exec.LookPath("java")
-	if errc != nil || errj != nil {
-		missing = append(missing, "default-jdk-headless (javac, java)")
-	}
+	var tc toolchain
+	javac = tc.program("default-jdk-headless", "javac")
+	java = tc.program("default-jdk-headless", "java")
 	var jars []string
 	for _, j := range javaJars {
-		i := slices.IndexFunc(j.candidates, isJarFile)
-		if i < 0 {
-			missing = append(missing, fmt.Sprintf("%s (%s)", j.pkg, strings.Join(j.candidates, " or ")))
-			continue
-		}
-		jars = append(jars, j.candidates[i])
+		jars = append(jars, tc.file(j.pkg, j.candidates...))
 	}
-	if len(missing) > 0 {
-		t.Skipf("the Java client check needs the Debian packages %s", strings.Join(missing, ", "))
-	}
-	if i := slices.IndexFunc(javaQuietLogger, isJarFile); i >= 0 {
-		jars = append(jars, javaQuietLogger[i])
+	tc.skipIfMissing(t, "Java")
+	if q := firstRegularFile(javaQuietLogger...); q != "" {
+		jars = append(jars, q)
 	}
 	return javac, java, strings.Join(jars, string(os.PathListSeparator))
-}
-
-func isJarFile(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.Mode().IsRegular()
 }
 
 // compileClientCheck compiles testdata/java into a temporary folder, so

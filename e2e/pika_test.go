@@ -1,9 +1,8 @@
 package e2e
 
 import (
-	"os/exec"
-	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestCluster_Pika drives the cluster with pika (Debian's python3-pika):
@@ -17,30 +16,22 @@ func TestCluster_Pika(t *testing.T) {
 }
 
 // pythonWithPika is a python3 that imports pika, or skips the test.
-// Debian's python3-pika installs for the system interpreter, which may not
-// be the first python3 on PATH.
 func pythonWithPika(t *testing.T) string {
 	t.Helper()
-	for _, cand := range []string{"/usr/bin/python3", "python3"} {
-		if p, err := exec.LookPath(cand); err == nil && exec.Command(p, "-c", "import pika").Run() == nil {
-			return p
-		}
-	}
-	t.Skip("no python3 with pika (Debian package python3-pika)")
-	return ""
+	return pythonWithModule(t, "pika", "python3-pika")
 }
 
-// runPika runs testdata/script with py and the arguments, and fails the
-// test with the script's output when it fails.
+// runPika runs testdata/script with py and the arguments (runPythonClient)
+// and stops the test when it fails: some callers go on to look at what the
+// script left behind. The scripts print no line for each check, so
+// reportChecks does not apply: a script exits non-zero, saying why, when a
+// check fails. Each bounds its own waits (pika_timeout.py's by the
+// consumer timeout it is given plus 90 s, twice: against a RabbitMQ
+// with a timeout of a minute, about six); a hang past those bounds is
+// killed.
 func runPika(t *testing.T, script, py string, args ...string) {
 	t.Helper()
-	path, err := filepath.Abs(filepath.Join("testdata", script))
-	if err != nil {
-		t.Fatal(err)
+	if !runPythonClient(t, py, script, 10*time.Minute, nil, nil, args...) {
+		t.FailNow()
 	}
-	out, err := exec.Command(py, append([]string{path}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("pika script %s: %v\n%s", script, err, out)
-	}
-	t.Logf("%s", out)
 }
