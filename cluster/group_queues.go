@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,11 +33,9 @@ const groupQueuesWait = time.Second
 // RemoteGroupQueues reads the queues and consumers of queue group id,
 // which this node does not run, from a member.
 func (n *Node) RemoteGroupQueues(ctx context.Context, id string) (resp *proto.GroupQueuesResponse, err error) {
-	err = n.askMember(ctx, id, groupQueuesWait, func(ctx context.Context, c proto.InternalClient) (err error) {
-		resp, err = c.GroupQueues(ctx, &proto.GroupQueuesRequest{Group: id})
-		return err
+	return askMember(ctx, n, id, groupQueuesWait, func(ctx context.Context, c proto.InternalClient) (*proto.GroupQueuesResponse, error) {
+		return c.GroupQueues(ctx, &proto.GroupQueuesRequest{Group: id})
 	})
-	return resp, err
 }
 
 // GroupGets implements proto.InternalServer: the unsettled basic.get
@@ -85,42 +84,104 @@ const groupGetsWait = 5 * time.Second
 // basic.get deliveries not yet settled, as the member applied them after
 // a Tick it proposed during the call.
 func (n *Node) RemoteGroupGets(ctx context.Context, id string, ch *proto.ChannelRef) (number uint32, tags []uint64, err error) {
-	err = n.askMember(ctx, id, groupGetsWait, func(ctx context.Context, c proto.InternalClient) error {
-		resp, err := c.GroupGets(ctx, &proto.GroupGetsRequest{Group: id, Channel: ch})
-		number, tags = resp.GetNumber(), resp.GetTags()
-		return err
+	resp, err := askMember(ctx, n, id, groupGetsWait, func(ctx context.Context, c proto.InternalClient) (*proto.GroupGetsResponse, error) {
+		return c.GroupGets(ctx, &proto.GroupGetsRequest{Group: id, Channel: ch})
 	})
-	return number, tags, err
+	return resp.GetNumber(), resp.GetTags(), err
 }
+
+// askHedge is how long a question to a member of a queue group goes
+// unanswered before the next member is asked as well. A member that froze
+// answers nothing, and neither gossip nor raft finds it silent for a
+// second or more; meanwhile the question waits, and so does a connection
+// whose writer asked it after a silence (its deliveries and heartbeats
+// with it). A live member answers a read at once, and one that ticks the
+// group first within an election.
+const askHedge = 300 * time.Millisecond
 
 // askMember calls ask on a member of queue group id, waiting at most wait
 // for each: the first member that gossip and the metadata leader find
-// answering, then the next, as the effects stream picks one.
-func (n *Node) askMember(ctx context.Context, id string, wait time.Duration, ask func(context.Context, proto.InternalClient) error) error {
+// answering, as the effects stream picks one, then the next once that
+// one failed or took askHedge, the first answer winning.
+func askMember[T any](ctx context.Context, n *Node, id string, wait time.Duration, ask func(context.Context, proto.InternalClient) (T, error)) (T, error) {
+	v, err := hedged(ctx, askHedge, 3, func(attempt int) (string, string) { return n.effectsSource(id, attempt) },
+		func(ctx context.Context, member, addr string) (T, error) {
+			conn, err := n.dialInternal(member, addr)
+			if err != nil {
+				var zero T
+				return zero, err
+			}
+			defer conn.Close()
+			actx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			return ask(actx, proto.NewInternalClient(conn))
+		})
+	if err != nil {
+		return v, fmt.Errorf("queue group %q: %w", id, err)
+	}
+	return v, nil
+}
+
+// hedged calls call on the members pick names for attempts 0 to
+// attempts-1, each member once: the next one as soon as one failed, or
+// after hedge without an answer. The first answer is the
+// result, and the calls still out are cancelled. pick returns "" for the
+// member when it knows none; the error of a call that failed is the last
+// one's when none answered.
+func hedged[T any](ctx context.Context, hedge time.Duration, attempts int, pick func(attempt int) (member, addr string),
+	call func(ctx context.Context, member, addr string) (T, error)) (T, error) {
+	var zero T
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		v      T
+		err    error
+		member string
+	}
+	answers := make(chan answer, attempts)
+	asked := map[string]bool{}
+	attempt, out := 0, 0
+	// next asks the next member not asked yet; false when none is left.
+	next := func() bool {
+		for ; attempt < attempts; attempt++ {
+			member, addr := pick(attempt)
+			if member == "" || addr == "" || asked[member] {
+				continue
+			}
+			attempt++
+			asked[member], out = true, out+1
+			go func() {
+				v, err := call(ctx, member, addr)
+				answers <- answer{v, err, member}
+			}()
+			return true
+		}
+		return false
+	}
+	if !next() {
+		return zero, errors.New("no member known")
+	}
+	timer := time.NewTimer(hedge)
+	defer timer.Stop()
 	var last error
-	for attempt := range 3 {
-		member, addr := n.effectsSource(id, attempt)
-		if member == "" || addr == "" {
-			return fmt.Errorf("queue group %q: no member known", id)
-		}
-		conn, err := n.dialInternal(member, addr)
-		if err != nil {
-			last = err
-			continue
-		}
-		actx, cancel := context.WithTimeout(ctx, wait)
-		err = ask(actx, proto.NewInternalClient(conn))
-		cancel()
-		_ = conn.Close()
-		if err == nil {
-			return nil
-		}
-		last = fmt.Errorf("%s: %w", member, err)
-		if ctx.Err() != nil {
-			break
+	for out > 0 {
+		select {
+		case a := <-answers:
+			out--
+			if a.err == nil {
+				return a.v, nil
+			}
+			last = fmt.Errorf("%s: %w", a.member, a.err)
+			if ctx.Err() == nil && next() {
+				timer.Reset(hedge)
+			}
+		case <-timer.C:
+			if next() {
+				timer.Reset(hedge)
+			}
 		}
 	}
-	return fmt.Errorf("queue group %q: %w", id, last)
+	return zero, last
 }
 
 // GroupUnacked implements proto.InternalServer: those of the tags that a
@@ -142,10 +203,8 @@ func (fs *forwardServer) GroupUnacked(ctx context.Context, req *proto.GroupUnack
 // the call began (this node declared down while it was silent) shows as
 // settled.
 func (n *Node) RemoteGroupUnacked(ctx context.Context, id string, ch *proto.ChannelRef, tags []uint64) (unacked []uint64, err error) {
-	err = n.askMember(ctx, id, groupGetsWait, func(ctx context.Context, c proto.InternalClient) error {
-		resp, err := c.GroupUnacked(ctx, &proto.GroupUnackedRequest{Group: id, Channel: ch, Tags: tags})
-		unacked = resp.GetTags()
-		return err
+	resp, err := askMember(ctx, n, id, groupGetsWait, func(ctx context.Context, c proto.InternalClient) (*proto.GroupUnackedResponse, error) {
+		return c.GroupUnacked(ctx, &proto.GroupUnackedRequest{Group: id, Channel: ch, Tags: tags})
 	})
-	return unacked, err
+	return resp.GetTags(), err
 }
