@@ -361,7 +361,12 @@ func (c *conn) writer() {
 		if len(marks) > 0 && c.srv.holdWrite != nil {
 			c.srv.holdWrite(c)
 		}
-		b = c.guard(b, marks)
+		if c.decidedBeforeASilence(marks) {
+			var ok bool
+			if b, ok = c.guardBeating(w, tick, b, marks); !ok {
+				return
+			}
+		}
 		if len(b) > 0 {
 			c.wroteAny.Store(true)
 			if err := c.write(w, b); err != nil {
@@ -375,6 +380,31 @@ func (c *conn) writer() {
 				_ = c.write(w, c.guard(b, marks))
 			}
 			return
+		}
+	}
+}
+
+// guardBeating is guard for frames decided before a silence of the
+// node, run beside the writer, which writes a heartbeat at each tick
+// until guard is done: guard waits for a log or a member of a group to
+// answer, a second or two when a group elects, and a client that hears
+// nothing for a few heartbeats closes the connection (RabbitMQ's
+// heartbeats do not wait for deliveries either). What was written before
+// ends with whole frames, so a heartbeat may go between. ok is false
+// when a heartbeat's write failed: the connection is aborted.
+func (c *conn) guardBeating(w *bufio.Writer, tick <-chan time.Time, b []byte, marks []mark) (out []byte, ok bool) {
+	done := make(chan []byte, 1)
+	go func() { done <- c.guard(b, marks) }()
+	for {
+		select {
+		case out := <-done:
+			return out, true
+		case <-tick:
+			if err := c.write(w, wire.AppendHeartbeat(nil)); err != nil {
+				c.abort(err)
+				<-done // guard gives up once the connection failed
+				return nil, false
+			}
 		}
 	}
 }

@@ -131,17 +131,10 @@ const fenceBackoff = time.Second
 // kills it (dead-lettered as expired) as if it had never left the
 // queue. Writer only.
 func (c *conn) guard(b []byte, marks []mark) []byte {
-	if len(marks) == 0 {
+	if !c.decidedBeforeASilence(marks) {
 		return b
 	}
 	cur := c.srv.epoch()
-	oldest := marks[0].epoch
-	for _, m := range marks {
-		oldest = min(oldest, m.epoch)
-	}
-	if oldest >= cur {
-		return b
-	}
 	fenced := c.fenced >= cur || c.fence()
 	if fenced {
 		cur = c.fenced // what was decided before it is checked
@@ -194,6 +187,21 @@ func (c *conn) guard(b []byte, marks []mark) []byte {
 			"deliveries", len(dead), "taken_back", taken)
 	}
 	return out
+}
+
+// decidedBeforeASilence reports whether any of marks was decided in an
+// epoch before the node's current one: guard has work to do.
+func (c *conn) decidedBeforeASilence(marks []mark) bool {
+	if len(marks) == 0 {
+		return false
+	}
+	cur := c.srv.epoch()
+	for _, m := range marks {
+		if m.epoch < cur {
+			return true
+		}
+	}
+	return false
 }
 
 // groupCheck is what the writer learnt of a queue group's log after a

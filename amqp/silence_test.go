@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/raftmq/raftmq/amqp/wire"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/broker"
@@ -542,4 +545,66 @@ func TestSilence_WriterTakesBackADeliveryThatDiedDuringTheSilence(t *testing.T) 
 	if got := ch.led.takeOverdue(); !slices.Equal(got, g0(1)) {
 		t.Fatalf("withheld for an unseen requeue: %v, want log tag 1", got)
 	}
+}
+
+// A writer that checks frames decided before a silence waits for the log,
+// or a member of the frames' group, to answer: a second or two while a
+// group elects, and a frozen member has held one longer. Its heartbeats go
+// on meanwhile, or a client with short heartbeats closes the connection,
+// as the fault suite's clients did after 2.6 s of a writer's silence; the
+// frames follow once the member answers.
+func TestSilence_WriterBeatsWhileAMemberIsAsked(t *testing.T) {
+	b := &silentBroker{fakeBroker: newFakeBroker()}
+	release := make(chan struct{})
+	b.farUnacked = func(_ uint32, _ *proto.ChannelRef, tags []uint64) ([]uint64, bool, error) {
+		<-release
+		return tags, false, nil
+	}
+	srv := NewServer(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv.SetBroker(b)
+	a, peer := net.Pipe()
+	c := srv.newConn(a)
+	c.heartbeat.Store(int64(20 * time.Millisecond))
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); c.writer() }()
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+		c.cancel()
+		c.markFailed()
+		c.out.close()
+		a.Close()
+		peer.Close()
+		<-writerDone
+	})
+	b.epoch.Store(1)
+	ref := &proto.ChannelRef{Node: "node-a", Connection: "c1", Channel: 1}
+	c.out.appendMarked(&mark{ch: ref, group: 2, tag: 7}, func(p []byte) []byte { return append(p, "[g2t7]"...) })
+
+	heartbeat := wire.AppendHeartbeat(nil)
+	var got []byte
+	// read takes what the writer wrote until cond holds of it.
+	read := func(what string, cond func([]byte) bool) {
+		t.Helper()
+		buf := make([]byte, 256)
+		for !cond(got) {
+			_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+			n, err := peer.Read(buf)
+			if err != nil {
+				t.Fatalf("waiting for %s, read %q: %v", what, got, err)
+			}
+			got = append(got, buf[:n]...)
+		}
+	}
+	read("three heartbeats while the member is asked", func(p []byte) bool {
+		return bytes.Count(p, heartbeat) >= 3
+	})
+	if bytes.Contains(got, []byte("[g2t7]")) {
+		t.Fatalf("wrote the delivery before its member answered: %q", got)
+	}
+	close(release)
+	read("the delivery its member holds", func(p []byte) bool { return bytes.Contains(p, []byte("[g2t7]")) })
 }
