@@ -129,7 +129,7 @@ const fenceBackoff = time.Second
 // delivery that reaches the node that late (overdueAt), it is dropped
 // and taken back from its channel, which requeues it unseen: the log
 // kills it (dead-lettered as expired) as if it had never left the
-// queue. Writer only.
+// queue. Writer only (guardBeating runs it while the writer waits).
 func (c *conn) guard(b []byte, marks []mark) []byte {
 	if !c.decidedBeforeASilence(marks) {
 		return b
