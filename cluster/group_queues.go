@@ -124,10 +124,9 @@ func askMember[T any](ctx context.Context, n *Node, id string, wait time.Duratio
 
 // hedged calls call on the members pick names for attempts 0 to
 // attempts-1, each member once: the next one as soon as one failed, or
-// after hedge without an answer. The first answer is the
-// result, and the calls still out are cancelled. pick returns "" for the
-// member when it knows none; the error of a call that failed is the last
-// one's when none answered.
+// after hedge without an answer. The first answer is the result, and
+// the calls still out are cancelled. pick returns "" for the member when
+// it knows none; the error is the last failure's when none answered.
 func hedged[T any](ctx context.Context, hedge time.Duration, attempts int, pick func(attempt int) (member, addr string),
 	call func(ctx context.Context, member, addr string) (T, error)) (T, error) {
 	var zero T
@@ -143,12 +142,12 @@ func hedged[T any](ctx context.Context, hedge time.Duration, attempts int, pick 
 	attempt, out := 0, 0
 	// next asks the next member not asked yet; false when none is left.
 	next := func() bool {
-		for ; attempt < attempts; attempt++ {
+		for attempt < attempts {
 			member, addr := pick(attempt)
+			attempt++
 			if member == "" || addr == "" || asked[member] {
 				continue
 			}
-			attempt++
 			asked[member], out = true, out+1
 			go func() {
 				v, err := call(ctx, member, addr)
