@@ -2,10 +2,12 @@ package cluster_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clock"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -198,6 +200,52 @@ func TestCluster_DelayedThroughLeaderKillAndFullRestart(t *testing.T) {
 		t.Fatalf("delayed %d ready %d at the end", d, r)
 	}
 	c.AssertSameDigest(t)
+}
+
+// jumpingClock is a node's fake clock that calls jump as a timer is armed:
+// time can then pass at the worst moment for a scheduler, after it read
+// the time and before its timer counts.
+type jumpingClock struct {
+	*clustertest.FakeClock
+	jump func(d time.Duration)
+}
+
+func (c jumpingClock) NewTimer(d time.Duration) clock.Timer {
+	c.jump(d)
+	return c.FakeClock.NewTimer(d)
+}
+
+// Time that passes between the scheduler's reading of log time and the
+// arming of its timer does not hold the release until time passes again.
+func TestCluster_DelayedReleasedWhenTimePassesAsItsTimerIsArmed(t *testing.T) {
+	var (
+		c     *clustertest.Cluster
+		armed atomic.Bool
+	)
+	jump := func(d time.Duration) {
+		// The release's timer is the only long one: no other due duty
+		// has work.
+		if d >= 500*time.Millisecond && armed.CompareAndSwap(true, false) {
+			c.AdvanceClock(d + 200*time.Millisecond)
+		}
+	}
+	c = clustertest.New(t, 3, clustertest.WithFakeClock(t0), clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
+		cfg.Clock = jumpingClock{cfg.Clock.(*clustertest.FakeClock), jump}
+	}))
+	setupDelayed(t, c)
+	armed.Store(true)
+	requireFSM(t, mustSubmit(t, c.Followers()[0], publishDelayed("dx", "k", "m", 1000)))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if armed.Load() {
+			return fmt.Errorf("no timer armed for the release")
+		}
+		for _, x := range c.Live() {
+			if d, r := delayedCounts(x, "q"); d != 0 || r != 1 {
+				return fmt.Errorf("%s: delayed %d ready %d", x.NodeID(), d, r)
+			}
+		}
+		return nil
+	})
 }
 
 // A delayed message's body outlives the log prefix it was published in:

@@ -128,7 +128,8 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 			case at <= now && d.pace > 0 && proposedOnce && at > lastProposed && now < lastProposed+d.pace.Milliseconds():
 				// Work already due waits out the pace: no apply can make
 				// it go sooner, so only the timer wakes the loop.
-				if !awaitDue(ctx, n.cfg.Clock.NewTimer(time.Duration(lastProposed+d.pace.Milliseconds()-now)*time.Millisecond), nil) {
+				t, ok := n.timerFrom(now, lastProposed+d.pace.Milliseconds())
+				if ok && !awaitDue(ctx, t, nil) {
 					return
 				}
 				continue
@@ -159,13 +160,30 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 				}
 				timer = n.cfg.Clock.NewTimer(50 * time.Millisecond)
 			default:
-				timer = n.cfg.Clock.NewTimer(time.Duration(at-now) * time.Millisecond)
+				if timer, ok = n.timerFrom(now, at); !ok {
+					continue
+				}
 			}
 		}
 		if !awaitDue(ctx, timer, applied) {
 			return
 		}
 	}
+}
+
+// timerFrom arms a timer on the node's clock that fires once log time,
+// now at now (a Peek), reaches at. The timer counts from when it is armed,
+// so log time that moved on since the Peek would make it late by as much:
+// a clock that jumped in between (a test's fake clock, stepped once and
+// then awaited) would hold the duty until the clock jumps again. ok is
+// false then, and the caller reads the time again.
+func (n *Node) timerFrom(now, at int64) (t clock.Timer, ok bool) {
+	t = n.cfg.Clock.NewTimer(time.Duration(at-now) * time.Millisecond)
+	if n.clocks.Stamper().Peek() != now {
+		t.Stop()
+		return nil, false
+	}
+	return t, true
 }
 
 // awaitDue waits for a scheduler's timer (nil: none), the next apply
