@@ -17,7 +17,9 @@ func TestDelayedCheck(t *testing.T) {
 	// clean: 100 messages sent 10 ms apart with delays of 1 s and up,
 	// confirmed 5 ms after their send, each received 20 ms after its due
 	// time; m001 is also redelivered, flagged, after its consumer's node
-	// died, and u (never confirmed) arrives once all the same.
+	// died, m002's flagged redelivery is recorded a millisecond before its
+	// first release (by another consumer, whose goroutine came first),
+	// and u (never confirmed) arrives once all the same.
 	clean := func() (map[string]*delayedSent, []delayedDelivery) {
 		sent := map[string]*delayedSent{}
 		var got []delayedDelivery
@@ -29,6 +31,7 @@ func TestDelayedCheck(t *testing.T) {
 			got = append(got, delayedDelivery{id: id, at: s.at.Add(delay + 20*time.Millisecond), mark: -delay.Milliseconds(), marked: true, node: "raftmq2"})
 		}
 		got = append(got, delayedDelivery{id: "m001", at: ms(5000), redelivered: true, mark: -1001, marked: true, node: "raftmq3"})
+		got = append(got, delayedDelivery{id: "m002", at: ms(20 + 1002 + 19), redelivered: true, mark: -1002, marked: true, node: "raftmq3"})
 		sent["u"] = &delayedSent{id: "u", delay: time.Second, at: ms(0)}
 		got = append(got, delayedDelivery{id: "u", at: ms(1500), mark: -1000, marked: true, node: "raftmq1"})
 		return sent, got
@@ -38,7 +41,7 @@ func TestDelayedCheck(t *testing.T) {
 	if len(bad) != 0 {
 		t.Fatalf("violations in a clean run: %v", bad)
 	}
-	if rep.published != 101 || rep.confirmed != 100 || rep.released != 100 || rep.unconfirmed != 1 || rep.redeliveries != 1 ||
+	if rep.published != 101 || rep.confirmed != 100 || rep.released != 100 || rep.unconfirmed != 1 || rep.redeliveries != 2 ||
 		rep.lost != 0 || rep.doubles != 0 || rep.early != 0 || rep.lateSamples != 100 || rep.lateP99 != 20*time.Millisecond {
 		t.Fatalf("report of a clean run: %+v", rep)
 	}

@@ -54,11 +54,18 @@ func TestCheck_FindsLossLatenessAndUnflaggedDuplicates(t *testing.T) {
 	r.delivered(delivery{id: "late", queue: workQueue, at: t0.Add(500 * time.Millisecond)})
 	r.delivered(delivery{id: "a", queue: workQueue, at: t0.Add(time.Second)})                         // duplicate, unflagged
 	r.delivered(delivery{id: "b", queue: workQueue, redelivered: true, at: t0.Add(time.Millisecond)}) // duplicate, flagged
+	// Received after its redelivery (another consumer's, recorded
+	// first): the unflagged copy is still the message's one first
+	// delivery.
+	r.published(&sent{id: "d", queue: workQueue, ttl: noTTL, at: t0})
+	r.confirmed("d", t0.Add(time.Millisecond))
+	r.delivered(delivery{id: "d", queue: workQueue, redelivered: true, at: t0.Add(3 * time.Millisecond)})
+	r.delivered(delivery{id: "d", queue: workQueue, at: t0.Add(4 * time.Millisecond)}) // duplicate, the unflagged original
 	r.delivered(delivery{id: "ghost", queue: workQueue, at: t0})
 	r.delivered(delivery{id: "c", queue: deadQueue, at: t0.Add(2 * time.Second), reason: "rejected", redelivered: true})
 
 	rep, bad := r.check("faulty", limits{deliveryGrace: 50 * time.Millisecond}, t0, t0.Add(time.Second))
-	if rep.lost != 1 || rep.late != 1 || rep.duplicated != 3 || rep.unflaggedDups != 1 || rep.wrongReason != 1 {
+	if rep.lost != 1 || rep.late != 1 || rep.duplicated != 4 || rep.unflaggedDups != 1 || rep.wrongReason != 1 {
 		t.Fatalf("report = %+v", rep)
 	}
 	want := []string{"message lost (to fault.work, no ttl) was lost", "late (ttl 100ms) delivered", "a delivered again", "never published", `reason "rejected"`}
