@@ -9,7 +9,8 @@
 // leader killed with a deep backlog queued; the leader killed three times
 // in a row), and then checks that every node came back, that nothing
 // confirmed was lost, that nothing was delivered after its deadline, that
-// duplicates carry the redelivered flag, that the replicas' state digests
+// every copy of a message but one carries the redelivered flag (whichever
+// copy the test happened to receive first), that the replicas' state digests
 // agree and that x-expires queues died on time and only when unused.
 //
 // The silent faults (frozen, cut off) are also held to what detecting
