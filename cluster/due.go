@@ -128,8 +128,8 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 			case at <= now && d.pace > 0 && proposedOnce && at > lastProposed && now < lastProposed+d.pace.Milliseconds():
 				// Work already due waits out the pace: no apply can make
 				// it go sooner, so only the timer wakes the loop.
-				t, ok := n.timerFrom(now, lastProposed+d.pace.Milliseconds())
-				if ok && !awaitDue(ctx, t, nil) {
+				t, armed := n.timerFrom(now, lastProposed+d.pace.Milliseconds())
+				if armed && !awaitDue(ctx, t, nil) {
 					return
 				}
 				continue
@@ -160,7 +160,8 @@ func (n *Node) runDue(ctx context.Context, d dueDuty) {
 				}
 				timer = n.cfg.Clock.NewTimer(50 * time.Millisecond)
 			default:
-				if timer, ok = n.timerFrom(now, at); !ok {
+				var armed bool
+				if timer, armed = n.timerFrom(now, at); !armed {
 					continue
 				}
 			}
