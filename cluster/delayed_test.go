@@ -215,16 +215,16 @@ func (c jumpingClock) NewTimer(d time.Duration) clock.Timer {
 	return c.FakeClock.NewTimer(d)
 }
 
-// Time that passes between the scheduler's reading of log time and the
-// arming of its timer does not hold the release until time passes again.
-func TestCluster_DelayedReleasedWhenTimePassesAsItsTimerIsArmed(t *testing.T) {
+// jumpAsArmed starts a cluster of three on fake clocks that, once the
+// returned switch is on, step every node's clock past the wait of the
+// next long timer a node arms (a due duty's, when no other duty has
+// work), just as it is armed. The switch turns itself off when it steps.
+func jumpAsArmed(t *testing.T) (*clustertest.Cluster, *atomic.Bool) {
 	var (
 		c     *clustertest.Cluster
 		armed atomic.Bool
 	)
 	jump := func(d time.Duration) {
-		// The release's timer is the only long one: no other due duty
-		// has work.
 		if d >= 500*time.Millisecond && armed.CompareAndSwap(true, false) {
 			c.AdvanceClock(d + 200*time.Millisecond)
 		}
@@ -232,6 +232,13 @@ func TestCluster_DelayedReleasedWhenTimePassesAsItsTimerIsArmed(t *testing.T) {
 	c = clustertest.New(t, 3, clustertest.WithFakeClock(t0), clustertest.WithConfig(func(_ int, cfg *cluster.Config) {
 		cfg.Clock = jumpingClock{cfg.Clock.(*clustertest.FakeClock), jump}
 	}))
+	return c, &armed
+}
+
+// Time that passes between the scheduler's reading of log time and the
+// arming of its timer does not hold the release until time passes again.
+func TestCluster_DelayedReleasedWhenTimePassesAsItsTimerIsArmed(t *testing.T) {
+	c, armed := jumpAsArmed(t)
 	setupDelayed(t, c)
 	armed.Store(true)
 	requireFSM(t, mustSubmit(t, c.Followers()[0], publishDelayed("dx", "k", "m", 1000)))

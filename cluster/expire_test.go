@@ -176,6 +176,34 @@ func TestCluster_ExpirySchedulerProposesAtTheDeadline(t *testing.T) {
 	c.AssertSameDigest(t)
 }
 
+// The deaths' scheduler too: time that passes as it arms its timer for a
+// message's deadline does not hold the death until time passes again,
+// nor bring it before the deadline.
+func TestCluster_ExpiryWhenTimePassesAsItsTimerIsArmed(t *testing.T) {
+	c, armed := jumpAsArmed(t)
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitDefaults(t, c, l)
+	requireFSM(t, mustSubmit(t, l, declareWithArgs("ttl-q", int32Arg("x-message-ttl", 2000))))
+	armed.Store(true)
+	pub := mustSubmit(t, c.Followers()[0], publishTo("ttl-q", "a"))
+	requireFSM(t, pub)
+	deadline := entryStamp(t, l, pub[0].GetIndex()) + 2000
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if armed.Load() {
+			return fmt.Errorf("no timer armed for the death")
+		}
+		got := findCommands(t, l, isExpireOf("ttl-q"))
+		if len(got) == 0 {
+			return fmt.Errorf("no Expire in the log")
+		}
+		if got[0].stamp < deadline {
+			t.Fatalf("Expire stamped %d, before the deadline %d", got[0].stamp, deadline)
+		}
+		return noDeadlines(c)
+	})
+	c.AssertSameDigest(t)
+}
+
 func TestCluster_ExpiryAcrossFailover(t *testing.T) {
 	c := clustertest.New(t, 3, clustertest.WithFakeClock(t0))
 	l := c.WaitForLeader(clustertest.Timeout)
