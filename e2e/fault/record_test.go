@@ -268,7 +268,6 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 
 	type seenKey struct{ id, queue string }
 	seen := map[seenKey]int{}
-	first := map[seenKey]delivery{}
 	// A message is delivered unflagged once, its first delivery; any
 	// later one is flagged. Which copy the test receives first says
 	// nothing of that: each consumer's connection hands its deliveries
@@ -289,9 +288,6 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 		}
 		k := seenKey{d.id, d.queue}
 		seen[k]++
-		if seen[k] == 1 {
-			first[k] = d
-		}
 		if seen[k] > 1 {
 			rep.duplicated++
 		}
