@@ -181,13 +181,12 @@ func TestCluster_PublishOnOneNodeConsumeOnOthers(t *testing.T) {
 // (where the last two nodes joined the three a quorum needs).
 func TestCluster_TTLRulesAcrossNodes(t *testing.T) {
 	skipShort(t)
-	for _, size := range []int{3, 5} {
-		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) { ttlRulesAcrossNodes(t, size) })
-	}
+	forShapes(t, everyShape, ttlRulesAcrossNodes)
 }
 
-func ttlRulesAcrossNodes(t *testing.T, size int) {
-	c := StartCluster(t, size)
+func ttlRulesAcrossNodes(t *testing.T, s shape) {
+	c := s.start(t)
+	size := s.nodes
 	admin := channel(t, dial(t, c.Nodes[0]))
 	pub := channel(t, dial(t, c.Nodes[size-2]))
 	obs := channel(t, dial(t, c.Nodes[size-1]))

@@ -11,8 +11,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// The consumer timeout tests run against a three-node raftmq cluster
-// started with a short --consumer-timeout, or against the RabbitMQ of
+// The consumer timeout tests run against raftmq clusters (three nodes
+// with one log, five with queue groups) started with a short
+// --consumer-timeout, or against the RabbitMQ of
 // RAFTMQ_E2E_RABBITMQ, configured with consumer_timeout (rabbitmq.conf)
 // set to RAFTMQ_E2E_RABBITMQ_CONSUMER_TIMEOUT ms. RabbitMQ looks at the
 // timeout on each channel tick (channel_tick_interval, 60 s by default):
@@ -21,10 +22,12 @@ import (
 // e2eConsumerTimeout is the --consumer-timeout of the raftmq cluster.
 const e2eConsumerTimeout = 500 * time.Millisecond
 
-// timeoutBrokers returns n AMQP URLs, the index of one whose node is not
-// the raftmq cluster's leader, and the broker's consumer timeout.
-func timeoutBrokers(t *testing.T, n int) (urls []string, follower int, timeout time.Duration) {
+// timeoutBrokers returns an AMQP URL for each node of a raftmq cluster
+// of shape s, the index of one whose node does not lead its metadata
+// log, and the broker's consumer timeout.
+func timeoutBrokers(t *testing.T, s shape) (urls []string, follower int, timeout time.Duration) {
 	t.Helper()
+	n := s.nodes
 	urls = make([]string, n)
 	if u := os.Getenv("RAFTMQ_E2E_RABBITMQ"); u != "" {
 		ms, err := strconv.Atoi(os.Getenv("RAFTMQ_E2E_RABBITMQ_CONSUMER_TIMEOUT"))
@@ -37,7 +40,7 @@ func timeoutBrokers(t *testing.T, n int) (urls []string, follower int, timeout t
 		return urls, 0, time.Duration(ms) * time.Millisecond
 	}
 	skipShort(t)
-	c := StartClusterWith(t, n, func(_ int, node *Node) {
+	c := s.startWith(t, func(_ int, node *Node) {
 		node.Env = append(node.Env, fmt.Sprintf("RAFTMQ_CONSUMER_TIMEOUT=%d", e2eConsumerTimeout.Milliseconds()))
 	})
 	leader, err := crashLeader(c)
@@ -78,7 +81,11 @@ func awaitCancel(t *testing.T, cancels <-chan string, closed <-chan *amqp.Error,
 // of the message taken back is ignored. The message is redelivered to
 // another consumer.
 func TestFeatures_ConsumerTimeoutCancelsOnlyTheConsumer(t *testing.T) {
-	urls, f, timeout := timeoutBrokers(t, 3)
+	forShapes(t, twoShapes, consumerTimeoutCancelsOnlyTheConsumer)
+}
+
+func consumerTimeoutCancelsOnlyTheConsumer(t *testing.T, s shape) {
+	urls, f, timeout := timeoutBrokers(t, s)
 	other := (f + 1) % len(urls)
 	pubConn := dialURL(t, urls[other])
 	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
@@ -176,8 +183,10 @@ func TestFeatures_ConsumerTimeoutCancelsOnlyTheConsumer(t *testing.T) {
 // out: its channel is closed with 406, as before RabbitMQ 4.3.
 func TestFeatures_ConsumerTimeoutPika(t *testing.T) {
 	py := pythonWithPika(t)
-	urls, f, timeout := timeoutBrokers(t, 3)
-	runPika(t, "pika_timeout.py", py, urls[f], urls[(f+1)%len(urls)], strconv.FormatInt(timeout.Milliseconds(), 10))
+	forShapes(t, twoShapes, func(t *testing.T, s shape) {
+		urls, f, timeout := timeoutBrokers(t, s)
+		runPika(t, "pika_timeout.py", py, urls[f], urls[(f+1)%len(urls)], strconv.FormatInt(timeout.Milliseconds(), 10))
+	})
 }
 
 // serverVersion is the broker's version from connection.start, as major
@@ -195,7 +204,11 @@ func serverVersion(conn *amqp.Connection) (major, minor int) {
 // x-consumer-timeout (RabbitMQ 3.12) sets a queue's own timeout, smaller
 // or larger than the broker's, and a negative one is refused.
 func TestFeatures_ConsumerTimeoutQueueArgument(t *testing.T) {
-	urls, f, _ := timeoutBrokers(t, 3)
+	forShapes(t, twoShapes, consumerTimeoutQueueArgument)
+}
+
+func consumerTimeoutQueueArgument(t *testing.T, s shape) {
+	urls, f, _ := timeoutBrokers(t, s)
 	conn := dialURL(t, urls[f])
 	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
 		if major, minor := serverVersion(conn); major < 4 || (major == 4 && minor < 3) {

@@ -54,7 +54,7 @@ func TestCredit_PrefetchHoldsWhileTheCreditGrowsAndThroughACrash(t *testing.T) {
 	var urls []string
 	var c *Cluster
 	if os.Getenv("RAFTMQ_E2E_RABBITMQ") != "" {
-		urls, c = brokers(t, 3)
+		urls, c = brokersIn(t, shape{nodes: 3})
 	} else {
 		// A look-ahead of one prefetch (credit 20): any round trip longer
 		// than a millisecond starves it while the backlog lasts.

@@ -153,7 +153,11 @@ func closedWith(t *testing.T, conn *amqp.Connection, args amqp.Table) *amqp.Erro
 
 func TestDelayed_AMQP091(t *testing.T) {
 	skipShort(t)
-	c := StartCluster(t, 3)
+	forShapes(t, twoShapes, delayedAMQP091)
+}
+
+func delayedAMQP091(t *testing.T, s shape) {
+	c := s.start(t)
 	pubConn, consConn := dial(t, c.Nodes[0]), dial(t, c.Nodes[2])
 	setup := channel(t, pubConn)
 
@@ -392,14 +396,13 @@ func TestDelayed_AMQP091(t *testing.T) {
 }
 
 // TestDelayed_Pika: the plugin's usage from Python (pika), publisher and
-// consumer on different nodes, of three and of five.
+// consumer on different nodes, of three and of five, with one log and
+// with queue groups.
 func TestDelayed_Pika(t *testing.T) {
 	skipShort(t)
 	py := pythonWithPika(t)
-	for _, size := range []int{3, 5} {
-		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
-			c := StartCluster(t, size)
-			runPika(t, "pika_delayed.py", py, c.Nodes[0].AMQPURL(), c.Nodes[size-1].AMQPURL())
-		})
-	}
+	forShapes(t, everyShape, func(t *testing.T, s shape) {
+		c := s.start(t)
+		runPika(t, "pika_delayed.py", py, c.Nodes[0].AMQPURL(), c.Nodes[s.nodes-1].AMQPURL())
+	})
 }

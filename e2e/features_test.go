@@ -14,23 +14,17 @@ import (
 )
 
 // The queue feature tests (priorities, delivery limit, single active
-// consumer, refused arguments) run against a three-node raftmq cluster, or,
-// with RAFTMQ_E2E_RABBITMQ set to an AMQP URL, against that RabbitMQ, so
-// that each expectation is checked against RabbitMQ itself.
+// consumer, refused arguments) run against raftmq clusters of three nodes
+// with one log and five with queue groups (twoShapes), or, with
+// RAFTMQ_E2E_RABBITMQ set to an AMQP URL, against that RabbitMQ, so that
+// each expectation is checked against RabbitMQ itself.
 
-// brokerURLs returns n AMQP URLs: one per node of a new raftmq cluster, or
-// the RabbitMQ of RAFTMQ_E2E_RABBITMQ n times.
-func brokerURLs(t *testing.T, n int) []string {
+// brokersIn returns an AMQP URL for each node of a new raftmq cluster of
+// shape s, and the cluster; or the RabbitMQ of RAFTMQ_E2E_RABBITMQ as
+// many times, and nil.
+func brokersIn(t *testing.T, s shape) ([]string, *Cluster) {
 	t.Helper()
-	urls, _ := brokers(t, n)
-	return urls
-}
-
-// brokers is brokerURLs that also returns the raftmq cluster (nil for
-// RabbitMQ).
-func brokers(t *testing.T, n int) ([]string, *Cluster) {
-	t.Helper()
-	urls := make([]string, n)
+	urls := make([]string, s.nodes)
 	if u := os.Getenv("RAFTMQ_E2E_RABBITMQ"); u != "" {
 		for i := range urls {
 			urls[i] = u
@@ -38,7 +32,7 @@ func brokers(t *testing.T, n int) ([]string, *Cluster) {
 		return urls, nil
 	}
 	skipShort(t)
-	c := StartCluster(t, n)
+	c := s.start(t)
 	for i, node := range c.Nodes {
 		urls[i] = node.AMQPURL()
 	}
@@ -105,7 +99,11 @@ func freshQueue(t *testing.T, ch *amqp.Channel, name string, args amqp.Table) {
 }
 
 func TestFeatures_PriorityAcrossNodes(t *testing.T) {
-	urls := brokerURLs(t, 3)
+	forShapes(t, twoShapes, priorityAcrossNodes)
+}
+
+func priorityAcrossNodes(t *testing.T, s shape) {
+	urls, _ := brokersIn(t, s)
 	pub := channel(t, dialURL(t, urls[0]))
 	freshQueue(t, pub, "feat.prio", amqp.Table{"x-max-priority": int32(10)})
 	// Priorities 0..12 cycling (11 and 12 count as 10) and messages
@@ -164,7 +162,11 @@ func TestFeatures_PriorityAcrossNodes(t *testing.T) {
 }
 
 func TestFeatures_DeliveryLimitDeadLettersAcrossNodes(t *testing.T) {
-	urls := brokerURLs(t, 3)
+	forShapes(t, twoShapes, deliveryLimitDeadLettersAcrossNodes)
+}
+
+func deliveryLimitDeadLettersAcrossNodes(t *testing.T, s shape) {
+	urls, _ := brokersIn(t, s)
 	pub := channel(t, dialURL(t, urls[0]))
 	if err := pub.ExchangeDeclare("feat.dlx", "fanout", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -243,7 +245,11 @@ func expectInOrder(t *testing.T, who string, d <-chan amqp.Delivery, from, to in
 }
 
 func TestFeatures_SingleActiveConsumerAcrossNodes(t *testing.T) {
-	urls, cluster := brokers(t, 3)
+	forShapes(t, twoShapes, singleActiveConsumerAcrossNodes)
+}
+
+func singleActiveConsumerAcrossNodes(t *testing.T, s shape) {
+	urls, cluster := brokersIn(t, s)
 	pub := channel(t, dialURL(t, urls[0]))
 	freshQueue(t, pub, "feat.sac", amqp.Table{"x-single-active-consumer": true})
 	consume := func(url, tag string) (*amqp.Channel, <-chan amqp.Delivery) {
@@ -320,7 +326,11 @@ func declareErr(t *testing.T, conn *amqp.Connection, name string, args amqp.Tabl
 }
 
 func TestFeatures_UnsupportedArgumentsRefused(t *testing.T) {
-	urls := brokerURLs(t, 2)
+	forShapes(t, twoShapes, unsupportedArgumentsRefused)
+}
+
+func unsupportedArgumentsRefused(t *testing.T, s shape) {
+	urls, _ := brokersIn(t, s)
 	conn := dialURL(t, urls[1])
 	// x- arguments RabbitMQ ignores stay accepted.
 	if e := declareErr(t, conn, "feat.unknown", amqp.Table{"x-foo": "bar", "x-queue-mode": "lazy"}); e != nil {
@@ -356,8 +366,10 @@ func TestFeatures_UnsupportedArgumentsRefused(t *testing.T) {
 // python3-pika), a client with its own framing and table encoding.
 func TestFeatures_Pika(t *testing.T) {
 	py := pythonWithPika(t)
-	urls := brokerURLs(t, 3)
-	runPika(t, "pika_features.py", py, urls...)
+	forShapes(t, twoShapes, func(t *testing.T, s shape) {
+		urls, _ := brokersIn(t, s)
+		runPika(t, "pika_features.py", py, urls...)
+	})
 }
 
 // Declares and binds RabbitMQ refuses for what they say are refused on every node
@@ -365,12 +377,18 @@ func TestFeatures_Pika(t *testing.T) {
 // they stand), and the client's connection goes on.
 func TestFeatures_PikaRefusals(t *testing.T) {
 	py := pythonWithPika(t)
-	urls := brokerURLs(t, 3)
-	runPika(t, "pika_refusals.py", py, urls...)
+	forShapes(t, twoShapes, func(t *testing.T, s shape) {
+		urls, _ := brokersIn(t, s)
+		runPika(t, "pika_refusals.py", py, urls...)
+	})
 }
 
 func TestFeatures_ConsumerPriorityAcrossNodes(t *testing.T) {
-	urls := brokerURLs(t, 3)
+	forShapes(t, twoShapes, consumerPriorityAcrossNodes)
+}
+
+func consumerPriorityAcrossNodes(t *testing.T, s shape) {
+	urls, _ := brokersIn(t, s)
 	pub := channel(t, dialURL(t, urls[0]))
 	freshQueue(t, pub, "feat.cprio", nil)
 	consume := func(url string, args amqp.Table) <-chan amqp.Delivery {
@@ -412,13 +430,11 @@ func TestFeatures_SingleActiveConsumerNodeDown(t *testing.T) {
 		t.Skip("kills a raftmq node: raftmq only")
 	}
 	skipShort(t)
-	for _, size := range []int{3, 5} {
-		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) { singleActiveConsumerNodeDown(t, size) })
-	}
+	forShapes(t, everyShape, singleActiveConsumerNodeDown)
 }
 
-func singleActiveConsumerNodeDown(t *testing.T, size int) {
-	c := StartCluster(t, size)
+func singleActiveConsumerNodeDown(t *testing.T, s shape) {
+	c := s.start(t)
 	pub := channel(t, dial(t, c.Nodes[0]))
 	mustDeclare(t, pub, "feat.sac.down", amqp.Table{"x-single-active-consumer": true})
 	consume := func(n int, tag string) <-chan amqp.Delivery {
@@ -467,7 +483,11 @@ func TestFeatures_SingleActiveConsumerCancelInOrder(t *testing.T) {
 		// rabbit_amqqueue_process:attempt_delivery/4).
 		t.Skip("RabbitMQ 3.10.8 mishandles a single active consumer cancelled with unacked messages")
 	}
-	urls := brokerURLs(t, 3)
+	forShapes(t, twoShapes, singleActiveConsumerCancelInOrder)
+}
+
+func singleActiveConsumerCancelInOrder(t *testing.T, s shape) {
+	urls, _ := brokersIn(t, s)
 	pub := channel(t, dialURL(t, urls[0]))
 	freshQueue(t, pub, "feat.sac.order", amqp.Table{"x-single-active-consumer": true})
 	consume := func(url, tag string) (*amqp.Channel, <-chan amqp.Delivery) {

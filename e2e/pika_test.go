@@ -11,8 +11,10 @@ import (
 func TestCluster_Pika(t *testing.T) {
 	skipShort(t)
 	py := pythonWithPika(t)
-	c := StartCluster(t, 3)
-	runPika(t, "pika_ttl.py", py, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL())
+	forShapes(t, everyShape, func(t *testing.T, s shape) {
+		c := s.start(t)
+		runPika(t, "pika_ttl.py", py, c.Nodes[0].AMQPURL(), c.Nodes[s.nodes-1].AMQPURL())
+	})
 }
 
 // pythonWithPika is a python3 that imports pika, or skips the test.

@@ -166,23 +166,23 @@ func placingCluster(t *testing.T) *Cluster {
 	c := StartClusterWith(t, 3, func(_ int, n *Node) {
 		n.ExtraArgs = append(n.ExtraArgs, "--queue-groups", "3", "--place-queues")
 	})
-	waitPlacing(t, c, "pl-probe", 3)
+	waitPlacing(t, c, "pl-probe", 3, 3)
 	return c
 }
 
-// waitPlacing returns once queue probe, declared through c's first node
-// (again and again until then), is placed in a queue group of members
-// members with a leader, as raftmqctl lists it: the metadata leader
-// switches placement on once the groups run, and a queue declared before
-// stays in the metadata group.
-func waitPlacing(t *testing.T, c *Cluster, probe string, members int) {
+// waitPlacing returns once c runs groups queue groups and queue probe,
+// declared through c's first node (again and again until then), is
+// placed in one of members members with a leader, as raftmqctl lists it:
+// the metadata leader switches placement on once the groups run, and a
+// queue declared before stays in the metadata group.
+func waitPlacing(t *testing.T, c *Cluster, probe string, groups, members int) {
 	t.Helper()
 	if err := Eventually(60*time.Second, func() error {
 		gs, err := groupsOn(t, c.Nodes[0])
 		if err != nil {
 			return err
 		}
-		if len(gs) != 4 {
+		if len(gs) != groups+1 {
 			return fmt.Errorf("groups %v", gs)
 		}
 		ch := channel(t, dial(t, c.Nodes[0]))

@@ -60,7 +60,11 @@ func replyOutcome(t *testing.T, ch *amqp.Channel, confirms <-chan amqp.Confirmat
 // TestFeatures_DirectReplyToAcrossNodes: a requester on one node, a
 // responder on another, an observer (and adversary) on the third.
 func TestFeatures_DirectReplyToAcrossNodes(t *testing.T) {
-	urls, c := brokers(t, 3)
+	forShapes(t, twoShapes, directReplyToAcrossNodes)
+}
+
+func directReplyToAcrossNodes(t *testing.T, s shape) {
+	urls, c := brokersIn(t, s)
 	obsConn := dialURL(t, urls[2])
 	obs := channel(t, obsConn)
 	freshQueue(t, obs, "feat.rpc", nil)

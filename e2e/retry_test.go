@@ -49,7 +49,11 @@ func count(h amqp.Table, k string) int64 {
 
 func TestDelayedRetry_AMQP091(t *testing.T) {
 	skipShort(t)
-	c := StartCluster(t, 3)
+	forShapes(t, twoShapes, delayedRetryAMQP091)
+}
+
+func delayedRetryAMQP091(t *testing.T, s shape) {
+	c := s.start(t)
 	pubConn, consConn := dial(t, c.Nodes[0]), dial(t, c.Nodes[2])
 	waitRetryLevel(t, pubConn)
 	setup := channel(t, pubConn)
@@ -148,11 +152,14 @@ func TestDelayedRetry_AMQP091(t *testing.T) {
 }
 
 // TestDelayedRetry_Pika: the same from Python (pika 1.2), publisher and
-// consumer on different nodes.
+// consumer on different nodes, on three nodes with one log and five with
+// queue groups.
 func TestDelayedRetry_Pika(t *testing.T) {
 	skipShort(t)
 	py := pythonWithPika(t)
-	c := StartCluster(t, 3)
-	waitRetryLevel(t, dial(t, c.Nodes[1]))
-	runPika(t, "pika_retry.py", py, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL())
+	forShapes(t, twoShapes, func(t *testing.T, s shape) {
+		c := s.start(t)
+		waitRetryLevel(t, dial(t, c.Nodes[1]))
+		runPika(t, "pika_retry.py", py, c.Nodes[0].AMQPURL(), c.Nodes[s.nodes-1].AMQPURL())
+	})
 }

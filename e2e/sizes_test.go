@@ -80,7 +80,7 @@ func sized(t *testing.T, c *Cluster, tag string) {
 		t.Fatalf("%d nodes: %v", size, err)
 	}
 
-	waitPlacing(t, c, tag+".probe", members)
+	waitPlacing(t, c, tag+".probe", 3, members)
 	src, dst, dlx := tag+".src", tag+".dst", tag+".dlx"
 	ch := channel(t, dial(t, c.Nodes[0]))
 	declareDeadLetters(t, ch, src, 300*time.Millisecond, dlx, dst)
