@@ -16,8 +16,10 @@
 // The silent faults (frozen, cut off) are also held to what detecting
 // them promptly gives: the 99th percentile of how late dead letters
 // reached a client, over messages confirmed within 200 ms of their
-// publish, is at most 2 s past their deadline. The dead letters a silent
-// node's consumer held are left out of it: they go to another consumer
+// publish, is at most 2 s past their deadline, each counted at the
+// receipt of its unflagged copy. The dead letters a silent node's
+// consumer held (received only redelivered) are left out of it: they go
+// to another consumer
 // once the node is declared down, and may be that much later (3.5 s with
 // the default NodeDownAfter of 1.5 s). The whole-cluster restart
 // may stop confirms for at most 5 s. TestFaultSingleActiveConsumer kills

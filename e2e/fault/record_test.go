@@ -210,9 +210,9 @@ type report struct {
 	wrongReason   int // dead letters whose x-death reason is not "expired"
 	maxPause      time.Duration
 	// latenessP99 is the dead-letter receipt minus the deadline, over the
-	// lateSamples dead letters confirmed within fastConfirm and first
-	// received unflagged; heldLateMax is the latest of the held ones,
-	// first received redelivered (limits.heldLate).
+	// lateSamples dead letters confirmed within fastConfirm and received
+	// unflagged (the receipt of that copy); heldLateMax is the latest of
+	// the held ones, received only redelivered (limits.heldLate).
 	latenessP99 time.Duration
 	lateSamples int
 	heldLateMax time.Duration
@@ -280,6 +280,15 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 	received := map[string]string{} // id -> "own" or "dead"
 	var lateness []time.Duration
 	var lates, held []lateDeath
+	// The dead letters the lateness counts (confirmed within
+	// fastConfirm), in the order first received, with their first
+	// unflagged and first flagged copies. The unflagged one, where there
+	// is one, was the first delivery, whichever was recorded first
+	// (above); a death received only flagged was held by a consumer cut
+	// off with it.
+	type firstCopies struct{ unflagged, flagged *delivery }
+	deaths := map[string]firstCopies{}
+	var dead []string
 	for _, d := range r.deliveries {
 		s := r.sent[d.id]
 		if s == nil {
@@ -305,15 +314,18 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 				rep.wrongReason++
 				bad = append(bad, fmt.Sprintf("%s dead-lettered with reason %q, want expired", d.id, d.reason))
 			}
-			if seen[k] == 1 && s.ttl != noTTL && !s.confirmed.IsZero() && s.confirmed.Sub(s.at) <= fastConfirm {
-				l := lateDeath{d: d, deadline: s.at.Add(s.ttl)}
-				if d.redelivered {
-					held = append(held, l)
-					rep.heldLateMax = max(rep.heldLateMax, d.at.Sub(l.deadline))
-				} else {
-					lateness = append(lateness, d.at.Sub(l.deadline))
-					lates = append(lates, l)
+			if s.ttl != noTTL && !s.confirmed.IsZero() && s.confirmed.Sub(s.at) <= fastConfirm {
+				if _, ok := deaths[d.id]; !ok {
+					dead = append(dead, d.id)
 				}
+				f := deaths[d.id]
+				switch {
+				case !d.redelivered && f.unflagged == nil:
+					f.unflagged = &d
+				case d.redelivered && f.flagged == nil:
+					f.flagged = &d
+				}
+				deaths[d.id] = f
 			}
 			if received[d.id] == "" {
 				received[d.id] = "dead"
@@ -327,6 +339,17 @@ func (r *recorder) check(scenario string, lim limits, pauseFrom, pauseTo time.Ti
 			rep.late++
 			bad = append(bad, fmt.Sprintf("%s (%s) delivered by %s %v after it was confirmed (redelivered %v)", d.id, s.ttlText(), d.node, d.at.Sub(s.confirmed), d.redelivered))
 		}
+	}
+	for _, id := range dead {
+		s, f := r.sent[id], deaths[id]
+		deadline := s.at.Add(s.ttl)
+		if f.unflagged != nil {
+			lateness = append(lateness, f.unflagged.at.Sub(deadline))
+			lates = append(lates, lateDeath{d: *f.unflagged, deadline: deadline})
+			continue
+		}
+		held = append(held, lateDeath{d: *f.flagged, deadline: deadline})
+		rep.heldLateMax = max(rep.heldLateMax, f.flagged.at.Sub(deadline))
 	}
 	ids := make([]string, 0, len(r.sent))
 	for id := range r.sent {
@@ -413,8 +436,8 @@ func longestGap(ts []time.Time, from, to time.Time) time.Duration {
 
 // writeTable prints reports as a table: dups counts repeated deliveries,
 // unflagged those of them without the redelivered flag; death-late-p99 is
-// over the dead letters confirmed within fastConfirm and first received
-// unflagged, held-late-max the latest of those first received redelivered
+// over the dead letters confirmed within fastConfirm and received
+// unflagged, held-late-max the latest of those received only redelivered
 // (a silent node's consumer held them), with their count.
 func writeTable(w io.Writer, reps []report) {
 	fmt.Fprintf(w, "%-20s %9s %9s %9s %9s %5s %5s %9s %5s %10s %14s %14s %10s %9s %s\n",

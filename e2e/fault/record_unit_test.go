@@ -125,7 +125,7 @@ func TestCheck_DeathLatenessAndPauseBounds(t *testing.T) {
 	}
 }
 
-// A dead letter first received redelivered was held by a silent node's
+// A dead letter received only redelivered was held by a silent node's
 // consumer: it is left out of the 99th percentile and held to heldLate,
 // which it passes only by more than NodeDownAfter.
 func TestCheck_HeldDeathsHaveTheirOwnBound(t *testing.T) {
@@ -151,6 +151,19 @@ func TestCheck_HeldDeathsHaveTheirOwnBound(t *testing.T) {
 	r.delivered(delivery{id: "late", queue: deadQueue, at: ms(4100), reason: "expired"})
 	if rep, bad := r.check("unheld", lim, t0, ms(4000)); len(bad) != 1 || rep.latenessP99 != 3*time.Second || rep.heldSamples != 0 {
 		t.Fatalf("report %+v, violations %v; want a 3s p99 and its violation", rep, bad)
+	}
+	// A death received unflagged and, recorded a moment before, flagged
+	// (another consumer's redelivery, handed over first): it was
+	// delivered unflagged first, so its lateness is the unflagged copy's,
+	// in the percentile, and nothing was held.
+	r = recorded(t0)
+	r.published(&sent{id: "both", queue: delayQueue, ttl: time.Second, at: ms(100)})
+	r.confirmed("both", ms(150))
+	r.delivered(delivery{id: "both", queue: deadQueue, at: ms(1120), reason: "expired", redelivered: true})
+	r.delivered(delivery{id: "both", queue: deadQueue, at: ms(1130), reason: "expired"})
+	rep, bad = r.check("both", lim, t0, ms(4000))
+	if len(bad) != 0 || rep.lateSamples != 2 || rep.latenessP99 != 30*time.Millisecond || rep.heldSamples != 0 {
+		t.Fatalf("report %+v, violations %v; want both deaths in the percentile, the later 30ms late (its unflagged copy), none held", rep, bad)
 	}
 }
 
