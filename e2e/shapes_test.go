@@ -14,7 +14,9 @@ import (
 // placed queue's messages, deaths, leases, delayed releases and
 // consumers are its group's, dead letters cross from one log to another,
 // and a node outside a queue's group serves it through the group's
-// members. The TTL, delayed-delivery and queue-feature tests run on both.
+// members. The TTL, delayed-delivery, retry and queue-feature tests run
+// on both, and so do the fanout across nodes and the consumer whose node
+// is killed.
 type shape struct {
 	nodes  int
 	groups bool
