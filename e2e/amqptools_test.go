@@ -22,7 +22,7 @@ func TestCluster_AMQPTools(t *testing.T) {
 			t.Skipf("no %s (Debian package amqp-tools)", tool)
 		}
 	}
-	c := placingCluster(t)
+	c := placed3.start(t)
 	url := func(i int) string { return "--url=" + c.Nodes[i].AMQPSpecURL() }
 	run := func(stdin string, args ...string) string {
 		t.Helper()

@@ -14,7 +14,7 @@ import (
 func TestCluster_Bunny(t *testing.T) {
 	skipShort(t)
 	ruby := rubyWithBunny(t)
-	c := placingCluster(t)
+	c := placed3.start(t)
 	cmd := exec.Command(ruby, testdataPath(t, "bunny_check.rb"), c.Nodes[0].AMQPSpecURL(), c.Nodes[2].AMQPSpecURL())
 	runClient(t, "bunny_check.rb", cmd, 2*time.Minute, nil)
 }
@@ -26,7 +26,7 @@ func TestCluster_Bunny(t *testing.T) {
 func TestCluster_BunnyRecovery(t *testing.T) {
 	skipShort(t)
 	ruby := rubyWithBunny(t)
-	c := placingCluster(t)
+	c := placed3.start(t)
 	args := append([]string{testdataPath(t, "bunny_recovery.rb")}, amqpAddrs(c)...)
 	onLine, killed := nodeKiller(t, c, nil)
 	runClient(t, "bunny_recovery.rb", exec.Command(ruby, args...), 2*time.Minute, onLine)

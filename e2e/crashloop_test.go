@@ -80,7 +80,7 @@ func TestCrashLoop(t *testing.T) {
 func TestCrashLoop_QueueGroups(t *testing.T) {
 	skipShort(t)
 	runCrashLoop(t, crashLoop{plan: map[string]int{killOne: 8, killLeader: 4, powerCut: 4}, budget: 60 * time.Second,
-		start: placingCluster, leader: crashGroupLeader(crashTTL)})
+		start: placed3.start, leader: crashGroupLeader(crashTTL)})
 }
 
 // crashLoop is what a run of the crash loop varies.

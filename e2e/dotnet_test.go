@@ -29,7 +29,7 @@ func TestCluster_DotNet(t *testing.T) {
 	skipShort(t)
 	mcs, mono, assembly := dotnetToolchain(t)
 	exe := compileDotNetCheck(t, mcs, assembly)
-	c := placingCluster(t)
+	c := placed3.start(t)
 	cmd := exec.Command(mono, append([]string{exe}, amqpAddrs(c)...)...)
 	// The assembly may be installed outside the GAC, where mono does not
 	// look for it by itself.

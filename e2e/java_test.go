@@ -38,7 +38,7 @@ func TestCluster_Java(t *testing.T) {
 	skipShort(t)
 	javac, java, classpath := javaToolchain(t)
 	classes := compileClientCheck(t, javac, classpath)
-	c := placingCluster(t)
+	c := placed3.start(t)
 	onLine, killed := nodeKiller(t, c, nil)
 	stdout, stderr, _ := runClientCheck(t, java, classes, classpath, onLine, amqpAddrs(c)...)
 	reportChecks(t, "Java", stdout, stderr)

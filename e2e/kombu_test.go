@@ -25,7 +25,7 @@ import (
 func TestCluster_Kombu(t *testing.T) {
 	skipShort(t)
 	py := pythonWithModule(t, "kombu", "python3-kombu")
-	c := placingCluster(t)
+	c := placed3.start(t)
 	onLine, killed := nodeKiller(t, c, func(n *Node) {
 		// The script declares its queue client-local, in a group the node
 		// it is connected to is meant to lead; whether it does tells how
@@ -64,7 +64,7 @@ const celeryWorkerName = "raftmq-e2e@localhost"
 func TestCluster_Celery(t *testing.T) {
 	skipShort(t)
 	py := pythonWithModule(t, "celery", "python3-celery")
-	c := placingCluster(t)
+	c := placed3.start(t)
 	w := startCeleryWorker(t, py, celeryBrokerURLs(c, 0, 1, 2))
 	w.waitReady(t, 90*time.Second)
 	// Celery logs the broker it connected to, the first of its URLs.

@@ -37,7 +37,7 @@ func queuesOn(t *testing.T, n *Node) (map[string]queueRow, error) {
 // redelivered flag, in the order published.
 func TestPlacement_RealNodesServePlacedQueuesThroughAGroupLeaderKill(t *testing.T) {
 	skipShort(t)
-	c := placingCluster(t)
+	c := placed3.start(t)
 	names := []string{"pl-1", "pl-2", "pl-3"}
 	var rows map[string]queueRow
 	ch := channel(t, dial(t, c.Nodes[0]))
@@ -156,20 +156,6 @@ func TestPlacement_RealNodesServePlacedQueuesThroughAGroupLeaderKill(t *testing.
 	c.WaitReady(victim, 60*time.Second)
 }
 
-// placingCluster starts three real nodes with --queue-groups 3
-// --place-queues and returns once a queue declared through AMQP is
-// placed in a queue group: the metadata leader switches placement on
-// once the groups run, and a queue declared before stays in the
-// metadata group.
-func placingCluster(t *testing.T) *Cluster {
-	t.Helper()
-	c := StartClusterWith(t, 3, func(_ int, n *Node) {
-		n.ExtraArgs = append(n.ExtraArgs, "--queue-groups", "3", "--place-queues")
-	})
-	waitPlacing(t, c, "pl-probe", 3, 3)
-	return c
-}
-
 // waitPlacing returns once c runs groups queue groups and queue probe,
 // declared through c's first node (again and again until then), is
 // placed in one of members members with a leader, as raftmqctl lists it:
@@ -212,7 +198,7 @@ func waitPlacing(t *testing.T, c *Cluster, probe string, groups, members int) {
 func TestPlacement_PikaRetriesThroughADelayedExchange(t *testing.T) {
 	skipShort(t)
 	py := pythonWithPika(t)
-	c := placingCluster(t)
+	c := placed3.start(t)
 	runPika(t, "pika_delayed_retry.py", py, c.Nodes[0].AMQPURL(), c.Nodes[2].AMQPURL())
 	rows, err := queuesOn(t, c.Nodes[1])
 	if err != nil {
@@ -236,7 +222,7 @@ func TestPlacement_LocatorPolicyThroughRabbitmqadmin(t *testing.T) {
 	if err != nil {
 		t.Skip("rabbitmqadmin not found (Debian's rabbitmq-server package provides /usr/bin/rabbitmqadmin)")
 	}
-	c := placingCluster(t)
+	c := placed3.start(t)
 	rabbitmqadmin(t, bin, c.Nodes[1], "declare", "policy", "name=near", `pattern=^near\.`, "apply-to=queues",
 		`definition={"queue-leader-locator":"client-local"}`)
 	host, port, err := net.SplitHostPort(c.Nodes[1].ManagementAddr)
@@ -290,7 +276,7 @@ func TestPlacement_LocatorPolicyThroughRabbitmqadmin(t *testing.T) {
 // again is a new, empty one that the old binding no longer reaches.
 func TestPlacement_LeasesExpirePlacedQueues(t *testing.T) {
 	skipShort(t)
-	c := placingCluster(t)
+	c := placed3.start(t)
 	t.Run("x-expires", func(t *testing.T) {
 		leasesExpirePlaced(t, c, "own.", 3*time.Second, amqp.Table{"x-expires": int32(3000)}, nil)
 	})

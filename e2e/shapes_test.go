@@ -70,6 +70,11 @@ func (s shape) startWith(t *testing.T, setup func(i int, n *Node)) *Cluster {
 // groups.
 var everyShape = []shape{{3, false}, {5, false}, {3, true}, {5, true}}
 
+// placed3 is three nodes with queue groups: the cluster of the tests of
+// placement itself and of the clients (Java, .NET, kombu, Bunny,
+// amqp-tools) that run on queue groups only.
+var placed3 = shape{3, true}
+
 // twoShapes are three nodes with one log and five with queue groups:
 // each size and each kind of log once, for the tests whose checks do not
 // depend on the size.
