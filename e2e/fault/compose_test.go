@@ -710,12 +710,26 @@ func (c *cluster) logQueues() {
 	}
 }
 
-func (c *cluster) dumpLogs() {
+// nodeLogs are the whole logs of the cluster's nodes, by node.
+func (c *cluster) nodeLogs() []string {
 	logs := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		out, _ := exec.Command("docker", "logs", n.container).CombinedOutput()
 		logs[i] = string(out)
 	}
+	return logs
+}
+
+// logCourse logs the fault's course in logs (faultCourse), if it has one.
+func (c *cluster) logCourse(logs []string) {
+	if course := faultCourse(logs); len(course) > 0 {
+		c.t.Logf("---- the fault's course: elections, leaderships, silences, nodes declared down, failed hand-offs ----\n%s",
+			strings.Join(course, "\n"))
+	}
+}
+
+func (c *cluster) dumpLogs() {
+	logs := c.nodeLogs()
 	// RAFTMQ_FAULT_LOGS names a folder to keep every node's whole log in,
 	// for a failure whose cause is older than the tail.
 	if dir := os.Getenv("RAFTMQ_FAULT_LOGS"); dir != "" {
@@ -731,10 +745,7 @@ func (c *cluster) dumpLogs() {
 	// a failure's first lines, and the tails below run long. Then the
 	// events older than the tails that the scenario's checks ask about: a
 	// lease that ran out, a queue's deletion.
-	if course := faultCourse(logs); len(course) > 0 {
-		c.t.Logf("---- the fault's course: elections, leaderships, silences, nodes declared down, failed hand-offs ----\n%s",
-			strings.Join(course, "\n"))
-	}
+	c.logCourse(logs)
 	for i, n := range c.nodes {
 		var leases []string
 		for _, l := range strings.Split(logs[i], "\n") {
