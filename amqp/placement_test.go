@@ -22,6 +22,25 @@ import (
 	"github.com/raftmq/raftmq/proto"
 )
 
+// clientsOn runs n clients at once, client k on urls[k%len(urls)], and
+// fails the test with the first error one returns, once all are done.
+func clientsOn(t *testing.T, urls []string, n int, client func(k int, url string) error) {
+	t.Helper()
+	errs := make(chan error, n)
+	for k := range n {
+		go func() { errs <- client(k, urls[k%len(urls)]) }()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		t.Fatal(first)
+	}
+}
+
 // placedCluster is a test cluster of three nodes that places new queues
 // into three queue groups, each node serving AMQP; it returns once every
 // node runs every group and has applied that placement is on.
@@ -726,70 +745,59 @@ func (b *lostSettle) SubmitGroup(ctx context.Context, group uint32, cmds []*prot
 func TestPlacement_DeclaresAtOnceFromEveryNodeAllStay(t *testing.T) {
 	c, urls := placedCluster(t)
 	const clients, each = 6, 60
-	errs := make(chan error, clients)
 	// A leader change on a loaded machine may nack a publish or leave a
 	// declare's outcome unknown (541): the client publishes again, or
 	// connects again and declares again, as a real one does. again
 	// counts the publishes a nack made it repeat. A 404 is the bug.
 	var again sync.Map
-	for k := range clients {
-		url := urls[k%len(urls)]
-		go func() {
-			var conn *amqp091.Connection
-			var ch *amqp091.Channel
-			defer func() {
+	clientsOn(t, urls, clients, func(k int, url string) error {
+		var conn *amqp091.Connection
+		var ch *amqp091.Channel
+		defer func() {
+			if conn != nil {
+				_ = conn.Close()
+			}
+		}()
+		for i, tries := 0, 0; i < each; {
+			q := fmt.Sprintf("burst-%d-%d", k, i)
+			if tries++; tries > 5 {
+				return fmt.Errorf("%s: five tries", q)
+			}
+			if ch == nil || ch.IsClosed() {
 				if conn != nil {
 					_ = conn.Close()
 				}
-			}()
-			for i, tries := 0, 0; i < each; {
-				q := fmt.Sprintf("burst-%d-%d", k, i)
-				if tries++; tries > 5 {
-					errs <- fmt.Errorf("%s: five tries", q)
-					return
-				}
-				if ch == nil || ch.IsClosed() {
-					if conn != nil {
-						_ = conn.Close()
-					}
-					var err error
-					if conn, err = amqp091.Dial(url); err == nil {
-						if ch, err = conn.Channel(); err == nil {
-							err = ch.Confirm(false)
-						}
-					}
-					if err != nil {
-						ch = nil
-						continue
+				var err error
+				if conn, err = amqp091.Dial(url); err == nil {
+					if ch, err = conn.Channel(); err == nil {
+						err = ch.Confirm(false)
 					}
 				}
-				if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-					var ae *amqp091.Error
-					if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
-						errs <- fmt.Errorf("declare %s on %s: %w", q, url, err)
-						return
-					}
-					continue
-				}
-				dc, err := ch.PublishWithDeferredConfirm("", q, true, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(q)})
 				if err != nil {
+					ch = nil
 					continue
 				}
-				if !dc.Wait() {
-					n, _ := again.LoadOrStore(q, new(atomic.Int32))
-					n.(*atomic.Int32).Add(1)
-					continue
-				}
-				i, tries = i+1, 0
 			}
-			errs <- nil
-		}()
-	}
-	for range clients {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+			if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+				var ae *amqp091.Error
+				if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
+					return fmt.Errorf("declare %s on %s: %w", q, url, err)
+				}
+				continue
+			}
+			dc, err := ch.PublishWithDeferredConfirm("", q, true, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(q)})
+			if err != nil {
+				continue
+			}
+			if !dc.Wait() {
+				n, _ := again.LoadOrStore(q, new(atomic.Int32))
+				n.(*atomic.Int32).Add(1)
+				continue
+			}
+			i, tries = i+1, 0
 		}
-	}
+		return nil
+	})
 	// Every queue is in the group the metadata placed it in, on every
 	// node, once the groups' mirrors have had their rounds.
 	for _, nd := range c.Live() {
@@ -817,6 +825,63 @@ func TestPlacement_DeclaresAtOnceFromEveryNodeAllStay(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// Queues deleted and declared again through every node, each time in
+// whichever group placement picks, while clients on every node get from
+// them, purge them and consume from them: a node whose metadata has not
+// caught up sends such a command to a log the queue has left, or not yet
+// reached. Each is answered as the queue's own log answers it, found
+// (or 404 where it was deleted meanwhile, as RabbitMQ answers), never with
+// the node's internal refusal that the queue lives in another group.
+func TestPlacement_AQueueDeclaredAgainInAnotherGroupIsServedThere(t *testing.T) {
+	_, urls := placedCluster(t)
+	const clients, rounds = 6, 150
+	var served atomic.Int64
+	clientsOn(t, urls, clients, func(k int, url string) error {
+		conn, err := amqp091.Dial(url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		var ch *amqp091.Channel
+		for i := range rounds {
+			if ch == nil || ch.IsClosed() {
+				if ch, err = conn.Channel(); err != nil {
+					return err
+				}
+			}
+			q := fmt.Sprintf("moving-%d", i%2)
+			if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+				continue // a 404 of a delete racing the declare's own hand-over
+			}
+			switch (k + i) % 4 {
+			case 0:
+				_, err = ch.QueueDelete(q, false, false, false)
+			case 1:
+				_, err = ch.QueuePurge(q, false)
+			case 2:
+				_, _, err = ch.Get(q, true)
+			case 3:
+				tag := fmt.Sprintf("c-%d-%d", k, i)
+				if _, err = ch.ConsumeWithContext(context.Background(), q, tag, true, false, false, false, nil); err == nil {
+					err = ch.Cancel(tag, false)
+				}
+			}
+			var ae *amqp091.Error
+			switch {
+			case err == nil:
+				served.Add(1)
+			case errors.As(err, &ae) && ae.Code == amqp091.NotFound:
+			default:
+				return fmt.Errorf("client %d round %d on %s: %w", k, i, q, err)
+			}
+		}
+		return nil
+	})
+	if served.Load() == 0 {
+		t.Fatal("no command found its queue")
 	}
 }
 

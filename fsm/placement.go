@@ -112,12 +112,16 @@ func (s *state) unplace(q *queueState) {
 }
 
 // elsewhere refuses a command on the messages of q when q is placed in a
-// queue group: the node sends such commands to the group.
+// queue group, naming the group: the node sends such commands there, and
+// one this log refuses was routed on a view of the metadata older than
+// this entry (cluster/broker, submitTo).
 func elsewhere(q *queueState) *proto.Result {
 	if q.group == "" {
 		return nil
 	}
-	return refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" lives in group "+q.group)
+	r := refused(replycode.PreconditionFailed, "PRECONDITION_FAILED - "+rs("queue", q.name, q.vhost)+" lives in group "+q.group)
+	r.PlacedIn = q.group
+	return r
 }
 
 // splitPlaced separates the targets this machine holds from the names of

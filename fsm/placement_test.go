@@ -361,7 +361,8 @@ func TestPlacement_DelayedReleaseIntoPlacedQueue(t *testing.T) {
 }
 
 // The commands on a placed queue's messages are its group's: refused
-// here, never applied. Deleting it removes its record and bindings.
+// here, never applied, naming the group for the node to send them to.
+// Deleting it removes its record and bindings.
 func TestPlacement_MessagesCommandsRefused(t *testing.T) {
 	m := placing(t, "q1", "q2")
 	applyOK(t, m, 3, declare("a", nil), declare("p", nil), exchangeDeclare("fx", "fanout", nil), bind("fx", "p", "", false, nil))
@@ -371,7 +372,7 @@ func TestPlacement_MessagesCommandsRefused(t *testing.T) {
 		"get":     get("p", false),
 		"purge":   {Cmd: &proto.Command_QueuePurge{QueuePurge: &proto.QueuePurge{Vhost: "/", Name: "p"}}},
 	} {
-		if r, _ := fsmtest.One(t, m, 4, c); r.GetCode() != 406 || r.GetText() != want {
+		if r, _ := fsmtest.One(t, m, 4, c); r.GetCode() != 406 || r.GetText() != want || r.GetPlacedIn() != "q2" {
 			t.Errorf("%s: %v", name, r)
 		}
 	}

@@ -5109,7 +5109,10 @@ type Result struct {
 	// consume: the consumer tag.
 	ConsumerTag string `protobuf:"bytes,9,opt,name=consumer_tag,json=consumerTag" json:"consumer_tag,omitempty"`
 	// The log index of the entry that carried the command.
-	Index         uint64 `protobuf:"varint,10,opt,name=index" json:"index,omitempty"`
+	Index uint64 `protobuf:"varint,10,opt,name=index" json:"index,omitempty"`
+	// consume, get, purge refused by the metadata log: the queue group the
+	// queue lives in, where the node sends such commands.
+	PlacedIn      string `protobuf:"bytes,11,opt,name=placed_in,json=placedIn" json:"placed_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5212,6 +5215,13 @@ func (x *Result) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *Result) GetPlacedIn() string {
+	if x != nil {
+		return x.PlacedIn
+	}
+	return ""
 }
 
 type GetOk struct {
@@ -5726,7 +5736,7 @@ const file_command_proto_rawDesc = "" +
 	"\vPolicyClear\x12\x14\n" +
 	"\x05vhost\x18\x01 \x01(\tR\x05vhost\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
-	"\boperator\x18\x03 \x01(\bR\boperator\"\xa3\x02\n" +
+	"\boperator\x18\x03 \x01(\bR\boperator\"\xc0\x02\n" +
 	"\x06Result\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x14\n" +
@@ -5738,7 +5748,8 @@ const file_command_proto_rawDesc = "" +
 	"\x03get\x18\b \x01(\v2\x10.raftmq.v1.GetOkR\x03get\x12!\n" +
 	"\fconsumer_tag\x18\t \x01(\tR\vconsumerTag\x12\x14\n" +
 	"\x05index\x18\n" +
-	" \x01(\x04R\x05index\"\xc9\x02\n" +
+	" \x01(\x04R\x05index\x12\x1b\n" +
+	"\tplaced_in\x18\v \x01(\tR\bplacedIn\"\xc9\x02\n" +
 	"\x05GetOk\x12!\n" +
 	"\fdelivery_tag\x18\x01 \x01(\x04R\vdeliveryTag\x12 \n" +
 	"\vredelivered\x18\x02 \x01(\bR\vredelivered\x12\x1a\n" +

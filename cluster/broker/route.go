@@ -154,7 +154,7 @@ func (b *Broker) submitRouted(ctx context.Context, cmds []*proto.Command) ([]*pr
 	parts := b.parts(ctx, cmds)
 	if len(parts) == len(cmds) && !slices.ContainsFunc(parts, func(p part) bool {
 		return p.dest != group.DefaultID || queueVerb(p.cmd)
-	}) {
+	}) && (len(cmds) > 1 || !onQueueMessages(cmds[0])) {
 		return b.node.SubmitBatch(ctx, cmds)
 	}
 	results := make([]*proto.Result, len(cmds))
@@ -255,7 +255,69 @@ func queueVerb(cmd *proto.Command) bool {
 
 // submitTo submits cmds, all bound for dest, and keeps what later
 // commands need to find their group.
+//
+// A command on a queue's messages (consume, get, purge) goes where this
+// node's metadata places the queue, and that may be a log the queue has
+// just left or not yet reached: deleted and declared again through
+// another node, it lives in another group. The log it was sent to
+// refuses it, and a refusal changes nothing there. The metadata log
+// names the group the queue lives in (Result.placed_in), and the command
+// goes there; a queue group answers that it holds no such queue, and the
+// node catches up with the metadata log and, when that places the queue
+// elsewhere now, sends the command there. The client sees what the
+// queue's own log answers, as RabbitMQ's one copy of the metadata would
+// give it, not the node's stale view.
 func (b *Broker) submitTo(ctx context.Context, dest string, cmds []*proto.Command) ([]*proto.Result, error) {
+	for tries := 1; ; tries++ {
+		res, err := b.submitToOnce(ctx, dest, cmds)
+		if err != nil || tries == movedTries || len(cmds) != 1 || res[0].GetCode() == 0 || dest == everywhere {
+			return res, err
+		}
+		vhost, name, ok := onMessages(cmds[0])
+		if !ok {
+			return res, nil
+		}
+		now := res[0].GetPlacedIn()
+		if now == "" {
+			if dest == group.DefaultID || b.node.CatchUp(ctx) != nil {
+				return res, nil
+			}
+			now, _ = b.node.QueuePlacement(vhost, name)
+		}
+		if now == dest {
+			return res, nil
+		}
+		dest = now
+	}
+}
+
+// movedTries bounds how often a command follows its queue to another
+// log: each move is a delete and a declare through another node within
+// the command's round trip.
+const movedTries = 5
+
+// onQueueMessages reports whether cmd acts on a queue's messages
+// (onMessages).
+func onQueueMessages(cmd *proto.Command) bool {
+	_, _, ok := onMessages(cmd)
+	return ok
+}
+
+// onMessages names the queue of a command that acts on a queue's
+// messages and is refused where the queue is not.
+func onMessages(cmd *proto.Command) (vhost, name string, ok bool) {
+	switch c := cmd.GetCmd().(type) {
+	case *proto.Command_Consume:
+		return c.Consume.GetVhost(), c.Consume.GetQueue(), true
+	case *proto.Command_Get:
+		return c.Get.GetVhost(), c.Get.GetQueue(), true
+	case *proto.Command_QueuePurge:
+		return c.QueuePurge.GetVhost(), c.QueuePurge.GetName(), true
+	}
+	return "", "", false
+}
+
+func (b *Broker) submitToOnce(ctx context.Context, dest string, cmds []*proto.Command) ([]*proto.Result, error) {
 	if len(cmds) == 1 {
 		switch c := cmds[0].GetCmd().(type) {
 		case *proto.Command_QueueDeclare:
