@@ -520,6 +520,40 @@ func (s *Server) NodeDown(node string) {
 	}
 }
 
+// VhostDeleted implements fsm.AccessSink: the log deleted vhost name, and
+// this node's connections to it are closed with 320 CONNECTION_FORCED,
+// as RabbitMQ closes them ("vhost 'name' is deleted"): their channels'
+// exchanges and queues are gone, and their user's permissions there.
+func (s *Server) VhostDeleted(name string) {
+	s.closeWhere("vhost '"+name+"' is deleted", func(c *conn) bool { return c.vhost == name })
+}
+
+// UserDeleted implements fsm.AccessSink: the connections of user name
+// are closed as VhostDeleted's, "user 'name' is deleted".
+func (s *Server) UserDeleted(name string) {
+	s.closeWhere("user '"+name+"' is deleted", func(c *conn) bool { return c.user == name })
+}
+
+// closeWhere closes the opened connections that match with 320
+// CONNECTION_FORCED and reason. It is called under the node's state lock
+// (fsm.Sink): it only starts each close.
+func (s *Server) closeWhere(reason string, match func(c *conn) bool) {
+	s.mu.Lock()
+	conns := s.snapshotConns()
+	s.mu.Unlock()
+	closed := 0
+	for _, c := range conns {
+		// vhost and user are set before opened, and read-only after.
+		if c.opened.Load() && match(c) {
+			c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "%s", reason))
+			closed++
+		}
+	}
+	if closed > 0 {
+		s.log.Info("closing client connections", "reason", reason, "connections", closed)
+	}
+}
+
 // Pause closes every opened client connection with 320
 // CONNECTION_FORCED and reason, and refuses connections at
 // connection.open with the same until Resume. The node calls it when it

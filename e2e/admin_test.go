@@ -443,3 +443,87 @@ func TestAccess_PermissionsAndPasswordsAcrossNodes(t *testing.T) {
 		t.Fatalf("declare with configure permission: %v", err)
 	}
 }
+
+// Deleting a vhost closes every connection to it, on every node, and
+// deleting a user every connection of that user, with 320
+// CONNECTION_FORCED and the reason RabbitMQ gives; other connections stay.
+// On queue groups: the vhost's queues live in them, and the groups apply
+// the vhost's delete too.
+func TestAccess_DeletingAVhostOrAUserClosesItsConnections(t *testing.T) {
+	skipShort(t)
+	c := placed3.start(t)
+	n := c.Nodes[0]
+	ctl(t, n, "add_vhost", "v2")
+	ctl(t, n, "add_user", "carol", "c4r0l")
+	ctl(t, n, "set_permissions", "-p", "v2", "guest", ".*", ".*", ".*")
+	ctl(t, n, "set_permissions", "carol", ".*", ".*", ".*")
+	dial := func(url string) (*amqp.Connection, <-chan *amqp.Error) {
+		t.Helper()
+		var conn *amqp.Connection
+		if err := Eventually(10*time.Second, func() error { // the grants reach every node's state
+			cn, err := amqp.Dial(url)
+			conn = cn
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return conn, conn.NotifyClose(make(chan *amqp.Error, 1))
+	}
+	var inV2, ofCarol []<-chan *amqp.Error
+	for i, node := range c.Nodes {
+		conn, closed := dial("amqp://guest:guest@" + node.AMQPAddr + "/v2")
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := fmt.Sprintf("v2-q%d", i)
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.Consume(q, "", false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		inV2 = append(inV2, closed)
+		_, closed = dial("amqp://carol:c4r0l@" + node.AMQPAddr + "/")
+		ofCarol = append(ofCarol, closed)
+	}
+	other, otherClosed := dial(n.AMQPURL())
+	ended := func(what string, chans []<-chan *amqp.Error, reason string) {
+		t.Helper()
+		for i, closed := range chans {
+			select {
+			case e := <-closed:
+				if e == nil || e.Code != amqp.ConnectionForced || e.Reason != reason {
+					t.Fatalf("%s on %s closed with %v, want 320 %q", what, c.Nodes[i].ID, e, reason)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s on %s still open 10 s after the delete", what, c.Nodes[i].ID)
+			}
+		}
+	}
+	open := func(what string, chans ...<-chan *amqp.Error) {
+		t.Helper()
+		for _, closed := range chans {
+			select {
+			case e := <-closed:
+				t.Fatalf("%s closed: %v", what, e)
+			default:
+			}
+		}
+	}
+
+	ctl(t, n, "delete_vhost", "v2")
+	ended("a connection to v2", inV2, "CONNECTION_FORCED - vhost 'v2' is deleted")
+	open("a connection of carol's", ofCarol...)
+	ctl(t, c.Nodes[1], "delete_user", "carol")
+	ended("a connection of carol's", ofCarol, "CONNECTION_FORCED - user 'carol' is deleted")
+	open("guest's connection to /", otherClosed)
+	ch, err := other.Channel()
+	if err != nil {
+		t.Fatalf("guest's connection to /: %v", err)
+	}
+	if _, err := ch.QueueDeclare("", false, true, true, false, nil); err != nil {
+		t.Fatalf("guest's connection to /: %v", err)
+	}
+}

@@ -79,6 +79,17 @@ type Sink interface {
 	ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint64)
 }
 
+// AccessSink is implemented by a Sink that serves clients. The metadata
+// log tells it when a vhost or a user is deleted, and it closes its
+// connections to that vhost or of that user (320 CONNECTION_FORCED), as
+// RabbitMQ's connection tracking does: the log no longer has what they
+// were opened on. Every replica calls it, each for its own node's
+// clients; it must not block nor call back into the node.
+type AccessSink interface {
+	VhostDeleted(name string)
+	UserDeleted(name string)
+}
+
 // DeliveryFilter is implemented by a Sink that takes only some consumers'
 // deliveries, as a node takes only those of its own channels. Deliver is
 // then called only for a consumer it wants: building a delivery decodes

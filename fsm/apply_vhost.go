@@ -46,6 +46,11 @@ func (s *state) applyVhostDelete(c *proto.VhostDelete) *proto.Result {
 			delete(s.perms, k)
 		}
 	}
+	// A queue group applies the delete too, for its queues; the
+	// metadata log alone speaks for the vhost.
+	if a, ok := s.sink.(AccessSink); ok && s.groups.id == 0 {
+		a.VhostDeleted(c.GetName())
+	}
 	return &proto.Result{}
 }
 
@@ -64,6 +69,9 @@ func (s *state) applyUserDelete(c *proto.UserDelete) *proto.Result {
 		if s.perms[k].GetUser() == c.GetName() {
 			delete(s.perms, k)
 		}
+	}
+	if a, ok := s.sink.(AccessSink); ok && s.groups.id == 0 {
+		a.UserDeleted(c.GetName())
 	}
 	return &proto.Result{}
 }

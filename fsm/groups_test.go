@@ -580,3 +580,35 @@ func TestLeases_AQueueGroupBelowLevel23ProposesNone(t *testing.T) {
 		}
 	}
 }
+
+// A deleted vhost or user ends its connections on every node: the
+// metadata log says so once for each (AccessSink), and not for a vhost
+// or a user it does not have. A queue group applies a vhost's delete for
+// its queues, and says nothing: the metadata log has said it.
+func TestAccess_DeletesEndTheirConnections(t *testing.T) {
+	vhostDelete := func(name string) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_VhostDelete{VhostDelete: &proto.VhostDelete{Name: name}}}
+	}
+	userDelete := func(name string) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_UserDelete{UserDelete: &proto.UserDelete{Name: name}}}
+	}
+	for _, tc := range []struct {
+		name         string
+		m            *fsm.Machine
+		vhost, users []string
+	}{
+		{"metadata", fsmtest.New(t), []string{"v2"}, []string{"guest"}},
+		{"queue group", queueGroup(t, 3), nil, nil},
+	} {
+		applyOK(t, tc.m, 3, &proto.Command{Cmd: &proto.Command_VhostPut{VhostPut: &proto.VhostPut{Name: "v2"}}})
+		_, rec := fsmtest.One(t, tc.m, 4, vhostDelete("v2"))
+		_, again := fsmtest.One(t, tc.m, 5, vhostDelete("v2"))
+		_, user := fsmtest.One(t, tc.m, 6, userDelete("guest"))
+		_, none := fsmtest.One(t, tc.m, 7, userDelete("nobody"))
+		if !slices.Equal(rec.VhostsDeleted, tc.vhost) || again.VhostsDeleted != nil || !slices.Equal(user.UsersDeleted, tc.users) ||
+			none.UsersDeleted != nil || rec.UsersDeleted != nil || user.VhostsDeleted != nil {
+			t.Errorf("%s: vhost %v then %v, user %v then %v, want %v and %v once each", tc.name,
+				rec.VhostsDeleted, again.VhostsDeleted, user.UsersDeleted, none.UsersDeleted, tc.vhost, tc.users)
+		}
+	}
+}

@@ -533,6 +533,21 @@ func (s localSink) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []
 	}
 }
 
+// VhostDeleted passes on to this node's clients: every node runs the
+// metadata log that says it.
+func (s localSink) VhostDeleted(name string) {
+	if a, ok := s.next.(fsm.AccessSink); ok {
+		a.VhostDeleted(name)
+	}
+}
+
+// UserDeleted passes on as VhostDeleted.
+func (s localSink) UserDeleted(name string) {
+	if a, ok := s.next.(fsm.AccessSink); ok {
+		a.UserDeleted(name)
+	}
+}
+
 func (s localSink) NodeDown(node string) {
 	if sub := s.remote(node); sub != nil {
 		sub.push(Effect{NodeDown: node})

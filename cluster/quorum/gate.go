@@ -87,6 +87,21 @@ func (g *gate) ConsumerTimedOut(c *proto.ConsumerRef, timeout int64, tags []uint
 	}
 }
 
+// VhostDeleted passes on at once, held or not: the connections it ends
+// are this node's, whatever the log gave others meanwhile.
+func (g *gate) VhostDeleted(name string) {
+	if a, ok := g.next.(fsm.AccessSink); ok {
+		a.VhostDeleted(name)
+	}
+}
+
+// UserDeleted passes on at once, as VhostDeleted.
+func (g *gate) UserDeleted(name string) {
+	if a, ok := g.next.(fsm.AccessSink); ok {
+		a.UserDeleted(name)
+	}
+}
+
 func (g *gate) NodeDown(node string) {
 	if held, _ := g.hold(heldEffect{down: node}); !held {
 		g.next.NodeDown(node)

@@ -71,6 +71,8 @@ type Recorder struct {
 	TimedOut   []TimedOut
 	// ConsumersTimedOut are the ConsumerTimedOut effects.
 	ConsumersTimedOut []ConsumerTimedOut
+	// VhostsDeleted and UsersDeleted are the AccessSink's.
+	VhostsDeleted, UsersDeleted []string
 }
 
 // ConsumerTimedOut is a ConsumerTimedOut effect.
@@ -104,6 +106,12 @@ func (r *Recorder) ConsumerCancelled(c *proto.ConsumerRef) { r.Cancelled = appen
 
 // NodeDown implements fsm.Sink.
 func (r *Recorder) NodeDown(node string) { r.Down = append(r.Down, node) }
+
+// VhostDeleted implements fsm.AccessSink.
+func (r *Recorder) VhostDeleted(name string) { r.VhostsDeleted = append(r.VhostsDeleted, name) }
+
+// UserDeleted implements fsm.AccessSink.
+func (r *Recorder) UserDeleted(name string) { r.UsersDeleted = append(r.UsersDeleted, name) }
 
 // New returns a machine with the defaults applied at stamp 1: vhost "/"
 // and user guest, at protocol level fsm.Protocol, as a new cluster's log
