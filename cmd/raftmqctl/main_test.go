@@ -168,6 +168,7 @@ a-much-longer-queue-name  0               0                        0            
 		{name: "transfer_leadership to", args: []string{"--json", "transfer_leadership", "n3"},
 			stdout: "{\n  \"leader_id\": \"n3\",\n  \"ok\": true\n}\n", request: &proto.TransferLeadershipRequest{NodeId: "n3"}},
 		{name: "digest", args: []string{"digest"}, stdout: "n1 42 ab12\n", request: &proto.DigestRequest{}},
+		{name: "digest of a group", args: []string{"digest", "q2"}, stdout: "n1 42 ab12\n", request: &proto.DigestRequest{Group: "q2"}},
 		{name: "digest json", args: []string{"digest", "--json"},
 			stdout: "{\n  \"applied_index\": \"42\",\n  \"digest\": \"ab12\",\n  \"node_id\": \"n1\"\n}\n"},
 		{name: "help", args: []string{"help"}, stdout: usageText()},

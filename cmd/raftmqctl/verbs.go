@@ -121,7 +121,7 @@ var verbs = map[string]verb{
 		columns: columnNames(vhostColumns), defaults: vhostDefaults},
 	"forget_cluster_node": {args: "NODE", min: 1, max: 1, run: forgetClusterNode},
 	"transfer_leadership": {args: "[NODE]", max: 1, run: transferLeadership},
-	"digest":              {args: "", max: 0, run: digest},
+	"digest":              {args: "[GROUP]", max: 1, run: digest},
 }
 
 // ---- cluster ----
@@ -175,8 +175,15 @@ func transferLeadership(c *call) error {
 	return c.done(fmt.Sprintf("Leader is now %s", r.GetLeaderId()), map[string]any{"leader_id": r.GetLeaderId()})
 }
 
+// digest prints the node's applied index and state digest of the metadata
+// log, or of queue group GROUP (list_groups names them): equal on every
+// member at the same index.
 func digest(c *call) error {
-	r, err := c.c.Digest(c.ctx, &proto.DigestRequest{})
+	req := &proto.DigestRequest{}
+	if len(c.args) == 1 {
+		req.Group = c.args[0]
+	}
+	r, err := c.c.Digest(c.ctx, req)
 	if err != nil {
 		return err
 	}
