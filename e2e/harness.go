@@ -352,7 +352,7 @@ func (c *Cluster) Start(i int) {
 	}
 	cmd := exec.Command(bin, args...)
 	// The node's own Env comes last: of duplicate keys the last one wins.
-	cmd.Env = append(append(os.Environ(), "RAFTMQ_CLUSTER_SECRET="+c.Secret), n.Env...)
+	cmd.Env = append(append(nodeEnv(os.Environ()), "RAFTMQ_CLUSTER_SECRET="+c.Secret), n.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -507,4 +507,21 @@ func Eventually(timeout time.Duration, cond func() error, fatal ...error) error 
 // only a release early by both clocks is early.
 func elapsed(start time.Time) time.Duration {
 	return max(time.Since(start), time.Now().Round(0).Sub(start.Round(0)))
+}
+
+// nodeEnv is the environment a node starts with: environ, the test
+// process's, without the RAFTMQ_ variables, which would configure every
+// node of every test (a developer's shell may well set
+// RAFTMQ_QUEUE_GROUPS): a test sets what its nodes run with itself, on
+// the command line or in Node.Env. RAFTMQ_LOG_LEVEL passes, to read a
+// test's cluster at debug level.
+func nodeEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "RAFTMQ_") && !strings.HasPrefix(kv, "RAFTMQ_LOG_LEVEL=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
