@@ -360,6 +360,15 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, soo
 			continue
 		}
 		silent := n.reach.SilentFor(id, now)
+		// A server restarted since it went silent releases its previous
+		// run itself (clearPastIncarnation) before it takes clients, and
+		// raft may reach it only later: its appends back off from the
+		// failures of that run. Its silence counts from its restart, or
+		// the NodeDown, committed once it is back, would end the new
+		// run's connections (the log cannot tell the runs apart).
+		if m, known := members[id]; known && m.Health == HealthAlive && !m.Rebooted.IsZero() {
+			silent = min(silent, now.Sub(m.Rebooted))
+		}
 		if silent < n.cfg.NodeDownAfter {
 			left = min(left, n.cfg.NodeDownAfter-silent)
 			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {

@@ -61,3 +61,50 @@ func TestMembers_KilledLeaderIsSuspectFromRaft(t *testing.T) {
 	c.Kill(c.Index(l.NodeID()))
 	healthOn(t, c.Live(), l.NodeID(), cluster.HealthSuspect)
 }
+
+// A leader killed and started again before it is declared down releases
+// its previous run itself (its own NodeDown, before it takes clients).
+// The new leader's appends may reach it only later: raft backs off from
+// the failures of its previous run. Here its raft stays cut off for a
+// while after the restart, so it answers nothing until well past
+// NodeDownAfter from the kill. The new leader counts its silence from
+// the restart gossip announced, and does not declare it down: that
+// NodeDown, committed after the node came back, would end the new run's
+// connections. The one NodeDown of it it applies is its own.
+func TestCluster_ARestartedLeaderIsNotDeclaredDownForItsPreviousRun(t *testing.T) {
+	sinks := make([]*recorder, 3)
+	for i := range sinks {
+		sinks[i] = &recorder{}
+	}
+	c := clustertest.New(t, 3, clustertest.WithConfig(func(i int, cfg *cluster.Config) { cfg.Effects = sinks[i] }))
+	old := c.WaitForLeader(clustertest.Timeout)
+	id, oi := old.NodeID(), c.Index(old.NodeID())
+	downAfter := c.Nodes[oi].Config.NodeDownAfter
+	killed := time.Now()
+	c.Kill(oi)
+	c.WaitForLeader(clustertest.Timeout)
+	c.FreezeRaft(id)
+	c.Restart(oi)
+	// Cut off until NodeDownAfter from the kill has passed, and not for
+	// NodeDownAfter from the restart, which waited for the election (more
+	// than an eighth of NodeDownAfter).
+	time.Sleep(time.Until(killed.Add(downAfter * 9 / 8)))
+	c.Heal()
+	select {
+	case <-c.Nodes[oi].Node().Ready():
+	case <-time.After(clustertest.Timeout):
+		t.Fatalf("%s did not come back", id)
+	}
+	time.Sleep(2 * downAfter)
+	// A node's sink hears the NodeDowns of itself (the others' are not its
+	// clients'): the restarted node's, its own, and any the leader made.
+	n := 0
+	for _, d := range sinks[oi].downs() {
+		if d == id {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%s applied %d NodeDowns of itself, want its own only", id, n)
+	}
+}

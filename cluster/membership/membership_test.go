@@ -15,16 +15,22 @@ import (
 	gproto "google.golang.org/protobuf/proto"
 )
 
+// gossiped is the memberlist node that announces meta.
+func gossiped(t *testing.T, meta *proto.NodeMeta) *memberlist.Node {
+	t.Helper()
+	b, err := gproto.Marshal(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &memberlist.Node{Name: meta.GetId(), Meta: b}
+}
+
 // A member that announced it is leaving shows left, and stays left when
 // memberlist then declares it dead; one that died without a word is dead.
 func TestTable_LeavingMemberThatDiesHasLeft(t *testing.T) {
 	tab := NewTable()
 	node := func(id string, leaving bool) *memberlist.Node {
-		b, err := gproto.Marshal(&proto.NodeMeta{Id: id, Leaving: leaving})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &memberlist.Node{Name: id, Meta: b}
+		return gossiped(t, &proto.NodeMeta{Id: id, Leaving: leaving})
 	}
 	tab.Set(node("a", false), HealthAlive)
 	tab.Set(node("b", false), HealthAlive)
@@ -35,6 +41,38 @@ func TestTable_LeavingMemberThatDiesHasLeft(t *testing.T) {
 		if m, ok := tab.Get(id); !ok || m.Health != want {
 			t.Errorf("%s: %q (known %v), want %q", id, m.Health, ok, want)
 		}
+	}
+}
+
+// A member's restart is a boot that changed: the first boot heard of is
+// none, nor is the same boot again, a dead member's or one without a boot;
+// the restart is dated when it was heard of, and kept.
+func TestTable_ARestartIsABootThatChanged(t *testing.T) {
+	tab := NewTable()
+	node := func(id string, boot int64) *memberlist.Node {
+		return gossiped(t, &proto.NodeMeta{Id: id, BootMs: boot})
+	}
+	rebooted := func(id string) time.Time {
+		m, _ := tab.Get(id)
+		return m.Rebooted
+	}
+	tab.Set(node("a", 100), HealthAlive)
+	tab.Set(node("b", 0), HealthAlive)
+	tab.Set(node("a", 100), HealthDead)
+	tab.Set(node("b", 0), HealthAlive)
+	if !rebooted("a").IsZero() || !rebooted("b").IsZero() {
+		t.Fatalf("restarts without a new boot: a %v, b %v", rebooted("a"), rebooted("b"))
+	}
+	before := time.Now()
+	tab.Set(node("a", 200), HealthAlive)
+	at := rebooted("a")
+	if at.Before(before) {
+		t.Fatalf("a's new boot: restart at %v, want from %v", at, before)
+	}
+	tab.Set(node("a", 200), HealthAlive)
+	tab.Set(node("a", 200), HealthDead)
+	if !rebooted("a").Equal(at) {
+		t.Fatalf("a's restart moved to %v without a new boot", rebooted("a"))
 	}
 }
 

@@ -30,6 +30,10 @@ type Member struct {
 	Addr   string // gossip address
 	Health string
 	Since  time.Time // when Health last changed
+	// Rebooted is when this node saw the member announce a new boot (its
+	// process restarted), zero if it never did: the first boot it heard
+	// of is none.
+	Rebooted time.Time
 }
 
 // Table is this node's view of the gossip members, fed by memberlist
@@ -78,9 +82,17 @@ func (t *Table) Set(n *memberlist.Node, health string) {
 	if meta.GetLeaving() || (health == HealthDead && ok && old.Meta.GetLeaving()) {
 		health = HealthLeft
 	}
+	now := time.Now()
+	var rebooted time.Time
+	if ok {
+		rebooted = old.Rebooted
+		if b := old.Meta.GetBootMs(); b != 0 && meta.GetBootMs() != 0 && b != meta.GetBootMs() {
+			rebooted = now
+		}
+	}
 	if ok && old.Health == health {
-		old.Meta, old.Addr = meta, n.Address()
+		old.Meta, old.Addr, old.Rebooted = meta, n.Address(), rebooted
 		return
 	}
-	t.m[n.Name] = &Member{Meta: meta, Addr: n.Address(), Health: health, Since: time.Now()}
+	t.m[n.Name] = &Member{Meta: meta, Addr: n.Address(), Health: health, Since: now, Rebooted: rebooted}
 }
