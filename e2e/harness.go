@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -455,8 +456,39 @@ func (c *Cluster) waitReady(i int, timeout time.Duration) error {
 	return nil
 }
 
-// DumpLogs writes the tail of every node's log to the test log.
+// courseEvents are the log messages of a failure's course that happen
+// long before its end: leaderships won, lost and handed on, barriers that
+// failed, nodes declared down, commands that failed. A log's tail is
+// mostly raft's replication chatter.
+var courseEvents = []string{
+	"entering leader state", "gained leadership", "lost leadership", "barrier failed", "handed a queue group's leadership",
+	"has not answered raft", "declared node down", "no quorum of clocks", "queue group closed", "command failed",
+}
+
+// courseLines are the lines of log that name a course event, the last
+// keep of them.
+func courseLines(log []byte, keep int) []string {
+	var out []string
+	for _, l := range strings.Split(string(log), "\n") {
+		if slices.ContainsFunc(courseEvents, func(e string) bool { return strings.Contains(l, e) }) {
+			out = append(out, l)
+		}
+	}
+	return out[max(0, len(out)-keep):]
+}
+
+// DumpLogs writes every node's course events (courseLines) and the tail
+// of its log to the test log.
 func (c *Cluster) DumpLogs() {
+	for _, n := range c.Nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			continue
+		}
+		if course := courseLines(b, 60); len(course) > 0 {
+			c.t.Logf("---- %s: leaderships, barriers, nodes down, failed commands ----\n%s", n.ID, strings.Join(course, "\n"))
+		}
+	}
 	for _, n := range c.Nodes {
 		b, err := os.ReadFile(n.LogPath)
 		if err != nil {

@@ -27,3 +27,16 @@ func TestNodeEnv_LeavesOutTheBrokersSettings(t *testing.T) {
 		t.Fatalf("node env %v, want %v", got, want)
 	}
 }
+
+// A failure's course keeps, from anywhere in a node's log, the lines of
+// leaderships, barriers and failed commands, the last ones when there
+// are more than it keeps; raft's chatter stays out.
+func TestCourseLines_KeepTheLastEventsOnly(t *testing.T) {
+	log := []byte("a gained leadership 1\nraft: appendEntries rejected\nqueue group barrier failed 2\ncommand failed 3\nnoise\n")
+	if got, want := courseLines(log, 2), []string{"queue group barrier failed 2", "command failed 3"}; !slices.Equal(got, want) {
+		t.Fatalf("course %q, want %q", got, want)
+	}
+	if got := courseLines([]byte("noise\n"), 5); len(got) != 0 {
+		t.Fatalf("course of chatter: %q", got)
+	}
+}
