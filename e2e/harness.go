@@ -480,18 +480,16 @@ func courseLines(log []byte, keep int) []string {
 // DumpLogs writes every node's course events (courseLines) and the tail
 // of its log to the test log.
 func (c *Cluster) DumpLogs() {
-	for _, n := range c.Nodes {
-		b, err := os.ReadFile(n.LogPath)
-		if err != nil {
-			continue
-		}
-		if course := courseLines(b, 60); len(course) > 0 {
+	logs := make([][]byte, len(c.Nodes))
+	for i, n := range c.Nodes {
+		logs[i], _ = os.ReadFile(n.LogPath) // a node never started has none
+		if course := courseLines(logs[i], 60); len(course) > 0 {
 			c.t.Logf("---- %s: leaderships, barriers, nodes down, failed commands ----\n%s", n.ID, strings.Join(course, "\n"))
 		}
 	}
-	for _, n := range c.Nodes {
-		b, err := os.ReadFile(n.LogPath)
-		if err != nil {
+	for i, n := range c.Nodes {
+		b := logs[i]
+		if b == nil {
 			continue
 		}
 		if len(b) > 8192 {
