@@ -506,18 +506,8 @@ func (s *Server) NodeDown(node string) {
 	if b == nil || node != b.NodeID() {
 		return
 	}
-	s.mu.Lock()
-	conns := s.snapshotConns()
-	s.mu.Unlock()
-	if len(conns) > 0 {
-		s.log.Warn("this node was declared down by the cluster: closing its client connections", "connections", len(conns))
-	}
-	for _, c := range conns {
-		// One opened later is a new connection the log knows.
-		if c.opened.Load() {
-			c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "this node was declared down by the cluster; reconnect"))
-		}
-	}
+	// One opened later is a new connection the log knows.
+	s.closeWhere(slog.LevelWarn, "this node was declared down by the cluster; reconnect", func(*conn) bool { return true })
 }
 
 // VhostDeleted implements fsm.AccessSink: the log deleted vhost name, and
@@ -525,22 +515,30 @@ func (s *Server) NodeDown(node string) {
 // as RabbitMQ closes them ("vhost 'name' is deleted"): their channels'
 // exchanges and queues are gone, and their user's permissions there.
 func (s *Server) VhostDeleted(name string) {
-	s.closeWhere("vhost '"+name+"' is deleted", func(c *conn) bool { return c.vhost == name })
+	s.closeWhere(slog.LevelInfo, "vhost '"+name+"' is deleted", func(c *conn) bool { return c.vhost == name })
 }
 
 // UserDeleted implements fsm.AccessSink: the connections of user name
 // are closed as VhostDeleted's, "user 'name' is deleted".
 func (s *Server) UserDeleted(name string) {
-	s.closeWhere("user '"+name+"' is deleted", func(c *conn) bool { return c.user == name })
+	s.closeWhere(slog.LevelInfo, "user '"+name+"' is deleted", func(c *conn) bool { return c.user == name })
 }
 
 // closeWhere closes the opened connections that match with 320
-// CONNECTION_FORCED and reason. It is called under the node's state lock
-// (fsm.Sink): it only starts each close.
-func (s *Server) closeWhere(reason string, match func(c *conn) bool) {
+// CONNECTION_FORCED and reason, and logs how many at level. It is called
+// under the node's state lock (fsm.Sink): it only starts each close.
+func (s *Server) closeWhere(level slog.Level, reason string, match func(c *conn) bool) {
 	s.mu.Lock()
 	conns := s.snapshotConns()
 	s.mu.Unlock()
+	if n := closeOpened(conns, reason, match); n > 0 {
+		s.log.Log(context.Background(), level, "closing client connections", "reason", reason, "connections", n)
+	}
+}
+
+// closeOpened closes those of conns that are open and match with 320
+// CONNECTION_FORCED and reason, and returns how many it closed.
+func closeOpened(conns []*conn, reason string, match func(c *conn) bool) int {
 	closed := 0
 	for _, c := range conns {
 		// vhost and user are set before opened, and read-only after.
@@ -549,9 +547,7 @@ func (s *Server) closeWhere(reason string, match func(c *conn) bool) {
 			closed++
 		}
 	}
-	if closed > 0 {
-		s.log.Info("closing client connections", "reason", reason, "connections", closed)
-	}
+	return closed
 }
 
 // Pause closes every opened client connection with 320
@@ -570,11 +566,7 @@ func (s *Server) Pause(reason string) {
 	s.paused = reason
 	conns := s.snapshotConns()
 	s.mu.Unlock()
-	for _, c := range conns {
-		if c.opened.Load() {
-			c.fail(wire.ConnError(replycode.ConnectionForced, 0, 0, "%s", reason))
-		}
-	}
+	closeOpened(conns, reason, func(*conn) bool { return true })
 }
 
 // Resume takes clients again after Pause.
