@@ -468,13 +468,19 @@ var courseEvents = []string{
 // courseLines are the lines of log that name a course event, the last
 // keep of them.
 func courseLines(log []byte, keep int) []string {
+	out := LinesNaming(string(log), courseEvents)
+	return out[max(0, len(out)-keep):]
+}
+
+// LinesNaming returns the lines of log that name one of events.
+func LinesNaming(log string, events []string) []string {
 	var out []string
-	for _, l := range strings.Split(string(log), "\n") {
-		if slices.ContainsFunc(courseEvents, func(e string) bool { return strings.Contains(l, e) }) {
+	for _, l := range strings.Split(log, "\n") {
+		if slices.ContainsFunc(events, func(e string) bool { return strings.Contains(l, e) }) {
 			out = append(out, l)
 		}
 	}
-	return out[max(0, len(out)-keep):]
+	return out
 }
 
 // DumpLogs writes every node's course events (courseLines) and the tail

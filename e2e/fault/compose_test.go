@@ -780,10 +780,7 @@ func faultCourse(logs []string) []string {
 	}
 	var events []event
 	for _, log := range logs {
-		for _, l := range strings.Split(log, "\n") {
-			if !slices.ContainsFunc(courseEvents, func(e string) bool { return strings.Contains(l, e) }) {
-				continue
-			}
+		for _, l := range e2e.LinesNaming(log, courseEvents) {
 			// A line whose time does not parse sorts first.
 			at, _ := time.Parse(time.RFC3339Nano, logFields(l)["time"])
 			events = append(events, event{at, shortLine(at, l)})
