@@ -366,12 +366,13 @@ func (n *Node) reconcile(ctx context.Context, downed *downs) (due time.Time, soo
 		// failures of that run. Its silence counts from its restart, or
 		// the NodeDown, committed once it is back, would end the new
 		// run's connections (the log cannot tell the runs apart).
-		if m, known := members[id]; known && m.Health == HealthAlive && !m.Rebooted.IsZero() {
+		m, known := members[id]
+		if known && m.Health == HealthAlive && !m.Rebooted.IsZero() {
 			silent = min(silent, now.Sub(m.Rebooted))
 		}
 		if silent < n.cfg.NodeDownAfter {
 			left = min(left, n.cfg.NodeDownAfter-silent)
-			if m, known := members[id]; silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
+			if silent < n.cfg.NodeDownAfter/2 && (!known || m.Health == HealthAlive) {
 				downed.forget(id) // reached again: a later loss counts anew
 			}
 			continue
