@@ -630,6 +630,21 @@ func (c *conn) handshake() error {
 		c.srv.openConns.Add(-1)
 		return c.handshakeFail(wire.ConnError(replycode.ConnectionForced, 10, 40, "%s", paused))
 	}
+	// A vhost or user deleted since the checks above closed the
+	// connections open then (Server.VhostDeleted, UserDeleted), and
+	// passed this one by: looked at again now that it counts as open,
+	// one of the two sees the deletion.
+	gone := ""
+	if !c.srv.node().VhostExists(c.vhost) {
+		gone = "vhost '" + c.vhost + "' is deleted"
+	} else if !c.srv.node().UserExists(c.user) {
+		gone = "user '" + c.user + "' is deleted"
+	}
+	if gone != "" {
+		c.opened.Store(false)
+		c.srv.openConns.Add(-1)
+		return c.handshakeFail(wire.ConnError(replycode.ConnectionForced, 10, 40, "%s", gone))
+	}
 	c.srv.counts.connOpened.Add(1)
 	c.send(0, &wire.ConnectionOpenOk{})
 	c.logp.Store(c.logger().With("vhost", c.vhost))

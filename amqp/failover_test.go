@@ -251,6 +251,46 @@ func TestServer_PauseClosesAndRefusesConnectionsUntilResume(t *testing.T) {
 	}
 }
 
+// A vhost or user deleted while a connection to it opens (after its
+// checks at connection.open, before it counts as open, so the deletion's
+// close passes it by) does not leave the connection open: it is refused
+// with the deletion's reason, as RabbitMQ closes those already open.
+func TestServer_ADeletionDuringConnectionOpenRefusesIt(t *testing.T) {
+	for _, tc := range []struct {
+		what, name string
+		remove     func(b *fakeBroker)
+		deleted    func(srv *Server, name string)
+	}{
+		{"vhost", "doomed", func(b *fakeBroker) { delete(b.vhosts, "doomed") }, (*Server).VhostDeleted},
+		{"user", "guest", func(b *fakeBroker) { delete(b.users, "guest") }, (*Server).UserDeleted},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			ts := startServer(t, Config{})
+			ts.broker.mu.Lock()
+			ts.broker.vhosts["doomed"] = true
+			ts.broker.onPermission = func(_, vhost string) {
+				if vhost == "doomed" {
+					ts.broker.mu.Lock()
+					tc.remove(ts.broker)
+					ts.broker.mu.Unlock()
+					tc.deleted(ts.srv, tc.name)
+				}
+			}
+			ts.broker.mu.Unlock()
+			reason := tc.what + " '" + tc.name + "' is deleted"
+			conn, err := amqp091.Dial("amqp://guest:guest@" + ts.addr + "/doomed")
+			if err == nil {
+				conn.Close()
+				t.Fatal("a connection to what was deleted as it opened stayed open")
+			}
+			var ae *amqp091.Error
+			if !errors.As(err, &ae) || ae.Code != amqp091.ConnectionForced || ae.Reason != "CONNECTION_FORCED - "+reason {
+				t.Fatalf("refused with %v, want 320 %q", err, reason)
+			}
+		})
+	}
+}
+
 // A node that has just resumed from a pause refuses a connection at
 // connection.open with 320 and why, before its watch has looked (it did
 // not tell the server to Pause yet), rather than open it and close it a

@@ -30,6 +30,9 @@ type fakeBroker struct {
 	onSubmit func(cmd *proto.Command)
 	users    map[string]string
 	vhosts   map[string]bool
+	// onPermission, when set, runs after a permission was read (as at
+	// connection.open), outside the fake's lock.
+	onPermission func(user, vhost string)
 	// perms holds configure, write and read patterns by user; a user not
 	// in it may do everything.
 	perms map[string][3]string
@@ -164,6 +167,17 @@ func (b *fakeBroker) Authenticate(user, password string) ([]string, bool) {
 // Permission grants every user everything in an existing vhost unless
 // perms names the user, as raftmq's default user has.
 func (b *fakeBroker) Permission(user, vhost string) (configure, write, read string, ok bool) {
+	configure, write, read, ok = b.permission(user, vhost)
+	b.mu.Lock()
+	hook := b.onPermission
+	b.mu.Unlock()
+	if hook != nil {
+		hook(user, vhost)
+	}
+	return configure, write, read, ok
+}
+
+func (b *fakeBroker) permission(user, vhost string) (configure, write, read string, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.vhosts[vhost] || b.denied[[2]string{user, vhost}] {
