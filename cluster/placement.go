@@ -614,6 +614,11 @@ func (n *Node) PlaceQueue(ctx context.Context, id, vhost, name string) (declared
 		select {
 		case <-applied:
 		case <-qg.closing:
+			// The node left the group or closes: the caller asks the
+			// group's leader, as a node that never ran it does.
+			if slices.Contains(n.NamedQueueGroups(), id) {
+				return nil, false, nil
+			}
 			return nil, false, fmt.Errorf("%w: %q", ErrNoSuchGroup, id)
 		case <-ctx.Done():
 			return nil, true, fmt.Errorf("queue group %q is not ready for queues yet: %w", id, ctx.Err())

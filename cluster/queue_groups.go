@@ -193,7 +193,7 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: log,
 			Host: group.FSMHost{Effects: n.effects, Fail: n.fail, Err: n.Err}},
 		Pipeline: n.pipeline(qg.leading.Load, qg.changed.Wait, func(ctx context.Context, deadline time.Time) (group.Target, error) {
-			return n.awaitLeader(ctx, deadline, qg.g, qg.leading.Load, qg.changed)
+			return n.awaitLeader(ctx, deadline, qg.g, qg.leading.Load, qg.changed, qg.closing)
 		}),
 		Closing: qg.closing,
 	})
@@ -332,7 +332,7 @@ func (n *Node) closeQueueGroup(qg *queueGroup) {
 	delete(n.byID, qg.id)
 	n.qmu.Unlock()
 	close(qg.stop)
-	qg.g.Forwarder().Close()
+	qg.g.Forwarder().Leave(n.cfg.LeaderWait)
 	if f := qg.g.Shutdown(); f != nil {
 		_ = f.Error()
 	}
@@ -460,9 +460,28 @@ func (n *Node) SubmitGroup(ctx context.Context, id string, cmds []*proto.Command
 	if id == group.DefaultID {
 		return n.SubmitBatch(ctx, cmds)
 	}
+	var left *queueGroup
 	for {
-		if qg := n.queueGroup(id); qg != nil {
-			return qg.g.Submitter().SubmitBatch(ctx, cmds)
+		if qg := n.queueGroup(id); qg != nil && qg != left {
+			res, err := qg.g.Submitter().SubmitBatch(ctx, cmds)
+			if !errors.Is(err, ErrClosed) || errors.Is(err, ErrOutcomeUnknown) {
+				return res, err
+			}
+			select {
+			case <-n.closing:
+				return res, err
+			default:
+			}
+			select {
+			case <-qg.stop:
+				// The node left the group before the commands
+				// reached its log: they go to the group's leader
+				// from outside.
+				left = qg
+				continue
+			default:
+				return res, err
+			}
 		}
 		res, err := n.submitRemote(ctx, id, cmds)
 		if err == nil {

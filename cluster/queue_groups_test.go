@@ -307,6 +307,34 @@ func TestQueueGroups_ShrunkWhileCutOffClosesItsGroups(t *testing.T) {
 	})
 	id := victim.NodeID()
 	c.Partition(id)
+	// A command the cut-off node holds for a leader of one of its
+	// groups is not lost with the group: it goes to the group's
+	// leader, as a command of a node outside the group does, once the
+	// node reaches it again.
+	var waiting []string
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		waiting = waiting[:0]
+		for _, g := range victim.Groups() {
+			if g.ID == group.DefaultID {
+				continue
+			}
+			if g.State == "Leader" || g.Leader != "" {
+				return fmt.Errorf("%s still sees %q leading %s", id, g.Leader, g.ID)
+			}
+			waiting = append(waiting, g.ID)
+		}
+		return nil
+	})
+	held := make(chan error, len(waiting))
+	for _, gid := range waiting {
+		go func() {
+			res, err := victim.SubmitGroup(ctxT(t, 10*clustertest.Timeout), gid, []*proto.Command{tick()})
+			if err == nil && (len(res) != 1 || res[0].GetCode() != 0) {
+				err = fmt.Errorf("results %v", res)
+			}
+			held <- err
+		}()
+	}
 	// Shrink refuses nothing for a node gossip no longer sees: wait for
 	// it to be seen down, so that the groups' leaders hand nothing to it.
 	clustertest.Eventually(t, clustertest.Timeout, func() error {
@@ -349,6 +377,16 @@ func TestQueueGroups_ShrunkWhileCutOffClosesItsGroups(t *testing.T) {
 		return nil
 	})
 	t.Logf("%s ran %d groups when healed, the metadata group alone since", id, kept)
+	for range waiting {
+		select {
+		case err := <-held:
+			if err != nil {
+				t.Fatalf("a command held for a group %s left: %v", id, err)
+			}
+		case <-time.After(clustertest.Timeout):
+			t.Fatalf("a command held for a group %s left still waits for the group's leader", id)
+		}
+	}
 	commitThroughLeaders(t, c, queueGroupIDs)
 	if slices.Contains(voters(l), id) {
 		t.Fatalf("%s is a voter again without a restart: %v", id, voters(l))

@@ -75,14 +75,16 @@ func (n *Node) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto
 // waitLeader returns where the metadata group's commands go now,
 // waiting for a leader (and its gRPC address) until the deadline.
 func (n *Node) waitLeader(ctx context.Context, deadline time.Time) (group.Target, error) {
-	return n.awaitLeader(ctx, deadline, n.group, func() bool { return n.lead.Load() != nil }, n.changed)
+	return n.awaitLeader(ctx, deadline, n.group, func() bool { return n.lead.Load() != nil }, n.changed, n.closing)
 }
 
 // awaitLeader returns where the commands of g go now: this node while
 // leading says it is a ready leader, else the leader raft knows of at
 // its gRPC address from gossip; it waits for one until the deadline,
-// looking again when changed signals.
-func (n *Node) awaitLeader(ctx context.Context, deadline time.Time, g *group.Group, leading func() bool, changed *broadcast.Broadcast) (group.Target, error) {
+// looking again when changed signals. It stops with ErrClosed once
+// closing is closed: the node closes, or leaves the queue group g, whose
+// raft then never learns of a leader again.
+func (n *Node) awaitLeader(ctx context.Context, deadline time.Time, g *group.Group, leading func() bool, changed *broadcast.Broadcast, closing <-chan struct{}) (group.Target, error) {
 	for {
 		wait := changed.Wait()
 		if leading() {
@@ -107,7 +109,7 @@ func (n *Node) awaitLeader(ctx context.Context, deadline time.Time, g *group.Gro
 		case <-ctx.Done():
 			t.Stop()
 			return group.Target{}, ctx.Err()
-		case <-n.closing:
+		case <-closing:
 			t.Stop()
 			return group.Target{}, ErrClosed
 		}

@@ -129,6 +129,21 @@ func (f *Forwarder) LeaderSuspect(id string) {
 	time.AfterFunc(oldLeaderGrace, func() { s.shutdown(fmt.Errorf("leader %s is not reached", id)) })
 }
 
+// Leave retires the session of a node that leaves the group while it
+// runs on: nothing more is sent, and what is in flight keeps its answer
+// from the leader, which is live, for up to grace; after that it ends as
+// outcome unknown. Close, for a node that closes, does not wait.
+func (f *Forwarder) Leave(grace time.Duration) {
+	f.mu.Lock()
+	s := f.s
+	f.s = nil
+	f.mu.Unlock()
+	if s != nil {
+		s.retire()
+		time.AfterFunc(grace, func() { s.shutdown(ErrClosed) })
+	}
+}
+
 // Close retires the session and fails what it still has with ErrClosed.
 func (f *Forwarder) Close() {
 	f.mu.Lock()

@@ -225,6 +225,27 @@ func (s leaderService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequ
 	return ServeForward(stream, s.b, func() string { return s.leader })
 }
 
+// forwardTo serves svc on a loopback port until the test ends, and
+// returns its address and a forwarder that dials it.
+func forwardTo(t *testing.T, svc proto.InternalServer) (string, *Forwarder) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	proto.RegisterInternalServer(srv, svc)
+	go func() { _ = srv.Serve(lis) }()
+	f := NewForwarder(ForwarderConfig{MaxCommands: 1024, MaxBytes: 1 << 20, Dial: func(id, addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}})
+	t.Cleanup(func() {
+		f.Close()
+		srv.Stop()
+	})
+	return lis.Addr().String(), f
+}
+
 // silentService takes a follower's requests and never answers: a leader
 // that froze with the stream open.
 type silentService struct {
@@ -246,24 +267,13 @@ func (s silentService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequ
 // to it as outcome unknown instead of leaving it to the stream's
 // keepalive; a suspicion of another node changes nothing.
 func TestForwarder_ASuspectLeadersRequestsEndAsOutcomeUnknown(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
 	svc := silentService{got: make(chan struct{}, 1)}
-	proto.RegisterInternalServer(srv, svc)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	f := NewForwarder(ForwarderConfig{MaxCommands: 1024, MaxBytes: 1 << 20, Dial: func(id, addr string) (*grpc.ClientConn, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}})
-	defer f.Close()
+	addr, f := forwardTo(t, svc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := f.Submit(ctx, "n1", lis.Addr().String(), NewRequest([]*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}))
+		_, _, err := f.Submit(ctx, "n1", addr, NewRequest([]*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}))
 		done <- err
 	}()
 	select {
@@ -285,5 +295,124 @@ func TestForwarder_ASuspectLeadersRequestsEndAsOutcomeUnknown(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request to the suspect leader did not end")
+	}
+}
+
+// lateService takes a follower's request and answers it, committed at
+// index 7, only once release is closed: a live leader that commits a
+// moment later.
+type lateService struct {
+	proto.UnimplementedInternalServer
+	got     chan struct{}
+	release chan struct{}
+}
+
+func (s lateService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		s.got <- struct{}{}
+		<-s.release
+		res := make([]*proto.Result, len(req.GetCommands()))
+		for i := range res {
+			res[i] = &proto.Result{Index: 7}
+		}
+		if err := stream.Send(&proto.ForwardResponse{Id: req.GetId(), Results: res, Index: 7}); err != nil {
+			return nil
+		}
+	}
+}
+
+// A node that leaves a group while it runs on leaves what it forwarded
+// its answer: the leader is live, and a command it commits a moment
+// later is answered as committed, not as outcome unknown. One the
+// leader does not answer within the grace ends as outcome unknown.
+func TestForwarder_LeavingTheGroupKeepsTheAnswersInFlight(t *testing.T) {
+	for _, answers := range []bool{true, false} {
+		svc := lateService{got: make(chan struct{}, 1), release: make(chan struct{})}
+		addr, f := forwardTo(t, svc)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		type outcome struct {
+			res   []*proto.Result
+			index uint64
+			err   error
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			res, index, err := f.Submit(ctx, "n1", addr, NewRequest([]*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}))
+			done <- outcome{res, index, err}
+		}()
+		select {
+		case <-svc.got:
+		case <-ctx.Done():
+			t.Fatal("the request never reached the leader")
+		}
+		grace := 10 * time.Second
+		if !answers {
+			grace = 100 * time.Millisecond
+		}
+		f.Leave(grace)
+		if answers {
+			close(svc.release)
+		}
+		select {
+		case o := <-done:
+			switch {
+			case answers && (o.err != nil || o.index != 7 || len(o.res) != 1):
+				t.Errorf("answered after the node left the group: %v at %d, %v; want the commit", o.res, o.index, o.err)
+			case !answers && !errors.Is(o.err, ErrOutcomeUnknown):
+				t.Errorf("unanswered after the grace: %v, want outcome unknown", o.err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the request did not end (leader answers: %v)", answers)
+		}
+		if !answers {
+			close(svc.release)
+		}
+		cancel()
+	}
+}
+
+// A batch the leader committed while the group closed on this node (the
+// node left it) answers with its results: nothing applies it here any
+// more, as on a node outside the group, and an error would hide the
+// commit.
+func TestSubmitter_ACommitOfAGroupClosedHereAnswersWithItsResults(t *testing.T) {
+	svc := lateService{got: make(chan struct{}, 1), release: make(chan struct{})}
+	addr, f := forwardTo(t, svc)
+	closing := make(chan struct{})
+	s := NewSubmitter(SubmitterConfig{LeaderWait: 5 * time.Second,
+		Leader: func(context.Context, time.Time) (Target, error) {
+			return Target{ID: "n1", Addr: addr}, nil
+		},
+		Changed: func() <-chan struct{} { return nil }, Forwarder: f,
+		Applied: NewAppliedIndex(), Closing: closing})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type outcome struct {
+		res []*proto.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := s.SubmitBatch(ctx, []*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}})
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-svc.got:
+	case <-ctx.Done():
+		t.Fatal("the request never reached the leader")
+	}
+	close(closing)
+	close(svc.release)
+	select {
+	case o := <-done:
+		if o.err != nil || len(o.res) != 1 || o.res[0].GetIndex() != 7 {
+			t.Fatalf("committed while the group closed here: %v, %v; want its results", o.res, o.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the batch did not end")
 	}
 }

@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -56,7 +57,7 @@ func NewSubmitter(c SubmitterConfig) *Submitter { return &Submitter{cfg: c} }
 // SubmitBatch proposes cmds in ONE log entry and returns their results,
 // in order, once the entry committed AND this node's state machine applied
 // it (so the effects for local consumers happened and the caller reads
-// its own write). On a follower the commands are forwarded to the leader.
+// its own write; once the group closed here, the commit alone). On a follower the commands are forwarded to the leader.
 // Commands that never reached a leader are sent again while a leader is
 // awaited; an error never hides a commit, and ErrOutcomeUnknown means the
 // outcome is unknown.
@@ -83,7 +84,15 @@ func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*
 			if s.cfg.Applied == nil {
 				return res, nil
 			}
-			if err := s.cfg.Applied.Wait(ctx, s.cfg.Closing, index); err != nil {
+			err := s.cfg.Applied.Wait(ctx, s.cfg.Closing, index)
+			if errors.Is(err, ErrClosed) {
+				// The group closed here (the node left it, or is
+				// closing) and applies nothing more: the commit is
+				// all there is to wait for, as on a node that does
+				// not run the group.
+				return res, nil
+			}
+			if err != nil {
 				return nil, fmt.Errorf("cluster: committed at %d, not yet applied here: %w", index, err)
 			}
 			return res, nil
