@@ -419,20 +419,33 @@ func TestLowestProtocol(t *testing.T) {
 	announce("a", 3)
 	announce("b", 2)
 	announce("old", 0) // a version from before the announcement
+	// A server gossip has not shown yet counts as the log's level: it
+	// applies the log.
 	for _, tc := range []struct {
 		servers []raft.Server
 		own     uint32
+		level   uint32
 		want    uint32
 	}{
-		{servers("me"), 3, 3},
-		{servers("me", "a"), 3, 3},
-		{servers("me", "a", "b"), 3, 2},
-		{servers("me", "a"), 2, 2},
-		{servers("me", "a", "old"), 3, 1},
-		{servers("me", "a", "unseen"), 3, 1},
+		{servers("me"), 3, 1, 3},
+		{servers("me", "a"), 3, 1, 3},
+		{servers("me", "a", "b"), 3, 1, 2},
+		{servers("me", "a"), 2, 1, 2},
+		{servers("me", "a", "old"), 3, 1, 1},
+		{servers("me", "a", "old"), 3, 3, 1},
+		{servers("me", "a", "unseen"), 3, 0, 1},
+		{servers("me", "a", "unseen"), 3, 1, 1},
+		{servers("me", "a", "unseen"), 3, 2, 2},
+		{servers("me", "a", "unseen", "later"), 3, 3, 3},
+		{servers("me", "a", "b", "unseen"), 3, 3, 2},
 	} {
-		if got := lowestProtocol(tc.servers, "me", tc.own, members); got != tc.want {
-			t.Errorf("servers %v, own %d: %d, want %d", tc.servers, tc.own, got, tc.want)
+		asked := 0
+		level := func() uint32 { asked++; return tc.level }
+		if got := lowestProtocol(tc.servers, "me", tc.own, members, level); got != tc.want {
+			t.Errorf("servers %v, own %d, log level %d: %d, want %d", tc.servers, tc.own, tc.level, got, tc.want)
+		}
+		if asked > 1 {
+			t.Errorf("servers %v: the log's level read %d times", tc.servers, asked)
 		}
 	}
 }

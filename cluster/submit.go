@@ -29,22 +29,36 @@ func (n *Node) clusterProtocol() uint32 {
 	if f.Error() != nil {
 		return 1
 	}
-	return lowestProtocol(f.Configuration().Servers, n.cfg.NodeID, n.gossip.Protocol(), n.members)
+	return lowestProtocol(f.Configuration().Servers, n.cfg.NodeID, n.gossip.Protocol(), n.members, func() (level uint32) {
+		n.View(func(m *fsm.Machine) { level = m.ProtocolLevel() })
+		return level
+	})
 }
 
 // lowestProtocol is the lowest protocol of servers: this node's own, and
-// what the others gossip. A server not seen through gossip, or one that
-// announces none (a version older than the announcement), counts as the
-// first protocol, so a kind that needs more waits until every server has
-// said it supports it.
-func lowestProtocol(servers []raft.Server, self string, own uint32, members *membership.Table) uint32 {
+// what the others gossip. One that announces none (a version older than
+// the announcement) counts as the first protocol, so a kind that needs
+// more waits until every server has said it supports it. One this node
+// has not seen through gossip yet (a node that has just joined, added by
+// the leader, which saw it first) counts as the level of the log
+// (logLevel, read only then): it applies the log, whose level every
+// server announced when it was raised, so a kind the log already takes
+// is not refused for the moment gossip takes to spread, while a kind
+// above the log's level still waits for its announcement.
+func lowestProtocol(servers []raft.Server, self string, own uint32, members *membership.Table, logLevel func() uint32) uint32 {
 	low := own
+	unseen := uint32(0)
 	for _, s := range servers {
 		v := uint32(1)
 		if string(s.ID) == self {
 			v = own
 		} else if m, ok := members.Get(string(s.ID)); ok && m.Meta.GetProtocol() > 0 {
 			v = m.Meta.GetProtocol()
+		} else if !ok {
+			if unseen == 0 {
+				unseen = max(1, logLevel())
+			}
+			v = unseen
 		}
 		low = min(low, v)
 	}
