@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
@@ -167,6 +170,44 @@ func TestCluster_BootstrapExpectFormsOneCluster(t *testing.T) {
 		}
 		return nil
 	})
+	c.AssertSameDigest(t)
+}
+
+// A node that expects to be alone (BootstrapExpect 1, the default) but is
+// told to join a running cluster does not bootstrap a cluster of its
+// own: it waits to hear from a seed, and the cluster's leader takes it
+// in. Bootstrapped alone, it would refuse its new peers until then, and
+// its own first entry (index 1, term 1: the cluster's first entry's
+// place) would stay in its log beside the others' first entry.
+func TestCluster_ANodeToldToJoinDoesNotBootstrapAlone(t *testing.T) {
+	c := clustertest.New(t, 3)
+	l := c.WaitForLeader(clustertest.Timeout)
+	i := c.Add(func(_ int, cfg *cluster.Config) { cfg.BootstrapExpect = 1 })
+	joiner := c.Nodes[i].Node()
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if vs := voters(l); !slices.Contains(vs, joiner.NodeID()) {
+			return fmt.Errorf("%s is not a voter: %v", joiner.NodeID(), vs)
+		}
+		if got, want := joiner.AppliedIndex(), l.AppliedIndex(); got < want {
+			return fmt.Errorf("%s applied %d of %d", joiner.NodeID(), got, want)
+		}
+		return nil
+	})
+	theirs, err := l.MetaLogEntry(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := joiner.MetaLogEntry(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Term != theirs.Term || first.Type != theirs.Type || !bytes.Equal(first.Data, theirs.Data) {
+		var own []raft.Server
+		if first.Type == raft.LogConfiguration {
+			own = raft.DecodeConfiguration(first.Data).Servers
+		}
+		t.Fatalf("%s's first entry is its own (servers %v), not the cluster's", joiner.NodeID(), own)
+	}
 	c.AssertSameDigest(t)
 }
 

@@ -82,3 +82,12 @@ func (n *Node) EffectsStream(id string) (opened int, source string) {
 	defer f.mu.Unlock()
 	return f.opened, f.source
 }
+
+// MetaLogEntry reads entry i of the node's metadata log.
+func (n *Node) MetaLogEntry(i uint64) (*raft.Log, error) {
+	var l raft.Log
+	if err := n.group.Storage().Entries().GetLog(i, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}

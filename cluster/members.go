@@ -78,7 +78,8 @@ func (n *Node) newGossip() *membership.Gossip {
 
 // housekeeping runs on every node: it notices that the node got a raft
 // configuration and bootstraps the cluster when BootstrapExpect members see
-// each other.
+// each other (a node that expects itself alone but was told to join: once
+// a seed answered, and no member belongs to a cluster yet).
 func (n *Node) housekeeping() {
 	defer n.wg.Done()
 	tick := time.NewTicker(min(n.cfg.ReconcileInterval, time.Second))
@@ -87,7 +88,7 @@ func (n *Node) housekeeping() {
 		wait := n.changed.Wait()
 		n.checkState()
 		n.gossip.SavePeers()
-		if !n.gossip.HasState() && n.cfg.BootstrapExpect > 1 {
+		if !n.gossip.HasState() && (n.cfg.BootstrapExpect > 1 || n.gossip.Joined()) {
 			n.maybeBootstrap()
 		}
 		select {

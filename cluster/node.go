@@ -104,7 +104,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		_ = n.Close()
 		return nil, err
 	}
-	if !n.gossip.HasState() && cfg.BootstrapExpect == 1 {
+	// A lone node (BootstrapExpect 1, no one to join) bootstraps at once.
+	// One told to join waits to hear from a seed first (housekeeping):
+	// bootstrapped alone it would refuse its cluster's servers until
+	// that cluster's leader took it in, and its own first entry, at the
+	// index and term of the cluster's first, would stay in its log.
+	joins := n.gossip.Joins()
+	if !n.gossip.HasState() && cfg.BootstrapExpect == 1 && !joins {
 		if err := n.bootstrap([]raft.Server{{ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(n.advert)}}); err != nil {
 			_ = n.Close()
 			return nil, err
@@ -129,7 +135,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.runQueueGroups()
 	go n.gossipLeads()
 	go n.steerRemoteGroups()
-	if n.gossip.Joins() {
+	if joins {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()

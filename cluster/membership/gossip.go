@@ -70,6 +70,7 @@ type Gossip struct {
 
 	hasState atomic.Bool
 	leaving  atomic.Bool
+	joined   atomic.Bool // a seed answered a join (Run)
 	protocol atomic.Uint32
 	// unreachable is what the leader gossips raft does not reach.
 	unreachable atomic.Pointer[[]string]
@@ -279,6 +280,10 @@ func (g *Gossip) Start(raftAddr string) error {
 	return nil
 }
 
+// Joined reports whether a seed has answered one of Run's joins: the
+// members it knows then include the cluster it joined, if there is one.
+func (g *Gossip) Joined() bool { return g.joined.Load() }
+
 // Joins reads the remembered peers and reports whether there is anyone
 // to join (Run then joins them).
 func (g *Gossip) Joins() bool {
@@ -310,6 +315,9 @@ func (g *Gossip) Run(closing <-chan struct{}) {
 				g.cfg.Logger.Debug("join failed, retrying", "err", err)
 			}
 			joined = joined || k > 0
+			if k > 0 {
+				g.joined.Store(true)
+			}
 		}
 		t := time.NewTimer(g.cfg.JoinRetryInterval)
 		select {

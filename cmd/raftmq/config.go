@@ -118,7 +118,7 @@ func parseConfig(args []string, env func(string) string, stderr io.Writer) (*con
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":15692", "HTTP listen address for /metrics, /healthz and /readyz")
 	fs.StringVar(&c.Advertise, "advertise-host", "", "host or IP other nodes reach this node at (default: the listen host, else the host name)")
 	fs.StringVar(&join, "join", "", "comma-separated gossip addresses (host:port) of nodes to join")
-	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 1, "bootstrap the cluster once this many nodes see each other")
+	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 1, "bootstrap the cluster once this many nodes see each other (a node with --join hears from a seed first)")
 	fs.StringVar(&c.DefaultUser, "default-user", "guest", "user created when a new cluster bootstraps")
 	fs.StringVar(&c.DefaultPassword, "default-password", "guest", "password of the default user")
 	fs.IntVar(&c.MaxMessageSize, "max-message-size", amqp.DefaultMaxMessageSize, "largest message body accepted, in bytes (at most 134217728, 128 MiB)")
