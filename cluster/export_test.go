@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -91,3 +93,24 @@ func (n *Node) MetaLogEntry(i uint64) (*raft.Log, error) {
 	}
 	return &l, nil
 }
+
+// FailGroupBarriers has the next n barriers asked for by new queue group
+// leaders fail as raft fails one asked for while a leadership transfer
+// starts, until restore is called.
+func FailGroupBarriers(n int) (restore func()) {
+	saved := barrierOf.Load()
+	var left atomic.Int64
+	left.Store(int64(n))
+	f := func(r *raft.Raft, timeout time.Duration) raft.Future {
+		if left.Add(-1) >= 0 {
+			return failedFuture{raft.ErrLeadershipTransferInProgress}
+		}
+		return (*saved)(r, timeout)
+	}
+	barrierOf.Store(&f)
+	return func() { barrierOf.Store(saved) }
+}
+
+type failedFuture struct{ err error }
+
+func (f failedFuture) Error() error { return f.err }

@@ -372,10 +372,8 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 				continue
 			}
 			ctx, cancel := n.untilClosed(context.Background())
-			err := n.await(ctx, r.Barrier(n.cfg.LeaderWait))
-			if err != nil {
+			if err := n.groupBarrier(ctx, qg); err != nil {
 				cancel()
-				n.log.Warn("queue group barrier failed", "group", qg.id, "err", err)
 				continue
 			}
 			qg.kick()
@@ -403,6 +401,40 @@ func (n *Node) followQueueGroup(qg *queueGroup) {
 			return
 		}
 	}
+}
+
+// groupBarrier waits, as a new leader of qg, until everything committed
+// before its term is applied, asking again while the node still leads:
+// a barrier refused as a leadership transfer starts (a rebalance's hand-
+// back that may then fail) or not taken within LeaderWait would leave a
+// leader that keeps its place unready, every command of the group
+// waiting for a leader, until the leadership moved. It returns nil once
+// a barrier passed, or the error of the last one once the node no longer
+// leads or ctx ends.
+func (n *Node) groupBarrier(ctx context.Context, qg *queueGroup) error {
+	r := qg.g.Raft()
+	for {
+		err := n.await(ctx, (*barrierOf.Load())(r, n.cfg.LeaderWait))
+		if err == nil {
+			return nil
+		}
+		n.log.Warn("queue group barrier failed", "group", qg.id, "err", err)
+		if r.State() != raft.Leader || !sleepCtx(ctx, barrierRetry) {
+			return err
+		}
+	}
+}
+
+// barrierRetry is how long a leader waits to ask for its barrier again.
+const barrierRetry = 100 * time.Millisecond
+
+// barrierOf holds the barrier a new queue group leader asks raft for;
+// tests make it fail.
+var barrierOf atomic.Pointer[func(r *raft.Raft, timeout time.Duration) raft.Future]
+
+func init() {
+	f := func(r *raft.Raft, timeout time.Duration) raft.Future { return r.Barrier(timeout) }
+	barrierOf.Store(&f)
 }
 
 // runGroupDuties runs, on the group's leader, the duties that fall due

@@ -431,6 +431,36 @@ func groupViews(c *clustertest.Cluster, gs []cluster.GroupStatus) string {
 	return b.String()
 }
 
+// A new leader of a queue group whose first barrier fails while it keeps
+// its place (raft refuses a barrier while a leadership transfer starts,
+// as a rebalance's hand-back may, and the transfer may fail) asks for it
+// again, and the group takes commands: unready, it would leave every
+// command of the group waiting for a leader until the leadership moved.
+func TestQueueGroups_ALeaderWhoseBarrierFailedAsksAgain(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	c.WaitForLeader(clustertest.Timeout)
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		_, err := followed(c, queueGroupIDs, false)
+		return err
+	})
+	commitThroughLeaders(t, c, queueGroupIDs)
+	victim := -1
+	for _, n := range c.Live() {
+		for _, g := range n.Groups() {
+			if g.ID != group.DefaultID && g.State == "Leader" {
+				victim = c.Index(n.NodeID())
+			}
+		}
+	}
+	if victim < 0 {
+		t.Fatal("no node leads a queue group")
+	}
+	restore := cluster.FailGroupBarriers(1)
+	defer restore()
+	c.Kill(victim)
+	commitThroughLeaders(t, c, queueGroupIDs)
+}
+
 // On three nodes, each leads the group it is meant to lead; the leader
 // of one is stopped, another member takes the group over, and once the
 // node is back and steady for LeadershipBalanceAfter, the leadership
