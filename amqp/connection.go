@@ -636,9 +636,9 @@ func (c *conn) handshake() error {
 	// one of the two sees the deletion.
 	gone := ""
 	if !c.srv.node().VhostExists(c.vhost) {
-		gone = "vhost '" + c.vhost + "' is deleted"
+		gone = vhostDeleted(c.vhost)
 	} else if !c.srv.node().UserExists(c.user) {
-		gone = "user '" + c.user + "' is deleted"
+		gone = userDeleted(c.user)
 	}
 	if gone != "" {
 		c.opened.Store(false)

@@ -515,14 +515,19 @@ func (s *Server) NodeDown(node string) {
 // as RabbitMQ closes them ("vhost 'name' is deleted"): their channels'
 // exchanges and queues are gone, and their user's permissions there.
 func (s *Server) VhostDeleted(name string) {
-	s.closeWhere(slog.LevelInfo, "vhost '"+name+"' is deleted", func(c *conn) bool { return c.vhost == name })
+	s.closeWhere(slog.LevelInfo, vhostDeleted(name), func(c *conn) bool { return c.vhost == name })
 }
 
 // UserDeleted implements fsm.AccessSink: the connections of user name
 // are closed as VhostDeleted's, "user 'name' is deleted".
 func (s *Server) UserDeleted(name string) {
-	s.closeWhere(slog.LevelInfo, "user '"+name+"' is deleted", func(c *conn) bool { return c.user == name })
+	s.closeWhere(slog.LevelInfo, userDeleted(name), func(c *conn) bool { return c.user == name })
 }
+
+// vhostDeleted and userDeleted are RabbitMQ's reasons for closing the
+// connections of what was deleted.
+func vhostDeleted(name string) string { return "vhost '" + name + "' is deleted" }
+func userDeleted(name string) string  { return "user '" + name + "' is deleted" }
 
 // closeWhere closes the opened connections that match with 320
 // CONNECTION_FORCED and reason, and logs how many at level. It is called

@@ -57,10 +57,11 @@ func NewSubmitter(c SubmitterConfig) *Submitter { return &Submitter{cfg: c} }
 // SubmitBatch proposes cmds in ONE log entry and returns their results,
 // in order, once the entry committed AND this node's state machine applied
 // it (so the effects for local consumers happened and the caller reads
-// its own write; once the group closed here, the commit alone). On a follower the commands are forwarded to the leader.
-// Commands that never reached a leader are sent again while a leader is
-// awaited; an error never hides a commit, and ErrOutcomeUnknown means the
-// outcome is unknown.
+// its own write; once the group closed here, the commit alone). On a
+// follower the commands are forwarded to the leader. Commands that never
+// reached a leader are sent again while a leader is awaited; an error
+// never hides a commit, and ErrOutcomeUnknown means the outcome is
+// unknown.
 func (s *Submitter) SubmitBatch(ctx context.Context, cmds []*proto.Command) ([]*proto.Result, error) {
 	if len(cmds) == 0 {
 		return nil, nil

@@ -302,21 +302,16 @@ func (g *Gossip) Run(closing <-chan struct{}) {
 		defer close(done)
 		g.reconnect(closing)
 	}()
-	joined := false
 	for {
 		if seeds := g.joinSeeds(); g.list.NumMembers() <= 1 && len(seeds) > 0 {
 			k, err := g.list.Join(seeds)
 			switch {
-			case k > 0 && !joined:
+			case k > 0 && !g.joined.Swap(true):
 				g.cfg.Logger.Info("joined the cluster", "seeds_answered", k)
 			case k > 0:
 				g.cfg.Logger.Info("re-joined the cluster", "seeds_answered", k)
 			default:
 				g.cfg.Logger.Debug("join failed, retrying", "err", err)
-			}
-			joined = joined || k > 0
-			if k > 0 {
-				g.joined.Store(true)
 			}
 		}
 		t := time.NewTimer(g.cfg.JoinRetryInterval)
