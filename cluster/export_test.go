@@ -111,6 +111,14 @@ func FailGroupBarriers(n int) (restore func()) {
 	return func() { barrierOf.Store(saved) }
 }
 
+// NoRemovedSilence has a node that runs a queue group it is no longer
+// meant to close it only when the group's configuration or leader says
+// it was removed, not after a silence, until restore is called.
+func NoRemovedSilence() (restore func()) {
+	saved := removedQuiet.Swap(1 << 30)
+	return func() { removedQuiet.Store(saved) }
+}
+
 type failedFuture struct{ err error }
 
 func (f failedFuture) Error() error { return f.err }

@@ -80,7 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		log:         cfg.Logger.With("node", cfg.NodeID),
 		changed:     broadcast.New(),
 		notifyCh:    make(chan bool, 16),
-		queueGroups: queueGroups{leadsKick: make(chan struct{}, 1), remoteAdded: make(chan struct{}, 1)},
+		queueGroups: queueGroups{leadsKick: make(chan struct{}, 1), remoteAdded: make(chan struct{}, 1), regroup: make(chan struct{}, 1)},
 		roster: roster{
 			reach: membership.NewReach(),
 		},

@@ -44,6 +44,9 @@ type queueGroups struct {
 	// leadsKick asks gossipLeads to gossip the groups this node leads
 	// (group_leads.go).
 	leadsKick chan struct{}
+	// regroup asks runQueueGroups for a round now: a group's steering
+	// learned that its leader removed this node.
+	regroup chan struct{}
 }
 
 // queueGroup is one queue group this node runs.
@@ -53,7 +56,10 @@ type queueGroup struct {
 	trans   *raft.NetworkTransport
 	bulk    *group.Bulk // its large entries beside their appends
 	notify  chan bool
-	leading atomic.Bool          // a leader whose barrier passed
+	leading atomic.Bool // a leader whose barrier passed
+	// dropped is set once the group's leader answered that this node is
+	// no voter of the group's committed configuration (askDropped).
+	dropped atomic.Bool
 	changed *broadcast.Broadcast // leader or readiness changed
 	// stop is closed to close this group alone (the node left its
 	// members); closing when stop or the node's closing is, for the
@@ -127,7 +133,7 @@ func (n *Node) runQueueGroups() {
 			switch {
 			case voter && i >= 0 && specs[i].HasMember(n.cfg.NodeID):
 				qg.kick()
-			case qg.removed(n.cfg.NodeID, 10*n.cfg.ElectionTimeout, n.ledElsewhere(specOf(specs, i))):
+			case qg.removed(n.cfg.NodeID, time.Duration(removedQuiet.Load())*n.cfg.ElectionTimeout, n.ledElsewhere(specOf(specs, i))):
 				n.closeQueueGroup(qg)
 			default:
 				// Its leader has yet to remove this node (or it is
@@ -143,6 +149,7 @@ func (n *Node) runQueueGroups() {
 		select {
 		case <-applied:
 		case <-retry.C:
+		case <-n.regroup:
 		case <-n.closing:
 			return
 		}
@@ -270,10 +277,17 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 	return nil
 }
 
+// removedQuiet is how many election timeouts of silence removed waits
+// for; tests lengthen it to see the leader's answer alone.
+var removedQuiet atomic.Int64
+
+func init() { removedQuiet.Store(10) }
+
 // removed reports whether this node, which the log no longer names among
 // the group's members, may close its copy: the group's configuration as
 // it knows it no longer holds the node as a voter (its leader removed
-// it), its raft stopped, or, not leading, it has heard from no leader
+// it), the group's leader said so (askDropped), its raft stopped, or,
+// not leading, it has heard from no leader
 // for quiet while another member leads the group (ledElsewhere, given
 // the term this node knows). The leader sends a removed follower the
 // entry that removes it as it stops replicating to it, but that send may
@@ -285,7 +299,7 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 // without a quorum for good, before its leader could add the new ones.
 func (qg *queueGroup) removed(id string, quiet time.Duration, ledElsewhere func(term uint64) bool) bool {
 	r := qg.g.Raft()
-	if r.State() == raft.Shutdown {
+	if r.State() == raft.Shutdown || qg.dropped.Load() {
 		return true
 	}
 	if r.State() != raft.Leader && time.Since(r.LastContact()) > quiet && ledElsewhere(r.CurrentTerm()) {

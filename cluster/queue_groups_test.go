@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/group"
@@ -284,12 +287,15 @@ func TestQueueGroups_LogsTakeTheMetadataLevelAndTheirNumber(t *testing.T) {
 // take it out of the metadata group and of its queue groups: its
 // configuration still names it a voter and its log a member. Once it
 // has heard from no metadata leader for ten election timeouts it counts
-// itself out, and closes the queue groups whose leaders no longer send
-// to it; the others never notice. The cut lasts until gossip declares
+// itself out, and closes the queue groups whose leaders, asked, say
+// they removed it; the others never notice. The cut lasts until gossip declares
 // the node dead: reachable again, the node running the same boot stays
 // out (the shrink holds), and once restarted it is a voter again and the
 // groups are spread over it.
 func TestQueueGroups_ShrunkWhileCutOffClosesItsGroups(t *testing.T) {
+	// Healed, the node learns that it was removed from the groups'
+	// leaders, which it asks: no silence is waited for.
+	defer cluster.NoRemovedSilence()()
 	c := clustertest.New(t, 4, clustertest.WithConfig(following(3)))
 	l := c.WaitForLeader(clustertest.Timeout)
 	var victim *cluster.Node
@@ -684,4 +690,52 @@ func TestQueueGroups_PerNodeAddsAGroupForEachNewNode(t *testing.T) {
 	})
 	commitThroughLeaders(t, c, five)
 	c.AssertSameDigest(t)
+}
+
+// Internal.GroupVoter answers from a queue group's ready leader alone,
+// after a barrier: whether the node asked about is a voter of the
+// group's configuration. A follower refuses with FAILED_PRECONDITION
+// (the asker tries the leader gossip names next round), a node that does
+// not run the group with NOT_FOUND.
+func TestQueueGroups_GroupVoterAnswersFromTheLeaderAlone(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	c.WaitForLeader(clustertest.Timeout)
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		_, err := followed(c, queueGroupIDs, true)
+		return err
+	})
+	const id = "q1"
+	var leader, follower *cluster.Node
+	for _, n := range c.Live() {
+		for _, g := range n.Groups() {
+			if g.ID != id {
+				continue
+			}
+			if g.State == "Leader" {
+				leader = n
+			} else {
+				follower = n
+			}
+		}
+	}
+	if leader == nil || follower == nil {
+		t.Fatalf("group %s: leader %v, follower %v", id, leader, follower)
+	}
+	ask := func(n *cluster.Node, group, node string) (*proto.GroupVoterResponse, error) {
+		return proto.NewInternalClient(dialInternal(t, c, n)).GroupVoter(ctxT(t, clustertest.Timeout),
+			&proto.GroupVoterRequest{Group: group, Node: node})
+	}
+	resp, err := ask(leader, id, follower.NodeID())
+	if err != nil || !resp.GetVoter() || resp.GetTerm() == 0 {
+		t.Fatalf("the leader asked about its follower: %v, %v", resp, err)
+	}
+	if resp, err := ask(leader, id, "node9"); err != nil || resp.GetVoter() {
+		t.Fatalf("the leader asked about a stranger: %v, %v", resp, err)
+	}
+	if _, err := ask(follower, id, follower.NodeID()); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a follower asked: %v, want FailedPrecondition", err)
+	}
+	if _, err := ask(leader, "q9", follower.NodeID()); status.Code(err) != codes.NotFound {
+		t.Fatalf("a group no node runs: %v, want NotFound", err)
+	}
 }

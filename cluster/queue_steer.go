@@ -36,18 +36,28 @@ type steer struct {
 // steerLoop runs the group's steering when asked, until the group
 // closes: when this node became the leader, and at every round of
 // runQueueGroups, which comes as the metadata log applies and every
-// second at least, so the steering needs no ticker of its own.
+// second at least, so the steering needs no ticker of its own. On a
+// node no longer meant to run the group, a round asks the group's
+// leader whether it removed the node (askDropped).
 func (n *Node) steerLoop(qg *queueGroup) {
 	defer qg.wg.Done()
 	var st steer
+	// again asks askDropped again before the next round: a removed
+	// node learns it within a heartbeat timeout of its leader's silence.
+	var again <-chan time.Time
 	for {
 		select {
 		case <-qg.steer:
+		case <-again:
 		case <-qg.closing:
 			return
 		}
 		ctx, cancel := n.untilClosed(context.Background())
 		n.steerQueueGroup(ctx, qg, &st, time.Now())
+		again = nil
+		if n.askDropped(ctx, qg) {
+			again = time.After(n.cfg.HeartbeatTimeout / 4)
+		}
 		cancel()
 	}
 }

@@ -86,6 +86,113 @@ func (ForwardError) EnumDescriptor() ([]byte, []int) {
 	return file_internal_proto_rawDescGZIP(), []int{0}
 }
 
+// GroupVoterRequest names the queue group and the node asked about.
+type GroupVoterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group" json:"group,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupVoterRequest) Reset() {
+	*x = GroupVoterRequest{}
+	mi := &file_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupVoterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupVoterRequest) ProtoMessage() {}
+
+func (x *GroupVoterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupVoterRequest.ProtoReflect.Descriptor instead.
+func (*GroupVoterRequest) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GroupVoterRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupVoterRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// GroupVoterResponse is whether the node is a voter of the group's
+// committed configuration, and the leader's term.
+type GroupVoterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Voter         bool                   `protobuf:"varint,1,opt,name=voter" json:"voter,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupVoterResponse) Reset() {
+	*x = GroupVoterResponse{}
+	mi := &file_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupVoterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupVoterResponse) ProtoMessage() {}
+
+func (x *GroupVoterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupVoterResponse.ProtoReflect.Descriptor instead.
+func (*GroupVoterResponse) Descriptor() ([]byte, []int) {
+	return file_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupVoterResponse) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *GroupVoterResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 // GroupUnackedRequest names the queue group, the channel and the log tags
 // of the deliveries asked about.
 type GroupUnackedRequest struct {
@@ -99,7 +206,7 @@ type GroupUnackedRequest struct {
 
 func (x *GroupUnackedRequest) Reset() {
 	*x = GroupUnackedRequest{}
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +218,7 @@ func (x *GroupUnackedRequest) String() string {
 func (*GroupUnackedRequest) ProtoMessage() {}
 
 func (x *GroupUnackedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[0]
+	mi := &file_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +231,7 @@ func (x *GroupUnackedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupUnackedRequest.ProtoReflect.Descriptor instead.
 func (*GroupUnackedRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{0}
+	return file_internal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GroupUnackedRequest) GetGroup() string {
@@ -159,7 +266,7 @@ type GroupUnackedResponse struct {
 
 func (x *GroupUnackedResponse) Reset() {
 	*x = GroupUnackedResponse{}
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +278,7 @@ func (x *GroupUnackedResponse) String() string {
 func (*GroupUnackedResponse) ProtoMessage() {}
 
 func (x *GroupUnackedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[1]
+	mi := &file_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +291,7 @@ func (x *GroupUnackedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupUnackedResponse.ProtoReflect.Descriptor instead.
 func (*GroupUnackedResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{1}
+	return file_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupUnackedResponse) GetTags() []uint64 {
@@ -205,7 +312,7 @@ type GroupGetsRequest struct {
 
 func (x *GroupGetsRequest) Reset() {
 	*x = GroupGetsRequest{}
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +324,7 @@ func (x *GroupGetsRequest) String() string {
 func (*GroupGetsRequest) ProtoMessage() {}
 
 func (x *GroupGetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[2]
+	mi := &file_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +337,7 @@ func (x *GroupGetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupGetsRequest.ProtoReflect.Descriptor instead.
 func (*GroupGetsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{2}
+	return file_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupGetsRequest) GetGroup() string {
@@ -259,7 +366,7 @@ type GroupGetsResponse struct {
 
 func (x *GroupGetsResponse) Reset() {
 	*x = GroupGetsResponse{}
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +378,7 @@ func (x *GroupGetsResponse) String() string {
 func (*GroupGetsResponse) ProtoMessage() {}
 
 func (x *GroupGetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[3]
+	mi := &file_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +391,7 @@ func (x *GroupGetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupGetsResponse.ProtoReflect.Descriptor instead.
 func (*GroupGetsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{3}
+	return file_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GroupGetsResponse) GetNumber() uint32 {
@@ -311,7 +418,7 @@ type GroupQueuesRequest struct {
 
 func (x *GroupQueuesRequest) Reset() {
 	*x = GroupQueuesRequest{}
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +430,7 @@ func (x *GroupQueuesRequest) String() string {
 func (*GroupQueuesRequest) ProtoMessage() {}
 
 func (x *GroupQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[4]
+	mi := &file_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +443,7 @@ func (x *GroupQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupQueuesRequest.ProtoReflect.Descriptor instead.
 func (*GroupQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{4}
+	return file_internal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GroupQueuesRequest) GetGroup() string {
@@ -357,7 +464,7 @@ type GroupQueuesResponse struct {
 
 func (x *GroupQueuesResponse) Reset() {
 	*x = GroupQueuesResponse{}
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +476,7 @@ func (x *GroupQueuesResponse) String() string {
 func (*GroupQueuesResponse) ProtoMessage() {}
 
 func (x *GroupQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[5]
+	mi := &file_internal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +489,7 @@ func (x *GroupQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupQueuesResponse.ProtoReflect.Descriptor instead.
 func (*GroupQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{5}
+	return file_internal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GroupQueuesResponse) GetQueues() []*QueueInfo {
@@ -420,7 +527,7 @@ type EffectsRequest struct {
 
 func (x *EffectsRequest) Reset() {
 	*x = EffectsRequest{}
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +539,7 @@ func (x *EffectsRequest) String() string {
 func (*EffectsRequest) ProtoMessage() {}
 
 func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[6]
+	mi := &file_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +552,7 @@ func (x *EffectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsRequest.ProtoReflect.Descriptor instead.
 func (*EffectsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{6}
+	return file_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EffectsRequest) GetGroup() string {
@@ -487,7 +594,7 @@ type EffectsMessage struct {
 
 func (x *EffectsMessage) Reset() {
 	*x = EffectsMessage{}
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +606,7 @@ func (x *EffectsMessage) String() string {
 func (*EffectsMessage) ProtoMessage() {}
 
 func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[7]
+	mi := &file_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +619,7 @@ func (x *EffectsMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsMessage.ProtoReflect.Descriptor instead.
 func (*EffectsMessage) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{7}
+	return file_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EffectsMessage) GetSync() *EffectsSync {
@@ -551,7 +658,7 @@ type EffectsSync struct {
 
 func (x *EffectsSync) Reset() {
 	*x = EffectsSync{}
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +670,7 @@ func (x *EffectsSync) String() string {
 func (*EffectsSync) ProtoMessage() {}
 
 func (x *EffectsSync) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[8]
+	mi := &file_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +683,7 @@ func (x *EffectsSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EffectsSync.ProtoReflect.Descriptor instead.
 func (*EffectsSync) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{8}
+	return file_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EffectsSync) GetIndex() uint64 {
@@ -619,7 +726,7 @@ type SyncTimeout struct {
 
 func (x *SyncTimeout) Reset() {
 	*x = SyncTimeout{}
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +738,7 @@ func (x *SyncTimeout) String() string {
 func (*SyncTimeout) ProtoMessage() {}
 
 func (x *SyncTimeout) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[9]
+	mi := &file_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +751,7 @@ func (x *SyncTimeout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncTimeout.ProtoReflect.Descriptor instead.
 func (*SyncTimeout) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{9}
+	return file_internal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SyncTimeout) GetIndex() uint64 {
@@ -674,7 +781,7 @@ type SyncChannel struct {
 
 func (x *SyncChannel) Reset() {
 	*x = SyncChannel{}
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +793,7 @@ func (x *SyncChannel) String() string {
 func (*SyncChannel) ProtoMessage() {}
 
 func (x *SyncChannel) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[10]
+	mi := &file_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +806,7 @@ func (x *SyncChannel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncChannel.ProtoReflect.Descriptor instead.
 func (*SyncChannel) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{10}
+	return file_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SyncChannel) GetChannel() *ChannelRef {
@@ -742,7 +849,7 @@ type RemoteDelivery struct {
 
 func (x *RemoteDelivery) Reset() {
 	*x = RemoteDelivery{}
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +861,7 @@ func (x *RemoteDelivery) String() string {
 func (*RemoteDelivery) ProtoMessage() {}
 
 func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[11]
+	mi := &file_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +874,7 @@ func (x *RemoteDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteDelivery.ProtoReflect.Descriptor instead.
 func (*RemoteDelivery) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{11}
+	return file_internal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoteDelivery) GetConsumer() *ConsumerRef {
@@ -857,7 +964,7 @@ type Effect struct {
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +976,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[12]
+	mi := &file_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +989,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{12}
+	return file_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Effect) GetKind() isEffect_Kind {
@@ -981,7 +1088,7 @@ type ChannelTimeoutEffect struct {
 
 func (x *ChannelTimeoutEffect) Reset() {
 	*x = ChannelTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1100,7 @@ func (x *ChannelTimeoutEffect) String() string {
 func (*ChannelTimeoutEffect) ProtoMessage() {}
 
 func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[13]
+	mi := &file_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1113,7 @@ func (x *ChannelTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ChannelTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{13}
+	return file_internal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChannelTimeoutEffect) GetChannel() *ChannelRef {
@@ -1034,7 +1141,7 @@ type ConsumerTimeoutEffect struct {
 
 func (x *ConsumerTimeoutEffect) Reset() {
 	*x = ConsumerTimeoutEffect{}
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1153,7 @@ func (x *ConsumerTimeoutEffect) String() string {
 func (*ConsumerTimeoutEffect) ProtoMessage() {}
 
 func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[14]
+	mi := &file_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1166,7 @@ func (x *ConsumerTimeoutEffect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerTimeoutEffect.ProtoReflect.Descriptor instead.
 func (*ConsumerTimeoutEffect) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{14}
+	return file_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConsumerTimeoutEffect) GetConsumer() *ConsumerRef {
@@ -1091,7 +1198,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1210,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[15]
+	mi := &file_internal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1223,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{15}
+	return file_internal_proto_rawDescGZIP(), []int{17}
 }
 
 // ClockReading is the callee's wall clock when it answered.
@@ -1129,7 +1236,7 @@ type ClockReading struct {
 
 func (x *ClockReading) Reset() {
 	*x = ClockReading{}
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1248,7 @@ func (x *ClockReading) String() string {
 func (*ClockReading) ProtoMessage() {}
 
 func (x *ClockReading) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[16]
+	mi := &file_internal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1261,7 @@ func (x *ClockReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockReading.ProtoReflect.Descriptor instead.
 func (*ClockReading) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{16}
+	return file_internal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ClockReading) GetWallUnixNanos() int64 {
@@ -1182,7 +1289,7 @@ type DirectReply struct {
 
 func (x *DirectReply) Reset() {
 	*x = DirectReply{}
-	mi := &file_internal_proto_msgTypes[17]
+	mi := &file_internal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1301,7 @@ func (x *DirectReply) String() string {
 func (*DirectReply) ProtoMessage() {}
 
 func (x *DirectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[17]
+	mi := &file_internal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1314,7 @@ func (x *DirectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReply.ProtoReflect.Descriptor instead.
 func (*DirectReply) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{17}
+	return file_internal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DirectReply) GetName() string {
@@ -1249,7 +1356,7 @@ type DirectReplyResult struct {
 
 func (x *DirectReplyResult) Reset() {
 	*x = DirectReplyResult{}
-	mi := &file_internal_proto_msgTypes[18]
+	mi := &file_internal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1368,7 @@ func (x *DirectReplyResult) String() string {
 func (*DirectReplyResult) ProtoMessage() {}
 
 func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[18]
+	mi := &file_internal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1381,7 @@ func (x *DirectReplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectReplyResult.ProtoReflect.Descriptor instead.
 func (*DirectReplyResult) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{18}
+	return file_internal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DirectReplyResult) GetDelivered() bool {
@@ -1296,7 +1403,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_internal_proto_msgTypes[19]
+	mi := &file_internal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1415,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[19]
+	mi := &file_internal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1428,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{19}
+	return file_internal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForwardRequest) GetId() uint64 {
@@ -1356,7 +1463,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_internal_proto_msgTypes[20]
+	mi := &file_internal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1475,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[20]
+	mi := &file_internal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1488,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{20}
+	return file_internal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForwardResponse) GetId() uint64 {
@@ -1459,7 +1566,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_internal_proto_msgTypes[21]
+	mi := &file_internal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1578,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[21]
+	mi := &file_internal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1591,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{21}
+	return file_internal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeMeta) GetVersion() uint32 {
@@ -1575,7 +1682,7 @@ type GroupLead struct {
 
 func (x *GroupLead) Reset() {
 	*x = GroupLead{}
-	mi := &file_internal_proto_msgTypes[22]
+	mi := &file_internal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1694,7 @@ func (x *GroupLead) String() string {
 func (*GroupLead) ProtoMessage() {}
 
 func (x *GroupLead) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_proto_msgTypes[22]
+	mi := &file_internal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1707,7 @@ func (x *GroupLead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLead.ProtoReflect.Descriptor instead.
 func (*GroupLead) Descriptor() ([]byte, []int) {
-	return file_internal_proto_rawDescGZIP(), []int{22}
+	return file_internal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GroupLead) GetGroup() string {
@@ -1621,7 +1728,13 @@ var File_internal_proto protoreflect.FileDescriptor
 
 const file_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x0einternal.proto\x12\traftmq.v1\x1a\vadmin.proto\x1a\rcommand.proto\"p\n" +
+	"\x0einternal.proto\x12\traftmq.v1\x1a\vadmin.proto\x1a\rcommand.proto\"=\n" +
+	"\x11GroupVoterRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\">\n" +
+	"\x12GroupVoterResponse\x12\x14\n" +
+	"\x05voter\x18\x01 \x01(\bR\x05voter\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\"p\n" +
 	"\x13GroupUnackedRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12/\n" +
 	"\achannel\x18\x02 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12\x12\n" +
@@ -1734,7 +1847,7 @@ const file_internal_proto_rawDesc = "" +
 	"\x18FORWARD_ERROR_NOT_LEADER\x10\x01\x12!\n" +
 	"\x1dFORWARD_ERROR_OUTCOME_UNKNOWN\x10\x02\x12\x18\n" +
 	"\x14FORWARD_ERROR_CLOSED\x10\x03\x12\x18\n" +
-	"\x14FORWARD_ERROR_FAILED\x10\x042\xf4\x03\n" +
+	"\x14FORWARD_ERROR_FAILED\x10\x042\xbf\x04\n" +
 	"\bInternal\x12D\n" +
 	"\aForward\x12\x19.raftmq.v1.ForwardRequest\x1a\x1a.raftmq.v1.ForwardResponse(\x010\x01\x12=\n" +
 	"\x05Reply\x12\x16.raftmq.v1.DirectReply\x1a\x1c.raftmq.v1.DirectReplyResult\x129\n" +
@@ -1742,7 +1855,9 @@ const file_internal_proto_rawDesc = "" +
 	"\aEffects\x12\x19.raftmq.v1.EffectsRequest\x1a\x19.raftmq.v1.EffectsMessage0\x01\x12L\n" +
 	"\vGroupQueues\x12\x1d.raftmq.v1.GroupQueuesRequest\x1a\x1e.raftmq.v1.GroupQueuesResponse\x12F\n" +
 	"\tGroupGets\x12\x1b.raftmq.v1.GroupGetsRequest\x1a\x1c.raftmq.v1.GroupGetsResponse\x12O\n" +
-	"\fGroupUnacked\x12\x1e.raftmq.v1.GroupUnackedRequest\x1a\x1f.raftmq.v1.GroupUnackedResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
+	"\fGroupUnacked\x12\x1e.raftmq.v1.GroupUnackedRequest\x1a\x1f.raftmq.v1.GroupUnackedResponse\x12I\n" +
+	"\n" +
+	"GroupVoter\x12\x1c.raftmq.v1.GroupVoterRequest\x1a\x1d.raftmq.v1.GroupVoterResponseB'Z\x1egithub.com/raftmq/raftmq/proto\x92\x03\x04\b\x02 \x03b\beditionsp\xe8\a"
 
 var (
 	file_internal_proto_rawDescOnce sync.Once
@@ -1757,82 +1872,86 @@ func file_internal_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_internal_proto_goTypes = []any{
 	(ForwardError)(0),             // 0: raftmq.v1.ForwardError
-	(*GroupUnackedRequest)(nil),   // 1: raftmq.v1.GroupUnackedRequest
-	(*GroupUnackedResponse)(nil),  // 2: raftmq.v1.GroupUnackedResponse
-	(*GroupGetsRequest)(nil),      // 3: raftmq.v1.GroupGetsRequest
-	(*GroupGetsResponse)(nil),     // 4: raftmq.v1.GroupGetsResponse
-	(*GroupQueuesRequest)(nil),    // 5: raftmq.v1.GroupQueuesRequest
-	(*GroupQueuesResponse)(nil),   // 6: raftmq.v1.GroupQueuesResponse
-	(*EffectsRequest)(nil),        // 7: raftmq.v1.EffectsRequest
-	(*EffectsMessage)(nil),        // 8: raftmq.v1.EffectsMessage
-	(*EffectsSync)(nil),           // 9: raftmq.v1.EffectsSync
-	(*SyncTimeout)(nil),           // 10: raftmq.v1.SyncTimeout
-	(*SyncChannel)(nil),           // 11: raftmq.v1.SyncChannel
-	(*RemoteDelivery)(nil),        // 12: raftmq.v1.RemoteDelivery
-	(*Effect)(nil),                // 13: raftmq.v1.Effect
-	(*ChannelTimeoutEffect)(nil),  // 14: raftmq.v1.ChannelTimeoutEffect
-	(*ConsumerTimeoutEffect)(nil), // 15: raftmq.v1.ConsumerTimeoutEffect
-	(*ClockRequest)(nil),          // 16: raftmq.v1.ClockRequest
-	(*ClockReading)(nil),          // 17: raftmq.v1.ClockReading
-	(*DirectReply)(nil),           // 18: raftmq.v1.DirectReply
-	(*DirectReplyResult)(nil),     // 19: raftmq.v1.DirectReplyResult
-	(*ForwardRequest)(nil),        // 20: raftmq.v1.ForwardRequest
-	(*ForwardResponse)(nil),       // 21: raftmq.v1.ForwardResponse
-	(*NodeMeta)(nil),              // 22: raftmq.v1.NodeMeta
-	(*GroupLead)(nil),             // 23: raftmq.v1.GroupLead
-	(*ChannelRef)(nil),            // 24: raftmq.v1.ChannelRef
-	(*QueueInfo)(nil),             // 25: raftmq.v1.QueueInfo
-	(*ConsumerInfo)(nil),          // 26: raftmq.v1.ConsumerInfo
-	(*ConsumerRef)(nil),           // 27: raftmq.v1.ConsumerRef
-	(*Properties)(nil),            // 28: raftmq.v1.Properties
-	(*Command)(nil),               // 29: raftmq.v1.Command
-	(*Result)(nil),                // 30: raftmq.v1.Result
+	(*GroupVoterRequest)(nil),     // 1: raftmq.v1.GroupVoterRequest
+	(*GroupVoterResponse)(nil),    // 2: raftmq.v1.GroupVoterResponse
+	(*GroupUnackedRequest)(nil),   // 3: raftmq.v1.GroupUnackedRequest
+	(*GroupUnackedResponse)(nil),  // 4: raftmq.v1.GroupUnackedResponse
+	(*GroupGetsRequest)(nil),      // 5: raftmq.v1.GroupGetsRequest
+	(*GroupGetsResponse)(nil),     // 6: raftmq.v1.GroupGetsResponse
+	(*GroupQueuesRequest)(nil),    // 7: raftmq.v1.GroupQueuesRequest
+	(*GroupQueuesResponse)(nil),   // 8: raftmq.v1.GroupQueuesResponse
+	(*EffectsRequest)(nil),        // 9: raftmq.v1.EffectsRequest
+	(*EffectsMessage)(nil),        // 10: raftmq.v1.EffectsMessage
+	(*EffectsSync)(nil),           // 11: raftmq.v1.EffectsSync
+	(*SyncTimeout)(nil),           // 12: raftmq.v1.SyncTimeout
+	(*SyncChannel)(nil),           // 13: raftmq.v1.SyncChannel
+	(*RemoteDelivery)(nil),        // 14: raftmq.v1.RemoteDelivery
+	(*Effect)(nil),                // 15: raftmq.v1.Effect
+	(*ChannelTimeoutEffect)(nil),  // 16: raftmq.v1.ChannelTimeoutEffect
+	(*ConsumerTimeoutEffect)(nil), // 17: raftmq.v1.ConsumerTimeoutEffect
+	(*ClockRequest)(nil),          // 18: raftmq.v1.ClockRequest
+	(*ClockReading)(nil),          // 19: raftmq.v1.ClockReading
+	(*DirectReply)(nil),           // 20: raftmq.v1.DirectReply
+	(*DirectReplyResult)(nil),     // 21: raftmq.v1.DirectReplyResult
+	(*ForwardRequest)(nil),        // 22: raftmq.v1.ForwardRequest
+	(*ForwardResponse)(nil),       // 23: raftmq.v1.ForwardResponse
+	(*NodeMeta)(nil),              // 24: raftmq.v1.NodeMeta
+	(*GroupLead)(nil),             // 25: raftmq.v1.GroupLead
+	(*ChannelRef)(nil),            // 26: raftmq.v1.ChannelRef
+	(*QueueInfo)(nil),             // 27: raftmq.v1.QueueInfo
+	(*ConsumerInfo)(nil),          // 28: raftmq.v1.ConsumerInfo
+	(*ConsumerRef)(nil),           // 29: raftmq.v1.ConsumerRef
+	(*Properties)(nil),            // 30: raftmq.v1.Properties
+	(*Command)(nil),               // 31: raftmq.v1.Command
+	(*Result)(nil),                // 32: raftmq.v1.Result
 }
 var file_internal_proto_depIdxs = []int32{
-	24, // 0: raftmq.v1.GroupUnackedRequest.channel:type_name -> raftmq.v1.ChannelRef
-	24, // 1: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
-	25, // 2: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
-	26, // 3: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
-	9,  // 4: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
-	13, // 5: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
-	11, // 6: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
-	10, // 7: raftmq.v1.EffectsSync.timeouts:type_name -> raftmq.v1.SyncTimeout
-	13, // 8: raftmq.v1.SyncTimeout.effect:type_name -> raftmq.v1.Effect
-	24, // 9: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
-	27, // 10: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
-	12, // 11: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
-	27, // 12: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
-	28, // 13: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
-	12, // 14: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
-	27, // 15: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
-	14, // 16: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
-	15, // 17: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
-	24, // 18: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
-	27, // 19: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
-	28, // 20: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
-	29, // 21: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
-	30, // 22: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
+	26, // 0: raftmq.v1.GroupUnackedRequest.channel:type_name -> raftmq.v1.ChannelRef
+	26, // 1: raftmq.v1.GroupGetsRequest.channel:type_name -> raftmq.v1.ChannelRef
+	27, // 2: raftmq.v1.GroupQueuesResponse.queues:type_name -> raftmq.v1.QueueInfo
+	28, // 3: raftmq.v1.GroupQueuesResponse.consumers:type_name -> raftmq.v1.ConsumerInfo
+	11, // 4: raftmq.v1.EffectsMessage.sync:type_name -> raftmq.v1.EffectsSync
+	15, // 5: raftmq.v1.EffectsMessage.effects:type_name -> raftmq.v1.Effect
+	13, // 6: raftmq.v1.EffectsSync.channels:type_name -> raftmq.v1.SyncChannel
+	12, // 7: raftmq.v1.EffectsSync.timeouts:type_name -> raftmq.v1.SyncTimeout
+	15, // 8: raftmq.v1.SyncTimeout.effect:type_name -> raftmq.v1.Effect
+	26, // 9: raftmq.v1.SyncChannel.channel:type_name -> raftmq.v1.ChannelRef
+	29, // 10: raftmq.v1.SyncChannel.consumers:type_name -> raftmq.v1.ConsumerRef
+	14, // 11: raftmq.v1.SyncChannel.deliveries:type_name -> raftmq.v1.RemoteDelivery
+	29, // 12: raftmq.v1.RemoteDelivery.consumer:type_name -> raftmq.v1.ConsumerRef
+	30, // 13: raftmq.v1.RemoteDelivery.properties:type_name -> raftmq.v1.Properties
+	14, // 14: raftmq.v1.Effect.deliver:type_name -> raftmq.v1.RemoteDelivery
+	29, // 15: raftmq.v1.Effect.cancelled:type_name -> raftmq.v1.ConsumerRef
+	16, // 16: raftmq.v1.Effect.channel_timed_out:type_name -> raftmq.v1.ChannelTimeoutEffect
+	17, // 17: raftmq.v1.Effect.consumer_timed_out:type_name -> raftmq.v1.ConsumerTimeoutEffect
+	26, // 18: raftmq.v1.ChannelTimeoutEffect.channel:type_name -> raftmq.v1.ChannelRef
+	29, // 19: raftmq.v1.ConsumerTimeoutEffect.consumer:type_name -> raftmq.v1.ConsumerRef
+	30, // 20: raftmq.v1.DirectReply.properties:type_name -> raftmq.v1.Properties
+	31, // 21: raftmq.v1.ForwardRequest.commands:type_name -> raftmq.v1.Command
+	32, // 22: raftmq.v1.ForwardResponse.results:type_name -> raftmq.v1.Result
 	0,  // 23: raftmq.v1.ForwardResponse.error:type_name -> raftmq.v1.ForwardError
-	23, // 24: raftmq.v1.NodeMeta.leads:type_name -> raftmq.v1.GroupLead
-	20, // 25: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
-	18, // 26: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
-	16, // 27: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
-	7,  // 28: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
-	5,  // 29: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
-	3,  // 30: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
-	1,  // 31: raftmq.v1.Internal.GroupUnacked:input_type -> raftmq.v1.GroupUnackedRequest
-	21, // 32: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
-	19, // 33: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
-	17, // 34: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
-	8,  // 35: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
-	6,  // 36: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
-	4,  // 37: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
-	2,  // 38: raftmq.v1.Internal.GroupUnacked:output_type -> raftmq.v1.GroupUnackedResponse
-	32, // [32:39] is the sub-list for method output_type
-	25, // [25:32] is the sub-list for method input_type
+	25, // 24: raftmq.v1.NodeMeta.leads:type_name -> raftmq.v1.GroupLead
+	22, // 25: raftmq.v1.Internal.Forward:input_type -> raftmq.v1.ForwardRequest
+	20, // 26: raftmq.v1.Internal.Reply:input_type -> raftmq.v1.DirectReply
+	18, // 27: raftmq.v1.Internal.Clock:input_type -> raftmq.v1.ClockRequest
+	9,  // 28: raftmq.v1.Internal.Effects:input_type -> raftmq.v1.EffectsRequest
+	7,  // 29: raftmq.v1.Internal.GroupQueues:input_type -> raftmq.v1.GroupQueuesRequest
+	5,  // 30: raftmq.v1.Internal.GroupGets:input_type -> raftmq.v1.GroupGetsRequest
+	3,  // 31: raftmq.v1.Internal.GroupUnacked:input_type -> raftmq.v1.GroupUnackedRequest
+	1,  // 32: raftmq.v1.Internal.GroupVoter:input_type -> raftmq.v1.GroupVoterRequest
+	23, // 33: raftmq.v1.Internal.Forward:output_type -> raftmq.v1.ForwardResponse
+	21, // 34: raftmq.v1.Internal.Reply:output_type -> raftmq.v1.DirectReplyResult
+	19, // 35: raftmq.v1.Internal.Clock:output_type -> raftmq.v1.ClockReading
+	10, // 36: raftmq.v1.Internal.Effects:output_type -> raftmq.v1.EffectsMessage
+	8,  // 37: raftmq.v1.Internal.GroupQueues:output_type -> raftmq.v1.GroupQueuesResponse
+	6,  // 38: raftmq.v1.Internal.GroupGets:output_type -> raftmq.v1.GroupGetsResponse
+	4,  // 39: raftmq.v1.Internal.GroupUnacked:output_type -> raftmq.v1.GroupUnackedResponse
+	2,  // 40: raftmq.v1.Internal.GroupVoter:output_type -> raftmq.v1.GroupVoterResponse
+	33, // [33:41] is the sub-list for method output_type
+	25, // [25:33] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -1845,7 +1964,7 @@ func file_internal_proto_init() {
 	}
 	file_admin_proto_init()
 	file_command_proto_init()
-	file_internal_proto_msgTypes[12].OneofWrappers = []any{
+	file_internal_proto_msgTypes[14].OneofWrappers = []any{
 		(*Effect_Deliver)(nil),
 		(*Effect_Cancelled)(nil),
 		(*Effect_ChannelTimedOut)(nil),
@@ -1858,7 +1977,7 @@ func file_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_proto_rawDesc), len(file_internal_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

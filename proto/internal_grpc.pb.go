@@ -29,6 +29,7 @@ const (
 	Internal_GroupQueues_FullMethodName  = "/raftmq.v1.Internal/GroupQueues"
 	Internal_GroupGets_FullMethodName    = "/raftmq.v1.Internal/GroupGets"
 	Internal_GroupUnacked_FullMethodName = "/raftmq.v1.Internal/GroupUnacked"
+	Internal_GroupVoter_FullMethodName   = "/raftmq.v1.Internal/GroupVoter"
 )
 
 // InternalClient is the client API for Internal service.
@@ -79,6 +80,15 @@ type InternalClient interface {
 	// may have declared it down meanwhile and given those deliveries to
 	// others. NOT_FOUND from a node that does not run the group.
 	GroupUnacked(ctx context.Context, in *GroupUnackedRequest, opts ...grpc.CallOption) (*GroupUnackedResponse, error)
+	// GroupVoter asks a queue group's leader whether a node is a voter of
+	// the group's configuration, once a barrier of the leader's term has
+	// committed (so the configuration read is committed too). A node the
+	// metadata log no longer names among the group's members asks when
+	// its leader falls silent to it: raft does not tell a server it
+	// removed, which would otherwise campaign until a long silence lets it
+	// close its copy. FAILED_PRECONDITION from a node that does not lead
+	// the group, NOT_FOUND from one that does not run it.
+	GroupVoter(ctx context.Context, in *GroupVoterRequest, opts ...grpc.CallOption) (*GroupVoterResponse, error)
 }
 
 type internalClient struct {
@@ -171,6 +181,16 @@ func (c *internalClient) GroupUnacked(ctx context.Context, in *GroupUnackedReque
 	return out, nil
 }
 
+func (c *internalClient) GroupVoter(ctx context.Context, in *GroupVoterRequest, opts ...grpc.CallOption) (*GroupVoterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupVoterResponse)
+	err := c.cc.Invoke(ctx, Internal_GroupVoter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -219,6 +239,15 @@ type InternalServer interface {
 	// may have declared it down meanwhile and given those deliveries to
 	// others. NOT_FOUND from a node that does not run the group.
 	GroupUnacked(context.Context, *GroupUnackedRequest) (*GroupUnackedResponse, error)
+	// GroupVoter asks a queue group's leader whether a node is a voter of
+	// the group's configuration, once a barrier of the leader's term has
+	// committed (so the configuration read is committed too). A node the
+	// metadata log no longer names among the group's members asks when
+	// its leader falls silent to it: raft does not tell a server it
+	// removed, which would otherwise campaign until a long silence lets it
+	// close its copy. FAILED_PRECONDITION from a node that does not lead
+	// the group, NOT_FOUND from one that does not run it.
+	GroupVoter(context.Context, *GroupVoterRequest) (*GroupVoterResponse, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -249,6 +278,9 @@ func (UnimplementedInternalServer) GroupGets(context.Context, *GroupGetsRequest)
 }
 func (UnimplementedInternalServer) GroupUnacked(context.Context, *GroupUnackedRequest) (*GroupUnackedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GroupUnacked not implemented")
+}
+func (UnimplementedInternalServer) GroupVoter(context.Context, *GroupVoterRequest) (*GroupVoterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GroupVoter not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -379,6 +411,24 @@ func _Internal_GroupUnacked_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_GroupVoter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupVoterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).GroupVoter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_GroupVoter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).GroupVoter(ctx, req.(*GroupVoterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -405,6 +455,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GroupUnacked",
 			Handler:    _Internal_GroupUnacked_Handler,
+		},
+		{
+			MethodName: "GroupVoter",
+			Handler:    _Internal_GroupVoter_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
