@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"fmt"
 	"log"
 	"log/slog"
@@ -37,6 +38,10 @@ type Config struct {
 	// the pause between attempts.
 	Join              []string
 	JoinRetryInterval time.Duration
+	// JoinWarnAfter is how long joins may fail before Run warns that no
+	// seed answers (default 10 s); it warns again at twice the wait
+	// each time, up to every 5 minutes.
+	JoinWarnAfter time.Duration
 	// Keys encrypt and authenticate gossip (memberlist's keyring; nil:
 	// plain gossip).
 	Keys [][]byte
@@ -302,6 +307,12 @@ func (g *Gossip) Run(closing <-chan struct{}) {
 		defer close(done)
 		g.reconnect(closing)
 	}()
+	// Until a seed first answers, failures are told as warnings now and
+	// then: a new node told to join waits for its seeds and starts no
+	// cluster of its own, so a wrong --join would otherwise leave it
+	// waiting without a word.
+	warnAfter := cmp.Or(g.cfg.JoinWarnAfter, 10*time.Second)
+	var failingSince time.Time
 	for {
 		if seeds := g.joinSeeds(); g.list.NumMembers() <= 1 && len(seeds) > 0 {
 			k, err := g.list.Join(seeds)
@@ -310,8 +321,20 @@ func (g *Gossip) Run(closing <-chan struct{}) {
 				g.cfg.Logger.Info("joined the cluster", "seeds_answered", k)
 			case k > 0:
 				g.cfg.Logger.Info("re-joined the cluster", "seeds_answered", k)
-			default:
+			case g.joined.Load():
 				g.cfg.Logger.Debug("join failed, retrying", "err", err)
+			default:
+				if failingSince.IsZero() {
+					failingSince = time.Now()
+				}
+				if waited := time.Since(failingSince); waited >= warnAfter {
+					msg := "no node to join answers yet: still trying"
+					if !g.HasState() {
+						msg = "no node to join answers yet: a new node waits for one and starts no cluster of its own"
+					}
+					g.cfg.Logger.Warn(msg, "seeds", seeds, "waiting_for", waited.Round(time.Second), "err", err)
+					warnAfter = min(2*warnAfter, waited+5*time.Minute)
+				}
 			}
 		}
 		t := time.NewTimer(g.cfg.JoinRetryInterval)

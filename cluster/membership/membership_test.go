@@ -4,8 +4,11 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -391,4 +394,101 @@ func startGossip(t *testing.T, id string, tune func(*memberlist.Config), join []
 		g.Shutdown()
 	})
 	return g
+}
+
+// lockedBuffer is a log sink written by Run's goroutine and read by the
+// test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A new node whose seeds never answer waits for them (it starts no
+// cluster of its own) and says so as a warning once joins have failed
+// for JoinWarnAfter: at debug level alone, a wrong --join left it
+// waiting without a word. The warning is not repeated at every attempt.
+func TestGossip_ANodeWhoseSeedsNeverAnswerWarns(t *testing.T) {
+	// A port that refuses: bound, then closed.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := l.Addr().String()
+	_ = l.Close()
+	var out lockedBuffer
+	var dials atomic.Int64
+	g := New(Config{
+		NodeID:            "fresh",
+		DataDir:           t.TempDir(),
+		GossipAddr:        "127.0.0.1:0",
+		Join:              []string{seed},
+		JoinRetryInterval: 10 * time.Millisecond,
+		JoinWarnAfter:     200 * time.Millisecond,
+		Logger:            slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		MemberlistLogger:  log.New(io.Discard, "", 0),
+		Changed:           func() {},
+		Transport: func(tr memberlist.Transport) memberlist.Transport {
+			return countingDials{tr, &dials}
+		},
+	})
+	if err := g.Start("127.0.0.1:1"); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Shutdown()
+	closing := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(closing)
+	}()
+	const want = "no node to join answers yet: a new node waits for one"
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning after 10 s of failed joins; logged:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Past the first warning, the next waits twice as long: many more
+	// attempts fail meanwhile than warnings are written.
+	from := dials.Load()
+	for dials.Load() < from+40 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d joins tried since the warning", dials.Load()-from)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(closing)
+	<-done
+	if g.Joined() {
+		t.Fatal("joined a seed that does not exist")
+	}
+	k, tried := strings.Count(out.String(), want), dials.Load()
+	if k > int(tried)/8 || !strings.Contains(out.String(), seed) {
+		t.Fatalf("%d warnings for %d joins tried, naming the seed %s or not:\n%s", k, tried, seed, out.String())
+	}
+}
+
+// countingDials counts the connections memberlist dials (a join's
+// push-pull is one).
+type countingDials struct {
+	memberlist.Transport
+	n *atomic.Int64
+}
+
+func (c countingDials) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	c.n.Add(1)
+	return c.Transport.DialTimeout(addr, timeout)
 }
