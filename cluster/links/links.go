@@ -32,7 +32,7 @@ type Links struct {
 	mu      sync.Mutex
 	blocked map[string]bool
 	frozen  map[string]bool
-	thaw    chan struct{} // closed and replaced by Heal
+	thaw    chan struct{} // closed and replaced by Heal and Thaw
 	conns   map[*linkConn]struct{}
 }
 
@@ -72,6 +72,17 @@ func (l *Links) Freeze(addrs ...string) {
 	for _, a := range addrs {
 		l.frozen[a] = true
 	}
+}
+
+// Thaw ends the freeze of the links to addrs alone.
+func (l *Links) Thaw(addrs ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range addrs {
+		delete(l.frozen, a)
+	}
+	close(l.thaw)
+	l.thaw = make(chan struct{})
 }
 
 // Heal restores every link.
