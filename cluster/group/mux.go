@@ -35,6 +35,15 @@ const (
 // to name its group, TLS handshake included (MuxConfig.HeaderTimeout).
 const DefaultHeaderTimeout = 10 * time.Second
 
+// DefaultOpenWait is MuxConfig.OpenWait's default. A node named in a
+// queue group opens the group as its metadata log applies the entry
+// that names it, while the group's leader adds it as a voter and sends
+// to it as soon as its own metadata log applied that entry: a new node,
+// which starts behind, was sent to a quarter of a second before it
+// opened its groups, and every refusal was a warning here and a failed
+// append on the leader.
+const DefaultOpenWait = 2 * time.Second
+
 // errMuxClosed is what a closed mux or layer answers.
 var errMuxClosed = fmt.Errorf("group: raft mux closed: %w", net.ErrClosed)
 
@@ -45,6 +54,10 @@ type MuxConfig struct {
 	// transport to take it (default DefaultHeaderTimeout). A peer that
 	// connects and says nothing costs a goroutine this long, no more.
 	HeaderTimeout time.Duration
+	// OpenWait is how long a connection that names a group without a
+	// layer here waits for one before it is refused (default
+	// DefaultOpenWait, at most HeaderTimeout).
+	OpenWait time.Duration
 	// Logger hears of refused connections (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -55,19 +68,26 @@ type MuxConfig struct {
 // group dials names the group in a header (the default group's sends
 // none, as before the mux); the mux reads the header of each accepted
 // connection, under a deadline and off the accept loop, and hands the
-// connection to that group's layer. A connection that names no group of
-// this node, or says nothing in time, is closed.
+// connection to that group's layer, waiting OpenWait for a group that
+// is not open yet. A connection that names no group of this node, or
+// says nothing in time, is closed.
 type Mux struct {
-	base    raft.StreamLayer
-	timeout time.Duration
-	log     *slog.Logger
+	base     raft.StreamLayer
+	timeout  time.Duration
+	openWait time.Duration
+	log      *slog.Logger
 
-	mu      sync.Mutex
-	layers  map[string]*muxLayer
-	pending map[net.Conn]struct{} // accepted, not yet handed to a layer
-	closed  bool
-	done    chan struct{}
-	wg      sync.WaitGroup
+	mu     sync.Mutex
+	layers map[string]*muxLayer
+	// added is closed, and replaced, when a layer is added: what waits
+	// for its group's layer looks again.
+	added chan struct{}
+	// awaiting counts the connections waiting for their group's layer.
+	awaiting int
+	pending  map[net.Conn]struct{} // accepted, not yet handed to a layer
+	closed   bool
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
 // NewMux starts sharing base, which the mux now owns: Close closes it.
@@ -75,11 +95,14 @@ func NewMux(base raft.StreamLayer, cfg MuxConfig) *Mux {
 	if cfg.HeaderTimeout <= 0 {
 		cfg.HeaderTimeout = DefaultHeaderTimeout
 	}
+	if cfg.OpenWait <= 0 {
+		cfg.OpenWait = DefaultOpenWait
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Mux{base: base, timeout: cfg.HeaderTimeout, log: cfg.Logger,
-		layers: map[string]*muxLayer{}, pending: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	m := &Mux{base: base, timeout: cfg.HeaderTimeout, openWait: min(cfg.OpenWait, cfg.HeaderTimeout), log: cfg.Logger,
+		layers: map[string]*muxLayer{}, added: make(chan struct{}), pending: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m
@@ -107,6 +130,8 @@ func (m *Mux) Layer(id string) (raft.StreamLayer, error) {
 		return nil, fmt.Errorf("group: raft mux: group %q already has a layer", id)
 	}
 	m.layers[id] = l
+	close(m.added)
+	m.added = make(chan struct{})
 	return l, nil
 }
 
@@ -200,6 +225,9 @@ func (m *Mux) route(c net.Conn) {
 		m.refuse(c, id, err)
 		return
 	}
+	if l == nil && err == nil {
+		l = m.awaitLayer(id)
+	}
 	if l == nil {
 		m.refuse(c, id, errors.New("no such group on this node"))
 		return
@@ -209,6 +237,36 @@ func (m *Mux) route(c net.Conn) {
 	}
 	if !l.hand(c, deadline) {
 		m.refuse(c, id, errors.New("the group's transport did not take the connection"))
+	}
+}
+
+// awaitLayer waits up to openWait for group id's layer, and returns it,
+// or nil when it did not come or the mux closed.
+func (m *Mux) awaitLayer(id string) *muxLayer {
+	t := time.NewTimer(m.openWait)
+	defer t.Stop()
+	m.mu.Lock()
+	m.awaiting++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.awaiting--
+		m.mu.Unlock()
+	}()
+	for {
+		m.mu.Lock()
+		l, added := m.layers[id], m.added
+		m.mu.Unlock()
+		if l != nil {
+			return l
+		}
+		select {
+		case <-added:
+		case <-t.C:
+			return nil
+		case <-m.done:
+			return nil
+		}
 	}
 }
 

@@ -207,6 +207,38 @@ func TestMux_RefusesBadHeaders(t *testing.T) {
 	}
 }
 
+// A connection that names a group this node opens a moment later waits
+// for the group's layer and is handed to it: a node named in a queue
+// group opens it only as its metadata log applies the entry, and the
+// group's leader may send to it first. One whose group does not come
+// within OpenWait is refused.
+func TestMux_AConnectionWaitsForItsGroupToOpen(t *testing.T) {
+	m := NewMux(listenTCP(t, "127.0.0.1:0"), MuxConfig{HeaderTimeout: time.Hour, OpenWait: time.Hour, Logger: discardLogger()})
+	t.Cleanup(func() { _ = m.Close() })
+	client := newTestMux(t, time.Hour)
+	defer send(t, layer(t, client, "q1"), m.base.Addr(), "x").Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m.mu.Lock()
+		waiting := m.awaiting
+		m.mu.Unlock()
+		if waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection is not waiting for its group's layer")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	awaitRead(t, layer(t, m, "q1"), "x", "")
+
+	short := NewMux(listenTCP(t, "127.0.0.1:0"), MuxConfig{HeaderTimeout: time.Hour, OpenWait: 100 * time.Millisecond, Logger: discardLogger()})
+	t.Cleanup(func() { _ = short.Close() })
+	c := send(t, layer(t, client, "q2"), short.base.Addr(), "x")
+	defer c.Close()
+	awaitClosed(t, c, 10*time.Second)
+}
+
 // A peer that connects and sends nothing is closed once the header
 // timeout passes, and while it waits it holds up no one else.
 func TestMux_SilentPeerIsClosedAndBlocksNoOne(t *testing.T) {
