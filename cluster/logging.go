@@ -61,6 +61,7 @@ func (w *levelWriter) Write(p []byte) (int, error) {
 				break
 			}
 		}
+		lvl = relevel(lvl, s)
 		if !w.l.Enabled(ctx, lvl) {
 			continue
 		}
@@ -73,6 +74,28 @@ func (w *levelWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// relevel is the level of raft's line s, which raft logged at lvl: two
+// errors raft logs in its normal course are told at the level of what
+// they are. A leader that hears of a newer term steps down ("peer has
+// newer term, stopping replication"): every leadership transfer (a
+// rebalance, a leader handing over a group it leaves) and every election
+// after a leader's silence ends so, and "entering follower state"
+// follows. A transport closing under its reader ("failed to decode
+// incoming command" with "transport shutdown" or "use of closed network
+// connection") is a group or node closing.
+func relevel(lvl slog.Level, s string) slog.Level {
+	switch {
+	case lvl < slog.LevelError:
+		return lvl
+	case strings.HasPrefix(s, "raft: peer has newer term, stopping replication"):
+		return slog.LevelInfo
+	case strings.HasPrefix(s, "raft: failed to decode incoming command") &&
+		(strings.Contains(s, "transport shutdown") || strings.Contains(s, "use of closed network connection")):
+		return slog.LevelDebug
+	}
+	return lvl
 }
 
 // Repeated warnings and errors.

@@ -118,3 +118,25 @@ func TestRepeats_FreeTextAndBound(t *testing.T) {
 		}
 	}
 }
+
+// Two errors raft logs in its normal course (a leader stepping down at
+// a newer term, a transport closing under its reader) are told at the
+// level of what they are; the same messages for other causes, and other
+// errors, keep raft's level.
+func TestLevelWriter_RoutineRaftErrorsAreToldAsWhatTheyAre(t *testing.T) {
+	rec := &records{}
+	w := &levelWriter{l: slog.New(rec), rep: newRepeats(time.Now)}
+	for _, c := range []struct{ line, want string }{
+		{`[ERROR] raft: peer has newer term, stopping replication: peer="{Voter n2 127.0.0.1:25692}"`, "INFO raft: peer has newer term"},
+		{`[ERROR] raft: failed to decode incoming command: error="transport shutdown"`, "DEBUG raft: failed to decode"},
+		{`[ERROR] raft: failed to decode incoming command: error="read tcp 127.0.0.1:25691->127.0.0.1:47234: use of closed network connection"`, "DEBUG raft: failed to decode"},
+		{`[ERROR] raft: failed to decode incoming command: error="msgpack decode error [pos 3]: invalid"`, "ERROR raft: failed to decode"},
+		{`[ERROR] raft: failed to appendEntries to: peer="{Voter n4 127.0.0.1:25704}" error=EOF`, "ERROR raft: failed to appendEntries"},
+		{`[WARN]  raft: heartbeat timeout reached, starting election`, "WARN raft: heartbeat timeout"},
+	} {
+		fmt.Fprintln(w, c.line)
+		if got := rec.take(); len(got) != 1 || !strings.HasPrefix(got[0], c.want) {
+			t.Errorf("%s: logged %q, want %q", c.line, got, c.want)
+		}
+	}
+}
