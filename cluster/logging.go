@@ -3,10 +3,12 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -144,6 +146,11 @@ func newRepeats(now func() time.Time) *repeats {
 // admit reports whether the line is logged, and the summaries due.
 // Summaries of kinds that stopped are due at the next line of any kind.
 func (r *repeats) admit(lvl slog.Level, s string) (bool, []repeatNote) {
+	return r.admitKind(lvl, repeatKind(s), s)
+}
+
+// admitKind is admit for the line s of kind k.
+func (r *repeats) admitKind(lvl slog.Level, k, s string) (bool, []repeatNote) {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -160,7 +167,6 @@ func (r *repeats) admit(lvl slog.Level, s string) (bool, []repeatNote) {
 	if lvl < slog.LevelWarn {
 		return true, notes
 	}
-	k := repeatKind(s)
 	e, ok := r.kinds[k]
 	if !ok {
 		if len(r.kinds) < maxRepeatKinds {
@@ -197,4 +203,71 @@ func repeatKind(s string) string {
 		k += " " + m[1]
 	}
 	return k
+}
+
+// repeatHandler summarises the repeated warnings and errors of a logger
+// of raftmq's own as levelWriter does raft's lines: the raft mux logs
+// each connection it refuses, and a node shrunk out of the metadata
+// group that still runs dials its peers at every election it stands
+// for, a refusal on each peer twice a second for as long as it runs. A
+// record's kind is its message and attributes, but for the keys in
+// volatile (a remote address, whose port changes with each connection).
+type repeatHandler struct {
+	next     slog.Handler
+	rep      *repeats
+	volatile []string
+	kind     string // the attributes added by WithAttrs, as the kind shows them
+}
+
+func newRepeatHandler(next slog.Handler, volatile ...string) *repeatHandler {
+	return &repeatHandler{next: next, rep: newRepeats(time.Now), volatile: volatile}
+}
+
+func (h *repeatHandler) Enabled(ctx context.Context, lvl slog.Level) bool {
+	return h.next.Enabled(ctx, lvl)
+}
+
+func (h *repeatHandler) Handle(ctx context.Context, rec slog.Record) error {
+	var b strings.Builder
+	b.WriteString(rec.Message)
+	b.WriteString(h.kind)
+	rec.Attrs(func(a slog.Attr) bool {
+		if !slices.Contains(h.volatile, a.Key) {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		}
+		return true
+	})
+	log, notes := h.rep.admitKind(rec.Level, b.String(), b.String())
+	for _, n := range notes {
+		r := slog.NewRecord(rec.Time, n.lvl, n.msg, 0)
+		r.AddAttrs(slog.Int("repeated", n.times), slog.Duration("over", n.over))
+		if err := h.next.Handle(ctx, r); err != nil {
+			return err
+		}
+	}
+	if !log {
+		return nil
+	}
+	return h.next.Handle(ctx, rec)
+}
+
+func (h *repeatHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.next = h.next.WithAttrs(as)
+	var b strings.Builder
+	b.WriteString(h.kind)
+	for _, a := range as {
+		if !slices.Contains(h.volatile, a.Key) {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		}
+	}
+	c.kind = b.String()
+	return &c
+}
+
+func (h *repeatHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	c.next = h.next.WithGroup(name)
+	c.kind = h.kind + " " + name + "."
+	return &c
 }

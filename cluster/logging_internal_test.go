@@ -140,3 +140,38 @@ func TestLevelWriter_RoutineRaftErrorsAreToldAsWhatTheyAre(t *testing.T) {
 		}
 	}
 }
+
+// The raft mux's refusals of a node that dials again and again (shrunk
+// out of the metadata group, it stands for election twice a second)
+// come once in full, then as a summary a minute: the remote address,
+// whose port changes with each connection, is no part of the kind, the
+// reason and the group are.
+func TestRepeatHandler_SummarisesRepeatedRefusals(t *testing.T) {
+	rec := &records{}
+	now := time.Unix(1000, 0)
+	log := slog.New(&repeatHandler{next: rec, rep: newRepeats(func() time.Time { return now }), volatile: []string{"remote"}}).With("node", "n1")
+	refuse := func(port int, reason string) {
+		log.Warn("raft mux: refused a connection", "remote", fmt.Sprintf("127.0.0.1:%d", port), "group", "", "reason", reason)
+	}
+	const cert = `the peer certificate names ["n2"], no server of the raft configuration`
+	refuse(40000, cert)
+	if got := rec.take(); len(got) != 1 || !strings.Contains(got[0], "remote=127.0.0.1:40000") {
+		t.Fatalf("first refusal: %q", got)
+	}
+	for i := 1; i < 150; i++ { // 75 s
+		now = now.Add(500 * time.Millisecond)
+		refuse(40000+i, cert)
+	}
+	if got := rec.take(); len(got) != 1 || !strings.HasPrefix(got[0], "WARN still repeating: raft mux: refused a connection node=n1 group= reason="+cert) ||
+		!strings.Contains(got[0], "repeated=") {
+		t.Fatalf("a minute of refusals: %q", got)
+	}
+	refuse(41000, "reading the header: EOF")
+	if got := rec.take(); len(got) != 1 || !strings.Contains(got[0], "reason=reading the header: EOF") {
+		t.Fatalf("another reason: %q", got)
+	}
+	log.Info("queue group started", "group", "q1")
+	if got := rec.take(); len(got) != 1 {
+		t.Fatalf("an info line: %q", got)
+	}
+}

@@ -191,7 +191,7 @@ func (n *Node) startRaft() error {
 	// Every group of the node shares the one raft port; the metadata
 	// group's layer is headerless, so a node of a release before queue
 	// groups talks to it as it always did.
-	n.mux = group.NewMux(layer, group.MuxConfig{Logger: n.log})
+	n.mux = group.NewMux(layer, group.MuxConfig{Logger: slog.New(newRepeatHandler(n.log.Handler(), "remote"))})
 	meta, err := n.mux.Layer(group.DefaultID)
 	if err != nil {
 		return err
