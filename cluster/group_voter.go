@@ -62,8 +62,11 @@ func (fs *forwardServer) GroupVoter(ctx context.Context, req *proto.GroupVoterRe
 // often). When it is not, qg is marked dropped and runQueueGroups closes
 // it. A leader that cannot answer (one of an older release, or no
 // longer leading) leaves the node to the silence rule. It reports
-// whether the node is to ask again: it is not meant to run qg, and has
-// no answer that it was removed.
+// whether to look again soon: the node is not meant to run qg and did
+// not ask yet (it still hears from a leader, or gossip shows none). Once
+// it asked, the next question waits for the next round of
+// runQueueGroups (a second at most), as each answer costs the leader a
+// barrier.
 func (n *Node) askDropped(ctx context.Context, qg *queueGroup) (again bool) {
 	r := qg.g.Raft()
 	if qg.dropped.Load() || r.State() == raft.Shutdown {
@@ -94,18 +97,20 @@ func (n *Node) askDropped(ctx context.Context, qg *queueGroup) (again bool) {
 	}
 	conn, err := n.dialInternal(leader, m.Meta.GetGrpcAddr())
 	if err != nil {
-		return true
+		return false
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.LeaderWait)
 	defer cancel()
 	resp, err := proto.NewInternalClient(conn).GroupVoter(ctx, &proto.GroupVoterRequest{Group: qg.id, Node: n.cfg.NodeID})
 	if err != nil {
+		// A node out of the metadata group's configuration is refused
+		// (PermissionDenied): the silence rule decides for it.
 		n.log.Debug("asking a queue group's leader whether this node is still a member failed", "group", qg.id, "leader", leader, "err", err)
-		return true
+		return false
 	}
 	if resp.GetVoter() {
-		return true
+		return false
 	}
 	n.log.Info("the queue group's leader removed this node", "group", qg.id, "leader", leader, "term", resp.GetTerm())
 	qg.dropped.Store(true)
