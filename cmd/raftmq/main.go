@@ -245,9 +245,11 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 		"disk_free_limit", uint64(cfg.Limits.DiskFreeLimit))
 
 	var runErr error
+	stopped := false
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down")
+		stopped = true
 	case runErr = <-errc:
 	case <-node.Failed():
 		// The node cannot apply the log (an entry of a newer version):
@@ -258,6 +260,11 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	// member of the cluster: a stop is not a leave, so a rolling restart
 	// keeps every voter), then the rest.
 	amqpSrv.Close()
+	if stopped {
+		// Asked to stop: the groups it leads need not wait for an
+		// election.
+		node.HandOver(handOverWait)
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(shutdownCtx)
@@ -271,6 +278,10 @@ func serve(ctx context.Context, cfg *config, logger *slog.Logger) error {
 	}
 	return runErr
 }
+
+// handOverWait bounds how long a stop waits for the groups the node leads
+// to take their new leaders (cluster.Node.HandOver).
+const handOverWait = 5 * time.Second
 
 // memoryCheckInterval is how often the process's resident memory is
 // compared with the memory high-water mark (RabbitMQ checks every second).
