@@ -2,11 +2,14 @@ package membership
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log"
 	"net"
 	"runtime"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,9 +136,16 @@ func TestTransport_APortTakenForPacketsIsRefusedWhole(t *testing.T) {
 		_ = tr.Shutdown()
 		t.Fatalf("port %d, taken for UDP, was listened on", port)
 	}
-	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
-	if err != nil {
-		t.Fatalf("the TCP side of port %d was kept: %v", port, err)
+	// A dial, not a listen, tells whether the TCP side is still open:
+	// while the packages' tests run side by side, any socket of another
+	// test may be given the port as its ephemeral one, which a listen
+	// would collide with, but only a listener takes a connection.
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
+	if err == nil {
+		_ = c.Close()
+		t.Fatalf("the TCP side of port %d was kept: it took a connection", port)
 	}
-	_ = l.Close()
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("a dial to port %d: %v, want the connection refused", port, err)
+	}
 }
