@@ -90,16 +90,9 @@ func (n *Node) steerQueueGroup(ctx context.Context, qg *queueGroup, st *steer, n
 	if !n.metadataVoter() {
 		// Removed from the metadata group, this node no longer learns
 		// the log's members: hand the group to a voter of it that does.
-		var to string
-		for _, s := range servers {
-			if string(s.ID) != n.cfg.NodeID && s.Suffrage == raft.Voter && n.isOnline(string(s.ID)) {
-				to = string(s.ID)
-				break
-			}
-		}
-		if to != "" {
-			if err := n.transferGroupLeadership(ctx, qg.id, to); err != nil {
-				log.Warn("handing over a queue group as this node left the metadata group failed", "to", to, "err", err)
+		if to, ok := n.onlineVoter(r); ok {
+			if err := n.transferGroupLeadership(ctx, qg.id, string(to.ID)); err != nil {
+				log.Warn("handing over a queue group as this node left the metadata group failed", "to", to.ID, "err", err)
 			}
 		}
 		return
