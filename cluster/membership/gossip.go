@@ -2,6 +2,7 @@ package membership
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -81,12 +82,15 @@ type Gossip struct {
 	unreachable atomic.Pointer[[]string]
 	// leads are the queue groups this node leads (SetLeads).
 	leads atomic.Pointer[[]*proto.GroupLead]
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed by Shutdown
 }
 
 // New returns the gossip of a node, not started yet (Start), with an
 // empty member table.
 func New(cfg Config) *Gossip {
-	g := &Gossip{cfg: cfg, members: NewTable()}
+	g := &Gossip{cfg: cfg, members: NewTable(), stopped: make(chan struct{})}
 	g.protocol.Store(cfg.Protocol)
 	return g
 }
@@ -116,10 +120,8 @@ func (g *Gossip) SetHasState() {
 	if g.hasState.Swap(true) {
 		return
 	}
-	if g.list != nil {
-		if err := g.list.UpdateNode(time.Second); err != nil {
-			g.cfg.Logger.Debug("gossip update", "err", err)
-		}
+	if err := g.Update(time.Second); err != nil {
+		g.cfg.Logger.Debug("gossip update", "err", err)
 	}
 }
 
@@ -127,17 +129,14 @@ func (g *Gossip) SetHasState() {
 // gossips, and gossips them, waiting at most a second for the broadcast.
 func (g *Gossip) SetUnreachable(ids []string) error {
 	g.unreachable.Store(&ids)
-	return g.list.UpdateNode(time.Second)
+	return g.Update(time.Second)
 }
 
 // SetLeads sets the queue groups this node gossips it leads, and gossips
 // them, waiting at most timeout for the broadcast.
 func (g *Gossip) SetLeads(leads []*proto.GroupLead, timeout time.Duration) error {
 	g.leads.Store(&leads)
-	if g.list == nil {
-		return nil
-	}
-	return g.list.UpdateNode(timeout)
+	return g.Update(timeout)
 }
 
 // LocalMeta is the metadata this node gossips.
@@ -409,13 +408,33 @@ func (g *Gossip) nextDead(last string) (id, addr string) {
 // SetLeaving records that this node is leaving; Update gossips it.
 func (g *Gossip) SetLeaving() { g.leaving.Store(true) }
 
+// ErrStopped is what a wait for a broadcast returns once the gossip is
+// shut down.
+var ErrStopped = errors.New("membership: gossip shut down")
+
 // Update gossips this node's metadata again, waiting at most timeout for
-// the broadcast.
+// the broadcast, and no longer than until Shutdown: memberlist waits
+// out the whole timeout for a broadcast that a gossip shut down never
+// sends, and the stop of the node that gossips waited with it (a
+// leadership handed over at the stop changes what it gossips).
 func (g *Gossip) Update(timeout time.Duration) error {
 	if g.list == nil {
 		return nil
 	}
-	return g.list.UpdateNode(timeout)
+	select {
+	case <-g.stopped:
+		return ErrStopped
+	default:
+	}
+	done := make(chan error, 1)
+	// Ends within timeout: memberlist's wait takes no cancel.
+	go func() { done <- g.list.UpdateNode(timeout) }()
+	select {
+	case err := <-done:
+		return err
+	case <-g.stopped:
+		return ErrStopped
+	}
 }
 
 // Leave leaves the gossip, waiting at most timeout.
@@ -429,6 +448,7 @@ func (g *Gossip) Leave(timeout time.Duration) error {
 // Shutdown stops memberlist (it ends a join in progress); it may be
 // called more than once, and before Start.
 func (g *Gossip) Shutdown() {
+	g.stopOnce.Do(func() { close(g.stopped) })
 	if g.list != nil {
 		_ = g.list.Shutdown()
 	}

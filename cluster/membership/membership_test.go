@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"errors"
 	"io"
 	"log"
 	"log/slog"
@@ -491,4 +492,30 @@ type countingDials struct {
 func (c countingDials) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	c.n.Add(1)
 	return c.Transport.DialTimeout(addr, timeout)
+}
+
+// A node that stops while it gossips a change (a leadership handed over
+// at the stop) does not wait for the broadcast: memberlist waits out
+// the whole timeout for one that a gossip shut down never sends, and
+// the node's stop waited with it, a second for each such change.
+func TestGossip_AnUpdateInFlightEndsWithTheShutdown(t *testing.T) {
+	// a's gossip rounds, which send its broadcasts, never come.
+	a := startGossip(t, "a", func(c *memberlist.Config) { c.GossipInterval = time.Hour }, nil, nil)
+	startGossip(t, "b", nil, []string{a.Addr()}, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for m, _ := a.Members().Get("b"); m.Health != HealthAlive; m, _ = a.Members().Get("b") {
+		if time.Now().After(deadline) {
+			t.Fatal("a never found b alive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.SetLeads([]*proto.GroupLead{{Group: "q1", Term: 2}}, 20*time.Second) }()
+	a.Shutdown()
+	if err := <-done; !errors.Is(err, ErrStopped) {
+		t.Fatalf("an update in flight at the shutdown returned %v, want %v", err, ErrStopped)
+	}
+	if err := a.Update(20 * time.Second); !errors.Is(err, ErrStopped) {
+		t.Fatalf("an update after the shutdown returned %v, want %v", err, ErrStopped)
+	}
 }
