@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftmq/raftmq/cluster/group"
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -122,3 +123,40 @@ func NoRemovedSilence() (restore func()) {
 type failedFuture struct{ err error }
 
 func (f failedFuture) Error() error { return f.err }
+
+// testGroup is the group id (group.DefaultID for the metadata group) as
+// this node runs it, or nil.
+func (n *Node) testGroup(id string) *group.Group {
+	if id == group.DefaultID {
+		return n.group
+	}
+	if qg := n.queueGroup(id); qg != nil {
+		return qg.g
+	}
+	return nil
+}
+
+// Reached reports whether this node, leading group id, reached peer
+// within a heartbeat timeout.
+func (n *Node) Reached(id, peer string) bool {
+	g := n.testGroup(id)
+	return g != nil && g.Reached(raft.ServerID(peer))
+}
+
+// ConfigOrder is the ids of group id's servers in its raft
+// configuration's order: the order a hand-over tries them in.
+func (n *Node) ConfigOrder(id string) []string {
+	g := n.testGroup(id)
+	if g == nil {
+		return nil
+	}
+	f := g.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range f.Configuration().Servers {
+		ids = append(ids, string(s.ID))
+	}
+	return ids
+}

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/group"
 )
 
 // A node asked to stop hands the leadership of every group it leads (the
@@ -47,4 +49,65 @@ func TestHandOver_AStoppingNodeLeadsNoGroup(t *testing.T) {
 	})
 	c.Kill(c.Index(l.NodeID()))
 	commitThroughLeaders(t, c, queueGroupIDs)
+}
+
+// A stopping node hands its leaderships to a voter its raft reaches, not
+// to one that gossip still finds alive: a transfer to a voter that does
+// not answer fails only after raft's transfer timeout, and the group
+// then waits for an election as if there had been no hand-over. A node
+// stopped a moment before is such a voter, as when an operator stops a
+// cluster node by node: gossip takes a probe and a suspicion to find it
+// gone, raft's next heartbeat to it fails. Here it is the metadata
+// leader, whose own count of whom it reaches tells the others nothing
+// once it is gone.
+func TestHandOver_PassesOverAVoterJustStopped(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	l := c.WaitForLeader(clustertest.Timeout)
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		_, err := followed(c, queueGroupIDs, true)
+		return err
+	})
+	// A queue group led by another node, which would try the metadata
+	// leader first.
+	var n *cluster.Node
+	var qx string
+	for _, x := range c.Live() {
+		for _, g := range x.Groups() {
+			if x == l || g.ID == group.DefaultID || g.State != "Leader" {
+				continue
+			}
+			if order := slices.DeleteFunc(x.ConfigOrder(g.ID), func(id string) bool { return id == x.NodeID() }); len(order) > 0 && order[0] == l.NodeID() {
+				n, qx = x, g.ID
+			}
+		}
+	}
+	if n == nil {
+		t.Fatalf("no queue group is led by a node that would hand it to %s first", l.NodeID())
+	}
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, id := range n.ConfigOrder(qx) {
+			if id != n.NodeID() && !n.Reached(qx, id) {
+				return fmt.Errorf("%s, leading %s, has not reached %s yet", n.NodeID(), qx, id)
+			}
+		}
+		return nil
+	})
+	// The node stops as a process does, while its peers watch.
+	killed := make(chan struct{})
+	go func() {
+		defer close(killed)
+		c.Kill(c.Index(l.NodeID()))
+	}()
+	defer func() { <-killed }()
+	for n.Reached(qx, l.NodeID()) {
+		time.Sleep(time.Millisecond) // raft's next heartbeat, a few ms away
+	}
+	if !slices.ContainsFunc(n.Members(), func(m cluster.MemberInfo) bool { return m.ID == l.NodeID() && m.Health == cluster.HealthAlive }) {
+		t.Fatalf("gossip found %s gone before %s's raft did: the test needs a voter that gossip still vouches for", l.NodeID(), n.NodeID())
+	}
+	n.HandOver(clustertest.Timeout)
+	// Straight after the hand-over: no election was waited for.
+	if slices.ContainsFunc(n.Groups(), func(g cluster.GroupStatus) bool { return g.ID == qx && g.State == "Leader" }) {
+		t.Fatalf("%s still leads %s after handing it over", n.NodeID(), qx)
+	}
 }

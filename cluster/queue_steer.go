@@ -90,7 +90,7 @@ func (n *Node) steerQueueGroup(ctx context.Context, qg *queueGroup, st *steer, n
 	if !n.metadataVoter() {
 		// Removed from the metadata group, this node no longer learns
 		// the log's members: hand the group to a voter of it that does.
-		if to, ok := n.onlineVoter(r); ok {
+		if to, ok := n.onlineVoter(qg.g); ok {
 			if err := n.transferGroupLeadership(ctx, qg.id, string(to.ID)); err != nil {
 				log.Warn("handing over a queue group as this node left the metadata group failed", "to", to.ID, "err", err)
 			}

@@ -332,6 +332,13 @@ func (g *Group) TransferLeadership(id raft.ServerID, addr raft.ServerAddress) ra
 	return g.Raft().LeadershipTransferToServer(id, addr)
 }
 
+// Reached reports whether this node, leading the group, reached the
+// follower id within a heartbeat timeout (QuietAppends.Reached).
+func (g *Group) Reached(id raft.ServerID) bool {
+	r := g.Raft()
+	return r != nil && r.State() == raft.Leader && g.quiet.Reached(id, r.CurrentTerm())
+}
+
 // Shutdown stops the group's raft (raft.Shutdown); nil before Start.
 func (g *Group) Shutdown() raft.Future {
 	g.quiet.Close()

@@ -306,6 +306,21 @@ func heardAt(m map[raft.ServerID]quietAnswer, id raft.ServerID, term uint64, at 
 	}
 }
 
+// Reached reports whether the follower id answered a heartbeat or an
+// append of term sent within the hold (a heartbeat timeout), with no
+// failure since: a leader's freshest news that the follower is there,
+// sooner than gossip's (a stopped follower refuses the next heartbeat,
+// a tenth of the timeout later).
+func (q *QuietAppends) Reached(id raft.ServerID, term uint64) bool {
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b, ok := q.beat[id]
+	return ok && b.resp.Term == term && q.now().Sub(b.at) < q.hold
+}
+
 // HeartbeatsAnswered reports how many of the answered appends were
 // heartbeats.
 func (q *QuietAppends) HeartbeatsAnswered() uint64 {

@@ -409,3 +409,41 @@ func TestQuietAppends_AQueueGroupsHeartbeatToAFreshFollowerIsAnswered(t *testing
 		})
 	}
 }
+
+// Reached is what a stopping leader picks its successor by: a follower
+// that answered within a heartbeat timeout, in this term, and whose last
+// heartbeat did not fail.
+func TestQuietAppends_AFollowerIsReachedUntilAHeartbeatFailsOrAHoldPasses(t *testing.T) {
+	beat := &raft.AppendEntriesRequest{Term: 3}
+	q, c := newQuiet(50 * time.Millisecond) // a hold of 250 ms
+	if q.Reached("f1", 3) {
+		t.Fatal("a follower never sent to was reached")
+	}
+	sendTo(q, "f1", beat, accepts)
+	sendTo(q, "f2", beat, accepts)
+	c.t = c.t.Add(249 * time.Millisecond)
+	if !q.Reached("f1", 3) || !q.Reached("f2", 3) {
+		t.Fatal("followers that answered a heartbeat 249 ms ago were not reached")
+	}
+	if q.Reached("f1", 4) {
+		t.Fatal("a follower that answered in term 3 was reached in term 4")
+	}
+	sendTo(q, "f1", beat, func(*raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error) {
+		return raft.AppendEntriesResponse{}, errors.New("connection refused")
+	})
+	if q.Reached("f1", 3) {
+		t.Fatal("a follower whose last heartbeat failed was reached")
+	}
+	c.t = c.t.Add(time.Millisecond)
+	if q.Reached("f2", 3) {
+		t.Fatal("a follower last heard from a heartbeat timeout ago was reached")
+	}
+	// An append carrying entries keeps it reached, as a heartbeat does.
+	sendTo(q, "f2", beat, accepts)
+	c.t = c.t.Add(200 * time.Millisecond)
+	sendTo(q, "f2", &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 10, PrevLogTerm: 3, LeaderCommitIndex: 10, Entries: []*raft.Log{{Index: 11, Term: 3}}}, accepts)
+	c.t = c.t.Add(200 * time.Millisecond)
+	if !q.Reached("f2", 3) {
+		t.Fatal("a follower that took entries 200 ms ago was not reached")
+	}
+}
