@@ -101,11 +101,11 @@ type forwardServer struct {
 func (fs *forwardServer) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
 	id := group.ForwardGroup(stream.Context())
 	if id == group.DefaultID {
-		return group.ServeForward(stream, fs.n.group.Batcher(), func() string { id, _ := fs.n.Leader(); return id })
+		return group.ServeForward(stream, fs.n.group.Batcher(), func() string { id, _ := fs.n.Leader(); return id }, fs.n.closing)
 	}
 	qg := fs.n.queueGroup(id)
 	if qg == nil {
 		return group.RefuseForward(stream, fmt.Sprintf("no group %q on %s", id, fs.n.cfg.NodeID))
 	}
-	return group.ServeForward(stream, qg.g.Batcher(), func() string { _, id := qg.g.Raft().LeaderWithID(); return string(id) })
+	return group.ServeForward(stream, qg.g.Batcher(), func() string { _, id := qg.g.Raft().LeaderWithID(); return string(id) }, fs.n.closing)
 }

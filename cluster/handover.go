@@ -19,8 +19,12 @@ import (
 // silent (a heartbeat timeout and more), and every command of the
 // group waits with it; a transfer has the new leader stand at once. A
 // group with no such voter, or whose transfer fails, is left to
-// elect as before. Commands in flight on a leader that steps down fail
-// either way ("leadership lost, outcome unknown").
+// elect as before. A transfer answers the commands in flight: raft
+// refuses new entries meanwhile (not appended: their callers try the
+// next leader) and brings the successor up to the leader's last entry
+// before it stands, so those entries commit. A leader that stops
+// without one breaks the streams forwarding other nodes' commands, whose
+// outcome is then unknown.
 func (n *Node) HandOver(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

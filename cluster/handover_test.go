@@ -1,8 +1,10 @@
 package cluster_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +111,64 @@ func TestHandOver_PassesOverAVoterJustStopped(t *testing.T) {
 	// Straight after the hand-over: no election was waited for.
 	if slices.ContainsFunc(n.Groups(), func(g cluster.GroupStatus) bool { return g.ID == qx && g.State == "Leader" }) {
 		t.Fatalf("%s still leads %s after handing it over", n.NodeID(), qx)
+	}
+}
+
+// A stopping leader's hand-over leaves no other node's command in doubt.
+// raft's transfer refuses new entries (not appended: their callers try
+// again, and find the next leader) and brings the successor up to the
+// leader's last entry before it stands, so every entry in flight
+// commits and is answered; the node then closes. A leader that stops
+// without it breaks the streams that forward other nodes' commands to
+// it, and those callers learn only that the outcome is unknown (a
+// publish nacked, a queue.delete closed with 541).
+func TestHandOver_LeavesNoCommandInDoubt(t *testing.T) {
+	c := clustertest.New(t, 3)
+	l := c.WaitForLeader(clustertest.Timeout)
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var unknown []error
+	var done, wg sync.WaitGroup
+	for _, n := range c.Live() {
+		if n == l {
+			continue // its own clients close before its hand-over
+		}
+		for range 6 {
+			wg.Add(1)
+			done.Add(1)
+			go func() {
+				defer wg.Done()
+				first := true
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, err := n.Submit(ctxT(t, clustertest.Timeout), tick())
+					if errors.Is(err, group.ErrOutcomeUnknown) {
+						mu.Lock()
+						unknown = append(unknown, fmt.Errorf("%s: %w", n.NodeID(), err))
+						mu.Unlock()
+					}
+					if first {
+						first = false
+						done.Done()
+					}
+				}
+			}()
+		}
+	}
+	done.Wait() // every submitter has had a command answered
+	l.HandOver(clustertest.Timeout)
+	led := slices.ContainsFunc(l.Groups(), func(g cluster.GroupStatus) bool { return g.ID == group.DefaultID && g.State == "Leader" })
+	c.Kill(c.Index(l.NodeID()))
+	close(stop)
+	wg.Wait()
+	if len(unknown) > 0 {
+		t.Fatalf("%d commands' outcome unknown across the stop, the first: %v", len(unknown), unknown[0])
+	}
+	if led {
+		t.Fatalf("%s still leads after handing over", l.NodeID())
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/proto"
 )
@@ -241,9 +243,15 @@ func (s *fwdSession) shutdown(cause error) {
 	s.inflight = nil
 	s.mu.Unlock()
 	s.cancel()
+	err := fmt.Errorf("%w: forwarding to %s: %v", ErrOutcomeUnknown, s.leaderID, cause)
+	if Drained(cause) {
+		// The leader answered every request it took before it ended
+		// the stream: the rest never reached it.
+		err = NotAppendedf(ErrNotLeader, "%s stopped: %v", s.leaderID, cause)
+	}
 	for _, batch := range in {
 		for _, p := range batch {
-			p.Finish(nil, 0, fmt.Errorf("%w: forwarding to %s: %v", ErrOutcomeUnknown, s.leaderID, cause))
+			p.Finish(nil, 0, err)
 		}
 	}
 	close(s.done)
@@ -376,12 +384,18 @@ func (s *fwdSession) resolve(batch []*Request, resp *proto.ForwardResponse) {
 // ServeForward serves a follower's stream on the leader: each request
 // becomes one request of the group commit b; answers go back as they
 // complete, a refusal for want of leadership naming the leader leader
-// reports.
-func ServeForward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse], b *Batcher, leader func() string) error {
+// reports. Once drain closes (the node stops), it takes no more
+// requests, sends the answers of those it took, and ends the stream
+// with Drained: a follower then knows that every request left without
+// an answer never reached a log, and sends it again to the next leader.
+// A stream broken any other way leaves those requests' outcome unknown.
+func ServeForward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse], b *Batcher, leader func() string, drain <-chan struct{}) error {
 	ctx := stream.Context()
 	out := make(chan *proto.ForwardResponse, 4096)
 	sendErr := make(chan error, 1)
+	quit, sent := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(sent)
 		for {
 			select {
 			case r := <-out:
@@ -389,30 +403,105 @@ func ServeForward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.Fo
 					sendErr <- err
 					return
 				}
+			case <-quit:
+				return
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return nil
+	reqs, recvDone := make(chan *proto.ForwardRequest), make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
 		}
+	}()
+	var pending sync.WaitGroup // requests taken and not yet answered
+	for {
 		select {
+		case req := <-reqs:
+			id := req.GetId()
+			pending.Add(1)
+			b.Enqueue(NewRequestFunc(req.GetCommands(), func(res []*proto.Result, index uint64, err error) {
+				defer pending.Done()
+				r := forwardResponse(id, res, index, err, leader)
+				select {
+				case out <- r:
+				case <-ctx.Done():
+				}
+			}))
+		case <-recvDone:
+			return nil
 		case err := <-sendErr:
 			return err
-		default:
+		case <-drain:
+			return drainForward(ctx, stream, &pending, out, quit, sent, sendErr)
 		}
-		id := req.GetId()
-		b.Enqueue(NewRequestFunc(req.GetCommands(), func(res []*proto.Result, index uint64, err error) {
-			r := forwardResponse(id, res, index, err, leader)
-			select {
-			case out <- r:
-			case <-ctx.Done():
-			}
-		}))
 	}
+}
+
+// drainWait bounds how long a stopping node's forwarding stream waits
+// for the answers of the requests it took: the node's groups answer
+// them as they close, at once.
+const drainWait = 2 * time.Second
+
+// drainForward is ServeForward's end at a drain: it waits for the
+// answers of the requests taken, sends them after the sender's, and
+// ends the stream with Drained.
+func drainForward(ctx context.Context, stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse], pending *sync.WaitGroup, out chan *proto.ForwardResponse, quit, sent chan struct{}, sendErr chan error) error {
+	answered := make(chan struct{})
+	go func() {
+		pending.Wait()
+		close(answered)
+	}()
+	t := time.NewTimer(drainWait)
+	defer t.Stop()
+	select {
+	case <-answered:
+	case <-t.C:
+		// Not all answered: the stream breaks, and what it carried is
+		// in doubt, as without a drain.
+		return status.Error(codes.Unavailable, "forwarding stream: the node stops with requests unanswered")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	close(quit)
+	<-sent
+	select {
+	case err := <-sendErr:
+		return err
+	default:
+	}
+	for {
+		select {
+		case r := <-out:
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		default:
+			return status.Error(codes.Aborted, drainedText)
+		}
+	}
+}
+
+// drainedText is the message of the status that ends a forwarding stream
+// drained (ServeForward). gRPC itself never ends a stream Aborted.
+const drainedText = "raftmq: forwarding stream drained: every request taken was answered"
+
+// Drained reports whether err ends a forwarding stream that its server
+// drained: the requests left unanswered were never taken.
+func Drained(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Aborted && st.Message() == drainedText
 }
 
 // RefuseForward answers each request of a stream for a group this node

@@ -22,7 +22,7 @@ type forwardService struct {
 }
 
 func (s forwardService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
-	return ServeForward(stream, s.b, func() string { return "n1" })
+	return ServeForward(stream, s.b, func() string { return "n1" }, nil)
 }
 
 // A follower's request goes over the stream into the leader's group
@@ -222,7 +222,7 @@ type leaderService struct {
 }
 
 func (s leaderService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
-	return ServeForward(stream, s.b, func() string { return s.leader })
+	return ServeForward(stream, s.b, func() string { return s.leader }, nil)
 }
 
 // forwardTo serves svc on a loopback port until the test ends, and
