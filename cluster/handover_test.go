@@ -118,7 +118,8 @@ func TestHandOver_PassesOverAVoterJustStopped(t *testing.T) {
 // raft's transfer refuses new entries (not appended: their callers try
 // again, and find the next leader) and brings the successor up to the
 // leader's last entry before it stands, so every entry in flight
-// commits and is answered; the node then closes. A leader that stops
+// commits and is answered; the node then closes, as the raftmq command
+// closes it (clustertest.Stop). A leader that stops
 // without it breaks the streams that forward other nodes' commands to
 // it, and those callers learn only that the outcome is unknown (a
 // publish nacked, a queue.delete closed with 541).
@@ -162,7 +163,7 @@ func TestHandOver_LeavesNoCommandInDoubt(t *testing.T) {
 	done.Wait() // every submitter has had a command answered
 	l.HandOver(clustertest.Timeout)
 	led := slices.ContainsFunc(l.Groups(), func(g cluster.GroupStatus) bool { return g.ID == group.DefaultID && g.State == "Leader" })
-	c.Kill(c.Index(l.NodeID()))
+	c.Stop(c.Index(l.NodeID()))
 	close(stop)
 	wg.Wait()
 	if len(unknown) > 0 {

@@ -279,12 +279,28 @@ func (c *Cluster) Kill(i int) {
 	stopNode(c.Nodes[i])
 }
 
-func stopNode(nd *Node) {
+// Stop stops node i as the raftmq command does when asked to stop,
+// after its hand-over (cluster.Node.HandOver, which a test calls
+// itself): the node closes first, answering what it was forwarded,
+// then its gRPC server stops.
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	stop(c.Nodes[i], true)
+}
+
+func stopNode(nd *Node) { stop(nd, false) }
+
+func stop(nd *Node, nodeFirst bool) {
 	nd.mu.Lock()
 	node, srv := nd.node, nd.grpcSrv
 	nd.node, nd.grpcSrv = nil, nil
 	nd.mu.Unlock()
 	if node == nil {
+		return
+	}
+	if nodeFirst {
+		_ = node.Close()
+		srv.Stop()
 		return
 	}
 	srv.Stop()
