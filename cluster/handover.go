@@ -62,14 +62,15 @@ func (n *Node) HandOver(timeout time.Duration) {
 // awaitOnlineVoter is onlineVoter, waited for up to a heartbeat timeout
 // while this node leads g: a leader elected a moment ago has reached no
 // follower yet, and raft's first heartbeats reach them within a tenth of
-// that.
+// that. It waits for nothing when the last try to reach each other voter
+// failed (the last node of a cluster stopped node by node).
 func (n *Node) awaitOnlineVoter(ctx context.Context, g *group.Group) (raft.Server, bool) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.HeartbeatTimeout)
 	defer cancel()
 	tick := time.NewTicker(n.cfg.HeartbeatTimeout / 50)
 	defer tick.Stop()
 	for {
-		if s, ok := n.onlineVoter(g); ok || g.Raft().State() != raft.Leader {
+		if s, ok := n.onlineVoter(g); ok || g.Raft().State() != raft.Leader || n.othersFailed(g) {
 			return s, ok
 		}
 		select {
@@ -78,6 +79,21 @@ func (n *Node) awaitOnlineVoter(ctx context.Context, g *group.Group) (raft.Serve
 		case <-tick.C:
 		}
 	}
+}
+
+// othersFailed reports whether this node, leading g, failed to reach
+// every other voter of g at its last try.
+func (n *Node) othersFailed(g *group.Group) bool {
+	f := g.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) != n.cfg.NodeID && s.Suffrage == raft.Voter && !g.Failed(s.ID) {
+			return false
+		}
+	}
+	return true
 }
 
 // onlineVoter is a voter of g's configuration other than this node that

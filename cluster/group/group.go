@@ -339,6 +339,13 @@ func (g *Group) Reached(id raft.ServerID) bool {
 	return r != nil && r.State() == raft.Leader && g.quiet.Reached(id, r.CurrentTerm())
 }
 
+// Failed reports whether this node, leading the group, failed to reach
+// the follower id at its last try (QuietAppends.Failed).
+func (g *Group) Failed(id raft.ServerID) bool {
+	r := g.Raft()
+	return r != nil && r.State() == raft.Leader && g.quiet.Failed(id, r.CurrentTerm())
+}
+
 // Shutdown stops the group's raft (raft.Shutdown); nil before Start.
 func (g *Group) Shutdown() raft.Future {
 	g.quiet.Close()

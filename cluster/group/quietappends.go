@@ -96,6 +96,9 @@ type QuietAppends struct {
 	woken chan struct{}                 // closed by the next Wake, once someone waits on it
 	wait  bool                          // someone took woken
 	done  chan struct{}                 // closed by Close
+	// failed holds the term of each follower whose last append or
+	// heartbeat failed (no answer at all), until one is answered.
+	failed map[raft.ServerID]uint64
 
 	sent, answered atomic.Uint64
 	beatsAnswered  atomic.Uint64 // the heartbeats among answered
@@ -125,7 +128,7 @@ const quietHolds = 5
 // last one sent (0 sends every append).
 func NewQuietAppends(window time.Duration) *QuietAppends {
 	return &QuietAppends{window: window, hold: quietHolds * window, after: quietAfter, now: time.Now, last: map[raft.ServerID]quietAnswer{},
-		beat: map[raft.ServerID]quietAnswer{}, woken: make(chan struct{}), done: make(chan struct{})}
+		beat: map[raft.ServerID]quietAnswer{}, failed: map[raft.ServerID]uint64{}, woken: make(chan struct{}), done: make(chan struct{})}
 }
 
 // AnswerHeartbeats has heartbeats to a fresh follower of an idle group
@@ -275,6 +278,11 @@ func (q *QuietAppends) record(id raft.ServerID, at time.Time, a *raft.AppendEntr
 	heartbeat := isHeartbeat(a)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if err != nil {
+		q.failed[id] = a.Term
+	} else {
+		delete(q.failed, id)
+	}
 	switch {
 	case idle && err == nil && resp.Success && resp.Term == a.Term:
 		q.last[id] = quietAnswer{key: k, resp: *resp, at: at}
@@ -319,6 +327,20 @@ func (q *QuietAppends) Reached(id raft.ServerID, term uint64) bool {
 	defer q.mu.Unlock()
 	b, ok := q.beat[id]
 	return ok && b.resp.Term == term && q.now().Sub(b.at) < q.hold
+}
+
+// Failed reports whether the last append or heartbeat sent to the
+// follower id in term failed: a peer stopped, or one that refuses the
+// connection. Unlike a follower not Reached, it is not one that this
+// leader has not sent to yet.
+func (q *QuietAppends) Failed(id raft.ServerID, term uint64) bool {
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t, ok := q.failed[id]
+	return ok && t == term
 }
 
 // HeartbeatsAnswered reports how many of the answered appends were

@@ -447,3 +447,31 @@ func TestQuietAppends_AFollowerIsReachedUntilAHeartbeatFailsOrAHoldPasses(t *tes
 		t.Fatal("a follower that took entries 200 ms ago was not reached")
 	}
 }
+
+// Failed tells a follower that refused the leader's last try (a stopped
+// peer) from one the leader has not tried yet: a stopping leader waits
+// for the second to be reached, not for the first.
+func TestQuietAppends_AFollowerFailedUntilItAnswersAgain(t *testing.T) {
+	beat := &raft.AppendEntriesRequest{Term: 3}
+	down := func(*raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error) {
+		return raft.AppendEntriesResponse{}, errors.New("connection refused")
+	}
+	q, _ := newQuiet(50 * time.Millisecond)
+	if q.Failed("f1", 3) {
+		t.Fatal("a follower never tried failed")
+	}
+	sendTo(q, "f1", beat, down)
+	if !q.Failed("f1", 3) {
+		t.Fatal("a follower whose heartbeat failed did not fail")
+	}
+	if q.Failed("f1", 4) {
+		t.Fatal("a follower that failed in term 3 failed in term 4")
+	}
+	// A refusal is an answer: the follower is there.
+	sendTo(q, "f1", idle(3, 100, 100), func(a *raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error) {
+		return raft.AppendEntriesResponse{Term: a.Term, LastLog: 90}, nil
+	})
+	if q.Failed("f1", 3) {
+		t.Fatal("a follower that answered after its failure still failed")
+	}
+}
