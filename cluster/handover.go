@@ -13,13 +13,12 @@ import (
 // HandOver hands the leadership of each group this node leads (the
 // metadata group and its queue groups) to a voter of the group that it
 // reaches (onlineVoter), all at once, waiting up to timeout; the node is
-// about to stop. A stop
-// is not a leave: the node stays a member, and its groups elect without
-// it. But an election waits for the followers to find their leader
-// silent (a heartbeat timeout and more), and every command of the
-// group waits with it; a transfer has the new leader stand at once. A
-// group with no such voter, or whose transfer fails, is left to
-// elect as before. A transfer answers the commands in flight: raft
+// about to stop. A stop is not a leave: the node stays a member, and
+// its groups elect without it. But an election waits for the followers
+// to find their leader silent (a heartbeat timeout and more), and every
+// command of the group waits with it; a transfer has the new leader
+// stand at once. A group with no such voter, or whose transfer fails,
+// is left to elect as before. A transfer answers the commands in flight: raft
 // refuses new entries meanwhile (not appended: their callers try the
 // next leader) and brings the successor up to the leader's last entry
 // before it stands, so those entries commit. A leader that stops

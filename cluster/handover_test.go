@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
@@ -101,9 +100,13 @@ func TestHandOver_PassesOverAVoterJustStopped(t *testing.T) {
 		c.Kill(c.Index(l.NodeID()))
 	}()
 	defer func() { <-killed }()
-	for n.Reached(qx, l.NodeID()) {
-		time.Sleep(time.Millisecond) // raft's next heartbeat, a few ms away
-	}
+	// raft's next heartbeat, a few ms away, finds it gone.
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		if n.Reached(qx, l.NodeID()) {
+			return fmt.Errorf("%s's raft still reaches %s", n.NodeID(), l.NodeID())
+		}
+		return nil
+	})
 	if !slices.ContainsFunc(n.Members(), func(m cluster.MemberInfo) bool { return m.ID == l.NodeID() && m.Health == cluster.HealthAlive }) {
 		t.Fatalf("gossip found %s gone before %s's raft did: the test needs a voter that gossip still vouches for", l.NodeID(), n.NodeID())
 	}
