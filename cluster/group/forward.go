@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -313,10 +314,30 @@ func (s *fwdSession) run() {
 			cmds = append(cmds, p.Commands()...)
 		}
 		if err := stream.Send(&proto.ForwardRequest{Id: id, Commands: cmds}); err != nil {
-			s.shutdown(err)
+			s.sendFailed(id, err)
 			return
 		}
 	}
+}
+
+// sendFailed ends the session whose Send of the request id failed with
+// err. io.EOF means that the stream had ended and the request never went;
+// gRPC tells how the stream ended to Recv alone, so the receive loop ends
+// the session with it (a leader that drained its stream at its stop
+// leaves nothing in doubt), and the connection stays open until it has.
+func (s *fwdSession) sendFailed(id uint64, err error) {
+	if !errors.Is(err, io.EOF) {
+		s.shutdown(err)
+		return
+	}
+	s.mu.Lock()
+	batch := s.inflight[id]
+	delete(s.inflight, id)
+	s.mu.Unlock()
+	for _, p := range batch {
+		p.Finish(nil, 0, NotAppendedf(ErrNotLeader, "the stream to %s had ended", s.leaderID))
+	}
+	<-s.done
 }
 
 func (s *fwdSession) recvLoop(stream grpc.BidiStreamingClient[proto.ForwardRequest, proto.ForwardResponse]) {

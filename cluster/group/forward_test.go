@@ -3,13 +3,17 @@ package group
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
@@ -414,5 +418,100 @@ func TestSubmitter_ACommitOfAGroupClosedHereAnswersWithItsResults(t *testing.T) 
 		}
 	case <-ctx.Done():
 		t.Fatal("the batch did not end")
+	}
+}
+
+// drainingService takes one request and ends the stream as a leader that
+// drains at its stop does (ServeForward), without answering it: the
+// request was never taken.
+type drainingService struct {
+	proto.UnimplementedInternalServer
+}
+
+func (drainingService) Forward(stream grpc.BidiStreamingServer[proto.ForwardRequest, proto.ForwardResponse]) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	return status.Error(codes.Aborted, drainedText)
+}
+
+// recvAfterSendEOF holds back the error that ends a client stream's
+// RecvMsg until a SendMsg on it has failed with io.EOF: the order in
+// which a follower that sends as the leader ends the stream learns of
+// the end from its Send first. gRPC gives that Send io.EOF, and the
+// stream's status only to RecvMsg.
+type recvAfterSendEOF struct {
+	grpc.ClientStream
+	ended   chan struct{} // closed once RecvMsg has the stream's end
+	sendEOF chan struct{} // closed once SendMsg failed with io.EOF
+	once    *sync.Once
+}
+
+func (s recvAfterSendEOF) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		close(s.ended)
+		<-s.sendEOF
+	}
+	return err
+}
+
+func (s recvAfterSendEOF) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if errors.Is(err, io.EOF) {
+		s.once.Do(func() { close(s.sendEOF) })
+	}
+	return err
+}
+
+// A leader that drains its stream at its stop tells by the stream's
+// status that what it did not answer it never took: the follower sends
+// it again as not appended, also when its next Send learns of the end
+// before its receive loop does (a Send gets io.EOF, never the status).
+func TestForwarder_AStreamEndedDrainedLeavesNothingInDoubtWhateverSeesItFirst(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	proto.RegisterInternalServer(srv, drainingService{})
+	go func() { _ = srv.Serve(lis) }()
+	hold := recvAfterSendEOF{ended: make(chan struct{}), sendEOF: make(chan struct{}), once: new(sync.Once)}
+	f := NewForwarder(ForwarderConfig{MaxCommands: 1024, MaxBytes: 1 << 20, Dial: func(id, addr string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				hold.ClientStream = cs
+				return hold, nil
+			}))
+	}})
+	defer func() {
+		f.Close()
+		srv.Stop()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tick := func() *Request { return NewRequest([]*proto.Command{{Cmd: &proto.Command_Tick{Tick: &proto.Tick{}}}}) }
+	addr := lis.Addr().String()
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := f.Submit(ctx, "n1", addr, tick())
+		first <- err
+	}()
+	select {
+	case <-hold.ended:
+	case <-ctx.Done():
+		t.Fatal("the leader never ended the stream")
+	}
+	// The stream ended and the receive loop holds its status: this
+	// request's Send finds the end first.
+	_, _, err = f.Submit(ctx, "n1", addr, tick())
+	for i, err := range []error{<-first, err} {
+		if !IsRetryable(err) || !errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown) {
+			t.Errorf("request %d: %v, want not appended", i+1, err)
+		}
 	}
 }
