@@ -463,6 +463,7 @@ func (c *Cluster) waitReady(i int, timeout time.Duration) error {
 var courseEvents = []string{
 	"entering leader state", "gained leadership", "lost leadership", "barrier failed", "handed a queue group's leadership",
 	"has not answered raft", "declared node down", "no quorum of clocks", "queue group closed", "command failed",
+	"publish failed",
 }
 
 // courseLines are the lines of log that name a course event, the last
