@@ -227,6 +227,8 @@ func (n *Node) GrowGroups(ctx context.Context, id string, even bool) ([]GroupCha
 	if addr == "" {
 		return nil, fmt.Errorf("cluster: node %q is not a member of the cluster", id)
 	}
+	// A shrink no longer holds: the spreads may name the node again.
+	n.shrunk.Delete(id)
 	var out []GroupChange
 	for _, gs := range n.Groups() {
 		if gs.ID != group.DefaultID {
@@ -314,19 +316,28 @@ func (n *Node) changeQueueGroups(ctx context.Context, change func(fsm.QueueGroup
 	return out
 }
 
-// ShrinkGroups removes the node id from the voters of every group it is
-// one of, except where it is the last voter, where the other online
-// voters would be fewer than a majority of the voters left (that group
-// would stop), or where it leads the metadata group (ErrShrinkLeader).
-// It runs on the metadata leader; a queue group's members change through
-// the log (GroupMembers), and a queue group's leader that is removed
-// hands its leadership over first. The metadata leader spreads the
-// members again when the voters change (spreadQueueGroups), which may
-// name the node again.
+// ShrinkGroups removes the node id from the members of every queue group
+// it is one of, as rabbitmq-queues shrink removes a node's replicas,
+// except where it is the last member or where the other online members
+// would be fewer than a majority of the members left (that group would
+// stop). It runs on the metadata leader; a queue group's members change
+// through the log (GroupMembers), and a queue group's leader that is
+// removed hands its leadership over first. Where the log has queue
+// groups, the node stays a voter of the metadata group and serves its
+// clients, and the spreads of the members leave it out (roster.shrunk);
+// where it has none, every queue lives in the metadata group, and the
+// node leaves its voters, unless it leads it (ErrShrinkLeader) or the
+// same two refusals apply.
 func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, error) {
-	// The queue groups first: the node learns that it left them from
-	// the metadata log, which it no longer learns once it has left the
-	// metadata group's voters.
+	var queueGroups bool
+	n.View(func(m *fsm.Machine) {
+		queueGroups = m.ProtocolLevel() >= fsm.GroupMembersLevel && len(m.QueueGroups()) > 0
+	})
+	if queueGroups {
+		// Before the changes, so that no spread racing them names the
+		// node again.
+		n.shrunk.Store(id, n.removedBoot(id))
+	}
 	queues := n.changeQueueGroups(ctx, func(g fsm.QueueGroup) ([]fsm.GroupMember, error) {
 		if !g.HasMember(id) {
 			return nil, nil
@@ -345,6 +356,9 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 		}
 		return slices.DeleteFunc(slices.Clone(g.Members), func(m fsm.GroupMember) bool { return m.ID == id }), nil
 	})
+	if queueGroups {
+		return queues, nil
+	}
 	var out []GroupChange
 	for _, gs := range n.Groups() {
 		if gs.ID != group.DefaultID || !gs.HasVoter(id) {
@@ -386,9 +400,10 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 // (steerQueueGroup). The metadata group, when this node leads it and
 // leads more than its share (the number of groups over the online
 // voters, rounded up), is handed to the online voter of it that leads
-// the fewest. It returns how many groups each node leads afterwards, as
-// far as this node knows. Only a group's leader hands its leadership
-// over: a group led by another node is left to it.
+// the fewest, unless this leader holds a shrink that a new one would not
+// know of (holdsShrinks). It returns how many groups each node leads
+// afterwards, as far as this node knows. Only a group's leader hands its
+// leadership over: a group led by another node is left to it.
 func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 	if n.IsLeader() {
 		var last string
@@ -414,7 +429,7 @@ func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 		return led, nil
 	}
 	share := (len(groups) + len(nodes) - 1) / len(nodes)
-	if gs := groups[0]; gs.Leader == n.cfg.NodeID && led[gs.Leader] > share {
+	if gs := groups[0]; gs.Leader == n.cfg.NodeID && led[gs.Leader] > share && !n.holdsShrinks() {
 		to := ""
 		for _, v := range gs.OnlineVoters() {
 			if v != gs.Leader && (to == "" || led[v] < led[to]) {
@@ -435,6 +450,15 @@ func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 		}
 	}
 	return led, nil
+}
+
+// holdsShrinks reports whether this node, as the metadata leader, holds
+// an operator's shrink of a node (roster.shrunk), which a new leader
+// would not know of: rebalance leaves the metadata group with it.
+func (n *Node) holdsShrinks() bool {
+	held := false
+	n.shrunk.Range(func(any, any) bool { held = true; return false })
+	return held
 }
 
 // handBackQueueGroups hands each queue group this node leads, and whose

@@ -31,6 +31,14 @@ type roster struct {
 	// again stays out (it counts itself out, queue_steer.go). Once it has
 	// restarted it joins again (forgetRestarted).
 	removed sync.Map
+	// shrunk holds the nodes an operator shrank out of the queue groups
+	// of a log that has them (ShrinkGroups): they stay voters of the
+	// metadata group and serve clients, as a node shrunk by
+	// rabbitmq-queues does, and the spreads of the queue groups' members
+	// leave them out. Kept on the metadata leader with the node's boot,
+	// as removed is: it holds until grow, the node's restart, or a new
+	// leader.
+	shrunk sync.Map
 
 	reach *membership.Reach // whom this node's raft and pings reach
 	watch *quorum.Watch     // this node's own contact with a majority (package quorum)
@@ -194,19 +202,21 @@ func (n *Node) removedBoot(id string) int64 {
 	return 0
 }
 
-// forgetRestarted forgets an operator's removal of id once its member m
+// forgetRestarted forgets an operator's removal (or shrink) of id once its member m
 // announces another boot than the one it ran when removed: the node was
 // restarted, and joins again. A node without a known boot is forgotten as
 // soon as gossip no longer sees it alive (it may be restarting).
 func (n *Node) forgetRestarted(id string, m membership.Member) {
-	v, ok := n.removed.Load(id)
-	if !ok {
-		return
-	}
-	boot, now := v.(int64), m.Meta.GetBootMs()
-	known := boot != 0 && now != 0
-	if known && now != boot || !known && m.Health != HealthAlive {
-		n.removed.Delete(id)
+	for _, held := range []*sync.Map{&n.removed, &n.shrunk} {
+		v, ok := held.Load(id)
+		if !ok {
+			continue
+		}
+		boot, now := v.(int64), m.Meta.GetBootMs()
+		known := boot != 0 && now != 0
+		if known && now != boot || !known && m.Health != HealthAlive {
+			held.Delete(id)
+		}
 	}
 }
 

@@ -639,6 +639,9 @@ func (n *Node) proposeQueueGroups(ctx context.Context) {
 	for i := len(have); i < want; i++ {
 		gs = append(gs, fsm.QueueGroup{ID: queueGroupID(i)})
 	}
+	if placed := n.placementVoters(); len(placed) > 0 {
+		voters = placed
+	}
 	cmd := &proto.QueueGroups{}
 	for _, s := range fsm.SpreadGroups(gs, voters) {
 		if slices.ContainsFunc(have, func(h fsm.QueueGroup) bool { return h.ID == s.ID }) {
@@ -692,6 +695,16 @@ func (n *Node) metadataVoters() []fsm.GroupMember {
 	}
 	slices.SortFunc(voters, func(a, b fsm.GroupMember) int { return strings.Compare(a.ID, b.ID) })
 	return voters
+}
+
+// placementVoters are the metadata voters that the queue groups' members
+// are chosen from: every one but those shrunk out of the queue groups
+// (roster.shrunk).
+func (n *Node) placementVoters() []fsm.GroupMember {
+	return slices.DeleteFunc(n.metadataVoters(), func(v fsm.GroupMember) bool {
+		_, out := n.shrunk.Load(v.ID)
+		return out
+	})
 }
 
 // queueGroupID names the i-th queue group (from 0): q1, q2, ...

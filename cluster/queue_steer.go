@@ -281,10 +281,11 @@ func (n *Node) isOnline(id string) bool {
 
 // spreadQueueGroups proposes, on the metadata leader at the level that
 // knows GroupMembers, the queue groups' members spread over the voters
-// (fsm.SpreadGroups) whenever the voters differ from those it last
-// spread them over (at the start of its term: none), or always with
-// force (rebalance). A shrink's removal thus holds until the voters
-// change or the metadata leadership moves.
+// but those shrunk out of the queue groups (fsm.SpreadGroups) whenever
+// they differ from those it last spread them over (at the start of its
+// term: none), or always with force (rebalance). A shrink's removal thus
+// holds until grow, the shrunk node's restart, or the metadata
+// leadership moves (roster.shrunk).
 func (n *Node) spreadQueueGroups(ctx context.Context, last *string, force bool) error {
 	var level uint32
 	var groups []fsm.QueueGroup
@@ -292,7 +293,7 @@ func (n *Node) spreadQueueGroups(ctx context.Context, last *string, force bool) 
 	if level < fsm.GroupMembersLevel || len(groups) == 0 {
 		return nil
 	}
-	voters := n.metadataVoters()
+	voters := n.placementVoters()
 	var b strings.Builder
 	for _, v := range voters {
 		b.WriteString(v.ID + "=" + v.Addr + " ")
