@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -113,4 +114,64 @@ func TestQueueGroups_RealNodesRunAndFollowTheirGroups(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// On three real nodes with queue groups, raftmqctl shrink takes a node
+// out of every queue group, as rabbitmq-queues shrink removes its
+// replicas, and the node stays in the cluster: a client on it publishes
+// to a placed queue, confirmed, and consumes every message, in order.
+// rebalance leaves the node out; grow puts it back in every group.
+func TestQueueGroups_AShrunkNodeServesItsClients(t *testing.T) {
+	skipShort(t)
+	c := placed3.start(t)
+	shrunk := c.Nodes[2]
+	ch := channel(t, dial(t, c.Nodes[0]))
+	mustDeclare(t, ch, "sh.q", nil)
+	publishConfirmed(t, ch, "", "sh.q", numbered(0, 10))
+	members := func(want func([]string) bool) {
+		t.Helper()
+		if err := Eventually(30*time.Second, func() error {
+			rows, err := queuesOn(t, c.Nodes[0])
+			if err != nil {
+				return err
+			}
+			if r := rows["sh.q"]; r.Group == metadataGroup || !want(r.Members) {
+				return fmt.Errorf("sh.q: %+v", r)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	without := func(ms []string) bool { return len(ms) == 2 && !slices.Contains(ms, shrunk.ID) }
+	members(func(ms []string) bool { return len(ms) == 3 })
+
+	out := ctl(t, c.Nodes[0], "shrink", shrunk.ID)
+	if !strings.Contains(out, "sh.q") || strings.Contains(out, "error") {
+		t.Fatalf("shrink: %q", out)
+	}
+	members(without)
+	ctl(t, c.Nodes[0], "rebalance")
+	members(without)
+
+	// The shrunk node serves: a publish through it is confirmed, and a
+	// consumer on it gets every message of the queue, in order.
+	on := channel(t, dial(t, shrunk))
+	publishConfirmed(t, on, "", "sh.q", numbered(10, 20))
+	d, err := on.Consume("sh.q", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range receive(t, d, 20, 30*time.Second) {
+		if string(m.Body) != fmt.Sprint(i) || m.Redelivered {
+			t.Fatalf("message %d through the shrunk node is %q (redelivered %v)", i, m.Body, m.Redelivered)
+		}
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members(without)
+
+	ctl(t, c.Nodes[0], "grow", shrunk.ID)
+	members(func(ms []string) bool { return len(ms) == 3 && slices.Contains(ms, shrunk.ID) })
 }
