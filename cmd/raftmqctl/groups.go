@@ -28,8 +28,10 @@ func init() {
 			"target (every node, for the metadata group); with even, only to the groups with an even\n" +
 			"number of voters. Lists the queues of the groups changed, as rabbitmq-queues grow does."}
 	verbs["shrink"] = verb{args: "NODE [--errors-only]", min: 1, max: 1, run: shrink,
-		help: "Removes NODE from the voters of every group, except a group's last voter and where the\n" +
-			"group's other online voters would be fewer than a quorum. Lists the queues of the groups,\n" +
+		help: "Removes NODE from the members of every queue group, except a group's last member and\n" +
+			"where the group's other online members would be fewer than a quorum; NODE stays in the\n" +
+			"cluster and serves its clients, and the spreads leave it out until grow. Without queue\n" +
+			"groups, removes NODE from the metadata group's voters. Lists the queues of the groups,\n" +
 			"as rabbitmq-queues shrink does."}
 	verbs["rebalance"] = verb{args: "[all|classic|quorum]", max: 1, pre: checkRebalance, run: rebalance,
 		help: "Moves the groups' leaderships so that each online node leads its share of them, and lists\n" +
