@@ -458,12 +458,14 @@ func (c *Cluster) waitReady(i int, timeout time.Duration) error {
 
 // courseEvents are the log messages of a failure's course that happen
 // long before its end: leaderships won, lost and handed on, barriers that
-// failed, nodes declared down, commands that failed. A log's tail is
-// mostly raft's replication chatter.
+// failed, nodes declared down, commands and publishes that failed, and
+// the connections and channels the node closed on its clients (a client
+// library calls the confirms a closed channel still owed nacks). A log's
+// tail is mostly raft's replication chatter.
 var courseEvents = []string{
 	"entering leader state", "gained leadership", "lost leadership", "barrier failed", "handed a queue group's leadership",
 	"has not answered raft", "declared node down", "no quorum of clocks", "queue group closed", "command failed",
-	"publish failed",
+	"publish failed", "closing connection", "closing channel",
 }
 
 // courseLines are the lines of log that name a course event, the last
