@@ -333,7 +333,8 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 	n.View(func(m *fsm.Machine) {
 		queueGroups = m.ProtocolLevel() >= fsm.GroupMembersLevel && len(m.QueueGroups()) > 0
 	})
-	if queueGroups {
+	voter := slices.ContainsFunc(n.metadataVoters(), func(v fsm.GroupMember) bool { return v.ID == id })
+	if queueGroups && voter {
 		// Before the changes, so that no spread racing them names the
 		// node again.
 		n.shrunk.Store(id, n.removedBoot(id))
@@ -357,6 +358,11 @@ func (n *Node) ShrinkGroups(ctx context.Context, id string) ([]GroupChange, erro
 		return slices.DeleteFunc(slices.Clone(g.Members), func(m fsm.GroupMember) bool { return m.ID == id }), nil
 	})
 	if queueGroups {
+		if len(queues) > 0 && !slices.ContainsFunc(queues, func(c GroupChange) bool { return c.Err == nil }) {
+			// Refused everywhere: a spread must not do what shrink
+			// refused.
+			n.shrunk.Delete(id)
+		}
 		return queues, nil
 	}
 	var out []GroupChange
@@ -453,12 +459,10 @@ func (n *Node) RebalanceGroups(ctx context.Context) (map[string]int, error) {
 }
 
 // holdsShrinks reports whether this node, as the metadata leader, holds
-// an operator's shrink of a node (roster.shrunk), which a new leader
+// an operator's shrink of a voter (roster.shrunk), which a new leader
 // would not know of: rebalance leaves the metadata group with it.
 func (n *Node) holdsShrinks() bool {
-	held := false
-	n.shrunk.Range(func(any, any) bool { held = true; return false })
-	return held
+	return len(n.placementVoters()) < len(n.metadataVoters())
 }
 
 // handBackQueueGroups hands each queue group this node leads, and whose

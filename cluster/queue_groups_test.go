@@ -267,6 +267,58 @@ func TestQueueGroups_FollowNewNodes(t *testing.T) {
 	c.AssertSameDigest(t)
 }
 
+// With queue groups, shrink refuses to take a node out of a group whose
+// other online members would be fewer than a majority, as
+// rabbitmq-queues does, and leaves the metadata group alone; a shrink
+// refused everywhere holds nothing, so that no later spread (rebalance's,
+// once every node is back) does what it refused. A shrink of a node the
+// cluster does not know changes nothing.
+func TestQueueGroups_ShrinkRefusesWhatWouldStopAGroup(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.WithConfig(following(3)))
+	l := c.WaitForLeader(clustertest.Timeout)
+	waitQueueGroups(t, c, queueGroupIDs)
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		_, err := followed(c, queueGroupIDs, false)
+		return err
+	})
+	fs := c.Followers()
+	f1, f2 := fs[0].NodeID(), fs[1].NodeID()
+	if changes, err := l.ShrinkGroups(ctxT(t, clustertest.Timeout), "nosuch"); err != nil || len(changes) != 0 {
+		t.Fatalf("shrink of an unknown node: %+v %v", changes, err)
+	}
+	c.Kill(c.Index(f2))
+	clustertest.Eventually(t, clustertest.Timeout, func() error {
+		for _, m := range l.Members() {
+			if m.ID == f2 && m.Health == cluster.HealthAlive {
+				return fmt.Errorf("%s still alive to the leader", f2)
+			}
+		}
+		return nil
+	})
+	changes, err := l.ShrinkGroups(ctxT(t, clustertest.Timeout), f1)
+	if err != nil || len(changes) != len(queueGroupIDs) {
+		t.Fatalf("shrink with a member down: %+v %v", changes, err)
+	}
+	for _, ch := range changes {
+		if ch.Group == group.DefaultID || !errors.Is(ch.Err, cluster.ErrQuorumCritical) || ch.Size != 3 {
+			t.Fatalf("shrink with a member down: %+v", changes)
+		}
+	}
+	c.Restart(c.Index(f2))
+	clustertest.Eventually(t, 2*clustertest.Timeout, func() error {
+		_, err := followed(c, queueGroupIDs, false)
+		return err
+	})
+	if _, err := l.RebalanceGroups(ctxT(t, clustertest.Timeout)); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range logGroups(l) {
+		if !g.HasMember(f1) || len(g.Members) != 3 {
+			t.Fatalf("after a refused shrink of %s and a rebalance: %+v", f1, g)
+		}
+	}
+}
+
 // Each queue group's log is brought to the metadata log's protocol level
 // and given its number, the group's position in the metadata log from 1,
 // by its leader alone: every member applies the same entries, so their
