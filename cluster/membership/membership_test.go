@@ -105,6 +105,17 @@ func TestReach_NewTermCountsThePreviousLeaderFromItsSilence(t *testing.T) {
 	}
 }
 
+// frozenLeaderLost is node y's Reach after it followed "frozen" for a
+// minute from at(0) and lost it then, last heard a second before.
+func frozenLeaderLost(settled time.Duration) (*Reach, func(time.Duration) time.Time) {
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	r := NewReach()
+	r.LeaderChanged("y", "frozen", at(0), time.Time{}, settled)
+	r.LeaderChanged("y", "", at(time.Minute), at(time.Minute-time.Second), settled)
+	return r, at
+}
+
 // When the group elects twice while its leader is frozen (a leader that
 // held for a moment, then lost its place too), the third leader counts
 // both lost leaders from when it last heard from each; a leader that held
@@ -112,11 +123,7 @@ func TestReach_NewTermCountsThePreviousLeaderFromItsSilence(t *testing.T) {
 // before it are not counted from their silence again.
 func TestReach_ANewTermCountsEveryLeaderLostSinceASettledOne(t *testing.T) {
 	const settled = 1500 * time.Millisecond
-	t0 := time.Now()
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	r := NewReach()
-	r.LeaderChanged("y", "frozen", at(0), time.Time{}, settled)
-	r.LeaderChanged("y", "", at(time.Minute), at(time.Minute-time.Second), settled)                               // frozen, last heard 1 s before
+	r, at := frozenLeaderLost(settled)
 	r.LeaderChanged("y", "x", at(time.Minute+300*time.Millisecond), time.Time{}, settled)                         // x elected
 	r.LeaderChanged("y", "", at(time.Minute+900*time.Millisecond), at(time.Minute+700*time.Millisecond), settled) // x lost
 	now := at(time.Minute + 1200*time.Millisecond)
@@ -144,6 +151,26 @@ func TestReach_ANewTermCountsEveryLeaderLostSinceASettledOne(t *testing.T) {
 	}
 	if s := r.SilentFor("z", next); s != 1500*time.Millisecond {
 		t.Errorf("z silent for %v, want 1.5s", s)
+	}
+}
+
+// A follower notices that its leader is gone a heartbeat timeout after
+// the leader last sent: a leader that stepped down 1.2 s into its term
+// (it reached no quorum while a frozen node was still being counted) is
+// seen lost 1.8 s into it. It did not hold its place for the settled
+// while, so the frozen leader before it is still counted from its
+// silence at this node's term.
+func TestReach_ALeaderHeldItsPlaceUntilItWasLastHeard(t *testing.T) {
+	const settled = 1500 * time.Millisecond
+	r, at := frozenLeaderLost(settled)
+	r.LeaderChanged("y", "x", at(time.Minute+100*time.Millisecond), time.Time{}, settled)
+	// x last heard 1.2 s into its term, seen gone 1.8 s into it.
+	r.LeaderChanged("y", "", at(time.Minute+1900*time.Millisecond), at(time.Minute+1300*time.Millisecond), settled)
+	now := at(time.Minute + 2500*time.Millisecond)
+	r.LeaderChanged("y", "y", now, time.Time{}, settled)
+	r.Reset(now, now.Add(-time.Hour))
+	if s := r.SilentFor("frozen", now); s != 3500*time.Millisecond {
+		t.Errorf("the frozen leader silent for %v at this term, want 3.5s: from when it was last heard", s)
 	}
 }
 

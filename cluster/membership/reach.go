@@ -93,7 +93,11 @@ func (r *Reach) Reset(now, floor time.Time) {
 // while it has none). self is this node's id, heard when this node last
 // heard from the leader it had until now. A leader that held its place
 // for settled (NodeDownAfter) had time to count the servers itself, so
-// the leaders lost before it are forgotten.
+// the leaders lost before it are forgotten. Another node's place is
+// measured up to when this node last heard from it, not up to now: a
+// follower notices a lost leader a heartbeat timeout after the leader
+// stepped down, and a leader that stepped down before its own count of
+// the frozen one was up declared nothing.
 func (r *Reach) LeaderChanged(self, next string, now, heard time.Time, settled time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -101,7 +105,11 @@ func (r *Reach) LeaderChanged(self, next string, now, heard time.Time, settled t
 		return
 	}
 	if r.cur != "" {
-		if now.Sub(r.curSince) >= settled {
+		end := heard
+		if r.cur == self {
+			end = now
+		}
+		if end.Sub(r.curSince) >= settled {
 			clear(r.lost)
 		}
 		if r.cur != self {
