@@ -202,10 +202,11 @@ func (n *Node) removedBoot(id string) int64 {
 	return 0
 }
 
-// forgetRestarted forgets an operator's removal (or shrink) of id once its member m
-// announces another boot than the one it ran when removed: the node was
-// restarted, and joins again. A node without a known boot is forgotten as
-// soon as gossip no longer sees it alive (it may be restarting).
+// forgetRestarted forgets an operator's removal (or shrink) of id once
+// its member m announces another boot than the one it ran when removed:
+// the node was restarted, and joins again. A node without a known boot
+// is forgotten as soon as gossip no longer sees it alive (it may be
+// restarting).
 func (n *Node) forgetRestarted(id string, m membership.Member) {
 	for _, held := range []*sync.Map{&n.removed, &n.shrunk} {
 		v, ok := held.Load(id)
