@@ -199,6 +199,29 @@ func TestServer_OwnNodeDownClosesConnections(t *testing.T) {
 	}
 }
 
+// A NodeDown of this node that reaches the server after the log applied
+// it (held through a silence) closes only the connections made by then:
+// a connection made later registered its channels after it, and the log
+// dropped nothing of it.
+func TestServer_OwnNodeDownClosesOnlyTheConnectionsMadeBeforeIt(t *testing.T) {
+	ts := startServer(t, Config{})
+	before, _ := openChannel(t, ts)
+	closed := before.NotifyClose(make(chan *amqp091.Error, 1))
+	applied := time.Now()
+	after, ch := openChannel(t, ts)
+	afterClosed := after.NotifyClose(make(chan *amqp091.Error, 1))
+	ts.srv.NodeDownSince(ts.broker.NodeID(), applied)
+	mustClosedWith(t, closed, amqp091.ConnectionForced)
+	if _, err := ch.QueueDeclare("made-after", false, false, false, false, nil); err != nil {
+		t.Fatalf("a connection made after the NodeDown applied was closed: %v", err)
+	}
+	select {
+	case err := <-afterClosed:
+		t.Fatalf("a connection made after the NodeDown applied was closed: %v", err)
+	default:
+	}
+}
+
 // A requeue of deliveries the client never saw that fails to commit is sent
 // again: otherwise they stay the consumer's, against its credit, until the
 // channel closes.

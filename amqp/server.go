@@ -500,14 +500,20 @@ func (s *Server) ConsumerTimedOut(ref *proto.ConsumerRef, timeout int64, tags []
 // CONNECTION_FORCED) and reconnect: serving them on would deliver from
 // consumers the log no longer has and settle acks against channels it
 // removed. A restarted node applies its previous run's NodeDown before it
-// takes clients, so it closes nothing then.
-func (s *Server) NodeDown(node string) {
+// takes clients, so it closes nothing then, unless a silence held it
+// (NodeDownSince).
+func (s *Server) NodeDown(node string) { s.NodeDownSince(node, time.Now()) }
+
+// NodeDownSince is NodeDown for a NodeDown the log applied at: only the
+// connections made by then had channels in the log it dropped. One made
+// later registered its channels after it, and keeps them (a held NodeDown
+// reaches the server after the silence that held it; quorum.DownSince).
+func (s *Server) NodeDownSince(node string, at time.Time) {
 	b := s.node()
 	if b == nil || node != b.NodeID() {
 		return
 	}
-	// One opened later is a new connection the log knows.
-	s.closeWhere(slog.LevelWarn, "this node was declared down by the cluster; reconnect", func(*conn) bool { return true })
+	s.closeWhere(slog.LevelWarn, "this node was declared down by the cluster; reconnect", func(c *conn) bool { return !c.connectedAt.After(at) })
 }
 
 // VhostDeleted implements fsm.AccessSink: the log deleted vhost name, and

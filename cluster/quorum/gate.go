@@ -1,6 +1,8 @@
 package quorum
 
 import (
+	"time"
+
 	"github.com/raftmq/raftmq/fsm"
 	"github.com/raftmq/raftmq/proto"
 )
@@ -103,7 +105,7 @@ func (g *gate) UserDeleted(name string) {
 }
 
 func (g *gate) NodeDown(node string) {
-	if held, _ := g.hold(heldEffect{down: node}); !held {
+	if held, _ := g.hold(heldEffect{down: node, at: time.Now()}); !held {
 		g.next.NodeDown(node)
 	}
 }

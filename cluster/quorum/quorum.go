@@ -169,6 +169,19 @@ type heldEffect struct {
 	consumerTimedOut *proto.ConsumerRef
 	tags             []uint64
 	down             string
+	// at is when the log told this node of down: held, it reaches the
+	// node's clients later (DownSince).
+	at time.Time
+}
+
+// DownSince is a sink that can be told when a NodeDown of this node was
+// applied: only the clients connected by then had anything the log
+// dropped. A NodeDown held through a silence reaches the sink after the
+// node took new clients (a restarted node's release of its previous
+// run, applied while its first checks stalled), and those clients'
+// channels came into the log after it.
+type DownSince interface {
+	NodeDownSince(node string, at time.Time)
 }
 
 // New returns the watch of a node; Run runs it.
@@ -431,7 +444,11 @@ func (w *Watch) flush(held []heldEffect, epoch uint64) {
 		case e.consumerTimedOut != nil:
 			next.ConsumerTimedOut(e.consumerTimedOut, e.timeout, e.tags)
 		case e.down != "":
-			next.NodeDown(e.down)
+			if ds, ok := next.(DownSince); ok {
+				ds.NodeDownSince(e.down, e.at)
+			} else {
+				next.NodeDown(e.down)
+			}
 		}
 	}
 	if len(held) > 0 {

@@ -105,6 +105,38 @@ func TestGateSink_HoldsConsumerTimeoutsWhileSuspect(t *testing.T) {
 	}
 }
 
+// downRec records the NodeDowns it is told, and since when.
+type downRec struct {
+	fsm.DiscardSink
+	since []time.Time
+}
+
+func (r *downRec) NodeDown(string) { r.since = append(r.since, time.Time{}) }
+
+func (r *downRec) NodeDownSince(_ string, at time.Time) { r.since = append(r.since, at) }
+
+// A NodeDown held while the node is suspect goes out after it caught up
+// with when the log applied it: only the clients connected by then lose
+// their connections (a restarted node's release of its previous run,
+// held while its first checks stalled, must not close the clients it took
+// since).
+func TestGateSink_AHeldNodeDownSaysWhenItWasApplied(t *testing.T) {
+	rec := &downRec{}
+	w := New(Config{NodeID: "me", Effects: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w.suspect = true
+	g := w.Sink()
+	from := time.Now()
+	g.NodeDown("me")
+	to := time.Now()
+	if len(rec.since) != 0 {
+		t.Fatal("passed on while suspect")
+	}
+	w.flush(w.held, w.gen)
+	if len(rec.since) != 1 || rec.since[0].Before(from) || rec.since[0].After(to) {
+		t.Fatalf("after catching up: told %v, want once, since when it was applied (%v to %v)", rec.since, from, to)
+	}
+}
+
 // A delivery a queue group's log made while the node was suspect is not
 // the metadata log's to judge: the fence passed the metadata log alone,
 // whose state holds none of that group's deliveries. It goes on as
