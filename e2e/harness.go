@@ -465,7 +465,8 @@ func (c *Cluster) waitReady(i int, timeout time.Duration) error {
 var courseEvents = []string{
 	"entering leader state", "gained leadership", "lost leadership", "barrier failed", "handed a queue group's leadership",
 	"has not answered raft", "declared node down", "no quorum of clocks", "queue group closed", "command failed",
-	"publish failed", "closing connection", "closing channel",
+	"publish failed", "closing connection", "closing channel", "applied a NodeDown of this node",
+	"caught up after a silence",
 }
 
 // courseLines are the lines of log that name a course event, the last

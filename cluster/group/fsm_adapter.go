@@ -552,6 +552,9 @@ func (s localSink) NodeDown(node string) {
 	if sub := s.remote(node); sub != nil {
 		sub.push(Effect{NodeDown: node})
 	} else if s.next != nil && node == s.node {
+		// Rare, and it closes every client of the node: the log line
+		// names the entry it came from.
+		s.log.Info("applied a NodeDown of this node", "index", s.index)
 		s.next.NodeDown(node)
 	}
 }
