@@ -554,7 +554,9 @@ func (s localSink) NodeDown(node string) {
 	} else if s.next != nil && node == s.node {
 		// Rare, and it closes every client of the node: the log line
 		// names the entry it came from.
-		s.log.Info("applied a NodeDown of this node", "index", s.index)
+		if s.log != nil {
+			s.log.Info("applied a NodeDown of this node", "index", s.index)
+		}
 		s.next.NodeDown(node)
 	}
 }
