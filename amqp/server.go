@@ -499,9 +499,10 @@ func (s *Server) ConsumerTimedOut(ref *proto.ConsumerRef, timeout int64, tags []
 // requeued what they held. Its clients lose their connections (320
 // CONNECTION_FORCED) and reconnect: serving them on would deliver from
 // consumers the log no longer has and settle acks against channels it
-// removed. A restarted node applies its previous run's NodeDown before it
-// takes clients, so it closes nothing then, unless a silence held it
-// (NodeDownSince).
+// removed. A restarted node's own release of its previous runs never
+// comes here (the cluster keeps it from the run that made it:
+// fsm.ReleaseSink); a NodeDown held through a silence comes with the
+// time it was applied (NodeDownSince).
 func (s *Server) NodeDown(node string) { s.NodeDownSince(node, time.Now()) }
 
 // NodeDownSince is NodeDown for a NodeDown the log applied at: only the

@@ -201,7 +201,7 @@ func effectProto(e group.Effect) *proto.Effect {
 	case e.ConsumerTimedOut != nil:
 		return &proto.Effect{Kind: &proto.Effect_ConsumerTimedOut{ConsumerTimedOut: &proto.ConsumerTimeoutEffect{Consumer: e.ConsumerTimedOut, Timeout: e.Timeout, Tags: e.Tags}}}
 	default:
-		return &proto.Effect{Kind: &proto.Effect_NodeDown{NodeDown: e.NodeDown}}
+		return &proto.Effect{Kind: &proto.Effect_NodeDown{NodeDown: e.NodeDown}, NodeDownRun: e.Run}
 	}
 }
 
@@ -223,6 +223,7 @@ func (n *Node) HasQueueGroups() bool { return n.named.Load() }
 // open, to one member after another.
 type effectsFollower struct {
 	id   string
+	run  string // the node's (its own release closes nothing)
 	stop chan struct{}
 	done chan struct{}
 
@@ -280,7 +281,7 @@ func (n *Node) followRemoteGroups(specs []fsm.QueueGroup) {
 		if n.remotes == nil {
 			n.remotes = map[string]*effectsFollower{}
 		}
-		f := &effectsFollower{id: id, stop: make(chan struct{}), done: make(chan struct{}), last: map[string]uint64{},
+		f := &effectsFollower{id: id, run: n.run, stop: make(chan struct{}), done: make(chan struct{}), last: map[string]uint64{},
 			consumers: map[string]consumerAt{}}
 		n.remotes[id] = f
 		n.wg.Add(1)
@@ -701,6 +702,11 @@ func (f *effectsFollower) hand(sink fsm.Sink, es []*proto.Effect) {
 				sink.ConsumerTimedOut(c.GetConsumer(), c.GetTimeout(), c.GetTags())
 			}
 		case *proto.Effect_NodeDown:
+			if run := e.GetNodeDownRun(); run != "" && run == f.run {
+				// This run's release of its previous runs: every
+				// channel of this run came into the log after it.
+				continue
+			}
 			clear(f.last)
 			clear(f.consumers)
 			if sink != nil {

@@ -302,3 +302,31 @@ func TestInTouch(t *testing.T) {
 		}
 	}
 }
+
+// downSink records the NodeDowns handed to it.
+type downSink struct {
+	fsm.DiscardSink
+	down []string
+}
+
+func (s *downSink) NodeDown(node string) { s.down = append(s.down, node) }
+
+// A member streams this node's own release of its previous runs like any
+// NodeDown of it: the release this run made reaches the node's clients
+// as nothing, however late the stream brings it, while one made by an
+// earlier run, or declared by the cluster, closes them.
+func TestEffectsFollower_ThisRunsOwnReleaseClosesNothing(t *testing.T) {
+	f := &effectsFollower{run: "now", last: map[string]uint64{}, consumers: map[string]consumerAt{}}
+	s := &downSink{}
+	down := func(run string) *proto.Effect {
+		return &proto.Effect{Kind: &proto.Effect_NodeDown{NodeDown: "x"}, NodeDownRun: run}
+	}
+	f.hand(s, []*proto.Effect{down("now")})
+	if len(s.down) != 0 {
+		t.Fatalf("this run's release was handed on as %v", s.down)
+	}
+	f.hand(s, []*proto.Effect{down("before"), down("")})
+	if want := []string{"x", "x"}; !slices.Equal(s.down, want) {
+		t.Fatalf("an earlier run's release and a declared NodeDown: handed %v, want %v", s.down, want)
+	}
+}

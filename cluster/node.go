@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,8 +54,11 @@ type Node struct {
 
 // lifecycle is the node's start, failure and close.
 type lifecycle struct {
-	ready   chan struct{} // closed once a restarted node's past is cleared
-	restart bool          // the node started with raft state on disk
+	ready chan struct{} // closed once a restarted node's past is cleared
+	// run names this start of the node, in its release of the previous
+	// ones (clearPastIncarnation), which its clients outlive.
+	run     string
+	restart bool // the node started with raft state on disk
 	closing chan struct{}
 	// failed is closed when the node cannot apply the log; failErr says why.
 	failed   chan struct{}
@@ -86,6 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		},
 		network: network{out: links.NewOutbound()},
 		lifecycle: lifecycle{
+			run:     rand.Text(),
 			ready:   make(chan struct{}),
 			closing: make(chan struct{}),
 			failed:  make(chan struct{}),
@@ -169,7 +174,7 @@ func (n *Node) startRaft() error {
 		NotifyCh:               n.notifyCh,
 		Logger:                 n.log,
 		RaftLogger:             hlog,
-		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: n.log,
+		FSM: group.FSMConfig{NodeID: cfg.NodeID, Run: n.run, Logger: n.log,
 			Host: group.FSMHost{Effects: n.effects, Applying: n.checkStall, Fail: n.fail, Err: n.Err}},
 		Pipeline: n.pipeline(func() bool { return n.lead.Load() != nil }, n.changed.Wait, n.waitLeader),
 		Closing:  n.closing,
@@ -308,7 +313,7 @@ func (n *Node) clearPastIncarnation() {
 	defer n.wg.Done()
 	ctx, cancel := n.untilClosed(context.Background())
 	defer cancel()
-	cmd := []*proto.Command{{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: n.cfg.NodeID}}}}
+	cmd := []*proto.Command{{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: n.cfg.NodeID, Run: n.run}}}}
 	if !n.untilDone(ctx, group.DefaultID, func() ([]*proto.Result, error) { return n.SubmitBatch(ctx, cmd) }) {
 		return
 	}

@@ -197,7 +197,7 @@ func (n *Node) openQueueGroup(s fsm.QueueGroup) error {
 		NotifyCh:               qg.notify,
 		Logger:                 log,
 		RaftLogger:             hlog,
-		FSM: group.FSMConfig{NodeID: cfg.NodeID, Logger: log,
+		FSM: group.FSMConfig{NodeID: cfg.NodeID, Run: n.run, Logger: log,
 			Host: group.FSMHost{Effects: n.effects, Fail: n.fail, Err: n.Err}},
 		Pipeline: n.pipeline(qg.leading.Load, qg.changed.Wait, func(ctx context.Context, deadline time.Time) (group.Target, error) {
 			return n.awaitLeader(ctx, deadline, qg.g, qg.leading.Load, qg.changed, qg.closing)

@@ -90,6 +90,18 @@ type AccessSink interface {
 	UserDeleted(name string)
 }
 
+// ReleaseSink is implemented by a Sink that tells a node's release of
+// its previous runs (a NodeDown the node proposed itself when it started
+// again, naming its new run) from a NodeDown the cluster declared. The
+// state drops the node's channels either way, and NodeReleased is called
+// instead of NodeDown: the releasing run's own connections were all made
+// after the entry, so they lost nothing, however late its effect reaches
+// them (the node's replica of a queue group may apply it only after the
+// node took clients).
+type ReleaseSink interface {
+	NodeReleased(node, run string)
+}
+
 // DeliveryFilter is implemented by a Sink that takes only some consumers'
 // deliveries, as a node takes only those of its own channels. Deliver is
 // then called only for a consumer it wants: building a delivery decodes

@@ -162,6 +162,10 @@ func (s *state) applyConnectionClosed(c *proto.ConnectionClosed) *proto.Result {
 
 func (s *state) applyNodeDown(c *proto.NodeDown) *proto.Result {
 	s.closeConnections(c.GetNode()+"\x00", true, returnSeen)
+	if rs, ok := s.sink.(ReleaseSink); ok && c.GetRun() != "" {
+		rs.NodeReleased(c.GetNode(), c.GetRun())
+		return &proto.Result{}
+	}
 	s.sink.NodeDown(c.GetNode())
 	return &proto.Result{}
 }

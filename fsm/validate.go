@@ -794,6 +794,7 @@ func (v *validator) command(c *proto.Command) {
 		v.seen(x.ConnectionClosed.GetSeen())
 	case *proto.Command_NodeDown:
 		v.name("node", x.NodeDown.GetNode(), true)
+		v.name("run", x.NodeDown.GetRun(), false)
 	case *proto.Command_Expire:
 		qs := x.Expire.GetQueues()
 		v.list("queues", len(qs))

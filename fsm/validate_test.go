@@ -257,6 +257,8 @@ func TestValidate_Limits(t *testing.T) {
 		{"consumer tag of 256 bytes", consume("q", long, ch1, 0), fsm.Limits{}, "consumer tag is 256 bytes long"},
 		{"message-id of 256 bytes", publish("", "q", "", &proto.Properties{MessageId: &long}), fsm.Limits{}, "message-id is 256 bytes long"},
 		{"header key of 256 bytes", publish("", "q", "", &proto.Properties{Headers: table(long, i64(1))}), fsm.Limits{}, "key is 256 bytes long"},
+		{"node-down run of 255 bytes", &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: "n", Run: max}}}, fsm.Limits{}, ""},
+		{"node-down run of 256 bytes", &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: "n", Run: long}}}, fsm.Limits{}, "run is 256 bytes long"},
 		{"user tag of 256 bytes", &proto.Command{Cmd: &proto.Command_UserPut{UserPut: &proto.UserPut{Name: "u", Tags: []string{long}}}}, fsm.Limits{}, "user tag is 256 bytes long"},
 		{"body at the limit", publish("", "q", "12345", nil), fsm.Limits{MaxBody: 5}, ""},
 		{"body over the limit", publish("", "q", "123456", nil), fsm.Limits{MaxBody: 5}, "message size 6 is larger than configured max size 5"},

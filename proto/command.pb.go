@@ -3937,10 +3937,15 @@ func (x *SeenDeliveries) GetRanges() []uint64 {
 	return nil
 }
 
-// NodeDown closes every connection of a node the cluster declared dead.
+// NodeDown closes every connection of a node the cluster declared dead,
+// or that a node released itself when it started again (run set).
 type NodeDown struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node" json:"node,omitempty"`
+	// run is set by a node that releases its previous runs: its own run,
+	// whose connections are all made after the entry and keep their
+	// channels, wherever and whenever its effect reaches the node.
+	Run           string `protobuf:"bytes,2,opt,name=run" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3978,6 +3983,13 @@ func (*NodeDown) Descriptor() ([]byte, []int) {
 func (x *NodeDown) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeDown) GetRun() string {
+	if x != nil {
+		return x.Run
 	}
 	return ""
 }
@@ -5662,9 +5674,10 @@ const file_command_proto_rawDesc = "" +
 	"\x0eSeenDeliveries\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\rR\achannel\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x16\n" +
-	"\x06ranges\x18\x03 \x03(\x04R\x06ranges\"\x1e\n" +
+	"\x06ranges\x18\x03 \x03(\x04R\x06ranges\"0\n" +
 	"\bNodeDown\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"5\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
+	"\x03run\x18\x02 \x01(\tR\x03run\"5\n" +
 	"\x06Expire\x12+\n" +
 	"\x06queues\x18\x01 \x03(\v2\x13.raftmq.v1.QueueRefR\x06queues\"a\n" +
 	"\x0fConsumerTimeout\x12/\n" +

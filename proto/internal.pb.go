@@ -957,7 +957,10 @@ type Effect struct {
 	//	*Effect_ChannelTimedOut
 	//	*Effect_ConsumerTimedOut
 	//	*Effect_NodeDown
-	Kind          isEffect_Kind `protobuf_oneof:"kind"`
+	Kind isEffect_Kind `protobuf_oneof:"kind"`
+	// node_down_run is the run of a node_down the node released itself
+	// (NodeDown.run).
+	NodeDownRun   string `protobuf:"bytes,6,opt,name=node_down_run,json=nodeDownRun" json:"node_down_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1040,6 +1043,13 @@ func (x *Effect) GetNodeDown() string {
 		if x, ok := x.Kind.(*Effect_NodeDown); ok {
 			return x.NodeDown
 		}
+	}
+	return ""
+}
+
+func (x *Effect) GetNodeDownRun() string {
+	if x != nil {
+		return x.NodeDownRun
 	}
 	return ""
 }
@@ -1788,13 +1798,14 @@ const file_internal_proto_rawDesc = "" +
 	"\x04body\x18\b \x01(\fR\x04body\x12\x1a\n" +
 	"\bdeadline\x18\t \x01(\x03R\bdeadline\x12\x15\n" +
 	"\x06no_ack\x18\n" +
-	" \x01(\bR\x05noAck\"\xbf\x02\n" +
+	" \x01(\bR\x05noAck\"\xe3\x02\n" +
 	"\x06Effect\x125\n" +
 	"\adeliver\x18\x01 \x01(\v2\x19.raftmq.v1.RemoteDeliveryH\x00R\adeliver\x126\n" +
 	"\tcancelled\x18\x02 \x01(\v2\x16.raftmq.v1.ConsumerRefH\x00R\tcancelled\x12M\n" +
 	"\x11channel_timed_out\x18\x03 \x01(\v2\x1f.raftmq.v1.ChannelTimeoutEffectH\x00R\x0fchannelTimedOut\x12P\n" +
 	"\x12consumer_timed_out\x18\x04 \x01(\v2 .raftmq.v1.ConsumerTimeoutEffectH\x00R\x10consumerTimedOut\x12\x1d\n" +
-	"\tnode_down\x18\x05 \x01(\tH\x00R\bnodeDownB\x06\n" +
+	"\tnode_down\x18\x05 \x01(\tH\x00R\bnodeDown\x12\"\n" +
+	"\rnode_down_run\x18\x06 \x01(\tR\vnodeDownRunB\x06\n" +
 	"\x04kind\"a\n" +
 	"\x14ChannelTimeoutEffect\x12/\n" +
 	"\achannel\x18\x01 \x01(\v2\x15.raftmq.v1.ChannelRefR\achannel\x12\x18\n" +

@@ -29,6 +29,7 @@ const EnvelopeVersion = 1
 // (snapframe.go).
 type FSM struct {
 	nodeID    string
+	run       string
 	log       *slog.Logger
 	state     *State
 	applied   *AppliedIndex
@@ -83,6 +84,9 @@ type FSMConfig struct {
 	// NodeID is this node's: the effects of other nodes' channels are
 	// not passed on.
 	NodeID string
+	// Run names this run of the node (NodeDown.run): its own release of
+	// its previous runs closes none of its clients.
+	Run    string
 	Logger *slog.Logger
 	// State, Applied and Proposals are the group's state, applied index
 	// and the envelopes this node proposed.
@@ -106,7 +110,7 @@ func NewFSM(c FSMConfig) *FSM {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &FSM{nodeID: c.NodeID, log: c.Logger, state: c.State, applied: c.Applied, proposals: c.Proposals,
+	return &FSM{nodeID: c.NodeID, run: c.Run, log: c.Logger, state: c.State, applied: c.Applied, proposals: c.Proposals,
 		storage: c.Storage, bodies: c.Bodies, trailing: c.TrailingLogs, closing: c.Closing, host: c.Host,
 		token: newBodyToken(), relocBytes: relocateStepBytes}
 }
@@ -225,7 +229,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if f.host.Effects != nil {
 		next = f.host.Effects()
 	}
-	sink := &localSink{node: f.nodeID, next: next, bodies: bb, log: f.log, f: f}
+	sink := &localSink{node: f.nodeID, run: f.run, next: next, bodies: bb, log: f.log, f: f}
 	var last uint64
 	f.state.mu.Lock()
 	for i, l := range logs[:stop] {
@@ -452,6 +456,7 @@ func (f *FSM) returnMemory() {
 // bodies of its deliveries read.
 type localSink struct {
 	node   string
+	run    string // this run of the node (FSMConfig.Run)
 	next   fsm.Sink
 	bodies *batchBodies
 	log    *slog.Logger
@@ -558,6 +563,17 @@ func (s localSink) NodeDown(node string) {
 			s.log.Info("applied a NodeDown of this node", "index", s.index)
 		}
 		s.next.NodeDown(node)
+	}
+}
+
+// NodeReleased implements fsm.ReleaseSink: a node's release of its
+// previous runs goes to its stream as it is, and to this node's clients
+// as a NodeDown unless this run made it.
+func (s localSink) NodeReleased(node, run string) {
+	if sub := s.remote(node); sub != nil {
+		sub.push(Effect{NodeDown: node, Run: run})
+	} else if node == s.node && run != s.run {
+		s.NodeDown(node)
 	}
 }
 

@@ -21,6 +21,9 @@ type Effect struct {
 	Timeout          int64
 	Tags             []uint64
 	NodeDown         string
+	// Run is the run of a NodeDown the node released itself
+	// (fsm.ReleaseSink).
+	Run string
 }
 
 // size is what the effect weighs against a subscription's bound.

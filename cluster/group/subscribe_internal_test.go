@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -116,5 +117,39 @@ func TestSubscribe_ASubscriberFarBehindIsCutOff(t *testing.T) {
 	f.state.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d subscriptions left after it was cut off", left)
+	}
+}
+
+// A node's release of its previous runs (a NodeDown naming its run)
+// closes none of the clients of the run that made it, when this node's
+// replica applies it later than the release committed; one of an
+// earlier run, or a NodeDown the cluster declared, reaches them. A
+// subscribed node gets the release with its run, to tell it the same.
+func TestLocalSink_ThisRunsOwnReleaseClosesNothing(t *testing.T) {
+	f, apply := subscribeAdapter(t)
+	rec := &recSink{}
+	f.run = "now"
+	f.host.Effects = func() fsm.Sink { return rec }
+	sub, _ := f.Subscribe("x", 1<<20)
+	down := func(node, run string) *proto.Command {
+		return &proto.Command{Cmd: &proto.Command_NodeDown{NodeDown: &proto.NodeDown{Node: node, Run: run}}}
+	}
+	apply(down("me", "now"))
+	if len(rec.down) != 0 {
+		t.Fatalf("this run's release reached its clients: %v", rec.down)
+	}
+	apply(down("me", "before"), down("me", ""))
+	if want := []string{"me", "me"}; !slices.Equal(rec.down, want) {
+		t.Fatalf("an earlier run's release and a declared NodeDown: %v, want %v", rec.down, want)
+	}
+	apply(down("x", "its"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	es, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 1 || es[0].NodeDown != "x" || es[0].Run != "its" {
+		t.Fatalf("effects for x: %+v, want its release with its run", es)
 	}
 }
