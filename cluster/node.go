@@ -342,7 +342,7 @@ func (n *Node) untilDone(ctx context.Context, gid string, submit func() ([]*prot
 	for {
 		res, err := submit()
 		if err == nil {
-			n.log.Info("released the previous run's consumers", "group", gid, "index", res[0].GetIndex())
+			n.log.Info("released the previous run's consumers", "group", gid, "index", res[0].GetIndex(), "run", n.run)
 			return true
 		}
 		if ctx.Err() != nil {
