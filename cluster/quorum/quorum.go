@@ -176,10 +176,10 @@ type heldEffect struct {
 
 // DownSince is a sink that can be told when a NodeDown of this node was
 // applied: only the clients connected by then had anything the log
-// dropped. A NodeDown held through a silence reaches the sink after the
-// node took new clients (a restarted node's release of its previous
-// run, applied while its first checks stalled), and those clients'
-// channels came into the log after it.
+// dropped. A NodeDown held through a silence (one the cluster declared,
+// or an earlier run's release, applied while the node was suspect)
+// reaches the sink after the node may have taken new clients, and those
+// clients' channels came into the log after it.
 type DownSince interface {
 	NodeDownSince(node string, at time.Time)
 }

@@ -117,9 +117,8 @@ func (r *downRec) NodeDownSince(_ string, at time.Time) { r.since = append(r.sin
 
 // A NodeDown held while the node is suspect goes out after it caught up
 // with when the log applied it: only the clients connected by then lose
-// their connections (a restarted node's release of its previous run,
-// held while its first checks stalled, must not close the clients it took
-// since).
+// their connections (a NodeDown held while the node's checks stalled
+// must not close the clients it took since).
 func TestGateSink_AHeldNodeDownSaysWhenItWasApplied(t *testing.T) {
 	rec := &downRec{}
 	w := New(Config{NodeID: "me", Effects: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
